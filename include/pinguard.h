@@ -1,0 +1,36 @@
+/* pinguard's C API: call it from a process that runs with libpinguard.so preloaded.
+ *
+ * Link nothing: look the functions up at run time so the program also runs without pinguard,
+ *   int (*write_report)(const char *) = dlsym(RTLD_DEFAULT, "pinguard_write_report");
+ * or declare them weak, as below with PINGUARD_WEAK defined, and test for NULL. */
+#ifndef PINGUARD_H
+#define PINGUARD_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#ifdef PINGUARD_WEAK
+#define PINGUARD_API __attribute__((weak))
+#else
+#define PINGUARD_API
+#endif
+
+/* Writes a report now, with reason "request". path: the file to write, or NULL for the
+ * PINGUARD_REPORT template. Atomic (temporary file, then rename). Returns 0 on success, -1 when
+ * pinguard is disabled or the file cannot be written. errno is left unchanged. */
+PINGUARD_API int pinguard_write_report(const char *path);
+
+/* Pinned bytes live in this process right now (downgraded, pageable memory is not counted). */
+PINGUARD_API uint64_t pinguard_live_bytes(void);
+
+/* The library's version, e.g. "0.1.0"; a static string. */
+PINGUARD_API const char *pinguard_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PINGUARD_H */

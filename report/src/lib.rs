@@ -1,0 +1,259 @@
+//! The pinguard report: the JSON written by the preload library and read by the CLI.
+//!
+//! Both sides use these types, so a key can never drift between writer and reader. The key set is
+//! a contract (`DESIGN.md`, "The report"): keys may be added, never renamed.
+
+pub mod units;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::BTreeMap;
+
+/// The `schema` value of every report this crate writes or accepts.
+pub const SCHEMA: &str = "pinguard.report.v1";
+
+/// An address, written as a hex string (`"0x7f12..."`) because JSON numbers lose precision past
+/// 2^53 in most readers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Addr(pub u64);
+
+impl Serialize for Addr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&format!("{:#x}", self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Addr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let hex = s
+            .strip_prefix("0x")
+            .ok_or_else(|| serde::de::Error::custom(format!("address {s:?} does not start with 0x")))?;
+        u64::from_str_radix(hex, 16)
+            .map(Addr)
+            .map_err(|_| serde::de::Error::custom(format!("address {s:?} is not hex")))
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Reason {
+    Exit,
+    Interval,
+    Signal,
+    Request,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Process {
+    pub pid: u32,
+    pub ppid: u32,
+    pub exe: String,
+    pub cmdline: Vec<String>,
+    pub hostname: String,
+    pub start_unix_ms: u64,
+    pub write_unix_ms: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Config {
+    pub budget_bytes: Option<u64>,
+    pub policy: String,
+    pub depth: u32,
+    pub hooks: Vec<String>,
+    pub errors: Vec<String>,
+    /// `PINGUARD_REPORT` as given (or the default), before expansion.
+    #[serde(default)]
+    pub report_template: String,
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    #[serde(default)]
+    pub signal: Option<i32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub live_bytes: u64,
+    pub live_count: u64,
+    pub peak_live_bytes: u64,
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    pub release_count: u64,
+    pub failed_count: u64,
+    pub denied_count: u64,
+    pub denied_bytes: u64,
+    pub downgraded_count: u64,
+    pub downgraded_bytes: u64,
+    pub downgraded_live_bytes: u64,
+    pub over_budget_count: u64,
+    pub unknown_release_count: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiStats {
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    pub live_count: u64,
+    pub live_bytes: u64,
+    pub failed_count: u64,
+    pub denied_count: u64,
+    pub downgraded_count: u64,
+    /// Releases through this entry point of pointers pinguard never saw (or saw released already).
+    #[serde(default)]
+    pub unknown_release_count: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Kernel {
+    pub vm_lck_bytes: Option<u64>,
+    pub vm_pin_bytes: Option<u64>,
+    pub rlimit_memlock_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Module {
+    pub path: String,
+    pub base: Addr,
+    pub build_id: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Frame {
+    /// The return address (or the call address for the innermost frame), as captured.
+    pub addr: Addr,
+    pub module: Option<String>,
+    pub offset: Option<Addr>,
+    pub symbol: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Callsite {
+    pub id: u32,
+    pub frames: Vec<Frame>,
+    /// The entry points this callsite called (usually one).
+    #[serde(default)]
+    pub apis: Vec<String>,
+    pub live_bytes: u64,
+    pub live_count: u64,
+    pub peak_live_bytes: u64,
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    pub denied_count: u64,
+    pub downgraded_count: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Live {
+    pub addr: Addr,
+    pub size: u64,
+    pub api: String,
+    pub callsite: u32,
+    pub tid: u32,
+    pub age_ms: u64,
+    pub downgraded: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Denied,
+    Downgraded,
+    OverBudget,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Event {
+    pub unix_ms: u64,
+    pub kind: EventKind,
+    pub api: String,
+    pub size: u64,
+    pub callsite: u32,
+    /// Live pinned bytes of the process when the event happened.
+    pub live_bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Report {
+    pub schema: String,
+    pub reason: Reason,
+    #[serde(default)]
+    pub pinguard_version: String,
+    pub process: Process,
+    pub config: Config,
+    pub totals: Totals,
+    pub apis: BTreeMap<String, ApiStats>,
+    pub kernel: Kernel,
+    pub modules: Vec<Module>,
+    pub callsites: Vec<Callsite>,
+    pub live: Vec<Live>,
+    pub events: Vec<Event>,
+    #[serde(default)]
+    pub events_dropped: u64,
+    /// `[unix_ms, live_bytes]` pairs, oldest first.
+    pub timeline: Vec<(u64, u64)>,
+    #[serde(default)]
+    pub timeline_dropped: u64,
+}
+
+/// Why a file could not be read as a report; the message names the problem, the caller the file.
+#[derive(Debug)]
+pub struct ParseError(pub String);
+
+impl std::fmt::Display for ParseError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+impl Report {
+    /// Parses a report, telling apart "not JSON", "another schema" and "a malformed report".
+    pub fn from_slice(bytes: &[u8]) -> Result<Report, ParseError> {
+        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+            return Err(ParseError("empty file".into()));
+        }
+        let value: serde_json::Value = serde_json::from_slice(bytes)
+            .map_err(|e| ParseError(format!("not valid JSON ({e})")))?;
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(SCHEMA) => {}
+            Some(other) => {
+                return Err(ParseError(format!(
+                    "schema {other:?} is not supported (this pinguard reads {SCHEMA:?})"
+                )))
+            }
+            None => return Err(ParseError("not a pinguard report (no \"schema\" key)".into())),
+        }
+        serde_json::from_value(value).map_err(|e| ParseError(format!("malformed report ({e})")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addr_round_trips_as_hex() {
+        let s = serde_json::to_string(&Addr(0x7f12_3456_789a)).unwrap();
+        assert_eq!(s, "\"0x7f123456789a\"");
+        let back: Addr = serde_json::from_str(&s).unwrap();
+        assert_eq!(back, Addr(0x7f12_3456_789a));
+        assert!(serde_json::from_str::<Addr>("\"12\"").is_err());
+    }
+
+    #[test]
+    fn rejects_other_schemas_and_garbage() {
+        assert!(Report::from_slice(b"").unwrap_err().0.contains("empty"));
+        assert!(Report::from_slice(b"{\"schema\":\"pinguard.report.v9\"}")
+            .unwrap_err()
+            .0
+            .contains("not supported"));
+        assert!(Report::from_slice(b"{\"a\":1}").unwrap_err().0.contains("no \"schema\""));
+        assert!(Report::from_slice(b"{\"schema\":").unwrap_err().0.contains("not valid JSON"));
+        assert!(Report::from_slice(b"{\"schema\":\"pinguard.report.v1\"}")
+            .unwrap_err()
+            .0
+            .contains("malformed"));
+    }
+}

@@ -1,0 +1,153 @@
+//! Sizes and durations as people write them in `PINGUARD_*` variables and CLI flags.
+
+/// A size that may be relative to the memory the process can have.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SizeSpec {
+    Bytes(u64),
+    /// Percent (0 < p <= 100) of the cgroup memory limit, else of `MemTotal`.
+    Percent(f64),
+}
+
+pub const SIZE_FORMS: &str = "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024)";
+
+/// Parses `1073741824`, `512M`, `1.5GiB`, `2T`, `64kb`: K/M/G/T are powers of 1024, a trailing
+/// `B` or `iB` is optional, case does not matter. A fraction needs a unit (no fractional bytes).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("unknown unit {unit:?}")),
+    };
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
+        return Err("expected a number".into());
+    }
+    let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
+    if !frac.is_empty() && shift == 0 {
+        return Err("a fractional size needs a unit".into());
+    }
+    let whole: u64 = whole.parse().map_err(|_| "number too large".to_string())?;
+    let mut bytes = whole.checked_shl(shift).filter(|v| v >> shift == whole).ok_or("size too large")?;
+    if !frac.is_empty() {
+        // Exact decimal arithmetic on the fraction's digits: "1.5G" must be 1610612736, not a float
+        // rounding of it.
+        let digits = &frac[..frac.len().min(18)];
+        let f: u128 = digits.parse().map_err(|_| "expected a number".to_string())?;
+        let extra = (f << shift) / 10u128.pow(digits.len() as u32);
+        bytes = bytes.checked_add(extra as u64).ok_or("size too large")?;
+    }
+    Ok(bytes)
+}
+
+/// `parse_size`, or `N%` with 0 < N <= 100.
+pub fn parse_size_spec(text: &str) -> Result<SizeSpec, String> {
+    let t = text.trim();
+    if let Some(p) = t.strip_suffix('%') {
+        let v: f64 = p.trim().parse().map_err(|_| format!("{p:?} is not a percentage"))?;
+        if !(v > 0.0 && v <= 100.0) {
+            return Err("a percentage must be above 0 and at most 100".into());
+        }
+        return Ok(SizeSpec::Percent(v));
+    }
+    parse_size(t).map(SizeSpec::Bytes)
+}
+
+pub const DURATION_FORMS: &str = "a duration such as 500ms, 30s, 5m, 1h";
+
+/// Parses `500ms`, `30s`, `5m`, `1h` into milliseconds; zero is refused (it would spin).
+pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().map_err(|_| "expected a whole number with a unit".to_string())?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "ms" => 1,
+        "s" => 1000,
+        "m" | "min" => 60_000,
+        "h" => 3_600_000,
+        "" => return Err("missing unit".into()),
+        u => return Err(format!("unknown unit {u:?}")),
+    };
+    let ms = n.checked_mul(mult).ok_or("duration too large")?;
+    if ms == 0 {
+        return Err("must be above zero".into());
+    }
+    Ok(ms)
+}
+
+/// `1.5 GiB`, `512 B`: binary units, three significant figures.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i < UNITS.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if v >= 100.0 {
+        format!("{v:.0} {}", UNITS[i])
+    } else if v >= 10.0 {
+        format!("{v:.1} {}", UNITS[i])
+    } else {
+        format!("{v:.2} {}", UNITS[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("1073741824"), Ok(1 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("512mib"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5GiB"), Ok(3 << 29));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("64kb"), Ok(64 << 10));
+        assert_eq!(parse_size(" 7 B "), Ok(7));
+        assert_eq!(parse_size("0.5k"), Ok(512));
+        for bad in ["", "M", "12Q", "1.5", "-1", "1..5G", ".5G", "99999999999999999999", "16777216T", "1e9"] {
+            assert!(parse_size(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn size_specs() {
+        assert_eq!(parse_size_spec("50%"), Ok(SizeSpec::Percent(50.0)));
+        assert_eq!(parse_size_spec("12.5 %"), Ok(SizeSpec::Percent(12.5)));
+        assert_eq!(parse_size_spec("1G"), Ok(SizeSpec::Bytes(1 << 30)));
+        assert!(parse_size_spec("0%").is_err());
+        assert!(parse_size_spec("101%").is_err());
+        assert!(parse_size_spec("x%").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration_ms("500ms"), Ok(500));
+        assert_eq!(parse_duration_ms("30s"), Ok(30_000));
+        assert_eq!(parse_duration_ms("5m"), Ok(300_000));
+        for bad in ["", "5", "0s", "1.5s", "s", "5d", "-1s"] {
+            assert!(parse_duration_ms(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn human_bytes() {
+        assert_eq!(format_bytes(512), "512 B");
+        assert_eq!(format_bytes(1536), "1.50 KiB");
+        assert_eq!(format_bytes(3 << 29), "1.50 GiB");
+        assert_eq!(format_bytes(200 << 20), "200 MiB");
+    }
+}

@@ -1,0 +1,66 @@
+//! The intercepted entry points and the families `PINGUARD_HOOKS` switches.
+
+/// A hook family, as named in `PINGUARD_HOOKS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    Cuda,
+    CudaDriver,
+    Acl,
+    Mlock,
+}
+
+impl Family {
+    pub const ALL: [Family; 4] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Cuda => "cuda",
+            Family::CudaDriver => "cuda-driver",
+            Family::Acl => "acl",
+            Family::Mlock => "mlock",
+        }
+    }
+
+    pub fn bit(self) -> u8 {
+        1 << self as u8
+    }
+}
+
+macro_rules! apis {
+    ($($variant:ident = $name:literal;)*) => {
+        /// Every entry point pinguard counts under its own name in the report's `apis`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(u8)]
+        pub enum Api { $($variant),* }
+
+        impl Api {
+            pub const ALL: &'static [Api] = &[$(Api::$variant),*];
+            pub const COUNT: usize = Api::ALL.len();
+
+            pub fn name(self) -> &'static str {
+                match self { $(Api::$variant => $name),* }
+            }
+        }
+    };
+}
+
+apis! {
+    CudaHostAlloc = "cudaHostAlloc";
+    CudaMallocHost = "cudaMallocHost";
+    CudaHostRegister = "cudaHostRegister";
+    CudaFreeHost = "cudaFreeHost";
+    CudaHostUnregister = "cudaHostUnregister";
+    AclrtMallocHost = "aclrtMallocHost";
+    AclrtMallocHostWithCfg = "aclrtMallocHostWithCfg";
+    AclrtHostRegister = "aclrtHostRegister";
+    AclrtHostRegisterV2 = "aclrtHostRegisterV2";
+    AclrtFreeHost = "aclrtFreeHost";
+    AclrtHostUnregister = "aclrtHostUnregister";
+    Mlock = "mlock";
+    Mlock2 = "mlock2";
+    Mlockall = "mlockall";
+    Mmap = "mmap";
+    Munlock = "munlock";
+    Munlockall = "munlockall";
+    Munmap = "munmap";
+}

@@ -1,0 +1,107 @@
+//! Callsites: distinct stacks, deduplicated, each with its own counters.
+//!
+//! A callsite is allocated once and never freed, so live records and events hold a plain
+//! `&'static Callsite` and update its counters without taking any lock.
+
+use crate::api::Api;
+use parking_lot::Mutex;
+use rustc_hash::{FxHashMap, FxHasher};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+pub struct Callsite {
+    pub id: u32,
+    /// Return addresses, innermost first; the first is in the code that called the hooked API.
+    pub frames: Box<[usize]>,
+    pub live_bytes: AtomicI64,
+    pub live_count: AtomicI64,
+    pub peak_live_bytes: AtomicU64,
+    pub alloc_count: AtomicU64,
+    pub alloc_bytes: AtomicU64,
+    pub denied_count: AtomicU64,
+    pub downgraded_count: AtomicU64,
+    /// Bit per `Api` this callsite called.
+    pub apis: AtomicU32,
+    /// Set once the `warn` policy has logged this callsite.
+    pub warned: AtomicBool,
+}
+
+impl Callsite {
+    pub fn add_live(&self, bytes: i64, count: i64) {
+        let now = self.live_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.live_count.fetch_add(count, Ordering::Relaxed);
+        if bytes > 0 {
+            self.peak_live_bytes.fetch_max(now.max(0) as u64, Ordering::Relaxed);
+        }
+    }
+
+    pub fn note_api(&self, api: Api) {
+        self.apis.fetch_or(1 << api as u32, Ordering::Relaxed);
+    }
+}
+
+const SHARDS: usize = 16;
+
+static TABLE: [Mutex<Option<FxHashMap<&'static [usize], &'static Callsite>>>; SHARDS] =
+    [const { Mutex::new(None) }; SHARDS];
+static NEXT_ID: AtomicU32 = AtomicU32::new(0);
+
+pub fn intern(frames: &[usize]) -> &'static Callsite {
+    let mut h = FxHasher::default();
+    frames.hash(&mut h);
+    let shard = &TABLE[h.finish() as usize % SHARDS];
+    let mut map = shard.lock();
+    let map = map.get_or_insert_with(FxHashMap::default);
+    if let Some(cs) = map.get(frames) {
+        return cs;
+    }
+    let cs: &'static Callsite = Box::leak(Box::new(Callsite {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        frames: frames.into(),
+        live_bytes: AtomicI64::new(0),
+        live_count: AtomicI64::new(0),
+        peak_live_bytes: AtomicU64::new(0),
+        alloc_count: AtomicU64::new(0),
+        alloc_bytes: AtomicU64::new(0),
+        denied_count: AtomicU64::new(0),
+        downgraded_count: AtomicU64::new(0),
+        apis: AtomicU32::new(0),
+        warned: AtomicBool::new(false),
+    }));
+    map.insert(&cs.frames, cs);
+    cs
+}
+
+pub fn all() -> Vec<&'static Callsite> {
+    let mut v = Vec::new();
+    for shard in &TABLE {
+        if let Some(map) = shard.lock().as_ref() {
+            v.extend(map.values().copied());
+        }
+    }
+    v.sort_by_key(|c| c.id);
+    v
+}
+
+/// Fork support: hold every shard across `fork()` so the child never inherits a held lock.
+pub fn lock_all() {
+    for shard in &TABLE {
+        std::mem::forget(shard.lock());
+    }
+}
+
+/// # Safety
+/// Only after `lock_all` on this thread.
+pub unsafe fn unlock_all(clear: bool) {
+    if clear {
+        NEXT_ID.store(0, Ordering::Relaxed);
+    }
+    for shard in &TABLE {
+        if clear {
+            // The callsites themselves stay allocated (live records of other threads that no
+            // longer exist in the child may point at them); only the index is forgotten.
+            *shard.data_ptr() = None;
+        }
+        shard.force_unlock();
+    }
+}

@@ -1,0 +1,44 @@
+//! The C API declared in `include/pinguard.h`.
+
+use crate::guard::{self, Reentry};
+use crate::{ledger, lifecycle, report};
+use pinguard_report::Reason;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int};
+use std::path::Path;
+
+/// Writes a report now (reason `request`) to `path`, or to `PINGUARD_REPORT` when `path` is NULL.
+/// Returns 0 on success, -1 on failure (pinguard disabled, unwritable path).
+#[no_mangle]
+pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
+    let Some(_r) = Reentry::enter() else { return -1 };
+    let e = guard::errno();
+    let rc = std::panic::catch_unwind(|| {
+        if lifecycle::ensure_init().is_none() {
+            return -1;
+        }
+        let p = if path.is_null() { None } else { Some(CStr::from_ptr(path).to_string_lossy().into_owned()) };
+        match report::write(Reason::Request, p.as_deref().map(Path::new)) {
+            Ok(_) => 0,
+            Err(msg) => {
+                tracing::warn!("pinguard_write_report: {msg}");
+                -1
+            }
+        }
+    })
+    .unwrap_or(-1);
+    guard::set_errno(e);
+    rc
+}
+
+/// Pinned bytes live right now (downgraded memory excluded).
+#[no_mangle]
+pub extern "C" fn pinguard_live_bytes() -> u64 {
+    ledger::live_bytes()
+}
+
+/// The library's version, a static string.
+#[no_mangle]
+pub extern "C" fn pinguard_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
+}

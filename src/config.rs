@@ -1,0 +1,312 @@
+//! `PINGUARD_*` variables. A bad value never stops the process: it is reported once on stderr,
+//! listed in the report's `config.errors`, and the setting falls back to its default.
+
+use crate::api::Family;
+use pinguard_report::units::{self, SizeSpec};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Error,
+    Downgrade,
+    Warn,
+}
+
+impl Policy {
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Error => "error",
+            Policy::Downgrade => "downgrade",
+            Policy::Warn => "warn",
+        }
+    }
+}
+
+pub const DEFAULT_TEMPLATE: &str = "pinguard.%e.%p.json";
+pub const MAX_DEPTH: u32 = 128;
+
+/// Every variable pinguard reads; anything else starting with `PINGUARD_` is probably a typo.
+pub const KNOWN: &[&str] = &[
+    "PINGUARD_BUDGET",
+    "PINGUARD_POLICY",
+    "PINGUARD_REPORT",
+    "PINGUARD_DEPTH",
+    "PINGUARD_INTERVAL",
+    "PINGUARD_SIGNAL",
+    "PINGUARD_HOOKS",
+    "PINGUARD_LOG",
+    "PINGUARD_DISABLE",
+];
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub budget: Option<u64>,
+    pub policy: Policy,
+    /// The template as given; `None` means the default (which may fall back to the temp dir).
+    pub report: Option<String>,
+    pub depth: u32,
+    pub interval_ms: Option<u64>,
+    pub signal: Option<i32>,
+    pub hooks: u8,
+    pub log: String,
+    pub disabled: bool,
+    /// One line per rejected variable, as printed on stderr.
+    pub errors: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            budget: None,
+            policy: Policy::Error,
+            report: None,
+            depth: 32,
+            interval_ms: None,
+            signal: None,
+            hooks: Family::ALL.iter().fold(0, |m, f| m | f.bit()),
+            log: "warn".into(),
+            disabled: false,
+            errors: Vec::new(),
+        }
+    }
+}
+
+/// What the environment needs from the system to resolve relative values.
+pub trait System {
+    /// Bytes a `N%` budget is a percentage of: the cgroup memory limit, else `MemTotal`.
+    fn memory_limit(&self) -> Option<u64>;
+}
+
+impl Config {
+    /// Reads the configuration from `vars` (name, value; a value that is not UTF-8 is `None`).
+    pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
+        let mut c = Config::default();
+        let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_deref());
+        let bad = |c: &mut Config, name: &str, value: Option<&str>, why: &str, forms: &str, fallback: &str| {
+            let shown = match value {
+                Some(v) => format!("{v:?}"),
+                None => "(not UTF-8)".to_string(),
+            };
+            c.errors.push(format!("{name}={shown}: {why}; expected {forms}; {fallback}"));
+        };
+
+        if let Some(v) = get("PINGUARD_DISABLE") {
+            match v.map(str::trim) {
+                Some("1") | Some("true") | Some("yes") => c.disabled = true,
+                Some("0") | Some("") | Some("false") | Some("no") => {}
+                _ => bad(&mut c, "PINGUARD_DISABLE", v, "not a switch", "1 or 0", "pinguard stays enabled"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_BUDGET") {
+            let parsed = v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec);
+            match parsed {
+                Ok(SizeSpec::Bytes(b)) => c.budget = Some(b),
+                Ok(SizeSpec::Percent(p)) => match sys.memory_limit() {
+                    Some(total) => c.budget = Some((total as f64 * p / 100.0) as u64),
+                    None => bad(&mut c, "PINGUARD_BUDGET", v, "no memory limit or MemTotal to take a percentage of", "bytes", "running without a budget"),
+                },
+                Err(e) => bad(&mut c, "PINGUARD_BUDGET", v, &e, &format!("{} or N% of the memory limit", units::SIZE_FORMS), "running without a budget"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_POLICY") {
+            match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+                Some("error") => c.policy = Policy::Error,
+                Some("downgrade") => c.policy = Policy::Downgrade,
+                Some("warn") => c.policy = Policy::Warn,
+                _ => bad(&mut c, "PINGUARD_POLICY", v, "unknown policy", "error, downgrade or warn", "using error"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_REPORT") {
+            match v.map(check_template) {
+                Some(Ok(())) => c.report = v.map(str::to_string),
+                Some(Err(e)) => bad(&mut c, "PINGUARD_REPORT", v, &e, "a path with %p, %e, %h, %t or %%", &format!("using {DEFAULT_TEMPLATE}")),
+                None => bad(&mut c, "PINGUARD_REPORT", v, "not UTF-8", "a path", &format!("using {DEFAULT_TEMPLATE}")),
+            }
+        }
+        if let Some(v) = get("PINGUARD_DEPTH") {
+            match v.and_then(|s| s.trim().parse::<u32>().ok()) {
+                Some(d) if d <= MAX_DEPTH => c.depth = d,
+                _ => bad(&mut c, "PINGUARD_DEPTH", v, "not a frame count", "a whole number from 0 to 128", "using 32"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_INTERVAL") {
+            match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_duration_ms) {
+                Ok(ms) => c.interval_ms = Some(ms),
+                Err(e) => bad(&mut c, "PINGUARD_INTERVAL", v, &e, units::DURATION_FORMS, "no periodic report"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_SIGNAL") {
+            match v.map(parse_signal) {
+                Some(Ok(s)) => c.signal = Some(s),
+                Some(Err(e)) => bad(&mut c, "PINGUARD_SIGNAL", v, &e, "a signal such as SIGUSR2, USR2 or 12", "no report on a signal"),
+                None => bad(&mut c, "PINGUARD_SIGNAL", v, "not UTF-8", "a signal", "no report on a signal"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_HOOKS") {
+            match v.map(parse_hooks) {
+                Some(Ok(h)) => c.hooks = h,
+                Some(Err(e)) => bad(&mut c, "PINGUARD_HOOKS", v, &e, "a comma list of cuda, cuda-driver, acl, mlock", "hooking all of them"),
+                None => bad(&mut c, "PINGUARD_HOOKS", v, "not UTF-8", "a comma list", "hooking all of them"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_LOG") {
+            match v.map(|s| s.parse::<tracing_subscriber::filter::Targets>()) {
+                Some(Ok(_)) => c.log = v.unwrap_or("warn").to_string(),
+                Some(Err(e)) => bad(&mut c, "PINGUARD_LOG", v, &e.to_string(), "a filter such as warn, info or pinguard=debug", "using warn"),
+                None => bad(&mut c, "PINGUARD_LOG", v, "not UTF-8", "a filter", "using warn"),
+            }
+        }
+        for (name, _) in vars {
+            if name.starts_with("PINGUARD_") && !KNOWN.contains(&name.as_str()) {
+                let near = KNOWN.iter().min_by_key(|k| edit_distance(k, name)).copied().unwrap_or("");
+                c.errors.push(format!("{name} is not a pinguard variable (did you mean {near}?); ignored"));
+            }
+        }
+        c
+    }
+}
+
+fn check_template(t: &str) -> Result<(), String> {
+    if t.trim().is_empty() {
+        return Err("empty".into());
+    }
+    let mut chars = t.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '%' {
+            match chars.next() {
+                Some('p' | 'e' | 'h' | 't' | '%') => {}
+                Some(o) => return Err(format!("unknown escape %{o}")),
+                None => return Err("ends with a lone %".into()),
+            }
+        }
+    }
+    if t.ends_with('/') {
+        return Err("names a directory, not a file".into());
+    }
+    Ok(())
+}
+
+pub fn parse_signal(s: &str) -> Result<i32, String> {
+    let t = s.trim();
+    let sig = if let Ok(n) = t.parse::<i32>() {
+        n
+    } else {
+        let up = t.to_ascii_uppercase();
+        let name = up.strip_prefix("SIG").unwrap_or(&up);
+        match name {
+            "HUP" => libc::SIGHUP,
+            "INT" => libc::SIGINT,
+            "QUIT" => libc::SIGQUIT,
+            "USR1" => libc::SIGUSR1,
+            "USR2" => libc::SIGUSR2,
+            "ALRM" => libc::SIGALRM,
+            "TERM" => libc::SIGTERM,
+            "CHLD" => libc::SIGCHLD,
+            "CONT" => libc::SIGCONT,
+            "URG" => libc::SIGURG,
+            "WINCH" => libc::SIGWINCH,
+            "PWR" => libc::SIGPWR,
+            _ => match name.strip_prefix("RTMIN+").and_then(|n| n.parse::<i32>().ok()) {
+                Some(n) => libc::SIGRTMIN() + n,
+                None => return Err(format!("unknown signal {t:?}")),
+            },
+        }
+    };
+    if sig <= 0 || sig > libc::SIGRTMAX() {
+        return Err(format!("{sig} is not a signal number"));
+    }
+    if matches!(sig, libc::SIGKILL | libc::SIGSTOP | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) {
+        return Err(format!("signal {sig} cannot be caught safely"));
+    }
+    Ok(sig)
+}
+
+fn parse_hooks(s: &str) -> Result<u8, String> {
+    let mut bits = 0u8;
+    for item in s.split(',').map(str::trim) {
+        if item.is_empty() {
+            continue;
+        }
+        match Family::ALL.iter().find(|f| f.name().eq_ignore_ascii_case(item)) {
+            Some(f) => bits |= f.bit(),
+            None => return Err(format!("unknown family {item:?}")),
+        }
+    }
+    if bits == 0 {
+        return Err("names no family".into());
+    }
+    Ok(bits)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + (ca != *cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Fixed(Option<u64>);
+    impl System for Fixed {
+        fn memory_limit(&self) -> Option<u64> {
+            self.0
+        }
+    }
+
+    fn cfg(vars: &[(&str, &str)]) -> Config {
+        let v: Vec<_> = vars.iter().map(|(a, b)| (a.to_string(), Some(b.to_string()))).collect();
+        Config::from_vars(&v, &Fixed(Some(1 << 30)))
+    }
+
+    #[test]
+    fn good_values() {
+        let c = cfg(&[
+            ("PINGUARD_BUDGET", "25%"),
+            ("PINGUARD_POLICY", "Downgrade"),
+            ("PINGUARD_DEPTH", "0"),
+            ("PINGUARD_HOOKS", "cuda, mlock"),
+            ("PINGUARD_SIGNAL", "usr2"),
+            ("PINGUARD_INTERVAL", "250ms"),
+            ("PINGUARD_REPORT", "/x/%e-%p-%%.json"),
+            ("PINGUARD_LOG", "pinguard=debug"),
+        ]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!(c.budget, Some(1 << 28));
+        assert_eq!(c.policy, Policy::Downgrade);
+        assert_eq!(c.depth, 0);
+        assert_eq!(c.hooks, Family::Cuda.bit() | Family::Mlock.bit());
+        assert_eq!(c.signal, Some(libc::SIGUSR2));
+        assert_eq!(c.interval_ms, Some(250));
+    }
+
+    #[test]
+    fn bad_values_fall_back_with_one_line_each() {
+        let c = cfg(&[
+            ("PINGUARD_BUDGET", "12Q"),
+            ("PINGUARD_POLICY", "explode"),
+            ("PINGUARD_DEPTH", "129"),
+            ("PINGUARD_HOOKS", "cuda,opencl"),
+            ("PINGUARD_SIGNAL", "SIGKILL"),
+            ("PINGUARD_INTERVAL", "soon"),
+            ("PINGUARD_REPORT", "%q.json"),
+            ("PINGUARD_LOG", "pinguard=loud"),
+            ("PINGUARD_DISABLE", "maybe"),
+            ("PINGUARD_BUGDET", "1G"),
+        ]);
+        assert_eq!(c.errors.len(), 10, "{:#?}", c.errors);
+        assert_eq!(c.budget, None);
+        assert_eq!(c.policy, Policy::Error);
+        assert_eq!(c.depth, 32);
+        assert_eq!(c.hooks, Config::default().hooks);
+        assert!(c.errors.iter().any(|e| e.contains("did you mean PINGUARD_BUDGET")));
+        assert!(c.errors.iter().all(|e| !e.contains('\n')));
+    }
+}

@@ -1,0 +1,27 @@
+//! pinguard: an `LD_PRELOAD` library that intercepts every way a process takes host-pinned
+//! memory, records it with its callsite, enforces a pinned-memory budget and writes reports.
+//!
+//! Data flows one way: a hook (`hooks/`) enters `track::Hook` (reentrancy guard, lazy start),
+//! which captures the callsite (`stack`, `callsite`), asks the `budget`, calls the real function
+//! (`resolve`) or the `pageable` fallback, and records the outcome in the `ledger`. `report`
+//! turns the ledger into JSON (`symbolize` resolves addresses then, and only then).
+
+mod api;
+mod budget;
+mod callsite;
+mod capi;
+mod config;
+mod guard;
+#[cfg(not(test))]
+mod hooks;
+mod kernel;
+mod ledger;
+mod lifecycle;
+mod log;
+mod pageable;
+mod ranges;
+mod report;
+mod resolve;
+mod stack;
+mod symbolize;
+mod track;

@@ -1,0 +1,121 @@
+//! Start, fork and exit: when pinguard sets itself up, what a fork child inherits, and the report
+//! at exit.
+
+use crate::config::Config;
+use crate::guard::{self, Reentry};
+use crate::{budget, callsite, kernel, ledger, log, report};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+const UNINIT: u8 = 0;
+const RUNNING: u8 = 1;
+const READY: u8 = 2;
+const OFF: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static CONFIG: OnceLock<Config> = OnceLock::new();
+static START_MS: AtomicU64 = AtomicU64::new(0);
+static EXIT_DONE: AtomicBool = AtomicBool::new(false);
+
+/// The constructor. It runs after the constructors of libraries loaded before pinguard, which may
+/// already pin: the hooks therefore also initialise lazily.
+#[used]
+#[link_section = ".init_array"]
+static CONSTRUCTOR: extern "C" fn() = constructor;
+
+extern "C" fn constructor() {
+    if let Some(_r) = Reentry::enter() {
+        let e = guard::errno();
+        ensure_init();
+        guard::set_errno(e);
+    }
+}
+
+/// The configuration once pinguard is set up; `None` when it is disabled. The caller holds a
+/// `Reentry`, so whatever initialisation calls (std's `mmap`, `dlsym`) passes through the hooks.
+pub fn ensure_init() -> Option<&'static Config> {
+    loop {
+        match STATE.load(Ordering::Acquire) {
+            READY => return CONFIG.get(),
+            OFF => return None,
+            UNINIT => {
+                if STATE.compare_exchange(UNINIT, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    let on = std::panic::catch_unwind(init).unwrap_or(false);
+                    STATE.store(if on { READY } else { OFF }, Ordering::Release);
+                }
+            }
+            // Another thread is setting up; it never waits on this one.
+            _ => std::thread::yield_now(),
+        }
+    }
+}
+
+fn init() -> bool {
+    START_MS.store(guard::unix_ms(), Ordering::Relaxed);
+    let vars: Vec<(String, Option<String>)> = std::env::vars_os()
+        .filter_map(|(k, v)| {
+            let k = k.into_string().ok()?;
+            k.starts_with("PINGUARD_").then(|| (k, v.into_string().ok()))
+        })
+        .collect();
+    let cfg = Config::from_vars(&vars, &kernel::Host);
+    for e in &cfg.errors {
+        log::write_stderr(&format!("pinguard: {e}\n"));
+    }
+    if cfg.disabled {
+        return false;
+    }
+    log::init(&cfg.log);
+    budget::set_limit(cfg.budget);
+    report::init_template(cfg.report.as_deref());
+    crate::resolve::own_range();
+    let _ = CONFIG.set(cfg);
+    unsafe {
+        libc::atexit(at_exit);
+        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
+    }
+    true
+}
+
+pub fn config() -> Option<&'static Config> {
+    CONFIG.get()
+}
+
+pub fn start_ms() -> u64 {
+    START_MS.load(Ordering::Relaxed)
+}
+
+extern "C" fn at_exit() {
+    let Some(_r) = Reentry::enter() else { return };
+    let e = guard::errno();
+    if !EXIT_DONE.swap(true, Ordering::AcqRel) && ledger::touched() {
+        let _ = std::panic::catch_unwind(|| report::write_exit());
+    }
+    guard::set_errno(e);
+}
+
+extern "C" fn fork_prepare() {
+    // Order matters: a report being written holds the report lock, then takes the others.
+    std::mem::forget(report::lock());
+    callsite::lock_all();
+    ledger::lock_all();
+}
+
+extern "C" fn fork_parent() {
+    unsafe {
+        ledger::unlock_all(false);
+        callsite::unlock_all(false);
+        report::force_unlock();
+    }
+}
+
+extern "C" fn fork_child() {
+    unsafe {
+        ledger::unlock_all(true);
+        callsite::unlock_all(true);
+        report::force_unlock();
+    }
+    budget::reset();
+    guard::forget_tid();
+    START_MS.store(guard::unix_ms(), Ordering::Relaxed);
+}

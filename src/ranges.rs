@@ -1,0 +1,156 @@
+//! Locked page ranges with the kernel's semantics: locking a locked page adds nothing, unlocking
+//! or unmapping removes exactly the pages covered, and a partial unlock splits a range.
+
+use std::collections::BTreeMap;
+
+pub const PAGE: usize = 4096;
+
+pub fn page_size() -> usize {
+    static SIZE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let s = SIZE.load(std::sync::atomic::Ordering::Relaxed);
+    if s != 0 {
+        return s;
+    }
+    let s = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        v if v > 0 => v as usize,
+        _ => PAGE,
+    };
+    SIZE.store(s, std::sync::atomic::Ordering::Relaxed);
+    s
+}
+
+/// The whole pages `[addr, addr + len)` touches, as the kernel rounds them; `None` if it wraps.
+pub fn page_span(addr: usize, len: usize, page: usize) -> Option<(usize, usize)> {
+    let start = addr & !(page - 1);
+    let end = addr.checked_add(len)?.checked_add(page - 1)? & !(page - 1);
+    Some((start, end))
+}
+
+/// Disjoint ranges, each carrying who locked it.
+pub struct RangeSet<T> {
+    map: BTreeMap<usize, (usize, T)>,
+}
+
+impl<T: Clone> Default for RangeSet<T> {
+    fn default() -> Self {
+        RangeSet { map: BTreeMap::new() }
+    }
+}
+
+impl<T: Clone> RangeSet<T> {
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The parts of `[start, end)` not yet in the set.
+    pub fn gaps(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let mut gaps = Vec::new();
+        let mut cur = start;
+        // The range starting before `start` may cover its beginning.
+        if let Some((_, &(e, _))) = self.map.range(..start).next_back() {
+            cur = cur.max(e);
+        }
+        for (&s, &(e, _)) in self.map.range(start..end) {
+            if s > cur {
+                gaps.push((cur, s));
+            }
+            cur = cur.max(e);
+        }
+        if cur < end {
+            gaps.push((cur, end));
+        }
+        gaps
+    }
+
+    /// Adds a range that must not overlap the set (one of `gaps`' answers).
+    pub fn insert(&mut self, start: usize, end: usize, v: T) {
+        debug_assert!(start < end);
+        self.map.insert(start, (end, v));
+    }
+
+    /// Removes `[start, end)`; `f(value, bytes removed, change in range count)` is called per
+    /// range touched (count -1: gone, 0: trimmed, +1: split in two).
+    pub fn remove(&mut self, start: usize, end: usize, mut f: impl FnMut(&T, u64, i64)) {
+        let first = match self.map.range(..start).next_back() {
+            Some((&s, &(e, _))) if e > start => s,
+            _ => start,
+        };
+        let keys: Vec<usize> = self.map.range(first..end).map(|(&k, _)| k).collect();
+        for s in keys {
+            let (e, v) = self.map.remove(&s).expect("key listed above");
+            let cut_s = s.max(start);
+            let cut_e = e.min(end);
+            let left = s < cut_s;
+            let right = cut_e < e;
+            if left {
+                self.map.insert(s, (cut_s, v.clone()));
+            }
+            if right {
+                self.map.insert(cut_e, (e, v.clone()));
+            }
+            let delta = left as i64 + right as i64 - 1;
+            f(&v, (cut_e - cut_s) as u64, delta);
+        }
+    }
+
+    /// Removes everything, reporting each range as in `remove`.
+    pub fn clear(&mut self, mut f: impl FnMut(&T, u64, i64)) {
+        for (s, (e, v)) in std::mem::take(&mut self.map) {
+            f(&v, (e - s) as u64, -1);
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (usize, usize, &T)> {
+        self.map.iter().map(|(&s, (e, v))| (s, *e, v))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn total(r: &RangeSet<u8>) -> usize {
+        r.iter().map(|(s, e, _)| e - s).sum()
+    }
+
+    #[test]
+    fn union_split_and_unmap() {
+        let mut r = RangeSet::<u8>::default();
+        assert_eq!(r.gaps(0x1000, 0x5000), vec![(0x1000, 0x5000)]);
+        r.insert(0x1000, 0x5000, 1);
+        // Overlapping lock: only the uncovered tail is new.
+        assert_eq!(r.gaps(0x3000, 0x8000), vec![(0x5000, 0x8000)]);
+        r.insert(0x5000, 0x8000, 2);
+        assert_eq!(r.gaps(0x0, 0x9000), vec![(0x0, 0x1000), (0x8000, 0x9000)]);
+        assert!(r.gaps(0x2000, 0x7000).is_empty());
+        // Unlock in the middle of the first range splits it.
+        let mut seen = Vec::new();
+        r.remove(0x2000, 0x3000, |v, b, d| seen.push((*v, b, d)));
+        assert_eq!(seen, vec![(1, 0x1000, 1)]);
+        assert_eq!(total(&r), 0x6000);
+        assert_eq!(r.len(), 3);
+        // Unmap across two ranges trims one, removes part of the other.
+        seen.clear();
+        r.remove(0x4000, 0x6000, |v, b, d| seen.push((*v, b, d)));
+        assert_eq!(seen, vec![(1, 0x1000, 0), (2, 0x1000, 0)]);
+        assert_eq!(total(&r), 0x4000);
+        seen.clear();
+        r.remove(0, usize::MAX, |v, b, d| seen.push((*v, b, d)));
+        assert_eq!(seen.iter().map(|s| s.1).sum::<u64>(), 0x4000);
+        assert_eq!(seen.iter().map(|s| s.2).sum::<i64>(), -3);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn pages() {
+        assert_eq!(page_span(0x1001, 1, 0x1000), Some((0x1000, 0x2000)));
+        assert_eq!(page_span(0x1000, 0x1000, 0x1000), Some((0x1000, 0x2000)));
+        assert_eq!(page_span(0x1fff, 2, 0x1000), Some((0x1000, 0x3000)));
+        assert_eq!(page_span(usize::MAX - 10, 100, 0x1000), None);
+    }
+}

@@ -1,0 +1,241 @@
+//! Snapshots of the ledger as `pinguard.report.v1` JSON, written atomically.
+
+use crate::api::Family;
+use crate::config::{Config, DEFAULT_TEMPLATE};
+use crate::symbolize::Symbolizer;
+use crate::{budget, callsite, guard, kernel, ledger, lifecycle, log};
+use parking_lot::{Mutex, MutexGuard};
+use pinguard_report::units::format_bytes;
+use pinguard_report::{self as schema, Addr, Reason, Report};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The template made absolute when pinguard started, so a later `chdir` does not move the report.
+static TEMPLATE: OnceLock<(String, bool)> = OnceLock::new();
+/// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
+static WRITING: Mutex<()> = Mutex::new(());
+
+pub fn init_template(given: Option<&str>) {
+    let (t, default) = match given {
+        Some(t) => (t.to_string(), false),
+        None => (DEFAULT_TEMPLATE.to_string(), true),
+    };
+    let abs = if t.starts_with('/') {
+        t
+    } else {
+        match std::env::current_dir() {
+            Ok(cwd) => format!("{}/{}", cwd.display(), t),
+            Err(_) => t,
+        }
+    };
+    let _ = TEMPLATE.set((abs, default));
+}
+
+pub fn lock() -> MutexGuard<'static, ()> {
+    WRITING.lock()
+}
+
+/// # Safety
+/// Only in the fork handlers, after `lock` was forgotten.
+pub unsafe fn force_unlock() {
+    WRITING.force_unlock();
+}
+
+fn exe_name() -> String {
+    let exe = kernel::exe();
+    let name = exe.rsplit('/').next().unwrap_or("");
+    let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-+".contains(c) { c } else { '_' }).collect();
+    if clean.is_empty() { "unknown".into() } else { clean }
+}
+
+pub fn expand(template: &str) -> PathBuf {
+    let mut out = String::new();
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&std::process::id().to_string()),
+            Some('e') => out.push_str(&exe_name()),
+            Some('h') => out.push_str(&kernel::hostname()),
+            Some('t') => out.push_str(&(lifecycle::start_ms() / 1000).to_string()),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    PathBuf::from(out)
+}
+
+pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
+    let now = guard::unix_ms();
+    ledger::timeline_now();
+    let totals = ledger::totals();
+    let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
+    let mut sym = Symbolizer::new();
+    let mut callsites: Vec<schema::Callsite> = callsite::all()
+        .into_iter()
+        .filter(|c| {
+            c.alloc_count.load(Ordering::Relaxed) > 0
+                || c.denied_count.load(Ordering::Relaxed) > 0
+                || c.downgraded_count.load(Ordering::Relaxed) > 0
+        })
+        .map(|c| {
+            let mut frames = Vec::new();
+            for &a in c.frames.iter() {
+                frames.extend_from_slice(sym.frames(a));
+            }
+            let bits = c.apis.load(Ordering::Relaxed);
+            schema::Callsite {
+                id: c.id,
+                frames,
+                apis: crate::api::Api::ALL.iter().filter(|a| bits & (1 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
+                live_bytes: c.live_bytes.load(Ordering::Relaxed).max(0) as u64,
+                live_count: c.live_count.load(Ordering::Relaxed).max(0) as u64,
+                peak_live_bytes: c.peak_live_bytes.load(Ordering::Relaxed),
+                alloc_count: c.alloc_count.load(Ordering::Relaxed),
+                alloc_bytes: c.alloc_bytes.load(Ordering::Relaxed),
+                denied_count: c.denied_count.load(Ordering::Relaxed),
+                downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
+            }
+        })
+        .collect();
+    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    let mut live: Vec<schema::Live> = ledger::live_records()
+        .into_iter()
+        .map(|(addr, l)| schema::Live {
+            addr: Addr(addr as u64),
+            size: l.size,
+            api: l.api.name().to_string(),
+            callsite: l.site.id,
+            tid: l.tid,
+            age_ms: now.saturating_sub(l.unix_ms),
+            downgraded: l.downgraded,
+        })
+        .collect();
+    live.sort_by_key(|l| l.addr);
+    let (events, events_dropped) = ledger::events();
+    let events = events
+        .into_iter()
+        .map(|e| schema::Event { unix_ms: e.unix_ms, kind: e.kind, api: e.api.name().to_string(), size: e.size, callsite: e.callsite, live_bytes: e.live_bytes })
+        .collect();
+    let (timeline, timeline_dropped) = ledger::timeline();
+    let status = kernel::status();
+    Report {
+        schema: schema::SCHEMA.to_string(),
+        reason,
+        pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
+        process: schema::Process {
+            pid: std::process::id(),
+            ppid: unsafe { libc::getppid() } as u32,
+            exe: kernel::exe(),
+            cmdline: kernel::cmdline(),
+            hostname: kernel::hostname(),
+            start_unix_ms: lifecycle::start_ms(),
+            write_unix_ms: now,
+        },
+        config: schema::Config {
+            budget_bytes: budget::limit(),
+            policy: cfg.policy.name().to_string(),
+            depth: cfg.depth,
+            hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
+            errors: cfg.errors.clone(),
+            report_template: TEMPLATE.get().map(|t| t.0.clone()).unwrap_or_default(),
+            interval_ms: cfg.interval_ms,
+            signal: cfg.signal,
+        },
+        totals,
+        apis,
+        kernel: schema::Kernel { vm_lck_bytes: status.vm_lck, vm_pin_bytes: status.vm_pin, rlimit_memlock_bytes: kernel::rlimit_memlock() },
+        modules: sym.modules(),
+        callsites,
+        live,
+        events,
+        events_dropped,
+        timeline,
+        timeline_dropped,
+    }
+}
+
+/// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
+/// a private temporary file in the same directory (never followed through a symlink), renamed.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".into());
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes a report to `path`, or to the configured template. Returns where it went.
+pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
+    let cfg = lifecycle::config().ok_or("pinguard is disabled")?;
+    if path.is_none() && kernel::secure_mode() {
+        return Err("not written: secure-mode (setuid) process, PINGUARD_REPORT is ignored".into());
+    }
+    let _w = lock();
+    let report = snapshot(reason, cfg);
+    let json = serde_json::to_vec_pretty(&report).map_err(|e| e.to_string())?;
+    if let Some(p) = path {
+        return write_atomic(p, &json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
+    }
+    let (template, default) = TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true));
+    let target = expand(&template);
+    match write_atomic(&target, &json) {
+        Ok(()) => Ok(target),
+        Err(e) if default => {
+            // The default lives in the working directory, which may be read-only in a container.
+            let fallback = std::env::temp_dir().join(expand(DEFAULT_TEMPLATE).file_name().unwrap_or_default());
+            write_atomic(&fallback, &json)
+                .map(|_| fallback.clone())
+                .map_err(|e2| format!("{}: {e}; {}: {e2}", target.display(), fallback.display()))
+        }
+        Err(e) => Err(format!("{}: {e}", target.display())),
+    }
+}
+
+/// The exit report and the one summary line on stderr.
+pub fn write_exit() {
+    let written = write(Reason::Exit, None);
+    let t = ledger::totals();
+    let budget = match budget::limit() {
+        Some(b) => format!("budget {}", format_bytes(b)),
+        None => "no budget".to_string(),
+    };
+    let whereto = match &written {
+        Ok(p) => format!("report: {}", p.display()),
+        Err(e) => format!("report not written: {e}"),
+    };
+    log::write_stderr(&format!(
+        "pinguard[{}]: {} pinned in {} allocations at exit (peak {}, {budget}); {} denied, {} downgraded; {whereto}\n",
+        std::process::id(),
+        format_bytes(t.live_bytes),
+        t.live_count,
+        format_bytes(t.peak_live_bytes),
+        t.denied_count,
+        t.downgraded_count,
+    ));
+}

@@ -1,0 +1,39 @@
+//! Stack capture at allocation time: raw return addresses only, resolved when a report is
+//! written. The one function here is the seam where a faster unwinder slots in.
+
+use crate::resolve::is_own;
+
+pub const MAX_FRAMES: usize = 128;
+
+/// Fills `out` with up to `depth` return addresses, starting at the code that called the
+/// intercepted function: pinguard's own frames, and the unwinder's above them, are skipped.
+#[inline(never)]
+pub fn capture(depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
+    let depth = depth.min(MAX_FRAMES);
+    if depth == 0 {
+        return 0;
+    }
+    let mut n = 0;
+    let mut seen_own = false;
+    // `trace_unsynchronized`: `trace` takes a process-wide mutex, which a fork in another thread
+    // would leave locked in the child forever (FIELD-NOTES, "Fork").
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let ip = frame.ip() as usize;
+            if ip == 0 {
+                return false;
+            }
+            if n == 0 && is_own(ip) {
+                seen_own = true;
+                return true;
+            }
+            if !seen_own {
+                return true; // unwinder frames (libgcc) before pinguard's own
+            }
+            out[n] = ip;
+            n += 1;
+            n < depth
+        });
+    }
+    n
+}

@@ -1,0 +1,466 @@
+//! The shared machinery every hook calls: guard, callsite, budget decision, real call (or the
+//! pageable fallback), ledger. Hooks only translate their API's arguments and codes into these.
+
+use crate::api::{Api, Family};
+use crate::budget;
+use crate::callsite::{self, Callsite};
+use crate::config::{Config, Policy};
+use crate::guard::{self, Reentry};
+use crate::kernel;
+use crate::ledger::{self, Live};
+use crate::lifecycle;
+use crate::pageable;
+use crate::ranges::{page_size, page_span};
+use crate::stack;
+use std::os::raw::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+
+/// One intercepted call, on the outermost level of this thread, with tracking switched on.
+pub struct Hook {
+    _reentry: Reentry,
+    entry_errno: c_int,
+    cfg: &'static Config,
+}
+
+enum Admission {
+    Pin,
+    Refuse,
+    Downgrade,
+}
+
+/// Runs pinguard's own bookkeeping; a panic in it must never cross into the host's C code.
+fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
+    catch_unwind(AssertUnwindSafe(f)).ok()
+}
+
+impl Hook {
+    /// `None`: pass the call straight through (nested call, pinguard disabled, family off).
+    pub fn enter(family: Family) -> Option<Hook> {
+        let reentry = Reentry::enter()?;
+        let entry_errno = guard::errno();
+        let cfg = lifecycle::ensure_init();
+        guard::set_errno(entry_errno);
+        let cfg = cfg?;
+        if cfg.hooks & family.bit() == 0 {
+            return None;
+        }
+        Some(Hook { _reentry: reentry, entry_errno, cfg })
+    }
+
+    fn site(&self) -> &'static Callsite {
+        let mut frames = [0usize; stack::MAX_FRAMES];
+        let n = stack::capture(self.cfg.depth as usize, &mut frames);
+        callsite::intern(&frames[..n])
+    }
+
+    fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, downgradable: bool) -> Admission {
+        if budget::try_reserve(bytes) {
+            return Admission::Pin;
+        }
+        match self.cfg.policy {
+            Policy::Downgrade if downgradable => Admission::Downgrade,
+            Policy::Error | Policy::Downgrade => {
+                ledger::count_denied(api, site, bytes);
+                Admission::Refuse
+            }
+            Policy::Warn => {
+                budget::force(bytes);
+                ledger::count_over_budget(api, site, bytes);
+                if !site.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "{} of {} bytes goes over the budget of {} bytes (callsite {}; logged once per callsite)",
+                        api.name(),
+                        bytes,
+                        budget::limit().unwrap_or(0),
+                        site.id
+                    );
+                }
+                Admission::Pin
+            }
+        }
+    }
+
+    /// `cudaHostAlloc` and friends: the runtime writes the new pointer to `out`.
+    pub fn alloc<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        out: *mut *mut c_void,
+        size: usize,
+        downgradable: bool,
+        ok: R,
+        oom: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
+        if out.is_null() || size == 0 {
+            return real(); // the runtime's own answer; nothing gets pinned
+        }
+        let bytes = size as u64;
+        let Some((site, admission)) = quiet(|| {
+            let site = self.site();
+            (site, self.admit(api, bytes, site, downgradable))
+        }) else {
+            return real();
+        };
+        match admission {
+            Admission::Refuse => {
+                guard::set_errno(self.entry_errno);
+                return oom;
+            }
+            Admission::Downgrade => {
+                let Some(p) = pageable::alloc(size) else {
+                    quiet(|| ledger::count_denied(api, site, bytes));
+                    guard::set_errno(self.entry_errno);
+                    return oom;
+                };
+                unsafe { *out = p };
+                quiet(|| {
+                    ledger::insert(p as usize, Live::new(api, bytes, site, true));
+                    ledger::count_downgraded(api, site, bytes);
+                    ledger::downgraded_live_delta(bytes as i64);
+                });
+                guard::set_errno(self.entry_errno);
+                return ok;
+            }
+            Admission::Pin => {}
+        }
+        let rc = real();
+        let err = guard::errno();
+        let p = if rc == ok { unsafe { (*out) as usize } } else { 0 };
+        quiet(|| {
+            if p != 0 {
+                ledger::insert(p, Live::new(api, bytes, site, false));
+                ledger::count_alloc(api, site, bytes);
+                ledger::live_delta(api, site, bytes as i64, 1);
+            } else {
+                budget::release(bytes);
+                if rc != ok {
+                    ledger::count_failed(api);
+                }
+            }
+        });
+        guard::set_errno(err);
+        rc
+    }
+
+    /// `cudaHostRegister` and friends: pins memory the caller already owns.
+    pub fn register<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        addr: *mut c_void,
+        size: usize,
+        downgradable: bool,
+        ok: R,
+        oom: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
+        if addr.is_null() || size == 0 {
+            return real();
+        }
+        let bytes = size as u64;
+        let Some((site, admission)) = quiet(|| {
+            let site = self.site();
+            (site, self.admit(api, bytes, site, downgradable))
+        }) else {
+            return real();
+        };
+        match admission {
+            Admission::Refuse => {
+                guard::set_errno(self.entry_errno);
+                return oom;
+            }
+            Admission::Downgrade => {
+                quiet(|| {
+                    ledger::insert(addr as usize, Live::new(api, bytes, site, true));
+                    ledger::count_downgraded(api, site, bytes);
+                    ledger::downgraded_live_delta(bytes as i64);
+                });
+                guard::set_errno(self.entry_errno);
+                return ok;
+            }
+            Admission::Pin => {}
+        }
+        let rc = real();
+        let err = guard::errno();
+        quiet(|| {
+            if rc == ok {
+                ledger::insert(addr as usize, Live::new(api, bytes, site, false));
+                ledger::count_alloc(api, site, bytes);
+                ledger::live_delta(api, site, bytes as i64, 1);
+            } else {
+                budget::release(bytes);
+                ledger::count_failed(api);
+            }
+        });
+        guard::set_errno(err);
+        rc
+    }
+
+    /// `cudaFreeHost`, `cudaHostUnregister` and friends. `frees` says which entry points' records
+    /// this call releases; `owned` that pinguard allocated a downgraded one itself.
+    pub fn release<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        addr: *mut c_void,
+        frees: &[Api],
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
+        if addr.is_null() {
+            return real();
+        }
+        let taken = quiet(|| ledger::take(addr as usize, |a| frees.contains(&a))).flatten();
+        match taken {
+            Some(l) if l.downgraded => {
+                quiet(|| {
+                    if matches!(
+                        l.api,
+                        Api::CudaHostAlloc | Api::CudaMallocHost | Api::AclrtMallocHost | Api::AclrtMallocHostWithCfg
+                    ) {
+                        pageable::free(addr as usize, l.size as usize);
+                    }
+                    ledger::downgraded_live_delta(-(l.size as i64));
+                    ledger::count_release();
+                });
+                guard::set_errno(self.entry_errno);
+                ok
+            }
+            Some(l) => {
+                let rc = real();
+                let err = guard::errno();
+                quiet(|| {
+                    if rc == ok {
+                        budget::release(l.size);
+                        ledger::live_delta(l.api, l.site, -(l.size as i64), -1);
+                        ledger::count_release();
+                    } else {
+                        ledger::insert(addr as usize, l);
+                        ledger::count_failed(api);
+                    }
+                });
+                guard::set_errno(err);
+                rc
+            }
+            None => {
+                let rc = real();
+                let err = guard::errno();
+                quiet(|| {
+                    ledger::count_unknown_release(api);
+                    if rc != ok {
+                        ledger::count_failed(api);
+                    }
+                });
+                guard::set_errno(err);
+                rc
+            }
+        }
+    }
+
+    /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
+    pub fn lock_range(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> c_int) -> c_int {
+        let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
+            return real();
+        };
+        let Some(site) = quiet(|| self.site()) else { return real() };
+        let mut locked = ledger::locked();
+        let gaps = locked.ranges.gaps(start, end);
+        let new: u64 = gaps.iter().map(|(s, e)| (e - s) as u64).sum();
+        if new == 0 {
+            return real();
+        }
+        let Some(admission) = quiet(|| self.admit(api, new, site, true)) else { return real() };
+        match admission {
+            Admission::Refuse => {
+                guard::set_errno(libc::ENOMEM);
+                return -1;
+            }
+            Admission::Downgrade => {
+                quiet(|| ledger::count_downgraded(api, site, new));
+                guard::set_errno(self.entry_errno);
+                return 0;
+            }
+            Admission::Pin => {}
+        }
+        let rc = real();
+        let err = guard::errno();
+        quiet(|| {
+            if rc == 0 {
+                for (s, e) in gaps {
+                    locked.ranges.insert(s, e, Live::new(api, (e - s) as u64, site, false));
+                    ledger::live_delta(api, site, (e - s) as i64, 1);
+                }
+                ledger::count_alloc(api, site, new);
+            } else {
+                budget::release(new);
+                ledger::count_failed(api);
+            }
+        });
+        drop(locked);
+        guard::set_errno(err);
+        rc
+    }
+
+    /// `munlock`, `munmap`, and `mmap(MAP_FIXED)` over existing pages: whatever they cover stops
+    /// being locked once the real call succeeds.
+    pub fn unlock_range<R>(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> R, ok: impl Fn(&R) -> bool) -> R {
+        let span = page_span(addr, len, page_size());
+        let (Some((start, end)), true) = (span, ledger::locked_any()) else {
+            return real();
+        };
+        let mut locked = ledger::locked();
+        let rc = real();
+        let err = guard::errno();
+        if ok(&rc) {
+            quiet(|| {
+                let mut removed = 0u64;
+                locked.ranges.remove(start, end, |l, bytes, count| {
+                    ledger::live_delta(l.api, l.site, -(bytes as i64), count);
+                    removed += bytes;
+                });
+                if removed > 0 {
+                    budget::release(removed);
+                    ledger::count_release();
+                }
+            });
+            let _ = api;
+        }
+        drop(locked);
+        guard::set_errno(err);
+        rc
+    }
+
+    /// `mmap` with `MAP_LOCKED`. `real` takes the flags so the downgrade can drop `MAP_LOCKED`.
+    pub fn mmap_locked(self, addr: usize, len: usize, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
+        let api = Api::Mmap;
+        let Some((_, rounded)) = page_span(0, len, page_size()).filter(|_| len > 0) else {
+            return real(flags);
+        };
+        let bytes = rounded as u64;
+        let Some((site, admission)) = quiet(|| {
+            let site = self.site();
+            (site, self.admit(api, bytes, site, true))
+        }) else {
+            return real(flags);
+        };
+        match admission {
+            Admission::Refuse => {
+                guard::set_errno(libc::EAGAIN);
+                return libc::MAP_FAILED;
+            }
+            Admission::Downgrade => {
+                let p = real(flags & !libc::MAP_LOCKED);
+                let err = guard::errno();
+                if p != libc::MAP_FAILED {
+                    quiet(|| ledger::count_downgraded(api, site, bytes));
+                }
+                guard::set_errno(err);
+                return p;
+            }
+            Admission::Pin => {}
+        }
+        let mut locked = ledger::locked();
+        let p = real(flags);
+        let err = guard::errno();
+        quiet(|| {
+            if p != libc::MAP_FAILED {
+                let start = p as usize;
+                if flags & libc::MAP_FIXED != 0 || addr == start {
+                    // A fixed mapping replaces what was there, locks included.
+                    let mut removed = 0u64;
+                    locked.ranges.remove(start, start + rounded, |l, b, c| {
+                        ledger::live_delta(l.api, l.site, -(b as i64), c);
+                        removed += b;
+                    });
+                    budget::release(removed);
+                }
+                locked.ranges.insert(start, start + rounded, Live::new(api, bytes, site, false));
+                ledger::live_delta(api, site, bytes as i64, 1);
+                ledger::count_alloc(api, site, bytes);
+            } else {
+                budget::release(bytes);
+                ledger::count_failed(api);
+            }
+        });
+        drop(locked);
+        guard::set_errno(err);
+        p
+    }
+
+    /// `mlockall` cannot be attributed per page: the kernel's `VmLck` before and after is the entry.
+    pub fn mlockall(self, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
+        let api = Api::Mlockall;
+        let status = kernel::status();
+        let before = status.vm_lck.unwrap_or(0);
+        // What MCL_CURRENT is about to lock: every mapped page not locked yet.
+        let estimate = if flags & libc::MCL_CURRENT != 0 {
+            status.vm_size.unwrap_or(0).saturating_sub(before)
+        } else {
+            0
+        };
+        let Some((site, admission)) = quiet(|| {
+            let site = self.site();
+            (site, self.admit(api, estimate, site, true))
+        }) else {
+            return real();
+        };
+        match admission {
+            Admission::Refuse => {
+                guard::set_errno(libc::ENOMEM);
+                return -1;
+            }
+            Admission::Downgrade => {
+                quiet(|| ledger::count_downgraded(api, site, estimate));
+                guard::set_errno(self.entry_errno);
+                return 0;
+            }
+            Admission::Pin => {}
+        }
+        let mut locked = ledger::locked();
+        let rc = real();
+        let err = guard::errno();
+        quiet(|| {
+            budget::release(estimate);
+            if rc == 0 {
+                let delta = kernel::status().vm_lck.unwrap_or(0).saturating_sub(before);
+                budget::force(delta);
+                let fresh = locked.mlockall.is_none();
+                let entry = locked.mlockall.get_or_insert_with(|| Live::new(api, 0, site, false));
+                entry.size += delta;
+                let owner = entry.site;
+                ledger::live_delta(api, owner, delta as i64, fresh as i64);
+                ledger::count_alloc(api, site, delta);
+            } else {
+                ledger::count_failed(api);
+            }
+        });
+        drop(locked);
+        guard::set_errno(err);
+        rc
+    }
+
+    pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
+        let mut locked = ledger::locked();
+        let rc = real();
+        let err = guard::errno();
+        if rc == 0 {
+            quiet(|| {
+                let mut removed = 0u64;
+                locked.ranges.clear(|l, b, c| {
+                    ledger::live_delta(l.api, l.site, -(b as i64), c);
+                    removed += b;
+                });
+                if let Some(l) = locked.mlockall.take() {
+                    ledger::live_delta(l.api, l.site, -(l.size as i64), -1);
+                    removed += l.size;
+                }
+                if removed > 0 {
+                    budget::release(removed);
+                    ledger::count_release();
+                }
+            });
+        }
+        drop(locked);
+        guard::set_errno(err);
+        rc
+    }
+}
