@@ -99,3 +99,29 @@ pub fn cmdline() -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// The parts of `[start, end)` the kernel has locked now (`lo` in the mapping's `VmFlags`).
+/// Read only after a lock call failed: the kernel applies `mlock`/`munlock` mapping by mapping and
+/// stops at the first hole, so a failed call may still have changed some pages.
+pub fn locked_parts(start: usize, end: usize) -> Option<Vec<(usize, usize)>> {
+    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
+    let mut parts = Vec::new();
+    let mut cur: Option<(usize, usize)> = None;
+    for line in text.lines() {
+        if let Some(flags) = line.strip_prefix("VmFlags:") {
+            if let Some((s, e)) = cur.take() {
+                if flags.split_whitespace().any(|f| f == "lo") && s < end && start < e {
+                    parts.push((s.max(start), e.min(end)));
+                }
+            }
+            continue;
+        }
+        let Some(range) = line.split_whitespace().next() else { continue };
+        if let Some((a, b)) = range.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                cur = Some((a, b));
+            }
+        }
+    }
+    Some(parts)
+}

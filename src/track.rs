@@ -291,7 +291,12 @@ impl Hook {
                 }
                 ledger::count_alloc(api, site, new);
             } else {
-                budget::release(new);
+                // The kernel may have locked the pages before a hole in the range.
+                let added = reconcile(&mut locked, start, end, Some((api, site)));
+                budget::release(new.saturating_sub(added));
+                if added > 0 {
+                    ledger::count_alloc(api, site, added);
+                }
                 ledger::count_failed(api);
             }
         });
@@ -322,7 +327,9 @@ impl Hook {
                     ledger::count_release();
                 }
             });
-            let _ = api;
+        } else if api == Api::Munlock {
+            // A failed munlock still unlocked the mappings before the first hole.
+            quiet(|| reconcile(&mut locked, start, end, None));
         }
         drop(locked);
         guard::set_errno(err);
@@ -463,4 +470,37 @@ impl Hook {
         guard::set_errno(err);
         rc
     }
+}
+
+/// Makes the ledger's view of `[start, end)` match the kernel's after a call that failed part-way.
+/// Pages the kernel no longer has locked are released; with `lock`, pages it newly locked are
+/// recorded for that call. Returns the bytes added.
+fn reconcile(locked: &mut ledger::LockedGuard, start: usize, end: usize, lock: Option<(Api, &'static Callsite)>) -> u64 {
+    let Some(parts) = kernel::locked_parts(start, end) else { return 0 };
+    let mut removed = 0u64;
+    let mut cur = start;
+    for &(s, e) in parts.iter().chain(std::iter::once(&(end, end))) {
+        if s > cur {
+            locked.ranges.remove(cur, s, |l, b, c| {
+                ledger::live_delta(l.api, l.site, -(b as i64), c);
+                removed += b;
+            });
+        }
+        cur = cur.max(e);
+    }
+    if removed > 0 {
+        budget::release(removed);
+        ledger::count_release();
+    }
+    let mut added = 0u64;
+    if let Some((api, site)) = lock {
+        for (s, e) in parts {
+            for (gs, ge) in locked.ranges.gaps(s, e) {
+                locked.ranges.insert(gs, ge, Live::new(api, (ge - gs) as u64, site, false));
+                ledger::live_delta(api, site, (ge - gs) as i64, 1);
+                added += (ge - gs) as u64;
+            }
+        }
+    }
+    added
 }

@@ -1,0 +1,172 @@
+//! Shared by the integration tests: builds the emulated runtimes and the C test programs with the
+//! system C compiler, runs programs with pinguard preloaded, and reads what they print.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub struct Fixtures {
+    pub dir: PathBuf,
+    pub lib: PathBuf,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/<profile>/libpinguard.so`, next to the `deps/` directory holding this test binary.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let lib = profile_dir.join("libpinguard.so");
+    assert!(lib.exists(), "{} is missing: cargo builds it before the tests", lib.display());
+    lib
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("a C compiler (cc) is needed for the tests");
+    assert!(out.status.success(), "cc {:?} failed:\n{}", args, String::from_utf8_lossy(&out.stderr));
+}
+
+pub fn fixtures() -> &'static Fixtures {
+    static F: OnceLock<Fixtures> = OnceLock::new();
+    F.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let dir = exe.parent().unwrap().parent().unwrap().join("fixtures").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = root().join("tests");
+        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
+        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
+        let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
+        for (lib, file) in [("libcudart.so", "emul/cudart.c"), ("libascendcl.so", "emul/ascendcl.c")] {
+            let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+            a.extend(["-shared".into(), "-o".into(), d(lib), s(file), format!("-Wl,-soname,{lib}")]);
+            cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        }
+        let link = ["-L", &d(""), "-Wl,-rpath,$ORIGIN", "-lcudart", "-lascendcl", "-ldl"];
+        {
+            let mut a: Vec<&str> = common.to_vec();
+            let (o, f) = (d("libframework.so"), s("progs/framework.c"));
+            a.extend(["-shared", "-o", &o, &f]);
+            a.extend(link);
+            cc(&a);
+        }
+        for prog in ["scenario", "stress", "capi", "workload"] {
+            let mut a: Vec<&str> = common.to_vec();
+            let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));
+            a.extend(["-o", &o, &f]);
+            a.extend(link);
+            cc(&a);
+        }
+        Fixtures { dir, lib: library() }
+    })
+}
+
+pub struct Run {
+    pub out: Output,
+    pub stdout: String,
+    pub stderr: String,
+    pub report_dir: PathBuf,
+}
+
+impl Run {
+    /// The `STATS {...}` line a test program prints last.
+    pub fn stats(&self) -> Value {
+        let line = self
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("STATS "))
+            .unwrap_or_else(|| panic!("no STATS line in:\n{}\nstderr:\n{}", self.stdout, self.stderr));
+        serde_json::from_str(line).unwrap()
+    }
+
+    /// The one report the program wrote (reports/ must hold exactly one).
+    pub fn report(&self) -> Value {
+        let files = reports_in(&self.report_dir);
+        assert_eq!(files.len(), 1, "expected one report in {}, found {:?}\nstderr:\n{}", self.report_dir.display(), files, self.stderr);
+        read_json(&files[0])
+    }
+
+    /// `op rc=N` for the n-th operation line starting with `op`.
+    pub fn rc(&self, op: &str) -> i64 {
+        let line = self
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{op} ")))
+            .unwrap_or_else(|| panic!("no line for {op} in:\n{}", self.stdout));
+        field(line, "rc")
+    }
+
+    pub fn slot(&self, op: &str) -> i64 {
+        let line = self.stdout.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap();
+        field(line, "slot")
+    }
+
+    pub fn success(&self) -> bool {
+        self.out.status.success()
+    }
+}
+
+pub fn field(line: &str, key: &str) -> i64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+pub fn reports_in(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+pub fn read_json(p: &Path) -> Value {
+    let text = std::fs::read_to_string(p).unwrap();
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", p.display()))
+}
+
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d = fixtures().dir.join(format!("run-{tag}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `prog` (a fixture name or a path) with pinguard preloaded, reports going to a fresh
+/// directory, and `env` on top of a clean `PINGUARD_*` environment.
+pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let f = fixtures();
+    let report_dir = fresh_dir(prog.rsplit('/').next().unwrap());
+    let path = if prog.contains('/') { PathBuf::from(prog) } else { f.dir.join(prog) };
+    let mut cmd = Command::new(&path);
+    cmd.args(args).current_dir(&report_dir);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env("LD_PRELOAD", &f.lib).env("PINGUARD_REPORT", report_dir.join("report.%p.json"));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        out,
+        report_dir,
+    }
+}
+
+/// The stderr lines pinguard printed (its own prefix).
+pub fn pinguard_lines(stderr: &str) -> Vec<&str> {
+    stderr.lines().filter(|l| l.starts_with("pinguard")).collect()
+}

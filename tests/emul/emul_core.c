@@ -1,0 +1,157 @@
+/* Compiled into each emulated runtime (static symbols: each runtime counts on its own). */
+#define _GNU_SOURCE
+#include "emul.h"
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+struct entry {
+    uintptr_t addr;
+    size_t size;
+    int owned; /* 1: we mmapped it (allocation), 0: registration */
+    struct entry *next;
+};
+
+#define BUCKETS 4096
+static struct entry *table[BUCKETS];
+static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct emu_stats stats;
+static long fail_every = -1;
+static long call_no;
+
+static size_t bucket(uintptr_t a) { return (a >> 12) * 2654435761u % BUCKETS; }
+
+static void bump_outstanding(int64_t bytes, int64_t count) {
+    int64_t now = __atomic_add_fetch(&stats.outstanding_bytes, bytes, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&stats.outstanding_count, count, __ATOMIC_SEQ_CST);
+    int64_t max = __atomic_load_n(&stats.max_outstanding_bytes, __ATOMIC_SEQ_CST);
+    while (now > max && !__atomic_compare_exchange_n(&stats.max_outstanding_bytes, &max, now, 0,
+                                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+}
+
+static void count_failed(void) { __atomic_add_fetch(&stats.failed_calls, 1, __ATOMIC_SEQ_CST); }
+
+/* EMU_FAIL_EVERY=N makes every Nth pinning call fail as if the driver were out of memory. */
+static int inject_failure(void) {
+    if (fail_every < 0) {
+        const char *e = getenv("EMU_FAIL_EVERY");
+        long v = e ? atol(e) : 0;
+        __atomic_store_n(&fail_every, v > 0 ? v : 0, __ATOMIC_SEQ_CST);
+    }
+    if (fail_every == 0) return 0;
+    long n = __atomic_add_fetch(&call_no, 1, __ATOMIC_SEQ_CST);
+    if (n % fail_every == 0) {
+        __atomic_add_fetch(&stats.injected_failures, 1, __ATOMIC_SEQ_CST);
+        return 1;
+    }
+    return 0;
+}
+
+static int table_find(uintptr_t a, struct entry *out) {
+    int found = 0;
+    pthread_mutex_lock(&table_lock);
+    for (struct entry *e = table[bucket(a)]; e; e = e->next)
+        if (e->addr == a) { *out = *e; found = 1; break; }
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
+
+/* Registered ranges may overlap anything; a linear check keeps the emulation obviously right. */
+static int table_overlaps(uintptr_t a, size_t size) {
+    int hit = 0;
+    pthread_mutex_lock(&table_lock);
+    for (size_t b = 0; b < BUCKETS && !hit; b++)
+        for (struct entry *e = table[b]; e; e = e->next)
+            if (!e->owned && a < e->addr + e->size && e->addr < a + size) { hit = 1; break; }
+    pthread_mutex_unlock(&table_lock);
+    return hit;
+}
+
+static void table_insert(uintptr_t a, size_t size, int owned) {
+    struct entry *e = malloc(sizeof *e);
+    e->addr = a; e->size = size; e->owned = owned;
+    pthread_mutex_lock(&table_lock);
+    e->next = table[bucket(a)];
+    table[bucket(a)] = e;
+    pthread_mutex_unlock(&table_lock);
+}
+
+/* Removes the entry for a if its kind matches; returns 1 and its size. */
+static int table_remove(uintptr_t a, int owned, size_t *size) {
+    int found = 0;
+    pthread_mutex_lock(&table_lock);
+    for (struct entry **pp = &table[bucket(a)]; *pp; pp = &(*pp)->next) {
+        struct entry *e = *pp;
+        if (e->addr == a && e->owned == owned) {
+            *size = e->size; *pp = e->next; free(e); found = 1; break;
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found;
+}
+
+/* Pins size bytes for real. 0 on success. */
+static int emu_pin_alloc(size_t size, void **out) {
+    if (inject_failure()) return -1;
+    size_t len = (size + 4095) & ~(size_t)4095;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    if (mlock(p, len) != 0) { munmap(p, len); return -1; }
+    table_insert((uintptr_t)p, size, 1);
+    bump_outstanding((int64_t)size, 1);
+    __atomic_add_fetch(&stats.alloc_calls, 1, __ATOMIC_SEQ_CST);
+    *out = p;
+    return 0;
+}
+
+/* 0 freed, 1 unknown pointer. */
+static int emu_pin_free(void *p) {
+    size_t size;
+    if (!table_remove((uintptr_t)p, 1, &size)) return 1;
+    size_t len = (size + 4095) & ~(size_t)4095;
+    munlock(p, len);
+    munmap(p, len);
+    bump_outstanding(-(int64_t)size, -1);
+    __atomic_add_fetch(&stats.release_calls, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* 0 registered, 1 already registered, -1 could not pin. */
+static int emu_register(void *p, size_t size) {
+    if (table_overlaps((uintptr_t)p, size)) return 1;
+    if (inject_failure()) return -1;
+    uintptr_t start = (uintptr_t)p & ~(uintptr_t)4095;
+    uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
+    if (mlock((void *)start, end - start) != 0) return -1;
+    table_insert((uintptr_t)p, size, 0);
+    bump_outstanding((int64_t)size, 1);
+    __atomic_add_fetch(&stats.alloc_calls, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* 0 unregistered, 1 not registered. The pages stay locked if another registration shares them,
+ * which the emulation does not model: tests register page-aligned, disjoint buffers. */
+static int emu_unregister(void *p) {
+    size_t size;
+    if (!table_remove((uintptr_t)p, 0, &size)) return 1;
+    uintptr_t start = (uintptr_t)p & ~(uintptr_t)4095;
+    uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
+    munlock((void *)start, end - start);
+    bump_outstanding(-(int64_t)size, -1);
+    __atomic_add_fetch(&stats.release_calls, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+static void emu_read_stats(struct emu_stats *out) {
+    out->outstanding_bytes = __atomic_load_n(&stats.outstanding_bytes, __ATOMIC_SEQ_CST);
+    out->max_outstanding_bytes = __atomic_load_n(&stats.max_outstanding_bytes, __ATOMIC_SEQ_CST);
+    out->outstanding_count = __atomic_load_n(&stats.outstanding_count, __ATOMIC_SEQ_CST);
+    out->alloc_calls = __atomic_load_n(&stats.alloc_calls, __ATOMIC_SEQ_CST);
+    out->release_calls = __atomic_load_n(&stats.release_calls, __ATOMIC_SEQ_CST);
+    out->failed_calls = __atomic_load_n(&stats.failed_calls, __ATOMIC_SEQ_CST);
+    out->injected_failures = __atomic_load_n(&stats.injected_failures, __ATOMIC_SEQ_CST);
+}

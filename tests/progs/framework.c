@@ -1,0 +1,18 @@
+/* Stands in for a framework library (libtorch, torch_npu) that links the runtime and pins through
+ * its PLT. Python loads it with ctypes, i.e. RTLD_LOCAL, so the runtime is invisible to RTLD_NEXT. */
+#include <stddef.h>
+int cudaHostAlloc(void **, size_t, unsigned);
+int cudaFreeHost(void *);
+int aclrtMallocHost(void **, size_t);
+int aclrtFreeHost(void *);
+
+void *framework_pin(size_t size) {
+    void *p = NULL;
+    return cudaHostAlloc(&p, size, 0) == 0 ? p : NULL;
+}
+int framework_unpin(void *p) { return cudaFreeHost(p); }
+void *framework_pin_npu(size_t size) {
+    void *p = NULL;
+    return aclrtMallocHost(&p, size) == 0 ? p : NULL;
+}
+int framework_unpin_npu(void *p) { return aclrtFreeHost(p); }
