@@ -155,10 +155,11 @@ impl Config {
                 None => bad(&mut c, "PINGUARD_LOG", v, "not UTF-8", "a filter", "using warn"),
             }
         }
-        for (name, _) in vars {
+        for (name, value) in vars {
             if name.starts_with("PINGUARD_") && !KNOWN.contains(&name.as_str()) {
                 let near = KNOWN.iter().min_by_key(|k| edit_distance(k, name)).copied().unwrap_or("");
-                c.errors.push(format!("{name} is not a pinguard variable (did you mean {near}?); ignored"));
+                let shown = value.as_deref().unwrap_or("(not UTF-8)");
+                c.errors.push(format!("{name}={shown:?} is not a pinguard variable (did you mean {near}?); ignored"));
             }
         }
         c

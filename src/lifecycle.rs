@@ -19,10 +19,12 @@ static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 
 /// The constructor. It runs after the constructors of libraries loaded before pinguard, which may
 /// already pin: the hooks therefore also initialise lazily.
+#[cfg(not(test))]
 #[used]
 #[link_section = ".init_array"]
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
+#[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
     if let Some(_r) = Reentry::enter() {
         let e = guard::errno();

@@ -16,13 +16,19 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `target/<profile>/libpinguard.so`, next to the `deps/` directory holding this test binary.
+/// The library cargo built for this test run. `cargo test` rebuilds `deps/libpinguard.so` (the
+/// crate's rlib makes it a dependency of the tests) but does not always copy it up to
+/// `target/<profile>/`, so take whichever of the two is newer.
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let lib = profile_dir.join("libpinguard.so");
-    assert!(lib.exists(), "{} is missing: cargo builds it before the tests", lib.display());
-    lib
+    let deps = exe.parent().unwrap();
+    let candidates = [deps.join("libpinguard.so"), deps.parent().unwrap().join("libpinguard.so")];
+    candidates
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max()
+        .map(|(_, p)| p)
+        .expect("libpinguard.so is missing: cargo builds it before the tests")
 }
 
 fn cc(args: &[&str]) {

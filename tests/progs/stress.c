@@ -1,5 +1,5 @@
 /* THREADS threads each doing PAIRS allocate/release pairs of random sizes through the emulated
- * CUDA runtime (and ACL on odd threads), under whatever budget pinguard has. Prints the runtimes'
+ * CUDA runtime (odd threads use ACL with a third argument "mixed"), under whatever budget pinguard has. Prints the runtimes'
  * own counters and how many calls were refused. */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
@@ -15,7 +15,7 @@ int aclrtFreeHost(void *);
 void emu_cuda_stats(struct emu_stats *);
 void emu_acl_stats(struct emu_stats *);
 
-static int pairs;
+static int pairs, mixed;
 static long refused[64], done[64], refused_bytes[64];
 
 static void *worker(void *arg) {
@@ -26,24 +26,25 @@ static void *worker(void *arg) {
     for (int i = 0; i < pairs; i++) {
         int k = rand_r(&seed) % 4;
         if (held[k]) {
-            int rc = (id & 1) ? aclrtFreeHost(held[k]) : cudaFreeHost(held[k]);
+            int rc = (mixed && (id & 1)) ? aclrtFreeHost(held[k]) : cudaFreeHost(held[k]);
             if (rc) { fprintf(stderr, "free failed %d\n", rc); exit(3); }
             held[k] = NULL;
         }
         size_t size = 4096 * (1 + rand_r(&seed) % 16);
         void *p = NULL;
-        int rc = (id & 1) ? aclrtMallocHost(&p, size) : cudaHostAlloc(&p, size, 0);
+        int rc = (mixed && (id & 1)) ? aclrtMallocHost(&p, size) : cudaHostAlloc(&p, size, 0);
         if (rc == 0) { held[k] = p; held_size[k] = size; done[id]++; }
         else { refused[id]++; refused_bytes[id] += size; }
     }
     for (int k = 0; k < 4; k++)
-        if (held[k]) ((id & 1) ? aclrtFreeHost(held[k]) : cudaFreeHost(held[k]));
+        if (held[k]) ((mixed && (id & 1)) ? aclrtFreeHost(held[k]) : cudaFreeHost(held[k]));
     return NULL;
 }
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 8;
     pairs = argc > 2 ? atoi(argv[2]) : 10000;
+    mixed = argc > 3 && argv[3][0] == 'm';
     pthread_t t[64];
     for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)i);
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);

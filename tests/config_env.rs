@@ -1,0 +1,65 @@
+//! Every `PINGUARD_*` variable with a bad value: one clear stderr line naming it, the process runs
+//! on with the default, and the report lists the problem under `config.errors`.
+
+mod common;
+use common::*;
+
+#[test]
+fn each_bad_variable_gets_one_line_and_a_fallback() {
+    let cases = [
+        ("PINGUARD_BUDGET", "12 parsecs", "running without a budget"),
+        ("PINGUARD_POLICY", "explode", "using error"),
+        ("PINGUARD_DEPTH", "-3", "using 32"),
+        ("PINGUARD_INTERVAL", "often", "no periodic report"),
+        ("PINGUARD_SIGNAL", "SIGNOPE", "no report on a signal"),
+        ("PINGUARD_HOOKS", "cuda,opencl", "hooking all of them"),
+        ("PINGUARD_LOG", "pinguard=shout", "using warn"),
+        ("PINGUARD_DISABLE", "perhaps", "stays enabled"),
+        ("PINGUARD_BUGDET", "1G", "did you mean PINGUARD_BUDGET"),
+    ];
+    for (var, value, fallback) in cases {
+        let r = run("scenario", &["cuda_alloc:4096", "mlock:0:1"], &[(var, value)]);
+        assert!(r.success(), "{var}={value}: the process must run\n{}", r.stderr);
+        assert_eq!(r.rc("cuda_alloc:4096"), 0, "{var}={value}");
+        let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains(var)).collect();
+        assert_eq!(lines.len(), 1, "{var}={value}: want one line, got:\n{}", r.stderr);
+        assert!(lines[0].contains(value) && lines[0].contains(fallback), "{var}: {}", lines[0]);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+        let rep = r.report();
+        let errors = rep["config"]["errors"].as_array().unwrap();
+        assert_eq!(errors.len(), 1, "{var}: {errors:?}");
+        assert!(errors[0].as_str().unwrap().contains(var));
+        // The fallback is in force: the default policy, depth, hooks and no budget.
+        assert_eq!(rep["config"]["budget_bytes"], serde_json::Value::Null, "{var}");
+        assert_eq!(rep["config"]["policy"], "error", "{var}");
+        assert_eq!(rep["config"]["depth"], 32, "{var}");
+        assert_eq!(rep["config"]["hooks"].as_array().unwrap().len(), 4, "{var}");
+        assert_eq!(rep["totals"]["live_bytes"], 8192, "{var}");
+    }
+}
+
+#[test]
+fn bad_report_template_falls_back_to_the_default_in_the_working_directory() {
+    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", "%q/x.json")]);
+    assert!(r.success());
+    let lines = pinguard_lines(&r.stderr);
+    assert!(lines.iter().any(|l| l.contains("PINGUARD_REPORT") && l.contains("unknown escape %q")), "{}", r.stderr);
+    let pid = r.out.status.code().map(|_| ()).and(Some(()));
+    assert!(pid.is_some());
+    let files = reports_in(&r.report_dir);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("pinguard.scenario.") && name.ends_with(".json"), "{name}");
+}
+
+#[test]
+fn budget_forms() {
+    for (value, bytes) in [("1048576", 1048576u64), ("512K", 524288), ("1.5MiB", 1572864), ("2m", 2097152)] {
+        let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", value)]);
+        assert_eq!(r.report()["config"]["budget_bytes"], bytes, "{value}");
+        assert!(pinguard_lines(&r.stderr).iter().all(|l| !l.contains("PINGUARD_BUDGET")), "{}", r.stderr);
+    }
+    // A percentage of the memory limit (cgroup, else MemTotal) is some positive figure.
+    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", "50%")]);
+    assert!(r.report()["config"]["budget_bytes"].as_u64().unwrap() > 0);
+}

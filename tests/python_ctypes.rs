@@ -1,0 +1,36 @@
+//! Python's ctypes loads libraries `RTLD_LOCAL`: the runtime a framework library links is then
+//! invisible to `dlsym(RTLD_NEXT)`, and pinguard must find it among the loaded objects.
+
+mod common;
+use common::*;
+
+#[test]
+fn runtime_loaded_rtld_local_by_ctypes_is_found_and_tracked() {
+    let f = fixtures();
+    let script = format!(
+        r#"
+import ctypes, os
+fw = ctypes.CDLL({fw:?})  # RTLD_LOCAL: libcudart and libascendcl come in as its private deps
+fw.framework_pin.restype = ctypes.c_void_p
+fw.framework_pin_npu.restype = ctypes.c_void_p
+fw.framework_unpin.argtypes = [ctypes.c_void_p]
+me = ctypes.CDLL(None)
+me.pinguard_live_bytes.restype = ctypes.c_uint64
+p = fw.framework_pin(65536)
+q = fw.framework_pin_npu(8192)
+print("pinned", bool(p), bool(q), me.pinguard_live_bytes())
+print("unpin", fw.framework_unpin(p), me.pinguard_live_bytes())
+"#,
+        fw = f.dir.join("libframework.so").to_str().unwrap()
+    );
+    let r = run("/usr/bin/env", &["python3", "-c", &script], &[]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("pinned True True 73728"), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("unpin 0 8192"), "{}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["live_bytes"], 8192);
+    let cs = rep["callsites"].as_array().unwrap();
+    let npu = cs.iter().find(|c| c["apis"][0] == "aclrtMallocHost").unwrap();
+    assert_eq!(npu["frames"][0]["symbol"], "framework_pin_npu");
+    assert!(npu["frames"][0]["module"].as_str().unwrap().ends_with("libframework.so"));
+}

@@ -1,0 +1,156 @@
+//! The report written at exit: every key of the contract, callsites that start at the caller,
+//! atomic and private files, the path template, and the one summary line.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+
+fn top_symbol(cs: &Value) -> String {
+    cs["frames"][0]["symbol"].as_str().unwrap_or("").to_string()
+}
+
+#[test]
+fn workload_report_has_every_key_and_names_the_callers() {
+    let r = run("workload", &[], &[("PINGUARD_BUDGET", "3M")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    for key in ["schema", "reason", "process", "config", "totals", "apis", "kernel", "modules", "callsites", "live", "events", "timeline"] {
+        assert!(rep.get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(rep["schema"], "pinguard.report.v1");
+    assert_eq!(rep["reason"], "exit");
+    for key in ["pid", "ppid", "exe", "cmdline", "hostname", "start_unix_ms", "write_unix_ms"] {
+        assert!(rep["process"].get(key).is_some(), "missing process.{key}");
+    }
+    assert!(rep["process"]["exe"].as_str().unwrap().ends_with("/workload"));
+    for key in ["budget_bytes", "policy", "depth", "hooks", "errors"] {
+        assert!(rep["config"].get(key).is_some(), "missing config.{key}");
+    }
+    for key in [
+        "live_bytes", "live_count", "peak_live_bytes", "alloc_count", "alloc_bytes", "release_count", "failed_count",
+        "denied_count", "denied_bytes", "downgraded_count", "downgraded_bytes", "downgraded_live_bytes",
+        "over_budget_count", "unknown_release_count",
+    ] {
+        assert!(rep["totals"][key].is_u64(), "totals.{key} is not an integer");
+    }
+    for key in ["vm_lck_bytes", "vm_pin_bytes", "rlimit_memlock_bytes"] {
+        assert!(rep["kernel"].get(key).is_some(), "missing kernel.{key}");
+    }
+
+    // The workload keeps 2 MiB of weights, 512 KiB + 256 KiB on the NPU side and 64 KiB locked;
+    // its 4 MiB request is refused.
+    let t = &rep["totals"];
+    let kib = 1024;
+    assert_eq!(t["live_bytes"], 2048 * kib + 512 * kib + 256 * kib + 64 * kib);
+    assert_eq!(t["live_count"], 5);
+    assert_eq!(t["alloc_count"], 2 + 100 + 2 + 1);
+    assert_eq!(t["release_count"], 100);
+    assert_eq!(t["denied_count"], 1);
+    assert_eq!(t["denied_bytes"], 4096 * kib);
+    assert_eq!(rep["apis"]["cudaMallocHost"]["alloc_count"], 100);
+    assert_eq!(rep["apis"]["cudaMallocHost"]["live_bytes"], 0);
+
+    // Callsites: sorted by live bytes, first frame in the caller, no pinguard frame anywhere.
+    let cs = rep["callsites"].as_array().unwrap();
+    let live: Vec<u64> = cs.iter().map(|c| c["live_bytes"].as_u64().unwrap()).collect();
+    assert!(live.windows(2).all(|w| w[0] >= w[1]), "{live:?}");
+    assert_eq!(top_symbol(&cs[0]), "load_model_weights");
+    assert_eq!(cs[0]["live_bytes"], 2048 * kib);
+    assert_eq!(cs[0]["live_count"], 2);
+    assert_eq!(cs[0]["apis"], serde_json::json!(["cudaHostAlloc"]));
+    assert!(cs[0]["frames"][0]["file"].as_str().unwrap().ends_with("workload.c"));
+    assert!(cs[0]["frames"][0]["line"].as_u64().unwrap() > 0);
+    let names: Vec<String> = cs.iter().map(top_symbol).collect();
+    for f in ["pin_batches", "npu_staging", "lock_key_material", "grow_kv_cache"] {
+        assert!(names.iter().any(|n| n == f), "no callsite in {f}: {names:?}");
+    }
+    let batches = cs.iter().find(|c| top_symbol(c) == "pin_batches").unwrap();
+    assert_eq!(batches["peak_live_bytes"], 256 * kib);
+    assert_eq!(batches["alloc_count"], 100);
+    for c in cs {
+        for fr in c["frames"].as_array().unwrap() {
+            assert!(!fr["module"].as_str().unwrap_or("").contains("libpinguard"), "pinguard frame in {c}");
+            assert!(fr["addr"].as_str().unwrap().starts_with("0x"));
+        }
+    }
+    let modules = rep["modules"].as_array().unwrap();
+    assert!(modules.iter().any(|m| m["path"].as_str().unwrap().ends_with("/workload") && m["build_id"].is_string()));
+
+    // The refusal is an event pointing at grow_kv_cache's callsite.
+    let ev = &rep["events"][0];
+    assert_eq!(ev["kind"], "denied");
+    assert_eq!(ev["api"], "cudaHostAlloc");
+    let site = cs.iter().find(|c| c["id"] == ev["callsite"]).unwrap();
+    assert_eq!(top_symbol(site), "grow_kv_cache");
+    assert_eq!(site["denied_count"], 1);
+
+    // Live allocations name their callsite, thread and API.
+    let live = rep["live"].as_array().unwrap();
+    assert_eq!(live.len(), 5);
+    assert!(live.iter().all(|l| l["tid"].as_u64().unwrap() > 0 && cs.iter().any(|c| c["id"] == l["callsite"])));
+    assert!(!rep["timeline"].as_array().unwrap().is_empty());
+    assert_eq!(rep["timeline"].as_array().unwrap().last().unwrap()[1], t["live_bytes"]);
+
+    // One summary line at exit.
+    let summary: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("at exit")).collect();
+    assert_eq!(summary.len(), 1, "{}", r.stderr);
+    assert!(summary[0].contains("2.81 MiB pinned in 5 allocations"), "{}", summary[0]);
+    assert!(summary[0].contains("budget 3.00 MiB") && summary[0].contains("1 denied"), "{}", summary[0]);
+    assert!(summary[0].contains("report: "), "{}", summary[0]);
+}
+
+#[test]
+fn report_files_are_private_atomic_and_never_written_through_a_symlink() {
+    let dir = fresh_dir("tmpl");
+    let template = dir.join("deep/er/%e-%p-%%.json");
+    let decoy = dir.join("decoy.txt");
+    std::fs::write(&decoy, "keep me").unwrap();
+    let r0 = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", template.to_str().unwrap())]);
+    let out_dir = dir.join("deep/er");
+    let files: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "exactly the report, no temporary left: {files:?}");
+    let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(name.starts_with("scenario-") && name.ends_with("-%.json"), "{name}");
+    let pid: u32 = name["scenario-".len()..name.len() - "-%.json".len()].parse().unwrap();
+    assert_eq!(read_json(&files[0])["process"]["pid"], pid);
+    let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert!(r0.stderr.contains(&files[0].display().to_string()));
+
+    // A symlink where the report goes is replaced, not followed.
+    let fixed = dir.join("fixed.json");
+    std::os::unix::fs::symlink(&decoy, &fixed).unwrap();
+    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", fixed.to_str().unwrap())]);
+    assert!(r.success());
+    assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "keep me");
+    assert!(!std::fs::symlink_metadata(&fixed).unwrap().file_type().is_symlink());
+    assert_eq!(read_json(&fixed)["schema"], "pinguard.report.v1");
+}
+
+#[test]
+fn default_report_falls_back_to_the_temp_dir_when_the_working_directory_is_read_only() {
+    let f = fixtures();
+    let ro = fresh_dir("ro");
+    let tmp = fresh_dir("tmp");
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // Root ignores directory permissions: use a directory that cannot be written even by root.
+    let cwd = if unsafe { libc_geteuid() } == 0 { std::path::PathBuf::from("/proc/self") } else { ro.clone() };
+    let out = std::process::Command::new(f.dir.join("scenario"))
+        .arg("mlock:0:1")
+        .current_dir(&cwd)
+        .env("LD_PRELOAD", &f.lib)
+        .env_remove("PINGUARD_REPORT")
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let files = reports_in(&tmp);
+    assert_eq!(files.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(files[0].file_name().unwrap().to_string_lossy().starts_with("pinguard.scenario."));
+}
+
+extern "C" {
+    #[link_name = "geteuid"]
+    fn libc_geteuid() -> u32;
+}
