@@ -23,6 +23,7 @@ mod log;
 mod pageable;
 mod ranges;
 mod report;
+mod reporter;
 mod resolve;
 mod stack;
 mod symbolize;

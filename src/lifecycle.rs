@@ -72,6 +72,9 @@ fn init() -> bool {
     report::init_template(cfg.report.as_deref());
     crate::resolve::own_range();
     let _ = CONFIG.set(cfg);
+    if let Some(cfg) = CONFIG.get() {
+        crate::reporter::start(cfg);
+    }
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
@@ -90,8 +93,12 @@ pub fn start_ms() -> u64 {
 extern "C" fn at_exit() {
     let Some(_r) = Reentry::enter() else { return };
     let e = guard::errno();
-    if !EXIT_DONE.swap(true, Ordering::AcqRel) && ledger::touched() {
-        let _ = std::panic::catch_unwind(|| report::write_exit());
+    if !EXIT_DONE.swap(true, Ordering::AcqRel) {
+        if ledger::touched() {
+            let _ = std::panic::catch_unwind(report::write_exit);
+        } else {
+            report::exiting();
+        }
     }
     guard::set_errno(e);
 }
@@ -119,5 +126,6 @@ extern "C" fn fork_child() {
     }
     budget::reset();
     guard::forget_tid();
+    crate::reporter::after_fork_child(CONFIG.get());
     START_MS.store(guard::unix_ms(), Ordering::Relaxed);
 }

@@ -10,17 +10,19 @@ use pinguard_report::{self as schema, Addr, Reason, Report};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// The template made absolute when pinguard started, so a later `chdir` does not move the report.
 static TEMPLATE: OnceLock<(String, bool)> = OnceLock::new();
 /// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
 static WRITING: Mutex<()> = Mutex::new(());
+/// Set (under `WRITING`) once the exit report is decided: no later snapshot may replace it.
+static EXITING: AtomicBool = AtomicBool::new(false);
 
 pub fn init_template(given: Option<&str>) {
     let (t, default) = match given {
-        Some(t) => (t.to_string(), false),
+        Some(t) => (with_pid(t), false),
         None => (DEFAULT_TEMPLATE.to_string(), true),
     };
     let abs = if t.starts_with('/') {
@@ -32,6 +34,28 @@ pub fn init_template(given: Option<&str>) {
         }
     };
     let _ = TEMPLATE.set((abs, default));
+}
+
+/// Every process that inherits the template (fork and exec children) writes its own file: a
+/// template without `%p` gets the pid before its `.json` extension (or at its end), as
+/// LeakSanitizer does with `log_path`.
+pub fn with_pid(t: &str) -> String {
+    let mut rest = t;
+    let mut has_pid = false;
+    while let Some(i) = rest.find('%') {
+        match rest[i + 1..].chars().next() {
+            Some('p') => has_pid = true,
+            _ => {}
+        }
+        rest = &rest[(i + 2).min(rest.len())..];
+    }
+    if has_pid {
+        t.to_string()
+    } else if let Some(stem) = t.strip_suffix(".json") {
+        format!("{stem}.%p.json")
+    } else {
+        format!("{t}.%p")
+    }
 }
 
 pub fn lock() -> MutexGuard<'static, ()> {
@@ -197,6 +221,12 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
         return Err("not written: secure-mode (setuid) process, PINGUARD_REPORT is ignored".into());
     }
     let _w = lock();
+    if EXITING.load(Ordering::Relaxed) && reason != Reason::Exit {
+        return Err("the process is exiting; the exit report stands".into());
+    }
+    if reason == Reason::Exit {
+        EXITING.store(true, Ordering::Relaxed);
+    }
     let report = snapshot(reason, cfg);
     let json = serde_json::to_vec_pretty(&report).map_err(|e| e.to_string())?;
     if let Some(p) = path {
@@ -215,6 +245,12 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
         }
         Err(e) => Err(format!("{}: {e}", target.display())),
     }
+}
+
+/// Stops later snapshots (a process exiting without anything to report).
+pub fn exiting() {
+    let _w = lock();
+    EXITING.store(true, Ordering::Relaxed);
 }
 
 /// The exit report and the one summary line on stderr.
@@ -238,4 +274,17 @@ pub fn write_exit() {
         t.denied_count,
         t.downgraded_count,
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_pid;
+
+    #[test]
+    fn pid_is_added_when_missing() {
+        assert_eq!(with_pid("/r/out.json"), "/r/out.%p.json");
+        assert_eq!(with_pid("/r/out"), "/r/out.%p");
+        assert_eq!(with_pid("/r/%e-%p.json"), "/r/%e-%p.json");
+        assert_eq!(with_pid("/r/100%%p.json"), "/r/100%%p.%p.json");
+    }
 }

@@ -45,6 +45,7 @@ impl Hook {
         if cfg.hooks & family.bit() == 0 {
             return None;
         }
+        crate::reporter::restart_if_forked(cfg);
         Some(Hook { _reentry: reentry, entry_errno, cfg })
     }
 
