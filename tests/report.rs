@@ -118,11 +118,12 @@ fn report_files_are_private_atomic_and_never_written_through_a_symlink() {
     assert_eq!(mode, 0o600);
     assert!(r0.stderr.contains(&files[0].display().to_string()));
 
-    // A symlink where the report goes is replaced, not followed.
+    // A symlink where the report goes is replaced, not followed (an exact path through the C API).
     let fixed = dir.join("fixed.json");
     std::os::unix::fs::symlink(&decoy, &fixed).unwrap();
-    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", fixed.to_str().unwrap())]);
-    assert!(r.success());
+    let capi = fixtures().dir.join("capi");
+    let r = run(capi.to_str().unwrap(), &[fixed.to_str().unwrap()], &[]);
+    assert!(r.success() && r.stdout.contains("write=0"), "{}", r.stdout);
     assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "keep me");
     assert!(!std::fs::symlink_metadata(&fixed).unwrap().file_type().is_symlink());
     assert_eq!(read_json(&fixed)["schema"], "pinguard.report.v1");
