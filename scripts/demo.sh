@@ -5,20 +5,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --quiet
+cargo build --release --workspace --quiet
 out=target/demo
 mkdir -p "$out"
-rm -f "$out"/report.*.json
+rm -rf "$out/reports"
 for rt in cudart:libcudart.so ascendcl:libascendcl.so; do
     cc -O1 -g -fPIC -shared -pthread -o "$out/${rt#*:}" "tests/emul/${rt%%:*}.c" -Wl,-soname,"${rt#*:}"
 done
 cc -O1 -g -o "$out/workload" tests/progs/workload.c -L"$out" -Wl,-rpath,'$ORIGIN' -lcudart -lascendcl
 
-echo "== running the workload under pinguard (PINGUARD_BUDGET=3M)"
-PINGUARD_BUDGET=3M PINGUARD_REPORT="$PWD/$out/report.%p.json" LD_PRELOAD="$PWD/target/release/libpinguard.so" \
-    "$out/workload"
+pinguard=target/release/pinguard
+echo "== pinguard run --budget 3M -- $out/workload"
+"$pinguard" run --budget 3M --report "$out/reports/%e.%p.json" -- "$out/workload"
 
-report=$(ls "$out"/report.*.json)
 echo
-echo "== $report"
-cargo run --release --quiet -p pinguard-report --example show -- "$report"
+echo "== pinguard report $out/reports"
+"$pinguard" report "$out/reports"

@@ -228,7 +228,7 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
         EXITING.store(true, Ordering::Relaxed);
     }
     let report = snapshot(reason, cfg);
-    let json = serde_json::to_vec_pretty(&report).map_err(|e| e.to_string())?;
+    let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
     if let Some(p) = path {
         return write_atomic(p, &json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
     }

@@ -218,6 +218,11 @@ impl Report {
             .map_err(|e| ParseError(format!("not valid JSON ({e})")))?;
         match value.get("schema").and_then(|s| s.as_str()) {
             Some(SCHEMA) => {}
+            Some(other) if newer_version(other) => {
+                return Err(ParseError(format!(
+                    "written by a newer pinguard (schema {other:?}); this one reads {SCHEMA:?}"
+                )))
+            }
             Some(other) => {
                 return Err(ParseError(format!(
                     "schema {other:?} is not supported (this pinguard reads {SCHEMA:?})"
@@ -227,6 +232,15 @@ impl Report {
         }
         serde_json::from_value(value).map_err(|e| ParseError(format!("malformed report ({e})")))
     }
+}
+
+/// `pinguard.report.vN` with N above this crate's version.
+fn newer_version(schema: &str) -> bool {
+    let ours: u32 = SCHEMA.rsplit('v').next().and_then(|v| v.parse().ok()).unwrap_or(1);
+    schema
+        .strip_prefix("pinguard.report.v")
+        .and_then(|v| v.parse::<u32>().ok())
+        .is_some_and(|v| v > ours)
 }
 
 #[cfg(test)]
@@ -248,7 +262,8 @@ mod tests {
         assert!(Report::from_slice(b"{\"schema\":\"pinguard.report.v9\"}")
             .unwrap_err()
             .0
-            .contains("not supported"));
+            .contains("newer pinguard"));
+        assert!(Report::from_slice(b"{\"schema\":\"heaptrack\"}").unwrap_err().0.contains("not supported"));
         assert!(Report::from_slice(b"{\"a\":1}").unwrap_err().0.contains("no \"schema\""));
         assert!(Report::from_slice(b"{\"schema\":").unwrap_err().0.contains("not valid JSON"));
         assert!(Report::from_slice(b"{\"schema\":\"pinguard.report.v1\"}")

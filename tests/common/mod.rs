@@ -12,8 +12,13 @@ pub struct Fixtures {
     pub lib: PathBuf,
 }
 
+/// The repository root (this file is also compiled into the CLI crate's tests).
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let mut p = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !p.join("tests/emul").is_dir() {
+        assert!(p.pop(), "tests/emul not found above {}", env!("CARGO_MANIFEST_DIR"));
+    }
+    p
 }
 
 /// The library cargo built for this test run. `cargo test` rebuilds `deps/libpinguard.so` (the

@@ -1,0 +1,112 @@
+//! Reading report files and directories, with one clear line per unreadable input.
+
+use pinguard_report::Report;
+use std::path::{Path, PathBuf};
+
+/// An input that could not be used: the path and what is wrong with it.
+#[derive(Debug)]
+pub struct BadInput {
+    pub path: PathBuf,
+    pub problem: String,
+}
+
+impl std::fmt::Display for BadInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.path.display(), self.problem)
+    }
+}
+
+/// Expands directories (recursively, `*.json`, hidden files skipped) into files.
+pub fn expand(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<BadInput>) {
+    let mut files = Vec::new();
+    let mut bad = Vec::new();
+    for p in inputs {
+        match std::fs::metadata(p) {
+            Err(e) => bad.push(BadInput { path: p.clone(), problem: io_problem(&e) }),
+            Ok(m) if m.is_dir() => {
+                let before = files.len();
+                walk(p, &mut files, &mut bad);
+                if files.len() == before {
+                    bad.push(BadInput { path: p.clone(), problem: "no pinguard reports (*.json) in this directory".into() });
+                }
+            }
+            Ok(_) => files.push(p.clone()),
+        }
+    }
+    (files, bad)
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            bad.push(BadInput { path: dir.to_path_buf(), problem: io_problem(&e) });
+            return;
+        }
+    };
+    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.starts_with('.') {
+            continue; // includes pinguard's own temporary files
+        }
+        if p.is_dir() {
+            walk(&p, files, bad);
+        } else if name.ends_with(".json") {
+            files.push(p);
+        }
+    }
+}
+
+fn io_problem(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+pub fn load(path: &Path) -> Result<Report, BadInput> {
+    let bytes = std::fs::read(path).map_err(|e| BadInput { path: path.to_path_buf(), problem: io_problem(&e) })?;
+    Report::from_slice(&bytes).map_err(|e| BadInput { path: path.to_path_buf(), problem: e.0 })
+}
+
+/// Loads every input, calling `each` per good report. Bad inputs are printed; without
+/// `keep_going` the first one stops everything (exit status 2), with it they are skipped as long
+/// as one report was read.
+pub fn for_each(inputs: &[PathBuf], keep_going: bool, mut each: impl FnMut(&Path, Report)) -> Result<usize, ()> {
+    let (files, bad) = expand(inputs);
+    let mut failed = false;
+    for b in &bad {
+        eprintln!("pinguard: {b}");
+        failed = true;
+    }
+    if failed && !keep_going {
+        return Err(());
+    }
+    let mut good = 0;
+    for f in &files {
+        match load(f) {
+            Ok(r) => {
+                good += 1;
+                each(f, r);
+            }
+            Err(b) => {
+                eprintln!("pinguard: {b}");
+                if !keep_going {
+                    return Err(());
+                }
+            }
+        }
+    }
+    if good == 0 {
+        if !failed && files.is_empty() {
+            eprintln!("pinguard: no report files given");
+        } else if keep_going {
+            eprintln!("pinguard: no readable report among the inputs");
+        }
+        return Err(());
+    }
+    Ok(good)
+}

@@ -1,0 +1,205 @@
+//! `pinguard`: runs programs under the preload library and reads its reports.
+//!
+//! Exit status: 0 success, 1 a check failed, 2 bad usage or unreadable input.
+
+mod check;
+mod diff;
+mod flamegraph;
+mod input;
+mod merge;
+mod out;
+mod plot;
+mod report;
+mod run;
+
+use clap::{Parser, Subcommand};
+use pinguard_report::units;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "pinguard", version, about = "Track, cap and report host-pinned memory (CUDA, Ascend ACL, mlock)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+fn size(s: &str) -> Result<String, String> {
+    units::parse_size_spec(s).map(|_| s.to_string()).map_err(|e| format!("{e}; expected {} or N%", units::SIZE_FORMS))
+}
+
+fn bytes(s: &str) -> Result<u64, String> {
+    units::parse_size(s).map_err(|e| format!("{e}; expected {}", units::SIZE_FORMS))
+}
+
+fn duration(s: &str) -> Result<String, String> {
+    units::parse_duration_ms(s).map(|_| s.to_string()).map_err(|e| format!("{e}; expected {}", units::DURATION_FORMS))
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run CMD with pinguard preloaded, exit with its status, then summarise the reports it and its
+    /// children wrote.
+    Run {
+        /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512M, 1.5GiB, 10%.
+        #[arg(long, value_parser = size)]
+        budget: Option<String>,
+        /// What an over-budget call gets (PINGUARD_POLICY).
+        #[arg(long, value_parser = ["error", "downgrade", "warn"])]
+        policy: Option<String>,
+        /// Report path template (PINGUARD_REPORT); default pinguard-reports/%e.%p.json.
+        #[arg(long)]
+        report: Option<String>,
+        /// Frames per stack, 0 to 128 (PINGUARD_DEPTH).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=128))]
+        depth: Option<u32>,
+        /// Also rewrite the reports periodically (PINGUARD_INTERVAL): 500ms, 30s.
+        #[arg(long, value_parser = duration)]
+        interval: Option<String>,
+        /// Also write a report when this signal arrives (PINGUARD_SIGNAL).
+        #[arg(long)]
+        signal: Option<String>,
+        /// The preload library (default: libpinguard.so beside this binary).
+        #[arg(long)]
+        lib: Option<PathBuf>,
+        #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
+        cmd: Vec<OsString>,
+    },
+    /// Merge reports (files or directories) and show the top callsites by live pinned bytes.
+    Report {
+        #[arg(long, default_value_t = 20)]
+        top: usize,
+        /// Print the merged figures as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Skip unreadable inputs (each is still named on stderr).
+        #[arg(long)]
+        keep_going: bool,
+        #[arg(required = true, value_name = "FILES|DIRS")]
+        inputs: Vec<PathBuf>,
+    },
+    /// Fail (exit 1) when the reports' summed figures exceed a limit: a CI gate.
+    Check {
+        #[arg(long, value_parser = bytes, value_name = "BYTES")]
+        max_live: Option<u64>,
+        #[arg(long, value_name = "N")]
+        max_denied: Option<u64>,
+        #[arg(long, value_name = "N")]
+        max_downgraded: Option<u64>,
+        #[arg(long)]
+        keep_going: bool,
+        #[arg(required = true, value_name = "FILES|DIRS")]
+        inputs: Vec<PathBuf>,
+    },
+    /// Per-callsite change of live and peak pinned bytes between two runs (files or directories).
+    Diff {
+        #[arg(long)]
+        keep_going: bool,
+        old: PathBuf,
+        new: PathBuf,
+    },
+    /// Draw the merged callsites as a flame graph (SVG).
+    Flamegraph {
+        #[arg(short, long, value_name = "OUT.svg")]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value = "live")]
+        metric: flamegraph::Metric,
+        #[arg(long)]
+        keep_going: bool,
+        #[arg(required = true, value_name = "FILES|DIRS")]
+        inputs: Vec<PathBuf>,
+    },
+    /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
+    Plot {
+        #[arg(short, long, value_name = "OUT.svg")]
+        output: PathBuf,
+        #[arg(long)]
+        keep_going: bool,
+        #[arg(required = true, value_name = "FILES|DIRS")]
+        inputs: Vec<PathBuf>,
+    },
+}
+
+fn write_file(path: &PathBuf, text: &str) -> ExitCode {
+    match std::fs::write(path, text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinguard: {}: {e}", path.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Cmd::Run { budget, policy, report, depth, interval, signal, lib, cmd } => {
+            let mut env = Vec::new();
+            if let Some(b) = budget {
+                env.push(("PINGUARD_BUDGET", b));
+            }
+            if let Some(p) = policy {
+                env.push(("PINGUARD_POLICY", p));
+            }
+            if let Some(d) = depth {
+                env.push(("PINGUARD_DEPTH", d.to_string()));
+            }
+            if let Some(i) = interval {
+                env.push(("PINGUARD_INTERVAL", i));
+            }
+            if let Some(s) = signal {
+                env.push(("PINGUARD_SIGNAL", s));
+            }
+            let code = run::run(run::Options { env, report, lib, cmd });
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        Cmd::Report { top, json, keep_going, inputs } => {
+            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
+            out::print(&if json { report::json(&m, top) } else { report::render(&m, top) });
+            ExitCode::SUCCESS
+        }
+        Cmd::Check { max_live, max_denied, max_downgraded, keep_going, inputs } => {
+            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
+            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded });
+            for v in &violations {
+                println!("{v}");
+            }
+            if violations.is_empty() {
+                println!("{summary}: within limits");
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Cmd::Diff { keep_going, old, new } => {
+            let Ok(a) = merge::merge_inputs(&[old], keep_going) else { return ExitCode::from(2) };
+            let Ok(b) = merge::merge_inputs(&[new], keep_going) else { return ExitCode::from(2) };
+            out::print(&diff::render(&a, &b));
+            ExitCode::SUCCESS
+        }
+        Cmd::Flamegraph { output, metric, keep_going, inputs } => {
+            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
+            match flamegraph::render(&m, metric, &output) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pinguard flamegraph: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Plot { output, keep_going, inputs } => {
+            let mut series = Vec::new();
+            if input::for_each(&inputs, keep_going, |_, r| series.push(plot::series(&r))).is_err() {
+                return ExitCode::from(2);
+            }
+            match plot::render(&series) {
+                Ok(svg) => write_file(&output, &svg),
+                Err(e) => {
+                    eprintln!("pinguard plot: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! `pinguard report`: the top callsites of any number of reports, then a LeakSanitizer-style block
+//! per callsite still holding pinned memory, then one summary line.
+
+use crate::merge::{frame_label, short_label, Merged};
+use crate::out::table;
+use pinguard_report::units::format_bytes;
+
+pub fn render(m: &Merged, top: usize) -> String {
+    let mut s = String::new();
+    let procs = if m.processes == 1 { "1 process".to_string() } else { format!("{} processes", m.processes) };
+    let reps = if m.reports == 1 { "1 report".to_string() } else { format!("{} reports", m.reports) };
+    s.push_str(&format!("Top callsites by live pinned bytes ({reps}, {procs})\n\n"));
+    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS", "DENIED", "DOWNGRADED", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
+    for c in m.callsites.iter().take(top) {
+        rows.push(vec![
+            format_bytes(c.live_bytes),
+            c.live_count.to_string(),
+            format_bytes(c.peak_live_bytes),
+            c.alloc_count.to_string(),
+            c.denied_count.to_string(),
+            c.downgraded_count.to_string(),
+            c.processes.to_string(),
+            c.apis.iter().cloned().collect::<Vec<_>>().join(","),
+            short_label(&c.frames),
+        ]);
+    }
+    s.push_str(&table(&rows, &[true, true, true, true, true, true, true, false, false]));
+    if m.callsites.len() > top {
+        s.push_str(&format!("... {} more callsites (--top)\n", m.callsites.len() - top));
+    }
+    for c in m.callsites.iter().filter(|c| c.live_bytes > 0).take(top) {
+        let allocs = if c.live_count == 1 { "allocation" } else { "allocations" };
+        let procs = if c.processes == 1 { "process" } else { "processes" };
+        s.push_str(&format!(
+            "\n{} bytes ({}) in {} {allocs} from {} {procs}, through {}:\n",
+            c.live_bytes,
+            format_bytes(c.live_bytes),
+            c.live_count,
+            c.processes,
+            c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        if c.frames.is_empty() {
+            s.push_str("    (no stack: PINGUARD_DEPTH=0)\n");
+        }
+        for (i, f) in c.frames.iter().enumerate() {
+            s.push_str(&format!("    #{i} {:#x} in {}\n", f.addr.0, frame_label(f)));
+        }
+    }
+    let t = &m.totals;
+    s.push_str(&format!(
+        "\nSUMMARY: pinguard: {} bytes ({}) pinned in {} allocations across {procs}; peak {}; {} denied ({}), {} downgraded ({}); {reps}\n",
+        t.live_bytes,
+        format_bytes(t.live_bytes),
+        t.live_count,
+        format_bytes(t.peak_live_bytes),
+        t.denied_count,
+        format_bytes(t.denied_bytes),
+        t.downgraded_count,
+        format_bytes(t.downgraded_bytes),
+    ));
+    s
+}
+
+pub fn json(m: &Merged, top: usize) -> String {
+    #[derive(serde::Serialize)]
+    struct Out<'a> {
+        reports: usize,
+        processes: usize,
+        totals: &'a pinguard_report::Totals,
+        callsites: Vec<&'a crate::merge::Site>,
+        per_process: &'a [crate::merge::ProcessLine],
+    }
+    let o = Out { reports: m.reports, processes: m.processes, totals: &m.totals, callsites: m.callsites.iter().take(top).collect(), per_process: &m.per_process };
+    let mut s = serde_json::to_string_pretty(&o).unwrap_or_default();
+    s.push('\n');
+    s
+}
