@@ -1,6 +1,6 @@
 //! `pinguard diff OLD NEW`: per-callsite change of live and peak pinned bytes between two runs.
 
-use crate::merge::{short_label, Merged, Site};
+use crate::merge::{short_label, Merged, Site, SiteKey};
 use crate::out::table;
 use pinguard_report::units::format_bytes;
 use std::collections::HashMap;
@@ -14,15 +14,15 @@ fn signed(d: i128) -> String {
 }
 
 pub fn render(old: &Merged, new: &Merged) -> String {
-    let olds: HashMap<&str, &Site> = old.callsites.iter().map(|s| (s.key.as_str(), s)).collect();
-    let news: HashMap<&str, &Site> = new.callsites.iter().map(|s| (s.key.as_str(), s)).collect();
+    let olds: HashMap<SiteKey, &Site> = old.callsites.iter().map(|s| (s.key, s)).collect();
+    let news: HashMap<SiteKey, &Site> = new.callsites.iter().map(|s| (s.key, s)).collect();
     let empty = Site::default();
-    let mut keys: Vec<&str> = olds.keys().chain(news.keys()).copied().collect();
+    let mut keys: Vec<SiteKey> = olds.keys().chain(news.keys()).copied().collect();
     keys.sort();
     keys.dedup();
     let mut rows: Vec<(i128, i128, Vec<String>)> = Vec::new();
     for k in keys {
-        let (o, n) = (olds.get(k).copied(), news.get(k).copied());
+        let (o, n) = (olds.get(&k).copied(), news.get(&k).copied());
         let (os, ns) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
         let dl = ns.live_bytes as i128 - os.live_bytes as i128;
         let dp = ns.peak_live_bytes as i128 - os.peak_live_bytes as i128;

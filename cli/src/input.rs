@@ -72,6 +72,86 @@ pub fn load(path: &Path) -> Result<Report, BadInput> {
     Report::from_slice(&bytes).map_err(|e| BadInput { path: path.to_path_buf(), problem: e.0 })
 }
 
+/// Reads every input on all cores: each thread folds its share of the files into its own `T`
+/// with `each(state, path, bytes)`, which returns the problem when a file is not a usable report.
+/// Bad inputs are printed in the order given; without `keep_going` the first stops everything.
+pub fn parallel<T: Send>(
+    inputs: &[PathBuf],
+    keep_going: bool,
+    init: impl Fn() -> T + Sync,
+    each: impl Fn(&mut T, &Path, &[u8]) -> Result<(), String> + Sync,
+) -> Result<Vec<T>, ()> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let (files, bad) = expand(inputs);
+    if let Some(b) = bad.first() {
+        if !keep_going {
+            eprintln!("pinguard: {b}");
+            return Err(());
+        }
+        for b in &bad {
+            eprintln!("pinguard: {b}");
+        }
+    }
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(files.len()).max(1);
+    let results: Vec<(T, usize, Vec<(usize, BadInput)>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let (mut state, mut good, mut errs) = (init(), 0usize, Vec::new());
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= files.len() || stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let p = &files[i];
+                        let r = std::fs::read(p).map_err(|e| io_problem(&e)).and_then(|b| each(&mut state, p, &b));
+                        match r {
+                            Ok(()) => good += 1,
+                            Err(problem) => {
+                                errs.push((i, BadInput { path: p.clone(), problem }));
+                                if !keep_going {
+                                    stop.store(true, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                    (state, good, errs)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("a reader thread panicked")).collect()
+    });
+    let mut errs: Vec<(usize, BadInput)> = Vec::new();
+    let mut good = 0;
+    let mut states = Vec::new();
+    for (st, g, e) in results {
+        states.push(st);
+        good += g;
+        errs.extend(e);
+    }
+    errs.sort_by_key(|e| e.0);
+    if !keep_going {
+        if let Some((_, b)) = errs.first() {
+            eprintln!("pinguard: {b}");
+            return Err(());
+        }
+    }
+    for (_, b) in &errs {
+        eprintln!("pinguard: {b}");
+    }
+    if good == 0 {
+        if bad.is_empty() && files.is_empty() {
+            eprintln!("pinguard: no report files given");
+        } else if keep_going {
+            eprintln!("pinguard: no readable report among the inputs");
+        }
+        return Err(());
+    }
+    Ok(states)
+}
+
 /// Loads every input, calling `each` per good report. Bad inputs are printed; without
 /// `keep_going` the first one stops everything (exit status 2), with it they are skipped as long
 /// as one report was read.

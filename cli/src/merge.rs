@@ -1,22 +1,11 @@
 //! Many reports folded into one view: callsites matched by their symbolised frames (addresses move
 //! between runs and processes), figures summed, processes counted.
 
-use pinguard_report::{Frame, Report, Totals};
+use pinguard_report::view::{FrameView, ReportView};
+use pinguard_report::{Frame, Totals};
+use std::hash::Hasher;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
-
-/// A frame's identity across processes and runs: function, file and line when symbolised, else
-/// the module's file name and the offset in it, else the raw address.
-pub fn frame_key(f: &Frame) -> String {
-    match (&f.symbol, &f.file, f.line) {
-        (Some(s), Some(file), Some(line)) => format!("{}@{}:{line}", demangle(s), file),
-        (Some(s), _, _) => demangle(s),
-        _ => match (&f.module, &f.offset) {
-            (Some(m), Some(o)) => format!("{}+{:#x}", basename(m), o.0),
-            _ => format!("{:#x}", f.addr.0),
-        },
-    }
-}
 
 pub fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
@@ -68,9 +57,49 @@ pub fn short_label(frames: &[Frame]) -> String {
     }
 }
 
+/// A callsite's identity across processes and runs (addresses move, symbols do not): per frame its
+/// function, file and line when symbolised, else its module's file name and offset, else the raw
+/// address; hashed to 128 bits so that a million callsites never collide in practice.
+pub type SiteKey = (u64, u64);
+
+fn site_key(frames: &[FrameView<'_>]) -> SiteKey {
+    let mut a = std::hash::DefaultHasher::new();
+    let mut b = std::hash::DefaultHasher::new();
+    b.write_u64(0x9e37_79b9_7f4a_7c15);
+    for f in frames {
+        for h in [&mut a, &mut b] {
+            match (&f.symbol, &f.file, f.line) {
+                (Some(s), file, line) => {
+                    h.write_u8(1);
+                    h.write(s.as_bytes());
+                    h.write_u8(0);
+                    if let (Some(file), Some(line)) = (file, line) {
+                        h.write(file.as_bytes());
+                        h.write_u32(line);
+                    }
+                }
+                _ => match (&f.module, &f.offset) {
+                    (Some(m), Some(o)) => {
+                        h.write_u8(2);
+                        h.write(basename(m).as_bytes());
+                        h.write_u64(o.0);
+                    }
+                    _ => {
+                        h.write_u8(3);
+                        h.write_u64(f.addr.0);
+                    }
+                },
+            }
+            h.write_u8(0xff);
+        }
+    }
+    (a.finish(), b.finish())
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Site {
-    pub key: String,
+    #[serde(skip)]
+    pub key: SiteKey,
     pub frames: Vec<Frame>,
     pub apis: BTreeSet<String>,
     pub live_bytes: u64,
@@ -83,7 +112,7 @@ pub struct Site {
     pub downgraded_count: u64,
     pub processes: usize,
     #[serde(skip)]
-    seen: BTreeSet<usize>,
+    seen: BTreeSet<u32>,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -105,40 +134,51 @@ pub struct Merged {
     pub callsites: Vec<Site>,
     pub per_process: Vec<ProcessLine>,
     #[serde(skip)]
-    index: HashMap<String, usize>,
+    index: HashMap<SiteKey, usize>,
     #[serde(skip)]
-    process_ids: HashMap<(String, u32, u64), usize>,
+    process_ids: HashMap<(String, u32, u64), u32>,
 }
 
 impl Merged {
-    pub fn add(&mut self, path: &std::path::Path, r: &Report) {
-        self.reports += 1;
-        let pkey = (r.process.hostname.clone(), r.process.pid, r.process.start_unix_ms);
-        let n = self.process_ids.len();
-        let proc_no = *self.process_ids.entry(pkey).or_insert(n);
+    fn process_no(&mut self, host: &str, pid: u32, start: u64) -> u32 {
+        let n = self.process_ids.len() as u32;
+        let no = *self.process_ids.entry((host.to_string(), pid, start)).or_insert(n);
         self.processes = self.process_ids.len();
+        no
+    }
+
+    fn site(&mut self, key: SiteKey, frames: impl FnOnce() -> Vec<Frame>) -> &mut Site {
+        let i = match self.index.get(&key) {
+            Some(&i) => i,
+            None => {
+                self.callsites.push(Site { key, frames: frames(), ..Site::default() });
+                self.index.insert(key, self.callsites.len() - 1);
+                self.callsites.len() - 1
+            }
+        };
+        &mut self.callsites[i]
+    }
+
+    pub fn add(&mut self, path: &std::path::Path, r: &ReportView<'_>) {
+        self.reports += 1;
+        let proc_no = self.process_no(&r.process.hostname, r.process.pid, r.process.start_unix_ms);
         add_totals(&mut self.totals, &r.totals);
         self.per_process.push(ProcessLine {
             path: path.display().to_string(),
             pid: r.process.pid,
-            hostname: r.process.hostname.clone(),
-            exe: r.process.exe.clone(),
+            hostname: r.process.hostname.to_string(),
+            exe: r.process.exe.to_string(),
             reason: format!("{:?}", r.reason).to_lowercase(),
             budget_bytes: r.config.budget_bytes,
             totals: r.totals.clone(),
         });
         for c in &r.callsites {
-            let key = c.frames.iter().map(frame_key).collect::<Vec<_>>().join("\n");
-            let i = match self.index.get(&key) {
-                Some(&i) => i,
-                None => {
-                    self.callsites.push(Site { key: key.clone(), frames: c.frames.clone(), ..Site::default() });
-                    self.index.insert(key, self.callsites.len() - 1);
-                    self.callsites.len() - 1
+            let s = self.site(site_key(&c.frames), || c.frames.iter().map(FrameView::to_frame).collect());
+            for a in &c.apis {
+                if !s.apis.contains(a.as_ref()) {
+                    s.apis.insert(a.to_string());
                 }
-            };
-            let s = &mut self.callsites[i];
-            s.apis.extend(c.apis.iter().cloned());
+            }
             s.live_bytes += c.live_bytes;
             s.live_count += c.live_count;
             s.peak_live_bytes += c.peak_live_bytes;
@@ -151,11 +191,36 @@ impl Merged {
         }
     }
 
-    /// Callsites by live bytes, then peak, then allocations.
+    /// Folds another partial merge (another thread's share of the files) into this one.
+    pub fn absorb(&mut self, other: Merged) {
+        self.reports += other.reports;
+        add_totals(&mut self.totals, &other.totals);
+        let mut remap = vec![0u32; other.process_ids.len()];
+        for ((host, pid, start), no) in &other.process_ids {
+            remap[*no as usize] = self.process_no(host, *pid, *start);
+        }
+        self.per_process.extend(other.per_process);
+        for o in other.callsites {
+            let s = self.site(o.key, || o.frames.clone());
+            s.apis.extend(o.apis);
+            s.live_bytes += o.live_bytes;
+            s.live_count += o.live_count;
+            s.peak_live_bytes += o.peak_live_bytes;
+            s.alloc_count += o.alloc_count;
+            s.alloc_bytes += o.alloc_bytes;
+            s.denied_count += o.denied_count;
+            s.downgraded_count += o.downgraded_count;
+            s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
+            s.processes = s.seen.len();
+        }
+    }
+
+    /// Callsites by live bytes, then peak, then allocations; processes by report path.
     pub fn sort(&mut self) {
         self.callsites.sort_by(|a, b| {
-            (b.live_bytes, b.peak_live_bytes, b.alloc_count, &a.key).cmp(&(a.live_bytes, a.peak_live_bytes, a.alloc_count, &b.key))
+            (b.live_bytes, b.peak_live_bytes, b.alloc_count, a.key).cmp(&(a.live_bytes, a.peak_live_bytes, a.alloc_count, b.key))
         });
+        self.per_process.sort_by(|a, b| a.path.cmp(&b.path));
         self.index.clear();
     }
 }
@@ -177,10 +242,18 @@ pub fn add_totals(t: &mut Totals, o: &Totals) {
     t.unknown_release_count += o.unknown_release_count;
 }
 
-/// Reads all inputs into one merged, sorted view.
+/// Reads all inputs into one merged, sorted view, parsing on every core.
 pub fn merge_inputs(inputs: &[std::path::PathBuf], keep_going: bool) -> Result<Merged, ()> {
-    let mut m = Merged::default();
-    crate::input::for_each(inputs, keep_going, |p, r| m.add(p, &r))?;
+    let parts = crate::input::parallel(inputs, keep_going, Merged::default, |m, path, bytes| {
+        let view = ReportView::parse(bytes).map_err(|e| e.0)?;
+        m.add(path, &view);
+        Ok(())
+    })?;
+    let mut it = parts.into_iter();
+    let mut m = it.next().unwrap_or_default();
+    for p in it {
+        m.absorb(p);
+    }
     m.sort();
     Ok(m)
 }

@@ -4,6 +4,7 @@
 //! a contract (`DESIGN.md`, "The report"): keys may be added, never renamed.
 
 pub mod units;
+pub mod view;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -24,13 +25,19 @@ impl Serialize for Addr {
 
 impl<'de> Deserialize<'de> for Addr {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let hex = s
-            .strip_prefix("0x")
-            .ok_or_else(|| serde::de::Error::custom(format!("address {s:?} does not start with 0x")))?;
-        u64::from_str_radix(hex, 16)
-            .map(Addr)
-            .map_err(|_| serde::de::Error::custom(format!("address {s:?} is not hex")))
+        // A visitor rather than `String::deserialize`: readers merge millions of frames.
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Addr;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a hex address string such as \"0x7f12\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Addr, E> {
+                let hex = s.strip_prefix("0x").ok_or_else(|| E::custom(format!("address {s:?} does not start with 0x")))?;
+                u64::from_str_radix(hex, 16).map(Addr).map_err(|_| E::custom(format!("address {s:?} is not hex")))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -211,12 +218,27 @@ impl std::error::Error for ParseError {}
 impl Report {
     /// Parses a report, telling apart "not JSON", "another schema" and "a malformed report".
     pub fn from_slice(bytes: &[u8]) -> Result<Report, ParseError> {
-        if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-            return Err(ParseError("empty file".into()));
-        }
-        let value: serde_json::Value = serde_json::from_slice(bytes)
-            .map_err(|e| ParseError(format!("not valid JSON ({e})")))?;
-        match value.get("schema").and_then(|s| s.as_str()) {
+        parse(bytes)
+    }
+}
+
+/// Parses a report into `T` (the whole `Report`, or a `view` of it), telling apart "empty",
+/// "not JSON", "another schema", "a newer pinguard" and "a malformed report".
+pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ParseError> {
+    #[derive(Deserialize)]
+    struct SchemaOnly {
+        schema: Option<String>,
+    }
+    if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+        return Err(ParseError("empty file".into()));
+    }
+    let head: SchemaOnly = match serde_json::from_slice(bytes) {
+        Ok(h) => h,
+        Err(e) if e.is_data() => SchemaOnly { schema: None },
+        Err(e) => return Err(ParseError(format!("not valid JSON ({e})"))),
+    };
+    {
+        match head.schema.as_deref() {
             Some(SCHEMA) => {}
             Some(other) if newer_version(other) => {
                 return Err(ParseError(format!(
@@ -230,8 +252,8 @@ impl Report {
             }
             None => return Err(ParseError("not a pinguard report (no \"schema\" key)".into())),
         }
-        serde_json::from_value(value).map_err(|e| ParseError(format!("malformed report ({e})")))
     }
+    serde_json::from_slice(bytes).map_err(|e| ParseError(format!("malformed report ({e})")))
 }
 
 /// `pinguard.report.vN` with N above this crate's version.
