@@ -231,8 +231,10 @@ impl Hook {
                 let err = guard::errno();
                 quiet(|| {
                     if rc == ok {
-                        budget::release(l.size);
+                        // Live figures first, budget second: a thread that takes the freed budget
+                        // must never see the ledger above the budget.
                         ledger::live_delta(l.api, l.site, -(l.size as i64), -1);
+                        budget::release(l.size);
                         ledger::count_release();
                     } else {
                         ledger::insert(addr as usize, l);
