@@ -50,6 +50,13 @@ apis! {
     CudaHostRegister = "cudaHostRegister";
     CudaFreeHost = "cudaFreeHost";
     CudaHostUnregister = "cudaHostUnregister";
+    CuMemHostAlloc = "cuMemHostAlloc";
+    CuMemAllocHostV2 = "cuMemAllocHost_v2";
+    CuMemAllocHost = "cuMemAllocHost";
+    CuMemHostRegisterV2 = "cuMemHostRegister_v2";
+    CuMemHostRegister = "cuMemHostRegister";
+    CuMemFreeHost = "cuMemFreeHost";
+    CuMemHostUnregister = "cuMemHostUnregister";
     AclrtMallocHost = "aclrtMallocHost";
     AclrtMallocHostWithCfg = "aclrtMallocHostWithCfg";
     AclrtHostRegister = "aclrtHostRegister";

@@ -13,6 +13,7 @@ mod budget;
 mod callsite;
 mod capi;
 mod config;
+mod dl;
 mod guard;
 #[cfg(not(test))]
 mod hooks;

@@ -82,6 +82,27 @@ fn init() -> bool {
     true
 }
 
+/// Whether `family` is intercepted, answerable before pinguard has started (the first `dlsym` of
+/// a process can come from another library's constructor): then the two switches are read from
+/// the environment directly, without allocating.
+pub fn hooks_enabled(family: crate::api::Family) -> bool {
+    match STATE.load(Ordering::Acquire) {
+        READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
+        OFF => false,
+        _ => unsafe {
+            let off = libc::getenv(c"PINGUARD_DISABLE".as_ptr());
+            if !off.is_null() && std::ffi::CStr::from_ptr(off).to_bytes() == b"1" {
+                return false;
+            }
+            let hooks = libc::getenv(c"PINGUARD_HOOKS".as_ptr());
+            hooks.is_null()
+                || std::ffi::CStr::from_ptr(hooks).to_bytes().split(|&c| c == b',').any(|item| {
+                    item.trim_ascii().eq_ignore_ascii_case(family.name().as_bytes())
+                })
+        },
+    }
+}
+
 pub fn config() -> Option<&'static Config> {
     CONFIG.get()
 }

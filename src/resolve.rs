@@ -78,6 +78,8 @@ pub struct Object {
     pub start: usize,
     pub end: usize,
     pub build_id: Option<String>,
+    /// The address of its `PT_DYNAMIC` segment (0: none).
+    pub dynamic: usize,
 }
 
 impl Object {
@@ -101,8 +103,12 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
         let base = info.dlpi_addr as usize;
         let (mut start, mut end) = (usize::MAX, 0usize);
         let mut build_id = None;
+        let mut dynamic = 0;
         for i in 0..info.dlpi_phnum as usize {
             let ph = &*info.dlpi_phdr.add(i);
+            if ph.p_type == libc::PT_DYNAMIC {
+                dynamic = base + ph.p_vaddr as usize;
+            }
             if ph.p_type == libc::PT_LOAD {
                 start = start.min(base + ph.p_vaddr as usize);
                 end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
@@ -111,7 +117,7 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
             }
         }
         if start < end {
-            objects.push(Object { name, base, start, end, build_id });
+            objects.push(Object { name, base, start, end, build_id, dynamic });
         }
         0
     }
@@ -145,7 +151,7 @@ unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
 
 fn lookup(name: &CStr) -> usize {
     unsafe {
-        let p = libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) as usize;
+        let p = crate::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;
         if p != 0 && !is_own(p) {
             return p;
         }
@@ -158,7 +164,7 @@ fn lookup(name: &CStr) -> usize {
             if h.is_null() {
                 return;
             }
-            let p = libc::dlsym(h, name.as_ptr()) as usize;
+            let p = crate::dl::real_dlsym(h, name) as usize;
             // dlsym(handle) also searches the object's dependencies: take only a definition that
             // lives in this object, so the search order stays the link map's.
             if p != 0 && obj.contains(p) {

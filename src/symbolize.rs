@@ -20,7 +20,7 @@ impl Symbolizer {
             let name = o.name.to_string_lossy();
             let path = if name.is_empty() { exe.clone() } else { name.into_owned() };
             objects.push((
-                Object { name: o.name.clone(), base: o.base, start: o.start, end: o.end, build_id: o.build_id.clone() },
+                Object { name: o.name.clone(), base: o.base, start: o.start, end: o.end, build_id: o.build_id.clone(), dynamic: o.dynamic },
                 path,
             ));
         });

@@ -216,7 +216,13 @@ impl Hook {
                 quiet(|| {
                     if matches!(
                         l.api,
-                        Api::CudaHostAlloc | Api::CudaMallocHost | Api::AclrtMallocHost | Api::AclrtMallocHostWithCfg
+                        Api::CudaHostAlloc
+                            | Api::CudaMallocHost
+                            | Api::CuMemHostAlloc
+                            | Api::CuMemAllocHostV2
+                            | Api::CuMemAllocHost
+                            | Api::AclrtMallocHost
+                            | Api::AclrtMallocHostWithCfg
                     ) {
                         pageable::free(addr as usize, l.size as usize);
                     }

@@ -1,8 +1,9 @@
 //! Huawei Ascend ACL (`libascendcl`): host allocation and registration. `aclError` is `int`.
 
-use super::real;
+use super::{real, slots};
 use crate::api::{Api, Family};
 use crate::track::Hook;
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
 const SUCCESS: c_int = 0;
@@ -19,41 +20,29 @@ type RegisterFn = unsafe extern "C" fn(*mut c_void, u64, c_int, *mut *mut c_void
 type RegisterV2Fn = unsafe extern "C" fn(*mut c_void, u64, u32) -> c_int;
 type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
-#[no_mangle]
-pub unsafe extern "C" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
-    let Some(f) = real!("aclrtMallocHost").get::<MallocFn>() else { return UNINITIALIZE };
+unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size),
         Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, true, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
-    let Some(f) = real!("aclrtMallocHostWithCfg").get::<MallocCfgFn>() else { return UNINITIALIZE };
+unsafe fn malloc_host_with_cfg(f: MallocCfgFn, ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, cfg),
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, true, SUCCESS, MEMORY_ALLOCATION, || {
-            f(ptr, size, cfg)
-        }),
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, true, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, cfg)),
     }
 }
 
 /// Always a mapped registration (it returns the device address), so never downgraded.
-#[no_mangle]
-pub unsafe extern "C" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
-    let Some(f) = real!("aclrtHostRegister").get::<RegisterFn>() else { return UNINITIALIZE };
+unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, ty, dev),
-        Some(h) => h.register(Api::AclrtHostRegister, ptr, size as usize, false, SUCCESS, MEMORY_ALLOCATION, || {
-            f(ptr, size, ty, dev)
-        }),
+        Some(h) => h.register(Api::AclrtHostRegister, ptr, size as usize, false, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, ty, dev)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int {
-    let Some(f) = real!("aclrtHostRegisterV2").get::<RegisterV2Fn>() else { return UNINITIALIZE };
+unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, flag),
         Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, flag & REG_MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || {
@@ -62,22 +51,85 @@ pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
-    let Some(f) = real!("aclrtFreeHost").get::<FreeFn>() else { return UNINITIALIZE };
+unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr),
         Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, || f(ptr)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn aclrtHostUnregister(ptr: *mut c_void) -> c_int {
-    let Some(f) = real!("aclrtHostUnregister").get::<FreeFn>() else { return UNINITIALIZE };
+unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr),
-        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, || {
-            f(ptr)
-        }),
+        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, || f(ptr)),
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+    match real!("aclrtMallocHost").get::<MallocFn>() {
+        Some(f) => malloc_host(f, ptr, size),
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
+    match real!("aclrtMallocHostWithCfg").get::<MallocCfgFn>() {
+        Some(f) => malloc_host_with_cfg(f, ptr, size, cfg),
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
+    match real!("aclrtHostRegister").get::<RegisterFn>() {
+        Some(f) => host_register(f, ptr, size, ty, dev),
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int {
+    match real!("aclrtHostRegisterV2").get::<RegisterV2Fn>() {
+        Some(f) => host_register_v2(f, ptr, size, flag),
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
+    match real!("aclrtFreeHost").get::<FreeFn>() {
+        Some(f) => free_host(f, ptr),
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn aclrtHostUnregister(ptr: *mut c_void) -> c_int {
+    match real!("aclrtHostUnregister").get::<FreeFn>() {
+        Some(f) => host_unregister(f, ptr),
+        None => UNINITIALIZE,
+    }
+}
+
+slots!(malloc_host_slots, MallocFn, malloc_host, (ptr: *mut *mut c_void, size: usize) -> c_int);
+slots!(malloc_host_with_cfg_slots, MallocCfgFn, malloc_host_with_cfg, (ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int);
+slots!(host_register_slots, RegisterFn, host_register, (ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int);
+slots!(host_register_v2_slots, RegisterV2Fn, host_register_v2, (ptr: *mut c_void, size: u64, flag: u32) -> c_int);
+slots!(free_host_slots, FreeFn, free_host, (ptr: *mut c_void) -> c_int);
+slots!(host_unregister_slots, FreeFn, host_unregister, (ptr: *mut c_void) -> c_int);
+
+/// The wrapper for an ACL function `dlsym(handle, name)` returned (torch_npu's look-up of the
+/// newer entry points), if `name` is one.
+pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
+    Some(match name.to_bytes() {
+        b"aclrtMallocHost" => malloc_host_slots::bind(real),
+        b"aclrtMallocHostWithCfg" => malloc_host_with_cfg_slots::bind(real),
+        b"aclrtHostRegister" => host_register_slots::bind(real),
+        b"aclrtHostRegisterV2" => host_register_v2_slots::bind(real),
+        b"aclrtFreeHost" => free_host_slots::bind(real),
+        b"aclrtHostUnregister" => host_unregister_slots::bind(real),
+        _ => return None,
+    })
 }

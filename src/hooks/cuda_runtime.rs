@@ -1,9 +1,10 @@
 //! CUDA runtime (`libcudart`): `cudaHostAlloc`, `cudaMallocHost`, `cudaFreeHost`,
 //! `cudaHostRegister`, `cudaHostUnregister`. `cudaError_t` is a C enum, passed as `int`.
 
-use super::real;
+use super::{real, slots};
 use crate::api::{Api, Family};
 use crate::track::Hook;
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_uint, c_void};
 
 const SUCCESS: c_int = 0;
@@ -20,51 +21,95 @@ type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int;
 type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
-#[no_mangle]
-pub unsafe extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    let Some(f) = real!("cudaHostAlloc").get::<AllocFn>() else { return INITIALIZATION_ERROR };
+unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size, flags),
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, flags & MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || {
-            f(ptr, size, flags)
-        }),
+        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, flags & MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
-    let Some(f) = real!("cudaMallocHost").get::<MallocFn>() else { return INITIALIZATION_ERROR };
+unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size),
         Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, true, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
-    let Some(f) = real!("cudaHostRegister").get::<RegisterFn>() else { return INITIALIZATION_ERROR };
+unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size, flags),
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, flags & MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || {
-            f(ptr, size, flags)
-        }),
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, flags & MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
-    let Some(f) = real!("cudaFreeHost").get::<FreeFn>() else { return INITIALIZATION_ERROR };
+unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr),
         Some(h) => h.release(Api::CudaFreeHost, ptr, &[Api::CudaHostAlloc, Api::CudaMallocHost], SUCCESS, || f(ptr)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
-    let Some(f) = real!("cudaHostUnregister").get::<FreeFn>() else { return INITIALIZATION_ERROR };
+unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr),
         Some(h) => h.release(Api::CudaHostUnregister, ptr, &[Api::CudaHostRegister], SUCCESS, || f(ptr)),
     }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match real!("cudaHostAlloc").get::<AllocFn>() {
+        Some(f) => host_alloc(f, ptr, size, flags),
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+    match real!("cudaMallocHost").get::<MallocFn>() {
+        Some(f) => malloc_host(f, ptr, size),
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match real!("cudaHostRegister").get::<RegisterFn>() {
+        Some(f) => host_register(f, ptr, size, flags),
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
+    match real!("cudaFreeHost").get::<FreeFn>() {
+        Some(f) => free_host(f, ptr),
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
+    match real!("cudaHostUnregister").get::<FreeFn>() {
+        Some(f) => host_unregister(f, ptr),
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+slots!(host_alloc_slots, AllocFn, host_alloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int);
+slots!(malloc_host_slots, MallocFn, malloc_host, (ptr: *mut *mut c_void, size: usize) -> c_int);
+slots!(host_register_slots, RegisterFn, host_register, (ptr: *mut c_void, size: usize, flags: c_uint) -> c_int);
+slots!(free_host_slots, FreeFn, free_host, (ptr: *mut c_void) -> c_int);
+slots!(host_unregister_slots, FreeFn, host_unregister, (ptr: *mut c_void) -> c_int);
+
+/// The wrapper for a runtime function `dlsym(handle, name)` returned, if `name` is one.
+pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
+    Some(match name.to_bytes() {
+        b"cudaHostAlloc" => host_alloc_slots::bind(real),
+        b"cudaMallocHost" => malloc_host_slots::bind(real),
+        b"cudaHostRegister" => host_register_slots::bind(real),
+        b"cudaFreeHost" => free_host_slots::bind(real),
+        b"cudaHostUnregister" => host_unregister_slots::bind(real),
+        _ => return None,
+    })
 }

@@ -137,3 +137,19 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
         Some(h) => h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0),
     }
 }
+
+/// `dlsym(libc_handle, "mlock")` and friends: pinguard's own export when the loader found the same
+/// function pinguard forwards to.
+pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
+    let (ours, by_name): (usize, Option<usize>) = match name.to_bytes() {
+        b"mlock" => (mlock as *const () as usize, real!("mlock").addr()),
+        b"mlock2" => (mlock2 as *const () as usize, real!("mlock2").addr()),
+        b"munlock" => (munlock as *const () as usize, real!("munlock").addr()),
+        b"mlockall" => (mlockall as *const () as usize, real!("mlockall").addr()),
+        b"munlockall" => (munlockall as *const () as usize, real!("munlockall").addr()),
+        b"mmap" | b"mmap64" => (mmap as *const () as usize, real!("mmap").addr()),
+        b"munmap" => (munmap as *const () as usize, real!("munmap").addr()),
+        _ => return None,
+    };
+    Some((by_name == Some(real)).then_some(ours))
+}

@@ -1,11 +1,21 @@
 //! The exported entry points, one file per API family. Each hook translates its API's arguments
 //! and codes and hands the call to `track::Hook`; no accounting lives here.
+//!
+//! Every entry point has a body taking the real function as its first argument. The exported
+//! symbol resolves the real function by name; the *slot wrappers* carry a real function pointer
+//! handed out by `cuGetProcAddress` or `dlsym(handle, ...)`, which may differ from the one found
+//! by name (another copy of the runtime, another ABI version).
 
 pub mod acl;
+pub mod cuda_driver;
 pub mod cuda_runtime;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+pub mod dlsym;
 pub mod libc_lock;
 
-/// Declares the real function behind a hook: `real!(F, "name")` gives a `&'static Real`.
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Declares the real function behind a hook: `real!("name")` gives a `&'static Real`.
 macro_rules! real {
     ($name:literal) => {{
         static REAL: $crate::resolve::Real = $crate::resolve::Real::new(
@@ -16,3 +26,44 @@ macro_rules! real {
     }};
 }
 pub(crate) use real;
+
+pub const SLOTS: usize = 4;
+
+/// Defines `SLOTS` wrappers around `$body`, each bound to its own real function pointer, and
+/// `bind(real) -> Option<wrapper address>`.
+macro_rules! slots {
+    ($name:ident, $fnty:ty, $body:path, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        pub mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            use std::sync::atomic::{AtomicUsize, Ordering};
+            static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
+            unsafe extern "C" fn s0($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C" fn s1($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C" fn s2($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C" fn s3($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
+            pub fn bind(real: usize) -> Option<usize> {
+                let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
+                $crate::hooks::bind(&REALS, &wrappers, real)
+            }
+        }
+    };
+}
+pub(crate) use slots;
+
+/// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
+/// other functions (the caller then gets the real function, untracked, and a warning).
+pub fn bind(reals: &[AtomicUsize; SLOTS], wrappers: &[usize; SLOTS], real: usize) -> Option<usize> {
+    if real == 0 || crate::resolve::is_own(real) {
+        return Some(real); // already one of pinguard's functions
+    }
+    for (r, w) in reals.iter().zip(wrappers) {
+        match r.compare_exchange(0, real, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(*w),
+            Err(cur) if cur == real => return Some(*w),
+            Err(_) => {}
+        }
+    }
+    tracing::warn!("more than {SLOTS} distinct real functions for one entry point; the next one is not tracked");
+    None
+}

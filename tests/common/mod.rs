@@ -65,6 +65,29 @@ pub fn fixtures() -> &'static Fixtures {
             a.extend(link);
             cc(&a);
         }
+        {
+            let (o, f) = (d("libcuda.so.1"), s("emul/cuda_driver.c"));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-shared", "-o", &o, &f, "-Wl,-soname,libcuda.so.1"]);
+            cc(&a);
+            std::fs::create_dir_all(dir.join("layered")).unwrap();
+            let (o, f) = (d("layered/libcudart.so"), s("emul/cudart_layered.c"));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-shared", "-o", &o, &f, "-Wl,-soname,libcudart.so", "-Wl,-rpath,$ORIGIN/..", "-ldl"]);
+            cc(&a);
+            let (o, f) = (d("libwrap.so"), s("progs/getpid_wrap.c"));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-shared", "-o", &o, &f, "-ldl"]);
+            cc(&a);
+            let (o, f, l) = (d("driver_paths"), s("progs/driver_paths.c"), d("layered"));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN/layered:$ORIGIN", "-lcudart", "-ldl"]);
+            cc(&a);
+            let (o, f) = (d("dlsym_check"), s("progs/dlsym_check.c"));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-Wl,-rpath,$ORIGIN", "-ldl"]);
+            cc(&a);
+        }
         for prog in ["scenario", "stress", "capi", "workload", "churn", "family"] {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));

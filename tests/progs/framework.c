@@ -1,5 +1,7 @@
 /* Stands in for a framework library (libtorch, torch_npu) that links the runtime and pins through
  * its PLT. Python loads it with ctypes, i.e. RTLD_LOCAL, so the runtime is invisible to RTLD_NEXT. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <stddef.h>
 int cudaHostAlloc(void **, size_t, unsigned);
 int cudaFreeHost(void *);
@@ -16,3 +18,6 @@ void *framework_pin_npu(size_t size) {
     return aclrtMallocHost(&p, size) == 0 ? p : NULL;
 }
 int framework_unpin_npu(void *p) { return aclrtFreeHost(p); }
+
+/* dlsym from inside a library loaded RTLD_LOCAL: glibc answers by the caller's scope. */
+void *framework_lookup(const char *name, int next) { return dlsym(next ? RTLD_NEXT : RTLD_DEFAULT, name); }

@@ -1,0 +1,220 @@
+//! CUDA driver (`libcuda.so.1`): host allocation and registration, and `cuGetProcAddress`, through
+//! which `libcudart`, static-cudart programs and JAX/XLA reach every driver function. `CUresult`
+//! is a C enum, passed as `int`.
+//!
+//! Two ABIs hide behind some names: the legacy `cuMemAllocHost` takes an `unsigned int` size (the
+//! `_v2` one, which `cuda.h` maps the name to since CUDA 3.2, a `size_t`), and
+//! `cuGetProcAddress` gained a fifth argument in `_v2` (CUDA 12.0). Each gets its own wrappers.
+
+use super::{real, slots};
+use crate::api::{Api, Family};
+use crate::track::Hook;
+use std::ffi::{c_char, CStr};
+use std::os::raw::{c_int, c_uint, c_void};
+
+const SUCCESS: c_int = 0;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const OUT_OF_MEMORY: c_int = 2;
+/// `CUDA_ERROR_NOT_INITIALIZED`, when no driver can be found behind the hook.
+const NOT_INITIALIZED: c_int = 3;
+/// `CU_MEMHOSTALLOC_DEVICEMAP` and `CU_MEMHOSTREGISTER_DEVICEMAP`.
+const DEVICEMAP: c_uint = 2;
+
+type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
+type AllocHostLegacyFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
+type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int;
+type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type GetProcFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
+type GetProcV2Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+
+unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(pp, size, flags),
+        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, flags & DEVICEMAP == 0, SUCCESS, OUT_OF_MEMORY, || f(pp, size, flags)),
+    }
+}
+
+unsafe fn alloc_host_v2(f: AllocHostFn, pp: *mut *mut c_void, size: usize) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(pp, size),
+        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, true, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
+    }
+}
+
+unsafe fn alloc_host_legacy(f: AllocHostLegacyFn, pp: *mut *mut c_void, size: c_uint) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(pp, size),
+        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, true, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
+    }
+}
+
+unsafe fn register_v2(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(p, size, flags),
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, flags & DEVICEMAP == 0, SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
+    }
+}
+
+unsafe fn register_legacy(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(p, size, flags),
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, flags & DEVICEMAP == 0, SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
+    }
+}
+
+unsafe fn free_host(f: FreeFn, p: *mut c_void) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(p),
+        Some(h) => h.release(Api::CuMemFreeHost, p, &[Api::CuMemHostAlloc, Api::CuMemAllocHostV2, Api::CuMemAllocHost], SUCCESS, || f(p)),
+    }
+}
+
+unsafe fn host_unregister(f: FreeFn, p: *mut c_void) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => f(p),
+        Some(h) => h.release(Api::CuMemHostUnregister, p, &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister], SUCCESS, || f(p)),
+    }
+}
+
+/// `cuGetProcAddress`: the driver's answer, with pinguard's wrapper in place of the real function
+/// for the names it tracks. Everything else (status, other symbols, version choice) is the
+/// driver's own.
+unsafe fn get_proc(f: GetProcFn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
+    let rc = f(symbol, pfn, version, flags);
+    if rc == SUCCESS {
+        wrap_proc(symbol, pfn, version);
+    }
+    rc
+}
+
+unsafe fn get_proc_v2(f: GetProcV2Fn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
+    let rc = f(symbol, pfn, version, flags, status);
+    if rc == SUCCESS {
+        wrap_proc(symbol, pfn, version);
+    }
+    rc
+}
+
+unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
+    if symbol.is_null() || pfn.is_null() || (*pfn).is_null() || !crate::lifecycle::hooks_enabled(Family::CudaDriver) {
+        return;
+    }
+    let name = CStr::from_ptr(symbol).to_bytes();
+    let real = *pfn as usize;
+    // The driver picks the ABI by the version asked for; so do the wrappers.
+    let w = match name {
+        b"cuMemHostAlloc" => host_alloc_slots::bind(real),
+        b"cuMemAllocHost" if version < 3020 => alloc_host_legacy_slots::bind(real),
+        b"cuMemAllocHost" | b"cuMemAllocHost_v2" => alloc_host_v2_slots::bind(real),
+        b"cuMemHostRegister" if version < 6050 => register_legacy_slots::bind(real),
+        b"cuMemHostRegister" | b"cuMemHostRegister_v2" => register_v2_slots::bind(real),
+        b"cuMemFreeHost" => free_host_slots::bind(real),
+        b"cuMemHostUnregister" => host_unregister_slots::bind(real),
+        b"cuGetProcAddress" if version < 12000 => get_proc_slots::bind(real),
+        b"cuGetProcAddress" | b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
+        _ => None,
+    };
+    if let Some(w) = w {
+        *pfn = w as *mut c_void;
+    }
+}
+
+/// The wrapper for a driver function `dlsym(handle, name)` returned, if `name` is one: by exported
+/// name, so the unsuffixed names are the legacy ABIs.
+pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
+    Some(match name.to_bytes() {
+        b"cuMemHostAlloc" => host_alloc_slots::bind(real),
+        b"cuMemAllocHost" => alloc_host_legacy_slots::bind(real),
+        b"cuMemAllocHost_v2" => alloc_host_v2_slots::bind(real),
+        b"cuMemHostRegister" => register_legacy_slots::bind(real),
+        b"cuMemHostRegister_v2" => register_v2_slots::bind(real),
+        b"cuMemFreeHost" => free_host_slots::bind(real),
+        b"cuMemHostUnregister" => host_unregister_slots::bind(real),
+        b"cuGetProcAddress" => get_proc_slots::bind(real),
+        b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
+        _ => return None,
+    })
+}
+
+slots!(host_alloc_slots, HostAllocFn, host_alloc, (pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int);
+slots!(alloc_host_v2_slots, AllocHostFn, alloc_host_v2, (pp: *mut *mut c_void, size: usize) -> c_int);
+slots!(alloc_host_legacy_slots, AllocHostLegacyFn, alloc_host_legacy, (pp: *mut *mut c_void, size: c_uint) -> c_int);
+slots!(register_v2_slots, RegisterFn, register_v2, (p: *mut c_void, size: usize, flags: c_uint) -> c_int);
+slots!(register_legacy_slots, RegisterFn, register_legacy, (p: *mut c_void, size: usize, flags: c_uint) -> c_int);
+slots!(free_host_slots, FreeFn, free_host, (p: *mut c_void) -> c_int);
+slots!(host_unregister_slots, FreeFn, host_unregister, (p: *mut c_void) -> c_int);
+slots!(get_proc_slots, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int);
+slots!(get_proc_v2_slots, GetProcV2Fn, get_proc_v2, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int);
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match real!("cuMemHostAlloc").get::<HostAllocFn>() {
+        Some(f) => host_alloc(f, pp, size, flags),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> c_int {
+    match real!("cuMemAllocHost_v2").get::<AllocHostFn>() {
+        Some(f) => alloc_host_v2(f, pp, size),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c_int {
+    match real!("cuMemAllocHost").get::<AllocHostLegacyFn>() {
+        Some(f) => alloc_host_legacy(f, pp, size),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match real!("cuMemHostRegister_v2").get::<RegisterFn>() {
+        Some(f) => register_v2(f, p, size, flags),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match real!("cuMemHostRegister").get::<RegisterFn>() {
+        Some(f) => register_legacy(f, p, size, flags),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
+    match real!("cuMemFreeHost").get::<FreeFn>() {
+        Some(f) => free_host(f, p),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> c_int {
+    match real!("cuMemHostUnregister").get::<FreeFn>() {
+        Some(f) => host_unregister(f, p),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
+    match real!("cuGetProcAddress").get::<GetProcFn>() {
+        Some(f) => get_proc(f, symbol, pfn, version, flags),
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
+    match real!("cuGetProcAddress_v2").get::<GetProcV2Fn>() {
+        Some(f) => get_proc_v2(f, symbol, pfn, version, flags, status),
+        None => NOT_INITIALIZED,
+    }
+}

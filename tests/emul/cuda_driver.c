@@ -1,0 +1,93 @@
+/* An emulated CUDA driver (libcuda.so.1): the host-memory calls with their real names, ABIs and
+ * CUresult codes, and cuGetProcAddress(_v2) with the real version rules and symbolStatus values.
+ * Pins real pages; its own counters via emu_driver_stats. */
+#include "emul_core.c"
+#include <string.h>
+
+typedef int CUresult;
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED = 712,
+    CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED = 713,
+};
+enum { CU_GET_PROC_ADDRESS_SUCCESS = 0, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND = 1, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT = 2 };
+
+static CUresult fail(CUresult e) { count_failed(); return e; }
+
+CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+CUresult cuDriverGetVersion(int *v) { if (!v) return CUDA_ERROR_INVALID_VALUE; *v = 12090; return CUDA_SUCCESS; }
+
+CUresult cuMemHostAlloc(void **pp, size_t size, unsigned int flags) {
+    if (!pp || size == 0 || flags > 7) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (emu_pin_alloc(size, pp) != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAllocHost_v2(void **pp, size_t size) { return cuMemHostAlloc(pp, size, 0); }
+/* The CUDA 3.1 ABI: a 32-bit size. */
+CUresult cuMemAllocHost(void **pp, unsigned int size) { return cuMemHostAlloc(pp, size, 0); }
+CUresult cuMemFreeHost(void *p) {
+    if (!p || emu_pin_free(p) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
+    if (!p || size == 0 || flags > 15) return fail(CUDA_ERROR_INVALID_VALUE);
+    int r = emu_register(p, size);
+    if (r == 1) return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    if (r != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags) { return cuMemHostRegister_v2(p, size, flags); }
+CUresult cuMemHostUnregister(void *p) {
+    if (!p) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (emu_unregister(p) != 0) return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
+
+/* name, lowest version it exists in, the function, and the version from which `newer` replaces it. */
+static const struct {
+    const char *name;
+    int since;
+    void *fn;
+    int newer_since;
+    void *newer;
+} procs[] = {
+    {"cuInit", 2000, (void *)cuInit, 0, 0},
+    {"cuDriverGetVersion", 2020, (void *)cuDriverGetVersion, 0, 0},
+    {"cuCtxSynchronize", 2000, (void *)cuCtxSynchronize, 0, 0},
+    {"cuMemHostAlloc", 2020, (void *)cuMemHostAlloc, 0, 0},
+    {"cuMemAllocHost", 2000, (void *)cuMemAllocHost, 3020, (void *)cuMemAllocHost_v2},
+    {"cuMemFreeHost", 2000, (void *)cuMemFreeHost, 0, 0},
+    {"cuMemHostRegister", 4000, (void *)cuMemHostRegister, 6050, (void *)cuMemHostRegister_v2},
+    {"cuMemHostUnregister", 4000, (void *)cuMemHostUnregister, 0, 0},
+    {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, 12000, (void *)cuGetProcAddress_v2},
+};
+
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
+    (void)flags;
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++) {
+        if (strcmp(procs[i].name, symbol)) continue;
+        if (version < procs[i].since) {
+            if (status) *status = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+            return CUDA_SUCCESS;
+        }
+        *pfn = (procs[i].newer && version >= procs[i].newer_since) ? procs[i].newer : procs[i].fn;
+        if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    if (status) *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags) {
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}
+
+void emu_driver_stats(struct emu_stats *out) { emu_read_stats(out); }
