@@ -20,15 +20,21 @@ p = fw.framework_pin(65536)
 q = fw.framework_pin_npu(8192)
 print("pinned", bool(p), bool(q), me.pinguard_live_bytes())
 print("unpin", fw.framework_unpin(p), me.pinguard_live_bytes())
+# ctypes.CDLL(path).fn is dlsym(handle, "fn"): pinguard's dlsym hands out its wrapper.
+rt = ctypes.CDLL({rt:?})
+buf = ctypes.c_void_p()
+print("direct", rt.cudaHostAlloc(ctypes.byref(buf), 4096, 0), me.pinguard_live_bytes())
 "#,
-        fw = f.dir.join("libframework.so").to_str().unwrap()
+        fw = f.dir.join("libframework.so").to_str().unwrap(),
+        rt = f.dir.join("libcudart.so").to_str().unwrap()
     );
     let r = run("/usr/bin/env", &["python3", "-c", &script], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("pinned True True 73728"), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("unpin 0 8192"), "{}", r.stdout);
+    assert!(r.stdout.contains("direct 0 12288"), "{}", r.stdout);
     let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 8192);
+    assert_eq!(rep["totals"]["live_bytes"], 12288);
     let cs = rep["callsites"].as_array().unwrap();
     let npu = cs.iter().find(|c| c["apis"][0] == "aclrtMallocHost").unwrap();
     assert_eq!(npu["frames"][0]["symbol"], "framework_pin_npu");

@@ -50,8 +50,9 @@ fn sigkill_leaves_the_last_complete_interval_snapshot() {
     let rep = read_json(&path);
     assert_eq!(rep["reason"], "interval");
     let written = rep["process"]["write_unix_ms"].as_u64().unwrap();
-    // No older than one interval, give or take the time a write takes.
-    assert!(killed_at.saturating_sub(written) <= interval + 150, "snapshot is {} ms old", killed_at - written);
+    // No older than one interval, plus the time the write in progress at the kill took (a debug
+    // build on a loaded machine: allow 300 ms).
+    assert!(killed_at.saturating_sub(written) <= interval + 300, "snapshot is {} ms old", killed_at - written);
     assert_eq!(rep["totals"]["live_bytes"].as_u64().unwrap() % 4096, 0);
     assert!(rep["totals"]["live_bytes"].as_u64().unwrap() >= 65536);
     assert!(rep["totals"]["alloc_count"].as_u64().unwrap() > 10, "the churn was running");
