@@ -25,6 +25,11 @@ pub fn limit() -> Option<u64> {
 /// threads near the limit must not both be refused when one of them fits.
 pub fn try_reserve(bytes: u64) -> bool {
     let limit = LIMIT.load(Ordering::Relaxed);
+    if limit == NONE {
+        // No budget: nothing to refuse, whatever the size (SIZE_MAX is the runtime's to reject).
+        let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
+        return true;
+    }
     let mut cur = USED.load(Ordering::Relaxed);
     loop {
         let Some(next) = cur.checked_add(bytes) else { return false };
@@ -40,7 +45,7 @@ pub fn try_reserve(bytes: u64) -> bool {
 
 /// Takes `bytes` whatever the limit (`warn`, and what the kernel reports after `mlockall`).
 pub fn force(bytes: u64) {
-    USED.fetch_add(bytes, Ordering::AcqRel);
+    let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
 }
 
 pub fn release(bytes: u64) {

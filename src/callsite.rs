@@ -4,7 +4,7 @@
 //! `&'static Callsite` and update its counters without taking any lock.
 
 use crate::api::Api;
-use parking_lot::Mutex;
+use crate::lock::{self, Mutex};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -86,7 +86,7 @@ pub fn all() -> Vec<&'static Callsite> {
 /// Fork support: hold every shard across `fork()` so the child never inherits a held lock.
 pub fn lock_all() {
     for shard in &TABLE {
-        std::mem::forget(shard.lock());
+        lock::hold(shard);
     }
 }
 
@@ -101,7 +101,9 @@ pub unsafe fn unlock_all(clear: bool) {
             // The callsites themselves stay allocated (live records of other threads that no
             // longer exist in the child may point at them); only the index is forgotten.
             *shard.data_ptr() = None;
+            lock::release_in_child(shard);
+        } else {
+            lock::release_in_parent(shard);
         }
-        shard.force_unlock();
     }
 }

@@ -7,7 +7,7 @@ use crate::api::Api;
 use crate::callsite::Callsite;
 use crate::guard;
 use crate::ranges::RangeSet;
-use parking_lot::{Mutex, MutexGuard};
+use crate::lock::{self, Mutex, MutexGuard};
 use pinguard_report::{ApiStats, EventKind, Totals};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
@@ -381,11 +381,11 @@ pub fn timeline() -> (Vec<(u64, u64)>, u64) {
 /// Fork support: take every lock of the ledger so the child inherits none held.
 pub fn lock_all() {
     for s in &LIVE {
-        std::mem::forget(s.lock());
+        lock::hold(s);
     }
-    std::mem::forget(LOCKED.lock());
-    std::mem::forget(EVENTS.lock());
-    std::mem::forget(TIMELINE.lock());
+    lock::hold(&LOCKED);
+    lock::hold(&EVENTS);
+    lock::hold(&TIMELINE);
 }
 
 /// # Safety
@@ -404,11 +404,17 @@ pub unsafe fn unlock_all(clear: bool) {
         reset_counters();
     }
     for s in &LIVE {
-        s.force_unlock();
+        if clear { lock::release_in_child(s) } else { lock::release_in_parent(s) }
     }
-    LOCKED.force_unlock();
-    EVENTS.force_unlock();
-    TIMELINE.force_unlock();
+    if clear {
+        lock::release_in_child(&LOCKED);
+        lock::release_in_child(&EVENTS);
+        lock::release_in_child(&TIMELINE);
+    } else {
+        lock::release_in_parent(&LOCKED);
+        lock::release_in_parent(&EVENTS);
+        lock::release_in_parent(&TIMELINE);
+    }
 }
 
 fn reset_counters() {

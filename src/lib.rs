@@ -14,12 +14,14 @@ mod callsite;
 mod capi;
 mod config;
 mod dl;
+mod gate;
 mod guard;
 #[cfg(not(test))]
 mod hooks;
 mod kernel;
 mod ledger;
 mod lifecycle;
+mod lock;
 mod log;
 mod pageable;
 mod ranges;

@@ -114,19 +114,65 @@ pub fn start_ms() -> u64 {
 extern "C" fn at_exit() {
     let Some(_r) = Reentry::enter() else { return };
     let e = guard::errno();
-    if !EXIT_DONE.swap(true, Ordering::AcqRel) {
-        if ledger::touched() {
-            let _ = std::panic::catch_unwind(report::write_exit);
-        } else {
-            report::exiting();
-        }
-    }
+    exit_report();
     guard::set_errno(e);
 }
 
+/// Exactly one exit report per process, whichever way it ends.
+fn exit_report() {
+    if STATE.load(Ordering::Acquire) != READY || EXIT_DONE.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if ledger::touched() {
+        let _ = std::panic::catch_unwind(report::write_exit);
+    } else {
+        report::exiting();
+    }
+}
+
+/// From the `_exit`/`_Exit` hooks. A signal handler that calls `_exit` may have interrupted code
+/// holding malloc's or the loader's locks, and writing a report takes both: when a signal with a
+/// handler is blocked on this thread (which is what running inside its handler looks like),
+/// pinguard leaves the report to the last snapshot rather than risk hanging the exit.
+pub fn exit_report_from_exit_call() {
+    let Some(_r) = Reentry::enter() else { return };
+    if STATE.load(Ordering::Acquire) != READY || EXIT_DONE.load(Ordering::Acquire) || !ledger::touched() {
+        return;
+    }
+    if in_signal_handler() {
+        EXIT_DONE.store(true, Ordering::Release);
+        log::write_stderr("pinguard: _exit called from a signal handler; exit report not written (the last snapshot stands)\n");
+        return;
+    }
+    exit_report();
+}
+
+/// Whether a signal that has a handler is blocked on this thread: true inside that handler.
+/// Only async-signal-safe calls.
+fn in_signal_handler() -> bool {
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) != 0 {
+            return false;
+        }
+        (1..=libc::SIGRTMAX()).any(|sig| {
+            if libc::sigismember(&set, sig) != 1 {
+                return false;
+            }
+            let mut act: libc::sigaction = std::mem::zeroed();
+            libc::sigaction(sig, std::ptr::null(), &mut act) == 0
+                && act.sa_sigaction != libc::SIG_DFL
+                && act.sa_sigaction != libc::SIG_IGN
+        })
+    }
+}
+
+/// Fork: every lock pinguard has, and the gate in front of the loader's lock, are taken before
+/// the fork, so the child inherits none held by a thread it does not have. The order matters: a
+/// report being written holds the report lock, then passes the gate, then takes the others.
 extern "C" fn fork_prepare() {
-    // Order matters: a report being written holds the report lock, then takes the others.
-    std::mem::forget(report::lock());
+    report::hold();
+    crate::gate::close();
     callsite::lock_all();
     ledger::lock_all();
 }
@@ -135,7 +181,8 @@ extern "C" fn fork_parent() {
     unsafe {
         ledger::unlock_all(false);
         callsite::unlock_all(false);
-        report::force_unlock();
+        crate::gate::reopen_in_parent();
+        report::release(false);
     }
 }
 
@@ -143,7 +190,8 @@ extern "C" fn fork_child() {
     unsafe {
         ledger::unlock_all(true);
         callsite::unlock_all(true);
-        report::force_unlock();
+        crate::gate::reopen_in_child();
+        report::release(true);
     }
     budget::reset();
     guard::forget_tid();

@@ -4,7 +4,7 @@ use crate::api::Family;
 use crate::config::{Config, DEFAULT_TEMPLATE};
 use crate::symbolize::Symbolizer;
 use crate::{budget, callsite, guard, kernel, ledger, lifecycle, log};
-use parking_lot::{Mutex, MutexGuard};
+use crate::lock::{Mutex, MutexGuard};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
 use std::io::Write;
@@ -62,10 +62,24 @@ pub fn lock() -> MutexGuard<'static, ()> {
     WRITING.lock()
 }
 
+/// Set while a fork waits for the report lock: writers step aside, or a thread writing reports
+/// in a loop could starve the fork for as long as it likes (the lock is not fair).
+static FORK_WAITING: AtomicBool = AtomicBool::new(false);
+
+pub fn hold() {
+    FORK_WAITING.store(true, Ordering::SeqCst);
+    crate::lock::hold(&WRITING);
+}
+
 /// # Safety
-/// Only in the fork handlers, after `lock` was forgotten.
-pub unsafe fn force_unlock() {
-    WRITING.force_unlock();
+/// Only in the fork handlers, after `hold`.
+pub unsafe fn release(child: bool) {
+    FORK_WAITING.store(false, Ordering::SeqCst);
+    if child {
+        crate::lock::release_in_child(&WRITING)
+    } else {
+        crate::lock::release_in_parent(&WRITING)
+    }
 }
 
 fn exe_name() -> String {
@@ -220,6 +234,9 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     if path.is_none() && kernel::secure_mode() {
         return Err("not written: secure-mode (setuid) process, PINGUARD_REPORT is ignored".into());
     }
+    while FORK_WAITING.load(Ordering::Relaxed) {
+        std::thread::yield_now();
+    }
     let _w = lock();
     if EXITING.load(Ordering::Relaxed) && reason != Reason::Exit {
         return Err("the process is exiting; the exit report stands".into());
@@ -227,7 +244,10 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     if reason == Reason::Exit {
         EXITING.store(true, Ordering::Relaxed);
     }
-    let report = snapshot(reason, cfg);
+    let report = {
+        let _open = crate::gate::enter(); // symbolisation walks the loaded objects
+        snapshot(reason, cfg)
+    };
     let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
     if let Some(p) = path {
         return write_atomic(p, &json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));

@@ -121,7 +121,10 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
         }
         0
     }
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
+    {
+        let _open = crate::gate::enter();
+        unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
+    }
     for o in &objects {
         f(o);
     }

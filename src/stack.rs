@@ -13,6 +13,7 @@ pub fn capture(depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     if depth == 0 {
         return 0;
     }
+    let _open = crate::gate::enter(); // the unwinder takes the loader's lock
     let mut n = 0;
     let mut seen_own = false;
     // `trace_unsynchronized`: `trace` takes a process-wide mutex, which a fork in another thread

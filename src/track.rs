@@ -23,6 +23,31 @@ pub struct Hook {
     cfg: &'static Config,
 }
 
+/// What a pinning call asks for, as far as the budget decision is concerned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// Pageable memory can stand in for it (`downgrade` may serve it).
+    Pageable,
+    /// The device maps it: pinned or nothing.
+    Mapped,
+    /// Arguments the runtime rejects (unknown flags): the runtime's own answer is passed on,
+    /// whatever the budget says, so the caller sees exactly the error it would see without pinguard.
+    Rejected,
+}
+
+impl Request {
+    /// Classifies `flags` against the API's known flags and its device-mapping flag.
+    pub fn from_flags(flags: u32, known: u32, mapped: u32) -> Request {
+        if flags & !known != 0 {
+            Request::Rejected
+        } else if flags & mapped != 0 {
+            Request::Mapped
+        } else {
+            Request::Pageable
+        }
+    }
+}
+
 enum Admission {
     Pin,
     Refuse,
@@ -55,12 +80,16 @@ impl Hook {
         callsite::intern(&frames[..n])
     }
 
-    fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, downgradable: bool) -> Admission {
+    fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
+        if req == Request::Rejected {
+            budget::force(bytes); // given back when the runtime refuses, as it will
+            return Admission::Pin;
+        }
         if budget::try_reserve(bytes) {
             return Admission::Pin;
         }
         match self.cfg.policy {
-            Policy::Downgrade if downgradable => Admission::Downgrade,
+            Policy::Downgrade if req == Request::Pageable => Admission::Downgrade,
             Policy::Error | Policy::Downgrade => {
                 ledger::count_denied(api, site, bytes);
                 Admission::Refuse
@@ -88,7 +117,7 @@ impl Hook {
         api: Api,
         out: *mut *mut c_void,
         size: usize,
-        downgradable: bool,
+        req: Request,
         ok: R,
         oom: R,
         real: impl FnOnce() -> R,
@@ -99,7 +128,7 @@ impl Hook {
         let bytes = size as u64;
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
-            (site, self.admit(api, bytes, site, downgradable))
+            (site, self.admit(api, bytes, site, req))
         }) else {
             return real();
         };
@@ -150,7 +179,7 @@ impl Hook {
         api: Api,
         addr: *mut c_void,
         size: usize,
-        downgradable: bool,
+        req: Request,
         ok: R,
         oom: R,
         real: impl FnOnce() -> R,
@@ -161,7 +190,7 @@ impl Hook {
         let bytes = size as u64;
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
-            (site, self.admit(api, bytes, site, downgradable))
+            (site, self.admit(api, bytes, site, req))
         }) else {
             return real();
         };
@@ -277,7 +306,7 @@ impl Hook {
         if new == 0 {
             return real();
         }
-        let Some(admission) = quiet(|| self.admit(api, new, site, true)) else { return real() };
+        let Some(admission) = quiet(|| self.admit(api, new, site, Request::Pageable)) else { return real() };
         match admission {
             Admission::Refuse => {
                 guard::set_errno(libc::ENOMEM);
@@ -354,7 +383,7 @@ impl Hook {
         let bytes = rounded as u64;
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
-            (site, self.admit(api, bytes, site, true))
+            (site, self.admit(api, bytes, site, Request::Pageable))
         }) else {
             return real(flags);
         };
@@ -415,7 +444,7 @@ impl Hook {
         };
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
-            (site, self.admit(api, estimate, site, true))
+            (site, self.admit(api, estimate, site, Request::Pageable))
         }) else {
             return real();
         };

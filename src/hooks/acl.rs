@@ -2,7 +2,7 @@
 
 use super::{real, slots};
 use crate::api::{Api, Family};
-use crate::track::Hook;
+use crate::track::{Hook, Request};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
@@ -13,6 +13,10 @@ const MEMORY_ALLOCATION: c_int = 207001;
 const UNINITIALIZE: c_int = 100001;
 /// `ACL_HOST_REG_MAPPED` for `aclrtHostRegisterV2`: the device maps the page, so it must be pinned.
 const REG_MAPPED: u32 = 0x2;
+/// `ACL_HOST_REG_MAPPED | ACL_HOST_REG_PINNED`.
+const REG_FLAGS: u32 = 0x1000_0002;
+/// `ACL_HOST_REGISTER_MAPPED`, the one `aclrtHostRegisterType`.
+const REGISTER_MAPPED: c_int = 0;
 
 type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type MallocCfgFn = unsafe extern "C" fn(*mut *mut c_void, u64, *mut c_void) -> c_int;
@@ -23,14 +27,14 @@ type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size),
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, true, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
+        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
     }
 }
 
 unsafe fn malloc_host_with_cfg(f: MallocCfgFn, ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, cfg),
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, true, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, cfg)),
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, cfg)),
     }
 }
 
@@ -38,14 +42,17 @@ unsafe fn malloc_host_with_cfg(f: MallocCfgFn, ptr: *mut *mut c_void, size: u64,
 unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, ty, dev),
-        Some(h) => h.register(Api::AclrtHostRegister, ptr, size as usize, false, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, ty, dev)),
+        Some(h) => {
+            let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, ty, dev))
+        }
     }
 }
 
 unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, flag),
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, flag & REG_MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || {
+        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, || {
             f(ptr, size, flag)
         }),
     }

@@ -8,7 +8,7 @@
 
 use super::{real, slots};
 use crate::api::{Api, Family};
-use crate::track::Hook;
+use crate::track::{Hook, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -19,6 +19,10 @@ const OUT_OF_MEMORY: c_int = 2;
 const NOT_INITIALIZED: c_int = 3;
 /// `CU_MEMHOSTALLOC_DEVICEMAP` and `CU_MEMHOSTREGISTER_DEVICEMAP`.
 const DEVICEMAP: c_uint = 2;
+/// `CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP | WRITECOMBINED`.
+const ALLOC_FLAGS: c_uint = 0x7;
+/// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
+const REGISTER_FLAGS: c_uint = 0xf;
 
 type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
 type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
@@ -31,35 +35,35 @@ type GetProcV2Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, 
 unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(pp, size, flags),
-        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, flags & DEVICEMAP == 0, SUCCESS, OUT_OF_MEMORY, || f(pp, size, flags)),
+        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || f(pp, size, flags)),
     }
 }
 
 unsafe fn alloc_host_v2(f: AllocHostFn, pp: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(pp, size),
-        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, true, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
+        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
     }
 }
 
 unsafe fn alloc_host_legacy(f: AllocHostLegacyFn, pp: *mut *mut c_void, size: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(pp, size),
-        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, true, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
+        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
     }
 }
 
 unsafe fn register_v2(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(p, size, flags),
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, flags & DEVICEMAP == 0, SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
     }
 }
 
 unsafe fn register_legacy(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(p, size, flags),
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, flags & DEVICEMAP == 0, SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
     }
 }
 

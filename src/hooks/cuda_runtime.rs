@@ -3,7 +3,7 @@
 
 use super::{real, slots};
 use crate::api::{Api, Family};
-use crate::track::Hook;
+use crate::track::{Hook, Request};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -15,6 +15,10 @@ const INITIALIZATION_ERROR: c_int = 3;
 /// `cudaHostAllocMapped` and `cudaHostRegisterMapped`: the device needs the page, so pageable
 /// memory cannot stand in for it.
 const MAPPED: c_uint = 2;
+/// `cudaHostAllocPortable | Mapped | WriteCombined`.
+const ALLOC_FLAGS: c_uint = 0x7;
+/// `cudaHostRegisterPortable | Mapped | IoMemory | ReadOnly`.
+const REGISTER_FLAGS: c_uint = 0xf;
 
 type AllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
 type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
@@ -24,21 +28,21 @@ type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size, flags),
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, flags & MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
+        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
     }
 }
 
 unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size),
-        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, true, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
+        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
     }
 }
 
 unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size, flags),
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, flags & MAPPED == 0, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
     }
 }
 

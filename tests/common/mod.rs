@@ -83,12 +83,16 @@ pub fn fixtures() -> &'static Fixtures {
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN/layered:$ORIGIN", "-lcudart", "-ldl"]);
             cc(&a);
+            let (o, f, l) = (d("race"), s("progs/race.c"), d(""));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl", "-ldl"]);
+            cc(&a);
             let (o, f) = (d("dlsym_check"), s("progs/dlsym_check.c"));
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-Wl,-rpath,$ORIGIN", "-ldl"]);
             cc(&a);
         }
-        for prog in ["scenario", "stress", "capi", "workload", "churn", "family"] {
+        for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths"] {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));
             a.extend(["-o", &o, &f]);

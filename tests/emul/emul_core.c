@@ -21,10 +21,17 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct emu_stats stats;
 static long fail_every = -1;
 static long call_no;
+static double fail_rate = -1;
+static uint64_t rate_no;
+
+/* Defined by a test program that wants one figure for every runtime (and its own mlock calls):
+ * the most ever pinned at once across all of them. */
+extern void emu_combined_add(int64_t bytes) __attribute__((weak));
 
 static size_t bucket(uintptr_t a) { return (a >> 12) * 2654435761u % BUCKETS; }
 
 static void bump_outstanding(int64_t bytes, int64_t count) {
+    if (emu_combined_add) emu_combined_add(bytes);
     int64_t now = __atomic_add_fetch(&stats.outstanding_bytes, bytes, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&stats.outstanding_count, count, __ATOMIC_SEQ_CST);
     int64_t max = __atomic_load_n(&stats.max_outstanding_bytes, __ATOMIC_SEQ_CST);
@@ -35,8 +42,28 @@ static void bump_outstanding(int64_t bytes, int64_t count) {
 
 static void count_failed(void) { __atomic_add_fetch(&stats.failed_calls, 1, __ATOMIC_SEQ_CST); }
 
-/* EMU_FAIL_EVERY=N makes every Nth pinning call fail as if the driver were out of memory. */
+static uint64_t splitmix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* EMU_FAIL_EVERY=N makes every Nth pinning call fail as if the driver were out of memory;
+ * EMU_FAIL_RATE=F (0 to 1) fails that fraction of them, pseudo-randomly. */
 static int inject_failure(void) {
+    if (fail_rate < 0) {
+        const char *r = getenv("EMU_FAIL_RATE");
+        double v = r ? atof(r) : 0;
+        fail_rate = v > 0 ? v : 0;
+    }
+    if (fail_rate > 0) {
+        uint64_t n = __atomic_add_fetch(&rate_no, 1, __ATOMIC_SEQ_CST);
+        if ((double)(splitmix(n) >> 11) / (double)(1ull << 53) < fail_rate) {
+            __atomic_add_fetch(&stats.injected_failures, 1, __ATOMIC_SEQ_CST);
+            return 1;
+        }
+    }
     if (fail_every < 0) {
         const char *e = getenv("EMU_FAIL_EVERY");
         long v = e ? atol(e) : 0;
@@ -95,14 +122,17 @@ static int table_remove(uintptr_t a, int owned, size_t *size) {
 }
 
 /* Pins size bytes for real. 0 on success. */
+/* Counted before the pages are locked and uncounted after they are unlocked, so the runtime's
+ * figures never under-state what it holds, even for an instant. */
 static int emu_pin_alloc(size_t size, void **out) {
     if (inject_failure()) return -1;
     size_t len = (size + 4095) & ~(size_t)4095;
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return -1;
-    if (mlock(p, len) != 0) { munmap(p, len); return -1; }
-    table_insert((uintptr_t)p, size, 1);
+    if (len < size) return -1;
     bump_outstanding((int64_t)size, 1);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) { bump_outstanding(-(int64_t)size, -1); return -1; }
+    if (mlock(p, len) != 0) { munmap(p, len); bump_outstanding(-(int64_t)size, -1); return -1; }
+    table_insert((uintptr_t)p, size, 1);
     __atomic_add_fetch(&stats.alloc_calls, 1, __ATOMIC_SEQ_CST);
     *out = p;
     return 0;
@@ -126,9 +156,9 @@ static int emu_register(void *p, size_t size) {
     if (inject_failure()) return -1;
     uintptr_t start = (uintptr_t)p & ~(uintptr_t)4095;
     uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
-    if (mlock((void *)start, end - start) != 0) return -1;
-    table_insert((uintptr_t)p, size, 0);
     bump_outstanding((int64_t)size, 1);
+    if (end < start || mlock((void *)start, end - start) != 0) { bump_outstanding(-(int64_t)size, -1); return -1; }
+    table_insert((uintptr_t)p, size, 0);
     __atomic_add_fetch(&stats.alloc_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }

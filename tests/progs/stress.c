@@ -22,7 +22,6 @@ static void *worker(void *arg) {
     long id = (long)arg;
     unsigned seed = (unsigned)id * 7919u + 1;
     void *held[4] = {0};
-    size_t held_size[4] = {0};
     for (int i = 0; i < pairs; i++) {
         int k = rand_r(&seed) % 4;
         if (held[k]) {
@@ -33,7 +32,7 @@ static void *worker(void *arg) {
         size_t size = 4096 * (1 + rand_r(&seed) % 16);
         void *p = NULL;
         int rc = (mixed && (id & 1)) ? aclrtMallocHost(&p, size) : cudaHostAlloc(&p, size, 0);
-        if (rc == 0) { held[k] = p; held_size[k] = size; done[id]++; }
+        if (rc == 0) { held[k] = p; done[id]++; }
         else { refused[id]++; refused_bytes[id] += size; }
     }
     for (int k = 0; k < 4; k++)

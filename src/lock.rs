@@ -1,0 +1,72 @@
+//! pinguard's mutex: a futex word and nothing else, so that a fork child can simply reset it.
+//!
+//! parking_lot keeps waiting threads in a process-wide table whose own locks a fork can leave
+//! held, and hands a contended lock to a waiter that does not exist in the child; std's mutex
+//! cannot be reset. This one is Drepper's three-state futex mutex ("Futexes Are Tricky").
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub struct FutexRaw(AtomicU32);
+
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+fn futex(word: &AtomicU32, op: libc::c_int, val: u32) {
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), op | libc::FUTEX_PRIVATE_FLAG, val, std::ptr::null::<libc::timespec>());
+    }
+}
+
+unsafe impl lock_api::RawMutex for FutexRaw {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: FutexRaw = FutexRaw(AtomicU32::new(UNLOCKED));
+    type GuardMarker = lock_api::GuardNoSend;
+
+    fn lock(&self) {
+        if self.0.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            return;
+        }
+        while self.0.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
+            futex(&self.0, libc::FUTEX_WAIT, CONTENDED);
+        }
+    }
+
+    fn try_lock(&self) -> bool {
+        self.0.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok()
+    }
+
+    unsafe fn unlock(&self) {
+        if self.0.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            futex(&self.0, libc::FUTEX_WAKE, 1);
+        }
+    }
+}
+
+impl FutexRaw {
+    /// In a fork child, after the parent's prepare handler took the lock: the child has no other
+    /// thread, so nobody to wake and nothing to hand over.
+    pub fn reset(&self) {
+        self.0.store(UNLOCKED, Ordering::Release);
+    }
+}
+
+pub type Mutex<T> = lock_api::Mutex<FutexRaw, T>;
+pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, FutexRaw, T>;
+
+/// Fork support for a static mutex: held from `prepare` to the parent's or the child's handler.
+pub fn hold<T>(m: &'static Mutex<T>) {
+    std::mem::forget(m.lock());
+}
+
+/// # Safety
+/// Only after `hold` on this mutex, in the fork handlers.
+pub unsafe fn release_in_parent<T>(m: &Mutex<T>) {
+    m.force_unlock();
+}
+
+/// # Safety
+/// Only after `hold` on this mutex, in the fork child's handler.
+pub unsafe fn release_in_child<T>(m: &Mutex<T>) {
+    m.raw().reset();
+}
