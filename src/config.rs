@@ -86,6 +86,8 @@ impl Config {
                 Some(v) => format!("{v:?}"),
                 None => "(not UTF-8)".to_string(),
             };
+            // One line, whatever the value or a parser's message holds.
+            let why: String = why.chars().flat_map(|ch| if ch.is_control() { ch.escape_debug().collect::<Vec<_>>() } else { vec![ch] }).collect();
             c.errors.push(format!("{name}={shown}: {why}; expected {forms}; {fallback}"));
         };
 
@@ -159,7 +161,7 @@ impl Config {
             if name.starts_with("PINGUARD_") && !KNOWN.contains(&name.as_str()) {
                 let near = KNOWN.iter().min_by_key(|k| edit_distance(k, name)).copied().unwrap_or("");
                 let shown = value.as_deref().unwrap_or("(not UTF-8)");
-                c.errors.push(format!("{name}={shown:?} is not a pinguard variable (did you mean {near}?); ignored"));
+                c.errors.push(format!("{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored", name.escape_debug()));
             }
         }
         c
@@ -175,7 +177,7 @@ fn check_template(t: &str) -> Result<(), String> {
         if ch == '%' {
             match chars.next() {
                 Some('p' | 'e' | 'h' | 't' | '%') => {}
-                Some(o) => return Err(format!("unknown escape %{o}")),
+                Some(o) => return Err(format!("unknown escape {:?}", format!("%{o}"))),
                 None => return Err("ends with a lone %".into()),
             }
         }

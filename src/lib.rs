@@ -6,7 +6,7 @@
 //! (`resolve`) or the `pageable` fallback, and records the outcome in the `ledger`. `report`
 //! turns the ledger into JSON (`symbolize` resolves addresses then, and only then).
 
-#![cfg_attr(test, allow(dead_code))] // the unit tests build without the hooks
+#![cfg_attr(any(test, feature = "fuzzing"), allow(dead_code))] // built without the hooks
 
 mod api;
 mod budget;
@@ -16,8 +16,10 @@ mod config;
 mod dl;
 mod gate;
 mod guard;
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "fuzzing")))]
 mod hooks;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod kernel;
 mod ledger;
 mod lifecycle;

@@ -19,7 +19,7 @@ static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 
 /// The constructor. It runs after the constructors of libraries loaded before pinguard, which may
 /// already pin: the hooks therefore also initialise lazily.
-#[cfg(not(test))]
+#[cfg(not(any(test, feature = "fuzzing")))]
 #[used]
 #[link_section = ".init_array"]
 static CONSTRUCTOR: extern "C" fn() = constructor;

@@ -74,6 +74,17 @@ impl Hook {
         Some(Hook { _reentry: reentry, entry_errno, cfg })
     }
 
+    /// A call pinguard does not account (no out-pointer, nothing to pin): the runtime answers,
+    /// and a failure still counts as one.
+    fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
+        if rc != ok {
+            let err = guard::errno();
+            quiet(|| ledger::count_failed(api));
+            guard::set_errno(err);
+        }
+        rc
+    }
+
     fn site(&self) -> &'static Callsite {
         let mut frames = [0usize; stack::MAX_FRAMES];
         let n = stack::capture(self.cfg.depth as usize, &mut frames);
@@ -123,7 +134,7 @@ impl Hook {
         real: impl FnOnce() -> R,
     ) -> R {
         if out.is_null() || size == 0 {
-            return real(); // the runtime's own answer; nothing gets pinned
+            return self.untracked(api, ok, real()); // the runtime's own answer; nothing gets pinned
         }
         let bytes = size as u64;
         let Some((site, admission)) = quiet(|| {
@@ -185,7 +196,7 @@ impl Hook {
         real: impl FnOnce() -> R,
     ) -> R {
         if addr.is_null() || size == 0 {
-            return real();
+            return self.untracked(api, ok, real());
         }
         let bytes = size as u64;
         let Some((site, admission)) = quiet(|| {
@@ -237,7 +248,7 @@ impl Hook {
         real: impl FnOnce() -> R,
     ) -> R {
         if addr.is_null() {
-            return real();
+            return self.untracked(api, ok, real());
         }
         let taken = quiet(|| ledger::take(addr as usize, |a| frees.contains(&a))).flatten();
         match taken {
@@ -297,14 +308,14 @@ impl Hook {
     /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
     pub fn lock_range(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> c_int) -> c_int {
         let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
-            return real();
+            return self.untracked(api, 0, real());
         };
         let Some(site) = quiet(|| self.site()) else { return real() };
         let mut locked = ledger::locked();
         let gaps = locked.ranges.gaps(start, end);
         let new: u64 = gaps.iter().map(|(s, e)| (e - s) as u64).sum();
         if new == 0 {
-            return real();
+            return self.untracked(api, 0, real()); // every page is locked already
         }
         let Some(admission) = quiet(|| self.admit(api, new, site, Request::Pageable)) else { return real() };
         match admission {

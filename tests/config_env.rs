@@ -43,7 +43,7 @@ fn bad_report_template_falls_back_to_the_default_in_the_working_directory() {
     let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", "%q/x.json")]);
     assert!(r.success());
     let lines = pinguard_lines(&r.stderr);
-    assert!(lines.iter().any(|l| l.contains("PINGUARD_REPORT") && l.contains("unknown escape %q")), "{}", r.stderr);
+    assert!(lines.iter().any(|l| l.contains("PINGUARD_REPORT") && l.contains("unknown escape \"%q\"")), "{}", r.stderr);
     let pid = r.out.status.code().map(|_| ()).and(Some(()));
     assert!(pid.is_some());
     let files = reports_in(&r.report_dir);

@@ -94,6 +94,15 @@ int main(int argc, char **argv) {
             p = page_buffer(x);
             rc = cudaHostRegister(p, x, (unsigned)y);
             slot = put(p, x);
+        } else if (!strcmp(op, "cuda_alloc_null")) {
+            rc = cudaHostAlloc(NULL, x, (unsigned)y);
+        } else if (!strcmp(op, "acl_malloc_null")) {
+            rc = aclrtMallocHost(NULL, x);
+        } else if (!strcmp(op, "acl_register_badtype")) {
+            void *dev = NULL;
+            p = page_buffer(x);
+            rc = aclrtHostRegister(p, x, 7, &dev);
+            slot = put(p, x);
         } else if (!strcmp(op, "cuda_free")) {
             rc = cudaFreeHost(slots[x]);
         } else if (!strcmp(op, "cuda_unregister")) {
