@@ -232,7 +232,7 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     let cfg = lifecycle::config().ok_or("pinguard is disabled")?;
     if path.is_none() && kernel::secure_mode() {
-        return Err("not written: secure-mode (setuid) process, PINGUARD_REPORT is ignored".into());
+        return Err("secure-mode (setuid) process: PINGUARD_REPORT is ignored".into());
     }
     while FORK_WAITING.load(Ordering::Relaxed) {
         std::thread::yield_now();

@@ -208,3 +208,14 @@ pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
 pub fn pinguard_lines(stderr: &str) -> Vec<&str> {
     stderr.lines().filter(|l| l.starts_with("pinguard")).collect()
 }
+
+/// Whether `program` can be run. Tests of third-party programs skip (loudly) without them, except
+/// under `.ci/run`, which installs them and sets PINGUARD_TEST_REQUIRE_ALL=1 so nothing is skipped.
+pub fn have(program: &str, why: &str) -> bool {
+    let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(std::env::var_os("PINGUARD_TEST_REQUIRE_ALL").is_none(), "{program} is required here ({why})");
+        eprintln!("SKIPPED: {program} is not installed ({why}); .ci/run installs it");
+    }
+    found
+}

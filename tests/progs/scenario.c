@@ -78,8 +78,8 @@ int main(int argc, char **argv) {
     long vmlck0 = vmlck();
     for (int i = 1; i < argc; i++) {
         char op[64] = {0};
-        char a[64] = {0}, b[64] = {0};
-        sscanf(argv[i], "%63[^:]:%63[^:]:%63s", op, a, b);
+        char a[1024] = {0}, b[64] = {0};
+        sscanf(argv[i], "%63[^:]:%1023[^:]:%63s", op, a, b);
         unsigned long x = strtoul(a, NULL, 0), y = strtoul(b, NULL, 0);
         void *p = NULL;
         int rc = 0, slot = -1;

@@ -1,0 +1,96 @@
+//! Report files in hostile places: a setuid process ignores `PINGUARD_REPORT`, and processes
+//! writing the same path never leave a torn file. (A planted symlink: tests/report.rs.)
+
+mod common;
+use common::*;
+use std::process::Command;
+use std::time::Duration;
+
+/// A copy of the library in a system directory, setuid, as glibc requires for preloading into a
+/// secure-mode process; removed again on drop.
+struct SystemCopy(std::path::PathBuf);
+impl Drop for SystemCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+#[test]
+fn a_setuid_process_writes_no_report_where_the_environment_says() {
+    extern "C" {
+        fn geteuid() -> u32;
+    }
+    if unsafe { geteuid() } != 0 || Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: needs root and setpriv to make a setuid program (CI has both)");
+        return;
+    }
+    let libdir = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64"]
+        .into_iter()
+        .find(|d| std::path::Path::new(d).join("libc.so.6").exists())
+        .expect("a system library directory");
+    let name = format!("libpinguard-securetest-{}.so", std::process::id());
+    let copy = SystemCopy(std::path::Path::new(libdir).join(&name));
+    std::fs::copy(&fixtures().lib, &copy.0).unwrap();
+    let dir = fresh_dir("setuid");
+    let prog = dir.join("capi");
+    let out_dir = dir.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let ok = Command::new("cc").args(["-o", prog.to_str().unwrap()]).arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/capi.c")).status().unwrap();
+    assert!(ok.success());
+    let chmod = |p: &std::path::Path, mode: &str| assert!(Command::new("chmod").args([mode, p.to_str().unwrap()]).status().unwrap().success());
+    chmod(&copy.0, "4755");
+    chmod(&prog, "4755");
+    chmod(&dir, "755");
+    chmod(&out_dir, "777");
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+        .arg(format!("LD_PRELOAD={name}"))
+        .arg(format!("PINGUARD_REPORT={}/r.%p.json", out_dir.display()))
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stdout.contains("live=8192"), "pinguard was loaded into the setuid process: {stdout}\n{stderr}");
+    assert!(stdout.contains("write=-1"), "the C API with the template refuses too: {stdout}");
+    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0, "nothing written where the environment said");
+    assert!(stderr.contains("secure-mode"), "{stderr}");
+}
+
+#[test]
+fn processes_writing_one_path_never_leave_a_torn_file() {
+    let f = fixtures();
+    let dir = fresh_dir("same-path");
+    let path = dir.join("shared.json");
+    let op = format!("report:{}", path.display());
+    let args: Vec<&str> = std::iter::once("cuda_alloc:4096").chain(std::iter::repeat(op.as_str()).take(40)).collect();
+    let spawn = || {
+        Command::new(f.dir.join("scenario"))
+            .args(&args)
+            .env("LD_PRELOAD", &f.lib)
+            .env("PINGUARD_REPORT", dir.join("exit.%p.json"))
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    let mut reads = 0;
+    let mut pids = std::collections::BTreeSet::new();
+    loop {
+        let done = a.try_wait().unwrap().is_some() && b.try_wait().unwrap().is_some();
+        if let Ok(text) = std::fs::read(&path) {
+            let r: serde_json::Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("torn read #{reads}: {e}"));
+            assert_eq!(r["reason"], "request");
+            pids.insert(r["process"]["pid"].as_u64().unwrap());
+            reads += 1;
+        }
+        if done {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(reads > 20, "the file was read while being rewritten ({reads} reads)");
+    assert_eq!(pids.len(), 2, "both processes wrote it");
+    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
