@@ -31,7 +31,11 @@ fn a_setuid_process_writes_no_report_where_the_environment_says() {
     let name = format!("libpinguard-securetest-{}.so", std::process::id());
     let copy = SystemCopy(std::path::Path::new(libdir).join(&name));
     std::fs::copy(&fixtures().lib, &copy.0).unwrap();
-    let dir = fresh_dir("setuid");
+    // Somewhere `nobody` can reach: the build tree may sit under a private directory.
+    let dir = std::env::temp_dir().join(format!("pinguard-setuid-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let _cleanup = SystemCopy(dir.join("capi"));
     let prog = dir.join("capi");
     let out_dir = dir.join("out");
     std::fs::create_dir(&out_dir).unwrap();
@@ -55,6 +59,7 @@ fn a_setuid_process_writes_no_report_where_the_environment_says() {
     assert!(stdout.contains("write=-1"), "the C API with the template refuses too: {stdout}");
     assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0, "nothing written where the environment said");
     assert!(stderr.contains("secure-mode"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
