@@ -210,11 +210,11 @@ pub fn pinguard_lines(stderr: &str) -> Vec<&str> {
 }
 
 /// Whether `program` can be run. Tests of third-party programs skip (loudly) without them, except
-/// under `.ci/run`, which installs them and sets PINGUARD_TEST_REQUIRE_ALL=1 so nothing is skipped.
+/// under `.ci/run`, which installs them and sets PGTEST_REQUIRE_ALL=1 so nothing is skipped.
 pub fn have(program: &str, why: &str) -> bool {
     let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
     if !found {
-        assert!(std::env::var_os("PINGUARD_TEST_REQUIRE_ALL").is_none(), "{program} is required here ({why})");
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{program} is required here ({why})");
         eprintln!("SKIPPED: {program} is not installed ({why}); .ci/run installs it");
     }
     found
