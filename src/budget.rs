@@ -21,9 +21,21 @@ pub fn limit() -> Option<u64> {
     }
 }
 
+/// Takes `bytes` if they fit the process budget and the group's (when there is one).
+pub fn try_reserve(bytes: u64) -> bool {
+    if !try_reserve_process(bytes) {
+        return false;
+    }
+    if !crate::group::reserve(bytes, false) {
+        release_process(bytes);
+        return false;
+    }
+    true
+}
+
 /// Takes `bytes` if they fit. A compare-and-swap loop rather than add-then-roll-back: two racing
 /// threads near the limit must not both be refused when one of them fits.
-pub fn try_reserve(bytes: u64) -> bool {
+fn try_reserve_process(bytes: u64) -> bool {
     let limit = LIMIT.load(Ordering::Relaxed);
     if limit == NONE {
         // No budget: nothing to refuse, whatever the size (SIZE_MAX is the runtime's to reject).
@@ -46,9 +58,15 @@ pub fn try_reserve(bytes: u64) -> bool {
 /// Takes `bytes` whatever the limit (`warn`, and what the kernel reports after `mlockall`).
 pub fn force(bytes: u64) {
     let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
+    crate::group::reserve(bytes, true);
 }
 
 pub fn release(bytes: u64) {
+    release_process(bytes);
+    crate::group::release(bytes);
+}
+
+fn release_process(bytes: u64) {
     // Saturating: a miscount must never wrap into "everything is over budget".
     let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));
 }

@@ -35,6 +35,9 @@ pub const KNOWN: &[&str] = &[
     "PINGUARD_HOOKS",
     "PINGUARD_LOG",
     "PINGUARD_DISABLE",
+    "PINGUARD_GROUP",
+    "PINGUARD_GROUP_BUDGET",
+    "PINGUARD_METRICS",
 ];
 
 #[derive(Clone, Debug)]
@@ -49,6 +52,11 @@ pub struct Config {
     pub hooks: u8,
     pub log: String,
     pub disabled: bool,
+    /// `PINGUARD_GROUP`, and its budget (`PINGUARD_GROUP_BUDGET`).
+    pub group: Option<String>,
+    pub group_budget: Option<u64>,
+    /// `PINGUARD_METRICS`: where the Prometheus text file goes.
+    pub metrics: Option<String>,
     /// One line per rejected variable, as printed on stderr.
     pub errors: Vec<String>,
 }
@@ -65,6 +73,9 @@ impl Default for Config {
             hooks: Family::ALL.iter().fold(0, |m, f| m | f.bit()),
             log: "warn".into(),
             disabled: false,
+            group: None,
+            group_budget: None,
+            metrics: None,
             errors: Vec::new(),
         }
     }
@@ -155,6 +166,33 @@ impl Config {
                 Some(Ok(_)) => c.log = v.unwrap_or("warn").to_string(),
                 Some(Err(e)) => bad(&mut c, "PINGUARD_LOG", v, &e.to_string(), "a filter such as warn, info or pinguard=debug", "using warn"),
                 None => bad(&mut c, "PINGUARD_LOG", v, "not UTF-8", "a filter", "using warn"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_GROUP") {
+            match v.map(str::trim) {
+                Some(n) if pinguard_report::group::valid_name(n) => c.group = Some(n.to_string()),
+                _ => bad(&mut c, "PINGUARD_GROUP", v, "not a group name", "up to 64 letters, digits, '.', '_' or '-'", "no group budget"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_GROUP_BUDGET") {
+            let parsed = v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec);
+            match parsed {
+                Ok(SizeSpec::Bytes(b)) => c.group_budget = Some(b),
+                Ok(SizeSpec::Percent(p)) => match sys.memory_limit() {
+                    Some(total) => c.group_budget = Some((total as f64 * p / 100.0) as u64),
+                    None => bad(&mut c, "PINGUARD_GROUP_BUDGET", v, "no memory limit or MemTotal to take a percentage of", "bytes", "no group budget"),
+                },
+                Err(e) => bad(&mut c, "PINGUARD_GROUP_BUDGET", v, &e, &format!("{} or N%", units::SIZE_FORMS), "no group budget"),
+            }
+            if c.group.is_none() && !c.errors.iter().any(|e| e.starts_with("PINGUARD_GROUP")) {
+                c.errors.push("PINGUARD_GROUP_BUDGET is set without PINGUARD_GROUP; ignored".into());
+            }
+        }
+        if let Some(v) = get("PINGUARD_METRICS") {
+            match v.map(check_template) {
+                Some(Ok(())) => c.metrics = v.map(str::to_string),
+                Some(Err(e)) => bad(&mut c, "PINGUARD_METRICS", v, &e, "a path with %p, %e, %h, %t or %%", "no metrics file"),
+                None => bad(&mut c, "PINGUARD_METRICS", v, "not UTF-8", "a path", "no metrics file"),
             }
         }
         for (name, value) in vars {

@@ -49,6 +49,7 @@ struct Counters {
 
 #[derive(Default)]
 struct ApiCounters {
+    peak_live_bytes: AtomicU64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
     live_count: AtomicI64,
@@ -78,6 +79,7 @@ static TOTALS: Counters = Counters {
 
 static APIS: [ApiCounters; Api::COUNT] = [const {
     ApiCounters {
+        peak_live_bytes: AtomicU64::new(0),
         alloc_count: AtomicU64::new(0),
         alloc_bytes: AtomicU64::new(0),
         live_count: AtomicI64::new(0),
@@ -153,7 +155,10 @@ pub fn live_delta(api: Api, site: &'static Callsite, bytes: i64, count: i64) {
         TOTALS.peak_live_bytes.fetch_max(now.max(0) as u64, Relaxed);
     }
     let a = &APIS[api as usize];
-    a.live_bytes.fetch_add(bytes, Relaxed);
+    let api_now = a.live_bytes.fetch_add(bytes, Relaxed) + bytes;
+    if bytes > 0 {
+        a.peak_live_bytes.fetch_max(api_now.max(0) as u64, Relaxed);
+    }
     a.live_count.fetch_add(count, Relaxed);
     site.add_live(bytes, count);
     timeline_tick(now.max(0) as u64);
@@ -195,6 +200,7 @@ pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
     APIS[api as usize].denied_count.fetch_add(1, Relaxed);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
+    crate::group::note_denied();
     event(EventKind::Denied, api, bytes, site);
 }
 
@@ -206,6 +212,7 @@ pub fn count_downgraded(api: Api, site: &'static Callsite, bytes: u64) {
     APIS[api as usize].downgraded_count.fetch_add(1, Relaxed);
     site.downgraded_count.fetch_add(1, Relaxed);
     site.note_api(api);
+    crate::group::note_downgraded();
     event(EventKind::Downgraded, api, bytes, site);
 }
 
@@ -274,6 +281,7 @@ pub fn apis() -> Vec<(Api, ApiStats)> {
                     alloc_bytes: a.alloc_bytes.load(Relaxed),
                     live_count: a.live_count.load(Relaxed).max(0) as u64,
                     live_bytes: a.live_bytes.load(Relaxed).max(0) as u64,
+                    peak_live_bytes: a.peak_live_bytes.load(Relaxed),
                     failed_count: a.failed_count.load(Relaxed),
                     denied_count: a.denied_count.load(Relaxed),
                     downgraded_count: a.downgraded_count.load(Relaxed),
@@ -433,7 +441,7 @@ fn reset_counters() {
         for c in [&a.live_count, &a.live_bytes] {
             c.store(0, Relaxed);
         }
-        for c in [&a.alloc_count, &a.alloc_bytes, &a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
+        for c in [&a.peak_live_bytes, &a.alloc_count, &a.alloc_bytes, &a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
             c.store(0, Relaxed);
         }
     }

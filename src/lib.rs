@@ -15,6 +15,7 @@ mod capi;
 mod config;
 mod dl;
 mod gate;
+mod group;
 mod guard;
 #[cfg(not(any(test, feature = "fuzzing")))]
 mod hooks;
@@ -25,6 +26,7 @@ mod ledger;
 mod lifecycle;
 mod lock;
 mod log;
+mod metrics;
 mod pageable;
 mod ranges;
 mod report;

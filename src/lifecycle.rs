@@ -60,7 +60,10 @@ fn init() -> bool {
             k.starts_with("PINGUARD_").then(|| (k, v.into_string().ok()))
         })
         .collect();
-    let cfg = Config::from_vars(&vars, &kernel::Host);
+    let mut cfg = Config::from_vars(&vars, &kernel::Host);
+    if let (Some(name), false) = (cfg.group.clone(), cfg.disabled) {
+        crate::group::init(&name, cfg.group_budget, &mut cfg.errors);
+    }
     for e in &cfg.errors {
         log::write_stderr(&format!("pinguard: {e}\n"));
     }
@@ -128,6 +131,12 @@ fn exit_report() {
     } else {
         report::exiting();
     }
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(cfg) = CONFIG.get() {
+            crate::metrics::write(cfg);
+        }
+        crate::group::leave();
+    });
 }
 
 /// From the `_exit`/`_Exit` hooks. A signal handler that calls `_exit` may have interrupted code
@@ -196,5 +205,6 @@ extern "C" fn fork_child() {
     budget::reset();
     guard::forget_tid();
     crate::reporter::after_fork_child(CONFIG.get());
+    crate::group::after_fork_child();
     START_MS.store(guard::unix_ms(), Ordering::Relaxed);
 }

@@ -193,6 +193,13 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         totals,
         apis,
         kernel: schema::Kernel { vm_lck_bytes: status.vm_lck, vm_pin_bytes: status.vm_pin, rlimit_memlock_bytes: kernel::rlimit_memlock() },
+        group: crate::group::snapshot().map(|g| schema::Group {
+            name: g.name,
+            budget_bytes: g.budget,
+            used_bytes: g.used,
+            peak_bytes: g.peak,
+            members: g.members as u64,
+        }),
         modules: sym.modules(),
         callsites,
         live,
@@ -205,7 +212,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
 
 /// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
 /// a private temporary file in the same directory (never followed through a symlink), renamed.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -277,10 +284,14 @@ pub fn exiting() {
 pub fn write_exit() {
     let written = write(Reason::Exit, None);
     let t = ledger::totals();
-    let budget = match budget::limit() {
+    let mut budget = match budget::limit() {
         Some(b) => format!("budget {}", format_bytes(b)),
         None => "no budget".to_string(),
     };
+    if let Some(g) = crate::group::snapshot() {
+        let gb = g.budget.map(format_bytes).unwrap_or_else(|| "no budget".into());
+        budget.push_str(&format!("; group {} {} of {gb} in {} processes", g.name, format_bytes(g.used), g.members));
+    }
     let whereto = match &written {
         Ok(p) => format!("report: {}", p.display()),
         Err(e) => format!("report not written: {e}"),

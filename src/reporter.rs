@@ -140,6 +140,7 @@ fn run(cfg: &'static Config) {
             if let Err(e) = std::panic::catch_unwind(|| report::write(reason, None)).unwrap_or(Err("panicked".into())) {
                 tracing::debug!("{reason:?} report not written: {e}");
             }
+            let _ = std::panic::catch_unwind(|| crate::metrics::write(cfg));
         }
     }
 }

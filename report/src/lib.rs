@@ -3,6 +3,7 @@
 //! Both sides use these types, so a key can never drift between writer and reader. The key set is
 //! a contract (`DESIGN.md`, "The report"): keys may be added, never renamed.
 
+pub mod group;
 pub mod units;
 pub mod view;
 
@@ -97,6 +98,8 @@ pub struct Totals {
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiStats {
+    #[serde(default)]
+    pub peak_live_bytes: u64,
     pub alloc_count: u64,
     pub alloc_bytes: u64,
     pub live_count: u64,
@@ -114,6 +117,15 @@ pub struct Kernel {
     pub vm_lck_bytes: Option<u64>,
     pub vm_pin_bytes: Option<u64>,
     pub rlimit_memlock_bytes: Option<u64>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Group {
+    pub name: String,
+    pub budget_bytes: Option<u64>,
+    pub used_bytes: u64,
+    pub peak_bytes: u64,
+    pub members: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -191,6 +203,9 @@ pub struct Report {
     pub totals: Totals,
     pub apis: BTreeMap<String, ApiStats>,
     pub kernel: Kernel,
+    /// The shared budget this process belongs to (`PINGUARD_GROUP`), as it stood at the write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<Group>,
     pub modules: Vec<Module>,
     pub callsites: Vec<Callsite>,
     pub live: Vec<Live>,

@@ -87,6 +87,10 @@ pub fn fixtures() -> &'static Fixtures {
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl", "-ldl"]);
             cc(&a);
+            let (o, f, l) = (d("group_worker"), s("progs/group_worker.c"), d(""));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl"]);
+            cc(&a);
             let (o, f) = (d("dlsym_check"), s("progs/dlsym_check.c"));
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-Wl,-rpath,$ORIGIN", "-ldl"]);

@@ -1,0 +1,206 @@
+//! A pinned budget shared by the processes of a group through a ledger in shared memory, and the
+//! Prometheus metrics file.
+
+mod common;
+use common::*;
+use pinguard_report::group::{self as layout, Header};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+/// A group name no other test run uses, and its ledger removed before and after.
+struct Group(String);
+impl Group {
+    fn new(tag: &str) -> Group {
+        let g = Group(format!("test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_file(g.path());
+        g
+    }
+    fn path(&self) -> String {
+        layout::path(&self.0)
+    }
+    fn read_u64(&self, offset: usize) -> u64 {
+        let b = std::fs::read(self.path()).unwrap();
+        u64::from_ne_bytes(b[offset..offset + 8].try_into().unwrap())
+    }
+    fn used(&self) -> u64 {
+        self.read_u64(std::mem::offset_of!(Header, used))
+    }
+}
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.path());
+    }
+}
+
+#[test]
+fn eight_processes_of_four_threads_share_one_budget_exactly() {
+    let f = fixtures();
+    let g = Group::new("race");
+    let budget: i64 = 512 * 1024;
+    let dir = fresh_dir("group-race");
+    let counter = dir.join("counter");
+    std::fs::write(&counter, [0u8; 16]).unwrap();
+    let children: Vec<_> = (0..8)
+        .map(|_| {
+            Command::new(f.dir.join("group_worker"))
+                .args(["4", "1500"])
+                .env("LD_PRELOAD", &f.lib)
+                .env("PINGUARD_GROUP", &g.0)
+                .env("PINGUARD_GROUP_BUDGET", budget.to_string())
+                .env("PINGUARD_DEPTH", "4")
+                .env("PINGUARD_REPORT", dir.join("r.%p.json"))
+                .env("EMU_SHARED_COUNTER", &counter)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut refused = 0;
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let line = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| l.strip_prefix("STATS ").map(str::to_string)).unwrap();
+        refused += serde_json::from_str::<serde_json::Value>(&line).unwrap()["refused"].as_i64().unwrap();
+    }
+    let c = std::fs::read(&counter).unwrap();
+    let (now, max) = (i64::from_ne_bytes(c[0..8].try_into().unwrap()), i64::from_ne_bytes(c[8..16].try_into().unwrap()));
+    assert!(max <= budget, "the group's runtimes held {max} bytes at once, over the {budget}-byte budget");
+    assert!(max > budget / 2, "the budget was never approached ({max})");
+    assert!(refused > 0, "nothing refused: the test proves nothing");
+    assert_eq!(now, 0);
+    assert_eq!(g.used(), 0, "the shared ledger ends at zero");
+    let mut denied = 0;
+    for p in reports_in(&dir) {
+        let r = read_json(&p);
+        assert_eq!(r["group"]["name"], g.0.as_str());
+        assert_eq!(r["group"]["budget_bytes"], budget);
+        assert!(r["group"]["peak_bytes"].as_i64().unwrap() <= budget);
+        denied += r["totals"]["denied_count"].as_i64().unwrap();
+    }
+    assert_eq!(denied, refused, "every refusal was the group budget's");
+}
+
+fn spawn_holder(g: &Group) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let f = fixtures();
+    let mut child = Command::new(f.dir.join("churn"))
+        .env("LD_PRELOAD", &f.lib)
+        .env("PINGUARD_GROUP", &g.0)
+        .env("PINGUARD_GROUP_BUDGET", "100K")
+        .env("PINGUARD_REPORT", fresh_dir("holder").join("r.%p.json"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    (child, out)
+}
+
+#[test]
+fn a_member_killed_with_sigkill_has_its_bytes_reclaimed() {
+    let g = Group::new("kill");
+    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "100K")];
+    let (mut holder, _out) = spawn_holder(&g); // keeps 64 KiB pinned
+    let r = run("scenario", &["cuda_alloc:65536"], &env);
+    assert_eq!(r.rc("cuda_alloc:65536"), 2, "the live holder's 64 KiB leave no room");
+    holder.kill().unwrap(); // SIGKILL: no exit handler runs
+    holder.wait().unwrap();
+    assert!(g.used() >= 65536, "the dead member's bytes are still booked");
+    let r = run("scenario", &["cuda_alloc:65536"], &env);
+    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the next member reclaims them: {}", r.stderr);
+    assert_eq!(g.used(), 0, "and leaves at exit");
+}
+
+#[test]
+fn a_reused_pid_is_not_mistaken_for_the_member() {
+    let g = Group::new("reuse");
+    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "100K")];
+    let r = run("scenario", &["cuda_alloc:4096"], &env); // creates the ledger
+    assert_eq!(r.rc("cuda_alloc:4096"), 0);
+    // A member entry whose pid is alive (this test's) but whose start time is not its own: the
+    // process it described is gone and its pid was reused.
+    let mut b = std::fs::read(g.path()).unwrap();
+    let members = std::mem::offset_of!(Header, members);
+    let used = std::mem::offset_of!(Header, used);
+    b[members..members + 4].copy_from_slice(&std::process::id().to_ne_bytes());
+    b[members + 8..members + 16].copy_from_slice(&1u64.to_ne_bytes()); // start_ticks
+    b[members + 16..members + 24].copy_from_slice(&(90u64 * 1024).to_ne_bytes()); // bytes
+    b[used..used + 8].copy_from_slice(&(90u64 * 1024).to_ne_bytes());
+    std::fs::write(g.path(), &b).unwrap();
+    let r = run("scenario", &["cuda_alloc:65536"], &env);
+    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the stale entry is reclaimed: {}", r.stderr);
+    assert_eq!(g.used(), 0);
+}
+
+#[test]
+fn a_bad_ledger_is_refused_and_the_process_runs_on_its_own_budget() {
+    let g = Group::new("bad");
+    let good_size = layout::SIZE;
+    let mut versioned = vec![0u8; good_size];
+    versioned[..8].copy_from_slice(&layout::MAGIC);
+    versioned[8..12].copy_from_slice(&7u32.to_ne_bytes());
+    let garbage: Vec<u8> = (0..good_size).map(|i| (i * 7919 % 251) as u8).collect();
+    for (what, bytes, why) in [("short", vec![1u8; 100], "is 100 bytes"), ("version", versioned, "version 7"), ("garbage", garbage, "bad magic")] {
+        std::fs::write(g.path(), &bytes).unwrap();
+        let r = run("scenario", &["cuda_alloc:65536"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")]);
+        assert_eq!(r.rc("cuda_alloc:65536"), 0, "{what}: the group budget is not in force");
+        let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_GROUP=")).collect();
+        assert_eq!(lines.len(), 1, "{what}: {}", r.stderr);
+        assert!(lines[0].contains(why) && lines[0].contains("process budget only"), "{what}: {}", lines[0]);
+        let rep = r.report();
+        assert!(rep.get("group").is_none());
+        assert_eq!(rep["config"]["budget_bytes"], 1 << 20);
+        assert_eq!(std::fs::read(g.path()).unwrap(), bytes, "{what}: the file is left alone");
+    }
+}
+
+#[test]
+fn metrics_file_parses_with_a_real_prometheus_parser() {
+    let python = ["/usr/bin/python3", "python3"].into_iter().find(|p| {
+        Command::new(p).args(["-c", "import prometheus_client"]).output().is_ok_and(|o| o.status.success())
+    });
+    let Some(python) = python else {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "prometheus_client is required here");
+        eprintln!("SKIPPED: no Python with prometheus_client (.ci/run installs python3-prometheus-client)");
+        return;
+    };
+    let g = Group::new("metrics");
+    let dir = fresh_dir("metrics");
+    let metrics = dir.join("m.prom");
+    let r = run(
+        "scenario",
+        &["cuda_alloc:8192", "acl_malloc:4096", "cuda_alloc:65536", "mlock:0:1"],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M"), ("PINGUARD_BUDGET", "32K"), ("PINGUARD_METRICS", metrics.to_str().unwrap())],
+    );
+    assert!(r.success());
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let script = r#"
+import sys, json
+from prometheus_client.parser import text_string_to_metric_families
+out = {}
+for fam in text_string_to_metric_families(open(sys.argv[1]).read()):
+    for s in fam.samples:
+        out.setdefault(fam.name + ":" + fam.type, []).append([s.name, s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let out = Command::new(python).args(["-c", script]).arg(&files[0]).output().unwrap();
+    assert!(out.status.success(), "the parser rejected the file: {}\n{}", String::from_utf8_lossy(&out.stderr), std::fs::read_to_string(&files[0]).unwrap());
+    let fams: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let value = |fam: &str, api: Option<&str>| -> f64 {
+        fams[fam].as_array().unwrap_or_else(|| panic!("no {fam}: {fams}")).iter()
+            .find(|s| api.is_none_or(|a| s[1]["api"] == a))
+            .map(|s| { assert!(s[1]["pid"].is_string() && s[1]["exe"] == "scenario"); s[2].as_f64().unwrap() })
+            .unwrap_or_else(|| panic!("no {fam} for {api:?}"))
+    };
+    assert_eq!(value("pinguard_pinned_bytes:gauge", Some("cudaHostAlloc")), 8192.0);
+    assert_eq!(value("pinguard_pinned_bytes:gauge", Some("mlock")), 4096.0);
+    assert_eq!(value("pinguard_denied:counter", Some("cudaHostAlloc")), 1.0);
+    assert_eq!(value("pinguard_downgraded:counter", Some("aclrtMallocHost")), 0.0);
+    assert_eq!(value("pinguard_budget_bytes:gauge", None), 32768.0);
+    assert_eq!(value("pinguard_process_pinned_bytes:gauge", None), 16384.0);
+    assert_eq!(value("pinguard_group_budget_bytes:gauge", None), 1048576.0);
+    assert_eq!(value("pinguard_group_members:gauge", None), 1.0);
+    assert_eq!(value("pinguard_group_pinned_bytes:gauge", None), 16384.0);
+}
