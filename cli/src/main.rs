@@ -11,6 +11,7 @@ mod out;
 mod plot;
 mod report;
 mod run;
+mod top;
 
 use clap::{Parser, Subcommand};
 use pinguard_report::units;
@@ -110,6 +111,22 @@ enum Cmd {
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
+    /// A live view of a group (its shared ledger) or a directory of metrics files: processes by
+    /// pinned bytes, budget use, refusals.
+    Top {
+        /// The group's name (PINGUARD_GROUP).
+        #[arg(long, conflicts_with = "metrics", required_unless_present = "metrics")]
+        group: Option<String>,
+        /// A directory of PINGUARD_METRICS files.
+        #[arg(long)]
+        metrics: Option<PathBuf>,
+        /// Print once and exit (for scripts).
+        #[arg(long)]
+        once: bool,
+        /// Refresh interval.
+        #[arg(long, default_value = "1s", value_parser = duration)]
+        interval: String,
+    },
     /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
     Plot {
         #[arg(short, long, value_name = "OUT.svg")]
@@ -187,6 +204,22 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+        Cmd::Top { group, metrics, once, interval } => {
+            let every = std::time::Duration::from_millis(units::parse_duration_ms(&interval).unwrap_or(1000));
+            let source = match (&group, &metrics) {
+                (Some(g), _) if !pinguard_report::group::valid_name(g) => {
+                    eprintln!("pinguard top: {g:?} is not a group name (letters, digits, '.', '_', '-')");
+                    return ExitCode::from(2);
+                }
+                (Some(g), _) => top::Source::Group(g),
+                (None, Some(d)) => top::Source::Metrics(d),
+                (None, None) => {
+                    eprintln!("pinguard top: give --group NAME or --metrics DIR");
+                    return ExitCode::from(2);
+                }
+            };
+            ExitCode::from(top::run(source, once, every) as u8)
         }
         Cmd::Plot { output, keep_going, inputs } => {
             let mut series = Vec::new();

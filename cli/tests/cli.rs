@@ -256,3 +256,50 @@ fn bad_input_gets_one_line_and_exit_2() {
     let o = pinguard(&["frobnicate"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn top_shows_a_group_and_a_metrics_directory() {
+    use std::io::{BufRead, BufReader};
+    let f = fixtures();
+    let name = format!("clitop-{}", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let mut holder = Command::new(f.dir.join("churn"))
+        .env("LD_PRELOAD", &f.lib)
+        .env("PINGUARD_GROUP", &name)
+        .env("PINGUARD_GROUP_BUDGET", "1M")
+        .env("PINGUARD_REPORT", fresh_dir("top").join("r.%p.json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let o = pinguard(&["top", "--group", &name, "--once"]);
+    assert!(o.status.success(), "{o:?}");
+    let (text_out, _) = text(&o);
+    assert!(text_out.starts_with(&format!("group {name}: ")) && text_out.contains("of 1.00 MiB"), "{text_out}");
+    let row = text_out.lines().find(|l| l.trim_start().starts_with(&holder.id().to_string())).unwrap_or_else(|| panic!("{text_out}"));
+    assert!(row.contains("churn") && (row.contains("64.0 KiB") || row.contains("68.0 KiB")), "{row}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let (text_out, _) = text(&pinguard(&["top", "--group", &name, "--once"]));
+    assert!(text_out.contains("gone"), "a SIGKILLed member shows as gone: {text_out}");
+    let _ = std::fs::remove_file(&ledger);
+
+    let dir = fresh_dir("topm");
+    let m = dir.join("m.%p.prom");
+    run("scenario", &["cuda_alloc:8192"], &[("PINGUARD_METRICS", m.to_str().unwrap())]);
+    run("scenario", &["cuda_alloc:65536"], &[("PINGUARD_METRICS", m.to_str().unwrap()), ("PINGUARD_BUDGET", "128K")]);
+    let o = pinguard(&["top", "--metrics", dir.to_str().unwrap(), "--once"]);
+    assert!(o.status.success(), "{o:?}");
+    let (text_out, _) = text(&o);
+    let rows: Vec<&str> = text_out.lines().filter(|l| l.contains("scenario")).collect();
+    assert_eq!(rows.len(), 2, "{text_out}");
+    assert!(rows[0].contains("64.0 KiB") && rows[0].contains("50%"), "sorted by pinned bytes, with budget use: {text_out}");
+    assert!(rows[1].contains("8.00 KiB"), "{text_out}");
+    let o = pinguard(&["top", "--group", "no-such-group-xyz", "--once"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(text(&o).1.lines().count(), 1);
+    no_panic(&o);
+}

@@ -1,0 +1,145 @@
+//! `pinguard top`: a live view of a group (from its shared ledger) or of a directory of metrics
+//! files: processes by pinned bytes, budget use, refusals.
+
+use crate::out::table;
+use pinguard_report::group::{self as layout, Header};
+use pinguard_report::units::format_bytes;
+use std::path::Path;
+
+struct Row {
+    pid: u32,
+    exe: String,
+    pinned: u64,
+    peak: u64,
+    denied: u64,
+    downgraded: u64,
+    budget: Option<u64>,
+    note: String,
+}
+
+fn pct(a: u64, b: Option<u64>) -> String {
+    match b {
+        Some(b) if b > 0 && b != u64::MAX => format!("{:.0}%", a as f64 * 100.0 / b as f64),
+        _ => "-".into(),
+    }
+}
+
+/// The ledger as it is now (read without its lock: figures of one moment, good enough to look at).
+fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
+    let path = layout::path(name);
+    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("no group {name:?} on this host ({path} does not exist)"),
+        _ => format!("{path}: {e}"),
+    })?;
+    layout::check(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    let h: Header = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Header) };
+    let budget = (h.budget != u64::MAX).then_some(h.budget);
+    let mut rows = Vec::new();
+    for m in h.members.iter().filter(|m| m.pid != 0) {
+        let end = m.exe.iter().position(|&b| b == 0).unwrap_or(m.exe.len());
+        let alive = layout::start_ticks(m.pid) == Some(m.start_ticks);
+        rows.push(Row {
+            pid: m.pid,
+            exe: String::from_utf8_lossy(&m.exe[..end]).into_owned(),
+            pinned: m.bytes,
+            peak: m.peak,
+            denied: m.denied,
+            downgraded: m.downgraded,
+            budget,
+            note: if alive { String::new() } else { "gone (reclaimed when room is needed)".into() },
+        });
+    }
+    let head = format!(
+        "group {name}: {} of {} pinned ({}), peak {}, {} member(s)",
+        format_bytes(h.used),
+        budget.map(format_bytes).unwrap_or_else(|| "no budget".into()),
+        pct(h.used, budget),
+        format_bytes(h.peak),
+        rows.len()
+    );
+    Ok((head, rows))
+}
+
+/// One `*.prom` file per process, as pinguard writes them.
+fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
+    let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut rows = Vec::new();
+    for e in rd.filter_map(|e| e.ok()) {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "prom") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&p) else { continue };
+        let mut row = Row { pid: 0, exe: String::new(), pinned: 0, peak: 0, denied: 0, downgraded: 0, budget: None, note: String::new() };
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else { continue };
+            let Ok(v) = value.parse::<f64>() else { continue };
+            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+            let label = |k: &str| labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
+            if row.pid == 0 {
+                row.pid = label("pid").parse().unwrap_or(0);
+                row.exe = label("exe");
+            }
+            match name {
+                "pinguard_process_pinned_bytes" => row.pinned = v as u64,
+                "pinguard_process_pinned_peak_bytes" => row.peak = v as u64,
+                "pinguard_budget_bytes" => row.budget = Some(v as u64),
+                "pinguard_denied_total" => row.denied += v as u64,
+                "pinguard_downgraded_total" => row.downgraded += v as u64,
+                _ => {}
+            }
+        }
+        if row.pid != 0 {
+            rows.push(row);
+        }
+    }
+    let total: u64 = rows.iter().map(|r| r.pinned).sum();
+    Ok((format!("{}: {} pinned in {} process(es)", dir.display(), format_bytes(total), rows.len()), rows))
+}
+
+fn render(head: String, mut rows: Vec<Row>) -> String {
+    rows.sort_by(|a, b| (b.pinned, b.peak, a.pid).cmp(&(a.pinned, a.peak, b.pid)));
+    let mut t = vec![["PID", "EXE", "PINNED", "PEAK", "BUDGET USE", "DENIED", "DOWNGRADED", ""].map(String::from).to_vec()];
+    for r in &rows {
+        t.push(vec![
+            r.pid.to_string(),
+            r.exe.clone(),
+            format_bytes(r.pinned),
+            format_bytes(r.peak),
+            pct(r.pinned, r.budget),
+            r.denied.to_string(),
+            r.downgraded.to_string(),
+            r.note.clone(),
+        ]);
+    }
+    format!("{head}\n\n{}", table(&t, &[true, false, true, true, true, true, true, false]))
+}
+
+pub enum Source<'a> {
+    Group(&'a str),
+    Metrics(&'a Path),
+}
+
+pub fn run(source: Source, once: bool, every: std::time::Duration) -> i32 {
+    loop {
+        let view = match &source {
+            Source::Group(n) => read_group(n),
+            Source::Metrics(d) => read_metrics(d),
+        };
+        match view {
+            Ok((head, rows)) => {
+                let text = render(head, rows);
+                if once {
+                    crate::out::print(&text);
+                    return 0;
+                }
+                crate::out::print(&format!("\x1b[H\x1b[2J{text}\n(refreshing every {:?}; Ctrl-C to quit)\n", every));
+            }
+            Err(e) => {
+                eprintln!("pinguard top: {e}");
+                return 2;
+            }
+        }
+        std::thread::sleep(every);
+    }
+}
