@@ -14,6 +14,11 @@ pub fn set_limit(limit: Option<u64>) {
     LIMIT.store(limit.unwrap_or(NONE), Ordering::Relaxed);
 }
 
+/// Whether any budget (the process's or the group's) is in force.
+pub fn limited() -> bool {
+    LIMIT.load(Ordering::Relaxed) != NONE || crate::group::limited()
+}
+
 pub fn limit() -> Option<u64> {
     match LIMIT.load(Ordering::Relaxed) {
         NONE => None,

@@ -286,6 +286,10 @@ pub fn after_fork_child() {
     }
 }
 
+pub fn limited() -> bool {
+    header().is_some_and(|h| h.budget != u64::MAX)
+}
+
 pub struct Snapshot {
     pub name: String,
     pub budget: Option<u64>,

@@ -447,14 +447,24 @@ impl Hook {
         let api = Api::Mlockall;
         let status = kernel::status();
         let before = status.vm_lck.unwrap_or(0);
-        // What MCL_CURRENT is about to lock: every mapped page not locked yet.
-        let estimate = if flags & libc::MCL_CURRENT != 0 {
-            status.vm_size.unwrap_or(0).saturating_sub(before)
-        } else {
-            0
-        };
+        // What MCL_CURRENT may lock: every mapped page (the pages locked already are in VmSize
+        // too, so this is an upper bound, which is what a budget needs).
+        let estimate = if flags & libc::MCL_CURRENT != 0 { status.vm_size.unwrap_or(0) } else { 0 };
+        // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
+        // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
+        let blank_cheque = flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn;
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
+            if blank_cheque {
+                let a = match self.cfg.policy {
+                    Policy::Downgrade => Admission::Downgrade,
+                    _ => {
+                        ledger::count_denied(api, site, estimate);
+                        Admission::Refuse
+                    }
+                };
+                return (site, a);
+            }
             (site, self.admit(api, estimate, site, Request::Pageable))
         }) else {
             return real();
