@@ -162,7 +162,7 @@ impl Merged {
     pub fn add(&mut self, path: &std::path::Path, r: &ReportView<'_>) {
         self.reports += 1;
         let proc_no = self.process_no(&r.process.hostname, r.process.pid, r.process.start_unix_ms);
-        add_totals(&mut self.totals, &r.totals);
+        self.totals.add(&r.totals);
         self.per_process.push(ProcessLine {
             path: path.display().to_string(),
             pid: r.process.pid,
@@ -194,7 +194,7 @@ impl Merged {
     /// Folds another partial merge (another thread's share of the files) into this one.
     pub fn absorb(&mut self, other: Merged) {
         self.reports += other.reports;
-        add_totals(&mut self.totals, &other.totals);
+        self.totals.add(&other.totals);
         let mut remap = vec![0u32; other.process_ids.len()];
         for ((host, pid, start), no) in &other.process_ids {
             remap[*no as usize] = self.process_no(host, *pid, *start);
@@ -223,23 +223,6 @@ impl Merged {
         self.per_process.sort_by(|a, b| a.path.cmp(&b.path));
         self.index.clear();
     }
-}
-
-pub fn add_totals(t: &mut Totals, o: &Totals) {
-    t.live_bytes += o.live_bytes;
-    t.live_count += o.live_count;
-    t.peak_live_bytes += o.peak_live_bytes;
-    t.alloc_count += o.alloc_count;
-    t.alloc_bytes += o.alloc_bytes;
-    t.release_count += o.release_count;
-    t.failed_count += o.failed_count;
-    t.denied_count += o.denied_count;
-    t.denied_bytes += o.denied_bytes;
-    t.downgraded_count += o.downgraded_count;
-    t.downgraded_bytes += o.downgraded_bytes;
-    t.downgraded_live_bytes += o.downgraded_live_bytes;
-    t.over_budget_count += o.over_budget_count;
-    t.unknown_release_count += o.unknown_release_count;
 }
 
 /// Reads all inputs into one merged, sorted view, parsing on every core.

@@ -96,6 +96,26 @@ pub struct Totals {
     pub unknown_release_count: u64,
 }
 
+impl Totals {
+    /// Adds another process's figures (peaks add up too: a merge's peak is the sum of peaks).
+    pub fn add(&mut self, o: &Totals) {
+        self.live_bytes += o.live_bytes;
+        self.live_count += o.live_count;
+        self.peak_live_bytes += o.peak_live_bytes;
+        self.alloc_count += o.alloc_count;
+        self.alloc_bytes += o.alloc_bytes;
+        self.release_count += o.release_count;
+        self.failed_count += o.failed_count;
+        self.denied_count += o.denied_count;
+        self.denied_bytes += o.denied_bytes;
+        self.downgraded_count += o.downgraded_count;
+        self.downgraded_bytes += o.downgraded_bytes;
+        self.downgraded_live_bytes += o.downgraded_live_bytes;
+        self.over_budget_count += o.over_budget_count;
+        self.unknown_release_count += o.unknown_release_count;
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiStats {
     #[serde(default)]
