@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# pinguard's cost, measured with and without the library in the same run (medians of 5):
+#  - allocate/release pairs: emulated cudaHostAlloc/cudaFreeHost (EMU_NO_PIN=1: the runtime only
+#    mallocs, so pinguard's share is visible) and real one-page mlock/munlock, at PINGUARD_DEPTH 0
+#    and 32, 1 and 2 threads; untracked mmap/munmap (the path that must cost nothing);
+#  - starting `true`;
+#  - memory per live allocation (1,000,000 live, one callsite);
+#  - writing a report of 1,000,000 live allocations over 10,000 callsites.
+# Targets (issue "Speed"): +400 ns per pair at depth 32, +100 ns at depth 0, +20 ns per untracked
+# mmap/munmap, +1 ms to start `true`, 2 threads >= 1.6x one, <= 128 B per live allocation,
+# report <= 2 s and <= 500 MB.
+#   scripts/bench.sh [PAIRS]      (default 200000 per thread)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pairs=${1:-200000}
+cargo build --release --quiet
+fx=$(scripts/build-fixtures.sh 2>/dev/null)
+lib="$PWD/target/release/libpinguard.so"
+tmp=$(mktemp -d)
+export PINGUARD_REPORT="$tmp/r.%p.json"
+python3 - "$fx" "$lib" "$pairs" "$tmp" <<'PY'
+import os, statistics, subprocess, sys, time
+fx, lib, pairs, tmp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+def run(args, preload, env=None):
+    e = dict(os.environ, **(env or {}))
+    if preload:
+        e["LD_PRELOAD"] = lib
+    else:
+        e.pop("LD_PRELOAD", None)
+    out = subprocess.run([fx + "/bench"] + args, env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return [float(x) for x in out.stdout.split()]
+
+def med(args, preload, env=None, i=0):
+    return statistics.median(run(args, preload, env)[i] for _ in range(5))
+
+print("%-34s %12s %12s %10s %7s" % ("case", "without ns", "with ns", "added ns", "ratio"))
+one = {}
+for kind, env in (("cuda", {"EMU_NO_PIN": "1"}), ("mlock", {})):
+    for depth in ("0", "32"):
+        for threads in (1, 2):
+            e = dict(env, PINGUARD_DEPTH=depth)
+            a = med(["pairs", kind, str(threads), str(pairs)], False, e)
+            b = med(["pairs", kind, str(threads), str(pairs)], True, e)
+            tput = med(["pairs", kind, str(threads), str(pairs)], True, e, 1)
+            if threads == 1:
+                one[(kind, depth)] = tput
+            label = "%s pair, depth %s, %d thread%s" % (kind, depth, threads, "s" if threads > 1 else "")
+            extra = "" if threads == 1 else "  (%.2fx one thread's throughput)" % (tput / one[(kind, depth)])
+            print("%-34s %12.0f %12.0f %10.0f %7.2f%s" % (label, a, b, b - a, b / a, extra))
+a = med(["pairs", "mmap", "1", str(pairs)], False)
+b = med(["pairs", "mmap", "1", str(pairs)], True)
+print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, b - a, b / a))
+
+def start(preload, n=200):
+    e = dict(os.environ)
+    if preload:
+        e["LD_PRELOAD"] = lib
+    t = time.perf_counter()
+    for _ in range(n):
+        subprocess.run(["true"], env=e)
+    return (time.perf_counter() - t) / n * 1e3
+s0 = statistics.median(start(False) for _ in range(3))
+s1 = statistics.median(start(True) for _ in range(3))
+print("%-34s %12.3f %12.3f %10.3f ms" % ("start `true` (ms)", s0, s1, s1 - s0))
+
+base = run(["live", "1000000"], False, {"EMU_NO_PIN": "1"})[0]
+withp = run(["live", "1000000"], True, {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "8"})[0]
+print("memory per live allocation: %.0f B with pinguard, %.0f B without: %.0f B added" % (withp, base, withp - base))
+
+secs, mb = run(["report", "1000000", "10000"], True, {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "32", "BENCH_REPORT": tmp + "/big.json"})
+size = os.path.getsize(tmp + "/big.json") / 2**20
+print("report of 1,000,000 live allocations over 10,000 callsites: %.2f s, %d MB more memory while writing, %.0f MB file" % (secs, mb, size))
+PY
+rm -rf "$tmp"

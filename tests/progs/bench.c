@@ -1,0 +1,111 @@
+/* The benchmark driver of scripts/bench.sh; run with and without pinguard.
+ *   bench pairs  KIND THREADS N   ns per allocate/release pair (KIND: cuda, mlock, mmap)
+ *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
+ *   bench report N SITES          N live allocations over SITES callsites, then one report */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+int cudaHostAlloc(void **, size_t, unsigned);
+int cudaFreeHost(void *);
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static long rss_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb;
+}
+
+static const char *kind;
+static long n;
+
+static void *pairs(void *arg) {
+    (void)arg;
+    char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    page[0] = 1;
+    for (long i = 0; i < n; i++) {
+        if (kind[0] == 'c') {
+            void *p;
+            cudaHostAlloc(&p, 4096, 0);
+            cudaFreeHost(p);
+        } else if (kind[1] == 'l') {
+            mlock(page, 4096);
+            munlock(page, 4096);
+        } else {
+            void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            munmap(p, 4096);
+        }
+    }
+    return NULL;
+}
+
+/* 100 distinct call sites times 100 recursion depths: 10,000 distinct stacks. */
+#define SITE(k) case k: return cudaHostAlloc(p, 64, 0);
+__attribute__((noinline)) static int leaf(int site, void **p) {
+    switch (site) {
+#define TEN(a) SITE(a##0) SITE(a##1) SITE(a##2) SITE(a##3) SITE(a##4) SITE(a##5) SITE(a##6) SITE(a##7) SITE(a##8) SITE(a##9)
+        SITE(0) SITE(1) SITE(2) SITE(3) SITE(4) SITE(5) SITE(6) SITE(7) SITE(8) SITE(9)
+        TEN(1) TEN(2) TEN(3) TEN(4) TEN(5) TEN(6) TEN(7) TEN(8) TEN(9)
+    }
+    return -1;
+}
+__attribute__((noinline)) static int descend(int depth, int site, void **p) {
+    if (depth == 0) return leaf(site, p);
+    int r = descend(depth - 1, site, p);
+    __asm__ volatile("" ::: "memory"); /* not a tail call: each level is a frame */
+    return r;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    if (!strcmp(argv[1], "pairs")) {
+        kind = argv[2];
+        int threads = atoi(argv[3]);
+        n = atol(argv[4]);
+        pthread_t t[16];
+        double t0 = now();
+        for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, pairs, NULL);
+        for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+        double el = now() - t0;
+        /* ns per pair per thread, and pairs per second in all */
+        printf("%.1f %.0f\n", el * 1e9 / n, threads * n / el);
+        return 0;
+    }
+    n = atol(argv[2]);
+    void **keep = malloc(n * sizeof *keep);
+    if (!strcmp(argv[1], "live")) {
+        long before = rss_kb();
+        for (long i = 0; i < n; i++) cudaHostAlloc(&keep[i], 64, 0);
+        long after = rss_kb();
+        printf("%.1f\n", (after - before) * 1024.0 / n);
+        return 0;
+    }
+    if (!strcmp(argv[1], "report")) {
+        int sites = argc > 3 ? atoi(argv[3]) : 10000;
+        for (long i = 0; i < n; i++) descend((int)(i % sites) / 100, (int)(i % sites) % 100, &keep[i]);
+        int (*write)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "pinguard_write_report");
+        if (!write) { printf("0 0\n"); return 0; }
+        long before = rss_kb();
+        double t0 = now();
+        write(getenv("BENCH_REPORT"));
+        double el = now() - t0;
+        /* VmHWM would include the allocations; the growth during the write is what it costs */
+        printf("%.3f %ld\n", el, (rss_kb() - before) / 1024);
+        return 0;
+    }
+    return 2;
+}
