@@ -109,16 +109,25 @@ impl Config {
                 _ => bad(&mut c, "PINGUARD_DISABLE", v, "not a switch", "1 or 0", "pinguard stays enabled"),
             }
         }
-        if let Some(v) = get("PINGUARD_BUDGET") {
-            let parsed = v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec);
-            match parsed {
-                Ok(SizeSpec::Bytes(b)) => c.budget = Some(b),
+        // A size, or a percentage of the memory limit.
+        let budget = |c: &mut Config, name: &str, v: Option<&str>, fallback: &str| -> Option<u64> {
+            match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec) {
+                Ok(SizeSpec::Bytes(b)) => Some(b),
                 Ok(SizeSpec::Percent(p)) => match sys.memory_limit() {
-                    Some(total) => c.budget = Some((total as f64 * p / 100.0) as u64),
-                    None => bad(&mut c, "PINGUARD_BUDGET", v, "no memory limit or MemTotal to take a percentage of", "bytes", "running without a budget"),
+                    Some(total) => Some((total as f64 * p / 100.0) as u64),
+                    None => {
+                        bad(c, name, v, "no memory limit or MemTotal to take a percentage of", "bytes", fallback);
+                        None
+                    }
                 },
-                Err(e) => bad(&mut c, "PINGUARD_BUDGET", v, &e, &format!("{} or N% of the memory limit", units::SIZE_FORMS), "running without a budget"),
+                Err(e) => {
+                    bad(c, name, v, &e, &format!("{} or N% of the memory limit", units::SIZE_FORMS), fallback);
+                    None
+                }
             }
+        };
+        if let Some(v) = get("PINGUARD_BUDGET") {
+            c.budget = budget(&mut c, "PINGUARD_BUDGET", v, "running without a budget");
         }
         if let Some(v) = get("PINGUARD_POLICY") {
             match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
@@ -175,15 +184,7 @@ impl Config {
             }
         }
         if let Some(v) = get("PINGUARD_GROUP_BUDGET") {
-            let parsed = v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec);
-            match parsed {
-                Ok(SizeSpec::Bytes(b)) => c.group_budget = Some(b),
-                Ok(SizeSpec::Percent(p)) => match sys.memory_limit() {
-                    Some(total) => c.group_budget = Some((total as f64 * p / 100.0) as u64),
-                    None => bad(&mut c, "PINGUARD_GROUP_BUDGET", v, "no memory limit or MemTotal to take a percentage of", "bytes", "no group budget"),
-                },
-                Err(e) => bad(&mut c, "PINGUARD_GROUP_BUDGET", v, &e, &format!("{} or N%", units::SIZE_FORMS), "no group budget"),
-            }
+            c.group_budget = budget(&mut c, "PINGUARD_GROUP_BUDGET", v, "no group budget");
             if c.group.is_none() && !c.errors.iter().any(|e| e.starts_with("PINGUARD_GROUP")) {
                 c.errors.push("PINGUARD_GROUP_BUDGET is set without PINGUARD_GROUP; ignored".into());
             }
