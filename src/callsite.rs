@@ -6,6 +6,7 @@
 use crate::api::Api;
 use crate::lock::{self, Mutex};
 use rustc_hash::{FxHashMap, FxHasher};
+use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
@@ -46,10 +47,41 @@ static TABLE: [Mutex<Option<FxHashMap<&'static [usize], &'static Callsite>>>; SH
     [const { Mutex::new(None) }; SHARDS];
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
+const RECENT: usize = 8;
+
+thread_local! {
+    /// The callsites this thread used last, by hash: a loop pinning from one place finds its
+    /// callsite here, without the table's lock.
+    static RECENT_SITES: Cell<[(u64, usize); RECENT]> = const { Cell::new([(0, 0); RECENT]) };
+    static RECENT_NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
 pub fn intern(frames: &[usize]) -> &'static Callsite {
     let mut h = FxHasher::default();
     frames.hash(&mut h);
-    let shard = &TABLE[h.finish() as usize % SHARDS];
+    let hash = h.finish();
+    let recent = RECENT_SITES.with(|r| r.get());
+    for &(rh, p) in &recent {
+        if rh == hash && p != 0 {
+            let cs = unsafe { &*(p as *const Callsite) };
+            if &*cs.frames == frames {
+                return cs;
+            }
+        }
+    }
+    let cs = intern_slow(hash, frames);
+    RECENT_NEXT.with(|n| {
+        let i = n.get();
+        n.set((i + 1) % RECENT);
+        let mut r = recent;
+        r[i] = (hash, cs as *const Callsite as usize);
+        RECENT_SITES.with(|c| c.set(r));
+    });
+    cs
+}
+
+fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
+    let shard = &TABLE[hash as usize % SHARDS];
     let mut map = shard.lock();
     let map = map.get_or_insert_with(FxHashMap::default);
     if let Some(cs) = map.get(frames) {
@@ -95,6 +127,8 @@ pub fn lock_all() {
 pub unsafe fn unlock_all(clear: bool) {
     if clear {
         NEXT_ID.store(0, Ordering::Relaxed);
+        // The forking thread's cache points at the parent's callsites, with the parent's figures.
+        RECENT_SITES.with(|r| r.set([(0, 0); RECENT]));
     }
     for shard in &TABLE {
         if clear {

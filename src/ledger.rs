@@ -25,7 +25,7 @@ pub struct Live {
 
 impl Live {
     pub fn new(api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
-        Live { size, api, downgraded, tid: guard::tid(), unix_ms: guard::unix_ms(), site }
+        Live { size, api, downgraded, tid: guard::tid(), unix_ms: guard::coarse_unix_ms(), site }
     }
 }
 
@@ -343,7 +343,7 @@ fn event(kind: EventKind, api: Api, size: u64, site: &'static Callsite) {
 /// One point per millisecond at most: the lock is taken at most a thousand times a second however
 /// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
 fn timeline_tick(live: u64) {
-    let now = guard::unix_ms();
+    let now = guard::coarse_unix_ms();
     let last = TIMELINE_MS.load(Relaxed);
     if now <= last || TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
         return;
