@@ -43,8 +43,8 @@ pub fn try_reserve(bytes: u64) -> bool {
 fn try_reserve_process(bytes: u64) -> bool {
     let limit = LIMIT.load(Ordering::Relaxed);
     if limit == NONE {
-        // No budget: nothing to refuse, whatever the size (SIZE_MAX is the runtime's to reject).
-        let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
+        // No budget: nothing to refuse, whatever the size (SIZE_MAX is the runtime's to reject),
+        // and nothing to count (the ledger has the live figures).
         return true;
     }
     let mut cur = USED.load(Ordering::Relaxed);
@@ -62,7 +62,9 @@ fn try_reserve_process(bytes: u64) -> bool {
 
 /// Takes `bytes` whatever the limit (`warn`, and what the kernel reports after `mlockall`).
 pub fn force(bytes: u64) {
-    let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
+    if LIMIT.load(Ordering::Relaxed) != NONE {
+        let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
+    }
     crate::group::reserve(bytes, true);
 }
 
@@ -72,6 +74,9 @@ pub fn release(bytes: u64) {
 }
 
 fn release_process(bytes: u64) {
+    if LIMIT.load(Ordering::Relaxed) == NONE {
+        return;
+    }
     // Saturating: a miscount must never wrap into "everything is over budget".
     let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));
 }

@@ -166,7 +166,7 @@ pub fn live_delta(api: Api, site: &'static Callsite, bytes: i64, count: i64) {
 
 /// A successful pinning call of `bytes` new pinned bytes.
 pub fn count_alloc(api: Api, site: &'static Callsite, bytes: u64) {
-    TOUCHED.store(true, Relaxed);
+    touch();
     TOTALS.alloc_count.fetch_add(1, Relaxed);
     TOTALS.alloc_bytes.fetch_add(bytes, Relaxed);
     let a = &APIS[api as usize];
@@ -182,19 +182,19 @@ pub fn count_release() {
 }
 
 pub fn count_failed(api: Api) {
-    TOUCHED.store(true, Relaxed);
+    touch();
     TOTALS.failed_count.fetch_add(1, Relaxed);
     APIS[api as usize].failed_count.fetch_add(1, Relaxed);
 }
 
 pub fn count_unknown_release(api: Api) {
-    TOUCHED.store(true, Relaxed);
+    touch();
     TOTALS.unknown_release_count.fetch_add(1, Relaxed);
     APIS[api as usize].unknown_release_count.fetch_add(1, Relaxed);
 }
 
 pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
-    TOUCHED.store(true, Relaxed);
+    touch();
     TOTALS.denied_count.fetch_add(1, Relaxed);
     TOTALS.denied_bytes.fetch_add(bytes, Relaxed);
     APIS[api as usize].denied_count.fetch_add(1, Relaxed);
@@ -206,7 +206,7 @@ pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
 
 /// A call served with pageable memory (or left unpinned) instead of pinned memory.
 pub fn count_downgraded(api: Api, site: &'static Callsite, bytes: u64) {
-    TOUCHED.store(true, Relaxed);
+    touch();
     TOTALS.downgraded_count.fetch_add(1, Relaxed);
     TOTALS.downgraded_bytes.fetch_add(bytes, Relaxed);
     APIS[api as usize].downgraded_count.fetch_add(1, Relaxed);
@@ -237,6 +237,14 @@ pub fn take(addr: usize, accept: impl Fn(Api) -> bool) -> Option<Live> {
     match map.get(&addr) {
         Some(l) if accept(l.api) => map.remove(&addr),
         _ => None,
+    }
+}
+
+/// Marks the process as having something to report; a load first, so that the hot path does
+/// not keep writing one shared cache line.
+fn touch() {
+    if !TOUCHED.load(Relaxed) {
+        TOUCHED.store(true, Relaxed);
     }
 }
 
