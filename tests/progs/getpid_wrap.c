@@ -2,6 +2,13 @@
  * dlsym(RTLD_NEXT) and dlvsym(RTLD_NEXT), which glibc answers by the caller's address. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+
+/* The oldest symbol version of the architecture's glibc. */
+#if defined(__aarch64__)
+#define BASE_VERSION "GLIBC_2.17"
+#else
+#define BASE_VERSION "GLIBC_2.2.5"
+#endif
 #include <sys/types.h>
 
 static pid_t (*next_getpid)(void);
@@ -15,7 +22,7 @@ pid_t getpid(void) {
 }
 
 pid_t getppid(void) {
-    if (!next_getppid) next_getppid = (pid_t(*)(void))dlvsym(RTLD_NEXT, "getppid", "GLIBC_2.2.5");
+    if (!next_getppid) next_getppid = (pid_t(*)(void))dlvsym(RTLD_NEXT, "getppid", BASE_VERSION);
     calls++;
     return next_getppid();
 }
