@@ -28,6 +28,14 @@ static uint64_t rate_no;
  * the most ever pinned at once across all of them. */
 extern void emu_combined_add(int64_t bytes) __attribute__((weak));
 
+/* Fork-safe like a careful runtime: a child must not inherit the table lock held by a thread it
+ * does not have (a fork test hung here once in a few thousand forks). */
+static void fork_prepare(void) { pthread_mutex_lock(&table_lock); }
+static void fork_release(void) { pthread_mutex_unlock(&table_lock); }
+__attribute__((constructor)) static void emu_register_atfork(void) {
+    pthread_atfork(fork_prepare, fork_release, fork_release);
+}
+
 static size_t bucket(uintptr_t a) { return (a >> 12) * 2654435761u % BUCKETS; }
 
 static void bump_outstanding(int64_t bytes, int64_t count) {

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
         if (w == 0) {
             hung++;
             fprintf(stderr, "child %d (pid %d) hung\n", i, (int)c);
-            if (getenv("FORK_STORM_KEEP_HUNG")) sleep(120); /* time to attach a debugger */
+            if (getenv("FORK_STORM_KEEP_HUNG")) sleep(600); /* time to attach a debugger */
             kill(c, SIGKILL);
             waitpid(c, &st, 0);
             continue;
