@@ -115,6 +115,19 @@ pub struct Site {
     seen: BTreeSet<u32>,
 }
 
+impl Site {
+    #[allow(clippy::too_many_arguments)]
+    fn add_figures(&mut self, live: u64, live_count: u64, peak: u64, allocs: u64, alloc_bytes: u64, denied: u64, downgraded: u64) {
+        self.live_bytes += live;
+        self.live_count += live_count;
+        self.peak_live_bytes += peak;
+        self.alloc_count += allocs;
+        self.alloc_bytes += alloc_bytes;
+        self.denied_count += denied;
+        self.downgraded_count += downgraded;
+    }
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct ProcessLine {
     pub path: String,
@@ -179,13 +192,7 @@ impl Merged {
                     s.apis.insert(a.to_string());
                 }
             }
-            s.live_bytes += c.live_bytes;
-            s.live_count += c.live_count;
-            s.peak_live_bytes += c.peak_live_bytes;
-            s.alloc_count += c.alloc_count;
-            s.alloc_bytes += c.alloc_bytes;
-            s.denied_count += c.denied_count;
-            s.downgraded_count += c.downgraded_count;
+            s.add_figures(c.live_bytes, c.live_count, c.peak_live_bytes, c.alloc_count, c.alloc_bytes, c.denied_count, c.downgraded_count);
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
         }
@@ -203,13 +210,7 @@ impl Merged {
         for o in other.callsites {
             let s = self.site(o.key, || o.frames.clone());
             s.apis.extend(o.apis);
-            s.live_bytes += o.live_bytes;
-            s.live_count += o.live_count;
-            s.peak_live_bytes += o.peak_live_bytes;
-            s.alloc_count += o.alloc_count;
-            s.alloc_bytes += o.alloc_bytes;
-            s.denied_count += o.denied_count;
-            s.downgraded_count += o.downgraded_count;
+            s.add_figures(o.live_bytes, o.live_count, o.peak_live_bytes, o.alloc_count, o.alloc_bytes, o.denied_count, o.downgraded_count);
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();
         }

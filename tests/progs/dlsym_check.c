@@ -3,12 +3,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
-/* The oldest symbol version of the architecture's glibc. */
-#if defined(__aarch64__)
-#define BASE_VERSION "GLIBC_2.17"
-#else
-#define BASE_VERSION "GLIBC_2.2.5"
-#endif
+#include "glibc_base.h"
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
