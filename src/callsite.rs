@@ -25,6 +25,16 @@ pub struct Callsite {
     pub apis: AtomicU32,
     /// Set once the `warn` policy has logged this callsite.
     pub warned: AtomicBool,
+    /// Set when an object its frames lie in was closed (`unload`).
+    pub retired: AtomicBool,
+    /// The names those frames had while the object was loaded.
+    pub closed: Mutex<Vec<Closed>>,
+}
+
+/// Frames of a callsite inside an object that has since been closed, named while it was loaded.
+pub struct Closed {
+    pub frames: Vec<(usize, Vec<pinguard_report::Frame>)>,
+    pub module: pinguard_report::Module,
 }
 
 impl Callsite {
@@ -64,7 +74,7 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
     for &(rh, p) in &recent {
         if rh == hash && p != 0 {
             let cs = unsafe { &*(p as *const Callsite) };
-            if &*cs.frames == frames {
+            if &*cs.frames == frames && !cs.retired.load(Ordering::Relaxed) {
                 return cs;
             }
         }
@@ -99,13 +109,36 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
         downgraded_count: AtomicU64::new(0),
         apis: AtomicU32::new(0),
         warned: AtomicBool::new(false),
+        retired: AtomicBool::new(false),
+        closed: Mutex::new(Vec::new()),
     }));
     map.insert(&cs.frames, cs);
     cs
 }
 
+/// Callsites taken out of the table by `retire`: still reported, never found by `intern`.
+static RETIRED: Mutex<Vec<&'static Callsite>> = Mutex::new(Vec::new());
+
+/// Takes callsites out of the table, with the names of their frames in a closed object.
+pub fn retire(sites: Vec<(&'static Callsite, Closed)>) {
+    for (cs, closed) in sites {
+        cs.closed.lock().push(closed);
+        if cs.retired.swap(true, Ordering::AcqRel) {
+            continue;
+        }
+        let mut h = FxHasher::default();
+        cs.frames.hash(&mut h);
+        if let Some(map) = TABLE[h.finish() as usize % SHARDS].lock().as_mut() {
+            if map.get(&*cs.frames).is_some_and(|c| std::ptr::eq(*c, cs)) {
+                map.remove(&*cs.frames);
+            }
+        }
+        RETIRED.lock().push(cs);
+    }
+}
+
 pub fn all() -> Vec<&'static Callsite> {
-    let mut v = Vec::new();
+    let mut v = RETIRED.lock().clone();
     for shard in &TABLE {
         if let Some(map) = shard.lock().as_ref() {
             v.extend(map.values().copied());
@@ -117,6 +150,7 @@ pub fn all() -> Vec<&'static Callsite> {
 
 /// Fork support: hold every shard across `fork()` so the child never inherits a held lock.
 pub fn lock_all() {
+    lock::hold(&RETIRED);
     for shard in &TABLE {
         lock::hold(shard);
     }
@@ -139,5 +173,11 @@ pub unsafe fn unlock_all(clear: bool) {
         } else {
             lock::release_in_parent(shard);
         }
+    }
+    if clear {
+        *RETIRED.data_ptr() = Vec::new();
+        lock::release_in_child(&RETIRED);
+    } else {
+        lock::release_in_parent(&RETIRED);
     }
 }

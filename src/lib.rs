@@ -35,3 +35,5 @@ mod resolve;
 mod stack;
 mod symbolize;
 mod track;
+mod unload;
+mod unwind;

@@ -181,6 +181,7 @@ fn in_signal_handler() -> bool {
 /// report being written holds the report lock, then passes the gate, then takes the others.
 extern "C" fn fork_prepare() {
     report::hold();
+    crate::unwind::hold();
     crate::gate::close();
     callsite::lock_all();
     ledger::lock_all();
@@ -191,6 +192,7 @@ extern "C" fn fork_parent() {
         ledger::unlock_all(false);
         callsite::unlock_all(false);
         crate::gate::reopen_in_parent();
+        crate::unwind::release(false);
         report::release(false);
     }
 }
@@ -200,6 +202,7 @@ extern "C" fn fork_child() {
         ledger::unlock_all(true);
         callsite::unlock_all(true);
         crate::gate::reopen_in_child();
+        crate::unwind::release(true);
         report::release(true);
     }
     budget::reset();

@@ -119,6 +119,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     let totals = ledger::totals();
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
+    let mut closed_modules: Vec<schema::Module> = Vec::new();
     let mut callsites: Vec<schema::Callsite> = callsite::all()
         .into_iter()
         .filter(|c| {
@@ -128,9 +129,19 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         })
         .map(|c| {
             let mut frames = Vec::new();
+            let closed = c.closed.lock();
             for &a in c.frames.iter() {
-                frames.extend_from_slice(sym.frames(a));
+                match closed.iter().flat_map(|cl| &cl.frames).find(|(ca, _)| *ca == a) {
+                    Some((_, named)) => frames.extend_from_slice(named),
+                    None => frames.extend_from_slice(sym.frames(a)),
+                }
             }
+            for cl in closed.iter() {
+                if !closed_modules.iter().any(|m: &schema::Module| m.path == cl.module.path && m.base == cl.module.base) {
+                    closed_modules.push(cl.module.clone());
+                }
+            }
+            drop(closed);
             let bits = c.apis.load(Ordering::Relaxed);
             schema::Callsite {
                 id: c.id,
@@ -200,7 +211,11 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
             peak_bytes: g.peak,
             members: g.members as u64,
         }),
-        modules: sym.modules(),
+        modules: {
+            let mut m = sym.modules();
+            m.extend(closed_modules);
+            m
+        },
         callsites,
         live,
         events,

@@ -1,5 +1,6 @@
 //! Stack capture at allocation time: raw return addresses only, resolved when a report is
-//! written. The one function here is the seam where a faster unwinder slots in.
+//! written. framehop (`unwind`) walks the stack; libgcc's unwinder (`backtrace`) is the fallback
+//! where that walk cannot run (a thread off its own stack, or during thread teardown).
 
 use crate::resolve::is_own;
 
@@ -13,6 +14,14 @@ pub fn capture(depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     if depth == 0 {
         return 0;
     }
+    if let Some(n) = crate::unwind::walk(&mut out[..depth]) {
+        return n;
+    }
+    slow(depth, out)
+}
+
+#[inline(never)]
+fn slow(depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     let _open = crate::gate::enter(); // the unwinder takes the loader's lock
     let mut n = 0;
     let mut seen_own = false;

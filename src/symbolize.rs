@@ -1,13 +1,38 @@
 //! Addresses to modules, symbols and lines, done only when a report is written and only once per
 //! distinct address.
+//!
+//! Each report takes the list of loaded objects afresh, so an object opened after the previous
+//! report is named and one closed since is not taken for whatever now sits at its addresses
+//! (`backtrace`'s resolver keeps the list it saw first, for the life of the process). Parsed
+//! debug information is kept across reports, keyed by file identity, since parsing a large
+//! library costs far more than one report.
 
+use crate::lock::Mutex;
 use crate::resolve::{for_each_object, Object};
 use pinguard_report::{Addr, Frame, Module};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+
+/// (path, device, inode, modification time): a file replaced on disk is parsed again.
+type FileKey = (String, u64, u64, i64);
+
+struct Parsed(Option<addr2line::Loader>);
+
+// SAFETY: a `Loader` owns everything it points into; it is only used by the one thread that
+// took it out of `PARSED` (under the lock, or after `take`).
+unsafe impl Send for Parsed {}
+
+/// How many parsed files are kept between reports.
+const KEEP: usize = 12;
+
+static PARSED: Mutex<Vec<(FileKey, Parsed)>> = Mutex::new(Vec::new());
 
 pub struct Symbolizer {
     objects: Vec<(Object, String)>,
+    /// Parsed files by object index; taken from `PARSED` and given back on drop.
+    files: Vec<(FileKey, Parsed)>,
+    by_object: FxHashMap<usize, Option<usize>>,
     cache: FxHashMap<usize, Vec<Frame>>,
     used: BTreeMap<usize, usize>,
 }
@@ -24,7 +49,8 @@ impl Symbolizer {
                 path,
             ));
         });
-        Symbolizer { objects, cache: FxHashMap::default(), used: BTreeMap::new() }
+        let files = std::mem::take(&mut *PARSED.lock());
+        Symbolizer { objects, files, by_object: FxHashMap::default(), cache: FxHashMap::default(), used: BTreeMap::new() }
     }
 
     /// The frames for one return address: more than one when functions were inlined there,
@@ -37,29 +63,73 @@ impl Symbolizer {
         &self.cache[&addr]
     }
 
-    fn resolve(&mut self, addr: usize) -> Vec<Frame> {
-        let obj = self.objects.iter().position(|(o, _)| o.contains(addr));
-        let (module, offset) = match obj {
-            Some(i) => {
-                self.used.insert(self.objects[i].0.base, i);
-                (Some(self.objects[i].1.clone()), Some(Addr((addr - self.objects[i].0.base) as u64)))
+    /// The address range of the loaded object with this load bias and loader name.
+    pub fn object_at(&self, base: usize, name: &[u8]) -> Option<(usize, usize)> {
+        self.objects.iter().find(|(o, _)| o.base == base && o.name.as_bytes() == name).map(|(o, _)| (o.start, o.end))
+    }
+
+    /// The module entry for the object `addr` lies in.
+    pub fn module_of(&self, addr: usize) -> Option<Module> {
+        let (o, path) = self.objects.iter().find(|(o, _)| o.contains(addr))?;
+        Some(Module { path: path.clone(), base: Addr(o.base as u64), build_id: o.build_id.clone() })
+    }
+
+    fn parsed(&mut self, object: usize) -> Option<&addr2line::Loader> {
+        let slot = match self.by_object.get(&object) {
+            Some(s) => *s,
+            None => {
+                let s = self.open(object);
+                self.by_object.insert(object, s);
+                s
             }
-            None => (None, None),
         };
-        let mut frames = Vec::new();
+        self.files.get(slot?)?.1 .0.as_ref()
+    }
+
+    fn open(&mut self, object: usize) -> Option<usize> {
+        let path = &self.objects[object].1;
+        if !path.starts_with('/') {
+            return None; // the vDSO, or a name the loader did not resolve to a file
+        }
+        let meta = std::fs::metadata(path).ok()?;
+        let key: FileKey = (path.clone(), meta.dev(), meta.ino(), meta.mtime());
+        if let Some(i) = self.files.iter().position(|(k, _)| *k == key) {
+            return Some(i);
+        }
+        let loader = addr2line::Loader::new(path).ok();
+        self.files.push((key, Parsed(loader)));
+        Some(self.files.len() - 1)
+    }
+
+    fn resolve(&mut self, addr: usize) -> Vec<Frame> {
+        let Some(i) = self.objects.iter().position(|(o, _)| o.contains(addr)) else {
+            return vec![Frame { addr: Addr(addr as u64), module: None, offset: None, symbol: None, file: None, line: None }];
+        };
+        self.used.insert(self.objects[i].0.base, i);
+        let base = self.objects[i].0.base;
+        let module = Some(self.objects[i].1.clone());
+        let offset = Some(Addr((addr - base) as u64));
         // A return address points after the call; the call itself is one byte earlier.
-        let lookup = addr.saturating_sub(1) as *mut std::ffi::c_void;
-        unsafe {
-            backtrace::resolve_unsynchronized(lookup, |sym| {
-                frames.push(Frame {
-                    addr: Addr(addr as u64),
-                    module: module.clone(),
-                    offset,
-                    symbol: sym.name().map(|n| n.to_string()),
-                    file: sym.filename().map(|f| f.display().to_string()),
-                    line: sym.lineno(),
-                });
-            });
+        let probe = (addr - base).saturating_sub(1) as u64;
+        let mut frames = Vec::new();
+        if let Some(loader) = self.parsed(i) {
+            if let Ok(mut it) = loader.find_frames(probe) {
+                while let Ok(Some(f)) = it.next() {
+                    let symbol = f.function.as_ref().and_then(|n| n.demangle().ok()).map(|s| s.into_owned());
+                    let (file, line) = f.location.as_ref().map_or((None, None), |l| (l.file.map(str::to_string), l.line));
+                    frames.push(Frame { addr: Addr(addr as u64), module: module.clone(), offset, symbol, file, line });
+                }
+            }
+            // No debug information for it: the symbol table still names the function.
+            if frames.iter().all(|f| f.symbol.is_none()) {
+                if let Some(name) = loader.find_symbol(probe) {
+                    let symbol = Some(addr2line::demangle_auto(name.into(), None).into_owned());
+                    match frames.first_mut() {
+                        Some(f) => f.symbol = symbol,
+                        None => frames.push(Frame { addr: Addr(addr as u64), module: module.clone(), offset, symbol, file: None, line: None }),
+                    }
+                }
+            }
         }
         if frames.is_empty() {
             frames.push(Frame { addr: Addr(addr as u64), module, offset, symbol: None, file: None, line: None });
@@ -76,5 +146,18 @@ impl Symbolizer {
                 Module { path: path.clone(), base: Addr(o.base as u64), build_id: o.build_id.clone() }
             })
             .collect()
+    }
+}
+
+impl Drop for Symbolizer {
+    fn drop(&mut self) {
+        let mut files = std::mem::take(&mut self.files);
+        // Keep the most recently parsed ones; what this report opened last is at the end.
+        let drop_n = files.len().saturating_sub(KEEP);
+        files.drain(..drop_n);
+        let mut kept = PARSED.lock();
+        if kept.is_empty() {
+            *kept = files;
+        }
     }
 }

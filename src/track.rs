@@ -59,6 +59,16 @@ fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
+/// Runs `f` for an application call that is not an allocation (`dlclose`): only when tracking is
+/// on and this thread is not already inside pinguard, with `errno` as the caller left it.
+pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let _reentry = Reentry::enter()?;
+    let err = guard::errno();
+    let out = lifecycle::ensure_init().and_then(|_| quiet(f));
+    guard::set_errno(err);
+    out
+}
+
 impl Hook {
     /// `None`: pass the call straight through (nested call, pinguard disabled, family off).
     pub fn enter(family: Family) -> Option<Hook> {

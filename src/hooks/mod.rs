@@ -11,6 +11,7 @@ pub mod cuda_driver;
 pub mod cuda_runtime;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub mod dlsym;
+pub mod dlclose;
 pub mod exit;
 pub mod libc_lock;
 

@@ -13,7 +13,7 @@ pub struct Fixtures {
 }
 
 /// The repository root (this file is also compiled into the CLI crate's tests).
-fn root() -> PathBuf {
+pub fn root() -> PathBuf {
     let mut p = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     while !p.join("tests/emul").is_dir() {
         assert!(p.pop(), "tests/emul not found above {}", env!("CARGO_MANIFEST_DIR"));
@@ -36,7 +36,7 @@ fn library() -> PathBuf {
         .expect("libpinguard.so is missing: cargo builds it before the tests")
 }
 
-fn cc(args: &[&str]) {
+pub fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().expect("a C compiler (cc) is needed for the tests");
     assert!(out.status.success(), "cc {:?} failed:\n{}", args, String::from_utf8_lossy(&out.stderr));
 }

@@ -1,0 +1,24 @@
+//! `dlclose`: the stack walker reads each object's unwind tables where the loader mapped them, so
+//! it must learn that an object is gone before another can be mapped at its addresses. `dlopen`
+//! is not hooked (glibc reads its caller's address); a new object shows up as a return address
+//! in no known object instead (see `unwind`). The callsites with frames in the object are named
+//! before it goes (see `unload`).
+
+use std::os::raw::{c_int, c_void};
+
+type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+#[no_mangle]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
+    let Some(real) = super::real!("dlclose").get::<DlcloseFn>() else {
+        return -1;
+    };
+    // Only the application's own calls: pinguard's look-ups open and close objects too.
+    let closing = crate::track::quietly_tracked(|| crate::unload::before(handle)).flatten();
+    let rc = real(handle);
+    crate::unwind::objects_removed();
+    if let Some(c) = closing {
+        crate::track::quietly_tracked(|| crate::unload::after(c));
+    }
+    rc
+}

@@ -1,0 +1,62 @@
+//! An object closed with `dlclose`. Its callsites keep the names their frames had while it was
+//! loaded (a report written later could not name them, or would name whatever the loader maps at
+//! those addresses next), and they are retired: the same return addresses in an object loaded
+//! later make a new callsite rather than adding to the old one's figures.
+
+use crate::callsite::{self, Callsite, Closed};
+use crate::symbolize::Symbolizer;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_void};
+
+#[repr(C)]
+struct LinkMap {
+    l_addr: usize,
+    l_name: *const c_char,
+}
+
+pub struct Closing {
+    base: usize,
+    name: Vec<u8>,
+    sites: Vec<(&'static Callsite, Closed)>,
+}
+
+/// Before the real `dlclose`: names the frames inside the object, for every callsite that has
+/// one. `None` when no callsite does (the usual case) or the handle is not an object's.
+pub fn before(handle: *mut c_void) -> Option<Closing> {
+    let mut lm: *const LinkMap = std::ptr::null();
+    if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, &mut lm as *mut _ as *mut c_void) } != 0 || lm.is_null() {
+        unsafe { libc::dlerror() }; // the application's next dlerror() is not about our question
+        return None;
+    }
+    let (base, name) = unsafe {
+        let lm = &*lm;
+        let name = if lm.l_name.is_null() { Vec::new() } else { CStr::from_ptr(lm.l_name).to_bytes().to_vec() };
+        (lm.l_addr, name)
+    };
+    let mut sym = Symbolizer::new();
+    let (start, end) = sym.object_at(base, &name)?;
+    let inside = |a: usize| a >= start && a < end;
+    let sites: Vec<&'static Callsite> = callsite::all().into_iter().filter(|c| c.frames.iter().any(|&a| inside(a))).collect();
+    if sites.is_empty() {
+        return None;
+    }
+    let module = sym.module_of(start)?;
+    let sites = sites
+        .into_iter()
+        .map(|c| {
+            let frames = c.frames.iter().filter(|&&a| inside(a)).map(|&a| (a, sym.frames(a).to_vec())).collect();
+            (c, Closed { frames, module: module.clone() })
+        })
+        .collect();
+    Some(Closing { base, name, sites })
+}
+
+/// After the real `dlclose`: retires the callsites if the object is really gone (another handle,
+/// or `RTLD_NODELETE`, can keep it loaded).
+pub fn after(closing: Closing) {
+    let mut still_loaded = false;
+    crate::resolve::for_each_object(|o| still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice());
+    if !still_loaded {
+        callsite::retire(closing.sites);
+    }
+}

@@ -1,0 +1,111 @@
+/* Stack walks pinguard must get right, in a program built without frame pointers:
+ *   unwind chain             main -> level_a -> level_b -> level_c -> cudaHostAlloc
+ *   unwind plugins DIR SNAP  a plugin opened, used and closed, then another (likely at the same
+ *                            address); pinguard_write_report(SNAP) while the first is loaded
+ *   unwind corrupt           calls through a stub that plants a garbage return address and a
+ *                            hostile frame pointer (unmapped, off-stack loop, on-stack loop),
+ *                            then walks a healthy stack again
+ * Prints "STATS {...}" with what it allocated. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern int cudaHostAlloc(void **p, size_t n, unsigned int flags);
+
+static volatile int sink;
+static unsigned long allocated, calls;
+
+/* noinline and work after each call: no inlining, no tail calls, so every level is a frame. */
+__attribute__((noinline)) int level_c(size_t n) {
+    void *p = 0;
+    int rc = cudaHostAlloc(&p, n, 0);
+    if (rc == 0) { allocated += n; calls++; }
+    sink += rc;
+    return rc;
+}
+__attribute__((noinline)) int level_b(size_t n) { int rc = level_c(n); sink++; return rc; }
+__attribute__((noinline)) int level_a(size_t n) { int rc = level_b(n); sink++; return rc; }
+
+__attribute__((noinline)) void corrupt_target(void) {
+    void *p = 0;
+    if (cudaHostAlloc(&p, 16384, 0) == 0) { allocated += 16384; calls++; }
+    sink++;
+}
+
+/* corrupt_call(fn, fp): calls fn with the stub's saved return address replaced by garbage and
+ * the frame pointer set to fp; restores both before returning. No unwind info on purpose. */
+void corrupt_call(void (*fn)(void), void *fp);
+#if defined(__x86_64__)
+__asm__(".text\n.globl corrupt_call\n.type corrupt_call,@function\ncorrupt_call:\n"
+        "  push %rbx\n  push %rbp\n  sub $8, %rsp\n"
+        "  mov 24(%rsp), %rbx\n"
+        "  movq $0x1234560, 24(%rsp)\n"
+        "  mov %rsi, %rbp\n"
+        "  call *%rdi\n"
+        "  mov %rbx, 24(%rsp)\n"
+        "  add $8, %rsp\n  pop %rbp\n  pop %rbx\n  ret\n"
+        ".size corrupt_call, .-corrupt_call\n");
+#elif defined(__aarch64__)
+__asm__(".text\n.globl corrupt_call\n.type corrupt_call,%function\ncorrupt_call:\n"
+        "  sub sp, sp, #48\n"
+        "  stp x29, x30, [sp, #16]\n"
+        "  str x19, [sp, #32]\n"
+        "  mov x19, #0x4560\n"
+        "  stp x1, x19, [sp]\n"
+        "  mov x29, x1\n"
+        "  blr x0\n"
+        "  ldr x19, [sp, #32]\n"
+        "  ldp x29, x30, [sp, #16]\n"
+        "  add sp, sp, #48\n"
+        "  ret\n"
+        ".size corrupt_call, .-corrupt_call\n");
+#else
+#error "corrupt_call: x86-64 or aarch64 only"
+#endif
+
+typedef int (*entry_fn)(size_t);
+
+static int run_plugin(const char *dir, const char *name, size_t n, const char *snapshot) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) { fprintf(stderr, "dlopen %s: %s\n", path, dlerror()); exit(3); }
+    entry_fn entry = (entry_fn)dlsym(h, "plug_entry");
+    if (!entry) { fprintf(stderr, "no plug_entry in %s\n", path); exit(3); }
+    int rc = entry(n);
+    if (rc == 0) { allocated += n; calls++; }
+    printf("plugin %s at %p rc=%d\n", name, (void *)entry, rc);
+    if (snapshot) {
+        int (*write_report)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "pinguard_write_report");
+        if (!write_report || write_report(snapshot) != 0) { fprintf(stderr, "snapshot failed\n"); exit(3); }
+    }
+    sink++;
+    return dlclose(h);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "chain";
+    if (!strcmp(mode, "chain")) {
+        level_a(4096);
+    } else if (!strcmp(mode, "plugins") && argc > 3) {
+        run_plugin(argv[2], "libplug_a.so", 8192, argv[3]);
+        run_plugin(argv[2], "libplug_b.so", 12288, NULL);
+    } else if (!strcmp(mode, "corrupt")) {
+        static uintptr_t heap_loop[4];
+        uintptr_t stack_loop[4];
+        heap_loop[0] = (uintptr_t)heap_loop; heap_loop[1] = 0x1234560;
+        stack_loop[0] = (uintptr_t)stack_loop; stack_loop[1] = 0x1234560;
+        corrupt_call(corrupt_target, (void *)0x1234);
+        corrupt_call(corrupt_target, heap_loop);
+        corrupt_call(corrupt_target, stack_loop);
+        sink += (int)stack_loop[2];
+        level_a(4096); /* a healthy walk afterwards */
+    } else {
+        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt\n");
+        return 2;
+    }
+    printf("STATS {\"allocated\": %lu, \"calls\": %lu}\n", allocated, calls);
+    return 0;
+}

@@ -1,0 +1,107 @@
+//! The stack walker: every frame through C code built without frame pointers, objects opened
+//! and closed after start-up, and a corrupt stack that must end the walk, not the process.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// The unwind test program and its two plugins, all built with -fomit-frame-pointer at -O2
+/// (once: the tests run in parallel).
+fn build() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_once).clone()
+}
+
+fn build_once() -> PathBuf {
+    let f = fixtures();
+    let src = root().join("tests/progs");
+    let d = |p: &str| f.dir.join(p).to_string_lossy().into_owned();
+    let s = |p: &str| src.join(p).to_string_lossy().into_owned();
+    let flags = ["-g", "-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables", "-Wall"];
+    let (libdir, plugin, prog) = (d(""), s("unwind_plugin.c"), s("unwind.c"));
+    for plug in ["a", "b"] {
+        let (o, def) = (d(&format!("libplug_{plug}.so")), format!("-DPLUG={plug}"));
+        let mut a: Vec<&str> = flags.to_vec();
+        a.extend(["-fPIC", "-shared", &def, "-o", &o, &plugin, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+        cc(&a);
+    }
+    let o = d("unwind");
+    let mut a: Vec<&str> = flags.to_vec();
+    a.extend(["-o", &o, &prog, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart", "-ldl"]);
+    cc(&a);
+    f.dir.clone()
+}
+
+fn symbols(cs: &Value) -> Vec<String> {
+    cs["frames"].as_array().unwrap().iter().map(|f| f["symbol"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+/// The callsite whose innermost frame is `first`.
+fn site<'a>(report: &'a Value, first: &str) -> &'a Value {
+    report["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["frames"][0]["symbol"] == first)
+        .unwrap_or_else(|| panic!("no callsite starting at {first}: {}", serde_json::to_string_pretty(&report["callsites"]).unwrap()))
+}
+
+/// `names` appear in this order as consecutive frames from the innermost one.
+fn assert_prefix(cs: &Value, names: &[&str]) {
+    let got = symbols(cs);
+    assert!(got.len() >= names.len() && got.iter().zip(names).all(|(g, n)| g == n), "frames {got:?}, want them to start {names:?}");
+}
+
+#[test]
+fn every_frame_through_code_without_frame_pointers() {
+    let dir = build();
+    let r = run(&dir.join("unwind").to_string_lossy(), &["chain"], &[("PINGUARD_DEPTH", "32")]);
+    assert!(r.success(), "{}", r.stderr);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["peak_live_bytes"], 4096);
+    assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+    // Deeper than main: the C runtime's start-up frames, so the walk did not stop early.
+    assert!(symbols(site(&rep, "level_c")).len() > 4, "{:?}", symbols(site(&rep, "level_c")));
+}
+
+#[test]
+fn objects_opened_and_closed_after_start_up() {
+    let dir = build();
+    let snap = fresh_dir("unwind-snapshot").join("snapshot.json");
+    let r = run(&dir.join("unwind").to_string_lossy(), &["plugins", &dir.to_string_lossy(), &snap.to_string_lossy()], &[("PINGUARD_DEPTH", "32")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    // While plugin a is loaded: its frames, then the program's.
+    let first = read_json(&snap);
+    assert_prefix(site(&first, "plug_a_inner"), &["plug_a_inner", "plug_a_middle", "plug_entry", "run_plugin", "main"]);
+    // Plugin b, opened after a was closed (and usually mapped where a was): its own frames, so
+    // no stale table of a was used for it.
+    let last = r.report();
+    assert_prefix(site(&last, "plug_b_inner"), &["plug_b_inner", "plug_b_middle", "plug_entry", "run_plugin", "main"]);
+    // Plugin a's callsite, reported after a was closed, keeps the names it had.
+    assert_prefix(site(&last, "plug_a_inner"), &["plug_a_inner", "plug_a_middle", "plug_entry", "run_plugin", "main"]);
+    assert_eq!(last["totals"]["alloc_count"], 2, "{}", serde_json::to_string_pretty(&last["totals"]).unwrap());
+    let modules: Vec<&str> = last["modules"].as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
+    assert!(modules.iter().any(|m| m.ends_with("libplug_a.so")) && modules.iter().any(|m| m.ends_with("libplug_b.so")), "{modules:?}");
+}
+
+#[test]
+fn a_corrupt_stack_ends_the_walk_not_the_process() {
+    let dir = build();
+    for depth in ["32", "128"] {
+        let r = run(&dir.join("unwind").to_string_lossy(), &["corrupt"], &[("PINGUARD_DEPTH", depth)]);
+        assert!(r.success(), "status {:?}\n{}", r.out.status, r.stderr);
+        let stats = r.stats();
+        assert_eq!(stats["calls"], 4);
+        let rep = r.report();
+        assert_eq!(rep["totals"]["peak_live_bytes"], 3 * 16384 + 4096);
+        let bad: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "corrupt_target").collect();
+        assert_eq!(bad.iter().map(|c| c["alloc_count"].as_u64().unwrap()).sum::<u64>(), 3, "{}", serde_json::to_string_pretty(&bad).unwrap());
+        for c in bad {
+            assert_prefix(c, &["corrupt_target", "corrupt_call"]);
+            assert!(!symbols(c).contains(&"main".to_string()), "the walk went past a garbage return address: {:?}", symbols(c));
+        }
+        // The healthy walk after the corrupt ones is whole (no poisoned rule cache).
+        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+    }
+}
