@@ -42,12 +42,15 @@ impl Callsite {
         let now = self.live_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.live_count.fetch_add(count, Ordering::Relaxed);
         if bytes > 0 {
-            self.peak_live_bytes.fetch_max(now.max(0) as u64, Ordering::Relaxed);
+            crate::ledger::raise(&self.peak_live_bytes, now);
         }
     }
 
     pub fn note_api(&self, api: Api) {
-        self.apis.fetch_or(1 << api as u32, Ordering::Relaxed);
+        let bit = 1 << api as u32;
+        if self.apis.load(Ordering::Relaxed) & bit == 0 {
+            self.apis.fetch_or(bit, Ordering::Relaxed);
+        }
     }
 }
 

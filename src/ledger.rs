@@ -29,11 +29,10 @@ impl Live {
     }
 }
 
-#[derive(Default)]
+/// Event counters. Each thread adds to one of `STRIPES` copies (by thread id) and readers sum
+/// them: two threads pinning at once then write no common cache line for these.
 struct Counters {
-    live_bytes: AtomicI64,
     live_count: AtomicI64,
-    peak_live_bytes: AtomicU64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
     release_count: AtomicU64,
@@ -47,56 +46,87 @@ struct Counters {
     unknown_release_count: AtomicU64,
 }
 
-#[derive(Default)]
 struct ApiCounters {
-    peak_live_bytes: AtomicU64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
     live_count: AtomicI64,
-    live_bytes: AtomicI64,
     failed_count: AtomicU64,
     denied_count: AtomicU64,
     downgraded_count: AtomicU64,
     unknown_release_count: AtomicU64,
 }
 
-static TOTALS: Counters = Counters {
-    live_bytes: AtomicI64::new(0),
-    live_count: AtomicI64::new(0),
-    peak_live_bytes: AtomicU64::new(0),
-    alloc_count: AtomicU64::new(0),
-    alloc_bytes: AtomicU64::new(0),
-    release_count: AtomicU64::new(0),
-    failed_count: AtomicU64::new(0),
-    denied_count: AtomicU64::new(0),
-    denied_bytes: AtomicU64::new(0),
-    downgraded_count: AtomicU64::new(0),
-    downgraded_bytes: AtomicU64::new(0),
-    downgraded_live_bytes: AtomicI64::new(0),
-    over_budget_count: AtomicU64::new(0),
-    unknown_release_count: AtomicU64::new(0),
+macro_rules! zeroed {
+    ($ty:ident { $($f:ident),* }) => { $ty { $($f: Zero::ZERO),* } };
+}
+
+trait Zero {
+    const ZERO: Self;
+}
+impl Zero for AtomicU64 {
+    const ZERO: Self = AtomicU64::new(0);
+}
+impl Zero for AtomicI64 {
+    const ZERO: Self = AtomicI64::new(0);
+}
+
+const STRIPES: usize = 16;
+
+#[repr(align(128))]
+struct Stripe {
+    totals: Counters,
+    apis: [ApiCounters; Api::COUNT],
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const STRIPE: Stripe = Stripe {
+    totals: zeroed!(Counters {
+        live_count, alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes,
+        downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count
+    }),
+    apis: [const { zeroed!(ApiCounters { alloc_count, alloc_bytes, live_count, failed_count, denied_count, downgraded_count, unknown_release_count }) }; Api::COUNT],
 };
 
-static APIS: [ApiCounters; Api::COUNT] = [const {
-    ApiCounters {
-        peak_live_bytes: AtomicU64::new(0),
-        alloc_count: AtomicU64::new(0),
-        alloc_bytes: AtomicU64::new(0),
-        live_count: AtomicI64::new(0),
-        live_bytes: AtomicI64::new(0),
-        failed_count: AtomicU64::new(0),
-        denied_count: AtomicU64::new(0),
-        downgraded_count: AtomicU64::new(0),
-        unknown_release_count: AtomicU64::new(0),
-    }
-}; Api::COUNT];
+static STRIPED: [Stripe; STRIPES] = [STRIPE; STRIPES];
+
+/// This thread's stripe.
+fn mine() -> &'static Stripe {
+    &STRIPED[guard::tid() as usize % STRIPES]
+}
+
+/// Sums one counter over the stripes.
+fn sum<T: Copy + Into<i128>>(f: impl Fn(&'static Stripe) -> T) -> i128 {
+    STRIPED.iter().map(|s| f(s).into()).sum()
+}
+
+/// Live bytes and their peak: one copy that every thread updates, since a peak is exact only
+/// over one running sum.
+#[repr(align(128))]
+struct Level {
+    live_bytes: AtomicI64,
+    peak_live_bytes: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const LEVEL: Level = Level { live_bytes: AtomicI64::new(0), peak_live_bytes: AtomicU64::new(0) };
+static TOTAL_LEVEL: Level = LEVEL;
+static API_LEVEL: [Level; Api::COUNT] = [LEVEL; Api::COUNT];
 
 /// Set once anything was counted: a process that pins nothing writes no report.
 static TOUCHED: AtomicBool = AtomicBool::new(false);
 
 const SHARDS: usize = 64;
-type Shard = Mutex<Option<FxHashMap<usize, Live>>>;
-static LIVE: [Shard; SHARDS] = [const { Mutex::new(None) }; SHARDS];
+/// One cache line (two, with the adjacent-line prefetcher) per shard: threads on different shards
+/// must not share a line.
+#[repr(align(128))]
+struct Shard(Mutex<Option<FxHashMap<usize, Live>>>);
+impl std::ops::Deref for Shard {
+    type Target = Mutex<Option<FxHashMap<usize, Live>>>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+static LIVE: [Shard; SHARDS] = [const { Shard(Mutex::new(None)) }; SHARDS];
 
 fn shard(addr: usize) -> &'static Shard {
     // Allocations are at least 16-byte aligned and usually page-aligned; mix the bits so
@@ -149,27 +179,37 @@ pub fn locked_any() -> bool {
 
 /// Moves pinned bytes in or out of the live figures (every level: process, API, callsite).
 pub fn live_delta(api: Api, site: &'static Callsite, bytes: i64, count: i64) {
-    let now = TOTALS.live_bytes.fetch_add(bytes, Relaxed) + bytes;
-    TOTALS.live_count.fetch_add(count, Relaxed);
+    let now = TOTAL_LEVEL.live_bytes.fetch_add(bytes, Relaxed) + bytes;
+    let level = &API_LEVEL[api as usize];
+    let api_now = level.live_bytes.fetch_add(bytes, Relaxed) + bytes;
     if bytes > 0 {
-        TOTALS.peak_live_bytes.fetch_max(now.max(0) as u64, Relaxed);
+        raise(&TOTAL_LEVEL.peak_live_bytes, now);
+        raise(&level.peak_live_bytes, api_now);
     }
-    let a = &APIS[api as usize];
-    let api_now = a.live_bytes.fetch_add(bytes, Relaxed) + bytes;
-    if bytes > 0 {
-        a.peak_live_bytes.fetch_max(api_now.max(0) as u64, Relaxed);
-    }
-    a.live_count.fetch_add(count, Relaxed);
+    let m = mine();
+    m.totals.live_count.fetch_add(count, Relaxed);
+    m.apis[api as usize].live_count.fetch_add(count, Relaxed);
     site.add_live(bytes, count);
     timeline_tick(now.max(0) as u64);
+}
+
+/// Raises a peak to `now`. A load first: a peak that is not being raised stays a shared cache
+/// line that no thread writes.
+#[inline]
+pub fn raise(peak: &AtomicU64, now: i64) {
+    let now = now.max(0) as u64;
+    if now > peak.load(Relaxed) {
+        peak.fetch_max(now, Relaxed);
+    }
 }
 
 /// A successful pinning call of `bytes` new pinned bytes.
 pub fn count_alloc(api: Api, site: &'static Callsite, bytes: u64) {
     touch();
-    TOTALS.alloc_count.fetch_add(1, Relaxed);
-    TOTALS.alloc_bytes.fetch_add(bytes, Relaxed);
-    let a = &APIS[api as usize];
+    let m = mine();
+    m.totals.alloc_count.fetch_add(1, Relaxed);
+    m.totals.alloc_bytes.fetch_add(bytes, Relaxed);
+    let a = &m.apis[api as usize];
     a.alloc_count.fetch_add(1, Relaxed);
     a.alloc_bytes.fetch_add(bytes, Relaxed);
     site.alloc_count.fetch_add(1, Relaxed);
@@ -178,26 +218,29 @@ pub fn count_alloc(api: Api, site: &'static Callsite, bytes: u64) {
 }
 
 pub fn count_release() {
-    TOTALS.release_count.fetch_add(1, Relaxed);
+    mine().totals.release_count.fetch_add(1, Relaxed);
 }
 
 pub fn count_failed(api: Api) {
     touch();
-    TOTALS.failed_count.fetch_add(1, Relaxed);
-    APIS[api as usize].failed_count.fetch_add(1, Relaxed);
+    let m = mine();
+    m.totals.failed_count.fetch_add(1, Relaxed);
+    m.apis[api as usize].failed_count.fetch_add(1, Relaxed);
 }
 
 pub fn count_unknown_release(api: Api) {
     touch();
-    TOTALS.unknown_release_count.fetch_add(1, Relaxed);
-    APIS[api as usize].unknown_release_count.fetch_add(1, Relaxed);
+    let m = mine();
+    m.totals.unknown_release_count.fetch_add(1, Relaxed);
+    m.apis[api as usize].unknown_release_count.fetch_add(1, Relaxed);
 }
 
 pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
     touch();
-    TOTALS.denied_count.fetch_add(1, Relaxed);
-    TOTALS.denied_bytes.fetch_add(bytes, Relaxed);
-    APIS[api as usize].denied_count.fetch_add(1, Relaxed);
+    let m = mine();
+    m.totals.denied_count.fetch_add(1, Relaxed);
+    m.totals.denied_bytes.fetch_add(bytes, Relaxed);
+    m.apis[api as usize].denied_count.fetch_add(1, Relaxed);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
     crate::group::note_denied();
@@ -207,9 +250,10 @@ pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
 /// A call served with pageable memory (or left unpinned) instead of pinned memory.
 pub fn count_downgraded(api: Api, site: &'static Callsite, bytes: u64) {
     touch();
-    TOTALS.downgraded_count.fetch_add(1, Relaxed);
-    TOTALS.downgraded_bytes.fetch_add(bytes, Relaxed);
-    APIS[api as usize].downgraded_count.fetch_add(1, Relaxed);
+    let m = mine();
+    m.totals.downgraded_count.fetch_add(1, Relaxed);
+    m.totals.downgraded_bytes.fetch_add(bytes, Relaxed);
+    m.apis[api as usize].downgraded_count.fetch_add(1, Relaxed);
     site.downgraded_count.fetch_add(1, Relaxed);
     site.note_api(api);
     crate::group::note_downgraded();
@@ -217,12 +261,12 @@ pub fn count_downgraded(api: Api, site: &'static Callsite, bytes: u64) {
 }
 
 pub fn count_over_budget(api: Api, site: &'static Callsite, bytes: u64) {
-    TOTALS.over_budget_count.fetch_add(1, Relaxed);
+    mine().totals.over_budget_count.fetch_add(1, Relaxed);
     event(EventKind::OverBudget, api, bytes, site);
 }
 
 pub fn downgraded_live_delta(bytes: i64) {
-    TOTALS.downgraded_live_bytes.fetch_add(bytes, Relaxed);
+    mine().totals.downgraded_live_bytes.fetch_add(bytes, Relaxed);
 }
 
 pub fn insert(addr: usize, live: Live) {
@@ -253,26 +297,26 @@ pub fn touched() -> bool {
 }
 
 pub fn live_bytes() -> u64 {
-    TOTALS.live_bytes.load(Relaxed).max(0) as u64
+    TOTAL_LEVEL.live_bytes.load(Relaxed).max(0) as u64
 }
 
 pub fn totals() -> Totals {
-    let t = &TOTALS;
+    let u = |v: i128| v.max(0) as u64;
     Totals {
-        live_bytes: t.live_bytes.load(Relaxed).max(0) as u64,
-        live_count: t.live_count.load(Relaxed).max(0) as u64,
-        peak_live_bytes: t.peak_live_bytes.load(Relaxed),
-        alloc_count: t.alloc_count.load(Relaxed),
-        alloc_bytes: t.alloc_bytes.load(Relaxed),
-        release_count: t.release_count.load(Relaxed),
-        failed_count: t.failed_count.load(Relaxed),
-        denied_count: t.denied_count.load(Relaxed),
-        denied_bytes: t.denied_bytes.load(Relaxed),
-        downgraded_count: t.downgraded_count.load(Relaxed),
-        downgraded_bytes: t.downgraded_bytes.load(Relaxed),
-        downgraded_live_bytes: t.downgraded_live_bytes.load(Relaxed).max(0) as u64,
-        over_budget_count: t.over_budget_count.load(Relaxed),
-        unknown_release_count: t.unknown_release_count.load(Relaxed),
+        live_bytes: TOTAL_LEVEL.live_bytes.load(Relaxed).max(0) as u64,
+        live_count: u(sum(|s| s.totals.live_count.load(Relaxed))),
+        peak_live_bytes: TOTAL_LEVEL.peak_live_bytes.load(Relaxed),
+        alloc_count: u(sum(|s| s.totals.alloc_count.load(Relaxed))),
+        alloc_bytes: u(sum(|s| s.totals.alloc_bytes.load(Relaxed))),
+        release_count: u(sum(|s| s.totals.release_count.load(Relaxed))),
+        failed_count: u(sum(|s| s.totals.failed_count.load(Relaxed))),
+        denied_count: u(sum(|s| s.totals.denied_count.load(Relaxed))),
+        denied_bytes: u(sum(|s| s.totals.denied_bytes.load(Relaxed))),
+        downgraded_count: u(sum(|s| s.totals.downgraded_count.load(Relaxed))),
+        downgraded_bytes: u(sum(|s| s.totals.downgraded_bytes.load(Relaxed))),
+        downgraded_live_bytes: u(sum(|s| s.totals.downgraded_live_bytes.load(Relaxed))),
+        over_budget_count: u(sum(|s| s.totals.over_budget_count.load(Relaxed))),
+        unknown_release_count: u(sum(|s| s.totals.unknown_release_count.load(Relaxed))),
     }
 }
 
@@ -281,19 +325,20 @@ pub fn apis() -> Vec<(Api, ApiStats)> {
     Api::ALL
         .iter()
         .map(|&api| {
-            let a = &APIS[api as usize];
+            let i = api as usize;
+            let u = |v: i128| v.max(0) as u64;
             (
                 api,
                 ApiStats {
-                    alloc_count: a.alloc_count.load(Relaxed),
-                    alloc_bytes: a.alloc_bytes.load(Relaxed),
-                    live_count: a.live_count.load(Relaxed).max(0) as u64,
-                    live_bytes: a.live_bytes.load(Relaxed).max(0) as u64,
-                    peak_live_bytes: a.peak_live_bytes.load(Relaxed),
-                    failed_count: a.failed_count.load(Relaxed),
-                    denied_count: a.denied_count.load(Relaxed),
-                    downgraded_count: a.downgraded_count.load(Relaxed),
-                    unknown_release_count: a.unknown_release_count.load(Relaxed),
+                    alloc_count: u(sum(|s| s.apis[i].alloc_count.load(Relaxed))),
+                    alloc_bytes: u(sum(|s| s.apis[i].alloc_bytes.load(Relaxed))),
+                    live_count: u(sum(|s| s.apis[i].live_count.load(Relaxed))),
+                    live_bytes: API_LEVEL[i].live_bytes.load(Relaxed).max(0) as u64,
+                    peak_live_bytes: API_LEVEL[i].peak_live_bytes.load(Relaxed),
+                    failed_count: u(sum(|s| s.apis[i].failed_count.load(Relaxed))),
+                    denied_count: u(sum(|s| s.apis[i].denied_count.load(Relaxed))),
+                    downgraded_count: u(sum(|s| s.apis[i].downgraded_count.load(Relaxed))),
+                    unknown_release_count: u(sum(|s| s.apis[i].unknown_release_count.load(Relaxed))),
                 },
             )
         })
@@ -434,24 +479,27 @@ pub unsafe fn unlock_all(clear: bool) {
 }
 
 fn reset_counters() {
-    let t = &TOTALS;
-    for c in [&t.live_bytes, &t.live_count, &t.downgraded_live_bytes] {
-        c.store(0, Relaxed);
-    }
-    for c in [
-        &t.peak_live_bytes, &t.alloc_count, &t.alloc_bytes, &t.release_count, &t.failed_count,
-        &t.denied_count, &t.denied_bytes, &t.downgraded_count, &t.downgraded_bytes,
-        &t.over_budget_count, &t.unknown_release_count,
-    ] {
-        c.store(0, Relaxed);
-    }
-    for a in &APIS {
-        for c in [&a.live_count, &a.live_bytes] {
+    for st in &STRIPED {
+        let t = &st.totals;
+        for c in [&t.live_count, &t.downgraded_live_bytes] {
             c.store(0, Relaxed);
         }
-        for c in [&a.peak_live_bytes, &a.alloc_count, &a.alloc_bytes, &a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
+        for c in [
+            &t.alloc_count, &t.alloc_bytes, &t.release_count, &t.failed_count, &t.denied_count, &t.denied_bytes,
+            &t.downgraded_count, &t.downgraded_bytes, &t.over_budget_count, &t.unknown_release_count,
+        ] {
             c.store(0, Relaxed);
         }
+        for a in &st.apis {
+            a.live_count.store(0, Relaxed);
+            for c in [&a.alloc_count, &a.alloc_bytes, &a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
+                c.store(0, Relaxed);
+            }
+        }
+    }
+    for l in std::iter::once(&TOTAL_LEVEL).chain(API_LEVEL.iter()) {
+        l.live_bytes.store(0, Relaxed);
+        l.peak_live_bytes.store(0, Relaxed);
     }
     TOUCHED.store(false, Relaxed);
 }

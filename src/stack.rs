@@ -9,12 +9,12 @@ pub const MAX_FRAMES: usize = 128;
 /// Fills `out` with up to `depth` return addresses, starting at the code that called the
 /// intercepted function: pinguard's own frames, and the unwinder's above them, are skipped.
 #[inline(never)]
-pub fn capture(depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
+pub fn capture(from: crate::unwind::Regs, depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
     let depth = depth.min(MAX_FRAMES);
     if depth == 0 {
         return 0;
     }
-    if let Some(n) = crate::unwind::walk(&mut out[..depth]) {
+    if let Some(n) = crate::unwind::walk(from, &mut out[..depth]) {
         return n;
     }
     slow(depth, out)

@@ -96,7 +96,12 @@ impl Symbolizer {
         if let Some(i) = self.files.iter().position(|(k, _)| *k == key) {
             return Some(i);
         }
-        let loader = addr2line::Loader::new(path).ok();
+        // Distributions ship debug information apart, under the build id (libc6-dbg and the like).
+        let separate = self.objects[object].0.build_id.as_ref().filter(|id| id.len() > 2).map(|id| format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
+        let loader = separate
+            .filter(|p| std::path::Path::new(p).is_file())
+            .and_then(|p| addr2line::Loader::new(p).ok())
+            .or_else(|| addr2line::Loader::new(path).ok());
         self.files.push((key, Parsed(loader)));
         Some(self.files.len() - 1)
     }

@@ -21,6 +21,8 @@ pub struct Hook {
     _reentry: Reentry,
     entry_errno: c_int,
     cfg: &'static Config,
+    /// The hook's own frame, where a stack walk starts.
+    from: crate::unwind::Regs,
 }
 
 /// What a pinning call asks for, as far as the budget decision is concerned.
@@ -71,7 +73,10 @@ pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
 
 impl Hook {
     /// `None`: pass the call straight through (nested call, pinguard disabled, family off).
+    /// Inlined into each hook, so that `from` is the hook's frame.
+    #[inline(always)]
     pub fn enter(family: Family) -> Option<Hook> {
+        let from = crate::unwind::Regs::here();
         let reentry = Reentry::enter()?;
         let entry_errno = guard::errno();
         let cfg = lifecycle::ensure_init();
@@ -81,7 +86,7 @@ impl Hook {
             return None;
         }
         crate::reporter::restart_if_forked(cfg);
-        Some(Hook { _reentry: reentry, entry_errno, cfg })
+        Some(Hook { _reentry: reentry, entry_errno, cfg, from })
     }
 
     /// A call pinguard does not account (no out-pointer, nothing to pin): the runtime answers,
@@ -97,7 +102,7 @@ impl Hook {
 
     fn site(&self) -> &'static Callsite {
         let mut frames = [0usize; stack::MAX_FRAMES];
-        let n = stack::capture(self.cfg.depth as usize, &mut frames);
+        let n = stack::capture(self.from, self.cfg.depth as usize, &mut frames);
         callsite::intern(&frames[..n])
     }
 

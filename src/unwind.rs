@@ -59,10 +59,31 @@ thread_local! {
 /// Upper bound on frames visited, own frames included: a cycle in a corrupt stack ends here.
 const MAX_VISITED: usize = 512;
 
-/// Fills `out` with up to `out.len()` return addresses, the first being the caller of the
-/// outermost pinguard frame. `None`: this thread cannot walk here (see the module's comment).
+/// Where a walk starts: the program counter, stack pointer and frame pointer of one frame.
+#[derive(Clone, Copy)]
+pub struct Regs {
+    pc: u64,
+    sp: u64,
+    fp: u64,
+}
+
+impl Regs {
+    /// This point of the calling function (inlined into it). A walk may start from here as long
+    /// as that function has not returned: its frame, and the return address and saved registers
+    /// in it, stay as they are while it runs deeper calls. The hooks take it on entry, so a walk
+    /// does not unwind pinguard's own frames one by one.
+    #[inline(always)]
+    pub fn here() -> Regs {
+        let (pc, sp, fp) = registers();
+        Regs { pc, sp, fp }
+    }
+}
+
+/// Fills `out` with up to `out.len()` return addresses, starting from `from` (the frame of a
+/// hook, still running) and leaving out pinguard's own frames at the start. `None`: this thread
+/// cannot walk here (see the module's comment).
 #[inline(never)]
-pub fn walk(out: &mut [usize]) -> Option<usize> {
+pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
     LOCAL
         .try_with(|cell| {
             let mut slot = cell.try_borrow_mut().ok()?;
@@ -71,15 +92,16 @@ pub fn walk(out: &mut [usize]) -> Option<usize> {
             }
             let local = slot.as_mut()?;
             local.refresh();
-            let (pc, sp, fp) = registers();
-            if sp < local.stack_bottom || sp >= local.stack_top {
+            let Regs { pc, sp, fp } = from;
+            let here = Regs::here();
+            // The start frame must be on this stack and still live (above this one).
+            if sp < here.sp || sp < local.stack_bottom || sp >= local.stack_top {
                 return None;
             }
             let (n, missed) = local.walk_from(pc, sp, fp, out);
             if missed && local.loads != loader_counts() {
                 WANTED.fetch_add(1, Ordering::AcqRel);
                 local.refresh();
-                let (pc, sp, fp) = registers();
                 return Some(local.walk_from(pc, sp, fp, out).0);
             }
             Some(n)
@@ -140,9 +162,9 @@ impl Local {
         self.generation = s.generation;
     }
 
-    fn known(&self, addr: u64) -> bool {
+    fn range_of(&self, addr: u64) -> Option<(u64, u64)> {
         let i = self.ranges.partition_point(|r| r.0 <= addr);
-        i > 0 && addr < self.ranges[i - 1].1
+        (i > 0 && addr < self.ranges[i - 1].1).then(|| self.ranges[i - 1])
     }
 
     /// Returns the frames written and whether some address lay in no known object.
@@ -178,10 +200,19 @@ impl Local {
             n += 1;
         }
         drop(frames);
+        // Neighbouring frames are mostly in one object: try the last one's range first.
+        let mut last = (0u64, 0u64);
         for &a in &out[..n] {
-            if !self.known(a as u64) {
-                missed = true;
-                break;
+            let a = a as u64;
+            if a >= last.0 && a < last.1 {
+                continue;
+            }
+            match self.range_of(a) {
+                Some(r) => last = r,
+                None => {
+                    missed = true;
+                    break;
+                }
             }
         }
         (n, missed)
@@ -201,7 +232,7 @@ fn initial_regs(_pc: u64, sp: u64, fp: u64) -> framehop::UnwindRegsNative {
 }
 
 /// The program counter, stack pointer and frame pointer at this point of the caller (inlined,
-/// so the triple describes one consistent frame of `walk`).
+/// so the triple describes one consistent frame).
 #[inline(always)]
 fn registers() -> (u64, u64, u64) {
     let (pc, sp, fp): (u64, u64, u64);

@@ -33,8 +33,23 @@ static long rss_kb(void) {
 static const char *kind;
 static long n;
 
+/* The loop runs under BENCH_FRAMES frames of its own (default 32), as in a real program, so a
+ * walk at PINGUARD_DEPTH=32 has 32 frames to walk. */
+static void loop(void);
+__attribute__((noinline)) static void nest(int depth) {
+    if (depth <= 1) loop();
+    else nest(depth - 1);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
 static void *pairs(void *arg) {
     (void)arg;
+    const char *f = getenv("BENCH_FRAMES");
+    nest(f ? atoi(f) : 32);
+    return NULL;
+}
+
+static void loop(void) {
     char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     page[0] = 1;
     for (long i = 0; i < n; i++) {
@@ -50,7 +65,6 @@ static void *pairs(void *arg) {
             munmap(p, 4096);
         }
     }
-    return NULL;
 }
 
 /* 100 distinct call sites times 100 recursion depths: 10,000 distinct stacks. */
