@@ -6,6 +6,7 @@
 #ifndef PINGUARD_H
 #define PINGUARD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -22,6 +23,12 @@ extern "C" {
  * PINGUARD_REPORT template. Atomic (temporary file, then rename). Returns 0 on success, -1 when
  * pinguard is disabled or the file cannot be written. errno is left unchanged. */
 PINGUARD_API int pinguard_write_report(const char *path);
+
+/* The path of this process's report, where the exit report (and pinguard_write_report(NULL))
+ * writes it, into buf as a NUL-terminated string of at most size bytes. Returns the path's full
+ * length (as snprintf does: call with size 0 to learn it), or -1 when pinguard is disabled or the
+ * process is setuid. */
+PINGUARD_API long pinguard_report_path(char *buf, size_t size);
 
 /* Pinned bytes live in this process right now (downgraded, pageable memory is not counted). */
 PINGUARD_API uint64_t pinguard_live_bytes(void);

@@ -2,22 +2,36 @@
 # Builds the library and the CLI for x86-64 and aarch64 against glibc 2.17 (cargo-zigbuild), so
 # that they run in old CUDA and CANN images, and checks each artifact: the newest GLIBC_ version
 # its dynamic symbols need is at most 2.17, the library exports only the hooks and the C API, and
-# the file is for the right architecture. Artifacts land in target/release-artifacts/ARCH/.
-# Needs cargo-zigbuild and ziglang (installed here when missing) and the two rustup targets.
+# the file is for the right architecture. Artifacts land in target/release-artifacts/ARCH/, and a
+# tarball per architecture (bin/pinguard, lib/libpinguard.so, include/pinguard.h) beside them.
+# Needs cargo-zigbuild and ziglang (installed here when missing) and the rustup targets.
+#   scripts/release.sh [ARCH...]      (default: x86_64 aarch64)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+archs=("$@")
+[ ${#archs[@]} -gt 0 ] || archs=(x86_64 aarch64)
+for a in "${archs[@]}"; do
+    [[ $a == x86_64 || $a == aarch64 ]] || { echo "release.sh: unknown architecture '$a' (x86_64 or aarch64)" >&2; exit 2; }
+done
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 command -v cargo-zigbuild >/dev/null || cargo install cargo-zigbuild --locked
-python3 -c "import ziglang" 2>/dev/null || python3 -m pip install -q ziglang
-for t in x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu; do
-    rustup target list --installed | grep -q "^$t$" || rustup target add "$t"
+# cargo-zigbuild runs `zig`, else `python3 -m ziglang`: a private venv keeps the system Python as it
+# is (Debian's refuses pip installs).
+if ! command -v zig >/dev/null && ! python3 -c "import ziglang" 2>/dev/null; then
+    [ -x target/zig-venv/bin/python3 ] && target/zig-venv/bin/python3 -c "import ziglang" 2>/dev/null ||
+        { python3 -m venv target/zig-venv && target/zig-venv/bin/python3 -m pip install -q ziglang; }
+    export PATH="$PWD/target/zig-venv/bin:$PATH"
+fi
+for a in "${archs[@]}"; do
+    rustup target list --installed | grep -q "^$a-unknown-linux-gnu$" || rustup target add "$a-unknown-linux-gnu"
 done
 
-allowed='^(cuda|cu|aclrt)[A-Za-z0-9_]+$|^(mlock|mlock2|munlock|mlockall|munlockall|mmap|mmap64|munmap|dlsym|dlvsym|dlclose|_exit|_Exit)$|^pinguard_(write_report|live_bytes|version)$'
+allowed='^(cuda|cu|aclrt)[A-Za-z0-9_]+$|^(mlock|mlock2|munlock|mlockall|munlockall|mmap|mmap64|munmap|dlsym|dlvsym|dlclose|_exit|_Exit)$|^pinguard_(write_report|report_path|live_bytes|version)$'
 fail=0
 check() { # name, ok?, detail
     if [ "$2" = 1 ]; then echo "PASS $1: $3"; else echo "FAIL $1: $3"; fail=1; fi
 }
-for arch in x86_64 aarch64; do
+for arch in "${archs[@]}"; do
     target=$arch-unknown-linux-gnu
     cargo zigbuild --release --quiet --target "$target.2.17" -p pinguard -p pinguard-cli
     out=target/release-artifacts/$arch
@@ -33,5 +47,15 @@ for arch in x86_64 aarch64; do
     done
     extra=$(nm -D --defined-only "$out/libpinguard.so" | awk '{print $3}' | sed 's/@.*//' | grep -Ev "$allowed" | tr '\n' ' ' || true)
     check "$out/libpinguard.so exports" "$([ -z "$extra" ] && echo 1 || echo 0)" "${extra:-hooks and the C API only ($(nm -D --defined-only "$out/libpinguard.so" | wc -l) symbols)}"
+    name=pinguard-$version-$arch-linux-gnu
+    stage=$(mktemp -d)
+    mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/include"
+    cp "$out/pinguard" "$stage/$name/bin/"
+    cp "$out/libpinguard.so" "$stage/$name/lib/"
+    cp include/pinguard.h "$stage/$name/include/"
+    cp README.md "$stage/$name/"
+    tar -C "$stage" -czf "target/release-artifacts/$name.tar.gz" "$name"
+    rm -rf "$stage"
+    echo "built target/release-artifacts/$name.tar.gz"
 done
 exit $fail

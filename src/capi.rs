@@ -31,6 +31,31 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
     rc
 }
 
+/// The path of this process's report (where the exit report will go) as a NUL-terminated string
+/// in `buf` (truncated to `size - 1` bytes). Returns the path's full length, as `snprintf` does,
+/// or -1 when pinguard is disabled or the process is setuid.
+#[no_mangle]
+pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> isize {
+    let Some(_r) = Reentry::enter() else { return -1 };
+    let e = guard::errno();
+    let rc = std::panic::catch_unwind(|| {
+        if lifecycle::ensure_init().is_none() || crate::kernel::secure_mode() {
+            return -1;
+        }
+        let p = report::path();
+        let bytes = p.as_os_str().as_encoded_bytes();
+        if !buf.is_null() && size > 0 {
+            let n = bytes.len().min(size - 1);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
+            *buf.add(n) = 0;
+        }
+        bytes.len() as isize
+    })
+    .unwrap_or(-1);
+    guard::set_errno(e);
+    rc
+}
+
 /// Pinned bytes live right now (downgraded memory excluded).
 #[no_mangle]
 pub extern "C" fn pinguard_live_bytes() -> u64 {

@@ -250,6 +250,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
+/// Where the last report written to the template went (the fallback directory, if it came to that).
+static LAST: crate::lock::Mutex<Option<PathBuf>> = crate::lock::Mutex::new(None);
+
+/// Where this process's report goes: where the last one went, else the template expanded now.
+pub fn path() -> PathBuf {
+    if let Some(p) = LAST.lock().clone() {
+        return p;
+    }
+    let (template, _) = TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true));
+    expand(&template)
+}
+
 /// Writes a report to `path`, or to the configured template. Returns where it went.
 pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     let cfg = lifecycle::config().ok_or("pinguard is disabled")?;
@@ -276,7 +288,7 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     }
     let (template, default) = TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true));
     let target = expand(&template);
-    match write_atomic(&target, &json) {
+    let written = match write_atomic(&target, &json) {
         Ok(()) => Ok(target),
         Err(e) if default => {
             // The default lives in the working directory, which may be read-only in a container.
@@ -286,7 +298,11 @@ pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
                 .map_err(|e2| format!("{}: {e}; {}: {e2}", target.display(), fallback.display()))
         }
         Err(e) => Err(format!("{}: {e}", target.display())),
+    };
+    if let Ok(p) = &written {
+        *LAST.lock() = Some(p.clone());
     }
+    written
 }
 
 /// Stops later snapshots (a process exiting without anything to report).

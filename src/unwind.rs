@@ -65,6 +65,10 @@ pub struct Regs {
     pc: u64,
     sp: u64,
     fp: u64,
+    /// aarch64's link register: the return address while the function has not saved it yet
+    /// (the compiler may take these registers before the prologue); 0 on x86-64.
+    #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
+    lr: u64,
 }
 
 impl Regs {
@@ -74,8 +78,7 @@ impl Regs {
     /// does not unwind pinguard's own frames one by one.
     #[inline(always)]
     pub fn here() -> Regs {
-        let (pc, sp, fp) = registers();
-        Regs { pc, sp, fp }
+        registers()
     }
 }
 
@@ -92,17 +95,16 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
             }
             let local = slot.as_mut()?;
             local.refresh();
-            let Regs { pc, sp, fp } = from;
             let here = Regs::here();
             // The start frame must be on this stack and still live (above this one).
-            if sp < here.sp || sp < local.stack_bottom || sp >= local.stack_top {
+            if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
                 return None;
             }
-            let (n, missed) = local.walk_from(pc, sp, fp, out);
+            let (n, missed) = local.walk_from(from, out);
             if missed && local.loads != loader_counts() {
                 WANTED.fetch_add(1, Ordering::AcqRel);
                 local.refresh();
-                return Some(local.walk_from(pc, sp, fp, out).0);
+                return Some(local.walk_from(from, out).0);
             }
             Some(n)
         })
@@ -168,8 +170,8 @@ impl Local {
     }
 
     /// Returns the frames written and whether some address lay in no known object.
-    fn walk_from(&mut self, pc: u64, sp: u64, fp: u64, out: &mut [usize]) -> (usize, bool) {
-        let (lo, hi) = (sp, self.stack_top);
+    fn walk_from(&mut self, from: Regs, out: &mut [usize]) -> (usize, bool) {
+        let (lo, hi) = (from.sp, self.stack_top);
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if addr < lo || addr.checked_add(8).is_none_or(|e| e > hi) || addr % 8 != 0 {
                 return Err(());
@@ -177,8 +179,7 @@ impl Local {
             // SAFETY: inside this thread's own stack, above the live stack pointer.
             Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
         };
-        let regs = initial_regs(pc, sp, fp);
-        let mut frames = self.tables.iter_frames(pc, regs, &mut self.cache, &mut read_stack);
+        let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), &mut self.cache, &mut read_stack);
         let (own_lo, own_hi) = crate::resolve::own_range();
         let (mut n, mut missed, mut in_own) = (0usize, false, true);
         for _ in 0..MAX_VISITED {
@@ -220,31 +221,34 @@ impl Local {
 }
 
 #[cfg(target_arch = "x86_64")]
-fn initial_regs(pc: u64, sp: u64, fp: u64) -> framehop::UnwindRegsNative {
-    framehop::UnwindRegsNative::new(pc, sp, fp)
+fn initial_regs(r: Regs) -> framehop::UnwindRegsNative {
+    framehop::UnwindRegsNative::new(r.pc, r.sp, r.fp)
 }
 
 #[cfg(target_arch = "aarch64")]
-fn initial_regs(_pc: u64, sp: u64, fp: u64) -> framehop::UnwindRegsNative {
-    // The link register is not live here (this function has made calls); the first frame's
-    // rule restores it from the stack.
-    framehop::UnwindRegsNative::new(0, sp, fp)
+fn initial_regs(r: Regs) -> framehop::UnwindRegsNative {
+    // Where the frame has saved the link register already, the first frame's rule reads it from
+    // the stack and this value is not used.
+    framehop::UnwindRegsNative::new(r.lr, r.sp, r.fp)
 }
 
-/// The program counter, stack pointer and frame pointer at this point of the caller (inlined,
-/// so the triple describes one consistent frame).
+/// The registers a walk needs, at this point of the caller (inlined, so that they describe one
+/// consistent frame).
 #[inline(always)]
-fn registers() -> (u64, u64, u64) {
-    let (pc, sp, fp): (u64, u64, u64);
+fn registers() -> Regs {
+    let (pc, sp, fp, lr): (u64, u64, u64, u64);
     unsafe {
         #[cfg(target_arch = "x86_64")]
-        std::arch::asm!("lea {pc}, [rip]", "mov {sp}, rsp", "mov {fp}, rbp",
-            pc = out(reg) pc, sp = out(reg) sp, fp = out(reg) fp, options(nomem, nostack, preserves_flags));
+        {
+            std::arch::asm!("lea {pc}, [rip]", "mov {sp}, rsp", "mov {fp}, rbp",
+                pc = out(reg) pc, sp = out(reg) sp, fp = out(reg) fp, options(nomem, nostack, preserves_flags));
+            lr = 0;
+        }
         #[cfg(target_arch = "aarch64")]
-        std::arch::asm!("adr {pc}, .", "mov {sp}, sp", "mov {fp}, x29",
-            pc = out(reg) pc, sp = out(reg) sp, fp = out(reg) fp, options(nomem, nostack, preserves_flags));
+        std::arch::asm!("adr {pc}, .", "mov {sp}, sp", "mov {fp}, x29", "mov {lr}, x30",
+            pc = out(reg) pc, sp = out(reg) sp, fp = out(reg) fp, lr = out(reg) lr, options(nomem, nostack, preserves_flags));
     }
-    (pc, sp, fp)
+    Regs { pc, sp, fp, lr }
 }
 
 /// This thread's stack as `[bottom, top)`, once per thread (glibc reads /proc/self/maps for the

@@ -4,7 +4,6 @@
 
 mod common;
 use common::*;
-use std::process::Command;
 
 #[test]
 fn dlsym_answers_as_glibc_in_every_preload_order() {
@@ -19,7 +18,7 @@ fn dlsym_answers_as_glibc_in_every_preload_order() {
         ("wrapper alone", wrap.clone()),
     ] {
         for _ in 0..3 {
-            let out = Command::new(f.dir.join("dlsym_check")).env("LD_PRELOAD", &preload).output().unwrap();
+            let out = program(&f.dir.join("dlsym_check"), Some(preload.as_ref())).output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "{label}:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
             assert!(!stdout.contains("BAD"), "{label}:\n{stdout}");

@@ -35,9 +35,8 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
     let dir = fresh_dir("forks");
     let explicit = dir.join("asked.json");
     let out = run_bounded(
-        Command::new(f.dir.join("fork_storm"))
+        program(&f.dir.join("fork_storm"), Some(f.lib.as_os_str()))
             .args(["200", explicit.to_str().unwrap()])
-            .env("LD_PRELOAD", &f.lib)
             .env("PINGUARD_REPORT", dir.join("r.%p.json"))
             .env("PINGUARD_DEPTH", "8"),
         Duration::from_secs(240),

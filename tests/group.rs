@@ -42,9 +42,8 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
     std::fs::write(&counter, [0u8; 16]).unwrap();
     let children: Vec<_> = (0..8)
         .map(|_| {
-            Command::new(f.dir.join("group_worker"))
+            program(&f.dir.join("group_worker"), Some(f.lib.as_os_str()))
                 .args(["4", "1500"])
-                .env("LD_PRELOAD", &f.lib)
                 .env("PINGUARD_GROUP", &g.0)
                 .env("PINGUARD_GROUP_BUDGET", budget.to_string())
                 .env("PINGUARD_DEPTH", "4")
@@ -82,8 +81,7 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
 
 fn spawn_holder(g: &Group) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let f = fixtures();
-    let mut child = Command::new(f.dir.join("churn"))
-        .env("LD_PRELOAD", &f.lib)
+    let mut child = program(&f.dir.join("churn"), Some(f.lib.as_os_str()))
         .env("PINGUARD_GROUP", &g.0)
         .env("PINGUARD_GROUP_BUDGET", "100K")
         .env("PINGUARD_REPORT", fresh_dir("holder").join("r.%p.json"))

@@ -4,7 +4,6 @@ mod common;
 use common::*;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use std::process::Command;
 
 const VARS: &[&str] = &[
     "PINGUARD_BUDGET", "PINGUARD_POLICY", "PINGUARD_REPORT", "PINGUARD_DEPTH", "PINGUARD_INTERVAL",
@@ -45,8 +44,8 @@ fn garbage_in_every_variable_never_crashes_and_says_one_line_each() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..20 {
         let dir = fresh_dir("garbage");
-        let mut cmd = Command::new(f.dir.join("scenario"));
-        cmd.args(["cuda_alloc:4096", "mlock:0:1"]).current_dir(&dir).env("LD_PRELOAD", &f.lib);
+        let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
+        cmd.args(["cuda_alloc:4096", "mlock:0:1"]).current_dir(&dir);
         let mut set = Vec::new();
         for var in VARS {
             if rng.next() % 2 == 0 {
@@ -80,7 +79,7 @@ fn rejected_arguments_get_the_runtimes_own_answer_and_counters_stay_exact() {
         "mlock:0:0", "munlock:5:1", "cuda_unregister:2",
     ];
     let rcs = |out: &str| -> Vec<String> { out.lines().filter(|l| l.contains(" rc=")).map(|l| l.split(" errno=").next().unwrap().to_string()).collect() };
-    let bare = Command::new(f.dir.join("scenario")).args(ops).output().unwrap();
+    let bare = program(&f.dir.join("scenario"), None).args(ops).output().unwrap();
     let bare_rcs = rcs(&String::from_utf8_lossy(&bare.stdout));
     assert_eq!(bare_rcs.len(), ops.len());
     for env in [&[][..], &[("PINGUARD_BUDGET", "1M")][..], &[("PINGUARD_BUDGET", "0"), ("PINGUARD_POLICY", "downgrade")][..]] {

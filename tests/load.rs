@@ -34,7 +34,7 @@ fn only_hooks_and_the_c_api_are_exported() {
         "cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cudaFreeHost", "cudaHostUnregister",
         "aclrtMallocHost", "aclrtMallocHostWithCfg", "aclrtHostRegister", "aclrtHostRegisterV2",
         "aclrtFreeHost", "aclrtHostUnregister", "mlock", "mlock2", "munlock", "mlockall", "munlockall",
-        "mmap", "mmap64", "munmap", "pinguard_write_report", "pinguard_live_bytes", "pinguard_version",
+        "mmap", "mmap64", "munmap", "pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_version",
         "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemAllocHost", "cuMemHostRegister_v2", "cuMemHostRegister",
         "cuMemFreeHost", "cuMemHostUnregister", "cuGetProcAddress", "cuGetProcAddress_v2", "dlsym", "dlvsym", "dlclose", "_exit", "_Exit",
     ];
@@ -46,7 +46,7 @@ fn only_hooks_and_the_c_api_are_exported() {
     }
     // The C header declares exactly the C API.
     let header = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/pinguard.h")).unwrap();
-    for api in ["pinguard_write_report", "pinguard_live_bytes", "pinguard_version"] {
+    for api in ["pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_version"] {
         assert!(header.contains(&format!("{api}(")), "{api} missing from pinguard.h");
     }
 }
@@ -63,6 +63,10 @@ fn the_c_api_works_from_c() {
     assert!(r.stdout.contains("write=0 errno=77"), "errno must survive: {}", r.stdout);
     assert!(r.stdout.contains("write_bad=-1"), "{}", r.stdout);
     assert!(r.stdout.contains("live_after=0"), "{}", r.stdout);
+    // The path it gives is the one the exit report went to; a short buffer gets the length.
+    let said = r.stdout.lines().find_map(|l| l.strip_prefix("path=")).unwrap();
+    assert_eq!(std::path::Path::new(said), reports_in(&r.report_dir)[0].as_path());
+    assert!(r.stdout.contains(&format!("path_len={} short=\"{}\"", said.len(), &said[..3])), "{}", r.stdout);
     let asked = read_json(&explicit);
     assert_eq!(asked["reason"], "request");
     assert_eq!(asked["totals"]["live_bytes"], 8192);

@@ -137,10 +137,9 @@ fn default_report_falls_back_to_the_temp_dir_when_the_working_directory_is_read_
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     // Root ignores directory permissions: use a directory that cannot be written even by root.
     let cwd = if unsafe { libc_geteuid() } == 0 { std::path::PathBuf::from("/proc/self") } else { ro.clone() };
-    let out = std::process::Command::new(f.dir.join("scenario"))
+    let out = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()))
         .arg("mlock:0:1")
         .current_dir(&cwd)
-        .env("LD_PRELOAD", &f.lib)
         .env_remove("PINGUARD_REPORT")
         .env("TMPDIR", &tmp)
         .output()

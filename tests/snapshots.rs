@@ -5,7 +5,7 @@
 mod common;
 use common::*;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn now_ms() -> u64 {
@@ -14,8 +14,8 @@ fn now_ms() -> u64 {
 
 fn spawn_churn(env: &[(&str, &str)], dir: &std::path::Path) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let f = fixtures();
-    let mut cmd = Command::new(f.dir.join("churn"));
-    cmd.current_dir(dir).env("LD_PRELOAD", &f.lib).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut cmd = program(&f.dir.join("churn"), Some(f.lib.as_os_str()));
+    cmd.current_dir(dir).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }

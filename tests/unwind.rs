@@ -95,11 +95,19 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
         assert_eq!(stats["calls"], 4);
         let rep = r.report();
         assert_eq!(rep["totals"]["peak_live_bytes"], 3 * 16384 + 4096);
-        let bad: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "corrupt_target").collect();
+        // The three corrupt calls: whatever the walk found before it stopped, never main. On
+        // x86-64 it finds the caller and the stub; on aarch64 framehop refuses a frame whose
+        // caller's frame pointer points backwards, so it may stop before the caller.
+        let sites = rep["callsites"].as_array().unwrap();
+        let bad: Vec<&Value> = sites.iter().filter(|c| c["frames"][0]["symbol"] != "level_c").collect();
         assert_eq!(bad.iter().map(|c| c["alloc_count"].as_u64().unwrap()).sum::<u64>(), 3, "{}", serde_json::to_string_pretty(&bad).unwrap());
-        for c in bad {
-            assert_prefix(c, &["corrupt_target", "corrupt_call"]);
-            assert!(!symbols(c).contains(&"main".to_string()), "the walk went past a garbage return address: {:?}", symbols(c));
+        for c in &bad {
+            let got = symbols(c);
+            assert!(!got.contains(&"main".to_string()), "the walk went past a garbage return address: {got:?}");
+            assert!(got.is_empty() || got[0] == "corrupt_target", "{got:?}");
+            if cfg!(target_arch = "x86_64") && !aarch64() {
+                assert_prefix(c, &["corrupt_target", "corrupt_call"]);
+            }
         }
         // The healthy walk after the corrupt ones is whole (no poisoned rule cache).
         assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);

@@ -76,9 +76,12 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads `/proc/PID/stat`'s start time; `None` when the process is gone.
+/// Reads the process's start time from its main thread's `stat`; `None` when it is gone. The
+/// task path, not `/proc/PID/stat`: qemu-user answers a process's reads of its own
+/// `/proc/PID/stat` with a made-up file (start time 0), so under emulation a member would record
+/// a start time that every other member reads differently, and be reclaimed as dead.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split_whitespace().nth(19)?.parse().ok()

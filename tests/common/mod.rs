@@ -25,6 +25,9 @@ pub fn root() -> PathBuf {
 /// crate's rlib makes it a dependency of the tests) but does not always copy it up to
 /// `target/<profile>/`, so take whichever of the two is newer.
 fn library() -> PathBuf {
+    if let Some(lib) = std::env::var_os("PGTEST_LIB") {
+        return PathBuf::from(lib); // another architecture's build (scripts/aarch64-tests.sh)
+    }
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
     let candidates = [deps.join("libpinguard.so"), deps.parent().unwrap().join("libpinguard.so")];
@@ -36,8 +39,38 @@ fn library() -> PathBuf {
         .expect("libpinguard.so is missing: cargo builds it before the tests")
 }
 
+/// `PGTEST_TARGET=aarch64`: the C fixtures are cross-built and every program runs under
+/// `qemu-aarch64` (scripts/aarch64-tests.sh sets it, with `PGTEST_LIB` naming the aarch64 library).
+pub fn aarch64() -> bool {
+    std::env::var("PGTEST_TARGET").is_ok_and(|t| t == "aarch64")
+}
+
+/// A command that runs the test program `path`, with `preload` as its `LD_PRELOAD`: directly, or
+/// under qemu-aarch64, which takes the guest's `LD_PRELOAD` as an option (in its own environment
+/// it would preload the aarch64 library into qemu itself).
+pub fn program(path: &Path, preload: Option<&std::ffi::OsStr>) -> Command {
+    if aarch64() {
+        let mut cmd = Command::new("qemu-aarch64");
+        cmd.args(["-L", "/usr/aarch64-linux-gnu"]);
+        if let Some(p) = preload {
+            let mut e = std::ffi::OsString::from("LD_PRELOAD=");
+            e.push(p);
+            cmd.arg("-E").arg(e);
+        }
+        cmd.arg(path);
+        cmd
+    } else {
+        let mut cmd = Command::new(path);
+        if let Some(p) = preload {
+            cmd.env("LD_PRELOAD", p);
+        }
+        cmd
+    }
+}
+
 pub fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("a C compiler (cc) is needed for the tests");
+    let compiler = if aarch64() { "aarch64-linux-gnu-gcc" } else { "cc" };
+    let out = Command::new(compiler).args(args).output().expect("a C compiler (cc) is needed for the tests");
     assert!(out.status.success(), "cc {:?} failed:\n{}", args, String::from_utf8_lossy(&out.stderr));
 }
 
@@ -46,6 +79,7 @@ pub fn fixtures() -> &'static Fixtures {
     F.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let name = if aarch64() { format!("{name}-aarch64") } else { name };
         let dir = exe.parent().unwrap().parent().unwrap().join("fixtures").join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let src = root().join("tests");
@@ -188,14 +222,14 @@ pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let f = fixtures();
     let report_dir = fresh_dir(prog.rsplit('/').next().unwrap());
     let path = if prog.contains('/') { PathBuf::from(prog) } else { f.dir.join(prog) };
-    let mut cmd = Command::new(&path);
+    let mut cmd = program(&path, Some(f.lib.as_os_str()));
     cmd.args(args).current_dir(&report_dir);
     for (k, _) in std::env::vars() {
         if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
             cmd.env_remove(k);
         }
     }
-    cmd.env("LD_PRELOAD", &f.lib).env("PINGUARD_REPORT", report_dir.join("report.%p.json"));
+    cmd.env("PINGUARD_REPORT", report_dir.join("report.%p.json"));
     for (k, v) in env {
         cmd.env(k, v);
     }
