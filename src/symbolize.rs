@@ -49,6 +49,16 @@ impl Symbolizer {
                 path,
             ));
         });
+        // A library opened by a relative path (ctypes.CDLL("lib/x.so")) has that name in the loader's
+        // list; the kernel's map of the process has the file's absolute path.
+        if objects.iter().any(|(_, p): &(Object, String)| !p.starts_with('/') && !p.is_empty()) {
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+            for (o, path) in objects.iter_mut().filter(|(_, p)| !p.starts_with('/')) {
+                if let Some(abs) = mapped_file(&maps, o.start) {
+                    *path = abs;
+                }
+            }
+        }
         let files = std::mem::take(&mut *PARSED.lock());
         Symbolizer { objects, files, by_object: FxHashMap::default(), cache: FxHashMap::default(), used: BTreeMap::new() }
     }
@@ -152,6 +162,18 @@ impl Symbolizer {
             })
             .collect()
     }
+}
+
+/// The file mapped at `addr` in a `/proc/PID/maps` text.
+fn mapped_file(maps: &str, addr: usize) -> Option<String> {
+    maps.lines().find_map(|l| {
+        let (range, rest) = l.split_once(' ')?;
+        let (lo, hi) = range.split_once('-')?;
+        let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+        // The path is the last field and may hold spaces; no field before it holds " /".
+        let path = &rest[rest.find(" /")? + 1..];
+        (addr >= lo && addr < hi).then(|| path.to_string())
+    })
 }
 
 impl Drop for Symbolizer {

@@ -113,3 +113,22 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
         assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
     }
 }
+
+#[test]
+fn an_object_opened_by_a_relative_path_is_named() {
+    let dir = build();
+    let out_dir = fresh_dir("unwind-relative");
+    let snap = out_dir.join("snapshot.json");
+    let out = program(&dir.join("unwind"), Some(fixtures().lib.as_os_str()))
+        .args(["plugins", ".", snap.to_str().unwrap()])
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", out_dir.join("exit.%p.json"))
+        .env("PINGUARD_DEPTH", "32")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The loader knows it as "./libplug_a.so"; the report names the file and its functions.
+    let cs = site(&read_json(&snap), "plug_a_inner").clone();
+    let module = cs["frames"][0]["module"].as_str().unwrap();
+    assert!(module.starts_with('/') && module.ends_with("/libplug_a.so"), "{module}");
+}

@@ -42,4 +42,11 @@ cudaError_t cudaHostUnregister(void *ptr) {
     return cudaSuccess;
 }
 
+/* What PyTorch's is_pinned() asks, in effect: does the runtime know this host pointer? */
+cudaError_t cudaHostGetFlags(unsigned int *flags, void *ptr) {
+    if (!flags || !ptr || !table_contains((uintptr_t)ptr)) return cudaErrorInvalidValue;
+    *flags = 0;
+    return cudaSuccess;
+}
+
 void emu_cuda_stats(struct emu_stats *out) { emu_read_stats(out); }

@@ -97,6 +97,17 @@ static int table_overlaps(uintptr_t a, size_t size) {
     return hit;
 }
 
+/* Whether a lies in memory this runtime pinned (allocated or registered). */
+static int table_contains(uintptr_t a) {
+    int hit = 0;
+    pthread_mutex_lock(&table_lock);
+    for (size_t b = 0; b < BUCKETS && !hit; b++)
+        for (struct entry *e = table[b]; e; e = e->next)
+            if (e->addr <= a && a < e->addr + e->size) { hit = 1; break; }
+    pthread_mutex_unlock(&table_lock);
+    return hit;
+}
+
 static void table_insert(uintptr_t a, size_t size, int owned) {
     struct entry *e = malloc(sizeof *e);
     e->addr = a; e->size = size; e->owned = owned;

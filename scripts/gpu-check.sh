@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# pinguard against NVIDIA's real runtime and driver, with the workload that motivated it:
+# PyTorch's DataLoader(pin_memory=True, num_workers=2) (live and peak pinned bytes against
+# torch.cuda.host_memory_stats(), the top callsite), a budget under `error` (an exception in
+# Python) and `downgrade` (unpinned batches, same results, budget held), the cudaHostRegister
+# path, CuPy's pinned pool and a JAX array in pinned host memory where installed, and the loop's
+# throughput with and without pinguard. One PASS/FAIL/SKIP line per check; exit 1 if any fails.
+#
+# On the GPU machine: Python 3 with PyTorch (CUDA), no network, no Rust toolchain; the library is
+# built beforehand (scripts/release.sh: target/release-artifacts/x86_64/libpinguard.so) and
+# travels with the script. Bounded to 8 minutes.
+#   scripts/gpu-check.sh [LIB]             on a machine with an NVIDIA GPU
+#   scripts/gpu-check.sh --dry-run [LIB]   the same checks on the CPU, against the emulated
+#                                          runtime of tests/emul (needs a C compiler)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dry=0
+if [ "${1:-}" = --dry-run ]; then dry=1; shift; fi
+lib=${1:-}
+if [ -z "$lib" ]; then
+    for c in target/release-artifacts/x86_64/libpinguard.so target/release/libpinguard.so; do
+        if [ -f "$c" ]; then lib=$c; break; fi
+    done
+fi
+if [ -z "$lib" ] || [ ! -f "$lib" ]; then
+    echo "gpu-check: no libpinguard.so (build it with scripts/release.sh or cargo build --release, or pass its path)" >&2
+    exit 2
+fi
+if [ $dry = 1 ]; then
+    emul=$(scripts/build-fixtures.sh 2>/dev/null)
+    exec timeout 470 python3 scripts/gpu_check.py --backend emul --emul-dir "$emul" --lib "$lib" --timeout 90
+fi
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || {
+    echo "gpu-check: PyTorch with a CUDA device is needed here (or use --dry-run)" >&2
+    exit 2
+}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed 's/^/# gpu: /' || true
+python3 -c "import torch; print('# torch', torch.__version__, 'cuda', torch.version.cuda)"
+exec timeout 470 python3 scripts/gpu_check.py --backend torch --lib "$lib" --timeout 90

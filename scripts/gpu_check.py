@@ -1,0 +1,354 @@
+#!/usr/bin/env python3
+"""pinguard against a real GPU runtime: PyTorch's DataLoader(pin_memory=True) and friends.
+
+Run by scripts/gpu-check.sh. Each check starts a child Python process with the library preloaded
+and compares what pinguard reports with what the framework says of itself. One line per check,
+PASS/FAIL/SKIP with the figures; exit status 1 if any check fails.
+
+Backends:
+  torch  the real thing: PyTorch's CachingHostAllocator over NVIDIA's runtime and driver.
+  emul   --dry-run: the same checks on the CPU, against the emulated runtime of tests/emul (real
+         mmap + mlock). A small caching host allocator written here stands in for PyTorch's: it
+         pins through libframework.so (a C library linking the runtime, as libtorch does), rounds
+         blocks to powers of two, caches freed blocks, keeps torch's host_memory_stats() figures,
+         and checks pinning with cudaHostGetFlags; producer threads stand in for the workers.
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+BATCHES = 300
+BATCH_BYTES = 3 * 64 * 64 * 4 * 64  # 64 samples of 3x64x64 float32: 3 MiB a batch
+
+
+# ---------------------------------------------------------------------------------------------
+# The children: one loop each, reporting one RESULT line.
+
+def child_torch(mode):
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    if mode == "cupy":
+        import cupy
+        mem = cupy.cuda.alloc_pinned_memory(64 << 20)
+        return {"held": 64 << 20, "ptr": int(mem.ptr)}
+    if mode == "jax":
+        import jax
+        import numpy as np
+        dev = jax.devices()[0]
+        x = jax.device_put(np.ones((16 << 20) // 4, dtype=np.float32), jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host"))
+        x.block_until_ready()
+        return {"held": 16 << 20, "kind": str(x.sharding.memory_kind)}
+
+    class Synthetic(Dataset):
+        def __len__(self):
+            return BATCHES * 64
+
+        def __getitem__(self, i):
+            g = torch.Generator().manual_seed(i)
+            return torch.randn(3, 64, 64, generator=g)
+
+    loader = DataLoader(Synthetic(), batch_size=64, pin_memory=True, num_workers=2)
+    total = torch.zeros((), device="cuda", dtype=torch.float64)
+    unpinned = batches = 0
+    start = time.perf_counter()
+    for x in loader:
+        batches += 1
+        if not x.is_pinned():
+            unpinned += 1
+        total += x.to("cuda", non_blocking=True).double().sum()
+    torch.cuda.synchronize()
+    elapsed = time.perf_counter() - start
+    stats = {k: int(v) for k, v in torch.cuda.host_memory_stats().items() if isinstance(v, (int, float))}
+    return {"batches": batches, "unpinned": unpinned, "checksum": round(float(total.item()), 3), "seconds": elapsed, "stats": stats}
+
+
+def child_emul(mode, emul_dir):
+    import ctypes
+    import queue
+    import threading
+    import zlib
+
+    fw = ctypes.CDLL(os.path.join(emul_dir, "libframework.so"))  # RTLD_LOCAL, like an extension module
+    fw.framework_pin.restype = ctypes.c_void_p
+    fw.framework_pin.argtypes = [ctypes.c_size_t]
+    fw.framework_unpin.argtypes = [ctypes.c_void_p]
+    rt = ctypes.CDLL(os.path.join(emul_dir, "libcudart.so"))
+    rt.cudaHostGetFlags.argtypes = [ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p]
+    rt.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    rt.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+    libc = ctypes.CDLL(None)
+    libc.aligned_alloc.restype = ctypes.c_void_p
+    libc.aligned_alloc.argtypes = [ctypes.c_size_t, ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    register = "pinned_use_cuda_host_register:True" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
+
+    class HostAllocator:
+        """PyTorch's CachingHostAllocator in miniature: power-of-two blocks, a free cache."""
+
+        def __init__(self):
+            self.lock = threading.Lock()
+            self.free = {}
+            self.stats = {"allocated_bytes.current": 0, "allocated_bytes.peak": 0, "allocations.current": 0, "num_host_alloc": 0}
+
+        def allocate(self, n):
+            size = 1 << (n - 1).bit_length()
+            with self.lock:
+                if self.free.get(size):
+                    return self.free[size].pop(), size
+            if register:
+                p = libc.aligned_alloc(4096, size)
+                if p and rt.cudaHostRegister(p, size, 0) != 0:
+                    libc.free(p)
+                    p = None
+            else:
+                p = fw.framework_pin(size)
+            if not p:
+                raise RuntimeError("CUDA error: out of memory (pinning %d bytes)" % size)
+            with self.lock:
+                s = self.stats
+                s["allocated_bytes.current"] += size
+                s["allocated_bytes.peak"] = max(s["allocated_bytes.peak"], s["allocated_bytes.current"])
+                s["allocations.current"] += 1
+                s["num_host_alloc"] += 1
+            return p, size
+
+        def release(self, block):
+            with self.lock:
+                self.free.setdefault(block[1], []).append(block[0])
+
+    alloc = HostAllocator()
+    work, pinned = queue.Queue(maxsize=4), queue.Queue(maxsize=4)
+    failure = []
+
+    def producer(k):  # a DataLoader worker
+        for b in range(k, BATCHES, 2):
+            data = bytes((b * 7 + i) & 0xFF for i in range(256)) * (BATCH_BYTES // 256)
+            work.put((b, data))
+        work.put(None)
+
+    def pin_thread():  # torch/utils/data/_utils/pin_memory.py
+        done = 0
+        try:
+            while done < 2:
+                item = work.get()
+                if item is None:
+                    done += 1
+                    continue
+                block = alloc.allocate(len(item[1]))
+                ctypes.memmove(block[0], item[1], len(item[1]))
+                pinned.put((item[0], block, len(item[1])))
+        except Exception as e:  # re-raised in the main thread, as the DataLoader does
+            failure.append(e)
+            while True:  # let the producers finish
+                item = work.get()
+                if item is None:
+                    done += 1
+                    if done == 2:
+                        break
+        pinned.put(None)
+
+    threads = [threading.Thread(target=producer, args=(k,)) for k in (0, 1)] + [threading.Thread(target=pin_thread)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    checksum = batches = unpinned = 0
+    flags = ctypes.c_uint()
+    while True:
+        item = pinned.get()
+        if item is None:
+            break
+        b, block, n = item
+        batches += 1
+        if rt.cudaHostGetFlags(ctypes.byref(flags), block[0]) != 0:
+            unpinned += 1
+        checksum = (checksum + zlib.crc32(ctypes.string_at(block[0], n)) * (b + 1)) % (1 << 61)  # "the copy to the GPU"
+        alloc.release(block)
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    if failure:
+        raise failure[0]
+    return {"batches": batches, "unpinned": unpinned, "checksum": checksum, "seconds": elapsed, "stats": dict(alloc.stats)}
+
+
+def child(args):
+    snapshot = os.environ.get("GPU_CHECK_SNAPSHOT")
+    try:
+        out = child_torch(args.child) if args.backend == "torch" else child_emul(args.child, args.emul_dir)
+        out["ok"] = True
+    except Exception as e:
+        out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+    if snapshot:  # pinguard's figures at the same moment as the framework's
+        import ctypes
+        try:
+            write = ctypes.CDLL(None).pinguard_write_report
+            write.argtypes = [ctypes.c_char_p]
+            out["snapshot_rc"] = write(snapshot.encode())
+        except AttributeError:
+            out["snapshot_rc"] = "pinguard not loaded"
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks.
+
+class Checks:
+    def __init__(self, args):
+        self.args = args
+        self.failed = 0
+        self.tmp = tempfile.mkdtemp(prefix="gpu-check-")
+
+    def line(self, status, name, detail):
+        print("%s %s: %s" % (status, name, detail), flush=True)
+        if status == "FAIL":
+            self.failed += 1
+
+    def check(self, name, ok, detail):
+        self.line("PASS" if ok else "FAIL", name, detail)
+
+    def run(self, tag, mode="loader", preload=True, env=None):
+        """Runs one child; returns (result, exit report, snapshot, stderr tail)."""
+        d = os.path.join(self.tmp, tag)
+        os.makedirs(d, exist_ok=True)
+        e = {k: v for k, v in os.environ.items() if not k.startswith("PINGUARD_")}
+        e.pop("LD_PRELOAD", None)
+        if preload:
+            e.update({"LD_PRELOAD": self.args.lib, "PINGUARD_REPORT": os.path.join(d, "exit.%p.json"), "PINGUARD_DEPTH": "32",
+                      "GPU_CHECK_SNAPSHOT": os.path.join(d, "snapshot.json")})
+        e.update(env or {})
+        cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--backend", self.args.backend, "--emul-dir", self.args.emul_dir]
+        try:
+            p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=self.args.timeout)
+            out, err, rc = p.stdout, p.stderr, p.returncode
+        except subprocess.TimeoutExpired as t:
+            out, err, rc = t.stdout or "", "timed out after %ss" % self.args.timeout, -9
+        result = next((json.loads(l[7:]) for l in out.splitlines() if l.startswith("RESULT ")), None)
+        if result is None:
+            result = {"ok": False, "error": "no result (exit %s)" % rc}
+        result["exit"] = rc
+        reports = sorted(glob.glob(os.path.join(d, "exit.*.json")))
+        load = lambda p: json.load(open(p)) if p and os.path.exists(p) else None
+        return result, load(reports[-1] if reports else None), load(os.path.join(d, "snapshot.json")), "\n".join(err.strip().splitlines()[-3:])
+
+    def pinned_of(self, stats):
+        """torch's figure for pinned bytes held (active + cached): allocated_bytes since 2.7,
+        reserved_bytes (segments from cudaHostAlloc) before."""
+        for key in ("reserved_bytes", "allocated_bytes"):
+            if key + ".current" in stats:
+                return key, stats[key + ".current"], stats.get(key + ".peak")
+        return None, None, None
+
+    def top_names(self, report):
+        cs = (report or {}).get("callsites") or []
+        if not cs:
+            return []
+        return [f.get("symbol") or "?" for f in cs[0].get("frames", [])]
+
+    def all(self):
+        a = self.args
+        allocator = "CachingHostAllocator" if a.backend == "torch" else "framework_pin"
+        print("# gpu-check: backend %s%s, library %s" % (a.backend, " (dry run, emulated runtime)" if a.backend == "emul" else "", a.lib), flush=True)
+
+        # 1. Unconstrained: pinguard's figures against the framework's own.
+        r, rep, snap, err = self.run("plain")
+        if not r["ok"] or not snap:
+            self.check("1 DataLoader(pin_memory=True, num_workers=2)", False, "%s %s" % (r.get("error"), err))
+        else:
+            key, cur, peak = self.pinned_of(r["stats"])
+            t = snap["totals"]
+            self.check("1 live pinned bytes agree", key is not None and t["live_bytes"] == cur,
+                       "pinguard %d, framework %s.current %s (%d batches)" % (t["live_bytes"], key, cur, r["batches"]))
+            self.check("1 peak pinned bytes agree", key is not None and t["peak_live_bytes"] == peak,
+                       "pinguard %d, framework %s.peak %s" % (t["peak_live_bytes"], key, peak))
+            names = self.top_names(snap)
+            self.check("1 top callsite names the host allocator", any(allocator in n for n in names[:8]),
+                       "first frames: %s" % ", ".join(names[:4]))
+        base = r
+
+        # 2. A budget below the loader's need, policy error: an exception in Python, no crash.
+        budget = 2 << 20
+        r, rep, snap, err = self.run("error", env={"PINGUARD_BUDGET": str(budget), "PINGUARD_POLICY": "error"})
+        denied = (rep or {}).get("totals", {}).get("denied_count", 0)
+        self.check("2 error policy: Python gets an exception", not r["ok"] and r["exit"] == 0 and bool(r.get("error")),
+                   "exit %s, %s" % (r["exit"], r.get("error", "no exception")[:120]))
+        self.check("2 error policy: the report records the refusals", denied > 0, "denied_count %d under a %d-byte budget" % (denied, budget))
+
+        # 3. The same budget with downgrade: the loop completes, results unchanged, budget held.
+        budget = 8 << 20
+        r, rep, snap, err = self.run("downgrade", env={"PINGUARD_BUDGET": str(budget), "PINGUARD_POLICY": "downgrade"})
+        if not r["ok"] or not rep:
+            self.check("3 downgrade policy", False, "%s %s" % (r.get("error"), err))
+        else:
+            t = rep["totals"]
+            self.check("3 downgrade: the loop completes", r["batches"] == BATCHES, "%d of %d batches" % (r["batches"], BATCHES))
+            self.check("3 downgrade: downgraded batches are not pinned", r["unpinned"] > 0 and t["downgraded_count"] > 0,
+                       "%d batches with is_pinned() False, %d downgraded calls" % (r["unpinned"], t["downgraded_count"]))
+            self.check("3 downgrade: results equal the unconstrained run's", base.get("ok") and r["checksum"] == base.get("checksum"),
+                       "checksum %s vs %s" % (r["checksum"], base.get("checksum")))
+            self.check("3 downgrade: pinned bytes never above the budget", t["peak_live_bytes"] <= budget,
+                       "peak %d of %d" % (t["peak_live_bytes"], budget))
+
+        # 4. The cudaHostRegister path of PyTorch's allocator.
+        r, rep, snap, err = self.run("register", env={"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True"})
+        reg = ((snap or {}).get("apis") or {}).get("cudaHostRegister", {})
+        key, cur, _ = self.pinned_of(r.get("stats", {}))
+        self.check("4 pinned_use_cuda_host_register: tracked", r["ok"] and reg.get("alloc_count", 0) > 0 and reg.get("live_bytes") == cur,
+                   "cudaHostRegister: %s calls, %s bytes live; framework %s" % (reg.get("alloc_count", 0), reg.get("live_bytes"), cur) if r["ok"] else "%s %s" % (r.get("error"), err))
+
+        # 5. CuPy's pinned pool and a JAX array in pinned host memory (the driver path).
+        for mod in ("cupy", "jax"):
+            if a.backend != "torch":
+                self.line("SKIP", "5 %s" % mod, "dry run: needs the real runtime")
+                continue
+            if subprocess.run([sys.executable, "-c", "import " + mod], capture_output=True).returncode != 0:
+                self.line("SKIP", "5 %s" % mod, "not installed")
+                continue
+            r, rep, snap, err = self.run(mod, mode=mod)
+            live = (snap or {}).get("totals", {}).get("live_bytes", 0)
+            apis = sorted(k for k, v in ((snap or {}).get("apis") or {}).items() if v.get("live_bytes"))
+            self.check("5 %s pinned memory tracked" % mod, r["ok"] and live >= r.get("held", 1 << 62),
+                       "%d bytes live through %s (held %s)" % (live, ", ".join(apis) or "nothing", r.get("held")) if r["ok"] else "%s %s" % (r.get("error"), err))
+
+        # 6. Throughput with and without pinguard, in the same run.
+        r_without = self.run("speed-without", preload=False)[0]
+        r_with = self.run("speed-with")[0]
+        if r_without["ok"] and r_with["ok"]:
+            ratio = (BATCHES / r_with["seconds"]) / (BATCHES / r_without["seconds"])
+            self.check("6 throughput with pinguard", True, "%.1f batches/s with, %.1f without: ratio %.3f" % (
+                BATCHES / r_with["seconds"], BATCHES / r_without["seconds"], ratio))
+        else:
+            self.check("6 throughput with pinguard", False, "%s / %s" % (r_without.get("error"), r_with.get("error")))
+        print("# gpu-check: %s" % ("all checks passed" if not self.failed else "%d check(s) failed" % self.failed), flush=True)
+        return 1 if self.failed else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", help="libpinguard.so to preload")
+    ap.add_argument("--backend", choices=("torch", "emul"), default="torch")
+    ap.add_argument("--emul-dir", default="", help="the emulated runtimes (backend emul)")
+    ap.add_argument("--timeout", type=int, default=120, help="seconds per child")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args)
+    if not args.lib or not os.path.isfile(args.lib):
+        print("gpu-check: --lib %r is not a file" % args.lib, file=sys.stderr)
+        return 2
+    args.lib = os.path.abspath(args.lib)
+    if args.backend == "emul" and not os.path.isfile(os.path.join(args.emul_dir, "libframework.so")):
+        print("gpu-check: --emul-dir %r has no emulated runtime (scripts/build-fixtures.sh builds one)" % args.emul_dir, file=sys.stderr)
+        return 2
+    return Checks(args).all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
