@@ -3,6 +3,7 @@
 #  - allocate/release pairs: emulated cudaHostAlloc/cudaFreeHost (EMU_NO_PIN=1: the runtime only
 #    mallocs, so pinguard's share is visible) and real one-page mlock/munlock, at PINGUARD_DEPTH 0
 #    and 32, 1 and 2 threads; untracked mmap/munmap (the path that must cost nothing);
+#  - the same pair from Python through ctypes, with Python frames off and on;
 #  - starting `true`;
 #  - memory per live allocation (1,000,000 live, one callsite);
 #  - writing a report of 1,000,000 live allocations over 10,000 callsites.
@@ -51,6 +52,38 @@ for kind, env in (("cuda", {"EMU_NO_PIN": "1"}), ("mlock", {})):
 a = med(["pairs", "mmap", "1", str(pairs)], False)
 b = med(["pairs", "mmap", "1", str(pairs)], True)
 print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, b - a, b / a))
+
+# From Python through ctypes (the GIL released), 20 Python frames deep, PINGUARD_DEPTH=32: what
+# reading the Python stack adds per tracked pair (PINGUARD_PY_DEPTH 32 against 0).
+PYBENCH = r"""
+import ctypes, sys, time
+fw = ctypes.CDLL(sys.argv[1])
+fw.framework_pin.restype = ctypes.c_void_p
+fw.framework_pin.argtypes = [ctypes.c_size_t]
+fw.framework_unpin.argtypes = [ctypes.c_void_p]
+n = int(sys.argv[2])
+def loop():
+    pin, unpin = fw.framework_pin, fw.framework_unpin
+    t = time.perf_counter()
+    for _ in range(n):
+        unpin(pin(4096))
+    print((time.perf_counter() - t) / n * 1e9)
+def nest(d):
+    loop() if d == 0 else nest(d - 1)
+nest(20)
+"""
+def py_pairs(preload, py_depth):
+    e = dict(os.environ, EMU_NO_PIN="1", PINGUARD_DEPTH="32", PINGUARD_PY_DEPTH=py_depth)
+    e.pop("LD_PRELOAD", None)
+    if preload:
+        e["LD_PRELOAD"] = lib
+    out = subprocess.run([sys.executable, "-c", PYBENCH, fx + "/libframework.so", str(max(pairs // 4, 1000))], env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return float(out.stdout.split()[0])
+p0 = statistics.median(py_pairs(False, "0") for _ in range(5))
+p_off = statistics.median(py_pairs(True, "0") for _ in range(5))
+p_on = statistics.median(py_pairs(True, "32") for _ in range(5))
+print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("python ctypes pair, py depth 0", p0, p_off, p_off - p0, p_off / p0))
+print("%-34s %12.0f %12.0f %10.0f %7.2f  (Python frames add %.0f ns)" % ("python ctypes pair, py depth 32", p0, p_on, p_on - p0, p_on / p0, p_on - p_off))
 
 def start(preload, n=200):
     e = dict(os.environ)

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 pub struct Callsite {
     pub id: u32,
-    /// Return addresses, innermost first; the first is in the code that called the hooked API.
+    /// The key: return addresses, innermost first (the first is in the code that called the
+    /// hooked API), then `PYTHON` and the Python frame ids when there are any.
     pub frames: Box<[usize]>,
     pub live_bytes: AtomicI64,
     pub live_count: AtomicI64,
@@ -37,7 +38,24 @@ pub struct Closed {
     pub module: pinguard_report::Module,
 }
 
+/// Separates the native return addresses from the Python frame ids in a callsite's key.
+pub const PYTHON: usize = usize::MAX;
+
 impl Callsite {
+    /// The native return addresses, innermost first.
+    pub fn native(&self) -> &[usize] {
+        let end = self.frames.iter().position(|&a| a == PYTHON).unwrap_or(self.frames.len());
+        &self.frames[..end]
+    }
+
+    /// The interned Python frames (`python::frame`), innermost first.
+    pub fn python(&self) -> &[usize] {
+        match self.frames.iter().position(|&a| a == PYTHON) {
+            Some(i) => &self.frames[i + 1..],
+            None => &[],
+        }
+    }
+
     pub fn add_live(&self, bytes: i64, count: i64) {
         let now = self.live_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
         self.live_count.fetch_add(count, Ordering::Relaxed);

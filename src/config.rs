@@ -30,6 +30,7 @@ pub const KNOWN: &[&str] = &[
     "PINGUARD_POLICY",
     "PINGUARD_REPORT",
     "PINGUARD_DEPTH",
+    "PINGUARD_PY_DEPTH",
     "PINGUARD_INTERVAL",
     "PINGUARD_SIGNAL",
     "PINGUARD_HOOKS",
@@ -47,6 +48,8 @@ pub struct Config {
     /// The template as given; `None` means the default (which may fall back to the temp dir).
     pub report: Option<String>,
     pub depth: u32,
+    /// Python frames per callsite (0: none).
+    pub py_depth: u32,
     pub interval_ms: Option<u64>,
     pub signal: Option<i32>,
     pub hooks: u8,
@@ -68,6 +71,7 @@ impl Default for Config {
             policy: Policy::Error,
             report: None,
             depth: 32,
+            py_depth: 32,
             interval_ms: None,
             signal: None,
             hooks: Family::ALL.iter().fold(0, |m, f| m | f.bit()),
@@ -148,6 +152,12 @@ impl Config {
             match v.and_then(|s| s.trim().parse::<u32>().ok()) {
                 Some(d) if d <= MAX_DEPTH => c.depth = d,
                 _ => bad(&mut c, "PINGUARD_DEPTH", v, "not a frame count", "a whole number from 0 to 128", "using 32"),
+            }
+        }
+        if let Some(v) = get("PINGUARD_PY_DEPTH") {
+            match v.and_then(|s| s.trim().parse::<u32>().ok()) {
+                Some(d) if d <= MAX_DEPTH => c.py_depth = d,
+                _ => bad(&mut c, "PINGUARD_PY_DEPTH", v, "not a frame count", "a whole number from 0 to 128", "using 32"),
             }
         }
         if let Some(v) = get("PINGUARD_INTERVAL") {

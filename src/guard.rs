@@ -35,6 +35,11 @@ impl Drop for Reentry {
     }
 }
 
+/// Whether this thread is inside pinguard now.
+pub fn inside() -> bool {
+    ACTIVE.with(|a| a.get())
+}
+
 pub fn errno() -> c_int {
     unsafe { *libc::__errno_location() }
 }

@@ -28,6 +28,7 @@ mod lock;
 mod log;
 mod metrics;
 mod pageable;
+mod python;
 mod ranges;
 mod report;
 mod reporter;

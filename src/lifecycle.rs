@@ -182,6 +182,7 @@ fn in_signal_handler() -> bool {
 extern "C" fn fork_prepare() {
     report::hold();
     crate::unwind::hold();
+    crate::python::hold();
     crate::gate::close();
     callsite::lock_all();
     ledger::lock_all();
@@ -193,6 +194,7 @@ extern "C" fn fork_parent() {
         callsite::unlock_all(false);
         crate::gate::reopen_in_parent();
         crate::unwind::release(false);
+        crate::python::release(false);
         report::release(false);
     }
 }
@@ -203,6 +205,7 @@ extern "C" fn fork_child() {
         callsite::unlock_all(true);
         crate::gate::reopen_in_child();
         crate::unwind::release(true);
+        crate::python::release(true);
         report::release(true);
     }
     budget::reset();

@@ -130,7 +130,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         .map(|c| {
             let mut frames = Vec::new();
             let closed = c.closed.lock();
-            for &a in c.frames.iter() {
+            for &a in c.native() {
                 match closed.iter().flat_map(|cl| &cl.frames).find(|(ca, _)| *ca == a) {
                     Some((_, named)) => frames.extend_from_slice(named),
                     None => frames.extend_from_slice(sym.frames(a)),
@@ -142,10 +142,24 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
                 }
             }
             drop(closed);
+            let mut py_frames = Vec::new();
+            for &id in c.python() {
+                crate::python::frame(id, |f| {
+                    py_frames.push(schema::Frame {
+                        addr: schema::Addr(0),
+                        module: Some(f.file.clone()),
+                        offset: None,
+                        symbol: Some(f.function.clone()),
+                        file: Some(f.file.clone()),
+                        line: Some(f.line),
+                    })
+                });
+            }
             let bits = c.apis.load(Ordering::Relaxed);
             schema::Callsite {
                 id: c.id,
                 frames,
+                py_frames,
                 apis: crate::api::Api::ALL.iter().filter(|a| bits & (1 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
                 live_bytes: c.live_bytes.load(Ordering::Relaxed).max(0) as u64,
                 live_count: c.live_count.load(Ordering::Relaxed).max(0) as u64,
@@ -195,6 +209,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
             budget_bytes: budget::limit(),
             policy: cfg.policy.name().to_string(),
             depth: cfg.depth,
+            py_depth: cfg.py_depth,
             hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
             errors: cfg.errors.clone(),
             report_template: TEMPLATE.get().map(|t| t.0.clone()).unwrap_or_default(),

@@ -101,8 +101,15 @@ impl Hook {
     }
 
     fn site(&self) -> &'static Callsite {
-        let mut frames = [0usize; stack::MAX_FRAMES];
-        let n = stack::capture(self.from, self.cfg.depth as usize, &mut frames);
+        let mut frames = [0usize; 2 * stack::MAX_FRAMES + 1];
+        let (native, rest) = frames.split_at_mut(stack::MAX_FRAMES);
+        let mut n = stack::capture(self.from, self.cfg.depth as usize, native.try_into().expect("MAX_FRAMES"));
+        let py = crate::python::capture(self.cfg.py_depth as usize, &mut rest[1..]);
+        if py > 0 {
+            frames[n] = callsite::PYTHON;
+            frames.copy_within(stack::MAX_FRAMES + 1..stack::MAX_FRAMES + 1 + py, n + 1);
+            n += 1 + py;
+        }
         callsite::intern(&frames[..n])
     }
 

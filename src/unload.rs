@@ -36,7 +36,7 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
     let mut sym = Symbolizer::new();
     let (start, end) = sym.object_at(base, &name)?;
     let inside = |a: usize| a >= start && a < end;
-    let sites: Vec<&'static Callsite> = callsite::all().into_iter().filter(|c| c.frames.iter().any(|&a| inside(a))).collect();
+    let sites: Vec<&'static Callsite> = callsite::all().into_iter().filter(|c| c.native().iter().any(|&a| inside(a))).collect();
     if sites.is_empty() {
         return None;
     }
@@ -44,7 +44,7 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
     let sites = sites
         .into_iter()
         .map(|c| {
-            let frames = c.frames.iter().filter(|&&a| inside(a)).map(|&a| (a, sym.frames(a).to_vec())).collect();
+            let frames = c.native().iter().filter(|&&a| inside(a)).map(|&a| (a, sym.frames(a).to_vec())).collect();
             (c, Closed { frames, module: module.clone() })
         })
         .collect();

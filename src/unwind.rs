@@ -50,7 +50,30 @@ struct Local {
     /// The highest address of this thread's stack (0: unknown, the walk is not attempted).
     stack_top: u64,
     stack_bottom: u64,
+    /// The stack words the current walk read, in order.
+    reads: Vec<(u64, u64)>,
+    /// Recent walks and the stack words each read (see `recall`).
+    memos: Vec<Memo>,
+    next_memo: usize,
 }
+
+/// A finished walk. A walk is a function of its start registers, the object tables (one
+/// generation) and the stack words it reads: when all of those are as they were, its frames are
+/// too. Checking that costs a load per word read, where walking costs a rule look-up per frame,
+/// and a DWARF parse whenever two return addresses share a slot of framehop's direct-mapped rule
+/// cache (which, with address-space randomisation, some runs of a loop always hit).
+struct Memo {
+    from: Regs,
+    /// The walk did not depend on the start frame pointer (see `remember`): code without frame
+    /// pointers keeps arbitrary values in that register, which must not defeat the memo.
+    fp_free: bool,
+    generation: u64,
+    depth: usize,
+    reads: Vec<(u64, u64)>,
+    frames: Vec<usize>,
+}
+
+const MEMOS: usize = 8;
 
 thread_local! {
     static LOCAL: RefCell<Option<Box<Local>>> = const { RefCell::new(None) };
@@ -60,7 +83,7 @@ thread_local! {
 const MAX_VISITED: usize = 512;
 
 /// Where a walk starts: the program counter, stack pointer and frame pointer of one frame.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Regs {
     pc: u64,
     sp: u64,
@@ -100,11 +123,17 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
             if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
                 return None;
             }
-            let (n, missed) = local.walk_from(from, out);
+            if let Some(n) = local.recall(from, out) {
+                return Some(n);
+            }
+            let (mut n, mut missed) = local.walk_from(from, out);
             if missed && local.loads != loader_counts() {
                 WANTED.fetch_add(1, Ordering::AcqRel);
                 local.refresh();
-                return Some(local.walk_from(from, out).0);
+                (n, missed) = local.walk_from(from, out);
+            }
+            if !missed {
+                local.remember(from, &out[..n], out.len());
             }
             Some(n)
         })
@@ -144,6 +173,9 @@ impl Local {
             cache: Cache::new(),
             stack_top: top,
             stack_bottom: bottom,
+            reads: Vec::new(),
+            memos: Vec::new(),
+            next_memo: 0,
         })
     }
 
@@ -169,15 +201,54 @@ impl Local {
         (i > 0 && addr < self.ranges[i - 1].1).then(|| self.ranges[i - 1])
     }
 
+    /// The frames of an earlier walk from the same registers, if every stack word it read holds
+    /// the same value now. Those words lie between the start frame's stack pointer and the top
+    /// of this thread's stack, which is live memory while the start frame runs.
+    fn recall(&mut self, from: Regs, out: &mut [usize]) -> Option<usize> {
+        let m = self.memos.iter().find(|m| {
+            m.from.pc == from.pc
+                && m.from.sp == from.sp
+                && m.from.lr == from.lr
+                && (m.fp_free || m.from.fp == from.fp)
+                && m.generation == self.generation
+                && m.depth == out.len()
+                && m.reads.iter().all(|&(a, v)| unsafe { std::ptr::read_volatile(a as *const u64) } == v)
+        })?;
+        out[..m.frames.len()].copy_from_slice(&m.frames);
+        Some(m.frames.len())
+    }
+
+    fn remember(&mut self, from: Regs, frames: &[usize], depth: usize) {
+        let reads = std::mem::take(&mut self.reads);
+        // The same walk from a different frame pointer: if it reads the same words and finds the
+        // same frames, the frame pointer played no part (a garbage value would have sent an
+        // FP-based step elsewhere).
+        let mut other = vec![0usize; depth];
+        let (n, _) = self.walk_from(Regs { fp: from.fp ^ 0x5a5a_0000_0a50, ..from }, &mut other);
+        let fp_free = other[..n] == *frames && self.reads == reads;
+        let memo = Memo { from, fp_free, generation: self.generation, depth, reads, frames: frames.to_vec() };
+        if self.memos.len() < MEMOS {
+            self.memos.push(memo);
+        } else {
+            let i = self.next_memo % MEMOS;
+            self.reads = std::mem::replace(&mut self.memos[i], memo).reads; // keep the allocation
+            self.next_memo = i + 1;
+        }
+    }
+
     /// Returns the frames written and whether some address lay in no known object.
     fn walk_from(&mut self, from: Regs, out: &mut [usize]) -> (usize, bool) {
         let (lo, hi) = (from.sp, self.stack_top);
+        let reads = &mut self.reads;
+        reads.clear();
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             if addr < lo || addr.checked_add(8).is_none_or(|e| e > hi) || addr % 8 != 0 {
                 return Err(());
             }
             // SAFETY: inside this thread's own stack, above the live stack pointer.
-            Ok(unsafe { std::ptr::read_volatile(addr as *const u64) })
+            let v = unsafe { std::ptr::read_volatile(addr as *const u64) };
+            reads.push((addr, v));
+            Ok(v)
         };
         let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), &mut self.cache, &mut read_stack);
         let (own_lo, own_hi) = crate::resolve::own_range();

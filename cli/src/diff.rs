@@ -36,7 +36,7 @@ pub fn render(old: &Merged, new: &Merged) -> String {
             _ if dl < 0 => "shrank",
             _ => "peak",
         };
-        let frames = if n.is_some() { &ns.frames } else { &os.frames };
+        let site = if n.is_some() { &ns } else { &os };
         rows.push((
             dl,
             dp,
@@ -45,7 +45,7 @@ pub fn render(old: &Merged, new: &Merged) -> String {
                 format!("{} -> {}", format_bytes(os.live_bytes), format_bytes(ns.live_bytes)),
                 signed(dp),
                 status.to_string(),
-                short_label(frames),
+                short_label(site),
             ],
         ));
     }

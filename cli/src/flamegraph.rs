@@ -20,6 +20,13 @@ fn name(f: &Frame) -> String {
     n.replace([';', '\n'], ":")
 }
 
+/// A frame of CPython itself (its evaluation loop and C API), where Python code called native code.
+fn in_interpreter(f: &Frame) -> bool {
+    let module = f.module.as_deref().map(crate::merge::basename).unwrap_or("");
+    let symbol = f.symbol.as_deref().unwrap_or("");
+    module.starts_with("libpython") || module.starts_with("python") || symbol.starts_with("_PyEval_") || symbol.starts_with("PyObject_Call") || symbol.starts_with("_PyObject_") || symbol.starts_with("cfunction_")
+}
+
 /// Folded stacks, root first, one line per callsite with a non-zero weight.
 pub fn folded(m: &Merged, metric: Metric) -> Vec<String> {
     m.callsites
@@ -33,7 +40,11 @@ pub fn folded(m: &Merged, metric: Metric) -> Vec<String> {
             if w == 0 {
                 return None;
             }
-            let mut parts: Vec<String> = c.frames.iter().rev().map(name).collect();
+            // Python frames from the outermost, then the native code the innermost one called:
+            // the native frames up to the first one in the interpreter itself.
+            let mut parts: Vec<String> = c.py_frames.iter().rev().map(|f| format!("{} [py]", name(f))).collect();
+            let native = if c.py_frames.is_empty() { c.frames.len() } else { c.frames.iter().position(in_interpreter).unwrap_or(c.frames.len()) };
+            parts.extend(c.frames[..native].iter().rev().map(name));
             parts.push(format!("[{}]", c.apis.iter().cloned().collect::<Vec<_>>().join(",")));
             Some(format!("{} {w}", parts.join(";")))
         })

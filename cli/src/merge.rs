@@ -42,8 +42,13 @@ pub fn frame_label(f: &Frame) -> String {
     }
 }
 
-/// A short name for the callsite: its first frame's function (and file:line).
-pub fn short_label(frames: &[Frame]) -> String {
+/// A short name for the callsite: its innermost Python frame's function and file:line when it has
+/// Python frames (the code people wrote), else its first native frame's.
+pub fn short_label(site: &Site) -> String {
+    frames_label(if site.py_frames.is_empty() { &site.frames } else { &site.py_frames })
+}
+
+fn frames_label(frames: &[Frame]) -> String {
     match frames.first() {
         None => "(no stack)".into(),
         Some(f) => {
@@ -59,13 +64,23 @@ pub fn short_label(frames: &[Frame]) -> String {
 
 /// A callsite's identity across processes and runs (addresses move, symbols do not): per frame its
 /// function, file and line when symbolised, else its module's file name and offset, else the raw
-/// address; hashed to 128 bits so that a million callsites never collide in practice.
+/// address; hashed to 128 bits so that a million callsites never collide in practice. A callsite
+/// with Python frames is identified by those alone: the Python code is what people change and
+/// compare, and the native path under one Python line can vary (interpreter specialisation,
+/// library versions).
 pub type SiteKey = (u64, u64);
 
-fn site_key(frames: &[FrameView<'_>]) -> SiteKey {
+fn site_key(frames: &[FrameView<'_>], py_frames: &[FrameView<'_>]) -> SiteKey {
     let mut a = std::hash::DefaultHasher::new();
     let mut b = std::hash::DefaultHasher::new();
     b.write_u64(0x9e37_79b9_7f4a_7c15);
+    let frames = if py_frames.is_empty() {
+        frames
+    } else {
+        a.write_u8(0xfe);
+        b.write_u8(0xfe);
+        py_frames
+    };
     for f in frames {
         for h in [&mut a, &mut b] {
             match (&f.symbol, &f.file, f.line) {
@@ -101,6 +116,8 @@ pub struct Site {
     #[serde(skip)]
     pub key: SiteKey,
     pub frames: Vec<Frame>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub py_frames: Vec<Frame>,
     pub apis: BTreeSet<String>,
     pub live_bytes: u64,
     pub live_count: u64,
@@ -160,11 +177,12 @@ impl Merged {
         no
     }
 
-    fn site(&mut self, key: SiteKey, frames: impl FnOnce() -> Vec<Frame>) -> &mut Site {
+    fn site(&mut self, key: SiteKey, frames: impl FnOnce() -> (Vec<Frame>, Vec<Frame>)) -> &mut Site {
         let i = match self.index.get(&key) {
             Some(&i) => i,
             None => {
-                self.callsites.push(Site { key, frames: frames(), ..Site::default() });
+                let (frames, py_frames) = frames();
+                self.callsites.push(Site { key, frames, py_frames, ..Site::default() });
                 self.index.insert(key, self.callsites.len() - 1);
                 self.callsites.len() - 1
             }
@@ -186,7 +204,9 @@ impl Merged {
             totals: r.totals.clone(),
         });
         for c in &r.callsites {
-            let s = self.site(site_key(&c.frames), || c.frames.iter().map(FrameView::to_frame).collect());
+            let s = self.site(site_key(&c.frames, &c.py_frames), || {
+                (c.frames.iter().map(FrameView::to_frame).collect(), c.py_frames.iter().map(FrameView::to_frame).collect())
+            });
             for a in &c.apis {
                 if !s.apis.contains(a.as_ref()) {
                     s.apis.insert(a.to_string());
@@ -208,7 +228,7 @@ impl Merged {
         }
         self.per_process.extend(other.per_process);
         for o in other.callsites {
-            let s = self.site(o.key, || o.frames.clone());
+            let s = self.site(o.key, || (o.frames.clone(), o.py_frames.clone()));
             s.apis.extend(o.apis);
             s.add_figures(o.live_bytes, o.live_count, o.peak_live_bytes, o.alloc_count, o.alloc_bytes, o.denied_count, o.downgraded_count);
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));

@@ -21,7 +21,7 @@ pub fn render(m: &Merged, top: usize) -> String {
             c.downgraded_count.to_string(),
             c.processes.to_string(),
             c.apis.iter().cloned().collect::<Vec<_>>().join(","),
-            short_label(&c.frames),
+            short_label(c),
         ]);
     }
     s.push_str(&table(&rows, &[true, true, true, true, true, true, true, false, false]));
@@ -39,6 +39,13 @@ pub fn render(m: &Merged, top: usize) -> String {
             c.processes,
             c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
+        if !c.py_frames.is_empty() {
+            s.push_str("  Python:\n");
+            for (i, f) in c.py_frames.iter().enumerate() {
+                s.push_str(&format!("    #{i} {}\n", frame_label(f)));
+            }
+            s.push_str("  native:\n");
+        }
         if c.frames.is_empty() {
             s.push_str("    (no stack: PINGUARD_DEPTH=0)\n");
         }

@@ -161,7 +161,7 @@ pub fn summarise(template: &Path, start_ms: u64) -> String {
         s.push_str("\nTop callsites:\n");
         let mut rows = vec![["LIVE", "DENIED", "API", "CALLSITE"].map(String::from).to_vec()];
         for c in top {
-            rows.push(vec![format_bytes(c.live_bytes), c.denied_count.to_string(), c.apis.iter().cloned().collect::<Vec<_>>().join(","), short_label(&c.frames)]);
+            rows.push(vec![format_bytes(c.live_bytes), c.denied_count.to_string(), c.apis.iter().cloned().collect::<Vec<_>>().join(","), short_label(c)]);
         }
         s.push_str(&table(&rows, &[true, true, false, false]));
     }

@@ -303,3 +303,51 @@ fn top_shows_a_group_and_a_metrics_directory() {
     assert_eq!(text(&o).1.lines().count(), 1);
     no_panic(&o);
 }
+
+/// Gives callsite `i` of a synthetic report these Python frames (function, file, line).
+fn with_py_frames(p: &Path, i: usize, frames: &[(&str, &str, u32)]) {
+    let mut r: Value = read_json(p);
+    r["callsites"][i]["py_frames"] = frames
+        .iter()
+        .map(|(s, f, l)| serde_json::json!({"addr": "0x0", "module": f, "offset": null, "symbol": s, "file": f, "line": l}))
+        .collect::<Vec<_>>()
+        .into();
+    std::fs::write(p, serde_json::to_vec(&r).unwrap()).unwrap();
+}
+
+#[test]
+fn python_frames_come_first_match_across_runs_and_reach_the_flame_graph() {
+    let dir = fresh_dir("py-frames");
+    // Two runs: the same Python line pins through different native paths (another library
+    // version, the interpreter's specialisation), and a second Python line only in the new run.
+    let native_old: &[(&str, &str, u32)] = &[("at::cuda::CachingHostAllocator::allocate", "CachingHostAllocator.cpp", 200), ("THPVariable_pin_memory", "python_variable_methods.cpp", 80)];
+    let native_new: &[(&str, &str, u32)] = &[("at::cuda::HostAllocator::allocate", "HostAllocator.cpp", 90), ("THPVariable_pin_memory", "python_variable_methods.cpp", 81)];
+    let old = synthetic(&dir, "old.json", 21, &[(native_old, 1 << 20, 1 << 20)], 1 << 20, 0, 0);
+    let new = synthetic(&dir, "new.json", 22, &[(native_new, 3 << 20, 3 << 20), (native_new, 1 << 20, 1 << 20)], 4 << 20, 0, 0);
+    let batch = [("pin_batch", "/srv/train.py", 57u32), ("main", "/srv/train.py", 90)];
+    with_py_frames(&old, 0, &batch);
+    with_py_frames(&new, 0, &batch);
+    with_py_frames(&new, 1, &[("load_weights", "/srv/train.py", 12), ("main", "/srv/train.py", 88)]);
+
+    let o = pinguard(&["report", new.to_str().unwrap()]);
+    let (out, _) = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("pin_batch (train.py:57)") && out.contains("load_weights (train.py:12)"), "Python names the callsites: {out}");
+    let py = out.find("  Python:\n    #0 pin_batch /srv/train.py:57").expect(&out);
+    let native = out.find("in at::cuda::HostAllocator::allocate").expect(&out);
+    assert!(py < native, "Python frames first: {out}");
+
+    let o = pinguard(&["diff", old.to_str().unwrap(), new.to_str().unwrap()]);
+    let (out, _) = text(&o);
+    assert!(o.status.success(), "{out}");
+    let grew = out.lines().find(|l| l.contains("pin_batch (train.py:57)")).expect(&out);
+    assert!(grew.contains("1.00 MiB -> 3.00 MiB") && grew.contains("grew"), "one callsite across runs, matched by its Python frames: {out}");
+    assert!(out.lines().any(|l| l.contains("load_weights (train.py:12)") && l.contains("new")), "{out}");
+    assert!(!out.contains("gone"), "the old native path is not a callsite of its own: {out}");
+
+    let svg = dir.join("flame.svg");
+    let o = pinguard(&["flamegraph", "-o", svg.to_str().unwrap(), new.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    let text = parse_svg(&svg);
+    assert!(text.contains("pin_batch [py]") && text.contains("main [py]") && text.contains("at::cuda::HostAllocator::allocate"), "{text}");
+}

@@ -67,6 +67,8 @@ pub struct Config {
     pub budget_bytes: Option<u64>,
     pub policy: String,
     pub depth: u32,
+    #[serde(default)]
+    pub py_depth: u32,
     pub hooks: Vec<String>,
     pub errors: Vec<String>,
     /// `PINGUARD_REPORT` as given (or the default), before expansion.
@@ -170,6 +172,10 @@ pub struct Frame {
 pub struct Callsite {
     pub id: u32,
     pub frames: Vec<Frame>,
+    /// The calling thread's Python stack, innermost first (`module` and `file` are the source
+    /// file, `symbol` the function's qualified name); empty outside Python.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub py_frames: Vec<Frame>,
     /// The entry points this callsite called (usually one).
     #[serde(default)]
     pub apis: Vec<String>,

@@ -40,6 +40,8 @@ pub struct CallsiteView<'a> {
     #[serde(borrow)]
     pub frames: Vec<FrameView<'a>>,
     #[serde(default, borrow)]
+    pub py_frames: Vec<FrameView<'a>>,
+    #[serde(default, borrow)]
     pub apis: Vec<Cow<'a, str>>,
     pub live_bytes: u64,
     pub live_count: u64,

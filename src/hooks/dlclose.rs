@@ -13,7 +13,10 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
     let Some(real) = super::real!("dlclose").get::<DlcloseFn>() else {
         return -1;
     };
-    // Only the application's own calls: pinguard's look-ups open and close objects too.
+    // pinguard's own look-ups close what they opened with RTLD_NOLOAD: nothing is unloaded then.
+    if crate::guard::inside() {
+        return real(handle);
+    }
     let closing = crate::track::quietly_tracked(|| crate::unload::before(handle)).flatten();
     let rc = real(handle);
     crate::unwind::objects_removed();

@@ -21,3 +21,14 @@ int framework_unpin_npu(void *p) { return aclrtFreeHost(p); }
 
 /* dlsym from inside a library loaded RTLD_LOCAL: glibc answers by the caller's scope. */
 void *framework_lookup(const char *name, int next) { return dlsym(next ? RTLD_NEXT : RTLD_DEFAULT, name); }
+
+/* Pins from a thread of its own, which Python never sees: its callsite has no Python frames. */
+#include <pthread.h>
+static void *pin_thread(void *size) { return framework_pin((size_t)size); }
+void *framework_pin_in_native_thread(size_t size) {
+    pthread_t t;
+    void *p = NULL;
+    if (pthread_create(&t, NULL, pin_thread, (void *)size) != 0) return NULL;
+    pthread_join(t, &p);
+    return p;
+}

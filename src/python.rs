@@ -1,0 +1,397 @@
+//! The calling thread's Python stack, read from CPython's own structures at allocation time.
+//!
+//! Only this thread's frame chain is read, and only while this thread is inside the hook: the
+//! chain cannot change under us even with the GIL released (ctypes and PyTorch release it), so no
+//! lock is taken, nothing in the interpreter is called (but `PyGILState_GetThisThreadState`, a
+//! thread-local read), no Python object is created. Layouts: CPython 3.11 and 3.12 by offsets
+//! measured against their headers, 3.13 by the `_Py_DebugOffsets` that CPython publishes at the
+//! start of `_PyRuntime` for debuggers. Any other version, a free-threaded or unknown build, or a
+//! process without Python gets no Python frames and no error.
+//!
+//! A frame is resolved (file, qualified name, line) once per distinct (code object, instruction)
+//! and interned; callsites hold the ids. The code object may be freed after the call and its
+//! address reused, so an interned entry also keeps the file and name objects and the first line
+//! it was resolved from, and is used only while the code object at that address still has them.
+
+use crate::lock::Mutex;
+use rustc_hash::FxHashMap;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Where CPython keeps what a walk reads, for one minor version.
+struct Layout {
+    /// 3.11/3.12: `tstate->cframe`, then `cframe->current_frame`; 3.13: `tstate->current_frame`.
+    tstate_cframe: Option<usize>,
+    current_frame: usize,
+    f_code: usize,
+    f_previous: usize,
+    f_instr: usize,
+    f_owner: usize,
+    /// The owner value of the C-stack shim frames (3.12+), which carry no Python code.
+    owner_cstack: Option<u8>,
+    co_filename: usize,
+    co_qualname: usize,
+    co_linetable: usize,
+    co_firstlineno: usize,
+    co_code_adaptive: usize,
+    /// Frames whose instruction is before this index have not started (3.11/3.12 only).
+    co_firsttraceable: Option<usize>,
+    bytes_size: usize,
+    bytes_sval: usize,
+    str_length: usize,
+    str_state: usize,
+    ascii_size: usize,
+    compact_size: usize,
+    str_data: usize,
+}
+
+const OWNED_BY_GENERATOR: u8 = 1;
+
+/// x86-64 and aarch64 (LP64), default (not free-threaded, not trace-refs) builds.
+const PY311: Layout = Layout {
+    tstate_cframe: Some(56), current_frame: 8, f_code: 32, f_previous: 48, f_instr: 56, f_owner: 69, owner_cstack: None,
+    co_filename: 112, co_qualname: 128, co_linetable: 136, co_firstlineno: 72, co_code_adaptive: 184, co_firsttraceable: Some(168),
+    bytes_size: 16, bytes_sval: 32, str_length: 16, str_state: 32, ascii_size: 48, compact_size: 72, str_data: 72,
+};
+const PY312: Layout = Layout {
+    tstate_cframe: Some(56), current_frame: 0, f_code: 0, f_previous: 8, f_instr: 56, f_owner: 70, owner_cstack: Some(3),
+    co_filename: 112, co_qualname: 128, co_linetable: 136, co_firstlineno: 68, co_code_adaptive: 192, co_firsttraceable: Some(176),
+    bytes_size: 16, bytes_sval: 32, str_length: 16, str_state: 32, ascii_size: 40, compact_size: 56, str_data: 56,
+};
+
+/// What a walk needs, found once.
+struct Python {
+    layout: Layout,
+    this_thread_state: unsafe extern "C" fn() -> usize,
+    code_type: usize,
+}
+
+static PYTHON: AtomicPtr<Python> = AtomicPtr::new(std::ptr::null_mut());
+/// When the last probe found no (known) Python: probes are retried at most once a second, since
+/// an embedder may load libpython later.
+static LAST_MISS_MS: AtomicU64 = AtomicU64::new(0);
+
+fn python() -> Option<&'static Python> {
+    let p = PYTHON.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some(unsafe { &*p });
+    }
+    let now = crate::guard::coarse_unix_ms();
+    let last = LAST_MISS_MS.load(Ordering::Relaxed);
+    if last != 0 && now.saturating_sub(last) < 1000 {
+        return None;
+    }
+    match probe() {
+        Some(found) => {
+            let leaked = Box::into_raw(Box::new(found));
+            match PYTHON.compare_exchange(std::ptr::null_mut(), leaked, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => Some(unsafe { &*leaked }),
+                Err(other) => {
+                    drop(unsafe { Box::from_raw(leaked) });
+                    Some(unsafe { &*other })
+                }
+            }
+        }
+        None => {
+            LAST_MISS_MS.store(now.max(1), Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+fn probe() -> Option<Python> {
+    use crate::resolve::lookup_anywhere;
+    let version = lookup_anywhere(c"Py_Version");
+    if version == 0 {
+        return None; // no Python, or one older than 3.11 (which does not export it)
+    }
+    let version = unsafe { *(version as *const u64) };
+    let layout = match (version >> 24, (version >> 16) & 0xff) {
+        (3, 11) => PY311,
+        (3, 12) => PY312,
+        (3, 13) => debug_offsets(lookup_anywhere(c"_PyRuntime"), version)?,
+        _ => return None,
+    };
+    let tstate = lookup_anywhere(c"PyGILState_GetThisThreadState");
+    let code_type = lookup_anywhere(c"PyCode_Type");
+    if tstate == 0 || code_type == 0 {
+        return None;
+    }
+    Some(Python { layout, this_thread_state: unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> usize>(tstate) }, code_type })
+}
+
+/// 3.13's `_Py_DebugOffsets` (Include/internal/pycore_runtime.h): `cookie[8]`, then `u64`s. The
+/// indexes below are that struct's 3.13 layout (it changes between minor versions, hence the
+/// version check). It has no `_co_firsttraceable`; the unicode data offsets follow from
+/// `asciiobject_size`.
+fn debug_offsets(runtime: usize, version: u64) -> Option<Layout> {
+    if runtime == 0 {
+        return None;
+    }
+    let at = |i: usize| unsafe { *((runtime + i) as *const u64) } as usize;
+    let cookie = unsafe { std::slice::from_raw_parts(runtime as *const u8, 8) };
+    if cookie != b"xdebugpy" || at(8) as u64 >> 16 != version >> 16 || at(16) != 0 {
+        return None; // not the 3.13 layout, or a free-threaded build
+    }
+    let ascii = at(560);
+    Some(Layout {
+        tstate_cframe: None,
+        current_frame: at(184),
+        f_code: at(240),
+        f_previous: at(232),
+        f_instr: at(248),
+        f_owner: at(264),
+        owner_cstack: Some(3),
+        co_filename: at(280),
+        co_qualname: at(296),
+        co_linetable: at(304),
+        co_firstlineno: at(312),
+        co_code_adaptive: at(344),
+        co_firsttraceable: None,
+        bytes_size: at(520),
+        bytes_sval: at(528),
+        str_length: at(552),
+        str_state: at(544),
+        ascii_size: ascii,
+        compact_size: ascii + 16, // PyCompactUnicodeObject adds utf8_length and utf8
+        str_data: ascii + 16,
+    })
+}
+
+unsafe fn word(addr: usize) -> usize {
+    *(addr as *const usize)
+}
+
+/// Fills `out` with interned ids of the calling thread's Python frames, innermost first.
+pub fn capture(depth: usize, out: &mut [usize]) -> usize {
+    let depth = depth.min(out.len());
+    if depth == 0 {
+        return 0;
+    }
+    let Some(py) = python() else { return 0 };
+    let l = &py.layout;
+    unsafe {
+        let ts = (py.this_thread_state)();
+        if ts == 0 {
+            return 0; // a thread Python does not know (a native thread), or no interpreter yet
+        }
+        let mut frame = match l.tstate_cframe {
+            Some(cf) => match word(ts + cf) {
+                0 => return 0,
+                cframe => word(cframe + l.current_frame),
+            },
+            None => word(ts + l.current_frame),
+        };
+        let mut n = 0;
+        let mut seen = 0;
+        while frame != 0 && n < depth && seen < 100_000 {
+            seen += 1;
+            let owner = *((frame + l.f_owner) as *const u8);
+            let code = word(frame + l.f_code);
+            if Some(owner) != l.owner_cstack && code != 0 && code % 8 == 0 && word(code + 8) == py.code_type {
+                let start = code + l.co_code_adaptive;
+                let instr = word(frame + l.f_instr);
+                let index = (instr as isize - start as isize) / 2;
+                let started = match l.co_firsttraceable {
+                    Some(off) => owner == OWNED_BY_GENERATOR || index >= *((code + off) as *const i32) as isize,
+                    None => true,
+                };
+                if started {
+                    out[n] = intern(l, code, index);
+                    n += 1;
+                }
+            }
+            let previous = word(frame + l.f_previous);
+            if previous == frame {
+                break;
+            }
+            frame = previous;
+        }
+        n
+    }
+}
+
+/// A resolved Python frame.
+pub struct PyFrame {
+    pub file: String,
+    pub function: String,
+    pub line: u32,
+}
+
+/// (code object, instruction index) -> (file object, name object, first line, id).
+type Interned = FxHashMap<(usize, isize), (usize, usize, i32, usize)>;
+
+struct Table {
+    index: Interned,
+    frames: Vec<PyFrame>,
+}
+
+static TABLE: Mutex<Option<Table>> = Mutex::new(None);
+/// Beyond this many distinct frames, new ones are resolved but not kept (a process generating
+/// code without end must not grow pinguard without end).
+const MAX_INTERNED: usize = 1 << 20;
+const RECENT: usize = 64;
+
+thread_local! {
+    /// This thread's last look-ups, so a loop pinning from one place takes no lock.
+    static RECENT_FRAMES: Cell<[(usize, isize, usize, usize); RECENT]> = const { Cell::new([(0, 0, 0, 0); RECENT]) };
+}
+
+unsafe fn intern(l: &Layout, code: usize, index: isize) -> usize {
+    let file = word(code + l.co_filename);
+    let name = word(code + l.co_qualname);
+    let first = *((code + l.co_firstlineno) as *const i32);
+    let slot = (code >> 4 ^ index as usize) % RECENT;
+    if let Ok(hit) = RECENT_FRAMES.try_with(|r| {
+        let e = r.get()[slot];
+        (e.0 == code && e.1 == index && e.3 == (file ^ name.rotate_left(17) ^ first as usize)).then_some(e.2)
+    }) {
+        if let Some(id) = hit {
+            return id;
+        }
+    }
+    let id = {
+        let mut t = TABLE.lock();
+        let t = t.get_or_insert_with(|| Table { index: FxHashMap::default(), frames: Vec::new() });
+        match t.index.get(&(code, index)) {
+            Some(&(f, nm, fl, id)) if f == file && nm == name && fl == first => id,
+            _ => {
+                let frame = PyFrame {
+                    file: read_str(l, file).unwrap_or_else(|| "?".into()),
+                    function: read_str(l, name).unwrap_or_else(|| "?".into()),
+                    line: line_of(l, code, index, first),
+                };
+                if t.frames.len() >= MAX_INTERNED {
+                    t.frames.truncate(MAX_INTERNED - 1); // the last slot serves every overflow
+                }
+                t.frames.push(frame);
+                let id = t.frames.len() - 1;
+                if id < MAX_INTERNED - 1 {
+                    t.index.insert((code, index), (file, name, first, id));
+                }
+                id
+            }
+        }
+    };
+    let _ = RECENT_FRAMES.try_with(|r| {
+        let mut a = r.get();
+        a[slot] = (code, index, id, file ^ name.rotate_left(17) ^ first as usize);
+        r.set(a);
+    });
+    id
+}
+
+/// The resolved frame for an id `capture` returned.
+pub fn frame(id: usize, f: impl FnOnce(&PyFrame)) {
+    if let Some(t) = TABLE.lock().as_ref() {
+        if let Some(fr) = t.frames.get(id) {
+            f(fr);
+        }
+    }
+}
+
+/// A `str` object's text (compact ASCII, compact 1/2/4-byte, or legacy non-compact).
+unsafe fn read_str(l: &Layout, s: usize) -> Option<String> {
+    if s == 0 || s % 8 != 0 {
+        return None;
+    }
+    let len = (word(s + l.str_length) as isize).clamp(0, 4096) as usize;
+    let state = *((s + l.str_state) as *const u32);
+    let kind = (state >> 2) & 7;
+    let compact = (state >> 5) & 1 == 1;
+    let ascii = (state >> 6) & 1 == 1;
+    let data = match (compact, ascii) {
+        (true, true) => s + l.ascii_size,
+        (true, false) => s + l.compact_size,
+        (false, _) => word(s + l.str_data),
+    };
+    if data == 0 {
+        return None;
+    }
+    Some(match kind {
+        1 => std::slice::from_raw_parts(data as *const u8, len).iter().map(|&b| b as char).collect(),
+        2 => std::slice::from_raw_parts(data as *const u16, len).iter().map(|&c| char::from_u32(c as u32).unwrap_or('?')).collect(),
+        4 => std::slice::from_raw_parts(data as *const u32, len).iter().map(|&c| char::from_u32(c).unwrap_or('?')).collect(),
+        _ => return None,
+    })
+}
+
+/// The line of instruction `index`, from the code object's location table (the format of 3.11 to
+/// 3.13, Objects/locations.md); the first line where there is none.
+unsafe fn line_of(l: &Layout, code: usize, index: isize, first: i32) -> u32 {
+    let fallback = first.max(0) as u32;
+    if index < 0 {
+        return fallback;
+    }
+    let table = word(code + l.co_linetable);
+    if table == 0 {
+        return fallback;
+    }
+    let size = (word(table + l.bytes_size) as isize).clamp(0, 1 << 24) as usize;
+    let bytes = std::slice::from_raw_parts((table + l.bytes_sval) as *const u8, size);
+    let mut i = 0;
+    let mut addr = 0isize; // in code units
+    let mut line = first as i64;
+    let varint = |i: &mut usize| -> u64 {
+        let mut v = 0u64;
+        let mut shift = 0;
+        while *i < bytes.len() {
+            let b = bytes[*i];
+            *i += 1;
+            v |= ((b & 63) as u64) << shift;
+            shift += 6;
+            if b & 64 == 0 || shift > 60 {
+                break;
+            }
+        }
+        v
+    };
+    let svarint = |i: &mut usize| -> i64 {
+        let u = varint(i);
+        if u & 1 == 1 { -((u >> 1) as i64) } else { (u >> 1) as i64 }
+    };
+    while i < bytes.len() {
+        let head = bytes[i];
+        i += 1;
+        let code = (head >> 3) & 15;
+        let length = (head & 7) as isize + 1;
+        let delta = match code {
+            15 => 0,
+            13 => svarint(&mut i),
+            14 => {
+                let d = svarint(&mut i);
+                varint(&mut i);
+                varint(&mut i);
+                varint(&mut i);
+                d
+            }
+            10..=12 => code as i64 - 10,
+            _ => 0,
+        };
+        // The rest of the entry (columns) up to the next entry's first byte.
+        while i < bytes.len() && bytes[i] & 128 == 0 {
+            i += 1;
+        }
+        line += delta;
+        if index < addr + length {
+            return if code == 15 || line < 0 { fallback } else { line as u32 };
+        }
+        addr += length;
+    }
+    fallback
+}
+
+/// Fork child: the table's lock may have been held by a thread that is gone.
+pub fn hold() {
+    crate::lock::hold(&TABLE);
+}
+
+/// # Safety
+/// Only after `hold`, in the fork handlers.
+pub unsafe fn release(child: bool) {
+    if child {
+        crate::lock::release_in_child(&TABLE)
+    } else {
+        crate::lock::release_in_parent(&TABLE)
+    }
+}

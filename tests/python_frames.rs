@@ -1,0 +1,131 @@
+//! Python callsites: each callsite carries the calling thread's Python stack, read without the
+//! GIL (ctypes releases it), on every CPython 3.11, 3.12 and 3.13 found here (pyenv's, and
+//! `python3.1x` on PATH).
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// (version, interpreter) for each of 3.11, 3.12, 3.13 that can be found.
+fn pythons() -> Vec<(String, PathBuf)> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    if let Ok(out) = Command::new("pyenv").arg("root").output() {
+        let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        if let Ok(dir) = std::fs::read_dir(root.join("versions")) {
+            let mut v: Vec<PathBuf> = dir.filter_map(|e| e.ok()).map(|e| e.path().join("bin/python3")).collect();
+            v.sort();
+            candidates.extend(v);
+        }
+    }
+    for minor in 11..=13 {
+        candidates.push(PathBuf::from(format!("python3.{minor}")));
+    }
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for c in candidates {
+        let Ok(out) = Command::new(&c).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).output() else { continue };
+        let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && ["3.11", "3.12", "3.13"].contains(&v.as_str()) && !found.iter().any(|(f, _)| *f == v) {
+            found.push((v, c));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The line of the `# at:NAME` marker in the script.
+fn marker(name: &str) -> u64 {
+    let text = std::fs::read_to_string(root().join("tests/progs/py_frames.py")).unwrap();
+    text.lines().position(|l| l.contains(&format!("# at:{name}"))).unwrap_or_else(|| panic!("no marker {name}")) as u64 + 1
+}
+
+fn py(c: &Value) -> Vec<(String, String, u64)> {
+    c["py_frames"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|f| (f["symbol"].as_str().unwrap_or("").to_string(), f["file"].as_str().unwrap_or("").to_string(), f["line"].as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn sites_at<'a>(rep: &'a Value, function: &str) -> Vec<&'a Value> {
+    rep["callsites"].as_array().unwrap().iter().filter(|c| py(c).first().is_some_and(|f| f.0 == function)).collect()
+}
+
+fn run_script(python: &PathBuf, env: &[(&str, &str)]) -> Run {
+    let f = fixtures();
+    let script = root().join("tests/progs/py_frames.py");
+    let r = run(
+        python.to_str().unwrap(),
+        &[script.to_str().unwrap(), f.dir.join("libcudart.so").to_str().unwrap(), f.dir.join("libframework.so").to_str().unwrap()],
+        env,
+    );
+    assert!(r.success() && r.stdout.contains("done"), "{}\n{}", r.stdout, r.stderr);
+    r
+}
+
+#[test]
+fn callsites_name_the_python_code_on_every_version_found() {
+    let found = pythons();
+    if found.is_empty() {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
+        return;
+    }
+    eprintln!("CPython versions tested: {:?}", found.iter().map(|f| &f.0).collect::<Vec<_>>());
+    for (version, python) in &found {
+        let r = run_script(python, &[]);
+        let rep = r.report();
+        let ctx = format!("CPython {version}: {}", serde_json::to_string_pretty(&rep["callsites"]).unwrap());
+        assert_eq!(rep["config"]["py_depth"], 32, "{ctx}");
+
+        // The runtime through dlsym(handle), and libc's mlock through the global scope.
+        for (function, api) in [("load_weights", "cudaHostAlloc"), ("lock_key", "mlock")] {
+            let s = sites_at(&rep, function);
+            assert_eq!(s.len(), 1, "{function}: {ctx}");
+            let frames = py(s[0]);
+            assert!(frames[0].1.ends_with("py_frames.py") && frames[0].2 == marker(function), "{function}: {frames:?} ({ctx})");
+            assert_eq!(frames[1].0, "<module>", "{ctx}");
+            assert_eq!(s[0]["apis"][0], api, "{ctx}");
+        }
+        // Two Python threads through a native library: the function, then the thread's target.
+        let batches = sites_at(&rep, "pin_batch");
+        assert_eq!(batches.iter().map(|c| c["alloc_count"].as_u64().unwrap()).sum::<u64>(), 8, "{ctx}");
+        for c in &batches {
+            let frames = py(c);
+            assert_eq!(frames[0].2, marker("pin_batch"), "{ctx}");
+            assert_eq!(frames[1].0, "loader_thread", "{ctx}");
+            assert!(frames.iter().any(|f| f.0 == "Thread.run" && f.1.ends_with("threading.py")), "{frames:?}");
+            assert_eq!(c["frames"][0]["symbol"], "framework_pin", "{ctx}");
+        }
+        // A recursion deeper than the limit is cut at PINGUARD_PY_DEPTH frames.
+        let deep = sites_at(&rep, "recurse");
+        assert_eq!(deep.len(), 1, "{ctx}");
+        let frames = py(deep[0]);
+        assert_eq!(frames.len(), 32, "{ctx}");
+        assert!(frames.iter().all(|f| f.0 == "recurse"), "{frames:?}");
+        assert_eq!(frames[0].2, marker("recurse"), "{ctx}");
+        // A native thread in a Python process: no Python frames.
+        let native: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["alloc_bytes"] == 20480).collect();
+        assert_eq!(native.len(), 1, "{ctx}");
+        assert!(native[0].get("py_frames").is_none(), "{ctx}");
+        assert_eq!(native[0]["frames"][0]["symbol"], "framework_pin", "{ctx}");
+
+        // PINGUARD_PY_DEPTH=0: no Python frames anywhere, the same figures.
+        let off = run_script(python, &[("PINGUARD_PY_DEPTH", "0")]).report();
+        assert!(off["callsites"].as_array().unwrap().iter().all(|c| c.get("py_frames").is_none()), "{version}");
+        assert_eq!(off["totals"]["alloc_count"], rep["totals"]["alloc_count"]);
+    }
+}
+
+#[test]
+fn a_process_without_python_gets_no_python_frames() {
+    let r = run("scenario", &["cuda_alloc:4096", "mlock:0:1"], &[]);
+    assert!(r.success(), "{}", r.stderr);
+    let rep = r.report();
+    assert!(rep["callsites"].as_array().unwrap().iter().all(|c| c.get("py_frames").is_none()));
+    assert_eq!(pinguard_lines(&r.stderr).len(), 1, "only the summary line: {}", r.stderr);
+}
