@@ -70,3 +70,13 @@ pub unsafe fn release_in_parent<T>(m: &Mutex<T>) {
 pub unsafe fn release_in_child<T>(m: &Mutex<T>) {
     m.raw().reset();
 }
+
+/// # Safety
+/// Only after `hold` on this mutex, in the fork handlers: the parent's or (`child`) the child's.
+pub unsafe fn release<T>(m: &Mutex<T>, child: bool) {
+    if child {
+        release_in_child(m)
+    } else {
+        release_in_parent(m)
+    }
+}

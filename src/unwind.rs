@@ -155,11 +155,7 @@ pub fn hold() {
 /// # Safety
 /// Only after `hold`, in the fork handlers.
 pub unsafe fn release(child: bool) {
-    if child {
-        crate::lock::release_in_child(&SHARED)
-    } else {
-        crate::lock::release_in_parent(&SHARED)
-    }
+    crate::lock::release(&SHARED, child)
 }
 
 impl Local {
