@@ -171,6 +171,11 @@ unsafe fn word(addr: usize) -> usize {
     *(addr as *const usize)
 }
 
+/// Whether this process runs a Python whose frames can be read (probing at most once a second).
+pub fn known() -> bool {
+    python().is_some()
+}
+
 /// Fills `out` with interned ids of the calling thread's Python frames, innermost first.
 pub fn capture(depth: usize, out: &mut [usize]) -> usize {
     let depth = depth.min(out.len());

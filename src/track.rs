@@ -101,6 +101,9 @@ impl Hook {
     }
 
     fn site(&self) -> &'static Callsite {
+        if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known()) {
+            return callsite::intern(&[]); // no frames to gather: no buffer to clear either
+        }
         let mut frames = [0usize; 2 * stack::MAX_FRAMES + 1];
         let (native, rest) = frames.split_at_mut(stack::MAX_FRAMES);
         let mut n = stack::capture(self.from, self.cfg.depth as usize, native.try_into().expect("MAX_FRAMES"));
