@@ -19,6 +19,11 @@ pub fn limited() -> bool {
     LIMIT.load(Ordering::Relaxed) != NONE || crate::group::limited()
 }
 
+/// The bytes the process budget has handed out (live plus in flight), when there is one.
+pub fn reserved() -> Option<u64> {
+    (LIMIT.load(Ordering::Relaxed) != NONE).then(|| USED.load(Ordering::Relaxed))
+}
+
 pub fn limit() -> Option<u64> {
     match LIMIT.load(Ordering::Relaxed) {
         NONE => None,
@@ -27,6 +32,7 @@ pub fn limit() -> Option<u64> {
 }
 
 /// Takes `bytes` if they fit the process budget and the group's (when there is one).
+#[inline]
 pub fn try_reserve(bytes: u64) -> bool {
     if !try_reserve_process(bytes) {
         return false;
@@ -40,6 +46,7 @@ pub fn try_reserve(bytes: u64) -> bool {
 
 /// Takes `bytes` if they fit. A compare-and-swap loop rather than add-then-roll-back: two racing
 /// threads near the limit must not both be refused when one of them fits.
+#[inline]
 fn try_reserve_process(bytes: u64) -> bool {
     let limit = LIMIT.load(Ordering::Relaxed);
     if limit == NONE {
@@ -68,11 +75,13 @@ pub fn force(bytes: u64) {
     crate::group::reserve(bytes, true);
 }
 
+#[inline]
 pub fn release(bytes: u64) {
     release_process(bytes);
     crate::group::release(bytes);
 }
 
+#[inline]
 fn release_process(bytes: u64) {
     if LIMIT.load(Ordering::Relaxed) == NONE {
         return;

@@ -8,18 +8,16 @@ use crate::lock::{self, Mutex};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, Ordering};
+use crate::level::Level;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 pub struct Callsite {
     pub id: u32,
     /// The key: return addresses, innermost first (the first is in the code that called the
     /// hooked API), then `PYTHON` and the Python frame ids when there are any.
     pub frames: Box<[usize]>,
-    pub live_bytes: AtomicI64,
-    pub live_count: AtomicI64,
-    pub peak_live_bytes: AtomicU64,
-    pub alloc_count: AtomicU64,
-    pub alloc_bytes: AtomicU64,
+    /// Live bytes and count, their peak, allocations: striped by thread (`level`).
+    pub level: Level<4>,
     pub denied_count: AtomicU64,
     pub downgraded_count: AtomicU64,
     /// Bit per `Api` this callsite called.
@@ -56,14 +54,6 @@ impl Callsite {
         }
     }
 
-    pub fn add_live(&self, bytes: i64, count: i64) {
-        let now = self.live_bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
-        self.live_count.fetch_add(count, Ordering::Relaxed);
-        if bytes > 0 {
-            crate::ledger::raise(&self.peak_live_bytes, now);
-        }
-    }
-
     pub fn note_api(&self, api: Api) {
         let bit = 1 << api as u32;
         if self.apis.load(Ordering::Relaxed) & bit == 0 {
@@ -85,6 +75,19 @@ thread_local! {
     /// callsite here, without the table's lock.
     static RECENT_SITES: Cell<[(u64, usize); RECENT]> = const { Cell::new([(0, 0); RECENT]) };
     static RECENT_NEXT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The callsite without frames (`PINGUARD_DEPTH=0`), kept at hand: it is never retired.
+static EMPTY: AtomicPtr<Callsite> = AtomicPtr::new(std::ptr::null_mut());
+
+pub fn empty() -> &'static Callsite {
+    let p = EMPTY.load(Ordering::Acquire);
+    if !p.is_null() {
+        return unsafe { &*p };
+    }
+    let cs = intern(&[]);
+    EMPTY.store(cs as *const Callsite as *mut Callsite, Ordering::Release);
+    cs
 }
 
 pub fn intern(frames: &[usize]) -> &'static Callsite {
@@ -121,11 +124,7 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
     let cs: &'static Callsite = Box::leak(Box::new(Callsite {
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         frames: frames.into(),
-        live_bytes: AtomicI64::new(0),
-        live_count: AtomicI64::new(0),
-        peak_live_bytes: AtomicU64::new(0),
-        alloc_count: AtomicU64::new(0),
-        alloc_bytes: AtomicU64::new(0),
+        level: Level::NEW,
         denied_count: AtomicU64::new(0),
         downgraded_count: AtomicU64::new(0),
         apis: AtomicU32::new(0),
@@ -184,6 +183,7 @@ pub unsafe fn unlock_all(clear: bool) {
         NEXT_ID.store(0, Ordering::Relaxed);
         // The forking thread's cache points at the parent's callsites, with the parent's figures.
         RECENT_SITES.with(|r| r.set([(0, 0); RECENT]));
+        EMPTY.store(std::ptr::null_mut(), Ordering::Relaxed);
     }
     for shard in &TABLE {
         if clear {

@@ -14,7 +14,7 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
     let Some(_r) = Reentry::enter() else { return -1 };
     let e = guard::errno();
     let rc = std::panic::catch_unwind(|| {
-        if lifecycle::ensure_init().is_none() {
+        if lifecycle::ensure_init(_r.thread()).is_none() {
             return -1;
         }
         let p = if path.is_null() { None } else { Some(CStr::from_ptr(path).to_string_lossy().into_owned()) };
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> 
     let Some(_r) = Reentry::enter() else { return -1 };
     let e = guard::errno();
     let rc = std::panic::catch_unwind(|| {
-        if lifecycle::ensure_init().is_none() || crate::kernel::secure_mode() {
+        if lifecycle::ensure_init(_r.thread()).is_none() || crate::kernel::secure_mode() {
             return -1;
         }
         let p = report::path();

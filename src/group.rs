@@ -143,6 +143,7 @@ fn create(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, String
     }
 }
 
+#[inline(always)]
 fn header() -> Option<&'static mut Header> {
     let h = MAP.load(Ordering::Acquire);
     (!h.is_null()).then(|| unsafe { &mut *h })
@@ -222,8 +223,16 @@ fn slot(l: &mut Locked) -> Option<usize> {
 }
 
 /// Takes `bytes` from the group's budget if they fit (or whatever the budget, with `force`).
+#[inline]
 pub fn reserve(bytes: u64, force: bool) -> bool {
-    let Some(h) = header() else { return true };
+    match header() {
+        None => true,
+        Some(h) => reserve_in(h, bytes, force),
+    }
+}
+
+#[inline(never)]
+fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
     let mut l = Locked::new(h);
     let Some(i) = slot(&mut l) else { return true };
     let fits = |l: &Locked| l.0.used.checked_add(bytes).is_some_and(|n| n <= l.0.budget);
@@ -238,8 +247,15 @@ pub fn reserve(bytes: u64, force: bool) -> bool {
     true
 }
 
+#[inline]
 pub fn release(bytes: u64) {
-    let Some(h) = header() else { return };
+    if let Some(h) = header() {
+        release_in(h, bytes)
+    }
+}
+
+#[inline(never)]
+fn release_in(h: &'static mut Header, bytes: u64) {
     let i = SLOT.load(Ordering::Relaxed);
     if i >= MAX_MEMBERS {
         return;

@@ -1,69 +1,133 @@
-//! Per-thread state for the hooks: the reentrancy flag, errno, the thread id.
+//! Per-thread state for the hooks: the reentrancy flag, errno, the thread id, the thread's event
+//! counters.
 //!
-//! Everything here is a `const` thread-local `Cell` with no destructor: those stay usable during
+//! All of it sits in one `const` thread-local with no destructor: one TLS look-up per hooked call
+//! (in a shared library each look-up is a call to `__tls_get_addr`), and it stays usable during
 //! `_dl_fini`, after Rust's destructible thread-locals are gone (FIELD-NOTES, "Exit").
 
 use std::cell::Cell;
 use std::os::raw::c_int;
 
+pub struct Thread {
+    active: Cell<bool>,
+    tid: Cell<u32>,
+    errno: Cell<*mut c_int>,
+    /// The ledger's counter block this thread writes (`ledger::Block`), null until its first count.
+    pub(crate) counters: Cell<*const crate::ledger::Block>,
+    /// Calls since the last look for a Python interpreter (`python::known`).
+    pub(crate) python_calls: Cell<u32>,
+}
+
+// Every field is whole after any panic (single-word cells); hooks run their bookkeeping under
+// `catch_unwind` with the thread at hand.
+impl std::panic::RefUnwindSafe for Thread {}
+
 thread_local! {
-    static ACTIVE: Cell<bool> = const { Cell::new(false) };
-    static TID: Cell<u32> = const { Cell::new(0) };
+    static THREAD: Thread = const {
+        Thread {
+            active: Cell::new(false),
+            tid: Cell::new(0),
+            errno: Cell::new(std::ptr::null_mut()),
+            counters: Cell::new(std::ptr::null()),
+            python_calls: Cell::new(0),
+        }
+    };
+}
+
+/// The calling thread's state. `Thread` is not `Sync`, so the reference cannot leave the thread,
+/// and a destructor-less thread-local lives as long as its thread.
+#[inline(always)]
+pub fn here() -> &'static Thread {
+    THREAD.with(|t| unsafe { &*(t as *const Thread) })
+}
+
+impl Thread {
+    pub fn errno(&self) -> c_int {
+        unsafe { *self.errno_ptr() }
+    }
+
+    pub fn set_errno(&self, v: c_int) {
+        unsafe { *self.errno_ptr() = v }
+    }
+
+    /// errno's address is fixed for a thread's life (and kept by a fork child, whose thread is a
+    /// copy of the forking one): asked of libc once.
+    #[inline]
+    fn errno_ptr(&self) -> *mut c_int {
+        let p = self.errno.get();
+        if !p.is_null() {
+            return p;
+        }
+        let p = unsafe { libc::__errno_location() };
+        self.errno.set(p);
+        p
+    }
+
+    /// The kernel thread id, cached: `gettid` is a syscall and the report wants it per allocation.
+    #[inline]
+    pub fn tid(&self) -> u32 {
+        let v = self.tid.get();
+        if v != 0 {
+            return v;
+        }
+        let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        self.tid.set(v);
+        v
+    }
 }
 
 /// Marks the thread as inside pinguard. While it lives, every hook the thread reaches (the
 /// runtime calling itself, std calling `mmap` for pinguard's own work) passes straight through, so
 /// only the outermost intercepted call is counted.
-pub struct Reentry(());
+pub struct Reentry(&'static Thread);
 
 impl Reentry {
+    #[inline(always)]
     pub fn enter() -> Option<Reentry> {
-        ACTIVE.with(|a| {
-            if a.get() {
-                None
-            } else {
-                a.set(true);
-                Some(Reentry(()))
-            }
-        })
+        Reentry::enter_on(here())
+    }
+
+    #[inline(always)]
+    pub fn enter_on(t: &'static Thread) -> Option<Reentry> {
+        if t.active.get() {
+            return None;
+        }
+        t.active.set(true);
+        Some(Reentry(t))
+    }
+
+    pub fn thread(&self) -> &'static Thread {
+        self.0
     }
 }
 
 impl Drop for Reentry {
+    #[inline(always)]
     fn drop(&mut self) {
-        ACTIVE.with(|a| a.set(false));
+        self.0.active.set(false);
     }
 }
 
 /// Whether this thread is inside pinguard now.
 pub fn inside() -> bool {
-    ACTIVE.with(|a| a.get())
+    here().active.get()
 }
 
 pub fn errno() -> c_int {
-    unsafe { *libc::__errno_location() }
+    here().errno()
 }
 
 pub fn set_errno(v: c_int) {
-    unsafe { *libc::__errno_location() = v }
+    here().set_errno(v)
 }
 
-/// The kernel thread id, cached: `gettid` is a syscall and the report wants it per allocation.
 pub fn tid() -> u32 {
-    TID.with(|t| {
-        let v = t.get();
-        if v != 0 {
-            return v;
-        }
-        let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
-        t.set(v);
-        v
-    })
+    here().tid()
 }
 
 /// Forgets the cached thread id; a fork child's only thread has a new one.
 pub fn forget_tid() {
-    TID.with(|t| t.set(0));
+    here().tid.set(0);
 }
 
 pub fn unix_ms() -> u64 {

@@ -11,7 +11,11 @@ use crate::lock::{self, Mutex, MutexGuard};
 use pinguard_report::{ApiStats, EventKind, Totals};
 use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use crate::guard::Thread;
+use crate::level::Level;
+use std::os::raw::c_void;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed}};
+use std::sync::OnceLock;
 
 #[derive(Clone, Copy)]
 pub struct Live {
@@ -24,15 +28,14 @@ pub struct Live {
 }
 
 impl Live {
-    pub fn new(api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
-        Live { size, api, downgraded, tid: guard::tid(), unix_ms: guard::coarse_unix_ms(), site }
+    /// `unix_ms` from the coarse clock (`guard::coarse_unix_ms`), read once per hooked call.
+    pub fn new(t: &Thread, api: Api, size: u64, site: &'static Callsite, downgraded: bool, unix_ms: u64) -> Live {
+        Live { size, api, downgraded, tid: t.tid(), unix_ms, site }
     }
 }
 
-/// Event counters. Each thread adds to one of `STRIPES` copies (by thread id) and readers sum
-/// them: two threads pinning at once then write no common cache line for these.
+/// Event counters: one copy per thread (`Block`), summed by readers.
 struct Counters {
-    live_count: AtomicI64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
     release_count: AtomicU64,
@@ -47,9 +50,6 @@ struct Counters {
 }
 
 struct ApiCounters {
-    alloc_count: AtomicU64,
-    alloc_bytes: AtomicU64,
-    live_count: AtomicI64,
     failed_count: AtomicU64,
     denied_count: AtomicU64,
     downgraded_count: AtomicU64,
@@ -70,47 +70,127 @@ impl Zero for AtomicI64 {
     const ZERO: Self = AtomicI64::new(0);
 }
 
-const STRIPES: usize = 16;
-
+/// One thread's event counters. Only the owning thread writes them, with a plain load and store
+/// (`add`: no locked instruction, no cache line shared with another writer); readers sum every
+/// block. A thread that ends hands its block back (a `pthread` key destructor) to the next thread
+/// that counts, figures and all, so the sums stay right and short-lived threads leak nothing.
 #[repr(align(128))]
-struct Stripe {
+pub struct Block {
     totals: Counters,
     apis: [ApiCounters; Api::COUNT],
+    /// The next older block in `BLOCKS`; set before the block is published, never changed.
+    next: AtomicPtr<Block>,
+    /// Which stripe of each `Level` this block's thread writes: blocks are numbered as they are
+    /// made, so the threads alive at once hold the low numbers.
+    pub slot: usize,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
-const STRIPE: Stripe = Stripe {
+const BLOCK: Block = Block {
     totals: zeroed!(Counters {
-        live_count, alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes,
+        alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes,
         downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count
     }),
-    apis: [const { zeroed!(ApiCounters { alloc_count, alloc_bytes, live_count, failed_count, denied_count, downgraded_count, unknown_release_count }) }; Api::COUNT],
+    apis: [const { zeroed!(ApiCounters { failed_count, denied_count, downgraded_count, unknown_release_count }) }; Api::COUNT],
+    next: AtomicPtr::new(std::ptr::null_mut()),
+    slot: 0,
 };
+static MADE: AtomicUsize = AtomicUsize::new(0);
 
-static STRIPED: [Stripe; STRIPES] = [STRIPE; STRIPES];
+/// Every block ever made, newest first (blocks are never freed).
+static BLOCKS: AtomicPtr<Block> = AtomicPtr::new(std::ptr::null_mut());
+/// Blocks whose thread has ended.
+static FREE: Mutex<Vec<&'static Block>> = Mutex::new(Vec::new());
+static KEY: OnceLock<Option<libc::pthread_key_t>> = OnceLock::new();
 
-/// This thread's stripe.
-fn mine() -> &'static Stripe {
-    &STRIPED[guard::tid() as usize % STRIPES]
+/// This thread's block.
+#[inline]
+fn mine(t: &Thread) -> &'static Block {
+    let p = t.counters.get();
+    if !p.is_null() {
+        return unsafe { &*p };
+    }
+    adopt(t)
 }
 
-/// Sums one counter over the stripes.
-fn sum<T: Copy + Into<i128>>(f: impl Fn(&'static Stripe) -> T) -> i128 {
-    STRIPED.iter().map(|s| f(s).into()).sum()
+#[cold]
+fn adopt(t: &Thread) -> &'static Block {
+    let b = FREE.lock().pop().unwrap_or_else(|| {
+        let b: &'static Block = Box::leak(Box::new(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK }));
+        let mut head = BLOCKS.load(Acquire);
+        loop {
+            b.next.store(head, Relaxed);
+            match BLOCKS.compare_exchange_weak(head, b as *const Block as *mut Block, AcqRel, Acquire) {
+                Ok(_) => break,
+                Err(h) => head = h,
+            }
+        }
+        b
+    });
+    t.counters.set(b);
+    let key = KEY.get_or_init(|| {
+        let mut key = 0;
+        (unsafe { libc::pthread_key_create(&mut key, Some(hand_back)) } == 0).then_some(key)
+    });
+    if let Some(key) = *key {
+        // Without the key (the process used up its keys) the block stays with the ended thread.
+        unsafe { libc::pthread_setspecific(key, b as *const Block as *const c_void) };
+    }
+    b
 }
 
-/// Live bytes and their peak: one copy that every thread updates, since a peak is exact only
-/// over one running sum.
-#[repr(align(128))]
-struct Level {
-    live_bytes: AtomicI64,
-    peak_live_bytes: AtomicU64,
+/// At thread exit. A hook the thread reaches after this (another key's destructor) adopts a block
+/// again, and glibc then runs this destructor once more.
+unsafe extern "C" fn hand_back(p: *mut c_void) {
+    let t = guard::here();
+    if t.counters.get() == p as *const Block {
+        t.counters.set(std::ptr::null());
+    }
+    FREE.lock().push(&*(p as *const Block));
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const LEVEL: Level = Level { live_bytes: AtomicI64::new(0), peak_live_bytes: AtomicU64::new(0) };
-static TOTAL_LEVEL: Level = LEVEL;
-static API_LEVEL: [Level; Api::COUNT] = [LEVEL; Api::COUNT];
+fn blocks() -> impl Iterator<Item = &'static Block> {
+    let mut p = BLOCKS.load(Acquire) as *const Block;
+    std::iter::from_fn(move || {
+        let b = unsafe { p.as_ref()? };
+        p = b.next.load(Relaxed);
+        Some(b)
+    })
+}
+
+/// Adds to a counter only this thread writes.
+#[inline(always)]
+fn add<A: Bump>(c: &A, v: A::V) {
+    c.bump(v)
+}
+
+trait Bump {
+    type V;
+    fn bump(&self, v: Self::V);
+}
+impl Bump for AtomicU64 {
+    type V = u64;
+    #[inline(always)]
+    fn bump(&self, v: u64) {
+        self.store(self.load(Relaxed).wrapping_add(v), Relaxed)
+    }
+}
+impl Bump for AtomicI64 {
+    type V = i64;
+    #[inline(always)]
+    fn bump(&self, v: i64) {
+        self.store(self.load(Relaxed).wrapping_add(v), Relaxed)
+    }
+}
+
+/// Sums one counter over the blocks.
+fn sum<T: Copy + Into<i128>>(f: impl Fn(&'static Block) -> T) -> i128 {
+    blocks().map(|s| f(s).into()).sum()
+}
+
+/// Live bytes and counts, and their peaks: the process's and each entry point's.
+static TOTAL_LEVEL: Level<16> = Level::NEW;
+static API_LEVEL: [Level<16>; Api::COUNT] = [const { Level::NEW }; Api::COUNT];
 
 /// Set once anything was counted: a process that pins nothing writes no report.
 static TOUCHED: AtomicBool = AtomicBool::new(false);
@@ -178,69 +258,50 @@ pub fn locked_any() -> bool {
 }
 
 /// Moves pinned bytes in or out of the live figures (every level: process, API, callsite).
-pub fn live_delta(api: Api, site: &'static Callsite, bytes: i64, count: i64) {
-    let now = TOTAL_LEVEL.live_bytes.fetch_add(bytes, Relaxed) + bytes;
-    let level = &API_LEVEL[api as usize];
-    let api_now = level.live_bytes.fetch_add(bytes, Relaxed) + bytes;
-    if bytes > 0 {
-        raise(&TOTAL_LEVEL.peak_live_bytes, now);
-        raise(&level.peak_live_bytes, api_now);
-    }
-    let m = mine();
-    m.totals.live_count.fetch_add(count, Relaxed);
-    m.apis[api as usize].live_count.fetch_add(count, Relaxed);
-    site.add_live(bytes, count);
-    timeline_tick(now.max(0) as u64);
-}
-
-/// Raises a peak to `now`. A load first: a peak that is not being raised stays a shared cache
-/// line that no thread writes.
-#[inline]
-pub fn raise(peak: &AtomicU64, now: i64) {
-    let now = now.max(0) as u64;
-    if now > peak.load(Relaxed) {
-        peak.fetch_max(now, Relaxed);
-    }
+/// `now_ms` is the hooked call's coarse clock reading (`Live::unix_ms`).
+pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, count: i64, now_ms: u64) {
+    let slot = mine(t).slot;
+    TOTAL_LEVEL.live(slot, bytes, count);
+    API_LEVEL[api as usize].live(slot, bytes, count);
+    site.level.live(slot, bytes, count);
+    timeline_tick(now_ms);
 }
 
 /// A successful pinning call of `bytes` new pinned bytes.
-pub fn count_alloc(api: Api, site: &'static Callsite, bytes: u64) {
+pub fn count_alloc(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     touch();
-    let m = mine();
-    m.totals.alloc_count.fetch_add(1, Relaxed);
-    m.totals.alloc_bytes.fetch_add(bytes, Relaxed);
-    let a = &m.apis[api as usize];
-    a.alloc_count.fetch_add(1, Relaxed);
-    a.alloc_bytes.fetch_add(bytes, Relaxed);
-    site.alloc_count.fetch_add(1, Relaxed);
-    site.alloc_bytes.fetch_add(bytes, Relaxed);
+    let m = mine(t);
+    add(&m.totals.alloc_count, 1);
+    add(&m.totals.alloc_bytes, bytes);
+    API_LEVEL[api as usize].alloc(m.slot, bytes);
+    site.level.alloc(m.slot, bytes);
     site.note_api(api);
 }
 
-pub fn count_release() {
-    mine().totals.release_count.fetch_add(1, Relaxed);
+pub fn count_release(t: &Thread) {
+    add(&mine(t).totals.release_count, 1);
 }
 
-pub fn count_failed(api: Api) {
+pub fn count_failed(t: &Thread, api: Api) {
     touch();
-    let m = mine();
-    m.totals.failed_count.fetch_add(1, Relaxed);
-    m.apis[api as usize].failed_count.fetch_add(1, Relaxed);
+    let m = mine(t);
+    add(&m.totals.failed_count, 1);
+    add(&m.apis[api as usize].failed_count, 1);
 }
 
-pub fn count_unknown_release(api: Api) {
+pub fn count_unknown_release(t: &Thread, api: Api) {
     touch();
-    let m = mine();
-    m.totals.unknown_release_count.fetch_add(1, Relaxed);
-    m.apis[api as usize].unknown_release_count.fetch_add(1, Relaxed);
+    let m = mine(t);
+    add(&m.totals.unknown_release_count, 1);
+    add(&m.apis[api as usize].unknown_release_count, 1);
 }
 
-pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
+pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     touch();
-    let m = mine();
-    m.totals.denied_count.fetch_add(1, Relaxed);
-    m.totals.denied_bytes.fetch_add(bytes, Relaxed);
-    m.apis[api as usize].denied_count.fetch_add(1, Relaxed);
+    let m = mine(t);
+    add(&m.totals.denied_count, 1);
+    add(&m.totals.denied_bytes, bytes);
+    add(&m.apis[api as usize].denied_count, 1);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
     crate::group::note_denied();
@@ -248,25 +309,25 @@ pub fn count_denied(api: Api, site: &'static Callsite, bytes: u64) {
 }
 
 /// A call served with pageable memory (or left unpinned) instead of pinned memory.
-pub fn count_downgraded(api: Api, site: &'static Callsite, bytes: u64) {
+pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     touch();
-    let m = mine();
-    m.totals.downgraded_count.fetch_add(1, Relaxed);
-    m.totals.downgraded_bytes.fetch_add(bytes, Relaxed);
-    m.apis[api as usize].downgraded_count.fetch_add(1, Relaxed);
+    let m = mine(t);
+    add(&m.totals.downgraded_count, 1);
+    add(&m.totals.downgraded_bytes, bytes);
+    add(&m.apis[api as usize].downgraded_count, 1);
     site.downgraded_count.fetch_add(1, Relaxed);
     site.note_api(api);
     crate::group::note_downgraded();
     event(EventKind::Downgraded, api, bytes, site);
 }
 
-pub fn count_over_budget(api: Api, site: &'static Callsite, bytes: u64) {
-    mine().totals.over_budget_count.fetch_add(1, Relaxed);
+pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
+    add(&mine(t).totals.over_budget_count, 1);
     event(EventKind::OverBudget, api, bytes, site);
 }
 
-pub fn downgraded_live_delta(bytes: i64) {
-    mine().totals.downgraded_live_bytes.fetch_add(bytes, Relaxed);
+pub fn downgraded_live_delta(t: &Thread, bytes: i64) {
+    add(&mine(t).totals.downgraded_live_bytes, bytes);
 }
 
 pub fn insert(addr: usize, live: Live) {
@@ -276,10 +337,10 @@ pub fn insert(addr: usize, live: Live) {
 /// Removes the record at `addr` if `accept` says the release call matches how it was taken
 /// (`cudaFreeHost` does not free a `cudaHostRegister`ed range).
 pub fn take(addr: usize, accept: impl Fn(Api) -> bool) -> Option<Live> {
+    use std::collections::hash_map::Entry;
     let mut g = shard(addr).lock();
-    let map = g.as_mut()?;
-    match map.get(&addr) {
-        Some(l) if accept(l.api) => map.remove(&addr),
+    match g.as_mut()?.entry(addr) {
+        Entry::Occupied(e) if accept(e.get().api) => Some(e.remove()),
         _ => None,
     }
 }
@@ -297,15 +358,15 @@ pub fn touched() -> bool {
 }
 
 pub fn live_bytes() -> u64 {
-    TOTAL_LEVEL.live_bytes.load(Relaxed).max(0) as u64
+    TOTAL_LEVEL.bytes()
 }
 
 pub fn totals() -> Totals {
     let u = |v: i128| v.max(0) as u64;
     Totals {
-        live_bytes: TOTAL_LEVEL.live_bytes.load(Relaxed).max(0) as u64,
-        live_count: u(sum(|s| s.totals.live_count.load(Relaxed))),
-        peak_live_bytes: TOTAL_LEVEL.peak_live_bytes.load(Relaxed),
+        live_bytes: TOTAL_LEVEL.bytes(),
+        live_count: TOTAL_LEVEL.count(),
+        peak_live_bytes: TOTAL_LEVEL.peak(),
         alloc_count: u(sum(|s| s.totals.alloc_count.load(Relaxed))),
         alloc_bytes: u(sum(|s| s.totals.alloc_bytes.load(Relaxed))),
         release_count: u(sum(|s| s.totals.release_count.load(Relaxed))),
@@ -330,11 +391,11 @@ pub fn apis() -> Vec<(Api, ApiStats)> {
             (
                 api,
                 ApiStats {
-                    alloc_count: u(sum(|s| s.apis[i].alloc_count.load(Relaxed))),
-                    alloc_bytes: u(sum(|s| s.apis[i].alloc_bytes.load(Relaxed))),
-                    live_count: u(sum(|s| s.apis[i].live_count.load(Relaxed))),
-                    live_bytes: API_LEVEL[i].live_bytes.load(Relaxed).max(0) as u64,
-                    peak_live_bytes: API_LEVEL[i].peak_live_bytes.load(Relaxed),
+                    alloc_count: API_LEVEL[i].alloc_count(),
+                    alloc_bytes: API_LEVEL[i].alloc_bytes(),
+                    live_count: API_LEVEL[i].count(),
+                    live_bytes: API_LEVEL[i].bytes(),
+                    peak_live_bytes: API_LEVEL[i].peak(),
                     failed_count: u(sum(|s| s.apis[i].failed_count.load(Relaxed))),
                     denied_count: u(sum(|s| s.apis[i].denied_count.load(Relaxed))),
                     downgraded_count: u(sum(|s| s.apis[i].downgraded_count.load(Relaxed))),
@@ -395,13 +456,12 @@ fn event(kind: EventKind, api: Api, size: u64, site: &'static Callsite) {
 
 /// One point per millisecond at most: the lock is taken at most a thousand times a second however
 /// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
-fn timeline_tick(live: u64) {
-    let now = guard::coarse_unix_ms();
+fn timeline_tick(now: u64) {
     let last = TIMELINE_MS.load(Relaxed);
     if now <= last || TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
         return;
     }
-    push_point(now, live);
+    push_point(now, live_bytes());
 }
 
 fn push_point(now: u64, live: u64) {
@@ -447,6 +507,7 @@ pub fn lock_all() {
     lock::hold(&LOCKED);
     lock::hold(&EVENTS);
     lock::hold(&TIMELINE);
+    lock::hold(&FREE);
 }
 
 /// # Safety
@@ -463,7 +524,11 @@ pub unsafe fn unlock_all(clear: bool) {
         *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
+        // Every block but this thread's belonged to a thread the child does not have.
+        let own = guard::here().counters.get();
+        *FREE.data_ptr() = blocks().filter(|b| !std::ptr::eq(*b, own)).collect();
     }
+    lock::release(&FREE, clear);
     for s in &LIVE {
         if clear { lock::release_in_child(s) } else { lock::release_in_parent(s) }
     }
@@ -479,11 +544,9 @@ pub unsafe fn unlock_all(clear: bool) {
 }
 
 fn reset_counters() {
-    for st in &STRIPED {
+    for st in blocks() {
         let t = &st.totals;
-        for c in [&t.live_count, &t.downgraded_live_bytes] {
-            c.store(0, Relaxed);
-        }
+        t.downgraded_live_bytes.store(0, Relaxed);
         for c in [
             &t.alloc_count, &t.alloc_bytes, &t.release_count, &t.failed_count, &t.denied_count, &t.denied_bytes,
             &t.downgraded_count, &t.downgraded_bytes, &t.over_budget_count, &t.unknown_release_count,
@@ -491,15 +554,13 @@ fn reset_counters() {
             c.store(0, Relaxed);
         }
         for a in &st.apis {
-            a.live_count.store(0, Relaxed);
-            for c in [&a.alloc_count, &a.alloc_bytes, &a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
+            for c in [&a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
                 c.store(0, Relaxed);
             }
         }
     }
     for l in std::iter::once(&TOTAL_LEVEL).chain(API_LEVEL.iter()) {
-        l.live_bytes.store(0, Relaxed);
-        l.peak_live_bytes.store(0, Relaxed);
+        l.reset();
     }
     TOUCHED.store(false, Relaxed);
 }

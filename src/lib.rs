@@ -23,6 +23,7 @@ mod hooks;
 pub mod fuzzing;
 mod kernel;
 mod ledger;
+mod level;
 mod lifecycle;
 mod lock;
 mod log;

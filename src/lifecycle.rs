@@ -2,7 +2,7 @@
 //! at exit.
 
 use crate::config::Config;
-use crate::guard::{self, Reentry};
+use crate::guard::{self, Reentry, Thread};
 use crate::{budget, callsite, kernel, ledger, log, report};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
@@ -26,16 +26,27 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
-    if let Some(_r) = Reentry::enter() {
-        let e = guard::errno();
-        ensure_init();
-        guard::set_errno(e);
+    if let Some(r) = Reentry::enter() {
+        ensure_init(r.thread());
     }
 }
 
 /// The configuration once pinguard is set up; `None` when it is disabled. The caller holds a
-/// `Reentry`, so whatever initialisation calls (std's `mmap`, `dlsym`) passes through the hooks.
-pub fn ensure_init() -> Option<&'static Config> {
+/// `Reentry`, so whatever initialisation calls (std's `mmap`, `dlsym`) passes through the hooks;
+/// errno is the caller's again on return.
+#[inline(always)]
+pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
+    if STATE.load(Ordering::Acquire) == READY {
+        return CONFIG.get();
+    }
+    let e = t.errno();
+    let cfg = init_once();
+    t.set_errno(e);
+    cfg
+}
+
+#[cold]
+fn init_once() -> Option<&'static Config> {
     loop {
         match STATE.load(Ordering::Acquire) {
             READY => return CONFIG.get(),

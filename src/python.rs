@@ -13,6 +13,7 @@
 //! address reused, so an interned entry also keeps the file and name objects and the first line
 //! it was resolved from, and is used only while the code object at that address still has them.
 
+use crate::guard::Thread;
 use crate::lock::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -172,17 +173,39 @@ unsafe fn word(addr: usize) -> usize {
 }
 
 /// Whether this process runs a Python whose frames can be read (probing at most once a second).
-pub fn known() -> bool {
-    python().is_some()
+#[inline]
+pub fn known(t: &Thread) -> bool {
+    found(t).is_some()
+}
+
+/// `python()`, except that without a Python found yet a thread looks again (and reads the clock)
+/// only on every 256th call: a process that never loads Python pays one load and a counter.
+#[inline(always)]
+fn found(t: &Thread) -> Option<&'static Python> {
+    let p = PYTHON.load(Ordering::Acquire);
+    if !p.is_null() {
+        return Some(unsafe { &*p });
+    }
+    look_again(t)
+}
+
+#[inline(never)]
+fn look_again(t: &Thread) -> Option<&'static Python> {
+    let n = t.python_calls.get();
+    t.python_calls.set(n.wrapping_add(1));
+    if n % 256 != 0 {
+        return None;
+    }
+    python()
 }
 
 /// Fills `out` with interned ids of the calling thread's Python frames, innermost first.
-pub fn capture(depth: usize, out: &mut [usize]) -> usize {
+pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
     let depth = depth.min(out.len());
     if depth == 0 {
         return 0;
     }
-    let Some(py) = python() else { return 0 };
+    let Some(py) = found(t) else { return 0 };
     let l = &py.layout;
     unsafe {
         let ts = (py.this_thread_state)();

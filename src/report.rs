@@ -123,7 +123,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     let mut callsites: Vec<schema::Callsite> = callsite::all()
         .into_iter()
         .filter(|c| {
-            c.alloc_count.load(Ordering::Relaxed) > 0
+            c.level.alloc_count() > 0
                 || c.denied_count.load(Ordering::Relaxed) > 0
                 || c.downgraded_count.load(Ordering::Relaxed) > 0
         })
@@ -161,11 +161,11 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
                 frames,
                 py_frames,
                 apis: crate::api::Api::ALL.iter().filter(|a| bits & (1 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
-                live_bytes: c.live_bytes.load(Ordering::Relaxed).max(0) as u64,
-                live_count: c.live_count.load(Ordering::Relaxed).max(0) as u64,
-                peak_live_bytes: c.peak_live_bytes.load(Ordering::Relaxed),
-                alloc_count: c.alloc_count.load(Ordering::Relaxed),
-                alloc_bytes: c.alloc_bytes.load(Ordering::Relaxed),
+                live_bytes: c.level.bytes(),
+                live_count: c.level.count(),
+                peak_live_bytes: c.level.peak(),
+                alloc_count: c.level.alloc_count(),
+                alloc_bytes: c.level.alloc_bytes(),
                 denied_count: c.denied_count.load(Ordering::Relaxed),
                 downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
             }

@@ -5,7 +5,8 @@ use crate::api::{Api, Family};
 use crate::budget;
 use crate::callsite::{self, Callsite};
 use crate::config::{Config, Policy};
-use crate::guard::{self, Reentry};
+use crate::guard::{self, Reentry, Thread};
+use std::cell::Cell;
 use crate::kernel;
 use crate::ledger::{self, Live};
 use crate::lifecycle;
@@ -19,7 +20,10 @@ use std::sync::atomic::Ordering;
 /// One intercepted call, on the outermost level of this thread, with tracking switched on.
 pub struct Hook {
     _reentry: Reentry,
+    t: &'static Thread,
     entry_errno: c_int,
+    /// The coarse clock, read at most once per call (0: not yet).
+    now: Cell<u64>,
     cfg: &'static Config,
     /// The hook's own frame, where a stack walk starts.
     from: crate::unwind::Regs,
@@ -64,10 +68,11 @@ fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// Runs `f` for an application call that is not an allocation (`dlclose`): only when tracking is
 /// on and this thread is not already inside pinguard, with `errno` as the caller left it.
 pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
-    let _reentry = Reentry::enter()?;
-    let err = guard::errno();
-    let out = lifecycle::ensure_init().and_then(|_| quiet(f));
-    guard::set_errno(err);
+    let reentry = Reentry::enter()?;
+    let t = reentry.thread();
+    let err = t.errno();
+    let out = lifecycle::ensure_init(t).and_then(|_| quiet(f));
+    t.set_errno(err);
     out
 }
 
@@ -77,37 +82,50 @@ impl Hook {
     #[inline(always)]
     pub fn enter(family: Family) -> Option<Hook> {
         let from = crate::unwind::Regs::here();
-        let reentry = Reentry::enter()?;
-        let entry_errno = guard::errno();
-        let cfg = lifecycle::ensure_init();
-        guard::set_errno(entry_errno);
-        let cfg = cfg?;
+        let t = guard::here();
+        let reentry = Reentry::enter_on(t)?;
+        let cfg = lifecycle::ensure_init(t)?;
         if cfg.hooks & family.bit() == 0 {
             return None;
         }
         crate::reporter::restart_if_forked(cfg);
-        Some(Hook { _reentry: reentry, entry_errno, cfg, from })
+        Some(Hook { _reentry: reentry, t, entry_errno: t.errno(), now: Cell::new(0), cfg, from })
+    }
+
+    fn now(&self) -> u64 {
+        match self.now.get() {
+            0 => {
+                let now = guard::coarse_unix_ms();
+                self.now.set(now);
+                now
+            }
+            now => now,
+        }
+    }
+
+    fn live(&self, api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
+        Live::new(self.t, api, size, site, downgraded, self.now())
     }
 
     /// A call pinguard does not account (no out-pointer, nothing to pin): the runtime answers,
     /// and a failure still counts as one.
     fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
         if rc != ok {
-            let err = guard::errno();
-            quiet(|| ledger::count_failed(api));
-            guard::set_errno(err);
+            let err = self.t.errno();
+            quiet(|| ledger::count_failed(self.t, api));
+            self.t.set_errno(err);
         }
         rc
     }
 
     fn site(&self) -> &'static Callsite {
-        if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known()) {
-            return callsite::intern(&[]); // no frames to gather: no buffer to clear either
+        if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known(self.t)) {
+            return callsite::empty(); // no frames to gather: no buffer to clear either
         }
         let mut frames = [0usize; 2 * stack::MAX_FRAMES + 1];
         let (native, rest) = frames.split_at_mut(stack::MAX_FRAMES);
         let mut n = stack::capture(self.from, self.cfg.depth as usize, native.try_into().expect("MAX_FRAMES"));
-        let py = crate::python::capture(self.cfg.py_depth as usize, &mut rest[1..]);
+        let py = crate::python::capture(self.t, self.cfg.py_depth as usize, &mut rest[1..]);
         if py > 0 {
             frames[n] = callsite::PYTHON;
             frames.copy_within(stack::MAX_FRAMES + 1..stack::MAX_FRAMES + 1 + py, n + 1);
@@ -127,12 +145,12 @@ impl Hook {
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => Admission::Downgrade,
             Policy::Error | Policy::Downgrade => {
-                ledger::count_denied(api, site, bytes);
+                ledger::count_denied(self.t, api, site, bytes);
                 Admission::Refuse
             }
             Policy::Warn => {
                 budget::force(bytes);
-                ledger::count_over_budget(api, site, bytes);
+                ledger::count_over_budget(self.t, api, site, bytes);
                 if !site.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "{} of {} bytes goes over the budget of {} bytes (callsite {}; logged once per callsite)",
@@ -170,42 +188,42 @@ impl Hook {
         };
         match admission {
             Admission::Refuse => {
-                guard::set_errno(self.entry_errno);
+                self.t.set_errno(self.entry_errno);
                 return oom;
             }
             Admission::Downgrade => {
                 let Some(p) = pageable::alloc(size) else {
-                    quiet(|| ledger::count_denied(api, site, bytes));
-                    guard::set_errno(self.entry_errno);
+                    quiet(|| ledger::count_denied(self.t, api, site, bytes));
+                    self.t.set_errno(self.entry_errno);
                     return oom;
                 };
                 unsafe { *out = p };
                 quiet(|| {
-                    ledger::insert(p as usize, Live::new(api, bytes, site, true));
-                    ledger::count_downgraded(api, site, bytes);
-                    ledger::downgraded_live_delta(bytes as i64);
+                    ledger::insert(p as usize, self.live(api, bytes, site, true));
+                    ledger::count_downgraded(self.t, api, site, bytes);
+                    ledger::downgraded_live_delta(self.t, bytes as i64);
                 });
-                guard::set_errno(self.entry_errno);
+                self.t.set_errno(self.entry_errno);
                 return ok;
             }
             Admission::Pin => {}
         }
         let rc = real();
-        let err = guard::errno();
+        let err = self.t.errno();
         let p = if rc == ok { unsafe { (*out) as usize } } else { 0 };
         quiet(|| {
             if p != 0 {
-                ledger::insert(p, Live::new(api, bytes, site, false));
-                ledger::count_alloc(api, site, bytes);
-                ledger::live_delta(api, site, bytes as i64, 1);
+                ledger::insert(p, self.live(api, bytes, site, false));
+                ledger::count_alloc(self.t, api, site, bytes);
+                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
             } else {
                 budget::release(bytes);
                 if rc != ok {
-                    ledger::count_failed(api);
+                    ledger::count_failed(self.t, api);
                 }
             }
         });
-        guard::set_errno(err);
+        self.t.set_errno(err);
         rc
     }
 
@@ -232,33 +250,33 @@ impl Hook {
         };
         match admission {
             Admission::Refuse => {
-                guard::set_errno(self.entry_errno);
+                self.t.set_errno(self.entry_errno);
                 return oom;
             }
             Admission::Downgrade => {
                 quiet(|| {
-                    ledger::insert(addr as usize, Live::new(api, bytes, site, true));
-                    ledger::count_downgraded(api, site, bytes);
-                    ledger::downgraded_live_delta(bytes as i64);
+                    ledger::insert(addr as usize, self.live(api, bytes, site, true));
+                    ledger::count_downgraded(self.t, api, site, bytes);
+                    ledger::downgraded_live_delta(self.t, bytes as i64);
                 });
-                guard::set_errno(self.entry_errno);
+                self.t.set_errno(self.entry_errno);
                 return ok;
             }
             Admission::Pin => {}
         }
         let rc = real();
-        let err = guard::errno();
+        let err = self.t.errno();
         quiet(|| {
             if rc == ok {
-                ledger::insert(addr as usize, Live::new(api, bytes, site, false));
-                ledger::count_alloc(api, site, bytes);
-                ledger::live_delta(api, site, bytes as i64, 1);
+                ledger::insert(addr as usize, self.live(api, bytes, site, false));
+                ledger::count_alloc(self.t, api, site, bytes);
+                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
             } else {
                 budget::release(bytes);
-                ledger::count_failed(api);
+                ledger::count_failed(self.t, api);
             }
         });
-        guard::set_errno(err);
+        self.t.set_errno(err);
         rc
     }
 
@@ -291,40 +309,40 @@ impl Hook {
                     ) {
                         pageable::free(addr as usize, l.size as usize);
                     }
-                    ledger::downgraded_live_delta(-(l.size as i64));
-                    ledger::count_release();
+                    ledger::downgraded_live_delta(self.t, -(l.size as i64));
+                    ledger::count_release(self.t);
                 });
-                guard::set_errno(self.entry_errno);
+                self.t.set_errno(self.entry_errno);
                 ok
             }
             Some(l) => {
                 let rc = real();
-                let err = guard::errno();
+                let err = self.t.errno();
                 quiet(|| {
                     if rc == ok {
                         // Live figures first, budget second: a thread that takes the freed budget
                         // must never see the ledger above the budget.
-                        ledger::live_delta(l.api, l.site, -(l.size as i64), -1);
+                        ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
                         budget::release(l.size);
-                        ledger::count_release();
+                        ledger::count_release(self.t);
                     } else {
                         ledger::insert(addr as usize, l);
-                        ledger::count_failed(api);
+                        ledger::count_failed(self.t, api);
                     }
                 });
-                guard::set_errno(err);
+                self.t.set_errno(err);
                 rc
             }
             None => {
                 let rc = real();
-                let err = guard::errno();
+                let err = self.t.errno();
                 quiet(|| {
-                    ledger::count_unknown_release(api);
+                    ledger::count_unknown_release(self.t, api);
                     if rc != ok {
-                        ledger::count_failed(api);
+                        ledger::count_failed(self.t, api);
                     }
                 });
-                guard::set_errno(err);
+                self.t.set_errno(err);
                 rc
             }
         }
@@ -345,37 +363,37 @@ impl Hook {
         let Some(admission) = quiet(|| self.admit(api, new, site, Request::Pageable)) else { return real() };
         match admission {
             Admission::Refuse => {
-                guard::set_errno(libc::ENOMEM);
+                self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
             Admission::Downgrade => {
-                quiet(|| ledger::count_downgraded(api, site, new));
-                guard::set_errno(self.entry_errno);
+                quiet(|| ledger::count_downgraded(self.t, api, site, new));
+                self.t.set_errno(self.entry_errno);
                 return 0;
             }
             Admission::Pin => {}
         }
         let rc = real();
-        let err = guard::errno();
+        let err = self.t.errno();
         quiet(|| {
             if rc == 0 {
                 for (s, e) in gaps {
-                    locked.ranges.insert(s, e, Live::new(api, (e - s) as u64, site, false));
-                    ledger::live_delta(api, site, (e - s) as i64, 1);
+                    locked.ranges.insert(s, e, self.live(api, (e - s) as u64, site, false));
+                    ledger::live_delta(self.t, api, site, (e - s) as i64, 1, self.now());
                 }
-                ledger::count_alloc(api, site, new);
+                ledger::count_alloc(self.t, api, site, new);
             } else {
                 // The kernel may have locked the pages before a hole in the range.
-                let added = reconcile(&mut locked, start, end, Some((api, site)));
+                let added = self.reconcile(&mut locked, start, end, Some((api, site)));
                 budget::release(new.saturating_sub(added));
                 if added > 0 {
-                    ledger::count_alloc(api, site, added);
+                    ledger::count_alloc(self.t, api, site, added);
                 }
-                ledger::count_failed(api);
+                ledger::count_failed(self.t, api);
             }
         });
         drop(locked);
-        guard::set_errno(err);
+        self.t.set_errno(err);
         rc
     }
 
@@ -388,25 +406,25 @@ impl Hook {
         };
         let mut locked = ledger::locked();
         let rc = real();
-        let err = guard::errno();
+        let err = self.t.errno();
         if ok(&rc) {
             quiet(|| {
                 let mut removed = 0u64;
                 locked.ranges.remove(start, end, |l, bytes, count| {
-                    ledger::live_delta(l.api, l.site, -(bytes as i64), count);
+                    ledger::live_delta(self.t, l.api, l.site, -(bytes as i64), count, self.now());
                     removed += bytes;
                 });
                 if removed > 0 {
                     budget::release(removed);
-                    ledger::count_release();
+                    ledger::count_release(self.t);
                 }
             });
         } else if api == Api::Munlock {
             // A failed munlock still unlocked the mappings before the first hole.
-            quiet(|| reconcile(&mut locked, start, end, None));
+            quiet(|| self.reconcile(&mut locked, start, end, None));
         }
         drop(locked);
-        guard::set_errno(err);
+        self.t.set_errno(err);
         rc
     }
 
@@ -425,23 +443,23 @@ impl Hook {
         };
         match admission {
             Admission::Refuse => {
-                guard::set_errno(libc::EAGAIN);
+                self.t.set_errno(libc::EAGAIN);
                 return libc::MAP_FAILED;
             }
             Admission::Downgrade => {
                 let p = real(flags & !libc::MAP_LOCKED);
-                let err = guard::errno();
+                let err = self.t.errno();
                 if p != libc::MAP_FAILED {
-                    quiet(|| ledger::count_downgraded(api, site, bytes));
+                    quiet(|| ledger::count_downgraded(self.t, api, site, bytes));
                 }
-                guard::set_errno(err);
+                self.t.set_errno(err);
                 return p;
             }
             Admission::Pin => {}
         }
         let mut locked = ledger::locked();
         let p = real(flags);
-        let err = guard::errno();
+        let err = self.t.errno();
         quiet(|| {
             if p != libc::MAP_FAILED {
                 let start = p as usize;
@@ -449,21 +467,21 @@ impl Hook {
                     // A fixed mapping replaces what was there, locks included.
                     let mut removed = 0u64;
                     locked.ranges.remove(start, start + rounded, |l, b, c| {
-                        ledger::live_delta(l.api, l.site, -(b as i64), c);
+                        ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
                         removed += b;
                     });
                     budget::release(removed);
                 }
-                locked.ranges.insert(start, start + rounded, Live::new(api, bytes, site, false));
-                ledger::live_delta(api, site, bytes as i64, 1);
-                ledger::count_alloc(api, site, bytes);
+                locked.ranges.insert(start, start + rounded, self.live(api, bytes, site, false));
+                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
+                ledger::count_alloc(self.t, api, site, bytes);
             } else {
                 budget::release(bytes);
-                ledger::count_failed(api);
+                ledger::count_failed(self.t, api);
             }
         });
         drop(locked);
-        guard::set_errno(err);
+        self.t.set_errno(err);
         p
     }
 
@@ -484,7 +502,7 @@ impl Hook {
                 let a = match self.cfg.policy {
                     Policy::Downgrade => Admission::Downgrade,
                     _ => {
-                        ledger::count_denied(api, site, estimate);
+                        ledger::count_denied(self.t, api, site, estimate);
                         Admission::Refuse
                     }
                 };
@@ -496,95 +514,95 @@ impl Hook {
         };
         match admission {
             Admission::Refuse => {
-                guard::set_errno(libc::ENOMEM);
+                self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
             Admission::Downgrade => {
-                quiet(|| ledger::count_downgraded(api, site, estimate));
-                guard::set_errno(self.entry_errno);
+                quiet(|| ledger::count_downgraded(self.t, api, site, estimate));
+                self.t.set_errno(self.entry_errno);
                 return 0;
             }
             Admission::Pin => {}
         }
         let mut locked = ledger::locked();
         let rc = real();
-        let err = guard::errno();
+        let err = self.t.errno();
         quiet(|| {
             budget::release(estimate);
             if rc == 0 {
                 let delta = kernel::status().vm_lck.unwrap_or(0).saturating_sub(before);
                 budget::force(delta);
                 let fresh = locked.mlockall.is_none();
-                let entry = locked.mlockall.get_or_insert_with(|| Live::new(api, 0, site, false));
+                let entry = locked.mlockall.get_or_insert_with(|| self.live(api, 0, site, false));
                 entry.size += delta;
                 let owner = entry.site;
-                ledger::live_delta(api, owner, delta as i64, fresh as i64);
-                ledger::count_alloc(api, site, delta);
+                ledger::live_delta(self.t, api, owner, delta as i64, fresh as i64, self.now());
+                ledger::count_alloc(self.t, api, site, delta);
             } else {
-                ledger::count_failed(api);
+                ledger::count_failed(self.t, api);
             }
         });
         drop(locked);
-        guard::set_errno(err);
+        self.t.set_errno(err);
         rc
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
         let mut locked = ledger::locked();
         let rc = real();
-        let err = guard::errno();
+        let err = self.t.errno();
         if rc == 0 {
             quiet(|| {
                 let mut removed = 0u64;
                 locked.ranges.clear(|l, b, c| {
-                    ledger::live_delta(l.api, l.site, -(b as i64), c);
+                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
                     removed += b;
                 });
                 if let Some(l) = locked.mlockall.take() {
-                    ledger::live_delta(l.api, l.site, -(l.size as i64), -1);
+                    ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
                     removed += l.size;
                 }
                 if removed > 0 {
                     budget::release(removed);
-                    ledger::count_release();
+                    ledger::count_release(self.t);
                 }
             });
         }
         drop(locked);
-        guard::set_errno(err);
+        self.t.set_errno(err);
         rc
     }
-}
 
-/// Makes the ledger's view of `[start, end)` match the kernel's after a call that failed part-way.
-/// Pages the kernel no longer has locked are released; with `lock`, pages it newly locked are
-/// recorded for that call. Returns the bytes added.
-fn reconcile(locked: &mut ledger::LockedGuard, start: usize, end: usize, lock: Option<(Api, &'static Callsite)>) -> u64 {
-    let Some(parts) = kernel::locked_parts(start, end) else { return 0 };
-    let mut removed = 0u64;
-    let mut cur = start;
-    for &(s, e) in parts.iter().chain(std::iter::once(&(end, end))) {
-        if s > cur {
-            locked.ranges.remove(cur, s, |l, b, c| {
-                ledger::live_delta(l.api, l.site, -(b as i64), c);
-                removed += b;
-            });
+    /// Makes the ledger's view of `[start, end)` match the kernel's after a call that failed part-way.
+    /// Pages the kernel no longer has locked are released; with `lock`, pages it newly locked are
+    /// recorded for that call. Returns the bytes added.
+    fn reconcile(&self, locked: &mut ledger::LockedGuard, start: usize, end: usize, lock: Option<(Api, &'static Callsite)>) -> u64 {
+        let Some(parts) = kernel::locked_parts(start, end) else { return 0 };
+        let mut removed = 0u64;
+        let mut cur = start;
+        for &(s, e) in parts.iter().chain(std::iter::once(&(end, end))) {
+            if s > cur {
+                locked.ranges.remove(cur, s, |l, b, c| {
+                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
+                    removed += b;
+                });
+            }
+            cur = cur.max(e);
         }
-        cur = cur.max(e);
-    }
-    if removed > 0 {
-        budget::release(removed);
-        ledger::count_release();
-    }
-    let mut added = 0u64;
-    if let Some((api, site)) = lock {
-        for (s, e) in parts {
-            for (gs, ge) in locked.ranges.gaps(s, e) {
-                locked.ranges.insert(gs, ge, Live::new(api, (ge - gs) as u64, site, false));
-                ledger::live_delta(api, site, (ge - gs) as i64, 1);
-                added += (ge - gs) as u64;
+        if removed > 0 {
+            budget::release(removed);
+            ledger::count_release(self.t);
+        }
+        let mut added = 0u64;
+        if let Some((api, site)) = lock {
+            for (s, e) in parts {
+                for (gs, ge) in locked.ranges.gaps(s, e) {
+                    locked.ranges.insert(gs, ge, self.live(api, (ge - gs) as u64, site, false));
+                    ledger::live_delta(self.t, api, site, (ge - gs) as i64, 1, self.now());
+                    added += (ge - gs) as u64;
+                }
             }
         }
+        added
     }
-    added
 }

@@ -130,7 +130,7 @@ pub fn fixtures() -> &'static Fixtures {
             a.extend(["-o", &o, &f, "-Wl,-rpath,$ORIGIN", "-ldl"]);
             cc(&a);
         }
-        for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths"] {
+        for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads"] {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));
             a.extend(["-o", &o, &f]);

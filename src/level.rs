@@ -1,0 +1,254 @@
+//! One level's live figures and peak (the process, an entry point, a callsite), kept so that
+//! threads pinning at the same time write no common cache line.
+//!
+//! Each level is split into stripes. A thread writes the stripe of its slot (`ledger::Block`):
+//! the first `K - 1` slots own theirs and write it with plain stores; later slots share the last
+//! stripe with atomic adds. A figure is the sum over the stripes, exact whenever no call is in
+//! flight.
+//!
+//! The peak cannot come from one running sum without a shared write per call (which halves what
+//! two threads can do). Instead every stripe keeps `high`, at least the most it has held, and the
+//! level keeps `bound`, the sum of the highs, which is never below the live figure. A call that
+//! raises its stripe checks `bound` against the peak: at or below it, no new peak is possible and
+//! nothing shared is written. Above it, the thread sums the stripes and raises the peak. The
+//! peak is therefore exact when one thread at a time changes the level (any single-threaded
+//! program); with threads pinning at the same moment, it is the sum of the stripes as read, off
+//! by at most the calls in flight, and never above the process budget when one is set.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+/// 128 bytes: the adjacent-line prefetcher moves lines in pairs, so two threads writing
+/// neighbouring 64-byte lines still pass the pair between their cores.
+#[repr(align(128))]
+pub struct Stripe {
+    bytes: AtomicI64,
+    count: AtomicI64,
+    /// At least the most `bytes` has held (a stripe can go negative: a thread may release what
+    /// another pinned).
+    high: AtomicI64,
+    alloc_count: AtomicU64,
+    alloc_bytes: AtomicU64,
+}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const STRIPE: Stripe = Stripe {
+    bytes: AtomicI64::new(0),
+    count: AtomicI64::new(0),
+    high: AtomicI64::new(0),
+    alloc_count: AtomicU64::new(0),
+    alloc_bytes: AtomicU64::new(0),
+};
+
+pub struct Level<const K: usize> {
+    stripes: [Stripe; K],
+    /// The sum of the stripes' `high`: never below the live figure.
+    bound: AtomicI64,
+    peak: AtomicU64,
+}
+
+/// Adds to a counter: a plain load and store on a stripe its slot owns, an atomic add otherwise.
+trait Add {
+    type V;
+    fn add(&self, v: Self::V, owned: bool) -> Self::V;
+}
+
+impl Add for AtomicI64 {
+    type V = i64;
+    #[inline(always)]
+    fn add(&self, v: i64, owned: bool) -> i64 {
+        if owned {
+            let n = self.load(Relaxed).wrapping_add(v);
+            self.store(n, Relaxed);
+            n
+        } else {
+            self.fetch_add(v, Relaxed).wrapping_add(v)
+        }
+    }
+}
+
+impl Add for AtomicU64 {
+    type V = u64;
+    #[inline(always)]
+    fn add(&self, v: u64, owned: bool) -> u64 {
+        if owned {
+            let n = self.load(Relaxed).wrapping_add(v);
+            self.store(n, Relaxed);
+            n
+        } else {
+            self.fetch_add(v, Relaxed).wrapping_add(v)
+        }
+    }
+}
+
+/// Raises a peak to `now`. A load first: a peak that is not being raised stays a shared cache
+/// line that no thread writes.
+#[inline]
+pub fn raise(peak: &AtomicU64, now: i64) {
+    let now = now.max(0) as u64;
+    if now > peak.load(Relaxed) {
+        peak.fetch_max(now, Relaxed);
+    }
+}
+
+impl<const K: usize> Level<K> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    pub const NEW: Self = Level { stripes: [STRIPE; K], bound: AtomicI64::new(0), peak: AtomicU64::new(0) };
+
+    #[inline(always)]
+    fn stripe(&self, slot: usize) -> (&Stripe, bool) {
+        if slot < K - 1 {
+            (&self.stripes[slot], true)
+        } else {
+            (&self.stripes[K - 1], false)
+        }
+    }
+
+    /// Moves `bytes` and `count` in (positive) or out of the live figures, from the thread in `slot`.
+    #[inline]
+    pub fn live(&self, slot: usize, bytes: i64, count: i64) {
+        let (s, owned) = self.stripe(slot);
+        let now = s.bytes.add(bytes, owned);
+        s.count.add(count, owned);
+        if bytes <= 0 {
+            return;
+        }
+        let high = s.high.load(Relaxed);
+        if now > high {
+            let old = if owned {
+                s.high.store(now, Relaxed);
+                high
+            } else {
+                s.high.fetch_max(now, Relaxed)
+            };
+            if now > old {
+                self.bound.fetch_add(now - old, Relaxed);
+            }
+        }
+        if self.bound.load(Relaxed) > self.peak.load(Relaxed) as i64 {
+            self.recheck(s, owned);
+        }
+    }
+
+    /// A new peak is possible: sum the stripes. An owned stripe far below its own high lowers it,
+    /// so that a level whose threads took turns does not sum on every call for ever.
+    #[cold]
+    #[inline(never)]
+    fn recheck(&self, own: &Stripe, owned: bool) {
+        let mut total: i64 = self.stripes.iter().map(|s| s.bytes.load(Relaxed)).sum();
+        if let Some(reserved) = crate::budget::reserved() {
+            // What the budget has handed out bounds what can be live; a sum read while other
+            // threads move their stripes can exceed it, the true figure cannot.
+            total = total.min(reserved as i64);
+        }
+        raise(&self.peak, total);
+        if owned {
+            let live = own.bytes.load(Relaxed).max(0);
+            let high = own.high.load(Relaxed);
+            if live < high / 2 {
+                self.bound.fetch_sub(high - live, Relaxed);
+                own.high.store(live, Relaxed);
+            }
+        }
+    }
+
+    /// A successful pinning call of `bytes`, from the thread in `slot`.
+    #[inline]
+    pub fn alloc(&self, slot: usize, bytes: u64) {
+        let (s, owned) = self.stripe(slot);
+        s.alloc_count.add(1, owned);
+        s.alloc_bytes.add(bytes, owned);
+    }
+
+    fn sum(&self, f: impl Fn(&Stripe) -> i64) -> i64 {
+        self.stripes.iter().map(f).fold(0i64, i64::wrapping_add)
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.sum(|s| s.bytes.load(Relaxed)).max(0) as u64
+    }
+
+    pub fn count(&self) -> u64 {
+        self.sum(|s| s.count.load(Relaxed)).max(0) as u64
+    }
+
+    /// The peak, never below the live figure as read now.
+    pub fn peak(&self) -> u64 {
+        self.peak.load(Relaxed).max(self.bytes())
+    }
+
+    pub fn alloc_count(&self) -> u64 {
+        self.sum(|s| s.alloc_count.load(Relaxed) as i64) as u64
+    }
+
+    pub fn alloc_bytes(&self) -> u64 {
+        self.sum(|s| s.alloc_bytes.load(Relaxed) as i64) as u64
+    }
+
+    /// A fork child starts from nothing.
+    pub fn reset(&self) {
+        for s in &self.stripes {
+            for c in [&s.bytes, &s.count, &s.high] {
+                c.store(0, Relaxed);
+            }
+            s.alloc_count.store(0, Relaxed);
+            s.alloc_bytes.store(0, Relaxed);
+        }
+        self.bound.store(0, Relaxed);
+        self.peak.store(0, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_thread_gets_the_exact_peak() {
+        let l: Level<4> = Level::NEW;
+        l.live(0, 100, 1);
+        l.live(0, 50, 1);
+        l.live(0, -150, -2);
+        l.live(0, 120, 1);
+        assert_eq!((l.bytes(), l.count(), l.peak()), (120, 1, 150));
+        l.live(0, 40, 1);
+        assert_eq!(l.peak(), 160);
+    }
+
+    #[test]
+    fn slots_sharing_the_last_stripe_still_add_up() {
+        let l: Level<2> = Level::NEW;
+        for slot in 1..5 {
+            l.live(slot, 10, 1);
+            l.alloc(slot, 10);
+        }
+        l.live(0, -10, -1);
+        assert_eq!((l.bytes(), l.count(), l.alloc_count(), l.alloc_bytes(), l.peak()), (30, 3, 4, 40, 40));
+    }
+
+    #[test]
+    fn threads_taking_turns_sum_to_the_peak_of_the_total() {
+        // Slot 0 pins 100 and releases it; slot 1 then pins 60: never more than 100 at once.
+        let l: Level<4> = Level::NEW;
+        l.live(0, 100, 1);
+        l.live(0, -100, -1);
+        l.live(1, 60, 1);
+        assert_eq!(l.peak(), 100);
+        // Slot 0 pins 70 while slot 1 holds 60: 130 at once.
+        l.live(0, 70, 1);
+        assert_eq!(l.peak(), 130);
+        // A release by another slot than the one that pinned leaves the sums right.
+        l.live(1, -70, -1);
+        assert_eq!((l.bytes(), l.count()), (60, 1));
+    }
+
+    #[test]
+    fn a_stripe_far_below_its_high_lowers_it() {
+        let l: Level<4> = Level::NEW;
+        l.live(0, 1000, 1);
+        l.live(0, -1000, -1);
+        l.live(1, 10, 1); // bound 1010 > peak 1000: sums, and slot 1 is at its high
+        l.live(0, 10, 1); // bound still above the peak: sums, and slot 0 lowers its high to 10
+        assert_eq!(l.bound.load(Relaxed), 20);
+        assert_eq!(l.peak(), 1000);
+    }
+}
