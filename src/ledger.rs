@@ -9,7 +9,7 @@ use crate::guard;
 use crate::ranges::RangeSet;
 use crate::lock::{self, Mutex, MutexGuard};
 use pinguard_report::{ApiStats, EventKind, Totals};
-use rustc_hash::FxHashMap;
+use crate::addr_map::AddrMap;
 use std::collections::VecDeque;
 use crate::guard::Thread;
 use crate::level::Level;
@@ -199,14 +199,14 @@ const SHARDS: usize = 64;
 /// One cache line (two, with the adjacent-line prefetcher) per shard: threads on different shards
 /// must not share a line.
 #[repr(align(128))]
-struct Shard(Mutex<Option<FxHashMap<usize, Live>>>);
+struct Shard(Mutex<AddrMap<Live>>);
 impl std::ops::Deref for Shard {
-    type Target = Mutex<Option<FxHashMap<usize, Live>>>;
+    type Target = Mutex<AddrMap<Live>>;
     fn deref(&self) -> &Self::Target {
         &self.0
     }
 }
-static LIVE: [Shard; SHARDS] = [const { Shard(Mutex::new(None)) }; SHARDS];
+static LIVE: [Shard; SHARDS] = [const { Shard(Mutex::new(AddrMap::EMPTY)) }; SHARDS];
 
 fn shard(addr: usize) -> &'static Shard {
     // Allocations are at least 16-byte aligned and usually page-aligned; mix the bits so
@@ -259,6 +259,7 @@ pub fn locked_any() -> bool {
 
 /// Moves pinned bytes in or out of the live figures (every level: process, API, callsite).
 /// `now_ms` is the hooked call's coarse clock reading (`Live::unix_ms`).
+#[inline]
 pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, count: i64, now_ms: u64) {
     let slot = mine(t).slot;
     TOTAL_LEVEL.live(slot, bytes, count);
@@ -268,6 +269,7 @@ pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, cou
 }
 
 /// A successful pinning call of `bytes` new pinned bytes.
+#[inline]
 pub fn count_alloc(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     touch();
     let m = mine(t);
@@ -278,6 +280,7 @@ pub fn count_alloc(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     site.note_api(api);
 }
 
+#[inline]
 pub fn count_release(t: &Thread) {
     add(&mine(t).totals.release_count, 1);
 }
@@ -330,23 +333,21 @@ pub fn downgraded_live_delta(t: &Thread, bytes: i64) {
     add(&mine(t).totals.downgraded_live_bytes, bytes);
 }
 
+#[inline]
 pub fn insert(addr: usize, live: Live) {
-    shard(addr).lock().get_or_insert_with(FxHashMap::default).insert(addr, live);
+    shard(addr).lock().insert(addr, live);
 }
 
 /// Removes the record at `addr` if `accept` says the release call matches how it was taken
 /// (`cudaFreeHost` does not free a `cudaHostRegister`ed range).
+#[inline]
 pub fn take(addr: usize, accept: impl Fn(Api) -> bool) -> Option<Live> {
-    use std::collections::hash_map::Entry;
-    let mut g = shard(addr).lock();
-    match g.as_mut()?.entry(addr) {
-        Entry::Occupied(e) if accept(e.get().api) => Some(e.remove()),
-        _ => None,
-    }
+    shard(addr).lock().remove_if(addr, |l| accept(l.api))
 }
 
 /// Marks the process as having something to report; a load first, so that the hot path does
 /// not keep writing one shared cache line.
+#[inline]
 fn touch() {
     if !TOUCHED.load(Relaxed) {
         TOUCHED.store(true, Relaxed);
@@ -411,9 +412,9 @@ pub fn apis() -> Vec<(Api, ApiStats)> {
 pub fn live_records() -> Vec<(usize, Live)> {
     let mut v = Vec::new();
     for s in &LIVE {
-        if let Some(map) = s.lock().as_ref() {
-            v.extend(map.iter().map(|(&a, &l)| (a, l)));
-        }
+        let map = s.lock();
+        v.reserve(map.len());
+        v.extend(map.iter().map(|(a, &l)| (a, l)));
     }
     let g = locked();
     v.extend(g.ranges.iter().map(|(s, e, l)| (s, Live { size: (e - s) as u64, ..*l })));
@@ -456,6 +457,7 @@ fn event(kind: EventKind, api: Api, size: u64, site: &'static Callsite) {
 
 /// One point per millisecond at most: the lock is taken at most a thousand times a second however
 /// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
+#[inline]
 fn timeline_tick(now: u64) {
     let last = TIMELINE_MS.load(Relaxed);
     if now <= last || TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
@@ -516,7 +518,7 @@ pub fn lock_all() {
 pub unsafe fn unlock_all(clear: bool) {
     if clear {
         for s in &LIVE {
-            *s.data_ptr() = None;
+            (*s.data_ptr()).clear();
         }
         *LOCKED.data_ptr() = None;
         LOCKED_ANY.store(false, Relaxed);

@@ -72,6 +72,7 @@ static PYTHON: AtomicPtr<Python> = AtomicPtr::new(std::ptr::null_mut());
 /// an embedder may load libpython later.
 static LAST_MISS_MS: AtomicU64 = AtomicU64::new(0);
 
+#[inline(never)]
 fn python() -> Option<&'static Python> {
     let p = PYTHON.load(Ordering::Acquire);
     if !p.is_null() {
@@ -186,11 +187,6 @@ fn found(t: &Thread) -> Option<&'static Python> {
     if !p.is_null() {
         return Some(unsafe { &*p });
     }
-    look_again(t)
-}
-
-#[inline(never)]
-fn look_again(t: &Thread) -> Option<&'static Python> {
     let n = t.python_calls.get();
     t.python_calls.set(n.wrapping_add(1));
     if n % 256 != 0 {

@@ -92,6 +92,7 @@ impl Hook {
         Some(Hook { _reentry: reentry, t, entry_errno: t.errno(), now: Cell::new(0), cfg, from })
     }
 
+    #[inline]
     fn now(&self) -> u64 {
         match self.now.get() {
             0 => {
@@ -103,6 +104,7 @@ impl Hook {
         }
     }
 
+    #[inline]
     fn live(&self, api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
         Live::new(self.t, api, size, site, downgraded, self.now())
     }
@@ -118,6 +120,7 @@ impl Hook {
         rc
     }
 
+    #[inline]
     fn site(&self) -> &'static Callsite {
         if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known(self.t)) {
             return callsite::empty(); // no frames to gather: no buffer to clear either
@@ -134,6 +137,7 @@ impl Hook {
         callsite::intern(&frames[..n])
     }
 
+    #[inline]
     fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
         if req == Request::Rejected {
             budget::force(bytes); // given back when the runtime refuses, as it will
