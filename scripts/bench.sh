@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# pinguard's cost, measured with and without the library in the same run (medians of 5):
+# pinguard's cost, measured with and without the library in the same run. Runs with and without
+# alternate, and "added" is the median of the differences between neighbouring runs (this kind of
+# machine changes speed for seconds at a time); where valgrind is installed, callgrind's
+# instruction counts per pair follow, which do not move between runs.
 #  - allocate/release pairs: emulated cudaHostAlloc/cudaFreeHost (EMU_NO_PIN=1: the runtime only
 #    mallocs, so pinguard's share is visible) and real one-page mlock/munlock, at PINGUARD_DEPTH 0
 #    and 32, 1 and 2 threads; untracked mmap/munmap (the path that must cost nothing);
@@ -20,7 +23,7 @@ lib="$PWD/target/release/libpinguard.so"
 tmp=$(mktemp -d)
 export PINGUARD_REPORT="$tmp/r.%p.json"
 python3 - "$fx" "$lib" "$pairs" "$tmp" <<'PY'
-import os, statistics, subprocess, sys, time
+import os, shutil, statistics, subprocess, sys, time
 fx, lib, pairs, tmp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 
 def run(args, preload, env=None):
@@ -35,23 +38,67 @@ def run(args, preload, env=None):
 def med(args, preload, env=None, i=0):
     return statistics.median(run(args, preload, env)[i] for _ in range(5))
 
+# This machine's speed moves by up to 2x for seconds at a time (a shared VM), so runs with and
+# without pinguard alternate and the figure is the median of the differences of neighbours.
+ROUNDS = 7
+
+def paired(args, env, n=ROUNDS):
+    a, b = [], []
+    for i in range(n):
+        for preload in ((False, True) if i % 2 == 0 else (True, False)):
+            (b if preload else a).append(run(args, preload, env)[0])
+    return statistics.median(a), statistics.median(b), statistics.median(y - x for x, y in zip(a, b))
+
+def scaling(kind, env, n=ROUNDS):
+    """Two threads' throughput over one thread's, each with pinguard, from neighbouring runs."""
+    r = []
+    for _ in range(n):
+        one = run(["pairs", kind, "1", str(pairs)], True, env)[1]
+        two = run(["pairs", kind, "2", str(pairs)], True, env)[1]
+        r.append(two / one)
+    return statistics.median(r)
+
 print("%-34s %12s %12s %10s %7s" % ("case", "without ns", "with ns", "added ns", "ratio"))
-one = {}
 for kind, env in (("cuda", {"EMU_NO_PIN": "1"}), ("mlock", {})):
     for depth in ("0", "32"):
         for threads in (1, 2):
             e = dict(env, PINGUARD_DEPTH=depth)
-            a = med(["pairs", kind, str(threads), str(pairs)], False, e)
-            b = med(["pairs", kind, str(threads), str(pairs)], True, e)
-            tput = med(["pairs", kind, str(threads), str(pairs)], True, e, 1)
-            if threads == 1:
-                one[(kind, depth)] = tput
+            a, b, d = paired(["pairs", kind, str(threads), str(pairs)], e)
             label = "%s pair, depth %s, %d thread%s" % (kind, depth, threads, "s" if threads > 1 else "")
-            extra = "" if threads == 1 else "  (%.2fx one thread's throughput)" % (tput / one[(kind, depth)])
-            print("%-34s %12.0f %12.0f %10.0f %7.2f%s" % (label, a, b, b - a, b / a, extra))
-a = med(["pairs", "mmap", "1", str(pairs)], False)
-b = med(["pairs", "mmap", "1", str(pairs)], True)
-print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, b - a, b / a))
+            extra = "" if threads == 1 else "  (%.2fx one thread's throughput)" % scaling(kind, e)
+            print("%-34s %12.0f %12.0f %10.0f %7.2f%s" % (label, a, b, d, b / a, extra))
+a, b, d = paired(["pairs", "mmap", "1", str(pairs)], {})
+print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, d, b / a))
+
+# Instructions, counted by callgrind: the same on every run, where nanoseconds here are not.
+if shutil.which("valgrind"):
+    def instructions(args, preload, env):
+        e = dict(os.environ, **env)
+        e.pop("LD_PRELOAD", None)
+        if preload:
+            e["LD_PRELOAD"] = lib
+        out = tmp + "/callgrind.out"
+        subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out, fx + "/bench"] + args,
+                       env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        with open(out) as f:
+            for line in f:
+                if line.startswith("totals:") or line.startswith("summary:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no totals in callgrind output")
+    n = 20000
+    for label, args, env in (
+        ("cuda pair, depth 0", ["pairs", "cuda", "1"], {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "0"}),
+        ("cuda pair, depth 32", ["pairs", "cuda", "1"], {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "32"}),
+        ("mlock pair, depth 0", ["pairs", "mlock", "1"], {"PINGUARD_DEPTH": "0"}),
+        ("mmap/munmap, untracked", ["pairs", "mmap", "1"], {}),
+    ):
+        # Two lengths, so that start-up and exit cancel out of the difference.
+        w = [instructions(args + [str(k)], True, env) for k in (n, 2 * n)]
+        o = [instructions(args + [str(k)], False, env) for k in (n, 2 * n)]
+        added = ((w[1] - w[0]) - (o[1] - o[0])) / n
+        print("%-34s %12.0f %12.0f %10.0f  instructions per pair (callgrind)" % (label, (o[1] - o[0]) / n, (w[1] - w[0]) / n, added))
+else:
+    print("(valgrind not installed: no instruction counts)")
 
 # From Python through ctypes (the GIL released), 20 Python frames deep, PINGUARD_DEPTH=32: what
 # reading the Python stack adds per tracked pair (PINGUARD_PY_DEPTH 32 against 0).

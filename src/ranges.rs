@@ -1,7 +1,12 @@
 //! Locked page ranges with the kernel's semantics: locking a locked page adds nothing, unlocking
 //! or unmapping removes exactly the pages covered, and a partial unlock splits a range.
 
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
+
+/// What `gaps` answers: almost always one or two ranges, kept off the heap (an `mlock` loop must
+/// not allocate on every call).
+pub type Gaps = SmallVec<[(usize, usize); 4]>;
 
 pub const PAGE: usize = 4096;
 
@@ -48,8 +53,8 @@ impl<T: Clone> RangeSet<T> {
     }
 
     /// The parts of `[start, end)` not yet in the set.
-    pub fn gaps(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
-        let mut gaps = Vec::new();
+    pub fn gaps(&self, start: usize, end: usize) -> Gaps {
+        let mut gaps = Gaps::new();
         let mut cur = start;
         // The range starting before `start` may cover its beginning.
         if let Some((_, &(e, _))) = self.map.range(..start).next_back() {
@@ -80,9 +85,11 @@ impl<T: Clone> RangeSet<T> {
             Some((&s, &(e, _))) if e > start => s,
             _ => start,
         };
-        let keys: Vec<usize> = self.map.range(first..end).map(|(&k, _)| k).collect();
-        for s in keys {
-            let (e, v) = self.map.remove(&s).expect("key listed above");
+        let mut from = first;
+        // One look-up per range touched rather than a list of keys: no allocation.
+        while let Some(s) = (from < end).then(|| self.map.range(from..end).next().map(|(&k, _)| k)).flatten() {
+            let (e, v) = self.map.remove(&s).expect("key just found");
+            from = e; // ranges are disjoint: the next one starts at or after this one's end
             let cut_s = s.max(start);
             let cut_e = e.min(end);
             let left = s < cut_s;
@@ -121,12 +128,12 @@ mod tests {
     #[test]
     fn union_split_and_unmap() {
         let mut r = RangeSet::<u8>::default();
-        assert_eq!(r.gaps(0x1000, 0x5000), vec![(0x1000, 0x5000)]);
+        assert_eq!(r.gaps(0x1000, 0x5000).to_vec(), vec![(0x1000, 0x5000)]);
         r.insert(0x1000, 0x5000, 1);
         // Overlapping lock: only the uncovered tail is new.
-        assert_eq!(r.gaps(0x3000, 0x8000), vec![(0x5000, 0x8000)]);
+        assert_eq!(r.gaps(0x3000, 0x8000).to_vec(), vec![(0x5000, 0x8000)]);
         r.insert(0x5000, 0x8000, 2);
-        assert_eq!(r.gaps(0x0, 0x9000), vec![(0x0, 0x1000), (0x8000, 0x9000)]);
+        assert_eq!(r.gaps(0x0, 0x9000).to_vec(), vec![(0x0, 0x1000), (0x8000, 0x9000)]);
         assert!(r.gaps(0x2000, 0x7000).is_empty());
         // Unlock in the middle of the first range splits it.
         let mut seen = Vec::new();
