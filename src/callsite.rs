@@ -94,8 +94,11 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
     let mut h = FxHasher::default();
     frames.hash(&mut h);
     let hash = h.finish();
-    let recent = RECENT_SITES.with(|r| r.get());
-    for &(rh, p) in &recent {
+    // One look-up of each thread-local; destructor-less thread-locals outlive this call.
+    let recent: &Cell<[(u64, usize)]> = RECENT_SITES.with(|r| unsafe { &*(r as *const Cell<[(u64, usize); RECENT]>) });
+    let recent = recent.as_slice_of_cells();
+    for e in recent {
+        let (rh, p) = e.get();
         if rh == hash && p != 0 {
             let cs = unsafe { &*(p as *const Callsite) };
             if &*cs.frames == frames && !cs.retired.load(Ordering::Relaxed) {
@@ -107,9 +110,7 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
     RECENT_NEXT.with(|n| {
         let i = n.get();
         n.set((i + 1) % RECENT);
-        let mut r = recent;
-        r[i] = (hash, cs as *const Callsite as usize);
-        RECENT_SITES.with(|c| c.set(r));
+        recent[i].set((hash, cs as *const Callsite as usize));
     });
     cs
 }

@@ -203,6 +203,10 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
     }
     let Some(py) = found(t) else { return 0 };
     let l = &py.layout;
+    // One look-up of the thread's cache for the whole walk; a destructor-less thread-local
+    // outlives this call.
+    let recent: &Cell<[Recent]> = RECENT_FRAMES.with(|r| unsafe { &*(r as *const Cell<[Recent; RECENT]>) });
+    let recent = recent.as_slice_of_cells();
     unsafe {
         let ts = (py.this_thread_state)();
         if ts == 0 {
@@ -230,7 +234,7 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
                     None => true,
                 };
                 if started {
-                    out[n] = intern(l, code, index);
+                    out[n] = intern(l, recent, code, index);
                     n += 1;
                 }
             }
@@ -265,23 +269,24 @@ static TABLE: Mutex<Option<Table>> = Mutex::new(None);
 const MAX_INTERNED: usize = 1 << 20;
 const RECENT: usize = 64;
 
+/// (code object, instruction index, id, check): `check` mixes the code object's file, name and
+/// first line, so a code object freed and another allocated at its address is not mistaken for it.
+type Recent = (usize, isize, usize, usize);
+
 thread_local! {
     /// This thread's last look-ups, so a loop pinning from one place takes no lock.
-    static RECENT_FRAMES: Cell<[(usize, isize, usize, usize); RECENT]> = const { Cell::new([(0, 0, 0, 0); RECENT]) };
+    static RECENT_FRAMES: Cell<[Recent; RECENT]> = const { Cell::new([(0, 0, 0, 0); RECENT]) };
 }
 
-unsafe fn intern(l: &Layout, code: usize, index: isize) -> usize {
+unsafe fn intern(l: &Layout, recent: &[Cell<Recent>], code: usize, index: isize) -> usize {
     let file = word(code + l.co_filename);
     let name = word(code + l.co_qualname);
     let first = *((code + l.co_firstlineno) as *const i32);
-    let slot = (code >> 4 ^ index as usize) % RECENT;
-    if let Ok(hit) = RECENT_FRAMES.try_with(|r| {
-        let e = r.get()[slot];
-        (e.0 == code && e.1 == index && e.3 == (file ^ name.rotate_left(17) ^ first as usize)).then_some(e.2)
-    }) {
-        if let Some(id) = hit {
-            return id;
-        }
+    let check = file ^ name.rotate_left(17) ^ first as usize;
+    let slot = &recent[(code >> 4 ^ index as usize) % RECENT];
+    let e = slot.get();
+    if e.0 == code && e.1 == index && e.3 == check {
+        return e.2;
     }
     let id = {
         let mut t = TABLE.lock();
@@ -306,11 +311,7 @@ unsafe fn intern(l: &Layout, code: usize, index: isize) -> usize {
             }
         }
     };
-    let _ = RECENT_FRAMES.try_with(|r| {
-        let mut a = r.get();
-        a[slot] = (code, index, id, file ^ name.rotate_left(17) ^ first as usize);
-        r.set(a);
-    });
+    slot.set((code, index, id, check));
     id
 }
 

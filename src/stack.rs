@@ -6,22 +6,22 @@ use crate::resolve::is_own;
 
 pub const MAX_FRAMES: usize = 128;
 
-/// Fills `out` with up to `depth` return addresses, starting at the code that called the
+/// Fills `out` with up to `out.len()` return addresses, starting at the code that called the
 /// intercepted function: pinguard's own frames, and the unwinder's above them, are skipped.
 #[inline(never)]
-pub fn capture(from: crate::unwind::Regs, depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
-    let depth = depth.min(MAX_FRAMES);
-    if depth == 0 {
+pub fn capture(from: crate::unwind::Regs, out: &mut [usize]) -> usize {
+    if out.is_empty() {
         return 0;
     }
-    if let Some(n) = crate::unwind::walk(from, &mut out[..depth]) {
+    if let Some(n) = crate::unwind::walk(from, out) {
         return n;
     }
-    slow(depth, out)
+    slow(out)
 }
 
 #[inline(never)]
-fn slow(depth: usize, out: &mut [usize; MAX_FRAMES]) -> usize {
+fn slow(out: &mut [usize]) -> usize {
+    let depth = out.len();
     let _open = crate::gate::enter(); // the unwinder takes the loader's lock
     let mut n = 0;
     let mut seen_own = false;

@@ -125,13 +125,24 @@ impl Hook {
         if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known(self.t)) {
             return callsite::empty(); // no frames to gather: no buffer to clear either
         }
-        let mut frames = [0usize; 2 * stack::MAX_FRAMES + 1];
-        let (native, rest) = frames.split_at_mut(stack::MAX_FRAMES);
-        let mut n = stack::capture(self.from, self.cfg.depth as usize, native.try_into().expect("MAX_FRAMES"));
-        let py = crate::python::capture(self.t, self.cfg.py_depth as usize, &mut rest[1..]);
+        // Native frames, a separator, Python frames: only the part this configuration can fill
+        // is cleared (the whole buffer is 2 KiB, and clearing it cost more than the walk).
+        let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
+        let py_depth = (self.cfg.py_depth as usize).min(stack::MAX_FRAMES);
+        let mut buf = std::mem::MaybeUninit::<[usize; 2 * stack::MAX_FRAMES + 1]>::uninit();
+        let used = depth + 1 + py_depth;
+        // SAFETY: `used` <= the buffer's length, and the slice covers only what was just zeroed.
+        let frames = unsafe {
+            let base = buf.as_mut_ptr() as *mut usize;
+            std::ptr::write_bytes(base, 0, used);
+            std::slice::from_raw_parts_mut(base, used)
+        };
+        let (native, rest) = frames.split_at_mut(depth);
+        let mut n = stack::capture(self.from, native);
+        let py = crate::python::capture(self.t, py_depth, &mut rest[1..]);
         if py > 0 {
             frames[n] = callsite::PYTHON;
-            frames.copy_within(stack::MAX_FRAMES + 1..stack::MAX_FRAMES + 1 + py, n + 1);
+            frames.copy_within(depth + 1..depth + 1 + py, n + 1);
             n += 1 + py;
         }
         callsite::intern(&frames[..n])
