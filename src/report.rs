@@ -177,7 +177,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         .map(|(addr, l)| schema::Live {
             addr: Addr(addr as u64),
             size: l.size,
-            api: l.api.name().to_string(),
+            api: l.api.name().into(),
             callsite: l.site.id,
             tid: l.tid,
             age_ms: now.saturating_sub(l.unix_ms),

@@ -20,7 +20,16 @@ pub struct Addr(pub u64);
 
 impl Serialize for Addr {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&format!("{:#x}", self.0))
+        // Formatted on the stack: a report writes millions of these.
+        let mut buf = [0u8; 18];
+        let digits = (64 - self.0.leading_zeros() as usize).div_ceil(4).max(1);
+        buf[0] = b'0';
+        buf[1] = b'x';
+        for i in 0..digits {
+            let nibble = (self.0 >> (4 * (digits - 1 - i))) & 0xf;
+            buf[2 + i] = b"0123456789abcdef"[nibble as usize];
+        }
+        s.serialize_str(std::str::from_utf8(&buf[..2 + digits]).expect("ASCII"))
     }
 }
 
@@ -192,7 +201,8 @@ pub struct Callsite {
 pub struct Live {
     pub addr: Addr,
     pub size: u64,
-    pub api: String,
+    /// Borrowed when pinguard writes (the entry point's static name), owned when read.
+    pub api: std::borrow::Cow<'static, str>,
     pub callsite: u32,
     pub tid: u32,
     pub age_ms: u64,
@@ -317,6 +327,9 @@ mod tests {
         let back: Addr = serde_json::from_str(&s).unwrap();
         assert_eq!(back, Addr(0x7f12_3456_789a));
         assert!(serde_json::from_str::<Addr>("\"12\"").is_err());
+        for a in [0, 1, 0xf, 0x10, 0xdead_beef, u64::MAX] {
+            assert_eq!(serde_json::to_string(&Addr(a)).unwrap(), format!("\"{a:#x}\""));
+        }
     }
 
     #[test]
