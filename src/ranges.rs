@@ -55,6 +55,19 @@ impl<T: Clone> RangeSet<T> {
     /// The parts of `[start, end)` not yet in the set.
     pub fn gaps(&self, start: usize, end: usize) -> Gaps {
         let mut gaps = Gaps::new();
+        // The usual case, one look-up: the last range starting before `end` ends by `start`, and
+        // every earlier one ends before it starts, so nothing overlaps.
+        match self.map.range(..end).next_back() {
+            None => {
+                gaps.push((start, end));
+                return gaps;
+            }
+            Some((_, &(e, _))) if e <= start => {
+                gaps.push((start, end));
+                return gaps;
+            }
+            _ => {}
+        }
         let mut cur = start;
         // The range starting before `start` may cover its beginning.
         if let Some((_, &(e, _))) = self.map.range(..start).next_back() {
@@ -81,6 +94,17 @@ impl<T: Clone> RangeSet<T> {
     /// Removes `[start, end)`; `f(value, bytes removed, change in range count)` is called per
     /// range touched (count -1: gone, 0: trimmed, +1: split in two).
     pub fn remove(&mut self, start: usize, end: usize, mut f: impl FnMut(&T, u64, i64)) {
+        // The usual case: exactly one range, as it was locked; or nothing there at all.
+        match self.map.range(..end).next_back() {
+            None => return,
+            Some((_, &(e, _))) if e <= start => return,
+            Some((&s, &(e, _))) if s == start && e == end => {
+                let (_, v) = self.map.remove(&s).expect("key just found");
+                f(&v, (end - start) as u64, -1);
+                return;
+            }
+            _ => {}
+        }
         let first = match self.map.range(..start).next_back() {
             Some((&s, &(e, _))) if e > start => s,
             _ => start,
@@ -151,6 +175,37 @@ mod tests {
         assert_eq!(seen.iter().map(|s| s.1).sum::<u64>(), 0x4000);
         assert_eq!(seen.iter().map(|s| s.2).sum::<i64>(), -3);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn locks_and_unlocks_agree_with_a_page_map() {
+        let mut r = RangeSet::<u8>::default();
+        let mut model = [false; 64];
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let a = (x % 64) as usize;
+            let b = ((x >> 8) % 64) as usize;
+            let (s, e) = (a.min(b), a.max(b) + 1);
+            if x >> 20 & 1 == 0 {
+                // Lock: the gaps are exactly the pages not yet locked.
+                let gaps = r.gaps(s * PAGE, e * PAGE);
+                let new: usize = gaps.iter().map(|(gs, ge)| (ge - gs) / PAGE).sum();
+                assert_eq!(new, model[s..e].iter().filter(|p| !**p).count());
+                for (gs, ge) in gaps {
+                    r.insert(gs, ge, 0);
+                }
+                model[s..e].iter_mut().for_each(|p| *p = true);
+            } else {
+                let mut removed = 0;
+                r.remove(s * PAGE, e * PAGE, |_, bytes, _| removed += bytes as usize / PAGE);
+                assert_eq!(removed, model[s..e].iter().filter(|p| **p).count());
+                model[s..e].iter_mut().for_each(|p| *p = false);
+            }
+            assert_eq!(total(&r) / PAGE, model.iter().filter(|p| **p).count());
+        }
     }
 
     #[test]
