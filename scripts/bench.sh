@@ -53,12 +53,15 @@ def scaling(kind, env, count, n=ROUNDS):
     """Two threads' throughput over one thread's, with pinguard and without, from neighbouring
     runs: the program's own scaling on this machine is the ceiling for pinguard's."""
     r = {True: [], False: []}
-    for _ in range(n):
-        for preload in (True, False):
+    for i in range(n):
+        for preload in ((True, False) if i % 2 == 0 else (False, True)):
             one = run(["pairs", kind, "1", str(count)], preload, env)[1]
             two = run(["pairs", kind, "2", str(count)], preload, env)[1]
             r[preload].append(two / one)
-    return statistics.median(r[True]), statistics.median(r[False])
+    # Per round, pinguard's scaling over the program's: how much of the machine's parallelism
+    # at that moment pinguard keeps.
+    kept = statistics.median(w / o for w, o in zip(r[True], r[False]))
+    return statistics.median(r[True]), statistics.median(r[False]), kept
 
 print("%-34s %12s %12s %10s %7s" % ("case", "without ns", "with ns", "added ns", "ratio"))
 # A one-page mlock pair is two system calls (about 4 us): a tenth as many keeps the runs short.
@@ -68,7 +71,7 @@ for kind, env, count in (("cuda", {"EMU_NO_PIN": "1"}, pairs), ("mlock", {}, max
             e = dict(env, PINGUARD_DEPTH=depth)
             a, b, d = paired(["pairs", kind, str(threads), str(count)], e)
             label = "%s pair, depth %s, %d thread%s" % (kind, depth, threads, "s" if threads > 1 else "")
-            extra = "" if threads == 1 else "  (%.2fx one thread's throughput; without pinguard %.2fx)" % scaling(kind, e, count)
+            extra = "" if threads == 1 else "  (%.2fx one thread's throughput; without pinguard %.2fx; kept %.2f)" % scaling(kind, e, count, 9)
             print("%-34s %12.0f %12.0f %10.0f %7.2f%s" % (label, a, b, d, b / a, extra))
 a, b, d = paired(["pairs", "mmap", "1", str(max(pairs // 10, 1000))], {})
 print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, d, b / a))
@@ -93,6 +96,7 @@ if shutil.which("valgrind"):
         ("cuda pair, depth 0", ["pairs", "cuda", "1"], {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "0"}),
         ("cuda pair, depth 32", ["pairs", "cuda", "1"], {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "32"}),
         ("mlock pair, depth 0", ["pairs", "mlock", "1"], {"PINGUARD_DEPTH": "0"}),
+        ("mlock pair, depth 32", ["pairs", "mlock", "1"], {"PINGUARD_DEPTH": "32"}),
         ("mmap/munmap, untracked", ["pairs", "mmap", "1"], {}),
     ):
         # Two lengths, so that start-up and exit cancel out of the difference.
