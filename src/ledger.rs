@@ -160,27 +160,8 @@ fn blocks() -> impl Iterator<Item = &'static Block> {
 
 /// Adds to a counter only this thread writes.
 #[inline(always)]
-fn add<A: Bump>(c: &A, v: A::V) {
-    c.bump(v)
-}
-
-trait Bump {
-    type V;
-    fn bump(&self, v: Self::V);
-}
-impl Bump for AtomicU64 {
-    type V = u64;
-    #[inline(always)]
-    fn bump(&self, v: u64) {
-        self.store(self.load(Relaxed).wrapping_add(v), Relaxed)
-    }
-}
-impl Bump for AtomicI64 {
-    type V = i64;
-    #[inline(always)]
-    fn bump(&self, v: i64) {
-        self.store(self.load(Relaxed).wrapping_add(v), Relaxed)
-    }
+fn add<A: crate::level::Add>(c: &A, v: A::V) {
+    c.add(v, true);
 }
 
 /// Sums one counter over the blocks.

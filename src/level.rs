@@ -46,39 +46,31 @@ pub struct Level<const K: usize> {
     peak: AtomicU64,
 }
 
-/// Adds to a counter: a plain load and store on a stripe its slot owns, an atomic add otherwise.
-trait Add {
+/// Adds to a counter: a plain load and store on a counter only this thread writes (`owned`), an
+/// atomic add otherwise. Returns the new value.
+pub trait Add {
     type V;
     fn add(&self, v: Self::V, owned: bool) -> Self::V;
 }
 
-impl Add for AtomicI64 {
-    type V = i64;
-    #[inline(always)]
-    fn add(&self, v: i64, owned: bool) -> i64 {
-        if owned {
-            let n = self.load(Relaxed).wrapping_add(v);
-            self.store(n, Relaxed);
-            n
-        } else {
-            self.fetch_add(v, Relaxed).wrapping_add(v)
+macro_rules! add_for {
+    ($($atomic:ty => $v:ty),*) => {$(
+        impl Add for $atomic {
+            type V = $v;
+            #[inline(always)]
+            fn add(&self, v: $v, owned: bool) -> $v {
+                if owned {
+                    let n = self.load(Relaxed).wrapping_add(v);
+                    self.store(n, Relaxed);
+                    n
+                } else {
+                    self.fetch_add(v, Relaxed).wrapping_add(v)
+                }
+            }
         }
-    }
+    )*};
 }
-
-impl Add for AtomicU64 {
-    type V = u64;
-    #[inline(always)]
-    fn add(&self, v: u64, owned: bool) -> u64 {
-        if owned {
-            let n = self.load(Relaxed).wrapping_add(v);
-            self.store(n, Relaxed);
-            n
-        } else {
-            self.fetch_add(v, Relaxed).wrapping_add(v)
-        }
-    }
-}
+add_for!(AtomicI64 => i64, AtomicU64 => u64);
 
 /// Raises a peak to `now`. A load first: a peak that is not being raised stays a shared cache
 /// line that no thread writes.
