@@ -75,6 +75,9 @@ thread_local! {
     /// callsite here, without the table's lock.
     static RECENT_SITES: Cell<[(u64, usize); RECENT]> = const { Cell::new([(0, 0); RECENT]) };
     static RECENT_NEXT: Cell<usize> = const { Cell::new(0) };
+    /// The callsite this thread used last: a loop pinning from one place finds it by comparing
+    /// frames, without hashing them first.
+    static LAST: Cell<usize> = const { Cell::new(0) };
 }
 
 /// The callsite without frames (`PINGUARD_DEPTH=0`), kept at hand: it is never retired.
@@ -91,28 +94,37 @@ pub fn empty() -> &'static Callsite {
 }
 
 pub fn intern(frames: &[usize]) -> &'static Callsite {
+    // One look-up of each thread-local; destructor-less thread-locals outlive this call.
+    let last: &Cell<usize> = LAST.with(|l| unsafe { &*(l as *const Cell<usize>) });
+    if let Some(cs) = live_match(last.get(), frames) {
+        return cs;
+    }
     let mut h = FxHasher::default();
     frames.hash(&mut h);
     let hash = h.finish();
-    // One look-up of each thread-local; destructor-less thread-locals outlive this call.
     let recent: &Cell<[(u64, usize)]> = RECENT_SITES.with(|r| unsafe { &*(r as *const Cell<[(u64, usize); RECENT]>) });
     let recent = recent.as_slice_of_cells();
-    for e in recent {
-        let (rh, p) = e.get();
-        if rh == hash && p != 0 {
-            let cs = unsafe { &*(p as *const Callsite) };
-            if &*cs.frames == frames && !cs.retired.load(Ordering::Relaxed) {
-                return cs;
-            }
+    let cs = match recent.iter().map(Cell::get).find(|&(rh, _)| rh == hash).and_then(|(_, p)| live_match(p, frames)) {
+        Some(cs) => cs,
+        None => {
+            let cs = intern_slow(hash, frames);
+            RECENT_NEXT.with(|n| {
+                let i = n.get();
+                n.set((i + 1) % RECENT);
+                recent[i].set((hash, cs as *const Callsite as usize));
+            });
+            cs
         }
-    }
-    let cs = intern_slow(hash, frames);
-    RECENT_NEXT.with(|n| {
-        let i = n.get();
-        n.set((i + 1) % RECENT);
-        recent[i].set((hash, cs as *const Callsite as usize));
-    });
+    };
+    last.set(cs as *const Callsite as usize);
     cs
+}
+
+/// The callsite at `p` (0: none) if it has exactly these frames and is still in the table.
+#[inline]
+fn live_match(p: usize, frames: &[usize]) -> Option<&'static Callsite> {
+    let cs = unsafe { (p as *const Callsite).as_ref()? };
+    (*cs.frames == *frames && !cs.retired.load(Ordering::Relaxed)).then_some(cs)
 }
 
 fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
@@ -184,6 +196,7 @@ pub unsafe fn unlock_all(clear: bool) {
         NEXT_ID.store(0, Ordering::Relaxed);
         // The forking thread's cache points at the parent's callsites, with the parent's figures.
         RECENT_SITES.with(|r| r.set([(0, 0); RECENT]));
+        LAST.with(|l| l.set(0));
         EMPTY.store(std::ptr::null_mut(), Ordering::Relaxed);
     }
     for shard in &TABLE {
