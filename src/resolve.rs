@@ -19,11 +19,19 @@ impl Real {
         Real { name, addr: AtomicUsize::new(0) }
     }
 
+    #[inline(always)]
     pub fn addr(&self) -> Option<usize> {
         let a = self.addr.load(Ordering::Relaxed);
         if a != 0 {
             return Some(a);
         }
+        self.resolve()
+    }
+
+    /// The first call's look-up, out of line so that every later call is a load and a jump.
+    #[cold]
+    #[inline(never)]
+    fn resolve(&self) -> Option<usize> {
         let a = lookup(self.name);
         if a != 0 {
             self.addr.store(a, Ordering::Relaxed);

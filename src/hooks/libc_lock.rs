@@ -95,8 +95,22 @@ unsafe fn real_mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, f
     }
 }
 
+/// The untracked path, the one nearly every call takes: two flag tests and a jump to libc's
+/// function, with no stack frame of its own (the rest is out of line in `mmap_tracked`).
 #[inline(always)]
 unsafe fn mmap_hooked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+    let locking = flags & libc::MAP_LOCKED != 0;
+    let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
+    if !locking && !replacing {
+        if let Some(f) = real!("mmap").get::<MmapFn>() {
+            return f(addr, len, prot, flags, fd, off);
+        }
+    }
+    mmap_tracked(addr, len, prot, flags, fd, off)
+}
+
+#[inline(never)]
+unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
     let locking = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
     if !locking && !replacing {
@@ -123,8 +137,19 @@ pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, fla
     mmap_hooked(addr, len, prot, flags, fd, off)
 }
 
+/// Like `mmap`: while nothing is locked, a jump to libc's function.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+    if !ledger::locked_any() {
+        if let Some(f) = real!("munmap").get::<MunmapFn>() {
+            return f(addr, len);
+        }
+    }
+    munmap_tracked(addr, len)
+}
+
+#[inline(never)]
+unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
     let real = || match real!("munmap").get::<MunmapFn>() {
         Some(f) => f(addr, len),
         None => sys_ret(libc::syscall(libc::SYS_munmap, addr, len)),
