@@ -5,7 +5,8 @@
 # instruction counts per pair follow, which do not move between runs.
 #  - allocate/release pairs: emulated cudaHostAlloc/cudaFreeHost (EMU_NO_PIN=1: the runtime only
 #    mallocs, so pinguard's share is visible) and real one-page mlock/munlock, at PINGUARD_DEPTH 0
-#    and 32, 1 and 2 threads; untracked mmap/munmap (the path that must cost nothing);
+#    and 32, 1 and 2 threads; untracked mmap/munmap (the path that must cost nothing); the CUDA
+#    pair with the runtime pinning for real (four system calls around pinguard's work);
 #  - the same pair from Python through ctypes, with Python frames off and on;
 #  - starting `true`;
 #  - memory per live allocation (1,000,000 live, one callsite);
@@ -75,6 +76,12 @@ for kind, env, count in (("cuda", {"EMU_NO_PIN": "1"}, pairs), ("mlock", {}, max
             print("%-34s %12.0f %12.0f %10.0f %7.2f%s" % (label, a, b, d, b / a, extra))
 a, b, d = paired(["pairs", "mmap", "1", str(max(pairs // 10, 1000))], {})
 print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, d, b / a))
+# The same CUDA pair with the emulated runtime pinning for real (mmap, mlock, munlock, munmap):
+# pinguard does the same work as with EMU_NO_PIN, but after each system call it runs from cold
+# caches. What this adds over the row above is that effect, which the mlock rows share.
+for depth in ("0", "32"):
+    a, b, d = paired(["pairs", "cuda", "1", str(max(pairs // 10, 1000))], {"PINGUARD_DEPTH": depth})
+    print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("cuda pair pinning, depth %s" % depth, a, b, d, b / a))
 
 # Instructions, counted by callgrind: the same on every run, where nanoseconds here are not.
 if shutil.which("valgrind"):
