@@ -37,6 +37,7 @@ mod reporter;
 mod resolve;
 mod stack;
 mod symbolize;
+mod sys;
 mod track;
 mod unload;
 mod unwind;

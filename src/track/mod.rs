@@ -6,11 +6,9 @@ use crate::budget;
 use crate::callsite::{self, Callsite};
 use crate::config::{Config, Policy};
 use crate::guard::{self, Reentry, Thread};
-use crate::kernel;
 use crate::ledger::{self, Live};
 use crate::lifecycle;
 use crate::pageable;
-use crate::ranges::{page_size, page_span};
 use crate::stack;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
@@ -28,6 +26,8 @@ pub struct Hook {
     /// The hook's own frame, where a stack walk starts.
     from: crate::unwind::Regs,
 }
+
+mod locking;
 
 /// What a pinning call asks for, as far as the budget decision is concerned.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -54,14 +54,14 @@ impl Request {
     }
 }
 
-enum Admission {
+pub(crate) enum Admission {
     Pin,
     Refuse,
     Downgrade,
 }
 
 /// Runs pinguard's own bookkeeping; a panic in it must never cross into the host's C code.
-fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
+pub(crate) fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
@@ -93,7 +93,7 @@ impl Hook {
     }
 
     #[inline]
-    fn now(&self) -> u64 {
+    pub(crate) fn now(&self) -> u64 {
         match self.now.get() {
             0 => {
                 let now = guard::coarse_unix_ms();
@@ -105,13 +105,13 @@ impl Hook {
     }
 
     #[inline]
-    fn live(&self, api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
+    pub(crate) fn live(&self, api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
         Live::new(self.t, api, size, site, downgraded, self.now())
     }
 
     /// A call pinguard does not account (no out-pointer, nothing to pin): the runtime answers,
     /// and a failure still counts as one.
-    fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
+    pub(crate) fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
         if rc != ok {
             let err = self.t.errno();
             quiet(|| ledger::count_failed(self.t, api));
@@ -121,7 +121,7 @@ impl Hook {
     }
 
     #[inline]
-    fn site(&self) -> &'static Callsite {
+    pub(crate) fn site(&self) -> &'static Callsite {
         if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known(self.t)) {
             return callsite::empty(); // no frames to gather: no buffer to clear either
         }
@@ -149,7 +149,7 @@ impl Hook {
     }
 
     #[inline]
-    fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
+    pub(crate) fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
         if req == Request::Rejected {
             budget::force(bytes); // given back when the runtime refuses, as it will
             return Admission::Pin;
@@ -363,261 +363,4 @@ impl Hook {
         }
     }
 
-    /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
-    pub fn lock_range(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> c_int) -> c_int {
-        let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
-            return self.untracked(api, 0, real());
-        };
-        let Some(site) = quiet(|| self.site()) else { return real() };
-        let mut locked = ledger::locked();
-        let gaps = locked.ranges.gaps(start, end);
-        let new: u64 = gaps.iter().map(|(s, e)| (e - s) as u64).sum();
-        if new == 0 {
-            return self.untracked(api, 0, real()); // every page is locked already
-        }
-        let Some(admission) = quiet(|| self.admit(api, new, site, Request::Pageable)) else { return real() };
-        match admission {
-            Admission::Refuse => {
-                self.t.set_errno(libc::ENOMEM);
-                return -1;
-            }
-            Admission::Downgrade => {
-                quiet(|| ledger::count_downgraded(self.t, api, site, new));
-                self.t.set_errno(self.entry_errno);
-                return 0;
-            }
-            Admission::Pin => {}
-        }
-        let rc = real();
-        let err = self.t.errno();
-        quiet(|| {
-            if rc == 0 {
-                for (s, e) in gaps {
-                    locked.ranges.insert(s, e, self.live(api, (e - s) as u64, site, false));
-                    ledger::live_delta(self.t, api, site, (e - s) as i64, 1, self.now());
-                }
-                ledger::count_alloc(self.t, api, site, new);
-            } else {
-                // The kernel may have locked the pages before a hole in the range.
-                let added = self.reconcile(&mut locked, start, end, Some((api, site)));
-                budget::release(new.saturating_sub(added));
-                if added > 0 {
-                    ledger::count_alloc(self.t, api, site, added);
-                }
-                ledger::count_failed(self.t, api);
-            }
-        });
-        drop(locked);
-        self.t.set_errno(err);
-        rc
-    }
-
-    /// `munlock`, `munmap`, and `mmap(MAP_FIXED)` over existing pages: whatever they cover stops
-    /// being locked once the real call succeeds.
-    pub fn unlock_range<R>(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> R, ok: impl Fn(&R) -> bool) -> R {
-        let span = page_span(addr, len, page_size());
-        let (Some((start, end)), true) = (span, ledger::locked_any()) else {
-            return real();
-        };
-        let mut locked = ledger::locked();
-        let rc = real();
-        let err = self.t.errno();
-        if ok(&rc) {
-            quiet(|| {
-                let mut removed = 0u64;
-                locked.ranges.remove(start, end, |l, bytes, count| {
-                    ledger::live_delta(self.t, l.api, l.site, -(bytes as i64), count, self.now());
-                    removed += bytes;
-                });
-                if removed > 0 {
-                    budget::release(removed);
-                    ledger::count_release(self.t);
-                }
-            });
-        } else if api == Api::Munlock {
-            // A failed munlock still unlocked the mappings before the first hole.
-            quiet(|| self.reconcile(&mut locked, start, end, None));
-        }
-        drop(locked);
-        self.t.set_errno(err);
-        rc
-    }
-
-    /// `mmap` with `MAP_LOCKED`. `real` takes the flags so the downgrade can drop `MAP_LOCKED`.
-    pub fn mmap_locked(self, addr: usize, len: usize, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
-        let api = Api::Mmap;
-        let Some((_, rounded)) = page_span(0, len, page_size()).filter(|_| len > 0) else {
-            return real(flags);
-        };
-        let bytes = rounded as u64;
-        let Some((site, admission)) = quiet(|| {
-            let site = self.site();
-            (site, self.admit(api, bytes, site, Request::Pageable))
-        }) else {
-            return real(flags);
-        };
-        match admission {
-            Admission::Refuse => {
-                self.t.set_errno(libc::EAGAIN);
-                return libc::MAP_FAILED;
-            }
-            Admission::Downgrade => {
-                let p = real(flags & !libc::MAP_LOCKED);
-                let err = self.t.errno();
-                if p != libc::MAP_FAILED {
-                    quiet(|| ledger::count_downgraded(self.t, api, site, bytes));
-                }
-                self.t.set_errno(err);
-                return p;
-            }
-            Admission::Pin => {}
-        }
-        let mut locked = ledger::locked();
-        let p = real(flags);
-        let err = self.t.errno();
-        quiet(|| {
-            if p != libc::MAP_FAILED {
-                let start = p as usize;
-                if flags & libc::MAP_FIXED != 0 || addr == start {
-                    // A fixed mapping replaces what was there, locks included.
-                    let mut removed = 0u64;
-                    locked.ranges.remove(start, start + rounded, |l, b, c| {
-                        ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
-                        removed += b;
-                    });
-                    budget::release(removed);
-                }
-                locked.ranges.insert(start, start + rounded, self.live(api, bytes, site, false));
-                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
-                ledger::count_alloc(self.t, api, site, bytes);
-            } else {
-                budget::release(bytes);
-                ledger::count_failed(self.t, api);
-            }
-        });
-        drop(locked);
-        self.t.set_errno(err);
-        p
-    }
-
-    /// `mlockall` cannot be attributed per page: the kernel's `VmLck` before and after is the entry.
-    pub fn mlockall(self, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
-        let api = Api::Mlockall;
-        let status = kernel::status();
-        let before = status.vm_lck.unwrap_or(0);
-        // What MCL_CURRENT may lock: every mapped page (the pages locked already are in VmSize
-        // too, so this is an upper bound, which is what a budget needs).
-        let estimate = if flags & libc::MCL_CURRENT != 0 { status.vm_size.unwrap_or(0) } else { 0 };
-        // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
-        // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
-        let blank_cheque = flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn;
-        let Some((site, admission)) = quiet(|| {
-            let site = self.site();
-            if blank_cheque {
-                let a = match self.cfg.policy {
-                    Policy::Downgrade => Admission::Downgrade,
-                    _ => {
-                        ledger::count_denied(self.t, api, site, estimate);
-                        Admission::Refuse
-                    }
-                };
-                return (site, a);
-            }
-            (site, self.admit(api, estimate, site, Request::Pageable))
-        }) else {
-            return real();
-        };
-        match admission {
-            Admission::Refuse => {
-                self.t.set_errno(libc::ENOMEM);
-                return -1;
-            }
-            Admission::Downgrade => {
-                quiet(|| ledger::count_downgraded(self.t, api, site, estimate));
-                self.t.set_errno(self.entry_errno);
-                return 0;
-            }
-            Admission::Pin => {}
-        }
-        let mut locked = ledger::locked();
-        let rc = real();
-        let err = self.t.errno();
-        quiet(|| {
-            budget::release(estimate);
-            if rc == 0 {
-                let delta = kernel::status().vm_lck.unwrap_or(0).saturating_sub(before);
-                budget::force(delta);
-                let fresh = locked.mlockall.is_none();
-                let entry = locked.mlockall.get_or_insert_with(|| self.live(api, 0, site, false));
-                entry.size += delta;
-                let owner = entry.site;
-                ledger::live_delta(self.t, api, owner, delta as i64, fresh as i64, self.now());
-                ledger::count_alloc(self.t, api, site, delta);
-            } else {
-                ledger::count_failed(self.t, api);
-            }
-        });
-        drop(locked);
-        self.t.set_errno(err);
-        rc
-    }
-
-    pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
-        let mut locked = ledger::locked();
-        let rc = real();
-        let err = self.t.errno();
-        if rc == 0 {
-            quiet(|| {
-                let mut removed = 0u64;
-                locked.ranges.clear(|l, b, c| {
-                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
-                    removed += b;
-                });
-                if let Some(l) = locked.mlockall.take() {
-                    ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
-                    removed += l.size;
-                }
-                if removed > 0 {
-                    budget::release(removed);
-                    ledger::count_release(self.t);
-                }
-            });
-        }
-        drop(locked);
-        self.t.set_errno(err);
-        rc
-    }
-
-    /// Makes the ledger's view of `[start, end)` match the kernel's after a call that failed part-way.
-    /// Pages the kernel no longer has locked are released; with `lock`, pages it newly locked are
-    /// recorded for that call. Returns the bytes added.
-    fn reconcile(&self, locked: &mut ledger::LockedGuard, start: usize, end: usize, lock: Option<(Api, &'static Callsite)>) -> u64 {
-        let Some(parts) = kernel::locked_parts(start, end) else { return 0 };
-        let mut removed = 0u64;
-        let mut cur = start;
-        for &(s, e) in parts.iter().chain(std::iter::once(&(end, end))) {
-            if s > cur {
-                locked.ranges.remove(cur, s, |l, b, c| {
-                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
-                    removed += b;
-                });
-            }
-            cur = cur.max(e);
-        }
-        if removed > 0 {
-            budget::release(removed);
-            ledger::count_release(self.t);
-        }
-        let mut added = 0u64;
-        if let Some((api, site)) = lock {
-            for (s, e) in parts {
-                for (gs, ge) in locked.ranges.gaps(s, e) {
-                    locked.ranges.insert(gs, ge, self.live(api, (ge - gs) as u64, site, false));
-                    ledger::live_delta(self.t, api, site, (ge - gs) as i64, 1, self.now());
-                    added += (ge - gs) as u64;
-                }
-            }
-        }
-        added
-    }
 }

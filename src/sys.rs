@@ -1,0 +1,117 @@
+//! pinguard's own system I/O, safe to run inside any hooked call.
+//!
+//! A hooked call runs on the application's thread, which may be cancelled (`pthread_cancel`):
+//! glibc's `open`, `read`, `write` and `close` are cancellation points, and a cancellation acted
+//! on inside pinguard's Rust frames aborts the process ("exception not rethrown"). The functions
+//! here go through `syscall(2)`, which is no cancellation point, so a pending cancellation waits
+//! for the application's own next cancellation point, exactly as without pinguard. `NoCancel`
+//! covers the rest (std I/O, libraries) for the sections that cannot avoid it.
+
+use std::ffi::CStr;
+use std::os::raw::{c_int, c_long, c_void};
+
+// Not in the `libc` crate; glibc's values (the same on every architecture).
+const PTHREAD_CANCEL_DISABLE: c_int = 1;
+extern "C" {
+    fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+}
+
+/// Cancellation disabled on this thread while it lives; the previous state comes back on drop.
+/// A cancellation requested meanwhile stays pending (glibc acts on it at the next cancellation
+/// point, not when the state is restored, for the deferred type).
+pub struct NoCancel(c_int);
+
+impl NoCancel {
+    pub fn new() -> NoCancel {
+        let mut old = 0;
+        // SAFETY: `old` is a valid out-pointer; the call only changes this thread's state.
+        unsafe { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &mut old) };
+        NoCancel(old)
+    }
+}
+
+impl Default for NoCancel {
+    fn default() -> Self {
+        NoCancel::new()
+    }
+}
+
+impl Drop for NoCancel {
+    fn drop(&mut self) {
+        let mut ignored = 0;
+        // SAFETY: restores the state saved by `new` on the same thread (the guard is not `Send`
+        // in practice: it lives on the stack of the section it covers).
+        unsafe { pthread_setcancelstate(self.0, &mut ignored) };
+    }
+}
+
+fn ret(r: c_long) -> Result<usize, c_int> {
+    if r < 0 {
+        // SAFETY: errno's location is valid for the calling thread.
+        Err(unsafe { *libc::__errno_location() })
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// `open(path, O_RDONLY | O_CLOEXEC)` without a cancellation point.
+pub fn open_read(path: &CStr) -> Result<c_int, c_int> {
+    // SAFETY: `path` is NUL-terminated; the kernel only reads it.
+    let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    ret(r).map(|fd| fd as c_int)
+}
+
+/// `read` without a cancellation point, retried on `EINTR`.
+pub fn read(fd: c_int, buf: &mut [u8]) -> Result<usize, c_int> {
+    loop {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of writing.
+        let r = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+        match ret(r) {
+            Err(libc::EINTR) => continue,
+            other => return other,
+        }
+    }
+}
+
+/// `write` of the whole buffer without a cancellation point; stops at the first error.
+pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
+    while !buf.is_empty() {
+        // SAFETY: `buf` is valid for `buf.len()` bytes of reading.
+        let r = unsafe { libc::syscall(libc::SYS_write, fd, buf.as_ptr() as *const c_void, buf.len()) };
+        match ret(r) {
+            Ok(0) => return Err(libc::EIO),
+            Ok(n) => buf = &buf[n..],
+            Err(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `close` of a descriptor pinguard opened itself, without a cancellation point.
+pub fn close(fd: c_int) {
+    // SAFETY: the caller owns `fd` (it came from `open_read` in the same function).
+    unsafe { libc::syscall(libc::SYS_close, fd) };
+}
+
+/// A whole file (a `/proc` file: its size is unknown in advance), read without a cancellation
+/// point. The descriptor is pinguard's from `open` to `close`, inside this call.
+pub fn read_file(path: &CStr) -> Option<Vec<u8>> {
+    let fd = open_read(path).ok()?;
+    let mut out = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    let r = loop {
+        match read(fd, &mut chunk) {
+            Ok(0) => break Some(()),
+            Ok(n) => out.extend_from_slice(&chunk[..n]),
+            Err(_) => break None,
+        }
+    };
+    close(fd);
+    r.map(|_| out)
+}
+
+/// `read_file` as text (lossy: `/proc` text is ASCII apart from file names).
+pub fn read_text(path: &CStr) -> Option<String> {
+    read_file(path).map(|b| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+}
