@@ -61,6 +61,22 @@ pub fn real_dlvsym(handle: *mut c_void, name: &CStr, version: *const c_char) -> 
     }
 }
 
+/// The first definition of `name` (a function or data) in the loaded objects, in load order,
+/// pinguard's own excepted; 0 when none. Read from the objects' symbol tables in memory: unlike
+/// `dlsym`, a miss allocates nothing (glibc formats an error string with `malloc`) and no loader
+/// lock beyond `dl_iterate_phdr`'s is taken, so hooks may ask from inside a signal handler.
+pub fn lookup_loaded(name: &CStr) -> usize {
+    let own = crate::resolve::own_range();
+    let mut found = 0usize;
+    for_each_object(|o| {
+        if found == 0 && !(o.start <= own.0 && own.0 < o.end) {
+            // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
+            found = unsafe { elf_lookup(o.base, o.dynamic, name.to_bytes()) }.unwrap_or(0);
+        }
+    });
+    found
+}
+
 /// The default-version definition of `name` in libc (or, before glibc 2.34, libdl).
 fn find_in_libc(name: &[u8]) -> usize {
     let mut found = 0usize;

@@ -108,6 +108,22 @@ impl Drop for Reentry {
     }
 }
 
+/// Keys below this index keep their values inside glibc's thread descriptor; from it up,
+/// `pthread_setspecific` `calloc`s a block (glibc's `PTHREAD_KEY_2NDLEVEL_SIZE`).
+pub const PTHREAD_KEY_INLINE: usize = 32;
+
+/// Marks the thread as inside pinguard for a section that has no `Reentry` of its own (the heap);
+/// returns whether it already was, for `unmark_inside`.
+#[inline(always)]
+pub fn mark_inside() -> bool {
+    here().active.replace(true)
+}
+
+#[inline(always)]
+pub fn unmark_inside(was: bool) {
+    here().active.set(was);
+}
+
 /// Whether this thread is inside pinguard now.
 pub fn inside() -> bool {
     here().active.get()

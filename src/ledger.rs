@@ -132,8 +132,10 @@ fn adopt(t: &Thread) -> &'static Block {
         let mut key = 0;
         (unsafe { libc::pthread_key_create(&mut key, Some(hand_back)) } == 0).then_some(key)
     });
-    if let Some(key) = *key {
-        // Without the key (the process used up its keys) the block stays with the ended thread.
+    // Without the key (the process used up its keys, or the key is one for which glibc would
+    // `calloc`, which a first count inside a signal handler must not do) the block stays with the
+    // ended thread.
+    if let Some(key) = key.filter(|&k| (k as usize) < guard::PTHREAD_KEY_INLINE) {
         unsafe { libc::pthread_setspecific(key, b as *const Block as *const c_void) };
     }
     b

@@ -18,6 +18,7 @@ mod dl;
 mod gate;
 mod group;
 mod guard;
+mod heap;
 #[cfg(not(any(test, feature = "fuzzing")))]
 mod hooks;
 #[cfg(feature = "fuzzing")]
@@ -41,3 +42,8 @@ mod sys;
 mod track;
 mod unload;
 mod unwind;
+
+/// All of pinguard's allocations, away from the application's `malloc` (see `heap`).
+#[cfg(not(any(test, feature = "fuzzing")))]
+#[global_allocator]
+static HEAP: heap::Heap = heap::Heap;

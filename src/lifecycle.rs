@@ -197,10 +197,12 @@ extern "C" fn fork_prepare() {
     crate::gate::close();
     callsite::lock_all();
     ledger::lock_all();
+    crate::heap::hold();
 }
 
 extern "C" fn fork_parent() {
     unsafe {
+        crate::heap::release(false);
         ledger::unlock_all(false);
         callsite::unlock_all(false);
         crate::gate::reopen_in_parent();
@@ -212,6 +214,7 @@ extern "C" fn fork_parent() {
 
 extern "C" fn fork_child() {
     unsafe {
+        crate::heap::release(true);
         ledger::unlock_all(true);
         callsite::unlock_all(true);
         crate::gate::reopen_in_child();

@@ -70,17 +70,8 @@ pub fn init(filter: &str) {
     let _ = tracing::subscriber::set_global_default(Stderr { filter });
 }
 
-/// Writes straight to fd 2: Rust's `Stderr` takes a reentrant lock with thread-local state.
+/// Writes straight to fd 2, with a raw system call: Rust's `Stderr` takes a reentrant lock with
+/// thread-local state, and libc's `write` is a cancellation point.
 pub fn write_stderr(s: &str) {
-    let mut b = s.as_bytes();
-    while !b.is_empty() {
-        let n = unsafe { libc::write(2, b.as_ptr() as *const libc::c_void, b.len()) };
-        if n <= 0 {
-            if n < 0 && crate::guard::errno() == libc::EINTR {
-                continue;
-            }
-            return;
-        }
-        b = &b[n as usize..];
-    }
+    let _ = crate::sys::write_all(2, s.as_bytes());
 }

@@ -102,16 +102,9 @@ fn python() -> Option<&'static Python> {
 }
 
 fn probe() -> Option<Python> {
-    use crate::resolve::lookup_anywhere;
-    // The global scope answers for a python executable and an embedder that links libpython; the
-    // per-object search (which opens every object) only when a libpython is loaded privately.
-    if crate::dl::real_dlsym(libc::RTLD_DEFAULT, c"Py_Version").is_null() {
-        let mut private = false;
-        crate::resolve::for_each_object(|o| private |= o.name.to_bytes().windows(10).any(|w| w == b"libpython3"));
-        if !private {
-            return None;
-        }
-    }
+    // Symbol tables read in place (`dl::lookup_loaded`), not `dlsym`: a probe can run inside a
+    // signal handler, and a missed `dlsym` allocates its error message with `malloc`.
+    let lookup_anywhere = crate::dl::lookup_loaded;
     let version = lookup_anywhere(c"Py_Version");
     if version == 0 {
         return None; // no Python, or one older than 3.11 (which does not export it)

@@ -160,17 +160,6 @@ unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
     None
 }
 
-/// A symbol of another object (a data symbol too), wherever it is: the global scope first (it
-/// holds the executable, which `RTLD_NEXT` from a preload never reaches), then each loaded object
-/// (an embedder's `libpython` opened `RTLD_LOCAL`). 0 when absent; never cached.
-pub fn lookup_anywhere(name: &CStr) -> usize {
-    let p = crate::dl::real_dlsym(libc::RTLD_DEFAULT, name) as usize;
-    if p != 0 && !is_own(p) {
-        return p;
-    }
-    lookup(name)
-}
-
 fn lookup(name: &CStr) -> usize {
     unsafe {
         let p = crate::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;

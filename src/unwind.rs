@@ -20,7 +20,7 @@
 
 use crate::lock::Mutex;
 use framehop::{ExplicitModuleSectionInfo, MayAllocateDuringUnwind, Module, Unwinder};
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -76,7 +76,51 @@ struct Memo {
 const MEMOS: usize = 8;
 
 thread_local! {
-    static LOCAL: RefCell<Option<Box<Local>>> = const { RefCell::new(None) };
+    /// This thread's walker, made on its first walk. The thread-local itself has no destructor:
+    /// one with a destructor registers it through `__cxa_thread_atexit_impl`, which `calloc`s,
+    /// and a first walk can run inside a signal handler that interrupted `malloc`. The walker is
+    /// freed by a pthread key's destructor instead (`KEY`).
+    static LOCAL: Cell<*mut Local> = const { Cell::new(std::ptr::null_mut()) };
+    /// Set while this thread walks: a nested walk (none is expected: hooks do not nest) gets `None`.
+    static WALKING: Cell<bool> = const { Cell::new(false) };
+}
+
+static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
+
+/// Frees a thread's walker when the thread ends.
+unsafe extern "C" fn free_local(p: *mut c_void) {
+    LOCAL.with(|l| {
+        if l.get() == p as *mut Local {
+            l.set(std::ptr::null_mut());
+        }
+    });
+    // SAFETY: `p` came from `Box::into_raw` in `local()` and is handed to this destructor once.
+    drop(unsafe { Box::from_raw(p as *mut Local) });
+}
+
+/// This thread's walker, made on first use. `None`: its stack is unknown.
+fn local() -> Option<&'static mut Local> {
+    let p = LOCAL.with(|l| l.get());
+    if !p.is_null() {
+        // SAFETY: made below for this thread and freed only at its end; `WALKING` keeps the
+        // mutable borrow unique.
+        return Some(unsafe { &mut *p });
+    }
+    let p = Box::into_raw(Box::new(Local::new()?));
+    LOCAL.with(|l| l.set(p));
+    let key = KEY.get_or_init(|| {
+        let mut key = 0;
+        // SAFETY: `key` is a valid out-pointer; the destructor has the signature pthread wants.
+        (unsafe { libc::pthread_key_create(&mut key, Some(free_local)) } == 0).then_some(key)
+    });
+    // glibc `calloc`s a second-level block for keys from 32 up: then the walker stays with the
+    // ended thread rather than risk that inside a signal handler.
+    if let Some(key) = key.filter(|&k| (k as usize) < crate::guard::PTHREAD_KEY_INLINE) {
+        // SAFETY: a key of ours; the value is this thread's walker.
+        unsafe { libc::pthread_setspecific(key, p as *const c_void) };
+    }
+    // SAFETY: as above.
+    Some(unsafe { &mut *p })
 }
 
 /// Upper bound on frames visited, own frames included: a cycle in a corrupt stack ends here.
@@ -110,35 +154,33 @@ impl Regs {
 /// cannot walk here (see the module's comment).
 #[inline(never)]
 pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
-    LOCAL
-        .try_with(|cell| {
-            let mut slot = cell.try_borrow_mut().ok()?;
-            if slot.is_none() {
-                *slot = Some(Box::new(Local::new()?));
-            }
-            let local = slot.as_mut()?;
+    if WALKING.with(|w| w.replace(true)) {
+        return None;
+    }
+    let n = (|| {
+        let local = local()?;
+        local.refresh();
+        let here = Regs::here();
+        // The start frame must be on this stack and still live (above this one).
+        if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
+            return None;
+        }
+        if let Some(n) = local.recall(from, out) {
+            return Some(n);
+        }
+        let (mut n, mut missed) = local.walk_from(from, out);
+        if missed && local.loads != loader_counts() {
+            WANTED.fetch_add(1, Ordering::AcqRel);
             local.refresh();
-            let here = Regs::here();
-            // The start frame must be on this stack and still live (above this one).
-            if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
-                return None;
-            }
-            if let Some(n) = local.recall(from, out) {
-                return Some(n);
-            }
-            let (mut n, mut missed) = local.walk_from(from, out);
-            if missed && local.loads != loader_counts() {
-                WANTED.fetch_add(1, Ordering::AcqRel);
-                local.refresh();
-                (n, missed) = local.walk_from(from, out);
-            }
-            if !missed {
-                local.remember(from, &out[..n], out.len());
-            }
-            Some(n)
-        })
-        .ok()
-        .flatten()
+            (n, missed) = local.walk_from(from, out);
+        }
+        if !missed {
+            local.remember(from, &out[..n], out.len());
+        }
+        Some(n)
+    })();
+    WALKING.with(|w| w.set(false));
+    n
 }
 
 /// `dlclose` has returned: an object may be gone, and another may take its addresses.
@@ -318,22 +360,23 @@ fn registers() -> Regs {
     Regs { pc, sp, fp, lr }
 }
 
-/// This thread's stack as `[bottom, top)`, once per thread (glibc reads /proc/self/maps for the
-/// main thread).
+/// This thread's stack as `[bottom, top)`, once per thread: the mapping that holds the current
+/// stack pointer, from `/proc/self/maps` read with raw system calls.
+///
+/// Not `pthread_getattr_np`: glibc's reads `/proc/self/maps` with `fopen` for the main thread and
+/// `realloc`s a CPU set for every thread, and the first walk of a thread can run inside a signal
+/// handler that interrupted `malloc`. A stack that grows later (the main thread's) only ends
+/// walks from below the mapping early; words are never read outside `[sp, top)`.
 fn thread_stack() -> Option<(u64, u64)> {
-    unsafe {
-        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
-            return None;
-        }
-        let (mut addr, mut size) = (std::ptr::null_mut::<c_void>(), 0usize);
-        let rc = libc::pthread_attr_getstack(&attr, &mut addr, &mut size);
-        libc::pthread_attr_destroy(&mut attr);
-        if rc != 0 || addr.is_null() || size == 0 {
-            return None;
-        }
-        Some((addr as u64, addr as u64 + size as u64))
-    }
+    let sp = Regs::here().sp;
+    let maps = crate::sys::read_file(c"/proc/self/maps")?;
+    maps.split(|&b| b == b'\n').find_map(|line| {
+        let range = line.split(|&b| b == b' ').next()?;
+        let dash = range.iter().position(|&b| b == b'-')?;
+        let hex = |b: &[u8]| u64::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok();
+        let (lo, hi) = (hex(&range[..dash])?, hex(&range[dash + 1..])?);
+        (lo <= sp && sp < hi).then_some((lo, hi))
+    })
 }
 
 /// The loader's (adds, subs) counters: they move on every `dlopen`/`dlclose` that maps or unmaps.

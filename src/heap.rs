@@ -1,0 +1,135 @@
+//! pinguard's own heap: every allocation its Rust code makes comes from here, never from the
+//! application's `malloc`.
+//!
+//! A hooked call can run inside a signal handler that interrupted the application in the middle
+//! of `malloc` (a `SIGALRM` handler calling `mlock` is legal: `mlock` is a plain system call).
+//! Calling glibc's `malloc` again there corrupts its heap. This heap is dlmalloc over pages taken
+//! with raw system calls, behind pinguard's futex mutex, and it never runs application code; the
+//! only code that can hold its lock is pinguard's own, and while it does the thread is marked as
+//! inside pinguard, so a handler that interrupts it passes the hooked call through untracked
+//! instead of waiting for a lock its own thread holds.
+
+use crate::lock::{self, Mutex};
+use dlmalloc::{Allocator, Dlmalloc};
+use std::alloc::{GlobalAlloc, Layout};
+use std::ptr;
+
+/// Pages straight from the kernel: `syscall(2)` rather than libc's `mmap`, which pinguard hooks
+/// and which may need a first look-up of the real function (the loader, its lock, `malloc`).
+pub struct Pages;
+
+// SAFETY: the methods hand out fresh anonymous mappings and give back only what was handed out,
+// as dlmalloc's contract asks; no state is shared between calls.
+unsafe impl Allocator for Pages {
+    fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        // SAFETY: an anonymous private mapping at an address the kernel picks touches nothing else.
+        let p = unsafe {
+            libc::syscall(libc::SYS_mmap, ptr::null_mut::<u8>(), size, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+        };
+        if p == -1 || p == 0 {
+            (ptr::null_mut(), 0, 0)
+        } else {
+            (p as *mut u8, size, 0)
+        }
+    }
+
+    fn remap(&self, p: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
+        let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
+        // SAFETY: `p` and `oldsize` describe a mapping this allocator made (dlmalloc's contract).
+        let r = unsafe { libc::syscall(libc::SYS_mremap, p, oldsize, newsize, flags) };
+        if r == -1 {
+            ptr::null_mut()
+        } else {
+            r as *mut u8
+        }
+    }
+
+    fn free_part(&self, p: *mut u8, oldsize: usize, newsize: usize) -> bool {
+        // SAFETY: shrinking in place keeps `[p, p + newsize)`, which stays dlmalloc's; only the
+        // tail this allocator mapped is given back.
+        unsafe {
+            if libc::syscall(libc::SYS_mremap, p, oldsize, newsize, 0) != -1 {
+                return true;
+            }
+            libc::syscall(libc::SYS_munmap, p.add(newsize), oldsize - newsize) == 0
+        }
+    }
+
+    fn free(&self, p: *mut u8, size: usize) -> bool {
+        // SAFETY: the whole mapping this allocator made, no longer used by dlmalloc.
+        unsafe { libc::syscall(libc::SYS_munmap, p, size) == 0 }
+    }
+
+    fn can_release_part(&self, _flags: u32) -> bool {
+        true
+    }
+
+    fn allocates_zeros(&self) -> bool {
+        true
+    }
+
+    fn page_size(&self) -> usize {
+        crate::ranges::page_size()
+    }
+}
+
+static HEAP: Mutex<Dlmalloc<Pages>> = Mutex::new(Dlmalloc::new_with_allocator(Pages));
+
+pub struct Heap;
+
+/// Marks the thread as inside pinguard while the heap's lock is held (see the module comment).
+struct Inside(bool);
+
+impl Inside {
+    #[inline(always)]
+    fn new() -> Inside {
+        Inside(crate::guard::mark_inside())
+    }
+}
+
+impl Drop for Inside {
+    #[inline(always)]
+    fn drop(&mut self) {
+        crate::guard::unmark_inside(self.0);
+    }
+}
+
+// SAFETY: every method forwards to dlmalloc under one lock, with the layout the caller gave;
+// dlmalloc honours size and alignment as `GlobalAlloc` requires.
+unsafe impl GlobalAlloc for Heap {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _i = Inside::new();
+        HEAP.lock().malloc(layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let _i = Inside::new();
+        HEAP.lock().calloc(layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        let _i = Inside::new();
+        HEAP.lock().free(p, layout.size(), layout.align())
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _i = Inside::new();
+        HEAP.lock().realloc(p, layout.size(), layout.align(), new_size)
+    }
+}
+
+/// Fork support: taken last in `prepare` (the other locks' holders may allocate), so the child
+/// never inherits it held by a thread it does not have.
+pub fn hold() {
+    lock::hold(&HEAP);
+}
+
+/// # Safety
+/// Only after `hold`, in the fork handlers.
+pub unsafe fn release(child: bool) {
+    lock::release(&HEAP, child);
+}
