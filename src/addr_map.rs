@@ -58,22 +58,27 @@ impl<V: Copy> AddrMap<V> {
         }
     }
 
-    /// Inserts or replaces.
-    pub fn insert(&mut self, key: usize, val: V) {
+    /// Inserts or replaces; returns the value replaced.
+    pub fn insert(&mut self, key: usize, val: V) -> Option<V> {
         debug_assert_ne!(key, 0);
         if (self.len + 1) * 4 > self.slots.len() * 3 {
             self.grow();
         }
         let i = self.find(key);
         let s = &mut self.slots[i];
-        if s.key == 0 {
+        let old = if s.key == 0 {
             s.key = key;
             self.len += 1;
-        }
+            None
+        } else {
+            // SAFETY: a slot with its key set holds an initialised value, moved out here and
+            // overwritten below.
+            Some(unsafe { s.val.assume_init_read() })
+        };
         s.val = MaybeUninit::new(val);
+        old
     }
 
-    #[cfg(test)]
     pub fn get(&self, key: usize) -> Option<&V> {
         if self.len == 0 || key == 0 {
             return None;

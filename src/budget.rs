@@ -31,6 +31,40 @@ pub fn limit() -> Option<u64> {
     }
 }
 
+/// Bytes taken from the budgets (the process's and the group's) for one call. Given back when
+/// dropped, unless `commit` says the call pinned them: a call that fails, returns early or unwinds
+/// (a cancellation inside the runtime) can never leave its reservation behind.
+#[must_use = "a reservation is given back when dropped"]
+pub struct Reservation {
+    bytes: u64,
+}
+
+impl Reservation {
+    /// The call pinned the bytes: they stay counted until `release`.
+    pub fn commit(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        release(self.bytes);
+    }
+}
+
+/// Takes `bytes` if they fit the process budget and the group's (when there is one).
+#[inline]
+pub fn reserve(bytes: u64) -> Option<Reservation> {
+    try_reserve(bytes).then(|| Reservation { bytes })
+}
+
+/// Takes `bytes` whatever the limits (`warn`), but only if the figures can hold them: a request
+/// no machine can satisfy (SIZE_MAX) is left to the runtime, which rejects it, and no counter
+/// ever saturates.
+pub fn reserve_over(bytes: u64) -> Option<Reservation> {
+    force_checked(bytes).then(|| Reservation { bytes })
+}
+
 /// Takes `bytes` if they fit the process budget and the group's (when there is one).
 #[inline]
 pub fn try_reserve(bytes: u64) -> bool {
@@ -67,12 +101,23 @@ fn try_reserve_process(bytes: u64) -> bool {
     }
 }
 
-/// Takes `bytes` whatever the limit (`warn`, and what the kernel reports after `mlockall`).
+/// Takes `bytes` whatever the limit (what the kernel reports after `mlockall`): exact, never
+/// saturating; a sum past `u64::MAX` takes nothing.
 pub fn force(bytes: u64) {
-    if LIMIT.load(Ordering::Relaxed) != NONE {
-        let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_add(bytes)));
+    let _ = force_checked(bytes);
+}
+
+fn force_checked(bytes: u64) -> bool {
+    if LIMIT.load(Ordering::Relaxed) != NONE
+        && USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| c.checked_add(bytes)).is_err()
+    {
+        return false;
     }
-    crate::group::reserve(bytes, true);
+    if !crate::group::reserve(bytes, true) {
+        release_process(bytes);
+        return false;
+    }
+    true
 }
 
 #[inline]
@@ -86,7 +131,8 @@ fn release_process(bytes: u64) {
     if LIMIT.load(Ordering::Relaxed) == NONE {
         return;
     }
-    // Saturating: a miscount must never wrap into "everything is over budget".
+    // Every release matches a reservation of the same size (`Reservation`, a live record), so this
+    // never goes below zero; were it to, clamping keeps "everything is over budget" impossible.
     let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));
 }
 

@@ -316,9 +316,17 @@ pub fn downgraded_live_delta(t: &Thread, bytes: i64) {
     add(&mine(t).totals.downgraded_live_bytes, bytes);
 }
 
+/// Records `live` at `addr`; returns a record it replaced (one whose release pinguard missed:
+/// the caller takes its figures out, so nothing is counted twice).
 #[inline]
-pub fn insert(addr: usize, live: Live) {
-    shard(addr).lock().insert(addr, live);
+#[must_use]
+pub fn insert(addr: usize, live: Live) -> Option<Live> {
+    shard(addr).lock().insert(addr, live)
+}
+
+/// The live record at `addr`, if any.
+pub fn live_at(addr: usize) -> Option<Live> {
+    shard(addr).lock().get(addr).copied()
 }
 
 /// Removes the record at `addr` if `accept` says the release call matches how it was taken

@@ -9,6 +9,8 @@ use std::os::raw::{c_int, c_void};
 const SUCCESS: c_int = 0;
 /// `ACL_ERROR_RT_MEMORY_ALLOCATION`: torch_npu reads it as out of memory.
 const MEMORY_ALLOCATION: c_int = 207001;
+/// `ACL_ERROR_INVALID_PARAM`: what the runtime answers for memory registered twice.
+const INVALID_PARAM: c_int = 100000;
 /// `ACL_ERROR_UNINITIALIZE`, when no runtime can be found behind the hook.
 const UNINITIALIZE: c_int = 100001;
 /// `ACL_HOST_REG_MAPPED` for `aclrtHostRegisterV2`: the device maps the page, so it must be pinned.
@@ -44,7 +46,7 @@ unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, d
         None => f(ptr, size, ty, dev),
         Some(h) => {
             let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, ty, dev))
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || f(ptr, size, ty, dev))
         }
     }
 }
@@ -52,7 +54,7 @@ unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, d
 unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
         None => f(ptr, size, flag),
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, || {
+        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || {
             f(ptr, size, flag)
         }),
     }

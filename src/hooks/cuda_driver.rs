@@ -17,6 +17,8 @@ const SUCCESS: c_int = 0;
 const OUT_OF_MEMORY: c_int = 2;
 /// `CUDA_ERROR_NOT_INITIALIZED`, when no driver can be found behind the hook.
 const NOT_INITIALIZED: c_int = 3;
+/// `CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`.
+const ALREADY_REGISTERED: c_int = 712;
 /// `CU_MEMHOSTALLOC_DEVICEMAP` and `CU_MEMHOSTREGISTER_DEVICEMAP`.
 const DEVICEMAP: c_uint = 2;
 /// `CU_MEMHOSTALLOC_PORTABLE | DEVICEMAP | WRITECOMBINED`.
@@ -56,14 +58,14 @@ unsafe fn alloc_host_legacy(f: AllocHostLegacyFn, pp: *mut *mut c_void, size: c_
 unsafe fn register_v2(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(p, size, flags),
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || f(p, size, flags)),
     }
 }
 
 unsafe fn register_legacy(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => f(p, size, flags),
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || f(p, size, flags)),
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || f(p, size, flags)),
     }
 }
 

@@ -12,6 +12,8 @@ const SUCCESS: c_int = 0;
 const MEMORY_ALLOCATION: c_int = 2;
 /// `cudaErrorInitializationError`, when no runtime can be found behind the hook.
 const INITIALIZATION_ERROR: c_int = 3;
+/// `cudaErrorHostMemoryAlreadyRegistered`.
+const ALREADY_REGISTERED: c_int = 712;
 /// `cudaHostAllocMapped` and `cudaHostRegisterMapped`: the device needs the page, so pageable
 /// memory cannot stand in for it.
 const MAPPED: c_uint = 2;
@@ -42,7 +44,7 @@ unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int 
 unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => f(ptr, size, flags),
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, || f(ptr, size, flags)),
     }
 }
 

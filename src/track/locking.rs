@@ -36,7 +36,9 @@ impl Hook {
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
-            Admission::Pin => {}
+            // The bytes are given back by hand below when the call fails.
+            Admission::Pin(r) => r.commit(),
+            Admission::Pass => {}
         }
         let rc = real();
         let err = self.t.errno();
@@ -120,7 +122,9 @@ impl Hook {
                 self.t.set_errno(err);
                 return p;
             }
-            Admission::Pin => {}
+            // The bytes are given back by hand below when the call fails.
+            Admission::Pin(r) => r.commit(),
+            Admission::Pass => {}
         }
         let mut locked = ledger::locked();
         let p = real(flags);
@@ -187,7 +191,9 @@ impl Hook {
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
-            Admission::Pin => {}
+            // The bytes are given back by hand below when the call fails.
+            Admission::Pin(r) => r.commit(),
+            Admission::Pass => {}
         }
         let mut locked = ledger::locked();
         let rc = real();

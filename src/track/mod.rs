@@ -55,7 +55,10 @@ impl Request {
 }
 
 pub(crate) enum Admission {
-    Pin,
+    /// Pin, with the budget's bytes held for the call.
+    Pin(budget::Reservation),
+    /// The runtime will reject the arguments: its own answer, the budget untouched.
+    Pass,
     Refuse,
     Downgrade,
 }
@@ -151,11 +154,10 @@ impl Hook {
     #[inline]
     pub(crate) fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
         if req == Request::Rejected {
-            budget::force(bytes); // given back when the runtime refuses, as it will
-            return Admission::Pin;
+            return Admission::Pass;
         }
-        if budget::try_reserve(bytes) {
-            return Admission::Pin;
+        if let Some(r) = budget::reserve(bytes) {
+            return Admission::Pin(r);
         }
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => Admission::Downgrade,
@@ -164,7 +166,8 @@ impl Hook {
                 Admission::Refuse
             }
             Policy::Warn => {
-                budget::force(bytes);
+                // More than the figures can hold (SIZE_MAX) is the runtime's to reject.
+                let Some(r) = budget::reserve_over(bytes) else { return Admission::Pass };
                 ledger::count_over_budget(self.t, api, site, bytes);
                 if !site.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -175,9 +178,36 @@ impl Hook {
                         site.id
                     );
                 }
-                Admission::Pin
+                Admission::Pin(r)
             }
         }
+    }
+
+    /// Records a successful pinning call at `addr`. A record already there is one whose release
+    /// pinguard never saw (another route freed it): its figures go, so nothing counts twice.
+    fn record(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
+        if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, false)) {
+            self.forget(&old);
+        }
+        ledger::count_alloc(self.t, api, site, bytes);
+        ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
+    }
+
+    /// Takes a replaced record's figures out of the live levels and the budget.
+    fn forget(&self, old: &Live) {
+        if old.downgraded {
+            ledger::downgraded_live_delta(self.t, -(old.size as i64));
+        } else {
+            ledger::live_delta(self.t, old.api, old.site, -(old.size as i64), -1, self.now());
+            budget::release(old.size);
+        }
+    }
+
+    /// A successful call the budget did not see (arguments pinguard expected the runtime to
+    /// reject): counted from here on, whatever the limit.
+    fn record_unreserved(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
+        budget::force(bytes);
+        self.record(api, addr, bytes, site);
     }
 
     /// `cudaHostAlloc` and friends: the runtime writes the new pointer to `out`.
@@ -201,7 +231,7 @@ impl Hook {
         }) else {
             return real();
         };
-        match admission {
+        let reservation = match admission {
             Admission::Refuse => {
                 self.t.set_errno(self.entry_errno);
                 return oom;
@@ -214,35 +244,42 @@ impl Hook {
                 };
                 unsafe { *out = p };
                 quiet(|| {
-                    ledger::insert(p as usize, self.live(api, bytes, site, true));
+                    if let Some(old) = ledger::insert(p as usize, self.live(api, bytes, site, true)) {
+                        self.forget(&old);
+                    }
                     ledger::count_downgraded(self.t, api, site, bytes);
                     ledger::downgraded_live_delta(self.t, bytes as i64);
                 });
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
-            Admission::Pin => {}
-        }
+            Admission::Pin(r) => Some(r),
+            Admission::Pass => None,
+        };
+        // If `real` unwinds (a cancellation point inside the runtime), the reservation goes back.
         let rc = real();
         let err = self.t.errno();
+        // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
         let p = if rc == ok { unsafe { (*out) as usize } } else { 0 };
-        quiet(|| {
-            if p != 0 {
-                ledger::insert(p, self.live(api, bytes, site, false));
-                ledger::count_alloc(self.t, api, site, bytes);
-                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
-            } else {
-                budget::release(bytes);
+        quiet(|| match (p, reservation) {
+            (0, _) => {
                 if rc != ok {
                     ledger::count_failed(self.t, api);
                 }
             }
+            (p, Some(r)) => {
+                r.commit();
+                self.record(api, p, bytes, site);
+            }
+            (p, None) => self.record_unreserved(api, p, bytes, site),
         });
         self.t.set_errno(err);
         rc
     }
 
-    /// `cudaHostRegister` and friends: pins memory the caller already owns.
+    /// `cudaHostRegister` and friends: pins memory the caller already owns. `already` is the
+    /// API's answer for memory registered twice.
+    #[allow(clippy::too_many_arguments)]
     pub fn register<R: Copy + PartialEq>(
         self,
         api: Api,
@@ -251,10 +288,23 @@ impl Hook {
         req: Request,
         ok: R,
         oom: R,
+        already: R,
         real: impl FnOnce() -> R,
     ) -> R {
         if addr.is_null() || size == 0 {
             return self.untracked(api, ok, real());
+        }
+        // A pointer with a live record is never recorded twice. Registered for real: the runtime
+        // answers (it knows). Downgraded: the runtime never saw it, and answers as it would have
+        // had the first call pinned, without pinning it now.
+        match quiet(|| ledger::live_at(addr as usize)).flatten() {
+            Some(l) if l.downgraded => {
+                quiet(|| ledger::count_failed(self.t, api));
+                self.t.set_errno(self.entry_errno);
+                return already;
+            }
+            Some(_) => return self.untracked(api, ok, real()),
+            None => {}
         }
         let bytes = size as u64;
         let Some((site, admission)) = quiet(|| {
@@ -263,33 +313,34 @@ impl Hook {
         }) else {
             return real();
         };
-        match admission {
+        let reservation = match admission {
             Admission::Refuse => {
                 self.t.set_errno(self.entry_errno);
                 return oom;
             }
             Admission::Downgrade => {
                 quiet(|| {
-                    ledger::insert(addr as usize, self.live(api, bytes, site, true));
+                    if let Some(old) = ledger::insert(addr as usize, self.live(api, bytes, site, true)) {
+                        self.forget(&old);
+                    }
                     ledger::count_downgraded(self.t, api, site, bytes);
                     ledger::downgraded_live_delta(self.t, bytes as i64);
                 });
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
-            Admission::Pin => {}
-        }
+            Admission::Pin(r) => Some(r),
+            Admission::Pass => None,
+        };
         let rc = real();
         let err = self.t.errno();
-        quiet(|| {
-            if rc == ok {
-                ledger::insert(addr as usize, self.live(api, bytes, site, false));
-                ledger::count_alloc(self.t, api, site, bytes);
-                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
-            } else {
-                budget::release(bytes);
-                ledger::count_failed(self.t, api);
+        quiet(|| match (rc == ok, reservation) {
+            (false, _) => ledger::count_failed(self.t, api),
+            (true, Some(r)) => {
+                r.commit();
+                self.record(api, addr as usize, bytes, site);
             }
+            (true, None) => self.record_unreserved(api, addr as usize, bytes, site),
         });
         self.t.set_errno(err);
         rc
@@ -341,7 +392,7 @@ impl Hook {
                         budget::release(l.size);
                         ledger::count_release(self.t);
                     } else {
-                        ledger::insert(addr as usize, l);
+                        let _ = ledger::insert(addr as usize, l);
                         ledger::count_failed(self.t, api);
                     }
                 });

@@ -94,6 +94,8 @@ int main(int argc, char **argv) {
             p = page_buffer(x);
             rc = cudaHostRegister(p, x, (unsigned)y);
             slot = put(p, x);
+        } else if (!strcmp(op, "cuda_register_slot")) {
+            rc = cudaHostRegister(slots[x], slot_size[x], (unsigned)y);
         } else if (!strcmp(op, "cuda_alloc_null")) {
             rc = cudaHostAlloc(NULL, x, (unsigned)y);
         } else if (!strcmp(op, "acl_malloc_null")) {
