@@ -20,11 +20,11 @@ const REG_FLAGS: u32 = 0x1000_0002;
 /// `ACL_HOST_REGISTER_MAPPED`, the one `aclrtHostRegisterType`.
 const REGISTER_MAPPED: c_int = 0;
 
-type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type MallocCfgFn = unsafe extern "C" fn(*mut *mut c_void, u64, *mut c_void) -> c_int;
-type RegisterFn = unsafe extern "C" fn(*mut c_void, u64, c_int, *mut *mut c_void) -> c_int;
-type RegisterV2Fn = unsafe extern "C" fn(*mut c_void, u64, u32) -> c_int;
-type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type MallocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
+type MallocCfgFn = unsafe extern "C-unwind" fn(*mut *mut c_void, u64, *mut c_void) -> c_int;
+type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, u64, c_int, *mut *mut c_void) -> c_int;
+type RegisterV2Fn = unsafe extern "C-unwind" fn(*mut c_void, u64, u32) -> c_int;
+type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
 
 unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
@@ -75,7 +75,7 @@ unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+pub unsafe extern "C-unwind" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
     match real!("aclrtMallocHost").get::<MallocFn>() {
         Some(f) => malloc_host(f, ptr, size),
         None => UNINITIALIZE,
@@ -83,7 +83,7 @@ pub unsafe extern "C" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
     match real!("aclrtMallocHostWithCfg").get::<MallocCfgFn>() {
         Some(f) => malloc_host_with_cfg(f, ptr, size, cfg),
         None => UNINITIALIZE,
@@ -91,7 +91,7 @@ pub unsafe extern "C" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
     match real!("aclrtHostRegister").get::<RegisterFn>() {
         Some(f) => host_register(f, ptr, size, ty, dev),
         None => UNINITIALIZE,
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_in
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int {
+pub unsafe extern "C-unwind" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match real!("aclrtHostRegisterV2").get::<RegisterV2Fn>() {
         Some(f) => host_register_v2(f, ptr, size, flag),
         None => UNINITIALIZE,
@@ -107,7 +107,7 @@ pub unsafe extern "C" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
     match real!("aclrtFreeHost").get::<FreeFn>() {
         Some(f) => free_host(f, ptr),
         None => UNINITIALIZE,
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn aclrtHostUnregister(ptr: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn aclrtHostUnregister(ptr: *mut c_void) -> c_int {
     match real!("aclrtHostUnregister").get::<FreeFn>() {
         Some(f) => host_unregister(f, ptr),
         None => UNINITIALIZE,

@@ -26,13 +26,13 @@ const ALLOC_FLAGS: c_uint = 0x7;
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
 const REGISTER_FLAGS: c_uint = 0xf;
 
-type HostAllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type AllocHostLegacyFn = unsafe extern "C" fn(*mut *mut c_void, c_uint) -> c_int;
-type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int;
-type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
-type GetProcFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
-type GetProcV2Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
+type HostAllocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type AllocHostFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
+type AllocHostLegacyFn = unsafe extern "C-unwind" fn(*mut *mut c_void, c_uint) -> c_int;
+type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, usize, c_uint) -> c_int;
+type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
+type GetProcFn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
+type GetProcV2Fn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
 unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
@@ -154,7 +154,7 @@ slots!(get_proc_slots, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *m
 slots!(get_proc_v2_slots, GetProcV2Fn, get_proc_v2, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int);
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match real!("cuMemHostAlloc").get::<HostAllocFn>() {
         Some(f) => host_alloc(f, pp, size, flags),
         None => NOT_INITIALIZED,
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> c_int {
     match real!("cuMemAllocHost_v2").get::<AllocHostFn>() {
         Some(f) => alloc_host_v2(f, pp, size),
         None => NOT_INITIALIZED,
@@ -170,7 +170,7 @@ pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) ->
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c_int {
     match real!("cuMemAllocHost").get::<AllocHostLegacyFn>() {
         Some(f) => alloc_host_legacy(f, pp, size),
         None => NOT_INITIALIZED,
@@ -178,7 +178,7 @@ pub unsafe extern "C" fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match real!("cuMemHostRegister_v2").get::<RegisterFn>() {
         Some(f) => register_v2(f, p, size, flags),
         None => NOT_INITIALIZED,
@@ -186,7 +186,7 @@ pub unsafe extern "C" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match real!("cuMemHostRegister").get::<RegisterFn>() {
         Some(f) => register_legacy(f, p, size, flags),
         None => NOT_INITIALIZED,
@@ -194,7 +194,7 @@ pub unsafe extern "C" fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemFreeHost(p: *mut c_void) -> c_int {
     match real!("cuMemFreeHost").get::<FreeFn>() {
         Some(f) => free_host(f, p),
         None => NOT_INITIALIZED,
@@ -202,7 +202,7 @@ pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn cuMemHostUnregister(p: *mut c_void) -> c_int {
     match real!("cuMemHostUnregister").get::<FreeFn>() {
         Some(f) => host_unregister(f, p),
         None => NOT_INITIALIZED,
@@ -210,7 +210,7 @@ pub unsafe extern "C" fn cuMemHostUnregister(p: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
+pub unsafe extern "C-unwind" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
     match real!("cuGetProcAddress").get::<GetProcFn>() {
         Some(f) => get_proc(f, symbol, pfn, version, flags),
         None => NOT_INITIALIZED,
@@ -218,7 +218,7 @@ pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
+pub unsafe extern "C-unwind" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
     match real!("cuGetProcAddress_v2").get::<GetProcV2Fn>() {
         Some(f) => get_proc_v2(f, symbol, pfn, version, flags, status),
         None => NOT_INITIALIZED,

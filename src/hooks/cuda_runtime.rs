@@ -22,10 +22,10 @@ const ALLOC_FLAGS: c_uint = 0x7;
 /// `cudaHostRegisterPortable | Mapped | IoMemory | ReadOnly`.
 const REGISTER_FLAGS: c_uint = 0xf;
 
-type AllocFn = unsafe extern "C" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-type MallocFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
-type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> c_int;
-type FreeFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+type AllocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize, c_uint) -> c_int;
+type MallocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
+type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, usize, c_uint) -> c_int;
+type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
 
 unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
@@ -63,7 +63,7 @@ unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match real!("cudaHostAlloc").get::<AllocFn>() {
         Some(f) => host_alloc(f, ptr, size, flags),
         None => INITIALIZATION_ERROR,
@@ -71,7 +71,7 @@ pub unsafe extern "C" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
+pub unsafe extern "C-unwind" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
     match real!("cudaMallocHost").get::<MallocFn>() {
         Some(f) => malloc_host(f, ptr, size),
         None => INITIALIZATION_ERROR,
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match real!("cudaHostRegister").get::<RegisterFn>() {
         Some(f) => host_register(f, ptr, size, flags),
         None => INITIALIZATION_ERROR,
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: 
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
     match real!("cudaFreeHost").get::<FreeFn>() {
         Some(f) => free_host(f, ptr),
         None => INITIALIZATION_ERROR,
@@ -95,7 +95,7 @@ pub unsafe extern "C" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
+pub unsafe extern "C-unwind" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
     match real!("cudaHostUnregister").get::<FreeFn>() {
         Some(f) => host_unregister(f, ptr),
         None => INITIALIZATION_ERROR,

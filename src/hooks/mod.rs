@@ -5,6 +5,12 @@
 //! symbol resolves the real function by name; the *slot wrappers* carry a real function pointer
 //! handed out by `cuGetProcAddress` or `dlsym(handle, ...)`, which may differ from the one found
 //! by name (another copy of the runtime, another ABI version).
+//!
+//! The runtimes' entry points are `extern "C-unwind"`: a real runtime may reach a cancellation
+//! point inside its call (its lazy start opens and reads driver files), and a thread cancelled
+//! there must unwind through the hook to the application exactly as it would without pinguard
+//! (an `extern "C"` function aborts the process instead). The hook's guards give back the
+//! reentrancy flag and any budget reservation on the way.
 
 pub mod acl;
 pub mod cuda_driver;
@@ -40,10 +46,10 @@ macro_rules! slots {
             use super::*;
             use std::sync::atomic::{AtomicUsize, Ordering};
             static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
-            unsafe extern "C" fn s0($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
-            unsafe extern "C" fn s1($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
-            unsafe extern "C" fn s2($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
-            unsafe extern "C" fn s3($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C-unwind" fn s0($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C-unwind" fn s1($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C-unwind" fn s2($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C-unwind" fn s3($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
             pub fn bind(real: usize) -> Option<usize> {
                 let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
                 $crate::hooks::bind(&REALS, &wrappers, real)

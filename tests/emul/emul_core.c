@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "emul.h"
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +137,23 @@ static int table_remove(uintptr_t a, int owned, size_t *size) {
  * figures never under-state what it holds, even for an instant. */
 static int no_pin = -1;
 
+/* EMU_DRIVER_IO=1: every pinning call first reads a driver file, as the real runtime does on its
+ * lazy first use (device nodes, /proc/driver files): that read is a cancellation point, so a
+ * thread with a pending pthread_cancel is cancelled inside the runtime's call. */
+static int driver_io = -1;
+static void maybe_driver_io(void) {
+    if (driver_io < 0) driver_io = getenv("EMU_DRIVER_IO") != NULL;
+    if (!driver_io) return;
+    char buf[64];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (read(fd, buf, sizeof buf) < 0) buf[0] = 0;
+        close(fd);
+    }
+}
+
 static int emu_pin_alloc(size_t size, void **out) {
+    maybe_driver_io();
     if (inject_failure()) return -1;
     if (no_pin < 0) no_pin = getenv("EMU_NO_PIN") != NULL;
     if (no_pin) {
