@@ -144,11 +144,15 @@ fn adopt(t: &Thread) -> &'static Block {
 /// At thread exit. A hook the thread reaches after this (another key's destructor) adopts a block
 /// again, and glibc then runs this destructor once more.
 unsafe extern "C" fn hand_back(p: *mut c_void) {
+    // Inside pinguard while `FREE` is held: a signal handler's hooked call on this thread passes
+    // through instead of waiting for the lock its own thread holds.
+    let was = guard::mark_inside();
     let t = guard::here();
     if t.counters.get() == p as *const Block {
         t.counters.set(std::ptr::null());
     }
     FREE.lock().push(&*(p as *const Block));
+    guard::unmark_inside(was);
 }
 
 fn blocks() -> impl Iterator<Item = &'static Block> {
