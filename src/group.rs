@@ -171,6 +171,7 @@ impl Locked {
 
     /// Gives the share of every member that is gone back to the group.
     fn reclaim_dead(&mut self) -> u64 {
+        self.0.room_scans += 1;
         let me = SLOT.load(Ordering::Relaxed);
         let mut freed = 0;
         for (i, m) in self.0.members.iter_mut().enumerate() {

@@ -4,9 +4,11 @@
 //! architecture; the version, size and magic guard against anything else.
 
 pub const MAGIC: [u8; 8] = *b"PGGROUP\0";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const MAX_MEMBERS: usize = 256;
 pub const EXE_BYTES: usize = 32;
+/// At most one look for dead members per this many milliseconds when the group is full.
+pub const RESCAN_MS: u64 = 100;
 
 /// The group's file name under `/dev/shm`, for a valid group name.
 pub fn path(name: &str) -> String {
@@ -35,6 +37,13 @@ pub struct Header {
     /// Pinned bytes of the whole group, reserved or live: the sum of the members' `bytes`.
     pub used: u64,
     pub peak: u64,
+    /// `CLOCK_MONOTONIC` milliseconds before which a member that needs room does not look for dead
+    /// members again (one look per `RESCAN_MS` for the whole group).
+    pub rescan_after_ms: u64,
+    /// Looks for dead members (each reads every member's `/proc` entry) since the ledger was
+    /// created: when a process joins, and when a member needs room.
+    pub join_scans: u64,
+    pub room_scans: u64,
     pub members: [Member; MAX_MEMBERS],
 }
 
