@@ -5,6 +5,8 @@
  *   fsize GROUP       execs itself as "idle" in GROUP with a 4 KiB file-size limit, so that the
  *                     new image is killed (SIGXFSZ) the moment pinguard sizes the group's ledger
  *   idle              prints "alive"
+ *   try N             makes N cudaHostAlloc calls of 64 KiB, prints how many were refused, and
+ *                     stays a member until its stdin closes
  *   cancel N          a thread makes N refused cudaHostAlloc calls with a cancellation already
  *                     requested; it is cancelled at its own pthread_testcancel afterwards
  */
@@ -73,6 +75,17 @@ int main(int argc, char **argv) {
         printf("alive\n");
         return 0;
     }
+    if (!strcmp(mode, "try") && argc > 2) {
+        int n = atoi(argv[2]), denied = 0;
+        for (int i = 0; i < n; i++)
+            if (cudaHostAlloc(&p, 65536, 0) != 0) denied++;
+        printf("refused=%d\n", denied);
+        fflush(stdout);
+        char line[16];
+        while (fgets(line, sizeof line, stdin)) {
+        }
+        return 0;
+    }
     if (!strcmp(mode, "cancel") && argc > 2) {
         calls = atoi(argv[2]);
         pthread_t t;
@@ -86,6 +99,6 @@ int main(int argc, char **argv) {
         printf("canceled=%d refused=%d\n", ret == PTHREAD_CANCELED, refused);
         return 0;
     }
-    fprintf(stderr, "usage: group_safety exec SIZE | fsize GROUP | cancel N\n");
+    fprintf(stderr, "usage: group_safety exec SIZE | fsize GROUP | try N | cancel N\n");
     return 2;
 }
