@@ -281,3 +281,21 @@ fn a_request_whose_sum_overflows_leaves_the_group_counters_exact() {
     assert_ne!(r.rc(&huge), 0);
     assert_eq!(r.rc("cuda_alloc:1048576"), 0, "{}", r.stderr);
 }
+
+#[test]
+fn a_ledger_other_users_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let g = Group::new("mode");
+    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")];
+    let r = run("scenario", &["cuda_alloc:4096"], &env);
+    assert_eq!(r.rc("cuda_alloc:4096"), 0);
+    assert_eq!(std::fs::metadata(g.path()).unwrap().permissions().mode() & 0o777, 0o600, "created private");
+    // Anyone who may write the file may set the budget or the shares: not a ledger to trust.
+    std::fs::set_permissions(g.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let r = run("scenario", &["cuda_alloc:65536"], &env);
+    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the group budget is not in force");
+    let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_GROUP=")).collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("writable by other users") && lines[0].contains("process budget only"), "{}", lines[0]);
+    assert!(r.report().get("group").is_none());
+}
