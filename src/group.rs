@@ -297,9 +297,21 @@ fn monotonic_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
+/// What `/proc` says of a member's pid.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Proc {
+    /// A process with this start time has the pid.
+    Started(u64),
+    /// No process has the pid.
+    Gone,
+    /// The entry could not be read (this process is out of descriptors, say): no verdict, and a
+    /// member is never taken for dead without one.
+    Unknown,
+}
+
 /// The start time of process `pid` (see `layout::start_ticks`), read with raw system calls into
 /// a stack buffer: no cancellation point, no allocation (it runs under the group lock).
-fn start_ticks(pid: u32) -> Option<u64> {
+fn start_ticks(pid: u32) -> Proc {
     let mut path = [0u8; 48];
     let mut n = 0;
     let mut put = |s: &[u8]| {
@@ -322,19 +334,32 @@ fn start_ticks(pid: u32) -> Option<u64> {
     put(b"/task/");
     put(&digits[d..]);
     put(b"/stat\0");
-    let path = CStr::from_bytes_until_nul(&path).ok()?;
-    let fd = sys::open_read(path).ok()?;
+    let Ok(path) = CStr::from_bytes_until_nul(&path) else { return Proc::Unknown };
+    let gone = |e: c_int| if e == libc::ENOENT || e == libc::ESRCH { Proc::Gone } else { Proc::Unknown };
+    let fd = match sys::open_read(path) {
+        Ok(fd) => fd,
+        Err(e) => return gone(e),
+    };
     // The start time is field 22, within the first few hundred bytes whatever the other fields hold.
     let mut buf = [0u8; 1024];
     let mut len = 0;
+    let mut failed = None;
     while len < buf.len() {
         match sys::read(fd, &mut buf[len..]) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => break,
             Ok(k) => len += k,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         }
     }
     sys::close(fd);
-    layout::parse_start_ticks(&buf[..len])
+    match (layout::parse_start_ticks(&buf[..len]), failed) {
+        (Some(t), _) => Proc::Started(t),
+        (None, Some(e)) => gone(e), // the process exited between the open and the read: ESRCH
+        (None, None) => Proc::Unknown,
+    }
 }
 
 /// The ledger, locked; recovered when its last holder died holding it. Cancellation stays off
@@ -407,7 +432,12 @@ impl Locked {
             if m.pid == 0 || (i == me && self.owns(i)) {
                 continue;
             }
-            if start_ticks(m.pid) != Some(m.start_ticks) {
+            let dead = match start_ticks(m.pid) {
+                Proc::Gone => true,
+                Proc::Started(t) => t != m.start_ticks,
+                Proc::Unknown => false,
+            };
+            if dead {
                 freed = freed.saturating_add(m.bytes);
                 self.vacate(i);
             }
@@ -452,7 +482,7 @@ fn forget_previous_image() {
     let Some(h) = header() else { return };
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
-    let Some(ticks) = start_ticks(pid) else { return };
+    let Proc::Started(ticks) = start_ticks(pid) else { return };
     let Some(mut l) = Locked::new(h) else { return };
     let mut freed = 0u64;
     for i in 0..MAX_MEMBERS {
@@ -485,37 +515,51 @@ fn exe_name(out: &mut [u8; layout::EXE_BYTES]) {
     out[..k].copy_from_slice(&name[..k]);
 }
 
+/// Where this process sits in the group.
+enum Seat {
+    /// Its slot.
+    In(usize),
+    /// Out of the group (every slot was taken when it joined): its own budget only. `true` when
+    /// that was found just now.
+    Out(bool),
+    /// It cannot say when it started (`/proc` unreadable: out of descriptors, say), so it cannot
+    /// be recorded: a member without its start time would be taken for dead by the next look.
+    Unverified,
+}
+
 /// This process's slot, joining the group on first use (and again in a fork child, or when the
 /// slot was lost).
-fn slot(l: &mut Locked) -> Option<usize> {
+fn seat(l: &mut Locked) -> Seat {
     match SLOT.load(Ordering::Relaxed) {
-        NO_SLOT => return None,
+        NO_SLOT => return Seat::Out(false),
         NOT_JOINED => {}
-        s if l.owns(s) => return Some(s),
+        s if l.owns(s) => return Seat::In(s),
         _ => {} // taken from us: join again, with a share of 0 (what we held is no longer booked)
     }
-    l.reclaim_dead(Scan::Join);
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
+    let Proc::Started(ticks) = start_ticks(pid) else { return Seat::Unverified };
+    l.reclaim_dead(Scan::Join);
     let Some(i) = l.h.members.iter().position(|m| m.pid == 0) else {
         SLOT.store(NO_SLOT, Ordering::Relaxed);
-        tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
-        return None;
+        return Seat::Out(true);
     };
     let m: &mut Member = &mut l.h.members[i];
     // SAFETY: `Member` is plain data; all zeroes is a free slot.
     *m = unsafe { std::mem::zeroed() };
     m.pid = pid;
-    m.start_ticks = start_ticks(pid).unwrap_or(0);
+    m.start_ticks = ticks;
     exe_name(&mut m.exe);
     MY_PID.store(pid, Ordering::Relaxed);
     SLOT.store(i, Ordering::Relaxed);
-    Some(i)
+    Seat::In(i)
 }
 
 /// Takes `bytes` from the group's budget if they fit (or whatever the budget, with `force`).
 /// `false`: refused, and nothing was taken; the caller must not release these bytes. A sum past
-/// `u64::MAX` is refused even with `force`. `true` with no ledger or no slot: nothing to refuse.
+/// `u64::MAX` is refused even with `force`, and so is a process that cannot join because it
+/// cannot read its own start time (the group's budget is not to be escaped that way). `true`
+/// with no ledger or no slot: nothing to refuse.
 #[inline]
 pub fn reserve(bytes: u64, force: bool) -> bool {
     match header() {
@@ -527,7 +571,21 @@ pub fn reserve(bytes: u64, force: bool) -> bool {
 #[inline(never)]
 fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
     let Some(mut l) = Locked::new(h) else { return true };
-    let Some(i) = slot(&mut l) else { return true };
+    let i = match seat(&mut l) {
+        Seat::In(i) => i,
+        Seat::Out(now) => {
+            drop(l);
+            if now {
+                tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
+            }
+            return true;
+        }
+        Seat::Unverified => {
+            drop(l);
+            warn_unverified();
+            return false;
+        }
+    };
     let fits = |l: &Locked| l.h.used.checked_add(bytes).is_some_and(|n| n <= l.h.budget);
     let mut freed = 0;
     if !force && !fits(&l) {
@@ -552,6 +610,13 @@ fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
     drop(l);
     log_freed(freed);
     true
+}
+
+fn warn_unverified() {
+    static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !ONCE.swap(true, Ordering::Relaxed) {
+        tracing::warn!("group: this process cannot read its start time in /proc, so it cannot join the group; its pinning calls are refused until it can");
+    }
 }
 
 fn log_freed(freed: u64) {
@@ -616,6 +681,11 @@ fn note(field: impl Fn(&mut Member) -> &mut u64) {
 /// At exit: the process's pinned memory goes with it, and so does its share.
 pub fn leave() {
     let Some(h) = header() else { return };
+    // A vfork child runs in its parent's memory: the slot and its share are the parent's.
+    // SAFETY: no arguments; it cannot fail.
+    if SLOT.load(Ordering::Relaxed) < MAX_MEMBERS && unsafe { libc::getpid() } as u32 != MY_PID.load(Ordering::Relaxed) {
+        return;
+    }
     let i = SLOT.swap(NO_SLOT, Ordering::Relaxed);
     if i >= MAX_MEMBERS {
         return;

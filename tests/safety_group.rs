@@ -299,3 +299,19 @@ fn a_ledger_other_users_can_write_is_refused() {
     assert!(lines[0].contains("writable by other users") && lines[0].contains("process budget only"), "{}", lines[0]);
     assert!(r.report().get("group").is_none());
 }
+
+#[test]
+fn a_member_that_cannot_read_proc_takes_no_share_and_escapes_no_budget() {
+    let g = Group::new("nofile");
+    let (mut holder, _out) = spawn_holder(&g); // 64 KiB of 100 KiB
+    // With no descriptor left, /proc cannot be read: that says nothing of the holder (before, it
+    // was taken for dead and its share given away) nor of this process's own start time (before,
+    // it joined with start time 0 and would have been taken for dead by the next look).
+    let r = run(prog().to_str().unwrap(), &["nofile"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")]);
+    let holder_share = g.members().into_iter().find(|m| m.0 == holder.id()).map(|m| m.1);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(r.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("starved=2 big=2 small=0"), "{}\n{}", r.stdout, r.stderr);
+    assert!(holder_share.is_some_and(|b| b >= 65536), "the holder keeps its share: {holder_share:?}");
+}

@@ -7,6 +7,8 @@
  *   idle              prints "alive"
  *   try N             makes N cudaHostAlloc calls of 64 KiB, prints how many were refused, and
  *                     stays a member until its stdin closes
+ *   nofile            a 64 KiB cudaHostAlloc with no descriptor left (RLIMIT_NOFILE 3), then
+ *                     one of 64 KiB and one of 4 KiB with the limit back
  *   cancel N          a thread makes N refused cudaHostAlloc calls with a cancellation already
  *                     requested; it is cancelled at its own pthread_testcancel afterwards
  */
@@ -86,6 +88,19 @@ int main(int argc, char **argv) {
         }
         return 0;
     }
+    if (!strcmp(mode, "nofile")) {
+        struct rlimit was, none;
+        getrlimit(RLIMIT_NOFILE, &was);
+        none = was;
+        none.rlim_cur = 3;
+        setrlimit(RLIMIT_NOFILE, &none);
+        int starved = cudaHostAlloc(&p, 65536, 0);
+        setrlimit(RLIMIT_NOFILE, &was);
+        int big = cudaHostAlloc(&p, 65536, 0);
+        int small = cudaHostAlloc(&p, 4096, 0);
+        printf("starved=%d big=%d small=%d\n", starved, big, small);
+        return 0;
+    }
     if (!strcmp(mode, "cancel") && argc > 2) {
         calls = atoi(argv[2]);
         pthread_t t;
@@ -99,6 +114,6 @@ int main(int argc, char **argv) {
         printf("canceled=%d refused=%d\n", ret == PTHREAD_CANCELED, refused);
         return 0;
     }
-    fprintf(stderr, "usage: group_safety exec SIZE | fsize GROUP | try N | cancel N\n");
+    fprintf(stderr, "usage: group_safety exec SIZE | fsize GROUP | try N | nofile | cancel N\n");
     return 2;
 }
