@@ -389,9 +389,9 @@ impl Locked {
                 Some(l)
             }
             _ => {
-                drop(nc);
                 MAP.store(std::ptr::null_mut(), Ordering::Release);
                 tracing::warn!("group: the ledger's lock cannot be taken (error {rc}); this process now uses its own budget only");
+                drop(nc);
                 None
             }
         }
@@ -576,6 +576,7 @@ fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
         Seat::Out(now) => {
             drop(l);
             if now {
+                let _nc = sys::NoCancel::new();
                 tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
             }
             return true;
@@ -615,12 +616,14 @@ fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
 fn warn_unverified() {
     static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !ONCE.swap(true, Ordering::Relaxed) {
+        let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
         tracing::warn!("group: this process cannot read its start time in /proc, so it cannot join the group; its pinning calls are refused until it can");
     }
 }
 
 fn log_freed(freed: u64) {
     if freed > 0 {
+        let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
         tracing::info!("group: reclaimed {freed} bytes of members that are gone");
     }
 }
@@ -647,7 +650,10 @@ fn release_in(h: &'static mut Header, bytes: u64) {
     }
     let m = &mut l.h.members[i];
     let Some(share) = m.bytes.checked_sub(bytes) else {
-        tracing::debug!("group: a release of {bytes} bytes exceeds this member's share of {}; ignored", m.bytes);
+        let held = m.bytes;
+        drop(l);
+        let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
+        tracing::debug!("group: a release of {bytes} bytes exceeds this member's share of {held}; ignored");
         return;
     };
     m.bytes = share;
