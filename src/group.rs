@@ -53,8 +53,11 @@ pub fn init(name: &str, budget: Option<u64>, errors: &mut Vec<String>) {
                 }
             }
             let _ = NAME.set(name.to_string());
+            // Before the ledger is this image's to use: no thread can have joined yet, so every
+            // slot with this process's pid and start time is the previous image's.
+            // SAFETY: as above; the mapping is never unmapped.
+            forget_previous_image(unsafe { &mut *h });
             MAP.store(h, Ordering::Release);
-            forget_previous_image();
         }
         Err(why) => errors.push(format!("PINGUARD_GROUP={name:?}: the ledger {path} {why}; running with the process budget only")),
     }
@@ -478,8 +481,7 @@ impl Drop for Locked {
 /// image. A live member with this process's pid and start time is therefore its previous image
 /// (a process is never a member twice), whose pinned memory the kernel released at exec: its
 /// share goes back to the group, and the new image starts with none.
-fn forget_previous_image() {
-    let Some(h) = header() else { return };
+fn forget_previous_image(h: &'static mut Header) {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
     let Proc::Started(ticks) = start_ticks(pid) else { return };
