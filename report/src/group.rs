@@ -4,9 +4,11 @@
 //! architecture; the version, size and magic guard against anything else.
 
 pub const MAGIC: [u8; 8] = *b"PGGROUP\0";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const MAX_MEMBERS: usize = 256;
 pub const EXE_BYTES: usize = 32;
+/// At most one look for dead members per this many milliseconds when the group is full.
+pub const RESCAN_MS: u64 = 100;
 
 /// The group's file name under `/dev/shm`, for a valid group name.
 pub fn path(name: &str) -> String {
@@ -35,6 +37,13 @@ pub struct Header {
     /// Pinned bytes of the whole group, reserved or live: the sum of the members' `bytes`.
     pub used: u64,
     pub peak: u64,
+    /// `CLOCK_MONOTONIC` milliseconds before which a member that needs room does not look for dead
+    /// members again (one look per `RESCAN_MS` for the whole group).
+    pub rescan_after_ms: u64,
+    /// Looks for dead members (each reads every member's `/proc` entry) since the ledger was
+    /// created: when a process joins, and when a member needs room.
+    pub join_scans: u64,
+    pub room_scans: u64,
     pub members: [Member; MAX_MEMBERS],
 }
 
@@ -79,10 +88,49 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
 /// Reads the process's start time from its main thread's `stat`; `None` when it is gone. The
 /// task path, not `/proc/PID/stat`: qemu-user answers a process's reads of its own
 /// `/proc/PID/stat` with a made-up file (start time 0), so under emulation a member would record
-/// a start time that every other member reads differently, and be reclaimed as dead.
+/// a start time that every other member reads differently, and be reclaimed as dead. For the CLI:
+/// the library reads the same file with raw system calls (no cancellation point, no allocation)
+/// and parses it with `parse_start_ticks`.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/stat")).ok()?;
+    parse_start_ticks(&std::fs::read(format!("/proc/{pid}/task/{pid}/stat")).ok()?)
+}
+
+/// The start time (field 22) of a `/proc/PID/stat` line, or of its first part: the field ends
+/// within the first few hundred bytes.
+pub fn parse_start_ticks(stat: &[u8]) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = stat.get(close + 1..)?;
+    let field = rest.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty()).nth(19)?;
+    // A field cut short by the end of the buffer is a prefix of digits: it must be followed by
+    // more text to be whole.
+    let end = field.as_ptr() as usize - rest.as_ptr() as usize + field.len();
+    if end >= rest.len() {
+        return None;
+    }
+    let mut v: u64 = 0;
+    for &b in field {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_start_ticks;
+
+    #[test]
+    fn start_ticks_are_field_22_counted_from_the_last_parenthesis() {
+        let line = b"4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0\n";
+        assert_eq!(parse_start_ticks(line), Some(987654));
+        // Cut inside the field: not a start time.
+        let cut = b"1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 98";
+        assert_eq!(parse_start_ticks(cut), None);
+        assert_eq!(parse_start_ticks(b"1 (x) S 1 1"), None);
+        assert_eq!(parse_start_ticks(b"no paren"), None);
+        assert_eq!(parse_start_ticks(b"1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99999999999999999999999 1"), None);
+    }
 }

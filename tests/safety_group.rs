@@ -1,0 +1,317 @@
+//! The group ledger never harms its members: an exec'd member starts afresh, a member killed while
+//! creating the ledger leaves nothing behind, a full group does bounded work per refused call, a
+//! thread cancelled inside a group reservation is not aborted, and the counters never saturate.
+
+mod common;
+use common::*;
+use pinguard_report::group::{self as layout, Header};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Stdio};
+
+/// tests/progs/group_safety.c, built once (the tests run in parallel).
+fn prog() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let f = fixtures();
+            let o = f.dir.join("group_safety").to_string_lossy().into_owned();
+            let src = root().join("tests/progs/group_safety.c").to_string_lossy().into_owned();
+            let libdir = f.dir.to_string_lossy().into_owned();
+            cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+            PathBuf::from(o)
+        })
+        .clone()
+}
+
+/// A group name no other test run uses; its ledger (and anything named after it) removed before
+/// and after.
+struct Group(String);
+impl Group {
+    fn new(tag: &str) -> Group {
+        let g = Group(format!("test-safety-{tag}-{}", std::process::id()));
+        g.remove_all();
+        g
+    }
+    fn path(&self) -> String {
+        layout::path(&self.0)
+    }
+    /// Every file in the ledger's directory whose name starts with the ledger's.
+    fn files(&self) -> Vec<String> {
+        let path = self.path();
+        let (dir, base) = path.rsplit_once('/').unwrap();
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(base))
+            .collect();
+        v.sort();
+        v
+    }
+    fn remove_all(&self) {
+        let path = self.path();
+        let dir = path.rsplit_once('/').unwrap().0.to_string();
+        for n in self.files() {
+            let _ = std::fs::remove_file(format!("{dir}/{n}"));
+        }
+    }
+    fn header(&self) -> Header {
+        let b = std::fs::read(self.path()).unwrap();
+        assert_eq!(b.len(), layout::SIZE);
+        // SAFETY: the buffer holds SIZE bytes of a ledger written on this host; Header is plain
+        // data (the mutex is only copied, never used).
+        unsafe { std::ptr::read_unaligned(b.as_ptr() as *const Header) }
+    }
+    fn members(&self) -> Vec<(u32, u64)> {
+        self.header().members.iter().filter(|m| m.pid != 0).map(|m| (m.pid, m.bytes)).collect()
+    }
+}
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.remove_all();
+    }
+}
+
+fn env_cleared(cmd: &mut std::process::Command) {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
+            cmd.env_remove(k);
+        }
+    }
+}
+
+/// `churn` in the group: keeps 64 KiB pinned (of a 100 KiB group budget) until killed.
+fn spawn_holder(g: &Group) -> (Child, BufReader<ChildStdout>) {
+    let f = fixtures();
+    let mut cmd = program(&f.dir.join("churn"), Some(f.lib.as_os_str()));
+    env_cleared(&mut cmd);
+    let mut child = cmd
+        .env("PINGUARD_GROUP", &g.0)
+        .env("PINGUARD_GROUP_BUDGET", "100K")
+        .env("PINGUARD_REPORT", fresh_dir("holder").join("r.%p.json"))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    (child, out)
+}
+
+#[test]
+fn an_exec_d_member_starts_with_a_share_of_zero() {
+    let g = Group::new("exec");
+    let f = fixtures();
+    let size = (1536 * 1024).to_string();
+    let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
+    env_cleared(&mut cmd);
+    let mut child = cmd
+        .args(["exec", &size])
+        .env("PINGUARD_GROUP", &g.0)
+        .env("PINGUARD_GROUP_BUDGET", "2M")
+        .env("PINGUARD_REPORT", fresh_dir("exec").join("r.%p.json"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = Vec::new();
+    for _ in 0..3 {
+        let mut l = String::new();
+        out.read_line(&mut l).unwrap();
+        lines.push(l.trim().to_string());
+    }
+    // Read while the new image holds its share.
+    let members = g.members();
+    let used = g.header().used;
+    child.stdin.take().unwrap().write_all(b"done\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(lines[0], "first rc=0");
+    assert_eq!(lines[1], "second rc=0", "the new image is refused: the old image's share is still booked ({lines:?})");
+    assert_eq!(lines[2], "ready");
+    assert_eq!(members, vec![(pid, 1536 * 1024)], "one member, the new image, with its own share only");
+    assert_eq!(used, 1536 * 1024);
+    assert_eq!(g.header().used, 0, "and it leaves at exit");
+}
+
+#[test]
+fn a_member_killed_while_creating_the_ledger_leaves_no_file() {
+    let g = Group::new("fsize");
+    let f = fixtures();
+    // The program execs itself into the group with a 4 KiB file-size limit: the kernel kills the
+    // new image with SIGXFSZ when pinguard sizes the ledger's file (about 20 KiB), that is after
+    // the file exists and before it is published, the moment a kill leaves most behind.
+    let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
+    env_cleared(&mut cmd);
+    let out = cmd.args(["fsize", &g.0]).env("PINGUARD_REPORT", fresh_dir("fsize").join("r.%p.json")).output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc_sigxfsz()), "killed while sizing the ledger: {out:?}");
+    assert_eq!(g.files(), Vec::<String>::new(), "nothing of the ledger is left behind");
+    // And the next member creates the ledger as if nothing had happened.
+    let r = run("scenario", &["cuda_alloc:4096"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")]);
+    assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
+    assert_eq!(g.files(), vec![g.path().rsplit_once('/').unwrap().1.to_string()]);
+}
+
+fn libc_sigxfsz() -> i32 {
+    25 // SIGXFSZ on x86-64 and aarch64
+}
+
+#[test]
+fn stale_temporary_ledgers_of_dead_creators_are_removed() {
+    let g = Group::new("stale");
+    // A creator that died (an older pinguard named its temporary file after its pid) and one that
+    // is alive (this test): only the dead one's file goes.
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = dead.id();
+    dead.wait().unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    let stale = format!("{}.{dead_pid}.tmp", g.path());
+    let live = format!("{}.{}.tmp", g.path(), std::process::id());
+    for p in [&stale, &live] {
+        let file = std::fs::File::create(p).unwrap();
+        file.set_modified(old).unwrap();
+    }
+    let r = run("scenario", &["cuda_alloc:4096"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")]);
+    assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
+    assert!(std::path::Path::new(&g.path()).exists());
+    assert!(!std::path::Path::new(&stale).exists(), "the dead creator's file is removed: {:?}", g.files());
+    assert!(std::path::Path::new(&live).exists(), "a live creator's file is left alone");
+}
+
+#[test]
+fn a_full_group_looks_for_dead_members_a_bounded_number_of_times() {
+    let g = Group::new("scan");
+    let (mut holder, _out) = spawn_holder(&g);
+    let f = fixtures();
+    // 120 members at once, each making 20 calls that the full group refuses. Before, every refusal
+    // read every member's /proc entry under the group's lock (2,400 walks of up to 121 entries).
+    const PROCS: usize = 120;
+    const CALLS: usize = 20;
+    let before = g.header();
+    let start = std::time::Instant::now();
+    let mut members: Vec<Child> = (0..PROCS)
+        .map(|_| {
+            let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
+            env_cleared(&mut cmd);
+            cmd.args(["try", &CALLS.to_string()])
+                .env("PINGUARD_GROUP", &g.0)
+                .env("PINGUARD_DEPTH", "0")
+                .env("PINGUARD_REPORT", fresh_dir("scan").join("r.%p.json"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut refused = 0;
+    for m in &mut members {
+        let mut line = String::new();
+        BufReader::new(m.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        refused += line.trim().strip_prefix("refused=").unwrap_or_else(|| panic!("{line:?}")).parse::<usize>().unwrap();
+    }
+    let elapsed_ms = start.elapsed().as_millis() as u64;
+    let during = g.header();
+    for m in &mut members {
+        drop(m.stdin.take());
+    }
+    for mut m in members {
+        assert!(m.wait().unwrap().success());
+    }
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(refused, PROCS * CALLS, "every call was over the group budget");
+    assert_eq!(during.members.iter().filter(|m| m.pid != 0).count(), PROCS + 1, "all were members at once");
+    let joins = during.join_scans - before.join_scans;
+    let rooms = during.room_scans - before.room_scans;
+    eprintln!("{PROCS} members, {refused} refused calls in {elapsed_ms} ms: {joins} looks for dead members at join, {rooms} for room");
+    assert!(joins <= PROCS as u64, "{joins} looks at join for {PROCS} processes");
+    // Group-wide, at most one look for room per interval, however many members and calls (the
+    // bound grows with the time taken, so a slow machine cannot fail it).
+    let bound = 2 + elapsed_ms / layout::RESCAN_MS;
+    assert!(rooms <= bound, "{rooms} looks for room in {elapsed_ms} ms (at most {bound}) for {refused} refused calls");
+}
+
+#[test]
+fn a_thread_cancelled_inside_a_group_reservation_is_cancelled_not_aborted() {
+    let g = Group::new("cancel");
+    let (mut holder, _out) = spawn_holder(&g);
+    // The worker's first pinning call joins the group, which reads the holder's /proc entry, and
+    // each refused one may look for dead members: with a cancellation pending, a cancellation
+    // point there would unwind through pinguard.
+    let r = run(prog().to_str().unwrap(), &["cancel", "50"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(r.success(), "the process died: {:?}\n{}", r.out.status, r.stderr);
+    assert!(r.stdout.contains("canceled=1 refused=50"), "{}\n{}", r.stdout, r.stderr);
+}
+
+#[test]
+fn a_request_whose_sum_overflows_leaves_the_group_counters_exact() {
+    let max = u64::MAX.to_string();
+    let huge_bad_flags = format!("cuda_alloc:{max}:999"); // the runtime rejects it (invalid flags)
+    let huge = format!("cuda_alloc:{max}");
+    for policy in ["error", "warn", "downgrade"] {
+        let g = Group::new(&format!("overflow-{policy}"));
+        let dir = fresh_dir("overflow");
+        let report = dir.join("mid.json");
+        let report_op = format!("report:{}", report.display());
+        let ops = ["cuda_alloc:524288", &huge_bad_flags, &huge, "cuda_alloc:524288:1", "cuda_alloc:4096", &report_op];
+        let r = run("scenario", &ops, &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M"), ("PINGUARD_POLICY", policy)]);
+        assert!(r.success(), "{policy}: {}", r.stderr);
+        assert_eq!(r.rc("cuda_alloc:524288"), 0, "{policy}");
+        assert_eq!(r.rc(&huge_bad_flags), 1, "{policy}: the runtime's own answer");
+        assert_eq!(r.rc("cuda_alloc:524288:1"), 0, "{policy}: the rest of the budget is there");
+        let used = read_json(&report)["group"]["used_bytes"].as_u64().unwrap();
+        match policy {
+            "error" => {
+                assert_eq!(r.rc("cuda_alloc:4096"), 2, "{policy}: the group is full, and knows it");
+                assert_eq!(used, 1 << 20, "{policy}");
+            }
+            "downgrade" => assert_eq!(used, 1 << 20, "{policy}: the 4 KiB were downgraded"),
+            _ => assert_eq!(used, (1 << 20) + 4096, "{policy}: the live bytes, no more, no less"),
+        }
+        assert_eq!(g.header().used, 0, "{policy}: the member left");
+    }
+    // The case: nothing else live, the huge request, then the whole budget.
+    let g = Group::new("overflow-alone");
+    let r = run("scenario", &[&huge, "cuda_alloc:1048576"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")]);
+    assert_ne!(r.rc(&huge), 0);
+    assert_eq!(r.rc("cuda_alloc:1048576"), 0, "{}", r.stderr);
+}
+
+#[test]
+fn a_ledger_other_users_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let g = Group::new("mode");
+    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")];
+    let r = run("scenario", &["cuda_alloc:4096"], &env);
+    assert_eq!(r.rc("cuda_alloc:4096"), 0);
+    assert_eq!(std::fs::metadata(g.path()).unwrap().permissions().mode() & 0o777, 0o600, "created private");
+    // Anyone who may write the file may set the budget or the shares: not a ledger to trust.
+    std::fs::set_permissions(g.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let r = run("scenario", &["cuda_alloc:65536"], &env);
+    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the group budget is not in force");
+    let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_GROUP=")).collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("writable by other users") && lines[0].contains("process budget only"), "{}", lines[0]);
+    assert!(r.report().get("group").is_none());
+}
+
+#[test]
+fn a_member_that_cannot_read_proc_takes_no_share_and_escapes_no_budget() {
+    let g = Group::new("nofile");
+    let (mut holder, _out) = spawn_holder(&g); // 64 KiB of 100 KiB
+    // With no descriptor left, /proc cannot be read: that says nothing of the holder (before, it
+    // was taken for dead and its share given away) nor of this process's own start time (before,
+    // it joined with start time 0 and would have been taken for dead by the next look).
+    let r = run(prog().to_str().unwrap(), &["nofile"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")]);
+    let holder_share = g.members().into_iter().find(|m| m.0 == holder.id()).map(|m| m.1);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(r.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("starved=2 big=2 small=0"), "{}\n{}", r.stdout, r.stderr);
+    assert!(holder_share.is_some_and(|b| b >= 65536), "the holder keeps its share: {holder_share:?}");
+}
