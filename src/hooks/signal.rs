@@ -429,6 +429,10 @@ unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, c
 /// The report signal's one-shot choice (`SA_RESETHAND`, which pinguard keeps out of the kernel
 /// so that its own handler stays): the first delivery turns the choice into the default and calls
 /// the handler; a delivery racing with it on another thread does not call it again.
+/// Out of line: its lock and copies stay off the trampoline's frame, which may sit on a small
+/// alternate stack.
+#[cold]
+#[inline(never)]
 fn reset_once(sig: usize, h: libc::sighandler_t) -> bool {
     let _w = Writer::lock();
     let Some(c) = choice(sig) else { return false };
