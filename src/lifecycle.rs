@@ -4,8 +4,23 @@
 use crate::config::Config;
 use crate::guard::{self, Reentry, Thread};
 use crate::{budget, callsite, kernel, ledger, log, report};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
+
+/// The signal hooks (`hooks::signal`), or, in the builds without hooks (unit tests, fuzzing),
+/// what stands for them.
+#[cfg(not(any(test, feature = "fuzzing")))]
+pub(crate) use crate::hooks::signal as signals;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod signals {
+    pub fn take_over(_sig: i32) {}
+    pub fn recheck() {}
+    pub fn prepare() {}
+    pub fn after_fork_child() {}
+    pub fn in_handler() -> bool {
+        false
+    }
+}
 
 const UNINIT: u8 = 0;
 const RUNNING: u8 = 1;
@@ -16,6 +31,23 @@ static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 static START_MS: AtomicU64 = AtomicU64::new(0);
 static EXIT_DONE: AtomicBool = AtomicBool::new(false);
+/// The process whose memory holds pinguard's state: the one that started it, or a fork child
+/// (set in its fork handler). A `vfork` child shares that memory but is another process.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// The caller's pid from the kernel: glibc caches no pid, but a raw call also holds in a child
+/// made by `clone` or `vfork`.
+fn current_pid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// Whether this process owns pinguard's state (true before start-up, when there is none yet).
+/// One system call.
+pub fn owns_state() -> bool {
+    let owner = OWNER.load(Ordering::Relaxed);
+    owner == 0 || owner == current_pid()
+}
 
 /// The constructor. It runs after the constructors of libraries loaded before pinguard, which may
 /// already pin: the hooks therefore also initialise lazily.
@@ -53,6 +85,9 @@ fn init_once() -> Option<&'static Config> {
             OFF => return None,
             UNINIT => {
                 if STATE.compare_exchange(UNINIT, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                    // Set-up reads files and may wait: a cancellation requested meanwhile waits
+                    // for the application's own next cancellation point.
+                    let _nc = crate::sys::NoCancel::new();
                     let on = std::panic::catch_unwind(init).unwrap_or(false);
                     STATE.store(if on { READY } else { OFF }, Ordering::Release);
                 }
@@ -64,6 +99,7 @@ fn init_once() -> Option<&'static Config> {
 }
 
 fn init() -> bool {
+    OWNER.store(current_pid(), Ordering::Relaxed);
     START_MS.store(guard::unix_ms(), Ordering::Relaxed);
     let vars: Vec<(String, Option<String>)> = std::env::vars_os()
         .filter_map(|(k, v)| {
@@ -85,6 +121,11 @@ fn init() -> bool {
     budget::set_limit(cfg.budget);
     report::init_template(cfg.report.as_deref());
     crate::resolve::own_range();
+    // The real functions the exit and signal paths call, found now rather than from inside a
+    // signal handler or a vfork child.
+    signals::prepare();
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    crate::hooks::exit::prepare();
     let _ = CONFIG.set(cfg);
     if let Some(cfg) = CONFIG.get() {
         crate::reporter::start(cfg);
@@ -117,6 +158,20 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     }
 }
 
+/// Whether the signal hooks wrap the application's handlers: not once pinguard is disabled
+/// (`PINGUARD_DISABLE`), which before start-up is read from the environment without allocating.
+pub fn wraps_signals() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        READY => true,
+        OFF => false,
+        _ => unsafe {
+            // SAFETY: getenv reads the environment; the result is NUL-terminated or null.
+            let off = libc::getenv(c"PINGUARD_DISABLE".as_ptr());
+            off.is_null() || !matches!(std::ffi::CStr::from_ptr(off).to_bytes(), b"1" | b"true" | b"yes")
+        },
+    }
+}
+
 pub fn config() -> Option<&'static Config> {
     CONFIG.get()
 }
@@ -132,11 +187,15 @@ extern "C" fn at_exit() {
     guard::set_errno(e);
 }
 
-/// Exactly one exit report per process, whichever way it ends.
+/// Exactly one exit report per process, whichever way it ends; none in a process that does not
+/// own pinguard's state (a `vfork` child, or a child of a raw `clone`), whose flags, report and
+/// group share would be its parent's.
 fn exit_report() {
-    if STATE.load(Ordering::Acquire) != READY || EXIT_DONE.swap(true, Ordering::AcqRel) {
+    if STATE.load(Ordering::Acquire) != READY || !owns_state() || EXIT_DONE.swap(true, Ordering::AcqRel) {
         return;
     }
+    // Writing reads and writes files: never a cancellation point inside pinguard.
+    let _nc = crate::sys::NoCancel::new();
     if ledger::touched() {
         let _ = std::panic::catch_unwind(report::write_exit);
     } else {
@@ -151,40 +210,24 @@ fn exit_report() {
 }
 
 /// From the `_exit`/`_Exit` hooks. A signal handler that calls `_exit` may have interrupted code
-/// holding malloc's or the loader's locks, and writing a report takes both: when a signal with a
-/// handler is blocked on this thread (which is what running inside its handler looks like),
-/// pinguard leaves the report to the last snapshot rather than risk hanging the exit.
+/// holding malloc's or the loader's locks, and writing a report takes both: from inside a
+/// handler, pinguard leaves the report to the last snapshot rather than risk hanging the exit.
+/// Whether this is inside a handler is `hooks::signal::in_handler`'s exact answer, not a guess
+/// from the blocked signals (a program may block a handled signal and exit normally).
 pub fn exit_report_from_exit_call() {
     let Some(_r) = Reentry::enter() else { return };
-    if STATE.load(Ordering::Acquire) != READY || EXIT_DONE.load(Ordering::Acquire) || !ledger::touched() {
+    if STATE.load(Ordering::Acquire) != READY || !owns_state() || EXIT_DONE.load(Ordering::Acquire) || !ledger::touched() {
         return;
     }
-    if in_signal_handler() {
+    // The line below and the report are I/O: no cancellation acted on inside pinguard (the
+    // state change is a compare-and-swap in glibc, safe in a handler too).
+    let _nc = crate::sys::NoCancel::new();
+    if signals::in_handler() {
         EXIT_DONE.store(true, Ordering::Release);
         log::write_stderr("pinguard: _exit called from a signal handler; exit report not written (the last snapshot stands)\n");
         return;
     }
     exit_report();
-}
-
-/// Whether a signal that has a handler is blocked on this thread: true inside that handler.
-/// Only async-signal-safe calls.
-fn in_signal_handler() -> bool {
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut set) != 0 {
-            return false;
-        }
-        (1..=libc::SIGRTMAX()).any(|sig| {
-            if libc::sigismember(&set, sig) != 1 {
-                return false;
-            }
-            let mut act: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(sig, std::ptr::null(), &mut act) == 0
-                && act.sa_sigaction != libc::SIG_DFL
-                && act.sa_sigaction != libc::SIG_IGN
-        })
-    }
 }
 
 /// Fork: every lock pinguard has, and the gate in front of the loader's lock, are taken before
@@ -222,6 +265,8 @@ extern "C" fn fork_child() {
         crate::python::release(true);
         report::release(true);
     }
+    OWNER.store(current_pid(), Ordering::Relaxed);
+    signals::after_fork_child();
     budget::reset();
     guard::forget_tid();
     crate::reporter::after_fork_child(CONFIG.get());

@@ -1,105 +1,64 @@
 //! Snapshots while the process runs: a background thread rewrites the report every
 //! `PINGUARD_INTERVAL`, and on `PINGUARD_SIGNAL`.
 //!
-//! The signal handler only writes one byte to a pipe (async-signal-safe) and chains to the
-//! handler that was there before; the thread, blocked in `poll` on that pipe, does the writing.
-//! Applications usually install their own handlers in `main`, after pinguard's start-up: the
-//! thread checks every second and puts pinguard's handler back in front, chaining to theirs.
+//! No descriptor lives longer than one report write: the process may close every descriptor
+//! (`close_range`, as daemons and launchers do) and reuse the numbers, and a fork child's
+//! descriptors are its own. The signal handler (`hooks::signal`'s trampoline) bumps a futex word
+//! and wakes it, both async-signal-safe; the thread waits on that word, with a timeout for the
+//! interval and for the periodic look at the signal's disposition.
 
 use crate::config::Config;
 use crate::guard::Reentry;
+use crate::lifecycle::signals;
 use crate::{ledger, log, report};
 use pinguard_report::Reason;
-use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-static WAKE_READ: AtomicI32 = AtomicI32::new(-1);
-static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
+/// Bumped once per report signal, by the handler.
+static WAKE: AtomicU32 = AtomicU32::new(0);
+/// The value of `WAKE` the thread last acted on.
+static SEEN: AtomicU32 = AtomicU32::new(0);
 /// Set in a fork child, whose copy of the process has no reporter thread.
 static RESTART: AtomicBool = AtomicBool::new(false);
-/// The handler to chain to: two slots and an index, so the handler never reads a half-written one.
-static mut PREVIOUS: [Option<libc::sigaction>; 2] = [None, None];
-static PREVIOUS_SLOT: AtomicUsize = AtomicUsize::new(0);
-static SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// How often the thread looks for a disposition set behind every wrapper (the raw system call).
 const RECHECK_MS: u64 = 1000;
 
 fn wanted(cfg: &Config) -> bool {
     cfg.interval_ms.is_some() || cfg.signal.is_some()
 }
 
-/// At start-up: the pipe, the signal handler, the thread.
+/// At start-up: the signal's handler, the thread.
 pub fn start(cfg: &'static Config) {
     if !wanted(cfg) {
         return;
     }
     if let Some(sig) = cfg.signal {
-        if !make_pipe() {
-            log::write_stderr("pinguard: cannot create a pipe; no report on a signal\n");
-        } else {
-            SIGNAL.store(sig, Ordering::Relaxed);
-            ensure_installed();
-        }
+        signals::take_over(sig);
     }
     spawn(cfg);
 }
 
-fn make_pipe() -> bool {
-    let mut fds = [-1 as c_int; 2];
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return false;
-    }
-    WAKE_READ.store(fds[0], Ordering::Relaxed);
-    WAKE_WRITE.store(fds[1], Ordering::Relaxed);
-    true
-}
-
-/// Puts pinguard's handler in front if it is not there, remembering the one it replaces.
-fn ensure_installed() {
-    let sig = SIGNAL.load(Ordering::Relaxed);
-    if sig == 0 {
-        return;
-    }
+/// From the signal handler: async-signal-safe (an atomic add and one system call, errno kept).
+pub fn wake_from_signal() {
+    WAKE.fetch_add(1, Ordering::Release);
+    // SAFETY: FUTEX_WAKE on a static word of this process; it touches no other memory.
     unsafe {
-        let mut cur: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(sig, std::ptr::null(), &mut cur) != 0 || cur.sa_sigaction == on_signal as *const () as usize {
-            return;
-        }
-        let next = 1 - PREVIOUS_SLOT.load(Ordering::Relaxed);
-        (*std::ptr::addr_of_mut!(PREVIOUS))[next] = Some(cur);
-        PREVIOUS_SLOT.store(next, Ordering::Release);
-        let mut act: libc::sigaction = std::mem::zeroed();
-        act.sa_sigaction = on_signal as *const () as usize;
-        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-        libc::sigemptyset(&mut act.sa_mask);
-        libc::sigaction(sig, &act, std::ptr::null_mut());
+        let e = *libc::__errno_location();
+        libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, 0usize, 0usize, 0u32);
+        *libc::__errno_location() = e;
     }
 }
 
-extern "C" fn on_signal(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+/// Waits until `WAKE` is no longer `seen`, or `timeout` passes (forever without one). A wake
+/// between the caller's load and this call is not lost: the kernel compares the word first.
+fn wait(seen: u32, timeout: Option<Duration>) {
+    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as _ });
+    let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT on a static word; `tp` is null or points to a live timespec. A raw
+    // system call: no cancellation point (this thread is pinguard's, but the rule holds).
     unsafe {
-        let saved = *libc::__errno_location();
-        let fd = WAKE_WRITE.load(Ordering::Relaxed);
-        if fd >= 0 {
-            let b = 1u8;
-            libc::write(fd, &b as *const u8 as *const c_void, 1);
-        }
-        *libc::__errno_location() = saved;
-        // The application's own handler still runs; SIG_DFL and SIG_IGN are left out (a report
-        // signal that killed the process would defeat its purpose).
-        let slot = PREVIOUS_SLOT.load(Ordering::Acquire);
-        if let Some(prev) = (*std::ptr::addr_of!(PREVIOUS))[slot] {
-            let h = prev.sa_sigaction;
-            if h != libc::SIG_DFL && h != libc::SIG_IGN {
-                if prev.sa_flags & libc::SA_SIGINFO != 0 {
-                    let f: extern "C" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(h);
-                    f(sig, info, ctx);
-                } else {
-                    let f: extern "C" fn(c_int) = std::mem::transmute(h);
-                    f(sig);
-                }
-            }
-        }
+        libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, tp, 0usize, 0u32);
     }
 }
 
@@ -115,26 +74,27 @@ fn run(cfg: &'static Config) {
     let Some(_r) = Reentry::enter() else { return };
     let interval = cfg.interval_ms.map(Duration::from_millis);
     let mut due = interval.map(|i| Instant::now() + i);
+    let recheck = cfg.signal.map(|_| Duration::from_millis(RECHECK_MS));
     loop {
-        ensure_installed();
-        let fd = WAKE_READ.load(Ordering::Relaxed);
-        let mut wait = if fd >= 0 { Some(Duration::from_millis(RECHECK_MS)) } else { None };
-        if let Some(d) = due {
-            let left = d.saturating_duration_since(Instant::now());
-            wait = Some(wait.map_or(left, |w| w.min(left)));
+        if recheck.is_some() {
+            signals::recheck();
         }
-        let timeout = wait.map_or(-1, |w| w.as_millis().min(i32::MAX as u128) as c_int);
-        let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
-        let n = unsafe { libc::poll(&mut p, (fd >= 0) as libc::nfds_t, timeout) };
-        let reason = if n > 0 && p.revents & libc::POLLIN != 0 {
-            let mut buf = [0u8; 64];
-            while unsafe { libc::read(fd, buf.as_mut_ptr() as *mut c_void, buf.len()) } > 0 {}
+        let now_word = WAKE.load(Ordering::Acquire);
+        let reason = if now_word != SEEN.load(Ordering::Relaxed) {
+            // Signals that arrive while this report is written make one more report, not one each.
+            SEEN.store(now_word, Ordering::Relaxed);
             Reason::Signal
-        } else if n >= 0 && due.is_some_and(|d| Instant::now() >= d) {
+        } else if due.is_some_and(|d| Instant::now() >= d) {
             due = interval.map(|i| Instant::now() + i);
             Reason::Interval
         } else {
-            continue; // a re-check of the handler, or EINTR
+            let left = due.map(|d| d.saturating_duration_since(Instant::now()));
+            let timeout = match (recheck, left) {
+                (Some(r), Some(l)) => Some(r.min(l)),
+                (r, l) => r.or(l),
+            };
+            wait(now_word, timeout);
+            continue; // woken, timed out, or interrupted: look again
         };
         if reason == Reason::Signal || ledger::touched() {
             if let Err(e) = std::panic::catch_unwind(|| report::write(reason, None)).unwrap_or(Err("panicked".into())) {
@@ -145,23 +105,14 @@ fn run(cfg: &'static Config) {
     }
 }
 
-/// After `fork`, in the child: a pipe of its own (the parent's would also wake the parent), and a
-/// thread started by the next hook call (threads are not copied by `fork`).
+/// After `fork`, in the child: a signal the parent had not yet acted on is the parent's; the
+/// thread is started by the next hook call (threads are not copied by `fork`). No descriptor is
+/// closed or created here: the child's descriptors are all its own.
 pub fn after_fork_child(cfg: Option<&Config>) {
     if !cfg.is_some_and(wanted) {
         return;
     }
-    let (r, w) = (WAKE_READ.load(Ordering::Relaxed), WAKE_WRITE.load(Ordering::Relaxed));
-    if r >= 0 {
-        unsafe {
-            libc::close(r);
-            libc::close(w);
-        }
-        if !make_pipe() {
-            WAKE_READ.store(-1, Ordering::Relaxed);
-            WAKE_WRITE.store(-1, Ordering::Relaxed);
-        }
-    }
+    SEEN.store(WAKE.load(Ordering::Relaxed), Ordering::Relaxed);
     RESTART.store(true, Ordering::Relaxed);
 }
 

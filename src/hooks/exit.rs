@@ -1,14 +1,32 @@
 //! `_exit` and `_Exit`: the process ends without running `atexit` handlers (Python's `os._exit`,
-//! forked workers, many daemons), so the exit report is written here.
+//! forked workers, many daemons), so the exit report is written here, by the process that owns
+//! pinguard's state only (a `vfork` child calls `_exit` in its parent's memory: see
+//! `lifecycle::exit_report_from_exit_call`).
 
 use crate::lifecycle;
+use crate::resolve::Real;
 use std::os::raw::c_int;
 
 type ExitFn = unsafe extern "C" fn(c_int) -> !;
 
-unsafe fn finish(status: c_int, f: Option<ExitFn>) -> ! {
+fn real_exit() -> &'static Real {
+    super::real!("_exit")
+}
+
+fn real_upper_exit() -> &'static Real {
+    super::real!("_Exit")
+}
+
+/// Finds both real functions at start-up: a `vfork` child must not run the loader's look-up in
+/// its parent's memory.
+pub fn prepare() {
+    let _ = real_exit().addr();
+    let _ = real_upper_exit().addr();
+}
+
+unsafe fn finish(status: c_int, real: &'static Real) -> ! {
     lifecycle::exit_report_from_exit_call();
-    match f {
+    match real.get::<ExitFn>() {
         Some(f) => f(status),
         None => loop {
             libc::syscall(libc::SYS_exit_group, status);
@@ -18,10 +36,10 @@ unsafe fn finish(status: c_int, f: Option<ExitFn>) -> ! {
 
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    finish(status, super::real!("_exit").get::<ExitFn>())
+    finish(status, real_exit())
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    finish(status, super::real!("_Exit").get::<ExitFn>())
+    finish(status, real_upper_exit())
 }

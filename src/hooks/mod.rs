@@ -20,6 +20,7 @@ pub mod dlsym;
 pub mod dlclose;
 pub mod exit;
 pub mod libc_lock;
+pub mod signal;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -1,0 +1,107 @@
+/* Pins 8 KiB, then calls _exit in the way argv[1] says, with signal handlers around:
+ *   blocked          SIGTERM has a handler (sigaction) and is blocked; _exit from main
+ *   blocked-signal   the same with signal()
+ *   in-handler       _exit from inside the SIGTERM handler
+ *   longjmp          the handler siglongjmps back to main, which then calls _exit
+ *   alt-in-handler   _exit from a handler running on the alternate signal stack
+ *   alt-longjmp      a handler on the alternate stack siglongjmps back to main; then _exit
+ *   nested           a SIGUSR1 handler raises SIGTERM, whose handler siglongjmps back into the
+ *                    SIGUSR1 handler, which then calls _exit (still inside a handler)
+ *   deep-after-jump  the handler siglongjmps back to main; _exit is then called from deeper in
+ *                    the stack than the handler ran */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+int cudaHostAlloc(void **, size_t, unsigned);
+
+static sigjmp_buf env, inner;
+static void exit_now(int s) { (void)s; _exit(0); }
+static void jump_out(int s) { (void)s; siglongjmp(env, 1); }
+static void jump_inner(int s) { (void)s; siglongjmp(inner, 1); }
+static void on_usr1(int s) {
+    (void)s;
+    if (sigsetjmp(inner, 1) == 0) raise(SIGTERM);
+    _exit(0);
+}
+
+static void install(int sig, void (*h)(int), int flags) {
+    struct sigaction a;
+    memset(&a, 0, sizeof a);
+    a.sa_handler = h;
+    a.sa_flags = flags;
+    sigaction(sig, &a, NULL);
+}
+
+static char alt[1 << 16];
+static void altstack(void) {
+    stack_t ss = {.ss_sp = alt, .ss_size = sizeof alt, .ss_flags = 0};
+    sigaltstack(&ss, NULL);
+}
+
+/* Calls _exit from n frames of 4 KiB below the caller. */
+__attribute__((noinline)) static int deep(int n) {
+    volatile char pad[4096];
+    pad[0] = (char)n;
+    if (n == 0) {
+        void (*volatile end)(int) = _exit; /* not known to end the process: no recursion warning */
+        end(0);
+        return 0;
+    }
+    return deep(n - 1) + pad[0];
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
+    void *p;
+    if (cudaHostAlloc(&p, 8192, 0) != 0) return 3;
+    const char *m = argv[1];
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    if (!strcmp(m, "blocked") || !strcmp(m, "blocked-signal")) {
+        if (!strcmp(m, "blocked")) install(SIGTERM, exit_now, 0);
+        else signal(SIGTERM, exit_now);
+        sigprocmask(SIG_BLOCK, &term, NULL);
+        _exit(0);
+    }
+    if (!strcmp(m, "in-handler")) {
+        install(SIGTERM, exit_now, 0);
+        raise(SIGTERM);
+        return 4;
+    }
+    if (!strcmp(m, "longjmp") || !strcmp(m, "deep-after-jump")) {
+        install(SIGTERM, jump_out, 0);
+        if (sigsetjmp(env, 1) == 0) {
+            raise(SIGTERM);
+            return 4;
+        }
+        if (!strcmp(m, "deep-after-jump")) deep(16);
+        _exit(0);
+    }
+    if (!strcmp(m, "alt-in-handler")) {
+        altstack();
+        install(SIGTERM, exit_now, SA_ONSTACK);
+        raise(SIGTERM);
+        return 4;
+    }
+    if (!strcmp(m, "alt-longjmp")) {
+        altstack();
+        install(SIGTERM, jump_out, SA_ONSTACK);
+        if (sigsetjmp(env, 1) == 0) {
+            raise(SIGTERM);
+            return 4;
+        }
+        _exit(0);
+    }
+    if (!strcmp(m, "nested")) {
+        install(SIGTERM, jump_inner, 0);
+        install(SIGUSR1, on_usr1, 0);
+        raise(SIGUSR1);
+        return 4;
+    }
+    return 2;
+}
