@@ -233,8 +233,16 @@ pub fn exit_report_from_exit_call() {
 /// Fork: every lock pinguard has, and the gate in front of the loader's lock, are taken before
 /// the fork, so the child inherits none held by a thread it does not have. The order matters: a
 /// report being written holds the report lock, then passes the gate, then takes the others.
+/// Whether the forking thread was already inside pinguard (it never is, unless a runtime forks
+/// from inside a hooked call); restored after the fork. Written under the report lock.
+static FORK_WAS_INSIDE: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn fork_prepare() {
+    // Inside pinguard from here to the parent's or child's handler: the locks below are held, and
+    // a signal handler's hooked call on this thread must pass through rather than wait for them.
+    let was = guard::mark_inside();
     report::hold();
+    FORK_WAS_INSIDE.store(was, Ordering::Relaxed);
     crate::unwind::hold();
     crate::python::hold();
     crate::gate::close();
@@ -253,6 +261,7 @@ extern "C" fn fork_parent() {
         crate::python::release(false);
         report::release(false);
     }
+    guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
 }
 
 extern "C" fn fork_child() {
@@ -272,4 +281,5 @@ extern "C" fn fork_child() {
     crate::reporter::after_fork_child(CONFIG.get());
     crate::group::after_fork_child();
     START_MS.store(guard::unix_ms(), Ordering::Relaxed);
+    guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
 }
