@@ -66,8 +66,8 @@ fn report_signal_writes_a_snapshot_and_the_applications_handler_still_runs() {
     let template = dir.join("r.json"); // no %p: the pid is added
     let (mut child, mut out) = spawn_churn(&[("PINGUARD_SIGNAL", "SIGUSR2"), ("PINGUARD_REPORT", template.to_str().unwrap())], &dir);
     let path = dir.join(format!("r.{}.json", child.id()));
-    // The application installed its handler in main; pinguard's thread puts its own back in front
-    // within a second.
+    // The application installed its handler in main, through the hooked `sigaction`: pinguard's
+    // handler stays in front and chains to it.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!path.exists(), "nothing asked for a report yet");
     unsafe { libc_kill(child.id() as i32, 12) };
