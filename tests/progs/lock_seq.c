@@ -80,13 +80,14 @@ static struct slot *pick(enum kind k) {
     return NULL;
 }
 
-/* A page-aligned part of a slot, sometimes running one page past its end (into whatever lies
- * there: often a hole, so the kernel applies the call up to it and fails). */
-static void part(struct slot *s, char **a, size_t *len) {
+/* A page-aligned part of a slot. With `overrun`, sometimes one page past its end, into whatever
+ * lies there (often a hole: the kernel applies the call up to it and fails); only for calls that
+ * leave a foreign page usable (lock, unlock). */
+static void part(struct slot *s, char **a, size_t *len, int overrun) {
     size_t pages = s->len / page;
     size_t first = below(pages);
     size_t n = 1 + below(pages - first);
-    if (below(8) == 0) n++;
+    if (overrun && below(8) == 0) n++;
     *a = s->addr + first * page;
     *len = n * page;
 }
@@ -117,12 +118,12 @@ static long do_op(int step, int op) {
     case 2: /* mlock */
     case 3: /* mlock2_onfault */
         if (!(s = pick(MAPPED)) && !(s = pick(MALLOCED))) return 0;
-        part(s, &a, &len);
+        part(s, &a, &len, 1);
         rc = op == 2 ? mlock(a, len) : mlock2(a, len, MLOCK_ONFAULT);
         return rc ? -errno : 0;
     case 4: /* munlock */
         if (!(s = pick(MAPPED)) && !(s = pick(MALLOCED))) return 0;
-        part(s, &a, &len);
+        part(s, &a, &len, 1);
         return munlock(a, len) ? -errno : 0;
     case 5: /* munmap: a part (leaving holes) or the whole slot */
         if (!(s = pick(MAPPED))) return 0;
@@ -130,7 +131,7 @@ static long do_op(int step, int op) {
             rc = munmap(s->addr, s->len);
             s->kind = EMPTY;
         } else {
-            part(s, &a, &len);
+            part(s, &a, &len, 0);
             rc = munmap(a, len);
         }
         return rc ? -errno : 0;
@@ -168,20 +169,20 @@ static long do_op(int step, int op) {
     {
         static const int advice[] = {MADV_DONTFORK, MADV_DOFORK, MADV_WILLNEED, MADV_RANDOM, MADV_NORMAL, MADV_DONTNEED};
         if (!(s = pick(MAPPED))) return 0;
-        part(s, &a, &len);
+        part(s, &a, &len, 0);
         return madvise(a, len, advice[below(6)]) ? -errno : 0;
     }
     case 10: /* mprotect */
     {
         static const int prot[] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};
         if (!(s = pick(MAPPED))) return 0;
-        part(s, &a, &len);
+        part(s, &a, &len, 0);
         return mprotect(a, len, prot[below(3)]) ? -errno : 0;
     }
     case 11: /* fork, part of a slot not inherited: the child has no locked pages at all */
     {
         if ((s = pick(MAPPED))) {
-            part(s, &a, &len);
+            part(s, &a, &len, 0);
             madvise(a, len, MADV_DONTFORK);
         }
         fflush(stdout);
