@@ -345,6 +345,9 @@ impl Drop for LockedGuard {
 }
 
 pub fn locked() -> LockedGuard {
+    // Interned now, before the lock, if not yet: a walk attributes pages nobody claims to it, and
+    // the callsite table's lock comes before the view's in the fork handlers' order.
+    crate::callsite::empty();
     let mut g = LOCKED.lock();
     g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0 });
     LockedGuard(g)
@@ -360,7 +363,15 @@ fn runtime_spans() -> Vec<(usize, usize)> {
     let page = crate::ranges::page_size();
     let mut v = Vec::new();
     for s in &LIVE {
-        let map = s.lock();
+        // Called under the view's lock, which a fork's prepare handler takes after every shard:
+        // a shard that stays busy is skipped (its pages, if locked, join the view until the next
+        // walk) rather than waited for.
+        let Some(map) = (0..1000).find_map(|_| s.try_lock().or_else(|| {
+            std::hint::spin_loop();
+            None
+        })) else {
+            continue;
+        };
         v.extend(map.iter().filter(|(_, l)| !l.downgraded).filter_map(|(a, l)| crate::ranges::page_span(a, l.size as usize, page)));
     }
     v.sort_unstable();
