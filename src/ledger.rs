@@ -252,17 +252,32 @@ impl Locked {
         removed
     }
 
-    /// The cheap check: `Some((VmLck, view))` when the kernel's count differs from the view's.
-    pub fn drifted(&self) -> Option<(u64, u64)> {
-        let kernel = crate::kernel::vm_lck()?;
-        let view = self.ranges.bytes();
-        (kernel as i64 != view as i64 + self.skew).then_some((kernel, view))
-    }
-
     /// Compares with the kernel and, when they differ, makes the view the kernel's (`sync`).
     /// True when the view changed.
     pub fn check(&mut self, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> bool {
-        let Some((kernel, view)) = self.drifted() else { return false };
+        match crate::kernel::vm_lck() {
+            Some(kernel) => self.check_against(kernel, t, now, owner),
+            None => false,
+        }
+    }
+
+    /// `check` before a refusal, which a walk can only spare by finding pages the view holds and
+    /// the kernel no longer has locked. Where a runtime pins with `mlock` (`note_runtime_lock`),
+    /// `VmLck` moves with every runtime call, so only a kernel count below the view's own (such
+    /// pages for certain) is worth a walk.
+    pub fn check_before_refusal(&mut self, kernel: u64, t: &Thread, now: u64) -> bool {
+        if RUNTIME_LOCKS.load(Relaxed) && kernel >= self.ranges.bytes() {
+            return false;
+        }
+        self.check_against(kernel, t, now, |_, _| None)
+    }
+
+    /// `check` with `VmLck` already read (`kernel`, in bytes).
+    pub fn check_against(&mut self, kernel: u64, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> bool {
+        let view = self.ranges.bytes();
+        if kernel as i64 == view as i64 + self.skew {
+            return false;
+        }
         tracing::debug!("locked pages drifted from the kernel's: VmLck {kernel} bytes, pinguard's view {view} bytes; reading /proc/self/smaps");
         self.sync(t, now, owner).is_some_and(|s| s != Synced::default())
     }
@@ -275,6 +290,7 @@ impl Locked {
     ///
     /// Pages inside a live runtime record (a runtime that pins with `mlock` inside its own hooked
     /// call, as the emulated ones do) stay that record's: counted once, not joined to the view.
+    /// Once such a runtime was seen (`note_runtime_lock`), pages nobody claims are left out.
     pub fn sync(&mut self, t: &Thread, now: u64, mut owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Option<Synced> {
         let mut out = Synced::default();
         let mut cur = 0usize;
@@ -291,7 +307,13 @@ impl Locked {
                     (None, false) => &runtime.insert(runtime_spans())[..],
                 };
                 for (s, e) in gaps.into_iter().flat_map(|(s, e)| outside(s, e, spans)) {
-                    let (api, site) = owner(s, e)
+                    let claimed = owner(s, e);
+                    if claimed.is_none() && RUNTIME_LOCKS.load(Relaxed) {
+                        // Pages nobody claims may be a runtime call's in flight, its record not
+                        // yet written: never charge them to the view (the skew absorbs them).
+                        continue;
+                    }
+                    let (api, site) = claimed
                         .or_else(|| self.ranges.adjacent(s, e).map(|l| (l.api, l.site)))
                         .or_else(|| self.future.map(|l| (l.api, l.site)))
                         .unwrap_or_else(|| (Api::Mlock, crate::callsite::empty()));
@@ -420,6 +442,18 @@ pub fn reconcile_locked(t: &Thread) {
 /// their thread was already inside pinguard (a signal handler that interrupted a hook): passed
 /// straight through, uncounted elsewhere. One relaxed add: no allocation, no lock.
 static UNTRACKED: AtomicU64 = AtomicU64::new(0);
+
+/// Set once a runtime pinned with `mlock` inside its own tracked call (the emulated runtimes do;
+/// NVIDIA's pins through its driver, outside `VmLck`): from then on, locked pages of unknown origin
+/// may be such a call's, in flight, and are not taken into the view.
+static RUNTIME_LOCKS: AtomicBool = AtomicBool::new(false);
+
+#[inline]
+pub fn note_runtime_lock() {
+    if !RUNTIME_LOCKS.load(Relaxed) {
+        RUNTIME_LOCKS.store(true, Relaxed);
+    }
+}
 
 #[inline]
 pub fn count_untracked() {

@@ -51,11 +51,16 @@ fn locking<R>(f: impl FnOnce() -> R) -> R {
 /// A pinning call that passes through untracked. Counted when it interrupted one of pinguard's
 /// locking hooks on this thread (a signal handler): not when pinguard is off or the family
 /// disabled, nor when a runtime pins with `mlock` inside its own hooked call (the runtime's call
-/// is the one tracked; the emulated runtimes do that).
+/// is the one tracked; the emulated runtimes do that), which is noted instead. Both are one
+/// relaxed atomic access: no allocation, no lock.
 #[inline]
 fn nested() {
-    if guard::inside() && LOCKING.get() {
-        ledger::count_untracked();
+    if guard::inside() {
+        if LOCKING.get() {
+            ledger::count_untracked();
+        } else {
+            ledger::note_runtime_lock();
+        }
     }
 }
 

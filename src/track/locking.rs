@@ -33,10 +33,11 @@ impl Hook {
     /// The budget's decision for `bytes` more locked bytes. A reservation first: the usual case,
     /// and no more work. Only when it fails, a comparison with the kernel, since the view may hold
     /// pages the kernel unlocked behind pinguard's back (`recount` gives the request again after
-    /// it: `None` when nothing is left to lock); then, unless the policy only warns, the kernel's
-    /// own answer where it would reject the call anyway (`rejected`, asked only here: never for a
-    /// call that goes through); then the policy. `Err(errno)`: the kernel's answer, to return
-    /// without calling it.
+    /// it: `None` when nothing is left to lock), unless the kernel's own count plus the request is
+    /// over the process budget already (the refusal stands whatever the view holds); then, unless
+    /// the policy only warns, the kernel's own answer where it would reject the call anyway
+    /// (`rejected`, asked only here: never for a call that goes through); then the policy.
+    /// `Err(errno)`: the kernel's answer, to return without calling it.
     fn admit_lock(
         &self,
         locked: &mut LockedGuard,
@@ -50,7 +51,9 @@ impl Hook {
         if budget::try_reserve(bytes) {
             return Ok((Admission::Pin, bytes));
         }
-        if locked.check(self.t, self.now(), |_, _| None) {
+        let kernel = kernel::vm_lck();
+        let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
+        if !stands && kernel.is_some_and(|k| locked.check_before_refusal(k, self.t, self.now())) {
             match recount(locked) {
                 Some(b) => bytes = b,
                 None => return Ok((Admission::Pin, 0)),
