@@ -12,11 +12,11 @@ use std::os::raw::c_int;
 
 /// Calls `f` with each line of a `/proc` file (without its newline). A line longer than the buffer
 /// is handed over cut to the buffer's size, the rest skipped: what pinguard reads sits at the start
-/// of its lines (a mapping's path, which may be long, comes last). False when the file could not
-/// be read to its end.
+/// of its lines (a mapping's path, which may be long, comes last). The buffer is small because a
+/// signal handler's stack may be. False when the file could not be read to its end.
 fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
     let Ok(fd) = sys::open_read(path) else { return false };
-    let mut buf = [0u8; 4096];
+    let mut buf = [0u8; 1024];
     let mut have = 0;
     let mut skipping = false;
     let ok = loop {
@@ -258,8 +258,9 @@ pub fn mmap_rejected(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_i
             Ok(m) if m as c_int & libc::O_PATH == 0 => mode = m as c_int,
             _ => return Some(libc::EBADF),
         }
-        // SAFETY: `st` is a valid out-pointer; fstat reads the descriptor's metadata only.
+        // SAFETY: all-zero bytes are a valid `stat` (integers only).
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is a valid out-pointer; fstat reads the descriptor's metadata only.
         if raw(|| unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) }).is_ok() {
             kind = st.st_mode & libc::S_IFMT;
         }
@@ -392,6 +393,21 @@ mod tests {
         let v = vma_flags(0x1000, 0x3000, b" rd mr pf io de dd sd");
         assert!(!v.locked && !v.lockable);
         assert!(!vma_flags(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, b" ex").lockable);
+    }
+
+    #[test]
+    fn long_lines_are_cut_not_lost() {
+        let dir = std::env::temp_dir().join(format!("pinguard-lines-{}", std::process::id()));
+        let long = "x".repeat(5000);
+        std::fs::write(&dir, format!("a: 1\n{long}\nb: 2\n{long}")).unwrap();
+        let mut lines = Vec::new();
+        assert!(for_each_line(&CString::new(dir.to_str().unwrap()).unwrap(), |l| lines.push(l.to_vec())));
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0], b"a: 1");
+        assert_eq!(lines[1].len(), 1024);
+        assert_eq!(lines[2], b"b: 2");
+        assert_eq!(lines[3].len(), 1024);
     }
 
     #[test]

@@ -419,18 +419,6 @@ fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::ranges::Gaps 
     out
 }
 
-#[cfg(test)]
-mod locked_tests {
-    #[test]
-    fn outside_runtime_spans() {
-        let spans = [(0x1000, 0x3000), (0x2000, 0x2800), (0x5000, 0x6000)];
-        assert_eq!(super::outside(0x0, 0x8000, &spans).to_vec(), vec![(0x0, 0x1000), (0x3000, 0x5000), (0x6000, 0x8000)]);
-        assert_eq!(super::outside(0x2000, 0x2800, &spans).to_vec(), vec![]);
-        assert_eq!(super::outside(0x2800, 0x5800, &spans).to_vec(), vec![(0x3000, 0x5000)]);
-        assert_eq!(super::outside(0x7000, 0x8000, &[]).to_vec(), vec![(0x7000, 0x8000)]);
-    }
-}
-
 /// Brings the locked pages' view in line with the kernel before they are observed
 /// (`pinguard_live_bytes`, a report): a read of `VmLck`, and a walk of the mappings only when it
 /// differs. Call on a thread inside pinguard (`Reentry`), with the locking family's hooks on.
@@ -768,4 +756,16 @@ fn reset_counters() {
     }
     UNTRACKED.store(0, Relaxed);
     TOUCHED.store(false, Relaxed);
+}
+
+#[cfg(test)]
+mod locked_tests {
+    #[test]
+    fn outside_runtime_spans() {
+        let spans = [(0x1000, 0x3000), (0x2000, 0x2800), (0x5000, 0x6000)];
+        assert_eq!(super::outside(0x0, 0x8000, &spans).to_vec(), vec![(0x0, 0x1000), (0x3000, 0x5000), (0x6000, 0x8000)]);
+        assert_eq!(super::outside(0x2000, 0x2800, &spans).to_vec(), vec![]);
+        assert_eq!(super::outside(0x2800, 0x5800, &spans).to_vec(), vec![(0x3000, 0x5000)]);
+        assert_eq!(super::outside(0x7000, 0x8000, &[]).to_vec(), vec![(0x7000, 0x8000)]);
+    }
 }

@@ -174,7 +174,7 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
             }
             real_mmap(addr, len, prot, flags, fd, off)
         }
-        Some(h) if locking_flag => locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off as i64, |fl| real_mmap(addr, len, prot, fl, fd, off))),
+        Some(h) if locking_flag => locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| real_mmap(addr, len, prot, fl, fd, off))),
         Some(h) => locking(|| {
             h.unlock_range(Api::Mmap, addr as usize, len, || real_mmap(addr, len, prot, flags, fd, off), |p| *p != libc::MAP_FAILED)
         }),

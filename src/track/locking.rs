@@ -38,6 +38,7 @@ impl Hook {
     /// the policy only warns, the kernel's own answer where it would reject the call anyway
     /// (`rejected`, asked only here: never for a call that goes through); then the policy.
     /// `Err(errno)`: the kernel's answer, to return without calling it.
+    #[allow(clippy::too_many_arguments)]
     fn admit_lock(
         &self,
         locked: &mut LockedGuard,
