@@ -56,9 +56,23 @@ pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> 
     rc
 }
 
-/// Pinned bytes live right now (downgraded memory excluded).
+/// Pinned bytes live right now (downgraded memory excluded). The locked pages are first compared
+/// with the kernel's `VmLck` (one read of `/proc/self/status`; the mappings are walked only when
+/// they differ), so what this returns for them is what the kernel has locked, including changes
+/// pinguard could not see (glibc's own `munmap` of a freed block).
 #[no_mangle]
 pub extern "C" fn pinguard_live_bytes() -> u64 {
+    if let Some(r) = Reentry::enter() {
+        let t = r.thread();
+        let e = t.errno();
+        let _ = std::panic::catch_unwind(|| {
+            let on = lifecycle::ensure_init(t).is_some_and(|c| c.hooks & crate::api::Family::Mlock.bit() != 0);
+            if on {
+                ledger::reconcile_locked(t);
+            }
+        });
+        t.set_errno(e);
+    }
     ledger::live_bytes()
 }
 

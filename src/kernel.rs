@@ -1,6 +1,64 @@
-//! What the kernel says about this process: locked and pinned pages, limits, identity.
+//! What the kernel says about this process: locked and pinned pages, its mappings, limits,
+//! identity; and what the kernel would answer to a locking call, asked without side effects.
+//!
+//! Every `/proc` read goes through `crate::sys` (raw system calls: no cancellation point), and the
+//! reads on the locking path parse through a buffer on the stack: that path may run inside a
+//! signal handler that interrupted `malloc`.
 
 use crate::config::System;
+use crate::sys;
+use std::ffi::{CStr, CString};
+use std::os::raw::c_int;
+
+/// Calls `f` with each line of a `/proc` file (without its newline). A line longer than the buffer
+/// is handed over cut to the buffer's size, the rest skipped: what pinguard reads sits at the start
+/// of its lines (a mapping's path, which may be long, comes last). The buffer is small because a
+/// signal handler's stack may be. False when the file could not be read to its end.
+fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
+    let Ok(fd) = sys::open_read(path) else { return false };
+    let mut buf = [0u8; 1024];
+    let mut have = 0;
+    let mut skipping = false;
+    let ok = loop {
+        match sys::read(fd, &mut buf[have..]) {
+            Ok(0) => {
+                if have > 0 && !skipping {
+                    f(&buf[..have]);
+                }
+                break true;
+            }
+            Ok(n) => {
+                have += n;
+                let mut start = 0;
+                while let Some(i) = buf[start..have].iter().position(|&b| b == b'\n') {
+                    if !skipping {
+                        f(&buf[start..start + i]);
+                    }
+                    skipping = false;
+                    start += i + 1;
+                }
+                buf.copy_within(start..have, 0);
+                have -= start;
+                if have == buf.len() {
+                    if !skipping {
+                        f(&buf[..have]);
+                    }
+                    skipping = true;
+                    have = 0;
+                }
+            }
+            Err(_) => break false,
+        }
+    };
+    sys::close(fd);
+    ok
+}
+
+/// "   1234 kB" as bytes.
+fn kb(rest: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(rest).ok()?;
+    text.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024)
+}
 
 #[derive(Default)]
 pub struct Status {
@@ -9,33 +67,247 @@ pub struct Status {
     pub vm_size: Option<u64>,
 }
 
+const STATUS: &CStr = c"/proc/self/status";
+const SMAPS: &CStr = c"/proc/self/smaps";
+
 /// `VmLck`, `VmPin` and `VmSize` from `/proc/self/status`, in bytes.
 pub fn status() -> Status {
     let mut s = Status::default();
-    let Ok(text) = std::fs::read_to_string("/proc/self/status") else { return s };
-    for line in text.lines() {
-        let Some((key, rest)) = line.split_once(':') else { continue };
-        let slot = match key {
-            "VmLck" => &mut s.vm_lck,
-            "VmPin" => &mut s.vm_pin,
-            "VmSize" => &mut s.vm_size,
-            _ => continue,
+    for_each_line(STATUS, |line| {
+        let (key, rest) = match line.iter().position(|&b| b == b':') {
+            Some(i) => (&line[..i], &line[i + 1..]),
+            None => return,
         };
-        *slot = rest.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024);
-    }
+        match key {
+            b"VmLck" => s.vm_lck = kb(rest),
+            b"VmPin" => s.vm_pin = kb(rest),
+            b"VmSize" => s.vm_size = kb(rest),
+            _ => {}
+        }
+    });
     s
+}
+
+/// The kernel's count of this process's locked bytes (`VmLck`): the cheap check against
+/// pinguard's view, one read of a small file.
+pub fn vm_lck() -> Option<u64> {
+    status().vm_lck
+}
+
+/// One mapping, as `/proc/self/smaps` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Vma {
+    pub start: usize,
+    pub end: usize,
+    /// `lo` in `VmFlags`: the kernel counts these pages in `VmLck`.
+    pub locked: bool,
+    /// Whether `mlock`/`mlockall` would lock it: not `VM_IO`, `VM_PFNMAP`, `VM_DONTEXPAND`,
+    /// `VM_MIXEDMAP` or hugetlb (the kernel skips those, uncounted), nor the vsyscall page.
+    pub lockable: bool,
+}
+
+/// Reads the header line of a mapping: "start-end perms offset dev inode path".
+fn vma_header(line: &[u8]) -> Option<(usize, usize)> {
+    let token = line.split(|&b| b == b' ').next()?;
+    let dash = token.iter().position(|&b| b == b'-')?;
+    let hex = |t: &[u8]| usize::from_str_radix(std::str::from_utf8(t).ok()?, 16).ok();
+    Some((hex(&token[..dash])?, hex(&token[dash + 1..])?))
+}
+
+/// Applies `VmFlags: rd wr mr mw me lo ...` to the mapping it closes.
+fn vma_flags(start: usize, end: usize, flags: &[u8]) -> Vma {
+    let mut v = Vma { start, end, locked: false, lockable: (start as isize) >= 0 };
+    for f in flags.split(|&b| b == b' ').filter(|f| !f.is_empty()) {
+        match f {
+            b"lo" => v.locked = true,
+            b"io" | b"pf" | b"de" | b"mm" | b"ht" => v.lockable = false,
+            _ => {}
+        }
+    }
+    v
+}
+
+/// Every mapping of this process in address order, from `/proc/self/smaps` (the only place the
+/// kernel shows which mappings are locked). Costs a walk of the page tables: only when the cheap
+/// check (`vm_lck`) found a difference, or for `mlockall`. False when the file could not be read
+/// to its end (what was handed to `f` is still true, as of its reading).
+pub fn for_each_vma(mut f: impl FnMut(Vma)) -> bool {
+    let mut cur: Option<(usize, usize)> = None;
+    for_each_line(SMAPS, |line| {
+        if let Some(flags) = line.strip_prefix(b"VmFlags:") {
+            if let Some((s, e)) = cur.take() {
+                f(vma_flags(s, e, flags));
+            }
+        } else if let Some(range) = vma_header(line) {
+            cur = Some(range);
+        }
+    })
 }
 
 pub fn rlimit_memlock() -> Option<u64> {
     let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid out-pointer.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY {
         return None;
     }
     Some(r.rlim_cur)
 }
 
+/// A raw system call that keeps the caller's `errno`; -1 and the error on failure.
+fn raw(f: impl FnOnce() -> libc::c_long) -> Result<libc::c_long, c_int> {
+    // SAFETY: errno's location is valid for the calling thread.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: as above.
+    let saved = unsafe { *errno };
+    let r = f();
+    // SAFETY: as above.
+    let out = if r == -1 { Err(unsafe { *errno }) } else { Ok(r) };
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+    out
+}
+
+/// Whether the kernel would let this process lock anything: with `RLIMIT_MEMLOCK` 0 and no
+/// `CAP_IPC_LOCK` every lock call fails with EPERM first. A zero-length `mlock` asks exactly that
+/// and locks nothing.
+fn can_lock() -> bool {
+    // SAFETY: a zero-length mlock reads no memory and changes nothing.
+    raw(|| unsafe { libc::syscall(libc::SYS_mlock, 0usize, 0usize) }) != Err(libc::EPERM)
+}
+
+/// `CAP_IPC_LOCK` in the effective set: the kernel's `RLIMIT_MEMLOCK` then does not apply.
+fn cap_ipc_lock() -> bool {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    const CAP_IPC_LOCK: u32 = 14;
+    let mut h = Header { version: VERSION_3, pid: 0 };
+    let mut d = [Data::default(); 2];
+    // SAFETY: version 3 takes two data structs; both pointers are valid for writing.
+    let r = raw(|| unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) });
+    r.is_ok() && d[0].effective & (1 << CAP_IPC_LOCK) != 0
+}
+
+/// Over `RLIMIT_MEMLOCK` (which `CAP_IPC_LOCK` lifts) after locking `more` bytes beyond `base`.
+fn over_rlimit(base: u64, more: u64) -> bool {
+    rlimit_memlock().is_some_and(|limit| base.saturating_add(more) > limit) && !cap_ipc_lock()
+}
+
+/// Whether every page of `[start, end)` (page-aligned) is mapped: `msync(MS_ASYNC)` answers
+/// ENOMEM for a hole, and since Linux 2.6.19 does nothing else.
+fn mapped(start: usize, end: usize) -> bool {
+    // SAFETY: MS_ASYNC only checks the range; no memory is read or written.
+    raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) }) != Err(libc::ENOMEM)
+}
+
+/// What the kernel would answer to `mlock`/`mlock2` (valid flags) of the pages `[start, end)`,
+/// `new` of them not yet locked, if it would fail: asked only where pinguard is about to refuse
+/// or downgrade, never of a call it lets through.
+pub fn mlock_rejected(start: usize, end: usize, new: u64) -> Option<c_int> {
+    if !can_lock() {
+        return Some(libc::EPERM);
+    }
+    if over_rlimit(vm_lck().unwrap_or(0), new) || !mapped(start, end) {
+        return Some(libc::ENOMEM);
+    }
+    None
+}
+
+/// `mlockall`'s flags as the kernel checks them.
+pub fn mlockall_flags_valid(flags: c_int) -> bool {
+    let known = libc::MCL_CURRENT | libc::MCL_FUTURE | libc::MCL_ONFAULT;
+    flags != 0 && flags & !known == 0 && flags != libc::MCL_ONFAULT
+}
+
+/// What the kernel would answer to `mlockall(flags)` (valid flags), if it would fail.
+pub fn mlockall_rejected(flags: c_int) -> Option<c_int> {
+    if !can_lock() {
+        return Some(libc::EPERM);
+    }
+    // The kernel compares the whole address space with the limit for MCL_CURRENT.
+    if flags & libc::MCL_CURRENT != 0 && over_rlimit(status().vm_size.unwrap_or(0), 0) {
+        return Some(libc::ENOMEM);
+    }
+    None
+}
+
+/// What the kernel (and glibc's wrapper) would answer to `mmap` with `MAP_LOCKED` for reasons
+/// other than the lock limit, in the kernel's order: offset, descriptor, length, address, type,
+/// access. Asks the descriptor only for its flags and type (`fcntl(F_GETFL)`, `fstat`); maps
+/// nothing.
+pub fn mmap_rejected(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64, page: usize) -> Option<c_int> {
+    if off as u64 & (page as u64 - 1) != 0 {
+        return Some(libc::EINVAL); // glibc's own check
+    }
+    let anonymous = flags & libc::MAP_ANONYMOUS != 0;
+    let mut mode = 0;
+    let mut kind = 0;
+    if !anonymous {
+        // SAFETY: F_GETFL reads the descriptor's flags only.
+        match raw(|| unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_GETFL) }) {
+            Ok(m) if m as c_int & libc::O_PATH == 0 => mode = m as c_int,
+            _ => return Some(libc::EBADF),
+        }
+        // SAFETY: all-zero bytes are a valid `stat` (integers only).
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is a valid out-pointer; fstat reads the descriptor's metadata only.
+        if raw(|| unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) }).is_ok() {
+            kind = st.st_mode & libc::S_IFMT;
+        }
+    }
+    if len == 0 {
+        return Some(libc::EINVAL);
+    }
+    // Beyond any address space (the kernel's TASK_SIZE is at least 2^47 where pinguard runs).
+    if len.checked_add(page - 1).is_none() || len > 1 << 47 {
+        return Some(libc::ENOMEM);
+    }
+    if flags & libc::MAP_FIXED != 0 && addr & (page - 1) != 0 {
+        return Some(libc::EINVAL);
+    }
+    if !can_lock() {
+        return Some(libc::EPERM);
+    }
+    if over_rlimit(vm_lck().unwrap_or(0), (len + page - 1) as u64 & !(page as u64 - 1)) {
+        return Some(libc::EAGAIN);
+    }
+    const MAP_TYPE: c_int = 0x0f;
+    let shared = match flags & MAP_TYPE {
+        libc::MAP_PRIVATE => false,
+        libc::MAP_SHARED => true,
+        libc::MAP_SHARED_VALIDATE if !anonymous => true,
+        0 | libc::MAP_SHARED_VALIDATE => return Some(libc::EINVAL),
+        // A type newer than pinguard (MAP_DROPPABLE, Linux 6.11): the budget answers.
+        _ => return None,
+    };
+    if !anonymous {
+        let access = mode & libc::O_ACCMODE;
+        if shared && prot & libc::PROT_WRITE != 0 && access == libc::O_RDONLY {
+            return Some(libc::EACCES);
+        }
+        if access == libc::O_WRONLY {
+            return Some(libc::EACCES);
+        }
+        if matches!(kind, libc::S_IFIFO | libc::S_IFDIR | libc::S_IFSOCK) {
+            return Some(libc::ENODEV);
+        }
+    }
+    None
+}
+
 /// A set-user-ID or otherwise secure-mode process: the environment must not choose where it writes.
 pub fn secure_mode() -> bool {
+    // SAFETY: getauxval only reads the auxiliary vector.
     unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
@@ -48,15 +320,19 @@ impl System for Host {
 }
 
 fn mem_total() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    line["MemTotal:".len()..].trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024)
+    let mut total = None;
+    for_each_line(c"/proc/meminfo", |line| {
+        if let Some(rest) = line.strip_prefix(b"MemTotal:") {
+            total = kb(rest);
+        }
+    });
+    total
 }
 
 /// The memory limit of this process's cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`); the
 /// cgroup path is tried as seen from inside the container, then the mount's root.
 fn cgroup_memory_limit() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let text = sys::read_text(c"/proc/self/cgroup")?;
     let mut candidates = Vec::new();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
@@ -69,8 +345,8 @@ fn cgroup_memory_limit() -> Option<u64> {
             candidates.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
         }
     }
-    candidates.iter().find_map(|p| {
-        let v = std::fs::read_to_string(p).ok()?;
+    candidates.into_iter().find_map(|p| {
+        let v = sys::read_text(&CString::new(p).ok()?)?;
         // "max", or v1's "no limit" (a page-rounded i64::MAX).
         v.trim().parse::<u64>().ok().filter(|&b| b < (1 << 62))
     })
@@ -78,6 +354,7 @@ fn cgroup_memory_limit() -> Option<u64> {
 
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
+    // SAFETY: `buf` is valid for its length; gethostname NUL-terminates within it or truncates.
     if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } != 0 {
         return String::new();
     }
@@ -86,11 +363,12 @@ pub fn hostname() -> String {
 }
 
 pub fn exe() -> String {
+    // readlink is no cancellation point.
     std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 pub fn cmdline() -> Vec<String> {
-    std::fs::read("/proc/self/cmdline")
+    sys::read_file(c"/proc/self/cmdline")
         .map(|b| {
             b.split(|&c| c == 0)
                 .filter(|s| !s.is_empty())
@@ -100,28 +378,73 @@ pub fn cmdline() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The parts of `[start, end)` the kernel has locked now (`lo` in the mapping's `VmFlags`).
-/// Read only after a lock call failed: the kernel applies `mlock`/`munlock` mapping by mapping and
-/// stops at the first hole, so a failed call may still have changed some pages.
-pub fn locked_parts(start: usize, end: usize) -> Option<Vec<(usize, usize)>> {
-    let text = std::fs::read_to_string("/proc/self/smaps").ok()?;
-    let mut parts = Vec::new();
-    let mut cur: Option<(usize, usize)> = None;
-    for line in text.lines() {
-        if let Some(flags) = line.strip_prefix("VmFlags:") {
-            if let Some((s, e)) = cur.take() {
-                if flags.split_whitespace().any(|f| f == "lo") && s < end && start < e {
-                    parts.push((s.max(start), e.min(end)));
-                }
-            }
-            continue;
-        }
-        let Some(range) = line.split_whitespace().next() else { continue };
-        if let Some((a, b)) = range.split_once('-') {
-            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
-                cur = Some((a, b));
-            }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smaps_lines() {
+        assert_eq!(vma_header(b"7f12a0000000-7f12a0021000 rw-p 00000000 00:00 0 "), Some((0x7f12a0000000, 0x7f12a0021000)));
+        assert_eq!(vma_header(b"55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1234   /usr/bin/x y-z"), Some((0x55d0c0a00000, 0x55d0c0a01000)));
+        assert_eq!(vma_header(b"AnonHugePages:         0 kB"), None);
+        assert_eq!(vma_header(b"Size:                132 kB"), None);
+        let v = vma_flags(0x1000, 0x3000, b" rd wr mr mw me lo ac sd");
+        assert!(v.locked && v.lockable);
+        let v = vma_flags(0x1000, 0x3000, b" rd mr pf io de dd sd");
+        assert!(!v.locked && !v.lockable);
+        assert!(!vma_flags(0xffff_ffff_ff60_0000, 0xffff_ffff_ff60_1000, b" ex").lockable);
+    }
+
+    #[test]
+    fn long_lines_are_cut_not_lost() {
+        let dir = std::env::temp_dir().join(format!("pinguard-lines-{}", std::process::id()));
+        let long = "x".repeat(5000);
+        std::fs::write(&dir, format!("a: 1\n{long}\nb: 2\n{long}")).unwrap();
+        let mut lines = Vec::new();
+        assert!(for_each_line(&CString::new(dir.to_str().unwrap()).unwrap(), |l| lines.push(l.to_vec())));
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0], b"a: 1");
+        assert_eq!(lines[1].len(), 1024);
+        assert_eq!(lines[2], b"b: 2");
+        assert_eq!(lines[3].len(), 1024);
+    }
+
+    #[test]
+    fn this_process() {
+        let s = status();
+        assert!(s.vm_size.unwrap() > 0);
+        assert!(s.vm_lck.is_some());
+        let mut n = 0;
+        let mut last = 0;
+        assert!(for_each_vma(|v| {
+            assert!(v.start >= last && v.end > v.start, "{v:?} after {last:#x}");
+            last = v.end;
+            n += 1;
+        }));
+        assert!(n > 5);
+        assert!(mem_total().unwrap() > 0);
+        assert!(mlockall_flags_valid(libc::MCL_CURRENT | libc::MCL_ONFAULT));
+        for bad in [0, libc::MCL_ONFAULT, 0x40, libc::MCL_CURRENT | 0x100] {
+            assert!(!mlockall_flags_valid(bad), "{bad:#x}");
         }
     }
-    Some(parts)
+
+    #[test]
+    fn msync_tells_holes_and_changes_nothing() {
+        let page = crate::ranges::page_size();
+        // SAFETY: a fresh private mapping of our own, unmapped again below.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) } as usize;
+        assert!(mapped(p, p + 3 * page));
+        // SAFETY: the middle page of our own mapping.
+        unsafe { libc::munmap((p + page) as *mut libc::c_void, page) };
+        assert!(mapped(p, p + page));
+        assert!(!mapped(p, p + 3 * page));
+        assert!(!mapped(p + page, p + 2 * page));
+        // SAFETY: what is left of our own mapping.
+        unsafe {
+            libc::munmap(p as *mut libc::c_void, page);
+            libc::munmap((p + 2 * page) as *mut libc::c_void, page);
+        }
+    }
 }

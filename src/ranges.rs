@@ -31,20 +31,52 @@ pub fn page_span(addr: usize, len: usize, page: usize) -> Option<(usize, usize)>
     Some((start, end))
 }
 
+/// The pieces `take` cut out: start, end, value.
+pub type Pieces<T> = SmallVec<[(usize, usize, T); 4]>;
+
 /// Disjoint ranges, each carrying who locked it.
 pub struct RangeSet<T> {
     map: BTreeMap<usize, (usize, T)>,
+    /// The bytes covered, kept so that comparing with the kernel's `VmLck` costs no walk.
+    bytes: u64,
 }
 
 impl<T: Clone> Default for RangeSet<T> {
     fn default() -> Self {
-        RangeSet { map: BTreeMap::new() }
+        RangeSet { map: BTreeMap::new(), bytes: 0 }
     }
 }
 
 impl<T: Clone> RangeSet<T> {
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The bytes covered by every range together.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// A range touching `[start, end)`: the one ending at `start`, else the one starting at `end`.
+    pub fn adjacent(&self, start: usize, end: usize) -> Option<&T> {
+        match self.map.range(..start).next_back() {
+            Some((_, (e, v))) if *e == start => Some(v),
+            _ => self.map.get(&end).map(|(_, v)| v),
+        }
+    }
+
+    /// The value of the range holding `addr`, if any.
+    pub fn at(&self, addr: usize) -> Option<&T> {
+        match self.map.range(..=addr).next_back() {
+            Some((_, (e, v))) if *e > addr => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The bytes of `[start, end)` the set covers.
+    pub fn covered(&self, start: usize, end: usize) -> u64 {
+        let free: usize = self.gaps(start, end).iter().map(|(s, e)| e - s).sum();
+        (end - start - free) as u64
     }
 
     #[cfg(test)]
@@ -88,19 +120,41 @@ impl<T: Clone> RangeSet<T> {
     /// Adds a range that must not overlap the set (one of `gaps`' answers).
     pub fn insert(&mut self, start: usize, end: usize, v: T) {
         debug_assert!(start < end);
+        debug_assert!(self.gaps(start, end).iter().map(|(s, e)| e - s).sum::<usize>() == end - start);
+        self.bytes += (end - start) as u64;
         self.map.insert(start, (end, v));
     }
 
     /// Removes `[start, end)`; `f(value, bytes removed, change in range count)` is called per
     /// range touched (count -1: gone, 0: trimmed, +1: split in two).
     pub fn remove(&mut self, start: usize, end: usize, mut f: impl FnMut(&T, u64, i64)) {
+        self.cut(start, end, |s, e, v, delta| f(v, (e - s) as u64, delta));
+    }
+
+    /// Removes `[start, end)` and hands back the pieces removed, each with its value (for a move:
+    /// the kernel keeps the lock on pages `mremap` moves). `f` is called as in `remove`.
+    pub fn take(&mut self, start: usize, end: usize, mut f: impl FnMut(&T, u64, i64)) -> Pieces<T> {
+        let mut pieces = Pieces::new();
+        self.cut(start, end, |s, e, v, delta| {
+            f(v, (e - s) as u64, delta);
+            pieces.push((s, e, v.clone()));
+        });
+        pieces
+    }
+
+    /// `f(piece start, piece end, value, change in range count)` per range touched.
+    fn cut(&mut self, start: usize, end: usize, mut f: impl FnMut(usize, usize, &T, i64)) {
+        let mut report = |bytes: &mut u64, s: usize, e: usize, v: &T, delta: i64| {
+            *bytes -= (e - s) as u64;
+            f(s, e, v, delta)
+        };
         // The usual case: exactly one range, as it was locked; or nothing there at all.
         match self.map.range(..end).next_back() {
             None => return,
             Some((_, &(e, _))) if e <= start => return,
             Some((&s, &(e, _))) if s == start && e == end => {
                 let (_, v) = self.map.remove(&s).expect("key just found");
-                f(&v, (end - start) as u64, -1);
+                report(&mut self.bytes, start, end, &v, -1);
                 return;
             }
             _ => {}
@@ -125,12 +179,13 @@ impl<T: Clone> RangeSet<T> {
                 self.map.insert(cut_e, (e, v.clone()));
             }
             let delta = left as i64 + right as i64 - 1;
-            f(&v, (cut_e - cut_s) as u64, delta);
+            report(&mut self.bytes, cut_s, cut_e, &v, delta);
         }
     }
 
     /// Removes everything, reporting each range as in `remove`.
     pub fn clear(&mut self, mut f: impl FnMut(&T, u64, i64)) {
+        self.bytes = 0;
         for (s, (e, v)) in std::mem::take(&mut self.map) {
             f(&v, (e - s) as u64, -1);
         }
@@ -205,7 +260,33 @@ mod tests {
                 model[s..e].iter_mut().for_each(|p| *p = false);
             }
             assert_eq!(total(&r) / PAGE, model.iter().filter(|p| **p).count());
+            assert_eq!(r.bytes() as usize, total(&r));
         }
+    }
+
+    #[test]
+    fn bytes_neighbours_and_moves() {
+        let mut r = RangeSet::<u8>::default();
+        r.insert(0x1000, 0x3000, 1);
+        r.insert(0x3000, 0x4000, 2);
+        r.insert(0x8000, 0x9000, 3);
+        assert_eq!(r.bytes(), 0x4000);
+        assert_eq!(r.at(0x2fff), Some(&1));
+        assert_eq!(r.at(0x3000), Some(&2));
+        assert_eq!(r.at(0x4000), None);
+        assert_eq!(r.adjacent(0x4000, 0x5000), Some(&2));
+        assert_eq!(r.adjacent(0x7000, 0x8000), Some(&3));
+        assert_eq!(r.adjacent(0x5000, 0x6000), None);
+        assert_eq!(r.covered(0x0, 0x10000), 0x4000);
+        assert_eq!(r.covered(0x2000, 0x8800), 0x2800);
+        // A move takes the pieces with their owners, clipped to the range.
+        let mut seen = Vec::new();
+        let pieces = r.take(0x2000, 0x3800, |v, b, d| seen.push((*v, b, d)));
+        assert_eq!(pieces.to_vec(), vec![(0x2000, 0x3000, 1), (0x3000, 0x3800, 2)]);
+        assert_eq!(seen, vec![(1, 0x1000, 0), (2, 0x800, 0)]);
+        assert_eq!(r.bytes(), 0x4000 - 0x1800);
+        r.clear(|_, _, _| {});
+        assert_eq!(r.bytes(), 0);
     }
 
     #[test]

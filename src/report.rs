@@ -115,6 +115,12 @@ pub fn expand(template: &str) -> PathBuf {
 
 pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     let now = guard::unix_ms();
+    // The kernel is the truth for locked pages: the view is matched with VmLck first (glibc's own
+    // unmaps, a grown locked stack), and the status read right after, before symbolizing moves it.
+    if cfg.hooks & Family::Mlock.bit() != 0 {
+        ledger::reconcile_locked(guard::here());
+    }
+    let status = kernel::status();
     ledger::timeline_now();
     let totals = ledger::totals();
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
@@ -191,7 +197,6 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         .map(|e| schema::Event { unix_ms: e.unix_ms, kind: e.kind, api: e.api.name().to_string(), size: e.size, callsite: e.callsite, live_bytes: e.live_bytes })
         .collect();
     let (timeline, timeline_dropped) = ledger::timeline();
-    let status = kernel::status();
     Report {
         schema: schema::SCHEMA.to_string(),
         reason,

@@ -105,6 +105,10 @@ pub struct Totals {
     pub downgraded_live_bytes: u64,
     pub over_budget_count: u64,
     pub unknown_release_count: u64,
+    /// Locking calls made while their thread was already inside pinguard (a signal handler that
+    /// interrupted a hook): passed through to the kernel, not tracked.
+    #[serde(default)]
+    pub untracked_count: u64,
 }
 
 impl Totals {
@@ -124,6 +128,7 @@ impl Totals {
         self.downgraded_live_bytes += o.downgraded_live_bytes;
         self.over_budget_count += o.over_budget_count;
         self.unknown_release_count += o.unknown_release_count;
+        self.untracked_count += o.untracked_count;
     }
 }
 

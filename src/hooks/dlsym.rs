@@ -183,7 +183,7 @@ fn family_of(name: &[u8]) -> Option<Family> {
         Some(Family::CudaDriver)
     } else if name.starts_with(b"aclrt") {
         Some(Family::Acl)
-    } else if name.starts_with(b"mlock") || name.starts_with(b"munlock") || name.starts_with(b"mmap") || name == b"munmap" {
+    } else if name.starts_with(b"mlock") || name.starts_with(b"munlock") || name.starts_with(b"mmap") || name == b"munmap" || name == b"mremap" {
         Some(Family::Mlock)
     } else {
         None

@@ -1,15 +1,22 @@
 //! libc's page locking: `mlock`, `mlock2`, `munlock`, `mlockall`, `munlockall`, and `mmap` /
-//! `munmap` for what they lock and unlock. When libc's function cannot be found (an old glibc
+//! `munmap` / `mremap` for what they lock, unlock and move. When libc's function cannot be found (an old glibc
 //! without `mlock2`), the raw syscall stands in.
 //!
 //! `mmap` and `munmap` are the hottest calls in any process: their untracked path is one flag test
-//! and a jump to the real function.
+//! and a jump to the real function (`mremap` too: glibc's `realloc` calls its own).
+//!
+//! A pinning call (`mlock`, `mlock2`, `mlockall`, `mmap` with `MAP_LOCKED`) that arrives while
+//! its thread is already inside pinguard (a signal handler that interrupted a hook) passes straight
+//! through and is counted in `untracked_count`; the kernel's `VmLck` still sees its pages, and the
+//! next comparison with the kernel takes them into the view.
 
 use super::real;
 use crate::api::{Api, Family};
+use crate::guard;
 use crate::ledger;
 use crate::track::Hook;
 use libc::{c_int, c_void, off_t, size_t};
+use std::cell::Cell;
 
 type LockFn = unsafe extern "C" fn(*const c_void, size_t) -> c_int;
 type Lock2Fn = unsafe extern "C" fn(*const c_void, size_t, c_int) -> c_int;
@@ -17,9 +24,44 @@ type AllFn = unsafe extern "C" fn(c_int) -> c_int;
 type NoneFn = unsafe extern "C" fn() -> c_int;
 type MmapFn = unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
 type MunmapFn = unsafe extern "C" fn(*mut c_void, size_t) -> c_int;
+type MremapFn = unsafe extern "C" fn(*mut c_void, size_t, size_t, c_int, ...) -> *mut c_void;
 
 fn sys_ret(r: libc::c_long) -> c_int {
     r as c_int
+}
+
+thread_local! {
+    /// Set while this thread runs one of the locking family's hooks.
+    static LOCKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs a locking hook's tracked path with `LOCKING` set (restored on the way out, however).
+#[inline]
+fn locking<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            LOCKING.set(self.0);
+        }
+    }
+    let _reset = Reset(LOCKING.replace(true));
+    f()
+}
+
+/// A pinning call that passes through untracked. Counted when it interrupted one of pinguard's
+/// locking hooks on this thread (a signal handler): not when pinguard is off or the family
+/// disabled, nor when a runtime pins with `mlock` inside its own hooked call (the runtime's call
+/// is the one tracked; the emulated runtimes do that), which is noted instead. Both are one
+/// relaxed atomic access: no allocation, no lock.
+#[inline]
+fn nested() {
+    if guard::inside() {
+        if LOCKING.get() {
+            ledger::count_untracked();
+        } else {
+            ledger::note_runtime_lock();
+        }
+    }
 }
 
 #[no_mangle]
@@ -29,8 +71,11 @@ pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
         None => sys_ret(libc::syscall(libc::SYS_mlock, addr, len)),
     };
     match Hook::enter(Family::Mlock) {
-        None => real(),
-        Some(h) => h.lock_range(Api::Mlock, addr as usize, len, real),
+        None => {
+            nested();
+            real()
+        }
+        Some(h) => locking(|| h.lock_range(Api::Mlock, addr as usize, len, 0, real)),
     }
 }
 
@@ -41,8 +86,11 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) 
         None => sys_ret(libc::syscall(libc::SYS_mlock2, addr, len, flags)),
     };
     match Hook::enter(Family::Mlock) {
-        None => real(),
-        Some(h) => h.lock_range(Api::Mlock2, addr as usize, len, real),
+        None => {
+            nested();
+            real()
+        }
+        Some(h) => locking(|| h.lock_range(Api::Mlock2, addr as usize, len, flags, real)),
     }
 }
 
@@ -54,7 +102,7 @@ pub unsafe extern "C" fn munlock(addr: *const c_void, len: size_t) -> c_int {
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0),
+        Some(h) => locking(|| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0)),
     }
 }
 
@@ -65,8 +113,11 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
         None => sys_ret(libc::syscall(libc::SYS_mlockall, flags)),
     };
     match Hook::enter(Family::Mlock) {
-        None => real(),
-        Some(h) => h.mlockall(flags, real),
+        None => {
+            nested();
+            real()
+        }
+        Some(h) => locking(|| h.mlockall(flags, real)),
     }
 }
 
@@ -78,7 +129,7 @@ pub unsafe extern "C" fn munlockall() -> c_int {
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.munlockall(real),
+        Some(h) => locking(|| h.munlockall(real)),
     }
 }
 
@@ -111,16 +162,21 @@ unsafe fn mmap_hooked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int,
 
 #[inline(never)]
 unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    let locking = flags & libc::MAP_LOCKED != 0;
+    let locking_flag = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
-    if !locking && !replacing {
+    if !locking_flag && !replacing {
         return real_mmap(addr, len, prot, flags, fd, off);
     }
     match Hook::enter(Family::Mlock) {
-        None => real_mmap(addr, len, prot, flags, fd, off),
-        Some(h) if locking => h.mmap_locked(addr as usize, len, flags, |fl| real_mmap(addr, len, prot, fl, fd, off)),
-        Some(h) => h.unlock_range(Api::Mmap, addr as usize, len, || real_mmap(addr, len, prot, flags, fd, off), |p| {
-            *p != libc::MAP_FAILED
+        None => {
+            if locking_flag {
+                nested();
+            }
+            real_mmap(addr, len, prot, flags, fd, off)
+        }
+        Some(h) if locking_flag => locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| real_mmap(addr, len, prot, fl, fd, off))),
+        Some(h) => locking(|| {
+            h.unlock_range(Api::Mmap, addr as usize, len, || real_mmap(addr, len, prot, flags, fd, off), |p| *p != libc::MAP_FAILED)
         }),
     }
 }
@@ -159,7 +215,44 @@ unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0),
+        Some(h) => locking(|| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0)),
+    }
+}
+
+unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+    match real!("mremap").get::<MremapFn>() {
+        Some(f) => f(old, old_size, new_size, flags, new_addr),
+        None => match libc::syscall(libc::SYS_mremap, old, old_size, new_size, flags, new_addr) {
+            -1 => libc::MAP_FAILED,
+            r => r as *mut c_void,
+        },
+    }
+}
+
+/// `mremap(old, old_size, new_size, flags, ... /* new_address */)`. C declares it variadic; on
+/// the ABIs pinguard supports (x86-64 System V, AArch64 AAPCS64 on Linux) a variadic pointer
+/// argument travels in the same register as a fixed fifth one, so the fifth parameter reads
+/// `new_address` when the caller passed it and is ignored, as by the kernel, when MREMAP_FIXED is
+/// not set. The real function is called as the variadic function it is.
+#[no_mangle]
+pub unsafe extern "C" fn mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+    if !ledger::locked_any() {
+        if let Some(f) = real!("mremap").get::<MremapFn>() {
+            return f(old, old_size, new_size, flags, new_addr);
+        }
+    }
+    mremap_tracked(old, old_size, new_size, flags, new_addr)
+}
+
+#[inline(never)]
+unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+    let real = || real_mremap(old, old_size, new_size, flags, new_addr);
+    if !ledger::locked_any() {
+        return real();
+    }
+    match Hook::enter(Family::Mlock) {
+        None => real(),
+        Some(h) => locking(|| h.mremap(old as usize, old_size, new_size, flags, new_addr as usize, real)),
     }
 }
 
@@ -174,6 +267,7 @@ pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
         b"munlockall" => (munlockall as *const () as usize, real!("munlockall").addr()),
         b"mmap" | b"mmap64" => (mmap as *const () as usize, real!("mmap").addr()),
         b"munmap" => (munmap as *const () as usize, real!("munmap").addr()),
+        b"mremap" => (mremap as *const () as usize, real!("mremap").addr()),
         _ => return None,
     };
     Some((by_name == Some(real)).then_some(ours))

@@ -1,58 +1,188 @@
-//! The locking family's accounting: `mlock`, `mlock2`, `munlock`, `munmap`, `mmap(MAP_LOCKED)`,
-//! `mlockall`, `munlockall`. Pages are counted as the kernel counts them: a page locked twice is
-//! locked once.
+//! The locking family's accounting: `mlock`, `mlock2`, `munlock`, `munmap`, `mremap`,
+//! `mmap(MAP_LOCKED)`, `mlockall`, `munlockall`. Pages are counted as the kernel counts them: a
+//! page locked twice is locked once, and the kernel's `VmLck` is the truth (`ledger::Locked`).
+//!
+//! Every call here holds the view's lock from before the real call to after its bookkeeping, so
+//! hooked calls change the kernel's state and the view in the same order.
 
 use super::{quiet, Admission, Hook, Request};
+
+/// A locking call's admission. The locking family gives its bytes back by hand (a failed call
+/// may still have locked part of its range, which the kernel then says), so it holds no
+/// `budget::Reservation`.
+enum Lock {
+    Pin,
+    Refuse,
+    Downgrade,
+}
 use crate::api::Api;
 use crate::budget;
 use crate::callsite::Callsite;
 use crate::config::Policy;
 use crate::kernel;
-use crate::ledger;
-use crate::ranges::{page_size, page_span};
+use crate::ledger::{self, LockedGuard};
+use crate::ranges::{page_size, page_span, Gaps};
 use std::os::raw::{c_int, c_void};
 
+/// `mlock2`'s only flag (not in the `libc` crate for glibc targets).
+pub const MLOCK_ONFAULT: c_int = 1;
+
+fn total(gaps: &Gaps) -> u64 {
+    gaps.iter().map(|(s, e)| (e - s) as u64).sum()
+}
+
+/// Whether a failed lock call may have changed some pages before it failed: the kernel applies
+/// `mlock`/`munlock` mapping by mapping and stops at a hole (ENOMEM), and an `mlock` whose pages
+/// could not all be faulted in keeps the lock (EAGAIN). EINVAL, EPERM and EINTR change nothing.
+fn partial(err: c_int) -> bool {
+    !matches!(err, libc::EINVAL | libc::EPERM | libc::EINTR)
+}
+
 impl Hook {
+    /// The budget's decision for `bytes` more locked bytes. A reservation first: the usual case,
+    /// and no more work. Only when it fails, a comparison with the kernel, since the view may hold
+    /// pages the kernel unlocked behind pinguard's back (`recount` gives the request again after
+    /// it: `None` when nothing is left to lock), unless the kernel's own count plus the request is
+    /// over the process budget already (the refusal stands whatever the view holds); then, unless
+    /// the policy only warns, the kernel's own answer where it would reject the call anyway
+    /// (`rejected`, asked only here: never for a call that goes through); then the policy.
+    /// `Err(errno)`: the kernel's answer, to return without calling it.
+    #[allow(clippy::too_many_arguments)]
+    fn admit_lock(
+        &self,
+        locked: &mut LockedGuard,
+        api: Api,
+        site: &'static Callsite,
+        req: Request,
+        mut bytes: u64,
+        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        rejected: impl FnOnce(u64) -> Option<c_int>,
+    ) -> Result<(Lock, u64), c_int> {
+        if budget::try_reserve(bytes) {
+            return Ok((Lock::Pin, bytes));
+        }
+        let kernel = kernel::vm_lck();
+        let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
+        if !stands && kernel.is_some_and(|k| locked.check_before_refusal(k, self.t, self.now())) {
+            match recount(locked) {
+                Some(b) => bytes = b,
+                None => return Ok((Lock::Pin, 0)),
+            }
+            if budget::try_reserve(bytes) {
+                return Ok((Lock::Pin, bytes));
+            }
+        }
+        if self.cfg.policy != Policy::Warn {
+            if let Some(err) = rejected(bytes) {
+                ledger::count_failed(self.t, api);
+                return Err(err);
+            }
+        }
+        Ok(match self.admit(api, bytes, site, req) {
+            Admission::Pin(r) => {
+                r.commit();
+                (Lock::Pin, bytes)
+            }
+            // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
+            Admission::Pass => (Lock::Pin, 0),
+            Admission::Refuse => (Lock::Refuse, bytes),
+            Admission::Downgrade => (Lock::Downgrade, bytes),
+        })
+    }
+
     /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
-    pub fn lock_range(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> c_int) -> c_int {
+    pub fn lock_range(self, api: Api, addr: usize, len: usize, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
         let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
             return self.untracked(api, 0, real());
         };
+        if flags & !MLOCK_ONFAULT != 0 {
+            return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
+        }
         let Some(site) = quiet(|| self.site()) else { return real() };
         let mut locked = ledger::locked();
-        let gaps = locked.ranges.gaps(start, end);
-        let new: u64 = gaps.iter().map(|(s, e)| (e - s) as u64).sum();
+        let now = self.now();
+        let mut gaps = locked.ranges.gaps(start, end);
+        // The view thinks some of these pages locked: cheap evidence that it may be stale (a
+        // freed block unmapped by glibc, its address handed out again).
+        if total(&gaps) < (end - start) as u64 && quiet(|| locked.check(self.t, now, |_, _| None)).unwrap_or(false) {
+            gaps = locked.ranges.gaps(start, end);
+        }
+        let new = total(&gaps);
         if new == 0 {
+            drop(locked);
             return self.untracked(api, 0, real()); // every page is locked already
         }
-        let Some(admission) = quiet(|| self.admit(api, new, site, Request::Pageable)) else { return real() };
-        match admission {
-            Admission::Refuse => {
+        let decided = quiet(|| {
+            let mut fresh = None;
+            let d = self.admit_lock(
+                &mut locked,
+                api,
+                site,
+                Request::Pageable,
+                new,
+                |l| {
+                    let g = l.ranges.gaps(start, end);
+                    let n = total(&g);
+                    fresh = Some(g);
+                    (n > 0).then_some(n)
+                },
+                |n| kernel::mlock_rejected(start, end, n),
+            );
+            (d, fresh)
+        });
+        let (decided, fresh) = match decided {
+            Some(d) => d,
+            None => {
+                drop(locked);
+                return real();
+            }
+        };
+        if let Some(g) = fresh {
+            gaps = g;
+        }
+        let new = match decided {
+            Err(err) => {
+                drop(locked);
+                self.t.set_errno(err);
+                return -1;
+            }
+            Ok((_, 0)) => {
+                drop(locked);
+                return self.untracked(api, 0, real());
+            }
+            Ok((Lock::Refuse, _)) => {
+                drop(locked);
                 self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
-            Admission::Downgrade => {
-                quiet(|| ledger::count_downgraded(self.t, api, site, new));
+            Ok((Lock::Downgrade, n)) => {
+                drop(locked);
+                quiet(|| ledger::count_downgraded(self.t, api, site, n));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
-            // The bytes are given back by hand below when the call fails.
-            Admission::Pin(r) => r.commit(),
-            Admission::Pass => {}
-        }
+            Ok((Lock::Pin, n)) => n,
+        };
         let rc = real();
         let err = self.t.errno();
         quiet(|| {
             if rc == 0 {
-                for (s, e) in gaps {
-                    locked.ranges.insert(s, e, self.live(api, (e - s) as u64, site, false));
-                    ledger::live_delta(self.t, api, site, (e - s) as i64, 1, self.now());
+                for &(s, e) in &gaps {
+                    locked.add(self.t, s, e, self.live(api, 0, site, false), now);
                 }
                 ledger::count_alloc(self.t, api, site, new);
             } else {
                 // The kernel may have locked the pages before a hole in the range.
-                let added = self.reconcile(&mut locked, start, end, Some((api, site)));
-                budget::release(new.saturating_sub(added));
+                let mut added = 0;
+                if partial(err) {
+                    locked.sync(self.t, now, |s, e| {
+                        (s >= start && e <= end).then(|| {
+                            added += (e - s) as u64;
+                            (api, site)
+                        })
+                    });
+                }
+                budget::release(new);
                 if added > 0 {
                     ledger::count_alloc(self.t, api, site, added);
                 }
@@ -74,21 +204,18 @@ impl Hook {
         let mut locked = ledger::locked();
         let rc = real();
         let err = self.t.errno();
+        let now = self.now();
         if ok(&rc) {
             quiet(|| {
-                let mut removed = 0u64;
-                locked.ranges.remove(start, end, |l, bytes, count| {
-                    ledger::live_delta(self.t, l.api, l.site, -(bytes as i64), count, self.now());
-                    removed += bytes;
-                });
+                let removed = locked.cut(self.t, start, end, now);
                 if removed > 0 {
                     budget::release(removed);
                     ledger::count_release(self.t);
                 }
             });
-        } else if api == Api::Munlock {
+        } else if api == Api::Munlock && partial(err) {
             // A failed munlock still unlocked the mappings before the first hole.
-            quiet(|| self.reconcile(&mut locked, start, end, None));
+            quiet(|| locked.sync(self.t, now, |_, _| None));
         }
         drop(locked);
         self.t.set_errno(err);
@@ -96,24 +223,48 @@ impl Hook {
     }
 
     /// `mmap` with `MAP_LOCKED`. `real` takes the flags so the downgrade can drop `MAP_LOCKED`.
-    pub fn mmap_locked(self, addr: usize, len: usize, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
+    #[allow(clippy::too_many_arguments)]
+    pub fn mmap_locked(
+        self,
+        addr: usize,
+        len: usize,
+        prot: c_int,
+        flags: c_int,
+        fd: c_int,
+        off: i64,
+        real: impl Fn(c_int) -> *mut c_void,
+    ) -> *mut c_void {
         let api = Api::Mmap;
-        let Some((_, rounded)) = page_span(0, len, page_size()).filter(|_| len > 0) else {
+        let page = page_size();
+        let Some((_, rounded)) = page_span(0, len, page).filter(|_| len > 0) else {
             return real(flags);
         };
         let bytes = rounded as u64;
-        let Some((site, admission)) = quiet(|| {
-            let site = self.site();
-            (site, self.admit(api, bytes, site, Request::Pageable))
-        }) else {
-            return real(flags);
-        };
-        match admission {
-            Admission::Refuse => {
+        let Some(site) = quiet(|| self.site()) else { return real(flags) };
+        let mut locked = ledger::locked();
+        let now = self.now();
+        let decided = quiet(|| {
+            self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
+                kernel::mmap_rejected(addr, len, prot, flags, fd, off, page)
+            })
+        });
+        match decided {
+            None => {
+                drop(locked);
+                return real(flags);
+            }
+            Some(Err(err)) => {
+                drop(locked);
+                self.t.set_errno(err);
+                return libc::MAP_FAILED;
+            }
+            Some(Ok((Lock::Refuse, _))) => {
+                drop(locked);
                 self.t.set_errno(libc::EAGAIN);
                 return libc::MAP_FAILED;
             }
-            Admission::Downgrade => {
+            Some(Ok((Lock::Downgrade, _))) => {
+                drop(locked);
                 let p = real(flags & !libc::MAP_LOCKED);
                 let err = self.t.errno();
                 if p != libc::MAP_FAILED {
@@ -122,27 +273,18 @@ impl Hook {
                 self.t.set_errno(err);
                 return p;
             }
-            // The bytes are given back by hand below when the call fails.
-            Admission::Pin(r) => r.commit(),
-            Admission::Pass => {}
+            Some(Ok((Lock::Pin, _))) => {}
         }
-        let mut locked = ledger::locked();
         let p = real(flags);
         let err = self.t.errno();
         quiet(|| {
             if p != libc::MAP_FAILED {
                 let start = p as usize;
-                if flags & libc::MAP_FIXED != 0 || addr == start {
-                    // A fixed mapping replaces what was there, locks included.
-                    let mut removed = 0u64;
-                    locked.ranges.remove(start, start + rounded, |l, b, c| {
-                        ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
-                        removed += b;
-                    });
-                    budget::release(removed);
-                }
-                locked.ranges.insert(start, start + rounded, self.live(api, bytes, site, false));
-                ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
+                // The kernel handed out these pages: whatever the view had there is gone, replaced
+                // by MAP_FIXED or unmapped behind pinguard's back.
+                let removed = locked.cut(self.t, start, start + rounded, now);
+                budget::release(removed);
+                locked.add(self.t, start, start + rounded, self.live(api, 0, site, false), now);
                 ledger::count_alloc(self.t, api, site, bytes);
             } else {
                 budget::release(bytes);
@@ -154,61 +296,175 @@ impl Hook {
         p
     }
 
-    /// `mlockall` cannot be attributed per page: the kernel's `VmLck` before and after is the entry.
+    /// `mremap`. The kernel keeps the lock on the pages it moves, locks the part a locked mapping
+    /// grows by (new locked memory: the budget decides, and a refusal is the kernel's EAGAIN for a
+    /// growth over `RLIMIT_MEMLOCK`), and unlocks the part it shrinks by.
+    #[allow(clippy::too_many_arguments)]
+    pub fn mremap(self, old: usize, old_size: usize, new_size: usize, flags: c_int, new_addr: usize, real: impl FnOnce() -> *mut c_void) -> *mut c_void {
+        let page = page_size();
+        let round = |n: usize| n.checked_add(page - 1).map(|v| v & !(page - 1));
+        let known = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
+        let (Some(old_len), Some(new_len)) = (round(old_size), round(new_size)) else { return real() };
+        let bad = flags & !known != 0 || (flags & libc::MREMAP_FIXED != 0 && flags & libc::MREMAP_MAYMOVE == 0);
+        let Some(old_end) = old.checked_add(old_len) else { return real() };
+        if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
+            return real(); // the kernel's EINVAL; nothing changes
+        }
+        let mut locked = ledger::locked();
+        let now = self.now();
+        let held = locked.ranges.covered(old, old_end);
+        let owner = locked.ranges.at(old_end.saturating_sub(1)).or_else(|| locked.ranges.at(old)).copied();
+        let grow = match owner {
+            Some(_) if held > 0 && new_len > old_len => (new_len - old_len) as u64,
+            _ => 0,
+        };
+        let mut reserved = 0;
+        if let (true, Some(o)) = (grow > 0, owner) {
+            let decided = quiet(|| self.admit_lock(&mut locked, o.api, o.site, Request::Mapped, grow, |_| Some(grow), |_| None));
+            match decided {
+                Some(Ok((Lock::Pin, n))) => reserved = n,
+                Some(Ok(_)) => {
+                    drop(locked);
+                    self.t.set_errno(libc::EAGAIN);
+                    return libc::MAP_FAILED;
+                }
+                Some(Err(err)) => {
+                    drop(locked);
+                    self.t.set_errno(err);
+                    return libc::MAP_FAILED;
+                }
+                None => {}
+            }
+        }
+        let r = real();
+        let err = self.t.errno();
+        quiet(|| {
+            if r == libc::MAP_FAILED {
+                budget::release(reserved);
+                // MREMAP_FIXED may have unmapped the target before failing.
+                if flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(new_addr, new_addr + new_len) > 0 {
+                    locked.sync(self.t, now, |_, _| None);
+                }
+                return;
+            }
+            let r = r as usize;
+            let mut released = 0;
+            if new_len < old_len {
+                released += locked.cut(self.t, old + new_len, old_end, now);
+            }
+            if r != old {
+                // Moved (with MREMAP_DONTUNMAP the old pages stay, unlocked): the locks go along.
+                let keep = old_len.min(new_len);
+                let pieces = locked.ranges.take(old, old + keep, |l, b, c| {
+                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, now);
+                });
+                released += locked.cut(self.t, r, r + new_len, now); // what the view had there is gone
+                for (s, e, l) in pieces {
+                    locked.add(self.t, s - old + r, e - old + r, l, now);
+                }
+            } else if new_len > old_len {
+                released += locked.cut(self.t, old_end, old + new_len, now);
+            }
+            budget::release(released);
+            let uniform = held == 0 || held == old_len as u64;
+            if let (true, true, Some(o)) = (reserved > 0, uniform, owner) {
+                // The whole mapping was locked: so is the part it grew by.
+                locked.add(self.t, r + old_len, r + new_len, o, now);
+                ledger::count_alloc(self.t, o.api, o.site, reserved);
+            } else {
+                budget::release(reserved);
+            }
+            if !uniform && (r != old || new_len > old_len) {
+                // The view had part of one mapping locked: the kernel knows what became of it.
+                locked.sync(self.t, now, |_, _| None);
+            }
+        });
+        drop(locked);
+        self.t.set_errno(err);
+        r
+    }
+
+    /// `mlockall`: the pages it locks are found in the kernel's mappings afterwards and recorded
+    /// as ranges of this call, like any other lock (so `munmap`, `munlock` and a later `mlock` of
+    /// them count exactly).
     pub fn mlockall(self, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
         let api = Api::Mlockall;
-        let status = kernel::status();
-        let before = status.vm_lck.unwrap_or(0);
-        // What MCL_CURRENT may lock: every mapped page (the pages locked already are in VmSize
-        // too, so this is an upper bound, which is what a budget needs).
-        let estimate = if flags & libc::MCL_CURRENT != 0 { status.vm_size.unwrap_or(0) } else { 0 };
+        if !kernel::mlockall_flags_valid(flags) {
+            return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
+        }
+        let Some(site) = quiet(|| self.site()) else { return real() };
+        let mut locked = ledger::locked();
+        let now = self.now();
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
         let blank_cheque = flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn;
-        let Some((site, admission)) = quiet(|| {
-            let site = self.site();
-            if blank_cheque {
-                let a = match self.cfg.policy {
-                    Policy::Downgrade => Admission::Downgrade,
-                    _ => {
-                        ledger::count_denied(self.t, api, site, estimate);
-                        Admission::Refuse
+        // What MCL_CURRENT will lock: every lockable mapping not locked yet (a walk of the
+        // mappings, only when a budget needs the figure).
+        let estimate = || -> u64 {
+            let mut bytes = 0u64;
+            if flags & libc::MCL_CURRENT != 0 && budget::limited() {
+                kernel::for_each_vma(|v| {
+                    if v.lockable && !v.locked {
+                        bytes += (v.end - v.start) as u64;
                     }
-                };
-                return (site, a);
+                });
             }
-            (site, self.admit(api, estimate, site, Request::Pageable))
-        }) else {
-            return real();
+            bytes
         };
-        match admission {
-            Admission::Refuse => {
+        let decided = quiet(|| {
+            if blank_cheque {
+                if let Some(err) = kernel::mlockall_rejected(flags) {
+                    ledger::count_failed(self.t, api);
+                    return Err(err);
+                }
+                let bytes = estimate();
+                return Ok(match self.cfg.policy {
+                    Policy::Downgrade => (Lock::Downgrade, bytes),
+                    _ => {
+                        ledger::count_denied(self.t, api, site, bytes);
+                        (Lock::Refuse, bytes)
+                    }
+                });
+            }
+            let bytes = estimate();
+            self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))
+        });
+        let reserved = match decided {
+            None => {
+                drop(locked);
+                return real();
+            }
+            Some(Err(err)) => {
+                drop(locked);
+                self.t.set_errno(err);
+                return -1;
+            }
+            Some(Ok((Lock::Refuse, _))) => {
+                drop(locked);
                 self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
-            Admission::Downgrade => {
-                quiet(|| ledger::count_downgraded(self.t, api, site, estimate));
+            Some(Ok((Lock::Downgrade, bytes))) => {
+                drop(locked);
+                quiet(|| ledger::count_downgraded(self.t, api, site, bytes));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
-            // The bytes are given back by hand below when the call fails.
-            Admission::Pin(r) => r.commit(),
-            Admission::Pass => {}
-        }
-        let mut locked = ledger::locked();
+            Some(Ok((Lock::Pin, bytes))) => bytes,
+        };
         let rc = real();
         let err = self.t.errno();
         quiet(|| {
-            budget::release(estimate);
+            budget::release(reserved); // the walk takes what the kernel actually locked
             if rc == 0 {
-                let delta = kernel::status().vm_lck.unwrap_or(0).saturating_sub(before);
-                budget::force(delta);
-                let fresh = locked.mlockall.is_none();
-                let entry = locked.mlockall.get_or_insert_with(|| self.live(api, 0, site, false));
-                entry.size += delta;
-                let owner = entry.site;
-                ledger::live_delta(self.t, api, owner, delta as i64, fresh as i64, self.now());
-                ledger::count_alloc(self.t, api, site, delta);
+                let mut added = 0;
+                locked.sync(self.t, now, |s, e| {
+                    added += (e - s) as u64;
+                    Some((api, site))
+                });
+                // mlockall without MCL_FUTURE ends an earlier one's.
+                locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(api, 0, site, false));
+                ledger::count_alloc(self.t, api, site, added);
             } else {
                 ledger::count_failed(self.t, api);
             }
@@ -224,15 +480,7 @@ impl Hook {
         let err = self.t.errno();
         if rc == 0 {
             quiet(|| {
-                let mut removed = 0u64;
-                locked.ranges.clear(|l, b, c| {
-                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
-                    removed += b;
-                });
-                if let Some(l) = locked.mlockall.take() {
-                    ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
-                    removed += l.size;
-                }
+                let removed = locked.clear(self.t, self.now());
                 if removed > 0 {
                     budget::release(removed);
                     ledger::count_release(self.t);
@@ -242,38 +490,5 @@ impl Hook {
         drop(locked);
         self.t.set_errno(err);
         rc
-    }
-
-    /// Makes the ledger's view of `[start, end)` match the kernel's after a call that failed part-way.
-    /// Pages the kernel no longer has locked are released; with `lock`, pages it newly locked are
-    /// recorded for that call. Returns the bytes added.
-    fn reconcile(&self, locked: &mut ledger::LockedGuard, start: usize, end: usize, lock: Option<(Api, &'static Callsite)>) -> u64 {
-        let Some(parts) = kernel::locked_parts(start, end) else { return 0 };
-        let mut removed = 0u64;
-        let mut cur = start;
-        for &(s, e) in parts.iter().chain(std::iter::once(&(end, end))) {
-            if s > cur {
-                locked.ranges.remove(cur, s, |l, b, c| {
-                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, self.now());
-                    removed += b;
-                });
-            }
-            cur = cur.max(e);
-        }
-        if removed > 0 {
-            budget::release(removed);
-            ledger::count_release(self.t);
-        }
-        let mut added = 0u64;
-        if let Some((api, site)) = lock {
-            for (s, e) in parts {
-                for (gs, ge) in locked.ranges.gaps(s, e) {
-                    locked.ranges.insert(gs, ge, self.live(api, (ge - gs) as u64, site, false));
-                    ledger::live_delta(self.t, api, site, (ge - gs) as i64, 1, self.now());
-                    added += (ge - gs) as u64;
-                }
-            }
-        }
-        added
     }
 }
