@@ -30,7 +30,8 @@ PINGUARD_API int pinguard_write_report(const char *path);
  * process is setuid. */
 PINGUARD_API long pinguard_report_path(char *buf, size_t size);
 
-/* Pinned bytes live in this process right now (downgraded, pageable memory is not counted). */
+/* Pinned bytes live in this process right now (downgraded, pageable memory is not counted). Locked
+ * pages are first compared with the kernel's VmLck (and matched with it when they differ). */
 PINGUARD_API uint64_t pinguard_live_bytes(void);
 
 /* The library's version, e.g. "0.1.0"; a static string. */
