@@ -114,6 +114,11 @@ fn init() -> bool {
     for e in &cfg.errors {
         log::write_stderr(&format!("pinguard: {e}\n"));
     }
+    // The real functions the exit, signal and jump hooks call, found now rather than from inside
+    // a signal handler or a vfork child; those hooks run even when pinguard is disabled.
+    signals::prepare();
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    crate::hooks::exit::prepare();
     if cfg.disabled {
         return false;
     }
@@ -121,11 +126,6 @@ fn init() -> bool {
     budget::set_limit(cfg.budget);
     report::init_template(cfg.report.as_deref());
     crate::resolve::own_range();
-    // The real functions the exit and signal paths call, found now rather than from inside a
-    // signal handler or a vfork child.
-    signals::prepare();
-    #[cfg(not(any(test, feature = "fuzzing")))]
-    crate::hooks::exit::prepare();
     let _ = CONFIG.set(cfg);
     if let Some(cfg) = CONFIG.get() {
         crate::reporter::start(cfg);

@@ -63,7 +63,21 @@ fn wait(seen: u32, timeout: Option<Duration>) {
 }
 
 fn spawn(cfg: &'static Config) {
+    // The thread is born with every signal blocked (a new thread inherits its creator's mask):
+    // a process-wide signal is never delivered to it, so a program that blocks SIGTERM and waits
+    // for it with `sigwait` gets it, and the application's handlers run on its own threads.
+    // SAFETY: plain values and valid out-pointers; the mask changes only for this thread and is
+    // put back right after the thread is created.
+    let old = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    };
     let r = std::thread::Builder::new().name("pinguard-report".into()).spawn(move || run(cfg));
+    // SAFETY: as above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if r.is_err() {
         log::write_stderr("pinguard: cannot start the report thread; no periodic or signal reports\n");
     }

@@ -18,7 +18,7 @@ fn progs() -> &'static Path {
         let out = f.dir.join("libsigatfork.so").to_string_lossy().into_owned();
         let src = root().join("tests/progs/sig_atfork.c").to_string_lossy().into_owned();
         cc(&["-g", "-O1", "-Wall", "-fPIC", "-pthread", "-shared", "-o", &out, &src]);
-        for prog in ["sig_descriptors", "sig_handlers", "sig_exit", "sig_fork_storm", "vfork_exit"] {
+        for prog in ["sig_descriptors", "sig_handlers", "sig_exit", "sig_fork_storm", "vfork_exit", "sig_wait"] {
             let out = f.dir.join(prog).to_string_lossy().into_owned();
             let src = root().join(format!("tests/progs/{prog}.c")).to_string_lossy().into_owned();
             // Kept although nothing names it: its constructor is what it is there for.
@@ -329,4 +329,31 @@ fn python_subprocess_of_a_missing_command_leaves_the_report_to_python() {
     let summary = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("at exit")).collect::<Vec<_>>();
     assert_eq!(summary.len(), 1, "{}", r.stderr);
     assert!(summary[0].contains(&format!("pinguard[{pid}]")), "{}", r.stderr);
+}
+
+/// pinguard's report thread never takes a signal meant for the application: a program that blocks
+/// SIGTERM and waits for it with `sigwait` gets it, with an interval and a report signal set.
+#[test]
+fn a_signal_the_application_waits_for_never_reaches_pinguards_thread() {
+    let env = [("PINGUARD_INTERVAL", "20ms"), ("PINGUARD_SIGNAL", "USR2")];
+    for round in 0..5 {
+        let dir = fresh_dir("sigwait");
+        let bare = launch("sig_wait", &["sigwait"], &env, &dir, false);
+        assert_eq!((bare.out.status.code(), bare.stdout.trim()), (Some(0), "got 15"), "without pinguard");
+        let r = launch("sig_wait", &["sigwait"], &env, &dir, true);
+        assert_eq!((r.out.status.code(), r.stdout.trim()), (Some(0), "got 15"), "round {round}: {:?} {}", r.out.status, r.stderr);
+    }
+}
+
+/// After a one-shot handler ran, the application reads back its own flags, not the ones pinguard
+/// installed its trampoline with.
+#[test]
+fn after_a_one_shot_handler_the_application_reads_back_its_own_flags() {
+    let dir = fresh_dir("oneshot");
+    let bare = launch("sig_wait", &["oneshot"], &[], &dir, false);
+    assert_eq!(bare.stdout.trim(), "hits=1 dfl=1 siginfo=0 resethand=1", "without pinguard");
+    for env in [&[][..], &[("PINGUARD_SIGNAL", "USR2")][..], &[("PINGUARD_SIGNAL", "USR1")][..]] {
+        let r = launch("sig_wait", &["oneshot"], env, &dir, true);
+        assert_eq!(r.stdout, bare.stdout, "{env:?}: {}", r.stderr);
+    }
 }

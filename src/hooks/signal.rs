@@ -19,7 +19,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 type Action = libc::sigaction;
 type SigactionFn = unsafe extern "C" fn(c_int, *const Action, *mut Action) -> c_int;
@@ -50,6 +50,21 @@ static CHOICES: Choices = Choices {
     current: [const { AtomicU8::new(0) }; MAX_SIG + 1],
 };
 
+/// A sequence count per signal, odd while the writer changes its record: the trampoline on
+/// another thread reads again rather than mix the handler of one choice with the flags of another
+/// when two changes overtake its read (the writer's own thread has every signal blocked, so a
+/// reader never waits for its own thread).
+static SEQ: [AtomicU32; MAX_SIG + 1] = [const { AtomicU32::new(0) }; MAX_SIG + 1];
+
+fn write_begin(sig: usize) {
+    SEQ[sig].fetch_add(1, Ordering::Relaxed);
+    std::sync::atomic::fence(Ordering::Release);
+}
+
+fn write_end(sig: usize) {
+    SEQ[sig].fetch_add(1, Ordering::Release);
+}
+
 /// `PINGUARD_SIGNAL`'s signal once the report thread has taken it over; 0 before.
 static REPORT: AtomicI32 = AtomicI32::new(0);
 /// The signals `siginterrupt` took `SA_RESTART` from (glibc's own set is internal to it), for
@@ -75,28 +90,43 @@ fn choice(sig: usize) -> Option<Action> {
 fn publish(sig: usize, a: &Action) -> u8 {
     let cur = CHOICES.current[sig].load(Ordering::Relaxed);
     let next = if cur == 1 { 2 } else { 1 };
+    write_begin(sig);
     // SAFETY: `next` is not the current slot, and the writer lock makes this the only writer.
     unsafe { (*CHOICES.slots[sig][next as usize - 1].get()).write(*a) };
     CHOICES.current[sig].store(next, Ordering::Release);
+    write_end(sig);
     cur
 }
 
 /// The handler and flags of the latest choice: what the trampoline needs, without copying the
 /// whole action onto a stack that may be a small alternate one.
 fn handler_of(sig: usize) -> Option<(libc::sighandler_t, c_int)> {
-    let c = CHOICES.current[sig].load(Ordering::Acquire);
-    if c == 0 {
-        return None;
-    }
-    // SAFETY: as in `choice`; only two fields are read.
-    unsafe {
-        let a = (*CHOICES.slots[sig][c as usize - 1].get()).as_ptr();
-        Some((std::ptr::addr_of!((*a).sa_sigaction).read(), std::ptr::addr_of!((*a).sa_flags).read()))
+    loop {
+        let seq = SEQ[sig].load(Ordering::Acquire);
+        if seq & 1 == 0 {
+            let c = CHOICES.current[sig].load(Ordering::Acquire);
+            if c == 0 {
+                return None;
+            }
+            // SAFETY: as in `choice`; only two fields are read, volatile because a writer may
+            // rewrite the slot meanwhile, in which case the sequence check below discards them.
+            let got = unsafe {
+                let a = (*CHOICES.slots[sig][c as usize - 1].get()).as_ptr();
+                (std::ptr::addr_of!((*a).sa_sigaction).read_volatile(), std::ptr::addr_of!((*a).sa_flags).read_volatile())
+            };
+            std::sync::atomic::fence(Ordering::Acquire);
+            if SEQ[sig].load(Ordering::Relaxed) == seq {
+                return Some(got);
+            }
+        }
+        std::hint::spin_loop();
     }
 }
 
 fn unpublish(sig: usize, prev: u8) {
+    write_begin(sig);
     CHOICES.current[sig].store(prev, Ordering::Release);
+    write_end(sig);
 }
 
 static WRITER: AtomicBool = AtomicBool::new(false);
@@ -203,6 +233,13 @@ fn seen(k: &Action, choice: Option<&Action>) -> Action {
             a.sa_flags = (k.sa_flags & !OURS) | (c.sa_flags & OURS);
             a
         }
+        // A one-shot handler the kernel has reset to the default: the kernel keeps the flags the
+        // trampoline was installed with (`SA_SIGINFO`); the application asked for its own.
+        Some(c) if k.sa_sigaction == libc::SIG_DFL && is_handler(c.sa_sigaction) && c.sa_flags & libc::SA_RESETHAND != 0 => {
+            let mut a = *k;
+            a.sa_flags = (k.sa_flags & !OURS) | (c.sa_flags & OURS);
+            a
+        }
         _ => *k,
     }
 }
@@ -291,6 +328,14 @@ fn adopt(sig: c_int, always: bool) {
 /// In a fork child: a thread that held the writer lock at the fork does not exist there.
 pub fn after_fork_child() {
     WRITER.store(false, Ordering::Release);
+    // A writer of the parent's may have been between `write_begin` and `write_end`: its slot is
+    // either not yet current or whole, so the record stands; an odd count would stall every
+    // trampoline of the child.
+    for s in &SEQ {
+        if s.load(Ordering::Relaxed) & 1 != 0 {
+            s.fetch_add(1, Ordering::Release);
+        }
+    }
 }
 
 // ---- The trampoline and the handlers running now ---------------------------------------------
@@ -434,6 +479,10 @@ unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, c
 #[cold]
 #[inline(never)]
 fn reset_once(sig: usize, h: libc::sighandler_t) -> bool {
+    if !crate::lifecycle::owns_state() {
+        // A vfork child: the records are its parent's; its own one-shot handler runs, untouched.
+        return true;
+    }
     let _w = Writer::lock();
     let Some(c) = choice(sig) else { return false };
     if c.sa_sigaction != h || c.sa_flags & libc::SA_RESETHAND == 0 {
