@@ -58,3 +58,15 @@ fn cancellation_inside_the_runtime_unwinds_through_the_hook() {
     let r = outcome(&prog, &["runtime"], true, &[("EMU_DRIVER_IO", "1"), ("PINGUARD_BUDGET", "1M")]);
     assert_eq!((r.0, r.1.as_str()), (bare.0, bare.1.as_str()), "{}", r.2);
 }
+
+/// A thread cancelled inside the runtime's free (before the runtime freed anything): pinguard
+/// still counts the memory, so the application's next free releases it and the budget fits again.
+#[test]
+fn a_release_cancelled_inside_the_runtime_keeps_its_record() {
+    let prog = build();
+    let env = [("EMU_DRIVER_IO", "1")];
+    let bare = outcome(&prog, &["free"], false, &env);
+    assert_eq!(bare.1.trim(), "alloc rc=0 cancelled=1 steps=1 free rc=0 again rc=0", "without pinguard: {bare:?}");
+    let r = outcome(&prog, &["free"], true, &[("EMU_DRIVER_IO", "1"), ("PINGUARD_BUDGET", "1M")]);
+    assert_eq!((r.0, r.1.as_str()), (bare.0, bare.1.as_str()), "{}", r.2);
+}

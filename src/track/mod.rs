@@ -79,6 +79,23 @@ pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
     out
 }
 
+/// A live record taken out for a release call, put back if the call unwinds before it returns.
+struct PutBack(usize, Option<Live>);
+
+impl PutBack {
+    fn disarm(mut self) {
+        self.1 = None;
+    }
+}
+
+impl Drop for PutBack {
+    fn drop(&mut self) {
+        if let Some(l) = self.1.take() {
+            let _ = quiet(|| ledger::insert(self.0, l));
+        }
+    }
+}
+
 impl Hook {
     /// `None`: pass the call straight through (nested call, pinguard disabled, family off).
     /// Inlined into each hook, so that `from` is the hook's frame.
@@ -242,6 +259,8 @@ impl Hook {
                     self.t.set_errno(self.entry_errno);
                     return oom;
                 };
+                // SAFETY: `out` is not null (checked on entry) and the caller passed it for the
+                // runtime to write the new pointer to.
                 unsafe { *out = p };
                 quiet(|| {
                     if let Some(old) = ledger::insert(p as usize, self.live(api, bytes, site, true)) {
@@ -382,8 +401,12 @@ impl Hook {
                 ok
             }
             Some(l) => {
+                // Should `real` unwind (a cancellation point inside the runtime), the record goes
+                // back: the runtime still holds the memory.
+                let back = PutBack(addr as usize, Some(l));
                 let rc = real();
                 let err = self.t.errno();
+                back.disarm();
                 quiet(|| {
                     if rc == ok {
                         // Live figures first, budget second: a thread that takes the freed budget

@@ -137,7 +137,7 @@ static int table_remove(uintptr_t a, int owned, size_t *size) {
  * figures never under-state what it holds, even for an instant. */
 static int no_pin = -1;
 
-/* EMU_DRIVER_IO=1: every pinning call first reads a driver file, as the real runtime does on its
+/* EMU_DRIVER_IO=1: every pinning call and every free first reads a driver file, as the real runtime does on its
  * lazy first use (device nodes, /proc/driver files): that read is a cancellation point, so a
  * thread with a pending pthread_cancel is cancelled inside the runtime's call. */
 static int driver_io = -1;
@@ -177,6 +177,7 @@ static int emu_pin_alloc(size_t size, void **out) {
 /* 0 freed, 1 unknown pointer. */
 static int emu_pin_free(void *p) {
     size_t size;
+    maybe_driver_io();
     if (no_pin == 1) {
         free(p);
         return 0;

@@ -5,7 +5,10 @@
  *                    point), then pthread_testcancel: cancelled there, after all three returned.
  *   cancel runtime   cudaHostAlloc with EMU_DRIVER_IO=1: the runtime reads a file (a cancellation
  *                    point) inside the call, so the thread is cancelled inside cudaHostAlloc; then
- *                    the main thread pins the whole budget (nothing of the cancelled call is left). */
+ *                    the main thread pins the whole budget (nothing of the cancelled call is left).
+ *   cancel free      the main thread pins the whole budget; a thread cancelled inside its
+ *                    cudaFreeHost (the runtime still holds the memory), then the main thread frees
+ *                    it and pins the whole budget again. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -44,7 +47,30 @@ static void *runtime(void *arg) {
     return NULL;
 }
 
+static void *held;
+
+static void *free_it(void *arg) {
+    (void)arg;
+    pthread_cancel(pthread_self());
+    steps |= 1;
+    cudaFreeHost(held);
+    steps |= 2; /* never reached: cancelled inside the runtime, before it freed anything */
+    return NULL;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "free")) {
+        pthread_t t;
+        void *res = NULL;
+        int rc = cudaHostAlloc(&held, 1 << 20, 0);
+        pthread_create(&t, NULL, free_it, NULL);
+        pthread_join(t, &res);
+        int rc_free = cudaFreeHost(held);
+        void *p = NULL;
+        int rc_again = cudaHostAlloc(&p, 1 << 20, 0);
+        printf("alloc rc=%d cancelled=%d steps=%d free rc=%d again rc=%d\n", rc, res == PTHREAD_CANCELED, steps, rc_free, rc_again);
+        return 0;
+    }
     int run_time = argc > 1 && !strcmp(argv[1], "runtime");
     pthread_t t;
     void *res = NULL;
