@@ -164,8 +164,8 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
+        // SAFETY: getenv reads the environment; the result is NUL-terminated or null.
         _ => unsafe {
-            // SAFETY: getenv reads the environment; the result is NUL-terminated or null.
             let off = libc::getenv(c"PINGUARD_DISABLE".as_ptr());
             off.is_null() || !matches!(std::ffi::CStr::from_ptr(off).to_bytes(), b"1" | b"true" | b"yes")
         },
