@@ -16,7 +16,6 @@
 //! pinguard were absent. A process that does not own pinguard's state (a `vfork` child, which
 //! shares its parent's memory) changes only the kernel's dispositions, never the records.
 
-#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
