@@ -16,6 +16,7 @@
 //! pinguard were absent. A process that does not own pinguard's state (a `vfork` child, which
 //! shares its parent's memory) changes only the kernel's dispositions, never the records.
 
+#![deny(unsafe_op_in_unsafe_fn)]
 
 use std::cell::{Cell, UnsafeCell};
 use std::mem::MaybeUninit;
@@ -172,9 +173,10 @@ fn real_sigaction() -> &'static crate::resolve::Real {
 
 /// The real `sigaction`: the kernel's dispositions, through libc (which adds its restorer).
 fn kernel(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    // SAFETY: the symbol is libc's `sigaction`, whose type this is; the pointers are the
-    // caller's, as they would be passed to it.
+    // SAFETY: the symbol is libc's `sigaction`, whose type this is.
     match unsafe { real_sigaction().get::<SigactionFn>() } {
+        // SAFETY: `f` is libc's `sigaction`; the pointers are the caller's, as they would be
+        // passed to it.
         Some(f) => unsafe { f(sig, act, old) },
         None => {
             crate::guard::set_errno(libc::ENOSYS);
@@ -252,8 +254,10 @@ fn seen(k: &Action, choice: Option<&Action>) -> Action {
 unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     let Some(i) = index(sig) else { return kernel(sig, act, old) };
     // Read before any signal is blocked: a bad pointer faults here as it would in libc.
-    let new = if act.is_null() { None } else { Some(*act) };
-    let mut k: Action = std::mem::zeroed();
+    // SAFETY: the caller passes `act` null or valid, and it is not null here.
+    let new = if act.is_null() { None } else { Some(unsafe { *act }) };
+    // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
+    let mut k: Action = unsafe { std::mem::zeroed() };
     let (r, prev, err) = if !may_wrap() {
         // A vfork child (or pinguard disabled): the kernel only; the records are the parent's.
         let r = kernel(sig, new.as_ref().map_or(std::ptr::null(), |a| a as *const Action), &mut k);
@@ -280,7 +284,8 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
         (r, prev, crate::guard::errno())
     };
     if r == 0 && !old.is_null() {
-        *old = seen(&k, prev.as_ref());
+        // SAFETY: the caller passes `old` null or valid, and it is not null here.
+        unsafe { *old = seen(&k, prev.as_ref()) };
     }
     crate::guard::set_errno(err);
     r
@@ -405,7 +410,8 @@ unsafe fn alt_of(ctx: *mut c_void) -> (usize, usize) {
     if ctx.is_null() {
         return (0, 0);
     }
-    let ss = (*(ctx as *const libc::ucontext_t)).uc_stack;
+    // SAFETY: not null, so by the caller's guarantee the kernel's `ucontext_t`, readable.
+    let ss = unsafe { (*(ctx as *const libc::ucontext_t)).uc_stack };
     if ss.ss_flags & libc::SS_DISABLE != 0 || ss.ss_size == 0 {
         (0, 0)
     } else {
@@ -444,6 +450,9 @@ fn leave(depth: usize) {
 ///
 /// `C-unwind`: an application's handler may throw (C++ with -fnon-call-exceptions) to code it
 /// interrupted, as it can without pinguard.
+///
+/// # Safety
+/// Called only by the kernel, as an `SA_SIGINFO` handler.
 unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let Some(i) = index(sig) else { return };
     let errno = crate::guard::errno();
@@ -462,11 +471,17 @@ unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, c
     crate::guard::set_errno(errno);
     if let Some((h, flags)) = call {
         if flags & libc::SA_SIGINFO != 0 {
-            let f: unsafe extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) = std::mem::transmute(h);
-            f(sig, info, ctx);
+            // SAFETY: `h` is a handler the application installed with SA_SIGINFO: a function of
+            // this type (not SIG_DFL/SIG_IGN, filtered above).
+            let f: unsafe extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
+            // SAFETY: the arguments are the kernel's, as it would pass them to `f` directly.
+            unsafe { f(sig, info, ctx) };
         } else {
-            let f: unsafe extern "C-unwind" fn(c_int) = std::mem::transmute(h);
-            f(sig);
+            // SAFETY: `h` is a handler the application installed without SA_SIGINFO: a function
+            // of this type (not SIG_DFL/SIG_IGN, filtered above).
+            let f: unsafe extern "C-unwind" fn(c_int) = unsafe { std::mem::transmute(h) };
+            // SAFETY: called as the kernel would call it, from a signal handler for `sig`.
+            unsafe { f(sig) };
         }
     }
     leave(depth);
@@ -546,12 +561,14 @@ pub fn in_handler() -> bool {
 
 #[no_mangle]
 pub unsafe extern "C" fn sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    set(sig, act, old)
+    // SAFETY: the C caller keeps `sigaction(2)`'s contract, which is `set`'s.
+    unsafe { set(sig, act, old) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    set(sig, act, old)
+    // SAFETY: the C caller keeps `sigaction(2)`'s contract, which is `set`'s.
+    unsafe { set(sig, act, old) }
 }
 
 /// An action with `h`, `flags` and a mask of `also` (or none).
@@ -582,8 +599,10 @@ unsafe fn bsd(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
     }
     let interrupt = INTERRUPT.load(Ordering::Relaxed) & (1 << (sig - 1)) != 0;
     let a = action(h, if interrupt { 0 } else { libc::SA_RESTART }, Some(sig));
-    let mut old: Action = std::mem::zeroed();
-    if set(sig, &a, &mut old) < 0 {
+    // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
+    let mut old: Action = unsafe { std::mem::zeroed() };
+    // SAFETY: `a` and `old` are locals, valid for the call.
+    if unsafe { set(sig, &a, &mut old) } < 0 {
         libc::SIG_ERR
     } else {
         old.sa_sigaction
@@ -592,17 +611,20 @@ unsafe fn bsd(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    bsd(sig, h)
+    // SAFETY: `bsd` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
+    unsafe { bsd(sig, h) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    bsd(sig, h)
+    // SAFETY: `bsd` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
+    unsafe { bsd(sig, h) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    bsd(sig, h)
+    // SAFETY: `bsd` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
+    unsafe { bsd(sig, h) }
 }
 
 /// glibc's `sysv_signal`: one-shot, not deferred, not restarting.
@@ -611,8 +633,10 @@ unsafe fn sysv(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
         return einval(libc::SIG_ERR);
     }
     let a = action(h, (libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT) & !libc::SA_RESTART, None);
-    let mut old: Action = std::mem::zeroed();
-    if set(sig, &a, &mut old) < 0 {
+    // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
+    let mut old: Action = unsafe { std::mem::zeroed() };
+    // SAFETY: `a` and `old` are locals, valid for the call.
+    if unsafe { set(sig, &a, &mut old) } < 0 {
         libc::SIG_ERR
     } else {
         old.sa_sigaction
@@ -621,12 +645,14 @@ unsafe fn sysv(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    sysv(sig, h)
+    // SAFETY: `sysv` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
+    unsafe { sysv(sig, h) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    sysv(sig, h)
+    // SAFETY: `sysv` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
+    unsafe { sysv(sig, h) }
 }
 
 /// glibc's System V `sigset`.
@@ -635,24 +661,38 @@ pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::s
     if disp == libc::SIG_ERR || index(sig).is_none() {
         return einval(libc::SIG_ERR);
     }
-    let mut one: libc::sigset_t = std::mem::zeroed();
-    let mut before: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut one);
-    libc::sigaddset(&mut one, sig);
-    let mut old: Action = std::mem::zeroed();
+    // SAFETY: an all-zero `sigset_t` is a valid (empty) set.
+    let mut one: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: an all-zero `sigset_t` is a valid (empty) set.
+    let mut before: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `one` is a local, valid to write; `sig` is in range (checked above).
+    unsafe {
+        libc::sigemptyset(&mut one);
+        libc::sigaddset(&mut one, sig);
+    }
+    // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
+    let mut old: Action = unsafe { std::mem::zeroed() };
     if disp == SIG_HOLD {
-        if libc::sigprocmask(libc::SIG_BLOCK, &one, &mut before) < 0 {
+        // SAFETY: `one` and `before` are locals, valid for the call.
+        if unsafe { libc::sigprocmask(libc::SIG_BLOCK, &one, &mut before) } < 0 {
             return libc::SIG_ERR;
         }
-        if libc::sigismember(&before, sig) == 1 {
+        // SAFETY: `before` is initialised (zeroed, then filled by `sigprocmask`).
+        if unsafe { libc::sigismember(&before, sig) } == 1 {
             return SIG_HOLD;
         }
-        return if set(sig, std::ptr::null(), &mut old) < 0 { libc::SIG_ERR } else { old.sa_sigaction };
+        // SAFETY: a null `act` and a local `old`, valid for the call.
+        return if unsafe { set(sig, std::ptr::null(), &mut old) } < 0 { libc::SIG_ERR } else { old.sa_sigaction };
     }
-    if set(sig, &action(disp, 0, None), &mut old) < 0 || libc::sigprocmask(libc::SIG_UNBLOCK, &one, &mut before) < 0 {
+    // SAFETY: a temporary action and a local `old`, valid for the call.
+    if unsafe { set(sig, &action(disp, 0, None), &mut old) } < 0
+        // SAFETY: `one` and `before` are locals, valid for the call.
+        || unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &one, &mut before) } < 0
+    {
         return libc::SIG_ERR;
     }
-    if libc::sigismember(&before, sig) == 1 {
+    // SAFETY: `before` is initialised (zeroed, then filled by `sigprocmask`).
+    if unsafe { libc::sigismember(&before, sig) } == 1 {
         SIG_HOLD
     } else {
         old.sa_sigaction
@@ -661,7 +701,8 @@ pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::s
 
 #[no_mangle]
 pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
-    set(sig, &action(libc::SIG_IGN, 0, None), std::ptr::null_mut())
+    // SAFETY: a temporary action and a null `old`, valid for the call.
+    unsafe { set(sig, &action(libc::SIG_IGN, 0, None), std::ptr::null_mut()) }
 }
 
 #[no_mangle]
@@ -669,8 +710,10 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
     if index(sig).is_none() {
         return einval(-1);
     }
-    let mut a: Action = std::mem::zeroed();
-    if set(sig, std::ptr::null(), &mut a) < 0 {
+    // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
+    let mut a: Action = unsafe { std::mem::zeroed() };
+    // SAFETY: a null `act` and a local `old`, valid for the call.
+    if unsafe { set(sig, std::ptr::null(), &mut a) } < 0 {
         return -1;
     }
     let bit = 1u64 << (sig - 1);
@@ -681,7 +724,8 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
         INTERRUPT.fetch_and(!bit, Ordering::Relaxed);
         a.sa_flags |= libc::SA_RESTART;
     }
-    if set(sig, &a, std::ptr::null_mut()) < 0 {
+    // SAFETY: a local `act` and a null `old`, valid for the call.
+    if unsafe { set(sig, &a, std::ptr::null_mut()) } < 0 {
         -1
     } else {
         0
@@ -695,6 +739,9 @@ fn jump_reals() -> [&'static crate::resolve::Real; 4] {
 }
 
 /// Marks this thread's recorded handlers: the jump may leave them. Then jumps.
+///
+/// # Safety
+/// `real` names a function of `JumpFn`'s type; `env` and `val` are as that function requires.
 unsafe fn jump(real: &'static crate::resolve::Real, env: *mut c_void, val: c_int) -> ! {
     FRAMES.with(|f| {
         for e in &f.at[..f.depth.get().min(MAX_FRAMES)] {
@@ -703,28 +750,35 @@ unsafe fn jump(real: &'static crate::resolve::Real, env: *mut c_void, val: c_int
             e.set(v);
         }
     });
-    match real.get::<JumpFn>() {
-        Some(f) => f(env, val),
-        None => libc::abort(), // libc without longjmp: nothing sensible is left to do
+    // SAFETY: the caller guarantees `real` names a function of `JumpFn`'s type.
+    match unsafe { real.get::<JumpFn>() } {
+        // SAFETY: `env` and `val` are as the real function requires (the caller's guarantee).
+        Some(f) => unsafe { f(env, val) },
+        // SAFETY: `abort` has no precondition.
+        None => unsafe { libc::abort() }, // libc without longjmp: nothing sensible is left to do
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn longjmp(env: *mut c_void, val: c_int) -> ! {
-    jump(jump_reals()[0], env, val)
+    // SAFETY: `jump_reals()[0]` names `longjmp`, a `JumpFn`; `env`, `val` are the C caller's.
+    unsafe { jump(jump_reals()[0], env, val) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _longjmp(env: *mut c_void, val: c_int) -> ! {
-    jump(jump_reals()[1], env, val)
+    // SAFETY: `jump_reals()[1]` names `_longjmp`, a `JumpFn`; `env`, `val` are the C caller's.
+    unsafe { jump(jump_reals()[1], env, val) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn siglongjmp(env: *mut c_void, val: c_int) -> ! {
-    jump(jump_reals()[2], env, val)
+    // SAFETY: `jump_reals()[2]` names `siglongjmp`, a `JumpFn`; `env`, `val` are the C caller's.
+    unsafe { jump(jump_reals()[2], env, val) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __longjmp_chk(env: *mut c_void, val: c_int) -> ! {
-    jump(jump_reals()[3], env, val)
+    // SAFETY: `jump_reals()[3]` names `__longjmp_chk`, a `JumpFn`; `env`, `val` are the C caller's.
+    unsafe { jump(jump_reals()[3], env, val) }
 }
