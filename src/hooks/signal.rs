@@ -593,12 +593,20 @@ fn einval<T>(v: T) -> T {
 
 /// glibc's `signal` (BSD semantics): the signal itself blocked in its handler, restarting unless
 /// `siginterrupt` said otherwise.
-unsafe fn bsd(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+fn bsd(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+    install(sig, h, || {
+        let interrupt = INTERRUPT.load(Ordering::Relaxed) & (1 << (sig - 1)) != 0;
+        action(h, if interrupt { 0 } else { libc::SA_RESTART }, Some(sig))
+    })
+}
+
+/// The `signal` shape every BSD and System V entry point shares: `h` installed as `make` says,
+/// the previous handler back, `SIG_ERR` and `EINVAL` for a bad signal or handler.
+fn install(sig: c_int, h: libc::sighandler_t, make: impl FnOnce() -> Action) -> libc::sighandler_t {
     if h == libc::SIG_ERR || index(sig).is_none() {
         return einval(libc::SIG_ERR);
     }
-    let interrupt = INTERRUPT.load(Ordering::Relaxed) & (1 << (sig - 1)) != 0;
-    let a = action(h, if interrupt { 0 } else { libc::SA_RESTART }, Some(sig));
+    let a = make();
     // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
     let mut old: Action = unsafe { std::mem::zeroed() };
     // SAFETY: `a` and `old` are locals, valid for the call.
@@ -611,48 +619,32 @@ unsafe fn bsd(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
 
 #[no_mangle]
 pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: `bsd` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
-    unsafe { bsd(sig, h) }
+    bsd(sig, h)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: `bsd` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
-    unsafe { bsd(sig, h) }
+    bsd(sig, h)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: `bsd` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
-    unsafe { bsd(sig, h) }
+    bsd(sig, h)
 }
 
 /// glibc's `sysv_signal`: one-shot, not deferred, not restarting.
-unsafe fn sysv(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    if h == libc::SIG_ERR || index(sig).is_none() {
-        return einval(libc::SIG_ERR);
-    }
-    let a = action(h, (libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT) & !libc::SA_RESTART, None);
-    // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
-    let mut old: Action = unsafe { std::mem::zeroed() };
-    // SAFETY: `a` and `old` are locals, valid for the call.
-    if unsafe { set(sig, &a, &mut old) } < 0 {
-        libc::SIG_ERR
-    } else {
-        old.sa_sigaction
-    }
+fn sysv(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
+    install(sig, h, || action(h, (libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT) & !libc::SA_RESTART, None))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: `sysv` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
-    unsafe { sysv(sig, h) }
+    sysv(sig, h)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    // SAFETY: `sysv` asks nothing of its caller: `sig` is checked, `h` only passed on as a value.
-    unsafe { sysv(sig, h) }
+    sysv(sig, h)
 }
 
 /// glibc's System V `sigset`.

@@ -210,6 +210,15 @@ impl Hook {
         ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
     }
 
+    /// Records memory pinguard served in place of pinned memory (`downgrade`).
+    fn record_downgraded(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
+        if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, true)) {
+            self.forget(&old);
+        }
+        ledger::count_downgraded(self.t, api, site, bytes);
+        ledger::downgraded_live_delta(self.t, bytes as i64);
+    }
+
     /// Takes a replaced record's figures out of the live levels and the budget.
     fn forget(&self, old: &Live) {
         if old.downgraded {
@@ -262,13 +271,7 @@ impl Hook {
                 // SAFETY: `out` is not null (checked on entry) and the caller passed it for the
                 // runtime to write the new pointer to.
                 unsafe { *out = p };
-                quiet(|| {
-                    if let Some(old) = ledger::insert(p as usize, self.live(api, bytes, site, true)) {
-                        self.forget(&old);
-                    }
-                    ledger::count_downgraded(self.t, api, site, bytes);
-                    ledger::downgraded_live_delta(self.t, bytes as i64);
-                });
+                quiet(|| self.record_downgraded(api, p as usize, bytes, site));
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
@@ -338,13 +341,7 @@ impl Hook {
                 return oom;
             }
             Admission::Downgrade => {
-                quiet(|| {
-                    if let Some(old) = ledger::insert(addr as usize, self.live(api, bytes, site, true)) {
-                        self.forget(&old);
-                    }
-                    ledger::count_downgraded(self.t, api, site, bytes);
-                    ledger::downgraded_live_delta(self.t, bytes as i64);
-                });
+                quiet(|| self.record_downgraded(api, addr as usize, bytes, site));
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
