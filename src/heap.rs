@@ -94,32 +94,94 @@ impl Drop for Inside {
     }
 }
 
-// SAFETY: every method forwards to dlmalloc under one lock, with the layout the caller gave;
-// dlmalloc honours size and alignment as `GlobalAlloc` requires.
+/// Allocations from this size up get mappings of their own, given back to the kernel when freed
+/// (glibc's `malloc` does the same from 128 KiB): dlmalloc serves every size from its segments,
+/// and a report's large, short-lived buffers then leave the segments fragmented and resident.
+const OWN_MAPPING: usize = 128 * 1024;
+
+/// Whether a layout gets its own mapping; the same answer on allocation and release.
+#[inline(always)]
+fn own_mapping(layout: &Layout) -> bool {
+    layout.size() >= OWN_MAPPING && layout.align() <= crate::ranges::page_size()
+}
+
+fn pages(size: usize) -> usize {
+    let page = crate::ranges::page_size();
+    (size + page - 1) & !(page - 1)
+}
+
+// SAFETY: small layouts go to dlmalloc under one lock, with the layout the caller gave (dlmalloc
+// honours size and alignment as `GlobalAlloc` requires); large ones to page-aligned anonymous
+// mappings (zeroed, aligned to a page, which `own_mapping` requires of the layout), told apart on
+// release by the same layout.
 unsafe impl GlobalAlloc for Heap {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if own_mapping(&layout) {
+            return Pages.alloc(pages(layout.size())).0;
+        }
         let _i = Inside::new();
-        HEAP.lock().malloc(layout.size(), layout.align())
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` receives it.
+        unsafe { HEAP.lock().malloc(layout.size(), layout.align()) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if own_mapping(&layout) {
+            return Pages.alloc(pages(layout.size())).0; // fresh anonymous pages are zero
+        }
         let _i = Inside::new();
-        HEAP.lock().calloc(layout.size(), layout.align())
+        // SAFETY: as in `alloc`.
+        unsafe { HEAP.lock().calloc(layout.size(), layout.align()) }
     }
 
     #[inline]
     unsafe fn dealloc(&self, p: *mut u8, layout: Layout) {
+        if own_mapping(&layout) {
+            Pages.free(p, pages(layout.size()));
+            return;
+        }
         let _i = Inside::new();
-        HEAP.lock().free(p, layout.size(), layout.align())
+        // SAFETY: `p` came from this allocator's dlmalloc with this layout (`own_mapping` false).
+        unsafe { HEAP.lock().free(p, layout.size(), layout.align()) }
     }
 
     #[inline]
     unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let _i = Inside::new();
-        HEAP.lock().realloc(p, layout.size(), layout.align(), new_size)
+        // SAFETY: `GlobalAlloc::realloc` guarantees the new size, with the old alignment, is a
+        // valid layout.
+        let new = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
+        match (own_mapping(&layout), own_mapping(&new)) {
+            (true, true) => Pages.remap(p, pages(layout.size()), pages(new_size), true),
+            (false, false) => {
+                let _i = Inside::new();
+                // SAFETY: `p` came from dlmalloc with `layout`.
+                unsafe { HEAP.lock().realloc(p, layout.size(), layout.align(), new_size) }
+            }
+            _ => {
+                // Across the threshold: a new block of the other kind, the contents copied.
+                // SAFETY: `new` is a valid layout; the copy covers what both blocks hold; `p` is
+                // released with the layout it was allocated with.
+                unsafe {
+                    let q = self.alloc(new);
+                    if !q.is_null() {
+                        std::ptr::copy_nonoverlapping(p, q, layout.size().min(new_size));
+                        self.dealloc(p, layout);
+                    }
+                    q
+                }
+            }
+        }
     }
+}
+
+/// Gives the free memory at the top of the heap and every wholly free segment back to the
+/// kernel (dlmalloc does it by itself only past a threshold, and checks for free segments only
+/// every few thousand frees).
+pub fn trim() {
+    let _i = Inside::new();
+    // SAFETY: trimming only releases memory dlmalloc holds free; nothing in use moves.
+    unsafe { HEAP.lock().trim(0) };
 }
 
 /// Fork support: taken last in `prepare` (the other locks' holders may allocate), so the child

@@ -284,6 +284,13 @@ pub fn path() -> PathBuf {
 
 /// Writes a report to `path`, or to the configured template. Returns where it went.
 pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
+    let written = write_inner(reason, path);
+    // A report is the one large burst of pinguard's allocations: give what it freed back.
+    crate::heap::trim();
+    written
+}
+
+fn write_inner(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     let cfg = lifecycle::config().ok_or("pinguard is disabled")?;
     if path.is_none() && kernel::secure_mode() {
         return Err("secure-mode (setuid) process: PINGUARD_REPORT is ignored".into());
