@@ -11,7 +11,13 @@
 #   snapshots: they run host (x86-64) programs (true, python3, gpg, stress-ng, an exec'd child)
 #   with the preload, which an aarch64 library cannot load into;
 #   three tests in group: the harness reads and writes the shared ledger with the host's layout
-#   (pthread_mutex_t is 40 bytes on x86-64, 48 on aarch64).
+#   (pthread_mutex_t is 40 bytes on x86-64, 48 on aarch64); safety_group, which does the same and
+#   execs guest programs; python_subprocess_of_a_missing_command_… in safety_signals (host
+#   python3);
+#   two that fail only under qemu-user, which emulates the guest's memory maps and signal
+#   dispositions itself: hooked_calls_alone_never_drift_from_the_kernel in locked_pages (qemu's
+#   own mremap and VmLck) and a_one_shot_handler_of_the_report_signal_runs_once in
+#   safety_signals. Both pass natively on x86-64; an aarch64 machine would tell.
 # Needs: rustup target aarch64-unknown-linux-gnu; Debian's qemu-user, gcc-aarch64-linux-gnu,
 # libc6-dev-arm64-cross (installed here when missing and running as root).
 #   scripts/aarch64-tests.sh
@@ -28,7 +34,7 @@ CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
 lib="$PWD/target/aarch64-unknown-linux-gnu/release/libpinguard.so"
 file -L "$lib" 2>/dev/null | grep -q aarch64 || readelf -h "$lib" | grep -q AArch64
 export PGTEST_TARGET=aarch64 PGTEST_LIB="$lib"
-tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group)
+tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals)
 args=()
 for t in "${tests[@]}"; do args+=(--test "$t"); done
 cargo test -p pinguard "${args[@]}" -- \
@@ -36,5 +42,8 @@ cargo test -p pinguard "${args[@]}" -- \
     --skip forked_and_execd_children_write_their_own_reports \
     --skip a_bad_ledger_is_refused_and_the_process_runs_on_its_own_budget \
     --skip a_member_killed_with_sigkill_has_its_bytes_reclaimed \
-    --skip a_reused_pid_is_not_mistaken_for_the_member
+    --skip a_reused_pid_is_not_mistaken_for_the_member \
+    --skip python_subprocess_of_a_missing_command_leaves_the_report_to_python \
+    --skip hooked_calls_alone_never_drift_from_the_kernel \
+    --skip a_one_shot_handler_of_the_report_signal_runs_once
 echo "aarch64 under qemu: ${#tests[@]} test binaries passed"
