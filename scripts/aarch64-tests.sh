@@ -17,7 +17,8 @@
 #   two that fail only under qemu-user, which emulates the guest's memory maps and signal
 #   dispositions itself: hooked_calls_alone_never_drift_from_the_kernel in locked_pages (qemu's
 #   own mremap and VmLck) and a_one_shot_handler_of_the_report_signal_runs_once in
-#   safety_signals. Both pass natively on x86-64; an aarch64 machine would tell.
+#   safety_signals (qemu drops glibc's SA_INTERRUPT from the flags it reports back without
+#   pinguard, while pinguard reports what the application asked for). Both pass natively.
 # Needs: rustup target aarch64-unknown-linux-gnu; Debian's qemu-user, gcc-aarch64-linux-gnu,
 # libc6-dev-arm64-cross (installed here when missing and running as root).
 #   scripts/aarch64-tests.sh
