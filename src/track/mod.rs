@@ -83,6 +83,7 @@ pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
 struct PutBack(usize, Option<Live>);
 
 impl PutBack {
+    #[inline]
     fn disarm(mut self) {
         self.1 = None;
     }
@@ -202,6 +203,7 @@ impl Hook {
 
     /// Records a successful pinning call at `addr`. A record already there is one whose release
     /// pinguard never saw (another route freed it): its figures go, so nothing counts twice.
+    #[inline]
     fn record(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
         if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, false)) {
             self.forget(&old);
@@ -220,6 +222,7 @@ impl Hook {
     }
 
     /// Takes a replaced record's figures out of the live levels and the budget.
+    #[cold]
     fn forget(&self, old: &Live) {
         if old.downgraded {
             ledger::downgraded_live_delta(self.t, -(old.size as i64));
