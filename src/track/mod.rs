@@ -232,10 +232,22 @@ impl Hook {
         }
     }
 
-    /// A successful call the budget did not see (arguments pinguard expected the runtime to
-    /// reject): counted from here on, whatever the limit.
-    fn record_unreserved(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
-        budget::force(bytes);
+    /// The callsite and the budget's decision for a pinning call of `bytes`.
+    #[inline]
+    fn decide(&self, api: Api, bytes: u64, req: Request) -> (&'static Callsite, Admission) {
+        let site = self.site();
+        (site, self.admit(api, bytes, site, req))
+    }
+
+    /// A pinning call that succeeded: its reservation is kept and the memory recorded. Without a
+    /// reservation (arguments pinguard expected the runtime to reject), the bytes are counted from
+    /// here on, whatever the limit.
+    #[inline]
+    fn pinned(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, reservation: Option<budget::Reservation>) {
+        match reservation {
+            Some(r) => r.commit(),
+            None => budget::force(bytes),
+        }
         self.record(api, addr, bytes, site);
     }
 
@@ -254,10 +266,7 @@ impl Hook {
             return self.untracked(api, ok, real()); // the runtime's own answer; nothing gets pinned
         }
         let bytes = size as u64;
-        let Some((site, admission)) = quiet(|| {
-            let site = self.site();
-            (site, self.admit(api, bytes, site, req))
-        }) else {
+        let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
             return real();
         };
         let reservation = match admission {
@@ -286,17 +295,10 @@ impl Hook {
         let err = self.t.errno();
         // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
         let p = if rc == ok { unsafe { (*out) as usize } } else { 0 };
-        quiet(|| match (p, reservation) {
-            (0, _) => {
-                if rc != ok {
-                    ledger::count_failed(self.t, api);
-                }
-            }
-            (p, Some(r)) => {
-                r.commit();
-                self.record(api, p, bytes, site);
-            }
-            (p, None) => self.record_unreserved(api, p, bytes, site),
+        quiet(|| match p {
+            0 if rc != ok => ledger::count_failed(self.t, api),
+            0 => {}
+            p => self.pinned(api, p, bytes, site, reservation),
         });
         self.t.set_errno(err);
         rc
@@ -332,10 +334,7 @@ impl Hook {
             None => {}
         }
         let bytes = size as u64;
-        let Some((site, admission)) = quiet(|| {
-            let site = self.site();
-            (site, self.admit(api, bytes, site, req))
-        }) else {
+        let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
             return real();
         };
         let reservation = match admission {
@@ -353,13 +352,9 @@ impl Hook {
         };
         let rc = real();
         let err = self.t.errno();
-        quiet(|| match (rc == ok, reservation) {
-            (false, _) => ledger::count_failed(self.t, api),
-            (true, Some(r)) => {
-                r.commit();
-                self.record(api, addr as usize, bytes, site);
-            }
-            (true, None) => self.record_unreserved(api, addr as usize, bytes, site),
+        quiet(|| match rc == ok {
+            false => ledger::count_failed(self.t, api),
+            true => self.pinned(api, addr as usize, bytes, site, reservation),
         });
         self.t.set_errno(err);
         rc
