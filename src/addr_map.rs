@@ -84,6 +84,7 @@ impl<V: Copy> AddrMap<V> {
             return None;
         }
         let s = &self.slots[self.find(key)];
+        // SAFETY: a slot whose key is set always holds an initialised value (`insert`, `delete`, `grow`).
         (s.key == key).then(|| unsafe { s.val.assume_init_ref() })
     }
 
@@ -96,6 +97,8 @@ impl<V: Copy> AddrMap<V> {
         if self.slots[i].key != key {
             return None;
         }
+        // SAFETY: the key matched, so the slot holds an initialised value; `V: Copy`, so reading it
+        // leaves the slot intact.
         let v = unsafe { self.slots[i].val.assume_init() };
         if !accept(&v) {
             return None;
@@ -138,6 +141,7 @@ impl<V: Copy> AddrMap<V> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &V)> {
+        // SAFETY: only slots with a key set pass the filter, and those hold initialised values.
         self.slots.iter().filter(|s| s.key != 0).map(|s| (s.key, unsafe { s.val.assume_init_ref() }))
     }
 

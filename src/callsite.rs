@@ -86,6 +86,7 @@ static EMPTY: AtomicPtr<Callsite> = AtomicPtr::new(std::ptr::null_mut());
 pub fn empty() -> &'static Callsite {
     let p = EMPTY.load(Ordering::Acquire);
     if !p.is_null() {
+        // SAFETY: `EMPTY` only ever holds a callsite from `intern`; callsites are leaked, never freed.
         return unsafe { &*p };
     }
     let cs = intern(&[]);
@@ -94,7 +95,8 @@ pub fn empty() -> &'static Callsite {
 }
 
 pub fn intern(frames: &[usize]) -> &'static Callsite {
-    // One look-up of each thread-local; destructor-less thread-locals outlive this call.
+    // SAFETY: a destructor-less thread-local is never freed while its thread runs, so the
+    // reference outlives this call; one look-up of each thread-local.
     let last: &Cell<usize> = LAST.with(|l| unsafe { &*(l as *const Cell<usize>) });
     if let Some(cs) = live_match(last.get(), frames) {
         return cs;
@@ -102,6 +104,7 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
     let mut h = FxHasher::default();
     frames.hash(&mut h);
     let hash = h.finish();
+    // SAFETY: as above: `RECENT_SITES` has no destructor and lives as long as this thread.
     let recent: &Cell<[(u64, usize)]> = RECENT_SITES.with(|r| unsafe { &*(r as *const Cell<[(u64, usize); RECENT]>) });
     let recent = recent.as_slice_of_cells();
     let cs = match recent.iter().map(Cell::get).find(|&(rh, _)| rh == hash).and_then(|(_, p)| live_match(p, frames)) {
@@ -123,6 +126,8 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
 /// The callsite at `p` (0: none) if it has exactly these frames and is still in the table.
 #[inline]
 fn live_match(p: usize, frames: &[usize]) -> Option<&'static Callsite> {
+    // SAFETY: `p` is 0 or the address of a callsite from `intern_slow`, which leaks every callsite
+    // and never frees one (retired ones included).
     let cs = unsafe { (p as *const Callsite).as_ref()? };
     (*cs.frames == *frames && !cs.retired.load(Ordering::Relaxed)).then_some(cs)
 }

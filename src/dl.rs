@@ -33,10 +33,13 @@ pub fn init() {
     let libc_dlsym = find_in_libc(b"dlsym");
     let libc_dlvsym = find_in_libc(b"dlvsym");
     if libc_dlsym != 0 {
+        // SAFETY: `libc_dlsym` is libc's non-zero default-version `dlsym`, whose C signature is `DlsymFn`.
         let f: DlsymFn = unsafe { std::mem::transmute(libc_dlsym) };
         // Called from here, RTLD_NEXT means "after pinguard".
+        // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
         REAL_DLSYM.store(if next != 0 && !crate::resolve::is_own(next) { next } else { libc_dlsym }, Ordering::Release);
+        // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlvsym".as_ptr()) } as usize;
         let v = if next != 0 && !crate::resolve::is_own(next) { next } else { libc_dlvsym };
         REAL_DLVSYM.store(v, Ordering::Release);
@@ -49,6 +52,8 @@ pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
     init();
     match REAL_DLSYM.load(Ordering::Acquire) {
         0 => std::ptr::null_mut(),
+        // SAFETY: REAL_DLSYM is only ever set to a real `dlsym` (libc's or the next interposer's), and
+        // `name` is a NUL-terminated CStr; the handle is the caller's, as dlsym's contract requires.
         f => unsafe { std::mem::transmute::<usize, DlsymFn>(f)(handle, name.as_ptr()) },
     }
 }
@@ -57,6 +62,8 @@ pub fn real_dlvsym(handle: *mut c_void, name: &CStr, version: *const c_char) -> 
     init();
     match REAL_DLVSYM.load(Ordering::Acquire) {
         0 => std::ptr::null_mut(),
+        // SAFETY: REAL_DLVSYM is only ever set to a real `dlvsym`; `name` is a NUL-terminated CStr and
+        // handle/version are the caller's, passed on under dlvsym's own contract.
         f => unsafe { std::mem::transmute::<usize, DlvsymFn>(f)(handle, name.as_ptr(), version) },
     }
 }
@@ -84,6 +91,7 @@ fn find_in_libc(name: &[u8]) -> usize {
         let n = o.name.to_bytes();
         let file = n.rsplit(|&c| c == b'/').next().unwrap_or(n);
         if found == 0 && (file.starts_with(b"libc.so") || file.starts_with(b"libdl.so")) {
+            // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
             found = unsafe { elf_lookup(o.base, o.dynamic, name) }.unwrap_or(0);
         }
     });

@@ -38,15 +38,21 @@ thread_local! {
 /// and a destructor-less thread-local lives as long as its thread.
 #[inline(always)]
 pub fn here() -> &'static Thread {
+    // SAFETY: A destructor-less thread-local lives as long as its thread, and `Thread` is !Sync,
+    // so the 'static reference never leaves the thread that owns it.
     THREAD.with(|t| unsafe { &*(t as *const Thread) })
 }
 
 impl Thread {
     pub fn errno(&self) -> c_int {
+        // SAFETY: `errno_ptr` is libc's `__errno_location` for this thread (Thread is thread-local and !Sync),
+        // valid for the thread's whole life.
         unsafe { *self.errno_ptr() }
     }
 
     pub fn set_errno(&self, v: c_int) {
+        // SAFETY: `errno_ptr` is libc's `__errno_location` for this thread (Thread is thread-local and !Sync),
+        // valid for the thread's whole life.
         unsafe { *self.errno_ptr() = v }
     }
 
@@ -58,6 +64,7 @@ impl Thread {
         if !p.is_null() {
             return p;
         }
+        // SAFETY: `__errno_location` has no preconditions and always returns a valid pointer.
         let p = unsafe { libc::__errno_location() };
         self.errno.set(p);
         p
@@ -70,6 +77,7 @@ impl Thread {
         if v != 0 {
             return v;
         }
+        // SAFETY: gettid takes no arguments, touches no memory and cannot fail.
         let v = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
         self.tid.set(v);
         v
@@ -148,6 +156,7 @@ pub fn forget_tid() {
 
 pub fn unix_ms() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live, writable timespec and CLOCK_REALTIME is always supported.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
@@ -156,6 +165,7 @@ pub fn unix_ms() -> u64 {
 /// cost): for the timestamps taken on every tracked call.
 pub fn coarse_unix_ms() -> u64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live, writable timespec and CLOCK_REALTIME_COARSE exists on every Linux we run on.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }

@@ -108,6 +108,7 @@ static KEY: OnceLock<Option<libc::pthread_key_t>> = OnceLock::new();
 fn mine(t: &Thread) -> &'static Block {
     let p = t.counters.get();
     if !p.is_null() {
+        // SAFETY: `counters` is only set (in `adopt`) to a leaked block, which is never freed.
         return unsafe { &*p };
     }
     adopt(t)
@@ -130,12 +131,14 @@ fn adopt(t: &Thread) -> &'static Block {
     t.counters.set(b);
     let key = KEY.get_or_init(|| {
         let mut key = 0;
+        // SAFETY: `key` is a valid out-pointer and `hand_back` has the destructor signature pthread expects.
         (unsafe { libc::pthread_key_create(&mut key, Some(hand_back)) } == 0).then_some(key)
     });
     // Without the key (the process used up its keys, or the key is one for which glibc would
     // `calloc`, which a first count inside a signal handler must not do) the block stays with the
     // ended thread.
     if let Some(key) = key.filter(|&k| (k as usize) < guard::PTHREAD_KEY_INLINE) {
+        // SAFETY: `key` was created by us above; the value is a leaked block that lives forever.
         unsafe { libc::pthread_setspecific(key, b as *const Block as *const c_void) };
     }
     b
@@ -158,6 +161,8 @@ unsafe extern "C" fn hand_back(p: *mut c_void) {
 fn blocks() -> impl Iterator<Item = &'static Block> {
     let mut p = BLOCKS.load(Acquire) as *const Block;
     std::iter::from_fn(move || {
+        // SAFETY: `p` is null or a block from `BLOCKS`: blocks are leaked, never freed, and their
+        // `next` is set before they are published (read here with Acquire).
         let b = unsafe { p.as_ref()? };
         p = b.next.load(Relaxed);
         Some(b)

@@ -130,6 +130,8 @@ fn init() -> bool {
     if let Some(cfg) = CONFIG.get() {
         crate::reporter::start(cfg);
     }
+    // SAFETY: `init` runs once (the STATE compare-and-swap); the handlers are `extern "C"` fns
+    // of the types libc expects, in a preloaded library that is never unloaded.
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
@@ -144,6 +146,8 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
+        // SAFETY: the names are NUL-terminated literals; getenv returns null or a NUL-terminated
+        // string that stays valid while it is read here.
         _ => unsafe {
             let off = libc::getenv(c"PINGUARD_DISABLE".as_ptr());
             if !off.is_null() && std::ffi::CStr::from_ptr(off).to_bytes() == b"1" {
@@ -252,6 +256,8 @@ extern "C" fn fork_prepare() {
 }
 
 extern "C" fn fork_parent() {
+    // SAFETY: pthread runs this handler only after `fork_prepare` took every one of these locks
+    // on this thread, as each `release`/`unlock_all` requires.
     unsafe {
         crate::heap::release(false);
         ledger::unlock_all(false);
@@ -265,6 +271,8 @@ extern "C" fn fork_parent() {
 }
 
 extern "C" fn fork_child() {
+    // SAFETY: as in `fork_parent`: `fork_prepare` took these locks on this (the forking) thread,
+    // and this is the child's fork handler.
     unsafe {
         crate::heap::release(true);
         ledger::unlock_all(true);

@@ -13,6 +13,8 @@ const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
 fn futex(word: &AtomicU32, op: libc::c_int, val: u32) {
+    // SAFETY: `word` is a live, aligned &AtomicU32 for the whole call; FUTEX_WAIT/WAKE with a null
+    // timeout only compare/wait on that word and touch no other memory.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), op | libc::FUTEX_PRIVATE_FLAG, val, std::ptr::null::<libc::timespec>());
     }

@@ -6,6 +6,8 @@
 use std::os::raw::c_void;
 
 pub fn alloc(size: usize) -> Option<*mut c_void> {
+    // SAFETY: a fresh anonymous private mapping at a kernel-chosen address (no MAP_FIXED) cannot
+    // alias or replace any memory the process already uses.
     let p = unsafe {
         libc::syscall(
             libc::SYS_mmap,
@@ -25,5 +27,7 @@ pub fn alloc(size: usize) -> Option<*mut c_void> {
 }
 
 pub fn free(addr: usize, size: usize) {
+    // SAFETY: the only caller passes a mapping `alloc` made for a downgraded record that
+    // `ledger::take` has just removed, so nothing refers to it any more.
     unsafe { libc::syscall(libc::SYS_munmap, addr, size) };
 }

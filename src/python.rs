@@ -76,6 +76,7 @@ static LAST_MISS_MS: AtomicU64 = AtomicU64::new(0);
 fn python() -> Option<&'static Python> {
     let p = PYTHON.load(Ordering::Acquire);
     if !p.is_null() {
+        // SAFETY: A non-null PYTHON is a leaked Box, published once and never freed or replaced.
         return Some(unsafe { &*p });
     }
     let now = crate::guard::coarse_unix_ms();
@@ -87,9 +88,12 @@ fn python() -> Option<&'static Python> {
         Some(found) => {
             let leaked = Box::into_raw(Box::new(found));
             match PYTHON.compare_exchange(std::ptr::null_mut(), leaked, Ordering::AcqRel, Ordering::Acquire) {
+                // SAFETY: `leaked` is now the published Box, leaked and never freed, so it lives for 'static.
                 Ok(_) => Some(unsafe { &*leaked }),
                 Err(other) => {
+                    // SAFETY: `leaked` came from Box::into_raw above and lost the race, so nothing else holds it.
                     drop(unsafe { Box::from_raw(leaked) });
+                    // SAFETY: The winner's pointer is a leaked Box that is never freed.
                     Some(unsafe { &*other })
                 }
             }
@@ -109,6 +113,8 @@ fn probe() -> Option<Python> {
     if version == 0 {
         return None; // no Python, or one older than 3.11 (which does not export it)
     }
+    // SAFETY: `Py_Version` is libpython's exported `const unsigned long` (8 bytes on LP64),
+    // found non-zero above, so the address is mapped and aligned.
     let version = unsafe { *(version as *const u64) };
     let layout = match (version >> 24, (version >> 16) & 0xff) {
         (3, 11) => PY311,
@@ -121,6 +127,8 @@ fn probe() -> Option<Python> {
     if tstate == 0 || code_type == 0 {
         return None;
     }
+    // SAFETY: The symbol is CPython's exported `PyThreadState *PyGILState_GetThisThreadState(void)`,
+    // a C function whose ABI matches this signature (a pointer returned as usize).
     Some(Python { layout, this_thread_state: unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> usize>(tstate) }, code_type })
 }
 
@@ -132,7 +140,10 @@ fn debug_offsets(runtime: usize, version: u64) -> Option<Layout> {
     if runtime == 0 {
         return None;
     }
+    // SAFETY: Only called after the cookie check, at offsets inside 3.13's 8-aligned `_Py_DebugOffsets`,
+    // which start the mapped `_PyRuntime`.
     let at = |i: usize| unsafe { *((runtime + i) as *const u64) } as usize;
+    // SAFETY: `_PyRuntime` is an exported, mapped object much larger than 8 bytes, and u8 needs no alignment.
     let cookie = unsafe { std::slice::from_raw_parts(runtime as *const u8, 8) };
     if cookie != b"xdebugpy" || at(8) as u64 >> 16 != version >> 16 || at(16) != 0 {
         return None; // not the 3.13 layout, or a free-threaded build
@@ -178,6 +189,7 @@ pub fn known(t: &Thread) -> bool {
 fn found(t: &Thread) -> Option<&'static Python> {
     let p = PYTHON.load(Ordering::Acquire);
     if !p.is_null() {
+        // SAFETY: A non-null PYTHON is a leaked Box, published once and never freed or replaced.
         return Some(unsafe { &*p });
     }
     let n = t.python_calls.get();
@@ -198,8 +210,12 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
     let l = &py.layout;
     // One look-up of the thread's cache for the whole walk; a destructor-less thread-local
     // outlives this call.
+    // SAFETY: A destructor-less `const` thread-local lives as long as its thread, and the `Cell`
+    // is !Sync, so the reference stays on this thread and is used only during this call.
     let recent: &Cell<[Recent]> = RECENT_FRAMES.with(|r| unsafe { &*(r as *const Cell<[Recent; RECENT]>) });
     let recent = recent.as_slice_of_cells();
+    // SAFETY: Only this thread's own frame chain is read, while it is inside the hook, so it cannot
+    // change under us; offsets match the probed version and code objects are type-checked first.
     unsafe {
         let ts = (py.this_thread_state)();
         if ts == 0 {

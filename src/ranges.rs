@@ -16,6 +16,7 @@ pub fn page_size() -> usize {
     if s != 0 {
         return s;
     }
+    // SAFETY: sysconf takes no pointers and has no preconditions.
     let s = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         v if v > 0 => v as usize,
         _ => PAGE,

@@ -203,6 +203,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
         process: schema::Process {
             pid: std::process::id(),
+            // SAFETY: getppid has no preconditions and cannot fail.
             ppid: unsafe { libc::getppid() } as u32,
             exe: kernel::exe(),
             cmdline: kernel::cmdline(),

@@ -131,6 +131,8 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
     }
     {
         let _open = crate::gate::enter();
+        // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut objects`,
+        // a live Vec<Object> that `cb` casts back to exactly that type, for the whole call.
         unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
     }
     for o in &objects {
@@ -161,6 +163,8 @@ unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
 }
 
 fn lookup(name: &CStr) -> usize {
+    // SAFETY: Names are NUL-terminated CStrs; `h` is checked non-null before use and closed once, and
+    // RTLD_NOLOAD only re-references an object already loaded, so nothing new runs or unmaps.
     unsafe {
         let p = crate::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;
         if p != 0 && !is_own(p) {

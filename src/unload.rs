@@ -24,10 +24,15 @@ pub struct Closing {
 /// one. `None` when no callsite does (the usual case) or the handle is not an object's.
 pub fn before(handle: *mut c_void) -> Option<Closing> {
     let mut lm: *const LinkMap = std::ptr::null();
+    // SAFETY: `handle` is the application's argument to `dlclose`, not yet closed; `lm` is a valid
+    // out-pointer of the type RTLD_DI_LINKMAP writes.
     if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, &mut lm as *mut _ as *mut c_void) } != 0 || lm.is_null() {
+        // SAFETY: dlerror takes no arguments and only reads and clears this thread's error state.
         unsafe { libc::dlerror() }; // the application's next dlerror() is not about our question
         return None;
     }
+    // SAFETY: `dlinfo` succeeded, so `lm` points to the loader's `link_map`, which starts with
+    // `l_addr` and `l_name` (`LinkMap`) and stays mapped until the real `dlclose`.
     let (base, name) = unsafe {
         let lm = &*lm;
         let name = if lm.l_name.is_null() { Vec::new() } else { CStr::from_ptr(lm.l_name).to_bytes().to_vec() };

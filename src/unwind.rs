@@ -250,6 +250,8 @@ impl Local {
                 && (m.fp_free || m.from.fp == from.fp)
                 && m.generation == self.generation
                 && m.depth == out.len()
+                // SAFETY: a memo of a walk from the same `sp` only read words in `[sp, stack_top)`; `walk`
+                // checked that this start frame is live on this thread's stack, so they are mapped.
                 && m.reads.iter().all(|&(a, v)| unsafe { std::ptr::read_volatile(a as *const u64) } == v)
         })?;
         out[..m.frames.len()].copy_from_slice(&m.frames);
@@ -346,6 +348,8 @@ fn initial_regs(r: Regs) -> framehop::UnwindRegsNative {
 #[inline(always)]
 fn registers() -> Regs {
     let (pc, sp, fp, lr): (u64, u64, u64, u64);
+    // SAFETY: the asm only copies registers into outputs (`nomem`, `nostack`, flags preserved):
+    // it touches no memory and leaves the Rust-visible state as it was.
     unsafe {
         #[cfg(target_arch = "x86_64")]
         {
@@ -390,6 +394,8 @@ fn loader_counts() -> (u64, u64) {
     }
     let mut counts = (0u64, 0u64);
     let _open = crate::gate::enter();
+    // SAFETY: `cb` matches the callback type and casts `data` back to the `(u64, u64)` passed here,
+    // which outlives the call; the gate is held across the loader's lock.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut counts as *mut _ as *mut c_void) };
     counts
 }
@@ -444,6 +450,8 @@ fn scan(generation: u64) -> Shared {
     }
     {
         let _open = crate::gate::enter();
+        // SAFETY: `cb` matches the callback type and casts `data` back to the type of `found`, which
+        // outlives the call; the gate is held across the loader's lock.
         unsafe { libc::dl_iterate_phdr(Some(cb), &mut found as *mut _ as *mut c_void) };
     }
     let (objects, loads) = found;
@@ -451,6 +459,8 @@ fn scan(generation: u64) -> Shared {
     let mut ranges = Vec::with_capacity(objects.len());
     for o in objects {
         ranges.push((o.start, o.end));
+        // SAFETY: the loader reported `o` just above, so it is mapped; a later `dlclose` bumps
+        // `WANTED`, so these tables are rebuilt before another object's code can use those addresses.
         if let Some(module) = unsafe { module(&o) } {
             tables.add_module(module);
         }

@@ -43,6 +43,7 @@ static CHILD: AtomicI32 = AtomicI32::new(0);
 extern "C" fn forward(sig: libc::c_int) {
     let pid = CHILD.load(Ordering::Relaxed);
     if pid > 0 {
+        // SAFETY: kill takes only integers and is async-signal-safe; `pid` is our own child.
         unsafe { libc::kill(pid, sig) };
     }
 }
@@ -83,6 +84,8 @@ pub fn run(o: Options) -> i32 {
     };
     CHILD.store(child.id() as i32, Ordering::Relaxed);
     // Like a shell: the terminal's ^C reaches the command itself; pinguard stays to summarise.
+    // SAFETY: the dispositions are SIG_IGN or `forward`, an `extern "C" fn(c_int)` that only does
+    // an atomic load and the async-signal-safe `kill`.
     unsafe {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);

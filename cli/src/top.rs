@@ -32,6 +32,8 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         _ => format!("{path}: {e}"),
     })?;
     layout::check(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    // SAFETY: `layout::check` verified the length is exactly `size_of::<Header>()`; the read is
+    // unaligned, and `Header` is plain integers and bytes, valid for any bit pattern.
     let h: Header = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Header) };
     let budget = (h.budget != u64::MAX).then_some(h.budget);
     let mut rows = Vec::new();

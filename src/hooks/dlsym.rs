@@ -195,6 +195,7 @@ fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_cha
     if name.is_null() || handle == libc::RTLD_NEXT || handle == libc::RTLD_DEFAULT {
         return none;
     }
+    // SAFETY: `name` is non-null (checked above) and dlsym's contract makes it a NUL-terminated string.
     let cname = unsafe { CStr::from_ptr(name) };
     let Some(family) = family_of(cname.to_bytes()) else { return none };
     if !crate::lifecycle::hooks_enabled(family) {
@@ -215,6 +216,7 @@ fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_cha
     };
     match wrapped {
         Some(Some(w)) if w != real => {
+            // SAFETY: dlerror has no preconditions; it only clears this thread's pending loader error.
             unsafe { libc::dlerror() }; // no stale error from earlier calls survives a success
             w as *mut c_void
         }
