@@ -56,7 +56,11 @@ fn stress_ng_mlock_and_mmap_stressors_end_with_pinguard_matching_vmlck() {
     assert!(r.success(), "{}", r.stderr);
     assert!(!r.stderr.contains("panicked"));
     let files = reports_in(&r.report_dir);
-    assert!(files.len() >= 3, "stress-ng and its two workers each report: {files:?}");
+    // stress-ng's workers pin nothing themselves: each forks a child that does the work, and
+    // sends it SIGKILL when it has not ended soon enough after the timeout (a loaded machine), so
+    // a child may leave no exit report. stress-ng itself always reports (it locks its shared
+    // area), and so does at least one child.
+    assert!(files.len() >= 2, "stress-ng and at least one worker's child report: {files:?}");
     let mut exercised = 0;
     for f in &files {
         let rep = read_json(f);
