@@ -210,6 +210,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
             hostname: kernel::hostname(),
             start_unix_ms: lifecycle::start_ms(),
             write_unix_ms: now,
+            signal: None,
         },
         config: schema::Config {
             budget_bytes: budget::limit(),

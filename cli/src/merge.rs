@@ -199,7 +199,7 @@ impl Merged {
             pid: r.process.pid,
             hostname: r.process.hostname.to_string(),
             exe: r.process.exe.to_string(),
-            reason: format!("{:?}", r.reason).to_lowercase(),
+            reason: r.reason.name().to_string(),
             budget_bytes: r.config.budget_bytes,
             totals: r.totals.clone(),
         });

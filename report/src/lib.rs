@@ -58,6 +58,30 @@ pub enum Reason {
     Interval,
     Signal,
     Request,
+    /// Read from the state a process left when it died without writing its report (`SIGKILL`,
+    /// the OOM killer, any signal it did not survive): its figures as they stood at the death.
+    Killed,
+    /// Written as a signal whose default action ends the process was ending it
+    /// (`process.signal` names it).
+    #[serde(rename = "fatal_signal")]
+    FatalSignal,
+    /// Read from the state of a process that is still running.
+    Running,
+}
+
+impl Reason {
+    /// The name the report's `reason` key holds.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::Exit => "exit",
+            Reason::Interval => "interval",
+            Reason::Signal => "signal",
+            Reason::Request => "request",
+            Reason::Killed => "killed",
+            Reason::FatalSignal => "fatal_signal",
+            Reason::Running => "running",
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -69,6 +93,9 @@ pub struct Process {
     pub hostname: String,
     pub start_unix_ms: u64,
     pub write_unix_ms: u64,
+    /// The signal that ended the process (`"SIGTERM"`), when the report says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -324,6 +351,14 @@ fn newer_version(schema: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_reason_is_written_under_its_name() {
+        for r in [Reason::Exit, Reason::Interval, Reason::Signal, Reason::Request, Reason::Killed, Reason::FatalSignal, Reason::Running] {
+            assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.name()));
+        }
+        assert_eq!(Reason::FatalSignal.name(), "fatal_signal");
+    }
 
     #[test]
     fn addr_round_trips_as_hex() {
