@@ -6,18 +6,33 @@
 //! Here a pair is a few probes into one array, and a removal leaves the table as if the key had
 //! never been there. Key 0 marks an empty slot (no live record sits at address 0).
 
-use std::mem::MaybeUninit;
+//!
+//! The table lives in the arena (`arena`), so that the state file holds the live records: each
+//! growth publishes the new table in the state's header (`dir`), after it is filled, and a record
+//! is written before its key, so that a reader of a dead process's file never takes a half-written
+//! record for a live one.
 
+use std::mem::MaybeUninit;
+use std::sync::atomic::{compiler_fence, Ordering};
+
+#[repr(C)]
 struct Slot<V> {
     key: usize,
     val: MaybeUninit<V>,
 }
 
 pub struct AddrMap<V: Copy> {
-    /// A power of two long (or empty).
-    slots: Vec<Slot<V>>,
+    /// A power of two long (or empty): `cap` slots, in the arena or on the heap.
+    slots: *mut Slot<V>,
+    cap: usize,
     len: usize,
+    /// Which entry of the state header's table directory names this table (`usize::MAX`: none).
+    dir: usize,
 }
+
+// SAFETY: the map owns its slots exclusively (no aliasing pointer escapes); moving it between
+// threads moves that ownership, as for a `Vec`.
+unsafe impl<V: Copy + Send> Send for AddrMap<V> {}
 
 impl<V: Copy> Default for AddrMap<V> {
     fn default() -> Self {
@@ -33,7 +48,36 @@ fn hash(key: usize) -> usize {
 }
 
 impl<V: Copy> AddrMap<V> {
-    pub const EMPTY: Self = AddrMap { slots: Vec::new(), len: 0 };
+    pub const EMPTY: Self = AddrMap { slots: std::ptr::null_mut(), cap: 0, len: 0, dir: usize::MAX };
+
+    /// An empty map whose tables the state header names in its entry `dir`.
+    pub const fn in_state(dir: usize) -> Self {
+        AddrMap { slots: std::ptr::null_mut(), cap: 0, len: 0, dir }
+    }
+
+    #[inline(always)]
+    fn slot(&self, i: usize) -> &Slot<V> {
+        debug_assert!(i < self.cap);
+        // SAFETY: `i` is masked to `cap - 1` by every caller, and `slots` holds `cap` slots.
+        unsafe { &*self.slots.add(i) }
+    }
+
+    #[inline(always)]
+    fn slot_mut(&mut self, i: usize) -> &mut Slot<V> {
+        debug_assert!(i < self.cap);
+        // SAFETY: as in `slot`, and `&mut self` makes the access exclusive.
+        unsafe { &mut *self.slots.add(i) }
+    }
+
+    /// Fills slot `i`: the record first, then its key (a reader of the state file takes a slot
+    /// with a key for a whole record).
+    #[inline(always)]
+    fn put(&mut self, i: usize, key: usize, val: V) {
+        let s = self.slot_mut(i);
+        s.val = MaybeUninit::new(val);
+        compiler_fence(Ordering::Release);
+        s.key = key;
+    }
 
     pub fn len(&self) -> usize {
         self.len
@@ -41,7 +85,7 @@ impl<V: Copy> AddrMap<V> {
 
     #[inline(always)]
     fn mask(&self) -> usize {
-        self.slots.len().wrapping_sub(1)
+        self.cap.wrapping_sub(1)
     }
 
     /// The slot holding `key`, or the empty slot where it would go.
@@ -50,7 +94,7 @@ impl<V: Copy> AddrMap<V> {
         let mask = self.mask();
         let mut i = hash(key) & mask;
         loop {
-            let k = self.slots[i].key;
+            let k = self.slot(i).key;
             if k == key || k == 0 {
                 return i;
             }
@@ -61,29 +105,28 @@ impl<V: Copy> AddrMap<V> {
     /// Inserts or replaces; returns the value replaced.
     pub fn insert(&mut self, key: usize, val: V) -> Option<V> {
         debug_assert_ne!(key, 0);
-        if (self.len + 1) * 4 > self.slots.len() * 3 {
+        if (self.len + 1) * 4 > self.cap * 3 {
             self.grow();
         }
         let i = self.find(key);
-        let s = &mut self.slots[i];
-        let old = if s.key == 0 {
-            s.key = key;
+        let s = self.slot_mut(i);
+        if s.key == 0 {
+            self.put(i, key, val);
             self.len += 1;
             None
         } else {
-            // SAFETY: a slot with its key set holds an initialised value, moved out here and
-            // overwritten below.
-            Some(unsafe { s.val.assume_init_read() })
-        };
-        s.val = MaybeUninit::new(val);
-        old
+            // SAFETY: a slot with its key set holds an initialised value; `V: Copy`.
+            let old = unsafe { s.val.assume_init() };
+            s.val = MaybeUninit::new(val);
+            Some(old)
+        }
     }
 
     pub fn get(&self, key: usize) -> Option<&V> {
         if self.len == 0 || key == 0 {
             return None;
         }
-        let s = &self.slots[self.find(key)];
+        let s = self.slot(self.find(key));
         // SAFETY: a slot whose key is set always holds an initialised value (`insert`, `delete`, `grow`).
         (s.key == key).then(|| unsafe { s.val.assume_init_ref() })
     }
@@ -94,12 +137,12 @@ impl<V: Copy> AddrMap<V> {
             return None;
         }
         let i = self.find(key);
-        if self.slots[i].key != key {
+        if self.slot(i).key != key {
             return None;
         }
         // SAFETY: the key matched, so the slot holds an initialised value; `V: Copy`, so reading it
         // leaves the slot intact.
-        let v = unsafe { self.slots[i].val.assume_init() };
+        let v = unsafe { self.slot(i).val.assume_init() };
         if !accept(&v) {
             return None;
         }
@@ -114,7 +157,7 @@ impl<V: Copy> AddrMap<V> {
         let mut j = i;
         loop {
             j = (j + 1) & mask;
-            let k = self.slots[j].key;
+            let k = self.slot(j).key;
             if k == 0 {
                 break;
             }
@@ -122,31 +165,68 @@ impl<V: Copy> AddrMap<V> {
             // The entry at j may move to i unless its home lies cyclically in (i, j].
             let stays = if i <= j { i < home && home <= j } else { i < home || home <= j };
             if !stays {
-                self.slots[i].key = k;
-                self.slots[i].val = self.slots[j].val;
+                // Moved before the old slot is emptied: a reader of a dead process's state may
+                // see it twice (and keeps one), never not at all.
+                let v = self.slot(j).val;
+                self.slot_mut(i).key = 0;
+                compiler_fence(Ordering::Release);
+                // SAFETY: slot j's key is set, so its value is initialised; `V: Copy`.
+                self.put(i, k, unsafe { v.assume_init() });
                 i = j;
             }
         }
-        self.slots[i].key = 0;
+        self.slot_mut(i).key = 0;
         self.len -= 1;
     }
 
     fn grow(&mut self) {
-        let cap = (self.slots.len() * 2).max(16);
-        let old = std::mem::replace(&mut self.slots, (0..cap).map(|_| Slot { key: 0, val: MaybeUninit::uninit() }).collect());
-        for s in old.iter().filter(|s| s.key != 0) {
-            let i = self.find(s.key);
-            self.slots[i] = Slot { key: s.key, val: s.val };
+        let cap = (self.cap * 2).max(16);
+        let bytes = cap * std::mem::size_of::<Slot<V>>();
+        let new = crate::arena::alloc(bytes, std::mem::align_of::<Slot<V>>()).unwrap_or_else(|| {
+            let layout = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
+            // SAFETY: a non-zero size; all-zero slots are empty slots.
+            let p = unsafe { std::alloc::alloc_zeroed(layout) };
+            if p.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            p
+        }) as *mut Slot<V>;
+        let (old, old_cap) = (self.slots, self.cap);
+        self.slots = new;
+        self.cap = cap;
+        for i in 0..old_cap {
+            // SAFETY: the old table holds `old_cap` slots and is not freed until the end.
+            let s = unsafe { &*old.add(i) };
+            if s.key != 0 {
+                let j = self.find(s.key);
+                // SAFETY: a slot with its key set holds an initialised value; `V: Copy`.
+                self.put(j, s.key, unsafe { s.val.assume_init() });
+            }
+        }
+        if self.dir != usize::MAX {
+            crate::arena::publish_table(self.dir, new as usize, cap);
+        }
+        if !old.is_null() {
+            let old_bytes = old_cap * std::mem::size_of::<Slot<V>>();
+            if crate::arena::holds(old as *const u8) {
+                crate::arena::give_back(old as *mut u8, old_bytes);
+            } else {
+                let layout = std::alloc::Layout::from_size_align(old_bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
+                // SAFETY: allocated above with this layout (on the heap: not in the arena).
+                unsafe { std::alloc::dealloc(old as *mut u8, layout) };
+            }
         }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &V)> {
         // SAFETY: only slots with a key set pass the filter, and those hold initialised values.
-        self.slots.iter().filter(|s| s.key != 0).map(|s| (s.key, unsafe { s.val.assume_init_ref() }))
+        (0..self.cap).map(|i| self.slot(i)).filter(|s| s.key != 0).map(|s| (s.key, unsafe { s.val.assume_init_ref() }))
     }
 
-    pub fn clear(&mut self) {
-        *self = AddrMap::default();
+    /// Forgets every record without giving its table back: a fork child's tables belong to the
+    /// parent's state, which the child lets go of.
+    pub fn forget(&mut self) {
+        *self = AddrMap { dir: self.dir, ..AddrMap::EMPTY };
     }
 }
 

@@ -11,17 +11,26 @@ use std::hash::{Hash, Hasher};
 use crate::level::Level;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
+/// Callsites live in the state file (`arena`), in the layout its readers know
+/// (`pinguard_report::state::site`, checked below), with their frames and their Python frames as
+/// text; the fields after `level` are the process's own.
+#[repr(C)]
 pub struct Callsite {
+    /// The next older callsite in the state file's list.
+    state_next: AtomicU64,
     pub id: u32,
-    /// The key: return addresses, innermost first (the first is in the code that called the
-    /// hooked API), then `PYTHON` and the Python frame ids when there are any.
-    pub frames: Box<[usize]>,
-    /// Live bytes and count, their peak, allocations: striped by thread (`level`).
-    pub level: Level<4>,
-    pub denied_count: AtomicU64,
-    pub downgraded_count: AtomicU64,
     /// Bit per `Api` this callsite called.
     pub apis: AtomicU32,
+    /// The key (`frames()`), in the arena.
+    frames_at: *const usize,
+    frames_len: usize,
+    /// The Python frames as text, for readers of the state file only.
+    py_at: *const u8,
+    py_len: usize,
+    pub denied_count: AtomicU64,
+    pub downgraded_count: AtomicU64,
+    /// Live bytes and count, their peak, allocations: striped by thread (`level`).
+    pub level: Level<4>,
     /// Set once the `warn` policy has logged this callsite.
     pub warned: AtomicBool,
     /// Set when an object its frames lie in was closed (`unload`).
@@ -29,6 +38,22 @@ pub struct Callsite {
     /// The names those frames had while the object was loaded.
     pub closed: Mutex<Vec<Closed>>,
 }
+
+const _: () = {
+    use pinguard_report::state::site as s;
+    use std::mem::offset_of;
+    assert!(offset_of!(Callsite, state_next) == s::NEXT && offset_of!(Callsite, id) == s::ID && offset_of!(Callsite, apis) == s::APIS);
+    assert!(offset_of!(Callsite, frames_at) == s::FRAMES && offset_of!(Callsite, frames_len) == s::NFRAMES);
+    assert!(offset_of!(Callsite, py_at) == s::PY && offset_of!(Callsite, py_len) == s::PY_LEN);
+    assert!(offset_of!(Callsite, denied_count) == s::DENIED && offset_of!(Callsite, downgraded_count) == s::DOWNGRADED);
+    assert!(offset_of!(Callsite, level) == s::LEVEL);
+};
+
+// SAFETY: the raw pointers point at immutable data that lives as long as the process (the
+// arena, or leaked heap memory); everything mutable is atomic or behind a lock.
+unsafe impl Sync for Callsite {}
+// SAFETY: as above.
+unsafe impl Send for Callsite {}
 
 /// Frames of a callsite inside an object that has since been closed, named while it was loaded.
 pub struct Closed {
@@ -40,16 +65,29 @@ pub struct Closed {
 pub const PYTHON: usize = usize::MAX;
 
 impl Callsite {
+    /// The key: return addresses, innermost first (the first is in the code that called the
+    /// hooked API), then `PYTHON` and the Python frame ids when there are any.
+    #[inline]
+    pub fn frames(&self) -> &'static [usize] {
+        if self.frames_len == 0 {
+            return &[];
+        }
+        // SAFETY: `frames_at` and `frames_len` come from one `arena::leak_slice`, never freed.
+        unsafe { std::slice::from_raw_parts(self.frames_at, self.frames_len) }
+    }
+
     /// The native return addresses, innermost first.
     pub fn native(&self) -> &[usize] {
-        let end = self.frames.iter().position(|&a| a == PYTHON).unwrap_or(self.frames.len());
-        &self.frames[..end]
+        let f = self.frames();
+        let end = f.iter().position(|&a| a == PYTHON).unwrap_or(f.len());
+        &f[..end]
     }
 
     /// The interned Python frames (`python::frame`), innermost first.
     pub fn python(&self) -> &[usize] {
-        match self.frames.iter().position(|&a| a == PYTHON) {
-            Some(i) => &self.frames[i + 1..],
+        let f = self.frames();
+        match f.iter().position(|&a| a == PYTHON) {
+            Some(i) => &f[i + 1..],
             None => &[],
         }
     }
@@ -129,29 +167,90 @@ fn live_match(p: usize, frames: &[usize]) -> Option<&'static Callsite> {
     // SAFETY: `p` is 0 or the address of a callsite from `intern_slow`, which leaks every callsite
     // and never frees one (retired ones included).
     let cs = unsafe { (p as *const Callsite).as_ref()? };
-    (*cs.frames == *frames && !cs.retired.load(Ordering::Relaxed)).then_some(cs)
+    (cs.frames() == frames && !cs.retired.load(Ordering::Relaxed)).then_some(cs)
 }
 
 fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
     let shard = &TABLE[hash as usize % SHARDS];
-    let mut map = shard.lock();
-    let map = map.get_or_insert_with(FxHashMap::default);
-    if let Some(cs) = map.get(frames) {
+    if let Some(cs) = shard.lock().as_ref().and_then(|m| m.get(frames).copied()) {
         return cs;
     }
-    let cs: &'static Callsite = Box::leak(Box::new(Callsite {
+    // Made outside the table's lock: its Python frames' text takes the Python table's lock, and
+    // the module list walks the loaded objects.
+    let py = py_text(frames);
+    let py = crate::arena::leak_slice(py.as_bytes());
+    let key = crate::arena::leak_slice(frames);
+    let mut guard = shard.lock();
+    let map = guard.get_or_insert_with(FxHashMap::default);
+    if let Some(cs) = map.get(frames) {
+        return cs; // another thread made it meanwhile; the copies above stay unused
+    }
+    let cs: &'static Callsite = crate::arena::leak(Callsite {
+        state_next: AtomicU64::new(0),
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        frames: frames.into(),
-        level: Level::NEW,
+        apis: AtomicU32::new(0),
+        frames_at: key.as_ptr(),
+        frames_len: key.len(),
+        py_at: py.as_ptr(),
+        py_len: py.len(),
         denied_count: AtomicU64::new(0),
         downgraded_count: AtomicU64::new(0),
-        apis: AtomicU32::new(0),
+        level: Level::NEW,
         warned: AtomicBool::new(false),
         retired: AtomicBool::new(false),
         closed: Mutex::new(Vec::new()),
-    }));
-    map.insert(&cs.frames, cs);
+    });
+    map.insert(cs.frames(), cs);
+    drop(guard);
+    note_modules(cs.native());
+    crate::arena::push(pinguard_report::state::header::CALLSITES, cs as *const Callsite as *const u8);
     cs
+}
+
+/// The loaded objects the state file lists, by address range. A new callsite with a frame
+/// outside all of them has the list read again, so that a dead process's frames can be named
+/// from its state (`pinguard_report::state::module`).
+static MODULES: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
+
+fn note_modules(native: &[usize]) {
+    let known = |m: &[(usize, usize)]| native.iter().all(|&a| m.iter().any(|&(s, e)| a >= s && a < e));
+    if known(&MODULES.lock()) {
+        return;
+    }
+    let mut found = Vec::new();
+    crate::resolve::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
+    let mut list = MODULES.lock();
+    for (start, end, base, name, build_id) in found {
+        if list.contains(&(start, end)) {
+            continue;
+        }
+        list.push((start, end));
+        let path = if name.is_empty() { crate::kernel::exe().into_bytes() } else { name };
+        let path = crate::arena::leak_slice(&path);
+        let id = crate::arena::leak_slice(build_id.as_deref().unwrap_or("").as_bytes());
+        let rec: &'static mut [u64; 8] = crate::arena::leak([0, base as u64, start as u64, end as u64, path.as_ptr() as u64, path.len() as u64, id.as_ptr() as u64, id.len() as u64]);
+        crate::arena::push(pinguard_report::state::header::MODULES, rec.as_ptr() as *const u8);
+    }
+}
+
+const _: () = {
+    use pinguard_report::state::module as m;
+    assert!(m::SIZE == 64 && m::BASE == 8 && m::START == 16 && m::END == 24);
+    assert!(m::PATH == 32 && m::PATH_LEN == 40 && m::BUILD_ID == 48 && m::BUILD_ID_LEN == 56);
+};
+
+/// The Python frames of a key as the state file keeps them: a line each.
+fn py_text(frames: &[usize]) -> String {
+    let mut text = String::new();
+    if let Some(i) = frames.iter().position(|&a| a == PYTHON) {
+        for &id in &frames[i + 1..] {
+            crate::python::frame(id, |f| {
+                let sep = pinguard_report::state::site::PY_SEP;
+                text.push_str(&format!("{}{sep}{}{sep}{}\n", f.file, f.function, f.line));
+            });
+        }
+    }
+    text
 }
 
 /// Callsites taken out of the table by `retire`: still reported, never found by `intern`.
@@ -165,10 +264,10 @@ pub fn retire(sites: Vec<(&'static Callsite, Closed)>) {
             continue;
         }
         let mut h = FxHasher::default();
-        cs.frames.hash(&mut h);
+        cs.frames().hash(&mut h);
         if let Some(map) = TABLE[h.finish() as usize % SHARDS].lock().as_mut() {
-            if map.get(&*cs.frames).is_some_and(|c| std::ptr::eq(*c, cs)) {
-                map.remove(&*cs.frames);
+            if map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs)) {
+                map.remove(cs.frames());
             }
         }
         RETIRED.lock().push(cs);
@@ -188,6 +287,7 @@ pub fn all() -> Vec<&'static Callsite> {
 
 /// Fork support: hold every shard across `fork()` so the child never inherits a held lock.
 pub fn lock_all() {
+    lock::hold(&MODULES);
     lock::hold(&RETIRED);
     for shard in &TABLE {
         lock::hold(shard);
@@ -217,7 +317,10 @@ pub unsafe fn unlock_all(clear: bool) {
     if clear {
         *RETIRED.data_ptr() = Vec::new();
         lock::release_in_child(&RETIRED);
+        *MODULES.data_ptr() = Vec::new();
+        lock::release_in_child(&MODULES);
     } else {
         lock::release_in_parent(&RETIRED);
+        lock::release_in_parent(&MODULES);
     }
 }

@@ -448,3 +448,22 @@ mod tests {
         }
     }
 }
+
+/// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).
+pub fn raw_pid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// When this process started, in clock ticks after boot (`/proc/self/stat`'s 22nd field): with
+/// the pid, it tells this process from a later one that reuses its pid.
+pub fn start_ticks() -> u64 {
+    sys::read_text(c"/proc/self/stat").as_deref().and_then(stat_start_ticks).unwrap_or(0)
+}
+
+/// The start time in a `/proc/PID/stat` text. The command name (field 2) may hold spaces and
+/// parentheses: fields are counted after its last `)`.
+pub fn stat_start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}

@@ -17,15 +17,28 @@ use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed}};
 use std::sync::OnceLock;
 
+/// `repr(C)`: live records sit in the tables of the state file, whose readers know this layout
+/// (`pinguard_report::state::slot`, checked below).
 #[derive(Clone, Copy)]
+#[repr(C)]
 pub struct Live {
     pub size: u64,
+    pub site: &'static Callsite,
+    pub unix_ms: u64,
+    pub tid: u32,
     pub api: Api,
     pub downgraded: bool,
-    pub tid: u32,
-    pub unix_ms: u64,
-    pub site: &'static Callsite,
 }
+
+const _: () = {
+    use pinguard_report::state::slot as s;
+    use std::mem::{offset_of, size_of};
+    // A slot is the address, then the record.
+    assert!(size_of::<Live>() + 8 == s::SIZE);
+    assert!(offset_of!(Live, size) + 8 == s::BYTES && offset_of!(Live, site) + 8 == s::SITE);
+    assert!(offset_of!(Live, unix_ms) + 8 == s::UNIX_MS && offset_of!(Live, tid) + 8 == s::TID);
+    assert!(offset_of!(Live, api) + 8 == s::API && offset_of!(Live, downgraded) + 8 == s::DOWNGRADED);
+};
 
 impl Live {
     /// `unix_ms` from the coarse clock (`guard::coarse_unix_ms`), read once per hooked call.
@@ -34,7 +47,9 @@ impl Live {
     }
 }
 
-/// Event counters: one copy per thread (`Block`), summed by readers.
+/// Event counters: one copy per thread (`Block`), summed by readers. In the order of
+/// `pinguard_report::state::block::TOTAL_NAMES`.
+#[repr(C)]
 struct Counters {
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
@@ -49,6 +64,7 @@ struct Counters {
     unknown_release_count: AtomicU64,
 }
 
+#[repr(C)]
 struct ApiCounters {
     failed_count: AtomicU64,
     denied_count: AtomicU64,
@@ -74,16 +90,30 @@ impl Zero for AtomicI64 {
 /// (`add`: no locked instruction, no cache line shared with another writer); readers sum every
 /// block. A thread that ends hands its block back (a `pthread` key destructor) to the next thread
 /// that counts, figures and all, so the sums stay right and short-lived threads leak nothing.
-#[repr(align(128))]
+///
+/// Blocks live in the state file (`arena`); `repr(C)` in the layout its readers know
+/// (`pinguard_report::state::block`, checked below).
+#[repr(C, align(128))]
 pub struct Block {
+    /// The next older block in the state file's list.
+    state_next: AtomicU64,
+    /// Which stripe of each `Level` this block's thread writes: blocks are numbered as they are
+    /// made, so the threads alive at once hold the low numbers.
+    pub slot: usize,
     totals: Counters,
     apis: [ApiCounters; Api::COUNT],
     /// The next older block in `BLOCKS`; set before the block is published, never changed.
     next: AtomicPtr<Block>,
-    /// Which stripe of each `Level` this block's thread writes: blocks are numbered as they are
-    /// made, so the threads alive at once hold the low numbers.
-    pub slot: usize,
 }
+
+const _: () = {
+    use pinguard_report::state::block as b;
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(Block, state_next) == b::NEXT && offset_of!(Block, totals) == b::TOTALS && offset_of!(Block, apis) == b::APIS);
+    assert!(size_of::<Counters>() == b::TOTAL_NAMES.len() * 8 && size_of::<ApiCounters>() == b::API_SIZE);
+    assert!(offset_of!(Counters, downgraded_live_bytes) == 64 && offset_of!(Counters, unknown_release_count) == 80);
+    assert!(offset_of!(ApiCounters, denied_count) == 8 && offset_of!(ApiCounters, unknown_release_count) == 24);
+};
 
 #[allow(clippy::declare_interior_mutable_const)]
 const BLOCK: Block = Block {
@@ -93,6 +123,7 @@ const BLOCK: Block = Block {
     }),
     apis: [const { zeroed!(ApiCounters { failed_count, denied_count, downgraded_count, unknown_release_count }) }; Api::COUNT],
     next: AtomicPtr::new(std::ptr::null_mut()),
+    state_next: AtomicU64::new(0),
     slot: 0,
 };
 static MADE: AtomicUsize = AtomicUsize::new(0);
@@ -117,7 +148,8 @@ fn mine(t: &Thread) -> &'static Block {
 #[cold]
 fn adopt(t: &Thread) -> &'static Block {
     let b = FREE.lock().pop().unwrap_or_else(|| {
-        let b: &'static Block = Box::leak(Box::new(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK }));
+        let b: &'static Block = crate::arena::leak(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK });
+        crate::arena::push(pinguard_report::state::header::BLOCKS, b as *const Block as *const u8);
         let mut head = BLOCKS.load(Acquire);
         loop {
             b.next.store(head, Relaxed);
@@ -180,9 +212,28 @@ fn sum<T: Copy + Into<i128>>(f: impl Fn(&'static Block) -> T) -> i128 {
     blocks().map(|s| f(s).into()).sum()
 }
 
-/// Live bytes and counts, and their peaks: the process's and each entry point's.
-static TOTAL_LEVEL: Level<16> = Level::NEW;
-static API_LEVEL: [Level<16>; Api::COUNT] = [const { Level::NEW }; Api::COUNT];
+/// Live bytes and counts, and their peaks: the process's and each entry point's. In the state
+/// file once there is one (`use_levels`); until then, and where there is none, here.
+#[repr(C)]
+pub struct Levels {
+    total: Level<16>,
+    apis: [Level<16>; Api::COUNT],
+}
+static OWN_LEVELS: Levels = Levels { total: Level::NEW, apis: [const { Level::NEW }; Api::COUNT] };
+static LEVELS: AtomicPtr<Levels> = AtomicPtr::new(&OWN_LEVELS as *const Levels as *mut Levels);
+
+#[inline(always)]
+fn levels() -> &'static Levels {
+    // SAFETY: `LEVELS` points at `OWN_LEVELS` or at levels in the arena, which stay mapped for
+    // the process's life (a fork child points back at `OWN_LEVELS` before it lets go of them).
+    unsafe { &*LEVELS.load(Relaxed) }
+}
+
+/// The arena placed the levels at `p` (zeroed, `Levels`' size and alignment), before anything
+/// was counted: from now on they are counted there.
+pub fn use_levels(p: *mut u8) {
+    LEVELS.store(p as *mut Levels, Relaxed);
+}
 
 /// Set once anything was counted: a process that pins nothing writes no report.
 static TOUCHED: AtomicBool = AtomicBool::new(false);
@@ -198,7 +249,16 @@ impl std::ops::Deref for Shard {
         &self.0
     }
 }
-static LIVE: [Shard; SHARDS] = [const { Shard(Mutex::new(AddrMap::EMPTY)) }; SHARDS];
+static LIVE: [Shard; SHARDS] = {
+    let mut shards = [const { Shard(Mutex::new(AddrMap::EMPTY)) }; SHARDS];
+    let mut i = 0;
+    while i < SHARDS {
+        shards[i] = Shard(Mutex::new(AddrMap::in_state(i)));
+        i += 1;
+    }
+    shards
+};
+const _: () = assert!(SHARDS == pinguard_report::state::TABLES);
 
 fn shard(addr: usize) -> &'static Shard {
     // Allocations are at least 16-byte aligned and usually page-aligned; mix the bits so
@@ -465,8 +525,8 @@ pub fn count_untracked() {
 #[inline]
 pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, count: i64, now_ms: u64) {
     let slot = mine(t).slot;
-    TOTAL_LEVEL.live(slot, bytes, count);
-    API_LEVEL[api as usize].live(slot, bytes, count);
+    levels().total.live(slot, bytes, count);
+    levels().apis[api as usize].live(slot, bytes, count);
     site.level.live(slot, bytes, count);
     timeline_tick(now_ms);
 }
@@ -478,7 +538,7 @@ pub fn count_alloc(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     let m = mine(t);
     add(&m.totals.alloc_count, 1);
     add(&m.totals.alloc_bytes, bytes);
-    API_LEVEL[api as usize].alloc(m.slot, bytes);
+    levels().apis[api as usize].alloc(m.slot, bytes);
     site.level.alloc(m.slot, bytes);
     site.note_api(api);
 }
@@ -570,15 +630,15 @@ pub fn touched() -> bool {
 }
 
 pub fn live_bytes() -> u64 {
-    TOTAL_LEVEL.bytes()
+    levels().total.bytes()
 }
 
 pub fn totals() -> Totals {
     let u = |v: i128| v.max(0) as u64;
     Totals {
-        live_bytes: TOTAL_LEVEL.bytes(),
-        live_count: TOTAL_LEVEL.count(),
-        peak_live_bytes: TOTAL_LEVEL.peak(),
+        live_bytes: levels().total.bytes(),
+        live_count: levels().total.count(),
+        peak_live_bytes: levels().total.peak(),
         alloc_count: u(sum(|s| s.totals.alloc_count.load(Relaxed))),
         alloc_bytes: u(sum(|s| s.totals.alloc_bytes.load(Relaxed))),
         release_count: u(sum(|s| s.totals.release_count.load(Relaxed))),
@@ -604,11 +664,11 @@ pub fn apis() -> Vec<(Api, ApiStats)> {
             (
                 api,
                 ApiStats {
-                    alloc_count: API_LEVEL[i].alloc_count(),
-                    alloc_bytes: API_LEVEL[i].alloc_bytes(),
-                    live_count: API_LEVEL[i].count(),
-                    live_bytes: API_LEVEL[i].bytes(),
-                    peak_live_bytes: API_LEVEL[i].peak(),
+                    alloc_count: levels().apis[i].alloc_count(),
+                    alloc_bytes: levels().apis[i].alloc_bytes(),
+                    live_count: levels().apis[i].count(),
+                    live_bytes: levels().apis[i].bytes(),
+                    peak_live_bytes: levels().apis[i].peak(),
                     failed_count: u(sum(|s| s.apis[i].failed_count.load(Relaxed))),
                     denied_count: u(sum(|s| s.apis[i].denied_count.load(Relaxed))),
                     downgraded_count: u(sum(|s| s.apis[i].downgraded_count.load(Relaxed))),
@@ -727,7 +787,7 @@ pub fn lock_all() {
 pub unsafe fn unlock_all(clear: bool) {
     if clear {
         for s in &LIVE {
-            (*s.data_ptr()).clear();
+            (*s.data_ptr()).forget();
         }
         *LOCKED.data_ptr() = None;
         LOCKED_ANY.store(false, Relaxed);
@@ -735,9 +795,7 @@ pub unsafe fn unlock_all(clear: bool) {
         *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
-        // Every block but this thread's belonged to a thread the child does not have.
-        let own = guard::here().counters.get();
-        *FREE.data_ptr() = blocks().filter(|b| !std::ptr::eq(*b, own)).collect();
+        *FREE.data_ptr() = Vec::new();
     }
     lock::release(&FREE, clear);
     for s in &LIVE {
@@ -754,23 +812,20 @@ pub unsafe fn unlock_all(clear: bool) {
     }
 }
 
+/// The child's counters start from nothing: the parent's blocks (in the parent's state file,
+/// which the child lets go of, or on the heap) are forgotten, and this thread adopts a new one.
 fn reset_counters() {
-    for st in blocks() {
-        let t = &st.totals;
-        t.downgraded_live_bytes.store(0, Relaxed);
-        for c in [
-            &t.alloc_count, &t.alloc_bytes, &t.release_count, &t.failed_count, &t.denied_count, &t.denied_bytes,
-            &t.downgraded_count, &t.downgraded_bytes, &t.over_budget_count, &t.unknown_release_count,
-        ] {
-            c.store(0, Relaxed);
-        }
-        for a in &st.apis {
-            for c in [&a.failed_count, &a.denied_count, &a.downgraded_count, &a.unknown_release_count] {
-                c.store(0, Relaxed);
-            }
+    BLOCKS.store(std::ptr::null_mut(), Relaxed);
+    MADE.store(0, Relaxed);
+    guard::here().counters.set(std::ptr::null());
+    if let Some(&Some(key)) = KEY.get() {
+        if (key as usize) < guard::PTHREAD_KEY_INLINE {
+            // SAFETY: our key; clearing it keeps the thread's exit from handing back a parent's block.
+            unsafe { libc::pthread_setspecific(key, std::ptr::null()) };
         }
     }
-    for l in std::iter::once(&TOTAL_LEVEL).chain(API_LEVEL.iter()) {
+    LEVELS.store(&OWN_LEVELS as *const Levels as *mut Levels, Relaxed);
+    for l in std::iter::once(&OWN_LEVELS.total).chain(OWN_LEVELS.apis.iter()) {
         l.reset();
     }
     UNTRACKED.store(0, Relaxed);

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// 128 bytes: the adjacent-line prefetcher moves lines in pairs, so two threads writing
 /// neighbouring 64-byte lines still pass the pair between their cores.
-#[repr(align(128))]
+#[repr(C, align(128))]
 pub struct Stripe {
     bytes: AtomicI64,
     count: AtomicI64,
@@ -39,12 +39,25 @@ const STRIPE: Stripe = Stripe {
     alloc_bytes: AtomicU64::new(0),
 };
 
+/// `repr(C)`: levels live in the state file, whose readers know this layout
+/// (`pinguard_report::state::level`, checked below).
+#[repr(C)]
 pub struct Level<const K: usize> {
     stripes: [Stripe; K],
     /// The sum of the stripes' `high`: never below the live figure.
     bound: AtomicI64,
     peak: AtomicU64,
 }
+
+const _: () = {
+    use pinguard_report::state::level as l;
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<Stripe>() == l::STRIPE);
+    assert!(offset_of!(Stripe, bytes) == l::BYTES && offset_of!(Stripe, count) == l::COUNT && offset_of!(Stripe, high) == l::HIGH);
+    assert!(offset_of!(Stripe, alloc_count) == l::ALLOC_COUNT && offset_of!(Stripe, alloc_bytes) == l::ALLOC_BYTES);
+    assert!(offset_of!(Level<16>, bound) == l::bound(16) && offset_of!(Level<16>, peak) == l::peak(16));
+    assert!(size_of::<Level<16>>() == l::size(16) && size_of::<Level<4>>() == l::size(4));
+};
 
 /// Adds to a counter: a plain load and store on a counter only this thread writes (`owned`), an
 /// atomic add otherwise. Returns the new value.

@@ -9,6 +9,7 @@
 #![cfg_attr(any(test, feature = "fuzzing"), allow(dead_code))] // built without the hooks
 
 mod addr_map;
+mod arena;
 mod api;
 mod budget;
 mod callsite;

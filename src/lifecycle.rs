@@ -125,6 +125,7 @@ fn init() -> bool {
     log::init(&cfg.log);
     budget::set_limit(cfg.budget);
     report::init_template(cfg.report.as_deref());
+    crate::arena::prepare();
     crate::resolve::own_range();
     let _ = CONFIG.set(cfg);
     if let Some(cfg) = CONFIG.get() {
@@ -252,6 +253,7 @@ extern "C" fn fork_prepare() {
     crate::gate::close();
     callsite::lock_all();
     ledger::lock_all();
+    crate::arena::hold();
     crate::heap::hold();
 }
 
@@ -260,6 +262,7 @@ extern "C" fn fork_parent() {
     // on this thread, as each `release`/`unlock_all` requires.
     unsafe {
         crate::heap::release(false);
+        crate::arena::release(false);
         ledger::unlock_all(false);
         callsite::unlock_all(false);
         crate::gate::reopen_in_parent();
@@ -277,6 +280,8 @@ extern "C" fn fork_child() {
         crate::heap::release(true);
         ledger::unlock_all(true);
         callsite::unlock_all(true);
+        // Last: the resets above forget every pointer into the parent's state first.
+        crate::arena::release(true);
         crate::gate::reopen_in_child();
         crate::unwind::release(true);
         crate::python::release(true);

@@ -113,6 +113,69 @@ pub fn expand(template: &str) -> PathBuf {
     PathBuf::from(out)
 }
 
+fn process(now: u64) -> schema::Process {
+    schema::Process {
+        pid: std::process::id(),
+        // SAFETY: getppid has no preconditions and cannot fail.
+        ppid: unsafe { libc::getppid() } as u32,
+        exe: kernel::exe(),
+        cmdline: kernel::cmdline(),
+        hostname: kernel::hostname(),
+        start_unix_ms: lifecycle::start_ms(),
+        write_unix_ms: now,
+        signal: None,
+    }
+}
+
+fn config(cfg: &Config) -> schema::Config {
+    schema::Config {
+        budget_bytes: budget::limit(),
+        policy: cfg.policy.name().to_string(),
+        depth: cfg.depth,
+        py_depth: cfg.py_depth,
+        hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
+        errors: cfg.errors.clone(),
+        report_template: TEMPLATE.get().map(|t| t.0.clone()).unwrap_or_default(),
+        interval_ms: cfg.interval_ms,
+        signal: cfg.signal,
+    }
+}
+
+/// Where this process keeps its state (`arena`): next to where its report goes, with the
+/// report's fallback for the default template. `None` where no report may be written.
+pub fn state_path() -> Option<PathBuf> {
+    lifecycle::config()?;
+    if kernel::secure_mode() {
+        return None;
+    }
+    let (template, default) = TEMPLATE.get().cloned()?;
+    let target = pinguard_report::state::path_for(&expand(&template));
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let _ = std::fs::create_dir_all(dir);
+    if default && !writable(dir) {
+        return Some(std::env::temp_dir().join(target.file_name()?));
+    }
+    Some(target)
+}
+
+fn writable(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a NUL-terminated path; access only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// What the state file says about the process, written when it is made.
+pub fn state_info() -> Vec<u8> {
+    let Some(cfg) = lifecycle::config() else { return Vec::new() };
+    let info = pinguard_report::state::Info {
+        pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
+        process: process(guard::unix_ms()),
+        config: config(cfg),
+        apis: crate::api::Api::ALL.iter().map(|a| a.name().to_string()).collect(),
+    };
+    serde_json::to_vec(&info).unwrap_or_default()
+}
+
 pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     let now = guard::unix_ms();
     // The kernel is the truth for locked pages: the view is matched with VmLck first (glibc's own
@@ -201,28 +264,8 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         schema: schema::SCHEMA.to_string(),
         reason,
         pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
-        process: schema::Process {
-            pid: std::process::id(),
-            // SAFETY: getppid has no preconditions and cannot fail.
-            ppid: unsafe { libc::getppid() } as u32,
-            exe: kernel::exe(),
-            cmdline: kernel::cmdline(),
-            hostname: kernel::hostname(),
-            start_unix_ms: lifecycle::start_ms(),
-            write_unix_ms: now,
-            signal: None,
-        },
-        config: schema::Config {
-            budget_bytes: budget::limit(),
-            policy: cfg.policy.name().to_string(),
-            depth: cfg.depth,
-            py_depth: cfg.py_depth,
-            hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
-            errors: cfg.errors.clone(),
-            report_template: TEMPLATE.get().map(|t| t.0.clone()).unwrap_or_default(),
-            interval_ms: cfg.interval_ms,
-            signal: cfg.signal,
-        },
+        process: process(now),
+        config: config(cfg),
         totals,
         apis,
         kernel: schema::Kernel { vm_lck_bytes: status.vm_lck, vm_pin_bytes: status.vm_pin, rlimit_memlock_bytes: kernel::rlimit_memlock() },
@@ -343,6 +386,10 @@ pub fn exiting() {
 /// The exit report and the one summary line on stderr.
 pub fn write_exit() {
     let written = write(Reason::Exit, None);
+    if written.is_ok() {
+        // The report stands in the state's place; without it, the state is what remains.
+        crate::arena::remove_file();
+    }
     let t = ledger::totals();
     let mut budget = match budget::limit() {
         Some(b) => format!("budget {}", format_bytes(b)),

@@ -106,12 +106,7 @@ impl Symbolizer {
         if let Some(i) = self.files.iter().position(|(k, _)| *k == key) {
             return Some(i);
         }
-        // Distributions ship debug information apart, under the build id (libc6-dbg and the like).
-        let separate = self.objects[object].0.build_id.as_ref().filter(|id| id.len() > 2).map(|id| format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]));
-        let loader = separate
-            .filter(|p| std::path::Path::new(p).is_file())
-            .and_then(|p| addr2line::Loader::new(p).ok())
-            .or_else(|| addr2line::Loader::new(path).ok());
+        let loader = pinguard_report::symbols::open(path, self.objects[object].0.build_id.as_deref());
         self.files.push((key, Parsed(loader)));
         Some(self.files.len() - 1)
     }
@@ -123,33 +118,7 @@ impl Symbolizer {
         self.used.insert(self.objects[i].0.base, i);
         let base = self.objects[i].0.base;
         let module = Some(self.objects[i].1.clone());
-        let offset = Some(Addr((addr - base) as u64));
-        // A return address points after the call; the call itself is one byte earlier.
-        let probe = (addr - base).saturating_sub(1) as u64;
-        let mut frames = Vec::new();
-        if let Some(loader) = self.parsed(i) {
-            if let Ok(mut it) = loader.find_frames(probe) {
-                while let Ok(Some(f)) = it.next() {
-                    let symbol = f.function.as_ref().and_then(|n| n.demangle().ok()).map(|s| s.into_owned());
-                    let (file, line) = f.location.as_ref().map_or((None, None), |l| (l.file.map(str::to_string), l.line));
-                    frames.push(Frame { addr: Addr(addr as u64), module: module.clone(), offset, symbol, file, line });
-                }
-            }
-            // No debug information for it: the symbol table still names the function.
-            if frames.iter().all(|f| f.symbol.is_none()) {
-                if let Some(name) = loader.find_symbol(probe) {
-                    let symbol = Some(addr2line::demangle_auto(name.into(), None).into_owned());
-                    match frames.first_mut() {
-                        Some(f) => f.symbol = symbol,
-                        None => frames.push(Frame { addr: Addr(addr as u64), module: module.clone(), offset, symbol, file: None, line: None }),
-                    }
-                }
-            }
-        }
-        if frames.is_empty() {
-            frames.push(Frame { addr: Addr(addr as u64), module, offset, symbol: None, file: None, line: None });
-        }
-        frames
+        pinguard_report::symbols::frames(self.parsed(i), addr, base, module)
     }
 
     /// Every module that a resolved frame fell in.

@@ -16,7 +16,9 @@ impl std::fmt::Display for BadInput {
     }
 }
 
-/// Expands directories (recursively, `*.json`, hidden files skipped) into files.
+/// Expands directories (recursively, `*.json` and `*.state`, hidden files skipped) into files. A
+/// report next to a state of the same process (an interval snapshot of a process that was killed
+/// or still runs) is left out: the state is the later word.
 pub fn expand(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<BadInput>) {
     let mut files = Vec::new();
     let mut bad = Vec::new();
@@ -27,7 +29,7 @@ pub fn expand(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<BadInput>) {
                 let before = files.len();
                 walk(p, &mut files, &mut bad);
                 if files.len() == before {
-                    bad.push(BadInput { path: p.clone(), problem: "no pinguard reports (*.json) in this directory".into() });
+                    bad.push(BadInput { path: p.clone(), problem: "no pinguard reports (*.json, *.state) in this directory".into() });
                 }
             }
             Ok(_) => files.push(p.clone()),
@@ -53,7 +55,9 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
         }
         if p.is_dir() {
             walk(&p, files, bad);
-        } else if name.ends_with(".json") {
+        } else if name.ends_with(pinguard_report::state::SUFFIX) {
+            files.push(p);
+        } else if name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists() {
             files.push(p);
         }
     }
@@ -68,8 +72,34 @@ fn io_problem(e: &std::io::Error) -> String {
 }
 
 pub fn load(path: &Path) -> Result<Report, BadInput> {
-    let bytes = std::fs::read(path).map_err(|e| BadInput { path: path.to_path_buf(), problem: io_problem(&e) })?;
+    let bytes = read(path).map_err(|problem| BadInput { path: path.to_path_buf(), problem })?;
     Report::from_slice(&bytes).map_err(|e| BadInput { path: path.to_path_buf(), problem: e.0 })
+}
+
+/// A file's bytes as a report: a state file (`pinguard_report::state`) is read as the report of
+/// its process, `killed` when that process no longer runs.
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes = std::fs::read(path).map_err(|e| io_problem(&e))?;
+    if !pinguard_report::state::is_state(&bytes) {
+        return Ok(bytes);
+    }
+    let running = pinguard_report::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
+    let modified_ms = std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_millis() as u64);
+    let report = pinguard_report::state::read(&bytes, running, modified_ms).map_err(|e| e.0)?;
+    serde_json::to_vec(&report).map_err(|e| e.to_string())
+}
+
+/// Whether the process `pid` that started `ticks` clock ticks after boot still runs (here: in
+/// this pid namespace). A zombie has ended.
+fn runs(pid: u32, ticks: u64) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    fields.first() != Some(&"Z") && fields.get(19).and_then(|t| t.parse::<u64>().ok()) == Some(ticks)
 }
 
 /// Reads every input on all cores: each thread folds its share of the files into its own `T`
@@ -106,7 +136,7 @@ pub fn parallel<T: Send>(
                             break;
                         }
                         let p = &files[i];
-                        let r = std::fs::read(p).map_err(|e| io_problem(&e)).and_then(|b| each(&mut state, p, &b));
+                        let r = read(p).and_then(|b| each(&mut state, p, &b));
                         match r {
                             Ok(()) => good += 1,
                             Err(problem) => {

@@ -4,6 +4,8 @@
 //! a contract (`DESIGN.md`, "The report"): keys may be added, never renamed.
 
 pub mod group;
+pub mod state;
+pub mod symbols;
 pub mod units;
 pub mod view;
 

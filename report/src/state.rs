@@ -1,0 +1,511 @@
+//! The state file: a running process's figures, kept where they outlive it.
+//!
+//! The library keeps its live figures (the per-thread counters, the process's and each entry
+//! point's levels, the callsites with their frames, the live allocations, the loaded modules) in
+//! an arena that is a file-backed shared mapping next to the report (`report.PID.state`). The
+//! process updates them in place, so the kernel holds the latest figures in the file however the
+//! process ends, `SIGKILL` and the OOM killer included. On a normal exit the JSON report replaces
+//! the state. This module is the layout both sides agree on (the library checks its types
+//! against these offsets when it compiles) and the reader that turns a state into a `Report`.
+//!
+//! Objects in the arena point at each other with the addresses they had in the process; the
+//! header lists the pieces the arena is mapped in (address, length, offset in the file), so that
+//! an address can be found in the file. A reader trusts nothing: every address is bounds-checked
+//! and every list is bounded.
+
+use crate::{Addr, ApiStats, Callsite, Config, Frame, Live, Module, ParseError, Process, Reason, Report, Totals};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
+pub const VERSION: u32 = 1;
+/// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
+pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
+/// The file name's ending, in place of the report's `.json`.
+pub const SUFFIX: &str = ".state";
+/// Shards of the live-allocation table (one table each).
+pub const TABLES: usize = 64;
+/// Most pieces an arena is mapped in.
+pub const PIECES: usize = 48;
+
+/// The header, at offset 0.
+pub mod header {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const API_COUNT: usize = 12;
+    pub const ENDIAN: usize = 16;
+    /// Unused (0).
+    pub const RESERVED: usize = 24;
+    pub const PID: usize = 32;
+    pub const START_TICKS: usize = 40;
+    pub const START_UNIX_MS: usize = 48;
+    pub const INFO: usize = 56;
+    pub const INFO_LEN: usize = 64;
+    pub const LEVELS: usize = 72;
+    pub const BLOCKS: usize = 80;
+    pub const CALLSITES: usize = 88;
+    pub const MODULES: usize = 96;
+    pub const COMPLETE: usize = 104;
+    pub const USED: usize = 112;
+    /// `TABLES` pairs of (address, capacity in slots).
+    pub const TABLES: usize = 120;
+    /// `PIECES` triples of (address, length, offset in the file: `u64::MAX` for a piece that is
+    /// not in the file), for each piece the arena is mapped in.
+    pub const PIECES: usize = TABLES + super::TABLES * 16;
+    pub const SIZE: usize = PIECES + super::PIECES * 24;
+}
+
+/// A level (`level::Level`): `K` stripes of 128 bytes, then `bound` and `peak`.
+pub mod level {
+    pub const STRIPE: usize = 128;
+    pub const BYTES: usize = 0;
+    pub const COUNT: usize = 8;
+    pub const HIGH: usize = 16;
+    pub const ALLOC_COUNT: usize = 24;
+    pub const ALLOC_BYTES: usize = 32;
+    /// The process's and each entry point's levels.
+    pub const TOP_STRIPES: usize = 16;
+    /// A callsite's level.
+    pub const SITE_STRIPES: usize = 4;
+    pub const fn bound(k: usize) -> usize {
+        k * STRIPE
+    }
+    pub const fn peak(k: usize) -> usize {
+        k * STRIPE + 8
+    }
+    pub const fn size(k: usize) -> usize {
+        k * STRIPE + STRIPE
+    }
+}
+
+/// A thread's counter block (`ledger::Block`).
+pub mod block {
+    pub const NEXT: usize = 0;
+    pub const TOTALS: usize = 16;
+    /// The totals' counters, in order, 8 bytes each (`downgraded_live_bytes` signed).
+    pub const TOTAL_NAMES: [&str; 11] = [
+        "alloc_count",
+        "alloc_bytes",
+        "release_count",
+        "failed_count",
+        "denied_count",
+        "denied_bytes",
+        "downgraded_count",
+        "downgraded_bytes",
+        "downgraded_live_bytes",
+        "over_budget_count",
+        "unknown_release_count",
+    ];
+    pub const APIS: usize = TOTALS + TOTAL_NAMES.len() * 8;
+    /// Each entry point's counters, in order, 8 bytes each.
+    pub const API_NAMES: [&str; 4] = ["failed_count", "denied_count", "downgraded_count", "unknown_release_count"];
+    pub const API_SIZE: usize = API_NAMES.len() * 8;
+}
+
+/// A callsite (`callsite::Callsite`).
+pub mod site {
+    pub const NEXT: usize = 0;
+    pub const ID: usize = 8;
+    pub const APIS: usize = 12;
+    pub const FRAMES: usize = 16;
+    pub const NFRAMES: usize = 24;
+    /// Text: one line per Python frame, innermost first: file, function and line separated by
+    /// `PY_SEP`.
+    pub const PY: usize = 32;
+    pub const PY_LEN: usize = 40;
+    pub const DENIED: usize = 48;
+    pub const DOWNGRADED: usize = 56;
+    pub const LEVEL: usize = 128;
+    pub const PY_SEP: char = '\u{1f}';
+}
+
+/// A slot of a live-allocation table: the address (0: empty), then the record (`ledger::Live`).
+pub mod slot {
+    pub const SIZE: usize = 40;
+    pub const KEY: usize = 0;
+    pub const BYTES: usize = 8;
+    pub const SITE: usize = 16;
+    pub const UNIX_MS: usize = 24;
+    pub const TID: usize = 32;
+    pub const API: usize = 36;
+    pub const DOWNGRADED: usize = 37;
+}
+
+/// A loaded object, as the process saw it.
+pub mod module {
+    pub const NEXT: usize = 0;
+    pub const BASE: usize = 8;
+    pub const START: usize = 16;
+    pub const END: usize = 24;
+    pub const PATH: usize = 32;
+    pub const PATH_LEN: usize = 40;
+    pub const BUILD_ID: usize = 48;
+    pub const BUILD_ID_LEN: usize = 56;
+    pub const SIZE: usize = 64;
+}
+
+/// What the process knew when it started to pin, written once as JSON (`header::INFO`).
+#[derive(Serialize, Deserialize)]
+pub struct Info {
+    pub pinguard_version: String,
+    pub process: Process,
+    pub config: Config,
+    /// The entry points' names, in the order of their levels and counters.
+    pub apis: Vec<String>,
+}
+
+/// Lists in a file are bounded: a corrupt `next` never makes a reader loop.
+const MAX_LIST: usize = 1 << 22;
+
+struct Image<'a> {
+    b: &'a [u8],
+    /// (address, length, file offset) of each piece in the file.
+    pieces: Vec<(u64, u64, u64)>,
+}
+
+impl Image<'_> {
+    fn u64_at(&self, off: usize) -> Option<u64> {
+        let s = self.b.get(off..off.checked_add(8)?)?;
+        Some(u64::from_ne_bytes(s.try_into().ok()?))
+    }
+
+    fn u32_at(&self, off: usize) -> Option<u32> {
+        let s = self.b.get(off..off.checked_add(4)?)?;
+        Some(u32::from_ne_bytes(s.try_into().ok()?))
+    }
+
+    /// The file offset of the process address `a`, with `len` bytes there.
+    fn at(&self, a: u64, len: usize) -> Option<usize> {
+        let &(start, plen, foff) = self.pieces.iter().find(|&&(s, l, _)| a >= s && a - s < l)?;
+        let within = a - start;
+        if within.checked_add(len as u64)? > plen {
+            return None;
+        }
+        let off = usize::try_from(foff.checked_add(within)?).ok()?;
+        (off.checked_add(len)? <= self.b.len()).then_some(off)
+    }
+
+    fn bytes(&self, a: u64, len: u64) -> Option<&[u8]> {
+        let len = usize::try_from(len).ok()?;
+        let off = self.at(a, len)?;
+        Some(&self.b[off..off + len])
+    }
+
+    fn text(&self, a: u64, len: u64) -> Option<String> {
+        Some(String::from_utf8_lossy(self.bytes(a, len)?).into_owned())
+    }
+
+    /// The objects of a list, newest first, each with `size` bytes in the file.
+    fn list(&self, head: u64, size: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut a = head;
+        while a != 0 && out.len() < MAX_LIST {
+            let Some(off) = self.at(a, size) else { break };
+            out.push(off);
+            a = self.u64_at(off).unwrap_or(0);
+        }
+        out
+    }
+
+    fn level(&self, off: usize, k: usize) -> LevelFigures {
+        let mut f = LevelFigures::default();
+        for s in 0..k {
+            let o = off + s * level::STRIPE;
+            f.bytes = f.bytes.wrapping_add(self.u64_at(o + level::BYTES).unwrap_or(0) as i64);
+            f.count = f.count.wrapping_add(self.u64_at(o + level::COUNT).unwrap_or(0) as i64);
+            f.alloc_count = f.alloc_count.wrapping_add(self.u64_at(o + level::ALLOC_COUNT).unwrap_or(0));
+            f.alloc_bytes = f.alloc_bytes.wrapping_add(self.u64_at(o + level::ALLOC_BYTES).unwrap_or(0));
+        }
+        f.peak = self.u64_at(off + level::peak(k)).unwrap_or(0);
+        f
+    }
+}
+
+#[derive(Default)]
+struct LevelFigures {
+    bytes: i64,
+    count: i64,
+    peak: u64,
+    alloc_count: u64,
+    alloc_bytes: u64,
+}
+
+impl LevelFigures {
+    fn live_bytes(&self) -> u64 {
+        self.bytes.max(0) as u64
+    }
+    fn live_count(&self) -> u64 {
+        self.count.max(0) as u64
+    }
+    /// Never below the live figure (the peak is raised lazily, as in the process).
+    fn peak(&self) -> u64 {
+        self.peak.max(self.live_bytes())
+    }
+}
+
+/// Whether `bytes` begin like a state file.
+pub fn is_state(bytes: &[u8]) -> bool {
+    bytes.starts_with(&MAGIC)
+}
+
+/// The process a state belongs to: (pid, start time in clock ticks after boot), to tell a
+/// running process from one that died and a later process that reuses its pid.
+pub fn owner(bytes: &[u8]) -> Option<(u32, u64)> {
+    let img = Image { b: bytes, pieces: Vec::new() };
+    Some((img.u32_at(header::PID)?, img.u64_at(header::START_TICKS)?))
+}
+
+/// Reads a state as a report: `Reason::Running` when `running` (the caller asked the system
+/// whether the owner still runs), `Reason::Killed` otherwise. `modified_ms` is the file's
+/// modification time, the best reading of when the process last pinned.
+pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, ParseError> {
+    let bad = |what: &str| ParseError(format!("not a usable pinguard state ({what})"));
+    if !is_state(bytes) {
+        return Err(bad("no state header"));
+    }
+    let h = Image { b: bytes, pieces: Vec::new() };
+    if h.u32_at(header::VERSION) != Some(VERSION) {
+        return Err(ParseError(format!(
+            "a pinguard state of another version ({}); read it with the pinguard that wrote it",
+            h.u32_at(header::VERSION).unwrap_or(0)
+        )));
+    }
+    if h.u64_at(header::ENDIAN) != Some(ENDIAN) {
+        return Err(bad("written on a machine of the other byte order"));
+    }
+    if bytes.len() < header::SIZE {
+        return Err(bad("truncated header"));
+    }
+    let pieces = (0..PIECES)
+        .filter_map(|i| {
+            let f = |k: usize| h.u64_at(header::PIECES + i * 24 + k * 8).unwrap_or(0);
+            let (at, len, off) = (f(0), f(1), f(2));
+            (len > 0 && off != u64::MAX).then_some((at, len, off))
+        })
+        .collect();
+    let img = Image { b: bytes, pieces };
+    let info_at = h.u64_at(header::INFO).unwrap_or(0);
+    let info_len = h.u64_at(header::INFO_LEN).unwrap_or(0);
+    let info: Info = img
+        .bytes(info_at, info_len)
+        .and_then(|b| serde_json::from_slice(b).ok())
+        .ok_or_else(|| bad("its process description is missing"))?;
+    let api_count = (h.u32_at(header::API_COUNT).unwrap_or(0) as usize).min(info.apis.len());
+    let mut config = info.config;
+    if h.u64_at(header::COMPLETE) != Some(1) {
+        config.errors.push("the state is incomplete: part of it could not be kept in the file".into());
+    }
+
+    // The process's and each entry point's levels.
+    let top = level::size(level::TOP_STRIPES);
+    let levels_at = h.u64_at(header::LEVELS).and_then(|a| img.at(a, top * (1 + api_count)));
+    let level_of = |i: usize| levels_at.map(|o| img.level(o + i * top, level::TOP_STRIPES)).unwrap_or_default();
+
+    // The per-thread counters.
+    let block_size = block::APIS + api_count * block::API_SIZE;
+    let blocks = img.list(h.u64_at(header::BLOCKS).unwrap_or(0), block_size);
+    let sum = |off: usize| blocks.iter().map(|b| img.u64_at(b + off).unwrap_or(0)).fold(0u64, u64::wrapping_add);
+    let total = |name: &str| {
+        let i = block::TOTAL_NAMES.iter().position(|n| *n == name).expect("a known counter");
+        let v = sum(block::TOTALS + i * 8);
+        if name == "downgraded_live_bytes" { (v as i64).max(0) as u64 } else { v }
+    };
+    let all = level_of(0);
+    let totals = Totals {
+        live_bytes: all.live_bytes(),
+        live_count: all.live_count(),
+        peak_live_bytes: all.peak(),
+        alloc_count: total("alloc_count"),
+        alloc_bytes: total("alloc_bytes"),
+        release_count: total("release_count"),
+        failed_count: total("failed_count"),
+        denied_count: total("denied_count"),
+        denied_bytes: total("denied_bytes"),
+        downgraded_count: total("downgraded_count"),
+        downgraded_bytes: total("downgraded_bytes"),
+        downgraded_live_bytes: total("downgraded_live_bytes"),
+        over_budget_count: total("over_budget_count"),
+        unknown_release_count: total("unknown_release_count"),
+        untracked_count: 0,
+    };
+    let mut apis = BTreeMap::new();
+    for (i, name) in info.apis.iter().enumerate().take(api_count) {
+        let l = level_of(1 + i);
+        let c = |field: usize| sum(block::APIS + i * block::API_SIZE + field * 8);
+        let s = ApiStats {
+            alloc_count: l.alloc_count,
+            alloc_bytes: l.alloc_bytes,
+            live_count: l.live_count(),
+            live_bytes: l.live_bytes(),
+            peak_live_bytes: l.peak(),
+            failed_count: c(0),
+            denied_count: c(1),
+            downgraded_count: c(2),
+            unknown_release_count: c(3),
+        };
+        if s != ApiStats::default() {
+            apis.insert(name.clone(), s);
+        }
+    }
+
+    // The loaded objects, to name native frames.
+    let mut modules: Vec<(u64, u64, Module)> = Vec::new();
+    for m in img.list(h.u64_at(header::MODULES).unwrap_or(0), module::SIZE) {
+        let f = |o: usize| img.u64_at(m + o).unwrap_or(0);
+        let path = img.text(f(module::PATH), f(module::PATH_LEN)).unwrap_or_default();
+        let build_id = img.text(f(module::BUILD_ID), f(module::BUILD_ID_LEN)).filter(|s| !s.is_empty());
+        modules.push((f(module::START), f(module::END), Module { path, base: Addr(f(module::BASE)), build_id }));
+    }
+    let mut names = Names { modules: &modules, loaders: BTreeMap::new(), used: BTreeMap::new() };
+
+    let site_size = site::LEVEL + level::size(level::SITE_STRIPES);
+    let mut site_ids: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut callsites = Vec::new();
+    for off in img.list(h.u64_at(header::CALLSITES).unwrap_or(0), site_size) {
+        let f = |o: usize| img.u64_at(off + o).unwrap_or(0);
+        let id = img.u32_at(off + site::ID).unwrap_or(0);
+        site_ids.insert(addr_of_site(&img, off), id);
+        let l = img.level(off + site::LEVEL, level::SITE_STRIPES);
+        let (denied_count, downgraded_count) = (f(site::DENIED), f(site::DOWNGRADED));
+        if l.alloc_count == 0 && denied_count == 0 && downgraded_count == 0 {
+            continue;
+        }
+        let n = f(site::NFRAMES).min(1024);
+        let frames: Vec<Frame> = img
+            .bytes(f(site::FRAMES), n * 8)
+            .map(|b| b.chunks_exact(8).flat_map(|c| names.frames(u64::from_ne_bytes(c.try_into().expect("8 bytes")))).collect())
+            .unwrap_or_default();
+        let py_frames = img.text(f(site::PY), f(site::PY_LEN)).map(|t| py_frames(&t)).unwrap_or_default();
+        let bits = img.u32_at(off + site::APIS).unwrap_or(0);
+        callsites.push(Callsite {
+            id,
+            frames,
+            py_frames,
+            apis: info.apis.iter().enumerate().filter(|(i, _)| *i < 32 && bits & (1 << i) != 0).map(|(_, n)| n.clone()).collect(),
+            live_bytes: l.live_bytes(),
+            live_count: l.live_count(),
+            peak_live_bytes: l.peak(),
+            alloc_count: l.alloc_count,
+            alloc_bytes: l.alloc_bytes,
+            denied_count,
+            downgraded_count,
+        });
+    }
+    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+
+    // The live allocations. A slot moved while the process died can appear twice: by address, once.
+    let mut live = BTreeMap::new();
+    for t in 0..TABLES {
+        let at = h.u64_at(header::TABLES + t * 16).unwrap_or(0);
+        let cap = h.u64_at(header::TABLES + t * 16 + 8).unwrap_or(0).min(1 << 32);
+        let Some(off) = img.at(at, (cap as usize).saturating_mul(slot::SIZE)) else { continue };
+        for i in 0..cap as usize {
+            let s = off + i * slot::SIZE;
+            let key = img.u64_at(s + slot::KEY).unwrap_or(0);
+            if key == 0 {
+                continue;
+            }
+            let api = bytes[s + slot::API] as usize;
+            live.insert(
+                key,
+                Live {
+                    addr: Addr(key),
+                    size: img.u64_at(s + slot::BYTES).unwrap_or(0),
+                    api: info.apis.get(api).cloned().unwrap_or_else(|| "?".into()).into(),
+                    callsite: site_ids.get(&img.u64_at(s + slot::SITE).unwrap_or(0)).copied().unwrap_or(u32::MAX),
+                    tid: img.u32_at(s + slot::TID).unwrap_or(0),
+                    age_ms: modified_ms.saturating_sub(img.u64_at(s + slot::UNIX_MS).unwrap_or(0)),
+                    downgraded: bytes[s + slot::DOWNGRADED] != 0,
+                },
+            );
+        }
+    }
+
+    let mut process = info.process;
+    process.write_unix_ms = modified_ms;
+    Ok(Report {
+        schema: crate::SCHEMA.to_string(),
+        reason: if running { Reason::Running } else { Reason::Killed },
+        pinguard_version: info.pinguard_version,
+        process,
+        config,
+        totals,
+        apis,
+        kernel: Default::default(),
+        group: None,
+        modules: names.used.into_values().collect(),
+        callsites,
+        live: live.into_values().collect(),
+        events: Vec::new(),
+        events_dropped: 0,
+        timeline: Vec::new(),
+        timeline_dropped: 0,
+    })
+}
+
+/// The process address of the object at file offset `off`.
+fn addr_of_site(img: &Image, off: usize) -> u64 {
+    let off = off as u64;
+    img.pieces.iter().find(|&&(_, l, f)| off >= f && off - f < l).map_or(0, |&(a, _, f)| a + (off - f))
+}
+
+/// Names native frames from the module list, parsing each object file once.
+struct Names<'a> {
+    modules: &'a [(u64, u64, Module)],
+    loaders: BTreeMap<usize, Option<addr2line::Loader>>,
+    used: BTreeMap<usize, Module>,
+}
+
+impl Names<'_> {
+    fn frames(&mut self, addr: u64) -> Vec<Frame> {
+        let Some(i) = self.modules.iter().position(|(s, e, _)| (*s..*e).contains(&addr)) else {
+            return vec![Frame { addr: Addr(addr), module: None, offset: None, symbol: None, file: None, line: None }];
+        };
+        let m = &self.modules[i].2;
+        self.used.entry(i).or_insert_with(|| m.clone());
+        let loader = self.loaders.entry(i).or_insert_with(|| crate::symbols::open(&m.path, m.build_id.as_deref()));
+        crate::symbols::frames(loader.as_ref(), addr as usize, m.base.0 as usize, Some(m.path.clone()))
+    }
+}
+
+/// The Python frames of a callsite's text.
+fn py_frames(text: &str) -> Vec<Frame> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split(site::PY_SEP);
+            let (file, function, line) = (it.next()?, it.next()?, it.next()?.parse().ok()?);
+            Some(Frame { addr: Addr(0), module: Some(file.into()), offset: None, symbol: Some(function.into()), file: Some(file.into()), line: Some(line) })
+        })
+        .collect()
+}
+
+/// The state file's path for a report path: `.json` replaced, or `.state` added.
+pub fn path_for(report: &std::path::Path) -> std::path::PathBuf {
+    let s = report.as_os_str().to_string_lossy();
+    match s.strip_suffix(".json") {
+        Some(stem) => format!("{stem}{SUFFIX}").into(),
+        None => format!("{s}{SUFFIX}").into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn anything_else_is_refused_with_a_reason() {
+        assert!(read(b"{}", false, 0).unwrap_err().0.contains("no state header"));
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&7u32.to_ne_bytes());
+        assert!(read(&b, false, 0).unwrap_err().0.contains("another version"));
+        let mut b = MAGIC.to_vec();
+        b.extend_from_slice(&VERSION.to_ne_bytes());
+        assert!(read(&b, false, 0).is_err(), "a truncated header is an error, not a panic");
+    }
+
+    #[test]
+    fn state_paths_sit_next_to_the_report() {
+        assert_eq!(path_for("r/report.12.json".as_ref()), std::path::PathBuf::from("r/report.12.state"));
+        assert_eq!(path_for("r/out.12".as_ref()), std::path::PathBuf::from("r/out.12.state"));
+    }
+}

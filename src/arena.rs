@@ -1,0 +1,406 @@
+//! Where the live figures live: an arena that is a file-backed shared mapping next to the report
+//! (`pinguard_report::state`), so that the kernel keeps the latest figures in the file however
+//! the process ends. The per-thread counter blocks, the process's and each entry point's levels,
+//! the callsites with their frames, the live-allocation tables and the module list are placed
+//! here and updated in place: keeping the state costs no write beyond the ones pinguard makes
+//! anyway, and needs no periodic copy.
+//!
+//! The arena is one range of address space reserved at the first allocation (so objects never
+//! move and point at each other with plain addresses); it is backed by the file as it grows. The
+//! file is reopened by its path for each growth and checked to be the same file (pinguard keeps
+//! no descriptor open: the application may close or reuse any). Blocks are given to the file
+//! with `fallocate` before they are mapped, so that a full disk makes pinguard fall back to
+//! anonymous memory (and mark the state incomplete) instead of raising `SIGBUS` in the program.
+//! Where there is no file (secure mode, an unwritable folder), the arena is anonymous memory and
+//! everything works as before, without the state.
+
+use crate::lock::Mutex;
+use pinguard_report::state::{self, header};
+use std::ffi::CString;
+use std::ptr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::{Acquire, Relaxed, Release}};
+
+/// The first piece of the arena; each later one doubles, up to `MAX_STEP`. Pieces are separate
+/// mappings where the kernel puts them: a reservation of address space ahead of use would count
+/// in the process's size, which `mlockall(MCL_CURRENT)` checks against `RLIMIT_MEMLOCK`.
+const FIRST_STEP: usize = 256 << 10;
+const MAX_STEP: usize = 64 << 20;
+
+struct Arena {
+    /// The pieces mapped so far: (address, length, offset in the file or `NOT_IN_FILE`).
+    pieces: [(usize, usize, u64); state::PIECES],
+    n: usize,
+    /// Bytes handed out of the last piece.
+    used: usize,
+    /// The file's length: where the next piece goes in it.
+    file_len: u64,
+    file: Option<File>,
+    /// Whether everything is in the file: cleared for good when anything had to go elsewhere.
+    complete: bool,
+    /// Tables given back, by size: reused by the next table of that size.
+    free: Vec<(usize, usize)>,
+    /// Address space for the first piece, taken when pinguard starts (`prepare`): a mapping made
+    /// at the first pinning call would land where the application had just unmapped something,
+    /// and the application could see it there.
+    spare: Option<usize>,
+}
+
+const NOT_IN_FILE: u64 = u64::MAX;
+
+struct File {
+    path: CString,
+    dev: u64,
+    ino: u64,
+}
+
+static ARENA: Mutex<Arena> = Mutex::new(Arena {
+    pieces: [(0, 0, 0); state::PIECES],
+    n: 0,
+    used: 0,
+    file_len: 0,
+    file: None,
+    complete: true,
+    free: Vec::new(),
+    spare: None,
+});
+
+/// Takes the address space of the first piece (no memory: nothing is written until the first
+/// pinning call). At start-up, before the application maps anything of its own.
+pub fn prepare() {
+    let mut a = ARENA.lock();
+    if a.n == 0 && a.spare.is_none() {
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        a.spare = sys_mmap(0, FIRST_STEP, libc::PROT_NONE, flags, -1, 0);
+    }
+}
+
+/// The header, once the arena exists.
+static HEADER: AtomicPtr<u8> = AtomicPtr::new(ptr::null_mut());
+
+fn sys_mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -> Option<usize> {
+    // SAFETY: the callers let the kernel choose the address, or replace (MAP_FIXED) a piece of
+    // the arena itself; nothing else of the process is touched.
+    let r = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+    (r != -1).then_some(r as usize)
+}
+
+/// Places `size` zeroed bytes aligned to `align` (at most a page) in the arena: `None` when the
+/// arena cannot grow, and the caller uses pinguard's heap instead.
+pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
+    let mut a = ARENA.lock();
+    if let Some(i) = a.free.iter().position(|&(s, _)| s == size) {
+        let (_, at) = a.free.swap_remove(i);
+        // SAFETY: a table given back by `give_back`, inside a mapped piece, no longer used.
+        unsafe { ptr::write_bytes(at as *mut u8, 0, size) };
+        return Some(at as *mut u8);
+    }
+    loop {
+        if a.n > 0 {
+            let (at, len, _) = a.pieces[a.n - 1];
+            let start = (at + a.used).next_multiple_of(align) - at;
+            if start + size <= len {
+                a.used = start + size;
+                return Some((at + start) as *mut u8);
+            }
+        }
+        // Growing makes system calls that may fail (an old file to unlink): errno stays the caller's.
+        let e = crate::guard::errno();
+        let grown = grow(&mut a, size + align);
+        crate::guard::set_errno(e);
+        if !grown {
+            a.complete = false;
+            publish_complete(&a);
+            return None;
+        }
+    }
+}
+/// Places `v` in the arena, or on pinguard's heap when the arena cannot take it (then the state
+/// is marked incomplete). Never freed: for objects that live as long as the process.
+pub fn leak<T>(v: T) -> &'static mut T {
+    assert!(std::mem::align_of::<T>() <= 4096);
+    match alloc(std::mem::size_of::<T>(), std::mem::align_of::<T>()) {
+        Some(p) => {
+            let p = p as *mut T;
+            // SAFETY: `alloc` gave `size_of::<T>()` fresh bytes aligned for `T`, never handed out again.
+            unsafe {
+                p.write(v);
+                &mut *p
+            }
+        }
+        None => Box::leak(Box::new(v)),
+    }
+}
+
+/// Copies `items` into the arena (or the heap, as `leak`).
+pub fn leak_slice<T: Copy>(items: &[T]) -> &'static [T] {
+    if items.is_empty() {
+        return &[];
+    }
+    match alloc(std::mem::size_of_val(items), std::mem::align_of::<T>()) {
+        Some(p) => {
+            // SAFETY: fresh bytes, room for `items.len()` values of `T`, aligned for it.
+            unsafe {
+                ptr::copy_nonoverlapping(items.as_ptr(), p as *mut T, items.len());
+                std::slice::from_raw_parts(p as *const T, items.len())
+            }
+        }
+        None => Box::leak(items.to_vec().into_boxed_slice()),
+    }
+}
+
+/// Gives back a table `alloc` made, for the next table of its size.
+pub fn give_back(p: *mut u8, size: usize) {
+    let mut a = ARENA.lock();
+    if piece_of(&a, p as usize).is_some() {
+        a.free.push((size, p as usize));
+    }
+}
+
+/// Whether `p` lies in the arena (else it came from the heap).
+pub fn holds(p: *const u8) -> bool {
+    piece_of(&ARENA.lock(), p as usize).is_some()
+}
+
+fn piece_of(a: &Arena, p: usize) -> Option<usize> {
+    a.pieces[..a.n].iter().position(|&(at, len, _)| p >= at && p < at + len)
+}
+
+fn header_ptr() -> Option<*mut u8> {
+    let h = HEADER.load(Acquire);
+    (!h.is_null()).then_some(h)
+}
+
+/// A header field the process updates (list heads, table directory).
+pub fn header_word(off: usize) -> Option<&'static AtomicU64> {
+    let h = header_ptr()?;
+    // SAFETY: `off` is a header offset from `state::header`, 8-aligned inside the header, which
+    // stays mapped for the arena's life.
+    Some(unsafe { &*(h.add(off) as *const AtomicU64) })
+}
+
+/// Names the live-allocation table `dir` in the header: `cap` slots at `at`, already filled.
+pub fn publish_table(dir: usize, at: usize, cap: usize) {
+    if !holds(at as *const u8) {
+        return;
+    }
+    if let (Some(a), Some(c)) = (header_word(header::TABLES + dir * 16), header_word(header::TABLES + dir * 16 + 8)) {
+        // Capacity to 0 first: a reader between the two stores sees no table rather than a
+        // table with the other one's capacity.
+        c.store(0, Relaxed);
+        a.store(at as u64, Release);
+        c.store(cap as u64, Release);
+    }
+}
+
+/// Puts `obj` (in the arena) at the head of the list whose head is the header field `head`,
+/// with its `next` field at offset 0. Objects outside the arena are left out (the state is then
+/// incomplete, which `alloc` already recorded).
+pub fn push(head: usize, obj: *const u8) {
+    if !holds(obj) {
+        return;
+    }
+    let Some(h) = header_word(head) else { return };
+    // SAFETY: `obj` is an arena object whose first field is its `next` (an AtomicU64-sized word),
+    // not yet on any list.
+    let next = unsafe { &*(obj as *const AtomicU64) };
+    let mut cur = h.load(Relaxed);
+    loop {
+        next.store(cur, Relaxed);
+        match h.compare_exchange_weak(cur, obj as u64, Release, Relaxed) {
+            Ok(_) => return,
+            Err(c) => cur = c,
+        }
+    }
+}
+
+/// Maps one more piece, of at least `min` bytes, from the file while it can.
+fn grow(a: &mut Arena, min: usize) -> bool {
+    if a.n == state::PIECES {
+        return false;
+    }
+    let len = (FIRST_STEP << a.n.min(16)).min(MAX_STEP).max(min.next_multiple_of(4096));
+    let first = a.n == 0;
+    if first {
+        a.file = create_file();
+        a.complete = a.file.is_some();
+    }
+    let off = a.file_len;
+    // The first piece goes where `prepare` kept room for it (MAP_FIXED over that room only).
+    let (hint, fixed) = match a.spare.take() {
+        Some(at) if first && len == FIRST_STEP => (at, libc::MAP_FIXED),
+        spare => {
+            a.spare = spare;
+            (0, 0)
+        }
+    };
+    let mut at = a.file.as_ref().and_then(|f| map_file(f, hint, fixed, off, len)).map(|at| (at, off));
+    if at.is_none() {
+        if a.file.take().is_some() {
+            a.complete = false;
+        }
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed;
+        at = sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0).map(|at| (at, NOT_IN_FILE));
+    }
+    let Some((at, off)) = at else { return false };
+    if off != NOT_IN_FILE {
+        a.file_len += len as u64;
+    }
+    a.pieces[a.n] = (at, len, off);
+    a.n += 1;
+    a.used = 0;
+    if first {
+        init_header(a, at);
+    }
+    publish_piece(a, a.n - 1);
+    publish_complete(a);
+    true
+}
+
+/// Names piece `i` in the header, for readers to find the objects' addresses in the file.
+fn publish_piece(a: &Arena, i: usize) {
+    let (at, len, off) = a.pieces[i];
+    let f = |k: usize| header_word(header::PIECES + i * 24 + k * 8);
+    if let (Some(wa), Some(wl), Some(wo)) = (f(0), f(1), f(2)) {
+        wa.store(at as u64, Relaxed);
+        wo.store(off, Relaxed);
+        wl.store(len as u64, Release);
+    }
+}
+
+fn publish_complete(a: &Arena) {
+    if let Some(w) = header_word(header::COMPLETE) {
+        w.store(a.complete as u64, Relaxed);
+    }
+}
+
+/// Raw system calls: the hooked `open`-family wrappers and libc's cancellation points stay out
+/// of pinguard's own work.
+fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
+    // SAFETY: callers pass valid pointers (NUL-terminated paths, a `stat` buffer) for the call
+    // they name; none touches memory pinguard does not own.
+    unsafe { libc::syscall(n, a[0], a[1], a[2], a[3]) as isize }
+}
+
+fn fstat(fd: i32) -> Option<(u64, u64)> {
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    (sys(libc::SYS_fstat, [fd as usize, &mut st as *mut libc::stat as usize, 0, 0]) == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Creates the state file in place of any earlier one at that path (a stale file of an earlier
+/// process with this pid, or of the image this one replaced by `exec`).
+fn create_file() -> Option<File> {
+    let path = crate::report::state_path()?;
+    let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
+    let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, 0, 0]);
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, flags as usize, 0o644]);
+    if fd < 0 {
+        return None;
+    }
+    let id = fstat(fd as i32);
+    crate::sys::close(fd as i32);
+    let (dev, ino) = id?;
+    Some(File { path, dev, ino })
+}
+
+/// Maps `[off, off + len)` of the file, its blocks allocated first; `None` if the file is gone,
+/// replaced, or cannot grow.
+fn map_file(f: &File, hint: usize, fixed: i32, off: u64, len: usize) -> Option<usize> {
+    let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, flags as usize, 0]);
+    if fd < 0 {
+        return None;
+    }
+    let fd = fd as i32;
+    let at = (|| {
+        if fstat(fd)? != (f.dev, f.ino) {
+            return None;
+        }
+        if sys(libc::SYS_fallocate, [fd as usize, 0, off as usize, len]) != 0 {
+            return None;
+        }
+        sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | fixed, fd, off)
+    })();
+    crate::sys::close(fd);
+    at
+}
+
+/// The header and the levels, written before anything else is placed.
+fn init_header(a: &mut Arena, base: usize) {
+    let h = base as *mut u8;
+    let mapped = a.pieces[0].1;
+    let top = state::level::size(state::level::TOP_STRIPES);
+    let levels_len = top * (1 + crate::api::Api::COUNT);
+    let levels_at = header::SIZE.next_multiple_of(128);
+    let info = crate::report::state_info();
+    let info_at = levels_at + levels_len;
+    let total = info_at + info.len();
+    if total > mapped {
+        return; // a header this size is far below the first step
+    }
+    a.used = total;
+    // SAFETY: `[base, base + mapped)` is mapped read-write and nothing else uses it yet; the
+    // offsets are the header's (`state::header`), inside `total`.
+    unsafe {
+        ptr::copy_nonoverlapping(info.as_ptr(), h.add(info_at), info.len());
+        let w = |off: usize, v: u64| (h.add(off) as *mut u64).write(v);
+        (h.add(header::VERSION) as *mut u32).write(state::VERSION);
+        (h.add(header::API_COUNT) as *mut u32).write(crate::api::Api::COUNT as u32);
+        w(header::ENDIAN, state::ENDIAN);
+        (h.add(header::PID) as *mut u32).write(crate::kernel::raw_pid() as u32);
+        w(header::START_TICKS, crate::kernel::start_ticks());
+        w(header::START_UNIX_MS, crate::lifecycle::start_ms());
+        w(header::INFO, (base + info_at) as u64);
+        w(header::INFO_LEN, info.len() as u64);
+        w(header::LEVELS, (base + levels_at) as u64);
+        w(header::USED, total as u64);
+        ptr::copy_nonoverlapping(state::MAGIC.as_ptr(), h, 8);
+    }
+    crate::ledger::use_levels((base + levels_at) as *mut u8);
+    HEADER.store(h, Release);
+}
+
+/// Removes the state once the exit report stands in its place.
+pub fn remove_file() {
+    let a = ARENA.lock();
+    let Some(f) = &a.file else { return };
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite; the path is ours.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let r = sys(libc::SYS_newfstatat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, &mut st as *mut libc::stat as usize, libc::AT_SYMLINK_NOFOLLOW as usize]);
+    if r == 0 && (st.st_dev, st.st_ino) == (f.dev, f.ino) {
+        let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, 0, 0]);
+    }
+}
+
+/// Fork support: the arena's lock is held across `fork`.
+pub fn hold() {
+    crate::lock::hold(&ARENA);
+}
+
+/// # Safety
+/// Only in the fork handlers, after `hold`. In the child, the arena is the parent's file: the
+/// child lets go of it (its range becomes unmapped reserve again, so a stale pointer faults
+/// instead of writing into the parent's state) and starts its own at its first allocation. Every
+/// holder of an arena pointer resets it in its own fork handler.
+pub unsafe fn release(child: bool) {
+    if child {
+        let a = &mut *ARENA.data_ptr();
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
+        for &(at, len, _) in &a.pieces[..a.n] {
+            let _ = sys_mmap(at, len, libc::PROT_NONE, flags, -1, 0);
+        }
+        HEADER.store(ptr::null_mut(), Relaxed);
+        // The parent's first piece, now empty address space, is the child's room for its own.
+        a.spare = (a.n > 0 && a.pieces[0].1 == FIRST_STEP).then_some(a.pieces[0].0).or(a.spare);
+        a.n = 0;
+        a.used = 0;
+        a.file_len = 0;
+        a.file = None;
+        a.complete = true;
+        a.free = Vec::new();
+        crate::lock::release_in_child(&ARENA);
+    } else {
+        crate::lock::release_in_parent(&ARENA);
+    }
+}
