@@ -41,7 +41,10 @@ fn duration(s: &str) -> Result<String, String> {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run CMD with pinguard preloaded, exit with its status, then summarise the reports it and its
-    /// children wrote.
+    /// children wrote and how each of them ended.
+    ///
+    /// The exit status is CMD's (128+N when signal N ended it). SIGINT, SIGTERM, SIGHUP and SIGQUIT
+    /// sent to `pinguard run` are passed on to CMD.
     Run {
         /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512M, 1.5GiB, 10%.
         #[arg(long, value_parser = size)]
@@ -49,7 +52,8 @@ enum Cmd {
         /// What an over-budget call gets (PINGUARD_POLICY).
         #[arg(long, value_parser = ["error", "downgrade", "warn"])]
         policy: Option<String>,
-        /// Report path template (PINGUARD_REPORT); default pinguard-reports/%e.%p.json.
+        /// Report path template (PINGUARD_REPORT), checked before CMD starts; default
+        /// pinguard-reports/%e.%p.json, in the temporary directory when this one is not writable.
         #[arg(long)]
         report: Option<String>,
         /// Frames per stack, 0 to 128 (PINGUARD_DEPTH).

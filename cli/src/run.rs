@@ -1,9 +1,11 @@
 //! `pinguard run`: the command under the preload library, its exit status passed on, then a
-//! summary of every report it and its descendants wrote.
+//! summary of every report it and its descendants wrote, and what happened to each of them.
 
 use crate::merge::{short_label, Merged};
 use crate::out::table;
 use pinguard_report::units::format_bytes;
+use pinguard_report::{Reason, Report};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,14 +40,240 @@ fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-static CHILD: AtomicI32 = AtomicI32::new(0);
+// ---- The report template, checked before the command starts ----------------------------------
 
-extern "C" fn forward(sig: libc::c_int) {
-    let pid = CHILD.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill takes only integers and is async-signal-safe; `pid` is our own child.
+/// The escapes the library expands (src/config.rs `check_template`). Given any other, it writes
+/// to its own default in the working directory instead, where `run` would never look.
+fn check_escapes(t: &str) -> Result<(), String> {
+    let mut chars = t.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' {
+            match chars.next() {
+                Some('p' | 'e' | 'h' | 't' | '%') => {}
+                Some(o) => return Err(format!("unknown escape \"%{o}\"; expected %p, %e, %h, %t or %%")),
+                None => return Err("ends with a lone %; write %% for a literal %".into()),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn io_why(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => "permission denied".into(),
+        Some(libc::EROFS) => "read-only file system".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// Why the library could not write reports under `dir`, which need not exist yet: the library
+/// creates it, so what counts is its nearest existing ancestor.
+fn unwritable(dir: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut d = dir;
+    loop {
+        match std::fs::metadata(d) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => return Some(format!("{} is not a directory", d.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => match d.parent() {
+                Some(p) => d = p,
+                None => return Some(format!("{}: {}", dir.display(), io_why(&e))),
+            },
+            Err(e) => return Some(format!("{}: {}", d.display(), io_why(&e))),
+        }
+    }
+    let c = std::ffi::CString::new(d.as_os_str().as_bytes()).ok()?;
+    // `access` rather than a probe file: nothing is left behind in a directory of the user's, and
+    // root's answer (writable unless the file system is read-only) is the library's too.
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Some(format!("{} is not writable ({})", d.display(), io_why(&std::io::Error::last_os_error())));
+    }
+    None
+}
+
+fn absolute(cwd: &Path, t: &str) -> PathBuf {
+    if t.starts_with('/') {
+        PathBuf::from(t)
+    } else {
+        cwd.join(t)
+    }
+}
+
+/// The template the library gets, made absolute, and a line to print when it is not where the
+/// user would look. A run whose reports could not be written does not start: finding that out
+/// after a long job is what this saves. The default falls back to the temporary directory as the
+/// library's own default does (a read-only working directory in a container); a template given
+/// with --report is used as given or not at all.
+fn report_template(given: Option<&str>, cwd: &Path) -> Result<(PathBuf, Option<String>), String> {
+    let Some(t) = given else {
+        let here = cwd.join(DEFAULT_TEMPLATE);
+        let Some(why) = unwritable(&search_root(&here)) else { return Ok((here, None)) };
+        let tmp = std::env::temp_dir().join(DEFAULT_TEMPLATE);
+        return match unwritable(&search_root(&tmp)) {
+            None => Ok((tmp.clone(), Some(format!("{why}; reports go to {}", search_root(&tmp).display())))),
+            Some(why2) => Err(format!("nowhere to write reports: {why}; {why2}; give --report")),
+        };
+    };
+    if t.trim().is_empty() {
+        return Err("--report is empty; give a path such as reports/%e.%p.json".into());
+    }
+    check_escapes(t).map_err(|e| format!("--report {t}: {e}"))?;
+    if t.ends_with('/') {
+        return Err(format!("--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"));
+    }
+    let abs = absolute(cwd, t);
+    // The library would write `DIR.PID` beside it, not into it.
+    if !t.contains('%') && abs.is_dir() {
+        return Err(format!("--report {t}: is a directory; give a template such as {}/%e.%p.json", t.trim_end_matches('/')));
+    }
+    match unwritable(&search_root(&abs)) {
+        Some(why) => Err(format!("--report {t}: {why}")),
+        None => Ok((abs, None)),
+    }
+}
+
+// ---- Signals ------------------------------------------------------------------------------------
+
+/// The command's pid while it runs; 0 before it starts and once it has ended (the pid may be
+/// reused by then).
+static CHILD: AtomicI32 = AtomicI32::new(0);
+/// A signal that came before the command's pid was known: sent as soon as it is.
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Sends the command the signal `run` got, so that stopping `run` (a job scheduler's `SIGTERM`,
+/// `kill -INT`) stops the command, and `run` stays to say how it ended.
+extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes an SA_SIGINFO handler a valid siginfo_t; `si_pid` is read only
+    // for the codes of `kill`-like senders (the union member it reads is theirs).
+    let (code, from) = unsafe { ((*info).si_code, if (*info).si_code <= 0 { (*info).si_pid() } else { 0 }) };
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 && from == pid {
+        return; // the command signalling its parent is not asking for the signal back
+    }
+    // The terminal's ^C, ^\ and hang-up come from the kernel to the whole foreground process
+    // group, the command included: sent again, it would get them twice. Unless it has left the
+    // group, or did not exist yet.
+    // SAFETY: getpgid and getpgrp take and return integers (plain system calls).
+    if code > 0 && pid > 0 && unsafe { libc::getpgid(pid) == libc::getpgrp() } {
+        return;
+    }
+    // Whichever of this handler and `run` takes the pending signal back sends it: exactly once.
+    PENDING.store(sig, Ordering::SeqCst);
+    if pid > 0 && PENDING.swap(0, Ordering::SeqCst) != 0 {
+        // SAFETY: kill takes only integers and is async-signal-safe; `pid` is our own child,
+        // not yet reaped (see `wait_for`).
         unsafe { libc::kill(pid, sig) };
     }
+}
+
+/// Installs `forward` for every signal that was not ignored, and returns the dispositions to put
+/// back. An ignored one stays ignored, for the command too (`nohup pinguard run ...`): a handler
+/// would be reset to the default by `exec`.
+fn install() -> Vec<(libc::c_int, libc::sigaction)> {
+    let mut old_all = Vec::new();
+    for sig in FORWARDED {
+        // SAFETY: zeroed sigaction structures are valid; `forward` has the SA_SIGINFO signature
+        // and does only atomic operations and async-signal-safe system calls.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = forward as *const () as libc::sighandler_t;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) == 0 {
+                old_all.push((sig, old));
+            }
+        }
+    }
+    old_all
+}
+
+fn restore(old: &[(libc::c_int, libc::sigaction)]) {
+    for (sig, sa) in old {
+        // SAFETY: `sa` is the disposition sigaction itself returned for `sig`.
+        unsafe { libc::sigaction(*sig, sa, std::ptr::null_mut()) };
+    }
+}
+
+/// Waits until the command has ended without reaping it, so that its pid cannot be reused while
+/// `forward` may still signal it.
+fn wait_for(pid: u32) -> std::io::Result<()> {
+    loop {
+        // SAFETY: `info` is a valid out-pointer; WNOWAIT leaves the child for `Child::wait`.
+        let r = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// `SIGTERM` for 15: the names reports give signals (`process.signal`).
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSTKFLT => "SIGSTKFLT",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
+        libc::SIGIO => "SIGIO",
+        libc::SIGPWR => "SIGPWR",
+        libc::SIGSYS => "SIGSYS",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+// ---- Running the command -------------------------------------------------------------------------
+
+/// How the command itself ended, from its wait status.
+#[derive(Clone, Copy, Debug)]
+pub enum Ended {
+    Status(i32),
+    Signal { sig: i32, core: bool },
+}
+
+impl Ended {
+    fn describe(self) -> String {
+        match self {
+            Ended::Status(c) => format!("exited with status {c}"),
+            Ended::Signal { sig, core } => format!("killed by {}{}", signal_name(sig), if core { " (core dumped)" } else { "" }),
+        }
+    }
+}
+
+/// The command `run` started: the one process whose ending it knows first-hand.
+pub struct TheCommand {
+    pub pid: u32,
+    pub name: String,
+    pub ended: Ended,
 }
 
 /// Runs the command; returns the exit status `pinguard run` should end with.
@@ -57,9 +285,20 @@ pub fn run(o: Options) -> i32 {
             return 2;
         }
     };
+    // A working directory removed under us: a relative template is then refused as unwritable.
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let template = o.report.clone().unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
-    let template_abs = if template.starts_with('/') { PathBuf::from(&template) } else { cwd.join(&template) };
+    let template_abs = match report_template(o.report.as_deref(), &cwd) {
+        Ok((t, note)) => {
+            if let Some(n) = note {
+                eprintln!("pinguard run: {n}");
+            }
+            t
+        }
+        Err(e) => {
+            eprintln!("pinguard run: {e}");
+            return 2;
+        }
+    };
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
             let mut v = lib.clone().into_os_string();
@@ -75,44 +314,50 @@ pub fn run(o: Options) -> i32 {
         cmd.env(k, v);
     }
     let start = now_ms();
+    // Before the command starts, so that no signal in between ends `run` and orphans it.
+    let old = install();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
+            restore(&old);
             eprintln!("pinguard run: cannot run {}: {e}", o.cmd[0].to_string_lossy());
             return 127;
         }
     };
-    CHILD.store(child.id() as i32, Ordering::Relaxed);
-    // Like a shell: the terminal's ^C reaches the command itself; pinguard stays to summarise.
-    // SAFETY: the dispositions are SIG_IGN or `forward`, an `extern "C" fn(c_int)` that only does
-    // an atomic load and the async-signal-safe `kill`.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-        libc::signal(libc::SIGTERM, forward as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGHUP, forward as *const () as libc::sighandler_t);
+    let pid = child.id();
+    CHILD.store(pid as i32, Ordering::SeqCst);
+    let early = PENDING.swap(0, Ordering::SeqCst);
+    if early != 0 {
+        // SAFETY: kill takes only integers; `pid` is our child, not yet reaped.
+        unsafe { libc::kill(pid as i32, early) };
     }
-    let status = loop {
-        match child.wait() {
-            Ok(s) => break s,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                eprintln!("pinguard run: waiting for the command: {e}");
-                return 2;
-            }
+    let waited = wait_for(pid);
+    CHILD.store(0, Ordering::SeqCst);
+    // From here a signal is for `run` itself: it ends the summary as it would any program.
+    restore(&old);
+    let status = match waited.and_then(|()| child.wait()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("pinguard run: waiting for the command: {e}");
+            return 2;
         }
     };
-    let code = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => {
-            eprintln!("pinguard run: the command was killed by signal {sig}");
-            128 + sig
-        }
-        _ => 1,
+    use std::os::unix::process::ExitStatusExt;
+    let ended = match (status.code(), status.signal()) {
+        (Some(c), _) => Ended::Status(c),
+        (None, Some(sig)) => Ended::Signal { sig, core: status.core_dumped() },
+        _ => Ended::Status(1),
     };
-    eprint!("{}", summarise(&template_abs, start));
+    let code = match ended {
+        Ended::Status(c) => c,
+        Ended::Signal { sig, .. } => 128 + sig,
+    };
+    let name = crate::merge::basename(&o.cmd[0].to_string_lossy()).to_string();
+    eprint!("{}", summarise(&template_abs, start, Some(&TheCommand { pid, name, ended })));
     code
 }
+
+// ---- The summary ----------------------------------------------------------------------------------
 
 /// The directory to search: the template's longest leading part without `%` escapes.
 fn search_root(template: &Path) -> PathBuf {
@@ -126,24 +371,145 @@ fn search_root(template: &Path) -> PathBuf {
     root
 }
 
-pub fn summarise(template: &Path, start_ms: u64) -> String {
-    let root = search_root(template);
-    let (files, _) = crate::input::expand(&[root.clone()]);
-    let mut m = Merged::default();
+/// Which of two readings of one process to believe: the one written as it ended, then the state
+/// a dead process left, then the latest snapshot.
+fn finality(r: Reason) -> u8 {
+    match r {
+        Reason::Exit | Reason::FatalSignal => 2,
+        Reason::Killed | Reason::Running => 1,
+        Reason::Interval | Reason::Signal | Reason::Request => 0,
+    }
+}
+
+/// This run's processes, one reading each: what `input` reads under `root` (reports, and the
+/// state of a process that died without writing one) from processes that started with the run.
+fn this_runs(root: &Path, start_ms: u64, notes: &mut String) -> Vec<(PathBuf, Report)> {
+    let (files, _) = crate::input::expand(&[root.to_path_buf()]);
+    let mut best: HashMap<(String, u32, u64), (PathBuf, Report)> = HashMap::new();
     for f in files {
-        let Ok(bytes) = std::fs::read(&f) else { continue };
-        // Reports of earlier runs in the same place are not this run's.
-        if let Ok(r) = pinguard_report::view::ReportView::parse(&bytes) {
-            if r.process.start_unix_ms + 1000 >= start_ms && r.process.write_unix_ms >= start_ms {
-                m.add(&f, &r);
+        let r = match crate::input::load(&f) {
+            Ok(r) => r,
+            Err(bad) => {
+                // Only this run's: an unrelated file in a shared directory is none of its business.
+                let recent = std::fs::metadata(&f).and_then(|m| m.modified()).ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                if recent.is_some_and(|t| t.as_millis() as u64 + 1000 >= start_ms) {
+                    notes.push_str(&format!("pinguard run: skipped {bad}\n"));
+                }
+                continue;
             }
+        };
+        // Reports of earlier runs in the same place are not this run's.
+        if r.process.start_unix_ms + 1000 < start_ms || r.process.write_unix_ms < start_ms {
+            continue;
+        }
+        let key = (r.process.hostname.clone(), r.process.pid, r.process.start_unix_ms);
+        let better = match best.get(&key) {
+            Some((_, old)) => (finality(r.reason), r.process.write_unix_ms) > (finality(old.reason), old.process.write_unix_ms),
+            None => true,
+        };
+        if better {
+            best.insert(key, (f, r));
         }
     }
-    m.sort();
-    if m.reports == 0 {
-        return format!("pinguard run: no reports under {} (nothing was pinned)\n", root.display());
+    let mut v: Vec<_> = best.into_values().collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// One process's reading, and the callsite it held the most at.
+struct Reading {
+    report: Report,
+    /// Its callsite holding the most, as `pinguard report` names it, and how many others hold any.
+    top: Option<(String, usize)>,
+}
+
+/// What happened to one process, in one line; `is_cmd` when it is the command itself.
+fn ending_line(p: &Reading, is_cmd: Option<&TheCommand>) -> String {
+    let r = &p.report;
+    let how = match (is_cmd, r.reason) {
+        (Some(c), _) => c.ended.describe(),
+        (None, Reason::Exit) => "exited".into(),
+        (None, Reason::FatalSignal) => format!("killed by {}", r.process.signal.as_deref().unwrap_or("a signal")),
+        (None, Reason::Killed) => "killed".into(),
+        (None, Reason::Running) => "still running".into(),
+        (None, _) => "wrote no final report".into(),
+    };
+    let t = &r.totals;
+    let held = (t.live_bytes > 0).then(|| {
+        let by = match &p.top {
+            Some((name, 0)) => name.clone(),
+            Some((name, others)) => format!("{name} and {others} other callsite(s)"),
+            None => "callsites the report does not list".into(),
+        };
+        (format_bytes(t.live_bytes), by)
+    });
+    let peak = if t.peak_live_bytes > 0 { format!(" (peak {})", format_bytes(t.peak_live_bytes)) } else { String::new() };
+    let state = match (r.reason, held) {
+        (Reason::Exit, Some((n, by))) => format!("{n} still pinned at exit by {by}"),
+        (Reason::Exit, None) => format!("nothing pinned at exit{peak}"),
+        (Reason::Running, Some((n, by))) => format!("its state now: {n} pinned by {by}"),
+        (Reason::Running, None) => format!("its state now: nothing pinned{peak}"),
+        (Reason::FatalSignal | Reason::Killed, Some((n, by))) => format!("its last state: {n} pinned by {by}"),
+        (Reason::FatalSignal | Reason::Killed, None) => format!("its last state: nothing pinned{peak}"),
+        (other, Some((n, by))) => format!("its last state: {n} pinned by {by} (as of its last {} report)", other.name()),
+        (other, None) => format!("its last state: nothing pinned{peak} (as of its last {} report)", other.name()),
+    };
+    let tag = if is_cmd.is_some() { ", the command" } else { "" };
+    format!("pinguard run: pid {} ({}{tag}): {how}; {state}\n", r.process.pid, crate::merge::basename(&r.process.exe))
+}
+
+/// The host name reports carry, to tell the command from a process with the same pid on another
+/// host writing to a shared directory.
+fn local_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+}
+
+/// At most this many lines of endings; the table has every process.
+const MAX_ENDINGS: usize = 20;
+
+pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> String {
+    let root = search_root(template);
+    let mut notes = String::new();
+    let mut m = Merged::default();
+    let mut readings = Vec::new();
+    for (path, report) in this_runs(&root, start_ms, &mut notes) {
+        // `input` gives full reports; the merge folds the borrowed view `pinguard report` reads.
+        let Ok(bytes) = serde_json::to_vec(&report) else { continue };
+        let Ok(view) = pinguard_report::view::ReportView::parse(&bytes) else { continue };
+        m.add(&path, &view);
+        let mut one = Merged::default();
+        one.add(&path, &view);
+        one.sort();
+        let holding: Vec<_> = one.callsites.iter().filter(|c| c.live_bytes > 0).collect();
+        let top = holding.first().map(|c| (short_label(c), holding.len() - 1));
+        readings.push(Reading { report, top });
     }
-    let mut s = format!("\npinguard run: {} report(s) under {}\n", m.reports, root.display());
+    m.sort();
+    let host = local_host();
+    let is_cmd = |r: &Report| cmd.is_some_and(|c| c.pid == r.process.pid && r.process.hostname == host);
+    let cmd_line = match cmd {
+        Some(c) if !readings.iter().any(|p| is_cmd(&p.report)) => match c.ended {
+            Ended::Signal { .. } => Some(format!(
+                "pinguard run: pid {} ({}, the command): {}; it left no report or state under {} (a process leaves none before it pins anything, or where the library is not loaded or cannot write)\n",
+                c.pid,
+                c.name,
+                c.ended.describe(),
+                root.display()
+            )),
+            Ended::Status(_) if !readings.is_empty() => {
+                Some(format!("pinguard run: pid {} ({}, the command): {}; it left no report (it pinned nothing, or could not write one)\n", c.pid, c.name, c.ended.describe()))
+            }
+            Ended::Status(_) => None,
+        },
+        _ => None,
+    };
+    if readings.is_empty() {
+        return match cmd_line {
+            Some(l) => format!("{notes}{l}"),
+            None => format!("{notes}pinguard run: no reports under {} (nothing was pinned)\n", root.display()),
+        };
+    }
+    let mut s = format!("\n{notes}pinguard run: {} report(s) under {}\n", m.reports, root.display());
     let mut rows = vec![["PID", "EXE", "LIVE", "COUNT", "PEAK", "DENIED", "DOWNGRADED", "BUDGET", "REPORT"].map(String::from).to_vec()];
     for p in &m.per_process {
         rows.push(vec![
@@ -168,6 +534,19 @@ pub fn summarise(template: &Path, start_ms: u64) -> String {
         }
         s.push_str(&table(&rows, &[true, true, false, false]));
     }
+    // The command first, then every process that did not simply exit, then the rest.
+    readings.sort_by_key(|p| (!is_cmd(&p.report), p.report.reason == Reason::Exit, p.report.process.pid));
+    s.push('\n');
+    let mut lines: Vec<String> = cmd_line.into_iter().collect();
+    lines.extend(readings.iter().map(|p| ending_line(p, cmd.filter(|_| is_cmd(&p.report)))));
+    for l in lines.iter().take(MAX_ENDINGS) {
+        s.push_str(l);
+    }
+    if lines.len() > MAX_ENDINGS {
+        let rest = &readings[readings.len() - (lines.len() - MAX_ENDINGS)..];
+        let exited = rest.iter().filter(|p| p.report.reason == Reason::Exit).count();
+        s.push_str(&format!("pinguard run: ... and {} more process(es): {exited} exited, {} did not (see the table)\n", rest.len(), rest.len() - exited));
+    }
     let t = &m.totals;
     s.push_str(&format!(
         "\nTotal: {} pinned in {} allocations across {} process(es), {} denied, {} downgraded. Details: pinguard report {}\n",
@@ -179,4 +558,26 @@ pub fn summarise(template: &Path, start_ms: u64) -> String {
         root.display()
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn templates_are_checked_as_the_library_reads_them() {
+        assert!(check_escapes("/r/%e-%p-%h-%t-%%.json").is_ok());
+        assert!(check_escapes("/r/%q.json").unwrap_err().contains("\"%q\""));
+        assert!(check_escapes("/r/out%").unwrap_err().contains("lone %"));
+        let cwd = Path::new("/");
+        assert!(report_template(Some(""), cwd).unwrap_err().contains("empty"));
+        assert!(report_template(Some("/nonexistent-dir/"), cwd).unwrap_err().contains("names a directory"));
+    }
+
+    #[test]
+    fn signals_have_their_names() {
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(15), "SIGTERM");
+        assert_eq!(signal_name(77), "signal 77");
+    }
 }
