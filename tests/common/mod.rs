@@ -257,3 +257,67 @@ pub fn have(program: &str, why: &str) -> bool {
     }
     found
 }
+
+/// The `pinguard` command, for the tests outside its crate (whose own tests have
+/// `CARGO_BIN_EXE_pinguard`): `PGTEST_CLI`, or built once per test binary by the cargo running the
+/// tests, into the same target directory and profile (a no-op when it is up to date).
+pub fn cli() -> PathBuf {
+    static CLI: OnceLock<PathBuf> = OnceLock::new();
+    CLI.get_or_init(|| {
+        if let Some(p) = std::env::var_os("PGTEST_CLI") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf(); // target/<profile>
+        let target_dir = profile_dir.parent().unwrap();
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-q", "-p", "pinguard-cli", "--bin", "pinguard", "--target-dir"]).arg(target_dir).current_dir(root());
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => {}
+            Some("release") => {
+                cmd.arg("--release");
+            }
+            Some(other) => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let out = cmd.output().expect("cargo, to build the pinguard command");
+        assert!(out.status.success(), "building the pinguard command failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        profile_dir.join("pinguard")
+    })
+    .clone()
+}
+
+/// Runs the `pinguard` command with `args`, in a clean `PINGUARD_*` environment.
+pub fn pinguard_cli(args: &[&std::ffi::OsStr]) -> Output {
+    let mut cmd = Command::new(cli());
+    cmd.args(args);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PINGUARD_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.env_remove("LD_PRELOAD");
+    cmd.output().unwrap()
+}
+
+/// An emulated runtime's own counters as it left them in `EMU_STATS_FILE` (`base`, with the
+/// runtime's name appended: `cuda`, `driver` or `acl`), under the names of `struct emu_stats`;
+/// `None` while the runtime has not made the file.
+pub fn emu_stats_file(base: &Path, runtime: &str) -> Option<Value> {
+    let mut name = base.as_os_str().to_owned();
+    name.push(format!(".{runtime}"));
+    let bytes = std::fs::read(PathBuf::from(name)).ok()?;
+    const FIELDS: [&str; 7] =
+        ["outstanding_bytes", "max_outstanding_bytes", "outstanding_count", "alloc_calls", "release_calls", "failed_calls", "injected_failures"];
+    if bytes.len() < FIELDS.len() * 8 {
+        return None;
+    }
+    let mut m = serde_json::Map::new();
+    for (i, f) in FIELDS.iter().enumerate() {
+        let v = i64::from_ne_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+        m.insert(f.to_string(), v.into());
+    }
+    Some(Value::Object(m))
+}

@@ -1,5 +1,6 @@
 /* An emulated Ascend ACL runtime: libascendcl's host-memory calls with their real names,
  * signatures and codes, pinning real pages, with its own counters (emu_acl_stats). */
+#define EMU_NAME "acl"
 #include "emul_core.c"
 
 typedef int aclError;

@@ -1,6 +1,7 @@
 /* An emulated CUDA driver (libcuda.so.1): the host-memory calls with their real names, ABIs and
  * CUresult codes, and cuGetProcAddress(_v2) with the real version rules and symbolStatus values.
  * Pins real pages; its own counters via emu_driver_stats. */
+#define EMU_NAME "driver"
 #include "emul_core.c"
 #include <string.h>
 

@@ -1,5 +1,6 @@
 /* An emulated CUDA runtime: the real names, signatures and error codes of libcudart's host-memory
  * calls, pinning real pages, with its own counters (emu_cuda_stats). */
+#define EMU_NAME "cuda"
 #include "emul_core.c"
 
 typedef int cudaError_t;

@@ -1,9 +1,12 @@
-/* Compiled into each emulated runtime (static symbols: each runtime counts on its own). */
+/* Compiled into each emulated runtime (static symbols: each runtime counts on its own). The
+ * runtime defines EMU_NAME first: the name in its emu_<name>_stats, and its EMU_STATS_FILE suffix. */
 #define _GNU_SOURCE
 #include "emul.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -19,7 +22,9 @@ struct entry {
 #define BUCKETS 4096
 static struct entry *table[BUCKETS];
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct emu_stats stats;
+#ifndef EMU_NAME
+#define EMU_NAME "emu"
+#endif
 static long fail_every = -1;
 static long call_no;
 static double fail_rate = -1;
@@ -37,19 +42,65 @@ __attribute__((constructor)) static void emu_register_atfork(void) {
     pthread_atfork(fork_prepare, fork_release, fork_release);
 }
 
+/* EMU_STATS_FILE=PATH: the counters live in a MAP_SHARED mapping of PATH.<EMU_NAME> (PATH.cuda,
+ * PATH.driver, PATH.acl), so that a test can still read the runtime's own count after the process
+ * was killed with SIGKILL: the kernel keeps a shared file mapping's writes when the process dies.
+ * The file is created (or truncated) at the first use of the counters. A fork child keeps its
+ * parent's mapping, so the file then counts both; a program exec'd with the variable set starts
+ * the file again. Without the variable, or if the file cannot be set up (said on stderr), the
+ * counters are in process memory as before. */
+static struct emu_stats private_stats;
+static struct emu_stats *stats_at;
+static int stats_claimed;
+
+static struct emu_stats *map_stats_file(void) {
+    const char *base = getenv("EMU_STATS_FILE");
+    if (!base || !*base) return &private_stats;
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s.%s", base, EMU_NAME);
+    struct emu_stats *m = MAP_FAILED;
+    if (n > 0 && (size_t)n < sizeof path) {
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            if (ftruncate(fd, sizeof *m) == 0)
+                m = mmap(NULL, sizeof *m, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            close(fd);
+        }
+    }
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "emul(%s): EMU_STATS_FILE %s: cannot map %s; counting in memory\n", EMU_NAME, base, path);
+        return &private_stats;
+    }
+    return m;
+}
+
+/* One thread sets the counters up; any other that comes first waits for it, so that no count
+ * lands in memory the file will never see. */
+static struct emu_stats *st(void) {
+    struct emu_stats *s = __atomic_load_n(&stats_at, __ATOMIC_ACQUIRE);
+    if (s) return s;
+    if (!__atomic_exchange_n(&stats_claimed, 1, __ATOMIC_ACQ_REL)) {
+        s = map_stats_file();
+        __atomic_store_n(&stats_at, s, __ATOMIC_RELEASE);
+        return s;
+    }
+    while (!(s = __atomic_load_n(&stats_at, __ATOMIC_ACQUIRE))) sched_yield();
+    return s;
+}
+
 static size_t bucket(uintptr_t a) { return (a >> 12) * 2654435761u % BUCKETS; }
 
 static void bump_outstanding(int64_t bytes, int64_t count) {
     if (emu_combined_add) emu_combined_add(bytes);
-    int64_t now = __atomic_add_fetch(&stats.outstanding_bytes, bytes, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&stats.outstanding_count, count, __ATOMIC_SEQ_CST);
-    int64_t max = __atomic_load_n(&stats.max_outstanding_bytes, __ATOMIC_SEQ_CST);
-    while (now > max && !__atomic_compare_exchange_n(&stats.max_outstanding_bytes, &max, now, 0,
+    int64_t now = __atomic_add_fetch(&st()->outstanding_bytes, bytes, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&st()->outstanding_count, count, __ATOMIC_SEQ_CST);
+    int64_t max = __atomic_load_n(&st()->max_outstanding_bytes, __ATOMIC_SEQ_CST);
+    while (now > max && !__atomic_compare_exchange_n(&st()->max_outstanding_bytes, &max, now, 0,
                                                       __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
     }
 }
 
-static void count_failed(void) { __atomic_add_fetch(&stats.failed_calls, 1, __ATOMIC_SEQ_CST); }
+static void count_failed(void) { __atomic_add_fetch(&st()->failed_calls, 1, __ATOMIC_SEQ_CST); }
 
 static uint64_t splitmix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -69,7 +120,7 @@ static int inject_failure(void) {
     if (fail_rate > 0) {
         uint64_t n = __atomic_add_fetch(&rate_no, 1, __ATOMIC_SEQ_CST);
         if ((double)(splitmix(n) >> 11) / (double)(1ull << 53) < fail_rate) {
-            __atomic_add_fetch(&stats.injected_failures, 1, __ATOMIC_SEQ_CST);
+            __atomic_add_fetch(&st()->injected_failures, 1, __ATOMIC_SEQ_CST);
             return 1;
         }
     }
@@ -81,7 +132,7 @@ static int inject_failure(void) {
     if (fail_every == 0) return 0;
     long n = __atomic_add_fetch(&call_no, 1, __ATOMIC_SEQ_CST);
     if (n % fail_every == 0) {
-        __atomic_add_fetch(&stats.injected_failures, 1, __ATOMIC_SEQ_CST);
+        __atomic_add_fetch(&st()->injected_failures, 1, __ATOMIC_SEQ_CST);
         return 1;
     }
     return 0;
@@ -169,7 +220,7 @@ static int emu_pin_alloc(size_t size, void **out) {
     if (p == MAP_FAILED) { bump_outstanding(-(int64_t)size, -1); return -1; }
     if (mlock(p, len) != 0) { munmap(p, len); bump_outstanding(-(int64_t)size, -1); return -1; }
     table_insert((uintptr_t)p, size, 1);
-    __atomic_add_fetch(&stats.alloc_calls, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
     *out = p;
     return 0;
 }
@@ -187,7 +238,7 @@ static int emu_pin_free(void *p) {
     munlock(p, len);
     munmap(p, len);
     bump_outstanding(-(int64_t)size, -1);
-    __atomic_add_fetch(&stats.release_calls, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
 
@@ -200,7 +251,7 @@ static int emu_register(void *p, size_t size) {
     bump_outstanding((int64_t)size, 1);
     if (end < start || mlock((void *)start, end - start) != 0) { bump_outstanding(-(int64_t)size, -1); return -1; }
     table_insert((uintptr_t)p, size, 0);
-    __atomic_add_fetch(&stats.alloc_calls, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
 
@@ -213,16 +264,16 @@ static int emu_unregister(void *p) {
     uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
     munlock((void *)start, end - start);
     bump_outstanding(-(int64_t)size, -1);
-    __atomic_add_fetch(&stats.release_calls, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
 
 static void emu_read_stats(struct emu_stats *out) {
-    out->outstanding_bytes = __atomic_load_n(&stats.outstanding_bytes, __ATOMIC_SEQ_CST);
-    out->max_outstanding_bytes = __atomic_load_n(&stats.max_outstanding_bytes, __ATOMIC_SEQ_CST);
-    out->outstanding_count = __atomic_load_n(&stats.outstanding_count, __ATOMIC_SEQ_CST);
-    out->alloc_calls = __atomic_load_n(&stats.alloc_calls, __ATOMIC_SEQ_CST);
-    out->release_calls = __atomic_load_n(&stats.release_calls, __ATOMIC_SEQ_CST);
-    out->failed_calls = __atomic_load_n(&stats.failed_calls, __ATOMIC_SEQ_CST);
-    out->injected_failures = __atomic_load_n(&stats.injected_failures, __ATOMIC_SEQ_CST);
+    out->outstanding_bytes = __atomic_load_n(&st()->outstanding_bytes, __ATOMIC_SEQ_CST);
+    out->max_outstanding_bytes = __atomic_load_n(&st()->max_outstanding_bytes, __ATOMIC_SEQ_CST);
+    out->outstanding_count = __atomic_load_n(&st()->outstanding_count, __ATOMIC_SEQ_CST);
+    out->alloc_calls = __atomic_load_n(&st()->alloc_calls, __ATOMIC_SEQ_CST);
+    out->release_calls = __atomic_load_n(&st()->release_calls, __ATOMIC_SEQ_CST);
+    out->failed_calls = __atomic_load_n(&st()->failed_calls, __ATOMIC_SEQ_CST);
+    out->injected_failures = __atomic_load_n(&st()->injected_failures, __ATOMIC_SEQ_CST);
 }
