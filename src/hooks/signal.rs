@@ -34,6 +34,10 @@ const MAX_SIG: usize = 64;
 /// The flags pinguard may set in the kernel differently from the application's choice; what the
 /// application asks about shows its own.
 const OURS: c_int = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_RESETHAND;
+/// Marks a choice taken from the kernel as it stood (`adopt`) rather than made through a call:
+/// the application sees exactly that action, flags included (libc adds `SA_RESTORER` to what it
+/// installs; an action nobody set has none). A bit no kernel flag uses; never given to the kernel.
+const FROM_KERNEL: c_int = 0x0080_0000;
 
 // ---- The application's choices --------------------------------------------------------------
 
@@ -214,7 +218,7 @@ fn may_wrap() -> bool {
 fn installed(sig: c_int, a: &Action) -> Action {
     let mut k = *a;
     k.sa_sigaction = trampoline_addr();
-    k.sa_flags |= libc::SA_SIGINFO;
+    k.sa_flags = (k.sa_flags & !FROM_KERNEL) | libc::SA_SIGINFO;
     if sig == REPORT.load(Ordering::Relaxed) {
         // pinguard's handler stays: a one-shot choice is followed by the trampoline, and the
         // default or ignoring becomes "report only", restarting what the signal interrupts.
@@ -230,6 +234,11 @@ fn installed(sig: c_int, a: &Action) -> Action {
 /// recorded when `k` was current.
 fn seen(k: &Action, choice: Option<&Action>) -> Action {
     match choice {
+        Some(c) if k.sa_sigaction == trampoline_addr() && c.sa_flags & FROM_KERNEL != 0 => {
+            let mut a = *c;
+            a.sa_flags &= !FROM_KERNEL;
+            a
+        }
         Some(c) if k.sa_sigaction == trampoline_addr() => {
             let mut a = *k;
             a.sa_sigaction = c.sa_sigaction;
@@ -324,7 +333,7 @@ fn adopt(sig: c_int, always: bool) {
         return;
     }
     if !ours {
-        publish(i, &k);
+        publish(i, &libc::sigaction { sa_flags: k.sa_flags | FROM_KERNEL, ..k });
     }
     if let Some(c) = choice(i) {
         kernel(sig, &installed(sig, &c), std::ptr::null_mut());
