@@ -57,10 +57,19 @@ fn stress_ng_mlock_and_mmap_stressors_end_with_pinguard_matching_vmlck() {
     assert!(!r.stderr.contains("panicked"));
     let files = reports_in(&r.report_dir);
     // stress-ng's workers pin nothing themselves: each forks a child that does the work, and
-    // sends it SIGKILL when it has not ended soon enough after the timeout (a loaded machine), so
-    // a child may leave no exit report. stress-ng itself always reports (it locks its shared
-    // area), and so does at least one child.
-    assert!(files.len() >= 2, "stress-ng and at least one worker's child report: {files:?}");
+    // sends it SIGKILL when it has not ended soon enough after the timeout (a loaded machine):
+    // such a child leaves its state file instead of its report.
+    let states: Vec<_> = std::fs::read_dir(&r.report_dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "state"))
+        .collect();
+    assert!(files.len() + states.len() >= 3, "stress-ng and its two workers' children each leave a report or a state: {files:?} {states:?}");
+    for s in &states {
+        let json = files.iter().any(|f| f.with_extension("state") == *s);
+        assert!(!json, "a process left both its exit report and its state: {}", s.display());
+    }
     let mut exercised = 0;
     for f in &files {
         let rep = read_json(f);

@@ -1,0 +1,114 @@
+//! The state file (`report.PID.state`): a fork child's is its own, a running process's reads as
+//! `running`, a normal exit leaves none, and a folder that cannot hold one changes nothing else.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+
+fn build() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let f = fixtures();
+            let out = f.dir.join("state_fork");
+            let (o, src, lib) = (out.to_string_lossy().into_owned(), root().join("tests/progs/state_fork.c"), f.dir.to_string_lossy().into_owned());
+            cc(&["-g", "-O1", "-Wall", "-o", &o, &src.to_string_lossy(), "-L", &lib, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+            out
+        })
+        .clone()
+}
+
+fn states_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "state")).collect();
+    v.sort();
+    v
+}
+
+/// `pinguard report --json DIR`'s line for each process, by pid.
+fn per_process(dir: &std::path::Path) -> Vec<Value> {
+    let out = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["per_process"].as_array().unwrap().clone()
+}
+
+#[test]
+fn a_fork_child_killed_leaves_its_own_state_and_the_parent_its_report() {
+    if aarch64() {
+        return; // the CLI runs on the host
+    }
+    let r = run(build().to_str().unwrap(), &["fork"], &[]);
+    assert!(r.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("signalled=1 sig=9"), "{}", r.stdout);
+    let child: u32 = r.stdout.split("child=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let states = states_in(&r.report_dir);
+    assert_eq!(states.len(), 1, "only the killed child leaves a state: {states:?}");
+    assert!(states[0].to_string_lossy().ends_with(&format!("report.{child}.state")), "{states:?}");
+    let procs = per_process(&r.report_dir);
+    assert_eq!(procs.len(), 2, "{procs:?}");
+    for p in &procs {
+        let (reason, live, count) = (p["reason"].as_str().unwrap(), &p["totals"]["live_bytes"], &p["totals"]["live_count"]);
+        if p["pid"] == child {
+            // The child's own three, none of the parent's two.
+            assert_eq!((reason, live.as_u64(), count.as_u64()), ("killed", Some(3 * 8192), Some(3)), "{p}");
+            assert_eq!(p["totals"]["alloc_count"], 3, "{p}");
+        } else {
+            assert_eq!((reason, live.as_u64(), count.as_u64()), ("exit", Some(2 * 4096), Some(2)), "{p}");
+        }
+    }
+}
+
+#[test]
+fn a_running_process_reads_as_running_and_a_normal_exit_leaves_no_state() {
+    if aarch64() {
+        return;
+    }
+    let f = fixtures();
+    let dir = fresh_dir("state_hold");
+    let mut child = program(&build(), Some(f.lib.as_os_str()))
+        .arg("hold")
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", dir.join("report.%p.json"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let procs = per_process(&dir);
+    assert_eq!(procs.len(), 1, "{procs:?}");
+    assert_eq!(procs[0]["reason"], "running", "{}", procs[0]);
+    assert_eq!(procs[0]["totals"]["live_bytes"], 8192);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert!(states_in(&dir).is_empty(), "the exit report replaces the state");
+    let reports = reports_in(&dir);
+    assert_eq!(reports.len(), 1);
+    assert_eq!(read_json(&reports[0])["reason"], "exit");
+    assert_eq!(read_json(&reports[0])["totals"]["live_bytes"], 8192);
+}
+
+#[test]
+fn a_report_folder_that_cannot_be_made_changes_nothing_but_the_report() {
+    let f = fixtures();
+    let dir = fresh_dir("state_nowhere");
+    std::fs::write(dir.join("file"), "a file where a folder should be").unwrap();
+    let out = program(&build(), Some(f.lib.as_os_str()))
+        .arg("fork")
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", dir.join("file/sub/report.%p.json"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("signalled=1 sig=9"), "{stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("report not written"), "{stderr}");
+    assert!(stderr.contains("8.00 KiB pinned in 2 allocations"), "the figures are kept in memory: {stderr}");
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("file")], "nothing else written");
+}
