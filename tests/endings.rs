@@ -59,16 +59,9 @@ fn signame(sig: i32) -> &'static str {
 /// `prog` (a program of this file, or a path) in `dir`, pinguard preloaded or not, reports going
 /// to `dir` (`report.%p.json`), on a clean `PINGUARD_*`/`EMU_*` environment.
 fn command(prog: &str, args: &[&str], dir: &Path, preload: bool) -> Command {
-    let f = fixtures();
     let path = if prog.contains('/') { PathBuf::from(prog) } else { progs().join(prog) };
-    let mut cmd = program(&path, preload.then_some(f.lib.as_os_str()));
-    cmd.args(args).current_dir(dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
+    let mut cmd = command_in(&path, dir, preload);
+    cmd.args(args);
     cmd
 }
 

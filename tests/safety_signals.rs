@@ -32,16 +32,8 @@ fn progs() -> &'static Path {
 /// Runs one of this file's programs in `dir`, with pinguard preloaded or not, reports going to
 /// `dir` (`report.%p.json`), `env` on top of a clean `PINGUARD_*` environment.
 fn launch(prog: &str, args: &[&str], env: &[(&str, &str)], dir: &Path, preload: bool) -> Run {
-    let f = fixtures();
-    let path = progs().join(prog);
-    let mut cmd = program(&path, preload.then_some(f.lib.as_os_str()));
-    cmd.args(args).current_dir(dir);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
+    let mut cmd = command_in(&progs().join(prog), dir, preload);
+    cmd.args(args);
     cmd.env("REPORT_DIR", dir);
     for (k, v) in env {
         cmd.env(k, v);

@@ -218,18 +218,27 @@ pub fn fresh_dir(tag: &str) -> PathBuf {
 
 /// Runs `prog` (a fixture name or a path) with pinguard preloaded, reports going to a fresh
 /// directory, and `env` on top of a clean `PINGUARD_*` environment.
-pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+/// `path` run in `dir` (with the library when `preload`), its reports going to `dir`
+/// (`report.%p.json`), on a clean `PINGUARD_*`/`EMU_*` environment.
+pub fn command_in(path: &Path, dir: &Path, preload: bool) -> Command {
     let f = fixtures();
-    let report_dir = fresh_dir(prog.rsplit('/').next().unwrap());
-    let path = if prog.contains('/') { PathBuf::from(prog) } else { f.dir.join(prog) };
-    let mut cmd = program(&path, Some(f.lib.as_os_str()));
-    cmd.args(args).current_dir(&report_dir);
+    let mut cmd = program(path, preload.then_some(f.lib.as_os_str()));
+    cmd.current_dir(dir);
     for (k, _) in std::env::vars() {
         if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
             cmd.env_remove(k);
         }
     }
-    cmd.env("PINGUARD_REPORT", report_dir.join("report.%p.json"));
+    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
+    cmd
+}
+
+pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let f = fixtures();
+    let report_dir = fresh_dir(prog.rsplit('/').next().unwrap());
+    let path = if prog.contains('/') { PathBuf::from(prog) } else { f.dir.join(prog) };
+    let mut cmd = command_in(&path, &report_dir, true);
+    cmd.args(args);
     for (k, v) in env {
         cmd.env(k, v);
     }
