@@ -37,8 +37,6 @@ struct Arena {
     file: Option<File>,
     /// Whether everything is in the file: cleared for good when anything had to go elsewhere.
     complete: bool,
-    /// Tables given back, by size: reused by the next table of that size.
-    free: Vec<(usize, usize)>,
     /// Address space for the first piece, taken when pinguard starts (`prepare`): a mapping made
     /// at the first pinning call would land where the application had just unmapped something,
     /// and the application could see it there.
@@ -60,7 +58,6 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
     file_len: 0,
     file: None,
     complete: true,
-    free: Vec::new(),
     spare: None,
 });
 
@@ -88,12 +85,6 @@ fn sys_mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -
 /// arena cannot grow, and the caller uses pinguard's heap instead.
 pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
     let mut a = ARENA.lock();
-    if let Some(i) = a.free.iter().position(|&(s, _)| s == size) {
-        let (_, at) = a.free.swap_remove(i);
-        // SAFETY: a table given back by `give_back`, inside a mapped piece, no longer used.
-        unsafe { ptr::write_bytes(at as *mut u8, 0, size) };
-        return Some(at as *mut u8);
-    }
     loop {
         if a.n > 0 {
             let (at, len, _) = a.pieces[a.n - 1];
@@ -148,11 +139,20 @@ pub fn leak_slice<T: Copy>(items: &[T]) -> &'static [T] {
     }
 }
 
-/// Gives back a table `alloc` made, for the next table of its size.
+/// Gives back a table `alloc` made: its whole pages go back to the system (a hole in the file,
+/// or nothing behind an anonymous piece). The range is not handed out again: reusing a hole would
+/// need its blocks allocated again first, or a full disk would fault the program.
 pub fn give_back(p: *mut u8, size: usize) {
-    let mut a = ARENA.lock();
-    if piece_of(&a, p as usize).is_some() {
-        a.free.push((size, p as usize));
+    let a = ARENA.lock();
+    let Some(i) = piece_of(&a, p as usize) else { return };
+    let (start, end) = ((p as usize).next_multiple_of(4096), (p as usize + size) & !4095);
+    if end > start {
+        let advice = if a.pieces[i].2 == NOT_IN_FILE { libc::MADV_DONTNEED } else { libc::MADV_REMOVE };
+        let e = crate::guard::errno();
+        // SAFETY: whole pages inside a piece of the arena that nothing uses any more (the table
+        // was replaced); the file's hole or the fresh zero pages are never read as a table again.
+        unsafe { libc::syscall(libc::SYS_madvise, start, end - start, advice) };
+        crate::guard::set_errno(e);
     }
 }
 
@@ -290,7 +290,7 @@ fn fstat(fd: i32) -> Option<(u64, u64)> {
 /// Creates the state file in place of any earlier one at that path (a stale file of an earlier
 /// process with this pid, or of the image this one replaced by `exec`).
 fn create_file() -> Option<File> {
-    let path = crate::report::state_path()?;
+    let path = crate::report::state_path(true)?;
     let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
     let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, 0, 0]);
     let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -361,6 +361,25 @@ fn init_header(a: &mut Arena, base: usize) {
     HEADER.store(h, Release);
 }
 
+/// At start-up: a state at this process's path left by the image this one replaced (`exec`
+/// keeps the pid and the start time) is not a death to report; the pinned memory went with the
+/// image. Another process's state (a reused pid) is left for its readers.
+pub fn forget_previous_image() {
+    let Some(path) = crate::report::state_path(false) else { return };
+    let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, flags as usize, 0]);
+    if fd < 0 {
+        return;
+    }
+    let mut head = [0u8; header::START_TICKS + 8];
+    let n = crate::sys::read(fd as i32, &mut head).unwrap_or(0);
+    crate::sys::close(fd as i32);
+    if n == head.len() && state::is_state(&head) && state::owner(&head) == Some((crate::kernel::raw_pid() as u32, crate::kernel::start_ticks())) {
+        let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, 0, 0]);
+    }
+}
+
 /// Removes the state once the exit report stands in its place.
 pub fn remove_file() {
     let a = ARENA.lock();
@@ -398,7 +417,6 @@ pub unsafe fn release(child: bool) {
         a.file_len = 0;
         a.file = None;
         a.complete = true;
-        a.free = Vec::new();
         crate::lock::release_in_child(&ARENA);
     } else {
         crate::lock::release_in_parent(&ARENA);

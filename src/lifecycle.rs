@@ -128,6 +128,7 @@ fn init() -> bool {
     crate::arena::prepare();
     crate::resolve::own_range();
     let _ = CONFIG.set(cfg);
+    crate::arena::forget_previous_image();
     if let Some(cfg) = CONFIG.get() {
         crate::reporter::start(cfg);
     }

@@ -143,7 +143,8 @@ fn config(cfg: &Config) -> schema::Config {
 
 /// Where this process keeps its state (`arena`): next to where its report goes, with the
 /// report's fallback for the default template. `None` where no report may be written.
-pub fn state_path() -> Option<PathBuf> {
+/// With `make`, the folder is made as for a report; without, nothing is touched.
+pub fn state_path(make: bool) -> Option<PathBuf> {
     lifecycle::config()?;
     if kernel::secure_mode() {
         return None;
@@ -151,7 +152,9 @@ pub fn state_path() -> Option<PathBuf> {
     let (template, default) = TEMPLATE.get().cloned()?;
     let target = pinguard_report::state::path_for(&expand(&template));
     let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let _ = std::fs::create_dir_all(dir);
+    if make {
+        let _ = std::fs::create_dir_all(dir);
+    }
     if default && !writable(dir) {
         return Some(std::env::temp_dir().join(target.file_name()?));
     }

@@ -112,3 +112,11 @@ fn a_report_folder_that_cannot_be_made_changes_nothing_but_the_report() {
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
     assert_eq!(left, vec![std::ffi::OsString::from("file")], "nothing else written");
 }
+
+#[test]
+fn an_image_replaced_by_exec_leaves_no_state_for_a_death() {
+    let r = run(build().to_str().unwrap(), &["exec"], &[]);
+    assert!(r.success(), "{}", r.stderr);
+    assert!(states_in(&r.report_dir).is_empty(), "the new image (same pid, same start) removed the old image's state");
+    assert!(reports_in(&r.report_dir).is_empty(), "neither image wrote a report");
+}

@@ -1,7 +1,9 @@
 /* The state file across fork and while running.
  *   state_fork fork  : pins 2 x 4 KiB, forks; the child pins 3 x 8 KiB and dies of SIGKILL; the
  *                      parent waits for it and exits normally with its 2 allocations live.
- *   state_fork hold  : pins 2 x 4 KiB, says "ready", and runs until its stdin closes. */
+ *   state_fork hold  : pins 2 x 4 KiB, says "ready", and runs until its stdin closes.
+ *   state_fork exec  : pins 2 x 4 KiB and replaces itself with `state_fork idle`, which pins
+ *                      nothing and exits. */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,7 +24,12 @@ static void pin(int n, size_t size) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "idle")) return 0;
     pin(2, 4096);
+    if (!strcmp(mode, "exec")) {
+        execl("/proc/self/exe", "state_fork", "idle", (char *)0);
+        return 5;
+    }
     if (!strcmp(mode, "fork")) {
         pid_t c = fork();
         if (c == 0) {
