@@ -98,7 +98,7 @@ pub fn expand(template: &str) -> PathBuf {
             continue;
         }
         match chars.next() {
-            Some('p') => out.push_str(&std::process::id().to_string()),
+            Some('p') => out.push_str(&kernel::raw_pid().to_string()),
             Some('e') => out.push_str(&exe_name()),
             Some('h') => out.push_str(&kernel::hostname()),
             Some('t') => out.push_str(&(lifecycle::start_ms() / 1000).to_string()),
@@ -115,9 +115,10 @@ pub fn expand(template: &str) -> PathBuf {
 
 fn process(now: u64) -> schema::Process {
     schema::Process {
-        pid: std::process::id(),
-        // SAFETY: getppid has no preconditions and cannot fail.
-        ppid: unsafe { libc::getppid() } as u32,
+        // Raw system calls: an interposer's wrappers of getpid/getppid see only the program's calls.
+        pid: kernel::raw_pid() as u32,
+        // SAFETY: getppid has no arguments and cannot fail.
+        ppid: unsafe { libc::syscall(libc::SYS_getppid) } as u32,
         exe: kernel::exe(),
         cmdline: kernel::cmdline(),
         hostname: kernel::hostname(),
