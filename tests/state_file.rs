@@ -115,6 +115,9 @@ fn a_report_folder_that_cannot_be_made_changes_nothing_but_the_report() {
 
 #[test]
 fn an_image_replaced_by_exec_leaves_no_state_for_a_death() {
+    if aarch64() {
+        return; // under qemu-user, /proc/self/exe is qemu
+    }
     let r = run(build().to_str().unwrap(), &["exec"], &[]);
     assert!(r.success(), "{}", r.stderr);
     assert!(states_in(&r.report_dir).is_empty(), "the new image (same pid, same start) removed the old image's state");
