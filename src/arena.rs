@@ -35,6 +35,8 @@ struct Arena {
     /// The file's length: where the next piece goes in it.
     file_len: u64,
     file: Option<File>,
+    /// Whether new pieces still come from the file (false for good after one could not).
+    grows: bool,
     /// Whether everything is in the file: cleared for good when anything had to go elsewhere.
     complete: bool,
     /// Address space for the first piece, taken when pinguard starts (`prepare`): a mapping made
@@ -57,6 +59,7 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
     used: 0,
     file_len: 0,
     file: None,
+    grows: false,
     complete: true,
     spare: None,
 });
@@ -222,7 +225,8 @@ fn grow(a: &mut Arena, min: usize) -> bool {
     let first = a.n == 0;
     if first {
         a.file = create_file();
-        a.complete = a.file.is_some();
+        a.grows = a.file.is_some();
+        a.complete = a.grows;
     }
     let off = a.file_len;
     // The first piece goes where `prepare` kept room for it (MAP_FIXED over that room only).
@@ -233,10 +237,16 @@ fn grow(a: &mut Arena, min: usize) -> bool {
             (0, 0)
         }
     };
-    let mut at = a.file.as_ref().and_then(|f| map_file(f, hint, fixed, off, len)).map(|at| (at, off));
+    let mut at = a.file.as_ref().filter(|_| a.grows).and_then(|f| map_file(f, hint, fixed, off, len)).map(|at| (at, off));
     if at.is_none() {
-        if a.file.take().is_some() {
+        if a.grows {
+            // The file keeps what it has (marked incomplete) and is still removed at exit; one
+            // that could not take even the first piece holds nothing a reader could use.
+            a.grows = false;
             a.complete = false;
+            if first {
+                remove(&a.file.take().expect("a file while it grows"));
+            }
         }
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed;
         at = sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0).map(|at| (at, NOT_IN_FILE));
@@ -317,6 +327,12 @@ fn map_file(f: &File, hint: usize, fixed: i32, off: u64, len: usize) -> Option<u
         if fstat(fd)? != (f.dev, f.ino) {
             return None;
         }
+        // A file growing past RLIMIT_FSIZE earns the process SIGXFSZ, which by default ends it.
+        let mut lim = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
+        let got = sys(libc::SYS_prlimit64, [0, libc::RLIMIT_FSIZE as usize, 0, &mut lim as *mut libc::rlimit64 as usize]);
+        if got != 0 || (lim.rlim_cur != libc::RLIM64_INFINITY && off + len as u64 > lim.rlim_cur) {
+            return None;
+        }
         if sys(libc::SYS_fallocate, [fd as usize, 0, off as usize, len]) != 0 {
             return None;
         }
@@ -382,8 +398,13 @@ pub fn forget_previous_image() {
 
 /// Removes the state once the exit report stands in its place.
 pub fn remove_file() {
-    let a = ARENA.lock();
-    let Some(f) = &a.file else { return };
+    if let Some(f) = &ARENA.lock().file {
+        remove(f);
+    }
+}
+
+/// Unlinks the state file if the path still names it.
+fn remove(f: &File) {
     // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite; the path is ours.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let r = sys(libc::SYS_newfstatat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, &mut st as *mut libc::stat as usize, libc::AT_SYMLINK_NOFOLLOW as usize]);
@@ -416,6 +437,7 @@ pub unsafe fn release(child: bool) {
         a.used = 0;
         a.file_len = 0;
         a.file = None;
+        a.grows = false;
         a.complete = true;
         crate::lock::release_in_child(&ARENA);
     } else {

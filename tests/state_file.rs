@@ -123,3 +123,31 @@ fn an_image_replaced_by_exec_leaves_no_state_for_a_death() {
     assert!(states_in(&r.report_dir).is_empty(), "the new image (same pid, same start) removed the old image's state");
     assert!(reports_in(&r.report_dir).is_empty(), "neither image wrote a report");
 }
+
+/// A file size limit below the state's first piece: without a state, the program runs as without
+/// pinguard (a file growing past the limit would have earned it SIGXFSZ), and its report, small
+/// enough, is written.
+#[test]
+fn a_file_size_limit_below_the_state_never_costs_the_program_its_life() {
+    let dir = fresh_dir("state_fsize");
+    let mut cmd = command_in(&build(), &dir, true);
+    cmd.arg("fork");
+    // SAFETY: setrlimit in the child between fork and exec touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+            let lim = libc::rlimit { rlim_cur: 64 << 10, rlim_max: 64 << 10 };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("signalled=1 sig=9"));
+    assert!(states_in(&dir).is_empty(), "no state file left: {:?}", std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>());
+    let reports = reports_in(&dir);
+    assert_eq!(reports.len(), 1, "the parent's report: {stderr}");
+    assert_eq!(read_json(&reports[0])["totals"]["live_bytes"], 8192);
+}
