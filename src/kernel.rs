@@ -457,8 +457,14 @@ pub fn raw_pid() -> i32 {
 
 /// When this process started, in clock ticks after boot (`/proc/self/stat`'s 22nd field): with
 /// the pid, it tells this process from a later one that reuses its pid.
+/// Read from the main thread's task entry: qemu-user makes up `/proc/self/stat` (start time 0).
 pub fn start_ticks() -> u64 {
-    sys::read_text(c"/proc/self/stat").as_deref().and_then(stat_start_ticks).unwrap_or(0)
+    let task = std::ffi::CString::new(format!("/proc/self/task/{}/stat", raw_pid())).expect("no NUL in a number");
+    sys::read_text(&task)
+        .or_else(|| sys::read_text(c"/proc/self/stat"))
+        .as_deref()
+        .and_then(stat_start_ticks)
+        .unwrap_or(0)
 }
 
 /// The start time in a `/proc/PID/stat` text. The command name (field 2) may hold spaces and
