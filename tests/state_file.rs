@@ -45,6 +45,10 @@ fn a_fork_child_killed_leaves_its_own_state_and_the_parent_its_report() {
     let child: u32 = r.stdout.split("child=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
     let states = states_in(&r.report_dir);
     assert_eq!(states.len(), 1, "only the killed child leaves a state: {states:?}");
+    let text = pinguard_cli(&["report".as_ref(), r.report_dir.as_os_str()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("2 reports, 1 of them killed (read from the state left behind)"), "{text}");
+    assert!(text.contains("main (state_fork.c:") || text.contains("pin (state_fork.c:"), "named from the module list: {text}");
     assert!(states[0].to_string_lossy().ends_with(&format!("report.{child}.state")), "{states:?}");
     let procs = per_process(&r.report_dir);
     assert_eq!(procs.len(), 2, "{procs:?}");

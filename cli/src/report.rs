@@ -8,7 +8,16 @@ use pinguard_report::units::format_bytes;
 pub fn render(m: &Merged, top: usize) -> String {
     let mut s = String::new();
     let procs = if m.processes == 1 { "1 process".to_string() } else { format!("{} processes", m.processes) };
-    let reps = if m.reports == 1 { "1 report".to_string() } else { format!("{} reports", m.reports) };
+    let mut reps = if m.reports == 1 { "1 report".to_string() } else { format!("{} reports", m.reports) };
+    // Processes read from the state they left: say so, a reader must not take them for exits.
+    let killed = m.per_process.iter().filter(|p| p.reason == "killed").count();
+    let running = m.per_process.iter().filter(|p| p.reason == "running").count();
+    if killed > 0 {
+        reps.push_str(&format!(", {killed} of them killed (read from the state left behind)"));
+    }
+    if running > 0 {
+        reps.push_str(&format!(", {running} still running (read from the live state)"));
+    }
     s.push_str(&format!("Top callsites by live pinned bytes ({reps}, {procs})\n\n"));
     let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS", "DENIED", "DOWNGRADED", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
     for c in m.callsites.iter().take(top) {
