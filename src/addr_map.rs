@@ -117,7 +117,10 @@ impl<V: Copy> AddrMap<V> {
         } else {
             // SAFETY: a slot with its key set holds an initialised value; `V: Copy`.
             let old = unsafe { s.val.assume_init() };
-            s.val = MaybeUninit::new(val);
+            // Emptied while rewritten: a reader of a dead process's state never counts a torn record.
+            s.key = 0;
+            compiler_fence(Ordering::Release);
+            self.put(i, key, val);
             Some(old)
         }
     }
@@ -182,7 +185,8 @@ impl<V: Copy> AddrMap<V> {
     fn grow(&mut self) {
         let cap = (self.cap * 2).max(16);
         let bytes = cap * std::mem::size_of::<Slot<V>>();
-        let new = crate::arena::alloc(bytes, std::mem::align_of::<Slot<V>>()).unwrap_or_else(|| {
+        // 64-byte aligned: the state's directory keeps the capacity in the address's low bits.
+        let new = crate::arena::alloc(bytes, 64).unwrap_or_else(|| {
             let layout = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
             // SAFETY: a non-zero size; all-zero slots are empty slots.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };

@@ -37,6 +37,9 @@ struct Arena {
     file: Option<File>,
     /// Whether new pieces still come from the file (false for good after one could not).
     grows: bool,
+    /// Set when the first piece could not be mapped: the arena is never made, and everything
+    /// stays where it was counted from the start (pinguard's heap, `ledger`'s own levels).
+    never: bool,
     /// Whether everything is in the file: cleared for good when anything had to go elsewhere.
     complete: bool,
     /// Address space for the first piece, taken when pinguard starts (`prepare`): a mapping made
@@ -60,6 +63,7 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
     file_len: 0,
     file: None,
     grows: false,
+    never: false,
     complete: true,
     spare: None,
 });
@@ -88,6 +92,9 @@ fn sys_mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -
 /// arena cannot grow, and the caller uses pinguard's heap instead.
 pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
     let mut a = ARENA.lock();
+    if a.never {
+        return None;
+    }
     loop {
         if a.n > 0 {
             let (at, len, _) = a.pieces[a.n - 1];
@@ -102,6 +109,7 @@ pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
         let grown = grow(&mut a, size + align);
         crate::guard::set_errno(e);
         if !grown {
+            a.never = a.n == 0;
             a.complete = false;
             publish_complete(&a);
             return None;
@@ -181,17 +189,15 @@ pub fn header_word(off: usize) -> Option<&'static AtomicU64> {
     Some(unsafe { &*(h.add(off) as *const AtomicU64) })
 }
 
-/// Names the live-allocation table `dir` in the header: `cap` slots at `at`, already filled.
+/// Names the live-allocation table `dir` in the header: `cap` slots at `at` (64-byte aligned),
+/// already filled. One store: a death at any moment leaves the old table or the new one named.
 pub fn publish_table(dir: usize, at: usize, cap: usize) {
+    debug_assert!(at % 64 == 0 && cap.is_power_of_two());
     if !holds(at as *const u8) {
         return;
     }
-    if let (Some(a), Some(c)) = (header_word(header::TABLES + dir * 16), header_word(header::TABLES + dir * 16 + 8)) {
-        // Capacity to 0 first: a reader between the two stores sees no table rather than a
-        // table with the other one's capacity.
-        c.store(0, Relaxed);
-        a.store(at as u64, Release);
-        c.store(cap as u64, Release);
+    if let Some(w) = header_word(header::TABLES + dir * 8) {
+        w.store(at as u64 | cap.trailing_zeros() as u64, Release);
     }
 }
 
@@ -291,6 +297,12 @@ fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
     unsafe { libc::syscall(n, a[0], a[1], a[2], a[3]) as isize }
 }
 
+fn regular(fd: i32) -> bool {
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    sys(libc::SYS_fstat, [fd as usize, &mut st as *mut libc::stat as usize, 0, 0]) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+}
+
 fn fstat(fd: i32) -> Option<(u64, u64)> {
     // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -317,7 +329,8 @@ fn create_file() -> Option<File> {
 /// Maps `[off, off + len)` of the file, its blocks allocated first; `None` if the file is gone,
 /// replaced, or cannot grow.
 fn map_file(f: &File, hint: usize, fixed: i32, off: u64, len: usize) -> Option<usize> {
-    let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // Non-blocking: whatever now sits at the path is checked to be the file before it is used.
+    let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, flags as usize, 0]);
     if fd < 0 {
         return None;
@@ -383,13 +396,15 @@ fn init_header(a: &mut Arena, base: usize) {
 pub fn forget_previous_image() {
     let Some(path) = crate::report::state_path(false) else { return };
     let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // Non-blocking, and only a regular file is read: a FIFO planted at the path must not hold
+    // up the start of every program.
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
     let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, flags as usize, 0]);
     if fd < 0 {
         return;
     }
     let mut head = [0u8; header::START_TICKS + 8];
-    let n = crate::sys::read(fd as i32, &mut head).unwrap_or(0);
+    let n = if regular(fd as i32) { crate::sys::read(fd as i32, &mut head).unwrap_or(0) } else { 0 };
     crate::sys::close(fd as i32);
     if n == head.len() && state::is_state(&head) && state::owner(&head) == Some((crate::kernel::raw_pid() as u32, crate::kernel::start_ticks())) {
         let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, 0, 0]);
@@ -426,13 +441,8 @@ pub fn hold() {
 pub unsafe fn release(child: bool) {
     if child {
         let a = &mut *ARENA.data_ptr();
-        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED;
-        for &(at, len, _) in &a.pieces[..a.n] {
-            let _ = sys_mmap(at, len, libc::PROT_NONE, flags, -1, 0);
-        }
+        detach(a);
         HEADER.store(ptr::null_mut(), Relaxed);
-        // The parent's first piece, now empty address space, is the child's room for its own.
-        a.spare = (a.n > 0 && a.pieces[0].1 == FIRST_STEP).then_some(a.pieces[0].0).or(a.spare);
         a.n = 0;
         a.used = 0;
         a.file_len = 0;
@@ -442,5 +452,32 @@ pub unsafe fn release(child: bool) {
         crate::lock::release_in_child(&ARENA);
     } else {
         crate::lock::release_in_parent(&ARENA);
+    }
+}
+
+/// A fork child lets go of its parent's state: each piece of the file becomes a private
+/// copy-on-write view of what it held (so a pointer the child still has, from a call the fork interrupted, reads
+/// what it read before, and whatever it writes stays in the child), or, where the file cannot be
+/// opened again, unmapped address space that faults.
+fn detach(a: &Arena) {
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let fd = a.file.as_ref().map_or(-1, |f| {
+        let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, flags as usize, 0]) as i32;
+        if fd >= 0 && fstat(fd) != Some((f.dev, f.ino)) {
+            crate::sys::close(fd);
+            return -1;
+        }
+        fd
+    });
+    // Anonymous pieces (no file) are private already: the child has its own copy.
+    for &(at, len, off) in a.pieces[..a.n].iter().filter(|p| p.2 != NOT_IN_FILE) {
+        let private = libc::MAP_PRIVATE | libc::MAP_FIXED;
+        let copied = fd >= 0 && sys_mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, private, fd, off).is_some();
+        if !copied {
+            let _ = sys_mmap(at, len, libc::PROT_NONE, private | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0);
+        }
+    }
+    if fd >= 0 {
+        crate::sys::close(fd);
     }
 }

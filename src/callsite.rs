@@ -212,14 +212,24 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
 /// from its state (`pinguard_report::state::module`).
 static MODULES: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
+/// When the list was last read again and found nothing new (coarse ms).
+static FRUITLESS_MS: AtomicU64 = AtomicU64::new(0);
+
 fn note_modules(native: &[usize]) {
     let known = |m: &[(usize, usize)]| native.iter().all(|&a| m.iter().any(|&(s, e)| a >= s && a < e));
     if known(&MODULES.lock()) {
         return;
     }
+    // A frame in no object (generated code, a bad return address) stays unknown: reading the list
+    // again for every such callsite would walk every object each time; once a second is enough.
+    let now = crate::guard::coarse_unix_ms();
+    if now.saturating_sub(FRUITLESS_MS.load(Ordering::Relaxed)) < 1000 {
+        return;
+    }
     let mut found = Vec::new();
     crate::resolve::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
     let mut list = MODULES.lock();
+    let before = list.len();
     for (start, end, base, name, build_id) in found {
         if list.contains(&(start, end)) {
             continue;
@@ -230,6 +240,9 @@ fn note_modules(native: &[usize]) {
         let id = crate::arena::leak_slice(build_id.as_deref().unwrap_or("").as_bytes());
         let rec: &'static mut [u64; 8] = crate::arena::leak([0, base as u64, start as u64, end as u64, path.as_ptr() as u64, path.len() as u64, id.as_ptr() as u64, id.len() as u64]);
         crate::arena::push(pinguard_report::state::header::MODULES, rec.as_ptr() as *const u8);
+    }
+    if list.len() == before {
+        FRUITLESS_MS.store(now, Ordering::Relaxed);
     }
 }
 

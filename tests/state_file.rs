@@ -155,3 +155,58 @@ fn a_file_size_limit_below_the_state_never_costs_the_program_its_life() {
     assert_eq!(reports.len(), 1, "the parent's report: {stderr}");
     assert_eq!(read_json(&reports[0])["totals"]["live_bytes"], 8192);
 }
+
+/// A corrupt state (a list that comes back on itself, a module based above its frames) is read
+/// in bounded time without a panic.
+#[test]
+fn a_corrupt_state_is_read_in_bounded_time_without_a_panic() {
+    use pinguard_report::state::{header, module};
+    if aarch64() {
+        return;
+    }
+    let r = run(build().to_str().unwrap(), &["fork"], &[]);
+    let state = states_in(&r.report_dir).pop().expect("the child's state");
+    let mut b = std::fs::read(&state).unwrap();
+    let word = |b: &[u8], off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().unwrap());
+    // The file offset of a process address, from the header's piece list.
+    let off_of = |b: &[u8], a: u64| {
+        (0..pinguard_report::state::PIECES)
+            .map(|i| (word(b, header::PIECES + i * 24), word(b, header::PIECES + i * 24 + 8), word(b, header::PIECES + i * 24 + 16)))
+            .find(|&(at, len, _)| a >= at && a < at + len)
+            .map(|(at, _, off)| (off + a - at) as usize)
+            .expect("an address in a piece")
+    };
+    let site = word(&b, header::CALLSITES);
+    let site_off = off_of(&b, site);
+    b[site_off..site_off + 8].copy_from_slice(&site.to_ne_bytes()); // next: itself
+    let m = word(&b, header::MODULES);
+    let m_off = off_of(&b, m);
+    b[m_off + module::BASE..m_off + module::BASE + 8].copy_from_slice(&u64::MAX.to_ne_bytes());
+    let bad = fresh_dir("state_corrupt");
+    std::fs::write(bad.join("report.1.state"), &b).unwrap();
+    let t = std::time::Instant::now();
+    let out = pinguard_cli(&["report".as_ref(), "--json".as_ref(), bad.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && !stderr.contains("panicked"), "{stderr}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["per_process"][0]["reason"], "killed");
+}
+
+/// A FIFO planted where a program's state would go never holds up its start.
+#[test]
+fn a_fifo_at_the_state_path_never_holds_up_a_program() {
+    if aarch64() {
+        return; // the preload is the aarch64 library: the host's sh cannot load it
+    }
+    let f = fixtures();
+    let dir = fresh_dir("state_fifo");
+    let script = format!("mkfifo \"$D/report.$$.state\" && exec {} idle", build().display());
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.args(["20", "sh", "-c", &script])
+        .env("D", &dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env("PINGUARD_REPORT", dir.join("report.%p.json"));
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "timeout's 124 means the program hung: {}", String::from_utf8_lossy(&out.stderr));
+}

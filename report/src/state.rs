@@ -47,11 +47,11 @@ pub mod header {
     pub const MODULES: usize = 96;
     pub const COMPLETE: usize = 104;
     pub const USED: usize = 112;
-    /// `TABLES` pairs of (address, capacity in slots).
+    /// `TABLES` words, one per table (`super::table_entry`).
     pub const TABLES: usize = 120;
     /// `PIECES` triples of (address, length, offset in the file: `u64::MAX` for a piece that is
     /// not in the file), for each piece the arena is mapped in.
-    pub const PIECES: usize = TABLES + super::TABLES * 16;
+    pub const PIECES: usize = TABLES + super::TABLES * 8;
     pub const SIZE: usize = PIECES + super::PIECES * 24;
 }
 
@@ -195,12 +195,18 @@ impl Image<'_> {
         Some(String::from_utf8_lossy(self.bytes(a, len)?).into_owned())
     }
 
-    /// The objects of a list, newest first, each with `size` bytes in the file.
+    /// The objects of a list, newest first, each with `size` bytes in the file. A list that comes
+    /// back on itself (a corrupt file) ends where it does; no list is longer than the file holds.
     fn list(&self, head: u64, size: usize) -> Vec<usize> {
+        let most = (self.b.len() / size.max(1)).min(MAX_LIST);
+        let mut seen = std::collections::HashSet::new();
         let mut out = Vec::new();
         let mut a = head;
-        while a != 0 && out.len() < MAX_LIST {
+        while a != 0 && out.len() < most {
             let Some(off) = self.at(a, size) else { break };
+            if !seen.insert(off) {
+                break;
+            }
             out.push(off);
             a = self.u64_at(off).unwrap_or(0);
         }
@@ -240,6 +246,15 @@ impl LevelFigures {
     /// Never below the live figure (the peak is raised lazily, as in the process).
     fn peak(&self) -> u64 {
         self.peak.max(self.live_bytes())
+    }
+}
+
+/// A table directory entry: the table's address (64-byte aligned) with the base-2 logarithm of
+/// its capacity in the low 6 bits, so that one store publishes both.
+pub fn table_entry(w: u64) -> (u64, u64) {
+    match w {
+        0 => (0, 0),
+        w => (w & !63, 1u64.checked_shl((w & 63) as u32).unwrap_or(0).min(1 << 32)),
     }
 }
 
@@ -396,8 +411,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     // The live allocations. A slot moved while the process died can appear twice: by address, once.
     let mut live = BTreeMap::new();
     for t in 0..TABLES {
-        let at = h.u64_at(header::TABLES + t * 16).unwrap_or(0);
-        let cap = h.u64_at(header::TABLES + t * 16 + 8).unwrap_or(0).min(1 << 32);
+        let (at, cap) = table_entry(h.u64_at(header::TABLES + t * 8).unwrap_or(0));
         let Some(off) = img.at(at, (cap as usize).saturating_mul(slot::SIZE)) else { continue };
         for i in 0..cap as usize {
             let s = off + i * slot::SIZE;

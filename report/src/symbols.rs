@@ -20,9 +20,13 @@ pub fn open(path: &str, build_id: Option<&str>) -> Option<addr2line::Loader> {
 /// The frames for the return address `addr` in the object loaded at `base` (more than one where
 /// functions were inlined, innermost first); at least one, named as far as `loader` allows.
 pub fn frames(loader: Option<&addr2line::Loader>, addr: usize, base: usize, module: Option<String>) -> Vec<Frame> {
-    let offset = Some(Addr((addr - base) as u64));
+    // A base above the address (a corrupt module list): the frame stays unnamed.
+    let Some(rel) = addr.checked_sub(base) else {
+        return vec![Frame { addr: Addr(addr as u64), module, offset: None, symbol: None, file: None, line: None }];
+    };
+    let offset = Some(Addr(rel as u64));
     // A return address points after the call; the call itself is one byte earlier.
-    let probe = (addr - base).saturating_sub(1) as u64;
+    let probe = rel.saturating_sub(1) as u64;
     let mut frames = Vec::new();
     if let Some(loader) = loader {
         if let Ok(mut it) = loader.find_frames(probe) {
