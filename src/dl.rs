@@ -4,7 +4,7 @@
 //! pinguard's own code would come back to its own trampoline. The real functions are found
 //! without calling `dlsym`: libc's own `dlsym` is read from libc's dynamic symbol table, then asked
 //! for `RTLD_NEXT` from inside pinguard, which yields the next `dlsym` after pinguard (libc's, or
-//! another interposer's listed later). FIELD-NOTES, "Interposing dlsym".
+//! another interposer's listed later). docs/field-notes.md, "Interposing `dlsym`".
 
 use crate::resolve::for_each_object;
 use std::ffi::{c_char, c_void, CStr};

@@ -3,7 +3,7 @@
 //!
 //! All of it sits in one `const` thread-local with no destructor: one TLS look-up per hooked call
 //! (in a shared library each look-up is a call to `__tls_get_addr`), and it stays usable during
-//! `_dl_fini`, after Rust's destructible thread-locals are gone (FIELD-NOTES, "Exit").
+//! `_dl_fini`, after Rust's destructible thread-locals are gone (docs/field-notes.md).
 
 use std::cell::Cell;
 use std::os::raw::c_int;

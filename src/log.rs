@@ -1,7 +1,7 @@
 //! pinguard's diagnostics: `tracing` events, filtered by `PINGUARD_LOG`, one line each on stderr.
 //!
 //! A small subscriber of our own rather than `tracing-subscriber`'s `fmt`: that one keeps
-//! destructible thread-locals, which are gone when the exit report is written (FIELD-NOTES).
+//! destructible thread-locals, which are gone when the exit report is written (docs/field-notes.md).
 
 use std::fmt::Write as _;
 use tracing::field::{Field, Visit};

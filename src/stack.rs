@@ -26,7 +26,7 @@ fn slow(out: &mut [usize]) -> usize {
     let mut n = 0;
     let mut seen_own = false;
     // `trace_unsynchronized`: `trace` takes a process-wide mutex, which a fork in another thread
-    // would leave locked in the child forever (FIELD-NOTES, "Fork").
+    // would leave locked in the child forever (docs/field-notes.md).
     // SAFETY: The lock `trace` adds only serializes unwinders that are not thread-safe (Windows'
     // dbghelp); libgcc's `_Unwind_Backtrace`, used here, is safe to run concurrently.
     unsafe {

@@ -1,7 +1,7 @@
 //! The pinguard report: the JSON written by the preload library and read by the CLI.
 //!
 //! Both sides use these types, so a key can never drift between writer and reader. The key set is
-//! a contract (`DESIGN.md`, "The report"): keys may be added, never renamed.
+//! a contract (`docs/design.md`, "The report"): keys may be added, never renamed.
 
 pub mod group;
 pub mod state;

@@ -7,7 +7,7 @@
 //! glibc answers `RTLD_NEXT` (and picks the namespace for `RTLD_DEFAULT`) by its caller's return
 //! address, so the exported symbols are trampolines: they save the argument registers, ask
 //! `answer`, and when it has nothing to say restore the registers and *jump* to the real function,
-//! which then sees the original caller. FIELD-NOTES, "Interposing dlsym".
+//! which then sees the original caller. docs/field-notes.md, "Interposing `dlsym`".
 
 use crate::api::Family;
 use crate::dl;
