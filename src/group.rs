@@ -101,8 +101,9 @@ fn map(fd: c_int) -> Result<*mut Header, String> {
 }
 
 fn map_existing(fd: c_int) -> Result<*mut Header, String> {
-    // SAFETY: `st` is a valid out-pointer for `fstat` of a descriptor the caller owns.
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer for `fstat` of a descriptor the caller owns.
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err("cannot be examined".into());
     }

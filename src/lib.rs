@@ -6,6 +6,7 @@
 //! (`resolve`) or the `pageable` fallback, and records the outcome in the `ledger`. `report`
 //! turns the ledger into JSON (`symbolize` resolves addresses then, and only then).
 
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(any(test, feature = "fuzzing"), allow(dead_code))] // built without the hooks
 
 mod addr_map;

@@ -20,6 +20,9 @@ fn futex(word: &AtomicU32, op: libc::c_int, val: u32) {
     }
 }
 
+// SAFETY: `lock` and `try_lock` return holding the lock only after this thread moved the word
+// away from unlocked itself (compare-and-swap or swap, Acquire), so there is one holder at a
+// time; `unlock` sets it back with Release and wakes a waiter.
 unsafe impl lock_api::RawMutex for FutexRaw {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: FutexRaw = FutexRaw(AtomicU32::new(UNLOCKED));

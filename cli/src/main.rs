@@ -2,6 +2,8 @@
 //!
 //! Exit status: 0 success, 1 a check failed, 2 bad usage or unreadable input.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 mod check;
 mod diff;
 mod flamegraph;

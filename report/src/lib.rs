@@ -3,6 +3,8 @@
 //! Both sides use these types, so a key can never drift between writer and reader. The key set is
 //! a contract (`docs/design.md`, "The report"): keys may be added, never renamed.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod group;
 pub mod state;
 pub mod symbols;
