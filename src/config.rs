@@ -107,9 +107,8 @@ impl Config {
         };
 
         if let Some(v) = get("PINGUARD_DISABLE") {
-            match v.map(str::trim) {
-                Some("1") | Some("true") | Some("yes") => c.disabled = true,
-                Some("0") | Some("") | Some("false") | Some("no") => {}
+            match v.map(|v| disable_switch(v.as_bytes())) {
+                Some(Some(off)) => c.disabled = off,
                 _ => bad(&mut c, "PINGUARD_DISABLE", v, "not a switch", "1 or 0", "pinguard stays enabled"),
             }
         }
@@ -273,20 +272,51 @@ pub fn parse_signal(s: &str) -> Result<i32, String> {
 }
 
 fn parse_hooks(s: &str) -> Result<u8, String> {
+    hooks_switch(s.as_bytes()).map_err(|e| match e {
+        Some(item) => format!("unknown family {:?}", String::from_utf8_lossy(item)),
+        None => "names no family".into(),
+    })
+}
+
+/// `PINGUARD_DISABLE`'s value: whether it switches pinguard off; `None` when it is no switch
+/// (pinguard then stays enabled). Without allocating: the hooks also ask before pinguard has
+/// started (`early_hooks_enabled`), and both must answer alike.
+pub fn disable_switch(v: &[u8]) -> Option<bool> {
+    match v.trim_ascii() {
+        b"1" | b"true" | b"yes" => Some(true),
+        b"0" | b"" | b"false" | b"no" => Some(false),
+        _ => None,
+    }
+}
+
+/// `PINGUARD_HOOKS`' value: the families it names, or the first item that names none
+/// (`Err(None)`: no family at all); on either error every family is hooked. Without allocating.
+pub fn hooks_switch(v: &[u8]) -> Result<u8, Option<&[u8]>> {
     let mut bits = 0u8;
-    for item in s.split(',').map(str::trim) {
+    for item in v.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
         if item.is_empty() {
             continue;
         }
-        match Family::ALL.iter().find(|f| f.name().eq_ignore_ascii_case(item)) {
+        match Family::ALL.iter().find(|f| f.name().as_bytes().eq_ignore_ascii_case(item)) {
             Some(f) => bits |= f.bit(),
-            None => return Err(format!("unknown family {item:?}")),
+            None => return Err(Some(item)),
         }
     }
     if bits == 0 {
-        return Err("names no family".into());
+        return Err(None);
     }
     Ok(bits)
+}
+
+/// Whether pinguard is switched off, from `PINGUARD_DISABLE`'s raw value, as `Config` decides.
+pub fn early_disabled(disable: Option<&[u8]>) -> bool {
+    disable.and_then(disable_switch) == Some(true)
+}
+
+/// Whether `family` is hooked, from the raw values of `PINGUARD_DISABLE` and `PINGUARD_HOOKS`,
+/// exactly as `Config` decides (for the calls that come before pinguard has started).
+pub fn early_hooks_enabled(disable: Option<&[u8]>, hooks: Option<&[u8]>, family: Family) -> bool {
+    !early_disabled(disable) && hooks.map_or(true, |h| hooks_switch(h).map_or(true, |bits| bits & family.bit() != 0))
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -304,6 +334,29 @@ fn edit_distance(a: &str, b: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_early_switches_answer_as_the_configuration_does() {
+        let values = ["1", " 1 ", "true", "yes", "0", "", "no", "maybe", "cuda", "CUDA ", "cuda,opencl", " , ", "acl,mlock", "cuda-driver"];
+        for d in values.iter().map(Some).chain([None]) {
+            for h in values.iter().map(Some).chain([None]) {
+                let mut vars = Vec::new();
+                if let Some(d) = d {
+                    vars.push(("PINGUARD_DISABLE".to_string(), Some(d.to_string())));
+                }
+                if let Some(h) = h {
+                    vars.push(("PINGUARD_HOOKS".to_string(), Some(h.to_string())));
+                }
+                let c = Config::from_vars(&vars, &Fixed(None));
+                for f in Family::ALL {
+                    let early = early_hooks_enabled(d.map(|s| s.as_bytes()), h.map(|s| s.as_bytes()), f);
+                    let late = !c.disabled && c.hooks & f.bit() != 0;
+                    assert_eq!(early, late, "PINGUARD_DISABLE={d:?} PINGUARD_HOOKS={h:?}, {}", f.name());
+                }
+                assert_eq!(early_disabled(d.map(|s| s.as_bytes())), c.disabled, "PINGUARD_DISABLE={d:?}");
+            }
+        }
+    }
     use super::*;
 
     struct Fixed(Option<u64>);

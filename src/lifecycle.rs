@@ -148,19 +148,7 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
-        // SAFETY: the names are NUL-terminated literals; getenv returns null or a NUL-terminated
-        // string that stays valid while it is read here.
-        _ => unsafe {
-            let off = libc::getenv(c"PINGUARD_DISABLE".as_ptr());
-            if !off.is_null() && std::ffi::CStr::from_ptr(off).to_bytes() == b"1" {
-                return false;
-            }
-            let hooks = libc::getenv(c"PINGUARD_HOOKS".as_ptr());
-            hooks.is_null()
-                || std::ffi::CStr::from_ptr(hooks).to_bytes().split(|&c| c == b',').any(|item| {
-                    item.trim_ascii().eq_ignore_ascii_case(family.name().as_bytes())
-                })
-        },
+        _ => crate::config::early_hooks_enabled(env(c"PINGUARD_DISABLE"), env(c"PINGUARD_HOOKS"), family),
     }
 }
 
@@ -170,11 +158,17 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
-        // SAFETY: getenv reads the environment; the result is NUL-terminated or null.
-        _ => unsafe {
-            let off = libc::getenv(c"PINGUARD_DISABLE".as_ptr());
-            off.is_null() || !matches!(std::ffi::CStr::from_ptr(off).to_bytes(), b"1" | b"true" | b"yes")
-        },
+        _ => !crate::config::early_disabled(env(c"PINGUARD_DISABLE")),
+    }
+}
+
+/// A variable's raw value, without allocating (before pinguard has started).
+fn env(name: &std::ffi::CStr) -> Option<&'static [u8]> {
+    // SAFETY: `name` is NUL-terminated; getenv returns null or a NUL-terminated string that the
+    // environment keeps until the program changes that variable, which these callers read at once.
+    unsafe {
+        let v = libc::getenv(name.as_ptr());
+        (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_bytes())
     }
 }
 
