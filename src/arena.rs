@@ -289,24 +289,22 @@ fn publish_complete(a: &Arena) {
     }
 }
 
-/// Raw system calls: the hooked `open`-family wrappers and libc's cancellation points stay out
-/// of pinguard's own work.
+/// A system call with no wrapper in `sys` (`prlimit64`, `fallocate`).
 fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
-    // SAFETY: callers pass valid pointers (NUL-terminated paths, a `stat` buffer) for the call
-    // they name; none touches memory pinguard does not own.
+    // SAFETY: callers pass valid pointers (an `rlimit64` buffer) for the call they name; none
+    // touches memory pinguard does not own.
     unsafe { libc::syscall(n, a[0], a[1], a[2], a[3]) as isize }
 }
 
-fn regular(fd: i32) -> bool {
-    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    sys(libc::SYS_fstat, [fd as usize, &mut st as *mut libc::stat as usize, 0, 0]) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
-}
-
-fn fstat(fd: i32) -> Option<(u64, u64)> {
-    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    (sys(libc::SYS_fstat, [fd as usize, &mut st as *mut libc::stat as usize, 0, 0]) == 0).then_some((st.st_dev, st.st_ino))
+/// Opens the state file again by its path, if the path still names it. Non-blocking: whatever
+/// now sits at the path (a FIFO, say) is checked before it is used.
+fn reopen(f: &File, flags: i32) -> Option<i32> {
+    let fd = crate::sys::open(&f.path, flags | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
+    if crate::sys::file_id(fd).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
+        return Some(fd);
+    }
+    crate::sys::close(fd);
+    None
 }
 
 /// Creates the state file in place of any earlier one at that path (a stale file of an earlier
@@ -314,32 +312,19 @@ fn fstat(fd: i32) -> Option<(u64, u64)> {
 fn create_file() -> Option<File> {
     let path = crate::report::state_path(true)?;
     let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
-    let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, 0, 0]);
-    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, flags as usize, 0o644]);
-    if fd < 0 {
-        return None;
-    }
-    let id = fstat(fd as i32);
-    crate::sys::close(fd as i32);
-    let (dev, ino) = id?;
-    Some(File { path, dev, ino })
+    let _ = crate::sys::unlink(&path);
+    let fd = crate::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o644).ok()?;
+    let id = crate::sys::file_id(fd);
+    crate::sys::close(fd);
+    let id = id?;
+    Some(File { path, dev: id.dev, ino: id.ino })
 }
 
 /// Maps `[off, off + len)` of the file, its blocks allocated first; `None` if the file is gone,
 /// replaced, or cannot grow.
 fn map_file(f: &File, hint: usize, fixed: i32, off: u64, len: usize) -> Option<usize> {
-    // Non-blocking: whatever now sits at the path is checked to be the file before it is used.
-    let flags = libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, flags as usize, 0]);
-    if fd < 0 {
-        return None;
-    }
-    let fd = fd as i32;
+    let fd = reopen(f, libc::O_RDWR)?;
     let at = (|| {
-        if fstat(fd)? != (f.dev, f.ino) {
-            return None;
-        }
         // A file growing past RLIMIT_FSIZE earns the process SIGXFSZ, which by default ends it.
         let mut lim = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
         let got = sys(libc::SYS_prlimit64, [0, libc::RLIMIT_FSIZE as usize, 0, &mut lim as *mut libc::rlimit64 as usize]);
@@ -398,16 +383,13 @@ pub fn forget_previous_image() {
     let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
     // Non-blocking, and only a regular file is read: a FIFO planted at the path must not hold
     // up the start of every program.
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, flags as usize, 0]);
-    if fd < 0 {
-        return;
-    }
+    let Ok(fd) = crate::sys::open(&path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) else { return };
     let mut head = [0u8; header::START_TICKS + 8];
-    let n = if regular(fd as i32) { crate::sys::read(fd as i32, &mut head).unwrap_or(0) } else { 0 };
-    crate::sys::close(fd as i32);
+    let regular = crate::sys::file_id(fd).is_some_and(|id| id.regular);
+    let n = if regular { crate::sys::read(fd, &mut head).unwrap_or(0) } else { 0 };
+    crate::sys::close(fd);
     if n == head.len() && state::is_state(&head) && state::owner(&head) == Some((crate::kernel::raw_pid() as u32, crate::kernel::start_ticks())) {
-        let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, path.as_ptr() as usize, 0, 0]);
+        let _ = crate::sys::unlink(&path);
     }
 }
 
@@ -420,11 +402,8 @@ pub fn remove_file() {
 
 /// Unlinks the state file if the path still names it.
 fn remove(f: &File) {
-    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite; the path is ours.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    let r = sys(libc::SYS_newfstatat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, &mut st as *mut libc::stat as usize, libc::AT_SYMLINK_NOFOLLOW as usize]);
-    if r == 0 && (st.st_dev, st.st_ino) == (f.dev, f.ino) {
-        let _ = sys(libc::SYS_unlinkat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, 0, 0]);
+    if crate::sys::path_id(&f.path).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
+        let _ = crate::sys::unlink(&f.path);
     }
 }
 
@@ -460,15 +439,7 @@ pub unsafe fn release(child: bool) {
 /// what it read before, and whatever it writes stays in the child), or, where the file cannot be
 /// opened again, unmapped address space that faults.
 fn detach(a: &Arena) {
-    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK;
-    let fd = a.file.as_ref().map_or(-1, |f| {
-        let fd = sys(libc::SYS_openat, [libc::AT_FDCWD as usize, f.path.as_ptr() as usize, flags as usize, 0]) as i32;
-        if fd >= 0 && fstat(fd) != Some((f.dev, f.ino)) {
-            crate::sys::close(fd);
-            return -1;
-        }
-        fd
-    });
+    let fd = a.file.as_ref().and_then(|f| reopen(f, libc::O_RDONLY)).unwrap_or(-1);
     // Anonymous pieces (no file) are private already: the child has its own copy.
     for &(at, len, off) in a.pieces[..a.n].iter().filter(|p| p.2 != NOT_IN_FILE) {
         let private = libc::MAP_PRIVATE | libc::MAP_FIXED;

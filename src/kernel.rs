@@ -463,13 +463,7 @@ pub fn start_ticks() -> u64 {
     sys::read_text(&task)
         .or_else(|| sys::read_text(c"/proc/self/stat"))
         .as_deref()
-        .and_then(stat_start_ticks)
+        .and_then(pinguard_report::state::stat_start_ticks)
         .unwrap_or(0)
 }
 
-/// The start time in a `/proc/PID/stat` text. The command name (field 2) may hold spaces and
-/// parentheses: fields are counted after its last `)`.
-pub fn stat_start_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
-}

@@ -473,21 +473,7 @@ fn runtime_spans() -> Vec<(usize, usize)> {
 
 /// The parts of `[s, e)` outside every span of `spans` (sorted; they may overlap each other).
 fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::ranges::Gaps {
-    let mut out = crate::ranges::Gaps::new();
-    let mut cur = s;
-    for &(ss, se) in spans.iter().take_while(|(ss, _)| *ss < e) {
-        if se <= cur {
-            continue;
-        }
-        if ss > cur {
-            out.push((cur, ss));
-        }
-        cur = cur.max(se);
-    }
-    if cur < e {
-        out.push((cur, e));
-    }
-    out
+    crate::ranges::uncovered(s, e, spans.iter().copied())
 }
 
 /// Brings the locked pages' view in line with the kernel before they are observed

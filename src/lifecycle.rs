@@ -35,18 +35,11 @@ static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// (set in its fork handler). A `vfork` child shares that memory but is another process.
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
-/// The caller's pid from the kernel: glibc caches no pid, but a raw call also holds in a child
-/// made by `clone` or `vfork`.
-fn current_pid() -> i32 {
-    // SAFETY: getpid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
-}
-
 /// Whether this process owns pinguard's state (true before start-up, when there is none yet).
 /// One system call.
 pub fn owns_state() -> bool {
     let owner = OWNER.load(Ordering::Relaxed);
-    owner == 0 || owner == current_pid()
+    owner == 0 || owner == kernel::raw_pid()
 }
 
 /// The constructor. It runs after the constructors of libraries loaded before pinguard, which may
@@ -99,7 +92,7 @@ fn init_once() -> Option<&'static Config> {
 }
 
 fn init() -> bool {
-    OWNER.store(current_pid(), Ordering::Relaxed);
+    OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     START_MS.store(guard::unix_ms(), Ordering::Relaxed);
     let vars: Vec<(String, Option<String>)> = std::env::vars_os()
         .filter_map(|(k, v)| {
@@ -282,7 +275,7 @@ extern "C" fn fork_child() {
         crate::python::release(true);
         report::release(true);
     }
-    OWNER.store(current_pid(), Ordering::Relaxed);
+    OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     signals::after_fork_child();
     budget::reset();
     guard::forget_tid();

@@ -8,6 +8,23 @@ use std::collections::BTreeMap;
 /// not allocate on every call).
 pub type Gaps = SmallVec<[(usize, usize); 4]>;
 
+/// The parts of `[start, end)` that no span of `covered` covers; `covered` is sorted by start,
+/// and its spans may overlap each other and reach outside `[start, end)`.
+pub fn uncovered(start: usize, end: usize, covered: impl IntoIterator<Item = (usize, usize)>) -> Gaps {
+    let mut gaps = Gaps::new();
+    let mut cur = start;
+    for (s, e) in covered.into_iter().take_while(|&(s, _)| s < end) {
+        if s > cur {
+            gaps.push((cur, s));
+        }
+        cur = cur.max(e);
+    }
+    if cur < end {
+        gaps.push((cur, end));
+    }
+    gaps
+}
+
 pub const PAGE: usize = 4096;
 
 pub fn page_size() -> usize {
@@ -101,21 +118,9 @@ impl<T: Clone> RangeSet<T> {
             }
             _ => {}
         }
-        let mut cur = start;
         // The range starting before `start` may cover its beginning.
-        if let Some((_, &(e, _))) = self.map.range(..start).next_back() {
-            cur = cur.max(e);
-        }
-        for (&s, &(e, _)) in self.map.range(start..end) {
-            if s > cur {
-                gaps.push((cur, s));
-            }
-            cur = cur.max(e);
-        }
-        if cur < end {
-            gaps.push((cur, end));
-        }
-        gaps
+        let before = self.map.range(..start).next_back().map(|(&s, &(e, _))| (s, e));
+        uncovered(start, end, before.into_iter().chain(self.map.range(start..end).map(|(&s, &(e, _))| (s, e))))
     }
 
     /// Adds a range that must not overlap the set (one of `gaps`' answers).

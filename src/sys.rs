@@ -56,9 +56,51 @@ fn ret(r: c_long) -> Result<usize, c_int> {
 
 /// `open(path, O_RDONLY | O_CLOEXEC)` without a cancellation point.
 pub fn open_read(path: &CStr) -> Result<c_int, c_int> {
+    open(path, libc::O_RDONLY, 0)
+}
+
+/// `open(path, flags | O_CLOEXEC, mode)` without a cancellation point.
+pub fn open(path: &CStr, flags: c_int, mode: libc::mode_t) -> Result<c_int, c_int> {
     // SAFETY: `path` is NUL-terminated; the kernel only reads it.
-    let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC, 0) };
+    let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
     ret(r).map(|fd| fd as c_int)
+}
+
+/// `unlink(path)`; a failure is the caller's to ignore.
+pub fn unlink(path: &CStr) -> Result<usize, c_int> {
+    // SAFETY: `path` is NUL-terminated; the kernel only reads it.
+    ret(unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path.as_ptr(), 0) })
+}
+
+/// Which file a descriptor or path names: device, inode, and whether it is a regular file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+    pub regular: bool,
+}
+
+fn file_id_of(st: &libc::stat) -> FileId {
+    FileId { dev: st.st_dev, ino: st.st_ino, regular: st.st_mode & libc::S_IFMT == libc::S_IFREG }
+}
+
+/// The file an open descriptor names.
+pub fn file_id(fd: c_int) -> Option<FileId> {
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer for the call.
+    ret(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) }).ok()?;
+    Some(file_id_of(&st))
+}
+
+/// The file a path names, a final symbolic link not followed.
+pub fn path_id(path: &CStr) -> Option<FileId> {
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` a valid out-pointer for the call.
+    let r = unsafe { libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, path.as_ptr(), &mut st as *mut libc::stat, libc::AT_SYMLINK_NOFOLLOW) };
+    ret(r).ok()?;
+    Some(file_id_of(&st))
 }
 
 /// `read` without a cancellation point, retried on `EINTR`.

@@ -97,9 +97,8 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 /// this pid namespace). A zombie has ended.
 fn runs(pid: u32, ticks: u64) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
-    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
-    fields.first() != Some(&"Z") && fields.get(19).and_then(|t| t.parse::<u64>().ok()) == Some(ticks)
+    let zombie = stat.rfind(')').is_some_and(|i| stat[i + 1..].split_ascii_whitespace().next() == Some("Z"));
+    !zombie && pinguard_report::state::stat_start_ticks(&stat) == Some(ticks)
 }
 
 /// Reads every input on all cores: each thread folds its share of the files into its own `T`

@@ -270,6 +270,14 @@ pub fn owner(bytes: &[u8]) -> Option<(u32, u64)> {
     Some((img.u32_at(header::PID)?, img.u64_at(header::START_TICKS)?))
 }
 
+/// The start time in a `/proc/PID/stat` text, in clock ticks after boot (its 22nd field), as
+/// `owner` records it. The command name (field 2) may hold spaces and parentheses: fields are
+/// counted after its last `)`.
+pub fn stat_start_ticks(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
 /// Reads a state as a report: `Reason::Running` when `running` (the caller asked the system
 /// whether the owner still runs), `Reason::Killed` otherwise. `modified_ms` is the file's
 /// modification time, the best reading of when the process last pinned.
@@ -515,6 +523,13 @@ mod tests {
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_ne_bytes());
         assert!(read(&b, false, 0).is_err(), "a truncated header is an error, not a panic");
+    }
+
+    #[test]
+    fn the_start_time_is_counted_after_the_command_name() {
+        let stat = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 777 1000 10";
+        assert_eq!(stat_start_ticks(stat), Some(777));
+        assert_eq!(stat_start_ticks("garbage"), None);
     }
 
     #[test]
