@@ -3,31 +3,8 @@
 
 mod common;
 use common::*;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Runs with a deadline: a hang fails the test instead of hanging it. The program runs in its own
-/// process group, so that a hung grandchild (holding the output pipes) is killed with it.
-fn run_bounded(cmd: &mut Command, limit: Duration) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
-    let start = Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > limit {
-            unsafe { kill(-(child.id() as i32), 9) };
-            let out = child.wait_with_output().unwrap();
-            panic!("hung for {limit:?}:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-}
 
 #[test]
 fn two_hundred_forks_while_threads_pin_and_write_reports() {

@@ -4,7 +4,6 @@
 mod common;
 use common::*;
 use pinguard_report::group::{self as layout, Header};
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 /// A group name no other test run uses, and its ledger removed before and after.
@@ -79,27 +78,12 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
     assert_eq!(denied, refused, "every refusal was the group budget's");
 }
 
-fn spawn_holder(g: &Group) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
-    let f = fixtures();
-    let mut child = program(&f.dir.join("churn"), Some(f.lib.as_os_str()))
-        .env("PINGUARD_GROUP", &g.0)
-        .env("PINGUARD_GROUP_BUDGET", "100K")
-        .env("PINGUARD_REPORT", fresh_dir("holder").join("r.%p.json"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    (child, out)
-}
 
 #[test]
 fn a_member_killed_with_sigkill_has_its_bytes_reclaimed() {
     let g = Group::new("kill");
     let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "100K")];
-    let (mut holder, _out) = spawn_holder(&g); // keeps 64 KiB pinned
+    let (mut holder, _out) = spawn_churn_holder(&g.0); // keeps 64 KiB pinned
     let r = run("scenario", &["cuda_alloc:65536"], &env);
     assert_eq!(r.rc("cuda_alloc:65536"), 2, "the live holder's 64 KiB leave no room");
     holder.kill().unwrap(); // SIGKILL: no exit handler runs

@@ -8,7 +8,7 @@ use pinguard_report::group::{self as layout, Header};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdout, Stdio};
+use std::process::{Child, Stdio};
 
 /// tests/progs/group_safety.c, built once (the tests run in parallel).
 fn prog() -> PathBuf {
@@ -73,32 +73,7 @@ impl Drop for Group {
     }
 }
 
-fn env_cleared(cmd: &mut std::process::Command) {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
-            cmd.env_remove(k);
-        }
-    }
-}
 
-/// `churn` in the group: keeps 64 KiB pinned (of a 100 KiB group budget) until killed.
-fn spawn_holder(g: &Group) -> (Child, BufReader<ChildStdout>) {
-    let f = fixtures();
-    let mut cmd = program(&f.dir.join("churn"), Some(f.lib.as_os_str()));
-    env_cleared(&mut cmd);
-    let mut child = cmd
-        .env("PINGUARD_GROUP", &g.0)
-        .env("PINGUARD_GROUP_BUDGET", "100K")
-        .env("PINGUARD_REPORT", fresh_dir("holder").join("r.%p.json"))
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
-    (child, out)
-}
 
 #[test]
 fn an_exec_d_member_starts_with_a_share_of_zero() {
@@ -106,7 +81,7 @@ fn an_exec_d_member_starts_with_a_share_of_zero() {
     let f = fixtures();
     let size = (1536 * 1024).to_string();
     let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
-    env_cleared(&mut cmd);
+    clear_pinguard_env(&mut cmd);
     let mut child = cmd
         .args(["exec", &size])
         .env("PINGUARD_GROUP", &g.0)
@@ -145,7 +120,7 @@ fn a_member_killed_while_creating_the_ledger_leaves_no_file() {
     // new image with SIGXFSZ when pinguard sizes the ledger's file (about 20 KiB), that is after
     // the file exists and before it is published, the moment a kill leaves most behind.
     let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
-    env_cleared(&mut cmd);
+    clear_pinguard_env(&mut cmd);
     let out = cmd.args(["fsize", &g.0]).env("PINGUARD_REPORT", fresh_dir("fsize").join("r.%p.json")).output().unwrap();
     assert_eq!(out.status.signal(), Some(libc_sigxfsz()), "killed while sizing the ledger: {out:?}");
     assert_eq!(g.files(), Vec::<String>::new(), "nothing of the ledger is left behind");
@@ -184,7 +159,7 @@ fn stale_temporary_ledgers_of_dead_creators_are_removed() {
 #[test]
 fn a_full_group_looks_for_dead_members_a_bounded_number_of_times() {
     let g = Group::new("scan");
-    let (mut holder, _out) = spawn_holder(&g);
+    let (mut holder, _out) = spawn_churn_holder(&g.0);
     let f = fixtures();
     // 120 members at once, each making 20 calls that the full group refuses. Before, every refusal
     // read every member's /proc entry under the group's lock (2,400 walks of up to 121 entries).
@@ -195,7 +170,7 @@ fn a_full_group_looks_for_dead_members_a_bounded_number_of_times() {
     let mut members: Vec<Child> = (0..PROCS)
         .map(|_| {
             let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
-            env_cleared(&mut cmd);
+            clear_pinguard_env(&mut cmd);
             cmd.args(["try", &CALLS.to_string()])
                 .env("PINGUARD_GROUP", &g.0)
                 .env("PINGUARD_DEPTH", "0")
@@ -237,7 +212,7 @@ fn a_full_group_looks_for_dead_members_a_bounded_number_of_times() {
 #[test]
 fn a_thread_cancelled_inside_a_group_reservation_is_cancelled_not_aborted() {
     let g = Group::new("cancel");
-    let (mut holder, _out) = spawn_holder(&g);
+    let (mut holder, _out) = spawn_churn_holder(&g.0);
     // The worker's first pinning call joins the group, which reads the holder's /proc entry, and
     // each refused one may look for dead members: with a cancellation pending, a cancellation
     // point there would unwind through pinguard.
@@ -303,7 +278,7 @@ fn a_ledger_other_users_can_write_is_refused() {
 #[test]
 fn a_member_that_cannot_read_proc_takes_no_share_and_escapes_no_budget() {
     let g = Group::new("nofile");
-    let (mut holder, _out) = spawn_holder(&g); // 64 KiB of 100 KiB
+    let (mut holder, _out) = spawn_churn_holder(&g.0); // 64 KiB of 100 KiB
     // With no descriptor left, /proc cannot be read: that says nothing of the holder (before, it
     // was taken for dead and its share given away) nor of this process's own start time (before,
     // it joined with start time 0 and would have been taken for dead by the next look).

@@ -38,13 +38,7 @@ fn launch(prog: &str, args: &[&str], env: &[(&str, &str)], dir: &Path, preload: 
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        out,
-        report_dir: dir.to_path_buf(),
-    }
+    Run::from_output(cmd.output().unwrap(), dir.to_path_buf())
 }
 
 fn lines_of(r: &Run) -> Vec<&str> {
@@ -171,7 +165,7 @@ fn dispositions_changed_by_threads_and_fork_children_at_once_never_hang_or_lose_
     let mut cmd = program(&progs().join("sig_fork_storm"), Some(f.lib.as_os_str()));
     cmd.arg("200").current_dir(&dir).env("PINGUARD_SIGNAL", "USR2").env("PINGUARD_REPORT", dir.join("r.%p.json"));
     cmd.env_remove("PINGUARD_INTERVAL");
-    let out = bounded(&mut cmd, std::time::Duration::from_secs(240));
+    let out = run_bounded(&mut cmd, std::time::Duration::from_secs(240));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     let s: Value = serde_json::from_str(stdout.lines().find_map(|l| l.strip_prefix("STATS ")).unwrap()).unwrap();
@@ -179,28 +173,6 @@ fn dispositions_changed_by_threads_and_fork_children_at_once_never_hang_or_lose_
     assert_eq!(s["handled"], s["raised"], "every raise ran exactly one of the application's handlers: {s}");
 }
 
-/// Runs with a deadline, in its own process group: a hang fails the test instead of hanging it.
-fn bounded(cmd: &mut std::process::Command, limit: std::time::Duration) -> std::process::Output {
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if start.elapsed() > limit {
-            // SAFETY: signals the test's own child process group.
-            unsafe { kill(-(child.id() as i32), 9) };
-            let out = child.wait_with_output().unwrap();
-            panic!("hung for {limit:?}:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
 
 // ---- Item 8: _exit inside a handler, exactly --------------------------------------------------
 

@@ -149,6 +149,15 @@ pub struct Run {
 }
 
 impl Run {
+    pub fn from_output(out: Output, report_dir: PathBuf) -> Run {
+        Run {
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            out,
+            report_dir,
+        }
+    }
+
     /// The `STATS {...}` line a test program prints last.
     pub fn stats(&self) -> Value {
         let line = self
@@ -224,13 +233,60 @@ pub fn command_in(path: &Path, dir: &Path, preload: bool) -> Command {
     let f = fixtures();
     let mut cmd = program(path, preload.then_some(f.lib.as_os_str()));
     cmd.current_dir(dir);
+    clear_pinguard_env(&mut cmd);
+    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
+    cmd
+}
+
+/// Removes every `PINGUARD_*` and `EMU_*` variable the test harness itself was started with.
+pub fn clear_pinguard_env(cmd: &mut Command) {
     for (k, _) in std::env::vars() {
         if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
             cmd.env_remove(k);
         }
     }
-    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
-    cmd
+}
+
+/// Runs with a deadline: a hang fails the test instead of hanging it. The program runs in its own
+/// process group, so that a hung grandchild (holding the output pipes) is killed with it.
+pub fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            // SAFETY: signals the test's own child process group.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let out = child.wait_with_output().unwrap();
+            panic!("hung for {limit:?}:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The `churn` program in the group `group`: keeps 64 KiB pinned (of a 100 KiB group budget)
+/// until killed; returns once it said it is ready.
+pub fn spawn_churn_holder(group: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    use std::io::BufRead;
+    let f = fixtures();
+    let mut cmd = program(&f.dir.join("churn"), Some(f.lib.as_os_str()));
+    clear_pinguard_env(&mut cmd);
+    let mut child = cmd
+        .env("PINGUARD_GROUP", group)
+        .env("PINGUARD_GROUP_BUDGET", "100K")
+        .env("PINGUARD_REPORT", fresh_dir("holder").join("r.%p.json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    (child, out)
 }
 
 pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
@@ -242,13 +298,7 @@ pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let out = cmd.output().unwrap();
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        out,
-        report_dir,
-    }
+    Run::from_output(cmd.output().unwrap(), report_dir)
 }
 
 /// The stderr lines pinguard printed (its own prefix).
