@@ -1,7 +1,9 @@
 //! The C API declared in `include/pinguard.h`.
 
-use crate::guard::{self, Reentry};
-use crate::{ledger, lifecycle, report};
+use crate::runtime::guard::{self, Reentry};
+use crate::accounting::ledger;
+use crate::lifecycle;
+use crate::output::report;
 use pinguard_report::Reason;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -39,7 +41,7 @@ pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> 
     let Some(_r) = Reentry::enter() else { return -1 };
     let e = guard::errno();
     let rc = std::panic::catch_unwind(|| {
-        if lifecycle::ensure_init(_r.thread()).is_none() || crate::kernel::secure_mode() {
+        if lifecycle::ensure_init(_r.thread()).is_none() || crate::runtime::kernel::secure_mode() {
             return -1;
         }
         let p = report::path();

@@ -1,6 +1,6 @@
 //! Entry points for the fuzz targets (feature `fuzzing`, which also leaves every hook out).
 
-use crate::config::{Config, System};
+use crate::runtime::config::{Config, System};
 
 struct FixedMemory;
 
@@ -18,10 +18,10 @@ pub fn config(vars: &[(String, Option<String>)]) {
         assert!(!e.contains('\n'), "a config error spans lines: {e:?}");
         assert!(e.starts_with("PINGUARD_"), "a config error does not name its variable: {e:?}");
     }
-    assert!(c.depth <= crate::config::MAX_DEPTH);
+    assert!(c.depth <= crate::runtime::config::MAX_DEPTH);
     assert!(c.hooks != 0);
     if let Some(t) = &c.report {
-        let expanded = crate::report::expand(&crate::report::with_pid(t));
+        let expanded = crate::output::report::expand(&crate::output::report::with_pid(t));
         assert!(!expanded.as_os_str().is_empty());
     }
 }

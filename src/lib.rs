@@ -9,43 +9,21 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(any(test, feature = "fuzzing"), allow(dead_code))] // built without the hooks
 
-mod addr_map;
-mod arena;
+mod accounting;
 mod api;
 mod budget;
-mod callsite;
 mod capi;
-mod config;
-mod dl;
-mod gate;
-mod group;
-mod guard;
-mod heap;
-#[cfg(not(any(test, feature = "fuzzing")))]
-mod hooks;
+mod capture;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
-mod kernel;
-mod ledger;
-mod level;
+#[cfg(not(any(test, feature = "fuzzing")))]
+mod hooks;
 mod lifecycle;
-mod lock;
-mod log;
-mod metrics;
-mod pageable;
-mod python;
-mod ranges;
-mod report;
-mod reporter;
-mod resolve;
-mod stack;
-mod symbolize;
-mod sys;
+mod output;
+mod runtime;
 mod track;
-mod unload;
-mod unwind;
 
 /// All of pinguard's allocations, away from the application's `malloc` (see `heap`).
 #[cfg(not(any(test, feature = "fuzzing")))]
 #[global_allocator]
-static HEAP: heap::Heap = heap::Heap;
+static HEAP: runtime::heap::Heap = runtime::heap::Heap;

@@ -1,9 +1,12 @@
 //! Start, fork and exit: when pinguard sets itself up, what a fork child inherits, and the report
 //! at exit.
 
-use crate::config::Config;
-use crate::guard::{self, Reentry, Thread};
-use crate::{budget, callsite, kernel, ledger, log, report};
+use crate::runtime::config::Config;
+use crate::runtime::guard::{self, Reentry, Thread};
+use crate::accounting::{callsite, ledger};
+use crate::budget;
+use crate::output::report;
+use crate::runtime::{kernel, log};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -80,7 +83,7 @@ fn init_once() -> Option<&'static Config> {
                 if STATE.compare_exchange(UNINIT, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
                     // Set-up reads files and may wait: a cancellation requested meanwhile waits
                     // for the application's own next cancellation point.
-                    let _nc = crate::sys::NoCancel::new();
+                    let _nc = crate::runtime::sys::NoCancel::new();
                     let on = std::panic::catch_unwind(init).unwrap_or(false);
                     STATE.store(if on { READY } else { OFF }, Ordering::Release);
                 }
@@ -102,7 +105,7 @@ fn init() -> bool {
         .collect();
     let mut cfg = Config::from_vars(&vars, &kernel::Host);
     if let (Some(name), false) = (cfg.group.clone(), cfg.disabled) {
-        crate::group::init(&name, cfg.group_budget, &mut cfg.errors);
+        crate::budget::group::init(&name, cfg.group_budget, &mut cfg.errors);
     }
     for e in &cfg.errors {
         log::write_stderr(&format!("pinguard: {e}\n"));
@@ -118,12 +121,12 @@ fn init() -> bool {
     log::init(&cfg.log);
     budget::set_limit(cfg.budget);
     report::init_template(cfg.report.as_deref());
-    crate::arena::prepare();
-    crate::resolve::own_range();
+    crate::accounting::arena::prepare();
+    crate::runtime::resolve::own_range();
     let _ = CONFIG.set(cfg);
-    crate::arena::forget_previous_image();
+    crate::accounting::arena::forget_previous_image();
     if let Some(cfg) = CONFIG.get() {
-        crate::reporter::start(cfg);
+        crate::output::reporter::start(cfg);
     }
     // SAFETY: `init` runs once (the STATE compare-and-swap); the handlers are `extern "C"` fns
     // of the types libc expects, in a preloaded library that is never unloaded.
@@ -141,7 +144,7 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
-        _ => crate::config::early_hooks_enabled(env(c"PINGUARD_DISABLE"), env(c"PINGUARD_HOOKS"), family),
+        _ => crate::runtime::config::early_hooks_enabled(env(c"PINGUARD_DISABLE"), env(c"PINGUARD_HOOKS"), family),
     }
 }
 
@@ -151,7 +154,7 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
-        _ => !crate::config::early_disabled(env(c"PINGUARD_DISABLE")),
+        _ => !crate::runtime::config::early_disabled(env(c"PINGUARD_DISABLE")),
     }
 }
 
@@ -188,7 +191,7 @@ fn exit_report() {
         return;
     }
     // Writing reads and writes files: never a cancellation point inside pinguard.
-    let _nc = crate::sys::NoCancel::new();
+    let _nc = crate::runtime::sys::NoCancel::new();
     if ledger::touched() {
         let _ = std::panic::catch_unwind(report::write_exit);
     } else {
@@ -196,9 +199,9 @@ fn exit_report() {
     }
     let _ = std::panic::catch_unwind(|| {
         if let Some(cfg) = CONFIG.get() {
-            crate::metrics::write(cfg);
+            crate::output::metrics::write(cfg);
         }
-        crate::group::leave();
+        crate::budget::group::leave();
     });
 }
 
@@ -214,7 +217,7 @@ pub fn exit_report_from_exit_call() {
     }
     // The line below and the report are I/O: no cancellation acted on inside pinguard (the
     // state change is a compare-and-swap in glibc, safe in a handler too).
-    let _nc = crate::sys::NoCancel::new();
+    let _nc = crate::runtime::sys::NoCancel::new();
     if signals::in_handler() {
         EXIT_DONE.store(true, Ordering::Release);
         log::write_stderr("pinguard: _exit called from a signal handler; exit report not written (the last snapshot stands)\n");
@@ -236,26 +239,26 @@ extern "C" fn fork_prepare() {
     let was = guard::mark_inside();
     report::hold();
     FORK_WAS_INSIDE.store(was, Ordering::Relaxed);
-    crate::unwind::hold();
-    crate::python::hold();
-    crate::gate::close();
+    crate::capture::unwind::hold();
+    crate::capture::python::hold();
+    crate::runtime::gate::close();
     callsite::lock_all();
     ledger::lock_all();
-    crate::arena::hold();
-    crate::heap::hold();
+    crate::accounting::arena::hold();
+    crate::runtime::heap::hold();
 }
 
 extern "C" fn fork_parent() {
     // SAFETY: pthread runs this handler only after `fork_prepare` took every one of these locks
     // on this thread, as each `release`/`unlock_all` requires.
     unsafe {
-        crate::heap::release(false);
-        crate::arena::release(false);
+        crate::runtime::heap::release(false);
+        crate::accounting::arena::release(false);
         ledger::unlock_all(false);
         callsite::unlock_all(false);
-        crate::gate::reopen_in_parent();
-        crate::unwind::release(false);
-        crate::python::release(false);
+        crate::runtime::gate::reopen_in_parent();
+        crate::capture::unwind::release(false);
+        crate::capture::python::release(false);
         report::release(false);
     }
     guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
@@ -265,22 +268,22 @@ extern "C" fn fork_child() {
     // SAFETY: as in `fork_parent`: `fork_prepare` took these locks on this (the forking) thread,
     // and this is the child's fork handler.
     unsafe {
-        crate::heap::release(true);
+        crate::runtime::heap::release(true);
         ledger::unlock_all(true);
         callsite::unlock_all(true);
         // Last: the resets above forget every pointer into the parent's state first.
-        crate::arena::release(true);
-        crate::gate::reopen_in_child();
-        crate::unwind::release(true);
-        crate::python::release(true);
+        crate::accounting::arena::release(true);
+        crate::runtime::gate::reopen_in_child();
+        crate::capture::unwind::release(true);
+        crate::capture::python::release(true);
         report::release(true);
     }
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     signals::after_fork_child();
     budget::reset();
     guard::forget_tid();
-    crate::reporter::after_fork_child(CONFIG.get());
-    crate::group::after_fork_child();
+    crate::output::reporter::after_fork_child(CONFIG.get());
+    crate::budget::group::after_fork_child();
     START_MS.store(guard::unix_ms(), Ordering::Relaxed);
     guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
 }

@@ -14,14 +14,14 @@ pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
         return -1;
     };
     // pinguard's own look-ups close what they opened with RTLD_NOLOAD: nothing is unloaded then.
-    if crate::guard::inside() {
+    if crate::runtime::guard::inside() {
         return real(handle);
     }
-    let closing = crate::track::quietly_tracked(|| crate::unload::before(handle)).flatten();
+    let closing = crate::track::quietly_tracked(|| crate::output::unload::before(handle)).flatten();
     let rc = real(handle);
-    crate::unwind::objects_removed();
+    crate::capture::unwind::objects_removed();
     if let Some(c) = closing {
-        crate::track::quietly_tracked(|| crate::unload::after(c));
+        crate::track::quietly_tracked(|| crate::output::unload::after(c));
     }
     rc
 }

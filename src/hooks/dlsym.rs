@@ -10,7 +10,7 @@
 //! which then sees the original caller. docs/field-notes.md, "Interposing `dlsym`".
 
 use crate::api::Family;
-use crate::dl;
+use crate::runtime::dl;
 use crate::hooks::{acl, cuda_driver, cuda_runtime, libc_lock};
 use std::ffi::{c_char, c_void, CStr};
 

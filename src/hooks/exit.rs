@@ -4,7 +4,7 @@
 //! `lifecycle::exit_report_from_exit_call`).
 
 use crate::lifecycle;
-use crate::resolve::Real;
+use crate::runtime::resolve::Real;
 use std::os::raw::c_int;
 
 type ExitFn = unsafe extern "C" fn(c_int) -> !;

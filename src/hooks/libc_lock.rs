@@ -12,8 +12,8 @@
 
 use super::real;
 use crate::api::{Api, Family};
-use crate::guard;
-use crate::ledger;
+use crate::runtime::guard;
+use crate::accounting::ledger;
 use crate::track::Hook;
 use libc::{c_int, c_void, off_t, size_t};
 use std::cell::Cell;

@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// Declares the real function behind a hook: `real!("name")` gives a `&'static Real`.
 macro_rules! real {
     ($name:literal) => {{
-        static REAL: $crate::resolve::Real = $crate::resolve::Real::new(
+        static REAL: $crate::runtime::resolve::Real = $crate::runtime::resolve::Real::new(
             // SAFETY: the literal has no interior NUL and gets one appended.
             unsafe { ::std::ffi::CStr::from_bytes_with_nul_unchecked(concat!($name, "\0").as_bytes()) },
         );
@@ -63,7 +63,7 @@ pub(crate) use slots;
 /// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
 /// other functions (the caller then gets the real function, untracked, and a warning).
 pub fn bind(reals: &[AtomicUsize; SLOTS], wrappers: &[usize; SLOTS], real: usize) -> Option<usize> {
-    if real == 0 || crate::resolve::is_own(real) {
+    if real == 0 || crate::runtime::resolve::is_own(real) {
         return Some(real); // already one of pinguard's functions
     }
     for (r, w) in reals.iter().zip(wrappers) {

@@ -171,7 +171,7 @@ impl Drop for Writer {
 
 // ---- The real functions ----------------------------------------------------------------------
 
-fn real_sigaction() -> &'static crate::resolve::Real {
+fn real_sigaction() -> &'static crate::runtime::resolve::Real {
     super::real!("sigaction")
 }
 
@@ -183,7 +183,7 @@ fn kernel(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
         // passed to it.
         Some(f) => unsafe { f(sig, act, old) },
         None => {
-            crate::guard::set_errno(libc::ENOSYS);
+            crate::runtime::guard::set_errno(libc::ENOSYS);
             -1
         }
     }
@@ -270,7 +270,7 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     let (r, prev, err) = if !may_wrap() {
         // A vfork child (or pinguard disabled): the kernel only; the records are the parent's.
         let r = kernel(sig, new.as_ref().map_or(std::ptr::null(), |a| a as *const Action), &mut k);
-        (r, choice(i), crate::guard::errno())
+        (r, choice(i), crate::runtime::guard::errno())
     } else {
         let _w = Writer::lock();
         let prev = choice(i);
@@ -290,13 +290,13 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
                 r
             }
         };
-        (r, prev, crate::guard::errno())
+        (r, prev, crate::runtime::guard::errno())
     };
     if r == 0 && !old.is_null() {
         // SAFETY: the caller passes `old` null or valid, and it is not null here.
         unsafe { *old = seen(&k, prev.as_ref()) };
     }
-    crate::guard::set_errno(err);
+    crate::runtime::guard::set_errno(err);
     r
 }
 
@@ -464,20 +464,20 @@ fn leave(depth: usize) {
 /// Called only by the kernel, as an `SA_SIGINFO` handler.
 unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     let Some(i) = index(sig) else { return };
-    let errno = crate::guard::errno();
+    let errno = crate::runtime::guard::errno();
     let app = handler_of(i);
     let nodefer = app.is_some_and(|(_, flags)| flags & libc::SA_NODEFER != 0);
     let depth = enter(sig, nodefer, ctx);
     let report = sig == REPORT.load(Ordering::Relaxed);
     // A vfork child shares the report thread's memory, not its process: its signal is its own.
     if report && crate::lifecycle::owns_state() {
-        crate::reporter::wake_from_signal();
+        crate::output::reporter::wake_from_signal();
     }
     // The default or ignoring, for the report signal: the report only.
     let call = app
         .filter(|&(h, _)| is_handler(h) && h != trampoline_addr())
         .filter(|&(h, flags)| !(report && flags & libc::SA_RESETHAND != 0) || reset_once(i, h));
-    crate::guard::set_errno(errno);
+    crate::runtime::guard::set_errno(errno);
     if let Some((h, flags)) = call {
         if flags & libc::SA_SIGINFO != 0 {
             // SAFETY: `h` is a handler the application installed with SA_SIGINFO: a function of
@@ -596,7 +596,7 @@ fn action(h: libc::sighandler_t, flags: c_int, also: Option<c_int>) -> Action {
 }
 
 fn einval<T>(v: T) -> T {
-    crate::guard::set_errno(libc::EINVAL);
+    crate::runtime::guard::set_errno(libc::EINVAL);
     v
 }
 
@@ -735,7 +735,7 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
 
 // ---- Jumps out of handlers -------------------------------------------------------------------
 
-fn jump_reals() -> [&'static crate::resolve::Real; 4] {
+fn jump_reals() -> [&'static crate::runtime::resolve::Real; 4] {
     [super::real!("longjmp"), super::real!("_longjmp"), super::real!("siglongjmp"), super::real!("__longjmp_chk")]
 }
 
@@ -743,7 +743,7 @@ fn jump_reals() -> [&'static crate::resolve::Real; 4] {
 ///
 /// # Safety
 /// `real` names a function of `JumpFn`'s type; `env` and `val` are as that function requires.
-unsafe fn jump(real: &'static crate::resolve::Real, env: *mut c_void, val: c_int) -> ! {
+unsafe fn jump(real: &'static crate::runtime::resolve::Real, env: *mut c_void, val: c_int) -> ! {
     FRAMES.with(|f| {
         for e in &f.at[..f.depth.get().min(MAX_FRAMES)] {
             let mut v = e.get();

@@ -17,11 +17,11 @@ enum Lock {
 }
 use crate::api::Api;
 use crate::budget;
-use crate::callsite::Callsite;
-use crate::config::Policy;
-use crate::kernel;
-use crate::ledger::{self, LockedGuard};
-use crate::ranges::{page_size, page_span, Gaps};
+use crate::accounting::callsite::Callsite;
+use crate::runtime::config::Policy;
+use crate::runtime::kernel;
+use crate::accounting::ledger::{self, LockedGuard};
+use crate::accounting::ranges::{page_size, page_span, Gaps};
 use std::os::raw::{c_int, c_void};
 
 /// `mlock2`'s only flag (not in the `libc` crate for glibc targets).

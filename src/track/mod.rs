@@ -3,13 +3,13 @@
 
 use crate::api::{Api, Family};
 use crate::budget;
-use crate::callsite::{self, Callsite};
-use crate::config::{Config, Policy};
-use crate::guard::{self, Reentry, Thread};
-use crate::ledger::{self, Live};
+use crate::accounting::callsite::{self, Callsite};
+use crate::runtime::config::{Config, Policy};
+use crate::runtime::guard::{self, Reentry, Thread};
+use crate::accounting::ledger::{self, Live};
 use crate::lifecycle;
-use crate::pageable;
-use crate::stack;
+use crate::runtime::pageable;
+use crate::capture::stack;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -24,7 +24,7 @@ pub struct Hook {
     now: Cell<u64>,
     cfg: &'static Config,
     /// The hook's own frame, where a stack walk starts.
-    from: crate::unwind::Regs,
+    from: crate::capture::unwind::Regs,
 }
 
 mod locking;
@@ -102,14 +102,14 @@ impl Hook {
     /// Inlined into each hook, so that `from` is the hook's frame.
     #[inline(always)]
     pub fn enter(family: Family) -> Option<Hook> {
-        let from = crate::unwind::Regs::here();
+        let from = crate::capture::unwind::Regs::here();
         let t = guard::here();
         let reentry = Reentry::enter_on(t)?;
         let cfg = lifecycle::ensure_init(t)?;
         if cfg.hooks & family.bit() == 0 {
             return None;
         }
-        crate::reporter::restart_if_forked(cfg);
+        crate::output::reporter::restart_if_forked(cfg);
         Some(Hook { _reentry: reentry, t, entry_errno: t.errno(), now: Cell::new(0), cfg, from })
     }
 
@@ -143,7 +143,7 @@ impl Hook {
 
     #[inline]
     pub(crate) fn site(&self) -> &'static Callsite {
-        if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::python::known(self.t)) {
+        if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::capture::python::known(self.t)) {
             return callsite::empty(); // no frames to gather: no buffer to clear either
         }
         // Native frames, a separator, Python frames: only the part this configuration can fill
@@ -160,7 +160,7 @@ impl Hook {
         };
         let (native, rest) = frames.split_at_mut(depth);
         let mut n = stack::capture(self.from, native);
-        let py = crate::python::capture(self.t, py_depth, &mut rest[1..]);
+        let py = crate::capture::python::capture(self.t, py_depth, &mut rest[1..]);
         if py > 0 {
             frames[n] = callsite::PYTHON;
             frames.copy_within(depth + 1..depth + 1 + py, n + 1);

@@ -186,7 +186,7 @@ impl<V: Copy> AddrMap<V> {
         let cap = (self.cap * 2).max(16);
         let bytes = cap * std::mem::size_of::<Slot<V>>();
         // 64-byte aligned: the state's directory keeps the capacity in the address's low bits.
-        let new = crate::arena::alloc(bytes, 64).unwrap_or_else(|| {
+        let new = crate::accounting::arena::alloc(bytes, 64).unwrap_or_else(|| {
             let layout = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
             // SAFETY: a non-zero size; all-zero slots are empty slots.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };
@@ -208,12 +208,12 @@ impl<V: Copy> AddrMap<V> {
             }
         }
         if self.dir != usize::MAX {
-            crate::arena::publish_table(self.dir, new as usize, cap);
+            crate::accounting::arena::publish_table(self.dir, new as usize, cap);
         }
         if !old.is_null() {
             let old_bytes = old_cap * std::mem::size_of::<Slot<V>>();
-            if crate::arena::holds(old as *const u8) {
-                crate::arena::give_back(old as *mut u8, old_bytes);
+            if crate::accounting::arena::holds(old as *const u8) {
+                crate::accounting::arena::give_back(old as *mut u8, old_bytes);
             } else {
                 let layout = std::alloc::Layout::from_size_align(old_bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
                 // SAFETY: allocated above with this layout (on the heap: not in the arena).

@@ -4,11 +4,11 @@
 //! `&'static Callsite` and update its counters without taking any lock.
 
 use crate::api::Api;
-use crate::lock::{self, Mutex};
+use crate::runtime::lock::{self, Mutex};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
-use crate::level::Level;
+use crate::accounting::level::Level;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 /// Callsites live in the state file (`arena`), in the layout its readers know
@@ -178,14 +178,14 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
     // Made outside the table's lock: its Python frames' text takes the Python table's lock, and
     // the module list walks the loaded objects.
     let py = py_text(frames);
-    let py = crate::arena::leak_slice(py.as_bytes());
-    let key = crate::arena::leak_slice(frames);
+    let py = crate::accounting::arena::leak_slice(py.as_bytes());
+    let key = crate::accounting::arena::leak_slice(frames);
     let mut guard = shard.lock();
     let map = guard.get_or_insert_with(FxHashMap::default);
     if let Some(cs) = map.get(frames) {
         return cs; // another thread made it meanwhile; the copies above stay unused
     }
-    let cs: &'static Callsite = crate::arena::leak(Callsite {
+    let cs: &'static Callsite = crate::accounting::arena::leak(Callsite {
         state_next: AtomicU64::new(0),
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         apis: AtomicU32::new(0),
@@ -203,7 +203,7 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
     map.insert(cs.frames(), cs);
     drop(guard);
     note_modules(cs.native());
-    crate::arena::push(pinguard_report::state::header::CALLSITES, cs as *const Callsite as *const u8);
+    crate::accounting::arena::push(pinguard_report::state::header::CALLSITES, cs as *const Callsite as *const u8);
     cs
 }
 
@@ -222,12 +222,12 @@ fn note_modules(native: &[usize]) {
     }
     // A frame in no object (generated code, a bad return address) stays unknown: reading the list
     // again for every such callsite would walk every object each time; once a second is enough.
-    let now = crate::guard::coarse_unix_ms();
+    let now = crate::runtime::guard::coarse_unix_ms();
     if now.saturating_sub(FRUITLESS_MS.load(Ordering::Relaxed)) < 1000 {
         return;
     }
     let mut found = Vec::new();
-    crate::resolve::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
+    crate::runtime::resolve::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
     let mut list = MODULES.lock();
     let before = list.len();
     for (start, end, base, name, build_id) in found {
@@ -235,11 +235,11 @@ fn note_modules(native: &[usize]) {
             continue;
         }
         list.push((start, end));
-        let path = if name.is_empty() { crate::kernel::exe().into_bytes() } else { name };
-        let path = crate::arena::leak_slice(&path);
-        let id = crate::arena::leak_slice(build_id.as_deref().unwrap_or("").as_bytes());
-        let rec: &'static mut [u64; 8] = crate::arena::leak([0, base as u64, start as u64, end as u64, path.as_ptr() as u64, path.len() as u64, id.as_ptr() as u64, id.len() as u64]);
-        crate::arena::push(pinguard_report::state::header::MODULES, rec.as_ptr() as *const u8);
+        let path = if name.is_empty() { crate::runtime::kernel::exe().into_bytes() } else { name };
+        let path = crate::accounting::arena::leak_slice(&path);
+        let id = crate::accounting::arena::leak_slice(build_id.as_deref().unwrap_or("").as_bytes());
+        let rec: &'static mut [u64; 8] = crate::accounting::arena::leak([0, base as u64, start as u64, end as u64, path.as_ptr() as u64, path.len() as u64, id.as_ptr() as u64, id.len() as u64]);
+        crate::accounting::arena::push(pinguard_report::state::header::MODULES, rec.as_ptr() as *const u8);
     }
     if list.len() == before {
         FRUITLESS_MS.store(now, Ordering::Relaxed);
@@ -257,7 +257,7 @@ fn py_text(frames: &[usize]) -> String {
     let mut text = String::new();
     if let Some(i) = frames.iter().position(|&a| a == PYTHON) {
         for &id in &frames[i + 1..] {
-            crate::python::frame(id, |f| {
+            crate::capture::python::frame(id, |f| {
                 let sep = pinguard_report::state::site::PY_SEP;
                 text.push_str(&format!("{}{sep}{}{sep}{}\n", f.file, f.function, f.line));
             });

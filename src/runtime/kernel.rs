@@ -1,12 +1,12 @@
 //! What the kernel says about this process: locked and pinned pages, its mappings, limits,
 //! identity; and what the kernel would answer to a locking call, asked without side effects.
 //!
-//! Every `/proc` read goes through `crate::sys` (raw system calls: no cancellation point), and the
+//! Every `/proc` read goes through `crate::runtime::sys` (raw system calls: no cancellation point), and the
 //! reads on the locking path parse through a buffer on the stack: that path may run inside a
 //! signal handler that interrupted `malloc`.
 
-use crate::config::System;
-use crate::sys;
+use crate::runtime::config::System;
+use crate::runtime::sys;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
@@ -432,7 +432,7 @@ mod tests {
 
     #[test]
     fn msync_tells_holes_and_changes_nothing() {
-        let page = crate::ranges::page_size();
+        let page = crate::accounting::ranges::page_size();
         // SAFETY: a fresh private mapping of our own, unmapped again below.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) } as usize;
         assert!(mapped(p, p + 3 * page));

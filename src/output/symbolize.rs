@@ -7,8 +7,8 @@
 //! debug information is kept across reports, keyed by file identity, since parsing a large
 //! library costs far more than one report.
 
-use crate::lock::Mutex;
-use crate::resolve::{for_each_object, Object};
+use crate::runtime::lock::Mutex;
+use crate::runtime::resolve::{for_each_object, Object};
 use pinguard_report::{Addr, Frame, Module};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -39,7 +39,7 @@ pub struct Symbolizer {
 
 impl Symbolizer {
     pub fn new() -> Symbolizer {
-        let exe = crate::kernel::exe();
+        let exe = crate::runtime::kernel::exe();
         let mut objects = Vec::new();
         for_each_object(|o| {
             let name = o.name.to_string_lossy();

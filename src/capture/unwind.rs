@@ -18,7 +18,7 @@
 //! stack (a signal's alternate stack, a coroutine's) gets `None` and the caller falls back to
 //! libgcc's unwinder.
 
-use crate::lock::Mutex;
+use crate::runtime::lock::Mutex;
 use framehop::{ExplicitModuleSectionInfo, MayAllocateDuringUnwind, Module, Unwinder};
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
@@ -115,7 +115,7 @@ fn local() -> Option<&'static mut Local> {
     });
     // glibc `calloc`s a second-level block for keys from 32 up: then the walker stays with the
     // ended thread rather than risk that inside a signal handler.
-    if let Some(key) = key.filter(|&k| (k as usize) < crate::guard::PTHREAD_KEY_INLINE) {
+    if let Some(key) = key.filter(|&k| (k as usize) < crate::runtime::guard::PTHREAD_KEY_INLINE) {
         // SAFETY: a key of ours; the value is this thread's walker.
         unsafe { libc::pthread_setspecific(key, p as *const c_void) };
     }
@@ -191,13 +191,13 @@ pub fn objects_removed() {
 /// Fork prepare: no thread is half-way through building the tables. Taken before the gate
 /// closes, since a build passes the gate while holding this lock.
 pub fn hold() {
-    crate::lock::hold(&SHARED);
+    crate::runtime::lock::hold(&SHARED);
 }
 
 /// # Safety
 /// Only after `hold`, in the fork handlers.
 pub unsafe fn release(child: bool) {
-    crate::lock::release(&SHARED, child)
+    crate::runtime::lock::release(&SHARED, child)
 }
 
 impl Local {
@@ -291,7 +291,7 @@ impl Local {
             Ok(v)
         };
         let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), &mut self.cache, &mut read_stack);
-        let (own_lo, own_hi) = crate::resolve::own_range();
+        let (own_lo, own_hi) = crate::runtime::resolve::own_range();
         let (mut n, mut missed, mut in_own) = (0usize, false, true);
         for _ in 0..MAX_VISITED {
             let addr = match frames.next() {
@@ -373,7 +373,7 @@ fn registers() -> Regs {
 /// walks from below the mapping early; words are never read outside `[sp, top)`.
 fn thread_stack() -> Option<(u64, u64)> {
     let sp = Regs::here().sp;
-    let maps = crate::sys::read_file(c"/proc/self/maps")?;
+    let maps = crate::runtime::sys::read_file(c"/proc/self/maps")?;
     maps.split(|&b| b == b'\n').find_map(|line| {
         let range = line.split(|&b| b == b' ').next()?;
         let dash = range.iter().position(|&b| b == b'-')?;
@@ -393,7 +393,7 @@ fn loader_counts() -> (u64, u64) {
         1 // the first object carries them; stop there
     }
     let mut counts = (0u64, 0u64);
-    let _open = crate::gate::enter();
+    let _open = crate::runtime::gate::enter();
     // SAFETY: `cb` matches the callback type and casts `data` back to the `(u64, u64)` passed here,
     // which outlives the call; the gate is held across the loader's lock.
     unsafe { libc::dl_iterate_phdr(Some(cb), &mut counts as *mut _ as *mut c_void) };
@@ -449,7 +449,7 @@ fn scan(generation: u64) -> Shared {
         0
     }
     {
-        let _open = crate::gate::enter();
+        let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` matches the callback type and casts `data` back to the type of `found`, which
         // outlives the call; the gate is held across the loader's lock.
         unsafe { libc::dl_iterate_phdr(Some(cb), &mut found as *mut _ as *mut c_void) };

@@ -14,7 +14,7 @@
 //! Where there is no file (secure mode, an unwritable folder), the arena is anonymous memory and
 //! everything works as before, without the state.
 
-use crate::lock::Mutex;
+use crate::runtime::lock::Mutex;
 use pinguard_report::state::{self, header};
 use std::ffi::CString;
 use std::ptr;
@@ -105,9 +105,9 @@ pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
             }
         }
         // Growing makes system calls that may fail (an old file to unlink): errno stays the caller's.
-        let e = crate::guard::errno();
+        let e = crate::runtime::guard::errno();
         let grown = grow(&mut a, size + align);
-        crate::guard::set_errno(e);
+        crate::runtime::guard::set_errno(e);
         if !grown {
             a.never = a.n == 0;
             a.complete = false;
@@ -159,11 +159,11 @@ pub fn give_back(p: *mut u8, size: usize) {
     let (start, end) = ((p as usize).next_multiple_of(4096), (p as usize + size) & !4095);
     if end > start {
         let advice = if a.pieces[i].2 == NOT_IN_FILE { libc::MADV_DONTNEED } else { libc::MADV_REMOVE };
-        let e = crate::guard::errno();
+        let e = crate::runtime::guard::errno();
         // SAFETY: whole pages inside a piece of the arena that nothing uses any more (the table
         // was replaced); the file's hole or the fresh zero pages are never read as a table again.
         unsafe { libc::syscall(libc::SYS_madvise, start, end - start, advice) };
-        crate::guard::set_errno(e);
+        crate::runtime::guard::set_errno(e);
     }
 }
 
@@ -299,23 +299,23 @@ fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
 /// Opens the state file again by its path, if the path still names it. Non-blocking: whatever
 /// now sits at the path (a FIFO, say) is checked before it is used.
 fn reopen(f: &File, flags: i32) -> Option<i32> {
-    let fd = crate::sys::open(&f.path, flags | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
-    if crate::sys::file_id(fd).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
+    let fd = crate::runtime::sys::open(&f.path, flags | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
+    if crate::runtime::sys::file_id(fd).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
         return Some(fd);
     }
-    crate::sys::close(fd);
+    crate::runtime::sys::close(fd);
     None
 }
 
 /// Creates the state file in place of any earlier one at that path (a stale file of an earlier
 /// process with this pid, or of the image this one replaced by `exec`).
 fn create_file() -> Option<File> {
-    let path = crate::report::state_path(true)?;
+    let path = crate::output::report::state_path(true)?;
     let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
-    let _ = crate::sys::unlink(&path);
-    let fd = crate::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o644).ok()?;
-    let id = crate::sys::file_id(fd);
-    crate::sys::close(fd);
+    let _ = crate::runtime::sys::unlink(&path);
+    let fd = crate::runtime::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o644).ok()?;
+    let id = crate::runtime::sys::file_id(fd);
+    crate::runtime::sys::close(fd);
     let id = id?;
     Some(File { path, dev: id.dev, ino: id.ino })
 }
@@ -336,7 +336,7 @@ fn map_file(f: &File, hint: usize, fixed: i32, off: u64, len: usize) -> Option<u
         }
         sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | fixed, fd, off)
     })();
-    crate::sys::close(fd);
+    crate::runtime::sys::close(fd);
     at
 }
 
@@ -347,7 +347,7 @@ fn init_header(a: &mut Arena, base: usize) {
     let top = state::level::size(state::level::TOP_STRIPES);
     let levels_len = top * (1 + crate::api::Api::COUNT);
     let levels_at = header::SIZE.next_multiple_of(128);
-    let info = crate::report::state_info();
+    let info = crate::output::report::state_info();
     let info_at = levels_at + levels_len;
     let total = info_at + info.len();
     if total > mapped {
@@ -362,8 +362,8 @@ fn init_header(a: &mut Arena, base: usize) {
         (h.add(header::VERSION) as *mut u32).write(state::VERSION);
         (h.add(header::API_COUNT) as *mut u32).write(crate::api::Api::COUNT as u32);
         w(header::ENDIAN, state::ENDIAN);
-        (h.add(header::PID) as *mut u32).write(crate::kernel::raw_pid() as u32);
-        w(header::START_TICKS, crate::kernel::start_ticks());
+        (h.add(header::PID) as *mut u32).write(crate::runtime::kernel::raw_pid() as u32);
+        w(header::START_TICKS, crate::runtime::kernel::start_ticks());
         w(header::START_UNIX_MS, crate::lifecycle::start_ms());
         w(header::INFO, (base + info_at) as u64);
         w(header::INFO_LEN, info.len() as u64);
@@ -371,7 +371,7 @@ fn init_header(a: &mut Arena, base: usize) {
         w(header::USED, total as u64);
         ptr::copy_nonoverlapping(state::MAGIC.as_ptr(), h, 8);
     }
-    crate::ledger::use_levels((base + levels_at) as *mut u8);
+    crate::accounting::ledger::use_levels((base + levels_at) as *mut u8);
     HEADER.store(h, Release);
 }
 
@@ -379,17 +379,17 @@ fn init_header(a: &mut Arena, base: usize) {
 /// keeps the pid and the start time) is not a death to report; the pinned memory went with the
 /// image. Another process's state (a reused pid) is left for its readers.
 pub fn forget_previous_image() {
-    let Some(path) = crate::report::state_path(false) else { return };
+    let Some(path) = crate::output::report::state_path(false) else { return };
     let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
     // Non-blocking, and only a regular file is read: a FIFO planted at the path must not hold
     // up the start of every program.
-    let Ok(fd) = crate::sys::open(&path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) else { return };
+    let Ok(fd) = crate::runtime::sys::open(&path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) else { return };
     let mut head = [0u8; header::START_TICKS + 8];
-    let regular = crate::sys::file_id(fd).is_some_and(|id| id.regular);
-    let n = if regular { crate::sys::read(fd, &mut head).unwrap_or(0) } else { 0 };
-    crate::sys::close(fd);
-    if n == head.len() && state::is_state(&head) && state::owner(&head) == Some((crate::kernel::raw_pid() as u32, crate::kernel::start_ticks())) {
-        let _ = crate::sys::unlink(&path);
+    let regular = crate::runtime::sys::file_id(fd).is_some_and(|id| id.regular);
+    let n = if regular { crate::runtime::sys::read(fd, &mut head).unwrap_or(0) } else { 0 };
+    crate::runtime::sys::close(fd);
+    if n == head.len() && state::is_state(&head) && state::owner(&head) == Some((crate::runtime::kernel::raw_pid() as u32, crate::runtime::kernel::start_ticks())) {
+        let _ = crate::runtime::sys::unlink(&path);
     }
 }
 
@@ -402,14 +402,14 @@ pub fn remove_file() {
 
 /// Unlinks the state file if the path still names it.
 fn remove(f: &File) {
-    if crate::sys::path_id(&f.path).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
-        let _ = crate::sys::unlink(&f.path);
+    if crate::runtime::sys::path_id(&f.path).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
+        let _ = crate::runtime::sys::unlink(&f.path);
     }
 }
 
 /// Fork support: the arena's lock is held across `fork`.
 pub fn hold() {
-    crate::lock::hold(&ARENA);
+    crate::runtime::lock::hold(&ARENA);
 }
 
 /// # Safety
@@ -428,9 +428,9 @@ pub unsafe fn release(child: bool) {
         a.file = None;
         a.grows = false;
         a.complete = true;
-        crate::lock::release_in_child(&ARENA);
+        crate::runtime::lock::release_in_child(&ARENA);
     } else {
-        crate::lock::release_in_parent(&ARENA);
+        crate::runtime::lock::release_in_parent(&ARENA);
     }
 }
 
@@ -449,6 +449,6 @@ fn detach(a: &Arena) {
         }
     }
     if fd >= 0 {
-        crate::sys::close(fd);
+        crate::runtime::sys::close(fd);
     }
 }

@@ -27,7 +27,7 @@ pub fn enter() -> Open {
     if DEPTH.with(|d| d.replace(d.get() + 1)) > 0 {
         return Open(usize::MAX); // already inside on this thread: a fork cannot be waiting on us yet
     }
-    let slot = crate::guard::tid() as usize % SLOTS;
+    let slot = crate::runtime::guard::tid() as usize % SLOTS;
     loop {
         READERS[slot].0.fetch_add(1, Ordering::SeqCst);
         if !CLOSED.load(Ordering::SeqCst) {

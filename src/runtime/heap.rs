@@ -9,7 +9,7 @@
 //! inside pinguard, so a handler that interrupts it passes the hooked call through untracked
 //! instead of waiting for a lock its own thread holds.
 
-use crate::lock::{self, Mutex};
+use crate::runtime::lock::{self, Mutex};
 use dlmalloc::{Allocator, Dlmalloc};
 use std::alloc::{GlobalAlloc, Layout};
 use std::ptr;
@@ -69,7 +69,7 @@ unsafe impl Allocator for Pages {
     }
 
     fn page_size(&self) -> usize {
-        crate::ranges::page_size()
+        crate::accounting::ranges::page_size()
     }
 }
 
@@ -83,14 +83,14 @@ struct Inside(bool);
 impl Inside {
     #[inline(always)]
     fn new() -> Inside {
-        Inside(crate::guard::mark_inside())
+        Inside(crate::runtime::guard::mark_inside())
     }
 }
 
 impl Drop for Inside {
     #[inline(always)]
     fn drop(&mut self) {
-        crate::guard::unmark_inside(self.0);
+        crate::runtime::guard::unmark_inside(self.0);
     }
 }
 
@@ -102,11 +102,11 @@ const OWN_MAPPING: usize = 128 * 1024;
 /// Whether a layout gets its own mapping; the same answer on allocation and release.
 #[inline(always)]
 fn own_mapping(layout: &Layout) -> bool {
-    layout.size() >= OWN_MAPPING && layout.align() <= crate::ranges::page_size()
+    layout.size() >= OWN_MAPPING && layout.align() <= crate::accounting::ranges::page_size()
 }
 
 fn pages(size: usize) -> usize {
-    let page = crate::ranges::page_size();
+    let page = crate::accounting::ranges::page_size();
     (size + page - 1) & !(page - 1)
 }
 

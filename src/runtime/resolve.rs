@@ -130,7 +130,7 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
         0
     }
     {
-        let _open = crate::gate::enter();
+        let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut objects`,
         // a live Vec<Object> that `cb` casts back to exactly that type, for the whole call.
         unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
@@ -166,7 +166,7 @@ fn lookup(name: &CStr) -> usize {
     // SAFETY: Names are NUL-terminated CStrs; `h` is checked non-null before use and closed once, and
     // RTLD_NOLOAD only re-references an object already loaded, so nothing new runs or unmaps.
     unsafe {
-        let p = crate::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;
+        let p = crate::runtime::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;
         if p != 0 && !is_own(p) {
             return p;
         }
@@ -179,7 +179,7 @@ fn lookup(name: &CStr) -> usize {
             if h.is_null() {
                 return;
             }
-            let p = crate::dl::real_dlsym(h, name) as usize;
+            let p = crate::runtime::dl::real_dlsym(h, name) as usize;
             // dlsym(handle) also searches the object's dependencies: take only a definition that
             // lives in this object, so the search order stays the link map's.
             if p != 0 && obj.contains(p) {

@@ -1,8 +1,9 @@
 //! `PINGUARD_METRICS`: a Prometheus text-format file for node_exporter's textfile collector,
 //! rewritten atomically with every interval snapshot and at exit.
 
-use crate::config::Config;
-use crate::{budget, group, ledger};
+use crate::runtime::config::Config;
+use crate::accounting::ledger;
+use crate::budget::{self, group};
 use std::fmt::Write as _;
 
 /// A label value in the text format: backslash, double quote and newline escaped.
@@ -11,7 +12,7 @@ fn label(v: &str) -> String {
 }
 
 pub fn render() -> String {
-    let exe = crate::kernel::exe();
+    let exe = crate::runtime::kernel::exe();
     let exe = label(exe.rsplit('/').next().unwrap_or(""));
     let pid = std::process::id();
     let who = format!("pid=\"{pid}\",exe=\"{exe}\"");
@@ -52,11 +53,11 @@ pub fn render() -> String {
 /// Writes the metrics file if `PINGUARD_METRICS` is set (and, in a setuid process, never).
 pub fn write(cfg: &Config) {
     let Some(template) = &cfg.metrics else { return };
-    if crate::kernel::secure_mode() {
+    if crate::runtime::kernel::secure_mode() {
         return;
     }
-    let path = crate::report::expand(&crate::report::with_pid(template));
-    if let Err(e) = crate::report::write_atomic(&path, render().as_bytes()) {
+    let path = crate::output::report::expand(&crate::output::report::with_pid(template));
+    if let Err(e) = crate::output::report::write_atomic(&path, render().as_bytes()) {
         tracing::warn!("metrics not written to {}: {e}", path.display());
     }
 }

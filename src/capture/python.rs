@@ -13,8 +13,8 @@
 //! address reused, so an interned entry also keeps the file and name objects and the first line
 //! it was resolved from, and is used only while the code object at that address still has them.
 
-use crate::guard::Thread;
-use crate::lock::Mutex;
+use crate::runtime::guard::Thread;
+use crate::runtime::lock::Mutex;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
@@ -79,7 +79,7 @@ fn python() -> Option<&'static Python> {
         // SAFETY: A non-null PYTHON is a leaked Box, published once and never freed or replaced.
         return Some(unsafe { &*p });
     }
-    let now = crate::guard::coarse_unix_ms();
+    let now = crate::runtime::guard::coarse_unix_ms();
     let last = LAST_MISS_MS.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < 1000 {
         return None;
@@ -108,7 +108,7 @@ fn python() -> Option<&'static Python> {
 fn probe() -> Option<Python> {
     // Symbol tables read in place (`dl::lookup_loaded`), not `dlsym`: a probe can run inside a
     // signal handler, and a missed `dlsym` allocates its error message with `malloc`.
-    let lookup_anywhere = crate::dl::lookup_loaded;
+    let lookup_anywhere = crate::runtime::dl::lookup_loaded;
     let version = lookup_anywhere(c"Py_Version");
     if version == 0 {
         return None; // no Python, or one older than 3.11 (which does not export it)
@@ -426,11 +426,11 @@ unsafe fn line_of(l: &Layout, code: usize, index: isize, first: i32) -> u32 {
 
 /// Fork child: the table's lock may have been held by a thread that is gone.
 pub fn hold() {
-    crate::lock::hold(&TABLE);
+    crate::runtime::lock::hold(&TABLE);
 }
 
 /// # Safety
 /// Only after `hold`, in the fork handlers.
 pub unsafe fn release(child: bool) {
-    crate::lock::release(&TABLE, child)
+    crate::runtime::lock::release(&TABLE, child)
 }

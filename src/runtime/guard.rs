@@ -13,7 +13,7 @@ pub struct Thread {
     tid: Cell<u32>,
     errno: Cell<*mut c_int>,
     /// The ledger's counter block this thread writes (`ledger::Block`), null until its first count.
-    pub(crate) counters: Cell<*const crate::ledger::Block>,
+    pub(crate) counters: Cell<*const crate::accounting::ledger::Block>,
     /// Calls since the last look for a Python interpreter (`python::known`).
     pub(crate) python_calls: Cell<u32>,
 }

@@ -73,5 +73,5 @@ pub fn init(filter: &str) {
 /// Writes straight to fd 2, with a raw system call: Rust's `Stderr` takes a reentrant lock with
 /// thread-local state, and libc's `write` is a cancellation point.
 pub fn write_stderr(s: &str) {
-    let _ = crate::sys::write_all(2, s.as_bytes());
+    let _ = crate::runtime::sys::write_all(2, s.as_bytes());
 }

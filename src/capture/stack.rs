@@ -2,18 +2,18 @@
 //! written. framehop (`unwind`) walks the stack; libgcc's unwinder (`backtrace`) is the fallback
 //! where that walk cannot run (a thread off its own stack, or during thread teardown).
 
-use crate::resolve::is_own;
+use crate::runtime::resolve::is_own;
 
 pub const MAX_FRAMES: usize = 128;
 
 /// Fills `out` with up to `out.len()` return addresses, starting at the code that called the
 /// intercepted function: pinguard's own frames, and the unwinder's above them, are skipped.
 #[inline(never)]
-pub fn capture(from: crate::unwind::Regs, out: &mut [usize]) -> usize {
+pub fn capture(from: crate::capture::unwind::Regs, out: &mut [usize]) -> usize {
     if out.is_empty() {
         return 0;
     }
-    if let Some(n) = crate::unwind::walk(from, out) {
+    if let Some(n) = crate::capture::unwind::walk(from, out) {
         return n;
     }
     slow(out)
@@ -22,7 +22,7 @@ pub fn capture(from: crate::unwind::Regs, out: &mut [usize]) -> usize {
 #[inline(never)]
 fn slow(out: &mut [usize]) -> usize {
     let depth = out.len();
-    let _open = crate::gate::enter(); // the unwinder takes the loader's lock
+    let _open = crate::runtime::gate::enter(); // the unwinder takes the loader's lock
     let mut n = 0;
     let mut seen_own = false;
     // `trace_unsynchronized`: `trace` takes a process-wide mutex, which a fork in another thread

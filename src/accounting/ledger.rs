@@ -4,15 +4,15 @@
 //! Hooks never touch this directly; `track` turns each hooked call into these records.
 
 use crate::api::Api;
-use crate::callsite::Callsite;
-use crate::guard;
-use crate::ranges::RangeSet;
-use crate::lock::{self, Mutex, MutexGuard};
+use crate::accounting::callsite::Callsite;
+use crate::runtime::guard;
+use crate::accounting::ranges::RangeSet;
+use crate::runtime::lock::{self, Mutex, MutexGuard};
 use pinguard_report::{ApiStats, EventKind, Totals};
-use crate::addr_map::AddrMap;
+use crate::accounting::addr_map::AddrMap;
 use std::collections::VecDeque;
-use crate::guard::Thread;
-use crate::level::Level;
+use crate::runtime::guard::Thread;
+use crate::accounting::level::Level;
 use std::os::raw::c_void;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed}};
 use std::sync::OnceLock;
@@ -148,8 +148,8 @@ fn mine(t: &Thread) -> &'static Block {
 #[cold]
 fn adopt(t: &Thread) -> &'static Block {
     let b = FREE.lock().pop().unwrap_or_else(|| {
-        let b: &'static Block = crate::arena::leak(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK });
-        crate::arena::push(pinguard_report::state::header::BLOCKS, b as *const Block as *const u8);
+        let b: &'static Block = crate::accounting::arena::leak(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK });
+        crate::accounting::arena::push(pinguard_report::state::header::BLOCKS, b as *const Block as *const u8);
         let mut head = BLOCKS.load(Acquire);
         loop {
             b.next.store(head, Relaxed);
@@ -203,7 +203,7 @@ fn blocks() -> impl Iterator<Item = &'static Block> {
 
 /// Adds to a counter only this thread writes.
 #[inline(always)]
-fn add<A: crate::level::Add>(c: &A, v: A::V) {
+fn add<A: crate::accounting::level::Add>(c: &A, v: A::V) {
     c.add(v, true);
 }
 
@@ -326,7 +326,7 @@ impl Locked {
     /// Compares with the kernel and, when they differ, makes the view the kernel's (`sync`).
     /// True when the view changed.
     pub fn check(&mut self, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> bool {
-        match crate::kernel::vm_lck() {
+        match crate::runtime::kernel::vm_lck() {
             Some(kernel) => self.check_against(kernel, t, now, owner),
             None => false,
         }
@@ -366,7 +366,7 @@ impl Locked {
         let mut out = Synced::default();
         let mut cur = 0usize;
         let mut runtime: Option<Vec<(usize, usize)>> = None;
-        let complete = crate::kernel::for_each_vma(|v| {
+        let complete = crate::runtime::kernel::for_each_vma(|v| {
             if v.start > cur {
                 out.removed += self.cut(t, cur, v.start, now); // nothing mapped there
             }
@@ -387,7 +387,7 @@ impl Locked {
                     let (api, site) = claimed
                         .or_else(|| self.ranges.adjacent(s, e).map(|l| (l.api, l.site)))
                         .or_else(|| self.future.map(|l| (l.api, l.site)))
-                        .unwrap_or_else(|| (Api::Mlock, crate::callsite::empty()));
+                        .unwrap_or_else(|| (Api::Mlock, crate::accounting::callsite::empty()));
                     self.add(t, s, e, Live::new(t, api, 0, site, false, now), now);
                     out.added += (e - s) as u64;
                 }
@@ -404,7 +404,7 @@ impl Locked {
         if !complete {
             return None;
         }
-        if let Some(kernel) = crate::kernel::vm_lck() {
+        if let Some(kernel) = crate::runtime::kernel::vm_lck() {
             self.skew = kernel as i64 - self.ranges.bytes() as i64;
         }
         Some(out)
@@ -440,7 +440,7 @@ impl Drop for LockedGuard {
 pub fn locked() -> LockedGuard {
     // Interned now, before the lock, if not yet: a walk attributes pages nobody claims to it, and
     // the callsite table's lock comes before the view's in the fork handlers' order.
-    crate::callsite::empty();
+    crate::accounting::callsite::empty();
     let mut g = LOCKED.lock();
     g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0 });
     LockedGuard(g)
@@ -453,7 +453,7 @@ pub fn locked_any() -> bool {
 /// The page spans of every live pinned record of the runtimes, sorted: what they pinned is
 /// theirs even where the kernel shows it locked.
 fn runtime_spans() -> Vec<(usize, usize)> {
-    let page = crate::ranges::page_size();
+    let page = crate::accounting::ranges::page_size();
     let mut v = Vec::new();
     for s in &LIVE {
         // Called under the view's lock, which a fork's prepare handler takes after every shard:
@@ -465,15 +465,15 @@ fn runtime_spans() -> Vec<(usize, usize)> {
         })) else {
             continue;
         };
-        v.extend(map.iter().filter(|(_, l)| !l.downgraded).filter_map(|(a, l)| crate::ranges::page_span(a, l.size as usize, page)));
+        v.extend(map.iter().filter(|(_, l)| !l.downgraded).filter_map(|(a, l)| crate::accounting::ranges::page_span(a, l.size as usize, page)));
     }
     v.sort_unstable();
     v
 }
 
 /// The parts of `[s, e)` outside every span of `spans` (sorted; they may overlap each other).
-fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::ranges::Gaps {
-    crate::ranges::uncovered(s, e, spans.iter().copied())
+fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::accounting::ranges::Gaps {
+    crate::accounting::ranges::uncovered(s, e, spans.iter().copied())
 }
 
 /// Brings the locked pages' view in line with the kernel before they are observed
@@ -556,7 +556,7 @@ pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     add(&m.apis[api as usize].denied_count, 1);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    crate::group::note_denied();
+    crate::budget::group::note_denied();
     event(EventKind::Denied, api, bytes, site);
 }
 
@@ -569,7 +569,7 @@ pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u6
     add(&m.apis[api as usize].downgraded_count, 1);
     site.downgraded_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    crate::group::note_downgraded();
+    crate::budget::group::note_downgraded();
     event(EventKind::Downgraded, api, bytes, site);
 }
 

@@ -3,8 +3,8 @@
 //! those addresses next), and they are retired: the same return addresses in an object loaded
 //! later make a new callsite rather than adding to the old one's figures.
 
-use crate::callsite::{self, Callsite, Closed};
-use crate::symbolize::Symbolizer;
+use crate::accounting::callsite::{self, Callsite, Closed};
+use crate::output::symbolize::Symbolizer;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_void};
 
@@ -60,7 +60,7 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
 /// or `RTLD_NODELETE`, can keep it loaded).
 pub fn after(closing: Closing) {
     let mut still_loaded = false;
-    crate::resolve::for_each_object(|o| still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice());
+    crate::runtime::resolve::for_each_object(|o| still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice());
     if !still_loaded {
         callsite::retire(closing.sites);
     }

@@ -1,10 +1,13 @@
 //! Snapshots of the ledger as `pinguard.report.v1` JSON, written atomically.
 
 use crate::api::Family;
-use crate::config::{Config, DEFAULT_TEMPLATE};
-use crate::symbolize::Symbolizer;
-use crate::{budget, callsite, guard, kernel, ledger, lifecycle, log};
-use crate::lock::{Mutex, MutexGuard};
+use crate::runtime::config::{Config, DEFAULT_TEMPLATE};
+use crate::output::symbolize::Symbolizer;
+use crate::accounting::{callsite, ledger};
+use crate::budget;
+use crate::lifecycle;
+use crate::runtime::{guard, kernel, log};
+use crate::runtime::lock::{Mutex, MutexGuard};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
 use std::io::Write;
@@ -68,7 +71,7 @@ static FORK_WAITING: AtomicBool = AtomicBool::new(false);
 
 pub fn hold() {
     FORK_WAITING.store(true, Ordering::SeqCst);
-    crate::lock::hold(&WRITING);
+    crate::runtime::lock::hold(&WRITING);
 }
 
 /// # Safety
@@ -76,9 +79,9 @@ pub fn hold() {
 pub unsafe fn release(child: bool) {
     FORK_WAITING.store(false, Ordering::SeqCst);
     if child {
-        crate::lock::release_in_child(&WRITING)
+        crate::runtime::lock::release_in_child(&WRITING)
     } else {
-        crate::lock::release_in_parent(&WRITING)
+        crate::runtime::lock::release_in_parent(&WRITING)
     }
 }
 
@@ -217,7 +220,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
             drop(closed);
             let mut py_frames = Vec::new();
             for &id in c.python() {
-                crate::python::frame(id, |f| {
+                crate::capture::python::frame(id, |f| {
                     py_frames.push(schema::Frame {
                         addr: schema::Addr(0),
                         module: Some(f.file.clone()),
@@ -273,7 +276,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         totals,
         apis,
         kernel: schema::Kernel { vm_lck_bytes: status.vm_lck, vm_pin_bytes: status.vm_pin, rlimit_memlock_bytes: kernel::rlimit_memlock() },
-        group: crate::group::snapshot().map(|g| schema::Group {
+        group: crate::budget::group::snapshot().map(|g| schema::Group {
             name: g.name,
             budget_bytes: g.budget,
             used_bytes: g.used,
@@ -320,7 +323,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// Where the last report written to the template went (the fallback directory, if it came to that).
-static LAST: crate::lock::Mutex<Option<PathBuf>> = crate::lock::Mutex::new(None);
+static LAST: crate::runtime::lock::Mutex<Option<PathBuf>> = crate::runtime::lock::Mutex::new(None);
 
 /// Where this process's report goes: where the last one went, else the template expanded now.
 pub fn path() -> PathBuf {
@@ -335,7 +338,7 @@ pub fn path() -> PathBuf {
 pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     let written = write_inner(reason, path);
     // A report is the one large burst of pinguard's allocations: give what it freed back.
-    crate::heap::trim();
+    crate::runtime::heap::trim();
     written
 }
 
@@ -355,7 +358,7 @@ fn write_inner(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
         EXITING.store(true, Ordering::Relaxed);
     }
     let report = {
-        let _open = crate::gate::enter(); // symbolisation walks the loaded objects
+        let _open = crate::runtime::gate::enter(); // symbolisation walks the loaded objects
         snapshot(reason, cfg)
     };
     let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
@@ -392,14 +395,14 @@ pub fn write_exit() {
     let written = write(Reason::Exit, None);
     if written.is_ok() {
         // The report stands in the state's place; without it, the state is what remains.
-        crate::arena::remove_file();
+        crate::accounting::arena::remove_file();
     }
     let t = ledger::totals();
     let mut budget = match budget::limit() {
         Some(b) => format!("budget {}", format_bytes(b)),
         None => "no budget".to_string(),
     };
-    if let Some(g) = crate::group::snapshot() {
+    if let Some(g) = crate::budget::group::snapshot() {
         let gb = g.budget.map(format_bytes).unwrap_or_else(|| "no budget".into());
         budget.push_str(&format!("; group {} {} of {gb} in {} processes", g.name, format_bytes(g.used), g.members));
     }

@@ -3,6 +3,8 @@
 //! A call reserves before the real function runs and gives the reservation back if the call fails,
 //! so no interleaving of threads can make the runtime hold more than the budget.
 
+pub mod group;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const NONE: u64 = u64::MAX;
@@ -16,7 +18,7 @@ pub fn set_limit(limit: Option<u64>) {
 
 /// Whether any budget (the process's or the group's) is in force.
 pub fn limited() -> bool {
-    LIMIT.load(Ordering::Relaxed) != NONE || crate::group::limited()
+    LIMIT.load(Ordering::Relaxed) != NONE || crate::budget::group::limited()
 }
 
 /// The bytes the process budget has handed out (live plus in flight), when there is one.
@@ -71,7 +73,7 @@ pub fn try_reserve(bytes: u64) -> bool {
     if !try_reserve_process(bytes) {
         return false;
     }
-    if !crate::group::reserve(bytes, false) {
+    if !crate::budget::group::reserve(bytes, false) {
         release_process(bytes);
         return false;
     }
@@ -113,7 +115,7 @@ fn force_checked(bytes: u64) -> bool {
     {
         return false;
     }
-    if !crate::group::reserve(bytes, true) {
+    if !crate::budget::group::reserve(bytes, true) {
         release_process(bytes);
         return false;
     }
@@ -123,7 +125,7 @@ fn force_checked(bytes: u64) -> bool {
 #[inline]
 pub fn release(bytes: u64) {
     release_process(bytes);
-    crate::group::release(bytes);
+    crate::budget::group::release(bytes);
 }
 
 #[inline]

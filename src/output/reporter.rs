@@ -7,10 +7,12 @@
 //! and wakes it, both async-signal-safe; the thread waits on that word, with a timeout for the
 //! interval and for the periodic look at the signal's disposition.
 
-use crate::config::Config;
-use crate::guard::Reentry;
+use crate::runtime::config::Config;
+use crate::runtime::guard::Reentry;
 use crate::lifecycle::signals;
-use crate::{ledger, log, report};
+use crate::accounting::ledger;
+use crate::runtime::log;
+use crate::output::report;
 use pinguard_report::Reason;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -114,7 +116,7 @@ fn run(cfg: &'static Config) {
             if let Err(e) = std::panic::catch_unwind(|| report::write(reason, None)).unwrap_or(Err("panicked".into())) {
                 tracing::debug!("{reason:?} report not written: {e}");
             }
-            let _ = std::panic::catch_unwind(|| crate::metrics::write(cfg));
+            let _ = std::panic::catch_unwind(|| crate::output::metrics::write(cfg));
         }
     }
 }

@@ -1,0 +1,9 @@
+//! Output: the ledger's figures shaped for people and CI. The JSON report and where it goes, the
+//! background thread that rewrites it, Prometheus metrics, symbolization, and the notes kept for
+//! a library before it is unloaded.
+
+pub mod metrics;
+pub mod report;
+pub mod reporter;
+pub mod symbolize;
+pub mod unload;

@@ -1,0 +1,16 @@
+//! Runtime plumbing: what every stage stands on. The configuration, the per-thread state and the
+//! reentrancy guard, locks that survive `fork`, raw system calls and `/proc`, the clock, the
+//! loaded objects and the real functions behind the hooks, pinguard's own heap and the pageable
+//! memory a downgrade serves. Nothing here imports from another stage.
+
+pub mod config;
+pub mod dl;
+pub mod gate;
+pub mod guard;
+pub mod heap;
+pub mod kernel;
+pub mod lock;
+pub mod log;
+pub mod pageable;
+pub mod resolve;
+pub mod sys;
