@@ -16,11 +16,11 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
     let Some(_r) = Reentry::enter() else { return -1 };
     let e = guard::errno();
     let rc = std::panic::catch_unwind(|| {
-        if lifecycle::ensure_init(_r.thread()).is_none() {
+        let Some(cfg) = lifecycle::ensure_init(_r.thread()) else {
             return -1;
-        }
+        };
         let p = if path.is_null() { None } else { Some(CStr::from_ptr(path).to_string_lossy().into_owned()) };
-        match report::write(Reason::Request, p.as_deref().map(Path::new)) {
+        match report::write(cfg, Reason::Request, p.as_deref().map(Path::new)) {
             Ok(_) => 0,
             Err(msg) => {
                 tracing::warn!("pinguard_write_report: {msg}");
@@ -70,7 +70,8 @@ pub extern "C" fn pinguard_live_bytes() -> u64 {
         let _ = std::panic::catch_unwind(|| {
             let on = lifecycle::ensure_init(t).is_some_and(|c| c.hooks & crate::api::Family::Mlock.bit() != 0);
             if on {
-                ledger::reconcile_locked(t);
+                let d = ledger::reconcile_locked(t);
+                crate::budget::adjust(d.removed, d.added);
             }
         });
         t.set_errno(e);

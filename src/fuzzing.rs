@@ -21,7 +21,7 @@ pub fn config(vars: &[(String, Option<String>)]) {
     assert!(c.depth <= crate::runtime::config::MAX_DEPTH);
     assert!(c.hooks != 0);
     if let Some(t) = &c.report {
-        let expanded = crate::output::report::expand(&crate::output::report::with_pid(t));
+        let expanded = crate::output::files::expand(&crate::output::files::with_pid(t));
         assert!(!expanded.as_os_str().is_empty());
     }
 }

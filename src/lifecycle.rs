@@ -7,7 +7,7 @@ use crate::accounting::{callsite, ledger};
 use crate::budget;
 use crate::output::report;
 use crate::runtime::{kernel, log};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 /// The signal hooks (`hooks::signal`), or, in the builds without hooks (unit tests, fuzzing),
@@ -32,7 +32,6 @@ const OFF: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static CONFIG: OnceLock<Config> = OnceLock::new();
-static START_MS: AtomicU64 = AtomicU64::new(0);
 static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// The process whose memory holds pinguard's state: the one that started it, or a fork child
 /// (set in its fork handler). A `vfork` child shares that memory but is another process.
@@ -96,7 +95,7 @@ fn init_once() -> Option<&'static Config> {
 
 fn init() -> bool {
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
-    START_MS.store(guard::unix_ms(), Ordering::Relaxed);
+    crate::runtime::clock::mark_start();
     let vars: Vec<(String, Option<String>)> = std::env::vars_os()
         .filter_map(|(k, v)| {
             let k = k.into_string().ok()?;
@@ -120,14 +119,21 @@ fn init() -> bool {
     }
     log::init(&cfg.log);
     budget::set_limit(cfg.budget);
-    report::init_template(cfg.report.as_deref());
-    crate::accounting::arena::prepare();
-    crate::runtime::resolve::own_range();
+    crate::accounting::level::ceiling(budget::reserved);
+    crate::output::files::init_template(cfg.report.as_deref());
+    crate::runtime::objects::own_range();
     let _ = CONFIG.set(cfg);
+    let Some(cfg) = CONFIG.get() else { return false };
+    crate::accounting::arena::prepare(crate::accounting::arena::Place {
+        path: Box::new(crate::output::files::state_path),
+        info: Box::new(|| report::state_info(cfg)),
+        levels: ledger::use_levels,
+    });
     crate::accounting::arena::forget_previous_image();
-    if let Some(cfg) = CONFIG.get() {
-        crate::output::reporter::start(cfg);
+    if let Some(sig) = cfg.signal {
+        signals::take_over(sig);
     }
+    crate::output::reporter::start(cfg, signals::recheck);
     // SAFETY: `init` runs once (the STATE compare-and-swap); the handlers are `extern "C"` fns
     // of the types libc expects, in a preloaded library that is never unloaded.
     unsafe {
@@ -168,14 +174,6 @@ fn env(name: &std::ffi::CStr) -> Option<&'static [u8]> {
     }
 }
 
-pub fn config() -> Option<&'static Config> {
-    CONFIG.get()
-}
-
-pub fn start_ms() -> u64 {
-    START_MS.load(Ordering::Relaxed)
-}
-
 extern "C" fn at_exit() {
     let Some(_r) = Reentry::enter() else { return };
     let e = guard::errno();
@@ -192,8 +190,8 @@ fn exit_report() {
     }
     // Writing reads and writes files: never a cancellation point inside pinguard.
     let _nc = crate::runtime::sys::NoCancel::new();
-    if ledger::touched() {
-        let _ = std::panic::catch_unwind(report::write_exit);
+    if let (true, Some(cfg)) = (ledger::touched(), CONFIG.get()) {
+        let _ = std::panic::catch_unwind(|| report::write_exit(cfg));
     } else {
         report::exiting();
     }
@@ -284,6 +282,6 @@ extern "C" fn fork_child() {
     guard::forget_tid();
     crate::output::reporter::after_fork_child(CONFIG.get());
     crate::budget::group::after_fork_child();
-    START_MS.store(guard::unix_ms(), Ordering::Relaxed);
+    crate::runtime::clock::mark_start();
     guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
 }

@@ -68,9 +68,24 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
     spare: None,
 });
 
+/// Where the state file goes and what its header says of the process. The output stage knows
+/// both (the report's path template, the configuration); the composition layer hands them over
+/// at start-up, and they are asked when the first piece is made (a fork child's has its pid).
+pub struct Place {
+    /// The state file's path, its folder made first with `true`; `None` where no file may be.
+    pub path: Box<dyn Fn(bool) -> Option<std::path::PathBuf> + Send + Sync>,
+    /// The process and configuration as JSON (`pinguard_report::state::Info`).
+    pub info: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
+    /// Told where the levels are placed, once the header exists (`ledger::use_levels`).
+    pub levels: fn(*mut u8),
+}
+
+static PLACE: std::sync::OnceLock<Place> = std::sync::OnceLock::new();
+
 /// Takes the address space of the first piece (no memory: nothing is written until the first
 /// pinning call). At start-up, before the application maps anything of its own.
-pub fn prepare() {
+pub fn prepare(place: Place) {
+    let _ = PLACE.set(place);
     let mut a = ARENA.lock();
     if a.n == 0 && a.spare.is_none() {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
@@ -310,7 +325,7 @@ fn reopen(f: &File, flags: i32) -> Option<i32> {
 /// Creates the state file in place of any earlier one at that path (a stale file of an earlier
 /// process with this pid, or of the image this one replaced by `exec`).
 fn create_file() -> Option<File> {
-    let path = crate::output::report::state_path(true)?;
+    let path = (PLACE.get()?.path)(true)?;
     let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
     let _ = crate::runtime::sys::unlink(&path);
     let fd = crate::runtime::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o644).ok()?;
@@ -347,7 +362,7 @@ fn init_header(a: &mut Arena, base: usize) {
     let top = state::level::size(state::level::TOP_STRIPES);
     let levels_len = top * (1 + crate::api::Api::COUNT);
     let levels_at = header::SIZE.next_multiple_of(128);
-    let info = crate::output::report::state_info();
+    let info = PLACE.get().map(|p| (p.info)()).unwrap_or_default();
     let info_at = levels_at + levels_len;
     let total = info_at + info.len();
     if total > mapped {
@@ -364,14 +379,16 @@ fn init_header(a: &mut Arena, base: usize) {
         w(header::ENDIAN, state::ENDIAN);
         (h.add(header::PID) as *mut u32).write(crate::runtime::kernel::raw_pid() as u32);
         w(header::START_TICKS, crate::runtime::kernel::start_ticks());
-        w(header::START_UNIX_MS, crate::lifecycle::start_ms());
+        w(header::START_UNIX_MS, crate::runtime::clock::start_ms());
         w(header::INFO, (base + info_at) as u64);
         w(header::INFO_LEN, info.len() as u64);
         w(header::LEVELS, (base + levels_at) as u64);
         w(header::USED, total as u64);
         ptr::copy_nonoverlapping(state::MAGIC.as_ptr(), h, 8);
     }
-    crate::accounting::ledger::use_levels((base + levels_at) as *mut u8);
+    if let Some(p) = PLACE.get() {
+        (p.levels)((base + levels_at) as *mut u8);
+    }
     HEADER.store(h, Release);
 }
 
@@ -379,7 +396,7 @@ fn init_header(a: &mut Arena, base: usize) {
 /// keeps the pid and the start time) is not a death to report; the pinned memory went with the
 /// image. Another process's state (a reused pid) is left for its readers.
 pub fn forget_previous_image() {
-    let Some(path) = crate::output::report::state_path(false) else { return };
+    let Some(path) = PLACE.get().and_then(|p| (p.path)(false)) else { return };
     let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
     // Non-blocking, and only a regular file is read: a FIFO planted at the path must not hold
     // up the start of every program.

@@ -222,12 +222,12 @@ fn note_modules(native: &[usize]) {
     }
     // A frame in no object (generated code, a bad return address) stays unknown: reading the list
     // again for every such callsite would walk every object each time; once a second is enough.
-    let now = crate::runtime::guard::coarse_unix_ms();
+    let now = crate::runtime::clock::coarse_unix_ms();
     if now.saturating_sub(FRUITLESS_MS.load(Ordering::Relaxed)) < 1000 {
         return;
     }
     let mut found = Vec::new();
-    crate::runtime::resolve::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
+    crate::runtime::objects::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
     let mut list = MODULES.lock();
     let before = list.len();
     for (start, end, base, name, build_id) in found {

@@ -137,7 +137,7 @@ static KEY: OnceLock<Option<libc::pthread_key_t>> = OnceLock::new();
 /// This thread's block.
 #[inline]
 fn mine(t: &Thread) -> &'static Block {
-    let p = t.counters.get();
+    let p = t.counters.get() as *const Block;
     if !p.is_null() {
         // SAFETY: `counters` is only set (in `adopt`) to a leaked block, which is never freed.
         return unsafe { &*p };
@@ -160,7 +160,7 @@ fn adopt(t: &Thread) -> &'static Block {
         }
         b
     });
-    t.counters.set(b);
+    t.counters.set(b as *const Block as *const ());
     let key = KEY.get_or_init(|| {
         let mut key = 0;
         // SAFETY: `key` is a valid out-pointer and `hand_back` has the destructor signature pthread expects.
@@ -183,7 +183,7 @@ unsafe extern "C" fn hand_back(p: *mut c_void) {
     // through instead of waiting for the lock its own thread holds.
     let was = guard::mark_inside();
     let t = guard::here();
-    if t.counters.get() == p as *const Block {
+    if t.counters.get() == p as *const () {
         t.counters.set(std::ptr::null());
     }
     FREE.lock().push(&*(p as *const Block));
@@ -283,6 +283,9 @@ pub struct Locked {
     /// them locked in `smaps`, or the reverse (none on the kernels tried), so that such pages do
     /// not make every check walk again.
     skew: i64,
+    /// What walks changed in the view and the budget has not yet been told (`take_drift`): the
+    /// ledger records, the budget is moved by whoever holds the view (`track`, a report).
+    drift: Synced,
 }
 
 /// What a walk changed in the view.
@@ -323,6 +326,12 @@ impl Locked {
         removed
     }
 
+    /// What walks changed since the last call: the bytes to give back to the budget (`removed`)
+    /// and to take from it whatever its limit (`added`: locked already).
+    pub fn take_drift(&mut self) -> Synced {
+        std::mem::take(&mut self.drift)
+    }
+
     /// Compares with the kernel and, when they differ, makes the view the kernel's (`sync`).
     /// True when the view changed.
     pub fn check(&mut self, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> bool {
@@ -354,8 +363,8 @@ impl Locked {
     }
 
     /// Walks the kernel's mappings and makes the view match: pages no longer locked leave it
-    /// (released from the budget), pages locked without pinguard's knowledge join it (taken from
-    /// the budget: they are locked already). A new part is attributed to `owner`'s answer, else
+    /// (to be released from the budget), pages locked without pinguard's knowledge join it (to be
+    /// taken from the budget: they are locked already); both wait in `take_drift`. A new part is attributed to `owner`'s answer, else
     /// to the range it extends (a locked mapping that grew), else to the `MCL_FUTURE` call in
     /// force, else to no callsite. `None` when the kernel's mappings could not be read.
     ///
@@ -399,8 +408,8 @@ impl Locked {
         if complete {
             out.removed += self.cut(t, cur, usize::MAX, now);
         }
-        crate::budget::release(out.removed);
-        crate::budget::force(out.added);
+        self.drift.removed += out.removed;
+        self.drift.added += out.added;
         if !complete {
             return None;
         }
@@ -442,7 +451,7 @@ pub fn locked() -> LockedGuard {
     // the callsite table's lock comes before the view's in the fork handlers' order.
     crate::accounting::callsite::empty();
     let mut g = LOCKED.lock();
-    g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0 });
+    g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0, drift: Synced::default() });
     LockedGuard(g)
 }
 
@@ -453,7 +462,7 @@ pub fn locked_any() -> bool {
 /// The page spans of every live pinned record of the runtimes, sorted: what they pinned is
 /// theirs even where the kernel shows it locked.
 fn runtime_spans() -> Vec<(usize, usize)> {
-    let page = crate::accounting::ranges::page_size();
+    let page = crate::runtime::sys::page_size();
     let mut v = Vec::new();
     for s in &LIVE {
         // Called under the view's lock, which a fork's prepare handler takes after every shard:
@@ -479,8 +488,11 @@ fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::accounting::r
 /// Brings the locked pages' view in line with the kernel before they are observed
 /// (`pinguard_live_bytes`, a report): a read of `VmLck`, and a walk of the mappings only when it
 /// differs. Call on a thread inside pinguard (`Reentry`), with the locking family's hooks on.
-pub fn reconcile_locked(t: &Thread) {
-    locked().check(t, guard::coarse_unix_ms(), |_, _| None);
+/// Returns what the budget is to be told (`take_drift`).
+pub fn reconcile_locked(t: &Thread) -> Synced {
+    let mut l = locked();
+    l.check(t, crate::runtime::clock::coarse_unix_ms(), |_, _| None);
+    l.take_drift()
 }
 
 /// Locking calls (`mlock`, `mlock2`, `mlockall`, `mmap` with `MAP_LOCKED`) that arrived while
@@ -556,7 +568,6 @@ pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     add(&m.apis[api as usize].denied_count, 1);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    crate::budget::group::note_denied();
     event(EventKind::Denied, api, bytes, site);
 }
 
@@ -569,7 +580,6 @@ pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u6
     add(&m.apis[api as usize].downgraded_count, 1);
     site.downgraded_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    crate::budget::group::note_downgraded();
     event(EventKind::Downgraded, api, bytes, site);
 }
 
@@ -701,7 +711,7 @@ static TIMELINE: Mutex<Bounded<(u64, u64)>> = Mutex::new(Bounded { items: VecDeq
 static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
 fn event(kind: EventKind, api: Api, size: u64, site: &'static Callsite) {
-    let rec = EventRec { unix_ms: guard::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes() };
+    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes() };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
         e.items.pop_front();
@@ -737,7 +747,7 @@ fn push_point(now: u64, live: u64) {
 }
 
 pub fn timeline_now() {
-    push_point(guard::unix_ms(), live_bytes());
+    push_point(crate::runtime::clock::unix_ms(), live_bytes());
 }
 
 pub fn events() -> (Vec<EventRec>, u64) {

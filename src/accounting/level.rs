@@ -17,6 +17,15 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
+/// What the budget has handed out (live plus in flight), where a budget counts it: no level can
+/// truly be above it. The budget stage's figure, handed in by the composition layer at start-up
+/// (`ceiling`), asked only when a new peak is possible.
+static CEILING: std::sync::OnceLock<fn() -> Option<u64>> = std::sync::OnceLock::new();
+
+pub fn ceiling(f: fn() -> Option<u64>) {
+    let _ = CEILING.set(f);
+}
+
 /// 128 bytes: the adjacent-line prefetcher moves lines in pairs, so two threads writing
 /// neighbouring 64-byte lines still pass the pair between their cores.
 #[repr(C, align(128))]
@@ -140,7 +149,7 @@ impl<const K: usize> Level<K> {
     #[inline(never)]
     fn recheck(&self, own: &Stripe, owned: bool) {
         let mut total: i64 = self.stripes.iter().map(|s| s.bytes.load(Relaxed)).sum();
-        if let Some(reserved) = crate::budget::reserved() {
+        if let Some(reserved) = CEILING.get().and_then(|f| f()) {
             // What the budget has handed out bounds what can be live; a sum read while other
             // threads move their stripes can exceed it, the true figure cannot.
             total = total.min(reserved as i64);

@@ -25,22 +25,6 @@ pub fn uncovered(start: usize, end: usize, covered: impl IntoIterator<Item = (us
     gaps
 }
 
-pub const PAGE: usize = 4096;
-
-pub fn page_size() -> usize {
-    static SIZE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let s = SIZE.load(std::sync::atomic::Ordering::Relaxed);
-    if s != 0 {
-        return s;
-    }
-    // SAFETY: sysconf takes no pointers and has no preconditions.
-    let s = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        v if v > 0 => v as usize,
-        _ => PAGE,
-    };
-    SIZE.store(s, std::sync::atomic::Ordering::Relaxed);
-    s
-}
 
 /// The whole pages `[addr, addr + len)` touches, as the kernel rounds them; `None` if it wraps.
 pub fn page_span(addr: usize, len: usize, page: usize) -> Option<(usize, usize)> {
@@ -205,6 +189,7 @@ impl<T: Clone> RangeSet<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    const PAGE: usize = 4096;
 
     fn total(r: &RangeSet<u8>) -> usize {
         r.iter().map(|(s, e, _)| e - s).sum()

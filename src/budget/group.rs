@@ -239,7 +239,7 @@ fn build(fd: c_int, budget: Option<u64>) -> Result<*mut Header, String> {
         hd.header_size = layout::SIZE as u32;
         hd.total_size = layout::SIZE as u64;
         hd.budget = budget.unwrap_or(u64::MAX);
-        hd.created_unix_ms = crate::runtime::guard::unix_ms();
+        hd.created_unix_ms = crate::runtime::clock::unix_ms();
         let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
         libc::pthread_mutexattr_init(&mut attr);
         libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);

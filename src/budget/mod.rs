@@ -138,6 +138,13 @@ fn release_process(bytes: u64) {
     let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));
 }
 
+/// What a walk of the kernel's mappings found: `removed` bytes no longer locked go back, `added`
+/// bytes locked behind pinguard's back are taken whatever the limit (they are locked already).
+pub fn adjust(removed: u64, added: u64) {
+    release(removed);
+    force(added);
+}
+
 pub fn reset() {
     USED.store(0, Ordering::Relaxed);
 }

@@ -79,7 +79,7 @@ fn python() -> Option<&'static Python> {
         // SAFETY: A non-null PYTHON is a leaked Box, published once and never freed or replaced.
         return Some(unsafe { &*p });
     }
-    let now = crate::runtime::guard::coarse_unix_ms();
+    let now = crate::runtime::clock::coarse_unix_ms();
     let last = LAST_MISS_MS.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < 1000 {
         return None;

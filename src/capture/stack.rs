@@ -2,7 +2,7 @@
 //! written. framehop (`unwind`) walks the stack; libgcc's unwinder (`backtrace`) is the fallback
 //! where that walk cannot run (a thread off its own stack, or during thread teardown).
 
-use crate::runtime::resolve::is_own;
+use crate::runtime::objects::is_own;
 
 pub const MAX_FRAMES: usize = 128;
 

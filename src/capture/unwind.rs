@@ -291,7 +291,7 @@ impl Local {
             Ok(v)
         };
         let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), &mut self.cache, &mut read_stack);
-        let (own_lo, own_hi) = crate::runtime::resolve::own_range();
+        let (own_lo, own_hi) = crate::runtime::objects::own_range();
         let (mut n, mut missed, mut in_own) = (0usize, false, true);
         for _ in 0..MAX_VISITED {
             let addr = match frames.next() {

@@ -63,7 +63,7 @@ pub(crate) use slots;
 /// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
 /// other functions (the caller then gets the real function, untracked, and a warning).
 pub fn bind(reals: &[AtomicUsize; SLOTS], wrappers: &[usize; SLOTS], real: usize) -> Option<usize> {
-    if real == 0 || crate::runtime::resolve::is_own(real) {
+    if real == 0 || crate::runtime::objects::is_own(real) {
         return Some(real); // already one of pinguard's functions
     }
     for (r, w) in reals.iter().zip(wrappers) {

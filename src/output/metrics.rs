@@ -56,8 +56,8 @@ pub fn write(cfg: &Config) {
     if crate::runtime::kernel::secure_mode() {
         return;
     }
-    let path = crate::output::report::expand(&crate::output::report::with_pid(template));
-    if let Err(e) = crate::output::report::write_atomic(&path, render().as_bytes()) {
+    let path = crate::output::files::expand(&crate::output::files::with_pid(template));
+    if let Err(e) = crate::output::files::write_atomic(&path, render().as_bytes()) {
         tracing::warn!("metrics not written to {}: {e}", path.display());
     }
 }

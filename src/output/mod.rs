@@ -2,6 +2,7 @@
 //! background thread that rewrites it, Prometheus metrics, symbolization, and the notes kept for
 //! a library before it is unloaded.
 
+pub mod files;
 pub mod metrics;
 pub mod report;
 pub mod reporter;

@@ -2,64 +2,23 @@
 
 use crate::api::Family;
 use crate::runtime::config::{Config, DEFAULT_TEMPLATE};
+use crate::output::files;
 use crate::output::symbolize::Symbolizer;
 use crate::accounting::{callsite, ledger};
 use crate::budget;
-use crate::lifecycle;
 use crate::runtime::{guard, kernel, log};
 use crate::runtime::lock::{Mutex, MutexGuard};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The template made absolute when pinguard started, so a later `chdir` does not move the report.
-static TEMPLATE: OnceLock<(String, bool)> = OnceLock::new();
 /// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
 static WRITING: Mutex<()> = Mutex::new(());
 /// Set (under `WRITING`) once the exit report is decided: no later snapshot may replace it.
 static EXITING: AtomicBool = AtomicBool::new(false);
 
-pub fn init_template(given: Option<&str>) {
-    let (t, default) = match given {
-        Some(t) => (with_pid(t), false),
-        None => (DEFAULT_TEMPLATE.to_string(), true),
-    };
-    let abs = if t.starts_with('/') {
-        t
-    } else {
-        match std::env::current_dir() {
-            Ok(cwd) => format!("{}/{}", cwd.display(), t),
-            Err(_) => t,
-        }
-    };
-    let _ = TEMPLATE.set((abs, default));
-}
 
-/// Every process that inherits the template (fork and exec children) writes its own file: a
-/// template without `%p` gets the pid before its `.json` extension (or at its end), as
-/// LeakSanitizer does with `log_path`.
-pub fn with_pid(t: &str) -> String {
-    let mut rest = t;
-    let mut has_pid = false;
-    while let Some(i) = rest.find('%') {
-        match rest[i + 1..].chars().next() {
-            Some('p') => has_pid = true,
-            _ => {}
-        }
-        rest = &rest[(i + 2).min(rest.len())..];
-    }
-    if has_pid {
-        t.to_string()
-    } else if let Some(stem) = t.strip_suffix(".json") {
-        format!("{stem}.%p.json")
-    } else {
-        format!("{t}.%p")
-    }
-}
 
 pub fn lock() -> MutexGuard<'static, ()> {
     WRITING.lock()
@@ -85,36 +44,6 @@ pub unsafe fn release(child: bool) {
     }
 }
 
-fn exe_name() -> String {
-    let exe = kernel::exe();
-    let name = exe.rsplit('/').next().unwrap_or("");
-    let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-+".contains(c) { c } else { '_' }).collect();
-    if clean.is_empty() { "unknown".into() } else { clean }
-}
-
-pub fn expand(template: &str) -> PathBuf {
-    let mut out = String::new();
-    let mut chars = template.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('p') => out.push_str(&kernel::raw_pid().to_string()),
-            Some('e') => out.push_str(&exe_name()),
-            Some('h') => out.push_str(&kernel::hostname()),
-            Some('t') => out.push_str(&(lifecycle::start_ms() / 1000).to_string()),
-            Some('%') => out.push('%'),
-            Some(o) => {
-                out.push('%');
-                out.push(o);
-            }
-            None => out.push('%'),
-        }
-    }
-    PathBuf::from(out)
-}
 
 fn process(now: u64) -> schema::Process {
     schema::Process {
@@ -125,7 +54,7 @@ fn process(now: u64) -> schema::Process {
         exe: kernel::exe(),
         cmdline: kernel::cmdline(),
         hostname: kernel::hostname(),
-        start_unix_ms: lifecycle::start_ms(),
+        start_unix_ms: crate::runtime::clock::start_ms(),
         write_unix_ms: now,
         signal: None,
     }
@@ -139,44 +68,18 @@ fn config(cfg: &Config) -> schema::Config {
         py_depth: cfg.py_depth,
         hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
         errors: cfg.errors.clone(),
-        report_template: TEMPLATE.get().map(|t| t.0.clone()).unwrap_or_default(),
+        report_template: files::template().0,
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
     }
 }
 
-/// Where this process keeps its state (`arena`): next to where its report goes, with the
-/// report's fallback for the default template. `None` where no report may be written.
-/// With `make`, the folder is made as for a report; without, nothing is touched.
-pub fn state_path(make: bool) -> Option<PathBuf> {
-    lifecycle::config()?;
-    if kernel::secure_mode() {
-        return None;
-    }
-    let (template, default) = TEMPLATE.get().cloned()?;
-    let target = pinguard_report::state::path_for(&expand(&template));
-    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    if make {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if default && !writable(dir) {
-        return Some(std::env::temp_dir().join(target.file_name()?));
-    }
-    Some(target)
-}
-
-fn writable(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
-    // SAFETY: a NUL-terminated path; access only reads it.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
-}
 
 /// What the state file says about the process, written when it is made.
-pub fn state_info() -> Vec<u8> {
-    let Some(cfg) = lifecycle::config() else { return Vec::new() };
+pub fn state_info(cfg: &Config) -> Vec<u8> {
     let info = pinguard_report::state::Info {
         pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
-        process: process(guard::unix_ms()),
+        process: process(crate::runtime::clock::unix_ms()),
         config: config(cfg),
         apis: crate::api::Api::ALL.iter().map(|a| a.name().to_string()).collect(),
     };
@@ -184,11 +87,12 @@ pub fn state_info() -> Vec<u8> {
 }
 
 pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
-    let now = guard::unix_ms();
+    let now = crate::runtime::clock::unix_ms();
     // The kernel is the truth for locked pages: the view is matched with VmLck first (glibc's own
     // unmaps, a grown locked stack), and the status read right after, before symbolizing moves it.
     if cfg.hooks & Family::Mlock.bit() != 0 {
-        ledger::reconcile_locked(guard::here());
+        let d = ledger::reconcile_locked(guard::here());
+        budget::adjust(d.removed, d.added);
     }
     let status = kernel::status();
     ledger::timeline_now();
@@ -297,30 +201,6 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     }
 }
 
-/// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
-/// a private temporary file in the same directory (never followed through a symlink), renamed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
 
 /// Where the last report written to the template went (the fallback directory, if it came to that).
 static LAST: crate::runtime::lock::Mutex<Option<PathBuf>> = crate::runtime::lock::Mutex::new(None);
@@ -330,20 +210,19 @@ pub fn path() -> PathBuf {
     if let Some(p) = LAST.lock().clone() {
         return p;
     }
-    let (template, _) = TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true));
-    expand(&template)
+    let (template, _) = files::template();
+    files::expand(&template)
 }
 
 /// Writes a report to `path`, or to the configured template. Returns where it went.
-pub fn write(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
-    let written = write_inner(reason, path);
+pub fn write(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
+    let written = write_inner(cfg, reason, path);
     // A report is the one large burst of pinguard's allocations: give what it freed back.
     crate::runtime::heap::trim();
     written
 }
 
-fn write_inner(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
-    let cfg = lifecycle::config().ok_or("pinguard is disabled")?;
+fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     if path.is_none() && kernel::secure_mode() {
         return Err("secure-mode (setuid) process: PINGUARD_REPORT is ignored".into());
     }
@@ -363,16 +242,16 @@ fn write_inner(reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
     };
     let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
     if let Some(p) = path {
-        return write_atomic(p, &json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
+        return files::write_atomic(p, &json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
     }
-    let (template, default) = TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true));
-    let target = expand(&template);
-    let written = match write_atomic(&target, &json) {
+    let (template, default) = files::template();
+    let target = files::expand(&template);
+    let written = match files::write_atomic(&target, &json) {
         Ok(()) => Ok(target),
         Err(e) if default => {
             // The default lives in the working directory, which may be read-only in a container.
-            let fallback = std::env::temp_dir().join(expand(DEFAULT_TEMPLATE).file_name().unwrap_or_default());
-            write_atomic(&fallback, &json)
+            let fallback = std::env::temp_dir().join(files::expand(DEFAULT_TEMPLATE).file_name().unwrap_or_default());
+            files::write_atomic(&fallback, &json)
                 .map(|_| fallback.clone())
                 .map_err(|e2| format!("{}: {e}; {}: {e2}", target.display(), fallback.display()))
         }
@@ -391,8 +270,8 @@ pub fn exiting() {
 }
 
 /// The exit report and the one summary line on stderr.
-pub fn write_exit() {
-    let written = write(Reason::Exit, None);
+pub fn write_exit(cfg: &Config) {
+    let written = write(cfg, Reason::Exit, None);
     if written.is_ok() {
         // The report stands in the state's place; without it, the state is what remains.
         crate::accounting::arena::remove_file();
@@ -419,17 +298,4 @@ pub fn write_exit() {
         t.denied_count,
         t.downgraded_count,
     ));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::with_pid;
-
-    #[test]
-    fn pid_is_added_when_missing() {
-        assert_eq!(with_pid("/r/out.json"), "/r/out.%p.json");
-        assert_eq!(with_pid("/r/out"), "/r/out.%p");
-        assert_eq!(with_pid("/r/%e-%p.json"), "/r/%e-%p.json");
-        assert_eq!(with_pid("/r/100%%p.json"), "/r/100%%p.%p.json");
-    }
 }

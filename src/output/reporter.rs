@@ -9,7 +9,6 @@
 
 use crate::runtime::config::Config;
 use crate::runtime::guard::Reentry;
-use crate::lifecycle::signals;
 use crate::accounting::ledger;
 use crate::runtime::log;
 use crate::output::report;
@@ -30,14 +29,16 @@ fn wanted(cfg: &Config) -> bool {
     cfg.interval_ms.is_some() || cfg.signal.is_some()
 }
 
-/// At start-up: the signal's handler, the thread.
-pub fn start(cfg: &'static Config) {
+/// Looks again at the report signal's disposition (`hooks::signal`, handed in by the composition
+/// layer, which took the signal over before `start`).
+static RECHECK: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// At start-up, once the signal's handler is in place: the thread.
+pub fn start(cfg: &'static Config, recheck_signal: fn()) {
     if !wanted(cfg) {
         return;
     }
-    if let Some(sig) = cfg.signal {
-        signals::take_over(sig);
-    }
+    let _ = RECHECK.set(recheck_signal);
     spawn(cfg);
 }
 
@@ -92,8 +93,8 @@ fn run(cfg: &'static Config) {
     let mut due = interval.map(|i| Instant::now() + i);
     let recheck = cfg.signal.map(|_| Duration::from_millis(RECHECK_MS));
     loop {
-        if recheck.is_some() {
-            signals::recheck();
+        if let (Some(_), Some(f)) = (recheck, RECHECK.get()) {
+            f();
         }
         let now_word = WAKE.load(Ordering::Acquire);
         let reason = if now_word != SEEN.load(Ordering::Relaxed) {
@@ -113,7 +114,7 @@ fn run(cfg: &'static Config) {
             continue; // woken, timed out, or interrupted: look again
         };
         if reason == Reason::Signal || ledger::touched() {
-            if let Err(e) = std::panic::catch_unwind(|| report::write(reason, None)).unwrap_or(Err("panicked".into())) {
+            if let Err(e) = std::panic::catch_unwind(|| report::write(cfg, reason, None)).unwrap_or(Err("panicked".into())) {
                 tracing::debug!("{reason:?} report not written: {e}");
             }
             let _ = std::panic::catch_unwind(|| crate::output::metrics::write(cfg));

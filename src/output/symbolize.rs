@@ -8,7 +8,7 @@
 //! library costs far more than one report.
 
 use crate::runtime::lock::Mutex;
-use crate::runtime::resolve::{for_each_object, Object};
+use crate::runtime::objects::{for_each_object, Object};
 use pinguard_report::{Addr, Frame, Module};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;

@@ -60,7 +60,7 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
 /// or `RTLD_NODELETE`, can keep it loaded).
 pub fn after(closing: Closing) {
     let mut still_loaded = false;
-    crate::runtime::resolve::for_each_object(|o| still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice());
+    crate::runtime::objects::for_each_object(|o| still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice());
     if !still_loaded {
         callsite::retire(closing.sites);
     }

@@ -6,7 +6,7 @@
 //! for `RTLD_NEXT` from inside pinguard, which yields the next `dlsym` after pinguard (libc's, or
 //! another interposer's listed later). docs/field-notes.md, "Interposing `dlsym`".
 
-use crate::runtime::resolve::for_each_object;
+use crate::runtime::objects::for_each_object;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -38,10 +38,10 @@ pub fn init() {
         // Called from here, RTLD_NEXT means "after pinguard".
         // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
-        REAL_DLSYM.store(if next != 0 && !crate::runtime::resolve::is_own(next) { next } else { libc_dlsym }, Ordering::Release);
+        REAL_DLSYM.store(if next != 0 && !crate::runtime::objects::is_own(next) { next } else { libc_dlsym }, Ordering::Release);
         // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlvsym".as_ptr()) } as usize;
-        let v = if next != 0 && !crate::runtime::resolve::is_own(next) { next } else { libc_dlvsym };
+        let v = if next != 0 && !crate::runtime::objects::is_own(next) { next } else { libc_dlvsym };
         REAL_DLVSYM.store(v, Ordering::Release);
     }
     STATE.store(2, Ordering::Release);
@@ -73,7 +73,7 @@ pub fn real_dlvsym(handle: *mut c_void, name: &CStr, version: *const c_char) -> 
 /// `dlsym`, a miss allocates nothing (glibc formats an error string with `malloc`) and no loader
 /// lock beyond `dl_iterate_phdr`'s is taken, so hooks may ask from inside a signal handler.
 pub fn lookup_loaded(name: &CStr) -> usize {
-    let own = crate::runtime::resolve::own_range();
+    let own = crate::runtime::objects::own_range();
     let mut found = 0usize;
     for_each_object(|o| {
         if found == 0 && !(o.start <= own.0 && own.0 < o.end) {

@@ -12,8 +12,9 @@ pub struct Thread {
     active: Cell<bool>,
     tid: Cell<u32>,
     errno: Cell<*mut c_int>,
-    /// The ledger's counter block this thread writes (`ledger::Block`), null until its first count.
-    pub(crate) counters: Cell<*const crate::accounting::ledger::Block>,
+    /// The counter block this thread writes, null until its first count. Opaque here: the
+    /// accounting stage owns the type (`ledger::Block`) and is the only one to cast it back.
+    pub(crate) counters: Cell<*const ()>,
     /// Calls since the last look for a Python interpreter (`python::known`).
     pub(crate) python_calls: Cell<u32>,
 }
@@ -152,20 +153,4 @@ pub fn tid() -> u32 {
 /// Forgets the cached thread id; a fork child's only thread has a new one.
 pub fn forget_tid() {
     here().tid.set(0);
-}
-
-pub fn unix_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a live, writable timespec and CLOCK_REALTIME is always supported.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
-}
-
-/// Milliseconds since the epoch from the coarse clock (a few ms of resolution, a fraction of the
-/// cost): for the timestamps taken on every tracked call.
-pub fn coarse_unix_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a live, writable timespec and CLOCK_REALTIME_COARSE exists on every Linux we run on.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }

@@ -69,7 +69,7 @@ unsafe impl Allocator for Pages {
     }
 
     fn page_size(&self) -> usize {
-        crate::accounting::ranges::page_size()
+        crate::runtime::sys::page_size()
     }
 }
 
@@ -102,11 +102,11 @@ const OWN_MAPPING: usize = 128 * 1024;
 /// Whether a layout gets its own mapping; the same answer on allocation and release.
 #[inline(always)]
 fn own_mapping(layout: &Layout) -> bool {
-    layout.size() >= OWN_MAPPING && layout.align() <= crate::accounting::ranges::page_size()
+    layout.size() >= OWN_MAPPING && layout.align() <= crate::runtime::sys::page_size()
 }
 
 fn pages(size: usize) -> usize {
-    let page = crate::accounting::ranges::page_size();
+    let page = crate::runtime::sys::page_size();
     (size + page - 1) & !(page - 1)
 }
 

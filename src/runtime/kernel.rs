@@ -432,7 +432,7 @@ mod tests {
 
     #[test]
     fn msync_tells_holes_and_changes_nothing() {
-        let page = crate::accounting::ranges::page_size();
+        let page = crate::runtime::sys::page_size();
         // SAFETY: a fresh private mapping of our own, unmapped again below.
         let p = unsafe { libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) } as usize;
         assert!(mapped(p, p + 3 * page));

@@ -3,6 +3,7 @@
 //! loaded objects and the real functions behind the hooks, pinguard's own heap and the pageable
 //! memory a downgrade serves. Nothing here imports from another stage.
 
+pub mod clock;
 pub mod config;
 pub mod dl;
 pub mod gate;
@@ -11,6 +12,7 @@ pub mod heap;
 pub mod kernel;
 pub mod lock;
 pub mod log;
+pub mod objects;
 pub mod pageable;
 pub mod resolve;
 pub mod sys;

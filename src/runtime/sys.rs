@@ -157,3 +157,21 @@ pub fn read_file(path: &CStr) -> Option<Vec<u8>> {
 pub fn read_text(path: &CStr) -> Option<String> {
     read_file(path).map(|b| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
+
+/// The page size the kernel reports, asked once; 4 KiB where it cannot say.
+const PAGE: usize = 4096;
+
+pub fn page_size() -> usize {
+    static SIZE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let s = SIZE.load(std::sync::atomic::Ordering::Relaxed);
+    if s != 0 {
+        return s;
+    }
+    // SAFETY: sysconf takes no pointers and has no preconditions.
+    let s = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        v if v > 0 => v as usize,
+        _ => PAGE,
+    };
+    SIZE.store(s, std::sync::atomic::Ordering::Relaxed);
+    s
+}

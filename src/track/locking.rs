@@ -21,8 +21,44 @@ use crate::accounting::callsite::Callsite;
 use crate::runtime::config::Policy;
 use crate::runtime::kernel;
 use crate::accounting::ledger::{self, LockedGuard};
-use crate::accounting::ranges::{page_size, page_span, Gaps};
+use crate::accounting::ranges::{page_span, Gaps};
+use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
+
+/// The locked-page view under its lock, for one hooked call. What a walk of the kernel's
+/// mappings changed in it is settled with the budget at `settle` and when the call lets the view
+/// go: the ledger records, the budget is moved here.
+struct View(LockedGuard);
+
+impl View {
+    fn take() -> View {
+        View(ledger::locked())
+    }
+
+    fn settle(&mut self) {
+        let d = self.0.take_drift();
+        budget::adjust(d.removed, d.added);
+    }
+}
+
+impl std::ops::Deref for View {
+    type Target = LockedGuard;
+    fn deref(&self) -> &LockedGuard {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for View {
+    fn deref_mut(&mut self) -> &mut LockedGuard {
+        &mut self.0
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        self.settle();
+    }
+}
 
 /// `mlock2`'s only flag (not in the `libc` crate for glibc targets).
 pub const MLOCK_ONFAULT: c_int = 1;
@@ -50,20 +86,22 @@ impl Hook {
     #[allow(clippy::too_many_arguments)]
     fn admit_lock(
         &self,
-        locked: &mut LockedGuard,
+        locked: &mut View,
         api: Api,
         site: &'static Callsite,
         req: Request,
         mut bytes: u64,
-        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        recount: impl FnOnce(&View) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<(Lock, u64), c_int> {
+        locked.settle(); // a walk since the view was taken (`lock_range`'s check) moved the budget
         if budget::try_reserve(bytes) {
             return Ok((Lock::Pin, bytes));
         }
         let kernel = kernel::vm_lck();
         let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
         if !stands && kernel.is_some_and(|k| locked.check_before_refusal(k, self.t, self.now())) {
+            locked.settle();
             match recount(locked) {
                 Some(b) => bytes = b,
                 None => return Ok((Lock::Pin, 0)),
@@ -99,7 +137,7 @@ impl Hook {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
-        let mut locked = ledger::locked();
+        let mut locked = View::take();
         let now = self.now();
         let mut gaps = locked.ranges.gaps(start, end);
         // The view thinks some of these pages locked: cheap evidence that it may be stale (a
@@ -157,7 +195,7 @@ impl Hook {
             }
             Ok((Lock::Downgrade, n)) => {
                 drop(locked);
-                quiet(|| ledger::count_downgraded(self.t, api, site, n));
+                quiet(|| self.downgraded(api, site, n));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
@@ -201,7 +239,7 @@ impl Hook {
         let (Some((start, end)), true) = (span, ledger::locked_any()) else {
             return real();
         };
-        let mut locked = ledger::locked();
+        let mut locked = View::take();
         let rc = real();
         let err = self.t.errno();
         let now = self.now();
@@ -241,7 +279,7 @@ impl Hook {
         };
         let bytes = rounded as u64;
         let Some(site) = quiet(|| self.site()) else { return real(flags) };
-        let mut locked = ledger::locked();
+        let mut locked = View::take();
         let now = self.now();
         let decided = quiet(|| {
             self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
@@ -268,7 +306,7 @@ impl Hook {
                 let p = real(flags & !libc::MAP_LOCKED);
                 let err = self.t.errno();
                 if p != libc::MAP_FAILED {
-                    quiet(|| ledger::count_downgraded(self.t, api, site, bytes));
+                    quiet(|| self.downgraded(api, site, bytes));
                 }
                 self.t.set_errno(err);
                 return p;
@@ -310,7 +348,7 @@ impl Hook {
         if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
             return real(); // the kernel's EINVAL; nothing changes
         }
-        let mut locked = ledger::locked();
+        let mut locked = View::take();
         let now = self.now();
         let held = locked.ranges.covered(old, old_end);
         let owner = locked.ranges.at(old_end.saturating_sub(1)).or_else(|| locked.ranges.at(old)).copied();
@@ -393,7 +431,7 @@ impl Hook {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
-        let mut locked = ledger::locked();
+        let mut locked = View::take();
         let now = self.now();
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
@@ -421,7 +459,7 @@ impl Hook {
                 return Ok(match self.cfg.policy {
                     Policy::Downgrade => (Lock::Downgrade, bytes),
                     _ => {
-                        ledger::count_denied(self.t, api, site, bytes);
+                        self.denied(api, site, bytes);
                         (Lock::Refuse, bytes)
                     }
                 });
@@ -446,7 +484,7 @@ impl Hook {
             }
             Some(Ok((Lock::Downgrade, bytes))) => {
                 drop(locked);
-                quiet(|| ledger::count_downgraded(self.t, api, site, bytes));
+                quiet(|| self.downgraded(api, site, bytes));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
@@ -475,7 +513,7 @@ impl Hook {
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
-        let mut locked = ledger::locked();
+        let mut locked = View::take();
         let rc = real();
         let err = self.t.errno();
         if rc == 0 {

@@ -117,7 +117,7 @@ impl Hook {
     pub(crate) fn now(&self) -> u64 {
         match self.now.get() {
             0 => {
-                let now = guard::coarse_unix_ms();
+                let now = crate::runtime::clock::coarse_unix_ms();
                 self.now.set(now);
                 now
             }
@@ -180,7 +180,7 @@ impl Hook {
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => Admission::Downgrade,
             Policy::Error | Policy::Downgrade => {
-                ledger::count_denied(self.t, api, site, bytes);
+                self.denied(api, site, bytes);
                 Admission::Refuse
             }
             Policy::Warn => {
@@ -201,6 +201,20 @@ impl Hook {
         }
     }
 
+    /// A refusal, in the process's figures and the group's (whose members' refusals are summed
+    /// in the group's shared page).
+    fn denied(&self, api: Api, site: &'static Callsite, bytes: u64) {
+        ledger::count_denied(self.t, api, site, bytes);
+        budget::group::note_denied();
+    }
+
+    /// A call served with pageable memory (or left unpinned) instead of pinned memory, in the
+    /// process's figures and the group's.
+    fn downgraded(&self, api: Api, site: &'static Callsite, bytes: u64) {
+        ledger::count_downgraded(self.t, api, site, bytes);
+        budget::group::note_downgraded();
+    }
+
     /// Records a successful pinning call at `addr`. A record already there is one whose release
     /// pinguard never saw (another route freed it): its figures go, so nothing counts twice.
     #[inline]
@@ -217,7 +231,7 @@ impl Hook {
         if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, true)) {
             self.forget(&old);
         }
-        ledger::count_downgraded(self.t, api, site, bytes);
+        self.downgraded(api, site, bytes);
         ledger::downgraded_live_delta(self.t, bytes as i64);
     }
 
@@ -276,7 +290,7 @@ impl Hook {
             }
             Admission::Downgrade => {
                 let Some(p) = pageable::alloc(size) else {
-                    quiet(|| ledger::count_denied(self.t, api, site, bytes));
+                    quiet(|| self.denied(api, site, bytes));
                     self.t.set_errno(self.entry_errno);
                     return oom;
                 };

@@ -1,0 +1,152 @@
+//! Where output goes: the report path template (made absolute at start-up, a pid put in where
+//! it has none, `%p %e %h %t` expanded per write), the state file's path beside the report, and
+//! atomic writes (a temporary file in the same folder, renamed).
+
+use crate::runtime::config::DEFAULT_TEMPLATE;
+use crate::runtime::kernel;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// The template made absolute when pinguard started, so a later `chdir` does not move the report.
+static TEMPLATE: OnceLock<(String, bool)> = OnceLock::new();
+
+pub fn init_template(given: Option<&str>) {
+    let (t, default) = match given {
+        Some(t) => (with_pid(t), false),
+        None => (DEFAULT_TEMPLATE.to_string(), true),
+    };
+    let abs = if t.starts_with('/') {
+        t
+    } else {
+        match std::env::current_dir() {
+            Ok(cwd) => format!("{}/{}", cwd.display(), t),
+            Err(_) => t,
+        }
+    };
+    let _ = TEMPLATE.set((abs, default));
+}
+
+/// Every process that inherits the template (fork and exec children) writes its own file: a
+/// template without `%p` gets the pid before its `.json` extension (or at its end), as
+/// LeakSanitizer does with `log_path`.
+pub fn with_pid(t: &str) -> String {
+    let mut rest = t;
+    let mut has_pid = false;
+    while let Some(i) = rest.find('%') {
+        match rest[i + 1..].chars().next() {
+            Some('p') => has_pid = true,
+            _ => {}
+        }
+        rest = &rest[(i + 2).min(rest.len())..];
+    }
+    if has_pid {
+        t.to_string()
+    } else if let Some(stem) = t.strip_suffix(".json") {
+        format!("{stem}.%p.json")
+    } else {
+        format!("{t}.%p")
+    }
+}
+
+fn exe_name() -> String {
+    let exe = kernel::exe();
+    let name = exe.rsplit('/').next().unwrap_or("");
+    let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-+".contains(c) { c } else { '_' }).collect();
+    if clean.is_empty() { "unknown".into() } else { clean }
+}
+
+pub fn expand(template: &str) -> PathBuf {
+    let mut out = String::new();
+    let mut chars = template.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('p') => out.push_str(&kernel::raw_pid().to_string()),
+            Some('e') => out.push_str(&exe_name()),
+            Some('h') => out.push_str(&kernel::hostname()),
+            Some('t') => out.push_str(&(crate::runtime::clock::start_ms() / 1000).to_string()),
+            Some('%') => out.push('%'),
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    PathBuf::from(out)
+}
+
+/// Where this process keeps its state (`arena`): next to where its report goes, with the
+/// report's fallback for the default template. `None` where no report may be written.
+/// With `make`, the folder is made as for a report; without, nothing is touched.
+pub fn state_path(make: bool) -> Option<PathBuf> {
+    if kernel::secure_mode() {
+        return None;
+    }
+    let (template, default) = TEMPLATE.get().cloned()?;
+    let target = pinguard_report::state::path_for(&expand(&template));
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if make {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if default && !writable(dir) {
+        return Some(std::env::temp_dir().join(target.file_name()?));
+    }
+    Some(target)
+}
+
+fn writable(dir: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a NUL-terminated path; access only reads it.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+/// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
+/// a private temporary file in the same directory (never followed through a symlink), renamed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".into());
+    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The template and whether it is the default one (whose folder may be read-only: a fallback
+/// to the temporary folder is allowed for it alone).
+pub fn template() -> (String, bool) {
+    TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_pid;
+
+    #[test]
+    fn pid_is_added_when_missing() {
+        assert_eq!(with_pid("/r/out.json"), "/r/out.%p.json");
+        assert_eq!(with_pid("/r/out"), "/r/out.%p");
+        assert_eq!(with_pid("/r/%e-%p.json"), "/r/%e-%p.json");
+        assert_eq!(with_pid("/r/100%%p.json"), "/r/100%%p.%p.json");
+    }
+}

@@ -1,0 +1,118 @@
+//! The loaded ELF objects (`dl_iterate_phdr`): their ranges, build ids and dynamic sections, and
+//! pinguard's own range among them. Read by the real-function look-ups (`dl`, `resolve`), the
+//! stack walk, and the callsite table's module list.
+
+use std::ffi::{CStr, CString};
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The address range of pinguard's own loaded object, for telling its frames and symbols apart.
+pub fn own_range() -> (usize, usize) {
+    static START: AtomicUsize = AtomicUsize::new(0);
+    static END: AtomicUsize = AtomicUsize::new(0);
+    let s = START.load(Ordering::Relaxed);
+    if s != 0 {
+        return (s, END.load(Ordering::Relaxed));
+    }
+    let probe = own_range as *const () as usize;
+    let mut range = (0usize, 0usize);
+    for_each_object(|obj| {
+        if obj.contains(probe) {
+            range = (obj.start, obj.end);
+        }
+    });
+    if range.0 != 0 {
+        END.store(range.1, Ordering::Relaxed);
+        START.store(range.0, Ordering::Relaxed);
+    }
+    range
+}
+
+pub fn is_own(addr: usize) -> bool {
+    let (s, e) = own_range();
+    addr >= s && addr < e
+}
+
+/// One loaded ELF object, as `dl_iterate_phdr` reports it.
+pub struct Object {
+    pub name: CString,
+    pub base: usize,
+    /// Lowest and highest address of its `PT_LOAD` segments.
+    pub start: usize,
+    pub end: usize,
+    pub build_id: Option<String>,
+    /// The address of its `PT_DYNAMIC` segment (0: none).
+    pub dynamic: usize,
+}
+
+impl Object {
+    pub fn contains(&self, addr: usize) -> bool {
+        addr >= self.start && addr < self.end
+    }
+}
+
+/// Calls `f` for every loaded object. The callback runs outside `dl_iterate_phdr`'s lock: what it
+/// does (dlopen, dlsym) may take the loader's locks itself.
+pub fn for_each_object(mut f: impl FnMut(&Object)) {
+    let mut objects: Vec<Object> = Vec::new();
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        let objects = &mut *(data as *mut Vec<Object>);
+        let info = &*info;
+        let name = if info.dlpi_name.is_null() {
+            CString::default()
+        } else {
+            CStr::from_ptr(info.dlpi_name).to_owned()
+        };
+        let base = info.dlpi_addr as usize;
+        let (mut start, mut end) = (usize::MAX, 0usize);
+        let mut build_id = None;
+        let mut dynamic = 0;
+        for i in 0..info.dlpi_phnum as usize {
+            let ph = &*info.dlpi_phdr.add(i);
+            if ph.p_type == libc::PT_DYNAMIC {
+                dynamic = base + ph.p_vaddr as usize;
+            }
+            if ph.p_type == libc::PT_LOAD {
+                start = start.min(base + ph.p_vaddr as usize);
+                end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
+            } else if ph.p_type == libc::PT_NOTE && build_id.is_none() {
+                build_id = find_build_id(base + ph.p_vaddr as usize, ph.p_memsz as usize);
+            }
+        }
+        if start < end {
+            objects.push(Object { name, base, start, end, build_id, dynamic });
+        }
+        0
+    }
+    {
+        let _open = crate::runtime::gate::enter();
+        // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut objects`,
+        // a live Vec<Object> that `cb` casts back to exactly that type, for the whole call.
+        unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
+    }
+    for o in &objects {
+        f(o);
+    }
+}
+
+/// Reads `NT_GNU_BUILD_ID` out of a mapped note segment.
+unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
+    let end = p + len;
+    while p + 12 <= end {
+        let namesz = *(p as *const u32) as usize;
+        let descsz = *((p + 4) as *const u32) as usize;
+        let ty = *((p + 8) as *const u32);
+        let name = p + 12;
+        let desc = name + ((namesz + 3) & !3);
+        let next = desc + ((descsz + 3) & !3);
+        if next > end {
+            return None;
+        }
+        if ty == 3 && namesz == 4 && std::slice::from_raw_parts(name as *const u8, 4) == b"GNU\0" {
+            let bytes = std::slice::from_raw_parts(desc as *const u8, descsz);
+            return Some(bytes.iter().map(|b| format!("{b:02x}")).collect());
+        }
+        p = next;
+    }
+    None
+}
