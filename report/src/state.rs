@@ -128,7 +128,9 @@ pub mod slot {
     pub const UNIX_MS: usize = 24;
     pub const TID: usize = 32;
     pub const API: usize = 36;
-    pub const DOWNGRADED: usize = 37;
+    /// How the memory is backed (`ledger::Backing`): 0 pinned; any other value is downgraded
+    /// (1 pinguard's own pageable memory, 2 the caller's memory left unpinned).
+    pub const BACKING: usize = 37;
 }
 
 /// A loaded object, as the process saw it.
@@ -437,7 +439,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
                     callsite: site_ids.get(&img.u64_at(s + slot::SITE).unwrap_or(0)).copied().unwrap_or(u32::MAX),
                     tid: img.u32_at(s + slot::TID).unwrap_or(0),
                     age_ms: modified_ms.saturating_sub(img.u64_at(s + slot::UNIX_MS).unwrap_or(0)),
-                    downgraded: bytes[s + slot::DOWNGRADED] != 0,
+                    downgraded: bytes[s + slot::BACKING] != 0,
                 },
             );
         }

@@ -27,8 +27,23 @@ pub struct Live {
     pub unix_ms: u64,
     pub tid: u32,
     pub api: Api,
-    pub downgraded: bool,
+    pub backing: Backing,
 }
+
+/// How a live record's memory is backed: what its release gives back, and to whom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Backing {
+    /// Pinned by the runtime: its bytes are the budget's until the runtime releases them.
+    Pinned = 0,
+    /// pinguard's own pageable memory, served in place of a pinned allocation (`downgrade`):
+    /// pinguard frees it, the runtime never saw it.
+    Pageable = 1,
+    /// The caller's own memory, left unpinned in place of a registration (`downgrade`): nothing
+    /// to free, nothing the runtime holds.
+    Unpinned = 2,
+}
+
 
 const _: () = {
     use pinguard_report::state::slot as s;
@@ -37,13 +52,19 @@ const _: () = {
     assert!(size_of::<Live>() + 8 == s::SIZE);
     assert!(offset_of!(Live, size) + 8 == s::BYTES && offset_of!(Live, site) + 8 == s::SITE);
     assert!(offset_of!(Live, unix_ms) + 8 == s::UNIX_MS && offset_of!(Live, tid) + 8 == s::TID);
-    assert!(offset_of!(Live, api) + 8 == s::API && offset_of!(Live, downgraded) + 8 == s::DOWNGRADED);
+    assert!(offset_of!(Live, api) + 8 == s::API && offset_of!(Live, backing) + 8 == s::BACKING);
 };
 
 impl Live {
     /// `unix_ms` from the coarse clock (`guard::coarse_unix_ms`), read once per hooked call.
-    pub fn new(t: &Thread, api: Api, size: u64, site: &'static Callsite, downgraded: bool, unix_ms: u64) -> Live {
-        Live { size, api, downgraded, tid: t.tid(), unix_ms, site }
+    pub fn new(t: &Thread, api: Api, size: u64, site: &'static Callsite, backing: Backing, unix_ms: u64) -> Live {
+        Live { size, api, backing, tid: t.tid(), unix_ms, site }
+    }
+
+    /// Served by a downgrade: not pinned, not in the budget.
+    #[inline]
+    pub fn downgraded(&self) -> bool {
+        self.backing != Backing::Pinned
     }
 }
 
@@ -283,7 +304,7 @@ pub struct Locked {
     /// them locked in `smaps`, or the reverse (none on the kernels tried), so that such pages do
     /// not make every check walk again.
     skew: i64,
-    /// What walks changed in the view and the budget has not yet been told (`take_drift`): the
+    /// What left or joined the view that the budget has not yet been told (`take_drift`): the
     /// ledger records, the budget is moved by whoever holds the view (`track`, a report).
     drift: Synced,
 }
@@ -303,18 +324,20 @@ impl Locked {
         live_delta(t, live.api, live.site, (e - s) as i64, 1, now);
     }
 
-    /// Removes `[s, e)` from the view, with the live figures; returns the bytes removed (the
-    /// budget is the caller's).
+    /// Removes `[s, e)` from the view, with the live figures; returns the bytes removed, which
+    /// the budget is owed back (`take_drift`).
     pub fn cut(&mut self, t: &Thread, s: usize, e: usize, now: u64) -> u64 {
         let mut removed = 0;
         self.ranges.remove(s, e, |l, b, c| {
             live_delta(t, l.api, l.site, -(b as i64), c, now);
             removed += b;
         });
+        self.drift.removed += removed;
         removed
     }
 
-    /// Everything unlocked (`munlockall`), with the live figures; returns the bytes removed.
+    /// Everything unlocked (`munlockall`), with the live figures; returns the bytes removed, which
+    /// the budget is owed back (`take_drift`).
     pub fn clear(&mut self, t: &Thread, now: u64) -> u64 {
         let mut removed = 0;
         self.ranges.clear(|l, b, c| {
@@ -323,11 +346,13 @@ impl Locked {
         });
         self.future = None;
         self.skew = 0;
+        self.drift.removed += removed;
         removed
     }
 
-    /// What walks changed since the last call: the bytes to give back to the budget (`removed`)
-    /// and to take from it whatever its limit (`added`: locked already).
+    /// What left or joined the view since the last call, by `cut`, `clear` and walks: the bytes
+    /// to give back to the budget (`removed`) and to take from it whatever its limit (`added`:
+    /// locked already). `add` owes nothing: its caller's reservation holds its bytes.
     pub fn take_drift(&mut self) -> Synced {
         std::mem::take(&mut self.drift)
     }
@@ -397,7 +422,7 @@ impl Locked {
                         .or_else(|| self.ranges.adjacent(s, e).map(|l| (l.api, l.site)))
                         .or_else(|| self.future.map(|l| (l.api, l.site)))
                         .unwrap_or_else(|| (Api::Mlock, crate::accounting::callsite::empty()));
-                    self.add(t, s, e, Live::new(t, api, 0, site, false, now), now);
+                    self.add(t, s, e, Live::new(t, api, 0, site, Backing::Pinned, now), now);
                     out.added += (e - s) as u64;
                 }
             } else {
@@ -408,8 +433,7 @@ impl Locked {
         if complete {
             out.removed += self.cut(t, cur, usize::MAX, now);
         }
-        self.drift.removed += out.removed;
-        self.drift.added += out.added;
+        self.drift.added += out.added; // what `cut` removed is owed already
         if !complete {
             return None;
         }
@@ -474,7 +498,7 @@ fn runtime_spans() -> Vec<(usize, usize)> {
         })) else {
             continue;
         };
-        v.extend(map.iter().filter(|(_, l)| !l.downgraded).filter_map(|(a, l)| crate::accounting::ranges::page_span(a, l.size as usize, page)));
+        v.extend(map.iter().filter(|(_, l)| !l.downgraded()).filter_map(|(a, l)| crate::accounting::ranges::page_span(a, l.size as usize, page)));
     }
     v.sort_unstable();
     v

@@ -42,6 +42,16 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Nothing reserved: a call that pins nothing new (every page locked already, or more than
+    /// the figures can hold under `warn`, which the kernel or the runtime rejects).
+    pub fn none() -> Reservation {
+        Reservation { bytes: 0 }
+    }
+
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// The call pinned the bytes: they stay counted until `release`.
     pub fn commit(self) {
         std::mem::forget(self);

@@ -161,7 +161,7 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
             callsite: l.site.id,
             tid: l.tid,
             age_ms: now.saturating_sub(l.unix_ms),
-            downgraded: l.downgraded,
+            downgraded: l.downgraded(),
         })
         .collect();
     live.sort_by_key(|l| l.addr);

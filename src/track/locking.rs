@@ -7,20 +7,20 @@
 
 use super::{quiet, Admission, Hook, Request};
 
-/// A locking call's admission. The locking family gives its bytes back by hand (a failed call
-/// may still have locked part of its range, which the kernel then says), so it holds no
-/// `budget::Reservation`.
+/// A locking call's admission. A failed call may still have locked part of its range: its
+/// reservation goes back whole, and a walk of the kernel's mappings takes what was locked.
 enum Lock {
-    Pin,
+    /// Lock, with the budget's bytes held for the call (none when nothing new is to be locked).
+    Pin(budget::Reservation),
     Refuse,
-    Downgrade,
+    Downgrade(u64),
 }
 use crate::api::Api;
 use crate::budget;
 use crate::accounting::callsite::Callsite;
 use crate::runtime::config::Policy;
 use crate::runtime::kernel;
-use crate::accounting::ledger::{self, LockedGuard};
+use crate::accounting::ledger::{self, Backing, LockedGuard};
 use crate::accounting::ranges::{page_span, Gaps};
 use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
@@ -93,10 +93,10 @@ impl Hook {
         mut bytes: u64,
         recount: impl FnOnce(&View) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
-    ) -> Result<(Lock, u64), c_int> {
+    ) -> Result<Lock, c_int> {
         locked.settle(); // a walk since the view was taken (`lock_range`'s check) moved the budget
-        if budget::try_reserve(bytes) {
-            return Ok((Lock::Pin, bytes));
+        if let Some(r) = budget::reserve(bytes) {
+            return Ok(Lock::Pin(r));
         }
         let kernel = kernel::vm_lck();
         let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
@@ -104,10 +104,10 @@ impl Hook {
             locked.settle();
             match recount(locked) {
                 Some(b) => bytes = b,
-                None => return Ok((Lock::Pin, 0)),
+                None => return Ok(Lock::Pin(budget::Reservation::none())),
             }
-            if budget::try_reserve(bytes) {
-                return Ok((Lock::Pin, bytes));
+            if let Some(r) = budget::reserve(bytes) {
+                return Ok(Lock::Pin(r));
             }
         }
         if self.cfg.policy != Policy::Warn {
@@ -117,14 +117,11 @@ impl Hook {
             }
         }
         Ok(match self.admit(api, bytes, site, req) {
-            Admission::Pin(r) => {
-                r.commit();
-                (Lock::Pin, bytes)
-            }
+            Admission::Pin(r) => Lock::Pin(r),
             // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
-            Admission::Pass => (Lock::Pin, 0),
-            Admission::Refuse => (Lock::Refuse, bytes),
-            Admission::Downgrade => (Lock::Downgrade, bytes),
+            Admission::Pass => Lock::Pin(budget::Reservation::none()),
+            Admission::Refuse => Lock::Refuse,
+            Admission::Downgrade => Lock::Downgrade(bytes),
         })
     }
 
@@ -178,36 +175,38 @@ impl Hook {
         if let Some(g) = fresh {
             gaps = g;
         }
-        let new = match decided {
+        let reservation = match decided {
             Err(err) => {
                 drop(locked);
                 self.t.set_errno(err);
                 return -1;
             }
-            Ok((_, 0)) => {
+            Ok(Lock::Pin(r)) if r.bytes() == 0 => {
                 drop(locked);
                 return self.untracked(api, 0, real());
             }
-            Ok((Lock::Refuse, _)) => {
+            Ok(Lock::Refuse) => {
                 drop(locked);
                 self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
-            Ok((Lock::Downgrade, n)) => {
+            Ok(Lock::Downgrade(n)) => {
                 drop(locked);
                 quiet(|| self.downgraded(api, site, n));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
-            Ok((Lock::Pin, n)) => n,
+            Ok(Lock::Pin(r)) => r,
         };
+        let new = reservation.bytes();
         let rc = real();
         let err = self.t.errno();
         quiet(|| {
             if rc == 0 {
                 for &(s, e) in &gaps {
-                    locked.add(self.t, s, e, self.live(api, 0, site, false), now);
+                    locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), now);
                 }
+                reservation.commit();
                 ledger::count_alloc(self.t, api, site, new);
             } else {
                 // The kernel may have locked the pages before a hole in the range.
@@ -220,7 +219,7 @@ impl Hook {
                         })
                     });
                 }
-                budget::release(new);
+                drop(reservation); // the walk took what the kernel locked
                 if added > 0 {
                     ledger::count_alloc(self.t, api, site, added);
                 }
@@ -245,9 +244,7 @@ impl Hook {
         let now = self.now();
         if ok(&rc) {
             quiet(|| {
-                let removed = locked.cut(self.t, start, end, now);
-                if removed > 0 {
-                    budget::release(removed);
+                if locked.cut(self.t, start, end, now) > 0 {
                     ledger::count_release(self.t);
                 }
             });
@@ -286,7 +283,7 @@ impl Hook {
                 kernel::mmap_rejected(addr, len, prot, flags, fd, off, page)
             })
         });
-        match decided {
+        let reservation = match decided {
             None => {
                 drop(locked);
                 return real(flags);
@@ -296,12 +293,12 @@ impl Hook {
                 self.t.set_errno(err);
                 return libc::MAP_FAILED;
             }
-            Some(Ok((Lock::Refuse, _))) => {
+            Some(Ok(Lock::Refuse)) => {
                 drop(locked);
                 self.t.set_errno(libc::EAGAIN);
                 return libc::MAP_FAILED;
             }
-            Some(Ok((Lock::Downgrade, _))) => {
+            Some(Ok(Lock::Downgrade(_))) => {
                 drop(locked);
                 let p = real(flags & !libc::MAP_LOCKED);
                 let err = self.t.errno();
@@ -311,8 +308,8 @@ impl Hook {
                 self.t.set_errno(err);
                 return p;
             }
-            Some(Ok((Lock::Pin, _))) => {}
-        }
+            Some(Ok(Lock::Pin(r))) => r,
+        };
         let p = real(flags);
         let err = self.t.errno();
         quiet(|| {
@@ -320,12 +317,12 @@ impl Hook {
                 let start = p as usize;
                 // The kernel handed out these pages: whatever the view had there is gone, replaced
                 // by MAP_FIXED or unmapped behind pinguard's back.
-                let removed = locked.cut(self.t, start, start + rounded, now);
-                budget::release(removed);
-                locked.add(self.t, start, start + rounded, self.live(api, 0, site, false), now);
+                locked.cut(self.t, start, start + rounded, now);
+                locked.add(self.t, start, start + rounded, self.live(api, 0, site, Backing::Pinned), now);
+                reservation.commit();
                 ledger::count_alloc(self.t, api, site, bytes);
             } else {
-                budget::release(bytes);
+                drop(reservation);
                 ledger::count_failed(self.t, api);
             }
         });
@@ -356,11 +353,11 @@ impl Hook {
             Some(_) if held > 0 && new_len > old_len => (new_len - old_len) as u64,
             _ => 0,
         };
-        let mut reserved = 0;
+        let mut reservation = budget::Reservation::none();
         if let (true, Some(o)) = (grow > 0, owner) {
             let decided = quiet(|| self.admit_lock(&mut locked, o.api, o.site, Request::Mapped, grow, |_| Some(grow), |_| None));
             match decided {
-                Some(Ok((Lock::Pin, n))) => reserved = n,
+                Some(Ok(Lock::Pin(r))) => reservation = r,
                 Some(Ok(_)) => {
                     drop(locked);
                     self.t.set_errno(libc::EAGAIN);
@@ -378,7 +375,7 @@ impl Hook {
         let err = self.t.errno();
         quiet(|| {
             if r == libc::MAP_FAILED {
-                budget::release(reserved);
+                drop(reservation);
                 // MREMAP_FIXED may have unmapped the target before failing.
                 if flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(new_addr, new_addr + new_len) > 0 {
                     locked.sync(self.t, now, |_, _| None);
@@ -386,9 +383,8 @@ impl Hook {
                 return;
             }
             let r = r as usize;
-            let mut released = 0;
             if new_len < old_len {
-                released += locked.cut(self.t, old + new_len, old_end, now);
+                locked.cut(self.t, old + new_len, old_end, now);
             }
             if r != old {
                 // Moved (with MREMAP_DONTUNMAP the old pages stay, unlocked): the locks go along.
@@ -396,21 +392,19 @@ impl Hook {
                 let pieces = locked.ranges.take(old, old + keep, |l, b, c| {
                     ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, now);
                 });
-                released += locked.cut(self.t, r, r + new_len, now); // what the view had there is gone
+                locked.cut(self.t, r, r + new_len, now); // what the view had there is gone
                 for (s, e, l) in pieces {
                     locked.add(self.t, s - old + r, e - old + r, l, now);
                 }
             } else if new_len > old_len {
-                released += locked.cut(self.t, old_end, old + new_len, now);
+                locked.cut(self.t, old_end, old + new_len, now);
             }
-            budget::release(released);
             let uniform = held == 0 || held == old_len as u64;
-            if let (true, true, Some(o)) = (reserved > 0, uniform, owner) {
+            if let (true, true, Some(o)) = (reservation.bytes() > 0, uniform, owner) {
                 // The whole mapping was locked: so is the part it grew by.
                 locked.add(self.t, r + old_len, r + new_len, o, now);
-                ledger::count_alloc(self.t, o.api, o.site, reserved);
-            } else {
-                budget::release(reserved);
+                ledger::count_alloc(self.t, o.api, o.site, reservation.bytes());
+                reservation.commit();
             }
             if !uniform && (r != old || new_len > old_len) {
                 // The view had part of one mapping locked: the kernel knows what became of it.
@@ -457,17 +451,17 @@ impl Hook {
                 }
                 let bytes = estimate();
                 return Ok(match self.cfg.policy {
-                    Policy::Downgrade => (Lock::Downgrade, bytes),
+                    Policy::Downgrade => Lock::Downgrade(bytes),
                     _ => {
                         self.denied(api, site, bytes);
-                        (Lock::Refuse, bytes)
+                        Lock::Refuse
                     }
                 });
             }
             let bytes = estimate();
             self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))
         });
-        let reserved = match decided {
+        let reservation = match decided {
             None => {
                 drop(locked);
                 return real();
@@ -477,23 +471,23 @@ impl Hook {
                 self.t.set_errno(err);
                 return -1;
             }
-            Some(Ok((Lock::Refuse, _))) => {
+            Some(Ok(Lock::Refuse)) => {
                 drop(locked);
                 self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
-            Some(Ok((Lock::Downgrade, bytes))) => {
+            Some(Ok(Lock::Downgrade(bytes))) => {
                 drop(locked);
                 quiet(|| self.downgraded(api, site, bytes));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
-            Some(Ok((Lock::Pin, bytes))) => bytes,
+            Some(Ok(Lock::Pin(r))) => r,
         };
         let rc = real();
         let err = self.t.errno();
         quiet(|| {
-            budget::release(reserved); // the walk takes what the kernel actually locked
+            drop(reservation); // the walk takes what the kernel actually locked
             if rc == 0 {
                 let mut added = 0;
                 locked.sync(self.t, now, |s, e| {
@@ -501,7 +495,7 @@ impl Hook {
                     Some((api, site))
                 });
                 // mlockall without MCL_FUTURE ends an earlier one's.
-                locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(api, 0, site, false));
+                locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(api, 0, site, Backing::Pinned));
                 ledger::count_alloc(self.t, api, site, added);
             } else {
                 ledger::count_failed(self.t, api);
@@ -518,9 +512,7 @@ impl Hook {
         let err = self.t.errno();
         if rc == 0 {
             quiet(|| {
-                let removed = locked.clear(self.t, self.now());
-                if removed > 0 {
-                    budget::release(removed);
+                if locked.clear(self.t, self.now()) > 0 {
                     ledger::count_release(self.t);
                 }
             });

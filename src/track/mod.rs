@@ -6,7 +6,7 @@ use crate::budget;
 use crate::accounting::callsite::{self, Callsite};
 use crate::runtime::config::{Config, Policy};
 use crate::runtime::guard::{self, Reentry, Thread};
-use crate::accounting::ledger::{self, Live};
+use crate::accounting::ledger::{self, Backing, Live};
 use crate::lifecycle;
 use crate::runtime::pageable;
 use crate::capture::stack;
@@ -126,8 +126,8 @@ impl Hook {
     }
 
     #[inline]
-    pub(crate) fn live(&self, api: Api, size: u64, site: &'static Callsite, downgraded: bool) -> Live {
-        Live::new(self.t, api, size, site, downgraded, self.now())
+    pub(crate) fn live(&self, api: Api, size: u64, site: &'static Callsite, backing: Backing) -> Live {
+        Live::new(self.t, api, size, site, backing, self.now())
     }
 
     /// A call pinguard does not account (no out-pointer, nothing to pin): the runtime answers,
@@ -219,30 +219,34 @@ impl Hook {
     /// pinguard never saw (another route freed it): its figures go, so nothing counts twice.
     #[inline]
     fn record(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
-        if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, false)) {
-            self.forget(&old);
+        if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, Backing::Pinned)) {
+            self.gone(&old);
         }
         ledger::count_alloc(self.t, api, site, bytes);
         ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
     }
 
-    /// Records memory pinguard served in place of pinned memory (`downgrade`).
-    fn record_downgraded(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite) {
-        if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, true)) {
-            self.forget(&old);
+    /// Records memory served in place of pinned memory (`downgrade`): pinguard's own pageable
+    /// memory for an allocation, the caller's memory left unpinned for a registration.
+    fn record_downgraded(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, backing: Backing) {
+        if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, backing)) {
+            self.gone(&old);
         }
         self.downgraded(api, site, bytes);
         ledger::downgraded_live_delta(self.t, bytes as i64);
     }
 
-    /// Takes a replaced record's figures out of the live levels and the budget.
-    #[cold]
-    fn forget(&self, old: &Live) {
-        if old.downgraded {
-            ledger::downgraded_live_delta(self.t, -(old.size as i64));
-        } else {
-            ledger::live_delta(self.t, old.api, old.site, -(old.size as i64), -1, self.now());
-            budget::release(old.size);
+    /// A record's memory is no longer held: its figures leave the live levels and, were it
+    /// pinned, its bytes go back to the budget (live figures first: a thread that takes the freed
+    /// budget must never see the ledger above the budget). Pageable memory pinguard served is
+    /// freed by the caller of this, which knows whether the runtime or pinguard holds it.
+    fn gone(&self, l: &Live) {
+        match l.backing {
+            Backing::Pinned => {
+                ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
+                budget::release(l.size);
+            }
+            Backing::Pageable | Backing::Unpinned => ledger::downgraded_live_delta(self.t, -(l.size as i64)),
         }
     }
 
@@ -297,7 +301,7 @@ impl Hook {
                 // SAFETY: `out` is not null (checked on entry) and the caller passed it for the
                 // runtime to write the new pointer to.
                 unsafe { *out = p };
-                quiet(|| self.record_downgraded(api, p as usize, bytes, site));
+                quiet(|| self.record_downgraded(api, p as usize, bytes, site, Backing::Pageable));
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
@@ -339,7 +343,7 @@ impl Hook {
         // answers (it knows). Downgraded: the runtime never saw it, and answers as it would have
         // had the first call pinned, without pinning it now.
         match quiet(|| ledger::live_at(addr as usize)).flatten() {
-            Some(l) if l.downgraded => {
+            Some(l) if l.downgraded() => {
                 quiet(|| ledger::count_failed(self.t, api));
                 self.t.set_errno(self.entry_errno);
                 return already;
@@ -357,7 +361,7 @@ impl Hook {
                 return oom;
             }
             Admission::Downgrade => {
-                quiet(|| self.record_downgraded(api, addr as usize, bytes, site));
+                quiet(|| self.record_downgraded(api, addr as usize, bytes, site, Backing::Unpinned));
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
@@ -375,7 +379,7 @@ impl Hook {
     }
 
     /// `cudaFreeHost`, `cudaHostUnregister` and friends. `frees` says which entry points' records
-    /// this call releases; `owned` that pinguard allocated a downgraded one itself.
+    /// this call releases; the record says how its memory is backed.
     pub fn release<R: Copy + PartialEq>(
         self,
         api: Api,
@@ -389,21 +393,12 @@ impl Hook {
         }
         let taken = quiet(|| ledger::take(addr as usize, |a| frees.contains(&a))).flatten();
         match taken {
-            Some(l) if l.downgraded => {
+            Some(l) if l.downgraded() => {
                 quiet(|| {
-                    if matches!(
-                        l.api,
-                        Api::CudaHostAlloc
-                            | Api::CudaMallocHost
-                            | Api::CuMemHostAlloc
-                            | Api::CuMemAllocHostV2
-                            | Api::CuMemAllocHost
-                            | Api::AclrtMallocHost
-                            | Api::AclrtMallocHostWithCfg
-                    ) {
+                    if l.backing == Backing::Pageable {
                         pageable::free(addr as usize, l.size as usize);
                     }
-                    ledger::downgraded_live_delta(self.t, -(l.size as i64));
+                    self.gone(&l);
                     ledger::count_release(self.t);
                 });
                 self.t.set_errno(self.entry_errno);
@@ -418,10 +413,7 @@ impl Hook {
                 back.disarm();
                 quiet(|| {
                     if rc == ok {
-                        // Live figures first, budget second: a thread that takes the freed budget
-                        // must never see the ledger above the budget.
-                        ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
-                        budget::release(l.size);
+                        self.gone(&l);
                         ledger::count_release(self.t);
                     } else {
                         let _ = ledger::insert(addr as usize, l);
