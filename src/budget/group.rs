@@ -42,9 +42,8 @@ pub fn init(name: &str, budget: Option<u64>, errors: &mut Vec<String>) {
     let path = layout::path(name);
     match open_or_create(&path, budget) {
         Ok(h) => {
-            // SAFETY: `h` maps a checked ledger of `layout::SIZE` bytes; `budget` is written once,
-            // before the ledger is published, and never changed.
-            let stored = unsafe { (*h).budget };
+            let Some(h) = std::ptr::NonNull::new(h).map(Shared) else { return };
+            let stored = h.budget();
             if let Some(b) = budget {
                 if b != stored {
                     errors.push(format!(
@@ -55,9 +54,8 @@ pub fn init(name: &str, budget: Option<u64>, errors: &mut Vec<String>) {
             let _ = NAME.set(name.to_string());
             // Before the ledger is this image's to use: no thread can have joined yet, so every
             // slot with this process's pid and start time is the previous image's.
-            // SAFETY: as above; the mapping is never unmapped.
-            forget_previous_image(unsafe { &mut *h });
-            MAP.store(h, Ordering::Release);
+            forget_previous_image(h);
+            MAP.store(h.0.as_ptr(), Ordering::Release);
         }
         Err(why) => errors.push(format!("PINGUARD_GROUP={name:?}: the ledger {path} {why}; running with the process budget only")),
     }
@@ -279,17 +277,26 @@ fn remove_stale_temporaries(path: &str) {
     }
 }
 
-#[inline(always)]
-fn header() -> Option<&'static mut Header> {
-    let h = MAP.load(Ordering::Acquire);
-    // SAFETY: a non-null MAP is a ledger mapping that is never unmapped; its fields other than
-    // the atomically updated counters are only touched with the group lock held.
-    (!h.is_null()).then(|| unsafe { &mut *h })
+/// The group's ledger, shared with every other member process: a handle, never a reference.
+/// Other processes write the ledger at any time, so Rust's rule for `&mut` (nothing else touches
+/// the memory while the reference lives) holds only with the group lock held: `Locked` lends
+/// `&mut Header` for as long as it holds the lock, and outside it only single fields are read
+/// or bumped, atomically (`budget`, written once before the ledger was published; `pid`, the
+/// member's own notes).
+#[derive(Clone, Copy)]
+struct Shared(std::ptr::NonNull<Header>);
+
+impl Shared {
+    /// `budget` is written before the ledger is published (`init`) and never changed after.
+    fn budget(self) -> u64 {
+        // SAFETY: a published ledger mapping, never unmapped; the field is never written again.
+        unsafe { std::ptr::addr_of!((*self.0.as_ptr()).budget).read() }
+    }
 }
 
-fn atomic(v: &mut u64) -> &AtomicU64 {
-    // SAFETY: `v` is an aligned u64 in the shared mapping; every concurrent access to it is atomic.
-    unsafe { AtomicU64::from_ptr(v) }
+#[inline(always)]
+fn header() -> Option<Shared> {
+    std::ptr::NonNull::new(MAP.load(Ordering::Acquire)).map(Shared)
 }
 
 /// Milliseconds of `CLOCK_MONOTONIC`: the same clock for every process of the host (in one
@@ -370,26 +377,27 @@ fn start_ticks(pid: u32) -> Proc {
 /// while it is held: a thread cancelled with the lock held would leave it to `EOWNERDEAD` repair,
 /// and an unwinding through pinguard's frames would abort the process.
 struct Locked {
-    h: &'static mut Header,
+    ledger: Shared,
     _nc: sys::NoCancel,
 }
 
 impl Locked {
     /// `None` when the lock cannot be taken (a ledger whose mutex is unrecoverable or corrupt):
     /// the process then leaves the group and runs on its own budget.
-    fn new(h: &'static mut Header) -> Option<Locked> {
+    fn new(ledger: Shared) -> Option<Locked> {
         let nc = sys::NoCancel::new();
-        // SAFETY: the mutex was initialised process-shared and robust before the ledger was published.
-        let rc = unsafe { libc::pthread_mutex_lock(&mut h.mutex) };
+        // SAFETY: the mutex was initialised process-shared and robust before the ledger was
+        // published; a pthread mutex is made to be shared this way, through a raw pointer.
+        let rc = unsafe { libc::pthread_mutex_lock(std::ptr::addr_of_mut!((*ledger.0.as_ptr()).mutex)) };
         match rc {
-            0 => Some(Locked { h, _nc: nc }),
+            0 => Some(Locked { ledger, _nc: nc }),
             libc::EOWNERDEAD => {
-                let mut l = Locked { h, _nc: nc };
+                let mut l = Locked { ledger, _nc: nc };
                 // Whatever the dead holder was doing, the members' shares are the truth.
                 l.reclaim_dead(Scan::Join);
-                l.h.used = l.sum_of_shares();
+                l.h_mut().used = l.sum_of_shares();
                 // SAFETY: this thread holds the mutex (EOWNERDEAD hands it over).
-                unsafe { libc::pthread_mutex_consistent(&mut l.h.mutex) };
+                unsafe { libc::pthread_mutex_consistent(&mut l.h_mut().mutex) };
                 Some(l)
             }
             _ => {
@@ -401,17 +409,31 @@ impl Locked {
         }
     }
 
+    /// The ledger, for as long as the lock is held and this borrow lasts.
+    fn h(&self) -> &Header {
+        // SAFETY: this guard holds the group lock, under which every member changes the ledger's
+        // plain fields; the ones members bump outside it (`denied`, `downgraded`) are only
+        // copied out here, into a report.
+        unsafe { self.ledger.0.as_ref() }
+    }
+
+    fn h_mut(&mut self) -> &mut Header {
+        // SAFETY: as `h`; the `&mut self` borrow keeps this the only reference this process
+        // makes while it lasts.
+        unsafe { self.ledger.0.as_mut() }
+    }
+
     fn sum_of_shares(&self) -> u64 {
         // Saturating only here, for a ledger corrupted past any real sum: nothing else saturates.
-        self.h.members.iter().filter(|m| m.pid != 0).fold(0u64, |a, m| a.saturating_add(m.bytes))
+        self.h().members.iter().filter(|m| m.pid != 0).fold(0u64, |a, m| a.saturating_add(m.bytes))
     }
 
     /// Empties slot `i`, giving its share back to the group.
     fn vacate(&mut self, i: usize) {
-        let bytes = self.h.members[i].bytes;
+        let bytes = self.h().members[i].bytes;
         // SAFETY: `Member` is plain data; all zeroes is a free slot.
-        self.h.members[i] = unsafe { std::mem::zeroed() };
-        self.h.used = match self.h.used.checked_sub(bytes) {
+        self.h_mut().members[i] = unsafe { std::mem::zeroed() };
+        self.h_mut().used = match self.h().used.checked_sub(bytes) {
             Some(u) => u,
             None => self.sum_of_shares(), // a ledger someone edited: back to the truth
         };
@@ -420,19 +442,19 @@ impl Locked {
     /// Whether slot `i` is still this process's (a member wrongly taken for dead, or a second
     /// copy of pinguard in the process, may have lost it).
     fn owns(&self, i: usize) -> bool {
-        i < MAX_MEMBERS && self.h.members[i].pid == MY_PID.load(Ordering::Relaxed)
+        i < MAX_MEMBERS && self.h().members[i].pid == MY_PID.load(Ordering::Relaxed)
     }
 
     /// Gives the share of every member that is gone back to the group; returns the bytes freed.
     fn reclaim_dead(&mut self, why: Scan) -> u64 {
         match why {
-            Scan::Join => self.h.join_scans = self.h.join_scans.wrapping_add(1),
-            Scan::Room => self.h.room_scans = self.h.room_scans.wrapping_add(1),
+            Scan::Join => self.h_mut().join_scans = self.h().join_scans.wrapping_add(1),
+            Scan::Room => self.h_mut().room_scans = self.h().room_scans.wrapping_add(1),
         }
         let me = SLOT.load(Ordering::Relaxed);
         let mut freed = 0u64;
         for i in 0..MAX_MEMBERS {
-            let m = &self.h.members[i];
+            let m = &self.h().members[i];
             if m.pid == 0 || (i == me && self.owns(i)) {
                 continue;
             }
@@ -453,11 +475,11 @@ impl Locked {
     /// the whole group, so a full group's refusals cost a clock read, not a `/proc` walk.
     fn room_scan_due(&mut self) -> bool {
         let now = monotonic_ms();
-        let after = self.h.rescan_after_ms;
+        let after = self.h().rescan_after_ms;
         // A deadline further ahead than one interval was set by a clock that is not ours (another
         // time namespace): it must not silence the scan.
         if now >= after || after > now.saturating_add(layout::RESCAN_MS) {
-            self.h.rescan_after_ms = now.saturating_add(layout::RESCAN_MS);
+            self.h_mut().rescan_after_ms = now.saturating_add(layout::RESCAN_MS);
             return true;
         }
         false
@@ -474,7 +496,7 @@ impl Drop for Locked {
     fn drop(&mut self) {
         // SAFETY: this thread holds the mutex (taken in `new`). `_nc` is dropped after this, so
         // cancellation comes back only once the lock is released.
-        unsafe { libc::pthread_mutex_unlock(&mut self.h.mutex) };
+        unsafe { libc::pthread_mutex_unlock(&mut self.h_mut().mutex) };
     }
 }
 
@@ -482,14 +504,14 @@ impl Drop for Locked {
 /// image. A live member with this process's pid and start time is therefore its previous image
 /// (a process is never a member twice), whose pinned memory the kernel released at exec: its
 /// share goes back to the group, and the new image starts with none.
-fn forget_previous_image(h: &'static mut Header) {
+fn forget_previous_image(h: Shared) {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
     let Proc::Started(ticks) = start_ticks(pid) else { return };
     let Some(mut l) = Locked::new(h) else { return };
     let mut freed = 0u64;
     for i in 0..MAX_MEMBERS {
-        let m = &l.h.members[i];
+        let m = &l.h().members[i];
         if m.pid == pid && m.start_ticks == ticks {
             freed = freed.saturating_add(m.bytes);
             l.vacate(i);
@@ -543,11 +565,11 @@ fn seat(l: &mut Locked) -> Seat {
     let pid = unsafe { libc::getpid() } as u32;
     let Proc::Started(ticks) = start_ticks(pid) else { return Seat::Unverified };
     l.reclaim_dead(Scan::Join);
-    let Some(i) = l.h.members.iter().position(|m| m.pid == 0) else {
+    let Some(i) = l.h().members.iter().position(|m| m.pid == 0) else {
         SLOT.store(NO_SLOT, Ordering::Relaxed);
         return Seat::Out(true);
     };
-    let m: &mut Member = &mut l.h.members[i];
+    let m: &mut Member = &mut l.h_mut().members[i];
     // SAFETY: `Member` is plain data; all zeroes is a free slot.
     *m = unsafe { std::mem::zeroed() };
     m.pid = pid;
@@ -572,7 +594,7 @@ pub fn reserve(bytes: u64, force: bool) -> bool {
 }
 
 #[inline(never)]
-fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
+fn reserve_in(h: Shared, bytes: u64, force: bool) -> bool {
     let Some(mut l) = Locked::new(h) else { return true };
     let i = match seat(&mut l) {
         Seat::In(i) => i,
@@ -590,7 +612,7 @@ fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
             return false;
         }
     };
-    let fits = |l: &Locked| l.h.used.checked_add(bytes).is_some_and(|n| n <= l.h.budget);
+    let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
     let mut freed = 0;
     if !force && !fits(&l) {
         if !l.room_scan_due() {
@@ -603,12 +625,12 @@ fn reserve_in(h: &'static mut Header, bytes: u64, force: bool) -> bool {
             return false;
         }
     }
-    let (Some(used), Some(share)) = (l.h.used.checked_add(bytes), l.h.members[i].bytes.checked_add(bytes)) else {
+    let (Some(used), Some(share)) = (l.h().used.checked_add(bytes), l.h().members[i].bytes.checked_add(bytes)) else {
         return false;
     };
-    l.h.used = used;
-    l.h.peak = l.h.peak.max(used);
-    let m = &mut l.h.members[i];
+    l.h_mut().used = used;
+    l.h_mut().peak = l.h().peak.max(used);
+    let m = &mut l.h_mut().members[i];
     m.bytes = share;
     m.peak = m.peak.max(share);
     drop(l);
@@ -642,16 +664,16 @@ pub fn release(bytes: u64) {
 }
 
 #[inline(never)]
-fn release_in(h: &'static mut Header, bytes: u64) {
+fn release_in(h: Shared, bytes: u64) {
     let i = SLOT.load(Ordering::Relaxed);
     if i >= MAX_MEMBERS {
         return;
     }
-    let Some(l) = Locked::new(h) else { return };
+    let Some(mut l) = Locked::new(h) else { return };
     if !l.owns(i) {
         return;
     }
-    let m = &mut l.h.members[i];
+    let m = &mut l.h_mut().members[i];
     let Some(share) = m.bytes.checked_sub(bytes) else {
         let held = m.bytes;
         drop(l);
@@ -660,29 +682,35 @@ fn release_in(h: &'static mut Header, bytes: u64) {
         return;
     };
     m.bytes = share;
-    l.h.used = match l.h.used.checked_sub(bytes) {
+    l.h_mut().used = match l.h().used.checked_sub(bytes) {
         Some(u) => u,
         None => l.sum_of_shares(),
     };
 }
 
 pub fn note_denied() {
-    note(|m| &mut m.denied);
+    // SAFETY: `m` points to a member slot in the mapping (`note`).
+    note(|m| unsafe { std::ptr::addr_of_mut!((*m).denied) });
 }
 
 pub fn note_downgraded() {
-    note(|m| &mut m.downgraded);
+    // SAFETY: as above.
+    note(|m| unsafe { std::ptr::addr_of_mut!((*m).downgraded) });
 }
 
-fn note(field: impl Fn(&mut Member) -> &mut u64) {
+fn note(field: impl Fn(*mut Member) -> *mut u64) {
     let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return };
     if i < MAX_MEMBERS {
-        let m = &mut h.members[i];
+        // SAFETY: `i` is in bounds; the place is in the published ledger mapping, and no
+        // reference to the member is made (other processes write it under the lock).
+        let m = unsafe { std::ptr::addr_of_mut!((*h.0.as_ptr()).members[i]) };
         // SAFETY: an aligned u32 of the shared mapping, written under the lock by others; an
         // atomic read of it races with nothing.
-        let pid = unsafe { AtomicU32::from_ptr(&mut m.pid) }.load(Ordering::Relaxed);
+        let pid = unsafe { AtomicU32::from_ptr(std::ptr::addr_of_mut!((*m).pid)) }.load(Ordering::Relaxed);
         if pid == MY_PID.load(Ordering::Relaxed) {
-            atomic(field(m)).fetch_add(1, Ordering::Relaxed);
+            // SAFETY: an aligned u64 of this member's slot, which other processes only read
+            // under the lock or change when the slot is vacated; every writer adds atomically.
+            unsafe { AtomicU64::from_ptr(field(m)) }.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -713,7 +741,7 @@ pub fn after_fork_child() {
 }
 
 pub fn limited() -> bool {
-    header().is_some_and(|h| h.budget != u64::MAX)
+    header().is_some_and(|h| h.budget() != u64::MAX)
 }
 
 pub struct Snapshot {
@@ -728,7 +756,8 @@ pub fn snapshot() -> Option<Snapshot> {
     let h = header()?;
     let (budget, used, peak, members) = {
         let l = Locked::new(h)?;
-        (l.h.budget, l.h.used, l.h.peak, l.h.members.iter().filter(|m| m.pid != 0).count())
+        let h = l.h();
+        (h.budget, h.used, h.peak, h.members.iter().filter(|m| m.pid != 0).count())
     };
     Some(Snapshot {
         name: NAME.get().cloned().unwrap_or_default(),
