@@ -2,6 +2,7 @@
 //! at exit.
 
 use crate::runtime::config::Config;
+use pinguard_report::vars;
 use crate::runtime::guard::{self, Reentry, Thread};
 use crate::accounting::{callsite, ledger};
 use crate::budget;
@@ -150,7 +151,7 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
-        _ => crate::runtime::config::early_hooks_enabled(env(c"PINGUARD_DISABLE"), env(c"PINGUARD_HOOKS"), family),
+        _ => crate::runtime::config::early_hooks_enabled(env(vars::DISABLE.name), env(vars::HOOKS.name), family),
     }
 }
 
@@ -160,16 +161,23 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
-        _ => !crate::runtime::config::early_disabled(env(c"PINGUARD_DISABLE")),
+        _ => !crate::runtime::config::early_disabled(env(vars::DISABLE.name)),
     }
 }
 
 /// A variable's raw value, without allocating (before pinguard has started).
-fn env(name: &std::ffi::CStr) -> Option<&'static [u8]> {
-    // SAFETY: `name` is NUL-terminated; getenv returns null or a NUL-terminated string that the
+/// A variable's value, read without allocating (before start-up, maybe inside the first
+/// `dlsym` of a process): the name is made NUL-terminated on the stack.
+fn env(name: &str) -> Option<&'static [u8]> {
+    let mut c = [0u8; 64];
+    if name.len() >= c.len() {
+        return None;
+    }
+    c[..name.len()].copy_from_slice(name.as_bytes());
+    // SAFETY: `c` is NUL-terminated; getenv returns null or a NUL-terminated string that the
     // environment keeps until the program changes that variable, which these callers read at once.
     unsafe {
-        let v = libc::getenv(name.as_ptr());
+        let v = libc::getenv(c.as_ptr() as *const libc::c_char);
         (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_bytes())
     }
 }

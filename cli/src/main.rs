@@ -16,6 +16,7 @@ mod run;
 mod top;
 
 use clap::{Parser, Subcommand};
+use pinguard_report::vars;
 use pinguard_report::units;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -160,19 +161,19 @@ fn main() -> ExitCode {
         Cmd::Run { budget, policy, report, depth, interval, signal, lib, cmd } => {
             let mut env = Vec::new();
             if let Some(b) = budget {
-                env.push(("PINGUARD_BUDGET", b));
+                env.push((vars::BUDGET.name, b));
             }
             if let Some(p) = policy {
-                env.push(("PINGUARD_POLICY", p));
+                env.push((vars::POLICY.name, p));
             }
             if let Some(d) = depth {
-                env.push(("PINGUARD_DEPTH", d.to_string()));
+                env.push((vars::DEPTH.name, d.to_string()));
             }
             if let Some(i) = interval {
-                env.push(("PINGUARD_INTERVAL", i));
+                env.push((vars::INTERVAL.name, i));
             }
             if let Some(s) = signal {
-                env.push(("PINGUARD_SIGNAL", s));
+                env.push((vars::SIGNAL.name, s));
             }
             let code = run::run(run::Options { env, report, lib, cmd });
             ExitCode::from(code.clamp(0, 255) as u8)

@@ -309,7 +309,7 @@ pub fn run(o: Options) -> i32 {
         _ => lib.clone().into_os_string(),
     };
     let mut cmd = Command::new(&o.cmd[0]);
-    cmd.args(&o.cmd[1..]).env("LD_PRELOAD", preload).env("PINGUARD_REPORT", &template_abs);
+    cmd.args(&o.cmd[1..]).env("LD_PRELOAD", preload).env(pinguard_report::vars::REPORT.name, &template_abs);
     for (k, v) in &o.env {
         cmd.env(k, v);
     }

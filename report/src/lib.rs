@@ -9,6 +9,7 @@ pub mod group;
 pub mod state;
 pub mod symbols;
 pub mod units;
+pub mod vars;
 pub mod view;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};

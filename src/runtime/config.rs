@@ -21,25 +21,8 @@ impl Policy {
     }
 }
 
-pub const DEFAULT_TEMPLATE: &str = "pinguard.%e.%p.json";
-pub const MAX_DEPTH: u32 = 128;
-
-/// Every variable pinguard reads; anything else starting with `PINGUARD_` is probably a typo.
-pub const KNOWN: &[&str] = &[
-    "PINGUARD_BUDGET",
-    "PINGUARD_POLICY",
-    "PINGUARD_REPORT",
-    "PINGUARD_DEPTH",
-    "PINGUARD_PY_DEPTH",
-    "PINGUARD_INTERVAL",
-    "PINGUARD_SIGNAL",
-    "PINGUARD_HOOKS",
-    "PINGUARD_LOG",
-    "PINGUARD_DISABLE",
-    "PINGUARD_GROUP",
-    "PINGUARD_GROUP_BUDGET",
-    "PINGUARD_METRICS",
-];
+pub use pinguard_report::vars::{DEFAULT_TEMPLATE, MAX_DEPTH};
+use pinguard_report::vars::{self, Var};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -65,23 +48,15 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// What every variable left unset means: the registry's defaults, read by the parser.
     fn default() -> Config {
-        Config {
-            budget: None,
-            policy: Policy::Error,
-            report: None,
-            depth: 32,
-            py_depth: 32,
-            interval_ms: None,
-            signal: None,
-            hooks: Family::ALL.iter().fold(0, |m, f| m | f.bit()),
-            log: "warn".into(),
-            disabled: false,
-            group: None,
-            group_budget: None,
-            metrics: None,
-            errors: Vec::new(),
+        struct NoLimit;
+        impl System for NoLimit {
+            fn memory_limit(&self) -> Option<u64> {
+                None
+            }
         }
+        Config::from_vars(&[], &NoLimit)
     }
 }
 
@@ -93,121 +68,167 @@ pub trait System {
 
 impl Config {
     /// Reads the configuration from `vars` (name, value; a value that is not UTF-8 is `None`).
+    /// Every variable is parsed, set or not: an unset one as its registry default
+    /// (`pinguard_report::vars`), so that default is written in one place.
     pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
-        let mut c = Config::default();
-        let get = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_deref());
-        let bad = |c: &mut Config, name: &str, value: Option<&str>, why: &str, forms: &str, fallback: &str| {
+        let mut c = Config {
+            budget: None,
+            policy: Policy::Error,
+            report: None,
+            depth: 0,
+            py_depth: 0,
+            interval_ms: None,
+            signal: None,
+            hooks: 0,
+            log: String::new(),
+            disabled: false,
+            group: None,
+            group_budget: None,
+            metrics: None,
+            errors: Vec::new(),
+        };
+        let get = |var: &Var| match vars.iter().find(|(n, _)| n == var.name) {
+            Some((_, v)) => Some(v.as_deref()),
+            None => var.default.map(Some),
+        };
+        let bad = |c: &mut Config, var: &Var, value: Option<&str>, why: &str| {
             let shown = match value {
                 Some(v) => format!("{v:?}"),
                 None => "(not UTF-8)".to_string(),
             };
             // One line, whatever the value or a parser's message holds.
             let why: String = why.chars().flat_map(|ch| if ch.is_control() { ch.escape_debug().collect::<Vec<_>>() } else { vec![ch] }).collect();
-            c.errors.push(format!("{name}={shown}: {why}; expected {forms}; {fallback}"));
+            c.errors.push(format!("{}={shown}: {why}; expected {}; {}", var.name, var.forms, var.fallback));
         };
 
-        if let Some(v) = get("PINGUARD_DISABLE") {
+        if let Some(v) = get(&vars::DISABLE) {
             match v.map(|v| disable_switch(v.as_bytes())) {
                 Some(Some(off)) => c.disabled = off,
-                _ => bad(&mut c, "PINGUARD_DISABLE", v, "not a switch", "1 or 0", "pinguard stays enabled"),
+                _ => bad(&mut c, &vars::DISABLE, v, "not a switch"),
             }
         }
         // A size, or a percentage of the memory limit.
-        let budget = |c: &mut Config, name: &str, v: Option<&str>, fallback: &str| -> Option<u64> {
+        // The value's fallback when it is rejected: the registry's default, where there is one.
+        let fallback = |c: &mut Config, var: &Var, apply: &dyn Fn(&mut Config, &str) -> bool| {
+            if let Some(d) = var.default {
+                let applied = apply(c, d);
+                debug_assert!(applied, "{}'s default {d:?} is rejected by its own parser", var.name);
+            }
+        };
+        // A size, or a percentage of the memory limit.
+        let budget = |c: &mut Config, var: &Var, v: Option<&str>| -> Option<u64> {
             match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec) {
                 Ok(SizeSpec::Bytes(b)) => Some(b),
                 Ok(SizeSpec::Percent(p)) => match sys.memory_limit() {
                     Some(total) => Some((total as f64 * p / 100.0) as u64),
                     None => {
-                        bad(c, name, v, "no memory limit or MemTotal to take a percentage of", "bytes", fallback);
+                        bad(c, var, v, "no memory limit or MemTotal to take a percentage of");
                         None
                     }
                 },
                 Err(e) => {
-                    bad(c, name, v, &e, &format!("{} or N% of the memory limit", units::SIZE_FORMS), fallback);
+                    bad(c, var, v, &e);
                     None
                 }
             }
         };
-        if let Some(v) = get("PINGUARD_BUDGET") {
-            c.budget = budget(&mut c, "PINGUARD_BUDGET", v, "running without a budget");
+        if let Some(v) = get(&vars::BUDGET) {
+            c.budget = budget(&mut c, &vars::BUDGET, v);
         }
-        if let Some(v) = get("PINGUARD_POLICY") {
-            match v.map(|s| s.trim().to_ascii_lowercase()).as_deref() {
-                Some("error") => c.policy = Policy::Error,
-                Some("downgrade") => c.policy = Policy::Downgrade,
-                Some("warn") => c.policy = Policy::Warn,
-                _ => bad(&mut c, "PINGUARD_POLICY", v, "unknown policy", "error, downgrade or warn", "using error"),
+        let policy = |c: &mut Config, v: &str| {
+            c.policy = match v.trim().to_ascii_lowercase().as_str() {
+                "error" => Policy::Error,
+                "downgrade" => Policy::Downgrade,
+                "warn" => Policy::Warn,
+                _ => return false,
+            };
+            true
+        };
+        if let Some(v) = get(&vars::POLICY) {
+            if !v.is_some_and(|v| policy(&mut c, v)) {
+                bad(&mut c, &vars::POLICY, v, "unknown policy");
+                fallback(&mut c, &vars::POLICY, &policy);
             }
         }
-        if let Some(v) = get("PINGUARD_REPORT") {
+        if let Some(v) = get(&vars::REPORT) {
             match v.map(check_template) {
                 Some(Ok(())) => c.report = v.map(str::to_string),
-                Some(Err(e)) => bad(&mut c, "PINGUARD_REPORT", v, &e, "a path with %p, %e, %h, %t or %%", &format!("using {DEFAULT_TEMPLATE}")),
-                None => bad(&mut c, "PINGUARD_REPORT", v, "not UTF-8", "a path", &format!("using {DEFAULT_TEMPLATE}")),
+                Some(Err(e)) => bad(&mut c, &vars::REPORT, v, &e),
+                None => bad(&mut c, &vars::REPORT, v, "not UTF-8"),
             }
         }
-        if let Some(v) = get("PINGUARD_DEPTH") {
-            match v.and_then(|s| s.trim().parse::<u32>().ok()) {
-                Some(d) if d <= MAX_DEPTH => c.depth = d,
-                _ => bad(&mut c, "PINGUARD_DEPTH", v, "not a frame count", "a whole number from 0 to 128", "using 32"),
+        let frames = |v: &str| v.trim().parse::<u32>().ok().filter(|&d| d <= MAX_DEPTH);
+        let depth = |c: &mut Config, v: &str| frames(v).map(|d| c.depth = d).is_some();
+        if let Some(v) = get(&vars::DEPTH) {
+            if !v.is_some_and(|v| depth(&mut c, v)) {
+                bad(&mut c, &vars::DEPTH, v, "not a frame count");
+                fallback(&mut c, &vars::DEPTH, &depth);
             }
         }
-        if let Some(v) = get("PINGUARD_PY_DEPTH") {
-            match v.and_then(|s| s.trim().parse::<u32>().ok()) {
-                Some(d) if d <= MAX_DEPTH => c.py_depth = d,
-                _ => bad(&mut c, "PINGUARD_PY_DEPTH", v, "not a frame count", "a whole number from 0 to 128", "using 32"),
+        let py_depth = |c: &mut Config, v: &str| frames(v).map(|d| c.py_depth = d).is_some();
+        if let Some(v) = get(&vars::PY_DEPTH) {
+            if !v.is_some_and(|v| py_depth(&mut c, v)) {
+                bad(&mut c, &vars::PY_DEPTH, v, "not a frame count");
+                fallback(&mut c, &vars::PY_DEPTH, &py_depth);
             }
         }
-        if let Some(v) = get("PINGUARD_INTERVAL") {
+        if let Some(v) = get(&vars::INTERVAL) {
             match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_duration_ms) {
                 Ok(ms) => c.interval_ms = Some(ms),
-                Err(e) => bad(&mut c, "PINGUARD_INTERVAL", v, &e, units::DURATION_FORMS, "no periodic report"),
+                Err(e) => bad(&mut c, &vars::INTERVAL, v, &e),
             }
         }
-        if let Some(v) = get("PINGUARD_SIGNAL") {
+        if let Some(v) = get(&vars::SIGNAL) {
             match v.map(parse_signal) {
                 Some(Ok(s)) => c.signal = Some(s),
-                Some(Err(e)) => bad(&mut c, "PINGUARD_SIGNAL", v, &e, "a signal such as SIGUSR2, USR2 or 12", "no report on a signal"),
-                None => bad(&mut c, "PINGUARD_SIGNAL", v, "not UTF-8", "a signal", "no report on a signal"),
+                Some(Err(e)) => bad(&mut c, &vars::SIGNAL, v, &e),
+                None => bad(&mut c, &vars::SIGNAL, v, "not UTF-8"),
             }
         }
-        if let Some(v) = get("PINGUARD_HOOKS") {
+        let hooks = |c: &mut Config, v: &str| parse_hooks(v).map(|h| c.hooks = h).is_ok();
+        if let Some(v) = get(&vars::HOOKS) {
             match v.map(parse_hooks) {
                 Some(Ok(h)) => c.hooks = h,
-                Some(Err(e)) => bad(&mut c, "PINGUARD_HOOKS", v, &e, "a comma list of cuda, cuda-driver, acl, mlock", "hooking all of them"),
-                None => bad(&mut c, "PINGUARD_HOOKS", v, "not UTF-8", "a comma list", "hooking all of them"),
+                Some(Err(e)) => bad(&mut c, &vars::HOOKS, v, &e),
+                None => bad(&mut c, &vars::HOOKS, v, "not UTF-8"),
+            }
+            if c.hooks == 0 {
+                fallback(&mut c, &vars::HOOKS, &hooks);
             }
         }
-        if let Some(v) = get("PINGUARD_LOG") {
+        let log = |c: &mut Config, v: &str| v.parse::<tracing_subscriber::filter::Targets>().map(|_| c.log = v.to_string()).is_ok();
+        if let Some(v) = get(&vars::LOG) {
             match v.map(|s| s.parse::<tracing_subscriber::filter::Targets>()) {
-                Some(Ok(_)) => c.log = v.unwrap_or("warn").to_string(),
-                Some(Err(e)) => bad(&mut c, "PINGUARD_LOG", v, &e.to_string(), "a filter such as warn, info or pinguard=debug", "using warn"),
-                None => bad(&mut c, "PINGUARD_LOG", v, "not UTF-8", "a filter", "using warn"),
+                Some(Ok(_)) => c.log = v.unwrap_or_default().to_string(),
+                Some(Err(e)) => bad(&mut c, &vars::LOG, v, &e.to_string()),
+                None => bad(&mut c, &vars::LOG, v, "not UTF-8"),
+            }
+            if c.log.is_empty() {
+                fallback(&mut c, &vars::LOG, &log);
             }
         }
-        if let Some(v) = get("PINGUARD_GROUP") {
+        if let Some(v) = get(&vars::GROUP) {
             match v.map(str::trim) {
                 Some(n) if pinguard_report::group::valid_name(n) => c.group = Some(n.to_string()),
-                _ => bad(&mut c, "PINGUARD_GROUP", v, "not a group name", "up to 64 letters, digits, '.', '_' or '-'", "no group budget"),
+                _ => bad(&mut c, &vars::GROUP, v, "not a group name"),
             }
         }
-        if let Some(v) = get("PINGUARD_GROUP_BUDGET") {
-            c.group_budget = budget(&mut c, "PINGUARD_GROUP_BUDGET", v, "no group budget");
-            if c.group.is_none() && !c.errors.iter().any(|e| e.starts_with("PINGUARD_GROUP")) {
-                c.errors.push("PINGUARD_GROUP_BUDGET is set without PINGUARD_GROUP; ignored".into());
+        if let Some(v) = get(&vars::GROUP_BUDGET) {
+            c.group_budget = budget(&mut c, &vars::GROUP_BUDGET, v);
+            if c.group.is_none() && !c.errors.iter().any(|e| e.starts_with(vars::GROUP.name)) {
+                c.errors.push(format!("{} is set without {}; ignored", vars::GROUP_BUDGET.name, vars::GROUP.name));
             }
         }
-        if let Some(v) = get("PINGUARD_METRICS") {
+        if let Some(v) = get(&vars::METRICS) {
             match v.map(check_template) {
                 Some(Ok(())) => c.metrics = v.map(str::to_string),
-                Some(Err(e)) => bad(&mut c, "PINGUARD_METRICS", v, &e, "a path with %p, %e, %h, %t or %%", "no metrics file"),
-                None => bad(&mut c, "PINGUARD_METRICS", v, "not UTF-8", "a path", "no metrics file"),
+                Some(Err(e)) => bad(&mut c, &vars::METRICS, v, &e),
+                None => bad(&mut c, &vars::METRICS, v, "not UTF-8"),
             }
         }
         for (name, value) in vars {
-            if name.starts_with("PINGUARD_") && !KNOWN.contains(&name.as_str()) {
-                let near = KNOWN.iter().min_by_key(|k| edit_distance(k, name)).copied().unwrap_or("");
+            if name.starts_with("PINGUARD_") && vars::find(name).is_none() {
+                let near = vars::ALL.iter().min_by_key(|k| edit_distance(k.name, name)).map(|k| k.name).unwrap_or("");
                 let shown = value.as_deref().unwrap_or("(not UTF-8)");
                 c.errors.push(format!("{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored", name.escape_debug()));
             }
@@ -297,6 +318,10 @@ pub fn hooks_switch(v: &[u8]) -> Result<u8, Option<&[u8]>> {
         if item.is_empty() {
             continue;
         }
+        if item.eq_ignore_ascii_case(b"all") {
+            bits |= Family::ALL.iter().fold(0, |m, f| m | f.bit());
+            continue;
+        }
         match Family::ALL.iter().find(|f| f.name().as_bytes().eq_ignore_ascii_case(item)) {
             Some(f) => bits |= f.bit(),
             None => return Err(Some(item)),
@@ -337,7 +362,7 @@ mod tests {
 
     #[test]
     fn the_early_switches_answer_as_the_configuration_does() {
-        let values = ["1", " 1 ", "true", "yes", "0", "", "no", "maybe", "cuda", "CUDA ", "cuda,opencl", " , ", "acl,mlock", "cuda-driver"];
+        let values = ["1", " 1 ", "true", "yes", "0", "", "no", "maybe", "cuda", "CUDA ", "cuda,opencl", " , ", "acl,mlock", "cuda-driver", "all", "ALL,cuda", "all,opencl"];
         for d in values.iter().map(Some).chain([None]) {
             for h in values.iter().map(Some).chain([None]) {
                 let mut vars = Vec::new();
@@ -369,6 +394,32 @@ mod tests {
     fn cfg(vars: &[(&str, &str)]) -> Config {
         let v: Vec<_> = vars.iter().map(|(a, b)| (a.to_string(), Some(b.to_string()))).collect();
         Config::from_vars(&v, &Fixed(Some(1 << 30)))
+    }
+
+    #[test]
+    fn every_unset_variable_means_its_registry_default() {
+        let c = Config::default();
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!((c.policy, c.depth, c.py_depth, c.log.as_str(), c.disabled), (Policy::Error, 32, 32, "warn", false));
+        assert_eq!(c.hooks, Family::ALL.iter().fold(0, |m, f| m | f.bit()));
+        assert_eq!((c.budget, c.report.as_deref(), c.interval_ms, c.signal, c.group.as_deref(), c.metrics.as_deref()), (None, None, None, None, None, None));
+        // A registry default is a value its variable's parser takes, and gives the same.
+        for var in pinguard_report::vars::ALL {
+            if let Some(d) = var.default {
+                let set = cfg(&[(var.name, d)]);
+                assert!(set.errors.is_empty(), "{}={d:?}: {:?}", var.name, set.errors);
+                assert_eq!(format!("{set:?}"), format!("{c:?}"), "{}={d:?}", var.name);
+            }
+        }
+    }
+
+    #[test]
+    fn a_rejected_value_falls_back_to_the_registry_default() {
+        let c = cfg(&[("PINGUARD_DEPTH", "129"), ("PINGUARD_HOOKS", "opencl"), ("PINGUARD_LOG", "pinguard=loud"), ("PINGUARD_POLICY", "explode")]);
+        let d = Config::default();
+        assert_eq!((c.depth, c.hooks, c.log.as_str(), c.policy), (d.depth, d.hooks, d.log.as_str(), d.policy));
+        assert_eq!(c.errors.len(), 4, "{:?}", c.errors);
+        assert!(c.errors.iter().any(|e| e.contains("expected a whole number from 0 to 128; using 32")), "{:?}", c.errors);
     }
 
     #[test]

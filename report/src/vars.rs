@@ -1,0 +1,199 @@
+//! Every `PINGUARD_*` variable, declared once: its name, its accepted forms, what an unset one
+//! means, and what a rejected value falls back to. The library's parser (`Config::from_vars`) and
+//! its early switches read their names, forms and defaults from here, `pinguard run` sets
+//! variables by these names, and the README's variable table is this table (`table`, checked by
+//! a test).
+
+/// One variable.
+#[derive(Debug)]
+pub struct Var {
+    pub name: &'static str,
+    /// What it does and the values it takes, for people (the table's "meaning" column).
+    pub meaning: &'static str,
+    /// The value an unset variable stands for, in the variable's own forms, which the parser reads
+    /// like any other value; `None`: unset means the feature is off or absent.
+    pub default: Option<&'static str>,
+    /// What unset means, for people (the table's "default" column).
+    pub unset: &'static str,
+    /// The accepted forms, as the message for a rejected value names them.
+    pub forms: &'static str,
+    /// What a rejected value falls back to, as its message says.
+    pub fallback: &'static str,
+}
+
+/// The report path template an unset `PINGUARD_REPORT` stands for.
+pub const DEFAULT_TEMPLATE: &str = "pinguard.%e.%p.json";
+
+/// Frames per stack at most (`PINGUARD_DEPTH`, `PINGUARD_PY_DEPTH`).
+pub const MAX_DEPTH: u32 = 128;
+
+pub const BUDGET: Var = Var {
+    name: "PINGUARD_BUDGET",
+    meaning: "cap on live pinned bytes: `1073741824`, `512M`, `1.5GiB`, `2T` (K/M/G/T are powers of 1024; `B`/`iB` optional; any case), or `N%` of the cgroup memory limit (else of `MemTotal`)",
+    default: None,
+    unset: "none: track only",
+    forms: "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024) or N% of the memory limit",
+    fallback: "running without a budget",
+};
+
+pub const POLICY: Var = Var {
+    name: "PINGUARD_POLICY",
+    meaning: "what an over-budget call gets: `error`, `downgrade` or `warn` (below)",
+    default: Some("error"),
+    unset: "`error`",
+    forms: "error, downgrade or warn",
+    fallback: "using error",
+};
+
+pub const REPORT: Var = Var {
+    name: "PINGUARD_REPORT",
+    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. Every process writes its own file: a template without `%p` gets `.<pid>` before its `.json` (or at its end), as LeakSanitizer does, so forked and exec'd children never overwrite their parent's report",
+    // Unset is not the same as the default template given: only the default falls back to the
+    // temporary folder when the working directory is not writable.
+    default: None,
+    unset: "`pinguard.%e.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
+    forms: "a path with %p, %e, %h, %t or %%",
+    fallback: "using pinguard.%e.%p.json",
+};
+
+pub const DEPTH: Var = Var {
+    name: "PINGUARD_DEPTH",
+    meaning: "frames kept per stack, 0 to 128 (0: no stacks)",
+    default: Some("32"),
+    unset: "32",
+    forms: "a whole number from 0 to 128",
+    fallback: "using 32",
+};
+
+pub const PY_DEPTH: Var = Var {
+    name: "PINGUARD_PY_DEPTH",
+    meaning: "Python frames kept per callsite in a CPython process, 0 to 128 (0: none; see \"Python callsites\")",
+    default: Some("32"),
+    unset: "32",
+    forms: "a whole number from 0 to 128",
+    fallback: "using 32",
+};
+
+pub const INTERVAL: Var = Var {
+    name: "PINGUARD_INTERVAL",
+    meaning: "also rewrite the report periodically (reason `interval`) from a background thread: `500ms`, `30s`, `5m`, `1h`. A process killed with SIGKILL leaves its last complete snapshot",
+    default: None,
+    unset: "off",
+    forms: crate::units::DURATION_FORMS,
+    fallback: "no periodic report",
+};
+
+pub const SIGNAL: Var = Var {
+    name: "PINGUARD_SIGNAL",
+    meaning: "also write the report (reason `signal`) when this signal arrives: `SIGUSR2`, `USR2` or a number. The handler only wakes the background thread through a futex word (pinguard holds no descriptor between reports); the application's own handler for the signal still runs. pinguard follows the application's latest disposition of the signal: `sigaction` and glibc's other setters are hooked, what the application reads back is its own choice, its default or ignoring means a report only, and a disposition set by the raw system call is found within a second",
+    default: None,
+    unset: "off",
+    forms: "a signal such as SIGUSR2, USR2 or 12",
+    fallback: "no report on a signal",
+};
+
+pub const HOOKS: Var = Var {
+    name: "PINGUARD_HOOKS",
+    meaning: "families to intercept, a comma list of `cuda`, `cuda-driver`, `acl`, `mlock`, or `all`; the others pass through untouched (and their `dlsym`/`cuGetProcAddress` redirection is off)",
+    default: Some("all"),
+    unset: "all",
+    forms: "a comma list of cuda, cuda-driver, acl, mlock, or all",
+    fallback: "hooking all of them",
+};
+
+pub const LOG: Var = Var {
+    name: "PINGUARD_LOG",
+    meaning: "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`)",
+    default: Some("warn"),
+    unset: "`warn`",
+    forms: "a filter such as warn, info or pinguard=debug",
+    fallback: "using warn",
+};
+
+pub const DISABLE: Var = Var {
+    name: "PINGUARD_DISABLE",
+    meaning: "`1`: pass every call through untouched",
+    default: Some("0"),
+    unset: "off",
+    forms: "1 or 0",
+    fallback: "pinguard stays enabled",
+};
+
+pub const GROUP: Var = Var {
+    name: "PINGUARD_GROUP",
+    meaning: "join the group of this name (letters, digits, `.`, `_`, `-`; up to 64): every process of the group on the host shares one budget (`docs/deploy.md`)",
+    default: None,
+    unset: "none",
+    forms: "up to 64 letters, digits, '.', '_' or '-'",
+    fallback: "no group budget",
+};
+
+pub const GROUP_BUDGET: Var = Var {
+    name: "PINGUARD_GROUP_BUDGET",
+    meaning: "the group's budget, in the forms of `PINGUARD_BUDGET`; set by the group's first member (a later member with another value gets a warning and the first value)",
+    default: None,
+    unset: "none: the group is only counted",
+    forms: BUDGET.forms,
+    fallback: "no group budget",
+};
+
+pub const METRICS: Var = Var {
+    name: "PINGUARD_METRICS",
+    meaning: "write a Prometheus text-format file to this path template (as `PINGUARD_REPORT`) at every `PINGUARD_INTERVAL` and at exit",
+    default: None,
+    unset: "off",
+    forms: "a path with %p, %e, %h, %t or %%",
+    fallback: "no metrics file",
+};
+
+/// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
+/// a typo, and is reported as one.
+pub const ALL: &[&Var] = &[&BUDGET, &POLICY, &REPORT, &DEPTH, &PY_DEPTH, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+
+/// The variable of this name.
+pub fn find(name: &str) -> Option<&'static Var> {
+    ALL.iter().copied().find(|v| v.name == name)
+}
+
+/// The README's table of variables, in Markdown.
+pub fn table() -> String {
+    let mut t = String::from("| variable | meaning | default |\n| --- | --- | --- |\n");
+    for v in ALL {
+        t.push_str(&format!("| `{}` | {} | {} |\n", v.name, v.meaning, v.unset));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_readme_table_is_this_registry() {
+        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let want = table();
+        assert!(readme.contains(&want), "README.md's variable table differs from report/src/vars.rs; it should read:\n\n{want}");
+    }
+
+    #[test]
+    fn names_are_unique_and_prefixed() {
+        for (i, v) in ALL.iter().enumerate() {
+            assert!(v.name.starts_with("PINGUARD_"), "{}", v.name);
+            assert!(ALL[..i].iter().all(|w| w.name != v.name), "{} twice", v.name);
+            assert_eq!(find(v.name).map(|f| f.name), Some(v.name));
+        }
+        assert!(find("PINGUARD_BUGDET").is_none());
+    }
+
+    #[test]
+    fn sizes_are_named_as_the_size_parser_names_them() {
+        assert!(BUDGET.forms.starts_with(crate::units::SIZE_FORMS), "{}", BUDGET.forms);
+    }
+
+    #[test]
+    fn the_default_template_is_the_one_the_table_names() {
+        assert!(REPORT.unset.contains(&format!("`{DEFAULT_TEMPLATE}`")));
+        assert!(REPORT.fallback.ends_with(DEFAULT_TEMPLATE));
+        assert!(DEPTH.meaning.contains(&format!("0 to {MAX_DEPTH}")) && DEPTH.forms.ends_with(&MAX_DEPTH.to_string()));
+    }
+}
