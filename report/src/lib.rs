@@ -121,6 +121,40 @@ pub struct Config {
     pub signal: Option<i32>,
 }
 
+/// The event counters every thread keeps, declared once, in their order in a thread's counter
+/// block (the library's `ledger::Block`, a state file's `state::block`): `$m` is called with
+/// their names, and makes whatever needs the list (the block's fields, its sums, the names a
+/// reader looks for, `Totals::counter_mut`). A counter added here is a field of `Totals` too.
+/// `downgraded_live_bytes` goes down as well as up: its sum is read as signed
+/// (`state::block::SIGNED`).
+#[macro_export]
+macro_rules! with_total_counters {
+    ($m:ident) => {
+        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count }
+    };
+}
+
+/// Each entry point's event counters, as `with_total_counters` (fields of `ApiStats` too).
+#[macro_export]
+macro_rules! with_api_counters {
+    ($m:ident) => {
+        $m! { failed_count, denied_count, downgraded_count, unknown_release_count }
+    };
+}
+
+/// `counter_mut`: a counter of `with_total_counters`/`with_api_counters` by name.
+macro_rules! counter_mut {
+    ($($f:ident),*) => {
+        /// The event counter of this name (`None`: not one of them).
+        pub fn counter_mut(&mut self, name: &str) -> Option<&mut u64> {
+            match name {
+                $(stringify!($f) => Some(&mut self.$f),)*
+                _ => None,
+            }
+        }
+    };
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     pub live_bytes: u64,
@@ -144,6 +178,8 @@ pub struct Totals {
 }
 
 impl Totals {
+    with_total_counters!(counter_mut);
+
     /// Adds another process's figures (peaks add up too: a merge's peak is the sum of peaks).
     pub fn add(&mut self, o: &Totals) {
         self.live_bytes += o.live_bytes;
@@ -178,6 +214,10 @@ pub struct ApiStats {
     /// Releases through this entry point of pointers pinguard never saw (or saw released already).
     #[serde(default)]
     pub unknown_release_count: u64,
+}
+
+impl ApiStats {
+    with_api_counters!(counter_mut);
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -82,23 +82,16 @@ pub mod level {
 pub mod block {
     pub const NEXT: usize = 0;
     pub const TOTALS: usize = 16;
-    /// The totals' counters, in order, 8 bytes each (`downgraded_live_bytes` signed).
-    pub const TOTAL_NAMES: [&str; 11] = [
-        "alloc_count",
-        "alloc_bytes",
-        "release_count",
-        "failed_count",
-        "denied_count",
-        "denied_bytes",
-        "downgraded_count",
-        "downgraded_bytes",
-        "downgraded_live_bytes",
-        "over_budget_count",
-        "unknown_release_count",
-    ];
+    macro_rules! names {
+        ($($f:ident),*) => { &[$(stringify!($f)),*] };
+    }
+    /// The totals' counters, in order, 8 bytes each (`crate::with_total_counters`).
+    pub const TOTAL_NAMES: &[&str] = crate::with_total_counters!(names);
+    /// The one counter that goes down as well as up: its sum is read as signed.
+    pub const SIGNED: &str = "downgraded_live_bytes";
     pub const APIS: usize = TOTALS + TOTAL_NAMES.len() * 8;
-    /// Each entry point's counters, in order, 8 bytes each.
-    pub const API_NAMES: [&str; 4] = ["failed_count", "denied_count", "downgraded_count", "unknown_release_count"];
+    /// Each entry point's counters, in order, 8 bytes each (`crate::with_api_counters`).
+    pub const API_NAMES: &[&str] = crate::with_api_counters!(names);
     pub const API_SIZE: usize = API_NAMES.len() * 8;
 }
 
@@ -330,44 +323,30 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     let block_size = block::APIS + api_count * block::API_SIZE;
     let blocks = img.list(h.u64_at(header::BLOCKS).unwrap_or(0), block_size);
     let sum = |off: usize| blocks.iter().map(|b| img.u64_at(b + off).unwrap_or(0)).fold(0u64, u64::wrapping_add);
-    let total = |name: &str| {
-        let i = block::TOTAL_NAMES.iter().position(|n| *n == name).expect("a known counter");
-        let v = sum(block::TOTALS + i * 8);
-        if name == "downgraded_live_bytes" { (v as i64).max(0) as u64 } else { v }
-    };
     let all = level_of(0);
-    let totals = Totals {
-        live_bytes: all.live_bytes(),
-        live_count: all.live_count(),
-        peak_live_bytes: all.peak(),
-        alloc_count: total("alloc_count"),
-        alloc_bytes: total("alloc_bytes"),
-        release_count: total("release_count"),
-        failed_count: total("failed_count"),
-        denied_count: total("denied_count"),
-        denied_bytes: total("denied_bytes"),
-        downgraded_count: total("downgraded_count"),
-        downgraded_bytes: total("downgraded_bytes"),
-        downgraded_live_bytes: total("downgraded_live_bytes"),
-        over_budget_count: total("over_budget_count"),
-        unknown_release_count: total("unknown_release_count"),
-        untracked_count: 0,
-    };
+    let mut totals = Totals { live_bytes: all.live_bytes(), live_count: all.live_count(), peak_live_bytes: all.peak(), ..Totals::default() };
+    for (i, name) in block::TOTAL_NAMES.iter().enumerate() {
+        let v = sum(block::TOTALS + i * 8);
+        if let Some(c) = totals.counter_mut(name) {
+            *c = if *name == block::SIGNED { (v as i64).max(0) as u64 } else { v };
+        }
+    }
     let mut apis = BTreeMap::new();
     for (i, name) in info.apis.iter().enumerate().take(api_count) {
         let l = level_of(1 + i);
-        let c = |field: usize| sum(block::APIS + i * block::API_SIZE + field * 8);
-        let s = ApiStats {
+        let mut s = ApiStats {
             alloc_count: l.alloc_count,
             alloc_bytes: l.alloc_bytes,
             live_count: l.live_count(),
             live_bytes: l.live_bytes(),
             peak_live_bytes: l.peak(),
-            failed_count: c(0),
-            denied_count: c(1),
-            downgraded_count: c(2),
-            unknown_release_count: c(3),
+            ..ApiStats::default()
         };
+        for (field, name) in block::API_NAMES.iter().enumerate() {
+            if let Some(c) = s.counter_mut(name) {
+                *c = sum(block::APIS + i * block::API_SIZE + field * 8);
+            }
+        }
         if s != ApiStats::default() {
             apis.insert(name.clone(), s);
         }

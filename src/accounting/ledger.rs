@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use crate::runtime::guard::Thread;
 use crate::accounting::level::Level;
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed}};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed}};
 use std::sync::OnceLock;
 
 /// `repr(C)`: live records sit in the tables of the state file, whose readers know this layout
@@ -68,44 +68,37 @@ impl Live {
     }
 }
 
-/// Event counters: one copy per thread (`Block`), summed by readers. In the order of
-/// `pinguard_report::state::block::TOTAL_NAMES`.
-#[repr(C)]
-struct Counters {
-    alloc_count: AtomicU64,
-    alloc_bytes: AtomicU64,
-    release_count: AtomicU64,
-    failed_count: AtomicU64,
-    denied_count: AtomicU64,
-    denied_bytes: AtomicU64,
-    downgraded_count: AtomicU64,
-    downgraded_bytes: AtomicU64,
-    downgraded_live_bytes: AtomicI64,
-    over_budget_count: AtomicU64,
-    unknown_release_count: AtomicU64,
-}
+/// A thread's event counters, made from the one list of them (`with_total_counters!` for the
+/// process's, `with_api_counters!` for each entry point's, in `pinguard_report`): the fields in
+/// the block's order, the zeroed value a new block starts from, and the sum into the report's
+/// figures. Counters only go up, but for `downgraded_live_bytes`, whose deltas are added as two's
+/// complement and whose sum is read as signed.
+macro_rules! counters {
+    ($name:ident, $out:ty, $($f:ident),*) => {
+        #[repr(C)]
+        struct $name {
+            $($f: AtomicU64,)*
+        }
 
-#[repr(C)]
-struct ApiCounters {
-    failed_count: AtomicU64,
-    denied_count: AtomicU64,
-    downgraded_count: AtomicU64,
-    unknown_release_count: AtomicU64,
-}
+        impl $name {
+            #[allow(clippy::declare_interior_mutable_const)]
+            const ZERO: $name = $name { $($f: AtomicU64::new(0),)* };
 
-macro_rules! zeroed {
-    ($ty:ident { $($f:ident),* }) => { $ty { $($f: Zero::ZERO),* } };
+            /// Adds this block's counters to `out`'s.
+            fn add_to(&self, out: &mut $out) {
+                $(out.$f = out.$f.wrapping_add(self.$f.load(Relaxed));)*
+            }
+        }
+    };
 }
-
-trait Zero {
-    const ZERO: Self;
+macro_rules! total_counters {
+    ($($f:ident),*) => { counters!(Counters, Totals, $($f),*); };
 }
-impl Zero for AtomicU64 {
-    const ZERO: Self = AtomicU64::new(0);
+macro_rules! api_counters {
+    ($($f:ident),*) => { counters!(ApiCounters, ApiStats, $($f),*); };
 }
-impl Zero for AtomicI64 {
-    const ZERO: Self = AtomicI64::new(0);
-}
+pinguard_report::with_total_counters!(total_counters);
+pinguard_report::with_api_counters!(api_counters);
 
 /// One thread's event counters. Only the owning thread writes them, with a plain load and store
 /// (`add`: no locked instruction, no cache line shared with another writer); readers sum every
@@ -132,17 +125,12 @@ const _: () = {
     use std::mem::{offset_of, size_of};
     assert!(offset_of!(Block, state_next) == b::NEXT && offset_of!(Block, totals) == b::TOTALS && offset_of!(Block, apis) == b::APIS);
     assert!(size_of::<Counters>() == b::TOTAL_NAMES.len() * 8 && size_of::<ApiCounters>() == b::API_SIZE);
-    assert!(offset_of!(Counters, downgraded_live_bytes) == 64 && offset_of!(Counters, unknown_release_count) == 80);
-    assert!(offset_of!(ApiCounters, denied_count) == 8 && offset_of!(ApiCounters, unknown_release_count) == 24);
 };
 
 #[allow(clippy::declare_interior_mutable_const)]
 const BLOCK: Block = Block {
-    totals: zeroed!(Counters {
-        alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes,
-        downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count
-    }),
-    apis: [const { zeroed!(ApiCounters { failed_count, denied_count, downgraded_count, unknown_release_count }) }; Api::COUNT],
+    totals: Counters::ZERO,
+    apis: [ApiCounters::ZERO; Api::COUNT],
     next: AtomicPtr::new(std::ptr::null_mut()),
     state_next: AtomicU64::new(0),
     slot: 0,
@@ -226,11 +214,6 @@ fn blocks() -> impl Iterator<Item = &'static Block> {
 #[inline(always)]
 fn add<A: crate::accounting::level::Add>(c: &A, v: A::V) {
     c.add(v, true);
-}
-
-/// Sums one counter over the blocks.
-fn sum<T: Copy + Into<i128>>(f: impl Fn(&'static Block) -> T) -> i128 {
-    blocks().map(|s| f(s).into()).sum()
 }
 
 /// Live bytes and counts, and their peaks: the process's and each entry point's. In the state
@@ -613,7 +596,7 @@ pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u
 }
 
 pub fn downgraded_live_delta(t: &Thread, bytes: i64) {
-    add(&mine(t).totals.downgraded_live_bytes, bytes);
+    add(&mine(t).totals.downgraded_live_bytes, bytes as u64); // two's complement: read as signed
 }
 
 /// Records `live` at `addr`; returns a record it replaced (one whose release pinguard missed:
@@ -654,24 +637,18 @@ pub fn live_bytes() -> u64 {
 }
 
 pub fn totals() -> Totals {
-    let u = |v: i128| v.max(0) as u64;
-    Totals {
+    let mut t = Totals {
         live_bytes: levels().total.bytes(),
         live_count: levels().total.count(),
         peak_live_bytes: levels().total.peak(),
-        alloc_count: u(sum(|s| s.totals.alloc_count.load(Relaxed))),
-        alloc_bytes: u(sum(|s| s.totals.alloc_bytes.load(Relaxed))),
-        release_count: u(sum(|s| s.totals.release_count.load(Relaxed))),
-        failed_count: u(sum(|s| s.totals.failed_count.load(Relaxed))),
-        denied_count: u(sum(|s| s.totals.denied_count.load(Relaxed))),
-        denied_bytes: u(sum(|s| s.totals.denied_bytes.load(Relaxed))),
-        downgraded_count: u(sum(|s| s.totals.downgraded_count.load(Relaxed))),
-        downgraded_bytes: u(sum(|s| s.totals.downgraded_bytes.load(Relaxed))),
-        downgraded_live_bytes: u(sum(|s| s.totals.downgraded_live_bytes.load(Relaxed))),
-        over_budget_count: u(sum(|s| s.totals.over_budget_count.load(Relaxed))),
-        unknown_release_count: u(sum(|s| s.totals.unknown_release_count.load(Relaxed))),
         untracked_count: UNTRACKED.load(Relaxed),
+        ..Totals::default()
+    };
+    for b in blocks() {
+        b.totals.add_to(&mut t);
     }
+    t.downgraded_live_bytes = (t.downgraded_live_bytes as i64).max(0) as u64;
+    t
 }
 
 /// Per-API figures for every entry point that saw any activity.
@@ -680,21 +657,18 @@ pub fn apis() -> Vec<(Api, ApiStats)> {
         .iter()
         .map(|&api| {
             let i = api as usize;
-            let u = |v: i128| v.max(0) as u64;
-            (
-                api,
-                ApiStats {
-                    alloc_count: levels().apis[i].alloc_count(),
-                    alloc_bytes: levels().apis[i].alloc_bytes(),
-                    live_count: levels().apis[i].count(),
-                    live_bytes: levels().apis[i].bytes(),
-                    peak_live_bytes: levels().apis[i].peak(),
-                    failed_count: u(sum(|s| s.apis[i].failed_count.load(Relaxed))),
-                    denied_count: u(sum(|s| s.apis[i].denied_count.load(Relaxed))),
-                    downgraded_count: u(sum(|s| s.apis[i].downgraded_count.load(Relaxed))),
-                    unknown_release_count: u(sum(|s| s.apis[i].unknown_release_count.load(Relaxed))),
-                },
-            )
+            let mut s = ApiStats {
+                alloc_count: levels().apis[i].alloc_count(),
+                alloc_bytes: levels().apis[i].alloc_bytes(),
+                live_count: levels().apis[i].count(),
+                live_bytes: levels().apis[i].bytes(),
+                peak_live_bytes: levels().apis[i].peak(),
+                ..ApiStats::default()
+            };
+            for b in blocks() {
+                b.apis[i].add_to(&mut s);
+            }
+            (api, s)
         })
         .filter(|(_, s)| *s != ApiStats::default())
         .collect()
