@@ -86,7 +86,86 @@ pub fn state_info(cfg: &Config) -> Vec<u8> {
     serde_json::to_vec(&info).unwrap_or_default()
 }
 
+/// What a report is made of, read from the process: plain data (frames already named), which
+/// `shape` turns into the report without reading anything else, so that the report's rules
+/// (which callsites appear, in what order, a record's age) are tested without a preloaded
+/// process.
+pub struct Figures {
+    pub now: u64,
+    pub process: schema::Process,
+    pub config: schema::Config,
+    pub totals: schema::Totals,
+    pub apis: Vec<(String, schema::ApiStats)>,
+    pub kernel: schema::Kernel,
+    pub group: Option<schema::Group>,
+    pub modules: Vec<schema::Module>,
+    /// Every callsite, active or not.
+    pub callsites: Vec<schema::Callsite>,
+    /// (address, record, the record's start in unix ms).
+    pub live: Vec<(u64, LiveFigures)>,
+    pub events: Vec<schema::Event>,
+    pub events_dropped: u64,
+    pub timeline: Vec<(u64, u64)>,
+    pub timeline_dropped: u64,
+}
+
+/// One live record, as `Figures` holds it.
+pub struct LiveFigures {
+    pub size: u64,
+    pub api: String,
+    pub callsite: u32,
+    pub tid: u32,
+    pub unix_ms: u64,
+    pub downgraded: bool,
+}
+
+/// The report of `f`: callsites that pinned, were refused or were downgraded, largest live
+/// first (then highest peak, then oldest id); live records by address, with their age.
+pub fn shape(reason: Reason, f: Figures) -> Report {
+    let mut callsites: Vec<schema::Callsite> =
+        f.callsites.into_iter().filter(|c| c.alloc_count > 0 || c.denied_count > 0 || c.downgraded_count > 0).collect();
+    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    let mut live: Vec<schema::Live> = f
+        .live
+        .into_iter()
+        .map(|(addr, l)| schema::Live {
+            addr: Addr(addr),
+            size: l.size,
+            api: l.api.into(),
+            callsite: l.callsite,
+            tid: l.tid,
+            age_ms: f.now.saturating_sub(l.unix_ms),
+            downgraded: l.downgraded,
+        })
+        .collect();
+    live.sort_by_key(|l| l.addr);
+    Report {
+        schema: schema::SCHEMA.to_string(),
+        reason,
+        pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
+        process: f.process,
+        config: f.config,
+        totals: f.totals,
+        apis: f.apis.into_iter().collect(),
+        kernel: f.kernel,
+        group: f.group,
+        modules: f.modules,
+        callsites,
+        live,
+        events: f.events,
+        events_dropped: f.events_dropped,
+        timeline: f.timeline,
+        timeline_dropped: f.timeline_dropped,
+    }
+}
+
 pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
+    shape(reason, gather(cfg))
+}
+
+/// Reads the figures from the ledger, the callsite table, the kernel and the group, and names
+/// the callsites' frames.
+fn gather(cfg: &Config) -> Figures {
     let now = crate::runtime::clock::unix_ms();
     // The kernel is the truth for locked pages: the view is matched with VmLck first (glibc's own
     // unmaps, a grown locked stack), and the status read right after, before symbolizing moves it.
@@ -100,9 +179,10 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
-    let mut callsites: Vec<schema::Callsite> = callsite::all()
+    let callsites: Vec<schema::Callsite> = callsite::all()
         .into_iter()
         .filter(|c| {
+            // Named only if the report will show it: symbolizing is the costly part.
             c.level.alloc_count() > 0
                 || c.denied_count.load(Ordering::Relaxed) > 0
                 || c.downgraded_count.load(Ordering::Relaxed) > 0
@@ -151,30 +231,21 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
             }
         })
         .collect();
-    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
-    let mut live: Vec<schema::Live> = ledger::live_records()
+    let live = ledger::live_records()
         .into_iter()
-        .map(|(addr, l)| schema::Live {
-            addr: Addr(addr as u64),
-            size: l.size,
-            api: l.api.name().into(),
-            callsite: l.site.id,
-            tid: l.tid,
-            age_ms: now.saturating_sub(l.unix_ms),
-            downgraded: l.downgraded(),
+        .map(|(addr, l)| {
+            let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id, tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
+            (addr as u64, f)
         })
         .collect();
-    live.sort_by_key(|l| l.addr);
     let (events, events_dropped) = ledger::events();
     let events = events
         .into_iter()
         .map(|e| schema::Event { unix_ms: e.unix_ms, kind: e.kind, api: e.api.name().to_string(), size: e.size, callsite: e.callsite, live_bytes: e.live_bytes })
         .collect();
     let (timeline, timeline_dropped) = ledger::timeline();
-    Report {
-        schema: schema::SCHEMA.to_string(),
-        reason,
-        pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
+    Figures {
+        now,
         process: process(now),
         config: config(cfg),
         totals,
@@ -200,7 +271,6 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
         timeline_dropped,
     }
 }
-
 
 /// Where the last report written to the template went (the fallback directory, if it came to that).
 static LAST: crate::runtime::lock::Mutex<Option<PathBuf>> = crate::runtime::lock::Mutex::new(None);
@@ -298,4 +368,75 @@ pub fn write_exit(cfg: &Config) {
         t.denied_count,
         t.downgraded_count,
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn site(id: u32, live_bytes: u64, peak: u64, alloc_count: u64, denied_count: u64) -> schema::Callsite {
+        schema::Callsite {
+            id,
+            frames: Vec::new(),
+            py_frames: Vec::new(),
+            apis: vec!["cudaHostAlloc".into()],
+            live_bytes,
+            live_count: u64::from(live_bytes > 0),
+            peak_live_bytes: peak,
+            alloc_count,
+            alloc_bytes: peak,
+            denied_count,
+            downgraded_count: 0,
+        }
+    }
+
+    fn live(size: u64, unix_ms: u64) -> LiveFigures {
+        LiveFigures { size, api: "cudaHostAlloc".into(), callsite: 1, tid: 7, unix_ms, downgraded: false }
+    }
+
+    fn figures() -> Figures {
+        Figures {
+            now: 10_000,
+            process: schema::Process::default(),
+            config: schema::Config::default(),
+            totals: schema::Totals::default(),
+            apis: Vec::new(),
+            kernel: schema::Kernel::default(),
+            group: None,
+            modules: Vec::new(),
+            callsites: Vec::new(),
+            live: Vec::new(),
+            events: Vec::new(),
+            events_dropped: 0,
+            timeline: Vec::new(),
+            timeline_dropped: 0,
+        }
+    }
+
+    #[test]
+    fn callsites_that_did_something_largest_live_first() {
+        let mut f = figures();
+        f.callsites = vec![
+            site(1, 0, 4096, 1, 0),    // all released: shown, last
+            site(2, 8192, 8192, 2, 0), // largest live
+            site(3, 0, 0, 0, 0),       // never pinned, refused or downgraded: left out
+            site(4, 0, 0, 0, 3),       // only refused: shown
+            site(5, 8192, 16384, 4, 0), // as live as 2, higher peak: before it
+            site(6, 0, 4096, 1, 0),    // ties with 1: the older id first
+        ];
+        let r = shape(Reason::Exit, f);
+        let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec![5, 2, 1, 6, 4]);
+    }
+
+    #[test]
+    fn live_records_by_address_with_their_age() {
+        let mut f = figures();
+        f.live = vec![(0x3000, live(4096, 9_000)), (0x1000, live(8192, 10_500)), (0x2000, live(16, 0))];
+        let r = shape(Reason::Request, f);
+        let got: Vec<(u64, u64, u64)> = r.live.iter().map(|l| (l.addr.0, l.size, l.age_ms)).collect();
+        // A record stamped after `now` (the coarse clock runs behind the fine one) is 0 ms old.
+        assert_eq!(got, vec![(0x1000, 8192, 0), (0x2000, 16, 10_000), (0x3000, 4096, 1_000)]);
+        assert_eq!((r.reason, r.schema.as_str()), (Reason::Request, schema::SCHEMA));
+    }
 }
