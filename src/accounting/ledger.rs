@@ -195,7 +195,8 @@ unsafe extern "C" fn hand_back(p: *mut c_void) {
     if t.counters.get() == p as *const () {
         t.counters.set(std::ptr::null());
     }
-    FREE.lock().push(&*(p as *const Block));
+    // SAFETY: glibc hands back the value `adopt` set for this key: a leaked block, never freed.
+    FREE.lock().push(unsafe { &*(p as *const Block) });
     guard::unmark_inside(was);
 }
 
@@ -780,29 +781,37 @@ pub fn lock_all() {
 /// pinned memory and `mlock` locks are not inherited across `fork`.
 pub unsafe fn unlock_all(clear: bool) {
     if clear {
-        for s in &LIVE {
-            (*s.data_ptr()).forget();
+        // SAFETY: `lock_all` holds every one of these locks (the caller's contract), and the fork
+        // child has no other thread: the data behind them is this thread's alone.
+        unsafe {
+            for s in &LIVE {
+                (*s.data_ptr()).forget();
+            }
+            *LOCKED.data_ptr() = None;
+            *EVENTS.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
+            *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
+            *FREE.data_ptr() = Vec::new();
         }
-        *LOCKED.data_ptr() = None;
         LOCKED_ANY.store(false, Relaxed);
-        *EVENTS.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
-        *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
-        *FREE.data_ptr() = Vec::new();
     }
-    lock::release(&FREE, clear);
-    for s in &LIVE {
-        if clear { lock::release_in_child(s) } else { lock::release_in_parent(s) }
-    }
-    if clear {
-        lock::release_in_child(&LOCKED);
-        lock::release_in_child(&EVENTS);
-        lock::release_in_child(&TIMELINE);
-    } else {
-        lock::release_in_parent(&LOCKED);
-        lock::release_in_parent(&EVENTS);
-        lock::release_in_parent(&TIMELINE);
+    // SAFETY: each of these locks is held by `lock_all` on this thread (the caller's contract),
+    // released once here, in the parent or in the child as `clear` says.
+    unsafe {
+        lock::release(&FREE, clear);
+        for s in &LIVE {
+            if clear { lock::release_in_child(s) } else { lock::release_in_parent(s) }
+        }
+        if clear {
+            lock::release_in_child(&LOCKED);
+            lock::release_in_child(&EVENTS);
+            lock::release_in_child(&TIMELINE);
+        } else {
+            lock::release_in_parent(&LOCKED);
+            lock::release_in_parent(&EVENTS);
+            lock::release_in_parent(&TIMELINE);
+        }
     }
 }
 
