@@ -19,7 +19,8 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
         let Some(cfg) = lifecycle::ensure_init(_r.thread()) else {
             return -1;
         };
-        let p = if path.is_null() { None } else { Some(CStr::from_ptr(path).to_string_lossy().into_owned()) };
+        // SAFETY: not null, so a NUL-terminated path (the C API's contract, `pinguard.h`).
+        let p = if path.is_null() { None } else { Some(unsafe { CStr::from_ptr(path) }.to_string_lossy().into_owned()) };
         match report::write(cfg, Reason::Request, p.as_deref().map(Path::new)) {
             Ok(_) => 0,
             Err(msg) => {
@@ -48,8 +49,12 @@ pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> 
         let bytes = p.as_os_str().as_encoded_bytes();
         if !buf.is_null() && size > 0 {
             let n = bytes.len().min(size - 1);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
-            *buf.add(n) = 0;
+            // SAFETY: `buf` is not null, so writable for `size` bytes (the C API's contract), and
+            // `n < size`: the copy and its NUL fit. `bytes` is our own string, apart from `buf`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf as *mut u8, n);
+                *buf.add(n) = 0;
+            }
         }
         bytes.len() as isize
     })

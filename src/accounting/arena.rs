@@ -436,7 +436,9 @@ pub fn hold() {
 /// holder of an arena pointer resets it in its own fork handler.
 pub unsafe fn release(child: bool) {
     if child {
-        let a = &mut *ARENA.data_ptr();
+        // SAFETY: `hold` locked ARENA and forgot its guard, and the child has no other thread: this
+        // is the only reference to the data.
+        let a = unsafe { &mut *ARENA.data_ptr() };
         detach(a);
         HEADER.store(ptr::null_mut(), Relaxed);
         a.n = 0;
@@ -445,9 +447,11 @@ pub unsafe fn release(child: bool) {
         a.file = None;
         a.grows = false;
         a.complete = true;
-        crate::runtime::lock::release_in_child(&ARENA);
+        // SAFETY: after `hold`, in the child's handler (this function's contract).
+        unsafe { crate::runtime::lock::release_in_child(&ARENA) };
     } else {
-        crate::runtime::lock::release_in_parent(&ARENA);
+        // SAFETY: after `hold`, in the parent's handler (this function's contract).
+        unsafe { crate::runtime::lock::release_in_parent(&ARENA) };
     }
 }
 

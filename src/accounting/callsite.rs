@@ -321,19 +321,30 @@ pub unsafe fn unlock_all(clear: bool) {
         if clear {
             // The callsites themselves stay allocated (live records of other threads that no
             // longer exist in the child may point at them); only the index is forgotten.
-            *shard.data_ptr() = None;
-            lock::release_in_child(shard);
+            // SAFETY: `lock_all` holds the shard's lock on this thread, so nothing else reaches the
+            // data; `clear` is the fork child's handler, where the lock is reset.
+            unsafe {
+                *shard.data_ptr() = None;
+                lock::release_in_child(shard);
+            }
         } else {
-            lock::release_in_parent(shard);
+            // SAFETY: `lock_all` took this shard's lock on this thread (this function's contract).
+            unsafe { lock::release_in_parent(shard) };
         }
     }
     if clear {
-        *RETIRED.data_ptr() = Vec::new();
-        lock::release_in_child(&RETIRED);
-        *MODULES.data_ptr() = Vec::new();
-        lock::release_in_child(&MODULES);
+        // SAFETY: as for the shards above: both held by `lock_all`, in the child's handler.
+        unsafe {
+            *RETIRED.data_ptr() = Vec::new();
+            lock::release_in_child(&RETIRED);
+            *MODULES.data_ptr() = Vec::new();
+            lock::release_in_child(&MODULES);
+        }
     } else {
-        lock::release_in_parent(&RETIRED);
-        lock::release_in_parent(&MODULES);
+        // SAFETY: `lock_all` took both locks on this thread (this function's contract).
+        unsafe {
+            lock::release_in_parent(&RETIRED);
+            lock::release_in_parent(&MODULES);
+        }
     }
 }

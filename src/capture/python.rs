@@ -174,7 +174,8 @@ fn debug_offsets(runtime: usize, version: u64) -> Option<Layout> {
 }
 
 unsafe fn word(addr: usize) -> usize {
-    *(addr as *const usize)
+    // SAFETY: the caller guarantees `addr` a readable, aligned `usize`.
+    unsafe { *(addr as *const usize) }
 }
 
 /// Whether this process runs a Python whose frames can be read (probing at most once a second).
@@ -288,9 +289,12 @@ thread_local! {
 }
 
 unsafe fn intern(l: &Layout, recent: &[Cell<Recent>], code: usize, index: isize) -> usize {
-    let file = word(code + l.co_filename);
-    let name = word(code + l.co_qualname);
-    let first = *((code + l.co_firstlineno) as *const i32);
+    // SAFETY: `code` is a live code object laid out as `l` says (the caller's guarantee).
+    let file = unsafe { word(code + l.co_filename) };
+    // SAFETY: as above.
+    let name = unsafe { word(code + l.co_qualname) };
+    // SAFETY: as above.
+    let first = unsafe { *((code + l.co_firstlineno) as *const i32) };
     let check = file ^ name.rotate_left(17) ^ first as usize;
     let slot = &recent[(code >> 4 ^ index as usize) % RECENT];
     let e = slot.get();
@@ -304,9 +308,12 @@ unsafe fn intern(l: &Layout, recent: &[Cell<Recent>], code: usize, index: isize)
             Some(&(f, nm, fl, id)) if f == file && nm == name && fl == first => id,
             _ => {
                 let frame = PyFrame {
-                    file: read_str(l, file).unwrap_or_else(|| "?".into()),
-                    function: read_str(l, name).unwrap_or_else(|| "?".into()),
-                    line: line_of(l, code, index, first),
+                    // SAFETY: the live code object's file name, a `str` of the probed layout.
+                    file: unsafe { read_str(l, file) }.unwrap_or_else(|| "?".into()),
+                    // SAFETY: its qualified name, likewise.
+                    function: unsafe { read_str(l, name) }.unwrap_or_else(|| "?".into()),
+                    // SAFETY: `code` is a live code object (the caller's guarantee).
+                    line: unsafe { line_of(l, code, index, first) },
                 };
                 if t.frames.len() >= MAX_INTERNED {
                     t.frames.truncate(MAX_INTERNED - 1); // the last slot serves every overflow
@@ -338,23 +345,30 @@ unsafe fn read_str(l: &Layout, s: usize) -> Option<String> {
     if s == 0 || s % 8 != 0 {
         return None;
     }
-    let len = (word(s + l.str_length) as isize).clamp(0, 4096) as usize;
-    let state = *((s + l.str_state) as *const u32);
+    // SAFETY: `s` is not null, so a live `str` object of the probed layout (the caller's guarantee).
+    let len = (unsafe { word(s + l.str_length) } as isize).clamp(0, 4096) as usize;
+    // SAFETY: as above.
+    let state = unsafe { *((s + l.str_state) as *const u32) };
     let kind = (state >> 2) & 7;
     let compact = (state >> 5) & 1 == 1;
     let ascii = (state >> 6) & 1 == 1;
     let data = match (compact, ascii) {
         (true, true) => s + l.ascii_size,
         (true, false) => s + l.compact_size,
-        (false, _) => word(s + l.str_data),
+        // SAFETY: as above; a legacy string keeps its data pointer there.
+        (false, _) => unsafe { word(s + l.str_data) },
     };
     if data == 0 {
         return None;
     }
     Some(match kind {
-        1 => std::slice::from_raw_parts(data as *const u8, len).iter().map(|&b| b as char).collect(),
-        2 => std::slice::from_raw_parts(data as *const u16, len).iter().map(|&c| char::from_u32(c as u32).unwrap_or('?')).collect(),
-        4 => std::slice::from_raw_parts(data as *const u32, len).iter().map(|&c| char::from_u32(c).unwrap_or('?')).collect(),
+        // SAFETY: `data` holds the string's characters, `kind` bytes each, at least `len` of them
+        // (the clamp only shortens).
+        1 => unsafe { std::slice::from_raw_parts(data as *const u8, len) }.iter().map(|&b| b as char).collect(),
+        // SAFETY: as above.
+        2 => unsafe { std::slice::from_raw_parts(data as *const u16, len) }.iter().map(|&c| char::from_u32(c as u32).unwrap_or('?')).collect(),
+        // SAFETY: as above.
+        4 => unsafe { std::slice::from_raw_parts(data as *const u32, len) }.iter().map(|&c| char::from_u32(c).unwrap_or('?')).collect(),
         _ => return None,
     })
 }
@@ -366,12 +380,15 @@ unsafe fn line_of(l: &Layout, code: usize, index: isize, first: i32) -> u32 {
     if index < 0 {
         return fallback;
     }
-    let table = word(code + l.co_linetable);
+    // SAFETY: `code` is a live code object of the probed layout (the caller's guarantee).
+    let table = unsafe { word(code + l.co_linetable) };
     if table == 0 {
         return fallback;
     }
-    let size = (word(table + l.bytes_size) as isize).clamp(0, 1 << 24) as usize;
-    let bytes = std::slice::from_raw_parts((table + l.bytes_sval) as *const u8, size);
+    // SAFETY: not null, so the code object's location table, a `bytes` object.
+    let size = (unsafe { word(table + l.bytes_size) } as isize).clamp(0, 1 << 24) as usize;
+    // SAFETY: a `bytes` object holds at least `size` bytes at `bytes_sval` (the clamp only shortens).
+    let bytes = unsafe { std::slice::from_raw_parts((table + l.bytes_sval) as *const u8, size) };
     let mut i = 0;
     let mut addr = 0isize; // in code units
     let mut line = first as i64;
@@ -432,5 +449,6 @@ pub fn hold() {
 /// # Safety
 /// Only after `hold`, in the fork handlers.
 pub unsafe fn release(child: bool) {
-    crate::runtime::lock::release(&TABLE, child)
+    // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
+    unsafe { crate::runtime::lock::release(&TABLE, child) }
 }

@@ -197,7 +197,8 @@ pub fn hold() {
 /// # Safety
 /// Only after `hold`, in the fork handlers.
 pub unsafe fn release(child: bool) {
-    crate::runtime::lock::release(&SHARED, child)
+    // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
+    unsafe { crate::runtime::lock::release(&SHARED, child) }
 }
 
 impl Local {
@@ -386,9 +387,11 @@ fn thread_stack() -> Option<(u64, u64)> {
 /// The loader's (adds, subs) counters: they move on every `dlopen`/`dlclose` that maps or unmaps.
 fn loader_counts() -> (u64, u64) {
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
-        let out = &mut *(data as *mut (u64, u64));
+        // SAFETY: `data` is the `&mut counts` passed below, live and unaliased for the whole walk.
+        let out = unsafe { &mut *(data as *mut (u64, u64)) };
         if size >= std::mem::size_of::<libc::dl_phdr_info>() {
-            *out = ((*info).dlpi_adds, (*info).dlpi_subs);
+            // SAFETY: the loader's valid `info`, which `size` says has the counters.
+            *out = unsafe { ((*info).dlpi_adds, (*info).dlpi_subs) };
         }
         1 // the first object carries them; stop there
     }
@@ -415,8 +418,10 @@ struct Found {
 fn scan(generation: u64) -> Shared {
     let mut found: (Vec<Found>, (u64, u64)) = (Vec::new(), (0, 0));
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
-        let (objects, loads) = &mut *(data as *mut (Vec<Found>, (u64, u64)));
-        let info = &*info;
+        // SAFETY: `data` is the `&mut found` passed below, live and unaliased for the whole walk.
+        let (objects, loads) = unsafe { &mut *(data as *mut (Vec<Found>, (u64, u64))) };
+        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
+        let info = unsafe { &*info };
         if objects.is_empty() && size >= std::mem::size_of::<libc::dl_phdr_info>() {
             *loads = (info.dlpi_adds, info.dlpi_subs);
         }
@@ -424,11 +429,13 @@ fn scan(generation: u64) -> Shared {
         let name = if info.dlpi_name.is_null() {
             String::new()
         } else {
-            std::ffi::CStr::from_ptr(info.dlpi_name).to_string_lossy().into_owned()
+            // SAFETY: not null, so the loader's NUL-terminated name of the object.
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
         };
         let mut f = Found { name, start: u64::MAX, end: 0, bias, text: None, hdr: None, segments: Vec::new() };
         for i in 0..info.dlpi_phnum as usize {
-            let ph = &*info.dlpi_phdr.add(i);
+            // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
             let (s, e) = (bias.wrapping_add(ph.p_vaddr), bias.wrapping_add(ph.p_vaddr).wrapping_add(ph.p_memsz));
             match ph.p_type {
                 libc::PT_LOAD => {
@@ -478,14 +485,18 @@ unsafe fn module(o: &Found) -> Option<Module<&'static [u8]>> {
     if hdr_end < hdr_start + 8 {
         return None;
     }
-    let hdr = std::slice::from_raw_parts(hdr_start as *const u8, (hdr_end - hdr_start) as usize);
+    // SAFETY: the `PT_GNU_EH_FRAME` segment of an object mapped now (this function's contract).
+    let hdr = unsafe { std::slice::from_raw_parts(hdr_start as *const u8, (hdr_end - hdr_start) as usize) };
     if hdr[0] != 1 {
         return None;
     }
-    let eh_frame = read_encoded(hdr[1], hdr_start + 4, hdr_start)?;
+    // SAFETY: the encoded `.eh_frame` pointer follows the 4-byte header, in the mapped segment.
+    let eh_frame = unsafe { read_encoded(hdr[1], hdr_start + 4, hdr_start) }?;
     // `.eh_frame` has no length of its own here: it runs at most to the end of its segment.
     let seg_end = o.segments.iter().find(|(s, e)| eh_frame >= *s && eh_frame < *e)?.1;
-    let eh = std::slice::from_raw_parts(eh_frame as *const u8, (seg_end - eh_frame) as usize);
+    // SAFETY: from `eh_frame` to the end of the loaded segment holding it, mapped (this function's
+    // contract).
+    let eh = unsafe { std::slice::from_raw_parts(eh_frame as *const u8, (seg_end - eh_frame) as usize) };
     let svma = |a: u64| a.wrapping_sub(o.bias);
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
@@ -502,13 +513,17 @@ unsafe fn module(o: &Found) -> Option<Module<&'static [u8]>> {
 /// Decodes a DWARF-encoded pointer (the subset `.eh_frame_hdr` uses) at `at`.
 unsafe fn read_encoded(enc: u8, at: u64, hdr: u64) -> Option<u64> {
     let p = at as *const u8;
-    let value: i64 = match enc & 0x0f {
-        0x00 | 0x04 | 0x0c => (p as *const i64).read_unaligned(),
-        0x03 => (p as *const u32).read_unaligned() as i64,
-        0x0b => (p as *const i32).read_unaligned() as i64,
-        0x02 => (p as *const u16).read_unaligned() as i64,
-        0x0a => (p as *const i16).read_unaligned() as i64,
-        _ => return None,
+    // SAFETY: the caller guarantees the encoded value at `at` readable; unaligned reads need no
+    // alignment.
+    let value: i64 = unsafe {
+        match enc & 0x0f {
+            0x00 | 0x04 | 0x0c => (p as *const i64).read_unaligned(),
+            0x03 => (p as *const u32).read_unaligned() as i64,
+            0x0b => (p as *const i32).read_unaligned() as i64,
+            0x02 => (p as *const u16).read_unaligned() as i64,
+            0x0a => (p as *const i16).read_unaligned() as i64,
+            _ => return None,
+        }
     };
     let base = match enc & 0x70 {
         0x00 => 0,

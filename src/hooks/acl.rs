@@ -28,96 +28,120 @@ type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
 
 unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
-        None => f(ptr, size),
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size) }),
     }
 }
 
 unsafe fn malloc_host_with_cfg(f: MallocCfgFn, ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        None => f(ptr, size, cfg),
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, cfg)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, cfg) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size, cfg) }),
     }
 }
 
 /// Always a mapped registration (it returns the device address), so never downgraded.
 unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        None => f(ptr, size, ty, dev),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, ty, dev) },
         Some(h) => {
             let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || f(ptr, size, ty, dev))
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || unsafe { f(ptr, size, ty, dev) })
         }
     }
 }
 
 unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
-        None => f(ptr, size, flag),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, flag) },
         Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || {
-            f(ptr, size, flag)
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            unsafe { f(ptr, size, flag) }
         }),
     }
 }
 
 unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        None => f(ptr),
-        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, || f(ptr)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, || unsafe { f(ptr) }),
     }
 }
 
 unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        None => f(ptr),
-        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, || f(ptr)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, || unsafe { f(ptr) }),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
-    match real!("aclrtMallocHost").get::<MallocFn>() {
-        Some(f) => malloc_host(f, ptr, size),
+    // SAFETY: `MallocFn` is the C type of `aclrtMallocHost`.
+    match unsafe { real!("aclrtMallocHost").get::<MallocFn>() } {
+        // SAFETY: `f` is the real `aclrtMallocHost`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { malloc_host(f, ptr, size) },
         None => UNINITIALIZE,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
-    match real!("aclrtMallocHostWithCfg").get::<MallocCfgFn>() {
-        Some(f) => malloc_host_with_cfg(f, ptr, size, cfg),
+    // SAFETY: `MallocCfgFn` is the C type of `aclrtMallocHostWithCfg`.
+    match unsafe { real!("aclrtMallocHostWithCfg").get::<MallocCfgFn>() } {
+        // SAFETY: `f` is the real `aclrtMallocHostWithCfg`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { malloc_host_with_cfg(f, ptr, size, cfg) },
         None => UNINITIALIZE,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
-    match real!("aclrtHostRegister").get::<RegisterFn>() {
-        Some(f) => host_register(f, ptr, size, ty, dev),
+    // SAFETY: `RegisterFn` is the C type of `aclrtHostRegister`.
+    match unsafe { real!("aclrtHostRegister").get::<RegisterFn>() } {
+        // SAFETY: `f` is the real `aclrtHostRegister`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_register(f, ptr, size, ty, dev) },
         None => UNINITIALIZE,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int {
-    match real!("aclrtHostRegisterV2").get::<RegisterV2Fn>() {
-        Some(f) => host_register_v2(f, ptr, size, flag),
+    // SAFETY: `RegisterV2Fn` is the C type of `aclrtHostRegisterV2`.
+    match unsafe { real!("aclrtHostRegisterV2").get::<RegisterV2Fn>() } {
+        // SAFETY: `f` is the real `aclrtHostRegisterV2`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_register_v2(f, ptr, size, flag) },
         None => UNINITIALIZE,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
-    match real!("aclrtFreeHost").get::<FreeFn>() {
-        Some(f) => free_host(f, ptr),
+    // SAFETY: `FreeFn` is the C type of `aclrtFreeHost`.
+    match unsafe { real!("aclrtFreeHost").get::<FreeFn>() } {
+        // SAFETY: `f` is the real `aclrtFreeHost`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_host(f, ptr) },
         None => UNINITIALIZE,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn aclrtHostUnregister(ptr: *mut c_void) -> c_int {
-    match real!("aclrtHostUnregister").get::<FreeFn>() {
-        Some(f) => host_unregister(f, ptr),
+    // SAFETY: `FreeFn` is the C type of `aclrtHostUnregister`.
+    match unsafe { real!("aclrtHostUnregister").get::<FreeFn>() } {
+        // SAFETY: `f` is the real `aclrtHostUnregister`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_unregister(f, ptr) },
         None => UNINITIALIZE,
     }
 }

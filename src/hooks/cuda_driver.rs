@@ -36,50 +36,64 @@ type GetProcV2Fn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, 
 
 unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(pp, size, flags),
-        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || f(pp, size, flags)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pp, size, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size, flags) }),
     }
 }
 
 unsafe fn alloc_host_v2(f: AllocHostFn, pp: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(pp, size),
-        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pp, size) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size) }),
     }
 }
 
 unsafe fn alloc_host_legacy(f: AllocHostLegacyFn, pp: *mut *mut c_void, size: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(pp, size),
-        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || f(pp, size)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pp, size) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size) }),
     }
 }
 
 unsafe fn register_v2(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(p, size, flags),
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || f(p, size, flags)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(p, size, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(p, size, flags) }),
     }
 }
 
 unsafe fn register_legacy(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(p, size, flags),
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || f(p, size, flags)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(p, size, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(p, size, flags) }),
     }
 }
 
 unsafe fn free_host(f: FreeFn, p: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(p),
-        Some(h) => h.release(Api::CuMemFreeHost, p, &[Api::CuMemHostAlloc, Api::CuMemAllocHostV2, Api::CuMemAllocHost], SUCCESS, || f(p)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(p) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release(Api::CuMemFreeHost, p, &[Api::CuMemHostAlloc, Api::CuMemAllocHostV2, Api::CuMemAllocHost], SUCCESS, || unsafe { f(p) }),
     }
 }
 
 unsafe fn host_unregister(f: FreeFn, p: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        None => f(p),
-        Some(h) => h.release(Api::CuMemHostUnregister, p, &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister], SUCCESS, || f(p)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(p) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release(Api::CuMemHostUnregister, p, &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister], SUCCESS, || unsafe { f(p) }),
     }
 }
 
@@ -87,27 +101,35 @@ unsafe fn host_unregister(f: FreeFn, p: *mut c_void) -> c_int {
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// driver's own.
 unsafe fn get_proc(f: GetProcFn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
-    let rc = f(symbol, pfn, version, flags);
+    // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+    let rc = unsafe { f(symbol, pfn, version, flags) };
     if rc == SUCCESS {
-        wrap_proc(symbol, pfn, version);
+        // SAFETY: `symbol` and `pfn` are the C caller's: a C string and an out-pointer the driver
+        // has just written (`wrap_proc` checks for null).
+        unsafe { wrap_proc(symbol, pfn, version) };
     }
     rc
 }
 
 unsafe fn get_proc_v2(f: GetProcV2Fn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
-    let rc = f(symbol, pfn, version, flags, status);
+    // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+    let rc = unsafe { f(symbol, pfn, version, flags, status) };
     if rc == SUCCESS {
-        wrap_proc(symbol, pfn, version);
+        // SAFETY: as in `get_proc`.
+        unsafe { wrap_proc(symbol, pfn, version) };
     }
     rc
 }
 
 unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
-    if symbol.is_null() || pfn.is_null() || (*pfn).is_null() || !crate::lifecycle::hooks_enabled(Family::CudaDriver) {
+    // SAFETY: `pfn` is not null, so the caller's valid, written out-pointer.
+    if symbol.is_null() || pfn.is_null() || unsafe { (*pfn).is_null() } || !crate::lifecycle::hooks_enabled(Family::CudaDriver) {
         return;
     }
-    let name = CStr::from_ptr(symbol).to_bytes();
-    let real = *pfn as usize;
+    // SAFETY: `symbol` is not null, so the caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) }.to_bytes();
+    // SAFETY: `pfn` is not null, so the caller's valid, written out-pointer.
+    let real = unsafe { *pfn } as usize;
     // The driver picks the ABI by the version asked for; so do the wrappers.
     let w = match name {
         b"cuMemHostAlloc" => host_alloc_slots::bind(real),
@@ -122,7 +144,8 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
         _ => None,
     };
     if let Some(w) = w {
-        *pfn = w as *mut c_void;
+        // SAFETY: `pfn` is the caller's out-pointer, not null (checked above).
+        unsafe { *pfn = w as *mut c_void };
     }
 }
 
@@ -155,72 +178,90 @@ slots!(get_proc_v2_slots, GetProcV2Fn, get_proc_v2, (symbol: *const c_char, pfn:
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    match real!("cuMemHostAlloc").get::<HostAllocFn>() {
-        Some(f) => host_alloc(f, pp, size, flags),
+    // SAFETY: `HostAllocFn` is the C type of `cuMemHostAlloc`.
+    match unsafe { real!("cuMemHostAlloc").get::<HostAllocFn>() } {
+        // SAFETY: `f` is the real `cuMemHostAlloc`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_alloc(f, pp, size, flags) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> c_int {
-    match real!("cuMemAllocHost_v2").get::<AllocHostFn>() {
-        Some(f) => alloc_host_v2(f, pp, size),
+    // SAFETY: `AllocHostFn` is the C type of `cuMemAllocHost_v2`.
+    match unsafe { real!("cuMemAllocHost_v2").get::<AllocHostFn>() } {
+        // SAFETY: `f` is the real `cuMemAllocHost_v2`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { alloc_host_v2(f, pp, size) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c_int {
-    match real!("cuMemAllocHost").get::<AllocHostLegacyFn>() {
-        Some(f) => alloc_host_legacy(f, pp, size),
+    // SAFETY: `AllocHostLegacyFn` is the C type of `cuMemAllocHost`.
+    match unsafe { real!("cuMemAllocHost").get::<AllocHostLegacyFn>() } {
+        // SAFETY: `f` is the real `cuMemAllocHost`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { alloc_host_legacy(f, pp, size) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
-    match real!("cuMemHostRegister_v2").get::<RegisterFn>() {
-        Some(f) => register_v2(f, p, size, flags),
+    // SAFETY: `RegisterFn` is the C type of `cuMemHostRegister_v2`.
+    match unsafe { real!("cuMemHostRegister_v2").get::<RegisterFn>() } {
+        // SAFETY: `f` is the real `cuMemHostRegister_v2`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { register_v2(f, p, size, flags) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int {
-    match real!("cuMemHostRegister").get::<RegisterFn>() {
-        Some(f) => register_legacy(f, p, size, flags),
+    // SAFETY: `RegisterFn` is the C type of `cuMemHostRegister`.
+    match unsafe { real!("cuMemHostRegister").get::<RegisterFn>() } {
+        // SAFETY: `f` is the real `cuMemHostRegister`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { register_legacy(f, p, size, flags) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemFreeHost(p: *mut c_void) -> c_int {
-    match real!("cuMemFreeHost").get::<FreeFn>() {
-        Some(f) => free_host(f, p),
+    // SAFETY: `FreeFn` is the C type of `cuMemFreeHost`.
+    match unsafe { real!("cuMemFreeHost").get::<FreeFn>() } {
+        // SAFETY: `f` is the real `cuMemFreeHost`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_host(f, p) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuMemHostUnregister(p: *mut c_void) -> c_int {
-    match real!("cuMemHostUnregister").get::<FreeFn>() {
-        Some(f) => host_unregister(f, p),
+    // SAFETY: `FreeFn` is the C type of `cuMemHostUnregister`.
+    match unsafe { real!("cuMemHostUnregister").get::<FreeFn>() } {
+        // SAFETY: `f` is the real `cuMemHostUnregister`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_unregister(f, p) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
-    match real!("cuGetProcAddress").get::<GetProcFn>() {
-        Some(f) => get_proc(f, symbol, pfn, version, flags),
+    // SAFETY: `GetProcFn` is the C type of `cuGetProcAddress`.
+    match unsafe { real!("cuGetProcAddress").get::<GetProcFn>() } {
+        // SAFETY: `f` is the real `cuGetProcAddress`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { get_proc(f, symbol, pfn, version, flags) },
         None => NOT_INITIALIZED,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
-    match real!("cuGetProcAddress_v2").get::<GetProcV2Fn>() {
-        Some(f) => get_proc_v2(f, symbol, pfn, version, flags, status),
+    // SAFETY: `GetProcV2Fn` is the C type of `cuGetProcAddress_v2`.
+    match unsafe { real!("cuGetProcAddress_v2").get::<GetProcV2Fn>() } {
+        // SAFETY: `f` is the real `cuGetProcAddress_v2`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { get_proc_v2(f, symbol, pfn, version, flags, status) },
         None => NOT_INITIALIZED,
     }
 }

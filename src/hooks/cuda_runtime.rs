@@ -29,75 +29,95 @@ type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
 
 unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
-        None => f(ptr, size, flags),
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || f(ptr, size, flags)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size, flags) }),
     }
 }
 
 unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
-        None => f(ptr, size),
-        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || f(ptr, size)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size) }),
     }
 }
 
 unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
-        None => f(ptr, size, flags),
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, || f(ptr, size, flags)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, || unsafe { f(ptr, size, flags) }),
     }
 }
 
 unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
-        None => f(ptr),
-        Some(h) => h.release(Api::CudaFreeHost, ptr, &[Api::CudaHostAlloc, Api::CudaMallocHost], SUCCESS, || f(ptr)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release(Api::CudaFreeHost, ptr, &[Api::CudaHostAlloc, Api::CudaMallocHost], SUCCESS, || unsafe { f(ptr) }),
     }
 }
 
 unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
-        None => f(ptr),
-        Some(h) => h.release(Api::CudaHostUnregister, ptr, &[Api::CudaHostRegister], SUCCESS, || f(ptr)),
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release(Api::CudaHostUnregister, ptr, &[Api::CudaHostRegister], SUCCESS, || unsafe { f(ptr) }),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    match real!("cudaHostAlloc").get::<AllocFn>() {
-        Some(f) => host_alloc(f, ptr, size, flags),
+    // SAFETY: `AllocFn` is the C type of `cudaHostAlloc`.
+    match unsafe { real!("cudaHostAlloc").get::<AllocFn>() } {
+        // SAFETY: `f` is the real `cudaHostAlloc`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_alloc(f, ptr, size, flags) },
         None => INITIALIZATION_ERROR,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
-    match real!("cudaMallocHost").get::<MallocFn>() {
-        Some(f) => malloc_host(f, ptr, size),
+    // SAFETY: `MallocFn` is the C type of `cudaMallocHost`.
+    match unsafe { real!("cudaMallocHost").get::<MallocFn>() } {
+        // SAFETY: `f` is the real `cudaMallocHost`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { malloc_host(f, ptr, size) },
         None => INITIALIZATION_ERROR,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
-    match real!("cudaHostRegister").get::<RegisterFn>() {
-        Some(f) => host_register(f, ptr, size, flags),
+    // SAFETY: `RegisterFn` is the C type of `cudaHostRegister`.
+    match unsafe { real!("cudaHostRegister").get::<RegisterFn>() } {
+        // SAFETY: `f` is the real `cudaHostRegister`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_register(f, ptr, size, flags) },
         None => INITIALIZATION_ERROR,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cudaFreeHost(ptr: *mut c_void) -> c_int {
-    match real!("cudaFreeHost").get::<FreeFn>() {
-        Some(f) => free_host(f, ptr),
+    // SAFETY: `FreeFn` is the C type of `cudaFreeHost`.
+    match unsafe { real!("cudaFreeHost").get::<FreeFn>() } {
+        // SAFETY: `f` is the real `cudaFreeHost`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_host(f, ptr) },
         None => INITIALIZATION_ERROR,
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C-unwind" fn cudaHostUnregister(ptr: *mut c_void) -> c_int {
-    match real!("cudaHostUnregister").get::<FreeFn>() {
-        Some(f) => host_unregister(f, ptr),
+    // SAFETY: `FreeFn` is the C type of `cudaHostUnregister`.
+    match unsafe { real!("cudaHostUnregister").get::<FreeFn>() } {
+        // SAFETY: `f` is the real `cudaHostUnregister`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { host_unregister(f, ptr) },
         None => INITIALIZATION_ERROR,
     }
 }

@@ -10,15 +10,18 @@ type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
 
 #[no_mangle]
 pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    let Some(real) = super::real!("dlclose").get::<DlcloseFn>() else {
+    // SAFETY: `DlcloseFn` is the C type of `dlclose`.
+    let Some(real) = (unsafe { super::real!("dlclose").get::<DlcloseFn>() }) else {
         return -1;
     };
     // pinguard's own look-ups close what they opened with RTLD_NOLOAD: nothing is unloaded then.
     if crate::runtime::guard::inside() {
-        return real(handle);
+        // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
+        return unsafe { real(handle) };
     }
     let closing = crate::track::quietly_tracked(|| crate::output::unload::before(handle)).flatten();
-    let rc = real(handle);
+    // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
+    let rc = unsafe { real(handle) };
     crate::capture::unwind::objects_removed();
     if let Some(c) = closing {
         crate::track::quietly_tracked(|| crate::output::unload::after(c));

@@ -26,20 +26,25 @@ pub fn prepare() {
 
 unsafe fn finish(status: c_int, real: &'static Real) -> ! {
     lifecycle::exit_report_from_exit_call();
-    match real.get::<ExitFn>() {
-        Some(f) => f(status),
+    // SAFETY: `real` is one of `real_exit`/`real_upper_exit`, both of type `ExitFn`.
+    match unsafe { real.get::<ExitFn>() } {
+        // SAFETY: `f` is the real exit function; any status is valid.
+        Some(f) => unsafe { f(status) },
         None => loop {
-            libc::syscall(libc::SYS_exit_group, status);
+            // SAFETY: `exit_group` takes a plain status and never returns.
+            unsafe { libc::syscall(libc::SYS_exit_group, status) };
         },
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    finish(status, real_exit())
+    // SAFETY: `real_exit()` names `_exit`, an `ExitFn`.
+    unsafe { finish(status, real_exit()) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    finish(status, real_upper_exit())
+    // SAFETY: `real_upper_exit()` names `_Exit`, an `ExitFn`.
+    unsafe { finish(status, real_upper_exit()) }
 }

@@ -66,9 +66,12 @@ fn nested() {
 
 #[no_mangle]
 pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
-    let real = || match real!("mlock").get::<LockFn>() {
-        Some(f) => f(addr, len),
-        None => sys_ret(libc::syscall(libc::SYS_mlock, addr, len)),
+    // SAFETY: `LockFn` is the C type of `mlock`.
+    let real = || match unsafe { real!("mlock").get::<LockFn>() } {
+        // SAFETY: `f` is libc's `mlock`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { f(addr, len) },
+        // SAFETY: the system call `mlock` wraps, with the same arguments.
+        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlock, addr, len) }),
     };
     match Hook::enter(Family::Mlock) {
         None => {
@@ -81,9 +84,12 @@ pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) -> c_int {
-    let real = || match real!("mlock2").get::<Lock2Fn>() {
-        Some(f) => f(addr, len, flags),
-        None => sys_ret(libc::syscall(libc::SYS_mlock2, addr, len, flags)),
+    // SAFETY: `Lock2Fn` is the C type of `mlock2`.
+    let real = || match unsafe { real!("mlock2").get::<Lock2Fn>() } {
+        // SAFETY: `f` is libc's `mlock2`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { f(addr, len, flags) },
+        // SAFETY: the system call `mlock2` wraps, with the same arguments.
+        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) }),
     };
     match Hook::enter(Family::Mlock) {
         None => {
@@ -96,9 +102,12 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) 
 
 #[no_mangle]
 pub unsafe extern "C" fn munlock(addr: *const c_void, len: size_t) -> c_int {
-    let real = || match real!("munlock").get::<LockFn>() {
-        Some(f) => f(addr, len),
-        None => sys_ret(libc::syscall(libc::SYS_munlock, addr, len)),
+    // SAFETY: `LockFn` is the C type of `munlock`.
+    let real = || match unsafe { real!("munlock").get::<LockFn>() } {
+        // SAFETY: `f` is libc's `munlock`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { f(addr, len) },
+        // SAFETY: the system call `munlock` wraps, with the same arguments.
+        None => sys_ret(unsafe { libc::syscall(libc::SYS_munlock, addr, len) }),
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
@@ -108,9 +117,12 @@ pub unsafe extern "C" fn munlock(addr: *const c_void, len: size_t) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
-    let real = || match real!("mlockall").get::<AllFn>() {
-        Some(f) => f(flags),
-        None => sys_ret(libc::syscall(libc::SYS_mlockall, flags)),
+    // SAFETY: `AllFn` is the C type of `mlockall`.
+    let real = || match unsafe { real!("mlockall").get::<AllFn>() } {
+        // SAFETY: `f` is libc's `mlockall`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { f(flags) },
+        // SAFETY: the system call `mlockall` wraps, with the same arguments.
+        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlockall, flags) }),
     };
     match Hook::enter(Family::Mlock) {
         None => {
@@ -123,9 +135,12 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn munlockall() -> c_int {
-    let real = || match real!("munlockall").get::<NoneFn>() {
-        Some(f) => f(),
-        None => sys_ret(libc::syscall(libc::SYS_munlockall)),
+    // SAFETY: `NoneFn` is the C type of `munlockall`.
+    let real = || match unsafe { real!("munlockall").get::<NoneFn>() } {
+        // SAFETY: `f` is libc's `munlockall`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { f() },
+        // SAFETY: the system call `munlockall` wraps, with the same arguments.
+        None => sys_ret(unsafe { libc::syscall(libc::SYS_munlockall) }),
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
@@ -134,11 +149,14 @@ pub unsafe extern "C" fn munlockall() -> c_int {
 }
 
 unsafe fn real_mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    match real!("mmap").get::<MmapFn>() {
-        Some(f) => f(addr, len, prot, flags, fd, off),
+    // SAFETY: `MmapFn` is the C type of `mmap`.
+    match unsafe { real!("mmap").get::<MmapFn>() } {
+        // SAFETY: `f` is libc's `mmap`, given our caller's arguments under its contract.
+        Some(f) => unsafe { f(addr, len, prot, flags, fd, off) },
         None => {
             // glibc's syscall() returns -1 and sets errno on failure.
-            match libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) {
+            // SAFETY: the system call `mmap` wraps, with the same arguments.
+            match unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) } {
                 -1 => libc::MAP_FAILED,
                 r => r as *mut c_void,
             }
@@ -153,11 +171,14 @@ unsafe fn mmap_hooked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int,
     let locking = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
     if !locking && !replacing {
-        if let Some(f) = real!("mmap").get::<MmapFn>() {
-            return f(addr, len, prot, flags, fd, off);
+        // SAFETY: `MmapFn` is the C type of `mmap`.
+        if let Some(f) = unsafe { real!("mmap").get::<MmapFn>() } {
+            // SAFETY: `f` is libc's `mmap`, given our caller's arguments under its contract.
+            return unsafe { f(addr, len, prot, flags, fd, off) };
         }
     }
-    mmap_tracked(addr, len, prot, flags, fd, off)
+    // SAFETY: our caller's arguments, under `mmap`'s contract, as `mmap_tracked` requires.
+    unsafe { mmap_tracked(addr, len, prot, flags, fd, off) }
 }
 
 #[inline(never)]
@@ -165,50 +186,63 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
     let locking_flag = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
     if !locking_flag && !replacing {
-        return real_mmap(addr, len, prot, flags, fd, off);
+        // SAFETY: our caller's arguments, under `mmap`'s contract.
+        return unsafe { real_mmap(addr, len, prot, flags, fd, off) };
     }
     match Hook::enter(Family::Mlock) {
         None => {
             if locking_flag {
                 nested();
             }
-            real_mmap(addr, len, prot, flags, fd, off)
+            // SAFETY: our caller's arguments, under `mmap`'s contract.
+            unsafe { real_mmap(addr, len, prot, flags, fd, off) }
         }
-        Some(h) if locking_flag => locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| real_mmap(addr, len, prot, fl, fd, off))),
+        // SAFETY: our caller's arguments, under `mmap`'s contract; the hook passes its flags, at
+        // most without MAP_LOCKED, which changes no mapping.
+        Some(h) if locking_flag => locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) })),
         Some(h) => locking(|| {
-            h.unlock_range(Api::Mmap, addr as usize, len, || real_mmap(addr, len, prot, flags, fd, off), |p| *p != libc::MAP_FAILED)
+            // SAFETY: our caller's arguments, under `mmap`'s contract.
+            h.unlock_range(Api::Mmap, addr as usize, len, || unsafe { real_mmap(addr, len, prot, flags, fd, off) }, |p| *p != libc::MAP_FAILED)
         }),
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    mmap_hooked(addr, len, prot, flags, fd, off)
+    // SAFETY: the C caller's arguments, under `mmap`'s contract.
+    unsafe { mmap_hooked(addr, len, prot, flags, fd, off) }
 }
 
 /// On 64-bit glibc `mmap64` is the same function under a second name; programs built with
 /// `_FILE_OFFSET_BITS=64` or calling it by name arrive here.
 #[no_mangle]
 pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    mmap_hooked(addr, len, prot, flags, fd, off)
+    // SAFETY: the C caller's arguments, under `mmap`'s contract.
+    unsafe { mmap_hooked(addr, len, prot, flags, fd, off) }
 }
 
 /// Like `mmap`: while nothing is locked, a jump to libc's function.
 #[no_mangle]
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     if !ledger::locked_any() {
-        if let Some(f) = real!("munmap").get::<MunmapFn>() {
-            return f(addr, len);
+        // SAFETY: `MunmapFn` is the C type of `munmap`.
+        if let Some(f) = unsafe { real!("munmap").get::<MunmapFn>() } {
+            // SAFETY: `f` is libc's `munmap`, given the C caller's arguments under its contract.
+            return unsafe { f(addr, len) };
         }
     }
-    munmap_tracked(addr, len)
+    // SAFETY: the C caller's arguments, under `munmap`'s contract.
+    unsafe { munmap_tracked(addr, len) }
 }
 
 #[inline(never)]
 unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
-    let real = || match real!("munmap").get::<MunmapFn>() {
-        Some(f) => f(addr, len),
-        None => sys_ret(libc::syscall(libc::SYS_munmap, addr, len)),
+    // SAFETY: `MunmapFn` is the C type of `munmap`.
+    let real = || match unsafe { real!("munmap").get::<MunmapFn>() } {
+        // SAFETY: `f` is libc's `munmap`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { f(addr, len) },
+        // SAFETY: the system call `munmap` wraps, with the same arguments.
+        None => sys_ret(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }),
     };
     if !ledger::locked_any() {
         return real();
@@ -220,9 +254,12 @@ unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
 }
 
 unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
-    match real!("mremap").get::<MremapFn>() {
-        Some(f) => f(old, old_size, new_size, flags, new_addr),
-        None => match libc::syscall(libc::SYS_mremap, old, old_size, new_size, flags, new_addr) {
+    // SAFETY: `MremapFn` is the C type of `mremap`.
+    match unsafe { real!("mremap").get::<MremapFn>() } {
+        // SAFETY: `f` is libc's `mremap`, given our caller's arguments under its contract.
+        Some(f) => unsafe { f(old, old_size, new_size, flags, new_addr) },
+        // SAFETY: the system call `mremap` wraps, with the same arguments.
+        None => match unsafe { libc::syscall(libc::SYS_mremap, old, old_size, new_size, flags, new_addr) } {
             -1 => libc::MAP_FAILED,
             r => r as *mut c_void,
         },
@@ -237,16 +274,20 @@ unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flag
 #[no_mangle]
 pub unsafe extern "C" fn mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
     if !ledger::locked_any() {
-        if let Some(f) = real!("mremap").get::<MremapFn>() {
-            return f(old, old_size, new_size, flags, new_addr);
+        // SAFETY: `MremapFn` is the C type of `mremap`.
+        if let Some(f) = unsafe { real!("mremap").get::<MremapFn>() } {
+            // SAFETY: `f` is libc's `mremap`, given the C caller's arguments under its contract.
+            return unsafe { f(old, old_size, new_size, flags, new_addr) };
         }
     }
-    mremap_tracked(old, old_size, new_size, flags, new_addr)
+    // SAFETY: the C caller's arguments, under `mremap`'s contract.
+    unsafe { mremap_tracked(old, old_size, new_size, flags, new_addr) }
 }
 
 #[inline(never)]
 unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
-    let real = || real_mremap(old, old_size, new_size, flags, new_addr);
+    // SAFETY: our caller's arguments, under `mremap`'s contract.
+    let real = || unsafe { real_mremap(old, old_size, new_size, flags, new_addr) };
     if !ledger::locked_any() {
         return real();
     }

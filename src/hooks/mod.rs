@@ -47,10 +47,26 @@ macro_rules! slots {
             use super::*;
             use std::sync::atomic::{AtomicUsize, Ordering};
             static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
-            unsafe extern "C-unwind" fn s0($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
-            unsafe extern "C-unwind" fn s1($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
-            unsafe extern "C-unwind" fn s2($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
-            unsafe extern "C-unwind" fn s3($($arg: $ty),*) -> $ret { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe extern "C-unwind" fn s0($($arg: $ty),*) -> $ret {
+                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
+                // never changed after; the arguments are the C caller's, under that function's contract.
+                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
+            }
+            unsafe extern "C-unwind" fn s1($($arg: $ty),*) -> $ret {
+                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
+                // never changed after; the arguments are the C caller's, under that function's contract.
+                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
+            }
+            unsafe extern "C-unwind" fn s2($($arg: $ty),*) -> $ret {
+                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
+                // never changed after; the arguments are the C caller's, under that function's contract.
+                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
+            }
+            unsafe extern "C-unwind" fn s3($($arg: $ty),*) -> $ret {
+                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
+                // never changed after; the arguments are the C caller's, under that function's contract.
+                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
+            }
             pub fn bind(real: usize) -> Option<usize> {
                 let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
                 $crate::hooks::bind(&REALS, &wrappers, real)

@@ -38,9 +38,11 @@ pub fn hold() {
 pub unsafe fn release(child: bool) {
     FORK_WAITING.store(false, Ordering::SeqCst);
     if child {
-        crate::runtime::lock::release_in_child(&WRITING)
+        // SAFETY: after `hold`, in the child's handler (this function's contract).
+        unsafe { crate::runtime::lock::release_in_child(&WRITING) }
     } else {
-        crate::runtime::lock::release_in_parent(&WRITING)
+        // SAFETY: after `hold`, in the parent's handler (this function's contract).
+        unsafe { crate::runtime::lock::release_in_parent(&WRITING) }
     }
 }
 

@@ -124,7 +124,9 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
     let (mut symtab, mut strtab, mut gnu_hash, mut hash, mut versym) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut d = dynamic as *const [i64; 2];
     loop {
-        let [tag, val] = *d;
+        // SAFETY: `d` walks the dynamic array of an object the caller guarantees mapped, up to its
+        // DT_NULL entry.
+        let [tag, val] = unsafe { *d };
         // The loader relocates these in place on most targets; not on all.
         let ptr = if (val as usize) < base { base + val as usize } else { val as usize };
         match tag {
@@ -136,20 +138,24 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
             DT_VERSYM => versym = ptr,
             _ => {}
         }
-        d = d.add(1);
+        // SAFETY: `d` was not the DT_NULL entry, so the array goes on.
+        d = unsafe { d.add(1) };
     }
     if symtab == 0 || strtab == 0 {
         return None;
     }
     let check = |i: usize| -> Option<usize> {
-        let s = &*(symtab as *const Sym).add(i);
+        // SAFETY: `i` comes from the object's own hash table, so indexes its symbol table.
+        let s = unsafe { &*(symtab as *const Sym).add(i) };
         if s.shndx == 0 || s.value == 0 {
             return None;
         }
-        if CStr::from_ptr((strtab + s.name as usize) as *const c_char).to_bytes() != name {
+        // SAFETY: a symbol's name is a NUL-terminated string in the object's string table.
+        if unsafe { CStr::from_ptr((strtab + s.name as usize) as *const c_char) }.to_bytes() != name {
             return None;
         }
-        if versym != 0 && *(versym as *const u16).add(i) & 0x8000 != 0 {
+        // SAFETY: the version table has one entry per symbol, and `i` is a symbol's index.
+        if versym != 0 && unsafe { *(versym as *const u16).add(i) } & 0x8000 != 0 {
             return None; // a hidden, non-default version
         }
         Some(base + s.value as usize)
@@ -157,15 +163,20 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
     if gnu_hash != 0 {
         let h = name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32));
         let hdr = gnu_hash as *const u32;
-        let (nbuckets, symoffset, bloom_size) = (*hdr as usize, *hdr.add(1) as usize, *hdr.add(2) as usize);
+        // SAFETY: the mapped GNU hash table starts with its four-word header.
+        let (nbuckets, symoffset, bloom_size) = unsafe { (*hdr as usize, *hdr.add(1) as usize, *hdr.add(2) as usize) };
         let buckets = (gnu_hash + 16 + bloom_size * 8) as *const u32;
-        let chain = buckets.add(nbuckets);
-        let mut i = *buckets.add(h as usize % nbuckets) as usize;
+        // SAFETY: the chain array follows the `nbuckets` buckets, in the same table.
+        let chain = unsafe { buckets.add(nbuckets) };
+        // SAFETY: the index is below `nbuckets`.
+        let mut i = unsafe { *buckets.add(h as usize % nbuckets) } as usize;
         if i == 0 {
             return None;
         }
         loop {
-            let h2 = *chain.add(i - symoffset);
+            // SAFETY: a bucket's chain runs from `symoffset` up to an entry with bit 0 set, where
+            // the loop stops.
+            let h2 = unsafe { *chain.add(i - symoffset) };
             if h | 1 == h2 | 1 {
                 if let Some(a) = check(i) {
                     return Some(a);
@@ -178,7 +189,8 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
         }
     }
     if hash != 0 {
-        let nchain = *(hash as *const u32).add(1) as usize;
+        // SAFETY: the mapped SysV hash table starts with `nbucket`, `nchain`.
+        let nchain = unsafe { *(hash as *const u32).add(1) } as usize;
         return (0..nchain).find_map(|i| check(i));
     }
     None

@@ -193,5 +193,6 @@ pub fn hold() {
 /// # Safety
 /// Only after `hold`, in the fork handlers.
 pub unsafe fn release(child: bool) {
-    lock::release(&HEAP, child);
+    // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
+    unsafe { lock::release(&HEAP, child) };
 }

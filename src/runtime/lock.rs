@@ -67,21 +67,25 @@ pub fn hold<T>(m: &'static Mutex<T>) {
 /// # Safety
 /// Only after `hold` on this mutex, in the fork handlers.
 pub unsafe fn release_in_parent<T>(m: &Mutex<T>) {
-    m.force_unlock();
+    // SAFETY: the caller's `hold` locked `m` and forgot the guard, so this thread owns the lock.
+    unsafe { m.force_unlock() };
 }
 
 /// # Safety
 /// Only after `hold` on this mutex, in the fork child's handler.
 pub unsafe fn release_in_child<T>(m: &Mutex<T>) {
-    m.raw().reset();
+    // SAFETY: the caller's `hold` locked `m`, and the child has no other thread that could hold it.
+    unsafe { m.raw() }.reset();
 }
 
 /// # Safety
 /// Only after `hold` on this mutex, in the fork handlers: the parent's or (`child`) the child's.
 pub unsafe fn release<T>(m: &Mutex<T>, child: bool) {
     if child {
-        release_in_child(m)
+        // SAFETY: after `hold`, in the child's handler (this function's contract).
+        unsafe { release_in_child(m) }
     } else {
-        release_in_parent(m)
+        // SAFETY: after `hold`, in a fork handler (this function's contract).
+        unsafe { release_in_parent(m) }
     }
 }

@@ -56,19 +56,23 @@ impl Object {
 pub fn for_each_object(mut f: impl FnMut(&Object)) {
     let mut objects: Vec<Object> = Vec::new();
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-        let objects = &mut *(data as *mut Vec<Object>);
-        let info = &*info;
+        // SAFETY: `data` is the `&mut objects` passed below, live and unaliased for the whole walk.
+        let objects = unsafe { &mut *(data as *mut Vec<Object>) };
+        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
+        let info = unsafe { &*info };
         let name = if info.dlpi_name.is_null() {
             CString::default()
         } else {
-            CStr::from_ptr(info.dlpi_name).to_owned()
+            // SAFETY: not null, so the loader's NUL-terminated name of the object.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_owned()
         };
         let base = info.dlpi_addr as usize;
         let (mut start, mut end) = (usize::MAX, 0usize);
         let mut build_id = None;
         let mut dynamic = 0;
         for i in 0..info.dlpi_phnum as usize {
-            let ph = &*info.dlpi_phdr.add(i);
+            // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
             if ph.p_type == libc::PT_DYNAMIC {
                 dynamic = base + ph.p_vaddr as usize;
             }
@@ -76,7 +80,8 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
                 start = start.min(base + ph.p_vaddr as usize);
                 end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
             } else if ph.p_type == libc::PT_NOTE && build_id.is_none() {
-                build_id = find_build_id(base + ph.p_vaddr as usize, ph.p_memsz as usize);
+                // SAFETY: the note segment of an object loaded now, mapped where the loader put it.
+                build_id = unsafe { find_build_id(base + ph.p_vaddr as usize, ph.p_memsz as usize) };
             }
         }
         if start < end {
@@ -99,17 +104,22 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
 unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
     let end = p + len;
     while p + 12 <= end {
-        let namesz = *(p as *const u32) as usize;
-        let descsz = *((p + 4) as *const u32) as usize;
-        let ty = *((p + 8) as *const u32);
+        // SAFETY: `p + 12 <= end`: the note header lies in the caller's mapped, 4-aligned segment.
+        let namesz = unsafe { *(p as *const u32) } as usize;
+        // SAFETY: as above.
+        let descsz = unsafe { *((p + 4) as *const u32) } as usize;
+        // SAFETY: as above.
+        let ty = unsafe { *((p + 8) as *const u32) };
         let name = p + 12;
         let desc = name + ((namesz + 3) & !3);
         let next = desc + ((descsz + 3) & !3);
         if next > end {
             return None;
         }
-        if ty == 3 && namesz == 4 && std::slice::from_raw_parts(name as *const u8, 4) == b"GNU\0" {
-            let bytes = std::slice::from_raw_parts(desc as *const u8, descsz);
+        // SAFETY: `namesz == 4` and `next <= end`: the name lies within the caller's segment.
+        if ty == 3 && namesz == 4 && unsafe { std::slice::from_raw_parts(name as *const u8, 4) } == b"GNU\0" {
+            // SAFETY: `desc + descsz <= next <= end`: within the caller's segment.
+            let bytes = unsafe { std::slice::from_raw_parts(desc as *const u8, descsz) };
             return Some(bytes.iter().map(|b| format!("{b:02x}")).collect());
         }
         p = next;

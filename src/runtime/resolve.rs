@@ -47,7 +47,9 @@ impl Real {
     /// `F` must be the `extern "C" fn` type of the symbol this `Real` names.
     pub unsafe fn get<F: Copy>(&self) -> Option<F> {
         debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
-        self.addr().map(|a| std::mem::transmute_copy::<usize, F>(&a))
+        // SAFETY: `a` is the symbol's non-zero address and `F` its `extern "C" fn` type (the
+        // caller's guarantee), a pointer the size of `usize`.
+        self.addr().map(|a| unsafe { std::mem::transmute_copy::<usize, F>(&a) })
     }
 }
 
