@@ -151,8 +151,12 @@ fn release_process(bytes: u64) {
 /// What a walk of the kernel's mappings found: `removed` bytes no longer locked go back, `added`
 /// bytes locked behind pinguard's back are taken whatever the limit (they are locked already).
 pub fn adjust(removed: u64, added: u64) {
-    release(removed);
-    force(added);
+    if removed > 0 {
+        release(removed);
+    }
+    if added > 0 {
+        force(added);
+    }
 }
 
 pub fn reset() {

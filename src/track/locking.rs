@@ -35,6 +35,7 @@ impl View {
         View(ledger::locked())
     }
 
+    #[inline]
     fn settle(&mut self) {
         let d = self.0.take_drift();
         budget::adjust(d.removed, d.added);

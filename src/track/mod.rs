@@ -240,6 +240,7 @@ impl Hook {
     /// pinned, its bytes go back to the budget (live figures first: a thread that takes the freed
     /// budget must never see the ledger above the budget). Pageable memory pinguard served is
     /// freed by the caller of this, which knows whether the runtime or pinguard holds it.
+    #[inline]
     fn gone(&self, l: &Live) {
         match l.backing {
             Backing::Pinned => {
