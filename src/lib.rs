@@ -2,11 +2,15 @@
 //! memory, records it with its callsite, enforces a pinned-memory budget and writes reports.
 //!
 //! Data flows one way: a hook (`hooks/`) enters `track::Hook` (reentrancy guard, lazy start),
-//! which captures the callsite (`stack`, `callsite`), asks the `budget`, calls the real function
-//! (`resolve`) or the `pageable` fallback, and records the outcome in the `ledger`. `report`
-//! turns the ledger into JSON (`symbolize` resolves addresses then, and only then).
+//! which captures the callsite (`capture`), asks the budget for a reservation (`budget`), calls
+//! the real function (`runtime::resolve`) or serves pageable memory, and records the outcome
+//! (`accounting`). `output` turns the records into a report, naming addresses then and only then.
+//! The stages are folders that import only from the ones before them (runtime, capture,
+//! accounting, budget, output); this file, `hooks/`, `track/`, `lifecycle.rs` (which wires the
+//! stages together at start-up), `api.rs` and `capi.rs` compose them.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
 #![cfg_attr(any(test, feature = "fuzzing"), allow(dead_code))] // built without the hooks
 
 mod accounting;

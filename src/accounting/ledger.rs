@@ -288,9 +288,6 @@ pub struct Locked {
     /// them locked in `smaps`, or the reverse (none on the kernels tried), so that such pages do
     /// not make every check walk again.
     skew: i64,
-    /// What left or joined the view that the budget has not yet been told (`take_drift`): the
-    /// ledger records, the budget is moved by whoever holds the view (`track`, a report).
-    drift: Synced,
 }
 
 /// What a walk changed in the view.
@@ -298,6 +295,12 @@ pub struct Locked {
 pub struct Synced {
     pub added: u64,
     pub removed: u64,
+}
+
+impl Synced {
+    pub fn any(self) -> bool {
+        self != Synced::default()
+    }
 }
 
 impl Locked {
@@ -309,19 +312,18 @@ impl Locked {
     }
 
     /// Removes `[s, e)` from the view, with the live figures; returns the bytes removed, which
-    /// the budget is owed back (`take_drift`).
+    /// the caller gives back to the budget.
     pub fn cut(&mut self, t: &Thread, s: usize, e: usize, now: u64) -> u64 {
         let mut removed = 0;
         self.ranges.remove(s, e, |l, b, c| {
             live_delta(t, l.api, l.site, -(b as i64), c, now);
             removed += b;
         });
-        self.drift.removed += removed;
         removed
     }
 
     /// Everything unlocked (`munlockall`), with the live figures; returns the bytes removed, which
-    /// the budget is owed back (`take_drift`).
+    /// the caller gives back to the budget.
     pub fn clear(&mut self, t: &Thread, now: u64) -> u64 {
         let mut removed = 0;
         self.ranges.clear(|l, b, c| {
@@ -330,23 +332,15 @@ impl Locked {
         });
         self.future = None;
         self.skew = 0;
-        self.drift.removed += removed;
         removed
     }
 
-    /// What left or joined the view since the last call, by `cut`, `clear` and walks: the bytes
-    /// to give back to the budget (`removed`) and to take from it whatever its limit (`added`:
-    /// locked already). `add` owes nothing: its caller's reservation holds its bytes.
-    pub fn take_drift(&mut self) -> Synced {
-        std::mem::take(&mut self.drift)
-    }
-
     /// Compares with the kernel and, when they differ, makes the view the kernel's (`sync`).
-    /// True when the view changed.
-    pub fn check(&mut self, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> bool {
+    /// Returns what changed, for the caller to tell the budget.
+    pub fn check(&mut self, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Synced {
         match crate::runtime::kernel::vm_lck() {
             Some(kernel) => self.check_against(kernel, t, now, owner),
-            None => false,
+            None => Synced::default(),
         }
     }
 
@@ -354,33 +348,34 @@ impl Locked {
     /// the kernel no longer has locked. Where a runtime pins with `mlock` (`note_runtime_lock`),
     /// `VmLck` moves with every runtime call, so only a kernel count below the view's own (such
     /// pages for certain) is worth a walk.
-    pub fn check_before_refusal(&mut self, kernel: u64, t: &Thread, now: u64) -> bool {
+    pub fn check_before_refusal(&mut self, kernel: u64, t: &Thread, now: u64) -> Synced {
         if RUNTIME_LOCKS.load(Relaxed) && kernel >= self.ranges.bytes() {
-            return false;
+            return Synced::default();
         }
         self.check_against(kernel, t, now, |_, _| None)
     }
 
     /// `check` with `VmLck` already read (`kernel`, in bytes).
-    pub fn check_against(&mut self, kernel: u64, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> bool {
+    pub fn check_against(&mut self, kernel: u64, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Synced {
         let view = self.ranges.bytes();
         if kernel as i64 == view as i64 + self.skew {
-            return false;
+            return Synced::default();
         }
         tracing::debug!("locked pages drifted from the kernel's: VmLck {kernel} bytes, pinguard's view {view} bytes; reading /proc/self/smaps");
-        self.sync(t, now, owner).is_some_and(|s| s != Synced::default())
+        self.sync(t, now, owner)
     }
 
-    /// Walks the kernel's mappings and makes the view match: pages no longer locked leave it
-    /// (to be released from the budget), pages locked without pinguard's knowledge join it (to be
-    /// taken from the budget: they are locked already); both wait in `take_drift`. A new part is attributed to `owner`'s answer, else
-    /// to the range it extends (a locked mapping that grew), else to the `MCL_FUTURE` call in
-    /// force, else to no callsite. `None` when the kernel's mappings could not be read.
+    /// Walks the kernel's mappings and makes the view match: pages no longer locked leave it,
+    /// pages locked without pinguard's knowledge join it. Returns both, for the caller to tell the
+    /// budget (`removed` given back, `added` taken whatever the limit: locked already); where the
+    /// mappings could not be read whole, what was changed before. A new part is attributed to
+    /// `owner`'s answer, else to the range it extends (a locked mapping that grew), else to the
+    /// `MCL_FUTURE` call in force, else to no callsite.
     ///
     /// Pages inside a live runtime record (a runtime that pins with `mlock` inside its own hooked
     /// call, as the emulated ones do) stay that record's: counted once, not joined to the view.
     /// Once such a runtime was seen (`note_runtime_lock`), pages nobody claims are left out.
-    pub fn sync(&mut self, t: &Thread, now: u64, mut owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Option<Synced> {
+    pub fn sync(&mut self, t: &Thread, now: u64, mut owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Synced {
         let mut out = Synced::default();
         let mut cur = 0usize;
         let mut runtime: Option<Vec<(usize, usize)>> = None;
@@ -417,14 +412,13 @@ impl Locked {
         if complete {
             out.removed += self.cut(t, cur, usize::MAX, now);
         }
-        self.drift.added += out.added; // what `cut` removed is owed already
         if !complete {
-            return None;
+            return out;
         }
         if let Some(kernel) = crate::runtime::kernel::vm_lck() {
             self.skew = kernel as i64 - self.ranges.bytes() as i64;
         }
-        Some(out)
+        out
     }
 }
 
@@ -459,7 +453,7 @@ pub fn locked() -> LockedGuard {
     // the callsite table's lock comes before the view's in the fork handlers' order.
     crate::accounting::callsite::empty();
     let mut g = LOCKED.lock();
-    g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0, drift: Synced::default() });
+    g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0 });
     LockedGuard(g)
 }
 
@@ -496,11 +490,9 @@ fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::accounting::r
 /// Brings the locked pages' view in line with the kernel before they are observed
 /// (`pinguard_live_bytes`, a report): a read of `VmLck`, and a walk of the mappings only when it
 /// differs. Call on a thread inside pinguard (`Reentry`), with the locking family's hooks on.
-/// Returns what the budget is to be told (`take_drift`).
+/// Returns what changed, for the caller to tell the budget.
 pub fn reconcile_locked(t: &Thread) -> Synced {
-    let mut l = locked();
-    l.check(t, crate::runtime::clock::coarse_unix_ms(), |_, _| None);
-    l.take_drift()
+    locked().check(t, crate::runtime::clock::coarse_unix_ms(), |_, _| None)
 }
 
 /// Locking calls (`mlock`, `mlock2`, `mlockall`, `mmap` with `MAP_LOCKED`) that arrived while

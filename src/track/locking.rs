@@ -25,40 +25,11 @@ use crate::accounting::ranges::{page_span, Gaps};
 use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
 
-/// The locked-page view under its lock, for one hooked call. What a walk of the kernel's
-/// mappings changed in it is settled with the budget at `settle` and when the call lets the view
-/// go: the ledger records, the budget is moved here.
-struct View(LockedGuard);
-
-impl View {
-    fn take() -> View {
-        View(ledger::locked())
-    }
-
-    #[inline]
-    fn settle(&mut self) {
-        let d = self.0.take_drift();
-        budget::adjust(d.removed, d.added);
-    }
-}
-
-impl std::ops::Deref for View {
-    type Target = LockedGuard;
-    fn deref(&self) -> &LockedGuard {
-        &self.0
-    }
-}
-
-impl std::ops::DerefMut for View {
-    fn deref_mut(&mut self) -> &mut LockedGuard {
-        &mut self.0
-    }
-}
-
-impl Drop for View {
-    fn drop(&mut self) {
-        self.settle();
-    }
+/// Tells the budget what a walk of the kernel's mappings changed in the view (the ledger
+/// records, the budget is moved here); whether anything changed.
+fn walked(s: ledger::Synced) -> bool {
+    budget::adjust(s.removed, s.added);
+    s.any()
 }
 
 /// `mlock2`'s only flag (not in the `libc` crate for glibc targets).
@@ -87,22 +58,20 @@ impl Hook {
     #[allow(clippy::too_many_arguments)]
     fn admit_lock(
         &self,
-        locked: &mut View,
+        locked: &mut LockedGuard,
         api: Api,
         site: &'static Callsite,
         req: Request,
         mut bytes: u64,
-        recount: impl FnOnce(&View) -> Option<u64>,
+        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
-        locked.settle(); // a walk since the view was taken (`lock_range`'s check) moved the budget
         if let Some(r) = budget::reserve(bytes) {
             return Ok(Lock::Pin(r));
         }
         let kernel = kernel::vm_lck();
         let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
-        if !stands && kernel.is_some_and(|k| locked.check_before_refusal(k, self.t, self.now())) {
-            locked.settle();
+        if !stands && kernel.is_some_and(|k| walked(locked.check_before_refusal(k, self.t, self.now()))) {
             match recount(locked) {
                 Some(b) => bytes = b,
                 None => return Ok(Lock::Pin(budget::Reservation::none())),
@@ -135,12 +104,12 @@ impl Hook {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
-        let mut locked = View::take();
+        let mut locked = ledger::locked();
         let now = self.now();
         let mut gaps = locked.ranges.gaps(start, end);
         // The view thinks some of these pages locked: cheap evidence that it may be stale (a
         // freed block unmapped by glibc, its address handed out again).
-        if total(&gaps) < (end - start) as u64 && quiet(|| locked.check(self.t, now, |_, _| None)).unwrap_or(false) {
+        if total(&gaps) < (end - start) as u64 && quiet(|| walked(locked.check(self.t, now, |_, _| None))).unwrap_or(false) {
             gaps = locked.ranges.gaps(start, end);
         }
         let new = total(&gaps);
@@ -148,9 +117,11 @@ impl Hook {
             drop(locked);
             return self.untracked(api, 0, real()); // every page is locked already
         }
+        // The gaps counted again after a walk, kept outside the call that may unwind: only the
+        // small decision crosses `quiet`.
+        let mut fresh = None;
         let decided = quiet(|| {
-            let mut fresh = None;
-            let d = self.admit_lock(
+            self.admit_lock(
                 &mut locked,
                 api,
                 site,
@@ -163,15 +134,11 @@ impl Hook {
                     (n > 0).then_some(n)
                 },
                 |n| kernel::mlock_rejected(start, end, n),
-            );
-            (d, fresh)
+            )
         });
-        let (decided, fresh) = match decided {
-            Some(d) => d,
-            None => {
-                drop(locked);
-                return real();
-            }
+        let Some(decided) = decided else {
+            drop(locked);
+            return real();
         };
         if let Some(g) = fresh {
             gaps = g;
@@ -202,25 +169,30 @@ impl Hook {
         let new = reservation.bytes();
         let rc = real();
         let err = self.t.errno();
+        // Kept when the pages were locked; given back when not (a walk then takes whatever the
+        // kernel locked before it failed).
+        if rc == 0 {
+            reservation.commit();
+        } else {
+            drop(reservation);
+        }
         quiet(|| {
             if rc == 0 {
                 for &(s, e) in &gaps {
                     locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), now);
                 }
-                reservation.commit();
                 ledger::count_alloc(self.t, api, site, new);
             } else {
                 // The kernel may have locked the pages before a hole in the range.
                 let mut added = 0;
                 if partial(err) {
-                    locked.sync(self.t, now, |s, e| {
+                    walked(locked.sync(self.t, now, |s, e| {
                         (s >= start && e <= end).then(|| {
                             added += (e - s) as u64;
                             (api, site)
                         })
-                    });
+                    }));
                 }
-                drop(reservation); // the walk took what the kernel locked
                 if added > 0 {
                     ledger::count_alloc(self.t, api, site, added);
                 }
@@ -239,19 +211,21 @@ impl Hook {
         let (Some((start, end)), true) = (span, ledger::locked_any()) else {
             return real();
         };
-        let mut locked = View::take();
+        let mut locked = ledger::locked();
         let rc = real();
         let err = self.t.errno();
         let now = self.now();
         if ok(&rc) {
             quiet(|| {
-                if locked.cut(self.t, start, end, now) > 0 {
+                let removed = locked.cut(self.t, start, end, now);
+                if removed > 0 {
+                    budget::release(removed);
                     ledger::count_release(self.t);
                 }
             });
         } else if api == Api::Munlock && partial(err) {
             // A failed munlock still unlocked the mappings before the first hole.
-            quiet(|| locked.sync(self.t, now, |_, _| None));
+            quiet(|| walked(locked.sync(self.t, now, |_, _| None)));
         }
         drop(locked);
         self.t.set_errno(err);
@@ -277,7 +251,7 @@ impl Hook {
         };
         let bytes = rounded as u64;
         let Some(site) = quiet(|| self.site()) else { return real(flags) };
-        let mut locked = View::take();
+        let mut locked = ledger::locked();
         let now = self.now();
         let decided = quiet(|| {
             self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
@@ -318,7 +292,7 @@ impl Hook {
                 let start = p as usize;
                 // The kernel handed out these pages: whatever the view had there is gone, replaced
                 // by MAP_FIXED or unmapped behind pinguard's back.
-                locked.cut(self.t, start, start + rounded, now);
+                budget::release(locked.cut(self.t, start, start + rounded, now));
                 locked.add(self.t, start, start + rounded, self.live(api, 0, site, Backing::Pinned), now);
                 reservation.commit();
                 ledger::count_alloc(self.t, api, site, bytes);
@@ -346,7 +320,7 @@ impl Hook {
         if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
             return real(); // the kernel's EINVAL; nothing changes
         }
-        let mut locked = View::take();
+        let mut locked = ledger::locked();
         let now = self.now();
         let held = locked.ranges.covered(old, old_end);
         let owner = locked.ranges.at(old_end.saturating_sub(1)).or_else(|| locked.ranges.at(old)).copied();
@@ -379,13 +353,14 @@ impl Hook {
                 drop(reservation);
                 // MREMAP_FIXED may have unmapped the target before failing.
                 if flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(new_addr, new_addr + new_len) > 0 {
-                    locked.sync(self.t, now, |_, _| None);
+                    walked(locked.sync(self.t, now, |_, _| None));
                 }
                 return;
             }
             let r = r as usize;
+            let mut released = 0;
             if new_len < old_len {
-                locked.cut(self.t, old + new_len, old_end, now);
+                released += locked.cut(self.t, old + new_len, old_end, now);
             }
             if r != old {
                 // Moved (with MREMAP_DONTUNMAP the old pages stay, unlocked): the locks go along.
@@ -393,13 +368,14 @@ impl Hook {
                 let pieces = locked.ranges.take(old, old + keep, |l, b, c| {
                     ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, now);
                 });
-                locked.cut(self.t, r, r + new_len, now); // what the view had there is gone
+                released += locked.cut(self.t, r, r + new_len, now); // what the view had there is gone
                 for (s, e, l) in pieces {
                     locked.add(self.t, s - old + r, e - old + r, l, now);
                 }
             } else if new_len > old_len {
-                locked.cut(self.t, old_end, old + new_len, now);
+                released += locked.cut(self.t, old_end, old + new_len, now);
             }
+            budget::release(released);
             let uniform = held == 0 || held == old_len as u64;
             if let (true, true, Some(o)) = (reservation.bytes() > 0, uniform, owner) {
                 // The whole mapping was locked: so is the part it grew by.
@@ -409,7 +385,7 @@ impl Hook {
             }
             if !uniform && (r != old || new_len > old_len) {
                 // The view had part of one mapping locked: the kernel knows what became of it.
-                locked.sync(self.t, now, |_, _| None);
+                walked(locked.sync(self.t, now, |_, _| None));
             }
         });
         drop(locked);
@@ -426,7 +402,7 @@ impl Hook {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
-        let mut locked = View::take();
+        let mut locked = ledger::locked();
         let now = self.now();
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
@@ -491,10 +467,10 @@ impl Hook {
             drop(reservation); // the walk takes what the kernel actually locked
             if rc == 0 {
                 let mut added = 0;
-                locked.sync(self.t, now, |s, e| {
+                walked(locked.sync(self.t, now, |s, e| {
                     added += (e - s) as u64;
                     Some((api, site))
-                });
+                }));
                 // mlockall without MCL_FUTURE ends an earlier one's.
                 locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(api, 0, site, Backing::Pinned));
                 ledger::count_alloc(self.t, api, site, added);
@@ -508,12 +484,14 @@ impl Hook {
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
-        let mut locked = View::take();
+        let mut locked = ledger::locked();
         let rc = real();
         let err = self.t.errno();
         if rc == 0 {
             quiet(|| {
-                if locked.clear(self.t, self.now()) > 0 {
+                let removed = locked.clear(self.t, self.now());
+                if removed > 0 {
+                    budget::release(removed);
                     ledger::count_release(self.t);
                 }
             });
