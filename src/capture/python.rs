@@ -376,19 +376,29 @@ unsafe fn read_str(l: &Layout, s: usize) -> Option<String> {
 /// The line of instruction `index`, from the code object's location table (the format of 3.11 to
 /// 3.13, Objects/locations.md); the first line where there is none.
 unsafe fn line_of(l: &Layout, code: usize, index: isize, first: i32) -> u32 {
-    let fallback = first.max(0) as u32;
     if index < 0 {
-        return fallback;
+        return first.max(0) as u32;
     }
     // SAFETY: `code` is a live code object of the probed layout (the caller's guarantee).
     let table = unsafe { word(code + l.co_linetable) };
     if table == 0 {
-        return fallback;
+        return first.max(0) as u32;
     }
     // SAFETY: not null, so the code object's location table, a `bytes` object.
     let size = (unsafe { word(table + l.bytes_size) } as isize).clamp(0, 1 << 24) as usize;
     // SAFETY: a `bytes` object holds at least `size` bytes at `bytes_sval` (the clamp only shortens).
     let bytes = unsafe { std::slice::from_raw_parts((table + l.bytes_sval) as *const u8, size) };
+    line_in_table(bytes, first, index)
+}
+
+/// The line of code unit `index` in a location table (Objects/locations.md) whose code starts at
+/// line `first`; `first` (0 if negative) where the table gives `index` no line or ends before it.
+/// An entry cut short by the table's end still counts, with what of it is there.
+fn line_in_table(bytes: &[u8], first: i32, index: isize) -> u32 {
+    let fallback = first.max(0) as u32;
+    if index < 0 {
+        return fallback;
+    }
     let mut i = 0;
     let mut addr = 0isize; // in code units
     let mut line = first as i64;
@@ -451,4 +461,103 @@ pub fn hold() {
 pub unsafe fn release(child: bool) {
     // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
     unsafe { crate::runtime::lock::release(&TABLE, child) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_in_table;
+
+    /// An entry's first byte and the rest, written from Objects/locations.md.
+    fn entry(code: u8, units: u8, rest: &[u8]) -> Vec<u8> {
+        assert!(code < 16 && (1..=8).contains(&units));
+        let mut e = vec![0x80 | code << 3 | (units - 1)];
+        e.extend_from_slice(rest);
+        e
+    }
+
+    fn varint(mut v: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        while v >= 64 {
+            out.push(0x40 | (v & 63) as u8);
+            v >>= 6;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    fn svarint(v: i64) -> Vec<u8> {
+        varint(if v < 0 { (v.unsigned_abs() << 1) | 1 } else { (v as u64) << 1 })
+    }
+
+    fn long(delta: i64, end_delta: u64, col: u64, end_col: u64) -> Vec<u8> {
+        [svarint(delta), varint(end_delta), varint(col), varint(end_col)].concat()
+    }
+
+    #[test]
+    fn encoders_match_the_format() {
+        assert_eq!(varint(5), [5]);
+        assert_eq!(varint(200), [0x48, 0x03]);
+        assert_eq!(svarint(-1), [3]);
+        assert_eq!(svarint(100), [0x48, 0x03]);
+        assert_eq!(svarint(-100), [0x49, 0x03]);
+        assert_eq!(entry(14, 8, &[]), [0xf7]);
+    }
+
+    #[test]
+    fn every_entry_kind() {
+        let table = [
+            entry(3, 2, &[0x12]),                  // units 0-1: short form, line 10
+            entry(12, 1, &[4, 9]),                 // unit 2: one-line form, +2
+            entry(13, 3, &svarint(-1)),            // units 3-5: no column, -1
+            entry(14, 1, &long(100, 2, 70, 5)),    // unit 6: long form, +100, two-byte varints
+            entry(15, 2, &[]),                     // units 7-8: no location
+            entry(10, 1, &[1, 2]),                 // unit 9: one-line form, +0
+            entry(14, 8, &long(-100, 0, 200, 3)),  // units 10-17: long form, -100
+            entry(11, 1, &[0, 0]),                 // unit 18: one-line form, +1
+        ]
+        .concat();
+        let lines: Vec<u32> = (0..20).map(|i| line_in_table(&table, 10, i)).collect();
+        assert_eq!(lines, [10, 10, 12, 11, 11, 11, 111, 10, 10, 111, 11, 11, 11, 11, 11, 11, 11, 11, 12, 10]);
+    }
+
+    #[test]
+    fn multi_byte_varints() {
+        // A three-byte line delta (+5000) and column past the second byte.
+        let table = [entry(14, 1, &long(5000, 70_000, 300_000, 1)), entry(13, 1, &svarint(-4999))].concat();
+        assert_eq!(svarint(5000).len(), 3);
+        assert_eq!(line_in_table(&table, 1, 0), 5001);
+        assert_eq!(line_in_table(&table, 1, 1), 2);
+    }
+
+    #[test]
+    fn a_negative_line_falls_back() {
+        let table = [entry(13, 1, &svarint(-5)), entry(13, 1, &svarint(6))].concat();
+        assert_eq!(line_in_table(&table, 2, 0), 2);
+        assert_eq!(line_in_table(&table, 2, 1), 3);
+        assert_eq!(line_in_table(&table, -1, 0), 0);
+    }
+
+    #[test]
+    fn outside_the_table() {
+        let table = [entry(12, 4, &[0, 0])].concat();
+        assert_eq!(line_in_table(&table, 7, 3), 9);
+        assert_eq!(line_in_table(&table, 7, 4), 7);
+        assert_eq!(line_in_table(&table, 7, 1000), 7);
+        assert_eq!(line_in_table(&table, 7, -1), 7);
+        assert_eq!(line_in_table(&table, 7, isize::MIN), 7);
+        assert_eq!(line_in_table(&[], 7, 0), 7);
+        assert_eq!(line_in_table(&[], -3, 0), 0);
+    }
+
+    #[test]
+    fn a_truncated_table() {
+        // The long form's line delta (+4, then a continuation) is cut after its first byte.
+        let table = [entry(3, 2, &[0x12]), entry(14, 1, &[0x48])].concat();
+        assert_eq!(line_in_table(&table, 10, 1), 10);
+        assert_eq!(line_in_table(&table, 10, 2), 14);
+        assert_eq!(line_in_table(&table, 10, 3), 10);
+        // A one-line form without its column bytes, then a no-column form without its delta.
+        assert_eq!(line_in_table(&entry(11, 1, &[]), 10, 0), 11);
+        assert_eq!(line_in_table(&entry(13, 1, &[]), 10, 0), 10);
+    }
 }

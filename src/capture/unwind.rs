@@ -490,8 +490,10 @@ unsafe fn module(o: &Found) -> Option<Module<&'static [u8]>> {
     if hdr[0] != 1 {
         return None;
     }
-    // SAFETY: the encoded `.eh_frame` pointer follows the 4-byte header, in the mapped segment.
-    let eh_frame = unsafe { read_encoded(hdr[1], hdr_start + 4, hdr_start) }?;
+    // The encoded `.eh_frame` pointer follows the 4-byte header. It is decoded from the segment's
+    // bytes, so that an 8-byte encoding in a segment shorter than 12 bytes is refused, not read
+    // past the segment's end.
+    let eh_frame = decode_encoded(hdr[1], &hdr[4..], hdr_start + 4, hdr_start)?;
     // `.eh_frame` has no length of its own here: it runs at most to the end of its segment.
     let seg_end = o.segments.iter().find(|(s, e)| eh_frame >= *s && eh_frame < *e)?.1;
     // SAFETY: from `eh_frame` to the end of the loaded segment holding it, mapped (this function's
@@ -510,20 +512,20 @@ unsafe fn module(o: &Found) -> Option<Module<&'static [u8]>> {
     Some(Module::new(o.name.clone(), o.start..o.end, o.bias, info))
 }
 
-/// Decodes a DWARF-encoded pointer (the subset `.eh_frame_hdr` uses) at `at`.
-unsafe fn read_encoded(enc: u8, at: u64, hdr: u64) -> Option<u64> {
-    let p = at as *const u8;
-    // SAFETY: the caller guarantees the encoded value at `at` readable; unaligned reads need no
-    // alignment.
-    let value: i64 = unsafe {
-        match enc & 0x0f {
-            0x00 | 0x04 | 0x0c => (p as *const i64).read_unaligned(),
-            0x03 => (p as *const u32).read_unaligned() as i64,
-            0x0b => (p as *const i32).read_unaligned() as i64,
-            0x02 => (p as *const u16).read_unaligned() as i64,
-            0x0a => (p as *const i16).read_unaligned() as i64,
-            _ => return None,
-        }
+/// Decodes a DWARF-encoded pointer (the subset `.eh_frame_hdr` uses) from the start of `bytes`,
+/// which sit at address `at` in a table starting at `hdr`; None for an encoding outside the subset
+/// (`DW_EH_PE_omit` included) or fewer bytes than it takes. The indirect bit (0x80) is ignored.
+fn decode_encoded(enc: u8, bytes: &[u8], at: u64, hdr: u64) -> Option<u64> {
+    fn take<const N: usize>(bytes: &[u8]) -> Option<[u8; N]> {
+        bytes.get(..N)?.try_into().ok()
+    }
+    let value: i64 = match enc & 0x0f {
+        0x00 | 0x04 | 0x0c => i64::from_ne_bytes(take(bytes)?),
+        0x03 => u32::from_ne_bytes(take(bytes)?) as i64,
+        0x0b => i32::from_ne_bytes(take(bytes)?) as i64,
+        0x02 => u16::from_ne_bytes(take(bytes)?) as i64,
+        0x0a => i16::from_ne_bytes(take(bytes)?) as i64,
+        _ => return None,
     };
     let base = match enc & 0x70 {
         0x00 => 0,
@@ -532,4 +534,108 @@ unsafe fn read_encoded(enc: u8, at: u64, hdr: u64) -> Option<u64> {
         _ => return None,
     };
     Some(base.wrapping_add(value as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AT: u64 = 0x7f00_0000_1004;
+    const HDR: u64 = 0x7f00_0000_1000;
+
+    fn decode(enc: u8, bytes: &[u8]) -> Option<u64> {
+        decode_encoded(enc, bytes, AT, HDR)
+    }
+
+    #[test]
+    fn absolute_encodings() {
+        let p = 0x0000_5555_dead_beefu64;
+        for enc in [0x00, 0x04, 0x0c] {
+            assert_eq!(decode(enc, &p.to_ne_bytes()), Some(p), "{enc:#x}");
+        }
+        assert_eq!(decode(0x04, &u64::MAX.to_ne_bytes()), Some(u64::MAX));
+        assert_eq!(decode(0x0c, &(-8i64).to_ne_bytes()), Some(-8i64 as u64));
+        assert_eq!(decode(0x03, &0xfedc_ba98u32.to_ne_bytes()), Some(0xfedc_ba98));
+        assert_eq!(decode(0x0b, &0x1234_5678i32.to_ne_bytes()), Some(0x1234_5678));
+        assert_eq!(decode(0x0b, &(-2i32).to_ne_bytes()), Some(-2i64 as u64));
+        assert_eq!(decode(0x02, &0xfffeu16.to_ne_bytes()), Some(0xfffe));
+        assert_eq!(decode(0x0a, &(-2i16).to_ne_bytes()), Some(-2i64 as u64));
+        // Only the leading bytes count.
+        assert_eq!(decode(0x03, &[1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]), Some(1));
+    }
+
+    #[test]
+    fn relative_encodings() {
+        // pcrel: from the encoded value's own address.
+        assert_eq!(decode(0x1b, &0x100i32.to_ne_bytes()), Some(AT + 0x100));
+        assert_eq!(decode(0x1b, &(-0x100i32).to_ne_bytes()), Some(AT - 0x100));
+        assert_eq!(decode(0x13, &0xffff_fff0u32.to_ne_bytes()), Some(AT + 0xffff_fff0));
+        assert_eq!(decode(0x1c, &(-0x1004i64).to_ne_bytes()), Some(0x7f00_0000_0000));
+        assert_eq!(decode(0x14, &0x10u64.to_ne_bytes()), Some(AT + 0x10));
+        // datarel: from the start of `.eh_frame_hdr`.
+        assert_eq!(decode(0x3b, &0x40i32.to_ne_bytes()), Some(HDR + 0x40));
+        assert_eq!(decode(0x3b, &(-0x40i32).to_ne_bytes()), Some(HDR - 0x40));
+        assert_eq!(decode(0x33, &0x8000_0000u32.to_ne_bytes()), Some(HDR + 0x8000_0000));
+        assert_eq!(decode(0x3c, &(-1i64).to_ne_bytes()), Some(HDR - 1));
+        assert_eq!(decode(0x34, &8u64.to_ne_bytes()), Some(HDR + 8));
+        // A negative offset from 0 wraps as the address arithmetic does.
+        assert_eq!(decode_encoded(0x1b, &(-4i32).to_ne_bytes(), 2, 0), Some(u64::MAX - 1));
+    }
+
+    #[test]
+    fn omitted_and_unknown_encodings() {
+        let bytes = [1u8; 8];
+        assert_eq!(decode(0xff, &bytes), None); // DW_EH_PE_omit
+        for format in [0x01, 0x05, 0x06, 0x07, 0x08, 0x09, 0x0d, 0x0e, 0x0f] {
+            assert_eq!(decode(format, &bytes), None, "{format:#x}");
+        }
+        // textrel, funcrel, aligned: no base here.
+        for application in [0x20, 0x40, 0x50, 0x60, 0x70] {
+            assert_eq!(decode(application | 0x03, &bytes), None, "{application:#x}");
+        }
+    }
+
+    #[test]
+    fn short_input() {
+        let bytes = [0x11u8; 8];
+        for (enc, size) in [(0x04, 8), (0x0c, 8), (0x00, 8), (0x03, 4), (0x0b, 4), (0x02, 2), (0x0a, 2)] {
+            assert!(decode(enc, &bytes[..size]).is_some(), "{enc:#x}");
+            assert_eq!(decode(enc, &bytes[..size - 1]), None, "{enc:#x}");
+        }
+        assert_eq!(decode(0x03, &[]), None);
+    }
+
+    /// `.eh_frame_hdr` of `hdr_len` bytes at the start of a 64-byte segment, saying (udata8,
+    /// absolute) that `.eh_frame` is at byte 16 of it.
+    fn found(segment: &[u8; 64], hdr_len: u64) -> Found {
+        let start = segment.as_ptr() as u64;
+        Found {
+            name: "test".into(),
+            start,
+            end: start + 64,
+            bias: 0,
+            text: None,
+            hdr: Some((start, start + hdr_len)),
+            segments: vec![(start, start + 64)],
+        }
+    }
+
+    #[test]
+    fn the_eh_frame_pointer_stays_in_its_segment() {
+        let mut segment = [0u8; 64];
+        let start = segment.as_ptr() as u64;
+        segment[..4].copy_from_slice(&[1, 0x04, 0xff, 0xff]);
+        segment[4..12].copy_from_slice(&(start + 16).to_ne_bytes());
+        // Twelve bytes hold the whole pointer.
+        // SAFETY: `found` describes `segment`, live for the call.
+        assert!(unsafe { module(&found(&segment, 12)) }.is_some());
+        // With eight, its last four bytes lie past the segment's end: refused, not read.
+        // SAFETY: as above.
+        assert!(unsafe { module(&found(&segment, 8)) }.is_none());
+        // A 4-byte encoding fits in eight: pcrel sdata4, from byte 4 to byte 16.
+        segment[1] = 0x1b;
+        segment[4..8].copy_from_slice(&12i32.to_ne_bytes());
+        // SAFETY: as above.
+        assert!(unsafe { module(&found(&segment, 8)) }.is_some());
+    }
 }

@@ -105,6 +105,38 @@ const DT_SYMTAB: i64 = 6;
 const DT_GNU_HASH: i64 = 0x6fff_fef5;
 const DT_VERSYM: i64 = 0x6fff_fff0;
 
+/// The GNU hash of a symbol name (DJB's: `h * 33 + c` over the bytes, from 5381).
+fn gnu_hash(name: &[u8]) -> u32 {
+    name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
+}
+
+/// The first answer `check` gives for the symbols a GNU hash table's chain offers for hash `h`,
+/// asked in chain order. `word(w)` is the table's `w`-th 32-bit word: the header (`nbuckets`,
+/// `symoffset`, `bloom_size`, `bloom_shift`), the bloom filter (`bloom_size` 64-bit words, not
+/// consulted), the buckets, the chains. Reads only the header, the bucket of `h` and that
+/// bucket's chain up to its last entry (bit 0 set).
+fn gnu_walk(word: impl Fn(usize) -> u32, h: u32, mut check: impl FnMut(usize) -> Option<usize>) -> Option<usize> {
+    let (nbuckets, symoffset, bloom_size) = (word(0) as usize, word(1) as usize, word(2) as usize);
+    let buckets = 4 + bloom_size * 2;
+    let chain = buckets + nbuckets;
+    let mut i = word(buckets + h as usize % nbuckets) as usize;
+    if i == 0 {
+        return None;
+    }
+    loop {
+        let h2 = word(chain + (i - symoffset));
+        if h | 1 == h2 | 1 {
+            if let Some(a) = check(i) {
+                return Some(a);
+            }
+        }
+        if h2 & 1 != 0 {
+            return None;
+        }
+        i += 1;
+    }
+}
+
 #[repr(C)]
 struct Sym {
     name: u32,
@@ -121,7 +153,7 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
     if dynamic == 0 {
         return None;
     }
-    let (mut symtab, mut strtab, mut gnu_hash, mut hash, mut versym) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let (mut symtab, mut strtab, mut gnu_table, mut hash, mut versym) = (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut d = dynamic as *const [i64; 2];
     loop {
         // SAFETY: `d` walks the dynamic array of an object the caller guarantees mapped, up to its
@@ -133,7 +165,7 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
             DT_NULL => break,
             DT_SYMTAB => symtab = ptr,
             DT_STRTAB => strtab = ptr,
-            DT_GNU_HASH => gnu_hash = ptr,
+            DT_GNU_HASH => gnu_table = ptr,
             DT_HASH => hash = ptr,
             DT_VERSYM => versym = ptr,
             _ => {}
@@ -160,33 +192,14 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
         }
         Some(base + s.value as usize)
     };
-    if gnu_hash != 0 {
-        let h = name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32));
-        let hdr = gnu_hash as *const u32;
-        // SAFETY: the mapped GNU hash table starts with its four-word header.
-        let (nbuckets, symoffset, bloom_size) = unsafe { (*hdr as usize, *hdr.add(1) as usize, *hdr.add(2) as usize) };
-        let buckets = (gnu_hash + 16 + bloom_size * 8) as *const u32;
-        // SAFETY: the chain array follows the `nbuckets` buckets, in the same table.
-        let chain = unsafe { buckets.add(nbuckets) };
-        // SAFETY: the index is below `nbuckets`.
-        let mut i = unsafe { *buckets.add(h as usize % nbuckets) } as usize;
-        if i == 0 {
-            return None;
-        }
-        loop {
-            // SAFETY: a bucket's chain runs from `symoffset` up to an entry with bit 0 set, where
-            // the loop stops.
-            let h2 = unsafe { *chain.add(i - symoffset) };
-            if h | 1 == h2 | 1 {
-                if let Some(a) = check(i) {
-                    return Some(a);
-                }
-            }
-            if h2 & 1 != 0 {
-                return None;
-            }
-            i += 1;
-        }
+    if gnu_table != 0 {
+        let table = gnu_table as *const u32;
+        let word = |w: usize| {
+            // SAFETY: `gnu_walk` reads only the header, one bucket and that bucket's chain up to its
+            // last entry, all words of the object's mapped GNU hash table.
+            unsafe { *table.add(w) }
+        };
+        return gnu_walk(word, gnu_hash(name), &check);
     }
     if hash != 0 {
         // SAFETY: the mapped SysV hash table starts with `nbucket`, `nchain`.
@@ -194,4 +207,242 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
         return (0..nchain).find_map(|i| check(i));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    #[test]
+    fn gnu_hash_values() {
+        assert_eq!(gnu_hash(b""), 5381);
+        assert_eq!(gnu_hash(b"a"), 0x0002_b606);
+        assert_eq!(gnu_hash(b"printf"), 0x156b_2bb8);
+        assert_eq!(gnu_hash(b"getpid"), 0xff87_8ec2);
+        assert_eq!(gnu_hash(b"dlsym"), 0x0f4d_c4ae);
+    }
+
+    /// A GNU hash table as a linker lays it out: symbols `symoffset..` are `names` grouped by
+    /// bucket (the returned order), with a real bloom filter that the walk must step over.
+    fn gnu_table(names: &[&'static [u8]], nbuckets: u32, symoffset: u32) -> (Vec<u32>, Vec<&'static [u8]>) {
+        let mut order = names.to_vec();
+        order.sort_by_key(|n| gnu_hash(n) % nbuckets);
+        let (bloom_size, shift) = (2u32, 6u32);
+        let mut bloom = vec![0u64; bloom_size as usize];
+        for n in &order {
+            let h = gnu_hash(n);
+            bloom[(h / 64 % bloom_size) as usize] |= 1 << (h % 64) | 1 << ((h >> shift) % 64);
+        }
+        let mut words = vec![nbuckets, symoffset, bloom_size, shift];
+        words.extend(bloom.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]));
+        for b in 0..nbuckets {
+            words.push(order.iter().position(|n| gnu_hash(n) % nbuckets == b).map_or(0, |k| symoffset + k as u32));
+        }
+        for (k, n) in order.iter().enumerate() {
+            let last = order.get(k + 1).is_none_or(|m| gnu_hash(m) % nbuckets != gnu_hash(n) % nbuckets);
+            words.push(gnu_hash(n) & !1 | last as u32);
+        }
+        (words, order)
+    }
+
+    const NAMES: [&[u8]; 6] = [b"gamma", b"beta", b"iota", b"nu", b"zeta", b"kappa"];
+
+    /// Walks `words` for `name`, accepting a symbol of that name unless `refuse` says otherwise;
+    /// returns the answer and the words read.
+    fn walk(words: &[u32], order: &[&[u8]], symoffset: usize, name: &[u8], refuse: &[usize]) -> (Option<usize>, Vec<usize>) {
+        let read = RefCell::new(Vec::new());
+        let word = |w: usize| {
+            read.borrow_mut().push(w);
+            words[w]
+        };
+        let found = gnu_walk(word, gnu_hash(name), |i| (order[i - symoffset] == name && !refuse.contains(&i)).then_some(i));
+        (found, read.into_inner())
+    }
+
+    #[test]
+    fn gnu_walk_finds_every_name() {
+        let (words, order) = gnu_table(&NAMES, 4, 3);
+        // Every bucket but 3 holds two names, and the last of bucket 0 has an even hash (its stop
+        // bit is not part of the hash).
+        let bucket = |n: &[u8]| gnu_hash(n) % 4;
+        assert_eq!(order.iter().map(|n| bucket(n)).collect::<Vec<_>>(), [0, 0, 1, 1, 2, 2]);
+        assert_eq!(gnu_hash(order[1]) & 1, 0);
+        for (k, name) in order.iter().enumerate() {
+            assert_eq!(walk(&words, &order, 3, name, &[]).0, Some(3 + k), "{}", String::from_utf8_lossy(name));
+        }
+    }
+
+    #[test]
+    fn gnu_walk_misses() {
+        let (words, order) = gnu_table(&NAMES, 4, 3);
+        let chain = 4 + 4 + 4; // header, bloom (two 64-bit words), buckets
+        // Bucket 3 is empty: nothing past the bucket is read.
+        assert_eq!(gnu_hash(b"alpha") % 4, 3);
+        assert_eq!(walk(&words, &order, 3, b"alpha", &[]), (None, vec![0, 1, 2, 8 + 3]));
+        // Bucket 2 holds iota and kappa: both chain entries are read, then the walk stops.
+        assert_eq!(gnu_hash(b"sigma") % 4, 2);
+        assert_eq!(walk(&words, &order, 3, b"sigma", &[]), (None, vec![0, 1, 2, 8 + 2, chain + 4, chain + 5]));
+    }
+
+    #[test]
+    fn gnu_walk_goes_on_past_a_refused_symbol() {
+        // Two versions of `dup` share a bucket; the first is refused (as a hidden version is).
+        let (words, order) = gnu_table(&[b"beta", b"dup", b"iota", b"dup"], 2, 1);
+        let dups: Vec<usize> = (0..order.len()).filter(|&k| order[k] == b"dup").map(|k| 1 + k).collect();
+        assert_eq!(dups.len(), 2);
+        assert_eq!(walk(&words, &order, 1, b"dup", &[]).0, Some(dups[0]));
+        assert_eq!(walk(&words, &order, 1, b"dup", &dups[..1]).0, Some(dups[1]));
+        assert_eq!(walk(&words, &order, 1, b"dup", &dups).0, None);
+    }
+
+    /// A loaded object's dynamic symbol table in memory, for `elf_lookup`.
+    struct Image {
+        syms: Vec<Sym>,
+        strtab: Vec<u8>,
+        gnu: Vec<u32>,
+        hash: Vec<u32>,
+        versym: Vec<u16>,
+    }
+
+    /// Symbol 0 is the null symbol; then `(name, shndx, value, versym)`, in GNU hash order.
+    fn image(syms: &[(&'static [u8], u16, u64, u16)]) -> Image {
+        let (gnu, order) = gnu_table(&syms.iter().map(|s| s.0).collect::<Vec<_>>(), 2, 1);
+        let mut image = Image {
+            syms: vec![Sym { name: 0, info: 0, other: 0, shndx: 0, value: 0, size: 0 }],
+            strtab: vec![0],
+            gnu,
+            hash: vec![1, 1 + syms.len() as u32], // `elf_lookup` reads only `nchain` of it
+            versym: vec![0],
+        };
+        let mut used = vec![false; syms.len()];
+        for name in order {
+            let k = (0..syms.len()).find(|&k| !used[k] && syms[k].0 == name).unwrap();
+            used[k] = true;
+            let (_, shndx, value, versym) = syms[k];
+            image.syms.push(Sym { name: image.strtab.len() as u32, info: 0x12, other: 0, shndx, value, size: 8 });
+            image.strtab.extend_from_slice(name);
+            image.strtab.push(0);
+            image.versym.push(versym);
+        }
+        image
+    }
+
+    impl Image {
+        /// The dynamic array with the given tags, as addresses less `relative_to`.
+        fn dynamic(&self, tags: &[i64], relative_to: usize) -> Vec<[i64; 2]> {
+            let mut d: Vec<[i64; 2]> = tags
+                .iter()
+                .map(|&t| {
+                    let at = match t {
+                        DT_SYMTAB => self.syms.as_ptr() as usize,
+                        DT_STRTAB => self.strtab.as_ptr() as usize,
+                        DT_GNU_HASH => self.gnu.as_ptr() as usize,
+                        DT_HASH => self.hash.as_ptr() as usize,
+                        DT_VERSYM => self.versym.as_ptr() as usize,
+                        _ => unreachable!(),
+                    };
+                    [t, (at - relative_to) as i64]
+                })
+                .collect();
+            d.push([0x1d, 77]); // a tag the look-up ignores (DT_RUNPATH)
+            d.push([DT_NULL, 0]);
+            d
+        }
+
+        fn lowest(&self) -> usize {
+            [self.syms.as_ptr() as usize, self.strtab.as_ptr() as usize, self.gnu.as_ptr() as usize]
+                .into_iter()
+                .chain([self.hash.as_ptr() as usize, self.versym.as_ptr() as usize])
+                .min()
+                .unwrap()
+        }
+    }
+
+    const ALL: [i64; 5] = [DT_SYMTAB, DT_STRTAB, DT_GNU_HASH, DT_HASH, DT_VERSYM];
+
+    fn sample() -> Image {
+        image(&[
+            (b"alpha", 1, 0x10, 2),
+            (b"undef", 0, 0x20, 1),
+            (b"zero", 1, 0, 1),
+            (b"hidden", 1, 0x28, 0x8002),
+            (b"dup", 1, 0x30, 0x8002),
+            (b"dup", 1, 0x40, 3),
+        ])
+    }
+
+    fn lookup(base: usize, dynamic: &[[i64; 2]], name: &[u8]) -> Option<usize> {
+        // SAFETY: `dynamic` ends with DT_NULL, and every table it names is a live buffer of the
+        // image, laid out as an object's are (its hash tables over its symbols, names and versions).
+        unsafe { elf_lookup(base, dynamic.as_ptr() as usize, name) }
+    }
+
+    #[test]
+    fn elf_lookup_through_the_gnu_hash() {
+        let im = sample();
+        let base = 0x1000; // below every buffer: the entries are taken as addresses
+        let d = im.dynamic(&ALL, 0);
+        assert_eq!(lookup(base, &d, b"alpha"), Some(base + 0x10));
+        assert_eq!(lookup(base, &d, b"dup"), Some(base + 0x40));
+        assert_eq!(lookup(base, &d, b"undef"), None);
+        assert_eq!(lookup(base, &d, b"zero"), None);
+        assert_eq!(lookup(base, &d, b"hidden"), None);
+        assert_eq!(lookup(base, &d, b"missing"), None);
+        assert_eq!(lookup(base, &d, b"alph"), None);
+        // Without a version table, no version is hidden.
+        let d = im.dynamic(&[DT_SYMTAB, DT_STRTAB, DT_GNU_HASH], 0);
+        assert_eq!(lookup(base, &d, b"hidden"), Some(base + 0x28));
+        assert_eq!(lookup(base, &d, b"dup"), Some(base + 0x30));
+    }
+
+    #[test]
+    fn elf_lookup_through_the_sysv_hash() {
+        let im = sample();
+        let base = 0x1000;
+        let d = im.dynamic(&[DT_SYMTAB, DT_STRTAB, DT_HASH, DT_VERSYM], 0);
+        assert_eq!(lookup(base, &d, b"alpha"), Some(base + 0x10));
+        assert_eq!(lookup(base, &d, b"dup"), Some(base + 0x40));
+        assert_eq!(lookup(base, &d, b"undef"), None);
+        assert_eq!(lookup(base, &d, b"hidden"), None);
+        assert_eq!(lookup(base, &d, b"missing"), None);
+    }
+
+    #[test]
+    fn elf_lookup_with_offsets_from_the_base() {
+        // Entries below the base are offsets from it, as where the loader does not relocate them.
+        let im = sample();
+        let base = im.lowest() - 8;
+        let d = im.dynamic(&ALL, base);
+        assert!(d.iter().take(ALL.len()).all(|e| (e[1] as usize) < base));
+        assert_eq!(lookup(base, &d, b"alpha"), Some(base + 0x10));
+        assert_eq!(lookup(base, &d, b"hidden"), None);
+    }
+
+    #[test]
+    fn elf_lookup_without_tables() {
+        let im = sample();
+        assert_eq!(lookup(0x1000, &im.dynamic(&[DT_STRTAB, DT_GNU_HASH, DT_HASH], 0), b"alpha"), None);
+        assert_eq!(lookup(0x1000, &im.dynamic(&[DT_SYMTAB, DT_GNU_HASH, DT_HASH], 0), b"alpha"), None);
+        assert_eq!(lookup(0x1000, &im.dynamic(&[DT_SYMTAB, DT_STRTAB], 0), b"alpha"), None);
+        // SAFETY: a null dynamic section is refused before anything is read.
+        assert_eq!(unsafe { elf_lookup(0x1000, 0, b"alpha") }, None);
+    }
+
+    #[test]
+    fn elf_lookup_finds_getpid_in_libc() {
+        let mut found = Vec::new();
+        for_each_object(|o| {
+            let n = o.name.to_bytes();
+            let file = n.rsplit(|&c| c == b'/').next().unwrap_or(n);
+            if file.starts_with(b"libc.so") {
+                // SAFETY: `base` and `dynamic` come from the loader for an object mapped now (libc
+                // stays loaded for the whole test process).
+                found.push(unsafe { elf_lookup(o.base, o.dynamic, b"getpid") });
+            }
+        });
+        assert_eq!(found, [Some(libc::getpid as *const () as usize)]);
+        assert_eq!(find_in_libc(b"getpid"), libc::getpid as *const () as usize);
+        assert_eq!(find_in_libc(b"no_such_function_in_libc"), 0);
+    }
 }
