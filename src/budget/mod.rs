@@ -18,7 +18,7 @@ pub fn set_limit(limit: Option<u64>) {
 
 /// Whether any budget (the process's or the group's) is in force.
 pub fn limited() -> bool {
-    LIMIT.load(Ordering::Relaxed) != NONE || crate::budget::group::limited()
+    LIMIT.load(Ordering::Relaxed) != NONE || group::limited()
 }
 
 /// The bytes the process budget has handed out (live plus in flight), when there is one.
@@ -83,7 +83,7 @@ pub fn try_reserve(bytes: u64) -> bool {
     if !try_reserve_process(bytes) {
         return false;
     }
-    if !crate::budget::group::reserve(bytes, false) {
+    if !group::reserve(bytes, false) {
         release_process(bytes);
         return false;
     }
@@ -125,7 +125,7 @@ fn force_checked(bytes: u64) -> bool {
     {
         return false;
     }
-    if !crate::budget::group::reserve(bytes, true) {
+    if !group::reserve(bytes, true) {
         release_process(bytes);
         return false;
     }
@@ -135,7 +135,7 @@ fn force_checked(bytes: u64) -> bool {
 #[inline]
 pub fn release(bytes: u64) {
     release_process(bytes);
-    crate::budget::group::release(bytes);
+    group::release(bytes);
 }
 
 #[inline]

@@ -117,11 +117,14 @@ fn gnu_hash(name: &[u8]) -> u32 {
 /// bucket's chain up to its last entry (bit 0 set).
 fn gnu_walk(word: impl Fn(usize) -> u32, h: u32, mut check: impl FnMut(usize) -> Option<usize>) -> Option<usize> {
     let (nbuckets, symoffset, bloom_size) = (word(0) as usize, word(1) as usize, word(2) as usize);
+    if nbuckets == 0 {
+        return None; // a malformed table: nothing to walk (and no division by zero)
+    }
     let buckets = 4 + bloom_size * 2;
     let chain = buckets + nbuckets;
     let mut i = word(buckets + h as usize % nbuckets) as usize;
-    if i == 0 {
-        return None;
+    if i < symoffset.max(1) {
+        return None; // empty bucket, or a malformed one below the hashed symbols
     }
     loop {
         let h2 = word(chain + (i - symoffset));
@@ -271,6 +274,14 @@ mod tests {
         for (k, name) in order.iter().enumerate() {
             assert_eq!(walk(&words, &order, 3, name, &[]).0, Some(3 + k), "{}", String::from_utf8_lossy(name));
         }
+    }
+
+    #[test]
+    fn a_malformed_table_finds_nothing_and_does_not_panic() {
+        // No buckets at all.
+        assert_eq!(gnu_walk(|w| [0u32, 1, 1, 6, 0, 0][w], gnu_hash(b"getpid"), |i| Some(i)), None);
+        // One bucket naming symbol 1, below `symoffset` 5.
+        assert_eq!(gnu_walk(|w| [1u32, 5, 1, 6, 0, 0, 1, 0][w], gnu_hash(b"getpid"), |i| Some(i)), None);
     }
 
     #[test]
