@@ -53,7 +53,7 @@ for arch in "${archs[@]}"; do
     cp "$out/pinguard" "$stage/$name/bin/"
     cp "$out/libpinguard.so" "$stage/$name/lib/"
     cp include/pinguard.h "$stage/$name/include/"
-    cp README.md "$stage/$name/"
+    cp README.md LICENSE-MIT LICENSE-APACHE "$stage/$name/"
     tar -C "$stage" -czf "target/release-artifacts/$name.tar.gz" "$name"
     rm -rf "$stage"
     echo "built target/release-artifacts/$name.tar.gz"

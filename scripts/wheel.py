@@ -48,12 +48,18 @@ def main():
             files.append(("pinguard/_bin/" + fn, f.read(), 0o755))
     with open(os.path.join(ROOT, "include", "pinguard.h"), "rb") as f:
         files.append(("pinguard/include/pinguard.h", f.read(), 0o644))
+    # The licence texts, where PEP 639 puts them (dist-info/licenses/).
+    for fn in ("LICENSE-MIT", "LICENSE-APACHE"):
+        with open(os.path.join(ROOT, fn), "rb") as f:
+            files.append((dist + "/licenses/" + fn, f.read(), 0o644))
     metadata = "\n".join([
         "Metadata-Version: 2.1",
         "Name: pinguard",
         "Version: " + ver,
         "Summary: Tracks, budgets and reports host-pinned memory (CUDA, Ascend ACL, mlock) in GPU and NPU processes",
         "License: MIT OR Apache-2.0",
+        "License-File: LICENSE-MIT",
+        "License-File: LICENSE-APACHE",
         "Requires-Python: >=3.7",
         "Description-Content-Type: text/markdown",
         "",
