@@ -63,6 +63,16 @@ apis! {
     AclrtHostRegisterV2 = "aclrtHostRegisterV2";
     AclrtFreeHost = "aclrtFreeHost";
     AclrtHostUnregister = "aclrtHostUnregister";
+    CuMemCreate = "cuMemCreate";
+    CuMemRelease = "cuMemRelease";
+    CuMemMap = "cuMemMap";
+    CuMemUnmap = "cuMemUnmap";
+    CuMemRetainAllocationHandle = "cuMemRetainAllocationHandle";
+    AclrtMallocPhysical = "aclrtMallocPhysical";
+    AclrtFreePhysical = "aclrtFreePhysical";
+    AclrtMapMem = "aclrtMapMem";
+    AclrtUnmapMem = "aclrtUnmapMem";
+    AclrtMemRetainAllocationHandle = "aclrtMemRetainAllocationHandle";
     Mlock = "mlock";
     Mlock2 = "mlock2";
     Mlockall = "mlockall";

@@ -250,6 +250,7 @@ extern "C" fn fork_prepare() {
     crate::runtime::gate::close();
     callsite::lock_all();
     ledger::lock_all();
+    crate::accounting::physical::hold();
     crate::accounting::arena::hold();
     crate::runtime::heap::hold();
 }
@@ -260,6 +261,7 @@ extern "C" fn fork_parent() {
     unsafe {
         crate::runtime::heap::release(false);
         crate::accounting::arena::release(false);
+        crate::accounting::physical::release(false);
         ledger::unlock_all(false);
         callsite::unlock_all(false);
         crate::runtime::gate::reopen_in_parent();
@@ -275,6 +277,7 @@ extern "C" fn fork_child() {
     // and this is the child's fork handler.
     unsafe {
         crate::runtime::heap::release(true);
+        crate::accounting::physical::release(true);
         ledger::unlock_all(true);
         callsite::unlock_all(true);
         // Last: the resets above forget every pointer into the parent's state first.

@@ -36,7 +36,9 @@ fn only_hooks_and_the_c_api_are_exported() {
         "aclrtFreeHost", "aclrtHostUnregister", "mlock", "mlock2", "munlock", "mlockall", "munlockall",
         "mmap", "mmap64", "munmap", "pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_version",
         "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemAllocHost", "cuMemHostRegister_v2", "cuMemHostRegister",
-        "cuMemFreeHost", "cuMemHostUnregister", "cuGetProcAddress", "cuGetProcAddress_v2", "dlsym", "dlvsym", "dlclose", "_exit", "_Exit", "mremap",
+        "cuMemFreeHost", "cuMemHostUnregister", "cuGetProcAddress", "cuGetProcAddress_v2",
+        "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuMemRetainAllocationHandle",
+        "aclrtMallocPhysical", "aclrtFreePhysical", "aclrtMapMem", "aclrtUnmapMem", "aclrtMemRetainAllocationHandle", "dlsym", "dlvsym", "dlclose", "_exit", "_Exit", "mremap",
         // Signal dispositions and jumps out of handlers (hooks/signal.rs).
         "sigaction", "__sigaction", "signal", "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal", "sigset",
         "sigignore", "siginterrupt", "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk",

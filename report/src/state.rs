@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
 pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
 /// The file name's ending, in place of the report's `.json`.
@@ -99,7 +99,8 @@ pub mod block {
 pub mod site {
     pub const NEXT: usize = 0;
     pub const ID: usize = 8;
-    pub const APIS: usize = 12;
+    /// A bit per entry point (`Info::apis`'s order), 64 of them.
+    pub const APIS: usize = 64;
     pub const FRAMES: usize = 16;
     pub const NFRAMES: usize = 24;
     /// Text: one line per Python frame, innermost first: file, function and line separated by
@@ -380,12 +381,12 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             .map(|b| b.chunks_exact(8).flat_map(|c| names.frames(u64::from_ne_bytes(c.try_into().expect("8 bytes")))).collect())
             .unwrap_or_default();
         let py_frames = img.text(f(site::PY), f(site::PY_LEN)).map(|t| py_frames(&t)).unwrap_or_default();
-        let bits = img.u32_at(off + site::APIS).unwrap_or(0);
+        let bits = img.u64_at(off + site::APIS).unwrap_or(0);
         callsites.push(Callsite {
             id,
             frames,
             py_frames,
-            apis: info.apis.iter().enumerate().filter(|(i, _)| *i < 32 && bits & (1 << i) != 0).map(|(_, n)| n.clone()).collect(),
+            apis: info.apis.iter().enumerate().filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0).map(|(_, n)| n.clone()).collect(),
             live_bytes: l.live_bytes(),
             live_count: l.live_count(),
             peak_live_bytes: l.peak(),

@@ -19,8 +19,6 @@ pub struct Callsite {
     /// The next older callsite in the state file's list.
     state_next: AtomicU64,
     pub id: u32,
-    /// Bit per `Api` this callsite called.
-    pub apis: AtomicU32,
     /// The key (`frames()`), in the arena.
     frames_at: *const usize,
     frames_len: usize,
@@ -29,6 +27,8 @@ pub struct Callsite {
     py_len: usize,
     pub denied_count: AtomicU64,
     pub downgraded_count: AtomicU64,
+    /// Bit per `Api` this callsite called.
+    pub apis: AtomicU64,
     /// Live bytes and count, their peak, allocations: striped by thread (`level`).
     pub level: Level<4>,
     /// Set once the `warn` policy has logged this callsite.
@@ -46,7 +46,8 @@ const _: () = {
     assert!(offset_of!(Callsite, frames_at) == s::FRAMES && offset_of!(Callsite, frames_len) == s::NFRAMES);
     assert!(offset_of!(Callsite, py_at) == s::PY && offset_of!(Callsite, py_len) == s::PY_LEN);
     assert!(offset_of!(Callsite, denied_count) == s::DENIED && offset_of!(Callsite, downgraded_count) == s::DOWNGRADED);
-    assert!(offset_of!(Callsite, level) == s::LEVEL);
+    assert!(offset_of!(Callsite, level) == s::LEVEL && offset_of!(Callsite, apis) == s::APIS);
+    assert!(Api::COUNT <= 64, "a bit per entry point in `apis`");
 };
 
 // SAFETY: the raw pointers point at immutable data that lives as long as the process (the
@@ -93,7 +94,7 @@ impl Callsite {
     }
 
     pub fn note_api(&self, api: Api) {
-        let bit = 1 << api as u32;
+        let bit = 1u64 << api as u32;
         if self.apis.load(Ordering::Relaxed) & bit == 0 {
             self.apis.fetch_or(bit, Ordering::Relaxed);
         }
@@ -188,7 +189,7 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
     let cs: &'static Callsite = crate::accounting::arena::leak(Callsite {
         state_next: AtomicU64::new(0),
         id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-        apis: AtomicU32::new(0),
+        apis: AtomicU64::new(0),
         frames_at: key.as_ptr(),
         frames_len: key.len(),
         py_at: py.as_ptr(),

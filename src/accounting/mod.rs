@@ -8,4 +8,5 @@ pub mod arena;
 pub mod callsite;
 pub mod ledger;
 pub mod level;
+pub mod physical;
 pub mod ranges;

@@ -25,6 +25,81 @@ type MallocCfgFn = unsafe extern "C-unwind" fn(*mut *mut c_void, u64, *mut c_voi
 type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, u64, c_int, *mut *mut c_void) -> c_int;
 type RegisterV2Fn = unsafe extern "C-unwind" fn(*mut c_void, u64, u32) -> c_int;
 type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
+/// `aclrtDrvMemHandle` is an opaque pointer: passed and stored as a 64-bit word.
+type MallocPhysicalFn = unsafe extern "C-unwind" fn(*mut u64, usize, *const c_void, u64) -> c_int;
+type FreePhysicalFn = unsafe extern "C-unwind" fn(u64) -> c_int;
+type MapMemFn = unsafe extern "C-unwind" fn(*mut c_void, usize, usize, u64, u64) -> c_int;
+type UnmapMemFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
+type RetainFn = unsafe extern "C-unwind" fn(*mut c_void, *mut u64) -> c_int;
+
+/// `ACL_MEM_ALLOCATION_TYPE_PINNED`, `aclrtPhysicalMemProp::allocationType` (at byte 4).
+const ALLOCATION_PINNED: u32 = 0;
+/// `aclrtMemLocationType` host kinds (`ACL_MEM_LOCATION_TYPE_HOST`, `_HOST_NUMA`). The location
+/// is `{id, type}`, id first (the reverse of CUDA's), so the type is at byte 16.
+const LOCATION_HOST: [u32; 2] = [0, 4];
+
+/// Whether an `aclrtPhysicalMemProp` asks for pinned host memory (from the location's type,
+/// never from `memAttr`), and whether the call is one the runtime rejects anyway (`flags` is
+/// reserved and must be 0).
+unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
+    if prop.is_null() {
+        return (false, true);
+    }
+    // SAFETY: the caller's `aclrtPhysicalMemProp` (32 bytes): `allocationType` is the `uint32`
+    // at byte 4, `location.type` the one at byte 16; read unaligned, wherever C put it.
+    let (ty, loc) = unsafe { ((prop as *const u8).add(4).cast::<u32>().read_unaligned(), (prop as *const u8).add(16).cast::<u32>().read_unaligned()) };
+    (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
+}
+
+unsafe fn malloc_physical(f: MallocPhysicalFn, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+    match Hook::enter(Family::Acl) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(handle, size, prop, flags) },
+        Some(h) => {
+            // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
+            let (host, rejected) = unsafe { host_prop(prop, flags) };
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.create_physical(Api::AclrtMallocPhysical, handle, size, host, rejected, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(handle, size, prop, flags) })
+        }
+    }
+}
+
+unsafe fn free_physical(f: FreePhysicalFn, handle: u64) -> c_int {
+    match Hook::enter(Family::Acl) {
+        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
+        None => unsafe { f(handle) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, || unsafe { f(handle) }),
+    }
+}
+
+unsafe fn map_mem(f: MapMemFn, ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+    match Hook::enter(Family::Acl) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, offset, handle, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.map_physical(Api::AclrtMapMem, ptr as usize, size, handle, SUCCESS, || unsafe { f(ptr, size, offset, handle, flags) }),
+    }
+}
+
+/// `aclrtUnmapMem` names the mapping by its start alone.
+unsafe fn unmap_mem(f: UnmapMemFn, ptr: *mut c_void) -> c_int {
+    match Hook::enter(Family::Acl) {
+        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
+        None => unsafe { f(ptr) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, || unsafe { f(ptr) }),
+    }
+}
+
+unsafe fn retain(f: RetainFn, ptr: *mut c_void, handle: *mut u64) -> c_int {
+    match Hook::enter(Family::Acl) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, handle) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.retain_physical(Api::AclrtMemRetainAllocationHandle, handle, SUCCESS, || unsafe { f(ptr, handle) }),
+    }
+}
 
 unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
@@ -152,6 +227,11 @@ slots!(host_register_slots, RegisterFn, host_register, (ptr: *mut c_void, size: 
 slots!(host_register_v2_slots, RegisterV2Fn, host_register_v2, (ptr: *mut c_void, size: u64, flag: u32) -> c_int);
 slots!(free_host_slots, FreeFn, free_host, (ptr: *mut c_void) -> c_int);
 slots!(host_unregister_slots, FreeFn, host_unregister, (ptr: *mut c_void) -> c_int);
+slots!(malloc_physical_slots, MallocPhysicalFn, malloc_physical, (handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int);
+slots!(free_physical_slots, FreePhysicalFn, free_physical, (handle: u64) -> c_int);
+slots!(map_mem_slots, MapMemFn, map_mem, (ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int);
+slots!(unmap_mem_slots, UnmapMemFn, unmap_mem, (ptr: *mut c_void) -> c_int);
+slots!(retain_slots, RetainFn, retain, (ptr: *mut c_void, handle: *mut u64) -> c_int);
 
 /// The wrapper for an ACL function `dlsym(handle, name)` returned (torch_npu's look-up of the
 /// newer entry points), if `name` is one.
@@ -163,6 +243,61 @@ pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
         b"aclrtHostRegisterV2" => host_register_v2_slots::bind(real),
         b"aclrtFreeHost" => free_host_slots::bind(real),
         b"aclrtHostUnregister" => host_unregister_slots::bind(real),
+        b"aclrtMallocPhysical" => malloc_physical_slots::bind(real),
+        b"aclrtFreePhysical" => free_physical_slots::bind(real),
+        b"aclrtMapMem" => map_mem_slots::bind(real),
+        b"aclrtUnmapMem" => unmap_mem_slots::bind(real),
+        b"aclrtMemRetainAllocationHandle" => retain_slots::bind(real),
         _ => return None,
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn aclrtMallocPhysical(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+    // SAFETY: `MallocPhysicalFn` is the C type of `aclrtMallocPhysical`.
+    match unsafe { real!("aclrtMallocPhysical").get::<MallocPhysicalFn>() } {
+        // SAFETY: `f` is the real `aclrtMallocPhysical`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { malloc_physical(f, handle, size, prop, flags) },
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn aclrtFreePhysical(handle: u64) -> c_int {
+    // SAFETY: `FreePhysicalFn` is the C type of `aclrtFreePhysical`.
+    match unsafe { real!("aclrtFreePhysical").get::<FreePhysicalFn>() } {
+        // SAFETY: `f` is the real `aclrtFreePhysical`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_physical(f, handle) },
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn aclrtMapMem(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+    // SAFETY: `MapMemFn` is the C type of `aclrtMapMem`.
+    match unsafe { real!("aclrtMapMem").get::<MapMemFn>() } {
+        // SAFETY: `f` is the real `aclrtMapMem`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { map_mem(f, ptr, size, offset, handle, flags) },
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn aclrtUnmapMem(ptr: *mut c_void) -> c_int {
+    // SAFETY: `UnmapMemFn` is the C type of `aclrtUnmapMem`.
+    match unsafe { real!("aclrtUnmapMem").get::<UnmapMemFn>() } {
+        // SAFETY: `f` is the real `aclrtUnmapMem`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { unmap_mem(f, ptr) },
+        None => UNINITIALIZE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn aclrtMemRetainAllocationHandle(ptr: *mut c_void, handle: *mut u64) -> c_int {
+    // SAFETY: `RetainFn` is the C type of `aclrtMemRetainAllocationHandle`.
+    match unsafe { real!("aclrtMemRetainAllocationHandle").get::<RetainFn>() } {
+        // SAFETY: `f` is the real `aclrtMemRetainAllocationHandle`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { retain(f, ptr, handle) },
+        None => UNINITIALIZE,
+    }
 }

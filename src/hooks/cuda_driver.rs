@@ -32,6 +32,11 @@ type AllocHostLegacyFn = unsafe extern "C-unwind" fn(*mut *mut c_void, c_uint) -
 type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, usize, c_uint) -> c_int;
 type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
 type GetProcFn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64) -> c_int;
+type MemCreateFn = unsafe extern "C-unwind" fn(*mut u64, usize, *const c_void, u64) -> c_int;
+type MemReleaseFn = unsafe extern "C-unwind" fn(u64) -> c_int;
+type MemMapFn = unsafe extern "C-unwind" fn(u64, usize, usize, u64, u64) -> c_int;
+type MemUnmapFn = unsafe extern "C-unwind" fn(u64, usize) -> c_int;
+type MemRetainFn = unsafe extern "C-unwind" fn(*mut u64, *mut c_void) -> c_int;
 type GetProcV2Fn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
 unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
@@ -97,6 +102,73 @@ unsafe fn host_unregister(f: FreeFn, p: *mut c_void) -> c_int {
     }
 }
 
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`, `CUmemAllocationProp::type` (at byte 0).
+const ALLOCATION_PINNED: i32 = 1;
+/// `CUmemLocationType` host kinds (`CUmemAllocationProp::location.type`, at byte 8):
+/// `CU_MEM_LOCATION_TYPE_HOST`, `_HOST_NUMA`, `_HOST_NUMA_CURRENT`. Device (1) is not host memory.
+const LOCATION_HOST: [i32; 3] = [2, 3, 4];
+
+/// Whether a `CUmemAllocationProp` asks for pinned host memory, and whether the call is one the
+/// driver rejects anyway (`flags` is reserved and must be 0).
+unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
+    if prop.is_null() {
+        return (false, true);
+    }
+    // SAFETY: the caller's `CUmemAllocationProp` (32 bytes): `type` and `location.type` are the
+    // `int`s at bytes 0 and 8; read unaligned, as the C caller may pack it anywhere.
+    let (ty, loc) = unsafe { ((prop as *const i32).read_unaligned(), (prop as *const u8).add(8).cast::<i32>().read_unaligned()) };
+    (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
+}
+
+unsafe fn mem_create(f: MemCreateFn, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(handle, size, prop, flags) },
+        Some(h) => {
+            // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
+            let (host, rejected) = unsafe { host_prop(prop, flags) };
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.create_physical(Api::CuMemCreate, handle, size, host, rejected, SUCCESS, OUT_OF_MEMORY, || unsafe { f(handle, size, prop, flags) })
+        }
+    }
+}
+
+unsafe fn mem_release(f: MemReleaseFn, handle: u64) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(handle) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.release_physical(Api::CuMemRelease, handle, SUCCESS, || unsafe { f(handle) }),
+    }
+}
+
+unsafe fn mem_map(f: MemMapFn, ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, offset, handle, flags) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.map_physical(Api::CuMemMap, ptr as usize, size, handle, SUCCESS, || unsafe { f(ptr, size, offset, handle, flags) }),
+    }
+}
+
+unsafe fn mem_unmap(f: MemUnmapFn, ptr: u64, size: usize) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.unmap_physical(Api::CuMemUnmap, ptr as usize, size.max(1), SUCCESS, || unsafe { f(ptr, size) }),
+    }
+}
+
+unsafe fn mem_retain(f: MemRetainFn, handle: *mut u64, addr: *mut c_void) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(handle, addr) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.retain_physical(Api::CuMemRetainAllocationHandle, handle, SUCCESS, || unsafe { f(handle, addr) }),
+    }
+}
+
 /// `cuGetProcAddress`: the driver's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// driver's own.
@@ -139,6 +211,11 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
         b"cuMemHostRegister" | b"cuMemHostRegister_v2" => register_v2_slots::bind(real),
         b"cuMemFreeHost" => free_host_slots::bind(real),
         b"cuMemHostUnregister" => host_unregister_slots::bind(real),
+        b"cuMemCreate" => mem_create_slots::bind(real),
+        b"cuMemRelease" => mem_release_slots::bind(real),
+        b"cuMemMap" => mem_map_slots::bind(real),
+        b"cuMemUnmap" => mem_unmap_slots::bind(real),
+        b"cuMemRetainAllocationHandle" => mem_retain_slots::bind(real),
         b"cuGetProcAddress" if version < 12000 => get_proc_slots::bind(real),
         b"cuGetProcAddress" | b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
         _ => None,
@@ -160,6 +237,11 @@ pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
         b"cuMemHostRegister_v2" => register_v2_slots::bind(real),
         b"cuMemFreeHost" => free_host_slots::bind(real),
         b"cuMemHostUnregister" => host_unregister_slots::bind(real),
+        b"cuMemCreate" => mem_create_slots::bind(real),
+        b"cuMemRelease" => mem_release_slots::bind(real),
+        b"cuMemMap" => mem_map_slots::bind(real),
+        b"cuMemUnmap" => mem_unmap_slots::bind(real),
+        b"cuMemRetainAllocationHandle" => mem_retain_slots::bind(real),
         b"cuGetProcAddress" => get_proc_slots::bind(real),
         b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
         _ => return None,
@@ -173,6 +255,11 @@ slots!(register_v2_slots, RegisterFn, register_v2, (p: *mut c_void, size: usize,
 slots!(register_legacy_slots, RegisterFn, register_legacy, (p: *mut c_void, size: usize, flags: c_uint) -> c_int);
 slots!(free_host_slots, FreeFn, free_host, (p: *mut c_void) -> c_int);
 slots!(host_unregister_slots, FreeFn, host_unregister, (p: *mut c_void) -> c_int);
+slots!(mem_create_slots, MemCreateFn, mem_create, (handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int);
+slots!(mem_release_slots, MemReleaseFn, mem_release, (handle: u64) -> c_int);
+slots!(mem_map_slots, MemMapFn, mem_map, (ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int);
+slots!(mem_unmap_slots, MemUnmapFn, mem_unmap, (ptr: u64, size: usize) -> c_int);
+slots!(mem_retain_slots, MemRetainFn, mem_retain, (handle: *mut u64, addr: *mut c_void) -> c_int);
 slots!(get_proc_slots, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int);
 slots!(get_proc_v2_slots, GetProcV2Fn, get_proc_v2, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int);
 
@@ -262,6 +349,56 @@ pub unsafe extern "C-unwind" fn cuGetProcAddress_v2(symbol: *const c_char, pfn: 
     match unsafe { real!("cuGetProcAddress_v2").get::<GetProcV2Fn>() } {
         // SAFETY: `f` is the real `cuGetProcAddress_v2`, given the C caller's arguments under its contract.
         Some(f) => unsafe { get_proc_v2(f, symbol, pfn, version, flags, status) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+    // SAFETY: `MemCreateFn` is the C type of `cuMemCreate`.
+    match unsafe { real!("cuMemCreate").get::<MemCreateFn>() } {
+        // SAFETY: `f` is the real `cuMemCreate`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { mem_create(f, handle, size, prop, flags) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemRelease(handle: u64) -> c_int {
+    // SAFETY: `MemReleaseFn` is the C type of `cuMemRelease`.
+    match unsafe { real!("cuMemRelease").get::<MemReleaseFn>() } {
+        // SAFETY: `f` is the real `cuMemRelease`, given the C caller's argument under its contract.
+        Some(f) => unsafe { mem_release(f, handle) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+    // SAFETY: `MemMapFn` is the C type of `cuMemMap`.
+    match unsafe { real!("cuMemMap").get::<MemMapFn>() } {
+        // SAFETY: `f` is the real `cuMemMap`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { mem_map(f, ptr, size, offset, handle, flags) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemUnmap(ptr: u64, size: usize) -> c_int {
+    // SAFETY: `MemUnmapFn` is the C type of `cuMemUnmap`.
+    match unsafe { real!("cuMemUnmap").get::<MemUnmapFn>() } {
+        // SAFETY: `f` is the real `cuMemUnmap`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { mem_unmap(f, ptr, size) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int {
+    // SAFETY: `MemRetainFn` is the C type of `cuMemRetainAllocationHandle`.
+    match unsafe { real!("cuMemRetainAllocationHandle").get::<MemRetainFn>() } {
+        // SAFETY: `f` is the real `cuMemRetainAllocationHandle`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { mem_retain(f, handle, addr) },
         None => NOT_INITIALIZED,
     }
 }

@@ -222,7 +222,7 @@ fn gather(cfg: &Config) -> Figures {
                 id: c.id,
                 frames,
                 py_frames,
-                apis: crate::api::Api::ALL.iter().filter(|a| bits & (1 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
+                apis: crate::api::Api::ALL.iter().filter(|a| bits & (1u64 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
                 live_bytes: c.level.bytes(),
                 live_count: c.level.count(),
                 peak_live_bytes: c.level.peak(),
@@ -233,8 +233,11 @@ fn gather(cfg: &Config) -> Figures {
             }
         })
         .collect();
+    // Physical allocations of the virtual-memory APIs are listed under their handles.
+    let physical = crate::accounting::physical::records().into_iter().map(|(h, l)| (h as usize, l));
     let live = ledger::live_records()
         .into_iter()
+        .chain(physical)
         .map(|(addr, l)| {
             let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id, tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
             (addr as u64, f)

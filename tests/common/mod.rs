@@ -129,6 +129,10 @@ pub fn fixtures() -> &'static Fixtures {
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-Wl,-rpath,$ORIGIN", "-ldl"]);
             cc(&a);
+            let (o, f, l) = (d("vmm"), s("progs/vmm.c"), d(""));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-l:libcuda.so.1", "-lascendcl", "-ldl"]);
+            cc(&a);
         }
         for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads"] {
             let mut a: Vec<&str> = common.to_vec();

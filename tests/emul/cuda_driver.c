@@ -47,6 +47,49 @@ CUresult cuMemHostUnregister(void *p) {
 }
 CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
 
+/* The virtual-memory management API (CUDA 10.2): CUmemAllocationProp is 32 bytes, `type` at 0
+ * (CU_MEM_ALLOCATION_TYPE_PINNED = 1), `location {int type; int id}` at 8 (device 1, host 2,
+ * host NUMA 3, host NUMA current 4); only host locations are host memory. */
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef unsigned long long CUdeviceptr;
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop, unsigned long long flags) {
+    if (!handle || !prop || size == 0 || flags != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    int type = *(const int *)prop, loc = *(const int *)((const char *)prop + 8);
+    if (type != 1 || loc < 1 || loc > 4) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (phys_create(size, loc != 1, handle) != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    if (phys_release(handle) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;
+    void *p = ptr && size ? vm_reserve(size) : NULL;
+    if (!p) return fail(CUDA_ERROR_INVALID_VALUE);
+    *ptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    if (!ptr || munmap((void *)(uintptr_t)ptr, size) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
+    if (flags != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    int r = phys_map((uintptr_t)ptr, size, offset, handle);
+    if (r == 1) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (r != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    if (!size || phys_unmap((uintptr_t)ptr, size) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
+    if (!handle || phys_retain((uintptr_t)addr, handle) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
 
@@ -66,6 +109,13 @@ static const struct {
     {"cuMemFreeHost", 2000, (void *)cuMemFreeHost, 0, 0},
     {"cuMemHostRegister", 4000, (void *)cuMemHostRegister, 6050, (void *)cuMemHostRegister_v2},
     {"cuMemHostUnregister", 4000, (void *)cuMemHostUnregister, 0, 0},
+    {"cuMemCreate", 10020, (void *)cuMemCreate, 0, 0},
+    {"cuMemRelease", 10020, (void *)cuMemRelease, 0, 0},
+    {"cuMemAddressReserve", 10020, (void *)cuMemAddressReserve, 0, 0},
+    {"cuMemAddressFree", 10020, (void *)cuMemAddressFree, 0, 0},
+    {"cuMemMap", 10020, (void *)cuMemMap, 0, 0},
+    {"cuMemUnmap", 10020, (void *)cuMemUnmap, 0, 0},
+    {"cuMemRetainAllocationHandle", 11000, (void *)cuMemRetainAllocationHandle, 0, 0},
     {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, 12000, (void *)cuGetProcAddress_v2},
 };
 

@@ -277,3 +277,150 @@ static void emu_read_stats(struct emu_stats *out) {
     out->failed_calls = __atomic_load_n(&st()->failed_calls, __ATOMIC_SEQ_CST);
     out->injected_failures = __atomic_load_n(&st()->injected_failures, __ATOMIC_SEQ_CST);
 }
+
+/* Physical allocations of the virtual-memory APIs (cuMemCreate, aclrtMallocPhysical): real memory
+ * (a memfd), locked through a mapping of its own when it is host memory, mapped where the program
+ * reserved address space, and freed only when the last reference is released and the last
+ * mapping unmapped, in either order, as the real runtimes do. Only host memory is counted: device
+ * memory is not pinned host memory. A handle is the address of its record. */
+struct phys {
+    size_t size, len;
+    int host, refs, maps, fd;
+    void *pin;
+    struct phys *next;
+};
+struct vmap {
+    uintptr_t addr;
+    size_t len;
+    struct phys *ph;
+    struct vmap *next;
+};
+static struct phys *physs;
+static struct vmap *vmaps;
+
+static struct phys *phys_find(uint64_t h) {
+    for (struct phys *p = physs; p; p = p->next)
+        if ((uint64_t)(uintptr_t)p == h) return p;
+    return NULL;
+}
+
+/* Frees ph if nothing holds it any more. Under table_lock. */
+static void phys_maybe_free(struct phys *ph) {
+    if (ph->refs > 0 || ph->maps > 0) return;
+    for (struct phys **pp = &physs; *pp; pp = &(*pp)->next)
+        if (*pp == ph) { *pp = ph->next; break; }
+    if (ph->host) {
+        munlock(ph->pin, ph->len);
+        munmap(ph->pin, ph->len);
+        bump_outstanding(-(int64_t)ph->size, -1);
+        __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
+    }
+    close(ph->fd);
+    free(ph);
+}
+
+/* 0 made, -1 out of memory. */
+static int phys_create(size_t size, int host, uint64_t *handle) {
+    maybe_driver_io();
+    if (inject_failure()) return -1;
+    size_t len = (size + 4095) & ~(size_t)4095;
+    if (len < size) return -1;
+    struct phys *ph = calloc(1, sizeof *ph);
+    if (!ph) return -1;
+    ph->size = size; ph->len = len; ph->host = host; ph->refs = 1; ph->pin = MAP_FAILED;
+    ph->fd = memfd_create("emu-physical", MFD_CLOEXEC);
+    if (ph->fd < 0 || ftruncate(ph->fd, (off_t)len) != 0) goto fail;
+    if (host) {
+        bump_outstanding((int64_t)size, 1);
+        ph->pin = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, ph->fd, 0);
+        if (ph->pin == MAP_FAILED || mlock(ph->pin, len) != 0) {
+            if (ph->pin != MAP_FAILED) munmap(ph->pin, len);
+            bump_outstanding(-(int64_t)size, -1);
+            goto fail;
+        }
+        __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_lock(&table_lock);
+    ph->next = physs;
+    physs = ph;
+    pthread_mutex_unlock(&table_lock);
+    *handle = (uint64_t)(uintptr_t)ph;
+    return 0;
+fail:
+    if (ph->fd >= 0) close(ph->fd);
+    free(ph);
+    return -1;
+}
+
+/* 0 released, 1 unknown handle. */
+static int phys_release(uint64_t h) {
+    pthread_mutex_lock(&table_lock);
+    struct phys *ph = phys_find(h);
+    if (ph) { ph->refs--; phys_maybe_free(ph); }
+    pthread_mutex_unlock(&table_lock);
+    return ph ? 0 : 1;
+}
+
+/* 0 mapped, 1 unknown handle or bad range, -1 the mapping failed. */
+static int phys_map(uintptr_t va, size_t len, size_t offset, uint64_t h) {
+    pthread_mutex_lock(&table_lock);
+    struct phys *ph = phys_find(h);
+    int rc = 1;
+    if (ph && va && len && !(va & 4095) && !(len & 4095) && offset <= ph->len && len <= ph->len - offset) {
+        rc = -1;
+        struct vmap *m = malloc(sizeof *m);
+        if (m && mmap((void *)va, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset) != MAP_FAILED) {
+            m->addr = va; m->len = len; m->ph = ph; m->next = vmaps; vmaps = m;
+            ph->maps++;
+            rc = 0;
+        } else {
+            free(m);
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+    return rc;
+}
+
+/* Unmaps every mapping that starts in [va, va + len) (len 0: the one at va), leaving the address
+ * space reserved. 0 unmapped, 1 nothing mapped there. */
+static int phys_unmap(uintptr_t va, size_t len) {
+    int found = 0;
+    uintptr_t end = va + (len ? len : 1);
+    pthread_mutex_lock(&table_lock);
+    for (struct vmap **pp = &vmaps; *pp;) {
+        struct vmap *m = *pp;
+        if (m->addr >= va && m->addr < end) {
+            mmap((void *)m->addr, m->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+            *pp = m->next;
+            m->ph->maps--;
+            phys_maybe_free(m->ph);
+            free(m);
+            found = 1;
+        } else {
+            pp = &m->next;
+        }
+    }
+    pthread_mutex_unlock(&table_lock);
+    return found ? 0 : 1;
+}
+
+/* One more reference to the allocation mapped at va. 0 retained, 1 nothing mapped there. */
+static int phys_retain(uintptr_t va, uint64_t *h) {
+    int rc = 1;
+    pthread_mutex_lock(&table_lock);
+    for (struct vmap *m = vmaps; m; m = m->next)
+        if (m->addr <= va && va < m->addr + m->len) {
+            m->ph->refs++;
+            *h = (uint64_t)(uintptr_t)m->ph;
+            rc = 0;
+            break;
+        }
+    pthread_mutex_unlock(&table_lock);
+    return rc;
+}
+
+/* Address space for mappings: reserved, nothing behind it. */
+static void *vm_reserve(size_t len) {
+    void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
