@@ -612,6 +612,24 @@ pub fn take(addr: usize, accept: impl Fn(Api) -> bool) -> Option<Live> {
     shard(addr).lock().remove_if(addr, |l| accept(l.api))
 }
 
+/// Registrations of memory that is already pinned (torch_npu registers each block it allocated,
+/// to map it for the device): kept apart from the record of the memory they cover, which has
+/// the same address, and counting only the bytes they add (pinned bytes are pages: a page pinned
+/// twice is pinned once). Few, and reached only when a release finds no record of its own kind.
+static OVER: Mutex<Vec<(usize, Live)>> = Mutex::new(Vec::new());
+
+/// Records a registration over already-pinned memory at `addr`.
+pub fn insert_over(addr: usize, live: Live) {
+    OVER.lock().push((addr, live));
+}
+
+/// Removes the registration over already-pinned memory at `addr` that `accept` takes.
+pub fn take_over(addr: usize, accept: impl Fn(Api) -> bool) -> Option<Live> {
+    let mut over = OVER.lock();
+    let i = over.iter().position(|(a, l)| *a == addr && accept(l.api))?;
+    Some(over.swap_remove(i).1)
+}
+
 /// Marks the process as having something to report; a load first, so that the hot path does
 /// not keep writing one shared cache line.
 #[inline]
@@ -677,6 +695,8 @@ pub fn live_records() -> Vec<(usize, Live)> {
     }
     let g = locked();
     v.extend(g.ranges.iter().map(|(s, e, l)| (s, Live { size: (e - s) as u64, ..*l })));
+    drop(g);
+    v.extend(OVER.lock().iter().copied());
     v
 }
 
@@ -766,6 +786,7 @@ pub fn lock_all() {
     lock::hold(&EVENTS);
     lock::hold(&TIMELINE);
     lock::hold(&FREE);
+    lock::hold(&OVER);
 }
 
 /// # Safety
@@ -783,6 +804,7 @@ pub unsafe fn unlock_all(clear: bool) {
             *EVENTS.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
             *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
             *FREE.data_ptr() = Vec::new();
+            *OVER.data_ptr() = Vec::new();
         }
         LOCKED_ANY.store(false, Relaxed);
         TIMELINE_MS.store(0, Relaxed);
@@ -792,6 +814,7 @@ pub unsafe fn unlock_all(clear: bool) {
     // released once here, in the parent or in the child as `clear` says.
     unsafe {
         lock::release(&FREE, clear);
+        lock::release(&OVER, clear);
         for s in &LIVE {
             if clear { lock::release_in_child(s) } else { lock::release_in_parent(s) }
         }

@@ -341,16 +341,18 @@ impl Hook {
         if addr.is_null() || size == 0 {
             return self.untracked(api, ok, real());
         }
-        // A pointer with a live record is never recorded twice. Registered for real: the runtime
-        // answers (it knows). Downgraded: the runtime never saw it, and answers as it would have
-        // had the first call pinned, without pinning it now.
+        // A pointer with a live record is never recorded twice in its table. Downgraded: the
+        // runtime never saw it, and answers as it would have had the first call pinned, without
+        // pinning it now. Pinned: the runtime answers (CUDA refuses memory it pinned already;
+        // ACL maps it for the device), and a registration it accepts adds only the bytes the
+        // record did not cover (`register_over`).
         match quiet(|| ledger::live_at(addr as usize)).flatten() {
             Some(l) if l.downgraded() => {
                 quiet(|| ledger::count_failed(self.t, api));
                 self.t.set_errno(self.entry_errno);
                 return already;
             }
-            Some(_) => return self.untracked(api, ok, real()),
+            Some(l) => return self.register_over(api, addr as usize, size as u64, l.size, req, ok, oom, real),
             None => {}
         }
         let bytes = size as u64;
@@ -380,6 +382,107 @@ impl Hook {
         rc
     }
 
+    /// A registration of `bytes` at `addr`, where a pinned record of `covered` bytes starts
+    /// already: pinned bytes are pages, so only the bytes past that record are new, and only they
+    /// go through the budget. The registration is kept apart (`ledger::insert_over`), so that each
+    /// release, in either order, takes exactly its own record.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    fn register_over<R: Copy + PartialEq>(self, api: Api, addr: usize, bytes: u64, covered: u64, req: Request, ok: R, oom: R, real: impl FnOnce() -> R) -> R {
+        let extra = bytes.saturating_sub(covered);
+        let Some((site, admission)) = quiet(|| {
+            let site = self.site();
+            let admission = if extra == 0 { Admission::Pass } else { self.admit(api, extra, site, req) };
+            (site, admission)
+        }) else {
+            return real();
+        };
+        let reservation = match admission {
+            Admission::Refuse => {
+                self.t.set_errno(self.entry_errno);
+                return oom;
+            }
+            Admission::Downgrade => {
+                // The new part stays unpinned; the runtime is not called, as for any downgraded
+                // registration.
+                quiet(|| {
+                    ledger::insert_over(addr, self.live(api, extra, site, Backing::Unpinned));
+                    self.downgraded(api, site, extra);
+                    ledger::downgraded_live_delta(self.t, extra as i64);
+                });
+                self.t.set_errno(self.entry_errno);
+                return ok;
+            }
+            Admission::Pin(r) => Some(r),
+            Admission::Pass => None,
+        };
+        let rc = real();
+        let err = self.t.errno();
+        quiet(|| {
+            if rc != ok {
+                ledger::count_failed(self.t, api);
+                return;
+            }
+            match reservation {
+                Some(r) => r.commit(),
+                None => budget::force(extra),
+            }
+            ledger::insert_over(addr, self.live(api, extra, site, Backing::Pinned));
+            ledger::count_alloc(self.t, api, site, extra);
+            ledger::live_delta(self.t, api, site, extra as i64, 1, self.now());
+        });
+        self.t.set_errno(err);
+        rc
+    }
+
+    /// A release with no record of its kind at the address: a registration over already-pinned
+    /// memory (`register_over`), which lives apart and is looked for only now, off the usual
+    /// path; else a pointer pinguard never saw.
+    #[cold]
+    #[inline(never)]
+    fn release_unknown<R: Copy + PartialEq>(self, api: Api, addr: usize, frees: &[Api], ok: R, real: impl FnOnce() -> R) -> R {
+        if let Some(l) = quiet(|| ledger::take_over(addr, |a| frees.contains(&a))).flatten() {
+            return self.release_over(api, addr, l, ok, real);
+        }
+        let rc = real();
+        let err = self.t.errno();
+        quiet(|| {
+            ledger::count_unknown_release(self.t, api);
+            if rc != ok {
+                ledger::count_failed(self.t, api);
+            }
+        });
+        self.t.set_errno(err);
+        rc
+    }
+
+    /// The release of a registration over already-pinned memory (`register_over`): like any
+    /// release, but the record lives apart. A downgraded one never reached the runtime.
+    #[cold]
+    fn release_over<R: Copy + PartialEq>(self, api: Api, addr: usize, l: Live, ok: R, real: impl FnOnce() -> R) -> R {
+        if l.downgraded() {
+            quiet(|| {
+                self.gone(&l);
+                ledger::count_release(self.t);
+            });
+            self.t.set_errno(self.entry_errno);
+            return ok;
+        }
+        let rc = real();
+        let err = self.t.errno();
+        quiet(|| {
+            if rc == ok {
+                self.gone(&l);
+                ledger::count_release(self.t);
+            } else {
+                ledger::insert_over(addr, l);
+                ledger::count_failed(self.t, api);
+            }
+        });
+        self.t.set_errno(err);
+        rc
+    }
+
     /// `cudaFreeHost`, `cudaHostUnregister` and friends. `frees` says which entry points' records
     /// this call releases; the record says how its memory is backed.
     pub fn release<R: Copy + PartialEq>(
@@ -393,6 +496,8 @@ impl Hook {
         if addr.is_null() {
             return self.untracked(api, ok, real());
         }
+        // A registration over already-pinned memory is found only when no record of the call's
+        // kind has the address (`register_over`).
         let taken = quiet(|| ledger::take(addr as usize, |a| frees.contains(&a))).flatten();
         match taken {
             Some(l) if l.downgraded() => {
@@ -425,18 +530,7 @@ impl Hook {
                 self.t.set_errno(err);
                 rc
             }
-            None => {
-                let rc = real();
-                let err = self.t.errno();
-                quiet(|| {
-                    ledger::count_unknown_release(self.t, api);
-                    if rc != ok {
-                        ledger::count_failed(self.t, api);
-                    }
-                });
-                self.t.set_errno(err);
-                rc
-            }
+            None => self.release_unknown(api, addr as usize, frees, ok, real),
         }
     }
 

@@ -35,7 +35,7 @@ aclError aclrtFreeHost(void *hostPtr) {
 /* type is aclrtHostRegisterType (ACL_HOST_REGISTER_MAPPED = 0): the device address comes back. */
 aclError aclrtHostRegister(void *ptr, uint64_t size, int type, void **devPtr) {
     if (!ptr || size == 0 || !devPtr || type != 0) return fail(ACL_ERROR_INVALID_PARAM);
-    int r = emu_register(ptr, (size_t)size);
+    int r = emu_register(ptr, (size_t)size, 1);
     if (r == 1) return fail(ACL_ERROR_INVALID_PARAM);
     if (r != 0) return fail(ACL_ERROR_RT_MEMORY_ALLOCATION);
     *devPtr = ptr;
@@ -45,7 +45,7 @@ aclError aclrtHostRegister(void *ptr, uint64_t size, int type, void **devPtr) {
 aclError aclrtHostRegisterV2(void *ptr, uint64_t size, uint32_t flag) {
     if (!ptr || size == 0 || (flag & ~(ACL_HOST_REG_MAPPED | ACL_HOST_REG_PINNED)))
         return fail(ACL_ERROR_INVALID_PARAM);
-    int r = emu_register(ptr, (size_t)size);
+    int r = emu_register(ptr, (size_t)size, 1);
     if (r == 1) return fail(ACL_ERROR_INVALID_PARAM);
     if (r != 0) return fail(ACL_ERROR_RT_MEMORY_ALLOCATION);
     return ACL_SUCCESS;

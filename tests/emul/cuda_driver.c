@@ -34,7 +34,7 @@ CUresult cuMemFreeHost(void *p) {
 }
 CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
     if (!p || size == 0 || flags > 15) return fail(CUDA_ERROR_INVALID_VALUE);
-    int r = emu_register(p, size);
+    int r = emu_register(p, size, 0);
     if (r == 1) return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
     if (r != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
     return CUDA_SUCCESS;

@@ -31,7 +31,7 @@ cudaError_t cudaFreeHost(void *ptr) {
 
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
     if (!ptr || size == 0 || flags > 15) return fail(cudaErrorInvalidValue);
-    int r = emu_register(ptr, size);
+    int r = emu_register(ptr, size, 0);
     if (r == 1) return fail(cudaErrorHostMemoryAlreadyRegistered);
     if (r != 0) return fail(cudaErrorMemoryAllocation);
     return cudaSuccess;

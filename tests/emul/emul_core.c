@@ -15,6 +15,7 @@
 struct entry {
     uintptr_t addr;
     size_t size;
+    size_t counted; /* bytes it adds to what is pinned (a registration of pinned memory: fewer) */
     int owned; /* 1: we mmapped it (allocation), 0: registration */
     struct entry *next;
 };
@@ -160,23 +161,33 @@ static int table_contains(uintptr_t a) {
     return hit;
 }
 
-static void table_insert(uintptr_t a, size_t size, int owned) {
+/* The size of the allocation this runtime made at exactly a (0: none). */
+static size_t owned_at(uintptr_t a) {
+    size_t size = 0;
+    pthread_mutex_lock(&table_lock);
+    for (struct entry *e = table[bucket(a)]; e; e = e->next)
+        if (e->addr == a && e->owned) { size = e->size; break; }
+    pthread_mutex_unlock(&table_lock);
+    return size;
+}
+
+static void table_insert(uintptr_t a, size_t size, size_t counted, int owned) {
     struct entry *e = malloc(sizeof *e);
-    e->addr = a; e->size = size; e->owned = owned;
+    e->addr = a; e->size = size; e->counted = counted; e->owned = owned;
     pthread_mutex_lock(&table_lock);
     e->next = table[bucket(a)];
     table[bucket(a)] = e;
     pthread_mutex_unlock(&table_lock);
 }
 
-/* Removes the entry for a if its kind matches; returns 1 and its size. */
-static int table_remove(uintptr_t a, int owned, size_t *size) {
+/* Removes the entry for a if its kind matches; returns 1, its size and what it counted. */
+static int table_remove(uintptr_t a, int owned, size_t *size, size_t *counted) {
     int found = 0;
     pthread_mutex_lock(&table_lock);
     for (struct entry **pp = &table[bucket(a)]; *pp; pp = &(*pp)->next) {
         struct entry *e = *pp;
         if (e->addr == a && e->owned == owned) {
-            *size = e->size; *pp = e->next; free(e); found = 1; break;
+            *size = e->size; *counted = e->counted; *pp = e->next; free(e); found = 1; break;
         }
     }
     pthread_mutex_unlock(&table_lock);
@@ -219,7 +230,7 @@ static int emu_pin_alloc(size_t size, void **out) {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) { bump_outstanding(-(int64_t)size, -1); return -1; }
     if (mlock(p, len) != 0) { munmap(p, len); bump_outstanding(-(int64_t)size, -1); return -1; }
-    table_insert((uintptr_t)p, size, 1);
+    table_insert((uintptr_t)p, size, size, 1);
     __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
     *out = p;
     return 0;
@@ -227,13 +238,13 @@ static int emu_pin_alloc(size_t size, void **out) {
 
 /* 0 freed, 1 unknown pointer. */
 static int emu_pin_free(void *p) {
-    size_t size;
+    size_t size, counted;
     maybe_driver_io();
     if (no_pin == 1) {
         free(p);
         return 0;
     }
-    if (!table_remove((uintptr_t)p, 1, &size)) return 1;
+    if (!table_remove((uintptr_t)p, 1, &size, &counted)) return 1;
     size_t len = (size + 4095) & ~(size_t)4095;
     munlock(p, len);
     munmap(p, len);
@@ -242,15 +253,23 @@ static int emu_pin_free(void *p) {
     return 0;
 }
 
-/* 0 registered, 1 already registered, -1 could not pin. */
-static int emu_register(void *p, size_t size) {
+/* 0 registered, 1 already registered, -1 could not pin. A runtime that maps its own pinned
+ * memory for the device (over_pinned: ACL, for torch_npu's pinned_mem_register) accepts a
+ * registration starting at one of its allocations and pins only the bytes past it; CUDA answers
+ * "already registered" for any memory it pinned. */
+static int emu_register(void *p, size_t size, int over_pinned) {
     if (table_overlaps((uintptr_t)p, size)) return 1;
+    size_t covered = owned_at((uintptr_t)p);
+    if (covered && !over_pinned) return 1;
+    if (!over_pinned && table_contains((uintptr_t)p)) return 1;
+    if (covered > size) covered = size;
     if (inject_failure()) return -1;
-    uintptr_t start = (uintptr_t)p & ~(uintptr_t)4095;
+    size_t counted = size - covered;
+    uintptr_t start = ((uintptr_t)p + covered) & ~(uintptr_t)4095;
     uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
-    bump_outstanding((int64_t)size, 1);
-    if (end < start || mlock((void *)start, end - start) != 0) { bump_outstanding(-(int64_t)size, -1); return -1; }
-    table_insert((uintptr_t)p, size, 0);
+    bump_outstanding((int64_t)counted, 1);
+    if (end < start || (counted && mlock((void *)start, end - start) != 0)) { bump_outstanding(-(int64_t)counted, -1); return -1; }
+    table_insert((uintptr_t)p, size, counted, 0);
     __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
@@ -258,12 +277,13 @@ static int emu_register(void *p, size_t size) {
 /* 0 unregistered, 1 not registered. The pages stay locked if another registration shares them,
  * which the emulation does not model: tests register page-aligned, disjoint buffers. */
 static int emu_unregister(void *p) {
-    size_t size;
-    if (!table_remove((uintptr_t)p, 0, &size)) return 1;
-    uintptr_t start = (uintptr_t)p & ~(uintptr_t)4095;
+    size_t size, counted;
+    if (!table_remove((uintptr_t)p, 0, &size, &counted)) return 1;
+    /* Only what it pinned itself: the allocation it was registered over keeps its lock. */
+    uintptr_t start = ((uintptr_t)p + (size - counted)) & ~(uintptr_t)4095;
     uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
-    munlock((void *)start, end - start);
-    bump_outstanding(-(int64_t)size, -1);
+    if (counted) munlock((void *)start, end - start);
+    bump_outstanding(-(int64_t)counted, -1);
     __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }

@@ -5,7 +5,8 @@
  *   cuda_alloc:SIZE[:FLAGS]  cuda_malloc:SIZE  cuda_register:SIZE[:FLAGS]
  *   cuda_free:SLOT  cuda_unregister:SLOT  cuda_free_raw:ADDR(hex, never allocated)
  *   acl_malloc:SIZE  acl_malloc_cfg:SIZE  acl_register:SIZE  acl_register2:SIZE:FLAG
- *   acl_free:SLOT  acl_unregister:SLOT
+ *   acl_free:SLOT  acl_unregister:SLOT  acl_register2_slot:SLOT:FLAG  acl_register_slot:SLOT
+ *   (cuda_register_slot, acl_register*_slot: register a slot's memory again, pinned or not)
  *   mlock:OFF:LEN  mlock2:OFF:LEN  munlock:OFF:LEN  munmap:OFF:LEN   (pages of a 256-page arena)
  *   mmap_locked:SIZE  munmap_slot:SLOT  mlockall:FLAGS  munlockall
  *   vmlck  (prints VmLck bytes)   report:PATH   errno_check
@@ -126,6 +127,12 @@ int main(int argc, char **argv) {
             p = page_buffer(x);
             rc = aclrtHostRegisterV2(p, x, (uint32_t)y);
             slot = put(p, x);
+        } else if (!strcmp(op, "acl_register2_slot")) {
+            /* torch_npu's pinned_mem_register: the block it allocated, registered to be mapped. */
+            rc = aclrtHostRegisterV2(slots[x], slot_size[x], (uint32_t)y);
+        } else if (!strcmp(op, "acl_register_slot")) {
+            void *dev = NULL;
+            rc = aclrtHostRegister(slots[x], slot_size[x], 0, &dev);
         } else if (!strcmp(op, "acl_free")) {
             rc = aclrtFreeHost(slots[x]);
         } else if (!strcmp(op, "acl_unregister")) {
