@@ -73,6 +73,16 @@ apis! {
     AclrtMapMem = "aclrtMapMem";
     AclrtUnmapMem = "aclrtUnmapMem";
     AclrtMemRetainAllocationHandle = "aclrtMemRetainAllocationHandle";
+    CuMemPoolCreate = "cuMemPoolCreate";
+    CuMemAllocFromPoolAsync = "cuMemAllocFromPoolAsync";
+    CuMemFreeAsync = "cuMemFreeAsync";
+    CuMemPoolTrimTo = "cuMemPoolTrimTo";
+    CuMemPoolDestroy = "cuMemPoolDestroy";
+    CudaMemPoolCreate = "cudaMemPoolCreate";
+    CudaMallocFromPoolAsync = "cudaMallocFromPoolAsync";
+    CudaFreeAsync = "cudaFreeAsync";
+    CudaMemPoolTrimTo = "cudaMemPoolTrimTo";
+    CudaMemPoolDestroy = "cudaMemPoolDestroy";
     Mlock = "mlock";
     Mlock2 = "mlock2";
     Mlockall = "mlockall";

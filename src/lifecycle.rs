@@ -251,6 +251,7 @@ extern "C" fn fork_prepare() {
     callsite::lock_all();
     ledger::lock_all();
     crate::accounting::physical::hold();
+    crate::accounting::pools::hold();
     crate::accounting::arena::hold();
     crate::runtime::heap::hold();
 }
@@ -262,6 +263,7 @@ extern "C" fn fork_parent() {
         crate::runtime::heap::release(false);
         crate::accounting::arena::release(false);
         crate::accounting::physical::release(false);
+        crate::accounting::pools::release(false);
         ledger::unlock_all(false);
         callsite::unlock_all(false);
         crate::runtime::gate::reopen_in_parent();
@@ -278,6 +280,7 @@ extern "C" fn fork_child() {
     unsafe {
         crate::runtime::heap::release(true);
         crate::accounting::physical::release(true);
+        crate::accounting::pools::release(true);
         ledger::unlock_all(true);
         callsite::unlock_all(true);
         // Last: the resets above forget every pointer into the parent's state first.

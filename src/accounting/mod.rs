@@ -9,4 +9,5 @@ pub mod callsite;
 pub mod ledger;
 pub mod level;
 pub mod physical;
+pub mod pools;
 pub mod ranges;

@@ -37,6 +37,13 @@ type MemReleaseFn = unsafe extern "C-unwind" fn(u64) -> c_int;
 type MemMapFn = unsafe extern "C-unwind" fn(u64, usize, usize, u64, u64) -> c_int;
 type MemUnmapFn = unsafe extern "C-unwind" fn(u64, usize) -> c_int;
 type MemRetainFn = unsafe extern "C-unwind" fn(*mut u64, *mut c_void) -> c_int;
+type PoolCreateFn = unsafe extern "C-unwind" fn(*mut u64, *const c_void) -> c_int;
+type PoolFn = unsafe extern "C-unwind" fn(u64) -> c_int;
+type PoolTrimFn = unsafe extern "C-unwind" fn(u64, usize) -> c_int;
+type PoolAllocFn = unsafe extern "C-unwind" fn(*mut usize, usize, u64, *mut c_void) -> c_int;
+type FreeAsyncFn = unsafe extern "C-unwind" fn(usize, *mut c_void) -> c_int;
+/// `cuMemPoolGetAttribute` and `cudaMemPoolGetAttribute`.
+pub(crate) type PoolAttrFn = unsafe extern "C-unwind" fn(u64, c_int, *mut c_void) -> c_int;
 type GetProcV2Fn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
 unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
@@ -118,6 +125,76 @@ unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
     // `int`s at bytes 0 and 8; read unaligned, as the C caller may pack it anywhere.
     let (ty, loc) = unsafe { ((prop as *const i32).read_unaligned(), (prop as *const u8).add(8).cast::<i32>().read_unaligned()) };
     (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
+}
+
+/// Whether a `CUmemPoolProps` (or the runtime's `cudaMemPoolProps`, the same layout: `allocType`
+/// at 0, `location {type, id}` at 8) asks for a host pool.
+pub(crate) unsafe fn pool_props_host(props: *const c_void) -> bool {
+    // SAFETY: the caller's props, null or a `CUmemPoolProps` whose first 16 bytes are read here.
+    unsafe { host_prop(props, 0) }.0
+}
+
+/// A pool attribute (`RESERVED_MEM_CURRENT`, `USED_MEM_CURRENT`), asked of the real runtime.
+pub(crate) fn pool_attr(get: Option<PoolAttrFn>, pool: u64, attr: i32) -> Option<u64> {
+    let get = get?;
+    let mut v = 0u64;
+    // SAFETY: the real attribute getter, with an attribute whose value is a 64-bit integer and a
+    // live out-pointer to one.
+    (unsafe { get(pool, attr, &mut v as *mut u64 as *mut c_void) } == SUCCESS).then_some(v)
+}
+
+fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
+    // SAFETY: `PoolAttrFn` is the C type of `cuMemPoolGetAttribute`.
+    pool_attr(unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() }, pool, attr)
+}
+
+unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pool, props) },
+        Some(h) => {
+            // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
+            let host = unsafe { pool_props_host(props) };
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.create_pool(Api::CuMemPoolCreate, pool, host, SUCCESS, || unsafe { f(pool, props) })
+        }
+    }
+}
+
+unsafe fn pool_destroy(f: PoolFn, pool: u64) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
+        None => unsafe { f(pool) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, SUCCESS, driver_pool_attr, || unsafe { f(pool) }),
+    }
+}
+
+unsafe fn pool_trim(f: PoolTrimFn, pool: u64, keep: usize) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pool, keep) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, SUCCESS, driver_pool_attr, || unsafe { f(pool, keep) }),
+    }
+}
+
+unsafe fn pool_alloc(f: PoolAllocFn, dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(dptr, size, pool, stream) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, SUCCESS, OUT_OF_MEMORY, driver_pool_attr, || unsafe { f(dptr, size, pool, stream) }),
+    }
+}
+
+unsafe fn free_async(f: FreeAsyncFn, dptr: usize, stream: *mut c_void) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(dptr, stream) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, SUCCESS, driver_pool_attr, || unsafe { f(dptr, stream) }),
+    }
 }
 
 unsafe fn mem_create(f: MemCreateFn, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
@@ -216,6 +293,13 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
         b"cuMemMap" => mem_map_slots::bind(real),
         b"cuMemUnmap" => mem_unmap_slots::bind(real),
         b"cuMemRetainAllocationHandle" => mem_retain_slots::bind(real),
+        // With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the driver answers these names with
+        // their `_ptsz` functions, of the same types.
+        b"cuMemPoolCreate" => pool_create_slots::bind(real),
+        b"cuMemPoolDestroy" => pool_destroy_slots::bind(real),
+        b"cuMemPoolTrimTo" => pool_trim_slots::bind(real),
+        b"cuMemAllocFromPoolAsync" => pool_alloc_slots::bind(real),
+        b"cuMemFreeAsync" => free_async_slots::bind(real),
         b"cuGetProcAddress" if version < 12000 => get_proc_slots::bind(real),
         b"cuGetProcAddress" | b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
         _ => None,
@@ -242,6 +326,11 @@ pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
         b"cuMemMap" => mem_map_slots::bind(real),
         b"cuMemUnmap" => mem_unmap_slots::bind(real),
         b"cuMemRetainAllocationHandle" => mem_retain_slots::bind(real),
+        b"cuMemPoolCreate" => pool_create_slots::bind(real),
+        b"cuMemPoolDestroy" => pool_destroy_slots::bind(real),
+        b"cuMemPoolTrimTo" => pool_trim_slots::bind(real),
+        b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => pool_alloc_slots::bind(real),
+        b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => free_async_slots::bind(real),
         b"cuGetProcAddress" => get_proc_slots::bind(real),
         b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
         _ => return None,
@@ -260,6 +349,11 @@ slots!(mem_release_slots, MemReleaseFn, mem_release, (handle: u64) -> c_int);
 slots!(mem_map_slots, MemMapFn, mem_map, (ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int);
 slots!(mem_unmap_slots, MemUnmapFn, mem_unmap, (ptr: u64, size: usize) -> c_int);
 slots!(mem_retain_slots, MemRetainFn, mem_retain, (handle: *mut u64, addr: *mut c_void) -> c_int);
+slots!(pool_create_slots, PoolCreateFn, pool_create, (pool: *mut u64, props: *const c_void) -> c_int);
+slots!(pool_destroy_slots, PoolFn, pool_destroy, (pool: u64) -> c_int);
+slots!(pool_trim_slots, PoolTrimFn, pool_trim, (pool: u64, keep: usize) -> c_int);
+slots!(pool_alloc_slots, PoolAllocFn, pool_alloc, (dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int);
+slots!(free_async_slots, FreeAsyncFn, free_async, (dptr: usize, stream: *mut c_void) -> c_int);
 slots!(get_proc_slots, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int);
 slots!(get_proc_v2_slots, GetProcV2Fn, get_proc_v2, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int);
 
@@ -399,6 +493,76 @@ pub unsafe extern "C-unwind" fn cuMemRetainAllocationHandle(handle: *mut u64, ad
     match unsafe { real!("cuMemRetainAllocationHandle").get::<MemRetainFn>() } {
         // SAFETY: `f` is the real `cuMemRetainAllocationHandle`, given the C caller's arguments under its contract.
         Some(f) => unsafe { mem_retain(f, handle, addr) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int {
+    // SAFETY: `PoolCreateFn` is the C type of `cuMemPoolCreate`.
+    match unsafe { real!("cuMemPoolCreate").get::<PoolCreateFn>() } {
+        // SAFETY: `f` is the real `cuMemPoolCreate`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_create(f, pool, props) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemPoolDestroy(pool: u64) -> c_int {
+    // SAFETY: `PoolFn` is the C type of `cuMemPoolDestroy`.
+    match unsafe { real!("cuMemPoolDestroy").get::<PoolFn>() } {
+        // SAFETY: `f` is the real `cuMemPoolDestroy`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_destroy(f, pool) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemPoolTrimTo(pool: u64, keep: usize) -> c_int {
+    // SAFETY: `PoolTrimFn` is the C type of `cuMemPoolTrimTo`.
+    match unsafe { real!("cuMemPoolTrimTo").get::<PoolTrimFn>() } {
+        // SAFETY: `f` is the real `cuMemPoolTrimTo`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_trim(f, pool, keep) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemAllocFromPoolAsync(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+    // SAFETY: `PoolAllocFn` is the C type of `cuMemAllocFromPoolAsync`.
+    match unsafe { real!("cuMemAllocFromPoolAsync").get::<PoolAllocFn>() } {
+        // SAFETY: `f` is the real `cuMemAllocFromPoolAsync`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_alloc(f, dptr, size, pool, stream) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+    // SAFETY: `PoolAllocFn` is the C type of `cuMemAllocFromPoolAsync_ptsz`.
+    match unsafe { real!("cuMemAllocFromPoolAsync_ptsz").get::<PoolAllocFn>() } {
+        // SAFETY: `f` is the real `cuMemAllocFromPoolAsync_ptsz`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_alloc(f, dptr, size, pool, stream) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemFreeAsync(dptr: usize, stream: *mut c_void) -> c_int {
+    // SAFETY: `FreeAsyncFn` is the C type of `cuMemFreeAsync`.
+    match unsafe { real!("cuMemFreeAsync").get::<FreeAsyncFn>() } {
+        // SAFETY: `f` is the real `cuMemFreeAsync`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_async(f, dptr, stream) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemFreeAsync_ptsz(dptr: usize, stream: *mut c_void) -> c_int {
+    // SAFETY: `FreeAsyncFn` is the C type of `cuMemFreeAsync_ptsz`.
+    match unsafe { real!("cuMemFreeAsync_ptsz").get::<FreeAsyncFn>() } {
+        // SAFETY: `f` is the real `cuMemFreeAsync_ptsz`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_async(f, dptr, stream) },
         None => NOT_INITIALIZED,
     }
 }

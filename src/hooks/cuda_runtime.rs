@@ -26,6 +26,65 @@ type AllocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize, c_uint) -> c
 type MallocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
 type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, usize, c_uint) -> c_int;
 type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
+type PoolCreateFn = unsafe extern "C-unwind" fn(*mut u64, *const c_void) -> c_int;
+type PoolFn = unsafe extern "C-unwind" fn(u64) -> c_int;
+type PoolTrimFn = unsafe extern "C-unwind" fn(u64, usize) -> c_int;
+type PoolAllocFn = unsafe extern "C-unwind" fn(*mut usize, usize, u64, *mut c_void) -> c_int;
+type FreeAsyncFn = unsafe extern "C-unwind" fn(usize, *mut c_void) -> c_int;
+
+fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
+    // SAFETY: `PoolAttrFn` is the C type of `cudaMemPoolGetAttribute`.
+    super::cuda_driver::pool_attr(unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
+}
+
+unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pool, props) },
+        Some(h) => {
+            // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
+            let host = unsafe { super::cuda_driver::pool_props_host(props) };
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.create_pool(Api::CudaMemPoolCreate, pool, host, SUCCESS, || unsafe { f(pool, props) })
+        }
+    }
+}
+
+unsafe fn pool_destroy(f: PoolFn, pool: u64) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
+        None => unsafe { f(pool) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, SUCCESS, runtime_pool_attr, || unsafe { f(pool) }),
+    }
+}
+
+unsafe fn pool_trim(f: PoolTrimFn, pool: u64, keep: usize) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pool, keep) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, SUCCESS, runtime_pool_attr, || unsafe { f(pool, keep) }),
+    }
+}
+
+unsafe fn pool_alloc(f: PoolAllocFn, ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, size, pool, stream) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, SUCCESS, MEMORY_ALLOCATION, runtime_pool_attr, || unsafe { f(ptr, size, pool, stream) }),
+    }
+}
+
+unsafe fn free_async(f: FreeAsyncFn, ptr: usize, stream: *mut c_void) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(ptr, stream) },
+        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, SUCCESS, runtime_pool_attr, || unsafe { f(ptr, stream) }),
+    }
+}
 
 unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
@@ -127,6 +186,11 @@ slots!(malloc_host_slots, MallocFn, malloc_host, (ptr: *mut *mut c_void, size: u
 slots!(host_register_slots, RegisterFn, host_register, (ptr: *mut c_void, size: usize, flags: c_uint) -> c_int);
 slots!(free_host_slots, FreeFn, free_host, (ptr: *mut c_void) -> c_int);
 slots!(host_unregister_slots, FreeFn, host_unregister, (ptr: *mut c_void) -> c_int);
+slots!(pool_create_slots, PoolCreateFn, pool_create, (pool: *mut u64, props: *const c_void) -> c_int);
+slots!(pool_destroy_slots, PoolFn, pool_destroy, (pool: u64) -> c_int);
+slots!(pool_trim_slots, PoolTrimFn, pool_trim, (pool: u64, keep: usize) -> c_int);
+slots!(pool_alloc_slots, PoolAllocFn, pool_alloc, (ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int);
+slots!(free_async_slots, FreeAsyncFn, free_async, (ptr: usize, stream: *mut c_void) -> c_int);
 
 /// The wrapper for a runtime function `dlsym(handle, name)` returned, if `name` is one.
 pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
@@ -136,6 +200,81 @@ pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
         b"cudaHostRegister" => host_register_slots::bind(real),
         b"cudaFreeHost" => free_host_slots::bind(real),
         b"cudaHostUnregister" => host_unregister_slots::bind(real),
+        b"cudaMemPoolCreate" => pool_create_slots::bind(real),
+        b"cudaMemPoolDestroy" => pool_destroy_slots::bind(real),
+        b"cudaMemPoolTrimTo" => pool_trim_slots::bind(real),
+        b"cudaMallocFromPoolAsync" | b"cudaMallocFromPoolAsync_ptsz" => pool_alloc_slots::bind(real),
+        b"cudaFreeAsync" | b"cudaFreeAsync_ptsz" => free_async_slots::bind(real),
         _ => return None,
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int {
+    // SAFETY: `PoolCreateFn` is the C type of `cudaMemPoolCreate`.
+    match unsafe { real!("cudaMemPoolCreate").get::<PoolCreateFn>() } {
+        // SAFETY: `f` is the real `cudaMemPoolCreate`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_create(f, pool, props) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMemPoolDestroy(pool: u64) -> c_int {
+    // SAFETY: `PoolFn` is the C type of `cudaMemPoolDestroy`.
+    match unsafe { real!("cudaMemPoolDestroy").get::<PoolFn>() } {
+        // SAFETY: `f` is the real `cudaMemPoolDestroy`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_destroy(f, pool) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMemPoolTrimTo(pool: u64, keep: usize) -> c_int {
+    // SAFETY: `PoolTrimFn` is the C type of `cudaMemPoolTrimTo`.
+    match unsafe { real!("cudaMemPoolTrimTo").get::<PoolTrimFn>() } {
+        // SAFETY: `f` is the real `cudaMemPoolTrimTo`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_trim(f, pool, keep) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+    // SAFETY: `PoolAllocFn` is the C type of `cudaMallocFromPoolAsync`.
+    match unsafe { real!("cudaMallocFromPoolAsync").get::<PoolAllocFn>() } {
+        // SAFETY: `f` is the real `cudaMallocFromPoolAsync`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_alloc(f, ptr, size, pool, stream) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMallocFromPoolAsync_ptsz(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+    // SAFETY: `PoolAllocFn` is the C type of `cudaMallocFromPoolAsync_ptsz`.
+    match unsafe { real!("cudaMallocFromPoolAsync_ptsz").get::<PoolAllocFn>() } {
+        // SAFETY: `f` is the real `cudaMallocFromPoolAsync_ptsz`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { pool_alloc(f, ptr, size, pool, stream) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaFreeAsync(ptr: usize, stream: *mut c_void) -> c_int {
+    // SAFETY: `FreeAsyncFn` is the C type of `cudaFreeAsync`.
+    match unsafe { real!("cudaFreeAsync").get::<FreeAsyncFn>() } {
+        // SAFETY: `f` is the real `cudaFreeAsync`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_async(f, ptr, stream) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaFreeAsync_ptsz(ptr: usize, stream: *mut c_void) -> c_int {
+    // SAFETY: `FreeAsyncFn` is the C type of `cudaFreeAsync_ptsz`.
+    match unsafe { real!("cudaFreeAsync_ptsz").get::<FreeAsyncFn>() } {
+        // SAFETY: `f` is the real `cudaFreeAsync_ptsz`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { free_async(f, ptr, stream) },
+        None => INITIALIZATION_ERROR,
+    }
 }

@@ -234,7 +234,8 @@ fn gather(cfg: &Config) -> Figures {
         })
         .collect();
     // Physical allocations of the virtual-memory APIs are listed under their handles.
-    let physical = crate::accounting::physical::records().into_iter().map(|(h, l)| (h as usize, l));
+    // So are host memory pools, each at its reserved memory.
+    let physical = crate::accounting::physical::records().into_iter().chain(crate::accounting::pools::records()).map(|(h, l)| (h as usize, l));
     let live = ledger::live_records()
         .into_iter()
         .chain(physical)

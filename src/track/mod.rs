@@ -29,6 +29,7 @@ pub struct Hook {
 
 mod locking;
 mod physical;
+mod pools;
 
 /// What a pinning call asks for, as far as the budget decision is concerned.
 #[derive(Clone, Copy, PartialEq, Eq)]

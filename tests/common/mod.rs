@@ -131,7 +131,7 @@ pub fn fixtures() -> &'static Fixtures {
             cc(&a);
             let (o, f, l) = (d("vmm"), s("progs/vmm.c"), d(""));
             let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-l:libcuda.so.1", "-lascendcl", "-ldl"]);
+            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-l:libcuda.so.1", "-lascendcl", "-lcudart", "-ldl"]);
             cc(&a);
         }
         for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads"] {

@@ -56,7 +56,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const vo
     if (!handle || !prop || size == 0 || flags != 0) return fail(CUDA_ERROR_INVALID_VALUE);
     int type = *(const int *)prop, loc = *(const int *)((const char *)prop + 8);
     if (type != 1 || loc < 1 || loc > 4) return fail(CUDA_ERROR_INVALID_VALUE);
-    if (phys_create(size, loc != 1, handle) != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    if (phys_create(size, loc != 1, (uint64_t *)handle) != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
     return CUDA_SUCCESS;
 }
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
@@ -86,9 +86,55 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr) {
-    if (!handle || phys_retain((uintptr_t)addr, handle) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (!handle || phys_retain((uintptr_t)addr, (uint64_t *)handle) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
     return CUDA_SUCCESS;
 }
+
+/* Stream-ordered pools: CUmemPoolProps is 88 bytes, `allocType` at 0 (PINNED = 1), `location`
+ * {int type; int id} at 8, `maxSize` at 24. The _ptsz variants are what cuGetProcAddress returns
+ * with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM (2) and what per-thread-stream builds call. */
+typedef void *CUmemoryPool;
+typedef void *CUstream;
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props) {
+    if (!pool || !props) return fail(CUDA_ERROR_INVALID_VALUE);
+    int type = *(const int *)props, loc = *(const int *)((const char *)props + 8);
+    if (type != 1 || loc < 1 || loc > 4) return fail(CUDA_ERROR_INVALID_VALUE);
+    uint64_t h;
+    if (pool_create(loc != 1, &h) != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    *pool = (CUmemoryPool)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    if (pool_trim((uint64_t)(uintptr_t)pool, 0, 1) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+    if (pool_trim((uint64_t)(uintptr_t)pool, keep, 0) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+    if (!value || pool_attr((uint64_t)(uintptr_t)pool, attr, value) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream) {
+    (void)stream;
+    void *p;
+    if (!dptr) return fail(CUDA_ERROR_INVALID_VALUE);
+    int r = pool_alloc((uint64_t)(uintptr_t)pool, size, &p);
+    if (r == 1) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (r != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream stream) {
+    return cuMemAllocFromPoolAsync(dptr, size, pool, stream);
+}
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+    (void)stream;
+    if (pool_free((uintptr_t)dptr) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) { return cuMemFreeAsync(dptr, stream); }
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
@@ -100,6 +146,7 @@ static const struct {
     void *fn;
     int newer_since;
     void *newer;
+    void *ptsz; /* with CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
 } procs[] = {
     {"cuInit", 2000, (void *)cuInit, 0, 0},
     {"cuDriverGetVersion", 2020, (void *)cuDriverGetVersion, 0, 0},
@@ -116,11 +163,16 @@ static const struct {
     {"cuMemMap", 10020, (void *)cuMemMap, 0, 0},
     {"cuMemUnmap", 10020, (void *)cuMemUnmap, 0, 0},
     {"cuMemRetainAllocationHandle", 11000, (void *)cuMemRetainAllocationHandle, 0, 0},
+    {"cuMemPoolCreate", 11020, (void *)cuMemPoolCreate, 0, 0},
+    {"cuMemPoolDestroy", 11020, (void *)cuMemPoolDestroy, 0, 0},
+    {"cuMemPoolTrimTo", 11020, (void *)cuMemPoolTrimTo, 0, 0},
+    {"cuMemPoolGetAttribute", 11020, (void *)cuMemPoolGetAttribute, 0, 0},
+    {"cuMemAllocFromPoolAsync", 11020, (void *)cuMemAllocFromPoolAsync, 0, 0, (void *)cuMemAllocFromPoolAsync_ptsz},
+    {"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync, 0, 0, (void *)cuMemFreeAsync_ptsz},
     {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, 12000, (void *)cuGetProcAddress_v2},
 };
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status) {
-    (void)flags;
     if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
     *pfn = NULL;
     for (size_t i = 0; i < sizeof procs / sizeof procs[0]; i++) {
@@ -130,6 +182,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsign
             return CUDA_SUCCESS;
         }
         *pfn = (procs[i].newer && version >= procs[i].newer_since) ? procs[i].newer : procs[i].fn;
+        if ((flags & 2) && procs[i].ptsz) *pfn = procs[i].ptsz;
         if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;
     }

@@ -50,4 +50,46 @@ cudaError_t cudaHostGetFlags(unsigned int *flags, void *ptr) {
     return cudaSuccess;
 }
 
+/* Stream-ordered pools, as the driver's (cudaMemPoolProps has CUmemPoolProps' layout). */
+typedef void *cudaMemPool_t;
+typedef void *cudaStream_t;
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
+    if (!pool || !props) return fail(cudaErrorInvalidValue);
+    int type = *(const int *)props, loc = *(const int *)((const char *)props + 8);
+    if (type != 1 || loc < 1 || loc > 4) return fail(cudaErrorInvalidValue);
+    uint64_t h;
+    if (pool_create(loc != 1, &h) != 0) return fail(cudaErrorMemoryAllocation);
+    *pool = (cudaMemPool_t)(uintptr_t)h;
+    return cudaSuccess;
+}
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) {
+    if (pool_trim((uint64_t)(uintptr_t)pool, 0, 1) != 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) {
+    if (pool_trim((uint64_t)(uintptr_t)pool, keep, 0) != 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t pool, int attr, void *value) {
+    if (!value || pool_attr((uint64_t)(uintptr_t)pool, attr, value) != 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+    (void)stream;
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    int r = pool_alloc((uint64_t)(uintptr_t)pool, size, ptr);
+    if (r == 1) return fail(cudaErrorInvalidValue);
+    if (r != 0) return fail(cudaErrorMemoryAllocation);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t pool, cudaStream_t stream) {
+    return cudaMallocFromPoolAsync(ptr, size, pool, stream);
+}
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
+    (void)stream;
+    if (pool_free((uintptr_t)ptr) != 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+cudaError_t cudaFreeAsync_ptsz(void *ptr, cudaStream_t stream) { return cudaFreeAsync(ptr, stream); }
+
 void emu_cuda_stats(struct emu_stats *out) { emu_read_stats(out); }

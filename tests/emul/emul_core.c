@@ -340,7 +340,7 @@ static void phys_maybe_free(struct phys *ph) {
 }
 
 /* 0 made, -1 out of memory. */
-static int phys_create(size_t size, int host, uint64_t *handle) {
+__attribute__((unused)) static int phys_create(size_t size, int host, uint64_t *handle) {
     maybe_driver_io();
     if (inject_failure()) return -1;
     size_t len = (size + 4095) & ~(size_t)4095;
@@ -373,7 +373,7 @@ fail:
 }
 
 /* 0 released, 1 unknown handle. */
-static int phys_release(uint64_t h) {
+__attribute__((unused)) static int phys_release(uint64_t h) {
     pthread_mutex_lock(&table_lock);
     struct phys *ph = phys_find(h);
     if (ph) { ph->refs--; phys_maybe_free(ph); }
@@ -382,7 +382,7 @@ static int phys_release(uint64_t h) {
 }
 
 /* 0 mapped, 1 unknown handle or bad range, -1 the mapping failed. */
-static int phys_map(uintptr_t va, size_t len, size_t offset, uint64_t h) {
+__attribute__((unused)) static int phys_map(uintptr_t va, size_t len, size_t offset, uint64_t h) {
     pthread_mutex_lock(&table_lock);
     struct phys *ph = phys_find(h);
     int rc = 1;
@@ -403,7 +403,7 @@ static int phys_map(uintptr_t va, size_t len, size_t offset, uint64_t h) {
 
 /* Unmaps every mapping that starts in [va, va + len) (len 0: the one at va), leaving the address
  * space reserved. 0 unmapped, 1 nothing mapped there. */
-static int phys_unmap(uintptr_t va, size_t len) {
+__attribute__((unused)) static int phys_unmap(uintptr_t va, size_t len) {
     int found = 0;
     uintptr_t end = va + (len ? len : 1);
     pthread_mutex_lock(&table_lock);
@@ -425,7 +425,7 @@ static int phys_unmap(uintptr_t va, size_t len) {
 }
 
 /* One more reference to the allocation mapped at va. 0 retained, 1 nothing mapped there. */
-static int phys_retain(uintptr_t va, uint64_t *h) {
+__attribute__((unused)) static int phys_retain(uintptr_t va, uint64_t *h) {
     int rc = 1;
     pthread_mutex_lock(&table_lock);
     for (struct vmap *m = vmaps; m; m = m->next)
@@ -440,7 +440,166 @@ static int phys_retain(uintptr_t va, uint64_t *h) {
 }
 
 /* Address space for mappings: reserved, nothing behind it. */
-static void *vm_reserve(size_t len) {
+__attribute__((unused)) static void *vm_reserve(size_t len) {
     void *p = mmap(NULL, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+/* Stream-ordered memory pools (cuMemPoolCreate, cudaMemPoolCreate): a pool reserves memory in
+ * chunks of POOL_GRAIN (one chunk per larger allocation), hands allocations out of them, and
+ * keeps freed memory reserved until trimmed or destroyed (the emulation has no streams: frees
+ * take effect at once and nothing is released at a synchronization). A host pool's chunks are
+ * pinned, and its reserved memory is what the runtime counts as pinned. A destroyed pool takes no
+ * more allocations and goes once its last allocation is freed. */
+#define POOL_GRAIN ((size_t)2 << 20)
+struct chunk {
+    char *base;
+    size_t len, bump;
+    int live;
+    struct chunk *next;
+};
+struct pool {
+    int host, destroyed;
+    size_t reserved, used;
+    struct chunk *chunks;
+    struct pool *next;
+};
+struct palloc {
+    uintptr_t addr;
+    size_t size;
+    struct pool *pool;
+    struct chunk *chunk;
+    struct palloc *next;
+};
+static struct pool *pools;
+static struct palloc *pallocs;
+
+static struct pool *pool_find(uint64_t h) {
+    for (struct pool *p = pools; p; p = p->next)
+        if ((uint64_t)(uintptr_t)p == h) return p;
+    return NULL;
+}
+
+__attribute__((unused)) static int pool_create(int host, uint64_t *out) {
+    struct pool *p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    p->host = host;
+    pthread_mutex_lock(&table_lock);
+    p->next = pools;
+    pools = p;
+    pthread_mutex_unlock(&table_lock);
+    *out = (uint64_t)(uintptr_t)p;
+    return 0;
+}
+
+/* Releases the pool's empty chunks while it reserves more than keep; frees a destroyed pool
+ * that holds nothing. Under table_lock. */
+static void pool_shrink(struct pool *p, size_t keep) {
+    for (struct chunk **cc = &p->chunks; *cc;) {
+        struct chunk *c = *cc;
+        if (c->live == 0 && p->reserved > keep) {
+            *cc = c->next;
+            if (p->host) {
+                munlock(c->base, c->len);
+                bump_outstanding(-(int64_t)c->len, -1);
+            }
+            munmap(c->base, c->len);
+            p->reserved -= c->len;
+            free(c);
+        } else {
+            cc = &c->next;
+        }
+    }
+    if (p->destroyed && !p->chunks) {
+        for (struct pool **pp = &pools; *pp; pp = &(*pp)->next)
+            if (*pp == p) { *pp = p->next; break; }
+        free(p);
+    }
+}
+
+/* 0 allocated, 1 no such pool, -1 out of memory. */
+__attribute__((unused)) static int pool_alloc(uint64_t h, size_t size, void **out) {
+    maybe_driver_io();
+    size_t need = (size + 255) & ~(size_t)255;
+    if (need < size) return -1;
+    pthread_mutex_lock(&table_lock);
+    struct pool *p = pool_find(h);
+    int rc = 1;
+    if (!p || p->destroyed || size == 0) goto out;
+    rc = -1;
+    if (inject_failure()) goto out;
+    struct chunk *c = p->chunks;
+    while (c && c->len - c->bump < need) c = c->next;
+    if (!c) {
+        size_t len = need <= POOL_GRAIN ? POOL_GRAIN : (need + POOL_GRAIN - 1) & ~(POOL_GRAIN - 1);
+        c = calloc(1, sizeof *c);
+        if (!c) goto out;
+        c->len = len;
+        c->base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (c->base == MAP_FAILED) { free(c); goto out; }
+        if (p->host) {
+            bump_outstanding((int64_t)len, 1);
+            if (mlock(c->base, len) != 0) { munmap(c->base, len); bump_outstanding(-(int64_t)len, -1); free(c); goto out; }
+        }
+        c->next = p->chunks;
+        p->chunks = c;
+        p->reserved += len;
+    }
+    struct palloc *a = malloc(sizeof *a);
+    if (!a) goto out;
+    a->addr = (uintptr_t)c->base + c->bump; a->size = need; a->pool = p; a->chunk = c;
+    a->next = pallocs; pallocs = a;
+    c->bump += need; c->live++; p->used += need;
+    if (p->host) __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
+    *out = (void *)a->addr;
+    rc = 0;
+out:
+    pthread_mutex_unlock(&table_lock);
+    return rc;
+}
+
+/* 0 freed, 1 not an allocation from a pool. */
+__attribute__((unused)) static int pool_free(uintptr_t addr) {
+    int rc = 1;
+    pthread_mutex_lock(&table_lock);
+    for (struct palloc **pp = &pallocs; *pp; pp = &(*pp)->next) {
+        struct palloc *a = *pp;
+        if (a->addr != addr) continue;
+        *pp = a->next;
+        struct pool *p = a->pool;
+        p->used -= a->size;
+        if (--a->chunk->live == 0) a->chunk->bump = 0;
+        if (p->host) __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
+        free(a);
+        if (p->destroyed) pool_shrink(p, 0);
+        rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return rc;
+}
+
+/* 0 trimmed (or destroyed), 1 no such pool. */
+__attribute__((unused)) static int pool_trim(uint64_t h, size_t keep, int destroy) {
+    pthread_mutex_lock(&table_lock);
+    struct pool *p = pool_find(h);
+    if (p && !p->destroyed) {
+        if (destroy) p->destroyed = 1;
+        pool_shrink(p, destroy ? 0 : keep);
+    }
+    pthread_mutex_unlock(&table_lock);
+    return p ? 0 : 1;
+}
+
+/* CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT (5) and USED_MEM_CURRENT (7); 0 read, 1 not readable. */
+__attribute__((unused)) static int pool_attr(uint64_t h, int attr, uint64_t *v) {
+    int rc = 1;
+    pthread_mutex_lock(&table_lock);
+    struct pool *p = pool_find(h);
+    if (p && !p->destroyed && (attr == 5 || attr == 7)) {
+        *v = attr == 5 ? p->reserved : p->used;
+        rc = 0;
+    }
+    pthread_mutex_unlock(&table_lock);
+    return rc;
 }

@@ -2,12 +2,17 @@
  *
  *   vmm ROUTE FAMILY OP...
  *   ROUTE   export (the exported names), dlsym (dlopen + dlsym(handle, name)), gpa
- *           (cuGetProcAddress_v2, CUDA only)
- *   FAMILY  cuda (cuMemCreate ...) or acl (aclrtMallocPhysical ...)
+ *           (cuGetProcAddress_v2, the driver only), gpa_ptsz (the same with
+ *           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM: the _ptsz functions), ptsz (the
+ *           exported _ptsz names)
+ *   FAMILY  cuda (cuMemCreate ..., cuMemPoolCreate ...), acl (aclrtMallocPhysical ...) or
+ *           cudart (the runtime's pools: cudaMemPoolCreate ...)
  *   OP      create:SIZE:WHERE (WHERE host, numa, numa_current, device; a handle slot h0, h1, ...)
  *           reserve:SIZE (an address slot v0, v1, ...)   map:V:H:SIZE   unmap:V:SIZE
  *           release:H   retain:V (a new handle slot)   touch:V:SIZE (writes the mapped pages)
  *           create_raw:SIZE:TYPE:LOC (a raw allocation type and location number)
+ *           pool_create:WHERE (a pool slot p0, p1, ...)   pool_alloc:P:SIZE (an allocation slot
+ *           a0, a1, ...)   pool_free:A   pool_trim:P:KEEP   pool_destroy:P   pool_reserved:P
  *
  * Prints "OP rc=N" per operation, then STATS with the emulated driver's and ACL's own counters and
  * pinguard's live bytes. */
@@ -31,6 +36,23 @@ int aclrtReserveMemAddress(void **, size_t, size_t, void *, u64);
 int aclrtMapMem(void *, size_t, size_t, void *, u64);
 int aclrtUnmapMem(void *);
 int aclrtMemRetainAllocationHandle(void *, void **);
+int cuMemPoolCreate(void **, const void *);
+int cuMemPoolDestroy(void *);
+int cuMemPoolTrimTo(void *, size_t);
+int cuMemPoolGetAttribute(void *, int, void *);
+int cuMemAllocFromPoolAsync(u64 *, size_t, void *, void *);
+int cuMemAllocFromPoolAsync_ptsz(u64 *, size_t, void *, void *);
+int cuMemFreeAsync(u64, void *);
+int cuMemFreeAsync_ptsz(u64, void *);
+int cudaMemPoolCreate(void **, const void *);
+int cudaMemPoolDestroy(void *);
+int cudaMemPoolTrimTo(void *, size_t);
+int cudaMemPoolGetAttribute(void *, int, void *);
+int cudaMallocFromPoolAsync(void **, size_t, void *, void *);
+int cudaMallocFromPoolAsync_ptsz(void **, size_t, void *, void *);
+int cudaFreeAsync(void *, void *);
+int cudaFreeAsync_ptsz(void *, void *);
+void emu_cuda_stats(struct emu_stats *);
 void emu_driver_stats(struct emu_stats *);
 void emu_acl_stats(struct emu_stats *);
 
@@ -46,6 +68,18 @@ static int (*a_reserve)(void **, size_t, size_t, void *, u64) = aclrtReserveMemA
 static int (*a_map)(void *, size_t, size_t, void *, u64) = aclrtMapMem;
 static int (*a_unmap)(void *) = aclrtUnmapMem;
 static int (*a_retain)(void *, void **) = aclrtMemRetainAllocationHandle;
+static int (*p_create)(void **, const void *) = cuMemPoolCreate;
+static int (*p_destroy)(void *) = cuMemPoolDestroy;
+static int (*p_trim)(void *, size_t) = cuMemPoolTrimTo;
+static int (*p_attr)(void *, int, void *) = cuMemPoolGetAttribute;
+static int (*p_alloc)(u64 *, size_t, void *, void *) = cuMemAllocFromPoolAsync;
+static int (*p_free)(u64, void *) = cuMemFreeAsync;
+static int (*r_create)(void **, const void *) = cudaMemPoolCreate;
+static int (*r_destroy)(void *) = cudaMemPoolDestroy;
+static int (*r_trim)(void *, size_t) = cudaMemPoolTrimTo;
+static int (*r_attr)(void *, int, void *) = cudaMemPoolGetAttribute;
+static int (*r_alloc)(void **, size_t, void *, void *) = cudaMallocFromPoolAsync;
+static int (*r_free)(void *, void *) = cudaFreeAsync;
 
 static void *must_open(const char *name) {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -60,16 +94,22 @@ static void *must_sym(void *h, const char *name) {
 }
 
 typedef int (*gpa2_t)(const char *, void **, int, u64, int *);
+static u64 gpa_flags;
 static void *gpa_sym(gpa2_t gpa, const char *name) {
     void *f = NULL;
     int st = -1;
-    if (gpa(name, &f, 12090, 0, &st) != 0 || !f) { fprintf(stderr, "cuGetProcAddress %s: status %d\n", name, st); exit(3); }
+    if (gpa(name, &f, 12090, gpa_flags, &st) != 0 || !f) { fprintf(stderr, "cuGetProcAddress %s: status %d\n", name, st); exit(3); }
     return f;
 }
 
 static void routes(const char *route) {
     if (!strcmp(route, "export")) return;
-    void *cu = must_open("libcuda.so.1"), *acl = must_open("libascendcl.so");
+    if (!strcmp(route, "ptsz")) {
+        p_alloc = cuMemAllocFromPoolAsync_ptsz; p_free = cuMemFreeAsync_ptsz;
+        r_alloc = cudaMallocFromPoolAsync_ptsz; r_free = cudaFreeAsync_ptsz;
+        return;
+    }
+    void *cu = must_open("libcuda.so.1"), *acl = must_open("libascendcl.so"), *rt = must_open("libcudart.so");
     if (!strcmp(route, "dlsym")) {
         c_create = must_sym(cu, "cuMemCreate"); c_release = must_sym(cu, "cuMemRelease");
         c_reserve = must_sym(cu, "cuMemAddressReserve"); c_map = must_sym(cu, "cuMemMap");
@@ -77,11 +117,21 @@ static void routes(const char *route) {
         a_create = must_sym(acl, "aclrtMallocPhysical"); a_release = must_sym(acl, "aclrtFreePhysical");
         a_reserve = must_sym(acl, "aclrtReserveMemAddress"); a_map = must_sym(acl, "aclrtMapMem");
         a_unmap = must_sym(acl, "aclrtUnmapMem"); a_retain = must_sym(acl, "aclrtMemRetainAllocationHandle");
-    } else if (!strcmp(route, "gpa")) {
+        p_create = must_sym(cu, "cuMemPoolCreate"); p_destroy = must_sym(cu, "cuMemPoolDestroy");
+        p_trim = must_sym(cu, "cuMemPoolTrimTo"); p_attr = must_sym(cu, "cuMemPoolGetAttribute");
+        p_alloc = must_sym(cu, "cuMemAllocFromPoolAsync"); p_free = must_sym(cu, "cuMemFreeAsync");
+        r_create = must_sym(rt, "cudaMemPoolCreate"); r_destroy = must_sym(rt, "cudaMemPoolDestroy");
+        r_trim = must_sym(rt, "cudaMemPoolTrimTo"); r_attr = must_sym(rt, "cudaMemPoolGetAttribute");
+        r_alloc = must_sym(rt, "cudaMallocFromPoolAsync"); r_free = must_sym(rt, "cudaFreeAsync");
+    } else if (!strcmp(route, "gpa") || !strcmp(route, "gpa_ptsz")) {
+        gpa_flags = !strcmp(route, "gpa_ptsz") ? 2 : 0;
         gpa2_t gpa = must_sym(cu, "cuGetProcAddress_v2");
         c_create = gpa_sym(gpa, "cuMemCreate"); c_release = gpa_sym(gpa, "cuMemRelease");
         c_reserve = gpa_sym(gpa, "cuMemAddressReserve"); c_map = gpa_sym(gpa, "cuMemMap");
         c_unmap = gpa_sym(gpa, "cuMemUnmap"); c_retain = gpa_sym(gpa, "cuMemRetainAllocationHandle");
+        p_create = gpa_sym(gpa, "cuMemPoolCreate"); p_destroy = gpa_sym(gpa, "cuMemPoolDestroy");
+        p_trim = gpa_sym(gpa, "cuMemPoolTrimTo"); p_attr = gpa_sym(gpa, "cuMemPoolGetAttribute");
+        p_alloc = gpa_sym(gpa, "cuMemAllocFromPoolAsync"); p_free = gpa_sym(gpa, "cuMemFreeAsync");
     } else {
         fprintf(stderr, "vmm: unknown route %s\n", route);
         exit(2);
@@ -93,6 +143,10 @@ static size_t handle_size[256];
 static int nhandles;
 static char *vas[256];
 static int nvas;
+static void *poolv[64];
+static int npools;
+static u64 allocs[1024];
+static int nallocs;
 
 static int slot(const char *s, char kind, int n) {
     int i = (s[0] == kind) ? atoi(s + 1) : -1;
@@ -136,7 +190,7 @@ static void print_stats(const char *name, void (*fn)(struct emu_stats *)) {
 int main(int argc, char **argv) {
     if (argc < 3) { fprintf(stderr, "usage: vmm ROUTE FAMILY OP...\n"); return 2; }
     routes(argv[1]);
-    int acl = !strcmp(argv[2], "acl");
+    int acl = !strcmp(argv[2], "acl"), rt = !strcmp(argv[2], "cudart");
     for (int i = 3; i < argc; i++) {
         char op[32] = {0}, a[64] = {0}, b[64] = {0}, c[64] = {0};
         sscanf(argv[i], "%31[^:]:%63[^:]:%63[^:]:%63s", op, a, b, c);
@@ -173,6 +227,36 @@ int main(int argc, char **argv) {
             if (acl) { void *p = NULL; rc = a_retain(va, &p); h = (u64)(uintptr_t)p; }
             else rc = c_retain(&h, va);
             if (!rc) { handle_size[nhandles] = 0; handles[nhandles++] = h; }
+        } else if (!strcmp(op, "pool_create")) {
+            unsigned char props[88];
+            memset(props, 0, sizeof props);
+            int type = 1, loc = where(0, a);
+            memcpy(props, &type, 4);
+            memcpy(props + 8, &loc, 4);
+            void *p = NULL;
+            rc = rt ? r_create(&p, props) : p_create(&p, props);
+            if (!rc) poolv[npools++] = p;
+        } else if (!strcmp(op, "pool_alloc")) {
+            void *p = poolv[slot(a, 'p', npools)];
+            size_t size = strtoul(b, NULL, 0);
+            u64 d = 0;
+            if (rt) { void *q = NULL; rc = r_alloc(&q, size, p, NULL); d = (u64)(uintptr_t)q; }
+            else rc = p_alloc(&d, size, p, NULL);
+            if (!rc) { memset((void *)(uintptr_t)d, 5, size); allocs[nallocs++] = d; }
+        } else if (!strcmp(op, "pool_free")) {
+            u64 d = allocs[slot(a, 'a', nallocs)];
+            rc = rt ? r_free((void *)(uintptr_t)d, NULL) : p_free(d, NULL);
+        } else if (!strcmp(op, "pool_trim")) {
+            void *p = poolv[slot(a, 'p', npools)];
+            rc = rt ? r_trim(p, strtoul(b, NULL, 0)) : p_trim(p, strtoul(b, NULL, 0));
+        } else if (!strcmp(op, "pool_destroy")) {
+            void *p = poolv[slot(a, 'p', npools)];
+            rc = rt ? r_destroy(p) : p_destroy(p);
+        } else if (!strcmp(op, "pool_reserved")) {
+            void *p = poolv[slot(a, 'p', npools)];
+            u64 v = 0;
+            rc = rt ? r_attr(p, 5, &v) : p_attr(p, 5, &v);
+            printf("reserved=%llu ", v);
         } else if (!strcmp(op, "touch")) {
             char *va = vas[slot(a, 'v', nvas)];
             memset(va, 7, strtoul(b, NULL, 0));
@@ -185,6 +269,8 @@ int main(int argc, char **argv) {
     u64 (*live)(void) = (u64 (*)(void))dlsym(RTLD_DEFAULT, "pinguard_live_bytes");
     printf("STATS {");
     print_stats("driver", emu_driver_stats);
+    printf(",");
+    print_stats("cudart", emu_cuda_stats);
     printf(",");
     print_stats("acl", emu_acl_stats);
     printf(",\"pinguard_live_bytes\":%ld}\n", live ? (long)live() : -1L);
