@@ -178,10 +178,76 @@ def child_emul(mode, emul_dir):
     return {"batches": batches, "unpinned": unpinned, "checksum": checksum, "seconds": elapsed, "stats": dict(alloc.stats)}
 
 
+def child_driver(emul_dir):
+    """Check 7: host memory through the driver's newer paths, cuMemCreate at a host NUMA location
+    and a host memory pool, with pinguard's live figure read before, during and after each."""
+    import ctypes
+    c = ctypes.c_uint64
+    cu = ctypes.CDLL(os.path.join(emul_dir, "libcuda.so.1") if emul_dir else "libcuda.so.1")
+    live = ctypes.CDLL(None).pinguard_live_bytes
+    live.restype = c
+    out = {}
+    if cu.cuInit(0) != 0:
+        raise RuntimeError("cuInit failed")
+    ver = ctypes.c_int(0)
+    cu.cuDriverGetVersion(ctypes.byref(ver))
+    out["driver_version"] = ver.value
+    if hasattr(cu, "cuDevicePrimaryCtxRetain"):  # a real driver: a context for the device
+        dev, ctx = ctypes.c_int(0), ctypes.c_void_p()
+        if cu.cuDeviceGet(ctypes.byref(dev), 0) != 0 or cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0 or cu.cuCtxSetCurrent(ctx) != 0:
+            raise RuntimeError("no CUDA context")
+    for loc_type in (3, 2):  # CU_MEM_LOCATION_TYPE_HOST_NUMA (node 0), then HOST
+        prop = (ctypes.c_int * 8)(1, 0, loc_type, 0, 0, 0, 0, 0)  # PINNED, no handle types, location, rest 0
+        size = c(2 << 20)
+        if hasattr(cu, "cuMemGetAllocationGranularity"):
+            g = ctypes.c_size_t(0)
+            if cu.cuMemGetAllocationGranularity(ctypes.byref(g), prop, 0) == 0 and g.value:
+                size = c(g.value)
+        h = c(0)
+        before = live()
+        rc = cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(size.value), prop, c(0))
+        if rc != 0:
+            out["vmm_rc_%d" % loc_type] = rc
+            continue
+        during = live()
+        cu.cuMemRelease(h)
+        out.update(vmm_location=loc_type, vmm_size=size.value, vmm_added=during - before, vmm_left=live() - before)
+        break
+    for loc_type in (3, 2):
+        props = (ctypes.c_int * 22)(1, 0, loc_type, 0)  # CUmemPoolProps: allocType, handleTypes, location, the rest 0
+        pool, d = ctypes.c_void_p(), c(0)
+        before = live()
+        rc = cu.cuMemPoolCreate(ctypes.byref(pool), props)
+        if rc != 0:
+            out["pool_rc_%d" % loc_type] = rc
+            continue
+        rc = cu.cuMemAllocFromPoolAsync(ctypes.byref(d), ctypes.c_size_t(1 << 20), pool, None)
+        if rc != 0:
+            out["pool_alloc_rc_%d" % loc_type] = rc
+            cu.cuMemPoolDestroy(pool)
+            continue
+        if hasattr(cu, "cuStreamSynchronize"):
+            cu.cuStreamSynchronize(None)
+        reserved = c(0)
+        cu.cuMemPoolGetAttribute(pool, 5, ctypes.byref(reserved))  # RESERVED_MEM_CURRENT
+        during = live()
+        cu.cuMemFreeAsync(d, None)
+        if hasattr(cu, "cuStreamSynchronize"):
+            cu.cuStreamSynchronize(None)
+        cu.cuMemPoolTrimTo(pool, ctypes.c_size_t(0))
+        cu.cuMemPoolDestroy(pool)
+        out.update(pool_location=loc_type, pool_reserved=reserved.value, pool_added=during - before, pool_left=live() - before)
+        break
+    return out
+
+
 def child(args):
     snapshot = os.environ.get("GPU_CHECK_SNAPSHOT")
     try:
-        out = child_torch(args.child) if args.backend == "torch" else child_emul(args.child, args.emul_dir)
+        if args.child == "driver":
+            out = child_driver(args.emul_dir if args.backend == "emul" else "")
+        else:
+            out = child_torch(args.child) if args.backend == "torch" else child_emul(args.child, args.emul_dir)
         out["ok"] = True
     except Exception as e:
         out = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
@@ -316,6 +382,24 @@ class Checks:
             apis = sorted(k for k, v in ((snap or {}).get("apis") or {}).items() if v.get("live_bytes"))
             self.check("5 %s pinned memory tracked" % mod, r["ok"] and live >= r.get("held", 1 << 62),
                        "%d bytes live through %s (held %s)" % (live, ", ".join(apis) or "nothing", r.get("held")) if r["ok"] else "%s %s" % (r.get("error"), err))
+
+        # 7. The driver's newer host paths: cuMemCreate at a host location, a host memory pool.
+        r = self.run("driver", mode="driver")[0]
+        if not r["ok"]:
+            self.check("7 driver host paths", False, "%s" % r.get("error"))
+        else:
+            if "vmm_size" in r:
+                self.check("7 cuMemCreate host memory tracked", r["vmm_added"] == r["vmm_size"] and r["vmm_left"] == 0,
+                           "location type %d: %d bytes created, %d counted, %d left after release (driver %d)" % (
+                               r["vmm_location"], r["vmm_size"], r["vmm_added"], r["vmm_left"], r["driver_version"]))
+            else:
+                self.line("SKIP", "7 cuMemCreate host memory", "the driver refused host locations: %s" % {k: v for k, v in r.items() if k.startswith("vmm_rc")})
+            if "pool_reserved" in r:
+                self.check("7 host pool tracked", r["pool_added"] == r["pool_reserved"] and r["pool_left"] == 0,
+                           "location type %d: %d bytes reserved, %d counted, %d left after trim and destroy" % (
+                               r["pool_location"], r["pool_reserved"], r["pool_added"], r["pool_left"]))
+            else:
+                self.line("SKIP", "7 host pool", "the driver refused host pools: %s" % {k: v for k, v in r.items() if "rc" in k})
 
         # 6. Throughput with and without pinguard, in the same run.
         r_without = self.run("speed-without", preload=False)[0]

@@ -80,3 +80,19 @@ fn cuda_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that_on() 
     assert_eq!(t["denied_count"], 0, "{t}");
     assert_eq!(t["peak_live_bytes"], MIB);
 }
+
+/// The driver answers the same (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, 712) for a block it
+/// allocated: passed on, nothing counted for it.
+#[test]
+fn the_driver_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that_on() {
+    let r = run("vmm", &["export", "cuda", "host_alloc:1048576", "host_register:a0", "host_free:a0"], &[("PINGUARD_BUDGET", "1M")]);
+    assert!(r.success(), "{}", r.stderr);
+    assert_eq!(rcs(&r), vec![0, 712, 0], "{}", r.stdout);
+    let s = r.stats();
+    assert_eq!(s["driver"]["alloc_calls"], 1);
+    assert_eq!(s["pinguard_live_bytes"], 0);
+    let t = &r.report()["totals"];
+    assert_eq!(t["failed_count"], 1, "{t}");
+    assert_eq!(t["unknown_release_count"], 0, "{t}");
+    assert_eq!(t["peak_live_bytes"], MIB);
+}

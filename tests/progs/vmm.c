@@ -13,6 +13,8 @@
  *           create_raw:SIZE:TYPE:LOC (a raw allocation type and location number)
  *           pool_create:WHERE (a pool slot p0, p1, ...)   pool_alloc:P:SIZE (an allocation slot
  *           a0, a1, ...)   pool_free:A   pool_trim:P:KEEP   pool_destroy:P   pool_reserved:P
+ *           host_alloc:SIZE (cuMemHostAlloc, an allocation slot)   host_register:A (registers
+ *           that block again: cuMemHostRegister_v2)   host_free:A
  *
  * Prints "OP rc=N" per operation, then STATS with the emulated driver's and ACL's own counters and
  * pinguard's live bytes. */
@@ -36,6 +38,9 @@ int aclrtReserveMemAddress(void **, size_t, size_t, void *, u64);
 int aclrtMapMem(void *, size_t, size_t, void *, u64);
 int aclrtUnmapMem(void *);
 int aclrtMemRetainAllocationHandle(void *, void **);
+int cuMemHostAlloc(void **, size_t, unsigned);
+int cuMemHostRegister_v2(void *, size_t, unsigned);
+int cuMemFreeHost(void *);
 int cuMemPoolCreate(void **, const void *);
 int cuMemPoolDestroy(void *);
 int cuMemPoolTrimTo(void *, size_t);
@@ -146,6 +151,7 @@ static int nvas;
 static void *poolv[64];
 static int npools;
 static u64 allocs[1024];
+static size_t alloc_size[1024];
 static int nallocs;
 
 static int slot(const char *s, char kind, int n) {
@@ -252,6 +258,16 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "pool_destroy")) {
             void *p = poolv[slot(a, 'p', npools)];
             rc = rt ? r_destroy(p) : p_destroy(p);
+        } else if (!strcmp(op, "host_alloc")) {
+            void *p = NULL;
+            size_t size = strtoul(a, NULL, 0);
+            rc = cuMemHostAlloc(&p, size, 0);
+            if (!rc) { alloc_size[nallocs] = size; allocs[nallocs++] = (u64)(uintptr_t)p; }
+        } else if (!strcmp(op, "host_register")) {
+            int i = slot(a, 'a', nallocs);
+            rc = cuMemHostRegister_v2((void *)(uintptr_t)allocs[i], alloc_size[i], 0);
+        } else if (!strcmp(op, "host_free")) {
+            rc = cuMemFreeHost((void *)(uintptr_t)allocs[slot(a, 'a', nallocs)]);
         } else if (!strcmp(op, "pool_reserved")) {
             void *p = poolv[slot(a, 'p', npools)];
             u64 v = 0;
