@@ -83,6 +83,10 @@ apis! {
     CudaFreeAsync = "cudaFreeAsync";
     CudaMemPoolTrimTo = "cudaMemPoolTrimTo";
     CudaMemPoolDestroy = "cudaMemPoolDestroy";
+    CuMemGetDefaultMemPool = "cuMemGetDefaultMemPool";
+    CuMemGetMemPool = "cuMemGetMemPool";
+    CudaMemGetDefaultMemPool = "cudaMemGetDefaultMemPool";
+    CudaMemGetMemPool = "cudaMemGetMemPool";
     Mlock = "mlock";
     Mlock2 = "mlock2";
     Mlockall = "mlockall";

@@ -41,7 +41,8 @@ fn only_hooks_and_the_c_api_are_exported() {
         "aclrtMallocPhysical", "aclrtFreePhysical", "aclrtMapMem", "aclrtUnmapMem", "aclrtMemRetainAllocationHandle",
         "cuMemPoolCreate", "cuMemPoolDestroy", "cuMemPoolTrimTo", "cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",
         "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaMemPoolCreate", "cudaMemPoolDestroy", "cudaMemPoolTrimTo",
-        "cudaMallocFromPoolAsync", "cudaMallocFromPoolAsync_ptsz", "cudaFreeAsync", "cudaFreeAsync_ptsz", "dlsym", "dlvsym", "dlclose", "_exit", "_Exit", "mremap",
+        "cudaMallocFromPoolAsync", "cudaMallocFromPoolAsync_ptsz", "cudaFreeAsync", "cudaFreeAsync_ptsz",
+        "cuMemGetDefaultMemPool", "cuMemGetMemPool", "cudaMemGetDefaultMemPool", "cudaMemGetMemPool", "dlsym", "dlvsym", "dlclose", "_exit", "_Exit", "mremap",
         // Signal dispositions and jumps out of handlers (hooks/signal.rs).
         "sigaction", "__sigaction", "signal", "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal", "sigset",
         "sigignore", "siginterrupt", "longjmp", "_longjmp", "siglongjmp", "__longjmp_chk",

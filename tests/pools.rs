@@ -140,3 +140,27 @@ fn budgets_apply_to_what_an_allocation_may_add() {
         assert_eq!(r.report()["totals"]["over_budget_count"], 1);
     }
 }
+
+/// CUDA 13's per-location pools: a host location's default (or current) pool is counted from the
+/// moment the program gets it, through every route; a device location's never.
+#[test]
+fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
+    for (family, routes) in [("cuda", &["export", "dlsym", "gpa"][..]), ("cudart", &["export", "dlsym"][..])] {
+        for route in routes {
+            let (r, s) = live_after(family, route, &["pool_default:host", "pool_alloc:p0:1048576", "pool_current:numa", "pool_alloc:p1:4096"], &[]);
+            assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route}: {}", r.stdout);
+            assert_eq!(own(&s, family)["outstanding_bytes"], 4 * MIB, "{family} {route}: {s}");
+            assert_eq!(s["pinguard_live_bytes"], 4 * MIB, "{family} {route}: {s}");
+
+            // A pool made current for a host location and got back: one pool, counted once.
+            let (r, s) = live_after(family, route, &["pool_create:host", "pool_set:host:p0", "pool_current:host", "pool_alloc:p1:1048576"], &[]);
+            assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route}: {}", r.stdout);
+            assert_eq!(s["pinguard_live_bytes"], 2 * MIB, "{family} {route}: {s}");
+            assert_eq!(r.report()["totals"]["live_count"], 1, "{family} {route}");
+
+            let (r, s) = live_after(family, route, &["pool_default:device", "pool_alloc:p0:1048576"], &[]);
+            assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route}: {}", r.stdout);
+            assert_eq!(s["pinguard_live_bytes"], 0, "{family} {route}");
+        }
+    }
+}

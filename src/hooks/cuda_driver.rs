@@ -42,6 +42,41 @@ type PoolFn = unsafe extern "C-unwind" fn(u64) -> c_int;
 type PoolTrimFn = unsafe extern "C-unwind" fn(u64, usize) -> c_int;
 type PoolAllocFn = unsafe extern "C-unwind" fn(*mut usize, usize, u64, *mut c_void) -> c_int;
 type FreeAsyncFn = unsafe extern "C-unwind" fn(usize, *mut c_void) -> c_int;
+/// `cuMemGetDefaultMemPool`, `cuMemGetMemPool` (and the runtime's): a pool out, a `CUmemLocation`
+/// (`{int type; int id}`), a `CUmemAllocationType`.
+pub(crate) type PoolOfFn = unsafe extern "C-unwind" fn(*mut u64, *const c_int, c_int) -> c_int;
+
+/// Whether a location and allocation type name pinned host memory.
+pub(crate) unsafe fn location_host(location: *const c_int, ty: c_int) -> bool {
+    if location.is_null() {
+        return false;
+    }
+    // SAFETY: the caller's `CUmemLocation`, whose first `int` is its type.
+    ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&unsafe { location.read_unaligned() })
+}
+
+unsafe fn pool_of(f: PoolOfFn, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pool, location, ty) },
+        Some(h) => {
+            // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
+            let host = unsafe { location_host(location, ty) };
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.adopt_pool(api, pool, host, SUCCESS, driver_pool_attr, || unsafe { f(pool, location, ty) })
+        }
+    }
+}
+
+unsafe fn default_pool(f: PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: the C caller's arguments, passed on.
+    unsafe { pool_of(f, Api::CuMemGetDefaultMemPool, pool, location, ty) }
+}
+
+unsafe fn current_pool(f: PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: the C caller's arguments, passed on.
+    unsafe { pool_of(f, Api::CuMemGetMemPool, pool, location, ty) }
+}
 /// `cuMemPoolGetAttribute` and `cudaMemPoolGetAttribute`.
 pub(crate) type PoolAttrFn = unsafe extern "C-unwind" fn(u64, c_int, *mut c_void) -> c_int;
 type GetProcV2Fn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
@@ -300,6 +335,8 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
         b"cuMemPoolTrimTo" => pool_trim_slots::bind(real),
         b"cuMemAllocFromPoolAsync" => pool_alloc_slots::bind(real),
         b"cuMemFreeAsync" => free_async_slots::bind(real),
+        b"cuMemGetDefaultMemPool" => default_pool_slots::bind(real),
+        b"cuMemGetMemPool" => current_pool_slots::bind(real),
         b"cuGetProcAddress" if version < 12000 => get_proc_slots::bind(real),
         b"cuGetProcAddress" | b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
         _ => None,
@@ -331,6 +368,8 @@ pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
         b"cuMemPoolTrimTo" => pool_trim_slots::bind(real),
         b"cuMemAllocFromPoolAsync" | b"cuMemAllocFromPoolAsync_ptsz" => pool_alloc_slots::bind(real),
         b"cuMemFreeAsync" | b"cuMemFreeAsync_ptsz" => free_async_slots::bind(real),
+        b"cuMemGetDefaultMemPool" => default_pool_slots::bind(real),
+        b"cuMemGetMemPool" => current_pool_slots::bind(real),
         b"cuGetProcAddress" => get_proc_slots::bind(real),
         b"cuGetProcAddress_v2" => get_proc_v2_slots::bind(real),
         _ => return None,
@@ -354,6 +393,8 @@ slots!(pool_destroy_slots, PoolFn, pool_destroy, (pool: u64) -> c_int);
 slots!(pool_trim_slots, PoolTrimFn, pool_trim, (pool: u64, keep: usize) -> c_int);
 slots!(pool_alloc_slots, PoolAllocFn, pool_alloc, (dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int);
 slots!(free_async_slots, FreeAsyncFn, free_async, (dptr: usize, stream: *mut c_void) -> c_int);
+slots!(default_pool_slots, PoolOfFn, default_pool, (pool: *mut u64, location: *const c_int, ty: c_int) -> c_int);
+slots!(current_pool_slots, PoolOfFn, current_pool, (pool: *mut u64, location: *const c_int, ty: c_int) -> c_int);
 slots!(get_proc_slots, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int);
 slots!(get_proc_v2_slots, GetProcV2Fn, get_proc_v2, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int);
 
@@ -563,6 +604,26 @@ pub unsafe extern "C-unwind" fn cuMemFreeAsync_ptsz(dptr: usize, stream: *mut c_
     match unsafe { real!("cuMemFreeAsync_ptsz").get::<FreeAsyncFn>() } {
         // SAFETY: `f` is the real `cuMemFreeAsync_ptsz`, given the C caller's arguments under its contract.
         Some(f) => unsafe { free_async(f, dptr, stream) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: `PoolOfFn` is the C type of `cuMemGetDefaultMemPool`.
+    match unsafe { real!("cuMemGetDefaultMemPool").get::<PoolOfFn>() } {
+        // SAFETY: `f` is the real `cuMemGetDefaultMemPool`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { default_pool(f, pool, location, ty) },
+        None => NOT_INITIALIZED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cuMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: `PoolOfFn` is the C type of `cuMemGetMemPool`.
+    match unsafe { real!("cuMemGetMemPool").get::<PoolOfFn>() } {
+        // SAFETY: `f` is the real `cuMemGetMemPool`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { current_pool(f, pool, location, ty) },
         None => NOT_INITIALIZED,
     }
 }

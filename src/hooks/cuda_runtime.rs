@@ -37,6 +37,29 @@ fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     super::cuda_driver::pool_attr(unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
 }
 
+unsafe fn pool_of(f: super::cuda_driver::PoolOfFn, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
+        None => unsafe { f(pool, location, ty) },
+        Some(h) => {
+            // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
+            let host = unsafe { super::cuda_driver::location_host(location, ty) };
+            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
+            h.adopt_pool(api, pool, host, SUCCESS, runtime_pool_attr, || unsafe { f(pool, location, ty) })
+        }
+    }
+}
+
+unsafe fn default_pool(f: super::cuda_driver::PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: the C caller's arguments, passed on.
+    unsafe { pool_of(f, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
+}
+
+unsafe fn current_pool(f: super::cuda_driver::PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: the C caller's arguments, passed on.
+    unsafe { pool_of(f, Api::CudaMemGetMemPool, pool, location, ty) }
+}
+
 unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
@@ -191,6 +214,8 @@ slots!(pool_destroy_slots, PoolFn, pool_destroy, (pool: u64) -> c_int);
 slots!(pool_trim_slots, PoolTrimFn, pool_trim, (pool: u64, keep: usize) -> c_int);
 slots!(pool_alloc_slots, PoolAllocFn, pool_alloc, (ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int);
 slots!(free_async_slots, FreeAsyncFn, free_async, (ptr: usize, stream: *mut c_void) -> c_int);
+slots!(default_pool_slots, crate::hooks::cuda_driver::PoolOfFn, default_pool, (pool: *mut u64, location: *const c_int, ty: c_int) -> c_int);
+slots!(current_pool_slots, crate::hooks::cuda_driver::PoolOfFn, current_pool, (pool: *mut u64, location: *const c_int, ty: c_int) -> c_int);
 
 /// The wrapper for a runtime function `dlsym(handle, name)` returned, if `name` is one.
 pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
@@ -205,6 +230,8 @@ pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
         b"cudaMemPoolTrimTo" => pool_trim_slots::bind(real),
         b"cudaMallocFromPoolAsync" | b"cudaMallocFromPoolAsync_ptsz" => pool_alloc_slots::bind(real),
         b"cudaFreeAsync" | b"cudaFreeAsync_ptsz" => free_async_slots::bind(real),
+        b"cudaMemGetDefaultMemPool" => default_pool_slots::bind(real),
+        b"cudaMemGetMemPool" => current_pool_slots::bind(real),
         _ => return None,
     })
 }
@@ -275,6 +302,26 @@ pub unsafe extern "C-unwind" fn cudaFreeAsync_ptsz(ptr: usize, stream: *mut c_vo
     match unsafe { real!("cudaFreeAsync_ptsz").get::<FreeAsyncFn>() } {
         // SAFETY: `f` is the real `cudaFreeAsync_ptsz`, given the C caller's arguments under its contract.
         Some(f) => unsafe { free_async(f, ptr, stream) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: `PoolOfFn` is the C type of `cudaMemGetDefaultMemPool`.
+    match unsafe { real!("cudaMemGetDefaultMemPool").get::<super::cuda_driver::PoolOfFn>() } {
+        // SAFETY: `f` is the real `cudaMemGetDefaultMemPool`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { default_pool(f, pool, location, ty) },
+        None => INITIALIZATION_ERROR,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C-unwind" fn cudaMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+    // SAFETY: `PoolOfFn` is the C type of `cudaMemGetMemPool`.
+    match unsafe { real!("cudaMemGetMemPool").get::<super::cuda_driver::PoolOfFn>() } {
+        // SAFETY: `f` is the real `cudaMemGetMemPool`, given the C caller's arguments under its contract.
+        Some(f) => unsafe { current_pool(f, pool, location, ty) },
         None => INITIALIZATION_ERROR,
     }
 }

@@ -42,6 +42,32 @@ impl Hook {
         rc
     }
 
+    /// A location's default or current pool handed out (CUDA 13's `cuMemGetDefaultMemPool`,
+    /// `cuMemGetMemPool` and the runtime's): a host one is counted from here on, at whatever it
+    /// reserves already, under this call.
+    pub fn adopt_pool<R: Copy + PartialEq>(self, api: Api, pool: *mut u64, host: bool, ok: R, read: impl Fn(u64, i32) -> Option<u64>, real: impl FnOnce() -> R) -> R {
+        if pool.is_null() || !host {
+            return self.untracked(api, ok, real());
+        }
+        let site = quiet(|| self.site());
+        let rc = real();
+        let err = self.t.errno();
+        quiet(|| {
+            if rc != ok {
+                ledger::count_failed(self.t, api);
+                return;
+            }
+            // SAFETY: on success the runtime wrote the pool's handle to `pool`, not null.
+            let h = unsafe { pool.read_unaligned() };
+            if let (Some(site), true) = (site, h != 0 && pools::get(h).is_none()) {
+                pools::created(h, self.live(api, 0, site, Backing::Pinned));
+                self.pool_moved(h, &read, 0);
+            }
+        });
+        self.t.set_errno(err);
+        rc
+    }
+
     /// An allocation of `size` bytes from `pool`; the runtime writes its address to `out`.
     /// `read(pool, attribute)` asks the runtime for a pool attribute.
     #[allow(clippy::too_many_arguments)]

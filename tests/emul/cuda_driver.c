@@ -135,6 +135,23 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
     return CUDA_SUCCESS;
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) { return cuMemFreeAsync(dptr, stream); }
+/* CUDA 13: CUmemLocation is {int type; int id}; the type is CUmemAllocationType (PINNED = 1). */
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool, const int *location, int type) {
+    uint64_t h;
+    if (!pool || pool_of_location(location, type, 0, &h) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    *pool = (CUmemoryPool)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemGetMemPool(CUmemoryPool *pool, const int *location, int type) {
+    uint64_t h;
+    if (!pool || pool_of_location(location, type, 1, &h) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    *pool = (CUmemoryPool)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemSetMemPool(const int *location, int type, CUmemoryPool pool) {
+    if (set_pool_of_location(location, type, (uint64_t)(uintptr_t)pool) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
@@ -169,6 +186,9 @@ static const struct {
     {"cuMemPoolGetAttribute", 11020, (void *)cuMemPoolGetAttribute, 0, 0},
     {"cuMemAllocFromPoolAsync", 11020, (void *)cuMemAllocFromPoolAsync, 0, 0, (void *)cuMemAllocFromPoolAsync_ptsz},
     {"cuMemFreeAsync", 11020, (void *)cuMemFreeAsync, 0, 0, (void *)cuMemFreeAsync_ptsz},
+    {"cuMemGetDefaultMemPool", 13000, (void *)cuMemGetDefaultMemPool, 0, 0},
+    {"cuMemGetMemPool", 13000, (void *)cuMemGetMemPool, 0, 0},
+    {"cuMemSetMemPool", 13000, (void *)cuMemSetMemPool, 0, 0},
     {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, 12000, (void *)cuGetProcAddress_v2},
 };
 

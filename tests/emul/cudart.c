@@ -91,5 +91,21 @@ cudaError_t cudaFreeAsync(void *ptr, cudaStream_t stream) {
     return cudaSuccess;
 }
 cudaError_t cudaFreeAsync_ptsz(void *ptr, cudaStream_t stream) { return cudaFreeAsync(ptr, stream); }
+cudaError_t cudaMemGetDefaultMemPool(cudaMemPool_t *pool, const int *location, int type) {
+    uint64_t h;
+    if (!pool || pool_of_location(location, type, 0, &h) != 0) return fail(cudaErrorInvalidValue);
+    *pool = (cudaMemPool_t)(uintptr_t)h;
+    return cudaSuccess;
+}
+cudaError_t cudaMemGetMemPool(cudaMemPool_t *pool, const int *location, int type) {
+    uint64_t h;
+    if (!pool || pool_of_location(location, type, 1, &h) != 0) return fail(cudaErrorInvalidValue);
+    *pool = (cudaMemPool_t)(uintptr_t)h;
+    return cudaSuccess;
+}
+cudaError_t cudaMemSetMemPool(const int *location, int type, cudaMemPool_t pool) {
+    if (set_pool_of_location(location, type, (uint64_t)(uintptr_t)pool) != 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
 
 void emu_cuda_stats(struct emu_stats *out) { emu_read_stats(out); }

@@ -603,3 +603,20 @@ __attribute__((unused)) static int pool_attr(uint64_t h, int attr, uint64_t *v) 
     pthread_mutex_unlock(&table_lock);
     return rc;
 }
+
+/* CUDA 13's per-location pools: each location type (1 device, 2 host, 3 host NUMA, 4 host NUMA
+ * current) has a default pool, made at its first use, and a current pool, the default until one
+ * is set. 0 answered, 1 a bad location or type. */
+static uint64_t default_pools[5], current_pools[5];
+__attribute__((unused)) static int pool_of_location(const int *location, int type, int current, uint64_t *out) {
+    if (!location || type != 1 || location[0] < 1 || location[0] > 4) return 1;
+    int t = location[0];
+    if (!default_pools[t] && pool_create(t != 1, &default_pools[t]) != 0) return 1;
+    *out = current && current_pools[t] ? current_pools[t] : default_pools[t];
+    return 0;
+}
+__attribute__((unused)) static int set_pool_of_location(const int *location, int type, uint64_t pool) {
+    if (!location || type != 1 || location[0] < 1 || location[0] > 4) return 1;
+    current_pools[location[0]] = pool;
+    return 0;
+}

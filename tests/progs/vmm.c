@@ -13,6 +13,8 @@
  *           create_raw:SIZE:TYPE:LOC (a raw allocation type and location number)
  *           pool_create:WHERE (a pool slot p0, p1, ...)   pool_alloc:P:SIZE (an allocation slot
  *           a0, a1, ...)   pool_free:A   pool_trim:P:KEEP   pool_destroy:P   pool_reserved:P
+ *           pool_default:WHERE, pool_current:WHERE (CUDA 13's per-location pools: a pool slot)
+ *           pool_set:WHERE:P (makes pool P the location's current pool)
  *           host_alloc:SIZE (cuMemHostAlloc, an allocation slot)   host_register:A (registers
  *           that block again: cuMemHostRegister_v2)   host_free:A
  *
@@ -42,6 +44,12 @@ int cuMemHostAlloc(void **, size_t, unsigned);
 int cuMemHostRegister_v2(void *, size_t, unsigned);
 int cuMemFreeHost(void *);
 int cuMemPoolCreate(void **, const void *);
+int cuMemGetDefaultMemPool(void **, const int *, int);
+int cuMemGetMemPool(void **, const int *, int);
+int cuMemSetMemPool(const int *, int, void *);
+int cudaMemGetDefaultMemPool(void **, const int *, int);
+int cudaMemGetMemPool(void **, const int *, int);
+int cudaMemSetMemPool(const int *, int, void *);
 int cuMemPoolDestroy(void *);
 int cuMemPoolTrimTo(void *, size_t);
 int cuMemPoolGetAttribute(void *, int, void *);
@@ -85,6 +93,10 @@ static int (*r_trim)(void *, size_t) = cudaMemPoolTrimTo;
 static int (*r_attr)(void *, int, void *) = cudaMemPoolGetAttribute;
 static int (*r_alloc)(void **, size_t, void *, void *) = cudaMallocFromPoolAsync;
 static int (*r_free)(void *, void *) = cudaFreeAsync;
+static int (*p_default)(void **, const int *, int) = cuMemGetDefaultMemPool;
+static int (*p_current)(void **, const int *, int) = cuMemGetMemPool;
+static int (*r_default)(void **, const int *, int) = cudaMemGetDefaultMemPool;
+static int (*r_current)(void **, const int *, int) = cudaMemGetMemPool;
 
 static void *must_open(const char *name) {
     void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
@@ -104,6 +116,14 @@ static void *gpa_sym(gpa2_t gpa, const char *name) {
     void *f = NULL;
     int st = -1;
     if (gpa(name, &f, 12090, gpa_flags, &st) != 0 || !f) { fprintf(stderr, "cuGetProcAddress %s: status %d\n", name, st); exit(3); }
+    return f;
+}
+
+/* CUDA 13 names: asked for at version 13000. */
+static void *gpa_sym13(gpa2_t gpa, const char *name) {
+    void *f = NULL;
+    int st = -1;
+    if (gpa(name, &f, 13000, gpa_flags, &st) != 0 || !f) { fprintf(stderr, "cuGetProcAddress %s: status %d\n", name, st); exit(3); }
     return f;
 }
 
@@ -128,6 +148,8 @@ static void routes(const char *route) {
         r_create = must_sym(rt, "cudaMemPoolCreate"); r_destroy = must_sym(rt, "cudaMemPoolDestroy");
         r_trim = must_sym(rt, "cudaMemPoolTrimTo"); r_attr = must_sym(rt, "cudaMemPoolGetAttribute");
         r_alloc = must_sym(rt, "cudaMallocFromPoolAsync"); r_free = must_sym(rt, "cudaFreeAsync");
+        p_default = must_sym(cu, "cuMemGetDefaultMemPool"); p_current = must_sym(cu, "cuMemGetMemPool");
+        r_default = must_sym(rt, "cudaMemGetDefaultMemPool"); r_current = must_sym(rt, "cudaMemGetMemPool");
     } else if (!strcmp(route, "gpa") || !strcmp(route, "gpa_ptsz")) {
         gpa_flags = !strcmp(route, "gpa_ptsz") ? 2 : 0;
         gpa2_t gpa = must_sym(cu, "cuGetProcAddress_v2");
@@ -137,6 +159,7 @@ static void routes(const char *route) {
         p_create = gpa_sym(gpa, "cuMemPoolCreate"); p_destroy = gpa_sym(gpa, "cuMemPoolDestroy");
         p_trim = gpa_sym(gpa, "cuMemPoolTrimTo"); p_attr = gpa_sym(gpa, "cuMemPoolGetAttribute");
         p_alloc = gpa_sym(gpa, "cuMemAllocFromPoolAsync"); p_free = gpa_sym(gpa, "cuMemFreeAsync");
+        p_default = gpa_sym13(gpa, "cuMemGetDefaultMemPool"); p_current = gpa_sym13(gpa, "cuMemGetMemPool");
     } else {
         fprintf(stderr, "vmm: unknown route %s\n", route);
         exit(2);
@@ -242,6 +265,16 @@ int main(int argc, char **argv) {
             void *p = NULL;
             rc = rt ? r_create(&p, props) : p_create(&p, props);
             if (!rc) poolv[npools++] = p;
+        } else if (!strcmp(op, "pool_default") || !strcmp(op, "pool_current")) {
+            int loc[2] = {where(0, a), 0};
+            void *p = NULL;
+            if (!strcmp(op, "pool_default")) rc = rt ? r_default(&p, loc, 1) : p_default(&p, loc, 1);
+            else rc = rt ? r_current(&p, loc, 1) : p_current(&p, loc, 1);
+            if (!rc) poolv[npools++] = p;
+        } else if (!strcmp(op, "pool_set")) {
+            int loc[2] = {where(0, a), 0};
+            void *p = poolv[slot(b, 'p', npools)];
+            rc = rt ? cudaMemSetMemPool(loc, 1, p) : cuMemSetMemPool(loc, 1, p);
         } else if (!strcmp(op, "pool_alloc")) {
             void *p = poolv[slot(a, 'p', npools)];
             size_t size = strtoul(b, NULL, 0);
