@@ -63,7 +63,7 @@ unsafe fn pool_of(f: PoolOfFn, api: Api, pool: *mut u64, location: *const c_int,
             // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
             let host = unsafe { location_host(location, ty) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.adopt_pool(api, pool, host, SUCCESS, driver_pool_attr, || unsafe { f(pool, location, ty) })
+            h.pool_handed_out(api, pool, host, false, SUCCESS, driver_pool_attr, || unsafe { f(pool, location, ty) })
         }
     }
 }
@@ -191,7 +191,7 @@ unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> 
             // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
             let host = unsafe { pool_props_host(props) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_pool(Api::CuMemPoolCreate, pool, host, SUCCESS, || unsafe { f(pool, props) })
+            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, SUCCESS, driver_pool_attr, || unsafe { f(pool, props) })
         }
     }
 }

@@ -45,7 +45,7 @@ unsafe fn pool_of(f: super::cuda_driver::PoolOfFn, api: Api, pool: *mut u64, loc
             // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
             let host = unsafe { super::cuda_driver::location_host(location, ty) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.adopt_pool(api, pool, host, SUCCESS, runtime_pool_attr, || unsafe { f(pool, location, ty) })
+            h.pool_handed_out(api, pool, host, false, SUCCESS, runtime_pool_attr, || unsafe { f(pool, location, ty) })
         }
     }
 }
@@ -68,7 +68,7 @@ unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> 
             // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_pool(Api::CudaMemPoolCreate, pool, host, SUCCESS, || unsafe { f(pool, props) })
+            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, SUCCESS, runtime_pool_attr, || unsafe { f(pool, props) })
         }
     }
 }

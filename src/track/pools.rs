@@ -17,8 +17,23 @@ pub const RESERVED_MEM_CURRENT: i32 = 5;
 pub const USED_MEM_CURRENT: i32 = 7;
 
 impl Hook {
-    /// A pool made; `host` says it holds host memory. The runtime writes its handle to `pool`.
-    pub fn create_pool<R: Copy + PartialEq>(self, api: Api, pool: *mut u64, host: bool, ok: R, real: impl FnOnce() -> R) -> R {
+    /// A pool handed to the program: made by it (`made`: `cuMemPoolCreate`, `cudaMemPoolCreate`)
+    /// or a location's default or current pool (CUDA 13's `cuMemGetDefaultMemPool`,
+    /// `cuMemGetMemPool` and the runtime's). A host pool is counted from here on, under this call,
+    /// at whatever it reserves already; one known already stays as it is, unless it was just made
+    /// (a record under a reused handle is one whose end pinguard missed). The runtime writes the
+    /// pool's handle to `pool`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pool_handed_out<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        pool: *mut u64,
+        host: bool,
+        made: bool,
+        ok: R,
+        read: impl Fn(u64, i32) -> Option<u64>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         if pool.is_null() || !host {
             return self.untracked(api, ok, real());
         }
@@ -32,37 +47,14 @@ impl Hook {
             }
             // SAFETY: on success the runtime wrote the pool's handle to `pool`, not null.
             let h = unsafe { pool.read_unaligned() };
-            if let (Some(site), true) = (site, h != 0) {
+            let Some(site) = site.filter(|_| h != 0) else { return };
+            let known = pools::get(h);
+            if known.is_none() || made {
                 if let Some(old) = pools::created(h, self.live(api, 0, site, Backing::Pinned)) {
                     self.pool_gone(old.size, &old);
                 }
             }
-        });
-        self.t.set_errno(err);
-        rc
-    }
-
-    /// A location's default or current pool handed out (CUDA 13's `cuMemGetDefaultMemPool`,
-    /// `cuMemGetMemPool` and the runtime's): a host one is counted from here on, at whatever it
-    /// reserves already, under this call.
-    pub fn adopt_pool<R: Copy + PartialEq>(self, api: Api, pool: *mut u64, host: bool, ok: R, read: impl Fn(u64, i32) -> Option<u64>, real: impl FnOnce() -> R) -> R {
-        if pool.is_null() || !host {
-            return self.untracked(api, ok, real());
-        }
-        let site = quiet(|| self.site());
-        let rc = real();
-        let err = self.t.errno();
-        quiet(|| {
-            if rc != ok {
-                ledger::count_failed(self.t, api);
-                return;
-            }
-            // SAFETY: on success the runtime wrote the pool's handle to `pool`, not null.
-            let h = unsafe { pool.read_unaligned() };
-            if let (Some(site), true) = (site, h != 0 && pools::get(h).is_none()) {
-                pools::created(h, self.live(api, 0, site, Backing::Pinned));
-                self.pool_moved(h, &read, 0);
-            }
+            self.pool_moved(h, &read, 0);
         });
         self.t.set_errno(err);
         rc
