@@ -52,6 +52,10 @@ enum Cmd {
         /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512M, 1.5GiB, 10%.
         #[arg(long, value_parser = size)]
         budget: Option<String>,
+        /// Under downgrade, downgrade only callsites matching these glob patterns
+        /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
+        #[arg(long, value_name = "PATTERNS")]
+        downgrade_match: Option<String>,
         /// What an over-budget call gets (PINGUARD_POLICY).
         #[arg(long, value_parser = ["error", "downgrade", "warn"])]
         policy: Option<String>,
@@ -158,10 +162,13 @@ fn write_file(path: &PathBuf, text: &str) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Run { budget, policy, report, depth, interval, signal, lib, cmd } => {
+        Cmd::Run { budget, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
             let mut env = Vec::new();
             if let Some(b) = budget {
                 env.push((vars::BUDGET.name, b));
+            }
+            if let Some(m) = downgrade_match {
+                env.push((vars::DOWNGRADE_MATCH.name, m));
             }
             if let Some(p) = policy {
                 env.push((vars::POLICY.name, p));

@@ -351,3 +351,23 @@ fn python_frames_come_first_match_across_runs_and_reach_the_flame_graph() {
     let text = parse_svg(&svg);
     assert!(text.contains("pin_batch [py]") && text.contains("main [py]") && text.contains("at::cuda::HostAllocator::allocate"), "{text}");
 }
+
+/// `pinguard run --downgrade-match` scopes `downgrade` as `PINGUARD_DOWNGRADE_MATCH` does: the
+/// framework's call is downgraded, the program's own refused, and the report lists the scope.
+#[test]
+fn run_scopes_downgrade_to_the_callsites_given() {
+    let (o, dir) = run_under(
+        "scope",
+        &["framework:1048576", "direct:1048576"],
+        &["--budget", "4K", "--policy", "downgrade", "--downgrade-match", "framework_pin"],
+    );
+    assert!(o.status.success(), "{o:?}");
+    let (out, _) = text(&o);
+    assert!(out.contains("framework:1048576 rc=0") && out.contains("direct:1048576 rc=2"), "{out}");
+    let reports = reports_in(&dir);
+    assert_eq!(reports.len(), 1);
+    let rep = read_json(&reports[0]);
+    assert_eq!(rep["config"]["downgrade_match"], serde_json::json!(["framework_pin"]));
+    assert_eq!(rep["totals"]["downgraded_count"], 1);
+    assert_eq!(rep["totals"]["denied_count"], 1);
+}

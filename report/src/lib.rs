@@ -119,6 +119,10 @@ pub struct Config {
     pub interval_ms: Option<u64>,
     #[serde(default)]
     pub signal: Option<i32>,
+    /// `PINGUARD_DOWNGRADE_MATCH`: the callsites `downgrade` may serve with pageable memory
+    /// (absent: every one; empty after a bad value: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downgrade_match: Option<Vec<String>>,
 }
 
 /// The event counters every thread keeps, declared once, in their order in a thread's counter
@@ -303,6 +307,10 @@ pub struct Event {
     pub callsite: u32,
     /// Live pinned bytes of the process when the event happened.
     pub live_bytes: u64,
+    /// For a refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH`: the
+    /// patterns it did not match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downgrade_match: Option<Vec<String>>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -47,13 +47,22 @@ pub const POLICY: Var = Var {
 
 pub const REPORT: Var = Var {
     name: "PINGUARD_REPORT",
-    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. Every process writes its own file: a template without `%p` gets `.<pid>` before its `.json` (or at its end), as LeakSanitizer does, so forked and exec'd children never overwrite their parent's report",
+    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report",
     // Unset is not the same as the default template given: only the default falls back to the
     // temporary folder when the working directory is not writable.
     default: None,
     unset: "`pinguard.%e.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
     forms: "a path with %p, %e, %h, %t or %%",
     fallback: "using pinguard.%e.%p.json",
+};
+
+pub const DOWNGRADE_MATCH: Var = Var {
+    name: "PINGUARD_DOWNGRADE_MATCH",
+    meaning: "under `downgrade`, downgrade only callsites matching one of these comma-separated globs anywhere in the stack (a Python frame's file or qualified name, a native frame's symbol or module file); the rest are refused as under `error`",
+    default: None,
+    unset: "every call pageable memory can serve",
+    forms: "a comma list of glob patterns such as *torch/utils/data/_utils/pin_memory.py",
+    fallback: "nothing is downgraded (refused as under error)",
 };
 
 pub const DEPTH: Var = Var {
@@ -85,7 +94,7 @@ pub const INTERVAL: Var = Var {
 
 pub const SIGNAL: Var = Var {
     name: "PINGUARD_SIGNAL",
-    meaning: "also write the report (reason `signal`) when this signal arrives: `SIGUSR2`, `USR2` or a number. The handler only wakes the background thread through a futex word (pinguard holds no descriptor between reports); the application's own handler for the signal still runs. pinguard follows the application's latest disposition of the signal: `sigaction` and glibc's other setters are hooked, what the application reads back is its own choice, its default or ignoring means a report only, and a disposition set by the raw system call is found within a second",
+    meaning: "also write the report (reason `signal`) when this signal arrives: `SIGUSR2`, `USR2` or a number. The application's own handler still runs, and pinguard follows the application's latest disposition of the signal (`docs/design.md`)",
     default: None,
     unset: "off",
     forms: "a signal such as SIGUSR2, USR2 or 12",
@@ -148,7 +157,7 @@ pub const METRICS: Var = Var {
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &POLICY, &REPORT, &DEPTH, &PY_DEPTH, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+pub const ALL: &[&Var] = &[&BUDGET, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {

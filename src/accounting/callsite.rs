@@ -9,7 +9,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use crate::accounting::level::Level;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// Callsites live in the state file (`arena`), in the layout its readers know
 /// (`pinguard_report::state::site`, checked below), with their frames and their Python frames as
@@ -35,6 +35,9 @@ pub struct Callsite {
     pub warned: AtomicBool,
     /// Set when an object its frames lie in was closed (`unload`).
     pub retired: AtomicBool,
+    /// Whether `PINGUARD_DOWNGRADE_MATCH` takes it in: 0 not asked yet, 1 yes, 2 no (the patterns
+    /// are the process's for its whole life, and so are the callsite's frames).
+    pub scope: AtomicU8,
     /// The names those frames had while the object was loaded.
     pub closed: Mutex<Vec<Closed>>,
 }
@@ -199,6 +202,7 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
         level: Level::NEW,
         warned: AtomicBool::new(false),
         retired: AtomicBool::new(false),
+        scope: AtomicU8::new(0),
         closed: Mutex::new(Vec::new()),
     });
     map.insert(cs.frames(), cs);

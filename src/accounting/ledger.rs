@@ -561,6 +561,15 @@ pub fn count_unknown_release(t: &Thread, api: Api) {
 }
 
 pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
+    denied(t, api, site, bytes, false);
+}
+
+/// A refusal under `downgrade` of a call outside `PINGUARD_DOWNGRADE_MATCH`: its event says so.
+pub fn count_denied_out_of_scope(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
+    denied(t, api, site, bytes, true);
+}
+
+fn denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, out_of_scope: bool) {
     touch();
     let m = mine(t);
     add(&m.totals.denied_count, 1);
@@ -568,7 +577,7 @@ pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     add(&m.apis[api as usize].denied_count, 1);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    event(EventKind::Denied, api, bytes, site);
+    event_with(EventKind::Denied, api, bytes, site, out_of_scope);
 }
 
 /// A call served with pageable memory (or left unpinned) instead of pinned memory.
@@ -707,6 +716,8 @@ pub struct EventRec {
     pub size: u64,
     pub callsite: u32,
     pub live_bytes: u64,
+    /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH`.
+    pub out_of_scope: bool,
 }
 
 const MAX_EVENTS: usize = 10_000;
@@ -722,7 +733,11 @@ static TIMELINE: Mutex<Bounded<(u64, u64)>> = Mutex::new(Bounded { items: VecDeq
 static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
 fn event(kind: EventKind, api: Api, size: u64, site: &'static Callsite) {
-    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes() };
+    event_with(kind, api, size, site, false);
+}
+
+fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, out_of_scope: bool) {
+    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes(), out_of_scope };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
         e.items.pop_front();
@@ -766,7 +781,7 @@ pub fn events() -> (Vec<EventRec>, u64) {
     (
         e.items
             .iter()
-            .map(|r| EventRec { unix_ms: r.unix_ms, kind: r.kind, api: r.api, size: r.size, callsite: r.callsite, live_bytes: r.live_bytes })
+            .map(|r| EventRec { unix_ms: r.unix_ms, kind: r.kind, api: r.api, size: r.size, callsite: r.callsite, live_bytes: r.live_bytes, out_of_scope: r.out_of_scope })
             .collect(),
         e.dropped,
     )

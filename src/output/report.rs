@@ -73,7 +73,13 @@ fn config(cfg: &Config) -> schema::Config {
         report_template: files::template().0,
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
+        downgrade_match: cfg.downgrade_match.as_ref().map(|_| patterns(cfg)),
     }
+}
+
+/// `PINGUARD_DOWNGRADE_MATCH`'s patterns as given.
+fn patterns(cfg: &Config) -> Vec<String> {
+    cfg.downgrade_match.iter().flatten().map(|p| p.as_str().to_string()).collect()
 }
 
 
@@ -247,7 +253,15 @@ fn gather(cfg: &Config) -> Figures {
     let (events, events_dropped) = ledger::events();
     let events = events
         .into_iter()
-        .map(|e| schema::Event { unix_ms: e.unix_ms, kind: e.kind, api: e.api.name().to_string(), size: e.size, callsite: e.callsite, live_bytes: e.live_bytes })
+        .map(|e| schema::Event {
+            unix_ms: e.unix_ms,
+            kind: e.kind,
+            api: e.api.name().to_string(),
+            size: e.size,
+            callsite: e.callsite,
+            live_bytes: e.live_bytes,
+            downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
+        })
         .collect();
     let (timeline, timeline_dropped) = ledger::timeline();
     Figures {

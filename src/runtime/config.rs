@@ -28,6 +28,9 @@ use pinguard_report::vars::{self, Var};
 pub struct Config {
     pub budget: Option<u64>,
     pub policy: Policy,
+    /// `PINGUARD_DOWNGRADE_MATCH`: the callsites `downgrade` may serve with pageable memory
+    /// (`None`: every one; an empty list after a bad value: none).
+    pub downgrade_match: Option<Vec<glob::Pattern>>,
     /// The template as given; `None` means the default (which may fall back to the temp dir).
     pub report: Option<String>,
     pub depth: u32,
@@ -74,6 +77,7 @@ impl Config {
         let mut c = Config {
             budget: None,
             policy: Policy::Error,
+            downgrade_match: None,
             report: None,
             depth: 0,
             py_depth: 0,
@@ -148,6 +152,19 @@ impl Config {
             if !v.is_some_and(|v| policy(&mut c, v)) {
                 bad(&mut c, &vars::POLICY, v, "unknown policy");
                 fallback(&mut c, &vars::POLICY, &policy);
+            }
+        }
+        if let Some(v) = get(&vars::DOWNGRADE_MATCH) {
+            match v.map(parse_patterns) {
+                Some(Ok(p)) => c.downgrade_match = Some(p),
+                Some(Err(e)) => {
+                    bad(&mut c, &vars::DOWNGRADE_MATCH, v, &e);
+                    c.downgrade_match = Some(Vec::new());
+                }
+                None => {
+                    bad(&mut c, &vars::DOWNGRADE_MATCH, v, "not UTF-8");
+                    c.downgrade_match = Some(Vec::new());
+                }
             }
         }
         if let Some(v) = get(&vars::REPORT) {
@@ -235,6 +252,18 @@ impl Config {
         }
         c
     }
+}
+
+/// `PINGUARD_DOWNGRADE_MATCH`'s patterns: comma-separated globs, at least one.
+pub fn parse_patterns(v: &str) -> Result<Vec<glob::Pattern>, String> {
+    let mut out = Vec::new();
+    for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(glob::Pattern::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"))?);
+    }
+    if out.is_empty() {
+        return Err("names no pattern".into());
+    }
+    Ok(out)
 }
 
 fn check_template(t: &str) -> Result<(), String> {

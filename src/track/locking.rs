@@ -428,7 +428,11 @@ impl Hook {
                 }
                 let bytes = estimate();
                 return Ok(match self.cfg.policy {
-                    Policy::Downgrade => Lock::Downgrade(bytes),
+                    Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes),
+                    Policy::Downgrade => {
+                        self.denied_out_of_scope(api, site, bytes);
+                        Lock::Refuse
+                    }
                     _ => {
                         self.denied(api, site, bytes);
                         Lock::Refuse

@@ -30,6 +30,7 @@ pub struct Hook {
 mod locking;
 mod physical;
 mod pools;
+mod scope;
 
 /// What a pinning call asks for, as far as the budget decision is concerned.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -180,7 +181,14 @@ impl Hook {
             return Admission::Pin(r);
         }
         match self.cfg.policy {
-            Policy::Downgrade if req == Request::Pageable => Admission::Downgrade,
+            Policy::Downgrade if req == Request::Pageable => {
+                if self.downgrade_in_scope(site) {
+                    Admission::Downgrade
+                } else {
+                    self.denied_out_of_scope(api, site, bytes);
+                    Admission::Refuse
+                }
+            }
             Policy::Error | Policy::Downgrade => {
                 self.denied(api, site, bytes);
                 Admission::Refuse
@@ -207,6 +215,13 @@ impl Hook {
     /// in the group's shared page).
     fn denied(&self, api: Api, site: &'static Callsite, bytes: u64) {
         ledger::count_denied(self.t, api, site, bytes);
+        budget::group::note_denied();
+    }
+
+    /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH` (refused as
+    /// under `error`): its event says so.
+    fn denied_out_of_scope(&self, api: Api, site: &'static Callsite, bytes: u64) {
+        ledger::count_denied_out_of_scope(self.t, api, site, bytes);
         budget::group::note_denied();
     }
 

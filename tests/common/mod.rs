@@ -134,6 +134,13 @@ pub fn fixtures() -> &'static Fixtures {
             a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-l:libcuda.so.1", "-lascendcl", "-lcudart", "-ldl"]);
             cc(&a);
         }
+        {
+            let (o, f) = (d("scope"), s("progs/scope.c"));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-fno-omit-frame-pointer", "-lframework"]);
+            a.extend(link);
+            cc(&a);
+        }
         for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads"] {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));

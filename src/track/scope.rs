@@ -1,0 +1,61 @@
+//! `PINGUARD_DOWNGRADE_MATCH`: under `downgrade`, which callsites pageable memory may serve. A
+//! staging buffer that is only copied from (PyTorch's DataLoader pin-memory thread) is safe to
+//! downgrade; memory a kernel reads directly (every `cudaHostAlloc` allocation is
+//! device-accessible under unified addressing) is not. A callsite is in scope when one of the
+//! patterns matches, anywhere in its stack, a Python frame's file or qualified name, or a native
+//! frame's symbol or module file name. Asked only on the over-budget path, once per callsite.
+
+use super::Hook;
+use crate::accounting::callsite::Callsite;
+use std::sync::atomic::Ordering;
+
+const UNKNOWN: u8 = 0;
+const IN: u8 = 1;
+const OUT: u8 = 2;
+
+impl Hook {
+    /// Whether pageable memory may stand in for pinned memory at `site`.
+    pub(crate) fn downgrade_in_scope(&self, site: &'static Callsite) -> bool {
+        let Some(patterns) = &self.cfg.downgrade_match else { return true };
+        match site.scope.load(Ordering::Relaxed) {
+            IN => true,
+            OUT => false,
+            _ => {
+                let found = matches(patterns, site);
+                site.scope.store(if found { IN } else { OUT }, Ordering::Relaxed);
+                found
+            }
+        }
+    }
+}
+
+#[cold]
+fn matches(patterns: &[glob::Pattern], site: &'static Callsite) -> bool {
+    if patterns.is_empty() {
+        return false;
+    }
+    let hit = |s: &str| patterns.iter().any(|p| p.matches(s));
+    // Python frames first: they are interned text already.
+    let mut found = false;
+    for &id in site.python() {
+        crate::capture::python::frame(id, |f| found = found || hit(&f.file) || hit(&f.function));
+        if found {
+            return true;
+        }
+    }
+    // Native frames: named as a report names them. Reading the objects' files is not to be a
+    // cancellation point inside the program's call, and the loaded objects must stay put.
+    let _nc = crate::runtime::sys::NoCancel::new();
+    let _open = crate::runtime::gate::enter();
+    let mut sym = crate::output::symbolize::Symbolizer::new();
+    for &a in site.native() {
+        for f in sym.frames(a) {
+            let module = f.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m));
+            if f.symbol.as_deref().is_some_and(hit) || module.is_some_and(hit) || f.module.as_deref().is_some_and(hit) {
+                return true;
+            }
+        }
+    }
+    let _ = UNKNOWN;
+    false
+}
