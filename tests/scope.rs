@@ -148,3 +148,21 @@ fn python_frames_put_the_pin_memory_thread_in_scope() {
     let r = python(&env);
     assert_eq!(rc_of(&r, "pin_memory"), 2, "Python frames off: no Python file to match: {}", r.stdout);
 }
+
+/// The locking family is scoped too: an `mlock` from a matching callsite succeeds without
+/// locking, one from elsewhere gets the kernel's ENOMEM, as under `error`.
+#[test]
+fn locking_calls_are_scoped_too() {
+    for (pattern, want) in [("main", 0), ("nothing_like_this", -1)] {
+        let env = downgrade(pattern);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let r = run("scenario", &["mlock:0:4"], &env);
+        assert!(r.success(), "{}", r.stderr);
+        let line = r.stdout.lines().find(|l| l.starts_with("mlock:0:4 ")).unwrap();
+        assert_eq!(field(line, "rc"), want, "{pattern}: {line}");
+        let t = &r.report()["totals"];
+        let (downgraded, denied) = if want == 0 { (1, 0) } else { (0, 1) };
+        assert_eq!((t["downgraded_count"].as_i64(), t["denied_count"].as_i64()), (Some(downgraded), Some(denied)), "{pattern}: {t}");
+        assert_eq!(t["live_bytes"], 0, "{pattern}: nothing locked");
+    }
+}

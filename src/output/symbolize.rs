@@ -28,6 +28,20 @@ const KEEP: usize = 12;
 
 static PARSED: Mutex<Vec<(FileKey, Parsed)>> = Mutex::new(Vec::new());
 
+/// Fork handlers: a callsite's frames are named outside the report's lock too (under
+/// `PINGUARD_DOWNGRADE_MATCH`, on the over-budget path), so the parsed files' lock is held across
+/// `fork`, after the ledger's locks and before the heap's.
+pub fn hold() {
+    crate::runtime::lock::hold(&PARSED);
+}
+
+/// # Safety
+/// Only after `hold`, in the fork handlers.
+pub unsafe fn release(child: bool) {
+    // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
+    unsafe { crate::runtime::lock::release(&PARSED, child) }
+}
+
 pub struct Symbolizer {
     objects: Vec<(Object, String)>,
     /// Parsed files by object index; taken from `PARSED` and given back on drop.

@@ -104,6 +104,7 @@ impl Hook {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
+        self.scope_ahead(site);
         let mut locked = ledger::locked();
         let now = self.now();
         let mut gaps = locked.ranges.gaps(start, end);
@@ -251,6 +252,7 @@ impl Hook {
         };
         let bytes = rounded as u64;
         let Some(site) = quiet(|| self.site()) else { return real(flags) };
+        self.scope_ahead(site);
         let mut locked = ledger::locked();
         let now = self.now();
         let decided = quiet(|| {
@@ -402,6 +404,7 @@ impl Hook {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
+        self.scope_ahead(site);
         let mut locked = ledger::locked();
         let now = self.now();
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not

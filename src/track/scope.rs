@@ -14,6 +14,17 @@ const IN: u8 = 1;
 const OUT: u8 = 2;
 
 impl Hook {
+    /// Under a scoped `downgrade`, decides `site`'s scope before the locking family takes the
+    /// locked-page view: naming frames takes other locks (Python's frame table, the parsed
+    /// files), which must never be taken under the view's (the fork handlers take them first).
+    /// Once per callsite; nothing at all without `PINGUARD_DOWNGRADE_MATCH`.
+    #[inline]
+    pub(crate) fn scope_ahead(&self, site: &'static Callsite) {
+        if self.cfg.policy == crate::runtime::config::Policy::Downgrade && self.cfg.downgrade_match.is_some() {
+            let _ = super::quiet(|| self.downgrade_in_scope(site));
+        }
+    }
+
     /// Whether pageable memory may stand in for pinned memory at `site`.
     pub(crate) fn downgrade_in_scope(&self, site: &'static Callsite) -> bool {
         let Some(patterns) = &self.cfg.downgrade_match else { return true };
