@@ -66,6 +66,16 @@ pub(crate) enum Admission {
     Downgrade,
 }
 
+/// Keeps a successful pinning call's bytes: its reservation, or, for arguments pinguard expected
+/// the runtime to reject (no reservation), the bytes taken from here on whatever the limit.
+#[inline]
+fn keep(reservation: Option<budget::Reservation>, bytes: u64) {
+    match reservation {
+        Some(r) => r.commit(),
+        None => budget::force(bytes),
+    }
+}
+
 /// Runs pinguard's own bookkeeping; a panic in it must never cross into the host's C code.
 pub(crate) fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
@@ -211,6 +221,21 @@ impl Hook {
         }
     }
 
+    /// The budget's answer for a call that no pageable memory can stand in for (the device maps
+    /// it): `None` when refused (the caller answers with the API's out-of-memory code, errno as
+    /// the program left it), else what is held for the call (nothing for arguments the runtime
+    /// will reject).
+    fn pinned_only(&self, admission: Admission) -> Option<Option<budget::Reservation>> {
+        match admission {
+            Admission::Refuse | Admission::Downgrade => {
+                self.t.set_errno(self.entry_errno);
+                None
+            }
+            Admission::Pin(r) => Some(Some(r)),
+            Admission::Pass => Some(None),
+        }
+    }
+
     /// A refusal, in the process's figures and the group's (whose members' refusals are summed
     /// in the group's shared page).
     fn denied(&self, api: Api, site: &'static Callsite, bytes: u64) {
@@ -280,10 +305,7 @@ impl Hook {
     /// here on, whatever the limit.
     #[inline]
     fn pinned(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, reservation: Option<budget::Reservation>) {
-        match reservation {
-            Some(r) => r.commit(),
-            None => budget::force(bytes),
-        }
+        keep(reservation, bytes);
         self.record(api, addr, bytes, site);
     }
 
@@ -439,10 +461,7 @@ impl Hook {
                 ledger::count_failed(self.t, api);
                 return;
             }
-            match reservation {
-                Some(r) => r.commit(),
-                None => budget::force(extra),
-            }
+            keep(reservation, extra);
             ledger::insert_over(addr, self.live(api, extra, site, Backing::Pinned));
             ledger::count_alloc(self.t, api, site, extra);
             ledger::live_delta(self.t, api, site, extra as i64, 1, self.now());

@@ -4,7 +4,7 @@
 //! such memory, so pageable memory cannot stand in for it: under `downgrade` a call over the
 //! budget is refused, as under `error`.
 
-use super::{quiet, Admission, Hook, Request};
+use super::{keep, quiet, Hook, Request};
 use crate::accounting::ledger::{self, Backing, Live};
 use crate::accounting::physical;
 use crate::api::Api;
@@ -33,14 +33,7 @@ impl Hook {
         let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
             return real();
         };
-        let reservation = match admission {
-            Admission::Refuse | Admission::Downgrade => {
-                self.t.set_errno(self.entry_errno);
-                return oom;
-            }
-            Admission::Pin(r) => Some(r),
-            Admission::Pass => None,
-        };
+        let Some(reservation) = self.pinned_only(admission) else { return oom };
         let rc = real();
         let err = self.t.errno();
         // SAFETY: on success the runtime wrote the new handle to `handle`, which is not null.
@@ -49,10 +42,7 @@ impl Hook {
             (false, _) => ledger::count_failed(self.t, api),
             (true, 0) => {}
             (true, h) => {
-                match reservation {
-                    Some(r) => r.commit(),
-                    None => crate::budget::force(bytes),
-                }
+                keep(reservation, bytes);
                 if let Some(old) = physical::created(h, self.live(api, bytes, site, Backing::Pinned)) {
                     self.gone(&old);
                 }

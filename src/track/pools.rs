@@ -5,7 +5,7 @@
 //! else its size (the pool's rounding up to its own granule is counted as it comes). The device
 //! maps pool memory, so `downgrade` refuses as `error` does. Device pools pass through.
 
-use super::{quiet, Admission, Hook, Request};
+use super::{quiet, Hook, Request};
 use crate::accounting::ledger::{self, Backing};
 use crate::accounting::pools;
 use crate::api::Api;
@@ -88,14 +88,7 @@ impl Hook {
         let Some((site, admission)) = quiet(|| self.decide(api, expect, Request::Mapped)) else {
             return real();
         };
-        let reservation = match admission {
-            Admission::Refuse | Admission::Downgrade => {
-                self.t.set_errno(self.entry_errno);
-                return oom;
-            }
-            Admission::Pin(r) => Some(r),
-            Admission::Pass => None,
-        };
+        let Some(reservation) = self.pinned_only(admission) else { return oom };
         let rc = real();
         let err = self.t.errno();
         let paid = reservation.as_ref().map_or(0, |r| r.bytes());

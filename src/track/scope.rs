@@ -9,7 +9,7 @@ use super::Hook;
 use crate::accounting::callsite::Callsite;
 use std::sync::atomic::Ordering;
 
-const UNKNOWN: u8 = 0;
+/// `Callsite::scope`: 0 until asked, then one of these.
 const IN: u8 = 1;
 const OUT: u8 = 2;
 
@@ -67,6 +67,5 @@ fn matches(patterns: &[glob::Pattern], site: &'static Callsite) -> bool {
             }
         }
     }
-    let _ = UNKNOWN;
     false
 }
