@@ -276,6 +276,9 @@ pub struct Callsite {
     pub alloc_bytes: u64,
     pub denied_count: u64,
     pub downgraded_count: u64,
+    /// Calls pinned over the budget under `warn` (absent from reports before it was added).
+    #[serde(default)]
+    pub over_budget_count: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

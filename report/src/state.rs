@@ -109,6 +109,8 @@ pub mod site {
     pub const PY_LEN: usize = 40;
     pub const DENIED: usize = 48;
     pub const DOWNGRADED: usize = 56;
+    /// Added within version 2, in what was padding before `LEVEL`: an older file reads 0.
+    pub const OVER_BUDGET: usize = 72;
     pub const LEVEL: usize = 128;
     pub const PY_SEP: char = '\u{1f}';
 }
@@ -371,8 +373,8 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         let id = img.u32_at(off + site::ID).unwrap_or(0);
         site_ids.insert(addr_of_site(&img, off), id);
         let l = img.level(off + site::LEVEL, level::SITE_STRIPES);
-        let (denied_count, downgraded_count) = (f(site::DENIED), f(site::DOWNGRADED));
-        if l.alloc_count == 0 && denied_count == 0 && downgraded_count == 0 {
+        let (denied_count, downgraded_count, over_budget_count) = (f(site::DENIED), f(site::DOWNGRADED), f(site::OVER_BUDGET));
+        if l.alloc_count == 0 && denied_count == 0 && downgraded_count == 0 && over_budget_count == 0 {
             continue;
         }
         let n = f(site::NFRAMES).min(1024);
@@ -394,6 +396,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             alloc_bytes: l.alloc_bytes,
             denied_count,
             downgraded_count,
+            over_budget_count,
         });
     }
     callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));

@@ -14,6 +14,17 @@ pub const SIZE_FORMS: &str = "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/
 /// `B` or `iB` is optional, case does not matter. A fraction needs a unit (no fractional bytes).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    if t.starts_with('-') {
+        return Err("negative sizes are not allowed".into());
+    }
+    // `1e9`, `2E3`: a float's notation, which a person means as a number of bytes.
+    if let Some((m, e)) = t.split_once(['e', 'E']).filter(|(m, e)| !m.is_empty() && m.parse::<f64>().is_ok() && e.parse::<i32>().is_ok()) {
+        let shown = t.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 1.0 && *v < 1e19 && v.fract() == 0.0);
+        return Err(match shown {
+            Some(v) => format!("{m}e{e} is a float's notation; write the bytes ({v:.0}) or use a unit (K, M, G, T)"),
+            None => format!("{m}e{e} is a float's notation; write a whole number of bytes or use a unit (K, M, G, T)"),
+        });
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
@@ -121,6 +132,11 @@ mod tests {
         for bad in ["", "M", "12Q", "1.5", "-1", "1..5G", ".5G", "99999999999999999999", "16777216T", "1e9"] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }
+        assert_eq!(parse_size("-1").unwrap_err(), "negative sizes are not allowed");
+        assert_eq!(parse_size(" -5G").unwrap_err(), "negative sizes are not allowed");
+        assert_eq!(parse_size("1e9").unwrap_err(), "1e9 is a float's notation; write the bytes (1000000000) or use a unit (K, M, G, T)");
+        assert!(parse_size("1.5E3").unwrap_err().contains("write the bytes (1500)"));
+        assert!(parse_size("1e-3").unwrap_err().contains("write a whole number of bytes"));
     }
 
     #[test]
@@ -131,6 +147,8 @@ mod tests {
         assert!(parse_size_spec("0%").is_err());
         assert!(parse_size_spec("101%").is_err());
         assert!(parse_size_spec("x%").is_err());
+        assert_eq!(parse_size_spec("-1").unwrap_err(), "negative sizes are not allowed");
+        assert_eq!(parse_size_spec("-5%").unwrap_err(), "a percentage must be above 0 and at most 100");
     }
 
     #[test]

@@ -50,6 +50,8 @@ pub struct CallsiteView<'a> {
     pub alloc_bytes: u64,
     pub denied_count: u64,
     pub downgraded_count: u64,
+    #[serde(default)]
+    pub over_budget_count: u64,
 }
 
 #[derive(Deserialize)]

@@ -29,6 +29,8 @@ pub struct Callsite {
     pub downgraded_count: AtomicU64,
     /// Bit per `Api` this callsite called.
     pub apis: AtomicU64,
+    /// Calls pinned over the budget under `warn`.
+    pub over_budget_count: AtomicU64,
     /// Live bytes and count, their peak, allocations: striped by thread (`level`).
     pub level: Level<4>,
     /// Set once the `warn` policy has logged this callsite.
@@ -49,6 +51,7 @@ const _: () = {
     assert!(offset_of!(Callsite, frames_at) == s::FRAMES && offset_of!(Callsite, frames_len) == s::NFRAMES);
     assert!(offset_of!(Callsite, py_at) == s::PY && offset_of!(Callsite, py_len) == s::PY_LEN);
     assert!(offset_of!(Callsite, denied_count) == s::DENIED && offset_of!(Callsite, downgraded_count) == s::DOWNGRADED);
+    assert!(offset_of!(Callsite, over_budget_count) == s::OVER_BUDGET);
     assert!(offset_of!(Callsite, level) == s::LEVEL && offset_of!(Callsite, apis) == s::APIS);
     assert!(Api::COUNT <= 64, "a bit per entry point in `apis`");
 };
@@ -199,6 +202,7 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
         py_len: py.len(),
         denied_count: AtomicU64::new(0),
         downgraded_count: AtomicU64::new(0),
+        over_budget_count: AtomicU64::new(0),
         level: Level::NEW,
         warned: AtomicBool::new(false),
         retired: AtomicBool::new(false),

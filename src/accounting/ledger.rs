@@ -594,6 +594,8 @@ pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u6
 
 pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
     add(&mine(t).totals.over_budget_count, 1);
+    site.over_budget_count.fetch_add(1, Relaxed);
+    site.note_api(api);
     event(EventKind::OverBudget, api, bytes, site);
 }
 

@@ -131,7 +131,7 @@ pub struct LiveFigures {
 /// first (then highest peak, then oldest id); live records by address, with their age.
 pub fn shape(reason: Reason, f: Figures) -> Report {
     let mut callsites: Vec<schema::Callsite> =
-        f.callsites.into_iter().filter(|c| c.alloc_count > 0 || c.denied_count > 0 || c.downgraded_count > 0).collect();
+        f.callsites.into_iter().filter(|c| c.alloc_count > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).collect();
     callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
     let mut live: Vec<schema::Live> = f
         .live
@@ -194,6 +194,7 @@ fn gather(cfg: &Config) -> Figures {
             c.level.alloc_count() > 0
                 || c.denied_count.load(Ordering::Relaxed) > 0
                 || c.downgraded_count.load(Ordering::Relaxed) > 0
+                || c.over_budget_count.load(Ordering::Relaxed) > 0
         })
         .map(|c| {
             let mut frames = Vec::new();
@@ -236,6 +237,7 @@ fn gather(cfg: &Config) -> Figures {
                 alloc_bytes: c.level.alloc_bytes(),
                 denied_count: c.denied_count.load(Ordering::Relaxed),
                 downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
+                over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
             }
         })
         .collect();
@@ -407,6 +409,7 @@ mod tests {
             alloc_bytes: peak,
             denied_count,
             downgraded_count: 0,
+            over_budget_count: 0,
         }
     }
 
