@@ -299,7 +299,10 @@ fn an_unwritable_report_directory_stops_run_and_the_default_falls_back_as_the_li
     assert!(o.status.success(), "{err}");
     line_of(&err, &format!("{b}/ro is not writable (permission denied); reports go to {b}/tmp/pinguard-reports"));
     line_of(&err, &format!("(run_ending, the command): exited with status 0; 3.00 MiB still pinned at exit by {SITE}"));
-    assert_eq!(reports_in(&u.base.join("tmp/pinguard-reports")).len(), 1, "{err}");
+    // In the run's own folder there.
+    let runs: Vec<_> = std::fs::read_dir(u.base.join("tmp/pinguard-reports")).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(runs.len(), 1, "{err}");
+    assert_eq!(reports_in(&runs[0]).len(), 1, "{err}");
 }
 
 #[test]

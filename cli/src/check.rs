@@ -1,12 +1,22 @@
 //! `pinguard check`: CI gates over the summed figures of the given reports.
 
 use crate::merge::Merged;
+use crate::out::count;
 use pinguard_report::units::format_bytes;
 
 pub struct Limits {
     pub max_live: Option<u64>,
     pub max_denied: Option<u64>,
     pub max_downgraded: Option<u64>,
+    pub max_over_budget: Option<u64>,
+}
+
+fn exceed(n: u64) -> &'static str {
+    if n == 1 {
+        "exceeds"
+    } else {
+        "exceed"
+    }
 }
 
 /// One line per violated limit (empty: all within), and a line saying what was checked.
@@ -26,21 +36,27 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
     }
     if let Some(max) = l.max_denied {
         if t.denied_count > max {
-            v.push(format!("pinguard check: {} denied calls exceed --max-denied {max}", t.denied_count));
+            v.push(format!("pinguard check: {} {} --max-denied {max}", count(t.denied_count, "denied call", "denied calls"), exceed(t.denied_count)));
         }
     }
     if let Some(max) = l.max_downgraded {
         if t.downgraded_count > max {
-            v.push(format!("pinguard check: {} downgraded calls exceed --max-downgraded {max}", t.downgraded_count));
+            v.push(format!("pinguard check: {} {} --max-downgraded {max}", count(t.downgraded_count, "downgraded call", "downgraded calls"), exceed(t.downgraded_count)));
+        }
+    }
+    if let Some(max) = l.max_over_budget {
+        if t.over_budget_count > max {
+            v.push(format!("pinguard check: {} {} --max-over-budget {max}", count(t.over_budget_count, "call over the budget", "calls over the budget"), exceed(t.over_budget_count)));
         }
     }
     let summary = format!(
-        "pinguard check: {} report(s), {} process(es): live {}, {} denied, {} downgraded",
-        m.reports,
-        m.processes,
+        "pinguard check: {}, {}: live {}, {} denied, {} downgraded, {} over budget",
+        count(m.reports as u64, "report", "reports"),
+        count(m.processes as u64, "process", "processes"),
         format_bytes(t.live_bytes),
         t.denied_count,
-        t.downgraded_count
+        t.downgraded_count,
+        t.over_budget_count
     );
     (v, summary)
 }

@@ -1,6 +1,6 @@
 //! `pinguard diff OLD NEW`: per-callsite change of live and peak pinned bytes between two runs.
 
-use crate::merge::{short_label, Merged, Site, SiteKey};
+use crate::merge::{site_label, Merged, Site, SiteKey};
 use crate::out::table;
 use pinguard_report::units::format_bytes;
 use std::collections::HashMap;
@@ -45,7 +45,7 @@ pub fn render(old: &Merged, new: &Merged) -> String {
                 format!("{} -> {}", format_bytes(os.live_bytes), format_bytes(ns.live_bytes)),
                 signed(dp),
                 status.to_string(),
-                short_label(site),
+                site_label(site),
             ],
         ));
     }

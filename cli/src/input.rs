@@ -16,26 +16,51 @@ impl std::fmt::Display for BadInput {
     }
 }
 
+/// A file to read, and whether a directory scan found it (rather than the user naming it).
+pub struct Input {
+    pub path: PathBuf,
+    pub scanned: bool,
+}
+
 /// Expands directories (recursively, `*.json` and `*.state`, hidden files skipped) into files. A
 /// report next to a state of the same process (an interval snapshot of a process that was killed
 /// or still runs) is left out: the state is the later word.
-pub fn expand(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<BadInput>) {
+pub fn expand(inputs: &[PathBuf]) -> (Vec<Input>, Vec<BadInput>) {
     let mut files = Vec::new();
     let mut bad = Vec::new();
     for p in inputs {
         match std::fs::metadata(p) {
             Err(e) => bad.push(BadInput { path: p.clone(), problem: io_problem(&e) }),
             Ok(m) if m.is_dir() => {
-                let before = files.len();
-                walk(p, &mut files, &mut bad);
-                if files.len() == before {
+                let mut found = Vec::new();
+                walk(p, &mut found, &mut bad);
+                if found.is_empty() {
                     bad.push(BadInput { path: p.clone(), problem: "no pinguard reports (*.json, *.state) in this directory".into() });
                 }
+                files.extend(found.into_iter().map(|path| Input { path, scanned: true }));
             }
-            Ok(_) => files.push(p.clone()),
+            Ok(_) => files.push(Input { path: p.clone(), scanned: false }),
         }
     }
     (files, bad)
+}
+
+/// What became of a file that is not a usable report: a file a directory scan found that is
+/// evidently something else (a `config.json` beside the reports) is skipped with a note; a
+/// damaged report, or any file the user named, is an error.
+enum Unusable {
+    Skipped(BadInput),
+    Bad(BadInput),
+}
+
+fn unusable(input: &Input, bytes: Option<&[u8]>, problem: String) -> Unusable {
+    let bad = BadInput { path: input.path.clone(), problem };
+    match bytes {
+        Some(b) if input.scanned && pinguard_report::foreign(b) => {
+            Unusable::Skipped(BadInput { path: bad.path, problem: "not a pinguard report; skipped".into() })
+        }
+        _ => Unusable::Bad(bad),
+    }
 }
 
 fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
@@ -63,6 +88,15 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
     }
 }
 
+/// The last line when no input was a report: unless every problem was already named as such.
+fn nothing_read(no_inputs: bool, say: bool) {
+    if no_inputs {
+        eprintln!("pinguard: no report files given");
+    } else if say {
+        eprintln!("pinguard: no readable report among the inputs");
+    }
+}
+
 fn io_problem(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "no such file or directory".into(),
@@ -72,8 +106,14 @@ fn io_problem(e: &std::io::Error) -> String {
 }
 
 pub fn load(path: &Path) -> Result<Report, BadInput> {
-    let bytes = read(path).map_err(|problem| BadInput { path: path.to_path_buf(), problem })?;
-    Report::from_slice(&bytes).map_err(|e| BadInput { path: path.to_path_buf(), problem: e.0 })
+    load_input(&Input { path: path.to_path_buf(), scanned: false }).map_err(|u| match u {
+        Unusable::Skipped(b) | Unusable::Bad(b) => b,
+    })
+}
+
+fn load_input(input: &Input) -> Result<Report, Unusable> {
+    let bytes = read(&input.path).map_err(|problem| Unusable::Bad(BadInput { path: input.path.clone(), problem }))?;
+    Report::from_slice(&bytes).map_err(|e| unusable(input, Some(&bytes), e.0))
 }
 
 /// A file's bytes as a report: a state file (`pinguard_report::state`) is read as the report of
@@ -124,7 +164,7 @@ pub fn parallel<T: Send>(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(files.len()).max(1);
-    let results: Vec<(T, usize, Vec<(usize, BadInput)>)> = std::thread::scope(|s| {
+    let results: Vec<(T, usize, Vec<(usize, Unusable)>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
@@ -134,15 +174,18 @@ pub fn parallel<T: Send>(
                         if i >= files.len() || stop.load(Ordering::Relaxed) {
                             break;
                         }
-                        let p = &files[i];
-                        let r = read(p).and_then(|b| each(&mut state, p, &b));
+                        let input = &files[i];
+                        let r = match read(&input.path) {
+                            Ok(b) => each(&mut state, &input.path, &b).map_err(|problem| unusable(input, Some(&b), problem)),
+                            Err(problem) => Err(unusable(input, None, problem)),
+                        };
                         match r {
                             Ok(()) => good += 1,
-                            Err(problem) => {
-                                errs.push((i, BadInput { path: p.clone(), problem }));
-                                if !keep_going {
+                            Err(u) => {
+                                if matches!(u, Unusable::Bad(_)) && !keep_going {
                                     stop.store(true, Ordering::Relaxed);
                                 }
+                                errs.push((i, u));
                             }
                         }
                     }
@@ -152,7 +195,7 @@ pub fn parallel<T: Send>(
             .collect();
         handles.into_iter().map(|h| h.join().expect("a reader thread panicked")).collect()
     });
-    let mut errs: Vec<(usize, BadInput)> = Vec::new();
+    let mut errs: Vec<(usize, Unusable)> = Vec::new();
     let mut good = 0;
     let mut states = Vec::new();
     for (st, g, e) in results {
@@ -161,21 +204,23 @@ pub fn parallel<T: Send>(
         errs.extend(e);
     }
     errs.sort_by_key(|e| e.0);
-    if !keep_going {
-        if let Some((_, b)) = errs.first() {
-            eprintln!("pinguard: {b}");
-            return Err(());
+    let mut skipped = 0;
+    for (_, u) in &errs {
+        match u {
+            Unusable::Skipped(b) => {
+                skipped += 1;
+                eprintln!("pinguard: {b}");
+            }
+            Unusable::Bad(b) => {
+                eprintln!("pinguard: {b}");
+                if !keep_going {
+                    return Err(());
+                }
+            }
         }
-    }
-    for (_, b) in &errs {
-        eprintln!("pinguard: {b}");
     }
     if good == 0 {
-        if bad.is_empty() && files.is_empty() {
-            eprintln!("pinguard: no report files given");
-        } else if keep_going {
-            eprintln!("pinguard: no readable report among the inputs");
-        }
+        nothing_read(bad.is_empty() && files.is_empty(), keep_going || skipped > 0);
         return Err(());
     }
     Ok(states)
@@ -194,14 +239,18 @@ pub fn for_each(inputs: &[PathBuf], keep_going: bool, mut each: impl FnMut(&Path
     if failed && !keep_going {
         return Err(());
     }
-    let mut good = 0;
+    let (mut good, mut skipped) = (0, 0);
     for f in &files {
-        match load(f) {
+        match load_input(f) {
             Ok(r) => {
                 good += 1;
-                each(f, r);
+                each(&f.path, r);
             }
-            Err(b) => {
+            Err(Unusable::Skipped(b)) => {
+                skipped += 1;
+                eprintln!("pinguard: {b}");
+            }
+            Err(Unusable::Bad(b)) => {
                 eprintln!("pinguard: {b}");
                 if !keep_going {
                     return Err(());
@@ -210,11 +259,7 @@ pub fn for_each(inputs: &[PathBuf], keep_going: bool, mut each: impl FnMut(&Path
         }
     }
     if good == 0 {
-        if !failed && files.is_empty() {
-            eprintln!("pinguard: no report files given");
-        } else if keep_going {
-            eprintln!("pinguard: no readable report among the inputs");
-        }
+        nothing_read(!failed && files.is_empty(), keep_going || skipped > 0);
         return Err(());
     }
     Ok(good)

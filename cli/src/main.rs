@@ -1,6 +1,7 @@
 //! `pinguard`: runs programs under the preload library and reads its reports.
 //!
-//! Exit status: 0 success, 1 a check failed, 2 bad usage or unreadable input.
+//! Exit status: 0 success, 1 a check failed, 2 bad usage or unreadable input; `run` passes on
+//! its command's (`EXIT_*` below are what `--help` says).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -22,8 +23,21 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+const EXIT_ALL: &str = "Exit status:
+  0  success
+  1  `check`: a limit was exceeded
+  2  bad usage, or an input that is not a readable report
+  `run` exits with its command's status (see `pinguard run --help`).";
+const EXIT_READ: &str = "Exit status: 0 success; 2 bad usage, or an input that is not a readable report \
+(a file that a directory scan finds and that is not a pinguard report is skipped with a note).";
+const EXIT_CHECK: &str = "Exit status: 0 every limit holds; 1 a limit was exceeded (one line each); 2 bad usage, \
+or an input that is not a readable report.";
+const EXIT_RUN: &str = "Exit status: the command's own; 128+N when signal N ended it; 126 when it is not executable, \
+127 when it does not exist; 2 when pinguard cannot run it (a bad option, no library, nowhere to write reports).";
+const EXIT_TOP: &str = "Exit status: 0 success; 2 bad usage, or no such group or directory.";
+
 #[derive(Parser)]
-#[command(name = "pinguard", version, about = "Track, cap and report host-pinned memory (CUDA, Ascend ACL, mlock)")]
+#[command(name = "pinguard", version, about = "Track, cap and report host-pinned memory (CUDA, Ascend ACL, mlock)", after_help = EXIT_ALL)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -37,6 +51,19 @@ fn bytes(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| format!("{e}; expected {}", units::SIZE_FORMS))
 }
 
+/// A count in a limit: clap's own message for `-1` would be "unexpected argument".
+fn count(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Err("negative counts are not allowed".into());
+    }
+    t.parse().map_err(|_| "expected a whole number of calls, such as 0 or 10".into())
+}
+
+fn signal(s: &str) -> Result<String, String> {
+    pinguard_report::units::parse_signal(s).map(|_| s.to_string())
+}
+
 fn duration(s: &str) -> Result<String, String> {
     units::parse_duration_ms(s).map(|_| s.to_string()).map_err(|e| format!("{e}; expected {}", units::DURATION_FORMS))
 }
@@ -46,11 +73,14 @@ enum Cmd {
     /// Run CMD with pinguard preloaded, exit with its status, then summarise the reports it and its
     /// children wrote and how each of them ended.
     ///
-    /// The exit status is CMD's (128+N when signal N ended it). SIGINT, SIGTERM, SIGHUP and SIGQUIT
-    /// sent to `pinguard run` are passed on to CMD.
+    /// Reports go to a folder of this run's own, pinguard-reports/<start time>-<pid>/, unless
+    /// --report says otherwise. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to `pinguard run` are
+    /// passed on to CMD.
+    #[command(after_help = EXIT_RUN)]
     Run {
-        /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512M, 1.5GiB, 10%.
-        #[arg(long, value_parser = size)]
+        /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512M, 1.5GiB, 10%; 0 lets
+        /// nothing be pinned (every pinning call gets the policy).
+        #[arg(long, value_parser = size, allow_hyphen_values = true)]
         budget: Option<String>,
         /// Under downgrade, downgrade only callsites matching these glob patterns
         /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
@@ -59,8 +89,10 @@ enum Cmd {
         /// What an over-budget call gets (PINGUARD_POLICY).
         #[arg(long, value_parser = ["error", "downgrade", "warn"])]
         policy: Option<String>,
-        /// Report path template (PINGUARD_REPORT), checked before CMD starts; default
-        /// pinguard-reports/%e.%p.json, in the temporary directory when this one is not writable.
+        /// Report path template (PINGUARD_REPORT): %p pid, %e executable, %h host, %t start
+        /// time; checked before CMD starts. Default: this run's own folder,
+        /// pinguard-reports/<start time>-<pid>/%e.%p.json, under the temporary directory when
+        /// the working directory is not writable.
         #[arg(long)]
         report: Option<String>,
         /// Frames per stack, 0 to 128 (PINGUARD_DEPTH).
@@ -69,61 +101,88 @@ enum Cmd {
         /// Also rewrite the reports periodically (PINGUARD_INTERVAL): 500ms, 30s.
         #[arg(long, value_parser = duration)]
         interval: Option<String>,
-        /// Also write a report when this signal arrives (PINGUARD_SIGNAL).
-        #[arg(long)]
+        /// Also write a report when this signal arrives (PINGUARD_SIGNAL): USR1, SIGUSR2, 10.
+        #[arg(long, value_parser = signal)]
         signal: Option<String>,
         /// The preload library (default: libpinguard.so beside this binary).
         #[arg(long)]
         lib: Option<PathBuf>,
+        /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         cmd: Vec<OsString>,
     },
     /// Merge reports (files or directories) and show the top callsites by live pinned bytes.
+    #[command(after_help = EXIT_READ)]
     Report {
-        #[arg(long, default_value_t = 20)]
+        /// How many callsites to list (the largest by live bytes, then by peak).
+        #[arg(long, default_value_t = 20, value_name = "N")]
         top: usize,
         /// Print the merged figures as JSON.
         #[arg(long)]
         json: bool,
-        /// Skip unreadable inputs (each is still named on stderr).
+        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+        /// stderr); exit 2 only when none can be read.
         #[arg(long)]
         keep_going: bool,
+        /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
     /// Fail (exit 1) when the reports' summed figures exceed a limit: a CI gate.
+    #[command(after_help = EXIT_CHECK)]
     Check {
-        #[arg(long, value_parser = bytes, value_name = "BYTES")]
+        /// Most live pinned bytes left at the reports' end, summed over processes: 512M, 1G.
+        #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
         max_live: Option<u64>,
-        #[arg(long, value_name = "N")]
+        /// Most pinning calls refused by a budget (policy error, or downgrade out of scope).
+        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
         max_denied: Option<u64>,
-        #[arg(long, value_name = "N")]
+        /// Most pinning calls served with pageable memory instead (policy downgrade).
+        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
         max_downgraded: Option<u64>,
+        /// Most pinning calls that went over the budget and were pinned anyway (policy warn).
+        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+        max_over_budget: Option<u64>,
+        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+        /// stderr); exit 2 only when none can be read.
         #[arg(long)]
         keep_going: bool,
+        /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
     /// Per-callsite change of live and peak pinned bytes between two runs (files or directories).
+    #[command(after_help = EXIT_READ)]
     Diff {
+        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+        /// stderr); exit 2 only when none can be read.
         #[arg(long)]
         keep_going: bool,
+        /// The earlier run: a report file or a folder of them.
         old: PathBuf,
+        /// The later run: a report file or a folder of them.
         new: PathBuf,
     },
     /// Draw the merged callsites as a flame graph (SVG).
+    #[command(after_help = EXIT_READ)]
     Flamegraph {
+        /// Where to write the SVG.
         #[arg(short, long, value_name = "OUT.svg")]
         output: PathBuf,
+        /// What the widths show.
         #[arg(long, value_enum, default_value = "live")]
         metric: flamegraph::Metric,
+        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+        /// stderr); exit 2 only when none can be read.
         #[arg(long)]
         keep_going: bool,
+        /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
     /// A live view of a group (its shared ledger) or a directory of metrics files: processes by
     /// pinned bytes, budget use, refusals.
+    #[command(after_help = EXIT_TOP)]
     Top {
         /// The group's name (PINGUARD_GROUP).
         #[arg(long, conflicts_with = "metrics", required_unless_present = "metrics")]
@@ -134,16 +193,25 @@ enum Cmd {
         /// Print once and exit (for scripts).
         #[arg(long)]
         once: bool,
-        /// Refresh interval.
+        /// Refresh interval: 500ms, 2s.
         #[arg(long, default_value = "1s", value_parser = duration)]
         interval: String,
     },
     /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
+    #[command(after_help = EXIT_READ)]
     Plot {
+        /// Where to write the SVG.
         #[arg(short, long, value_name = "OUT.svg")]
         output: PathBuf,
+        /// Time on the x axis as wall-clock time (to compare runs side by side) instead of the
+        /// time since each process started.
+        #[arg(long)]
+        wall_clock: bool,
+        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+        /// stderr); exit 2 only when none can be read.
         #[arg(long)]
         keep_going: bool,
+        /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
@@ -190,9 +258,9 @@ fn main() -> ExitCode {
             out::print(&if json { report::json(&m, top) } else { report::render(&m, top) });
             ExitCode::SUCCESS
         }
-        Cmd::Check { max_live, max_denied, max_downgraded, keep_going, inputs } => {
+        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, keep_going, inputs } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded });
+            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget });
             for v in &violations {
                 println!("{v}");
             }
@@ -235,7 +303,8 @@ fn main() -> ExitCode {
             };
             ExitCode::from(top::run(source, once, every) as u8)
         }
-        Cmd::Plot { output, keep_going, inputs } => {
+        Cmd::Plot { output, wall_clock, keep_going, inputs } => {
+            let _ = wall_clock;
             let mut series = Vec::new();
             if input::for_each(&inputs, keep_going, |_, r| series.push(plot::series(&r))).is_err() {
                 return ExitCode::from(2);

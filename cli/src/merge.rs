@@ -48,6 +48,15 @@ pub fn short_label(site: &Site) -> String {
     frames_label(if site.py_frames.is_empty() { &site.frames } else { &site.py_frames })
 }
 
+/// `short_label`, saying when processes share the callsite (a DataLoader's workers and their
+/// parent all run `pin (workers.py:4)`), for lists without a PROCS column.
+pub fn site_label(site: &Site) -> String {
+    match site.processes {
+        0 | 1 => short_label(site),
+        n => format!("{} in {n} processes", short_label(site)),
+    }
+}
+
 fn frames_label(frames: &[Frame]) -> String {
     match frames.first() {
         None => "(no stack)".into(),
@@ -127,21 +136,34 @@ pub struct Site {
     pub alloc_bytes: u64,
     pub denied_count: u64,
     pub downgraded_count: u64,
+    pub over_budget_count: u64,
     pub processes: usize,
     #[serde(skip)]
     seen: BTreeSet<u32>,
 }
 
+/// A callsite's summed figures, as one report or one partial merge has them.
+struct Figures {
+    live: u64,
+    live_count: u64,
+    peak: u64,
+    allocs: u64,
+    alloc_bytes: u64,
+    denied: u64,
+    downgraded: u64,
+    over_budget: u64,
+}
+
 impl Site {
-    #[allow(clippy::too_many_arguments)]
-    fn add_figures(&mut self, live: u64, live_count: u64, peak: u64, allocs: u64, alloc_bytes: u64, denied: u64, downgraded: u64) {
-        self.live_bytes += live;
-        self.live_count += live_count;
-        self.peak_live_bytes += peak;
-        self.alloc_count += allocs;
-        self.alloc_bytes += alloc_bytes;
-        self.denied_count += denied;
-        self.downgraded_count += downgraded;
+    fn add_figures(&mut self, f: Figures) {
+        self.live_bytes += f.live;
+        self.live_count += f.live_count;
+        self.peak_live_bytes += f.peak;
+        self.alloc_count += f.allocs;
+        self.alloc_bytes += f.alloc_bytes;
+        self.denied_count += f.denied;
+        self.downgraded_count += f.downgraded;
+        self.over_budget_count += f.over_budget;
     }
 }
 
@@ -212,7 +234,16 @@ impl Merged {
                     s.apis.insert(a.to_string());
                 }
             }
-            s.add_figures(c.live_bytes, c.live_count, c.peak_live_bytes, c.alloc_count, c.alloc_bytes, c.denied_count, c.downgraded_count);
+            s.add_figures(Figures {
+                live: c.live_bytes,
+                live_count: c.live_count,
+                peak: c.peak_live_bytes,
+                allocs: c.alloc_count,
+                alloc_bytes: c.alloc_bytes,
+                denied: c.denied_count,
+                downgraded: c.downgraded_count,
+                over_budget: c.over_budget_count,
+            });
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
         }
@@ -230,7 +261,16 @@ impl Merged {
         for o in other.callsites {
             let s = self.site(o.key, || (o.frames.clone(), o.py_frames.clone()));
             s.apis.extend(o.apis);
-            s.add_figures(o.live_bytes, o.live_count, o.peak_live_bytes, o.alloc_count, o.alloc_bytes, o.denied_count, o.downgraded_count);
+            s.add_figures(Figures {
+                live: o.live_bytes,
+                live_count: o.live_count,
+                peak: o.peak_live_bytes,
+                allocs: o.alloc_count,
+                alloc_bytes: o.alloc_bytes,
+                denied: o.denied_count,
+                downgraded: o.downgraded_count,
+                over_budget: o.over_budget_count,
+            });
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();
         }

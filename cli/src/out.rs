@@ -35,3 +35,19 @@ pub fn table(rows: &[Vec<String>], right: &[bool]) -> String {
     }
     s
 }
+
+/// `1 allocation`, `3 allocations`: a count and its noun as a person writes them.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_take_the_noun_their_number_needs() {
+        assert_eq!(super::count(1u64, "process", "processes"), "1 process");
+        assert_eq!(super::count(0u64, "process", "processes"), "0 processes");
+        assert_eq!(super::count(2u32, "allocation", "allocations"), "2 allocations");
+    }
+}

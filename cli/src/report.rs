@@ -2,13 +2,13 @@
 //! per callsite still holding pinned memory, then one summary line.
 
 use crate::merge::{frame_label, short_label, Merged};
-use crate::out::table;
+use crate::out::{count, table};
 use pinguard_report::units::format_bytes;
 
 pub fn render(m: &Merged, top: usize) -> String {
     let mut s = String::new();
-    let procs = if m.processes == 1 { "1 process".to_string() } else { format!("{} processes", m.processes) };
-    let mut reps = if m.reports == 1 { "1 report".to_string() } else { format!("{} reports", m.reports) };
+    let procs = count(m.processes as u64, "process", "processes");
+    let mut reps = count(m.reports as u64, "report", "reports");
     // Processes read from the state they left: say so, a reader must not take them for exits.
     let killed = m.per_process.iter().filter(|p| p.reason == "killed").count();
     let running = m.per_process.iter().filter(|p| p.reason == "running").count();
@@ -19,7 +19,7 @@ pub fn render(m: &Merged, top: usize) -> String {
         reps.push_str(&format!(", {running} still running (read from the live state)"));
     }
     s.push_str(&format!("Top callsites by live pinned bytes ({reps}, {procs})\n\n"));
-    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS", "DENIED", "DOWNGRADED", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
+    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS", "DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
     for c in m.callsites.iter().take(top) {
         rows.push(vec![
             format_bytes(c.live_bytes),
@@ -28,24 +28,23 @@ pub fn render(m: &Merged, top: usize) -> String {
             c.alloc_count.to_string(),
             c.denied_count.to_string(),
             c.downgraded_count.to_string(),
+            c.over_budget_count.to_string(),
             c.processes.to_string(),
             c.apis.iter().cloned().collect::<Vec<_>>().join(","),
             short_label(c),
         ]);
     }
-    s.push_str(&table(&rows, &[true, true, true, true, true, true, true, false, false]));
+    s.push_str(&table(&rows, &[true, true, true, true, true, true, true, true, false, false]));
     if m.callsites.len() > top {
-        s.push_str(&format!("... {} more callsites (--top)\n", m.callsites.len() - top));
+        s.push_str(&format!("... {} (--top)\n", count((m.callsites.len() - top) as u64, "more callsite", "more callsites")));
     }
     for c in m.callsites.iter().filter(|c| c.live_bytes > 0).take(top) {
-        let allocs = if c.live_count == 1 { "allocation" } else { "allocations" };
-        let procs = if c.processes == 1 { "process" } else { "processes" };
         s.push_str(&format!(
-            "\n{} bytes ({}) in {} {allocs} from {} {procs}, through {}:\n",
-            c.live_bytes,
+            "\n{} ({}) in {} from {}, through {}:\n",
+            count(c.live_bytes, "byte", "bytes"),
             format_bytes(c.live_bytes),
-            c.live_count,
-            c.processes,
+            count(c.live_count, "allocation", "allocations"),
+            count(c.processes as u64, "process", "processes"),
             c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
         if !c.py_frames.is_empty() {
@@ -64,15 +63,16 @@ pub fn render(m: &Merged, top: usize) -> String {
     }
     let t = &m.totals;
     s.push_str(&format!(
-        "\nSUMMARY: pinguard: {} bytes ({}) pinned in {} allocations across {procs}; peak {}; {} denied ({}), {} downgraded ({}); {reps}\n",
-        t.live_bytes,
+        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}; peak {}; {} denied ({}), {} downgraded ({}), {} over budget; {reps}\n",
+        count(t.live_bytes, "byte", "bytes"),
         format_bytes(t.live_bytes),
-        t.live_count,
+        count(t.live_count, "allocation", "allocations"),
         format_bytes(t.peak_live_bytes),
         t.denied_count,
         format_bytes(t.denied_bytes),
         t.downgraded_count,
         format_bytes(t.downgraded_bytes),
+        t.over_budget_count,
     ));
     s
 }

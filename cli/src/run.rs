@@ -2,7 +2,7 @@
 //! summary of every report it and its descendants wrote, and what happened to each of them.
 
 use crate::merge::{short_label, Merged};
-use crate::out::table;
+use crate::out::{count, table};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{Reason, Report};
 use std::collections::HashMap;
@@ -18,7 +18,31 @@ pub struct Options {
     pub cmd: Vec<OsString>,
 }
 
-pub const DEFAULT_TEMPLATE: &str = "pinguard-reports/%e.%p.json";
+/// Where runs write by default: a folder per run inside it (`run_folder`), so that one run's
+/// summary and `pinguard report` on its folder never mix in an earlier run's reports.
+pub const DEFAULT_DIR: &str = "pinguard-reports";
+
+/// This run's folder under `DEFAULT_DIR`: its local start time, then `run`'s pid (two runs
+/// started in the same second differ), so that an `ls` lists runs in the order they started.
+fn run_folder(start_ms: u64) -> String {
+    let secs = (start_ms / 1000) as libc::time_t;
+    // SAFETY: a zeroed `tm` is a valid out-parameter; localtime_r writes only into it.
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&secs, &mut tm);
+        tm
+    };
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}-{}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        std::process::id()
+    )
+}
 
 /// `libpinguard.so` beside the `pinguard` binary (a cargo build, an unpacked release), or in
 /// `../lib/` (an installed prefix).
@@ -56,6 +80,15 @@ fn check_escapes(t: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+fn spawn_why(e: &std::io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => "no such file or command".into(),
+        Some(libc::EACCES) => "permission denied (not an executable file?)".into(),
+        Some(libc::ENOEXEC) => "not an executable format".into(),
+        _ => e.to_string(),
+    }
 }
 
 fn io_why(e: &std::io::Error) -> String {
@@ -105,11 +138,12 @@ fn absolute(cwd: &Path, t: &str) -> PathBuf {
 /// after a long job is what this saves. The default falls back to the temporary directory as the
 /// library's own default does (a read-only working directory in a container); a template given
 /// with --report is used as given or not at all.
-fn report_template(given: Option<&str>, cwd: &Path) -> Result<(PathBuf, Option<String>), String> {
+fn report_template(given: Option<&str>, cwd: &Path, folder: &str) -> Result<(PathBuf, Option<String>), String> {
     let Some(t) = given else {
-        let here = cwd.join(DEFAULT_TEMPLATE);
+        let template = Path::new(DEFAULT_DIR).join(folder).join("%e.%p.json");
+        let here = cwd.join(&template);
         let Some(why) = unwritable(&search_root(&here)) else { return Ok((here, None)) };
-        let tmp = std::env::temp_dir().join(DEFAULT_TEMPLATE);
+        let tmp = std::env::temp_dir().join(&template);
         return match unwritable(&search_root(&tmp)) {
             None => Ok((tmp.clone(), Some(format!("{why}; reports go to {}", search_root(&tmp).display())))),
             Some(why2) => Err(format!("nowhere to write reports: {why}; {why2}; give --report")),
@@ -287,7 +321,8 @@ pub fn run(o: Options) -> i32 {
     };
     // A working directory removed under us: a relative template is then refused as unwritable.
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let template_abs = match report_template(o.report.as_deref(), &cwd) {
+    let start = now_ms();
+    let template_abs = match report_template(o.report.as_deref(), &cwd, &run_folder(start)) {
         Ok((t, note)) => {
             if let Some(n) = note {
                 eprintln!("pinguard run: {n}");
@@ -313,15 +348,16 @@ pub fn run(o: Options) -> i32 {
     for (k, v) in &o.env {
         cmd.env(k, v);
     }
-    let start = now_ms();
     // Before the command starts, so that no signal in between ends `run` and orphans it.
     let old = install();
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
             restore(&old);
-            eprintln!("pinguard run: cannot run {}: {e}", o.cmd[0].to_string_lossy());
-            return 127;
+            eprintln!("pinguard run: cannot run {}: {}", o.cmd[0].to_string_lossy(), spawn_why(&e));
+            // The shell's convention: 127 for a command that is not there, 126 for one that is
+            // but cannot be executed.
+            return if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
         }
     };
     let pid = child.id();
@@ -386,7 +422,7 @@ fn finality(r: Reason) -> u8 {
 fn this_runs(root: &Path, start_ms: u64, notes: &mut String) -> Vec<(PathBuf, Report)> {
     let (files, _) = crate::input::expand(&[root.to_path_buf()]);
     let mut best: HashMap<(String, u32, u64), (PathBuf, Report)> = HashMap::new();
-    for f in files {
+    for f in files.into_iter().map(|i| i.path) {
         let r = match crate::input::load(&f) {
             Ok(r) => r,
             Err(bad) => {
@@ -438,7 +474,7 @@ fn ending_line(p: &Reading, is_cmd: Option<&TheCommand>) -> String {
     let held = (t.live_bytes > 0).then(|| {
         let by = match &p.top {
             Some((name, 0)) => name.clone(),
-            Some((name, others)) => format!("{name} and {others} other callsite(s)"),
+            Some((name, others)) => format!("{name} and {}", count(*others as u64, "other callsite", "other callsites")),
             None => "callsites the report does not list".into(),
         };
         (format_bytes(t.live_bytes), by)
@@ -509,8 +545,9 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
             None => format!("{notes}pinguard run: no reports under {} (nothing was pinned)\n", root.display()),
         };
     }
-    let mut s = format!("\n{notes}pinguard run: {} report(s) under {}\n", m.reports, root.display());
-    let mut rows = vec![["PID", "EXE", "LIVE", "COUNT", "PEAK", "DENIED", "DOWNGRADED", "BUDGET", "REPORT"].map(String::from).to_vec()];
+    let shown = shown_path(&root);
+    let mut s = format!("\n{notes}pinguard run: {} under {shown}\n", count(m.reports as u64, "report", "reports"));
+    let mut rows = vec![["PID", "EXE", "LIVE", "COUNT", "PEAK", "DENIED", "DOWNGRADED", "OVER-BUDGET", "BUDGET", "REPORT"].map(String::from).to_vec()];
     for p in &m.per_process {
         rows.push(vec![
             p.pid.to_string(),
@@ -520,19 +557,28 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
             format_bytes(p.totals.peak_live_bytes),
             p.totals.denied_count.to_string(),
             p.totals.downgraded_count.to_string(),
+            p.totals.over_budget_count.to_string(),
             p.budget_bytes.map(format_bytes).unwrap_or_else(|| "-".into()),
-            p.path.clone(),
+            p.path.strip_prefix(&format!("{}/", root.display())).unwrap_or(&p.path).to_string(),
         ]);
     }
-    s.push_str(&table(&rows, &[true, false, true, true, true, true, true, true, false]));
-    let top: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0 || c.denied_count > 0).take(5).collect();
+    s.push_str(&table(&rows, &[true, false, true, true, true, true, true, true, true, false]));
+    let top: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).take(5).collect();
     if !top.is_empty() {
         s.push_str("\nTop callsites:\n");
-        let mut rows = vec![["LIVE", "DENIED", "API", "CALLSITE"].map(String::from).to_vec()];
+        let mut rows = vec![["LIVE", "DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
         for c in top {
-            rows.push(vec![format_bytes(c.live_bytes), c.denied_count.to_string(), c.apis.iter().cloned().collect::<Vec<_>>().join(","), short_label(c)]);
+            rows.push(vec![
+                format_bytes(c.live_bytes),
+                c.denied_count.to_string(),
+                c.downgraded_count.to_string(),
+                c.over_budget_count.to_string(),
+                c.processes.to_string(),
+                c.apis.iter().cloned().collect::<Vec<_>>().join(","),
+                short_label(c),
+            ]);
         }
-        s.push_str(&table(&rows, &[true, true, false, false]));
+        s.push_str(&table(&rows, &[true, true, true, true, true, false, false]));
     }
     // The command first, then every process that did not simply exit, then the rest.
     readings.sort_by_key(|p| (!is_cmd(&p.report), p.report.reason == Reason::Exit, p.report.process.pid));
@@ -545,19 +591,28 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
     if lines.len() > MAX_ENDINGS {
         let rest = &readings[readings.len() - (lines.len() - MAX_ENDINGS)..];
         let exited = rest.iter().filter(|p| p.report.reason == Reason::Exit).count();
-        s.push_str(&format!("pinguard run: ... and {} more process(es): {exited} exited, {} did not (see the table)\n", rest.len(), rest.len() - exited));
+        s.push_str(&format!("pinguard run: ... and {}: {exited} exited, {} did not (see the table)\n", count(rest.len() as u64, "more process", "more processes"), rest.len() - exited));
     }
     let t = &m.totals;
     s.push_str(&format!(
-        "\nTotal: {} pinned in {} allocations across {} process(es), {} denied, {} downgraded. Details: pinguard report {}\n",
+        "\nTotal: {} pinned in {} across {}, {} denied, {} downgraded, {} over budget. Details: pinguard report {shown}\n",
         format_bytes(t.live_bytes),
-        t.live_count,
-        m.processes,
+        count(t.live_count, "allocation", "allocations"),
+        count(m.processes as u64, "process", "processes"),
         t.denied_count,
         t.downgraded_count,
-        root.display()
+        t.over_budget_count,
     ));
     s
+}
+
+/// The folder as the user would type it: relative to the working directory when inside it.
+fn shown_path(dir: &Path) -> String {
+    let rel = std::env::current_dir().ok().and_then(|cwd| dir.strip_prefix(cwd).ok().map(Path::to_path_buf));
+    match rel {
+        Some(r) if !r.as_os_str().is_empty() => format!("{}/", r.display()),
+        _ => format!("{}/", dir.display()),
+    }
 }
 
 #[cfg(test)]
@@ -570,8 +625,8 @@ mod tests {
         assert!(check_escapes("/r/%q.json").unwrap_err().contains("\"%q\""));
         assert!(check_escapes("/r/out%").unwrap_err().contains("lone %"));
         let cwd = Path::new("/");
-        assert!(report_template(Some(""), cwd).unwrap_err().contains("empty"));
-        assert!(report_template(Some("/nonexistent-dir/"), cwd).unwrap_err().contains("names a directory"));
+        assert!(report_template(Some(""), cwd, "f").unwrap_err().contains("empty"));
+        assert!(report_template(Some("/nonexistent-dir/"), cwd, "f").unwrap_err().contains("names a directory"));
     }
 
     #[test]

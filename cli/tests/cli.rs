@@ -31,6 +31,14 @@ fn run_under(prog: &str, args: &[&str], flags: &[&str]) -> (Output, PathBuf) {
     (pinguard(&a), dir)
 }
 
+/// The cell of a right-aligned column in a table row: what ends where the header's name ends
+/// (sizes such as "6.81 MiB" hold a space, so whitespace does not split columns).
+fn cell<'a>(header: &str, row: &'a str, name: &str) -> &'a str {
+    let end = header.find(&format!(" {name}")).map(|i| i + 1 + name.len()).or_else(|| header.starts_with(name).then_some(name.len()));
+    let end = end.unwrap_or_else(|| panic!("no column {name} in {header:?}"));
+    row[..end.min(row.len())].rsplit(' ').next().unwrap()
+}
+
 fn no_panic(o: &Output) {
     let (_, err) = text(o);
     assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "{err}");
@@ -43,7 +51,7 @@ fn run_passes_the_exit_status_and_summarises_every_process() {
     let (o, dir) = run_under("family", &[scenario.to_str().unwrap(), "mlock:0:2"], &["--budget", "1M"]);
     assert!(o.status.success(), "{o:?}");
     let (_, err) = text(&o);
-    assert!(err.contains("3 report(s)"), "{err}");
+    assert!(err.contains("3 reports under"), "{err}");
     assert_eq!(reports_in(&dir).len(), 3);
     for p in reports_in(&dir) {
         let pid = read_json(&p)["process"]["pid"].as_u64().unwrap();
@@ -76,7 +84,8 @@ fn report_merges_processes_and_shows_callsites_lsan_style() {
     let rows: Vec<&str> = out.lines().filter(|l| l.contains("cudaHostAlloc") && l.contains("load_model_weights")).collect();
     assert!(!rows.is_empty(), "{out}");
     // Merged by frames, not addresses (ASLR moved them): one row, both processes, 4 MiB.
-    assert!(rows[0].starts_with("4.00 MiB") && rows[0].split_whitespace().nth(8) == Some("2"), "{}", rows[0]);
+    let header = out.lines().find(|l| l.contains("CALLSITE")).unwrap();
+    assert!(rows[0].starts_with("4.00 MiB") && cell(header, rows[0], "PROCS") == "2", "{}", rows[0]);
     assert!(out.contains("4194304 bytes (4.00 MiB) in 4 allocations from 2 processes, through cudaHostAlloc:"), "{out}");
     assert!(out.contains("#0 0x") && out.contains("in load_model_weights") && out.contains("workload.c:"), "{out}");
     assert!(out.contains("SUMMARY: pinguard: 5898240 bytes (5.62 MiB) pinned in 10 allocations across 2 processes"), "{out}");
@@ -370,4 +379,196 @@ fn run_scopes_downgrade_to_the_callsites_given() {
     assert_eq!(rep["config"]["downgrade_match"], serde_json::json!(["framework_pin"]));
     assert_eq!(rep["totals"]["downgraded_count"], 1);
     assert_eq!(rep["totals"]["denied_count"], 1);
+}
+
+/// Issue 17, point 1: under `warn`, going over the budget shows wherever denied and downgraded
+/// calls do: `run`'s table and total, `report`'s table and summary, and `check` gates on it.
+#[test]
+fn over_budget_calls_show_everywhere_and_check_gates_on_them() {
+    let (o, dir) = run_under("workload", &[], &["--budget", "3M", "--policy", "warn"]);
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    let header = err.lines().find(|l| l.starts_with("  PID")).unwrap_or_else(|| panic!("{err}"));
+    let row = err.lines().find(|l| l.contains(" workload ")).unwrap();
+    assert_eq!(cell(header, row, "OVER-BUDGET"), "1", "{header}\n{row}");
+    let header = err.lines().find(|l| l.contains("CALLSITE")).unwrap_or_else(|| panic!("{err}"));
+    let row = err.lines().find(|l| l.contains("grow_kv_cache") && l.contains("cudaHostAlloc")).unwrap();
+    assert_eq!(cell(header, row, "OVER-BUDGET"), "1", "{header}\n{row}");
+    assert!(err.contains("0 denied, 0 downgraded, 1 over budget."), "{err}");
+    let (out, _) = text(&pinguard(&["report", dir.to_str().unwrap()]));
+    let header = out.lines().find(|l| l.contains("CALLSITE")).unwrap();
+    let row = out.lines().find(|l| l.contains("grow_kv_cache")).unwrap();
+    assert_eq!(cell(header, row, "OVER-BUDGET"), "1", "{row}");
+    let row = out.lines().find(|l| l.contains("load_model_weights") && !l.contains('#')).unwrap();
+    assert_eq!(cell(header, row, "OVER-BUDGET"), "0", "{row}");
+    assert!(out.contains("0 downgraded (0 B), 1 over budget;"), "{out}");
+    let d = dir.to_str().unwrap();
+    let o = pinguard(&["check", "--max-over-budget", "0", d]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(text(&o).0.trim(), "pinguard check: 1 call over the budget exceeds --max-over-budget 0");
+    let o = pinguard(&["check", "--max-over-budget", "1", d]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(text(&o).0.contains("1 report, 1 process: live 6.81 MiB, 0 denied, 0 downgraded, 1 over budget: within limits"), "{o:?}");
+    let o = pinguard(&["check", "--max-over-budget", "-1", d]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("negative counts are not allowed"), "{o:?}");
+}
+
+/// Point 4: a folder scan skips what is not a pinguard report, naming it; a file named on the
+/// command line that is not a report is still an error, and so is a damaged report in a folder.
+#[test]
+fn a_folder_scan_skips_other_files_and_reads_the_reports() {
+    let dir = fresh_dir("mixed");
+    synthetic(&dir, "app.1.json", 1, &[], 4096, 0, 0);
+    std::fs::write(dir.join("config.json"), br#"{"model": "llama", "batch": 8}"#).unwrap();
+    std::fs::write(dir.join("notes.json"), b"not json at all").unwrap();
+    let d = dir.to_str().unwrap();
+    for cmd in [&["report"][..], &["check", "--max-live", "1G"], &["plot", "-o", "/dev/null"]] {
+        let mut args = cmd.to_vec();
+        args.push(d);
+        let o = pinguard(&args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {o:?}");
+        let (_, err) = text(&o);
+        assert_eq!(err.lines().count(), 2, "{args:?}: {err}");
+        assert!(err.contains("config.json: not a pinguard report; skipped"), "{err}");
+        assert!(err.contains("notes.json: not a pinguard report; skipped"), "{err}");
+    }
+    let (out, _) = text(&pinguard(&["report", d]));
+    assert!(out.contains("SUMMARY: pinguard: 4096 bytes (4.00 KiB) pinned in 1 allocation across 1 process"), "{out}");
+    let o = pinguard(&["report", dir.join("config.json").to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "a file named explicitly stays an error");
+    assert!(text(&o).1.contains("not a pinguard report"), "{o:?}");
+    std::fs::write(dir.join("cut.json"), br#"{"schema": "pinguard.report.v1", "reason": "ex"#).unwrap();
+    let o = pinguard(&["report", d]);
+    assert_eq!(o.status.code(), Some(2), "a damaged report is not skipped: {o:?}");
+    assert!(text(&o).1.contains("cut.json: not valid JSON"), "{o:?}");
+    // A folder of other files only: nothing to read.
+    let other = fresh_dir("other-only");
+    std::fs::write(other.join("config.json"), b"{}").unwrap();
+    let o = pinguard(&["report", other.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(text(&o).1.contains("no readable report"), "{o:?}");
+}
+
+/// Point 5: each `run` writes into a folder of its own, and its hint names that folder.
+#[test]
+fn each_run_gets_its_own_folder_and_its_hint_names_it() {
+    let f = fixtures();
+    let cwd = fresh_dir("runs");
+    let mut folders = Vec::new();
+    for _ in 0..2 {
+        let o = Command::new(env!("CARGO_BIN_EXE_pinguard"))
+            .args(["run", "--lib", f.lib.to_str().unwrap(), "--", f.dir.join("workload").to_str().unwrap()])
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        let (_, err) = text(&o);
+        let hint = err.lines().find(|l| l.contains("Details: pinguard report ")).unwrap_or_else(|| panic!("{err}"));
+        let folder = hint.rsplit("pinguard report ").next().unwrap().to_string();
+        assert!(folder.starts_with("pinguard-reports/") && folder.ends_with('/') && folder.len() > "pinguard-reports/".len() + 1, "{hint}");
+        assert!(err.contains(&format!("1 report under {folder}")), "{err}");
+        let o = Command::new(env!("CARGO_BIN_EXE_pinguard")).args(["report", &folder]).current_dir(&cwd).output().unwrap();
+        assert!(text(&o).0.contains("(1 report, 1 process)"), "{o:?}");
+        folders.push(folder);
+    }
+    assert_ne!(folders[0], folders[1]);
+    let o = Command::new(env!("CARGO_BIN_EXE_pinguard")).args(["report", "pinguard-reports"]).current_dir(&cwd).output().unwrap();
+    assert!(text(&o).0.contains("(2 reports, 2 processes)"), "{o:?}");
+}
+
+/// Point 6: sizes say what is wrong with them; a command that is not executable is 126, one that
+/// does not exist 127, as in the shell.
+#[test]
+fn bad_sizes_and_commands_get_their_own_answers() {
+    let f = fixtures();
+    let lib = f.lib.to_str().unwrap();
+    for (args, why) in [
+        (&["run", "--budget", "-1", "--", "true"][..], "negative sizes are not allowed"),
+        (&["run", "--budget", "1e9", "--", "true"], "write the bytes (1000000000) or use a unit"),
+        (&["run", "--budget", "12Q", "--", "true"], "unknown unit"),
+        (&["run", "--signal", "KILL", "--", "true"], "cannot be caught safely"),
+        (&["run", "--signal", "NOPE", "--", "true"], "unknown signal"),
+        (&["check", "--max-live", "-5G", "/dev/null"], "negative sizes are not allowed"),
+    ] {
+        let o = pinguard(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let (_, err) = text(&o);
+        assert!(err.contains(why), "{args:?}: {err}");
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+        no_panic(&o);
+    }
+    let o = pinguard(&["run", "--lib", lib, "--", "/etc/passwd"]);
+    assert_eq!(o.status.code(), Some(126), "{o:?}");
+    assert!(text(&o).1.contains("permission denied"), "{o:?}");
+    let o = pinguard(&["run", "--lib", lib, "--", "/nonexistent/prog"]);
+    assert_eq!(o.status.code(), Some(127), "{o:?}");
+    assert!(text(&o).1.contains("no such file or command"), "{o:?}");
+    // The library gives an environment value the same reasons.
+    let o = Command::new(f.dir.join("workload")).env("LD_PRELOAD", &f.lib).env("PINGUARD_BUDGET", "1e9").env("PINGUARD_REPORT", fresh_dir("env1e9").join("r.json")).output().unwrap();
+    assert!(text(&o).1.contains("PINGUARD_BUDGET=\"1e9\": 1e9 is a float's notation; write the bytes (1000000000)"), "{o:?}");
+}
+
+/// Point 7: every option of every command has a description, and every help states the exit
+/// codes.
+#[test]
+fn every_option_is_described_and_every_help_states_exit_codes() {
+    let o = pinguard(&["--help"]);
+    let (out, _) = text(&o);
+    assert!(out.contains("Exit status:") && out.contains("1  `check`: a limit was exceeded"), "{out}");
+    for cmd in ["run", "report", "check", "diff", "flamegraph", "top", "plot"] {
+        let (out, _) = text(&pinguard(&[cmd, "--help"]));
+        assert!(out.contains("Exit status:"), "{cmd}: {out}");
+        let mut in_options = false;
+        let lines: Vec<&str> = out.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if l.ends_with(':') && !l.starts_with(' ') {
+                in_options = *l == "Options:" || *l == "Arguments:";
+                continue;
+            }
+            // An entry: "  -o, --output <OUT.svg>  Where ..." or "  <FILES|DIRS>...  Report ..."
+            let entry = l.trim_start();
+            if !in_options || !(entry.starts_with('-') || entry.starts_with('<')) || l.starts_with("      ") && !l.trim_start().starts_with("--") {
+                continue;
+            }
+            let described = entry.contains("  ") || lines.get(i + 1).is_some_and(|n| n.starts_with("          ") && !n.trim().is_empty());
+            assert!(described, "{cmd}: no description for {entry:?}\n{out}");
+        }
+    }
+    let (out, _) = text(&pinguard(&["run", "--help"]));
+    assert!(out.contains("126") && out.contains("127") && out.contains("0 lets nothing be pinned"), "{out}");
+}
+
+/// Points 8 and 10: `run`'s callsite table has the PROCS column `report` has, lists without
+/// one say when a callsite comes from several processes, and counts take their plural.
+#[test]
+fn shared_callsites_say_so_and_counts_read_as_written() {
+    let f = fixtures();
+    let dir = fresh_dir("shared");
+    let s = f.dir.join("scenario");
+    let twice = format!("{0} cuda_alloc:4096 && {0} cuda_alloc:4096", s.display());
+    let t = dir.join("%e.%p.json");
+    let o = pinguard(&["run", "--lib", f.lib.to_str().unwrap(), "--report", t.to_str().unwrap(), "--", "sh", "-c", &twice]);
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    let header = err.lines().find(|l| l.contains("CALLSITE")).unwrap_or_else(|| panic!("{err}"));
+    let shared = err.lines().skip_while(|l| !l.contains("CALLSITE")).nth(1).unwrap_or_else(|| panic!("{err}"));
+    assert_eq!(cell(header, shared, "PROCS"), "2", "{err}");
+    assert!(err.contains("2 reports under"), "{err}");
+    for o in [o.clone(), pinguard(&["report", dir.to_str().unwrap()]), pinguard(&["check", dir.to_str().unwrap()])] {
+        let (out, err) = text(&o);
+        for text in [out, err] {
+            assert!(!text.contains("(s)") && !text.contains("(es)"), "{text}");
+            assert!(!text.contains(" 1 allocations") && !text.contains(" 1 processes") && !text.contains(" 1 reports"), "{text}");
+        }
+    }
+    let old = fresh_dir("diff-old");
+    let new = fresh_dir("diff-new");
+    let frames: &[(&str, &str, u32)] = &[("pin", "workers.py", 4)];
+    for (d, live) in [(&old, 1u64 << 20), (&new, 2 << 20)] {
+        synthetic(d, "a.json", 10, &[(frames, live, live)], live, 0, 0);
+        synthetic(d, "b.json", 11, &[(frames, live, live)], live, 0, 0);
+    }
+    let (out, _) = text(&pinguard(&["diff", old.to_str().unwrap(), new.to_str().unwrap()]));
+    assert!(out.contains("pin (workers.py:4) in 2 processes"), "{out}");
 }

@@ -395,6 +395,25 @@ pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ParseError> {
     serde_json::from_slice(bytes).map_err(|e| ParseError(format!("malformed report ({e})")))
 }
 
+/// Whether `bytes`, which did not parse as a report, are evidently some other file (another
+/// tool's JSON, a config file, an empty file) rather than a damaged or newer pinguard report: a
+/// folder scan skips the first kind and stops at the second.
+pub fn foreign(bytes: &[u8]) -> bool {
+    if state::is_state(bytes) {
+        return false;
+    }
+    #[derive(Deserialize)]
+    struct SchemaOnly {
+        schema: Option<serde_json::Value>,
+    }
+    match serde_json::from_slice::<SchemaOnly>(bytes) {
+        Ok(h) => !h.schema.as_ref().and_then(|s| s.as_str()).is_some_and(|s| s.starts_with("pinguard.")),
+        Err(e) if e.is_data() => true,
+        // Not JSON (or cut short): a report only if it names the schema.
+        Err(_) => !bytes.windows(16).any(|w| w == b"pinguard.report."),
+    }
+}
+
 /// `pinguard.report.vN` with N above this crate's version.
 fn newer_version(schema: &str) -> bool {
     let ours: u32 = SCHEMA.rsplit('v').next().and_then(|v| v.parse().ok()).unwrap_or(1);
@@ -407,6 +426,16 @@ fn newer_version(schema: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn other_files_are_told_from_damaged_reports() {
+        for other in [&b""[..], b"  \n", br#"{"model": "llama"}"#, br#"{"schema": "heaptrack.v3"}"#, br#"[1, 2]"#, b"\x7fELF\x01", b"key = value"] {
+            assert!(foreign(other), "{:?}", String::from_utf8_lossy(other));
+        }
+        for ours in [&br#"{"schema": "pinguard.report.v1", "totals": 3}"#[..], br#"{"schema": "pinguard.report.v9"}"#, br#"{"schema": "pinguard.report.v1", "reason": "ex"#] {
+            assert!(!foreign(ours), "{:?}", String::from_utf8_lossy(ours));
+        }
+    }
 
     #[test]
     fn each_reason_is_written_under_its_name() {

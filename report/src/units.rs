@@ -1,4 +1,4 @@
-//! Sizes and durations as people write them in `PINGUARD_*` variables and CLI flags.
+//! Sizes, durations and signals as people write them in `PINGUARD_*` variables and CLI flags.
 
 /// A size that may be relative to the memory the process can have.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -115,6 +115,50 @@ pub fn format_bytes(bytes: u64) -> String {
     }
 }
 
+/// A signal pinguard may take for reports: `USR1`, `SIGUSR1`, `RTMIN+2` or a number; never one
+/// that ends or stops a process whatever its handler (`KILL`, `STOP`) or that reports a fault.
+pub fn parse_signal(s: &str) -> Result<i32, String> {
+    let t = s.trim();
+    let sig = if let Ok(n) = t.parse::<i32>() {
+        n
+    } else {
+        let up = t.to_ascii_uppercase();
+        let name = up.strip_prefix("SIG").unwrap_or(&up);
+        match name {
+            "HUP" => libc::SIGHUP,
+            "INT" => libc::SIGINT,
+            "QUIT" => libc::SIGQUIT,
+            "USR1" => libc::SIGUSR1,
+            "USR2" => libc::SIGUSR2,
+            "ALRM" => libc::SIGALRM,
+            "TERM" => libc::SIGTERM,
+            "CHLD" => libc::SIGCHLD,
+            "CONT" => libc::SIGCONT,
+            "URG" => libc::SIGURG,
+            "WINCH" => libc::SIGWINCH,
+            "PWR" => libc::SIGPWR,
+            // Named so that the answer is why they are refused, not that they are unknown.
+            "KILL" => libc::SIGKILL,
+            "STOP" => libc::SIGSTOP,
+            "SEGV" => libc::SIGSEGV,
+            "BUS" => libc::SIGBUS,
+            "ILL" => libc::SIGILL,
+            "FPE" => libc::SIGFPE,
+            _ => match name.strip_prefix("RTMIN+").and_then(|n| n.parse::<i32>().ok()) {
+                Some(n) => libc::SIGRTMIN() + n,
+                None => return Err(format!("unknown signal {t:?}")),
+            },
+        }
+    };
+    if sig <= 0 || sig > libc::SIGRTMAX() {
+        return Err(format!("{sig} is not a signal number"));
+    }
+    if matches!(sig, libc::SIGKILL | libc::SIGSTOP | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) {
+        return Err(format!("signal {sig} ({t}) cannot be caught safely"));
+    }
+    Ok(sig)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +203,16 @@ mod tests {
         for bad in ["", "5", "0s", "1.5s", "s", "5d", "-1s"] {
             assert!(parse_duration_ms(bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn signals() {
+        assert_eq!(parse_signal("usr1"), Ok(libc::SIGUSR1));
+        assert_eq!(parse_signal("SIGUSR2"), Ok(libc::SIGUSR2));
+        assert_eq!(parse_signal("12"), Ok(12));
+        assert!(parse_signal("KILL").unwrap_err().contains("cannot be caught"));
+        assert!(parse_signal("FOO").unwrap_err().contains("unknown signal"));
+        assert!(parse_signal("0").is_err());
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub const MAX_DEPTH: u32 = 128;
 
 pub const BUDGET: Var = Var {
     name: "PINGUARD_BUDGET",
-    meaning: "cap on live pinned bytes: `1073741824`, `512M`, `1.5GiB`, `2T` (K/M/G/T are powers of 1024; `B`/`iB` optional; any case), or `N%` of the cgroup memory limit (else of `MemTotal`)",
+    meaning: "cap on live pinned bytes: `1073741824`, `512M`, `1.5GiB`, `2T` (K/M/G/T are powers of 1024; `B`/`iB` optional; any case), or `N%` of the cgroup memory limit (else of `MemTotal`); `0` lets nothing be pinned (every pinning call gets the policy)",
     default: None,
     unset: "none: track only",
     forms: "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024) or N% of the memory limit",

@@ -2,7 +2,7 @@
 //! listed in the report's `config.errors`, and the setting falls back to its default.
 
 use crate::api::Family;
-use pinguard_report::units::{self, SizeSpec};
+use pinguard_report::units::{self, parse_signal, SizeSpec};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
@@ -284,41 +284,6 @@ fn check_template(t: &str) -> Result<(), String> {
         return Err("names a directory, not a file".into());
     }
     Ok(())
-}
-
-pub fn parse_signal(s: &str) -> Result<i32, String> {
-    let t = s.trim();
-    let sig = if let Ok(n) = t.parse::<i32>() {
-        n
-    } else {
-        let up = t.to_ascii_uppercase();
-        let name = up.strip_prefix("SIG").unwrap_or(&up);
-        match name {
-            "HUP" => libc::SIGHUP,
-            "INT" => libc::SIGINT,
-            "QUIT" => libc::SIGQUIT,
-            "USR1" => libc::SIGUSR1,
-            "USR2" => libc::SIGUSR2,
-            "ALRM" => libc::SIGALRM,
-            "TERM" => libc::SIGTERM,
-            "CHLD" => libc::SIGCHLD,
-            "CONT" => libc::SIGCONT,
-            "URG" => libc::SIGURG,
-            "WINCH" => libc::SIGWINCH,
-            "PWR" => libc::SIGPWR,
-            _ => match name.strip_prefix("RTMIN+").and_then(|n| n.parse::<i32>().ok()) {
-                Some(n) => libc::SIGRTMIN() + n,
-                None => return Err(format!("unknown signal {t:?}")),
-            },
-        }
-    };
-    if sig <= 0 || sig > libc::SIGRTMAX() {
-        return Err(format!("{sig} is not a signal number"));
-    }
-    if matches!(sig, libc::SIGKILL | libc::SIGSTOP | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) {
-        return Err(format!("signal {sig} cannot be caught safely"));
-    }
-    Ok(sig)
 }
 
 fn parse_hooks(s: &str) -> Result<u8, String> {
