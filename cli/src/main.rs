@@ -60,6 +60,10 @@ fn count(s: &str) -> Result<u64, String> {
     t.parse().map_err(|_| "expected a whole number of calls, such as 0 or 10".into())
 }
 
+fn patterns(s: &str) -> Result<String, String> {
+    units::parse_patterns(s).map(|_| s.to_string())
+}
+
 fn signal(s: &str) -> Result<String, String> {
     pinguard_report::units::parse_signal(s).map(|_| s.to_string())
 }
@@ -84,7 +88,7 @@ enum Cmd {
         budget: Option<String>,
         /// Under downgrade, downgrade only callsites matching these glob patterns
         /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
-        #[arg(long, value_name = "PATTERNS")]
+        #[arg(long, value_name = "PATTERNS", value_parser = patterns)]
         downgrade_match: Option<String>,
         /// What an over-budget call gets (PINGUARD_POLICY).
         #[arg(long, value_parser = ["error", "downgrade", "warn"])]

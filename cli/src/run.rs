@@ -66,22 +66,6 @@ fn now_ms() -> u64 {
 
 // ---- The report template, checked before the command starts ----------------------------------
 
-/// The escapes the library expands (src/config.rs `check_template`). Given any other, it writes
-/// to its own default in the working directory instead, where `run` would never look.
-fn check_escapes(t: &str) -> Result<(), String> {
-    let mut chars = t.chars();
-    while let Some(c) = chars.next() {
-        if c == '%' {
-            match chars.next() {
-                Some('p' | 'e' | 'h' | 't' | '%') => {}
-                Some(o) => return Err(format!("unknown escape \"%{o}\"; expected %p, %e, %h, %t or %%")),
-                None => return Err("ends with a lone %; write %% for a literal %".into()),
-            }
-        }
-    }
-    Ok(())
-}
-
 fn spawn_why(e: &std::io::Error) -> String {
     match e.raw_os_error() {
         Some(libc::ENOENT) => "no such file or command".into(),
@@ -152,10 +136,10 @@ fn report_template(given: Option<&str>, cwd: &Path, folder: &str) -> Result<(Pat
     if t.trim().is_empty() {
         return Err("--report is empty; give a path such as reports/%e.%p.json".into());
     }
-    check_escapes(t).map_err(|e| format!("--report {t}: {e}"))?;
     if t.ends_with('/') {
         return Err(format!("--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"));
     }
+    pinguard_report::units::check_template(t).map_err(|e| format!("--report {t}: {e}; expected {}", pinguard_report::vars::REPORT.forms))?;
     let abs = absolute(cwd, t);
     // The library would write `DIR.PID` beside it, not into it.
     if !t.contains('%') && abs.is_dir() {
@@ -621,9 +605,6 @@ mod tests {
 
     #[test]
     fn templates_are_checked_as_the_library_reads_them() {
-        assert!(check_escapes("/r/%e-%p-%h-%t-%%.json").is_ok());
-        assert!(check_escapes("/r/%q.json").unwrap_err().contains("\"%q\""));
-        assert!(check_escapes("/r/out%").unwrap_err().contains("lone %"));
         let cwd = Path::new("/");
         assert!(report_template(Some(""), cwd, "f").unwrap_err().contains("empty"));
         assert!(report_template(Some("/nonexistent-dir/"), cwd, "f").unwrap_err().contains("names a directory"));

@@ -52,12 +52,12 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         });
     }
     let head = format!(
-        "group {name}: {} of {} pinned ({}), peak {}, {} member(s)",
+        "group {name}: {} of {} pinned ({}), peak {}, {}",
         format_bytes(h.used),
         budget.map(format_bytes).unwrap_or_else(|| "no budget".into()),
         pct(h.used, budget),
         format_bytes(h.peak),
-        rows.len()
+        crate::out::count(rows.len() as u64, "member", "members")
     );
     Ok((head, rows))
 }
@@ -96,7 +96,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
         }
     }
     let total: u64 = rows.iter().map(|r| r.pinned).sum();
-    Ok((format!("{}: {} pinned in {} process(es)", dir.display(), format_bytes(total), rows.len()), rows))
+    Ok((format!("{}: {} pinned in {}", dir.display(), format_bytes(total), crate::out::count(rows.len() as u64, "process", "processes")), rows))
 }
 
 fn render(head: String, mut rows: Vec<Row>) -> String {

@@ -288,6 +288,7 @@ fn top_shows_a_group_and_a_metrics_directory() {
     assert!(o.status.success(), "{o:?}");
     let (text_out, _) = text(&o);
     assert!(text_out.starts_with(&format!("group {name}: ")) && text_out.contains("of 1.00 MiB"), "{text_out}");
+    assert!(text_out.lines().next().unwrap().ends_with(", 1 member"), "{text_out}");
     let row = text_out.lines().find(|l| l.trim_start().starts_with(&holder.id().to_string())).unwrap_or_else(|| panic!("{text_out}"));
     assert!(row.contains("churn") && (row.contains("64.0 KiB") || row.contains("68.0 KiB")), "{row}");
     holder.kill().unwrap();
@@ -305,6 +306,7 @@ fn top_shows_a_group_and_a_metrics_directory() {
     let (text_out, _) = text(&o);
     let rows: Vec<&str> = text_out.lines().filter(|l| l.contains("scenario")).collect();
     assert_eq!(rows.len(), 2, "{text_out}");
+    assert!(text_out.lines().next().unwrap().ends_with("pinned in 2 processes"), "{text_out}");
     assert!(rows[0].contains("64.0 KiB") && rows[0].contains("50%"), "sorted by pinned bytes, with budget use: {text_out}");
     assert!(rows[1].contains("8.00 KiB"), "{text_out}");
     let o = pinguard(&["top", "--group", "no-such-group-xyz", "--once"]);
@@ -489,6 +491,8 @@ fn bad_sizes_and_commands_get_their_own_answers() {
         (&["run", "--budget", "12Q", "--", "true"], "unknown unit"),
         (&["run", "--signal", "KILL", "--", "true"], "cannot be caught safely"),
         (&["run", "--signal", "NOPE", "--", "true"], "unknown signal"),
+        (&["run", "--downgrade-match", "a[", "--", "true"], "bad pattern"),
+        (&["run", "--report", "r/%q.json", "--", "true"], "unknown escape \"%q\"; expected a path with %p"),
         (&["check", "--max-live", "-5G", "/dev/null"], "negative sizes are not allowed"),
     ] {
         let o = pinguard(args);

@@ -1,4 +1,4 @@
-//! Sizes, durations and signals as people write them in `PINGUARD_*` variables and CLI flags.
+//! Sizes, durations, signals, templates and patterns as people write them in `PINGUARD_*` variables and CLI flags.
 
 /// A size that may be relative to the memory the process can have.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -159,6 +159,40 @@ pub fn parse_signal(s: &str) -> Result<i32, String> {
     Ok(sig)
 }
 
+/// `PINGUARD_DOWNGRADE_MATCH`'s patterns: comma-separated globs, at least one.
+pub fn parse_patterns(v: &str) -> Result<Vec<glob::Pattern>, String> {
+    let mut out = Vec::new();
+    for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        out.push(glob::Pattern::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"))?);
+    }
+    if out.is_empty() {
+        return Err("names no pattern".into());
+    }
+    Ok(out)
+}
+
+/// A report or metrics path template as the library expands it (`output::files`): `%p`, `%e`,
+/// `%h`, `%t` and `%%`, naming a file.
+pub fn check_template(t: &str) -> Result<(), String> {
+    if t.trim().is_empty() {
+        return Err("empty".into());
+    }
+    let mut chars = t.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '%' {
+            match chars.next() {
+                Some('p' | 'e' | 'h' | 't' | '%') => {}
+                Some(o) => return Err(format!("unknown escape \"%{o}\"")),
+                None => return Err("ends with a lone %; write %% for a literal %".into()),
+            }
+        }
+    }
+    if t.ends_with('/') {
+        return Err("names a directory, not a file".into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,6 +247,18 @@ mod tests {
         assert!(parse_signal("KILL").unwrap_err().contains("cannot be caught"));
         assert!(parse_signal("FOO").unwrap_err().contains("unknown signal"));
         assert!(parse_signal("0").is_err());
+    }
+
+    #[test]
+    fn templates_and_patterns() {
+        assert!(check_template("/r/%e-%p-%h-%t-%%.json").is_ok());
+        assert!(check_template("/r/%q.json").unwrap_err().contains("\"%q\""));
+        assert!(check_template("/r/out%").unwrap_err().contains("lone %"));
+        assert!(check_template("r/").unwrap_err().contains("names a directory"));
+        assert!(check_template(" ").is_err());
+        assert_eq!(parse_patterns(" *a*, b ").map(|p| p.len()), Ok(2));
+        assert!(parse_patterns(",").unwrap_err().contains("names no pattern"));
+        assert!(parse_patterns("[").unwrap_err().contains("bad pattern"));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! listed in the report's `config.errors`, and the setting falls back to its default.
 
 use crate::api::Family;
-use pinguard_report::units::{self, parse_signal, SizeSpec};
+use pinguard_report::units::{self, check_template, parse_patterns, parse_signal, SizeSpec};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Policy {
@@ -252,38 +252,6 @@ impl Config {
         }
         c
     }
-}
-
-/// `PINGUARD_DOWNGRADE_MATCH`'s patterns: comma-separated globs, at least one.
-pub fn parse_patterns(v: &str) -> Result<Vec<glob::Pattern>, String> {
-    let mut out = Vec::new();
-    for p in v.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        out.push(glob::Pattern::new(p).map_err(|e| format!("bad pattern {p:?}: {e}"))?);
-    }
-    if out.is_empty() {
-        return Err("names no pattern".into());
-    }
-    Ok(out)
-}
-
-fn check_template(t: &str) -> Result<(), String> {
-    if t.trim().is_empty() {
-        return Err("empty".into());
-    }
-    let mut chars = t.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '%' {
-            match chars.next() {
-                Some('p' | 'e' | 'h' | 't' | '%') => {}
-                Some(o) => return Err(format!("unknown escape {:?}", format!("%{o}"))),
-                None => return Err("ends with a lone %".into()),
-            }
-        }
-    }
-    if t.ends_with('/') {
-        return Err("names a directory, not a file".into());
-    }
-    Ok(())
 }
 
 fn parse_hooks(s: &str) -> Result<u8, String> {
