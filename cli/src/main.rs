@@ -308,12 +308,12 @@ fn main() -> ExitCode {
             ExitCode::from(top::run(source, once, every) as u8)
         }
         Cmd::Plot { output, wall_clock, keep_going, inputs } => {
-            let _ = wall_clock;
+            let axis = if wall_clock { plot::TimeAxis::WallClock } else { plot::TimeAxis::SinceStart };
             let mut series = Vec::new();
             if input::for_each(&inputs, keep_going, |_, r| series.push(plot::series(&r))).is_err() {
                 return ExitCode::from(2);
             }
-            match plot::render(&series) {
+            match plot::render(&series, axis) {
                 Ok(svg) => write_file(&output, &svg),
                 Err(e) => {
                     eprintln!("pinguard plot: {e}");

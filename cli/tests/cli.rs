@@ -218,6 +218,17 @@ fn flamegraph_and_plot_draw_well_formed_svg() {
     assert!(svg.contains("app (pid 11") && svg.contains("app (pid 12") && svg.contains("workload (pid"), "{svg}");
     assert!(svg.contains("budget 3.00 MiB"), "the budget line");
     assert_eq!(svg.matches("<path ").count(), 3);
+    // Point 9: round ticks in the unit shown, and time since each process's start unless the
+    // wall clock is asked for.
+    assert!(svg.contains("time since process start"), "{svg}");
+    for tick in [">1 MiB<", ">2 MiB<", ">3 MiB<"] {
+        assert!(svg.contains(tick), "{tick} missing: {svg}");
+    }
+    assert!(!svg.contains(".76 MiB<") && !svg.contains(".52 MiB<"), "{svg}");
+    let o = pinguard(&["plot", "--wall-clock", "-o", svg_path.to_str().unwrap(), p1.to_str().unwrap(), a.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    let svg = parse_svg(&svg_path);
+    assert!(svg.contains("wall-clock time") && !svg.contains("time since process start"), "{svg}");
 }
 
 #[test]
@@ -390,7 +401,7 @@ fn over_budget_calls_show_everywhere_and_check_gates_on_them() {
     let (o, dir) = run_under("workload", &[], &["--budget", "3M", "--policy", "warn"]);
     assert!(o.status.success(), "{o:?}");
     let (_, err) = text(&o);
-    let header = err.lines().find(|l| l.starts_with("  PID")).unwrap_or_else(|| panic!("{err}"));
+    let header = err.lines().find(|l| l.trim_start().starts_with("PID  EXE")).unwrap_or_else(|| panic!("{err}"));
     let row = err.lines().find(|l| l.contains(" workload ")).unwrap();
     assert_eq!(cell(header, row, "OVER-BUDGET"), "1", "{header}\n{row}");
     let header = err.lines().find(|l| l.contains("CALLSITE")).unwrap_or_else(|| panic!("{err}"));
