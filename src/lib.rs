@@ -4,7 +4,8 @@
 //! Data flows one way: a hook (`hooks/`) enters `track::Hook` (reentrancy guard, lazy start),
 //! which captures the callsite (`capture`), asks the budget for a reservation (`budget`), calls
 //! the real function (`runtime::resolve`) or serves pageable memory, and records the outcome
-//! (`accounting`). `output` turns the records into a report, naming addresses then and only then.
+//! (`accounting`). `output` turns the records into a report, naming addresses then (only the
+//! `warn` line names one earlier, cheaply: `output::quick`).
 //! The stages are folders that import only from the ones before them (runtime, capture,
 //! accounting, budget, output); this file, `hooks/`, `track/`, `lifecycle.rs` (which wires the
 //! stages together at start-up), `api.rs` and `capi.rs` compose them.

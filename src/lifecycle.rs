@@ -107,9 +107,6 @@ fn init() -> bool {
     if let (Some(name), false) = (cfg.group.clone(), cfg.disabled) {
         crate::budget::group::init(&name, cfg.group_budget, &mut cfg.errors);
     }
-    for e in &cfg.errors {
-        log::write_stderr(&format!("pinguard: {e}\n"));
-    }
     // The real functions the exit, signal and jump hooks call, found now rather than from inside
     // a signal handler or a vfork child; those hooks run even when pinguard is disabled.
     signals::prepare();
@@ -125,6 +122,7 @@ fn init() -> bool {
     crate::runtime::objects::own_range();
     let _ = CONFIG.set(cfg);
     let Some(cfg) = CONFIG.get() else { return false };
+    ledger::on_first_count(announce);
     crate::accounting::arena::prepare(crate::accounting::arena::Place {
         path: Box::new(crate::output::files::state_path),
         info: Box::new(|| report::state_info(cfg)),
@@ -142,6 +140,32 @@ fn init() -> bool {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
     }
     true
+}
+
+/// Whether this process printed its configuration's problems (`announce`). Not reset in a fork
+/// child: the child runs with its parent's settings, the parent already told the user about them
+/// on the same terminal, and a pool of forked workers that pin would otherwise repeat every line
+/// once per worker, which is the noise this is here to avoid. The child's report still lists
+/// them under `config.errors`. A child forked before its parent pinned prints them when it pins.
+static ANNOUNCED: AtomicBool = AtomicBool::new(false);
+
+/// Prints the configuration's problems (bad values, unknown variables, a group that cannot be
+/// joined) on stderr, once per process, when the process first counts something, that is when
+/// it is going to write a report: not at start-up, which every process that loads pinguard goes
+/// through (a shell script's every `sed` and `ls`, none of which pins).
+fn announce() {
+    let Some(cfg) = CONFIG.get() else { return };
+    if cfg.errors.is_empty() || ANNOUNCED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    // One write (a raw system call: no cancellation point), so the lines stay together.
+    let mut text = String::new();
+    for e in &cfg.errors {
+        text.push_str("pinguard: ");
+        text.push_str(e);
+        text.push('\n');
+    }
+    log::write_stderr(&text);
 }
 
 /// Whether `family` is intercepted, answerable before pinguard has started (the first `dlsym` of
@@ -199,6 +223,8 @@ fn exit_report() {
     // Writing reads and writes files: never a cancellation point inside pinguard.
     let _nc = crate::runtime::sys::NoCancel::new();
     if let (true, Some(cfg)) = (ledger::touched(), CONFIG.get()) {
+        // Printed already, unless all that was counted passed through untracked.
+        let _ = std::panic::catch_unwind(announce);
         let _ = std::panic::catch_unwind(|| report::write_exit(cfg));
     } else {
         report::exiting();

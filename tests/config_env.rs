@@ -63,3 +63,18 @@ fn budget_forms() {
     let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", "50%")]);
     assert!(r.report()["config"]["budget_bytes"].as_u64().unwrap() > 0);
 }
+
+#[test]
+fn a_pinning_process_prints_each_bad_setting_once_when_it_first_pins() {
+    let ops = ["cuda_alloc:4096", "acl_malloc:4096", "mlock:0:1", "cuda_alloc:4096"];
+    let r = run("scenario", &ops, &[("PINGUARD_BUDGET", "-1"), ("PINGUARD_POLICY", "explode")]);
+    assert!(r.success(), "{}", r.stderr);
+    for var in ["PINGUARD_BUDGET", "PINGUARD_POLICY"] {
+        let n = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains(var)).count();
+        assert_eq!(n, 1, "{var}: want one line:\n{}", r.stderr);
+    }
+    let rep = r.report();
+    let errors: Vec<&str> = rep["config"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("PINGUARD_BUDGET")) && errors.iter().any(|e| e.contains("PINGUARD_POLICY")), "{errors:?}");
+}

@@ -86,3 +86,25 @@ fn the_c_api_works_from_c() {
     let out = Command::new(f.dir.join("capi")).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "no pinguard\n");
 }
+
+#[test]
+fn bad_settings_are_not_printed_by_processes_that_pin_nothing() {
+    // A shell pipeline of real programs, each of which loads pinguard and pins nothing.
+    let f = fixtures();
+    let dir = fresh_dir("quiet-bad");
+    let mut cmd = Command::new("sh");
+    clear_pinguard_env(&mut cmd);
+    let out = cmd
+        .args(["-c", "ls / | sed s/a/b/ >/dev/null; true"])
+        .current_dir(&dir)
+        .env("LD_PRELOAD", &f.lib)
+        .env("PINGUARD_BUDGET", "-1")
+        .env("PINGUARD_BUGDET", "1G")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("pinguard"), "a process that pins nothing printed:\n{stderr}");
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
+    assert!(files.is_empty(), "left files: {files:?}");
+}

@@ -144,3 +144,18 @@ fn warn_policy_lets_everything_through_and_logs_once_per_callsite() {
     assert_eq!(warnings, 1, "{}", r.stderr);
     assert_eq!(r.report()["totals"]["over_budget_count"], 5);
 }
+
+#[test]
+fn the_warn_line_gives_sizes_and_names_the_callsite() {
+    // The workload asks for 4 MiB in grow_kv_cache with 2.81 MiB pinned: over a 3 MiB budget.
+    let r = run("workload", &[], &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", "warn")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
+    assert_eq!(warnings.len(), 1, "{}", r.stderr);
+    // Named from the program's symbol table (grow_kv_cache is static: the loader does not know
+    // it); no file and line, which would take the debug information inside the program's call.
+    let want = "cudaHostAlloc of 4.00 MiB goes over the budget of 3.00 MiB at grow_kv_cache; allowed (policy warn; logged once per callsite)";
+    assert!(warnings[0].ends_with(want), "want the line to end with\n  {want}\ngot\n  {}", warnings[0]);
+    assert!(warnings[0].starts_with(&format!("pinguard[{}]: warning: ", r.report()["process"]["pid"])), "{}", warnings[0]);
+    assert_eq!(r.report()["totals"]["over_budget_count"], 1);
+}

@@ -129,3 +129,22 @@ fn a_process_without_python_gets_no_python_frames() {
     assert!(rep["callsites"].as_array().unwrap().iter().all(|c| c.get("py_frames").is_none()));
     assert_eq!(pinguard_lines(&r.stderr).len(), 1, "only the summary line: {}", r.stderr);
 }
+
+#[test]
+fn the_warn_line_names_the_python_function() {
+    let Some((version, python)) = pythons().into_iter().next() else {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
+        return;
+    };
+    // The 1 MiB of load_weights goes over 512 KiB, and so does every later call, each callsite
+    // named once: through the runtime, and through libc's mlock (whose line waits until the
+    // locked-page view is let go).
+    let r = run_script(&python, &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_POLICY", "warn")]);
+    let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
+    for (api, size, function) in [("cudaHostAlloc", "1.00 MiB", "load_weights"), ("mlock", "4.00 KiB", "lock_key")] {
+        let want = format!("{api} of {size} goes over the budget of 512 KiB at {function} (py_frames.py:{});", marker(function));
+        let n = warnings.iter().filter(|l| l.contains(&want)).count();
+        assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
+    }
+}

@@ -154,3 +154,22 @@ extern "C" {
     #[link_name = "geteuid"]
     fn libc_geteuid() -> u32;
 }
+
+#[test]
+fn the_exit_line_counts_over_budget_calls_and_allocations_in_the_right_number() {
+    let summary = |r: &Run| -> String {
+        let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("at exit")).collect();
+        assert_eq!(lines.len(), 1, "{}", r.stderr);
+        lines[0].to_string()
+    };
+    // Under `warn`, three calls over a 16 KiB budget: all pinned, each counted over budget.
+    let r = run("scenario", &["cuda_alloc:32768", "cuda_alloc:32768", "acl_malloc:32768"], &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")]);
+    assert!(r.success(), "{}", r.stderr);
+    let s = summary(&r);
+    assert!(s.contains("96.0 KiB pinned in 3 allocations at exit (peak 96.0 KiB, budget 16.0 KiB); 0 denied, 0 downgraded, 3 over budget; report: "), "{s}");
+    assert_eq!(r.report()["totals"]["over_budget_count"], 3);
+    // One allocation is one allocation; no over-budget count where the policy cannot have any.
+    let r = run("scenario", &["cuda_alloc:4096"], &[("PINGUARD_BUDGET", "16K")]);
+    let s = summary(&r);
+    assert!(s.contains("4.00 KiB pinned in 1 allocation at exit (peak 4.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: "), "{s}");
+}

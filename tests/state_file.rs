@@ -210,3 +210,13 @@ fn a_fifo_at_the_state_path_never_holds_up_a_program() {
     let out = cmd.output().unwrap();
     assert_eq!(out.status.code(), Some(0), "timeout's 124 means the program hung: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn a_fork_child_that_pins_does_not_print_its_parents_bad_settings_again() {
+    // The parent pins (and prints the bad setting), forks; the child pins too.
+    let r = run(build().to_str().unwrap(), &["fork"], &[("PINGUARD_BUDGET", "-1")]);
+    assert!(r.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("signalled=1 sig=9"), "{}", r.stdout);
+    let n = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_BUDGET")).count();
+    assert_eq!(n, 1, "{}", r.stderr);
+}

@@ -512,10 +512,14 @@ pub fn note_runtime_lock() {
     }
 }
 
+/// From a signal handler that interrupted pinguard on its thread: only the flag, without telling
+/// `on_first_count`'s function, which may allocate (the exit report tells it instead).
 #[inline]
 pub fn count_untracked() {
     UNTRACKED.fetch_add(1, Relaxed);
-    touch();
+    if !TOUCHED.load(Relaxed) {
+        TOUCHED.store(true, Relaxed);
+    }
 }
 
 /// Moves pinned bytes in or out of the live figures (every level: process, API, callsite).
@@ -593,6 +597,7 @@ pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u6
 }
 
 pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
+    touch();
     add(&mine(t).totals.over_budget_count, 1);
     site.over_budget_count.fetch_add(1, Relaxed);
     site.note_api(api);
@@ -646,7 +651,31 @@ pub fn take_over(addr: usize, accept: impl Fn(Api) -> bool) -> Option<Live> {
 #[inline]
 fn touch() {
     if !TOUCHED.load(Relaxed) {
-        TOUCHED.store(true, Relaxed);
+        first_touch();
+    }
+}
+
+/// Told once per process (and again in a fork child, whose counters start from nothing) when the
+/// first thing is counted: the composition layer prints what it held back until the process
+/// turned out to pin (`on_first_count`).
+static FIRST_COUNT: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// `f` runs when this process first counts anything (a pin, a refusal, a downgrade, a failure...),
+/// on the counting thread, inside pinguard, from wherever the count is made (possibly under the
+/// locked-page view's lock): it must take none of the locks the fork handlers take before the
+/// ledger's.
+pub fn on_first_count(f: fn()) {
+    let _ = FIRST_COUNT.set(f);
+}
+
+#[cold]
+#[inline(never)]
+fn first_touch() {
+    // One thread wins the flag; the others go on counting without waiting for it.
+    if !TOUCHED.swap(true, Relaxed) {
+        if let Some(f) = FIRST_COUNT.get() {
+            f();
+        }
     }
 }
 

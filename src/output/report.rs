@@ -375,21 +375,34 @@ pub fn write_exit(cfg: &Config) {
     };
     if let Some(g) = crate::budget::group::snapshot() {
         let gb = g.budget.map(format_bytes).unwrap_or_else(|| "no budget".into());
-        budget.push_str(&format!("; group {} {} of {gb} in {} processes", g.name, format_bytes(g.used), g.members));
+        budget.push_str(&format!("; group {} {} of {gb} in {}", g.name, format_bytes(g.used), count(g.members as u64, "process", "processes")));
     }
     let whereto = match &written {
         Ok(p) => format!("report: {}", p.display()),
         Err(e) => format!("report not written: {e}"),
     };
-    log::write_stderr(&format!(
-        "pinguard[{}]: {} pinned in {} allocations at exit (peak {}, {budget}); {} denied, {} downgraded; {whereto}\n",
-        std::process::id(),
+    let warn = cfg.policy == crate::runtime::config::Policy::Warn;
+    log::write_stderr(&exit_line(std::process::id(), &t, &budget, warn, &whereto));
+}
+
+/// The summary line at exit. Calls over the budget can only happen under `warn`: there they are
+/// always counted (0 included, so that a run that stayed within the budget says so), elsewhere
+/// only if some were (a count a reader would not look for).
+fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, whereto: &str) -> String {
+    let over = if warn || t.over_budget_count > 0 { format!(", {} over budget", t.over_budget_count) } else { String::new() };
+    format!(
+        "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}); {} denied, {} downgraded{over}; {whereto}\n",
         format_bytes(t.live_bytes),
-        t.live_count,
+        count(t.live_count, "allocation", "allocations"),
         format_bytes(t.peak_live_bytes),
         t.denied_count,
         t.downgraded_count,
-    ));
+    )
+}
+
+/// `1 allocation`, `2 allocations`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 #[cfg(test)]
@@ -450,6 +463,20 @@ mod tests {
         let r = shape(Reason::Exit, f);
         let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![5, 2, 1, 6, 4]);
+    }
+
+    #[test]
+    fn the_exit_line_counts_in_words() {
+        let mut t = schema::Totals { live_bytes: 4096, live_count: 1, peak_live_bytes: 8192, ..Default::default() };
+        let line = exit_line(7, &t, "budget 16.0 KiB", false, "report: r.json");
+        assert_eq!(line, "pinguard[7]: 4.00 KiB pinned in 1 allocation at exit (peak 8.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: r.json\n");
+        t.live_count = 2;
+        t.over_budget_count = 3;
+        let line = exit_line(7, &t, "budget 16.0 KiB", true, "report: r.json");
+        assert!(line.contains(" in 2 allocations at exit") && line.ends_with("; 0 denied, 0 downgraded, 3 over budget; report: r.json\n"), "{line}");
+        t.over_budget_count = 0;
+        assert!(exit_line(7, &t, "no budget", true, "x").contains("0 downgraded, 0 over budget; x"));
+        assert_eq!(count(0, "process", "processes"), "0 processes");
     }
 
     #[test]

@@ -115,6 +115,24 @@ pub fn read(fd: c_int, buf: &mut [u8]) -> Result<usize, c_int> {
     }
 }
 
+/// `pread`: fills `buf` from `off` on, without a cancellation point, retried on `EINTR` and short
+/// reads; `None` at the end of the file or on an error.
+pub fn read_exact_at(fd: c_int, buf: &mut [u8], off: u64) -> Option<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        let rest = &mut buf[done..];
+        // SAFETY: `rest` is valid for `rest.len()` bytes of writing.
+        let r = unsafe { libc::syscall(libc::SYS_pread64, fd, rest.as_mut_ptr() as *mut c_void, rest.len(), off.checked_add(done as u64)?) };
+        match ret(r) {
+            Ok(0) => return None,
+            Ok(n) => done += n,
+            Err(libc::EINTR) => {}
+            Err(_) => return None,
+        }
+    }
+    Some(())
+}
+
 /// `write` of the whole buffer without a cancellation point; stops at the first error.
 pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
     while !buf.is_empty() {

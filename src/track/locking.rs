@@ -5,7 +5,7 @@
 //! Every call here holds the view's lock from before the real call to after its bookkeeping, so
 //! hooked calls change the kernel's state and the view in the same order.
 
-use super::{quiet, Admission, Hook, Request};
+use super::{quiet, Admission, Hook, Request, WarnLater};
 
 /// A locking call's admission. A failed call may still have locked part of its range: its
 /// reservation goes back whole, and a walk of the kernel's mappings takes what was locked.
@@ -59,6 +59,7 @@ impl Hook {
     fn admit_lock(
         &self,
         locked: &mut LockedGuard,
+        later: &WarnLater,
         api: Api,
         site: &'static Callsite,
         req: Request,
@@ -86,7 +87,7 @@ impl Hook {
                 return Err(err);
             }
         }
-        Ok(match self.admit(api, bytes, site, req) {
+        Ok(match self.admit_or_hold(api, bytes, site, req, Some(later)) {
             Admission::Pin(r) => Lock::Pin(r),
             // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
             Admission::Pass => Lock::Pin(budget::Reservation::none()),
@@ -105,6 +106,8 @@ impl Hook {
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
         self.scope_ahead(site);
+        // Before the view's guard: a `warn` line waits until the view is let go.
+        let later = WarnLater::new(&self);
         let mut locked = ledger::locked();
         let now = self.now();
         let mut gaps = locked.ranges.gaps(start, end);
@@ -124,6 +127,7 @@ impl Hook {
         let decided = quiet(|| {
             self.admit_lock(
                 &mut locked,
+                &later,
                 api,
                 site,
                 Request::Pageable,
@@ -253,10 +257,11 @@ impl Hook {
         let bytes = rounded as u64;
         let Some(site) = quiet(|| self.site()) else { return real(flags) };
         self.scope_ahead(site);
+        let later = WarnLater::new(&self);
         let mut locked = ledger::locked();
         let now = self.now();
         let decided = quiet(|| {
-            self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
+            self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
                 kernel::mmap_rejected(addr, len, prot, flags, fd, off, page)
             })
         });
@@ -322,6 +327,7 @@ impl Hook {
         if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
             return real(); // the kernel's EINVAL; nothing changes
         }
+        let later = WarnLater::new(&self);
         let mut locked = ledger::locked();
         let now = self.now();
         let held = locked.ranges.covered(old, old_end);
@@ -332,7 +338,7 @@ impl Hook {
         };
         let mut reservation = budget::Reservation::none();
         if let (true, Some(o)) = (grow > 0, owner) {
-            let decided = quiet(|| self.admit_lock(&mut locked, o.api, o.site, Request::Mapped, grow, |_| Some(grow), |_| None));
+            let decided = quiet(|| self.admit_lock(&mut locked, &later, o.api, o.site, Request::Mapped, grow, |_| Some(grow), |_| None));
             match decided {
                 Some(Ok(Lock::Pin(r))) => reservation = r,
                 Some(Ok(_)) => {
@@ -405,6 +411,7 @@ impl Hook {
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
         self.scope_ahead(site);
+        let later = WarnLater::new(&self);
         let mut locked = ledger::locked();
         let now = self.now();
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
@@ -443,7 +450,7 @@ impl Hook {
                 });
             }
             let bytes = estimate();
-            self.admit_lock(&mut locked, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))
+            self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))
         });
         let reservation = match decided {
             None => {

@@ -10,6 +10,7 @@ use crate::accounting::ledger::{self, Backing, Live};
 use crate::lifecycle;
 use crate::runtime::pageable;
 use crate::capture::stack;
+use pinguard_report::units::format_bytes;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -25,6 +26,41 @@ pub struct Hook {
     cfg: &'static Config,
     /// The hook's own frame, where a stack walk starts.
     from: crate::capture::unwind::Regs,
+}
+
+/// What the `warn` line says about a call over the budget, the first from its callsite.
+#[derive(Clone, Copy)]
+struct OverBudget {
+    site: &'static Callsite,
+    api: Api,
+    bytes: u64,
+    /// Over the group's budget, not the process's.
+    group: bool,
+}
+
+/// A `warn` line held back while the locking family holds the locked-page view: naming a
+/// callsite takes locks (Python's frame table, the fork gate, the loader's) that are never to be
+/// taken under the view's (the fork handlers take them first). Made before the view's guard, so
+/// dropped after it, whichever way the call returns; the other families write the line at once.
+pub(crate) struct WarnLater<'h> {
+    hook: &'h Hook,
+    over: Cell<Option<OverBudget>>,
+}
+
+impl<'h> WarnLater<'h> {
+    #[inline]
+    pub(crate) fn new(hook: &'h Hook) -> WarnLater<'h> {
+        WarnLater { hook, over: Cell::new(None) }
+    }
+}
+
+impl Drop for WarnLater<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(w) = self.over.get() {
+            self.hook.warn_over_budget(w);
+        }
+    }
 }
 
 mod locking;
@@ -184,12 +220,24 @@ impl Hook {
 
     #[inline]
     pub(crate) fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
+        self.admit_or_hold(api, bytes, site, req, None)
+    }
+
+    /// `admit`, with the `warn` line held in `later` when there is one (under the locked-page view).
+    #[inline]
+    pub(crate) fn admit_or_hold(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>) -> Admission {
         if req == Request::Rejected {
             return Admission::Pass;
         }
         if let Some(r) = budget::reserve(bytes) {
             return Admission::Pin(r);
         }
+        self.over_budget(api, bytes, site, req, later)
+    }
+
+    /// The policy's answer for a call the budget has no room for.
+    #[inline(never)]
+    fn over_budget(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>) -> Admission {
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => {
                 if self.downgrade_in_scope(site) {
@@ -204,21 +252,52 @@ impl Hook {
                 Admission::Refuse
             }
             Policy::Warn => {
+                // Which budget it goes over, for the line: the process's if that one explains it,
+                // else the group's.
+                let group = match budget::limit() {
+                    Some(l) => budget::reserved().unwrap_or(0).saturating_add(bytes) <= l,
+                    None => true,
+                };
                 // More than the figures can hold (SIZE_MAX) is the runtime's to reject.
                 let Some(r) = budget::reserve_over(bytes) else { return Admission::Pass };
                 ledger::count_over_budget(self.t, api, site, bytes);
                 if !site.warned.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
-                        "{} of {} bytes goes over the budget of {} bytes (callsite {}; logged once per callsite)",
-                        api.name(),
-                        bytes,
-                        budget::limit().unwrap_or(0),
-                        site.id
-                    );
+                    let w = OverBudget { site, api, bytes, group };
+                    match later {
+                        Some(l) => l.over.set(Some(w)),
+                        None => self.warn_over_budget(w),
+                    }
                 }
                 Admission::Pin(r)
             }
         }
+    }
+
+    /// The `warn` line, once per callsite: `cudaHostAlloc of 4.00 MiB goes over the budget of
+    /// 3.00 MiB at grow_kv_cache; allowed (policy warn; logged once per callsite)`. The
+    /// callsite is named as `pinguard report` names it, but cheaply, since the application's
+    /// call waits for it (`output::quick`); never under a lock of pinguard's (`WarnLater`).
+    #[cold]
+    #[inline(never)]
+    fn warn_over_budget(&self, w: OverBudget) {
+        if !tracing::enabled!(tracing::Level::WARN) {
+            return;
+        }
+        let err = self.t.errno();
+        let _ = quiet(|| {
+            let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
+            let budget = match (w.group, budget::group::snapshot()) {
+                (true, Some(g)) => format!("group {}'s budget of {}", g.name, limit(g.budget)),
+                _ => format!("the budget of {}", limit(budget::limit())),
+            };
+            let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();
+            tracing::warn!(
+                "{} of {} goes over {budget}{at}; allowed (policy warn; logged once per callsite)",
+                w.api.name(),
+                format_bytes(w.bytes)
+            );
+        });
+        self.t.set_errno(err);
     }
 
     /// The budget's answer for a call that no pageable memory can stand in for (the device maps
