@@ -49,7 +49,7 @@ pub fn render(old: &Merged, new: &Merged) -> String {
             ],
         ));
     }
-    rows.sort_by(|a, b| (b.0.abs(), b.1.abs()).cmp(&(a.0.abs(), a.1.abs())));
+    rows.sort_by_key(|r| std::cmp::Reverse((r.0.abs(), r.1.abs())));
     let mut s = String::new();
     if rows.is_empty() {
         s.push_str("No callsite changed its live or peak pinned bytes.\n");

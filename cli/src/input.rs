@@ -80,9 +80,7 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
         }
         if p.is_dir() {
             walk(&p, files, bad);
-        } else if name.ends_with(pinguard_report::state::SUFFIX) {
-            files.push(p);
-        } else if name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists() {
+        } else if name.ends_with(pinguard_report::state::SUFFIX) || (name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists()) {
             files.push(p);
         }
     }
@@ -141,6 +139,10 @@ fn runs(pid: u32, ticks: u64) -> bool {
     !zombie && pinguard_report::state::stat_start_ticks(&stat) == Some(ticks)
 }
 
+/// One reader thread's share: its folded state, how many reports it read, and the inputs it could
+/// not use, by their place in the list.
+type Share<T> = (T, usize, Vec<(usize, Unusable)>);
+
 /// Reads every input on all cores: each thread folds its share of the files into its own `T`
 /// with `each(state, path, bytes)`, which returns the problem when a file is not a usable report.
 /// Bad inputs are printed in the order given; without `keep_going` the first stops everything.
@@ -164,7 +166,7 @@ pub fn parallel<T: Send>(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(files.len()).max(1);
-    let results: Vec<(T, usize, Vec<(usize, Unusable)>)> = std::thread::scope(|s| {
+    let results: Vec<Share<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {

@@ -106,8 +106,11 @@ fn report_merges_processes_and_shows_callsites_lsan_style() {
     assert_eq!(v["callsites"][0]["live_bytes"], 4194304);
 }
 
-/// A report built by hand: the fields a test needs, frames given as (symbol, file, line).
-fn synthetic(dir: &Path, name: &str, pid: u32, sites: &[(&[(&str, &str, u32)], u64, u64)], live: u64, denied: u64, downgraded: u64) -> PathBuf {
+/// A callsite of a synthetic report: its frames as (symbol, file, line), live and peak bytes.
+type SynthSite<'a> = (&'a [(&'a str, &'a str, u32)], u64, u64);
+
+/// A report built by hand: the fields a test needs.
+fn synthetic(dir: &Path, name: &str, pid: u32, sites: &[SynthSite], live: u64, denied: u64, downgraded: u64) -> PathBuf {
     let callsites: Vec<Value> = sites
         .iter()
         .enumerate()
