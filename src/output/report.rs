@@ -74,6 +74,7 @@ fn config(cfg: &Config) -> schema::Config {
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
         downgrade_match: cfg.downgrade_match.as_ref().map(|_| patterns(cfg)),
+        host_reserve_bytes: None,
     }
 }
 
@@ -157,6 +158,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         apis: f.apis.into_iter().collect(),
         kernel: f.kernel,
         group: f.group,
+        host: None,
         modules: f.modules,
         callsites,
         live,
@@ -263,6 +265,8 @@ fn gather(cfg: &Config) -> Figures {
             callsite: e.callsite,
             live_bytes: e.live_bytes,
             downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
+            reason: None,
+            host_available_bytes: None,
         })
         .collect();
     let (timeline, timeline_dropped) = ledger::timeline();
@@ -279,6 +283,9 @@ fn gather(cfg: &Config) -> Figures {
             used_bytes: g.used,
             peak_bytes: g.peak,
             members: g.members as u64,
+            host_reserve_bytes: None,
+            host_lowest_available_bytes: None,
+            host_reserve_count: 0,
         }),
         modules: {
             let mut m = sym.modules();
