@@ -564,18 +564,39 @@ pub fn count_unknown_release(t: &Thread, api: Api) {
     add(&m.apis[api as usize].unknown_release_count, 1);
 }
 
-/// Which limit a call went over, for its counters and its event.
+/// Which limit a call went over, for its counters and its event, and with the host reserve the
+/// host's available memory as counted for the decision. One word (the limit in the low two bits):
+/// the hook's decision carries it, and on the hot path a decision is no larger than a reservation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Over {
-    pub limit: Limit,
-    /// With `Limit::HostReserve`: the host's available memory as counted for the decision.
-    pub host_available: Option<u64>,
-}
+pub struct Over(u64);
 
 impl Over {
+    const LIMITS: [Limit; 3] = [Limit::Budget, Limit::GroupBudget, Limit::HostReserve];
+
+    pub fn budget() -> Over {
+        Over(0)
+    }
+
+    pub fn group_budget() -> Over {
+        Over(1)
+    }
+
+    /// Over the host reserve, with `available` bytes (kept up to 2^62, 4 EiB).
+    pub fn host_reserve(available: u64) -> Over {
+        Over(available.min(u64::MAX >> 2) << 2 | 2)
+    }
+
+    pub fn limit(self) -> Limit {
+        Self::LIMITS[(self.0 & 3) as usize % Self::LIMITS.len()]
+    }
+
+    pub fn host_available(self) -> Option<u64> {
+        (self.limit() == Limit::HostReserve).then_some(self.0 >> 2)
+    }
+
     /// A call over the host reserve also counts as one (`host_reserve_count`).
     fn count(self, m: &Block) {
-        if self.limit == Limit::HostReserve {
+        if self.limit() == Limit::HostReserve {
             add(&m.totals.host_reserve_count, 1);
         }
     }
@@ -923,5 +944,20 @@ mod locked_tests {
         assert_eq!(super::outside(0x2000, 0x2800, &spans).to_vec(), vec![]);
         assert_eq!(super::outside(0x2800, 0x5800, &spans).to_vec(), vec![(0x3000, 0x5000)]);
         assert_eq!(super::outside(0x7000, 0x8000, &[]).to_vec(), vec![(0x7000, 0x8000)]);
+    }
+}
+
+#[cfg(test)]
+mod over_tests {
+    use super::*;
+
+    #[test]
+    fn an_over_keeps_its_limit_and_the_available_bytes() {
+        assert_eq!((Over::budget().limit(), Over::budget().host_available()), (Limit::Budget, None));
+        assert_eq!((Over::group_budget().limit(), Over::group_budget().host_available()), (Limit::GroupBudget, None));
+        for a in [0, 1, 4095, 1 << 40, u64::MAX >> 2] {
+            assert_eq!((Over::host_reserve(a).limit(), Over::host_reserve(a).host_available()), (Limit::HostReserve, Some(a)));
+        }
+        assert_eq!(Over::host_reserve(u64::MAX).host_available(), Some(u64::MAX >> 2));
     }
 }

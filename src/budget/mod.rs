@@ -120,9 +120,8 @@ pub fn try_reserve(bytes: u64) -> Result<(), Refused> {
 
 /// Takes `bytes` if they fit the process budget and the host reserve's cap (a group member's
 /// reserve is the group's to check). A compare-and-swap loop rather than add-then-roll-back: two
-/// racing threads near the limit must not both be refused when one of them fits. The cap comes
-/// from a cached reading; before a refusal, from a reading taken afresh.
-#[inline]
+/// racing threads near the limit must not both be refused when one of them fits.
+#[inline(always)]
 fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
     let limit = LIMIT.load(Ordering::Relaxed);
     if limit == NONE {
@@ -130,6 +129,24 @@ fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
         // to reject), and nothing to count (the ledger has the live figures).
         return Ok(());
     }
+    if host::on() {
+        return reserve_capped(limit, bytes);
+    }
+    let mut cur = USED.load(Ordering::Relaxed);
+    loop {
+        let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else { return Err(Refused::Budget) };
+        match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// `try_reserve_process` with the host reserve in force: the same loop, also under the cap of a
+/// cached reading, and before a refusal under the cap of a reading taken afresh. Apart, so that
+/// the paths without a reserve stay as short as they were.
+#[inline(never)]
+fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
     let mut cur = USED.load(Ordering::Relaxed);
     let mut fresh = false;
     loop {

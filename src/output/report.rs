@@ -266,8 +266,8 @@ fn gather(cfg: &Config) -> Figures {
             callsite: e.callsite,
             live_bytes: e.live_bytes,
             downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
-            reason: Some(e.over.limit),
-            host_available_bytes: e.over.host_available,
+            reason: Some(e.over.limit()),
+            host_available_bytes: e.over.host_available(),
         })
         .collect();
     let (timeline, timeline_dropped) = ledger::timeline();

@@ -36,13 +36,12 @@ fn walked(s: ledger::Synced) -> bool {
 /// The limit `MCL_FUTURE` is refused for (it would lock later mappings without asking any):
 /// the process budget, else the group's, else the host reserve.
 fn blank_cheque_over() -> Over {
-    use pinguard_report::Limit;
     if budget::limit().is_some() {
-        Over { limit: Limit::Budget, host_available: None }
+        Over::budget()
     } else if budget::group::limited() {
-        Over { limit: Limit::GroupBudget, host_available: None }
+        Over::group_budget()
     } else {
-        Over { limit: Limit::HostReserve, host_available: Some(budget::host::available_now(budget::reserved().unwrap_or(0))) }
+        Over::host_reserve(budget::host::available_now(budget::reserved().unwrap_or(0)))
     }
 }
 

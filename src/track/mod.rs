@@ -107,15 +107,15 @@ pub(crate) enum Admission {
 /// The limit a refused reservation went over, as the ledger records it.
 pub(crate) fn over(why: budget::Refused) -> Over {
     match why {
-        budget::Refused::Budget => Over { limit: Limit::Budget, host_available: None },
-        budget::Refused::Group => Over { limit: Limit::GroupBudget, host_available: None },
-        budget::Refused::Host { available } => Over { limit: Limit::HostReserve, host_available: Some(available) },
+        budget::Refused::Budget => Over::budget(),
+        budget::Refused::Group => Over::group_budget(),
+        budget::Refused::Host { available } => Over::host_reserve(available),
     }
 }
 
 /// A call the host reserve stopped, in the group's shared page too (for `pinguard top`).
 fn note_host_reserve(over: Over) {
-    if over.limit == Limit::HostReserve {
+    if over.limit() == Limit::HostReserve {
         budget::group::note_host_reserve();
     }
 }
@@ -301,10 +301,10 @@ impl Hook {
         let err = self.t.errno();
         let _ = quiet(|| {
             let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
-            let what = match (w.over.limit, budget::group::snapshot()) {
+            let what = match (w.over.limit(), budget::group::snapshot()) {
                 (Limit::HostReserve, _) => format!(
                     "would leave the host {} available, below the reserve of {}",
-                    format_bytes(w.over.host_available.unwrap_or(0).saturating_sub(w.bytes)),
+                    format_bytes(w.over.host_available().unwrap_or(0).saturating_sub(w.bytes)),
                     limit(budget::host::reserve())
                 ),
                 (Limit::GroupBudget, Some(g)) => format!("goes over group {}'s budget of {}", g.name, limit(g.budget)),
