@@ -39,8 +39,9 @@ pub fn render() -> String {
         family("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", vec![(who.clone(), b)]);
     }
     if let Some(h) = budget::host::snapshot() {
-        let reserve = budget::host::reserve().map_or_else(Vec::new, |r| vec![(who.clone(), r)]);
-        family("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", reserve);
+        if let Some(r) = budget::host::reserve() {
+            family("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", vec![(who.clone(), r)]);
+        }
         family("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", vec![(who.clone(), h.available)]);
         family("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", vec![(who.clone(), h.lowest)]);
         family("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", vec![(who.clone(), t.host_reserve_count)]);
@@ -55,8 +56,9 @@ pub fn render() -> String {
         }
         if let Some(r) = g.host_reserve {
             family("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", vec![(gl.clone(), r)]);
-            let lowest = g.host_lowest_available.map_or_else(Vec::new, |l| vec![(gl.clone(), l)]);
-            family("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", lowest);
+            if let Some(l) = g.host_lowest_available {
+                family("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", vec![(gl.clone(), l)]);
+            }
             family("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", vec![(gl, g.host_reserve_count)]);
         }
     }
