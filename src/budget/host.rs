@@ -93,14 +93,16 @@ pub fn reserve() -> Option<u64> {
 }
 
 /// The bytes the process budget may have handed out, with `used` handed out now: from the
-/// latest reading, taken again first when it is due.
+/// latest reading, taken again first when it is due (then `true`: the cap is as fresh as a
+/// refusal needs).
 #[inline]
-pub fn cap(used: u64) -> u64 {
+pub fn cap(used: u64) -> (u64, bool) {
     let stale = clock::coarse_monotonic_ms().saturating_sub(READ_MS.load(Relaxed)) >= READING_MS;
-    if stale || used.abs_diff(USED_AT.load(Relaxed)) > SLACK.load(Relaxed) {
+    let due = stale || used.abs_diff(USED_AT.load(Relaxed)) > SLACK.load(Relaxed);
+    if due {
         refresh(used);
     }
-    CAP.load(Relaxed)
+    (CAP.load(Relaxed), due)
 }
 
 /// What `cap` allows for a reading: the settled bytes plus what the host can still give above

@@ -154,15 +154,19 @@ fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
             // Past the budget, or (reserve alone) past what any host has.
             return Err(if limit == COUNT_ONLY { Refused::Host { available: host::available_now(cur) } } else { Refused::Budget });
         };
-        if host::on() && !group::seated() && next > host::cap(cur) {
-            if !fresh {
-                fresh = true;
-                host::refresh(cur);
-                cur = USED.load(Ordering::Relaxed);
-                continue;
-            }
-            if host::on() {
-                return Err(Refused::Host { available: host::available_now(cur) });
+        if host::on() && !group::seated() {
+            let (cap, read_now) = host::cap(cur);
+            fresh |= read_now;
+            if next > cap {
+                if !fresh {
+                    fresh = true;
+                    host::refresh(cur);
+                    cur = USED.load(Ordering::Relaxed);
+                    continue;
+                }
+                if host::on() {
+                    return Err(Refused::Host { available: host::available_now(cur) });
+                }
             }
         }
         match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
