@@ -5,7 +5,7 @@
 //! `cap = settled + available - reserve`, where `settled` is what the process had pinned when the
 //! reading was taken and the reading therefore already reflects (its live pinned bytes: calls in
 //! flight are left out, so each counts against the cap when it lands). The cap is checked inside
-//! the process budget's compare-and-swap (`try_reserve_process`), so threads racing for the last
+//! the process budget's compare-and-swap (`budget::reserve_capped`), so threads racing for the last
 //! of the headroom cannot together take more than there is; the strictest of the budget and the
 //! cap wins. In a group, the group's shared reading decides instead, under the group's lock
 //! (`group`), so that members cannot each take the same headroom.
