@@ -19,6 +19,8 @@
 #   own mremap and VmLck) and a_one_shot_handler_of_the_report_signal_runs_once in
 #   safety_signals (qemu drops glibc's SA_INTERRUPT from the flags it reports back without
 #   pinguard, while pinguard reports what the application asked for). Both pass natively.
+# host_reserve binds a stand-in over /proc/meminfo in a private mount namespace: it needs root and
+# unshare -m here as natively (without them its tests say NOT RUN).
 # Needs: rustup target aarch64-unknown-linux-gnu; Debian's qemu-user, gcc-aarch64-linux-gnu,
 # libc6-dev-arm64-cross (installed here when missing and running as root).
 #   scripts/aarch64-tests.sh
@@ -35,7 +37,7 @@ CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
 lib="$PWD/target/aarch64-unknown-linux-gnu/release/libpinguard.so"
 file -L "$lib" 2>/dev/null | grep -q aarch64 || readelf -h "$lib" | grep -q AArch64
 export PGTEST_TARGET=aarch64 PGTEST_LIB="$lib"
-tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals state_file vmm pools register_pinned)
+tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals state_file vmm pools register_pinned host_reserve)
 args=()
 for t in "${tests[@]}"; do args+=(--test "$t"); done
 cargo test -p pinguard "${args[@]}" -- \

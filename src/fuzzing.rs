@@ -8,6 +8,10 @@ impl System for FixedMemory {
     fn memory_limit(&self) -> Option<u64> {
         Some(64 << 30)
     }
+
+    fn mem_total(&self) -> Option<u64> {
+        Some(256 << 30)
+    }
 }
 
 /// Parses `PINGUARD_*` variables the way the library does at start-up. Panics if a rejected

@@ -116,6 +116,8 @@ fn init() -> bool {
         return false;
     }
     log::init(&cfg.log);
+    // The reserve before the budget: without a budget, it still needs the bytes counted.
+    budget::host::init(cfg.host_reserve, &mut cfg.errors);
     budget::set_limit(cfg.budget);
     crate::accounting::level::ceiling(budget::reserved);
     crate::output::files::init_template(cfg.report.as_deref());

@@ -7,6 +7,7 @@ use libfuzzer_sys::fuzz_target;
 const VARS: &[&str] = &[
     "PINGUARD_BUDGET", "PINGUARD_POLICY", "PINGUARD_REPORT", "PINGUARD_DEPTH", "PINGUARD_INTERVAL",
     "PINGUARD_SIGNAL", "PINGUARD_HOOKS", "PINGUARD_LOG", "PINGUARD_DISABLE", "PINGUARD_BUGDET",
+    "PINGUARD_HOST_RESERVE",
 ];
 
 fuzz_target!(|data: &[u8]| {

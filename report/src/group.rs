@@ -4,7 +4,9 @@
 //! architecture; the version, size and magic guard against anything else.
 
 pub const MAGIC: [u8; 8] = *b"PGGROUP\0";
-pub const VERSION: u32 = 2;
+/// 3 since the host reserve's shared reading and counts (`host_*`) joined the header and the
+/// members. A ledger of another version is refused (`check`): its members run on their own budgets.
+pub const VERSION: u32 = 3;
 pub const MAX_MEMBERS: usize = 256;
 pub const EXE_BYTES: usize = 32;
 /// At most one look for dead members per this many milliseconds when the group is full.
@@ -44,6 +46,22 @@ pub struct Header {
     /// created: when a process joins, and when a member needs room.
     pub join_scans: u64,
     pub room_scans: u64,
+    /// The host reserve (`PINGUARD_HOST_RESERVE`) as the group applies it, under the lock: the
+    /// largest reserve any member applies, in bytes (0: no member has one). Each member decides
+    /// with its own.
+    pub host_reserve: u64,
+    /// `MemAvailable` at the group's latest reading of `/proc/meminfo`, in bytes, shared by every
+    /// member with a reserve: a member reserves only while `used` stays at or below
+    /// `host_settled + host_available - its reserve`.
+    pub host_available: u64,
+    /// The group's pinned bytes that the latest reading already reflects (`used` then, less the
+    /// reading member's calls in flight).
+    pub host_settled: u64,
+    /// `CLOCK_MONOTONIC` milliseconds of the latest reading (0: none yet); members take it again
+    /// when it is older than the library's refresh interval (100 ms).
+    pub host_read_ms: u64,
+    /// The lowest `MemAvailable` any member read (`u64::MAX`: none yet).
+    pub host_lowest_available: u64,
     pub members: [Member; MAX_MEMBERS],
 }
 
@@ -60,6 +78,9 @@ pub struct Member {
     /// Updated without the lock (atomically); for `pinguard top` and the metrics.
     pub denied: u64,
     pub downgraded: u64,
+    /// Pinning calls the host reserve stopped (refused, downgraded or, under `warn`, pinned
+    /// anyway); updated without the lock, like `denied`.
+    pub host_reserve: u64,
     pub exe: [u8; EXE_BYTES],
 }
 

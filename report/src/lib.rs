@@ -123,6 +123,10 @@ pub struct Config {
     /// (absent: every one; empty after a bad value: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downgrade_match: Option<Vec<String>>,
+    /// `PINGUARD_HOST_RESERVE` in bytes, while it is in force (`null`: unset, rejected, or turned
+    /// off by a reading of `/proc/meminfo` that could not be used: `errors` says which).
+    #[serde(default)]
+    pub host_reserve_bytes: Option<u64>,
 }
 
 /// The event counters every thread keeps, declared once, in their order in a thread's counter
@@ -134,7 +138,7 @@ pub struct Config {
 #[macro_export]
 macro_rules! with_total_counters {
     ($m:ident) => {
-        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count }
+        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count, host_reserve_count }
     };
 }
 
@@ -179,6 +183,11 @@ pub struct Totals {
     /// interrupted a hook): passed through to the kernel, not tracked.
     #[serde(default)]
     pub untracked_count: u64,
+    /// Pinning calls that would have taken the host's available memory below
+    /// `PINGUARD_HOST_RESERVE`: refused, downgraded, or (`warn`) pinned anyway. Each is also in
+    /// `denied_count`, `downgraded_count` or `over_budget_count`.
+    #[serde(default)]
+    pub host_reserve_count: u64,
 }
 
 impl Totals {
@@ -201,6 +210,7 @@ impl Totals {
         self.over_budget_count += o.over_budget_count;
         self.unknown_release_count += o.unknown_release_count;
         self.untracked_count += o.untracked_count;
+        self.host_reserve_count += o.host_reserve_count;
     }
 }
 
@@ -238,6 +248,30 @@ pub struct Group {
     pub used_bytes: u64,
     pub peak_bytes: u64,
     pub members: u64,
+    /// The largest `PINGUARD_HOST_RESERVE` a member applies (absent: no member has one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_reserve_bytes: Option<u64>,
+    /// The lowest `MemAvailable` any member read for the reserve (absent: none read yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_lowest_available_bytes: Option<u64>,
+    /// Pinning calls of all members that the host reserve stopped (as `totals.host_reserve_count`).
+    #[serde(default)]
+    pub host_reserve_count: u64,
+}
+
+/// The host reserve (`PINGUARD_HOST_RESERVE`): present in a report once a reserve was in force.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Host {
+    /// The floor under the host's available memory, in bytes.
+    pub reserve_bytes: u64,
+    /// `MemTotal`, as read when the reserve was set up.
+    pub total_bytes: u64,
+    /// `MemAvailable` at the latest reading.
+    pub available_bytes: u64,
+    /// The lowest `MemAvailable` read while the reserve was in force.
+    pub lowest_available_bytes: u64,
+    /// Readings of `/proc/meminfo` taken for the reserve.
+    pub readings: u64,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -301,6 +335,18 @@ pub enum EventKind {
     OverBudget,
 }
 
+/// Which limit an event's call went over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Limit {
+    /// The process's budget (`PINGUARD_BUDGET`).
+    Budget,
+    /// The group's budget (`PINGUARD_GROUP_BUDGET`).
+    GroupBudget,
+    /// The floor under the host's available memory (`PINGUARD_HOST_RESERVE`).
+    HostReserve,
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Event {
     pub unix_ms: u64,
@@ -314,6 +360,13 @@ pub struct Event {
     /// patterns it did not match.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub downgrade_match: Option<Vec<String>>,
+    /// The limit the call went over (absent from reports before it was added).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Limit>,
+    /// With `reason` `host_reserve`: the host's available memory (`MemAvailable`), read afresh
+    /// for the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_available_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -330,6 +383,9 @@ pub struct Report {
     /// The shared budget this process belongs to (`PINGUARD_GROUP`), as it stood at the write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<Group>,
+    /// The host reserve, once one was in force (`PINGUARD_HOST_RESERVE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<Host>,
     pub modules: Vec<Module>,
     pub callsites: Vec<Callsite>,
     pub live: Vec<Live>,

@@ -18,7 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
-pub const VERSION: u32 = 2;
+/// 3 since `host_reserve_count` joined the per-thread counters (`with_total_counters!`).
+pub const VERSION: u32 = 3;
 /// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
 pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
 /// The file name's ending, in place of the report's `.json`.
@@ -440,6 +441,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         apis,
         kernel: Default::default(),
         group: None,
+        host: None,
         modules: names.used.into_values().collect(),
         callsites,
         live: live.into_values().collect(),

@@ -36,6 +36,15 @@ pub const BUDGET: Var = Var {
     fallback: "running without a budget",
 };
 
+pub const HOST_RESERVE: Var = Var {
+    name: "PINGUARD_HOST_RESERVE",
+    meaning: "a floor under the host's available memory (`MemAvailable` in `/proc/meminfo`): a pinning call that would take it below gets the policy, as over the budget. Bytes in the forms of `PINGUARD_BUDGET`, or `N%` of the host's `MemTotal` (not of the cgroup limit). Works beside `PINGUARD_BUDGET` and `PINGUARD_GROUP_BUDGET` (the strictest wins) and across a `PINGUARD_GROUP`'s members; a floor this process (or group) will not push the host through, not memory set aside (`docs/design.md`)",
+    default: None,
+    unset: "none",
+    forms: "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024) or N% of MemTotal",
+    fallback: "running without a host reserve",
+};
+
 pub const POLICY: Var = Var {
     name: "PINGUARD_POLICY",
     meaning: "what an over-budget call gets: `error`, `downgrade` or `warn` (below)",
@@ -157,7 +166,7 @@ pub const METRICS: Var = Var {
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {
@@ -197,6 +206,7 @@ mod tests {
     #[test]
     fn sizes_are_named_as_the_size_parser_names_them() {
         assert!(BUDGET.forms.starts_with(crate::units::SIZE_FORMS), "{}", BUDGET.forms);
+        assert!(HOST_RESERVE.forms.starts_with(crate::units::SIZE_FORMS), "{}", HOST_RESERVE.forms);
     }
 
     #[test]

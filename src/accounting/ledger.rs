@@ -8,7 +8,7 @@ use crate::accounting::callsite::Callsite;
 use crate::runtime::guard;
 use crate::accounting::ranges::RangeSet;
 use crate::runtime::lock::{self, Mutex, MutexGuard};
-use pinguard_report::{ApiStats, EventKind, Totals};
+use pinguard_report::{ApiStats, EventKind, Limit, Totals};
 use crate::accounting::addr_map::AddrMap;
 use std::collections::VecDeque;
 use crate::runtime::guard::Thread;
@@ -564,44 +564,86 @@ pub fn count_unknown_release(t: &Thread, api: Api) {
     add(&m.apis[api as usize].unknown_release_count, 1);
 }
 
-pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
-    denied(t, api, site, bytes, false);
+/// Which limit a call went over, for its counters and its event, and with the host reserve the
+/// host's available memory as counted for the decision. One word (the limit in the low two bits):
+/// the hook's decision carries it, and on the hot path a decision is no larger than a reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Over(u64);
+
+impl Over {
+    const LIMITS: [Limit; 3] = [Limit::Budget, Limit::GroupBudget, Limit::HostReserve];
+
+    pub fn budget() -> Over {
+        Over(0)
+    }
+
+    pub fn group_budget() -> Over {
+        Over(1)
+    }
+
+    /// Over the host reserve, with `available` bytes (kept up to 2^62, 4 EiB).
+    pub fn host_reserve(available: u64) -> Over {
+        Over(available.min(u64::MAX >> 2) << 2 | 2)
+    }
+
+    pub fn limit(self) -> Limit {
+        Self::LIMITS[(self.0 & 3) as usize % Self::LIMITS.len()]
+    }
+
+    pub fn host_available(self) -> Option<u64> {
+        (self.limit() == Limit::HostReserve).then_some(self.0 >> 2)
+    }
+
+    /// A call over the host reserve also counts as one (`host_reserve_count`).
+    fn count(self, m: &Block) {
+        if self.limit() == Limit::HostReserve {
+            add(&m.totals.host_reserve_count, 1);
+        }
+    }
+}
+
+pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+    denied(t, api, site, bytes, over, false);
 }
 
 /// A refusal under `downgrade` of a call outside `PINGUARD_DOWNGRADE_MATCH`: its event says so.
-pub fn count_denied_out_of_scope(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
-    denied(t, api, site, bytes, true);
+pub fn count_denied_out_of_scope(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+    denied(t, api, site, bytes, over, true);
 }
 
-fn denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, out_of_scope: bool) {
+fn denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over, out_of_scope: bool) {
     touch();
     let m = mine(t);
     add(&m.totals.denied_count, 1);
     add(&m.totals.denied_bytes, bytes);
     add(&m.apis[api as usize].denied_count, 1);
+    over.count(m);
     site.denied_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    event_with(EventKind::Denied, api, bytes, site, out_of_scope);
+    event_with(EventKind::Denied, api, bytes, site, over, out_of_scope);
 }
 
 /// A call served with pageable memory (or left unpinned) instead of pinned memory.
-pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
+pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
     touch();
     let m = mine(t);
     add(&m.totals.downgraded_count, 1);
     add(&m.totals.downgraded_bytes, bytes);
     add(&m.apis[api as usize].downgraded_count, 1);
+    over.count(m);
     site.downgraded_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    event(EventKind::Downgraded, api, bytes, site);
+    event_with(EventKind::Downgraded, api, bytes, site, over, false);
 }
 
-pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {
+pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
     touch();
-    add(&mine(t).totals.over_budget_count, 1);
+    let m = mine(t);
+    add(&m.totals.over_budget_count, 1);
+    over.count(m);
     site.over_budget_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    event(EventKind::OverBudget, api, bytes, site);
+    event_with(EventKind::OverBudget, api, bytes, site, over, false);
 }
 
 pub fn downgraded_live_delta(t: &Thread, bytes: i64) {
@@ -749,6 +791,7 @@ pub struct EventRec {
     pub live_bytes: u64,
     /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH`.
     pub out_of_scope: bool,
+    pub over: Over,
 }
 
 const MAX_EVENTS: usize = 10_000;
@@ -763,12 +806,8 @@ static EVENTS: Mutex<Bounded<EventRec>> = Mutex::new(Bounded { items: VecDeque::
 static TIMELINE: Mutex<Bounded<(u64, u64)>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
 static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
-fn event(kind: EventKind, api: Api, size: u64, site: &'static Callsite) {
-    event_with(kind, api, size, site, false);
-}
-
-fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, out_of_scope: bool) {
-    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes(), out_of_scope };
+fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, over: Over, out_of_scope: bool) {
+    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes(), out_of_scope, over };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
         e.items.pop_front();
@@ -812,7 +851,7 @@ pub fn events() -> (Vec<EventRec>, u64) {
     (
         e.items
             .iter()
-            .map(|r| EventRec { unix_ms: r.unix_ms, kind: r.kind, api: r.api, size: r.size, callsite: r.callsite, live_bytes: r.live_bytes, out_of_scope: r.out_of_scope })
+            .map(|r| EventRec { unix_ms: r.unix_ms, kind: r.kind, api: r.api, size: r.size, callsite: r.callsite, live_bytes: r.live_bytes, out_of_scope: r.out_of_scope, over: r.over })
             .collect(),
         e.dropped,
     )
@@ -905,5 +944,20 @@ mod locked_tests {
         assert_eq!(super::outside(0x2000, 0x2800, &spans).to_vec(), vec![]);
         assert_eq!(super::outside(0x2800, 0x5800, &spans).to_vec(), vec![(0x3000, 0x5000)]);
         assert_eq!(super::outside(0x7000, 0x8000, &[]).to_vec(), vec![(0x7000, 0x8000)]);
+    }
+}
+
+#[cfg(test)]
+mod over_tests {
+    use super::*;
+
+    #[test]
+    fn an_over_keeps_its_limit_and_the_available_bytes() {
+        assert_eq!((Over::budget().limit(), Over::budget().host_available()), (Limit::Budget, None));
+        assert_eq!((Over::group_budget().limit(), Over::group_budget().host_available()), (Limit::GroupBudget, None));
+        for a in [0, 1, 4095, 1 << 40, u64::MAX >> 2] {
+            assert_eq!((Over::host_reserve(a).limit(), Over::host_reserve(a).host_available()), (Limit::HostReserve, Some(a)));
+        }
+        assert_eq!(Over::host_reserve(u64::MAX).host_available(), Some(u64::MAX >> 2));
     }
 }

@@ -15,7 +15,8 @@
 //! Everything here runs inside hooked calls: no cancellation point (raw system calls for `/proc`,
 //! cancellation disabled while the lock is held) and no allocation under the lock.
 
-use crate::runtime::sys;
+use super::{host, Refused};
+use crate::runtime::{kernel, sys};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
@@ -238,6 +239,7 @@ fn build(fd: c_int, budget: Option<u64>) -> Result<*mut Header, String> {
         hd.total_size = layout::SIZE as u64;
         hd.budget = budget.unwrap_or(u64::MAX);
         hd.created_unix_ms = crate::runtime::clock::unix_ms();
+        hd.host_lowest_available = u64::MAX;
         let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
         libc::pthread_mutexattr_init(&mut attr);
         libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
@@ -486,6 +488,73 @@ impl Locked {
     }
 }
 
+impl Locked {
+    /// Whether the host reserve `reserve` (this member's) lets the group have `bytes` more: the
+    /// group's bytes stay at or below what the shared reading settled plus the headroom it left.
+    /// The reading is taken again, here under the lock, when it is due, and before a refusal;
+    /// `Err` carries the host's available memory as counted for the refusal. A reading that
+    /// cannot be used turns the reserve off (`host::turn_off`) and refuses nothing.
+    fn host_room(&mut self, i: usize, bytes: u64, reserve: u64) -> Result<(), u64> {
+        let Some(next) = self.h().used.checked_add(bytes) else { return Err(self.host_available_now()) };
+        let cap = |l: &Locked| host::cap_of(l.h().host_settled, l.h().host_available, reserve);
+        let fresh = self.host_due(reserve);
+        if fresh && !self.host_read(i, reserve) {
+            return Ok(());
+        }
+        if next <= cap(self) {
+            return Ok(());
+        }
+        if !fresh && !self.host_read(i, reserve) {
+            return Ok(());
+        }
+        if next <= cap(self) {
+            return Ok(());
+        }
+        Err(self.host_available_now())
+    }
+
+    /// The group's reading is older than `host::READING_MS` (or from a clock that is not ours),
+    /// or the group's bytes moved by more than a `host::MOVE_SHARE`th of the headroom it left.
+    fn host_due(&self, reserve: u64) -> bool {
+        let h = self.h();
+        let now = monotonic_ms();
+        let age = now.saturating_sub(h.host_read_ms);
+        let moved = h.used.abs_diff(h.host_settled) > h.host_available.saturating_sub(reserve) / host::MOVE_SHARE;
+        h.host_read_ms == 0 || age >= host::READING_MS || h.host_read_ms > now || moved
+    }
+
+    /// Takes the group's reading: `/proc/meminfo`'s `MemAvailable`, and the group's bytes it
+    /// reflects (the group's total less this member's calls in flight: other members' calls in
+    /// flight cannot be told apart, and count as landed). `false`: the reading could not be used.
+    fn host_read(&mut self, i: usize, reserve: u64) -> bool {
+        let share = self.h().members[i].bytes;
+        let others = self.h().used.saturating_sub(share);
+        let settled = others.saturating_add(host::settled(share));
+        match kernel::host_memory() {
+            Ok(m) => {
+                let h = self.h_mut();
+                h.host_available = m.available;
+                h.host_settled = settled;
+                h.host_read_ms = monotonic_ms().max(1);
+                h.host_lowest_available = h.host_lowest_available.min(m.available);
+                h.host_reserve = h.host_reserve.max(reserve);
+                host::noted(m.available);
+                true
+            }
+            Err(why) => {
+                host::turn_off(why);
+                false
+            }
+        }
+    }
+
+    /// The host's available memory as the group's reading and the group's calls since count it.
+    fn host_available_now(&self) -> u64 {
+        let h = self.h();
+        h.host_settled.saturating_add(h.host_available).saturating_sub(h.used)
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Scan {
     Join,
@@ -580,22 +649,23 @@ fn seat(l: &mut Locked) -> Seat {
     Seat::In(i)
 }
 
-/// Takes `bytes` from the group's budget if they fit (or whatever the budget, with `force`).
-/// `false`: refused, and nothing was taken; the caller must not release these bytes. A sum past
-/// `u64::MAX` is refused even with `force`, and so is a process that cannot join because it
-/// cannot read its own start time (the group's budget is not to be escaped that way). `true`
-/// with no ledger or no slot: nothing to refuse.
+/// Takes `bytes` from the group's budget if they fit, and if the host reserve (when this process
+/// has one) lets the group have them (or whatever the limits, with `force`). `Err`: refused, and
+/// nothing was taken; the caller must not release these bytes. A sum past `u64::MAX` is refused
+/// even with `force`, and so is a process that cannot join because it cannot read its own start
+/// time (the group's budget is not to be escaped that way). `Ok` with no ledger or no slot:
+/// nothing to refuse.
 #[inline]
-pub fn reserve(bytes: u64, force: bool) -> bool {
+pub fn reserve(bytes: u64, force: bool) -> Result<(), Refused> {
     match header() {
-        None => true,
+        None => Ok(()),
         Some(h) => reserve_in(h, bytes, force),
     }
 }
 
 #[inline(never)]
-fn reserve_in(h: Shared, bytes: u64, force: bool) -> bool {
-    let Some(mut l) = Locked::new(h) else { return true };
+fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
+    let Some(mut l) = Locked::new(h) else { return Ok(()) };
     let i = match seat(&mut l) {
         Seat::In(i) => i,
         Seat::Out(now) => {
@@ -604,29 +674,36 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> bool {
                 let _nc = sys::NoCancel::new();
                 tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
             }
-            return true;
+            return Ok(());
         }
         Seat::Unverified => {
             drop(l);
             warn_unverified();
-            return false;
+            return Err(Refused::Group);
         }
     };
     let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
     let mut freed = 0;
     if !force && !fits(&l) {
         if !l.room_scan_due() {
-            return false;
+            return Err(Refused::Group);
         }
         freed = l.reclaim_dead(Scan::Room);
         if freed == 0 || !fits(&l) {
             drop(l);
             log_freed(freed);
-            return false;
+            return Err(Refused::Group);
+        }
+    }
+    if let (false, Some(reserve)) = (force, host::reserve()) {
+        if let Err(available) = l.host_room(i, bytes, reserve) {
+            drop(l);
+            log_freed(freed);
+            return Err(Refused::Host { available });
         }
     }
     let (Some(used), Some(share)) = (l.h().used.checked_add(bytes), l.h().members[i].bytes.checked_add(bytes)) else {
-        return false;
+        return Err(Refused::Group);
     };
     l.h_mut().used = used;
     l.h_mut().peak = l.h().peak.max(used);
@@ -635,7 +712,7 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> bool {
     m.peak = m.peak.max(share);
     drop(l);
     log_freed(freed);
-    true
+    Ok(())
 }
 
 fn warn_unverified() {
@@ -698,6 +775,19 @@ pub fn note_downgraded() {
     note(|m| unsafe { std::ptr::addr_of_mut!((*m).downgraded) });
 }
 
+/// A call the host reserve stopped (refused, downgraded or, under `warn`, pinned anyway).
+pub fn note_host_reserve() {
+    // SAFETY: as above.
+    note(|m| unsafe { std::ptr::addr_of_mut!((*m).host_reserve) });
+}
+
+/// Whether this process holds a slot in a group: the group's shared reading then decides the host
+/// reserve, under the group's lock, and the process's own cap is not needed.
+#[inline]
+pub fn seated() -> bool {
+    SLOT.load(Ordering::Relaxed) < MAX_MEMBERS && !MAP.load(Ordering::Relaxed).is_null()
+}
+
 fn note(field: impl Fn(*mut Member) -> *mut u64) {
     let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return };
     if i < MAX_MEMBERS {
@@ -750,14 +840,21 @@ pub struct Snapshot {
     pub used: u64,
     pub peak: u64,
     pub members: usize,
+    /// The largest host reserve a member applies.
+    pub host_reserve: Option<u64>,
+    /// The lowest `MemAvailable` a member read for it.
+    pub host_lowest_available: Option<u64>,
+    /// Calls the host reserve stopped, summed over the members in the group now.
+    pub host_reserve_count: u64,
 }
 
 pub fn snapshot() -> Option<Snapshot> {
     let h = header()?;
-    let (budget, used, peak, members) = {
+    let (budget, used, peak, members, reserve, lowest, stopped) = {
         let l = Locked::new(h)?;
         let h = l.h();
-        (h.budget, h.used, h.peak, h.members.iter().filter(|m| m.pid != 0).count())
+        let live = || h.members.iter().filter(|m| m.pid != 0);
+        (h.budget, h.used, h.peak, live().count(), h.host_reserve, h.host_lowest_available, live().fold(0u64, |a, m| a.saturating_add(m.host_reserve)))
     };
     Some(Snapshot {
         name: NAME.get().cloned().unwrap_or_default(),
@@ -765,5 +862,8 @@ pub fn snapshot() -> Option<Snapshot> {
         used,
         peak,
         members,
+        host_reserve: (reserve != 0).then_some(reserve),
+        host_lowest_available: (lowest != u64::MAX).then_some(lowest),
+        host_reserve_count: stopped,
     })
 }

@@ -1,34 +1,58 @@
 //! The process budget: an atomic count of pinned bytes, live plus reserved by calls in flight.
 //!
 //! A call reserves before the real function runs and gives the reservation back if the call fails,
-//! so no interleaving of threads can make the runtime hold more than the budget.
+//! so no interleaving of threads can make the runtime hold more than the budget. The host reserve
+//! (`host`) caps the same count, in the same compare-and-swap.
 
 pub mod group;
+pub mod host;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// `LIMIT` when nothing is counted: no budget, no host reserve.
 const NONE: u64 = u64::MAX;
+/// `LIMIT` without a budget while the host reserve counts the bytes: no sum a call can make
+/// reaches it, and the hot path without either keeps its one comparison.
+const COUNT_ONLY: u64 = u64::MAX - 1;
 
 static LIMIT: AtomicU64 = AtomicU64::new(NONE);
 static USED: AtomicU64 = AtomicU64::new(0);
 
+/// The process budget; after `host::init`, whose reserve needs the bytes counted too.
 pub fn set_limit(limit: Option<u64>) {
-    LIMIT.store(limit.unwrap_or(NONE), Ordering::Relaxed);
+    let word = match limit {
+        Some(l) => l,
+        None if host::on() => COUNT_ONLY,
+        None => NONE,
+    };
+    LIMIT.store(word, Ordering::Relaxed);
 }
 
-/// Whether any budget (the process's or the group's) is in force.
+/// Whether any limit (the process's budget, the group's, the host reserve) is in force.
 pub fn limited() -> bool {
-    LIMIT.load(Ordering::Relaxed) != NONE || group::limited()
+    limit().is_some() || group::limited() || host::on()
 }
 
-/// The bytes the process budget has handed out (live plus in flight), when there is one.
+/// Which limit refused a reservation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// The process's budget (`PINGUARD_BUDGET`).
+    Budget,
+    /// The group's budget (`PINGUARD_GROUP_BUDGET`).
+    Group,
+    /// The host reserve: the host's `available` bytes, as counted for the decision, would fall
+    /// below it.
+    Host { available: u64 },
+}
+
+/// The bytes the process budget has handed out (live plus in flight), when it counts them.
 pub fn reserved() -> Option<u64> {
     (LIMIT.load(Ordering::Relaxed) != NONE).then(|| USED.load(Ordering::Relaxed))
 }
 
 pub fn limit() -> Option<u64> {
     match LIMIT.load(Ordering::Relaxed) {
-        NONE => None,
+        NONE | COUNT_ONLY => None,
         l => Some(l),
     }
 }
@@ -64,10 +88,16 @@ impl Drop for Reservation {
     }
 }
 
-/// Takes `bytes` if they fit the process budget and the group's (when there is one).
+/// Takes `bytes` if they fit every limit: the process budget, the group's, the host reserve.
 #[inline]
 pub fn reserve(bytes: u64) -> Option<Reservation> {
-    try_reserve(bytes).then(|| Reservation { bytes })
+    reserve_or_refused(bytes).ok()
+}
+
+/// `reserve`, saying which limit refused.
+#[inline]
+pub fn reserve_or_refused(bytes: u64) -> Result<Reservation, Refused> {
+    try_reserve(bytes).map(|()| Reservation { bytes })
 }
 
 /// Takes `bytes` whatever the limits (`warn`), but only if the figures can hold them: a request
@@ -77,37 +107,70 @@ pub fn reserve_over(bytes: u64) -> Option<Reservation> {
     force_checked(bytes).then(|| Reservation { bytes })
 }
 
-/// Takes `bytes` if they fit the process budget and the group's (when there is one).
+/// Takes `bytes` if they fit every limit: the process budget, the group's, the host reserve.
 #[inline]
-pub fn try_reserve(bytes: u64) -> bool {
-    if !try_reserve_process(bytes) {
-        return false;
-    }
-    if !group::reserve(bytes, false) {
+pub fn try_reserve(bytes: u64) -> Result<(), Refused> {
+    try_reserve_process(bytes)?;
+    if let Err(why) = group::reserve(bytes, false) {
         release_process(bytes);
-        return false;
+        return Err(why);
     }
-    true
+    Ok(())
 }
 
-/// Takes `bytes` if they fit. A compare-and-swap loop rather than add-then-roll-back: two racing
-/// threads near the limit must not both be refused when one of them fits.
-#[inline]
-fn try_reserve_process(bytes: u64) -> bool {
+/// Takes `bytes` if they fit the process budget and the host reserve's cap (a group member's
+/// reserve is the group's to check). A compare-and-swap loop rather than add-then-roll-back: two
+/// racing threads near the limit must not both be refused when one of them fits.
+#[inline(always)]
+fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
     let limit = LIMIT.load(Ordering::Relaxed);
     if limit == NONE {
-        // No budget: nothing to refuse, whatever the size (SIZE_MAX is the runtime's to reject),
-        // and nothing to count (the ledger has the live figures).
-        return true;
+        // No budget, no reserve: nothing to refuse, whatever the size (SIZE_MAX is the runtime's
+        // to reject), and nothing to count (the ledger has the live figures).
+        return Ok(());
+    }
+    if host::on() {
+        return reserve_capped(limit, bytes);
     }
     let mut cur = USED.load(Ordering::Relaxed);
     loop {
-        let Some(next) = cur.checked_add(bytes) else { return false };
-        if limit != NONE && next > limit {
-            return false;
+        let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else { return Err(Refused::Budget) };
+        match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
+            Ok(_) => return Ok(()),
+            Err(seen) => cur = seen,
+        }
+    }
+}
+
+/// `try_reserve_process` with the host reserve in force: the same loop, also under the cap of a
+/// cached reading, and before a refusal under the cap of a reading taken afresh. Apart, so that
+/// the paths without a reserve stay as short as they were.
+#[inline(never)]
+fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
+    let mut cur = USED.load(Ordering::Relaxed);
+    let mut fresh = false;
+    loop {
+        let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
+            // Past the budget, or (reserve alone) past what any host has.
+            return Err(if limit == COUNT_ONLY { Refused::Host { available: host::available_now(cur) } } else { Refused::Budget });
+        };
+        if host::on() && !group::seated() {
+            let (cap, read_now) = host::cap(cur);
+            fresh |= read_now;
+            if next > cap {
+                if !fresh {
+                    fresh = true;
+                    host::refresh(cur);
+                    cur = USED.load(Ordering::Relaxed);
+                    continue;
+                }
+                if host::on() {
+                    return Err(Refused::Host { available: host::available_now(cur) });
+                }
+            }
         }
         match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return true,
+            Ok(_) => return Ok(()),
             Err(seen) => cur = seen,
         }
     }
@@ -125,7 +188,7 @@ fn force_checked(bytes: u64) -> bool {
     {
         return false;
     }
-    if !group::reserve(bytes, true) {
+    if group::reserve(bytes, true).is_err() {
         release_process(bytes);
         return false;
     }
@@ -159,6 +222,8 @@ pub fn adjust(removed: u64, added: u64) {
     }
 }
 
+/// In a fork child: nothing pinned yet.
 pub fn reset() {
     USED.store(0, Ordering::Relaxed);
+    host::after_fork_child();
 }

@@ -38,13 +38,28 @@ pub fn render() -> String {
     if let Some(b) = budget::limit() {
         family("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", vec![(who.clone(), b)]);
     }
+    if let Some(h) = budget::host::snapshot() {
+        if let Some(r) = budget::host::reserve() {
+            family("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", vec![(who.clone(), r)]);
+        }
+        family("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", vec![(who.clone(), h.available)]);
+        family("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", vec![(who.clone(), h.lowest)]);
+        family("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", vec![(who.clone(), t.host_reserve_count)]);
+    }
     if let Some(g) = group::snapshot() {
         let gl = format!("{who},group=\"{}\"", label(&g.name));
         family("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live.", vec![(gl.clone(), g.used)]);
         family("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once.", vec![(gl.clone(), g.peak)]);
         family("pinguard_group_members", "gauge", "Processes in the group.", vec![(gl.clone(), g.members as u64)]);
         if let Some(b) = g.budget {
-            family("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget.", vec![(gl, b)]);
+            family("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget.", vec![(gl.clone(), b)]);
+        }
+        if let Some(r) = g.host_reserve {
+            family("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", vec![(gl.clone(), r)]);
+            if let Some(l) = g.host_lowest_available {
+                family("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", vec![(gl.clone(), l)]);
+            }
+            family("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", vec![(gl, g.host_reserve_count)]);
         }
     }
     s

@@ -69,11 +69,12 @@ fn config(cfg: &Config) -> schema::Config {
         depth: cfg.depth,
         py_depth: cfg.py_depth,
         hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
-        errors: cfg.errors.clone(),
+        errors: cfg.errors.iter().cloned().chain(budget::host::problem().map(str::to_string)).collect(),
         report_template: files::template().0,
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
         downgrade_match: cfg.downgrade_match.as_ref().map(|_| patterns(cfg)),
+        host_reserve_bytes: budget::host::reserve(),
     }
 }
 
@@ -106,6 +107,7 @@ pub struct Figures {
     pub apis: Vec<(String, schema::ApiStats)>,
     pub kernel: schema::Kernel,
     pub group: Option<schema::Group>,
+    pub host: Option<schema::Host>,
     pub modules: Vec<schema::Module>,
     /// Every callsite, active or not.
     pub callsites: Vec<schema::Callsite>,
@@ -157,6 +159,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         apis: f.apis.into_iter().collect(),
         kernel: f.kernel,
         group: f.group,
+        host: f.host,
         modules: f.modules,
         callsites,
         live,
@@ -263,6 +266,8 @@ fn gather(cfg: &Config) -> Figures {
             callsite: e.callsite,
             live_bytes: e.live_bytes,
             downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
+            reason: Some(e.over.limit()),
+            host_available_bytes: e.over.host_available(),
         })
         .collect();
     let (timeline, timeline_dropped) = ledger::timeline();
@@ -279,7 +284,11 @@ fn gather(cfg: &Config) -> Figures {
             used_bytes: g.used,
             peak_bytes: g.peak,
             members: g.members as u64,
+            host_reserve_bytes: g.host_reserve,
+            host_lowest_available_bytes: g.host_lowest_available,
+            host_reserve_count: g.host_reserve_count,
         }),
+        host: host(),
         modules: {
             let mut m = sym.modules();
             m.extend(closed_modules);
@@ -292,6 +301,17 @@ fn gather(cfg: &Config) -> Figures {
         timeline,
         timeline_dropped,
     }
+}
+
+/// The host reserve's figures, once one was in force.
+fn host() -> Option<schema::Host> {
+    budget::host::snapshot().map(|h| schema::Host {
+        reserve_bytes: h.reserve,
+        total_bytes: h.total,
+        available_bytes: h.available,
+        lowest_available_bytes: h.lowest,
+        readings: h.readings,
+    })
 }
 
 /// Where the last report written to the template went (the fallback directory, if it came to that).
@@ -382,16 +402,27 @@ pub fn write_exit(cfg: &Config) {
         Err(e) => format!("report not written: {e}"),
     };
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
-    log::write_stderr(&exit_line(std::process::id(), &t, &budget, warn, &whereto));
+    let host = budget::host::snapshot().map(|h| (h.reserve, h.lowest));
+    log::write_stderr(&exit_line(std::process::id(), &t, &budget, warn, host, &whereto));
 }
 
 /// The summary line at exit. Calls over the budget can only happen under `warn`: there they are
 /// always counted (0 included, so that a run that stayed within the budget says so), elsewhere
-/// only if some were (a count a reader would not look for).
-fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, whereto: &str) -> String {
+/// only if some were (a count a reader would not look for). With a host reserve (`host`: the
+/// reserve and the lowest available memory read), the calls it stopped, 0 included.
+fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, host: Option<(u64, u64)>, whereto: &str) -> String {
     let over = if warn || t.over_budget_count > 0 { format!(", {} over budget", t.over_budget_count) } else { String::new() };
+    let host = match host {
+        Some((reserve, lowest)) => format!(
+            "; {} stopped by the host reserve of {} (lowest available {})",
+            t.host_reserve_count,
+            format_bytes(reserve),
+            format_bytes(lowest)
+        ),
+        None => String::new(),
+    };
     format!(
-        "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}); {} denied, {} downgraded{over}; {whereto}\n",
+        "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}); {} denied, {} downgraded{over}{host}; {whereto}\n",
         format_bytes(t.live_bytes),
         count(t.live_count, "allocation", "allocations"),
         format_bytes(t.peak_live_bytes),
@@ -439,6 +470,7 @@ mod tests {
             apis: Vec::new(),
             kernel: schema::Kernel::default(),
             group: None,
+            host: None,
             modules: Vec::new(),
             callsites: Vec::new(),
             live: Vec::new(),
@@ -468,14 +500,19 @@ mod tests {
     #[test]
     fn the_exit_line_counts_in_words() {
         let mut t = schema::Totals { live_bytes: 4096, live_count: 1, peak_live_bytes: 8192, ..Default::default() };
-        let line = exit_line(7, &t, "budget 16.0 KiB", false, "report: r.json");
+        let line = exit_line(7, &t, "budget 16.0 KiB", false, None, "report: r.json");
         assert_eq!(line, "pinguard[7]: 4.00 KiB pinned in 1 allocation at exit (peak 8.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: r.json\n");
         t.live_count = 2;
         t.over_budget_count = 3;
-        let line = exit_line(7, &t, "budget 16.0 KiB", true, "report: r.json");
+        let line = exit_line(7, &t, "budget 16.0 KiB", true, None, "report: r.json");
         assert!(line.contains(" in 2 allocations at exit") && line.ends_with("; 0 denied, 0 downgraded, 3 over budget; report: r.json\n"), "{line}");
         t.over_budget_count = 0;
-        assert!(exit_line(7, &t, "no budget", true, "x").contains("0 downgraded, 0 over budget; x"));
+        assert!(exit_line(7, &t, "no budget", true, None, "x").contains("0 downgraded, 0 over budget; x"));
+        t.host_reserve_count = 2;
+        let line = exit_line(7, &t, "no budget", false, Some((1 << 30, 1288490188)), "x");
+        assert!(line.ends_with("; 0 denied, 0 downgraded; 2 stopped by the host reserve of 1.00 GiB (lowest available 1.20 GiB); x\n"), "{line}");
+        t.host_reserve_count = 0;
+        assert!(exit_line(7, &t, "no budget", false, Some((1 << 30, 1 << 31)), "x").contains("; 0 stopped by the host reserve of 1.00 GiB"));
         assert_eq!(count(0, "process", "processes"), "0 processes");
     }
 

@@ -30,3 +30,12 @@ pub fn coarse_unix_ms() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
+
+/// Milliseconds of `CLOCK_MONOTONIC_COARSE`: the age of a cached reading, taken on every pinning
+/// call that reading guards (a vDSO read, no system call); never set back.
+pub fn coarse_monotonic_ms() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a live, writable timespec and CLOCK_MONOTONIC_COARSE exists on every Linux we run on.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
+}

@@ -27,6 +27,8 @@ use pinguard_report::vars::{self, Var};
 #[derive(Clone, Debug)]
 pub struct Config {
     pub budget: Option<u64>,
+    /// `PINGUARD_HOST_RESERVE`: the floor under the host's available memory, in bytes.
+    pub host_reserve: Option<u64>,
     pub policy: Policy,
     /// `PINGUARD_DOWNGRADE_MATCH`: the callsites `downgrade` may serve with pageable memory
     /// (`None`: every one; an empty list after a bad value: none).
@@ -58,6 +60,9 @@ impl Default for Config {
             fn memory_limit(&self) -> Option<u64> {
                 None
             }
+            fn mem_total(&self) -> Option<u64> {
+                None
+            }
         }
         Config::from_vars(&[], &NoLimit)
     }
@@ -67,6 +72,9 @@ impl Default for Config {
 pub trait System {
     /// Bytes a `N%` budget is a percentage of: the cgroup memory limit, else `MemTotal`.
     fn memory_limit(&self) -> Option<u64>;
+    /// The host's `MemTotal`, which a `N%` host reserve is a percentage of: the reserve protects
+    /// the host, whatever this process's cgroup allows.
+    fn mem_total(&self) -> Option<u64>;
 }
 
 impl Config {
@@ -76,6 +84,7 @@ impl Config {
     pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
         let mut c = Config {
             budget: None,
+            host_reserve: None,
             policy: Policy::Error,
             downgrade_match: None,
             report: None,
@@ -119,14 +128,14 @@ impl Config {
                 debug_assert!(applied, "{}'s default {d:?} is rejected by its own parser", var.name);
             }
         };
-        // A size, or a percentage of the memory limit.
-        let budget = |c: &mut Config, var: &Var, v: Option<&str>| -> Option<u64> {
+        // A size, or a percentage of what `of` gives (`None`: there is nothing, for the reason `none`).
+        let size = |c: &mut Config, var: &Var, v: Option<&str>, of: Option<u64>, none: &str| -> Option<u64> {
             match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec) {
                 Ok(SizeSpec::Bytes(b)) => Some(b),
-                Ok(SizeSpec::Percent(p)) => match sys.memory_limit() {
+                Ok(SizeSpec::Percent(p)) => match of {
                     Some(total) => Some((total as f64 * p / 100.0) as u64),
                     None => {
-                        bad(c, var, v, "no memory limit or MemTotal to take a percentage of");
+                        bad(c, var, v, none);
                         None
                     }
                 },
@@ -136,8 +145,15 @@ impl Config {
                 }
             }
         };
+        // A size, or a percentage of the memory limit.
+        let budget = |c: &mut Config, var: &Var, v: Option<&str>| -> Option<u64> {
+            size(c, var, v, sys.memory_limit(), "no memory limit or MemTotal to take a percentage of")
+        };
         if let Some(v) = get(&vars::BUDGET) {
             c.budget = budget(&mut c, &vars::BUDGET, v);
+        }
+        if let Some(v) = get(&vars::HOST_RESERVE) {
+            c.host_reserve = size(&mut c, &vars::HOST_RESERVE, v, sys.mem_total(), "no MemTotal in /proc/meminfo to take a percentage of");
         }
         let policy = |c: &mut Config, v: &str| {
             c.policy = match v.trim().to_ascii_lowercase().as_str() {
@@ -351,6 +367,24 @@ mod tests {
         fn memory_limit(&self) -> Option<u64> {
             self.0
         }
+        /// Four times the memory limit: a host larger than the cgroup it runs.
+        fn mem_total(&self) -> Option<u64> {
+            self.0.map(|l| 4 * l)
+        }
+    }
+
+    #[test]
+    fn a_host_reserve_percentage_is_of_memtotal_not_of_the_memory_limit() {
+        let c = cfg(&[("PINGUARD_HOST_RESERVE", "25%"), ("PINGUARD_BUDGET", "25%")]);
+        assert!(c.errors.is_empty(), "{:?}", c.errors);
+        assert_eq!((c.host_reserve, c.budget), (Some(1 << 30), Some(1 << 28)));
+        assert_eq!(cfg(&[("PINGUARD_HOST_RESERVE", "1.5G")]).host_reserve, Some(3 << 29));
+        let c = Config::from_vars(&[("PINGUARD_HOST_RESERVE".into(), Some("10%".into()))], &Fixed(None));
+        assert_eq!(c.host_reserve, None);
+        assert!(c.errors[0].contains("no MemTotal") && c.errors[0].contains("running without a host reserve"), "{:?}", c.errors);
+        let c = cfg(&[("PINGUARD_HOST_RESERVE", "lots")]);
+        assert_eq!((c.host_reserve, c.errors.len()), (None, 1));
+        assert!(c.errors[0].starts_with("PINGUARD_HOST_RESERVE=\"lots\""), "{:?}", c.errors);
     }
 
     fn cfg(vars: &[(&str, &str)]) -> Config {

@@ -54,10 +54,10 @@ fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
     ok
 }
 
-/// "   1234 kB" as bytes.
+/// "   1234 kB" as bytes (`None` past `u64::MAX`: a file no kernel wrote).
 fn kb(rest: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(rest).ok()?;
-    text.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kb| kb * 1024)
+    text.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?.checked_mul(1024)
 }
 
 #[derive(Default)]
@@ -317,16 +317,80 @@ impl System for Host {
     fn memory_limit(&self) -> Option<u64> {
         cgroup_memory_limit().or_else(mem_total)
     }
+
+    fn mem_total(&self) -> Option<u64> {
+        mem_total()
+    }
 }
 
 fn mem_total() -> Option<u64> {
-    let mut total = None;
-    for_each_line(c"/proc/meminfo", |line| {
+    host_memory().ok().and_then(|m| m.total)
+}
+
+const MEMINFO: &CStr = c"/proc/meminfo";
+
+/// The host's memory as `/proc/meminfo` gives it, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostMemory {
+    /// `MemTotal` (`None`: no such line).
+    pub total: Option<u64>,
+    /// `MemAvailable`: what the kernel estimates can be allocated without swapping.
+    pub available: u64,
+}
+
+/// Why `/proc/meminfo` gave no usable reading.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BadMeminfo {
+    Unreadable,
+    /// No `MemAvailable` line, or one that is not a number of kB.
+    NoAvailable,
+    /// `MemAvailable` above `MemTotal`: not a kernel's file.
+    AboveTotal,
+}
+
+impl BadMeminfo {
+    /// What is wrong, for people: completes "/proc/meminfo ...".
+    pub fn why(self) -> &'static str {
+        match self {
+            BadMeminfo::Unreadable => "cannot be read",
+            BadMeminfo::NoAvailable => "has no MemAvailable line in kB",
+            BadMeminfo::AboveTotal => "has a MemAvailable above its MemTotal",
+        }
+    }
+}
+
+/// `MemTotal` and `MemAvailable` from `/proc/meminfo`. Raw system calls into a buffer on the
+/// stack: it runs inside pinning calls (the host reserve), where nothing may allocate or be a
+/// cancellation point.
+pub fn host_memory() -> Result<HostMemory, BadMeminfo> {
+    meminfo_at(MEMINFO)
+}
+
+fn meminfo_at(path: &CStr) -> Result<HostMemory, BadMeminfo> {
+    let (mut total, mut available) = (None, None);
+    let whole = for_each_line(path, |line| {
         if let Some(rest) = line.strip_prefix(b"MemTotal:") {
-            total = kb(rest);
+            total = total.or(Some(kb_strict(rest)));
+        } else if let Some(rest) = line.strip_prefix(b"MemAvailable:") {
+            available = available.or(Some(kb_strict(rest)));
         }
     });
-    total
+    if !whole {
+        return Err(BadMeminfo::Unreadable);
+    }
+    let available = available.flatten().ok_or(BadMeminfo::NoAvailable)?;
+    let total = total.flatten();
+    if total.is_some_and(|t| available > t) {
+        return Err(BadMeminfo::AboveTotal);
+    }
+    Ok(HostMemory { total, available })
+}
+
+/// "   1234 kB" as bytes, the unit required: a figure that does not say it is in kB is not one
+/// the kernel wrote.
+fn kb_strict(rest: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(rest).ok()?.trim();
+    text.strip_suffix("kB")?.trim_end().parse::<u64>().ok()?.checked_mul(1024)
 }
 
 /// The memory limit of this process's cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`); the
@@ -408,6 +472,35 @@ mod tests {
         assert_eq!(lines[1].len(), 1024);
         assert_eq!(lines[2], b"b: 2");
         assert_eq!(lines[3].len(), 1024);
+    }
+
+    #[test]
+    fn meminfo_readings_that_cannot_be_used_say_why() {
+        let dir = std::env::temp_dir().join(format!("pinguard-meminfo-{}", std::process::id()));
+        let read = |text: &[u8]| {
+            std::fs::write(&dir, text).unwrap();
+            meminfo_at(&CString::new(dir.to_str().unwrap()).unwrap())
+        };
+        let good = b"MemTotal:       16384 kB\nMemFree:  100 kB\nMemAvailable:    8192 kB\nBuffers: 1 kB\n";
+        assert_eq!(read(good), Ok(HostMemory { total: Some(16384 * 1024), available: 8192 * 1024 }));
+        assert_eq!(read(b"MemAvailable: 8 kB"), Ok(HostMemory { total: None, available: 8192 }), "the last line without its newline");
+        assert_eq!(read(b"MemTotal: 16 kB\nMemFree: 8 kB\n"), Err(BadMeminfo::NoAvailable));
+        assert_eq!(read(b"MemAvailable: lots kB\n"), Err(BadMeminfo::NoAvailable));
+        assert_eq!(read(b"MemAvailable: 12\n"), Err(BadMeminfo::NoAvailable), "no unit");
+        assert_eq!(read(b"MemAvailable: -12 kB\n"), Err(BadMeminfo::NoAvailable));
+        assert_eq!(read(b"MemAvailable: 99999999999999999999 kB\n"), Err(BadMeminfo::NoAvailable), "past u64");
+        assert_eq!(read(b"MemAvailable: 18014398509481984 kB\n"), Err(BadMeminfo::NoAvailable), "bytes past u64");
+        assert_eq!(read(b"\x01\x02\xff garbage\n\n"), Err(BadMeminfo::NoAvailable));
+        assert_eq!(read(b""), Err(BadMeminfo::NoAvailable));
+        assert_eq!(read(b"MemTotal: 4 kB\nMemAvailable: 8 kB\n"), Err(BadMeminfo::AboveTotal));
+        std::fs::remove_file(&dir).unwrap();
+        assert_eq!(read_missing(), Err(BadMeminfo::Unreadable));
+        let host = host_memory().expect("this machine's /proc/meminfo");
+        assert!(host.available > 0 && host.total.is_some_and(|t| t >= host.available));
+    }
+
+    fn read_missing() -> Result<HostMemory, BadMeminfo> {
+        meminfo_at(c"/nonexistent/pinguard/meminfo")
     }
 
     #[test]

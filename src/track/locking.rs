@@ -6,6 +6,7 @@
 //! hooked calls change the kernel's state and the view in the same order.
 
 use super::{quiet, Admission, Hook, Request, WarnLater};
+use crate::accounting::ledger::Over;
 
 /// A locking call's admission. A failed call may still have locked part of its range: its
 /// reservation goes back whole, and a walk of the kernel's mappings takes what was locked.
@@ -13,7 +14,7 @@ enum Lock {
     /// Lock, with the budget's bytes held for the call (none when nothing new is to be locked).
     Pin(budget::Reservation),
     Refuse,
-    Downgrade(u64),
+    Downgrade(u64, Over),
 }
 use crate::api::Api;
 use crate::budget;
@@ -30,6 +31,18 @@ use std::os::raw::{c_int, c_void};
 fn walked(s: ledger::Synced) -> bool {
     budget::adjust(s.removed, s.added);
     s.any()
+}
+
+/// The limit `MCL_FUTURE` is refused for (it would lock later mappings without asking any):
+/// the process budget, else the group's, else the host reserve.
+fn blank_cheque_over() -> Over {
+    if budget::limit().is_some() {
+        Over::budget()
+    } else if budget::group::limited() {
+        Over::group_budget()
+    } else {
+        Over::host_reserve(budget::host::available_now(budget::reserved().unwrap_or(0)))
+    }
 }
 
 /// `mlock2`'s only flag (not in the `libc` crate for glibc targets).
@@ -92,7 +105,7 @@ impl Hook {
             // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
             Admission::Pass => Lock::Pin(budget::Reservation::none()),
             Admission::Refuse => Lock::Refuse,
-            Admission::Downgrade => Lock::Downgrade(bytes),
+            Admission::Downgrade(over) => Lock::Downgrade(bytes, over),
         })
     }
 
@@ -163,9 +176,9 @@ impl Hook {
                 self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
-            Ok(Lock::Downgrade(n)) => {
+            Ok(Lock::Downgrade(n, over)) => {
                 drop(locked);
-                quiet(|| self.downgraded(api, site, n));
+                quiet(|| self.downgraded(api, site, n, over));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }
@@ -280,12 +293,12 @@ impl Hook {
                 self.t.set_errno(libc::EAGAIN);
                 return libc::MAP_FAILED;
             }
-            Some(Ok(Lock::Downgrade(_))) => {
+            Some(Ok(Lock::Downgrade(_, over))) => {
                 drop(locked);
                 let p = real(flags & !libc::MAP_LOCKED);
                 let err = self.t.errno();
                 if p != libc::MAP_FAILED {
-                    quiet(|| self.downgraded(api, site, bytes));
+                    quiet(|| self.downgraded(api, site, bytes, over));
                 }
                 self.t.set_errno(err);
                 return p;
@@ -437,14 +450,15 @@ impl Hook {
                     return Err(err);
                 }
                 let bytes = estimate();
+                let over = blank_cheque_over();
                 return Ok(match self.cfg.policy {
-                    Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes),
+                    Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes, over),
                     Policy::Downgrade => {
-                        self.denied_out_of_scope(api, site, bytes);
+                        self.denied_out_of_scope(api, site, bytes, over);
                         Lock::Refuse
                     }
                     _ => {
-                        self.denied(api, site, bytes);
+                        self.denied(api, site, bytes, over);
                         Lock::Refuse
                     }
                 });
@@ -467,9 +481,9 @@ impl Hook {
                 self.t.set_errno(libc::ENOMEM);
                 return -1;
             }
-            Some(Ok(Lock::Downgrade(bytes))) => {
+            Some(Ok(Lock::Downgrade(bytes, over))) => {
                 drop(locked);
-                quiet(|| self.downgraded(api, site, bytes));
+                quiet(|| self.downgraded(api, site, bytes, over));
                 self.t.set_errno(self.entry_errno);
                 return 0;
             }

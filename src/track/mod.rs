@@ -6,7 +6,8 @@ use crate::budget;
 use crate::accounting::callsite::{self, Callsite};
 use crate::runtime::config::{Config, Policy};
 use crate::runtime::guard::{self, Reentry, Thread};
-use crate::accounting::ledger::{self, Backing, Live};
+use crate::accounting::ledger::{self, Backing, Live, Over};
+use pinguard_report::Limit;
 use crate::lifecycle;
 use crate::runtime::pageable;
 use crate::capture::stack;
@@ -34,8 +35,8 @@ struct OverBudget {
     site: &'static Callsite,
     api: Api,
     bytes: u64,
-    /// Over the group's budget, not the process's.
-    group: bool,
+    /// Which limit it goes over.
+    over: Over,
 }
 
 /// A `warn` line held back while the locking family holds the locked-page view: naming a
@@ -99,7 +100,24 @@ pub(crate) enum Admission {
     /// The runtime will reject the arguments: its own answer, the budget untouched.
     Pass,
     Refuse,
-    Downgrade,
+    /// Serve pageable memory instead: the call went over this limit.
+    Downgrade(Over),
+}
+
+/// The limit a refused reservation went over, as the ledger records it.
+pub(crate) fn over(why: budget::Refused) -> Over {
+    match why {
+        budget::Refused::Budget => Over::budget(),
+        budget::Refused::Group => Over::group_budget(),
+        budget::Refused::Host { available } => Over::host_reserve(available),
+    }
+}
+
+/// A call the host reserve stopped, in the group's shared page too (for `pinguard top`).
+fn note_host_reserve(over: Over) {
+    if over.limit() == Limit::HostReserve {
+        budget::group::note_host_reserve();
+    }
 }
 
 /// Keeps a successful pinning call's bytes: its reservation, or, for arguments pinguard expected
@@ -229,40 +247,35 @@ impl Hook {
         if req == Request::Rejected {
             return Admission::Pass;
         }
-        if let Some(r) = budget::reserve(bytes) {
-            return Admission::Pin(r);
+        match budget::reserve_or_refused(bytes) {
+            Ok(r) => Admission::Pin(r),
+            Err(why) => self.over_budget(api, bytes, site, req, later, over(why)),
         }
-        self.over_budget(api, bytes, site, req, later)
     }
 
-    /// The policy's answer for a call the budget has no room for.
+    /// The policy's answer for a call that `over` has no room for.
     #[inline(never)]
-    fn over_budget(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>) -> Admission {
+    fn over_budget(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>, over: Over) -> Admission {
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => {
                 if self.downgrade_in_scope(site) {
-                    Admission::Downgrade
+                    Admission::Downgrade(over)
                 } else {
-                    self.denied_out_of_scope(api, site, bytes);
+                    self.denied_out_of_scope(api, site, bytes, over);
                     Admission::Refuse
                 }
             }
             Policy::Error | Policy::Downgrade => {
-                self.denied(api, site, bytes);
+                self.denied(api, site, bytes, over);
                 Admission::Refuse
             }
             Policy::Warn => {
-                // Which budget it goes over, for the line: the process's if that one explains it,
-                // else the group's.
-                let group = match budget::limit() {
-                    Some(l) => budget::reserved().unwrap_or(0).saturating_add(bytes) <= l,
-                    None => true,
-                };
                 // More than the figures can hold (SIZE_MAX) is the runtime's to reject.
                 let Some(r) = budget::reserve_over(bytes) else { return Admission::Pass };
-                ledger::count_over_budget(self.t, api, site, bytes);
+                ledger::count_over_budget(self.t, api, site, bytes, over);
+                note_host_reserve(over);
                 if !site.warned.swap(true, Ordering::Relaxed) {
-                    let w = OverBudget { site, api, bytes, group };
+                    let w = OverBudget { site, api, bytes, over };
                     match later {
                         Some(l) => l.over.set(Some(w)),
                         None => self.warn_over_budget(w),
@@ -274,9 +287,11 @@ impl Hook {
     }
 
     /// The `warn` line, once per callsite: `cudaHostAlloc of 4.00 MiB goes over the budget of
-    /// 3.00 MiB at grow_kv_cache; allowed (policy warn; logged once per callsite)`. The
-    /// callsite is named as `pinguard report` names it, but cheaply, since the application's
-    /// call waits for it (`output::quick`); never under a lock of pinguard's (`WarnLater`).
+    /// 3.00 MiB at grow_kv_cache; allowed (policy warn; logged once per callsite)`, or for the
+    /// host reserve `cudaHostAlloc of 4.00 MiB would leave the host 900 MiB available, below the
+    /// reserve of 1.00 GiB at ...`. The callsite is named as `pinguard report` names it, but
+    /// cheaply, since the application's call waits for it (`output::quick`); never under a lock
+    /// of pinguard's (`WarnLater`).
     #[cold]
     #[inline(never)]
     fn warn_over_budget(&self, w: OverBudget) {
@@ -286,16 +301,17 @@ impl Hook {
         let err = self.t.errno();
         let _ = quiet(|| {
             let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
-            let budget = match (w.group, budget::group::snapshot()) {
-                (true, Some(g)) => format!("group {}'s budget of {}", g.name, limit(g.budget)),
-                _ => format!("the budget of {}", limit(budget::limit())),
+            let what = match (w.over.limit(), budget::group::snapshot()) {
+                (Limit::HostReserve, _) => format!(
+                    "would leave the host {} available, below the reserve of {}",
+                    format_bytes(w.over.host_available().unwrap_or(0).saturating_sub(w.bytes)),
+                    limit(budget::host::reserve())
+                ),
+                (Limit::GroupBudget, Some(g)) => format!("goes over group {}'s budget of {}", g.name, limit(g.budget)),
+                _ => format!("goes over the budget of {}", limit(budget::limit())),
             };
             let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();
-            tracing::warn!(
-                "{} of {} goes over {budget}{at}; allowed (policy warn; logged once per callsite)",
-                w.api.name(),
-                format_bytes(w.bytes)
-            );
+            tracing::warn!("{} of {} {what}{at}; allowed (policy warn; logged once per callsite)", w.api.name(), format_bytes(w.bytes));
         });
         self.t.set_errno(err);
     }
@@ -306,7 +322,7 @@ impl Hook {
     /// will reject).
     fn pinned_only(&self, admission: Admission) -> Option<Option<budget::Reservation>> {
         match admission {
-            Admission::Refuse | Admission::Downgrade => {
+            Admission::Refuse | Admission::Downgrade(_) => {
                 self.t.set_errno(self.entry_errno);
                 None
             }
@@ -317,23 +333,26 @@ impl Hook {
 
     /// A refusal, in the process's figures and the group's (whose members' refusals are summed
     /// in the group's shared page).
-    fn denied(&self, api: Api, site: &'static Callsite, bytes: u64) {
-        ledger::count_denied(self.t, api, site, bytes);
+    fn denied(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+        ledger::count_denied(self.t, api, site, bytes, over);
         budget::group::note_denied();
+        note_host_reserve(over);
     }
 
     /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH` (refused as
     /// under `error`): its event says so.
-    fn denied_out_of_scope(&self, api: Api, site: &'static Callsite, bytes: u64) {
-        ledger::count_denied_out_of_scope(self.t, api, site, bytes);
+    fn denied_out_of_scope(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+        ledger::count_denied_out_of_scope(self.t, api, site, bytes, over);
         budget::group::note_denied();
+        note_host_reserve(over);
     }
 
     /// A call served with pageable memory (or left unpinned) instead of pinned memory, in the
     /// process's figures and the group's.
-    fn downgraded(&self, api: Api, site: &'static Callsite, bytes: u64) {
-        ledger::count_downgraded(self.t, api, site, bytes);
+    fn downgraded(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+        ledger::count_downgraded(self.t, api, site, bytes, over);
         budget::group::note_downgraded();
+        note_host_reserve(over);
     }
 
     /// Records a successful pinning call at `addr`. A record already there is one whose release
@@ -349,11 +368,11 @@ impl Hook {
 
     /// Records memory served in place of pinned memory (`downgrade`): pinguard's own pageable
     /// memory for an allocation, the caller's memory left unpinned for a registration.
-    fn record_downgraded(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, backing: Backing) {
+    fn record_downgraded(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, backing: Backing, over: Over) {
         if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, backing)) {
             self.gone(&old);
         }
-        self.downgraded(api, site, bytes);
+        self.downgraded(api, site, bytes, over);
         ledger::downgraded_live_delta(self.t, bytes as i64);
     }
 
@@ -411,16 +430,16 @@ impl Hook {
                 self.t.set_errno(self.entry_errno);
                 return oom;
             }
-            Admission::Downgrade => {
+            Admission::Downgrade(over) => {
                 let Some(p) = pageable::alloc(size) else {
-                    quiet(|| self.denied(api, site, bytes));
+                    quiet(|| self.denied(api, site, bytes, over));
                     self.t.set_errno(self.entry_errno);
                     return oom;
                 };
                 // SAFETY: `out` is not null (checked on entry) and the caller passed it for the
                 // runtime to write the new pointer to.
                 unsafe { *out = p };
-                quiet(|| self.record_downgraded(api, p as usize, bytes, site, Backing::Pageable));
+                quiet(|| self.record_downgraded(api, p as usize, bytes, site, Backing::Pageable, over));
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
@@ -481,8 +500,8 @@ impl Hook {
                 self.t.set_errno(self.entry_errno);
                 return oom;
             }
-            Admission::Downgrade => {
-                quiet(|| self.record_downgraded(api, addr as usize, bytes, site, Backing::Unpinned));
+            Admission::Downgrade(over) => {
+                quiet(|| self.record_downgraded(api, addr as usize, bytes, site, Backing::Unpinned, over));
                 self.t.set_errno(self.entry_errno);
                 return ok;
             }
@@ -519,12 +538,12 @@ impl Hook {
                 self.t.set_errno(self.entry_errno);
                 return oom;
             }
-            Admission::Downgrade => {
+            Admission::Downgrade(over) => {
                 // The new part stays unpinned; the runtime is not called, as for any downgraded
                 // registration.
                 quiet(|| {
                     ledger::insert_over(addr, self.live(api, extra, site, Backing::Unpinned));
-                    self.downgraded(api, site, extra);
+                    self.downgraded(api, site, extra, over);
                     ledger::downgraded_live_delta(self.t, extra as i64);
                 });
                 self.t.set_errno(self.entry_errno);

@@ -121,6 +121,10 @@ pub fn fixtures() -> &'static Fixtures {
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl", "-ldl"]);
             cc(&a);
+            let (o, f, l) = (d("host_fill"), s("progs/host_fill.c"), d(""));
+            let mut a: Vec<&str> = common.to_vec();
+            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+            cc(&a);
             let (o, f, l) = (d("group_worker"), s("progs/group_worker.c"), d(""));
             let mut a: Vec<&str> = common.to_vec();
             a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl"]);

@@ -91,8 +91,73 @@ static struct emu_stats *st(void) {
 
 static size_t bucket(uintptr_t a) { return (a >> 12) * 2654435761u % BUCKETS; }
 
+/* EMU_MEMINFO=PATH: a stand-in for /proc/meminfo (the host reserve's tests bind-mount PATH over
+ * it in a private mount namespace), whose MemAvailable falls as the runtime pins and rises as it
+ * releases: EMU_MEMINFO_BASE_KB less what is pinned, counted by the runtimes themselves in
+ * PATH.count ([pinned bytes now, the most ever], shared by every runtime and process that names
+ * the same PATH; made zeroed if missing, never truncated). MemTotal is EMU_MEMINFO_TOTAL_KB
+ * (default: the base). After every change the file is rewritten in place, whole, at offset 0,
+ * with lines of fixed width, so it keeps its size and a reader never sees it cut short; a
+ * writer that finds the count moved meanwhile writes again, so the last write is the latest
+ * count. Pinned bytes are counted before the pages are locked and uncounted after they are
+ * unlocked, as outstanding_bytes are: the file never shows more available than is. */
+static pthread_once_t meminfo_once = PTHREAD_ONCE_INIT;
+static int meminfo_fd = -1;
+static int64_t *meminfo_count;
+static long long meminfo_base_kb, meminfo_total_kb;
+
+static void meminfo_setup(void) {
+    const char *path = getenv("EMU_MEMINFO");
+    if (!path || !*path) return;
+    const char *b = getenv("EMU_MEMINFO_BASE_KB"), *t = getenv("EMU_MEMINFO_TOTAL_KB");
+    meminfo_base_kb = b ? atoll(b) : 0;
+    meminfo_total_kb = t ? atoll(t) : meminfo_base_kb;
+    char count[4096];
+    int n = snprintf(count, sizeof count, "%s.count", path);
+    int cfd = n > 0 && (size_t)n < sizeof count ? open(count, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+    int64_t *m = MAP_FAILED;
+    /* Growing a file to its own size changes nothing: a second process cannot zero the first's count. */
+    if (cfd >= 0 && ftruncate(cfd, 2 * sizeof(int64_t)) == 0)
+        m = mmap(NULL, 2 * sizeof(int64_t), PROT_READ | PROT_WRITE, MAP_SHARED, cfd, 0);
+    if (cfd >= 0) close(cfd);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (m == MAP_FAILED || fd < 0) {
+        fprintf(stderr, "emul(%s): EMU_MEMINFO %s: cannot set up the stand-in meminfo\n", EMU_NAME, path);
+        if (fd >= 0) close(fd);
+        return;
+    }
+    meminfo_count = m;
+    meminfo_fd = fd;
+}
+
+static void meminfo_write(int64_t pinned) {
+    long long used_kb = (pinned + 1023) / 1024;
+    long long avail = meminfo_base_kb - used_kb;
+    if (avail < 0) avail = 0;
+    char text[128];
+    int n = snprintf(text, sizeof text, "MemTotal:       %12lld kB\nMemFree:        %12lld kB\nMemAvailable:   %12lld kB\n",
+                     meminfo_total_kb, avail, avail);
+    if (n > 0 && pwrite(meminfo_fd, text, (size_t)n, 0) != n)
+        fprintf(stderr, "emul(%s): EMU_MEMINFO: short write\n", EMU_NAME);
+}
+
+static void meminfo_moved(int64_t bytes) {
+    pthread_once(&meminfo_once, meminfo_setup);
+    if (!meminfo_count) return;
+    int64_t now = __atomic_add_fetch(&meminfo_count[0], bytes, __ATOMIC_SEQ_CST);
+    int64_t max = __atomic_load_n(&meminfo_count[1], __ATOMIC_SEQ_CST);
+    while (now > max && !__atomic_compare_exchange_n(&meminfo_count[1], &max, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+    }
+    for (;;) {
+        int64_t v = __atomic_load_n(&meminfo_count[0], __ATOMIC_SEQ_CST);
+        meminfo_write(v);
+        if (__atomic_load_n(&meminfo_count[0], __ATOMIC_SEQ_CST) == v) break;
+    }
+}
+
 static void bump_outstanding(int64_t bytes, int64_t count) {
     if (emu_combined_add) emu_combined_add(bytes);
+    meminfo_moved(bytes);
     int64_t now = __atomic_add_fetch(&st()->outstanding_bytes, bytes, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&st()->outstanding_count, count, __ATOMIC_SEQ_CST);
     int64_t max = __atomic_load_n(&st()->max_outstanding_bytes, __ATOMIC_SEQ_CST);

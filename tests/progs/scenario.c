@@ -10,6 +10,7 @@
  *   mlock:OFF:LEN  mlock2:OFF:LEN  munlock:OFF:LEN  munmap:OFF:LEN   (pages of a 256-page arena)
  *   mmap_locked:SIZE  munmap_slot:SLOT  mlockall:FLAGS  munlockall
  *   vmlck  (prints VmLck bytes)   report:PATH   errno_check
+ *   sleep_ms:N   clobber:VAR  (overwrites the file named by environment variable VAR with garbage)
  */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 int cudaHostAlloc(void **, size_t, unsigned);
@@ -162,6 +164,14 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "report")) {
             int (*w)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "pinguard_write_report");
             rc = w ? w(a[0] ? a : NULL) : -99;
+        } else if (!strcmp(op, "sleep_ms")) {
+            struct timespec ts = {(time_t)(x / 1000), (long)(x % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        } else if (!strcmp(op, "clobber")) {
+            const char *path = getenv(a);
+            FILE *f = path ? fopen(path, "w") : NULL;
+            rc = f ? (fputs("garbage \x01\x02 not meminfo\n", f) < 0) : -1;
+            if (f) fclose(f);
         } else if (!strcmp(op, "errno_check")) {
             /* errno set before a hooked call that succeeds must survive it */
             errno = 4242;
