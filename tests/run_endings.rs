@@ -313,7 +313,20 @@ fn a_signal_to_run_itself_reaches_the_command_and_run_exits_with_its_status() {
     let p = prog().to_str().unwrap();
     for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT"), (libc::SIGHUP, "SIGHUP")] {
         let dir = fresh_dir("run-signalled");
-        let (child, out, pid) = start(&mut run_in(&dir, &["--report", &template(&dir)], &[p, MIB3, "wait"]));
+        let mut cmd = run_in(&dir, &["--report", &template(&dir)], &[p, MIB3, "wait"]);
+        // `run` keeps an ignored signal ignored (`nohup pinguard run`), so a test started under
+        // nohup would wait forever for a SIGHUP to end it: give `run` the default dispositions.
+        // SAFETY: the closure runs in the child between fork and exec and only calls `signal`,
+        // which is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+                    libc::signal(s, libc::SIG_DFL);
+                }
+                Ok(())
+            });
+        }
+        let (child, out, pid) = start(&mut cmd);
         kill(child.id() as i32, sig);
         let (status, err) = finish(child, out, pid, Duration::from_secs(60));
         // An exit status, not a death: `run` outlived the signal, and passes on the command's.

@@ -48,6 +48,21 @@ pub fn short_label(site: &Site) -> String {
     frames_label(if site.py_frames.is_empty() { &site.frames } else { &site.py_frames })
 }
 
+/// The columns every callsite table ends with, after its size columns, and a row's cells for them:
+/// what the budgets did to the callsite's calls, who shares it, through what, and its name.
+pub const TAIL: [&str; 6] = ["DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"];
+
+pub fn tail_cells(c: &Site) -> Vec<String> {
+    vec![
+        c.denied_count.to_string(),
+        c.downgraded_count.to_string(),
+        c.over_budget_count.to_string(),
+        c.processes.to_string(),
+        c.apis.iter().cloned().collect::<Vec<_>>().join(","),
+        short_label(c),
+    ]
+}
+
 /// `short_label`, saying when processes share the callsite (a DataLoader's workers and their
 /// parent all run `pin (workers.py:4)`), for lists without a PROCS column.
 pub fn site_label(site: &Site) -> String {

@@ -1,7 +1,7 @@
 //! `pinguard report`: the top callsites of any number of reports, then a LeakSanitizer-style block
 //! per callsite still holding pinned memory, then one summary line.
 
-use crate::merge::{frame_label, short_label, Merged};
+use crate::merge::{frame_label, Merged};
 use crate::out::{count, table};
 use pinguard_report::units::format_bytes;
 
@@ -19,20 +19,10 @@ pub fn render(m: &Merged, top: usize) -> String {
         reps.push_str(&format!(", {running} still running (read from the live state)"));
     }
     s.push_str(&format!("Top callsites by live pinned bytes ({reps}, {procs})\n\n"));
-    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS", "DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
+    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS"].into_iter().chain(crate::merge::TAIL).map(String::from).collect::<Vec<_>>()];
     for c in m.callsites.iter().take(top) {
-        rows.push(vec![
-            format_bytes(c.live_bytes),
-            c.live_count.to_string(),
-            format_bytes(c.peak_live_bytes),
-            c.alloc_count.to_string(),
-            c.denied_count.to_string(),
-            c.downgraded_count.to_string(),
-            c.over_budget_count.to_string(),
-            c.processes.to_string(),
-            c.apis.iter().cloned().collect::<Vec<_>>().join(","),
-            short_label(c),
-        ]);
+        let sizes = [format_bytes(c.live_bytes), c.live_count.to_string(), format_bytes(c.peak_live_bytes), c.alloc_count.to_string()];
+        rows.push(sizes.into_iter().chain(crate::merge::tail_cells(c)).collect());
     }
     s.push_str(&table(&rows, &[true, true, true, true, true, true, true, true, false, false]));
     if m.callsites.len() > top {

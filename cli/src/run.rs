@@ -550,17 +550,9 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
     let top: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).take(5).collect();
     if !top.is_empty() {
         s.push_str("\nTop callsites:\n");
-        let mut rows = vec![["LIVE", "DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"].map(String::from).to_vec()];
+        let mut rows = vec![std::iter::once("LIVE").chain(crate::merge::TAIL).map(String::from).collect::<Vec<_>>()];
         for c in top {
-            rows.push(vec![
-                format_bytes(c.live_bytes),
-                c.denied_count.to_string(),
-                c.downgraded_count.to_string(),
-                c.over_budget_count.to_string(),
-                c.processes.to_string(),
-                c.apis.iter().cloned().collect::<Vec<_>>().join(","),
-                short_label(c),
-            ]);
+            rows.push(std::iter::once(format_bytes(c.live_bytes)).chain(crate::merge::tail_cells(c)).collect());
         }
         s.push_str(&table(&rows, &[true, true, true, true, true, false, false]));
     }
