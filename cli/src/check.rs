@@ -9,6 +9,7 @@ pub struct Limits {
     pub max_denied: Option<u64>,
     pub max_downgraded: Option<u64>,
     pub max_over_budget: Option<u64>,
+    pub max_host_reserve: Option<u64>,
 }
 
 fn exceed(n: u64) -> &'static str {
@@ -49,14 +50,21 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
             v.push(format!("pinguard check: {} {} --max-over-budget {max}", count(t.over_budget_count, "call over the budget", "calls over the budget"), exceed(t.over_budget_count)));
         }
     }
+    if let Some(max) = l.max_host_reserve {
+        if t.host_reserve_count > max {
+            let n = t.host_reserve_count;
+            v.push(format!("pinguard check: {} by the host reserve {} --max-host-reserve {max}", count(n, "call stopped", "calls stopped"), exceed(n)));
+        }
+    }
     let summary = format!(
-        "pinguard check: {}, {}: live {}, {} denied, {} downgraded, {} over budget",
+        "pinguard check: {}, {}: live {}, {} denied, {} downgraded, {} over budget{}",
         count(m.reports as u64, "report", "reports"),
         count(m.processes as u64, "process", "processes"),
         format_bytes(t.live_bytes),
         t.denied_count,
         t.downgraded_count,
-        t.over_budget_count
+        t.over_budget_count,
+        crate::merge::host_clause(m)
     );
     (v, summary)
 }

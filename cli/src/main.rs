@@ -86,6 +86,11 @@ enum Cmd {
         /// nothing be pinned (every pinning call gets the policy).
         #[arg(long, value_parser = size, allow_hyphen_values = true)]
         budget: Option<String>,
+        /// A floor under the host's available memory (PINGUARD_HOST_RESERVE): a pinning call that
+        /// would take MemAvailable below it gets the policy, as over the budget. 8G, 10% (of
+        /// MemTotal).
+        #[arg(long, value_parser = size, allow_hyphen_values = true)]
+        host_reserve: Option<String>,
         /// Under downgrade, downgrade only callsites matching these glob patterns
         /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
         #[arg(long, value_name = "PATTERNS", value_parser = patterns)]
@@ -147,6 +152,10 @@ enum Cmd {
         /// Most pinning calls that went over the budget and were pinned anyway (policy warn).
         #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
         max_over_budget: Option<u64>,
+        /// Most pinning calls the host reserve stopped (PINGUARD_HOST_RESERVE), whatever the
+        /// policy did with them.
+        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+        max_host_reserve: Option<u64>,
         /// Skip inputs that cannot be read, and go on with the rest (each is still named on
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
@@ -234,10 +243,13 @@ fn write_file(path: &PathBuf, text: &str) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Run { budget, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
+        Cmd::Run { budget, host_reserve, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
             let mut env = Vec::new();
             if let Some(b) = budget {
                 env.push((vars::BUDGET.name, b));
+            }
+            if let Some(r) = host_reserve {
+                env.push((vars::HOST_RESERVE.name, r));
             }
             if let Some(m) = downgrade_match {
                 env.push((vars::DOWNGRADE_MATCH.name, m));
@@ -262,9 +274,9 @@ fn main() -> ExitCode {
             out::print(&if json { report::json(&m, top) } else { report::render(&m, top) });
             ExitCode::SUCCESS
         }
-        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, keep_going, inputs } => {
+        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, keep_going, inputs } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget });
+            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve });
             for v in &violations {
                 println!("{v}");
             }

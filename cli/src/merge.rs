@@ -48,6 +48,19 @@ pub fn short_label(site: &Site) -> String {
     frames_label(if site.py_frames.is_empty() { &site.frames } else { &site.py_frames })
 }
 
+/// What the host reserve did, for a summary line: empty when no report had one in force.
+pub fn host_clause(m: &Merged) -> String {
+    match m.host {
+        Some(h) => format!(
+            ", {} by the host reserve of {} (lowest available {})",
+            crate::out::count(m.totals.host_reserve_count, "call stopped", "calls stopped"),
+            pinguard_report::units::format_bytes(h.reserve_bytes),
+            pinguard_report::units::format_bytes(h.lowest_available_bytes)
+        ),
+        None => String::new(),
+    }
+}
+
 /// The columns every callsite table ends with, after its size columns, and a row's cells for them:
 /// what the budgets did to the callsite's calls, who shares it, through what, and its name.
 pub const TAIL: [&str; 6] = ["DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"];
@@ -182,6 +195,26 @@ impl Site {
     }
 }
 
+/// The host reserve across the merged reports: the largest reserve any process applied, and the
+/// lowest available memory any of them read.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct HostLine {
+    pub reserve_bytes: u64,
+    pub lowest_available_bytes: u64,
+}
+
+impl HostLine {
+    fn fold(a: Option<HostLine>, b: Option<HostLine>) -> Option<HostLine> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(HostLine {
+                reserve_bytes: a.reserve_bytes.max(b.reserve_bytes),
+                lowest_available_bytes: a.lowest_available_bytes.min(b.lowest_available_bytes),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct ProcessLine {
     pub path: String,
@@ -190,6 +223,8 @@ pub struct ProcessLine {
     pub exe: String,
     pub reason: String,
     pub budget_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostLine>,
     pub totals: Totals,
 }
 
@@ -198,6 +233,9 @@ pub struct Merged {
     pub reports: usize,
     pub processes: usize,
     pub totals: Totals,
+    /// Present when any report had a host reserve in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<HostLine>,
     pub callsites: Vec<Site>,
     pub per_process: Vec<ProcessLine>,
     #[serde(skip)]
@@ -231,6 +269,8 @@ impl Merged {
         self.reports += 1;
         let proc_no = self.process_no(&r.process.hostname, r.process.pid, r.process.start_unix_ms);
         self.totals.add(&r.totals);
+        let host = r.host.as_ref().map(|h| HostLine { reserve_bytes: h.reserve_bytes, lowest_available_bytes: h.lowest_available_bytes });
+        self.host = HostLine::fold(self.host, host);
         self.per_process.push(ProcessLine {
             path: path.display().to_string(),
             pid: r.process.pid,
@@ -238,6 +278,7 @@ impl Merged {
             exe: r.process.exe.to_string(),
             reason: r.reason.name().to_string(),
             budget_bytes: r.config.budget_bytes,
+            host,
             totals: r.totals.clone(),
         });
         for c in &r.callsites {
@@ -268,6 +309,7 @@ impl Merged {
     pub fn absorb(&mut self, other: Merged) {
         self.reports += other.reports;
         self.totals.add(&other.totals);
+        self.host = HostLine::fold(self.host, other.host);
         let mut remap = vec![0u32; other.process_ids.len()];
         for ((host, pid, start), no) in &other.process_ids {
             remap[*no as usize] = self.process_no(host, *pid, *start);

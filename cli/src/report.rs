@@ -53,7 +53,7 @@ pub fn render(m: &Merged, top: usize) -> String {
     }
     let t = &m.totals;
     s.push_str(&format!(
-        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}; peak {}; {} denied ({}), {} downgraded ({}), {} over budget; {reps}\n",
+        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}; peak {}; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
         count(t.live_bytes, "byte", "bytes"),
         format_bytes(t.live_bytes),
         count(t.live_count, "allocation", "allocations"),
@@ -63,6 +63,7 @@ pub fn render(m: &Merged, top: usize) -> String {
         t.downgraded_count,
         format_bytes(t.downgraded_bytes),
         t.over_budget_count,
+        crate::merge::host_clause(m),
     ));
     s
 }
@@ -73,10 +74,12 @@ pub fn json(m: &Merged, top: usize) -> String {
         reports: usize,
         processes: usize,
         totals: &'a pinguard_report::Totals,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        host: Option<crate::merge::HostLine>,
         callsites: Vec<&'a crate::merge::Site>,
         per_process: &'a [crate::merge::ProcessLine],
     }
-    let o = Out { reports: m.reports, processes: m.processes, totals: &m.totals, callsites: m.callsites.iter().take(top).collect(), per_process: &m.per_process };
+    let o = Out { reports: m.reports, processes: m.processes, totals: &m.totals, host: m.host, callsites: m.callsites.iter().take(top).collect(), per_process: &m.per_process };
     let mut s = serde_json::to_string_pretty(&o).unwrap_or_default();
     s.push('\n');
     s

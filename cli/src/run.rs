@@ -532,8 +532,14 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
     let shown = shown_path(&root);
     let mut s = format!("\n{notes}pinguard run: {} under {shown}\n", count(m.reports as u64, "report", "reports"));
     let mut rows = vec![["PID", "EXE", "LIVE", "COUNT", "PEAK", "DENIED", "DOWNGRADED", "OVER-BUDGET", "BUDGET", "REPORT"].map(String::from).to_vec()];
+    let mut right = vec![true, false, true, true, true, true, true, true, true, false];
+    // The host reserve's columns only when one was in force: most runs have none.
+    if m.host.is_some() {
+        rows[0].splice(8..8, ["HOST-RESERVE", "LOWEST-AVAIL"].map(String::from));
+        right.splice(8..8, [true, true]);
+    }
     for p in &m.per_process {
-        rows.push(vec![
+        let mut row = vec![
             p.pid.to_string(),
             crate::merge::basename(&p.exe).to_string(),
             format_bytes(p.totals.live_bytes),
@@ -544,9 +550,15 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
             p.totals.over_budget_count.to_string(),
             p.budget_bytes.map(format_bytes).unwrap_or_else(|| "-".into()),
             p.path.strip_prefix(&format!("{}/", root.display())).unwrap_or(&p.path).to_string(),
-        ]);
+        ];
+        if m.host.is_some() {
+            let lowest = p.host.map(|h| format_bytes(h.lowest_available_bytes)).unwrap_or_else(|| "-".into());
+            let stopped = if p.host.is_some() { p.totals.host_reserve_count.to_string() } else { "-".into() };
+            row.splice(8..8, [stopped, lowest]);
+        }
+        rows.push(row);
     }
-    s.push_str(&table(&rows, &[true, false, true, true, true, true, true, true, true, false]));
+    s.push_str(&table(&rows, &right));
     let top: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).take(5).collect();
     if !top.is_empty() {
         s.push_str("\nTop callsites:\n");
@@ -571,13 +583,14 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
     }
     let t = &m.totals;
     s.push_str(&format!(
-        "\nTotal: {} pinned in {} across {}, {} denied, {} downgraded, {} over budget. Details: pinguard report {shown}\n",
+        "\nTotal: {} pinned in {} across {}, {} denied, {} downgraded, {} over budget{}. Details: pinguard report {shown}\n",
         format_bytes(t.live_bytes),
         count(t.live_count, "allocation", "allocations"),
         count(m.processes as u64, "process", "processes"),
         t.denied_count,
         t.downgraded_count,
         t.over_budget_count,
+        crate::merge::host_clause(&m),
     ));
     s
 }

@@ -13,6 +13,8 @@ struct Row {
     peak: u64,
     denied: u64,
     downgraded: u64,
+    /// Calls the host reserve stopped; `None` where the source does not say.
+    host_reserve: Option<u64>,
     budget: Option<u64>,
     note: String,
 }
@@ -47,11 +49,12 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
             peak: m.peak,
             denied: m.denied,
             downgraded: m.downgraded,
+            host_reserve: (h.host_reserve > 0).then_some(m.host_reserve),
             budget,
             note: if alive { String::new() } else { "gone (reclaimed when room is needed)".into() },
         });
     }
-    let head = format!(
+    let mut head = format!(
         "group {name}: {} of {} pinned ({}), peak {}, {}",
         format_bytes(h.used),
         budget.map(format_bytes).unwrap_or_else(|| "no budget".into()),
@@ -59,6 +62,13 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         format_bytes(h.peak),
         crate::out::count(rows.len() as u64, "member", "members")
     );
+    if h.host_reserve > 0 {
+        let lowest = match h.host_lowest_available {
+            u64::MAX => "none read yet".to_string(),
+            l => format_bytes(l),
+        };
+        head.push_str(&format!("; host reserve {}, lowest available {lowest}", format_bytes(h.host_reserve)));
+    }
     Ok((head, rows))
 }
 
@@ -72,7 +82,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(&p) else { continue };
-        let mut row = Row { pid: 0, exe: String::new(), pinned: 0, peak: 0, denied: 0, downgraded: 0, budget: None, note: String::new() };
+        let mut row = Row { pid: 0, exe: String::new(), pinned: 0, peak: 0, denied: 0, downgraded: 0, host_reserve: None, budget: None, note: String::new() };
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let Some((series, value)) = line.rsplit_once(' ') else { continue };
             let Ok(v) = value.parse::<f64>() else { continue };
@@ -102,8 +112,14 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
 fn render(head: String, mut rows: Vec<Row>) -> String {
     rows.sort_by(|a, b| (b.pinned, b.peak, a.pid).cmp(&(a.pinned, a.peak, b.pid)));
     let mut t = vec![["PID", "EXE", "PINNED", "PEAK", "BUDGET USE", "DENIED", "DOWNGRADED", ""].map(String::from).to_vec()];
+    let mut right = vec![true, false, true, true, true, true, true, false];
+    let host = rows.iter().any(|r| r.host_reserve.is_some());
+    if host {
+        t[0].insert(7, "HOST-RESERVE".into());
+        right.insert(7, true);
+    }
     for r in &rows {
-        t.push(vec![
+        let mut row = vec![
             r.pid.to_string(),
             r.exe.clone(),
             format_bytes(r.pinned),
@@ -112,9 +128,13 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
             r.denied.to_string(),
             r.downgraded.to_string(),
             r.note.clone(),
-        ]);
+        ];
+        if host {
+            row.insert(7, r.host_reserve.map(|n| n.to_string()).unwrap_or_else(|| "-".into()));
+        }
+        t.push(row);
     }
-    format!("{head}\n\n{}", table(&t, &[true, false, true, true, true, true, true, false]))
+    format!("{head}\n\n{}", table(&t, &right))
 }
 
 pub enum Source<'a> {

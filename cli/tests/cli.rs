@@ -590,3 +590,47 @@ fn shared_callsites_say_so_and_counts_read_as_written() {
     let (out, _) = text(&pinguard(&["diff", old.to_str().unwrap(), new.to_str().unwrap()]));
     assert!(out.contains("pin (workers.py:4) in 2 processes"), "{out}");
 }
+
+/// Issue 21: what the host reserve did shows in `report`, `check` gates on it, and `run` passes
+/// `--host-reserve` on (a reserve far below the host's available memory stops nothing).
+#[test]
+fn the_host_reserve_shows_in_report_check_and_run() {
+    let dir = fresh_dir("host");
+    let a = synthetic(&dir, "a.json", 21, &[], 4096, 1, 0);
+    let b = synthetic(&dir, "b.json", 22, &[], 4096, 2, 0);
+    for (p, lowest, stopped) in [(&a, 3u64 << 30, 1u64), (&b, 5 << 30, 2)] {
+        let mut r: Value = read_json(p);
+        r["totals"]["host_reserve_count"] = stopped.into();
+        r["host"] = serde_json::json!({"reserve_bytes": 4u64 << 30, "total_bytes": 64u64 << 30, "available_bytes": 6u64 << 30,
+                                       "lowest_available_bytes": lowest, "readings": 7});
+        std::fs::write(p, serde_json::to_vec(&r).unwrap()).unwrap();
+    }
+    let d = dir.to_str().unwrap();
+    let (out, _) = text(&pinguard(&["report", d]));
+    assert!(out.contains("0 over budget, 3 calls stopped by the host reserve of 4.00 GiB (lowest available 3.00 GiB);"), "{out}");
+    let o = pinguard(&["report", "--json", d]);
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["host"]["lowest_available_bytes"], 3u64 << 30);
+    assert_eq!(v["totals"]["host_reserve_count"], 3);
+    let o = pinguard(&["check", "--max-host-reserve", "2", d]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(text(&o).0.trim(), "pinguard check: 3 calls stopped by the host reserve exceed --max-host-reserve 2");
+    assert_eq!(pinguard(&["check", "--max-host-reserve", "3", d]).status.code(), Some(0));
+    // Without a reserve in any report, nothing is said about one.
+    let plain = fresh_dir("host-none");
+    let p = synthetic(&plain, "c.json", 23, &[], 4096, 0, 0);
+    assert!(!text(&pinguard(&["report", p.to_str().unwrap()])).0.contains("host reserve"));
+
+    let (o, dir) = run_under("workload", &[], &["--host-reserve", "1M"]);
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    assert!(err.contains("0 calls stopped by the host reserve of 1.00 MiB (lowest available"), "{err}");
+    let header = err.lines().find(|l| l.trim_start().starts_with("PID  EXE")).unwrap_or_else(|| panic!("{err}"));
+    let row = err.lines().find(|l| l.contains(" workload ")).unwrap();
+    assert_eq!(cell(header, row, "HOST-RESERVE"), "0", "{header}\n{row}");
+    let rep = read_json(&reports_in(&dir)[0]);
+    assert_eq!(rep["config"]["host_reserve_bytes"], 1u64 << 20);
+    let o = pinguard(&["run", "--host-reserve", "-1G", "--", "true"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("negative sizes are not allowed"), "{o:?}");
+}

@@ -15,6 +15,8 @@ pub struct ReportView<'a> {
     pub process: ProcessView<'a>,
     pub config: ConfigView,
     pub totals: Totals,
+    #[serde(default)]
+    pub host: Option<crate::Host>,
     #[serde(borrow)]
     pub callsites: Vec<CallsiteView<'a>>,
 }
