@@ -98,6 +98,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                 "pinguard_budget_bytes" => row.budget = Some(v as u64),
                 "pinguard_denied_total" => row.denied += v as u64,
                 "pinguard_downgraded_total" => row.downgraded += v as u64,
+                "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v as u64),
                 _ => {}
             }
         }

@@ -38,7 +38,7 @@ pub const BUDGET: Var = Var {
 
 pub const HOST_RESERVE: Var = Var {
     name: "PINGUARD_HOST_RESERVE",
-    meaning: "a floor under the host's available memory (`MemAvailable` in `/proc/meminfo`): a pinning call that would take it below gets the policy, as over the budget. Bytes in the forms of `PINGUARD_BUDGET`, or `N%` of the host's `MemTotal` (not of the cgroup limit). Works beside `PINGUARD_BUDGET` and `PINGUARD_GROUP_BUDGET` (the strictest wins) and across a `PINGUARD_GROUP`'s members; a floor this process (or group) will not push the host through, not memory set aside (`docs/design.md`)",
+    meaning: "a floor under the host's `MemAvailable`: a pinning call that would take it below gets the policy, as over the budget. Forms of `PINGUARD_BUDGET`, `N%` being of `MemTotal`; the strictest of the budgets wins; a group's members share it (below)",
     default: None,
     unset: "none",
     forms: "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024) or N% of MemTotal",
