@@ -76,6 +76,7 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
 fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut rows = Vec::new();
+    let mut lowest: Option<u64> = None;
     for e in rd.filter_map(|e| e.ok()) {
         let p = e.path();
         if p.extension().is_none_or(|x| x != "prom") {
@@ -99,6 +100,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                 "pinguard_denied_total" => row.denied += v as u64,
                 "pinguard_downgraded_total" => row.downgraded += v as u64,
                 "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v as u64),
+                "pinguard_host_lowest_available_bytes" => lowest = Some(lowest.map_or(v as u64, |l| l.min(v as u64))),
                 _ => {}
             }
         }
@@ -107,7 +109,11 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
         }
     }
     let total: u64 = rows.iter().map(|r| r.pinned).sum();
-    Ok((format!("{}: {} pinned in {}", dir.display(), format_bytes(total), crate::out::count(rows.len() as u64, "process", "processes")), rows))
+    let mut head = format!("{}: {} pinned in {}", dir.display(), format_bytes(total), crate::out::count(rows.len() as u64, "process", "processes"));
+    if let Some(l) = lowest {
+        head.push_str(&format!("; lowest host memory available {}", format_bytes(l)));
+    }
+    Ok((head, rows))
 }
 
 fn render(head: String, mut rows: Vec<Row>) -> String {

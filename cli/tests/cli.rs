@@ -634,3 +634,42 @@ fn the_host_reserve_shows_in_report_check_and_run() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("negative sizes are not allowed"), "{o:?}");
 }
+
+/// Issue 21: `pinguard top` shows the host reserve of a group and of metrics files (a reserve far
+/// below the host's available memory: nothing stopped).
+#[test]
+fn top_shows_the_host_reserve() {
+    use std::io::{BufRead, BufReader};
+    let f = fixtures();
+    let name = format!("clitophost-{}", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let mut holder = Command::new(f.dir.join("churn"))
+        .env("LD_PRELOAD", &f.lib)
+        .env("PINGUARD_GROUP", &name)
+        .env("PINGUARD_HOST_RESERVE", "1M")
+        .env("PINGUARD_REPORT", fresh_dir("tophost").join("r.%p.json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(holder.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    let (text_out, _) = text(&pinguard(&["top", "--group", &name, "--once"]));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let _ = std::fs::remove_file(&ledger);
+    assert!(text_out.lines().next().unwrap().contains("; host reserve 1.00 MiB, lowest available "), "{text_out}");
+    let header = text_out.lines().find(|l| l.trim_start().starts_with("PID")).unwrap();
+    let row = text_out.lines().find(|l| l.trim_start().starts_with(&holder.id().to_string())).unwrap_or_else(|| panic!("{text_out}"));
+    assert_eq!(cell(header, row, "HOST-RESERVE"), "0", "{text_out}");
+
+    let dir = fresh_dir("topmhost");
+    let m = dir.join("m.%p.prom");
+    run("scenario", &["cuda_alloc:8192"], &[("PINGUARD_METRICS", m.to_str().unwrap()), ("PINGUARD_HOST_RESERVE", "1M")]);
+    let (text_out, _) = text(&pinguard(&["top", "--metrics", dir.to_str().unwrap(), "--once"]));
+    assert!(text_out.lines().next().unwrap().contains("pinned in 1 process; lowest host memory available "), "{text_out}");
+    let header = text_out.lines().find(|l| l.trim_start().starts_with("PID")).unwrap();
+    let row = text_out.lines().find(|l| l.contains("scenario")).unwrap_or_else(|| panic!("{text_out}"));
+    assert_eq!(cell(header, row, "HOST-RESERVE"), "0", "{text_out}");
+}
