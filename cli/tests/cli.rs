@@ -280,17 +280,14 @@ fn bad_input_gets_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-#[test]
-fn top_shows_a_group_and_a_metrics_directory() {
+/// A `churn` process in group `name` with one more setting, once it has pinned (its first line).
+fn group_member(name: &str, setting: (&str, &str)) -> std::process::Child {
     use std::io::{BufRead, BufReader};
     let f = fixtures();
-    let name = format!("clitop-{}", std::process::id());
-    let ledger = pinguard_report::group::path(&name);
-    let _ = std::fs::remove_file(&ledger);
     let mut holder = Command::new(f.dir.join("churn"))
         .env("LD_PRELOAD", &f.lib)
-        .env("PINGUARD_GROUP", &name)
-        .env("PINGUARD_GROUP_BUDGET", "1M")
+        .env("PINGUARD_GROUP", name)
+        .env(setting.0, setting.1)
         .env("PINGUARD_REPORT", fresh_dir("top").join("r.%p.json"))
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -298,6 +295,17 @@ fn top_shows_a_group_and_a_metrics_directory() {
     let mut out = BufReader::new(holder.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
+    // The pipe stays open while the member runs: dropping the reader would close it under churn.
+    std::mem::forget(out);
+    holder
+}
+
+#[test]
+fn top_shows_a_group_and_a_metrics_directory() {
+    let name = format!("clitop-{}", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let mut holder = group_member(&name, ("PINGUARD_GROUP_BUDGET", "1M"));
     let o = pinguard(&["top", "--group", &name, "--once"]);
     assert!(o.status.success(), "{o:?}");
     let (text_out, _) = text(&o);
@@ -639,22 +647,10 @@ fn the_host_reserve_shows_in_report_check_and_run() {
 /// below the host's available memory: nothing stopped).
 #[test]
 fn top_shows_the_host_reserve() {
-    use std::io::{BufRead, BufReader};
-    let f = fixtures();
     let name = format!("clitophost-{}", std::process::id());
     let ledger = pinguard_report::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
-    let mut holder = Command::new(f.dir.join("churn"))
-        .env("LD_PRELOAD", &f.lib)
-        .env("PINGUARD_GROUP", &name)
-        .env("PINGUARD_HOST_RESERVE", "1M")
-        .env("PINGUARD_REPORT", fresh_dir("tophost").join("r.%p.json"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = BufReader::new(holder.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
+    let mut holder = group_member(&name, ("PINGUARD_HOST_RESERVE", "1M"));
     let (text_out, _) = text(&pinguard(&["top", "--group", &name, "--once"]));
     holder.kill().unwrap();
     holder.wait().unwrap();
