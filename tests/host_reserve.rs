@@ -425,3 +425,27 @@ fn a_percentage_is_of_memtotal() {
     assert_eq!(r.report()["config"]["host_reserve_bytes"], want);
     assert_eq!(rcs(&r), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
 }
+
+/// A release lowers what the process holds at once, but gives the host memory back only if the
+/// pages leave: released-then-pinned-again bytes are room only once a reading shows them. Here
+/// the host gets nothing back (pages that stay resident), and the calls stop at the floor instead
+/// of walking below it one cycle at a time between readings.
+#[test]
+fn releasing_and_pinning_again_does_not_walk_below_the_floor() {
+    if !can_fake_meminfo() {
+        return;
+    }
+    let h = Host::new("host-sticky");
+    let reserve = reserve_leaving(MIB);
+    // Slot i is cycle i's allocation (a refused one leaves it empty: freeing NULL is a no-op).
+    let ops: Vec<String> = (0..6).flat_map(|i| ["cuda_alloc:524288".to_string(), format!("cuda_free:{i}")]).collect();
+    let ops: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve), ("EMU_MEMINFO_STICKY", "1")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    // The stand-in's count is what was ever taken from the host: never more than the headroom
+    // and one call.
+    assert!(h.max_pinned() <= MIB + 512 * KIB, "{} bytes taken from a headroom of {MIB}:\n{}", h.max_pinned(), r.stdout);
+    let allocs: Vec<i64> = rcs(&r).into_iter().step_by(2).collect();
+    assert_eq!(allocs.iter().filter(|&&rc| rc == 0).count(), 2, "{}", r.stdout);
+    assert!(allocs[2..].iter().all(|&rc| rc == 2), "{}", r.stdout);
+}

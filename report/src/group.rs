@@ -62,6 +62,9 @@ pub struct Header {
     pub host_read_ms: u64,
     /// The lowest `MemAvailable` any member read (`u64::MAX`: none yet).
     pub host_lowest_available: u64,
+    /// The group's bytes released since the latest reading: room again only once a reading
+    /// shows it (a `munlock` of pages that stay resident gives the host nothing back).
+    pub host_released: u64,
     pub members: [Member; MAX_MEMBERS],
 }
 

@@ -496,7 +496,7 @@ impl Locked {
     /// cannot be used turns the reserve off (`host::turn_off`) and refuses nothing.
     fn host_room(&mut self, i: usize, bytes: u64, reserve: u64) -> Result<(), u64> {
         let Some(next) = self.h().used.checked_add(bytes) else { return Err(self.host_available_now()) };
-        let cap = |l: &Locked| host::cap_of(l.h().host_settled, l.h().host_available, reserve);
+        let cap = |l: &Locked| host::cap_of(l.h().host_settled, l.h().host_available, reserve).saturating_sub(l.h().host_released);
         let fresh = self.host_due(reserve);
         if fresh && !self.host_read(i, reserve) {
             return Ok(());
@@ -519,7 +519,8 @@ impl Locked {
         let h = self.h();
         let now = monotonic_ms();
         let age = now.saturating_sub(h.host_read_ms);
-        let moved = h.used.abs_diff(h.host_settled) > h.host_available.saturating_sub(reserve) / host::MOVE_SHARE;
+        let slack = h.host_available.saturating_sub(reserve) / host::MOVE_SHARE;
+        let moved = h.used.abs_diff(h.host_settled) > slack || h.host_released > slack;
         h.host_read_ms == 0 || age >= host::READING_MS || h.host_read_ms > now || moved
     }
 
@@ -535,6 +536,7 @@ impl Locked {
                 let h = self.h_mut();
                 h.host_available = m.available;
                 h.host_settled = settled;
+                h.host_released = 0; // under the lock: no release since the file was read
                 h.host_read_ms = monotonic_ms().max(1);
                 h.host_lowest_available = h.host_lowest_available.min(m.available);
                 h.host_reserve = h.host_reserve.max(reserve);
@@ -551,7 +553,7 @@ impl Locked {
     /// The host's available memory as the group's reading and the group's calls since count it.
     fn host_available_now(&self) -> u64 {
         let h = self.h();
-        h.host_settled.saturating_add(h.host_available).saturating_sub(h.used)
+        h.host_settled.saturating_add(h.host_available).saturating_sub(h.used).saturating_sub(h.host_released)
     }
 }
 
@@ -763,6 +765,10 @@ fn release_in(h: Shared, bytes: u64) {
         Some(u) => u,
         None => l.sum_of_shares(),
     };
+    if l.h().host_reserve > 0 {
+        let h = l.h_mut();
+        h.host_released = h.host_released.saturating_add(bytes);
+    }
 }
 
 pub fn note_denied() {

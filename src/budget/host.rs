@@ -52,6 +52,11 @@ static SLACK: AtomicU64 = AtomicU64::new(0);
 static SETTLED: AtomicU64 = AtomicU64::new(0);
 static AVAILABLE: AtomicU64 = AtomicU64::new(0);
 static LOWEST: AtomicU64 = AtomicU64::new(u64::MAX);
+/// Bytes released since the latest reading. A release lowers the reserved total at once, but
+/// whether the memory came back to the host (`munlock` of pages that stay resident does not give
+/// any) only a reading can say: until one does, the cap does not count it as room, so releasing
+/// and pinning again cannot walk the host below the floor between readings.
+static RELEASED: AtomicU64 = AtomicU64::new(0);
 static READINGS: AtomicU64 = AtomicU64::new(0);
 static TOTAL: AtomicU64 = AtomicU64::new(0);
 /// Why the reserve went off after start-up: `BadMeminfo` as `1 + index` into `LINES` (0: it did not).
@@ -98,11 +103,18 @@ pub fn reserve() -> Option<u64> {
 #[inline]
 pub fn cap(used: u64) -> (u64, bool) {
     let stale = clock::coarse_monotonic_ms().saturating_sub(READ_MS.load(Relaxed)) >= READING_MS;
-    let due = stale || used.abs_diff(USED_AT.load(Relaxed)) > SLACK.load(Relaxed);
+    let slack = SLACK.load(Relaxed);
+    let due = stale || used.abs_diff(USED_AT.load(Relaxed)) > slack || RELEASED.load(Relaxed) > slack;
     if due {
         refresh(used);
     }
-    (CAP.load(Relaxed), due)
+    (CAP.load(Relaxed).saturating_sub(RELEASED.load(Relaxed)), due)
+}
+
+/// A release of `bytes` the budget counted: room again only once a reading shows it.
+#[inline]
+pub fn released(bytes: u64) {
+    RELEASED.fetch_add(bytes, Relaxed);
 }
 
 /// What `cap` allows for a reading: the settled bytes plus what the host can still give above
@@ -124,8 +136,13 @@ pub fn refresh(used: u64) {
     // Settled bytes first, then the file: a call that lands in between is in the file and not in
     // the settled bytes, which errs on the side of the floor.
     let settled = settled(used);
+    // Releases until the file is read are in it; later ones stay counted for the next reading.
+    let released = RELEASED.load(Relaxed);
     match kernel::host_memory() {
-        Ok(m) => record(m.available, settled, used),
+        Ok(m) => {
+            record(m.available, settled, used);
+            RELEASED.fetch_sub(released, Relaxed);
+        }
         Err(why) => turn_off(why),
     }
 }
@@ -152,7 +169,7 @@ pub fn noted(available: u64) {
 /// The host's available memory as the latest reading and the calls since count it, with `used`
 /// reserved now: what a refusal's event and `warn` line give.
 pub fn available_now(used: u64) -> u64 {
-    SETTLED.load(Relaxed).saturating_add(AVAILABLE.load(Relaxed)).saturating_sub(used)
+    SETTLED.load(Relaxed).saturating_add(AVAILABLE.load(Relaxed)).saturating_sub(used).saturating_sub(RELEASED.load(Relaxed))
 }
 
 /// A reading that cannot be used: the reserve goes off for good, with one line on stderr (from
@@ -189,12 +206,13 @@ pub struct Snapshot {
 pub fn snapshot() -> Option<Snapshot> {
     let reserve = Some(CONFIGURED.load(Relaxed)).filter(|&r| r != OFF)?;
     let available = AVAILABLE.load(Relaxed);
+    let readings = READINGS.load(Relaxed);
     Some(Snapshot {
         reserve,
         total: TOTAL.load(Relaxed),
         available,
         lowest: LOWEST.load(Relaxed).min(available),
-        readings: READINGS.load(Relaxed),
+        readings,
     })
 }
 
@@ -203,6 +221,7 @@ pub fn after_fork_child() {
     READ_MS.store(0, Relaxed);
     LOWEST.store(u64::MAX, Relaxed);
     READINGS.store(0, Relaxed);
+    RELEASED.store(0, Relaxed);
 }
 
 #[cfg(test)]

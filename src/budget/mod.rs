@@ -206,6 +206,9 @@ fn release_process(bytes: u64) {
     if LIMIT.load(Ordering::Relaxed) == NONE {
         return;
     }
+    if host::on() {
+        host::released(bytes); // first: the cap never sees the room before it sees the release
+    }
     // Every release matches a reservation of the same size (`Reservation`, a live record), so this
     // never goes below zero; were it to, clamping keeps "everything is over budget" impossible.
     let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));

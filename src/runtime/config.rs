@@ -154,6 +154,8 @@ impl Config {
         }
         if let Some(v) = get(&vars::HOST_RESERVE) {
             c.host_reserve = size(&mut c, &vars::HOST_RESERVE, v, sys.mem_total(), "no MemTotal in /proc/meminfo to take a percentage of");
+            // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
+            c.host_reserve = c.host_reserve.map(|r| r.min(u64::MAX - 1));
         }
         let policy = |c: &mut Config, v: &str| {
             c.policy = match v.trim().to_ascii_lowercase().as_str() {
@@ -379,6 +381,7 @@ mod tests {
         assert!(c.errors.is_empty(), "{:?}", c.errors);
         assert_eq!((c.host_reserve, c.budget), (Some(1 << 30), Some(1 << 28)));
         assert_eq!(cfg(&[("PINGUARD_HOST_RESERVE", "1.5G")]).host_reserve, Some(3 << 29));
+        assert_eq!(cfg(&[("PINGUARD_HOST_RESERVE", "18446744073709551615")]).host_reserve, Some(u64::MAX - 1), "not the word for off");
         let c = Config::from_vars(&[("PINGUARD_HOST_RESERVE".into(), Some("10%".into()))], &Fixed(None));
         assert_eq!(c.host_reserve, None);
         assert!(c.errors[0].contains("no MemTotal") && c.errors[0].contains("running without a host reserve"), "{:?}", c.errors);

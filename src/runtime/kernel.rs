@@ -323,8 +323,16 @@ impl System for Host {
     }
 }
 
+/// `MemTotal` alone: a percentage budget needs nothing else, so a file whose `MemAvailable` is
+/// missing or unusable (an old kernel, an emulated `/proc`) still gives it.
 fn mem_total() -> Option<u64> {
-    host_memory().ok().and_then(|m| m.total)
+    let mut total = None;
+    let whole = for_each_line(MEMINFO, |line| {
+        if let Some(rest) = line.strip_prefix(b"MemTotal:") {
+            total = total.or(Some(kb_strict(rest)));
+        }
+    });
+    total.flatten().filter(|_| whole)
 }
 
 const MEMINFO: &CStr = c"/proc/meminfo";

@@ -141,9 +141,15 @@ static void meminfo_write(int64_t pinned) {
         fprintf(stderr, "emul(%s): EMU_MEMINFO: short write\n", EMU_NAME);
 }
 
+/* EMU_MEMINFO_STICKY=1: releases give the host nothing back (pages unlocked but still resident,
+ * as after munlock), so MemAvailable only falls and PATH.count holds what was ever taken. */
+static int meminfo_sticky = -1;
+
 static void meminfo_moved(int64_t bytes) {
     pthread_once(&meminfo_once, meminfo_setup);
     if (!meminfo_count) return;
+    if (meminfo_sticky < 0) meminfo_sticky = getenv("EMU_MEMINFO_STICKY") != NULL;
+    if (bytes < 0 && meminfo_sticky) return;
     int64_t now = __atomic_add_fetch(&meminfo_count[0], bytes, __ATOMIC_SEQ_CST);
     int64_t max = __atomic_load_n(&meminfo_count[1], __ATOMIC_SEQ_CST);
     while (now > max && !__atomic_compare_exchange_n(&meminfo_count[1], &max, now, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
