@@ -141,7 +141,9 @@ pub fn refresh(used: u64) {
     match kernel::host_memory() {
         Ok(m) => {
             record(m.available, settled, used);
-            RELEASED.fetch_sub(released, Relaxed);
+            // Saturating: two readings at once each take their share off; wrapping would make
+            // the room look gone (a refusal still reads afresh first, but needlessly).
+            let _ = RELEASED.fetch_update(Relaxed, Relaxed, |r| Some(r.saturating_sub(released)));
         }
         Err(why) => turn_off(why),
     }
