@@ -66,6 +66,21 @@ fn every_frame_through_code_without_frame_pointers() {
 }
 
 #[test]
+fn callers_taking_turns_keep_their_own_callsites() {
+    // A thread remembers its walks and what they named: a walk from the same registers counts
+    // for the callsite it named only while every stack word it read is unchanged, so the leaf's
+    // two callers, which differ only in one return address, never share a callsite.
+    let dir = build();
+    let r = run(&dir.join("unwind").to_string_lossy(), &["turns", "500"], &[("PINGUARD_DEPTH", "32")]);
+    assert!(r.success(), "{}", r.stderr);
+    let rep = r.report();
+    let sites: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "turn_leaf").collect();
+    let mut by_caller: Vec<(String, u64)> = sites.iter().map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap())).collect();
+    by_caller.sort();
+    assert_eq!(by_caller, [("turn_x".to_string(), 500), ("turn_y".to_string(), 500)]);
+}
+
+#[test]
 fn objects_opened_and_closed_after_start_up() {
     let dir = build();
     let snap = fresh_dir("unwind-snapshot").join("snapshot.json");

@@ -107,6 +107,22 @@ impl Callsite {
     }
 }
 
+/// A callsite as a plain word, for a cache outside this stage to hold (`stack::tag`): never 0.
+pub fn tag(cs: &'static Callsite) -> usize {
+    cs as *const Callsite as usize
+}
+
+/// The callsite a `tag` names, unless it has been retired since (its object was closed).
+///
+/// # Safety
+/// `tag` must come from `tag` (callsites are leaked, never freed).
+#[inline]
+pub unsafe fn from_tag(tag: usize) -> Option<&'static Callsite> {
+    // SAFETY: the caller's contract: `tag` is the address of a leaked callsite.
+    let cs = unsafe { &*(tag as *const Callsite) };
+    (!cs.retired.load(Ordering::Relaxed)).then_some(cs)
+}
+
 const SHARDS: usize = 16;
 
 static TABLE: [Mutex<Option<FxHashMap<&'static [usize], &'static Callsite>>>; SHARDS] =

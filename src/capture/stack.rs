@@ -19,6 +19,18 @@ pub fn capture(from: crate::capture::unwind::Regs, out: &mut [usize]) -> usize {
     slow(out)
 }
 
+/// What the caller made of the frames of its last walk from `from` (`tag`), when that walk, of
+/// `depth` frames, still holds: a loop pinning from one place then skips the frames altogether.
+#[inline]
+pub fn recall(from: crate::capture::unwind::Regs, depth: usize) -> Option<usize> {
+    crate::capture::unwind::recall_tag(from, depth)
+}
+
+/// Tags the walk just made from `from` (`capture`) with what the caller made of its frames (not 0).
+pub fn tag(from: crate::capture::unwind::Regs, tag: usize) {
+    crate::capture::unwind::tag(from, tag)
+}
+
 #[inline(never)]
 fn slow(out: &mut [usize]) -> usize {
     let depth = out.len();

@@ -55,6 +55,8 @@ struct Local {
     /// Recent walks and the stack words each read (see `recall`).
     memos: Vec<Memo>,
     next_memo: usize,
+    /// The memo the latest walk matched or made (`usize::MAX`: none), for `tag`.
+    hit: usize,
 }
 
 /// A finished walk. A walk is a function of its start registers, the object tables (one
@@ -70,44 +72,70 @@ struct Memo {
     generation: u64,
     depth: usize,
     reads: Vec<(u64, u64)>,
+    /// The same words as `reads`, as checked (`still`): each word's offset from the start stack
+    /// pointer, and the value read there.
+    offsets: Vec<u32>,
+    values: Vec<u64>,
     frames: Vec<usize>,
+    /// What the caller made of these frames (its callsite), handed back by `recall_tag` instead
+    /// of the frames: 0 until `tag` sets it.
+    tag: usize,
 }
 
 const MEMOS: usize = 8;
 
-thread_local! {
+/// This thread's walker and whether it is walking, in one thread-local: one look-up per walk.
+struct Walker {
     /// This thread's walker, made on its first walk. The thread-local itself has no destructor:
     /// one with a destructor registers it through `__cxa_thread_atexit_impl`, which `calloc`s,
     /// and a first walk can run inside a signal handler that interrupted `malloc`. The walker is
     /// freed by a pthread key's destructor instead (`KEY`).
-    static LOCAL: Cell<*mut Local> = const { Cell::new(std::ptr::null_mut()) };
+    local: Cell<*mut Local>,
     /// Set while this thread walks: a nested walk (none is expected: hooks do not nest) gets `None`.
-    static WALKING: Cell<bool> = const { Cell::new(false) };
+    walking: Cell<bool>,
+}
+
+thread_local! {
+    static WALKER: Walker = const { Walker { local: Cell::new(std::ptr::null_mut()), walking: Cell::new(false) } };
+}
+
+/// This thread's `Walker`.
+#[inline(always)]
+fn walker() -> &'static Walker {
+    // SAFETY: a destructor-less thread-local lives as long as its thread, and `Walker` is !Sync,
+    // so the reference never leaves the thread that owns it.
+    WALKER.with(|w| unsafe { &*(w as *const Walker) })
 }
 
 static KEY: std::sync::OnceLock<Option<libc::pthread_key_t>> = std::sync::OnceLock::new();
 
 /// Frees a thread's walker when the thread ends.
 unsafe extern "C" fn free_local(p: *mut c_void) {
-    LOCAL.with(|l| {
-        if l.get() == p as *mut Local {
-            l.set(std::ptr::null_mut());
-        }
-    });
-    // SAFETY: `p` came from `Box::into_raw` in `local()` and is handed to this destructor once.
+    let w = walker();
+    if w.local.get() == p as *mut Local {
+        w.local.set(std::ptr::null_mut());
+    }
+    // SAFETY: `p` came from `Box::into_raw` in `make_local` and is handed to this destructor once.
     drop(unsafe { Box::from_raw(p as *mut Local) });
 }
 
 /// This thread's walker, made on first use. `None`: its stack is unknown.
-fn local() -> Option<&'static mut Local> {
-    let p = LOCAL.with(|l| l.get());
+#[inline(always)]
+fn local(w: &Walker) -> Option<&'static mut Local> {
+    let p = w.local.get();
     if !p.is_null() {
-        // SAFETY: made below for this thread and freed only at its end; `WALKING` keeps the
-        // mutable borrow unique.
+        // SAFETY: made in `make_local` for this thread and freed only at its end; `walking`
+        // keeps the mutable borrow unique.
         return Some(unsafe { &mut *p });
     }
+    make_local(w)
+}
+
+#[cold]
+#[inline(never)]
+fn make_local(w: &Walker) -> Option<&'static mut Local> {
     let p = Box::into_raw(Box::new(Local::new()?));
-    LOCAL.with(|l| l.set(p));
+    w.local.set(p);
     let key = KEY.get_or_init(|| {
         let mut key = 0;
         // SAFETY: `key` is a valid out-pointer; the destructor has the signature pthread wants.
@@ -121,6 +149,31 @@ fn local() -> Option<&'static mut Local> {
     }
     // SAFETY: as above.
     Some(unsafe { &mut *p })
+}
+
+/// Whether every stack word a walk from `sp` read (at `sp + offsets[i]`) still holds the value it
+/// read (`values[i]`). Every word is compared, with no early exit and four at a time: a few
+/// instructions a word (a memo that fails is rare).
+///
+/// # Safety
+/// Every `sp + offset` must be a readable word: the caller's memo is of a walk from this same
+/// stack pointer, which only read words in `[sp, stack_top)`, and that frame is live on this
+/// thread's stack.
+#[inline]
+unsafe fn still(sp: u64, offsets: &[u32], values: &[u64]) -> bool {
+    let base = sp as *const u8;
+    // SAFETY: the caller's contract: each `base + offset` is a readable word of this stack.
+    let word = |o: u32| unsafe { std::ptr::read_volatile(base.add(o as usize) as *const u64) };
+    let (o4, v4) = (offsets.chunks_exact(4), values.chunks_exact(4));
+    let (orest, vrest) = (o4.remainder(), v4.remainder());
+    let mut d = 0;
+    for (o, v) in o4.zip(v4) {
+        d |= (word(o[0]) ^ v[0]) | (word(o[1]) ^ v[1]) | (word(o[2]) ^ v[2]) | (word(o[3]) ^ v[3]);
+    }
+    for (&o, &v) in orest.iter().zip(vrest) {
+        d |= word(o) ^ v;
+    }
+    d == 0
 }
 
 /// Upper bound on frames visited, own frames included: a cycle in a corrupt stack ends here.
@@ -154,17 +207,8 @@ impl Regs {
 /// cannot walk here (see the module's comment).
 #[inline(never)]
 pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
-    if WALKING.with(|w| w.replace(true)) {
-        return None;
-    }
-    let n = (|| {
-        let local = local()?;
-        local.refresh();
-        let here = Regs::here();
-        // The start frame must be on this stack and still live (above this one).
-        if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
-            return None;
-        }
+    on_own_stack(from, |local| {
+        local.hit = usize::MAX;
         if let Some(n) = local.recall(from, out) {
             return Some(n);
         }
@@ -178,8 +222,52 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
             local.remember(from, &out[..n], out.len());
         }
         Some(n)
+    })
+}
+
+/// The tag (`tag`) of a remembered walk of `depth` frames from `from` that still holds, without
+/// copying its frames: what the caller made of them last time is what it would make now.
+#[inline(never)]
+pub fn recall_tag(from: Regs, depth: usize) -> Option<usize> {
+    on_own_stack(from, |local| {
+        let i = local.find(from, depth)?;
+        Some(local.memos[i].tag).filter(|&t| t != 0)
+    })
+}
+
+/// Tags the walk this thread just made or recalled from `from` (`walk`) with what the caller made
+/// of its frames, for `recall_tag`.
+pub fn tag(from: Regs, tag: usize) {
+    let p = walker().local.get();
+    // SAFETY: `local` holds null or this thread's walker, made and freed only on this thread;
+    // no walk runs while this one borrows it (hooks do not nest on a thread).
+    let Some(local) = (unsafe { p.as_mut() }) else { return };
+    if let Some(m) = local.memos.get_mut(local.hit) {
+        if m.from.pc == from.pc && m.from.sp == from.sp {
+            m.tag = tag;
+        }
+    }
+}
+
+/// Runs `f` with this thread's walker, when `from` is a live frame on this thread's own stack and
+/// no other walk of this thread is under way.
+#[inline(always)]
+fn on_own_stack<T>(from: Regs, f: impl FnOnce(&mut Local) -> Option<T>) -> Option<T> {
+    let w = walker();
+    if w.walking.replace(true) {
+        return None;
+    }
+    let n = (|| {
+        let local = local(w)?;
+        local.refresh();
+        let here = Regs::here();
+        // The start frame must be on this stack and still live (above this one).
+        if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
+            return None;
+        }
+        f(local)
     })();
-    WALKING.with(|w| w.set(false));
+    w.walking.set(false);
     n
 }
 
@@ -215,14 +303,21 @@ impl Local {
             reads: Vec::new(),
             memos: Vec::new(),
             next_memo: 0,
+            hit: usize::MAX,
         })
     }
 
+    #[inline(always)]
     fn refresh(&mut self) {
         let wanted = WANTED.load(Ordering::Acquire);
-        if self.generation == wanted {
-            return;
+        if self.generation != wanted {
+            self.rebuild(wanted);
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rebuild(&mut self, wanted: u64) {
         let mut shared = SHARED.lock();
         let stale = shared.as_ref().map_or(true, |s| s.generation != wanted);
         if stale {
@@ -240,21 +335,31 @@ impl Local {
         (i > 0 && addr < self.ranges[i - 1].1).then(|| self.ranges[i - 1])
     }
 
-    /// The frames of an earlier walk from the same registers, if every stack word it read holds
-    /// the same value now. Those words lie between the start frame's stack pointer and the top
-    /// of this thread's stack, which is live memory while the start frame runs.
-    fn recall(&mut self, from: Regs, out: &mut [usize]) -> Option<usize> {
-        let m = self.memos.iter().find(|m| {
+    /// The memo of an earlier walk of `depth` frames from the same registers whose stack words
+    /// all hold the same values now. Those words lie between the start frame's stack pointer and
+    /// the top of this thread's stack, which is live memory while the start frame runs.
+    #[inline]
+    fn find(&mut self, from: Regs, depth: usize) -> Option<usize> {
+        let generation = self.generation;
+        let i = self.memos.iter().position(|m| {
             m.from.pc == from.pc
                 && m.from.sp == from.sp
                 && m.from.lr == from.lr
                 && (m.fp_free || m.from.fp == from.fp)
-                && m.generation == self.generation
-                && m.depth == out.len()
-                // SAFETY: a memo of a walk from the same `sp` only read words in `[sp, stack_top)`; `walk`
-                // checked that this start frame is live on this thread's stack, so they are mapped.
-                && m.reads.iter().all(|&(a, v)| unsafe { std::ptr::read_volatile(a as *const u64) } == v)
+                && m.generation == generation
+                && m.depth == depth
+                // SAFETY: a memo of a walk from the same `sp` only read words in `[sp, stack_top)`;
+                // `on_own_stack` checked that this start frame is live on this thread's stack.
+                && unsafe { still(from.sp, &m.offsets, &m.values) }
         })?;
+        self.hit = i;
+        Some(i)
+    }
+
+    /// The frames of an earlier walk that still holds (`find`).
+    fn recall(&mut self, from: Regs, out: &mut [usize]) -> Option<usize> {
+        let i = self.find(from, out.len())?;
+        let m = &self.memos[i];
         out[..m.frames.len()].copy_from_slice(&m.frames);
         Some(m.frames.len())
     }
@@ -267,13 +372,22 @@ impl Local {
         let mut other = vec![0usize; depth];
         let (n, _) = self.walk_from(Regs { fp: from.fp ^ 0x5a5a_0000_0a50, ..from }, &mut other);
         let fp_free = other[..n] == *frames && self.reads == reads;
-        let memo = Memo { from, fp_free, generation: self.generation, depth, reads, frames: frames.to_vec() };
+        // Every word read lies in `[sp, stack_top)` (`walk_from`), and a thread's stack is far
+        // smaller than 4 GiB: the offsets fit.
+        let offsets = reads.iter().map(|&(a, _)| u32::try_from(a - from.sp).unwrap_or(u32::MAX)).collect::<Vec<_>>();
+        if offsets.contains(&u32::MAX) {
+            return;
+        }
+        let values = reads.iter().map(|&(_, v)| v).collect();
+        let memo = Memo { from, fp_free, generation: self.generation, depth, reads, offsets, values, frames: frames.to_vec(), tag: 0 };
         if self.memos.len() < MEMOS {
+            self.hit = self.memos.len();
             self.memos.push(memo);
         } else {
             let i = self.next_memo % MEMOS;
             self.reads = std::mem::replace(&mut self.memos[i], memo).reads; // keep the allocation
             self.next_memo = i + 1;
+            self.hit = i;
         }
     }
 

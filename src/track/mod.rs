@@ -210,9 +210,25 @@ impl Hook {
 
     #[inline]
     pub(crate) fn site(&self) -> &'static Callsite {
-        if self.cfg.depth == 0 && (self.cfg.py_depth == 0 || !crate::capture::python::known(self.t)) {
+        let python = self.cfg.py_depth != 0 && crate::capture::python::known(self.t);
+        if self.cfg.depth == 0 && !python {
             return callsite::empty(); // no frames to gather: no buffer to clear either
         }
+        if !python {
+            // Native frames alone: a walk this thread remembers names its callsite at once.
+            let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
+            // SAFETY: tags are set below, from `callsite::tag`, and nowhere else.
+            if let Some(cs) = stack::recall(self.from, depth).and_then(|t| unsafe { callsite::from_tag(t) }) {
+                return cs;
+            }
+        }
+        self.walk_site(python)
+    }
+
+    /// `site` for a stack no remembered walk names: walk it (or recall its frames), add the Python
+    /// frames, and find or make its callsite.
+    #[inline(never)]
+    fn walk_site(&self, python: bool) -> &'static Callsite {
         // Native frames, a separator, Python frames: only the part this configuration can fill
         // is cleared (the whole buffer is 2 KiB, and clearing it cost more than the walk).
         let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
@@ -227,13 +243,17 @@ impl Hook {
         };
         let (native, rest) = frames.split_at_mut(depth);
         let mut n = stack::capture(self.from, native);
-        let py = crate::capture::python::capture(self.t, py_depth, &mut rest[1..]);
+        let py = if python { crate::capture::python::capture(self.t, py_depth, &mut rest[1..]) } else { 0 };
         if py > 0 {
             frames[n] = callsite::PYTHON;
             frames.copy_within(depth + 1..depth + 1 + py, n + 1);
             n += 1 + py;
         }
-        callsite::intern(&frames[..n])
+        let cs = callsite::intern(&frames[..n]);
+        if !python && n > 0 {
+            stack::tag(self.from, callsite::tag(cs));
+        }
+        cs
     }
 
     #[inline]

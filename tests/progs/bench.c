@@ -1,5 +1,7 @@
 /* The benchmark driver of scripts/bench.sh; run with and without pinguard.
  *   bench pairs  KIND THREADS N   ns per allocate/release pair (KIND: cuda, mlock, mmap)
+ *   bench scale  KIND N ROUNDS    two threads on one callsite: the median over ROUNDS of two
+ *                                 threads' throughput over one thread's, phases back to back
  *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
  *   bench report N SITES          N live allocations over SITES callsites, then one report */
 #define _GNU_SOURCE
@@ -67,6 +69,48 @@ static void loop(void) {
     }
 }
 
+/* Two threads on one callsite, as a DataLoader's pin thread and the main thread: the main thread
+ * runs N pairs alone, then the main thread and a worker run N pairs each at once, ROUNDS times.
+ * Each round's two phases are a few milliseconds apart, so the machine's slow spells (seconds
+ * long) hit both alike; the median of the rounds' ratios is the scaling. */
+static pthread_barrier_t go, done;
+static int rounds;
+static void *scale_worker(void *arg) {
+    (void)arg;
+    for (int r = 0; r < rounds; r++) {
+        pthread_barrier_wait(&go);
+        nest(32);
+        pthread_barrier_wait(&done);
+    }
+    return NULL;
+}
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static void scale(void) {
+    double ratio[256];
+    pthread_t w;
+    pthread_barrier_init(&go, NULL, 2);
+    pthread_barrier_init(&done, NULL, 2);
+    pthread_create(&w, NULL, scale_worker, NULL);
+    nest(32); /* first walks and look-ups: not the steady cost */
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now();
+        nest(32);
+        double one = now() - t0;
+        pthread_barrier_wait(&go);
+        t0 = now();
+        nest(32);
+        pthread_barrier_wait(&done);
+        double two = now() - t0;
+        ratio[r] = 2 * one / two;
+    }
+    pthread_join(w, NULL);
+    qsort(ratio, rounds, sizeof *ratio, cmp);
+    printf("%.3f\n", ratio[rounds / 2]);
+}
+
 /* 100 distinct call sites times 100 recursion depths: 10,000 distinct stacks. */
 #define SITE(k) case k: return cudaHostAlloc(p, 64, 0);
 __attribute__((noinline)) static int leaf(int site, void **p) {
@@ -97,6 +141,15 @@ int main(int argc, char **argv) {
         double el = now() - t0;
         /* ns per pair per thread, and pairs per second in all */
         printf("%.1f %.0f\n", el * 1e9 / n, threads * n / el);
+        return 0;
+    }
+    if (!strcmp(argv[1], "scale")) {
+        if (argc < 5) return 2;
+        kind = argv[2];
+        n = atol(argv[3]);
+        rounds = atoi(argv[4]);
+        if (rounds < 1 || rounds > 256) return 2;
+        scale();
         return 0;
     }
     n = atol(argv[2]);

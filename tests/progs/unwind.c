@@ -5,6 +5,7 @@
  *   unwind corrupt           calls through a stub that plants a garbage return address and a
  *                            hostile frame pointer (unmapped, off-stack loop, on-stack loop),
  *                            then walks a healthy stack again
+ *   unwind turns N           one leaf pins and frees from two callers in turn, N times each
  * Prints "STATS {...}" with what it allocated. */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 
 extern int cudaHostAlloc(void **p, size_t n, unsigned int flags);
+extern int cudaFreeHost(void *p);
 
 static volatile int sink;
 static unsigned long allocated, calls;
@@ -27,6 +29,16 @@ __attribute__((noinline)) int level_c(size_t n) {
 }
 __attribute__((noinline)) int level_b(size_t n) { int rc = level_c(n); sink++; return rc; }
 __attribute__((noinline)) int level_a(size_t n) { int rc = level_b(n); sink++; return rc; }
+
+/* Two callers of one leaf at the same depth: the leaf's walks start from the same registers and
+ * read the same stack words but one, the return address into its caller. */
+__attribute__((noinline)) void turn_leaf(void) {
+    void *p = 0;
+    if (cudaHostAlloc(&p, 4096, 0) == 0) { allocated += 4096; calls++; cudaFreeHost(p); }
+    sink++;
+}
+__attribute__((noinline)) void turn_x(void) { turn_leaf(); sink++; }
+__attribute__((noinline)) void turn_y(void) { turn_leaf(); sink += 2; }
 
 __attribute__((noinline)) void corrupt_target(void) {
     void *p = 0;
@@ -92,6 +104,8 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "plugins") && argc > 3) {
         run_plugin(argv[2], "libplug_a.so", 8192, argv[3]);
         run_plugin(argv[2], "libplug_b.so", 12288, NULL);
+    } else if (!strcmp(mode, "turns") && argc > 2) {
+        for (int i = 0; i < atoi(argv[2]); i++) { turn_x(); turn_y(); }
     } else if (!strcmp(mode, "corrupt")) {
         static uintptr_t heap_loop[4];
         uintptr_t stack_loop[4];
@@ -103,7 +117,7 @@ int main(int argc, char **argv) {
         sink += (int)stack_loop[2];
         level_a(4096); /* a healthy walk afterwards */
     } else {
-        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt\n");
+        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | turns N\n");
         return 2;
     }
     printf("STATS {\"allocated\": %lu, \"calls\": %lu}\n", allocated, calls);
