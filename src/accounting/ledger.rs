@@ -533,6 +533,22 @@ pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, cou
     timeline_tick(now_ms);
 }
 
+/// A successful pinning call of `bytes` new pinned bytes, now live: `count_alloc` and
+/// `live_delta` in one pass over the levels (the path every pinning call takes).
+#[inline]
+pub fn alloc_live(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now_ms: u64) {
+    touch();
+    let m = mine(t);
+    add(&m.totals.alloc_count, 1);
+    add(&m.totals.alloc_bytes, bytes);
+    let levels = levels();
+    levels.total.live(m.slot, bytes as i64, 1);
+    levels.apis[api as usize].alloc_live(m.slot, bytes);
+    site.level.alloc_live(m.slot, bytes);
+    site.note_api(api);
+    timeline_tick(now_ms);
+}
+
 /// A successful pinning call of `bytes` new pinned bytes.
 #[inline]
 pub fn count_alloc(t: &Thread, api: Api, site: &'static Callsite, bytes: u64) {

@@ -121,6 +121,11 @@ impl<const K: usize> Level<K> {
     #[inline]
     pub fn live(&self, slot: usize, bytes: i64, count: i64) {
         let (s, owned) = self.stripe(slot);
+        self.live_in(s, owned, bytes, count)
+    }
+
+    #[inline(always)]
+    fn live_in(&self, s: &Stripe, owned: bool, bytes: i64, count: i64) {
         let now = s.bytes.add(bytes, owned);
         s.count.add(count, owned);
         if bytes <= 0 {
@@ -163,6 +168,16 @@ impl<const K: usize> Level<K> {
                 own.high.store(live, Relaxed);
             }
         }
+    }
+
+    /// A successful pinning call of `bytes` that stays live: `alloc` and `live` with one look-up
+    /// of the thread's stripe.
+    #[inline(always)]
+    pub fn alloc_live(&self, slot: usize, bytes: u64) {
+        let (s, owned) = self.stripe(slot);
+        s.alloc_count.add(1, owned);
+        s.alloc_bytes.add(bytes, owned);
+        self.live_in(s, owned, bytes as i64, 1);
     }
 
     /// A successful pinning call of `bytes`, from the thread in `slot`.

@@ -147,20 +147,19 @@ pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
 }
 
 /// A live record taken out for a release call, put back if the call unwinds before it returns.
-struct PutBack(usize, Option<Live>);
+struct PutBack<'l>(usize, &'l Live);
 
-impl PutBack {
-    #[inline]
-    fn disarm(mut self) {
-        self.1 = None;
+impl PutBack<'_> {
+    /// The call returned: nothing to put back (and no drop to run).
+    #[inline(always)]
+    fn disarm(self) {
+        std::mem::forget(self);
     }
 }
 
-impl Drop for PutBack {
+impl Drop for PutBack<'_> {
     fn drop(&mut self) {
-        if let Some(l) = self.1.take() {
-            let _ = quiet(|| ledger::insert(self.0, l));
-        }
+        let _ = quiet(|| ledger::insert(self.0, *self.1));
     }
 }
 
@@ -382,8 +381,7 @@ impl Hook {
         if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, Backing::Pinned)) {
             self.gone(&old);
         }
-        ledger::count_alloc(self.t, api, site, bytes);
-        ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
+        ledger::alloc_live(self.t, api, site, bytes, self.now());
     }
 
     /// Records memory served in place of pinned memory (`downgrade`): pinguard's own pageable
@@ -412,7 +410,7 @@ impl Hook {
     }
 
     /// The callsite and the budget's decision for a pinning call of `bytes`.
-    #[inline]
+    #[inline(always)]
     fn decide(&self, api: Api, bytes: u64, req: Request) -> (&'static Callsite, Admission) {
         let site = self.site();
         (site, self.admit(api, bytes, site, req))
@@ -667,7 +665,7 @@ impl Hook {
             Some(l) => {
                 // Should `real` unwind (a cancellation point inside the runtime), the record goes
                 // back: the runtime still holds the memory.
-                let back = PutBack(addr as usize, Some(l));
+                let back = PutBack(addr as usize, &l);
                 let rc = real();
                 let err = self.t.errno();
                 back.disarm();
