@@ -33,19 +33,145 @@ pub fn page_span(addr: usize, len: usize, page: usize) -> Option<(usize, usize)>
     Some((start, end))
 }
 
+/// Ranges by start: a sorted vector while there are few (a look-up, insert or removal is a
+/// binary search and a short move, where a B-tree costs a few hundred instructions: an `mlock`
+/// loop pays that on every call), a B-tree once there are many.
+enum Store<T> {
+    Few(Vec<(usize, (usize, T))>),
+    Many(BTreeMap<usize, (usize, T)>),
+}
+
+/// A walk over a `Store`'s ranges, without a box (nothing allocates on the way).
+enum Iter<'a, T> {
+    Few(std::slice::Iter<'a, (usize, (usize, T))>),
+    Many(std::collections::btree_map::Range<'a, usize, (usize, T)>),
+}
+
+impl<'a, T> Iterator for Iter<'a, T> {
+    type Item = (usize, &'a (usize, T));
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            Iter::Few(i) => i.next().map(|(k, r)| (*k, r)),
+            Iter::Many(i) => i.next().map(|(&k, r)| (k, r)),
+        }
+    }
+}
+
+/// Past this many ranges the sorted vector becomes a B-tree (its moves grow with its length).
+const FEW: usize = 32;
+
+impl<T> Store<T> {
+    /// The range with the largest start below `x`.
+    #[inline]
+    fn last_below(&self, x: usize) -> Option<(usize, &(usize, T))> {
+        match self {
+            Store::Few(v) => {
+                let i = v.partition_point(|r| r.0 < x);
+                i.checked_sub(1).map(|i| (v[i].0, &v[i].1))
+            }
+            Store::Many(m) => m.range(..x).next_back().map(|(&k, r)| (k, r)),
+        }
+    }
+
+    /// The range with the largest start at or below `x`.
+    fn last_at_or_below(&self, x: usize) -> Option<(usize, &(usize, T))> {
+        match x.checked_add(1) {
+            Some(y) => self.last_below(y),
+            None => self.iter().last(),
+        }
+    }
+
+    /// The range with the smallest start in `[from, to)`.
+    fn first_in(&self, from: usize, to: usize) -> Option<(usize, &(usize, T))> {
+        self.range(from, to).next()
+    }
+
+    /// The ranges starting in `[from, to)`, in order.
+    fn range(&self, from: usize, to: usize) -> Iter<'_, T> {
+        let to = to.max(from);
+        match self {
+            Store::Few(v) => Iter::Few(v[v.partition_point(|r| r.0 < from)..v.partition_point(|r| r.0 < to)].iter()),
+            Store::Many(m) => Iter::Many(m.range(from..to)),
+        }
+    }
+
+    fn get(&self, k: usize) -> Option<&(usize, T)> {
+        match self {
+            Store::Few(v) => v.binary_search_by_key(&k, |r| r.0).ok().map(|i| &v[i].1),
+            Store::Many(m) => m.get(&k),
+        }
+    }
+
+    fn insert(&mut self, k: usize, r: (usize, T)) {
+        match self {
+            Store::Few(v) if v.len() < FEW => match v.binary_search_by_key(&k, |r| r.0) {
+                Ok(i) => v[i].1 = r,
+                Err(i) => v.insert(i, (k, r)),
+            },
+            Store::Few(v) => {
+                let mut m: BTreeMap<usize, (usize, T)> = std::mem::take(v).into_iter().collect();
+                m.insert(k, r);
+                *self = Store::Many(m);
+            }
+            Store::Many(m) => {
+                m.insert(k, r);
+            }
+        }
+    }
+
+    #[inline]
+    fn remove(&mut self, k: usize) -> Option<(usize, T)> {
+        match self {
+            Store::Few(v) => v.binary_search_by_key(&k, |r| r.0).ok().map(|i| v.remove(i).1),
+            Store::Many(m) => m.remove(&k),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Store::Few(v) => v.is_empty(),
+            Store::Many(m) => m.is_empty(),
+        }
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        match self {
+            Store::Few(v) => v.len(),
+            Store::Many(m) => m.len(),
+        }
+    }
+
+    fn iter(&self) -> Iter<'_, T> {
+        match self {
+            Store::Few(v) => Iter::Few(v.iter()),
+            Store::Many(m) => Iter::Many(m.range(..)),
+        }
+    }
+
+    /// Empties the store, handing back what it held in order.
+    fn take_all(&mut self) -> Vec<(usize, (usize, T))> {
+        match std::mem::replace(self, Store::Few(Vec::new())) {
+            Store::Few(v) => v,
+            Store::Many(m) => m.into_iter().collect(),
+        }
+    }
+}
+
 /// The pieces `take` cut out: start, end, value.
 pub type Pieces<T> = SmallVec<[(usize, usize, T); 4]>;
 
 /// Disjoint ranges, each carrying who locked it.
 pub struct RangeSet<T> {
-    map: BTreeMap<usize, (usize, T)>,
+    map: Store<T>,
     /// The bytes covered, kept so that comparing with the kernel's `VmLck` costs no walk.
     bytes: u64,
 }
 
 impl<T: Clone> Default for RangeSet<T> {
     fn default() -> Self {
-        RangeSet { map: BTreeMap::new(), bytes: 0 }
+        RangeSet { map: Store::Few(Vec::new()), bytes: 0 }
     }
 }
 
@@ -61,15 +187,15 @@ impl<T: Clone> RangeSet<T> {
 
     /// A range touching `[start, end)`: the one ending at `start`, else the one starting at `end`.
     pub fn adjacent(&self, start: usize, end: usize) -> Option<&T> {
-        match self.map.range(..start).next_back() {
+        match self.map.last_below(start) {
             Some((_, (e, v))) if *e == start => Some(v),
-            _ => self.map.get(&end).map(|(_, v)| v),
+            _ => self.map.get(end).map(|(_, v)| v),
         }
     }
 
     /// The value of the range holding `addr`, if any.
     pub fn at(&self, addr: usize) -> Option<&T> {
-        match self.map.range(..=addr).next_back() {
+        match self.map.last_at_or_below(addr) {
             Some((_, (e, v))) if *e > addr => Some(v),
             _ => None,
         }
@@ -91,7 +217,7 @@ impl<T: Clone> RangeSet<T> {
         let mut gaps = Gaps::new();
         // The usual case, one look-up: the last range starting before `end` ends by `start`, and
         // every earlier one ends before it starts, so nothing overlaps.
-        match self.map.range(..end).next_back() {
+        match self.map.last_below(end) {
             None => {
                 gaps.push((start, end));
                 return gaps;
@@ -103,8 +229,8 @@ impl<T: Clone> RangeSet<T> {
             _ => {}
         }
         // The range starting before `start` may cover its beginning.
-        let before = self.map.range(..start).next_back().map(|(&s, &(e, _))| (s, e));
-        uncovered(start, end, before.into_iter().chain(self.map.range(start..end).map(|(&s, &(e, _))| (s, e))))
+        let before = self.map.last_below(start).map(|(s, &(e, _))| (s, e));
+        uncovered(start, end, before.into_iter().chain(self.map.range(start, end).map(|(s, &(e, _))| (s, e))))
     }
 
     /// Adds a range that must not overlap the set (one of `gaps`' answers).
@@ -139,24 +265,24 @@ impl<T: Clone> RangeSet<T> {
             f(s, e, v, delta)
         };
         // The usual case: exactly one range, as it was locked; or nothing there at all.
-        match self.map.range(..end).next_back() {
+        match self.map.last_below(end) {
             None => return,
             Some((_, &(e, _))) if e <= start => return,
-            Some((&s, &(e, _))) if s == start && e == end => {
-                let (_, v) = self.map.remove(&s).expect("key just found");
+            Some((s, &(e, _))) if s == start && e == end => {
+                let (_, v) = self.map.remove(s).expect("key just found");
                 report(&mut self.bytes, start, end, &v, -1);
                 return;
             }
             _ => {}
         }
-        let first = match self.map.range(..start).next_back() {
-            Some((&s, &(e, _))) if e > start => s,
+        let first = match self.map.last_below(start) {
+            Some((s, &(e, _))) if e > start => s,
             _ => start,
         };
         let mut from = first;
         // One look-up per range touched rather than a list of keys: no allocation.
-        while let Some(s) = (from < end).then(|| self.map.range(from..end).next().map(|(&k, _)| k)).flatten() {
-            let (e, v) = self.map.remove(&s).expect("key just found");
+        while let Some(s) = (from < end).then(|| self.map.first_in(from, end).map(|(k, _)| k)).flatten() {
+            let (e, v) = self.map.remove(s).expect("key just found");
             from = e; // ranges are disjoint: the next one starts at or after this one's end
             let cut_s = s.max(start);
             let cut_e = e.min(end);
@@ -176,13 +302,13 @@ impl<T: Clone> RangeSet<T> {
     /// Removes everything, reporting each range as in `remove`.
     pub fn clear(&mut self, mut f: impl FnMut(&T, u64, i64)) {
         self.bytes = 0;
-        for (s, (e, v)) in std::mem::take(&mut self.map) {
+        for (s, (e, v)) in self.map.take_all() {
             f(&v, (e - s) as u64, -1);
         }
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, usize, &T)> {
-        self.map.iter().map(|(&s, (e, v))| (s, *e, v))
+        self.map.iter().map(|(s, (e, v))| (s, *e, v))
     }
 }
 
@@ -225,17 +351,25 @@ mod tests {
 
     #[test]
     fn locks_and_unlocks_agree_with_a_page_map() {
+        // Few ranges (the sorted vector), then many short ones (past `FEW`: the B-tree).
+        assert!(agree_with_a_page_map(64, 64, 1) <= FEW);
+        assert!(agree_with_a_page_map(1024, 4, 3) > FEW);
+    }
+
+    /// Random locks and unlocks of up to `max_len` pages among `pages`, `locks` in `locks + 1`
+    /// of them locks, checked against a page map; returns the most ranges the set held.
+    fn agree_with_a_page_map(pages: usize, max_len: usize, locks: u64) -> usize {
         let mut r = RangeSet::<u8>::default();
-        let mut model = [false; 64];
+        let mut model = vec![false; pages];
+        let mut most = 0;
         let mut x = 0x9E37_79B9_7F4A_7C15u64;
         for _ in 0..20_000 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            let a = (x % 64) as usize;
-            let b = ((x >> 8) % 64) as usize;
-            let (s, e) = (a.min(b), a.max(b) + 1);
-            if x >> 20 & 1 == 0 {
+            let s = (x % pages as u64) as usize;
+            let e = (s + 1 + ((x >> 8) % max_len as u64) as usize).min(pages);
+            if (x >> 20) % (locks + 1) != 0 {
                 // Lock: the gaps are exactly the pages not yet locked.
                 let gaps = r.gaps(s * PAGE, e * PAGE);
                 let new: usize = gaps.iter().map(|(gs, ge)| (ge - gs) / PAGE).sum();
@@ -252,7 +386,12 @@ mod tests {
             }
             assert_eq!(total(&r) / PAGE, model.iter().filter(|p| **p).count());
             assert_eq!(r.bytes() as usize, total(&r));
+            let probe = ((x >> 32) % pages as u64) as usize;
+            assert_eq!(r.at(probe * PAGE + 1).is_some(), model[probe]);
+            assert_eq!(r.covered(s * PAGE, e * PAGE) as usize / PAGE, model[s..e].iter().filter(|p| **p).count());
+            most = most.max(r.len());
         }
+        most
     }
 
     #[test]
