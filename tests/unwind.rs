@@ -30,6 +30,11 @@ fn build_once() -> PathBuf {
     let mut a: Vec<&str> = flags.to_vec();
     a.extend(["-o", &o, &prog, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart", "-ldl"]);
     cc(&a);
+    // The same program with frame pointers, whose frames unwind through the saved ones.
+    let o = d("unwind_fp");
+    let mut a: Vec<&str> = flags.iter().copied().filter(|&f| f != "-fomit-frame-pointer").collect();
+    a.extend(["-fno-omit-frame-pointer", "-o", &o, &prog, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart", "-ldl"]);
+    cc(&a);
     f.dir.clone()
 }
 
@@ -56,13 +61,15 @@ fn assert_prefix(cs: &Value, names: &[&str]) {
 #[test]
 fn every_frame_through_code_without_frame_pointers() {
     let dir = build();
-    let r = run(&dir.join("unwind").to_string_lossy(), &["chain"], &[("PINGUARD_DEPTH", "32")]);
-    assert!(r.success(), "{}", r.stderr);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["peak_live_bytes"], 4096);
-    assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
-    // Deeper than main: the C runtime's start-up frames, so the walk did not stop early.
-    assert!(symbols(site(&rep, "level_c")).len() > 4, "{:?}", symbols(site(&rep, "level_c")));
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["chain"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{}", r.stderr);
+        let rep = r.report();
+        assert_eq!(rep["totals"]["peak_live_bytes"], 4096);
+        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+        // Deeper than main: the C runtime's start-up frames, so the walk did not stop early.
+        assert!(symbols(site(&rep, "level_c")).len() > 4, "{prog}: {:?}", symbols(site(&rep, "level_c")));
+    }
 }
 
 #[test]
@@ -70,14 +77,20 @@ fn callers_taking_turns_keep_their_own_callsites() {
     // A thread remembers its walks and what they named: a walk from the same registers counts
     // for the callsite it named only while every stack word it read is unchanged, so the leaf's
     // two callers, which differ only in one return address, never share a callsite.
+    // A remembered walk checks only the words that mattered to it (`unwind::Local::remember`):
+    // with frame pointers, the saved ones too.
     let dir = build();
-    let r = run(&dir.join("unwind").to_string_lossy(), &["turns", "500"], &[("PINGUARD_DEPTH", "32")]);
-    assert!(r.success(), "{}", r.stderr);
-    let rep = r.report();
-    let sites: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "turn_leaf").collect();
-    let mut by_caller: Vec<(String, u64)> = sites.iter().map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap())).collect();
-    by_caller.sort();
-    assert_eq!(by_caller, [("turn_x".to_string(), 500), ("turn_y".to_string(), 500)]);
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["turns", "500"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{}", r.stderr);
+        let rep = r.report();
+        let sites: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "turn_leaf").collect();
+        let mut by_caller: Vec<(String, u64)> = sites.iter().map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap())).collect();
+        by_caller.sort();
+        assert_eq!(by_caller, [("turn_x".to_string(), 500), ("turn_y".to_string(), 500)], "{prog}");
+        assert_prefix(sites[0], &["turn_leaf"]);
+        assert!(symbols(sites[0]).contains(&"main".to_string()), "{prog}: {:?}", symbols(sites[0]));
+    }
 }
 
 #[test]

@@ -185,8 +185,10 @@ impl<V: Copy> AddrMap<V> {
     fn grow(&mut self) {
         let cap = (self.cap * 2).max(16);
         let bytes = cap * std::mem::size_of::<Slot<V>>();
-        // 64-byte aligned: the state's directory keeps the capacity in the address's low bits.
-        let new = crate::accounting::arena::alloc(bytes, 64).unwrap_or_else(|| {
+        // 64-byte aligned: the state's directory keeps the capacity in the address's low bits;
+        // 128: no other data shares its lines (or their prefetched pairs) with a table written on
+        // every call.
+        let new = crate::accounting::arena::alloc(bytes, 128).unwrap_or_else(|| {
             let layout = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
             // SAFETY: a non-zero size; all-zero slots are empty slots.
             let p = unsafe { std::alloc::alloc_zeroed(layout) };

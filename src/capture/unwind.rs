@@ -41,6 +41,10 @@ struct Shared {
 
 static SHARED: Mutex<Option<Shared>> = Mutex::new(None);
 
+/// Aligned to 128 bytes (and so a multiple of it long): a walk writes here, and a line shared
+/// with another thread's data (its walker, its memos) would pass between their cores on every
+/// call when two threads pin at once.
+#[repr(align(128))]
 struct Local {
     generation: u64,
     tables: Tables,
@@ -176,6 +180,10 @@ unsafe fn still(sp: u64, offsets: &[u32], values: &[u64]) -> bool {
     d == 0
 }
 
+/// What a word read becomes when `remember` tests whether it mattered: no stack address or
+/// frame pointer stays one after this (its high bits flip).
+const GARBAGE: u64 = 0x5a5a_0000_0a50;
+
 /// Upper bound on frames visited, own frames included: a cycle in a corrupt stack ends here.
 const MAX_VISITED: usize = 512;
 
@@ -212,11 +220,11 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
         if let Some(n) = local.recall(from, out) {
             return Some(n);
         }
-        let (mut n, mut missed) = local.walk_from(from, out);
+        let (mut n, mut missed) = local.walk_from(from, out, &[]);
         if missed && local.loads != loader_counts() {
             WANTED.fetch_add(1, Ordering::AcqRel);
             local.refresh();
-            (n, missed) = local.walk_from(from, out);
+            (n, missed) = local.walk_from(from, out, &[]);
         }
         if !missed {
             local.remember(from, &out[..n], out.len());
@@ -366,19 +374,36 @@ impl Local {
 
     fn remember(&mut self, from: Regs, frames: &[usize], depth: usize) {
         let reads = std::mem::take(&mut self.reads);
-        // The same walk from a different frame pointer: if it reads the same words and finds the
-        // same frames, the frame pointer played no part (a garbage value would have sent an
-        // FP-based step elsewhere).
+        // Which of the inputs mattered, found by walking again with them changed to garbage: a
+        // garbage frame pointer, or a garbage saved register, that some step used would have
+        // sent the walk elsewhere. First the start frame pointer and every word read that holds
+        // no code address (saved frame pointers and other saved registers, which code built
+        // without frame pointers never uses to unwind) together; if that walk reads the same
+        // words and finds the same frames, the memo keeps only the return addresses and does
+        // not depend on the frame pointer (code without frame pointers keeps arbitrary values
+        // in that register, which must not defeat the memo). Else the frame pointer alone.
+        let mut loose: Vec<u64> = reads.iter().filter(|&&(_, v)| self.range_of(v).is_none()).map(|&(a, _)| a).collect();
+        loose.sort_unstable();
+        loose.dedup();
         let mut other = vec![0usize; depth];
-        let (n, _) = self.walk_from(Regs { fp: from.fp ^ 0x5a5a_0000_0a50, ..from }, &mut other);
-        let fp_free = other[..n] == *frames && self.reads == reads;
+        let garbage = Regs { fp: from.fp ^ GARBAGE, ..from };
+        let (n, _) = self.walk_from(garbage, &mut other, &loose);
+        let same = |a: &[(u64, u64)], b: &[(u64, u64)], loose: &[u64]| {
+            a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.0 == q.0 && (p.1 == q.1 || loose.binary_search(&p.0).is_ok()))
+        };
+        let (fp_free, kept) = if other[..n] == *frames && same(&self.reads, &reads, &loose) {
+            (true, reads.iter().filter(|r| loose.binary_search(&r.0).is_err()).copied().collect::<Vec<_>>())
+        } else {
+            let (n, _) = self.walk_from(garbage, &mut other, &[]);
+            (other[..n] == *frames && self.reads == reads, reads.clone())
+        };
         // Every word read lies in `[sp, stack_top)` (`walk_from`), and a thread's stack is far
         // smaller than 4 GiB: the offsets fit.
-        let offsets = reads.iter().map(|&(a, _)| u32::try_from(a - from.sp).unwrap_or(u32::MAX)).collect::<Vec<_>>();
+        let offsets = kept.iter().map(|&(a, _)| u32::try_from(a - from.sp).unwrap_or(u32::MAX)).collect::<Vec<_>>();
         if offsets.contains(&u32::MAX) {
             return;
         }
-        let values = reads.iter().map(|&(_, v)| v).collect();
+        let values = kept.iter().map(|&(_, v)| v).collect();
         let memo = Memo { from, fp_free, generation: self.generation, depth, reads, offsets, values, frames: frames.to_vec(), tag: 0 };
         if self.memos.len() < MEMOS {
             self.hit = self.memos.len();
@@ -392,7 +417,8 @@ impl Local {
     }
 
     /// Returns the frames written and whether some address lay in no known object.
-    fn walk_from(&mut self, from: Regs, out: &mut [usize]) -> (usize, bool) {
+    /// The words at `garbled` (sorted) read as garbage (`remember`).
+    fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64]) -> (usize, bool) {
         let (lo, hi) = (from.sp, self.stack_top);
         let reads = &mut self.reads;
         reads.clear();
@@ -401,7 +427,10 @@ impl Local {
                 return Err(());
             }
             // SAFETY: inside this thread's own stack, above the live stack pointer.
-            let v = unsafe { std::ptr::read_volatile(addr as *const u64) };
+            let mut v = unsafe { std::ptr::read_volatile(addr as *const u64) };
+            if !garbled.is_empty() && garbled.binary_search(&addr).is_ok() {
+                v ^= GARBAGE;
+            }
             reads.push((addr, v));
             Ok(v)
         };

@@ -2,6 +2,9 @@
  *   bench pairs  KIND THREADS N   ns per allocate/release pair (KIND: cuda, mlock, mmap)
  *   bench scale  KIND N ROUNDS    two threads on one callsite: the median over ROUNDS of two
  *                                 threads' throughput over one thread's, phases back to back
+ *                                 (BENCH_SITES=2: the second thread pins from a callsite of its
+ *                                 own (at PINGUARD_DEPTH 32); BENCH_SITES=3: it alternates, and the figure
+ *                                 is the shared callsite's throughput over the separate one's)
  *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
  *   bench report N SITES          N live allocations over SITES callsites, then one report */
 #define _GNU_SOURCE
@@ -51,6 +54,13 @@ static void *pairs(void *arg) {
     return NULL;
 }
 
+/* A second callsite for the same loop: walked 32 frames deep, it differs from `nest(32)`'s only
+ * in its outermost frame, so the work per call is the same. */
+__attribute__((noinline)) static void outer_alt(void) {
+    nest(31);
+    __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
 static void loop(void) {
     char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     page[0] = 1;
@@ -74,12 +84,15 @@ static void loop(void) {
  * Each round's two phases are a few milliseconds apart, so the machine's slow spells (seconds
  * long) hit both alike; the median of the rounds' ratios is the scaling. */
 static pthread_barrier_t go, done;
-static int rounds;
+static int rounds, frames = 32;
 static void *scale_worker(void *arg) {
     (void)arg;
+    const char *sites = getenv("BENCH_SITES");
+    int mode = sites ? atoi(sites) : 1;
     for (int r = 0; r < rounds; r++) {
         pthread_barrier_wait(&go);
-        nest(32);
+        if (mode == 2 || (mode == 3 && r % 2)) outer_alt();
+        else nest(frames);
         pthread_barrier_wait(&done);
     }
     return NULL;
@@ -93,20 +106,35 @@ static void scale(void) {
     pthread_t w;
     pthread_barrier_init(&go, NULL, 2);
     pthread_barrier_init(&done, NULL, 2);
+    const char *f = getenv("BENCH_FRAMES");
+    if (f) frames = atoi(f);
     pthread_create(&w, NULL, scale_worker, NULL);
-    nest(32); /* first walks and look-ups: not the steady cost */
+    nest(frames); /* first walks and look-ups: not the steady cost */
     for (int r = 0; r < rounds; r++) {
         double t0 = now();
-        nest(32);
+        nest(frames);
         double one = now() - t0;
         pthread_barrier_wait(&go);
         t0 = now();
-        nest(32);
+        nest(frames);
         pthread_barrier_wait(&done);
         double two = now() - t0;
         ratio[r] = 2 * one / two;
+        if (getenv("BENCH_TRACE")) fprintf(stderr, "round %d one %.3f ms two %.3f ms ratio %.3f\n", r, one * 1e3, two * 1e3, ratio[r]);
     }
     pthread_join(w, NULL);
+    const char *sites = getenv("BENCH_SITES");
+    if (sites && atoi(sites) >= 3) {
+        /* The worker pins from the main thread's callsite in even rounds and from its own in
+         * odd ones: the same work either way, so what the shared callsite costs the pair of
+         * threads is the ratio of neighbouring rounds. */
+        double r2[128];
+        int m = 0;
+        for (int r = 0; r + 1 < rounds && m < 128; r += 2) r2[m++] = ratio[r] / ratio[r + 1];
+        qsort(r2, m, sizeof *r2, cmp);
+        printf("%.3f\n", r2[m / 2]);
+        return;
+    }
     qsort(ratio, rounds, sizeof *ratio, cmp);
     printf("%.3f\n", ratio[rounds / 2]);
 }
