@@ -33,6 +33,11 @@ const OFF: u8 = 3;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static CONFIG: OnceLock<Config> = OnceLock::new();
+/// `CONFIG`'s value once `STATE` is `READY` (null before, and when pinguard is off), in one load.
+static READY_CONFIG: std::sync::atomic::AtomicPtr<Config> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+/// The same for hooked calls (`hooks_ready`), null again in a fork child until its first hooked
+/// call has restarted the report thread.
+static HOOKS_CONFIG: std::sync::atomic::AtomicPtr<Config> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// The process whose memory holds pinguard's state: the one that started it, or a fork child
 /// (set in its fork handler). A `vfork` child shares that memory but is another process.
@@ -64,13 +69,36 @@ extern "C" fn constructor() {
 /// errno is the caller's again on return.
 #[inline(always)]
 pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
-    if STATE.load(Ordering::Acquire) == READY {
-        return CONFIG.get();
+    let p = READY_CONFIG.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: `READY_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
+        return Some(unsafe { &*p });
     }
     let e = t.errno();
     let cfg = init_once();
     t.set_errno(e);
     cfg
+}
+
+/// `ensure_init` for a hooked call: in a fork child, the first one also restarts the report
+/// thread (`reporter::restart_if_forked`), and every later one finds the configuration in one load.
+#[inline(always)]
+pub fn hooks_ready(t: &Thread) -> Option<&'static Config> {
+    let p = HOOKS_CONFIG.load(Ordering::Acquire);
+    if !p.is_null() {
+        // SAFETY: `HOOKS_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
+        return Some(unsafe { &*p });
+    }
+    hooks_ready_slow(t)
+}
+
+#[cold]
+#[inline(never)]
+fn hooks_ready_slow(t: &Thread) -> Option<&'static Config> {
+    let cfg = ensure_init(t)?;
+    crate::output::reporter::restart_if_forked(cfg);
+    HOOKS_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
+    Some(cfg)
 }
 
 #[cold]
@@ -85,6 +113,9 @@ fn init_once() -> Option<&'static Config> {
                     // for the application's own next cancellation point.
                     let _nc = crate::runtime::sys::NoCancel::new();
                     let on = std::panic::catch_unwind(init).unwrap_or(false);
+                    if let (true, Some(cfg)) = (on, CONFIG.get()) {
+                        READY_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
+                    }
                     STATE.store(if on { READY } else { OFF }, Ordering::Release);
                 }
             }
@@ -326,6 +357,7 @@ extern "C" fn fork_child() {
     budget::reset();
     guard::forget_tid();
     crate::output::reporter::after_fork_child(CONFIG.get());
+    HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
     crate::budget::group::after_fork_child();
     crate::runtime::clock::mark_start();
     guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));

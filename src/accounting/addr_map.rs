@@ -103,6 +103,7 @@ impl<V: Copy> AddrMap<V> {
     }
 
     /// Inserts or replaces; returns the value replaced.
+    #[inline(always)]
     pub fn insert(&mut self, key: usize, val: V) -> Option<V> {
         debug_assert_ne!(key, 0);
         if (self.len + 1) * 4 > self.cap * 3 {

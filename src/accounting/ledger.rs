@@ -539,13 +539,26 @@ pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, cou
 pub fn alloc_live(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now_ms: u64) {
     touch();
     let m = mine(t);
+    let slot = m.slot; // read once: the stores below could be to it, as far as the compiler knows
     add(&m.totals.alloc_count, 1);
     add(&m.totals.alloc_bytes, bytes);
     let levels = levels();
-    levels.total.live(m.slot, bytes as i64, 1);
-    levels.apis[api as usize].alloc_live(m.slot, bytes);
-    site.level.alloc_live(m.slot, bytes);
+    levels.total.grow(slot, bytes);
+    levels.apis[api as usize].alloc_live(slot, bytes);
+    site.level.alloc_live(slot, bytes);
     site.note_api(api);
+    timeline_tick(now_ms);
+}
+
+/// A pinned record of `bytes` released: `live_delta` of minus its bytes and one allocation,
+/// without the peak's checks, which a release never needs.
+#[inline(never)]
+pub fn live_release(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now_ms: u64) {
+    let slot = mine(t).slot;
+    let levels = levels();
+    levels.total.release(slot, bytes);
+    levels.apis[api as usize].release(slot, bytes);
+    site.level.release(slot, bytes);
     timeline_tick(now_ms);
 }
 
@@ -668,7 +681,7 @@ pub fn downgraded_live_delta(t: &Thread, bytes: i64) {
 
 /// Records `live` at `addr`; returns a record it replaced (one whose release pinguard missed:
 /// the caller takes its figures out, so nothing is counted twice).
-#[inline]
+#[inline(always)]
 #[must_use]
 pub fn insert(addr: usize, live: Live) -> Option<Live> {
     shard(addr).lock().insert(addr, live)

@@ -128,9 +128,15 @@ impl<const K: usize> Level<K> {
     fn live_in(&self, s: &Stripe, owned: bool, bytes: i64, count: i64) {
         let now = s.bytes.add(bytes, owned);
         s.count.add(count, owned);
-        if bytes <= 0 {
-            return;
+        if bytes > 0 {
+            self.raised(s, owned, now);
         }
+    }
+
+    /// The stripe `s` went up to `now`: its high and the level's bound follow, and a new peak is
+    /// checked for.
+    #[inline(always)]
+    fn raised(&self, s: &Stripe, owned: bool, now: i64) {
         let high = s.high.load(Relaxed);
         if now > high {
             let old = if owned {
@@ -170,6 +176,23 @@ impl<const K: usize> Level<K> {
         }
     }
 
+    /// `bytes` and one allocation join the live figures (`live` of a positive amount).
+    #[inline(always)]
+    pub fn grow(&self, slot: usize, bytes: u64) {
+        let (s, owned) = self.stripe(slot);
+        let now = s.bytes.add(bytes as i64, owned);
+        s.count.add(1, owned);
+        self.raised(s, owned, now);
+    }
+
+    /// `bytes` and one allocation leave the live figures (a release: no new peak is possible).
+    #[inline(always)]
+    pub fn release(&self, slot: usize, bytes: u64) {
+        let (s, owned) = self.stripe(slot);
+        s.bytes.add((bytes as i64).wrapping_neg(), owned);
+        s.count.add(-1, owned);
+    }
+
     /// A successful pinning call of `bytes` that stays live: `alloc` and `live` with one look-up
     /// of the thread's stripe.
     #[inline(always)]
@@ -177,7 +200,9 @@ impl<const K: usize> Level<K> {
         let (s, owned) = self.stripe(slot);
         s.alloc_count.add(1, owned);
         s.alloc_bytes.add(bytes, owned);
-        self.live_in(s, owned, bytes as i64, 1);
+        let now = s.bytes.add(bytes as i64, owned);
+        s.count.add(1, owned);
+        self.raised(s, owned, now);
     }
 
     /// A successful pinning call of `bytes`, from the thread in `slot`.

@@ -200,6 +200,9 @@ pub struct Regs {
 }
 
 impl Regs {
+    /// No frame: for a call that never walks (a release), which need not take the registers.
+    pub const NONE: Regs = Regs { pc: 0, sp: 0, fp: 0, lr: 0 };
+
     /// This point of the calling function (inlined into it). A walk may start from here as long
     /// as that function has not returned: its frame, and the return address and saved registers
     /// in it, stay as they are while it runs deeper calls. The hooks take it on entry, so a walk

@@ -144,7 +144,7 @@ unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u
 }
 
 unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
-    match Hook::enter(Family::Acl) {
+    match Hook::enter_release(Family::Acl) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
@@ -153,7 +153,7 @@ unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
 }
 
 unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
-    match Hook::enter(Family::Acl) {
+    match Hook::enter_release(Family::Acl) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.

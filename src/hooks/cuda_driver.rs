@@ -127,7 +127,7 @@ unsafe fn register_legacy(f: RegisterFn, p: *mut c_void, size: usize, flags: c_u
 }
 
 unsafe fn free_host(f: FreeFn, p: *mut c_void) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
+    match Hook::enter_release(Family::CudaDriver) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(p) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
@@ -136,7 +136,7 @@ unsafe fn free_host(f: FreeFn, p: *mut c_void) -> c_int {
 }
 
 unsafe fn host_unregister(f: FreeFn, p: *mut c_void) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
+    match Hook::enter_release(Family::CudaDriver) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(p) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.

@@ -137,7 +137,7 @@ unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_u
 }
 
 unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
-    match Hook::enter(Family::Cuda) {
+    match Hook::enter_release(Family::Cuda) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
@@ -146,7 +146,7 @@ unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
 }
 
 unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
-    match Hook::enter(Family::Cuda) {
+    match Hook::enter_release(Family::Cuda) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.

@@ -133,7 +133,7 @@ pub fn after_fork_child(cfg: Option<&Config>) {
     RESTART.store(true, Ordering::Relaxed);
 }
 
-/// Called on every tracked hook: one relaxed load unless this is a fork child's first call.
+/// Called by a fork child's first hooked call (`lifecycle::hooks_ready`).
 #[inline]
 pub fn restart_if_forked(cfg: &'static Config) {
     if RESTART.load(Ordering::Relaxed) && RESTART.swap(false, Ordering::AcqRel) {

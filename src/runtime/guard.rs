@@ -60,6 +60,11 @@ impl Thread {
     /// errno's address is fixed for a thread's life (and kept by a fork child, whose thread is a
     /// copy of the forking one): asked of libc once.
     #[inline]
+    pub fn errno_location(&self) -> *mut c_int {
+        self.errno_ptr()
+    }
+
+    #[inline]
     fn errno_ptr(&self) -> *mut c_int {
         let p = self.errno.get();
         if !p.is_null() {

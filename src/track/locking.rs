@@ -164,7 +164,7 @@ impl Hook {
         let reservation = match decided {
             Err(err) => {
                 drop(locked);
-                self.t.set_errno(err);
+                self.set_errno(err);
                 return -1;
             }
             Ok(Lock::Pin(r)) if r.bytes() == 0 => {
@@ -173,20 +173,20 @@ impl Hook {
             }
             Ok(Lock::Refuse) => {
                 drop(locked);
-                self.t.set_errno(libc::ENOMEM);
+                self.set_errno(libc::ENOMEM);
                 return -1;
             }
             Ok(Lock::Downgrade(n, over)) => {
                 drop(locked);
                 quiet(|| self.downgraded(api, site, n, over));
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return 0;
             }
             Ok(Lock::Pin(r)) => r,
         };
         let new = reservation.bytes();
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         // Kept when the pages were locked; given back when not (a walk then takes whatever the
         // kernel locked before it failed).
         if rc == 0 {
@@ -218,7 +218,7 @@ impl Hook {
             }
         });
         drop(locked);
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -231,7 +231,7 @@ impl Hook {
         };
         let mut locked = ledger::locked();
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         let now = self.now();
         if ok(&rc) {
             quiet(|| {
@@ -246,7 +246,7 @@ impl Hook {
             quiet(|| walked(locked.sync(self.t, now, |_, _| None)));
         }
         drop(locked);
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -285,28 +285,28 @@ impl Hook {
             }
             Some(Err(err)) => {
                 drop(locked);
-                self.t.set_errno(err);
+                self.set_errno(err);
                 return libc::MAP_FAILED;
             }
             Some(Ok(Lock::Refuse)) => {
                 drop(locked);
-                self.t.set_errno(libc::EAGAIN);
+                self.set_errno(libc::EAGAIN);
                 return libc::MAP_FAILED;
             }
             Some(Ok(Lock::Downgrade(_, over))) => {
                 drop(locked);
                 let p = real(flags & !libc::MAP_LOCKED);
-                let err = self.t.errno();
+                let err = self.errno();
                 if p != libc::MAP_FAILED {
                     quiet(|| self.downgraded(api, site, bytes, over));
                 }
-                self.t.set_errno(err);
+                self.set_errno(err);
                 return p;
             }
             Some(Ok(Lock::Pin(r))) => r,
         };
         let p = real(flags);
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if p != libc::MAP_FAILED {
                 let start = p as usize;
@@ -322,7 +322,7 @@ impl Hook {
             }
         });
         drop(locked);
-        self.t.set_errno(err);
+        self.set_errno(err);
         p
     }
 
@@ -356,19 +356,19 @@ impl Hook {
                 Some(Ok(Lock::Pin(r))) => reservation = r,
                 Some(Ok(_)) => {
                     drop(locked);
-                    self.t.set_errno(libc::EAGAIN);
+                    self.set_errno(libc::EAGAIN);
                     return libc::MAP_FAILED;
                 }
                 Some(Err(err)) => {
                     drop(locked);
-                    self.t.set_errno(err);
+                    self.set_errno(err);
                     return libc::MAP_FAILED;
                 }
                 None => {}
             }
         }
         let r = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if r == libc::MAP_FAILED {
                 drop(reservation);
@@ -410,7 +410,7 @@ impl Hook {
             }
         });
         drop(locked);
-        self.t.set_errno(err);
+        self.set_errno(err);
         r
     }
 
@@ -473,24 +473,24 @@ impl Hook {
             }
             Some(Err(err)) => {
                 drop(locked);
-                self.t.set_errno(err);
+                self.set_errno(err);
                 return -1;
             }
             Some(Ok(Lock::Refuse)) => {
                 drop(locked);
-                self.t.set_errno(libc::ENOMEM);
+                self.set_errno(libc::ENOMEM);
                 return -1;
             }
             Some(Ok(Lock::Downgrade(bytes, over))) => {
                 drop(locked);
                 quiet(|| self.downgraded(api, site, bytes, over));
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return 0;
             }
             Some(Ok(Lock::Pin(r))) => r,
         };
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             drop(reservation); // the walk takes what the kernel actually locked
             if rc == 0 {
@@ -507,14 +507,14 @@ impl Hook {
             }
         });
         drop(locked);
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
         let mut locked = ledger::locked();
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         if rc == 0 {
             quiet(|| {
                 let removed = locked.clear(self.t, self.now());
@@ -525,7 +525,7 @@ impl Hook {
             });
         }
         drop(locked);
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 }

@@ -21,6 +21,8 @@ use std::sync::atomic::Ordering;
 pub struct Hook {
     _reentry: Reentry,
     t: &'static Thread,
+    /// This thread's `errno`, looked up once per call.
+    errno: *mut c_int,
     entry_errno: c_int,
     /// The coarse clock, read at most once per call (0: not yet).
     now: Cell<u64>,
@@ -168,15 +170,40 @@ impl Hook {
     /// Inlined into each hook, so that `from` is the hook's frame.
     #[inline(always)]
     pub fn enter(family: Family) -> Option<Hook> {
-        let from = crate::capture::unwind::Regs::here();
+        Hook::enter_from(family, crate::capture::unwind::Regs::here())
+    }
+
+    /// `enter` for a release, which never walks the stack.
+    #[inline(always)]
+    pub fn enter_release(family: Family) -> Option<Hook> {
+        Hook::enter_from(family, crate::capture::unwind::Regs::NONE)
+    }
+
+    #[inline(always)]
+    fn enter_from(family: Family, from: crate::capture::unwind::Regs) -> Option<Hook> {
         let t = guard::here();
         let reentry = Reentry::enter_on(t)?;
-        let cfg = lifecycle::ensure_init(t)?;
+        let cfg = lifecycle::hooks_ready(t)?;
         if cfg.hooks & family.bit() == 0 {
             return None;
         }
-        crate::output::reporter::restart_if_forked(cfg);
-        Some(Hook { _reentry: reentry, t, entry_errno: t.errno(), now: Cell::new(0), cfg, from })
+        let errno = t.errno_location();
+        // SAFETY: `errno_location` is this thread's errno, valid for the thread's whole life.
+        let entry_errno = unsafe { *errno };
+        Some(Hook { _reentry: reentry, t, errno, entry_errno, now: Cell::new(0), cfg, from })
+    }
+
+    /// The caller's `errno`, as it is now.
+    #[inline(always)]
+    pub(crate) fn errno(&self) -> c_int {
+        // SAFETY: `self.errno` is this thread's errno (`enter_from`), and a hook never leaves its thread.
+        unsafe { *self.errno }
+    }
+
+    #[inline(always)]
+    pub(crate) fn set_errno(&self, v: c_int) {
+        // SAFETY: as in `errno`.
+        unsafe { *self.errno = v }
     }
 
     #[inline]
@@ -200,9 +227,9 @@ impl Hook {
     /// and a failure still counts as one.
     pub(crate) fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
         if rc != ok {
-            let err = self.t.errno();
+            let err = self.errno();
             quiet(|| ledger::count_failed(self.t, api));
-            self.t.set_errno(err);
+            self.set_errno(err);
         }
         rc
     }
@@ -317,7 +344,7 @@ impl Hook {
         if !tracing::enabled!(tracing::Level::WARN) {
             return;
         }
-        let err = self.t.errno();
+        let err = self.errno();
         let _ = quiet(|| {
             let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
             let what = match (w.over.limit(), budget::group::snapshot()) {
@@ -332,7 +359,7 @@ impl Hook {
             let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();
             tracing::warn!("{} of {} {what}{at}; allowed (policy warn; logged once per callsite)", w.api.name(), format_bytes(w.bytes));
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
     }
 
     /// The budget's answer for a call that no pageable memory can stand in for (the device maps
@@ -342,7 +369,7 @@ impl Hook {
     fn pinned_only(&self, admission: Admission) -> Option<Option<budget::Reservation>> {
         match admission {
             Admission::Refuse | Admission::Downgrade(_) => {
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 None
             }
             Admission::Pin(r) => Some(Some(r)),
@@ -402,7 +429,7 @@ impl Hook {
     fn gone(&self, l: &Live) {
         match l.backing {
             Backing::Pinned => {
-                ledger::live_delta(self.t, l.api, l.site, -(l.size as i64), -1, self.now());
+                ledger::live_release(self.t, l.api, l.site, l.size, self.now());
                 budget::release(l.size);
             }
             Backing::Pageable | Backing::Unpinned => ledger::downgraded_live_delta(self.t, -(l.size as i64)),
@@ -445,20 +472,20 @@ impl Hook {
         };
         let reservation = match admission {
             Admission::Refuse => {
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return oom;
             }
             Admission::Downgrade(over) => {
                 let Some(p) = pageable::alloc(size) else {
                     quiet(|| self.denied(api, site, bytes, over));
-                    self.t.set_errno(self.entry_errno);
+                    self.set_errno(self.entry_errno);
                     return oom;
                 };
                 // SAFETY: `out` is not null (checked on entry) and the caller passed it for the
                 // runtime to write the new pointer to.
                 unsafe { *out = p };
                 quiet(|| self.record_downgraded(api, p as usize, bytes, site, Backing::Pageable, over));
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return ok;
             }
             Admission::Pin(r) => Some(r),
@@ -466,7 +493,7 @@ impl Hook {
         };
         // If `real` unwinds (a cancellation point inside the runtime), the reservation goes back.
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
         let p = if rc == ok { unsafe { (*out) as usize } } else { 0 };
         quiet(|| match p {
@@ -474,7 +501,7 @@ impl Hook {
             0 => {}
             p => self.pinned(api, p, bytes, site, reservation),
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -503,7 +530,7 @@ impl Hook {
         match quiet(|| ledger::live_at(addr as usize)).flatten() {
             Some(l) if l.downgraded() => {
                 quiet(|| ledger::count_failed(self.t, api));
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return already;
             }
             Some(l) => return self.register_over(api, addr as usize, size as u64, l.size, req, ok, oom, real),
@@ -515,24 +542,24 @@ impl Hook {
         };
         let reservation = match admission {
             Admission::Refuse => {
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return oom;
             }
             Admission::Downgrade(over) => {
                 quiet(|| self.record_downgraded(api, addr as usize, bytes, site, Backing::Unpinned, over));
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return ok;
             }
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| match rc == ok {
             false => ledger::count_failed(self.t, api),
             true => self.pinned(api, addr as usize, bytes, site, reservation),
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -553,7 +580,7 @@ impl Hook {
         };
         let reservation = match admission {
             Admission::Refuse => {
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return oom;
             }
             Admission::Downgrade(over) => {
@@ -564,14 +591,14 @@ impl Hook {
                     self.downgraded(api, site, extra, over);
                     ledger::downgraded_live_delta(self.t, extra as i64);
                 });
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 return ok;
             }
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc != ok {
                 ledger::count_failed(self.t, api);
@@ -582,7 +609,7 @@ impl Hook {
             ledger::count_alloc(self.t, api, site, extra);
             ledger::live_delta(self.t, api, site, extra as i64, 1, self.now());
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -596,14 +623,14 @@ impl Hook {
             return self.release_over(api, addr, l, ok, real);
         }
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             ledger::count_unknown_release(self.t, api);
             if rc != ok {
                 ledger::count_failed(self.t, api);
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -616,11 +643,11 @@ impl Hook {
                 self.gone(&l);
                 ledger::count_release(self.t);
             });
-            self.t.set_errno(self.entry_errno);
+            self.set_errno(self.entry_errno);
             return ok;
         }
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc == ok {
                 self.gone(&l);
@@ -630,7 +657,7 @@ impl Hook {
                 ledger::count_failed(self.t, api);
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -659,7 +686,7 @@ impl Hook {
                     self.gone(&l);
                     ledger::count_release(self.t);
                 });
-                self.t.set_errno(self.entry_errno);
+                self.set_errno(self.entry_errno);
                 ok
             }
             Some(l) => {
@@ -667,7 +694,7 @@ impl Hook {
                 // back: the runtime still holds the memory.
                 let back = PutBack(addr as usize, &l);
                 let rc = real();
-                let err = self.t.errno();
+                let err = self.errno();
                 back.disarm();
                 quiet(|| {
                     if rc == ok {
@@ -678,7 +705,7 @@ impl Hook {
                         ledger::count_failed(self.t, api);
                     }
                 });
-                self.t.set_errno(err);
+                self.set_errno(err);
                 rc
             }
             None => self.release_unknown(api, addr as usize, frees, ok, real),

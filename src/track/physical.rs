@@ -35,7 +35,7 @@ impl Hook {
         };
         let Some(reservation) = self.pinned_only(admission) else { return oom };
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         // SAFETY: on success the runtime wrote the new handle to `handle`, which is not null.
         let h = if rc == ok { unsafe { handle.read_unaligned() } } else { 0 };
         quiet(|| match (rc == ok, h) {
@@ -50,14 +50,14 @@ impl Hook {
                 ledger::live_delta(self.t, api, site, bytes as i64, 1, self.now());
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
     /// A reference to `handle` released (`cuMemRelease`, `aclrtFreePhysical`).
     pub fn release_physical<R: Copy + PartialEq>(self, api: Api, handle: u64, ok: R, real: impl FnOnce() -> R) -> R {
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc != ok {
                 ledger::count_failed(self.t, api);
@@ -65,14 +65,14 @@ impl Hook {
                 self.gone_physical(&l);
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
     /// `handle` mapped at `[at, at + size)` (`cuMemMap`, `aclrtMapMem`).
     pub fn map_physical<R: Copy + PartialEq>(self, api: Api, at: usize, size: usize, handle: u64, ok: R, real: impl FnOnce() -> R) -> R {
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc == ok {
                 physical::mapped(at, size, handle);
@@ -80,14 +80,14 @@ impl Hook {
                 ledger::count_failed(self.t, api);
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
     /// `[at, at + size)` unmapped (`cuMemUnmap`, `aclrtUnmapMem`).
     pub fn unmap_physical<R: Copy + PartialEq>(self, api: Api, at: usize, size: usize, ok: R, real: impl FnOnce() -> R) -> R {
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc == ok {
                 for l in physical::unmapped(at, size) {
@@ -97,7 +97,7 @@ impl Hook {
                 ledger::count_failed(self.t, api);
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -105,7 +105,7 @@ impl Hook {
     /// to `handle` (`cuMemRetainAllocationHandle`, `aclrtMemRetainAllocationHandle`).
     pub fn retain_physical<R: Copy + PartialEq>(self, api: Api, handle: *mut u64, ok: R, real: impl FnOnce() -> R) -> R {
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         if rc == ok && !handle.is_null() {
             // SAFETY: on success the runtime wrote the handle to `handle`, which is not null.
             let h = unsafe { handle.read_unaligned() };
@@ -113,7 +113,7 @@ impl Hook {
         } else if rc != ok {
             quiet(|| ledger::count_failed(self.t, api));
         }
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 

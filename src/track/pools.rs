@@ -39,7 +39,7 @@ impl Hook {
         }
         let site = quiet(|| self.site());
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc != ok {
                 ledger::count_failed(self.t, api);
@@ -56,7 +56,7 @@ impl Hook {
             }
             self.pool_moved(h, &read, 0);
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -90,7 +90,7 @@ impl Hook {
         };
         let Some(reservation) = self.pinned_only(admission) else { return oom };
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         let paid = reservation.as_ref().map_or(0, |r| r.bytes());
         quiet(|| {
             if rc != ok {
@@ -106,7 +106,7 @@ impl Hook {
             ledger::count_alloc(self.t, api, site, bytes);
             self.pool_moved(pool, &read, paid);
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
@@ -116,7 +116,7 @@ impl Hook {
             return self.untracked(api, ok, real()); // a device pool's, or one pinguard never saw
         };
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc == ok {
                 ledger::count_release(self.t);
@@ -126,14 +126,14 @@ impl Hook {
                 ledger::count_failed(self.t, api);
             }
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
     /// A trim or a destruction of `pool` (`destroy`): its reserved memory read again after it.
     pub fn shrink_pool<R: Copy + PartialEq>(self, api: Api, pool: u64, destroy: bool, ok: R, read: impl Fn(u64, i32) -> Option<u64>, real: impl FnOnce() -> R) -> R {
         let rc = real();
-        let err = self.t.errno();
+        let err = self.errno();
         quiet(|| {
             if rc != ok {
                 ledger::count_failed(self.t, api);
@@ -147,7 +147,7 @@ impl Hook {
             }
             self.pool_moved(pool, &read, 0);
         });
-        self.t.set_errno(err);
+        self.set_errno(err);
         rc
     }
 
