@@ -57,8 +57,8 @@ struct Local {
     /// The stack words the current walk read, in order.
     reads: Vec<(u64, u64)>,
     /// Recent walks and the stack words each read (see `recall`).
+    /// Most recently used first.
     memos: Vec<Memo>,
-    next_memo: usize,
     /// The memo the latest walk matched or made (`usize::MAX`: none), for `tag`.
     hit: usize,
 }
@@ -156,8 +156,9 @@ fn make_local(w: &Walker) -> Option<&'static mut Local> {
 }
 
 /// Whether every stack word a walk from `sp` read (at `sp + offsets[i]`) still holds the value it
-/// read (`values[i]`). Every word is compared, with no early exit and four at a time: a few
-/// instructions a word (a memo that fails is rare).
+/// read (`values[i]`). Four words at a time, a few instructions a word; a memo of another stack
+/// from the same frame (the same function called from elsewhere) stops at the first four that
+/// differ.
 ///
 /// # Safety
 /// Every `sp + offset` must be a readable word: the caller's memo is of a walk from this same
@@ -170,14 +171,12 @@ unsafe fn still(sp: u64, offsets: &[u32], values: &[u64]) -> bool {
     let word = |o: u32| unsafe { std::ptr::read_volatile(base.add(o as usize) as *const u64) };
     let (o4, v4) = (offsets.chunks_exact(4), values.chunks_exact(4));
     let (orest, vrest) = (o4.remainder(), v4.remainder());
-    let mut d = 0;
     for (o, v) in o4.zip(v4) {
-        d |= (word(o[0]) ^ v[0]) | (word(o[1]) ^ v[1]) | (word(o[2]) ^ v[2]) | (word(o[3]) ^ v[3]);
+        if (word(o[0]) ^ v[0]) | (word(o[1]) ^ v[1]) | (word(o[2]) ^ v[2]) | (word(o[3]) ^ v[3]) != 0 {
+            return false;
+        }
     }
-    for (&o, &v) in orest.iter().zip(vrest) {
-        d |= word(o) ^ v;
-    }
-    d == 0
+    orest.iter().zip(vrest).all(|(&o, &v)| word(o) == v)
 }
 
 /// What a word read becomes when `remember` tests whether it mattered: no stack address or
@@ -313,7 +312,6 @@ impl Local {
             stack_bottom: bottom,
             reads: Vec::new(),
             memos: Vec::new(),
-            next_memo: 0,
             hit: usize::MAX,
         })
     }
@@ -352,7 +350,7 @@ impl Local {
     #[inline]
     fn find(&mut self, from: Regs, depth: usize) -> Option<usize> {
         let generation = self.generation;
-        let i = self.memos.iter().position(|m| {
+        let mut i = self.memos.iter().position(|m| {
             m.from.pc == from.pc
                 && m.from.sp == from.sp
                 && m.from.lr == from.lr
@@ -363,13 +361,19 @@ impl Local {
                 // `on_own_stack` checked that this start frame is live on this thread's stack.
                 && unsafe { still(from.sp, &m.offsets, &m.values) }
         })?;
-        self.hit = i;
+        if i > 0 {
+            // Most recently used first: a loop pinning from one place checks one memo, and the
+            // last one is the one a new walk replaces.
+            self.memos[..=i].rotate_right(1);
+            i = 0;
+        }
         Some(i)
     }
 
     /// The frames of an earlier walk that still holds (`find`).
     fn recall(&mut self, from: Regs, out: &mut [usize]) -> Option<usize> {
         let i = self.find(from, out.len())?;
+        self.hit = i;
         let m = &self.memos[i];
         out[..m.frames.len()].copy_from_slice(&m.frames);
         Some(m.frames.len())
@@ -409,14 +413,13 @@ impl Local {
         let values = kept.iter().map(|&(_, v)| v).collect();
         let memo = Memo { from, fp_free, generation: self.generation, depth, reads, offsets, values, frames: frames.to_vec(), tag: 0 };
         if self.memos.len() < MEMOS {
-            self.hit = self.memos.len();
             self.memos.push(memo);
         } else {
-            let i = self.next_memo % MEMOS;
-            self.reads = std::mem::replace(&mut self.memos[i], memo).reads; // keep the allocation
-            self.next_memo = i + 1;
-            self.hit = i;
+            // The least recently used goes (`find` keeps them in that order).
+            self.reads = std::mem::replace(&mut self.memos[MEMOS - 1], memo).reads; // keep the allocation
         }
+        self.memos.rotate_right(1);
+        self.hit = 0;
     }
 
     /// Returns the frames written and whether some address lay in no known object.
