@@ -2,11 +2,13 @@
  *   bench pairs  KIND THREADS N   ns per allocate/release pair (KIND: cuda, mlock, mmap)
  *   bench scale  KIND N ROUNDS    two threads on one callsite: the median over ROUNDS of two
  *                                 threads' throughput over one thread's, phases back to back
- *                                 (BENCH_SITES=2: the second thread pins from a callsite of its
- *                                 own (at PINGUARD_DEPTH 32); BENCH_SITES=3: it alternates, and the figure
- *                                 is the shared callsite's throughput over the separate one's)
  *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
- *   bench report N SITES          N live allocations over SITES callsites, then one report */
+ *   bench report N SITES          N live allocations over SITES callsites, then one report
+ * BENCH_FRAMES sets the loop's depth (default 32). For `scale`: BENCH_SITES=2 gives the second
+ * thread a callsite of its own (at PINGUARD_DEPTH 32), BENCH_SITES=3 alternates the two and
+ * prints the shared callsite's scaling over the separate one's, BENCH_TRACE=1 prints each round's
+ * times on stderr. BENCH_MAPS=1 makes `pairs` print its /proc/self/maps on stderr (to place the
+ * addresses a tracing tool reports). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -131,7 +133,7 @@ static void scale(void) {
     }
     pthread_join(w, NULL);
     const char *sites = getenv("BENCH_SITES");
-    if (sites && atoi(sites) >= 3) {
+    if (sites && atoi(sites) == 3) {
         /* The worker pins from the main thread's callsite in even rounds and from its own in
          * odd ones: the same work either way, so what the shared callsite costs the pair of
          * threads is the ratio of neighbouring rounds. */
