@@ -23,8 +23,13 @@ fn progs() -> &'static Path {
             let src = root().join(format!("tests/progs/{prog}.c")).to_string_lossy().into_owned();
             // Kept although nothing names it: its constructor is what it is there for.
             let extra = if prog == "sig_fork_storm" { "-Wl,--no-as-needed,-lsigatfork,--as-needed" } else { "-lcudart" };
-            cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &out, &src, "-L", &lib_dir, "-Wl,-rpath,$ORIGIN", extra, "-lcudart", "-lascendcl", "-ldl"]);
+            // Unfortified whatever the compiler's default, so that the jumps keep their own names.
+            cc(&["-g", "-O1", "-U_FORTIFY_SOURCE", "-Wall", "-pthread", "-o", &out, &src, "-L", &lib_dir, "-Wl,-rpath,$ORIGIN", extra, "-lcudart", "-lascendcl", "-ldl"]);
         }
+        // The same program as strict ISO C, optimised and fortified (see sig_exit.c).
+        let out = f.dir.join("sig_exit_strict").to_string_lossy().into_owned();
+        let src = root().join("tests/progs/sig_exit.c").to_string_lossy().into_owned();
+        cc(&["-g", "-std=c11", "-D_XOPEN_SOURCE=700", "-DSTRICT", "-O2", "-U_FORTIFY_SOURCE", "-D_FORTIFY_SOURCE=2", "-Wall", "-pthread", "-o", &out, &src, "-L", &lib_dir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
         f.dir.clone()
     })
 }
@@ -203,6 +208,50 @@ fn exit_from_inside_a_handler_still_writes_nothing() {
         assert_eq!(r.out.status.code(), Some(0), "{mode}: {}", r.stderr);
         assert!(reports_in(&dir).is_empty(), "{mode}: {}", r.stderr);
         assert!(r.stderr.contains(FALSE_LINE), "{mode}: {}", r.stderr);
+    }
+}
+
+/// The glibc functions `prog` calls by name (its undefined dynamic symbols, versions dropped).
+fn imports(prog: &str) -> Vec<String> {
+    let nm = if aarch64() { "aarch64-linux-gnu-nm" } else { "nm" };
+    let out = std::process::Command::new(nm).args(["-D", "--undefined-only"]).arg(progs().join(prog)).output().expect("nm (binutils)");
+    assert!(out.status.success(), "{nm} {prog}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|n| n.split('@').next().unwrap().to_string())
+        .collect()
+}
+
+/// Programs reach glibc's signal setters and jumps under whichever name their headers picked:
+/// `__sysv_signal` is `signal` in strict ISO C, `__longjmp_chk` every jump when fortified,
+/// `_longjmp` the BSD jump, `__sigaction` an exported alias some libraries call. Each of these
+/// is exported by pinguard for this: a handler set or left under a name it missed would make
+/// `_exit` inside a handler write a report (not safe there), or `_exit` after a jump out of one
+/// write none.
+#[test]
+fn handlers_and_jumps_under_every_glibc_name_are_followed() {
+    for (prog, names) in [("sig_exit", &["signal", "__sigaction", "_longjmp", "siglongjmp"][..]), ("sig_exit_strict", &["__sysv_signal", "__sigaction", "__longjmp_chk"][..])] {
+        let got = imports(prog);
+        for n in names {
+            assert!(got.iter().any(|g| g == n), "{prog} does not call {n}, so this test would not test it: {got:?}");
+        }
+        for mode in ["deep-after-jump", "bsd-deep-after-jump", "longjmp", "blocked-signal"] {
+            let dir = fresh_dir("signames");
+            let r = launch(prog, &[mode], &[], &dir, true);
+            assert_eq!(r.out.status.code(), Some(0), "{prog} {mode}: {}", r.stderr);
+            assert!(!r.stderr.contains(FALSE_LINE), "{prog} {mode}: {}", r.stderr);
+            let files = reports_in(&dir);
+            assert_eq!(files.len(), 1, "{prog} {mode}: a jump out of the handler was missed: {files:?}\n{}", r.stderr);
+            assert_eq!(read_json(&files[0])["totals"]["live_bytes"], 8192, "{prog} {mode}");
+        }
+        for mode in ["signal-in-handler", "sigaction-alias-in-handler", "in-handler"] {
+            let dir = fresh_dir("signames-in");
+            let r = launch(prog, &[mode], &[], &dir, true);
+            assert_eq!(r.out.status.code(), Some(0), "{prog} {mode}: {}", r.stderr);
+            assert!(reports_in(&dir).is_empty(), "{prog} {mode}: a report written from inside a handler pinguard did not see\n{}", r.stderr);
+            assert!(r.stderr.contains(FALSE_LINE), "{prog} {mode}: {}", r.stderr);
+        }
     }
 }
 

@@ -8,8 +8,19 @@
  *   nested           a SIGUSR1 handler raises SIGTERM, whose handler siglongjmps back into the
  *                    SIGUSR1 handler, which then calls _exit (still inside a handler)
  *   deep-after-jump  the handler siglongjmps back to main; _exit is then called from deeper in
- *                    the stack than the handler ran */
+ *                    the stack than the handler ran
+ *   signal-in-handler        _exit from inside a handler set with signal()
+ *   sigaction-alias-in-handler  _exit from inside a handler (SA_NODEFER) set through glibc's
+ *                    exported __sigaction
+ *   bsd-deep-after-jump      the handler _longjmps back to main, which unblocks SIGTERM and calls
+ *                    _exit from deeper than the handler ran
+ *
+ * Built twice: as GNU C, and with -DSTRICT as strict ISO C with XSI, optimised and fortified,
+ * where the headers turn signal() into __sysv_signal and every jump into __longjmp_chk: the
+ * names real programs reach glibc by (tests/safety_signals.rs checks which each build imports). */
+#ifndef STRICT
 #define _GNU_SOURCE
+#endif
 #include <setjmp.h>
 #include <signal.h>
 #include <stdio.h>
@@ -18,7 +29,12 @@
 
 int cudaHostAlloc(void **, size_t, unsigned);
 
+/* glibc exports it; no header declares it. */
+extern int __sigaction(int, const struct sigaction *, struct sigaction *);
+
 static sigjmp_buf env, inner;
+static jmp_buf bsd_env;
+static void jump_bsd(int s) { (void)s; _longjmp(bsd_env, 1); }
 static void exit_now(int s) { (void)s; _exit(0); }
 static void jump_out(int s) { (void)s; siglongjmp(env, 1); }
 static void jump_inner(int s) { (void)s; siglongjmp(inner, 1); }
@@ -96,6 +112,32 @@ int main(int argc, char **argv) {
             return 4;
         }
         _exit(0);
+    }
+    if (!strcmp(m, "signal-in-handler")) {
+        signal(SIGTERM, exit_now);
+        raise(SIGTERM);
+        return 4;
+    }
+    if (!strcmp(m, "sigaction-alias-in-handler")) {
+        /* SA_NODEFER: SIGTERM is not blocked in the handler, so only the hook on this name can
+         * tell that a handler runs. */
+        struct sigaction a;
+        memset(&a, 0, sizeof a);
+        a.sa_handler = exit_now;
+        a.sa_flags = SA_NODEFER;
+        __sigaction(SIGTERM, &a, NULL);
+        raise(SIGTERM);
+        return 4;
+    }
+    if (!strcmp(m, "bsd-deep-after-jump")) {
+        install(SIGTERM, jump_bsd, 0);
+        if (_setjmp(bsd_env) == 0) {
+            raise(SIGTERM);
+            return 4;
+        }
+        /* _longjmp keeps the handler's mask: SIGTERM is still blocked until unblocked here. */
+        sigprocmask(SIG_UNBLOCK, &term, NULL);
+        deep(16);
     }
     if (!strcmp(m, "nested")) {
         install(SIGTERM, jump_inner, 0);
