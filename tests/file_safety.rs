@@ -99,3 +99,35 @@ fn processes_writing_one_path_never_leave_a_torn_file() {
     let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// Every `%` expansion is one path component: a host name such as `../escaped/x` (any bytes are a
+/// valid host name to the kernel) cannot move the report or the state out of their folder.
+#[test]
+fn a_host_name_with_slashes_stays_one_path_component() {
+    if aarch64() {
+        return; // the host name is set in a namespace of the test's own, before qemu
+    }
+    let probe = Command::new("unshare").args(["--uts", "python3", "-c", "import socket; socket.sethostname('x')"]).output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("NOT RUN: needs root, unshare --uts and python3 (CI has them)");
+        return;
+    }
+    let f = fixtures();
+    let dir = fresh_dir("hostname");
+    let exec = "import os, socket, sys; socket.sethostname('../escaped/x'); os.execve(sys.argv[1], sys.argv[1:], dict(os.environ, LD_PRELOAD=sys.argv[2]))";
+    let mut cmd = Command::new("unshare");
+    clear_pinguard_env(&mut cmd);
+    cmd.args(["--uts", "python3", "-c", exec])
+        .arg(f.dir.join("workload"))
+        .arg(&f.lib)
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", dir.join("sub/%h.%p.json"));
+    let out = run_bounded(&mut cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let top: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(top, vec![std::ffi::OsString::from("sub")], "nothing outside the report folder");
+    let names: Vec<String> = std::fs::read_dir(dir.join("sub")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names[0].ends_with(".json") && !names[0].starts_with('.'), "{names:?}");
+    assert!(names[0].contains("escaped"), "the host name is kept, made safe: {names:?}");
+}

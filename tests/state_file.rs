@@ -64,6 +64,19 @@ fn a_fork_child_killed_leaves_its_own_state_and_the_parent_its_report() {
     }
 }
 
+/// A state left behind holds the command line, the settings and every callsite: only its owner
+/// may read it, as the report.
+#[test]
+fn a_state_left_behind_is_readable_by_its_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let r = run(build().to_str().unwrap(), &["fork"], &[]);
+    assert!(r.success(), "{}", r.stderr);
+    let states = states_in(&r.report_dir);
+    assert_eq!(states.len(), 1, "{states:?}");
+    let mode = std::fs::metadata(&states[0]).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "state file mode {mode:o}");
+}
+
 #[test]
 fn a_running_process_reads_as_running_and_a_normal_exit_leaves_no_state() {
     if aarch64() {

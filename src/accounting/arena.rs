@@ -328,7 +328,7 @@ fn create_file() -> Option<File> {
     let path = (PLACE.get()?.path)(true)?;
     let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
     let _ = crate::runtime::sys::unlink(&path);
-    let fd = crate::runtime::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o644).ok()?;
+    let fd = crate::runtime::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600).ok()?;
     let id = crate::runtime::sys::file_id(fd);
     crate::runtime::sys::close(fd);
     let id = id?;

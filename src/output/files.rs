@@ -51,11 +51,19 @@ pub fn with_pid(t: &str) -> String {
     }
 }
 
-fn exe_name() -> String {
-    let exe = kernel::exe();
-    let name = exe.rsplit('/').next().unwrap_or("");
-    let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || "._-+".contains(c) { c } else { '_' }).collect();
+/// `text` as one safe path component: a host name or an executable's name is anyone's to choose
+/// (`../x`, `.`, a newline), and must never move a report or a state out of its folder.
+fn component(text: &str) -> String {
+    let mut clean: String = text.chars().map(|c| if c.is_ascii_alphanumeric() || "._-+".contains(c) { c } else { '_' }).collect();
+    if clean.starts_with('.') {
+        // `.`, `..` and hidden names: a leading dot never reaches the file name.
+        clean.replace_range(..1, "_");
+    }
     if clean.is_empty() { "unknown".into() } else { clean }
+}
+
+fn exe_name() -> String {
+    component(kernel::exe().rsplit('/').next().unwrap_or(""))
 }
 
 pub fn expand(template: &str) -> PathBuf {
@@ -69,7 +77,7 @@ pub fn expand(template: &str) -> PathBuf {
         match chars.next() {
             Some('p') => out.push_str(&kernel::raw_pid().to_string()),
             Some('e') => out.push_str(&exe_name()),
-            Some('h') => out.push_str(&kernel::hostname()),
+            Some('h') => out.push_str(&component(&kernel::hostname())),
             Some('t') => out.push_str(&(crate::runtime::clock::start_ms() / 1000).to_string()),
             Some('%') => out.push('%'),
             Some(o) => {
@@ -140,7 +148,17 @@ pub fn template() -> (String, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::with_pid;
+    use super::{component, with_pid};
+
+    #[test]
+    fn every_expansion_is_one_safe_component() {
+        assert_eq!(component("../escaped/x"), "_._escaped_x");
+        assert_eq!(component(".."), "_.");
+        assert_eq!(component("."), "_");
+        assert_eq!(component(""), "unknown");
+        assert_eq!(component("node-7.rack2"), "node-7.rack2");
+        assert_eq!(component("a\nb c"), "a_b_c");
+    }
 
     #[test]
     fn pid_is_added_when_missing() {
