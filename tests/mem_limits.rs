@@ -26,10 +26,14 @@ fn progs() -> &'static PathBuf {
 /// `path args` with and without pinguard (each in a fresh report folder), with `RLIMIT_AS` set to
 /// `limit_kb` in the child before exec when given.
 fn both(path: &PathBuf, args: &[&str], limit_kb: Option<u64>) -> (Run, Run) {
+    both_with(path, args, limit_kb, &[])
+}
+
+fn both_with(path: &PathBuf, args: &[&str], limit_kb: Option<u64>, env: &[(&str, &str)]) -> (Run, Run) {
     let run = |preload: bool| {
         let dir = fresh_dir("mem_limits");
         let mut cmd = command_in(path, &dir, preload);
-        cmd.args(args);
+        cmd.args(args).envs(env.iter().copied());
         if let Some(kb) = limit_kb {
             let bytes = kb * 1024;
             // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
@@ -110,4 +114,16 @@ fn pinning_calls_made_while_pinguard_is_out_of_memory_pass_through_counted() {
     let e = errors(&r);
     assert!(e.contains("refused memory") && e.contains("untracked"), "the report says what was left out:\n{e}");
     assert!(e.contains("short of memory at this report"), "and that it is itself cut short:\n{e}");
+}
+
+#[test]
+fn snapshots_written_while_pinguard_is_out_of_memory_change_nothing() {
+    let prog = progs().join("mem_limits");
+    // A report every 2 ms from the report thread while the program squeezes its own limit.
+    let (without, with) = both_with(&prog, &["squeeze", "512"], None, &[("PINGUARD_INTERVAL", "2ms")]);
+    same(&without, &with, "RLIMIT_AS lowered by the program, with interval reports");
+    let r = with.report();
+    assert_eq!(r["reason"], "exit");
+    assert!(r["totals"]["out_of_memory_count"].as_u64().unwrap() > 0, "{}", r["totals"]);
+    assert!(errors(&r).contains("short of memory at this report"), "{}", errors(&r));
 }
