@@ -127,3 +127,22 @@ fn snapshots_written_while_pinguard_is_out_of_memory_change_nothing() {
     assert!(r["totals"]["out_of_memory_count"].as_u64().unwrap() > 0, "{}", r["totals"]);
     assert!(errors(&r).contains("short of memory at this report"), "{}", errors(&r));
 }
+
+#[test]
+fn tracking_resumes_once_memory_is_back() {
+    let prog = progs().join("mem_limits");
+    let (without, with) = both(&prog, &["squeeze", "512", "relax"], None);
+    assert!(without.stdout.contains("locked 4160 of 4160"), "{}{}", without.stdout, without.stderr);
+    same(&without, &with, "RLIMIT_AS lowered, then put back");
+    let r = with.report();
+    let t = &r["totals"];
+    let n = |k: &str| t[k].as_u64().unwrap();
+    assert!(n("out_of_memory_count") > 0 && n("untracked_count") > 0, "{t}");
+    assert_eq!(n("alloc_count") + n("release_count") + n("untracked_count"), 2 * 4160, "{t}");
+    // The 64 calls made after the limit was put back are all tracked, from their one callsite,
+    // and the exit report, with room again, is whole.
+    let sites = r["callsites"].as_array().unwrap();
+    assert!(sites.iter().any(|c| c["alloc_count"] == 64), "a callsite with the 64 calls: {sites:?}");
+    let e = errors(&r);
+    assert!(e.contains("refused memory") && !e.contains("at this report"), "{e}");
+}

@@ -4,7 +4,9 @@
  *   64 KiB, exits 0. Its VmSize goes to stderr, for the test to size a `ulimit -v` from.
  * mem_limits squeeze MARGIN_KB: prints lines, maps 256 pages, then lowers its own RLIMIT_AS to
  *   its VmSize plus MARGIN_KB and locks and unlocks one page from 4,096 different stacks (each a
- *   new callsite for pinguard, which needs memory to record it). Prints how many calls worked. */
+ *   new callsite for pinguard, which needs memory to record it). Prints how many calls worked.
+ * mem_limits squeeze MARGIN_KB relax: the same, then puts the limit back, waits 200 ms and locks
+ *   and unlocks one page 64 times more, from one stack. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,9 +72,17 @@ int main(int argc, char **argv) {
         if (page_base == MAP_FAILED) return 3;
         memset(page_base, 1, 256 * page);
         long limit = (vm_size_kb() + atol(argv[2])) * 1024;
-        struct rlimit r = {limit, limit};
+        struct rlimit old, r;
+        if (getrlimit(RLIMIT_AS, &old) != 0) return 4;
+        r = old;
+        r.rlim_cur = limit;
         if (setrlimit(RLIMIT_AS, &r) != 0) return 4;
         for (int i = 0; i < 4096; i++) descend(6, i);
+        if (argc > 3 && strcmp(argv[3], "relax") == 0) {
+            if (setrlimit(RLIMIT_AS, &old) != 0) return 4;
+            usleep(200 * 1000);
+            for (int i = 0; i < 64; i++) lock_one(i);
+        }
         printf("locked %d of %d\n", locked, tried);
         return 0;
     }
