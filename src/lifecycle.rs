@@ -82,20 +82,37 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
 
 /// `ensure_init` for a hooked call: in a fork child, the first one also restarts the report
 /// thread (`reporter::restart_if_forked`), and every later one finds the configuration in one load.
+/// `pinning`: the call may pin (a release is never turned away: it needs no memory of pinguard's).
 #[inline(always)]
-pub fn hooks_ready(t: &Thread) -> Option<&'static Config> {
+pub fn hooks_ready(t: &Thread, pinning: bool) -> Option<&'static Config> {
     let p = HOOKS_CONFIG.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: `HOOKS_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
     }
-    hooks_ready_slow(t)
+    hooks_ready_slow(t, pinning)
+}
+
+/// pinguard's heap had a request refused (`heap::on_short`): hooked calls take the slow path,
+/// where pinning calls pass through untracked until the heap finds room again. Only a store: it
+/// may run under the heap's lock.
+fn heap_short() {
+    HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
 }
 
 #[cold]
 #[inline(never)]
-fn hooks_ready_slow(t: &Thread) -> Option<&'static Config> {
+fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
     let cfg = ensure_init(t)?;
+    if !crate::runtime::heap::recover() {
+        if pinning {
+            // Recording it could need memory pinguard has not got: the call is the kernel's or
+            // the runtime's alone, counted, and the report says why (`out_of_memory_count`).
+            ledger::count_untracked();
+            return None;
+        }
+        return Some(cfg);
+    }
     crate::output::reporter::restart_if_forked(cfg);
     HOOKS_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
     Some(cfg)
@@ -155,6 +172,7 @@ fn init() -> bool {
     crate::runtime::objects::own_range();
     let _ = CONFIG.set(cfg);
     let Some(cfg) = CONFIG.get() else { return false };
+    crate::runtime::heap::on_short(heap_short);
     ledger::on_first_count(announce);
     crate::accounting::arena::prepare(crate::accounting::arena::Place {
         path: Box::new(crate::output::files::state_path),

@@ -188,6 +188,12 @@ pub struct Totals {
     /// `denied_count`, `downgraded_count` or `over_budget_count`.
     #[serde(default)]
     pub host_reserve_count: u64,
+    /// Requests of pinguard's own for memory that the kernel refused (`RLIMIT_AS`, no memory, a
+    /// sandbox denying the call). Each left something out: pinning calls then pass through
+    /// untracked (`untracked_count`) until memory is found again, and a report written short of
+    /// memory names no frames or is partial (`config.errors` says which).
+    #[serde(default)]
+    pub out_of_memory_count: u64,
 }
 
 impl Totals {
@@ -211,6 +217,7 @@ impl Totals {
         self.unknown_release_count += o.unknown_release_count;
         self.untracked_count += o.untracked_count;
         self.host_reserve_count += o.host_reserve_count;
+        self.out_of_memory_count += o.out_of_memory_count;
     }
 }
 

@@ -106,8 +106,10 @@ impl<V: Copy> AddrMap<V> {
     #[inline(always)]
     pub fn insert(&mut self, key: usize, val: V) -> Option<V> {
         debug_assert_ne!(key, 0);
-        if (self.len + 1) * 4 > self.cap * 3 {
-            self.grow();
+        // Short of memory, the table fills further instead; the last empty slot ends every
+        // search, so a table that could not grow drops the record (`heap` counted the refusal).
+        if (self.len + 1) * 4 > self.cap * 3 && !self.grow() && self.len + 2 > self.cap {
+            return None;
         }
         let i = self.find(key);
         let s = self.slot_mut(i);
@@ -183,21 +185,24 @@ impl<V: Copy> AddrMap<V> {
         self.len -= 1;
     }
 
-    fn grow(&mut self) {
+    /// Doubles the table; false (the table unchanged) when no memory could be had for it.
+    #[cold]
+    fn grow(&mut self) -> bool {
         let cap = (self.cap * 2).max(16);
         let bytes = cap * std::mem::size_of::<Slot<V>>();
         // 64-byte aligned: the state's directory keeps the capacity in the address's low bits;
         // 128: no other data shares its lines (or their prefetched pairs) with a table written on
         // every call.
         let new = crate::accounting::arena::alloc(bytes, 128).unwrap_or_else(|| {
-            let layout = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
+            let Ok(layout) = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()) else {
+                return std::ptr::null_mut();
+            };
             // SAFETY: a non-zero size; all-zero slots are empty slots.
-            let p = unsafe { std::alloc::alloc_zeroed(layout) };
-            if p.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            p
+            unsafe { std::alloc::alloc_zeroed(layout) }
         }) as *mut Slot<V>;
+        if new.is_null() {
+            return false;
+        }
         let (old, old_cap) = (self.slots, self.cap);
         self.slots = new;
         self.cap = cap;
@@ -223,6 +228,7 @@ impl<V: Copy> AddrMap<V> {
                 unsafe { std::alloc::dealloc(old as *mut u8, layout) };
             }
         }
+        true
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &V)> {

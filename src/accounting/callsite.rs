@@ -225,7 +225,10 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
         scope: AtomicU8::new(0),
         closed: Mutex::new(Vec::new()),
     });
-    map.insert(cs.frames(), cs);
+    // Short of memory, the table is not grown: the callsite serves this call alone.
+    if map.try_reserve(1).is_ok() {
+        map.insert(cs.frames(), cs);
+    }
     drop(guard);
     note_modules(cs.native());
     crate::accounting::arena::push(pinguard_report::state::header::CALLSITES, cs as *const Callsite as *const u8);

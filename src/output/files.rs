@@ -118,6 +118,12 @@ fn writable(dir: &Path) -> bool {
 /// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
 /// a private temporary file in the same directory (never followed through a symlink), renamed.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// `write_atomic` of what `fill` writes, through a buffer of 64 KiB: a report is serialised
+/// straight into its file, never whole in memory (a large one would need as much again).
+pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -130,7 +136,10 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
-        f.write_all(bytes)?;
+        let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut f);
+        fill(&mut w)?;
+        w.flush()?;
+        drop(w);
         drop(f);
         std::fs::rename(&tmp, path)
     })();

@@ -6,7 +6,7 @@ use crate::output::files;
 use crate::output::symbolize::Symbolizer;
 use crate::accounting::{callsite, ledger};
 use crate::budget;
-use crate::runtime::{guard, kernel, log};
+use crate::runtime::{guard, heap, kernel, log};
 use crate::runtime::lock::{Mutex, MutexGuard};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
@@ -186,26 +186,35 @@ fn gather(cfg: &Config) -> Figures {
     }
     let status = kernel::status();
     ledger::timeline_now();
-    let totals = ledger::totals();
+    let mut totals = ledger::totals();
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
-    let callsites: Vec<schema::Callsite> = callsite::all()
+    let all = callsite::all();
+    // Short of memory, a report that could not be finished would end the program: it leaves out
+    // what needs room (the lists), or only the frames' names (the costly part), saying so.
+    let partial = heap::short() || !heap::room(room_for(all.len()));
+    let mut names = !partial && heap::room(NAMING_ROOM);
+    let mut errors = Vec::new();
+    let callsites: Vec<schema::Callsite> = all
         .into_iter()
         .filter(|c| {
             // Named only if the report will show it: symbolizing is the costly part.
-            c.level.alloc_count() > 0
-                || c.denied_count.load(Ordering::Relaxed) > 0
-                || c.downgraded_count.load(Ordering::Relaxed) > 0
-                || c.over_budget_count.load(Ordering::Relaxed) > 0
+            !partial
+                && (c.level.alloc_count() > 0
+                    || c.denied_count.load(Ordering::Relaxed) > 0
+                    || c.downgraded_count.load(Ordering::Relaxed) > 0
+                    || c.over_budget_count.load(Ordering::Relaxed) > 0)
         })
         .map(|c| {
+            names = names && !heap::short();
             let mut frames = Vec::new();
             let closed = c.closed.lock();
             for &a in c.native() {
                 match closed.iter().flat_map(|cl| &cl.frames).find(|(ca, _)| *ca == a) {
                     Some((_, named)) => frames.extend_from_slice(named),
-                    None => frames.extend_from_slice(sym.frames(a)),
+                    None if names => frames.extend_from_slice(sym.frames(a)),
+                    None => frames.push(unnamed(&sym, a, &mut closed_modules)),
                 }
             }
             for cl in closed.iter() {
@@ -247,7 +256,8 @@ fn gather(cfg: &Config) -> Figures {
     // Physical allocations of the virtual-memory APIs are listed under their handles.
     // So are host memory pools, each at its reserved memory.
     let physical = crate::accounting::physical::records().into_iter().chain(crate::accounting::pools::records()).map(|(h, l)| (h as usize, l));
-    let live = ledger::live_records()
+    let live = if partial { Vec::new() } else { ledger::live_records() };
+    let live = live
         .into_iter()
         .chain(physical)
         .map(|(addr, l)| {
@@ -255,7 +265,7 @@ fn gather(cfg: &Config) -> Figures {
             (addr as u64, f)
         })
         .collect();
-    let (events, events_dropped) = ledger::events();
+    let (events, events_dropped) = if partial { (Vec::new(), 0) } else { ledger::events() };
     let events = events
         .into_iter()
         .map(|e| schema::Event {
@@ -270,11 +280,25 @@ fn gather(cfg: &Config) -> Figures {
             host_available_bytes: e.over.host_available(),
         })
         .collect();
-    let (timeline, timeline_dropped) = ledger::timeline();
+    let (timeline, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    if partial {
+        errors.push("pinguard was short of memory at this report: it is partial (callsites, live records, events and the timeline left out)".to_string());
+    } else if !names {
+        errors.push("pinguard was short of memory at this report: frames are not named (addresses and modules only)".to_string());
+    }
+    totals.out_of_memory_count = heap::failures();
+    if totals.out_of_memory_count > 0 {
+        errors.push(format!(
+            "pinguard was refused memory {}: pinning calls made while it was short passed through untracked (untracked_count)",
+            count(totals.out_of_memory_count, "time", "times")
+        ));
+    }
+    let mut config = config(cfg);
+    config.errors.extend(errors);
     Figures {
         now,
         process: process(now),
-        config: config(cfg),
+        config,
         totals,
         apis,
         kernel: schema::Kernel { vm_lck_bytes: status.vm_lck, vm_pin_bytes: status.vm_pin, rlimit_memlock_bytes: kernel::rlimit_memlock() },
@@ -291,7 +315,11 @@ fn gather(cfg: &Config) -> Figures {
         host: host(),
         modules: {
             let mut m = sym.modules();
-            m.extend(closed_modules);
+            for c in closed_modules {
+                if !m.iter().any(|k| k.path == c.path && k.base == c.base) {
+                    m.push(c);
+                }
+            }
             m
         },
         callsites,
@@ -301,6 +329,30 @@ fn gather(cfg: &Config) -> Figures {
         timeline,
         timeline_dropped,
     }
+}
+
+/// Address space a report needs beyond its lists to name frames: the symbol and line tables of
+/// the modules it names, mapped and parsed (tens of MiB for a large library). Probed first, so
+/// that a process under `RLIMIT_AS` gets a report without names rather than none.
+const NAMING_ROOM: usize = 64 << 20;
+
+/// Address space a report of `callsites` callsites needs without names: its figures, a few KiB
+/// per callsite at most, with a margin for the rest of the lists.
+fn room_for(callsites: usize) -> usize {
+    (2 << 20) + callsites.saturating_mul(4 << 10)
+}
+
+/// A frame named by its module and offset alone (short of memory: no symbol tables read).
+fn unnamed(sym: &Symbolizer, addr: usize, modules: &mut Vec<schema::Module>) -> schema::Frame {
+    let module = sym.module_of(addr);
+    let offset = module.as_ref().map(|m| Addr(addr as u64 - m.base.0));
+    let path = module.as_ref().map(|m| m.path.clone());
+    if let Some(m) = module {
+        if !modules.iter().any(|k| k.path == m.path && k.base == m.base) {
+            modules.push(m);
+        }
+    }
+    schema::Frame { addr: Addr(addr as u64), module: path, offset, symbol: None, file: None, line: None }
 }
 
 /// The host reserve's figures, once one was in force.
@@ -352,18 +404,18 @@ fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<Path
         let _open = crate::runtime::gate::enter(); // symbolisation walks the loaded objects
         snapshot(reason, cfg)
     };
-    let json = serde_json::to_vec(&report).map_err(|e| e.to_string())?;
+    let json = |w: &mut dyn std::io::Write| serde_json::to_writer(w, &report).map_err(std::io::Error::from);
     if let Some(p) = path {
-        return files::write_atomic(p, &json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
+        return files::write_atomic_with(p, json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
     }
     let (template, default) = files::template();
     let target = files::expand(&template);
-    let written = match files::write_atomic(&target, &json) {
+    let written = match files::write_atomic_with(&target, json) {
         Ok(()) => Ok(target),
         Err(e) if default => {
             // The default lives in the working directory, which may be read-only in a container.
             let fallback = std::env::temp_dir().join(files::expand(DEFAULT_TEMPLATE).file_name().unwrap_or_default());
-            files::write_atomic(&fallback, &json)
+            files::write_atomic_with(&fallback, json)
                 .map(|_| fallback.clone())
                 .map_err(|e2| format!("{}: {e}; {}: {e2}", target.display(), fallback.display()))
         }

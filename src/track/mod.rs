@@ -170,20 +170,20 @@ impl Hook {
     /// Inlined into each hook, so that `from` is the hook's frame.
     #[inline(always)]
     pub fn enter(family: Family) -> Option<Hook> {
-        Hook::enter_from(family, crate::capture::unwind::Regs::here())
+        Hook::enter_from(family, crate::capture::unwind::Regs::here(), true)
     }
 
     /// `enter` for a release, which never walks the stack.
     #[inline(always)]
     pub fn enter_release(family: Family) -> Option<Hook> {
-        Hook::enter_from(family, crate::capture::unwind::Regs::NONE)
+        Hook::enter_from(family, crate::capture::unwind::Regs::NONE, false)
     }
 
     #[inline(always)]
-    fn enter_from(family: Family, from: crate::capture::unwind::Regs) -> Option<Hook> {
+    fn enter_from(family: Family, from: crate::capture::unwind::Regs, pinning: bool) -> Option<Hook> {
         let t = guard::here();
         let reentry = Reentry::enter_on(t)?;
-        let cfg = lifecycle::hooks_ready(t)?;
+        let cfg = lifecycle::hooks_ready(t, pinning)?;
         if cfg.hooks & family.bit() == 0 {
             return None;
         }
