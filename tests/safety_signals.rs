@@ -18,7 +18,7 @@ fn progs() -> &'static Path {
         let out = f.dir.join("libsigatfork.so").to_string_lossy().into_owned();
         let src = root().join("tests/progs/sig_atfork.c").to_string_lossy().into_owned();
         cc(&["-g", "-O1", "-Wall", "-fPIC", "-pthread", "-shared", "-o", &out, &src]);
-        for prog in ["sig_descriptors", "sig_handlers", "sig_exit", "sig_fork_storm", "vfork_exit", "sig_wait"] {
+        for prog in ["sig_descriptors", "sig_handlers", "sig_exit", "sig_fork_storm", "vfork_exit", "sig_wait", "sig_altstack"] {
             let out = f.dir.join(prog).to_string_lossy().into_owned();
             let src = root().join(format!("tests/progs/{prog}.c")).to_string_lossy().into_owned();
             // Kept although nothing names it: its constructor is what it is there for.
@@ -368,5 +368,44 @@ fn after_a_one_shot_handler_the_application_reads_back_its_own_flags() {
     for env in [&[][..], &[("PINGUARD_SIGNAL", "USR2")][..], &[("PINGUARD_SIGNAL", "USR1")][..]] {
         let r = launch("sig_wait", &["oneshot"], env, &dir, true);
         assert_eq!(r.stdout, bare.stdout, "{env:?}: {}", r.stderr);
+    }
+}
+
+// ---- Alternate signal stacks: the application's handler alone on them ---------------------------
+
+/// The signals the alternate-stack tests use: an ordinary one, and pinguard's report signal
+/// (where pinguard has a handler of its own in front of the application's).
+const ALT_CASES: [(&str, &[(&str, &str)]); 2] = [("1", &[]), ("12", &[("PINGUARD_SIGNAL", "USR2")])];
+
+/// LTP's `signal06`, written anew: an empty `SA_ONSTACK` handler on an alternate stack that
+/// another thread keeps write-protecting. The empty handler never writes to the stack, and the
+/// kernel writes its frame only while it is writable; anything else that writes there while the
+/// handler runs (a trampoline's frame) faults on the read-only stack.
+#[test]
+fn an_empty_handler_on_an_alternate_stack_another_thread_write_protects_runs_as_without_pinguard() {
+    for (sig, env) in ALT_CASES {
+        let dir = fresh_dir("altflip");
+        let bare = launch("sig_altstack", &["flip", sig, "10000"], env, &dir, false);
+        assert!(bare.success(), "SIG {sig} without pinguard: {:?}\n{}", bare.out.status, bare.stdout);
+        assert_eq!(bare.stdout.lines().filter(|l| l.ends_with(": all sent, value kept")).count(), 5, "{}", bare.stdout);
+        let r = launch("sig_altstack", &["flip", sig, "10000"], env, &dir, true);
+        assert_eq!((r.out.status.code(), r.out.status.to_string(), &r.stdout), (bare.out.status.code(), bare.out.status.to_string(), &bare.stdout), "SIG {sig} with pinguard (left) and without\n{}", r.stderr);
+    }
+}
+
+/// An alternate stack just big enough for the kernel's frame and the application's handler
+/// without pinguard (the smallest that works, found by trying) is big enough with it.
+#[test]
+fn an_alternate_stack_just_big_enough_without_pinguard_is_big_enough_with_it() {
+    for (sig, env) in ALT_CASES {
+        let dir = fresh_dir("alttight");
+        let probe = launch("sig_altstack", &["probe", sig], &[], &dir, false);
+        assert!(probe.success(), "{}\n{}", probe.stdout, probe.stderr);
+        let size: usize = probe.stdout.trim().parse().unwrap();
+        let size = size.to_string();
+        let bare = launch("sig_altstack", &["tight", sig, &size], env, &dir, false);
+        assert_eq!((bare.out.status.code(), bare.stdout.as_str()), (Some(0), "handled=100\n"), "SIG {sig}, {size} bytes, without pinguard");
+        let r = launch("sig_altstack", &["tight", sig, &size], env, &dir, true);
+        assert_eq!((r.out.status.code(), r.out.status.to_string(), &r.stdout), (bare.out.status.code(), bare.out.status.to_string(), &bare.stdout), "SIG {sig}, {size} bytes, with pinguard (left) and without\n{}", r.stderr);
     }
 }
