@@ -225,10 +225,10 @@ fn imports(prog: &str) -> Vec<String> {
 
 /// Programs reach glibc's signal setters and jumps under whichever name their headers picked:
 /// `__sysv_signal` is `signal` in strict ISO C, `__longjmp_chk` every jump when fortified,
-/// `_longjmp` the BSD jump, `__sigaction` an exported alias some libraries call. Each of these
-/// is exported by pinguard for this: a handler set or left under a name it missed would make
-/// `_exit` inside a handler write a report (not safe there), or `_exit` after a jump out of one
-/// write none.
+/// `_longjmp` the BSD jump, `__sigaction` an exported alias some libraries call. `_exit` must tell
+/// a handler set under each name from a jump out of one under each name: pinguard wraps no
+/// handler and hooks no jump, it reads the thread when `_exit` is called (a report from inside
+/// a handler would not be safe; none after a jump out would lose it).
 #[test]
 fn handlers_and_jumps_under_every_glibc_name_are_followed() {
     for (prog, names) in [("sig_exit", &["signal", "__sigaction", "_longjmp", "siglongjmp"][..]), ("sig_exit_strict", &["__sysv_signal", "__sigaction", "__longjmp_chk"][..])] {

@@ -256,9 +256,10 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
         // kernel only; the records are the parent's.
         return kernel(sig, act, old);
     }
-    // Read before any signal is blocked: a bad pointer faults here as it would in libc.
+    // Read before any signal is blocked: a bad pointer faults here as it would in libc (read
+    // unaligned: a debug build's alignment check would panic where libc faults).
     // SAFETY: the caller passes `act` null or valid, and it is not null here.
-    let new = if act.is_null() { None } else { Some(unsafe { *act }) };
+    let new = if act.is_null() { None } else { Some(unsafe { act.read_unaligned() }) };
     // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
     let mut k: Action = unsafe { std::mem::zeroed() };
     let (r, prev, err) = {
@@ -283,7 +284,7 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     };
     if r == 0 && !old.is_null() {
         // SAFETY: the caller passes `old` null or valid, and it is not null here.
-        unsafe { *old = seen(&k, prev.as_ref()) };
+        unsafe { old.write_unaligned(seen(&k, prev.as_ref())) };
     }
     crate::runtime::guard::set_errno(err);
     r
@@ -348,6 +349,9 @@ pub fn after_fork_child() {
 /// x86-64: `syscall` clobbers rax, rcx, r11; rdi, rsi, rdx are kept in r8, r9, r10 (FUTEX_WAKE
 /// reads no argument past the third).
 #[cfg(target_arch = "x86_64")]
+// SAFETY (naked): the body is the whole function; it keeps the ABI a handler needs (it returns
+// with `ret` or leaves by a jump to a handler of the same type), and touches only the registers
+// named above, which a call may clobber, and the three words it names.
 #[unsafe(naked)]
 unsafe extern "C" fn trampoline(_sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     std::arch::naked_asm!(
@@ -397,6 +401,8 @@ unsafe extern "C" fn trampoline(_sig: c_int, _info: *mut libc::siginfo_t, _ctx: 
 /// aarch64: `svc` clobbers x0 only; x0-x2 are kept in x9-x11, the handler's address goes in x16
 /// (the register a `bti c` landing pad accepts from `br`); the link register is untouched.
 #[cfg(target_arch = "aarch64")]
+// SAFETY (naked): as on x86-64; x8-x16 are scratch registers a call may clobber, and the link
+// register and stack pointer are untouched.
 #[unsafe(naked)]
 unsafe extern "C" fn trampoline(_sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
     std::arch::naked_asm!(
