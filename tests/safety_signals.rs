@@ -1,7 +1,8 @@
 //! The host process's descriptors, signal dispositions and children are its own: pinguard's
 //! report signal holds no descriptor, the application's latest signal disposition is followed,
-//! `_exit` tells a real signal handler from a blocked signal, and a `vfork` child (which shares
-//! its parent's memory) runs nothing of pinguard's exit path.
+//! its handlers run straight from the kernel on the stack they asked for (alternate stacks
+//! included), `_exit` tells a real signal handler from a blocked signal, and a `vfork` child
+//! (which shares its parent's memory) runs nothing of pinguard's exit path.
 
 mod common;
 use common::*;
@@ -408,4 +409,16 @@ fn an_alternate_stack_just_big_enough_without_pinguard_is_big_enough_with_it() {
         let r = launch("sig_altstack", &["tight", sig, &size], env, &dir, true);
         assert_eq!((r.out.status.code(), r.out.status.to_string(), &r.stdout), (bare.out.status.code(), bare.out.status.to_string(), &bare.stdout), "SIG {sig}, {size} bytes, with pinguard (left) and without\n{}", r.stderr);
     }
+}
+
+/// The kernel runs the application's handlers itself: for every signal but the report signal,
+/// the disposition in the kernel is the application's own function, whichever setter put it
+/// there (the report signal is checked apart, by the tests above and `sig_handlers.c`).
+#[test]
+fn the_kernel_holds_the_applications_own_handler_for_every_signal_but_the_report_signal() {
+    let dir = fresh_dir("altdirect");
+    let bare = launch("sig_altstack", &["direct"], &[], &dir, false);
+    assert_eq!(bare.stdout, "handlers not the application's: 0\n", "without pinguard: {}", bare.stderr);
+    let r = launch("sig_altstack", &["direct"], &[], &dir, true);
+    assert_eq!((r.out.status.code(), &r.stdout), (Some(0), &bare.stdout), "{}", r.stderr);
 }

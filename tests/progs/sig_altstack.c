@@ -14,6 +14,10 @@
  *                  stack of SIZE bytes whose low end touches an inaccessible page: 100
  *                  deliveries, then "handled=100".
  *
+ *   direct         For every signal a handler may be set for, sets one (with sigaction, signal and
+ *                  sysv_signal in turn) and prints whether the kernel's own action, read with the
+ *                  raw system call, holds the application's function.
+ *
  * SIG is a number. What it prints is the same with and without pinguard, exit status included. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -122,10 +126,40 @@ static int probe(int sig) {
     return 1;
 }
 
+/* The kernel's view of a disposition, bypassing libc (and pinguard's hooks). */
+struct kact {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+};
+
+static int direct(void) {
+    int bad = 0;
+    for (int sig = 1; sig < 32; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP) continue;
+        for (int how = 0; how < 3; how++) {
+            if (how == 0) install(sig, count, SA_ONSTACK);
+            else if (how == 1) signal(sig, count);
+            else sysv_signal(sig, count);
+            struct kact k;
+            if (syscall(SYS_rt_sigaction, sig, NULL, &k, 8) != 0) abort();
+            if (k.handler != (void *)count) {
+                printf("signal %d (setter %d): the kernel holds another handler\n", sig, how);
+                bad++;
+            }
+            signal(sig, SIG_DFL);
+        }
+    }
+    printf("handlers not the application's: %d\n", bad);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 4 && !strcmp(argv[1], "flip")) return flip(atoi(argv[2]), atol(argv[3]));
     if (argc >= 3 && !strcmp(argv[1], "probe")) return probe(atoi(argv[2]));
+    if (argc >= 2 && !strcmp(argv[1], "direct")) return direct();
     if (argc >= 4 && !strcmp(argv[1], "tight")) return tight(atoi(argv[2]), (size_t)atol(argv[3]));
     return 2;
 }
