@@ -203,7 +203,7 @@ fn exit_with_a_blocked_signal_that_has_a_handler_writes_one_complete_report() {
 
 #[test]
 fn exit_from_inside_a_handler_still_writes_nothing() {
-    for mode in ["in-handler", "alt-in-handler", "nested"] {
+    for mode in ["in-handler", "alt-in-handler", "nested", "raw-in-handler"] {
         let dir = fresh_dir("sigexit-in");
         let r = launch("sig_exit", &[mode], &[], &dir, true);
         assert_eq!(r.out.status.code(), Some(0), "{mode}: {}", r.stderr);
