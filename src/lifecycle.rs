@@ -41,7 +41,7 @@ static HOOKS_CONFIG: std::sync::atomic::AtomicPtr<Config> = std::sync::atomic::A
 static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// The process whose memory holds pinguard's state: the one that started it, or a fork child
 /// (set in its fork handler). A `vfork` child shares that memory but is another process.
-static OWNER: AtomicI32 = AtomicI32::new(0);
+pub(crate) static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// Whether this process owns pinguard's state (true before start-up, when there is none yet).
 /// One system call.
@@ -291,8 +291,10 @@ fn exit_report() {
 /// From the `_exit`/`_Exit` hooks. A signal handler that calls `_exit` may have interrupted code
 /// holding malloc's or the loader's locks, and writing a report takes both: from inside a
 /// handler, pinguard leaves the report to the last snapshot rather than risk hanging the exit.
-/// Whether this is inside a handler is `hooks::signal::in_handler`'s exact answer, not a guess
-/// from the blocked signals (a program may block a handled signal and exit normally).
+/// Whether this is inside a handler is `hooks::signal::in_handler`'s reading of the thread (the
+/// alternate stack, a signal frame on the way up), not a guess from the blocked signals (a
+/// program may block a handled signal and exit normally); a handler that interrupted pinguard's
+/// own work on this thread is caught before (`Reentry`).
 pub fn exit_report_from_exit_call() {
     let Some(_r) = Reentry::enter() else { return };
     if STATE.load(Ordering::Acquire) != READY || !owns_state() || EXIT_DONE.load(Ordering::Acquire) || !ledger::touched() {

@@ -1,7 +1,8 @@
 //! The host process's descriptors, signal dispositions and children are its own: pinguard's
 //! report signal holds no descriptor, the application's latest signal disposition is followed,
-//! `_exit` tells a real signal handler from a blocked signal, and a `vfork` child (which shares
-//! its parent's memory) runs nothing of pinguard's exit path.
+//! its handlers run straight from the kernel on the stack they asked for (alternate stacks
+//! included), `_exit` tells a real signal handler from a blocked signal, and a `vfork` child
+//! (which shares its parent's memory) runs nothing of pinguard's exit path.
 
 mod common;
 use common::*;
@@ -18,7 +19,7 @@ fn progs() -> &'static Path {
         let out = f.dir.join("libsigatfork.so").to_string_lossy().into_owned();
         let src = root().join("tests/progs/sig_atfork.c").to_string_lossy().into_owned();
         cc(&["-g", "-O1", "-Wall", "-fPIC", "-pthread", "-shared", "-o", &out, &src]);
-        for prog in ["sig_descriptors", "sig_handlers", "sig_exit", "sig_fork_storm", "vfork_exit", "sig_wait"] {
+        for prog in ["sig_descriptors", "sig_handlers", "sig_exit", "sig_fork_storm", "vfork_exit", "sig_wait", "sig_altstack"] {
             let out = f.dir.join(prog).to_string_lossy().into_owned();
             let src = root().join(format!("tests/progs/{prog}.c")).to_string_lossy().into_owned();
             // Kept although nothing names it: its constructor is what it is there for.
@@ -202,7 +203,7 @@ fn exit_with_a_blocked_signal_that_has_a_handler_writes_one_complete_report() {
 
 #[test]
 fn exit_from_inside_a_handler_still_writes_nothing() {
-    for mode in ["in-handler", "alt-in-handler", "nested"] {
+    for mode in ["in-handler", "alt-in-handler", "nested", "raw-in-handler"] {
         let dir = fresh_dir("sigexit-in");
         let r = launch("sig_exit", &[mode], &[], &dir, true);
         assert_eq!(r.out.status.code(), Some(0), "{mode}: {}", r.stderr);
@@ -225,10 +226,10 @@ fn imports(prog: &str) -> Vec<String> {
 
 /// Programs reach glibc's signal setters and jumps under whichever name their headers picked:
 /// `__sysv_signal` is `signal` in strict ISO C, `__longjmp_chk` every jump when fortified,
-/// `_longjmp` the BSD jump, `__sigaction` an exported alias some libraries call. Each of these
-/// is exported by pinguard for this: a handler set or left under a name it missed would make
-/// `_exit` inside a handler write a report (not safe there), or `_exit` after a jump out of one
-/// write none.
+/// `_longjmp` the BSD jump, `__sigaction` an exported alias some libraries call. `_exit` must tell
+/// a handler set under each name from a jump out of one under each name: pinguard wraps no
+/// handler and hooks no jump, it reads the thread when `_exit` is called (a report from inside
+/// a handler would not be safe; none after a jump out would lose it).
 #[test]
 fn handlers_and_jumps_under_every_glibc_name_are_followed() {
     for (prog, names) in [("sig_exit", &["signal", "__sigaction", "_longjmp", "siglongjmp"][..]), ("sig_exit_strict", &["__sysv_signal", "__sigaction", "__longjmp_chk"][..])] {
@@ -369,4 +370,55 @@ fn after_a_one_shot_handler_the_application_reads_back_its_own_flags() {
         let r = launch("sig_wait", &["oneshot"], env, &dir, true);
         assert_eq!(r.stdout, bare.stdout, "{env:?}: {}", r.stderr);
     }
+}
+
+// ---- Alternate signal stacks: the application's handler alone on them ---------------------------
+
+/// The signals the alternate-stack tests use: an ordinary one, and pinguard's report signal
+/// (where pinguard has a handler of its own in front of the application's).
+const ALT_CASES: [(&str, &[(&str, &str)]); 2] = [("1", &[]), ("12", &[("PINGUARD_SIGNAL", "USR2")])];
+
+/// LTP's `signal06`, written anew: an empty `SA_ONSTACK` handler on an alternate stack that
+/// another thread keeps write-protecting. The empty handler never writes to the stack, and the
+/// kernel writes its frame only while it is writable; anything else that writes there while the
+/// handler runs (a trampoline's frame) faults on the read-only stack.
+#[test]
+fn an_empty_handler_on_an_alternate_stack_another_thread_write_protects_runs_as_without_pinguard() {
+    for (sig, env) in ALT_CASES {
+        let dir = fresh_dir("altflip");
+        let bare = launch("sig_altstack", &["flip", sig, "10000"], env, &dir, false);
+        assert!(bare.success(), "SIG {sig} without pinguard: {:?}\n{}", bare.out.status, bare.stdout);
+        assert_eq!(bare.stdout.lines().filter(|l| l.ends_with(": all sent, value kept")).count(), 5, "{}", bare.stdout);
+        let r = launch("sig_altstack", &["flip", sig, "10000"], env, &dir, true);
+        assert_eq!((r.out.status.code(), r.out.status.to_string(), &r.stdout), (bare.out.status.code(), bare.out.status.to_string(), &bare.stdout), "SIG {sig} with pinguard (left) and without\n{}", r.stderr);
+    }
+}
+
+/// An alternate stack just big enough for the kernel's frame and the application's handler
+/// without pinguard (the smallest that works, found by trying) is big enough with it.
+#[test]
+fn an_alternate_stack_just_big_enough_without_pinguard_is_big_enough_with_it() {
+    for (sig, env) in ALT_CASES {
+        let dir = fresh_dir("alttight");
+        let probe = launch("sig_altstack", &["probe", sig], &[], &dir, false);
+        assert!(probe.success(), "{}\n{}", probe.stdout, probe.stderr);
+        let size: usize = probe.stdout.trim().parse().unwrap();
+        let size = size.to_string();
+        let bare = launch("sig_altstack", &["tight", sig, &size], env, &dir, false);
+        assert_eq!((bare.out.status.code(), bare.stdout.as_str()), (Some(0), "handled=100\n"), "SIG {sig}, {size} bytes, without pinguard");
+        let r = launch("sig_altstack", &["tight", sig, &size], env, &dir, true);
+        assert_eq!((r.out.status.code(), r.out.status.to_string(), &r.stdout), (bare.out.status.code(), bare.out.status.to_string(), &bare.stdout), "SIG {sig}, {size} bytes, with pinguard (left) and without\n{}", r.stderr);
+    }
+}
+
+/// The kernel runs the application's handlers itself: for every signal but the report signal,
+/// the disposition in the kernel is the application's own function, whichever setter put it
+/// there (the report signal is checked apart, by the tests above and `sig_handlers.c`).
+#[test]
+fn the_kernel_holds_the_applications_own_handler_for_every_signal_but_the_report_signal() {
+    let dir = fresh_dir("altdirect");
+    let bare = launch("sig_altstack", &["direct"], &[], &dir, false);
+    assert_eq!(bare.stdout, "handlers not the application's: 0\n", "without pinguard: {}", bare.stderr);
+    let r = launch("sig_altstack", &["direct"], &[], &dir, true);
+    assert_eq!((r.out.status.code(), &r.stdout), (Some(0), &bare.stdout), "{}", r.stderr);
 }

@@ -1,31 +1,35 @@
 //! Signal dispositions: `sigaction` and every libc entry point that sets one without passing
 //! through the exported `sigaction` (`signal`/`bsd_signal`/`ssignal`, `sysv_signal`, `sigset`,
-//! `sigignore`, `siginterrupt`: glibc calls its internal `__sigaction` from them), and the
-//! `longjmp` family.
+//! `sigignore`, `siginterrupt`: glibc calls its internal `__sigaction` from them).
 //!
-//! Every handler the application installs runs through one trampoline, which
-//! - keeps, per thread, the handlers running now (an exact answer to "is `_exit` being called
-//!   from a signal handler?", which decides whether the exit report is safe to write), and
-//! - for `PINGUARD_SIGNAL`'s signal, wakes the report thread first, then calls the application's
-//!   handler, if its latest choice is one (its `SIG_DFL`/`SIG_IGN` become "report only").
+//! The application's handlers are its own: the kernel runs each directly, on the stack it asked
+//! for, with all of that stack's room; pinguard writes nothing there. The one exception is
+//! `PINGUARD_SIGNAL`'s signal, whose disposition in the kernel is pinguard's `trampoline`: a few
+//! instructions that touch no stack (registers, two system calls, three words of pinguard's
+//! own), wake the report thread, and then *jump* to the application's handler for that signal,
+//! if its latest choice is one (its `SIG_DFL`/`SIG_IGN` become "report only"), which so starts
+//! with the very stack pointer, registers and return address the kernel gave.
 //!
-//! The application's choice for each signal is kept in two slots and an index, so the trampoline
-//! never reads a half-written one (unless two more changes of that signal complete during its
-//! read of two words: changes take a lock and system calls each, the read a few loads). What the application asks about a disposition (`oldact`, the
-//! previous handler `signal` returns) is its own latest choice, never the trampoline: as if
-//! pinguard were absent. A process that does not own pinguard's state (a `vfork` child, which
+//! For that signal the application's choice is kept (in two slots and an index), and what the
+//! application asks about it (`oldact`, the previous handler `signal` returns) is its own latest
+//! choice, never the trampoline: as if pinguard were absent. Every other signal goes straight to
+//! libc's `sigaction`. A process that does not own pinguard's state (a `vfork` child, which
 //! shares its parent's memory) changes only the kernel's dispositions, never the records.
+//!
+//! Whether `_exit` is called from inside a signal handler (`in_handler`) is read from the thread
+//! itself when asked, not kept by wrapping handlers: on the alternate stack, or a signal frame on
+//! the way up from the caller (libgcc's unwinder marks the frame the kernel's signal return
+//! resumes). A handler left by a `longjmp` is off that way up, so no jump needs following.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
-use std::cell::{Cell, UnsafeCell};
+use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 type Action = libc::sigaction;
 type SigactionFn = unsafe extern "C" fn(c_int, *const Action, *mut Action) -> c_int;
-type JumpFn = unsafe extern "C" fn(*mut c_void, c_int) -> !;
 
 /// glibc's historical no-op flag, which its `sysv_signal` sets (the kernel drops it).
 const SA_INTERRUPT: c_int = 0x2000_0000;
@@ -39,37 +43,29 @@ const OURS: c_int = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_RESETHAND;
 /// installs; an action nobody set has none). A bit no kernel flag uses; never given to the kernel.
 const FROM_KERNEL: c_int = 0x0080_0000;
 
-// ---- The application's choices --------------------------------------------------------------
+// ---- The application's choice for the report signal -----------------------------------------
 
-struct Choices {
-    slots: [[UnsafeCell<MaybeUninit<Action>>; 2]; MAX_SIG + 1],
+/// The application's latest choice for the report signal, in two slots: the one not current is
+/// written, then made current. Only the holder of `Writer` reads or writes them (the trampoline
+/// reads `APP`/`ONCE` instead).
+struct Choice {
+    slots: [UnsafeCell<MaybeUninit<Action>>; 2],
     /// 0: no choice recorded (the kernel's action is the truth); 1 or 2: slot 0 or 1.
-    current: [AtomicU8; MAX_SIG + 1],
+    current: AtomicU8,
 }
 
-// SAFETY: a slot is written only by the holder of `Writer` and only while it is not the current
-// one; readers read the current one (published with Release, read with Acquire).
-unsafe impl Sync for Choices {}
+// SAFETY: the slots are read and written only by the holder of `Writer`, one thread at a time.
+unsafe impl Sync for Choice {}
 
-static CHOICES: Choices = Choices {
-    slots: [const { [const { UnsafeCell::new(MaybeUninit::uninit()) }; 2] }; MAX_SIG + 1],
-    current: [const { AtomicU8::new(0) }; MAX_SIG + 1],
-};
+static CHOICE: Choice = Choice { slots: [const { UnsafeCell::new(MaybeUninit::uninit()) }; 2], current: AtomicU8::new(0) };
 
-/// A sequence count per signal, odd while the writer changes its record: the trampoline on
-/// another thread reads again rather than mix the handler of one choice with the flags of another
-/// when two changes overtake its read (the writer's own thread has every signal blocked, so a
-/// reader never waits for its own thread).
-static SEQ: [AtomicU32; MAX_SIG + 1] = [const { AtomicU32::new(0) }; MAX_SIG + 1];
-
-fn write_begin(sig: usize) {
-    SEQ[sig].fetch_add(1, Ordering::Relaxed);
-    std::sync::atomic::fence(Ordering::Release);
-}
-
-fn write_end(sig: usize) {
-    SEQ[sig].fetch_add(1, Ordering::Release);
-}
+/// The handler the trampoline jumps to: the application's latest choice when it is a function
+/// and not one-shot; 0 otherwise.
+static APP: AtomicUsize = AtomicUsize::new(0);
+/// The same for a one-shot choice (`SA_RESETHAND`, which the kernel never sees: pinguard's
+/// handler stays): the first delivery takes it (an exchange with 0), so it runs once however
+/// many threads the signal reaches at once; `settle` then makes the record say `SIG_DFL`.
+static ONCE: AtomicUsize = AtomicUsize::new(0);
 
 /// `PINGUARD_SIGNAL`'s signal once the report thread has taken it over; 0 before.
 static REPORT: AtomicI32 = AtomicI32::new(0);
@@ -81,68 +77,74 @@ fn index(sig: c_int) -> Option<usize> {
     (1..=MAX_SIG as c_int).contains(&sig).then_some(sig as usize)
 }
 
-/// The application's latest choice for `sig`.
-fn choice(sig: usize) -> Option<Action> {
-    let c = CHOICES.current[sig].load(Ordering::Acquire);
+fn is_report(sig: c_int) -> bool {
+    sig != 0 && sig == REPORT.load(Ordering::Relaxed)
+}
+
+/// The application's latest choice for the report signal. The caller holds `Writer`.
+fn choice() -> Option<Action> {
+    let c = CHOICE.current.load(Ordering::Acquire);
     if c == 0 {
         return None;
     }
-    // SAFETY: a published slot was fully written before its index was stored (Release/Acquire).
-    Some(unsafe { (*CHOICES.slots[sig][c as usize - 1].get()).assume_init_read() })
+    // SAFETY: a published slot was fully written before its index was stored, by a holder of
+    // `Writer`, which the caller now is.
+    Some(unsafe { (*CHOICE.slots[c as usize - 1].get()).assume_init_read() })
 }
 
-/// Records `a` as the choice for `sig`; returns what to put back if the kernel refuses it.
-/// The caller holds `Writer`.
-fn publish(sig: usize, a: &Action) -> u8 {
-    let cur = CHOICES.current[sig].load(Ordering::Relaxed);
+/// Records `a` as the choice and points the trampoline at its handler; returns what to put back
+/// if the kernel refuses it. The caller holds `Writer`.
+fn publish(a: &Action) -> u8 {
+    let cur = CHOICE.current.load(Ordering::Relaxed);
     let next = if cur == 1 { 2 } else { 1 };
-    write_begin(sig);
     // SAFETY: `next` is not the current slot, and the writer lock makes this the only writer.
-    unsafe { (*CHOICES.slots[sig][next as usize - 1].get()).write(*a) };
-    CHOICES.current[sig].store(next, Ordering::Release);
-    write_end(sig);
+    unsafe { (*CHOICE.slots[next as usize - 1].get()).write(*a) };
+    CHOICE.current.store(next, Ordering::Release);
+    arm(Some(a));
     cur
 }
 
-/// The handler and flags of the latest choice: what the trampoline needs, without copying the
-/// whole action onto a stack that may be a small alternate one.
-fn handler_of(sig: usize) -> Option<(libc::sighandler_t, c_int)> {
-    loop {
-        let seq = SEQ[sig].load(Ordering::Acquire);
-        if seq & 1 == 0 {
-            let c = CHOICES.current[sig].load(Ordering::Acquire);
-            if c == 0 {
-                return None;
-            }
-            // SAFETY: as in `choice`; only two fields are read, volatile because a writer may
-            // rewrite the slot meanwhile, in which case the sequence check below discards them.
-            let got = unsafe {
-                let a = (*CHOICES.slots[sig][c as usize - 1].get()).as_ptr();
-                (std::ptr::addr_of!((*a).sa_sigaction).read_volatile(), std::ptr::addr_of!((*a).sa_flags).read_volatile())
-            };
-            std::sync::atomic::fence(Ordering::Acquire);
-            if SEQ[sig].load(Ordering::Relaxed) == seq {
-                return Some(got);
-            }
-        }
-        std::hint::spin_loop();
+fn unpublish(prev: u8) {
+    CHOICE.current.store(prev, Ordering::Release);
+    arm(choice().as_ref());
+}
+
+/// Points the trampoline at choice `c`'s handler. The new word is set before the other is
+/// cleared: a delivery meanwhile runs the old handler or the new one, never none.
+fn arm(c: Option<&Action>) {
+    let h = c.map_or(libc::SIG_DFL, |a| a.sa_sigaction);
+    let h = if is_handler(h) && h != trampoline_addr() { h } else { 0 };
+    if c.is_some_and(|a| a.sa_flags & libc::SA_RESETHAND != 0) {
+        ONCE.store(h, Ordering::Release);
+        APP.store(0, Ordering::Release);
+    } else {
+        APP.store(h, Ordering::Release);
+        ONCE.store(0, Ordering::Release);
     }
 }
 
-fn unpublish(sig: usize, prev: u8) {
-    write_begin(sig);
-    CHOICES.current[sig].store(prev, Ordering::Release);
-    write_end(sig);
+/// A one-shot handler the trampoline has run: the choice becomes the default, as the kernel
+/// would have made it (flags kept), and the kernel's flags those of "report only". The caller
+/// holds `Writer`.
+fn settle(sig: c_int) {
+    let Some(c) = choice() else { return };
+    if !is_handler(c.sa_sigaction) || c.sa_sigaction == trampoline_addr() || c.sa_flags & libc::SA_RESETHAND == 0 || ONCE.load(Ordering::Acquire) != 0 {
+        return;
+    }
+    let d = libc::sigaction { sa_sigaction: libc::SIG_DFL, ..c };
+    publish(&d);
+    kernel(sig, &installed(&d), std::ptr::null_mut());
 }
 
 static WRITER: AtomicBool = AtomicBool::new(false);
 
-/// Serialises changes of a disposition, so that the record and the kernel's action change
-/// together. Every signal is blocked on this thread while it is held: no handler can interrupt
-/// the holder (and ask for it again on the same thread), so a holder always makes progress and
-/// waiting for it by yielding ends. Async-signal-safe (a handler may call `sigaction`). Only a
-/// process that owns pinguard's state takes it: a fork child does from its fork handler on
-/// (which first frees it, in case a thread the child does not have held it at the fork).
+/// Serialises changes of the report signal's disposition, so that the record and the kernel's
+/// action change together. Every signal is blocked on this thread while it is held: no handler
+/// can interrupt the holder (and ask for it again on the same thread), so a holder always makes
+/// progress and waiting for it by yielding ends. Async-signal-safe (a handler may call
+/// `sigaction`). Only a process that owns pinguard's state takes it: a fork child does from its
+/// fork handler on (which first frees it, in case a thread the child does not have held it at
+/// the fork).
 struct Writer(libc::sigset_t);
 
 impl Writer {
@@ -189,13 +191,10 @@ fn kernel(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     }
 }
 
-/// Finds the real functions now, at start-up, so that no hook ever looks one up from inside a
+/// Finds the real function now, at start-up, so that no hook ever looks one up from inside a
 /// signal handler (the look-up is not async-signal-safe).
 pub fn prepare() {
     let _ = real_sigaction().addr();
-    for r in jump_reals() {
-        let _ = r.addr();
-    }
 }
 
 // ---- Installing ------------------------------------------------------------------------------
@@ -214,18 +213,16 @@ fn may_wrap() -> bool {
     crate::lifecycle::wraps_signals() && crate::lifecycle::owns_state()
 }
 
-/// What the kernel gets for the application's choice `a`.
-fn installed(sig: c_int, a: &Action) -> Action {
+/// What the kernel gets for the application's choice `a` of the report signal: the trampoline,
+/// with the application's mask and flags (so its handler runs on the stack, with the signals
+/// blocked, that it asked for), less a one-shot reset (the trampoline stays); the default or
+/// ignoring becomes "report only", restarting what the signal interrupts.
+fn installed(a: &Action) -> Action {
     let mut k = *a;
     k.sa_sigaction = trampoline_addr();
-    k.sa_flags = (k.sa_flags & !FROM_KERNEL) | libc::SA_SIGINFO;
-    if sig == REPORT.load(Ordering::Relaxed) {
-        // pinguard's handler stays: a one-shot choice is followed by the trampoline, and the
-        // default or ignoring becomes "report only", restarting what the signal interrupts.
-        k.sa_flags &= !libc::SA_RESETHAND;
-        if !is_handler(a.sa_sigaction) {
-            k.sa_flags |= libc::SA_RESTART;
-        }
+    k.sa_flags = (k.sa_flags & !FROM_KERNEL & !libc::SA_RESETHAND) | libc::SA_SIGINFO;
+    if !is_handler(a.sa_sigaction) {
+        k.sa_flags |= libc::SA_RESTART;
     }
     k
 }
@@ -245,47 +242,40 @@ fn seen(k: &Action, choice: Option<&Action>) -> Action {
             a.sa_flags = (k.sa_flags & !OURS) | (c.sa_flags & OURS);
             a
         }
-        // A one-shot handler the kernel has reset to the default: the kernel keeps the flags the
-        // trampoline was installed with (`SA_SIGINFO`); the application asked for its own.
-        Some(c) if k.sa_sigaction == libc::SIG_DFL && is_handler(c.sa_sigaction) && c.sa_flags & libc::SA_RESETHAND != 0 => {
-            let mut a = *k;
-            a.sa_flags = (k.sa_flags & !OURS) | (c.sa_flags & OURS);
-            a
-        }
         _ => *k,
     }
 }
 
-/// `sigaction` for every entry point.
+/// `sigaction` for every entry point: libc's own, except for the report signal.
 ///
 /// # Safety
 /// As `sigaction(2)`: `act` and `old` are null or valid.
 unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    let Some(i) = index(sig) else { return kernel(sig, act, old) };
-    // Read before any signal is blocked: a bad pointer faults here as it would in libc.
+    if !is_report(sig) || !may_wrap() {
+        // Every other signal, and in a vfork child (or with pinguard disabled) this one too: the
+        // kernel only; the records are the parent's.
+        return kernel(sig, act, old);
+    }
+    // Read before any signal is blocked: a bad pointer faults here as it would in libc (read
+    // unaligned: a debug build's alignment check would panic where libc faults).
     // SAFETY: the caller passes `act` null or valid, and it is not null here.
-    let new = if act.is_null() { None } else { Some(unsafe { *act }) };
+    let new = if act.is_null() { None } else { Some(unsafe { act.read_unaligned() }) };
     // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
     let mut k: Action = unsafe { std::mem::zeroed() };
-    let (r, prev, err) = if !may_wrap() {
-        // A vfork child (or pinguard disabled): the kernel only; the records are the parent's.
-        let r = kernel(sig, new.as_ref().map_or(std::ptr::null(), |a| a as *const Action), &mut k);
-        (r, choice(i), crate::runtime::guard::errno())
-    } else {
+    let (r, prev, err) = {
         let _w = Writer::lock();
-        let prev = choice(i);
+        settle(sig);
+        let prev = choice();
         let r = match new {
             None => kernel(sig, std::ptr::null(), &mut k),
-            Some(a) if !is_handler(a.sa_sigaction) && sig != REPORT.load(Ordering::Relaxed) => kernel(sig, &a, &mut k),
             // The trampoline itself (read with the raw system call, put back through libc): the
             // application's handler stays what it was.
             Some(a) if a.sa_sigaction == trampoline_addr() => kernel(sig, &a, &mut k),
             Some(a) => {
-                let back = publish(i, &a);
-                let ours = installed(sig, &a);
-                let r = kernel(sig, &ours, &mut k);
+                let back = publish(&a);
+                let r = kernel(sig, &installed(&a), &mut k);
                 if r != 0 {
-                    unpublish(i, back);
+                    unpublish(back);
                 }
                 r
             }
@@ -294,7 +284,7 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     };
     if r == 0 && !old.is_null() {
         // SAFETY: the caller passes `old` null or valid, and it is not null here.
-        unsafe { *old = seen(&k, prev.as_ref()) };
+        unsafe { old.write_unaligned(seen(&k, prev.as_ref())) };
     }
     crate::runtime::guard::set_errno(err);
     r
@@ -310,9 +300,10 @@ pub fn take_over(sig: c_int) {
     adopt(sig, true);
 }
 
-/// The report thread's periodic look: a disposition set by the raw system call, behind every
-/// wrapper, is the application's latest choice too. One the hooks saw is never overwritten (the
-/// kernel then holds the trampoline, and this does nothing).
+/// The report thread's periodic look (and its look after each report signal): a one-shot
+/// handler that ran is recorded as reset, and a disposition set by the raw system call, behind
+/// every wrapper, is the application's latest choice too. One the hooks saw is never
+/// overwritten (the kernel then holds the trampoline, and this does nothing more).
 pub fn recheck() {
     let sig = REPORT.load(Ordering::Relaxed);
     if sig != 0 {
@@ -321,8 +312,8 @@ pub fn recheck() {
 }
 
 fn adopt(sig: c_int, always: bool) {
-    let Some(i) = index(sig) else { return };
     let _w = Writer::lock();
+    settle(sig);
     // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
     let mut k: Action = unsafe { std::mem::zeroed() };
     if kernel(sig, std::ptr::null(), &mut k) != 0 {
@@ -333,237 +324,215 @@ fn adopt(sig: c_int, always: bool) {
         return;
     }
     if !ours {
-        publish(i, &libc::sigaction { sa_flags: k.sa_flags | FROM_KERNEL, ..k });
+        publish(&libc::sigaction { sa_flags: k.sa_flags | FROM_KERNEL, ..k });
     }
-    if let Some(c) = choice(i) {
-        kernel(sig, &installed(sig, &c), std::ptr::null_mut());
+    if let Some(c) = choice() {
+        kernel(sig, &installed(&c), std::ptr::null_mut());
     }
 }
 
 /// In a fork child: a thread that held the writer lock at the fork does not exist there.
 pub fn after_fork_child() {
     WRITER.store(false, Ordering::Release);
-    // A writer of the parent's may have been between `write_begin` and `write_end`: its slot is
-    // either not yet current or whole, so the record stands; an odd count would stall every
-    // trampoline of the child.
-    for s in &SEQ {
-        if s.load(Ordering::Relaxed) & 1 != 0 {
-            s.fetch_add(1, Ordering::Release);
-        }
-    }
 }
 
-// ---- The trampoline and the handlers running now ---------------------------------------------
+// ---- The report signal's trampoline ----------------------------------------------------------
 
-const MAX_FRAMES: usize = 16;
-
-/// One handler invocation on this thread.
-#[derive(Clone, Copy)]
-struct Entry {
-    /// The trampoline's stack pointer (about): the handler's frames are below it while it runs.
-    sp: usize,
-    /// The alternate signal stack the entry runs on, or (0, 0) on the thread's ordinary stack.
-    alt: (usize, usize),
-    sig: c_int,
-    nodefer: bool,
-    /// A `longjmp` was called while this entry was recorded: it may have left the handler.
-    jumped: bool,
-}
-
-impl Entry {
-    const NONE: Entry = Entry { sp: 0, alt: (0, 0), sig: 0, nodefer: false, jumped: false };
-}
-
-struct Frames {
-    /// Entries recorded; beyond `MAX_FRAMES`, nesting is counted but not recorded.
-    depth: Cell<usize>,
-    at: [Cell<Entry>; MAX_FRAMES],
-}
-
-thread_local! {
-    // const and without a destructor: usable from a signal handler, and during `_dl_fini`.
-    static FRAMES: Frames = const { Frames { depth: Cell::new(0), at: [const { Cell::new(Entry::NONE) }; MAX_FRAMES] } };
-}
-
-#[inline(always)]
-fn stack_pointer() -> usize {
-    let here = 0u8;
-    std::hint::black_box(&here) as *const u8 as usize
-}
-
-fn within(sp: usize, range: (usize, usize)) -> bool {
-    sp >= range.0 && sp < range.1
-}
-
-/// Whether the entry's handler can still be running, seen from stack pointer `sp` with the
-/// thread's alternate stack `alt`: its frames are on the stack `sp` is on, above `sp` (stacks
-/// grow down). Run from `sp` deeper than the entry on the same stack, a handler that was left
-/// by a jump and one that still runs look alike: `jumped` tells them apart (below).
-fn below(e: &Entry, sp: usize, alt: (usize, usize)) -> bool {
-    if e.alt.1 != 0 {
-        // On the alternate stack: once off it, its handler is gone.
-        within(sp, e.alt) && sp < e.sp
-    } else if alt.1 != 0 && within(sp, alt) {
-        // A handler on the alternate stack runs on top of this one.
-        true
-    } else {
-        sp < e.sp
-    }
-}
-
-/// The alternate stack in force when the kernel delivered the signal (saved in the context).
+/// The report signal's handler in the kernel. It writes no memory but `WAKE` and `ONCE` and uses
+/// no stack: the arguments wait in scratch registers across the system calls (which keep every
+/// register but the ones named below), and the application's handler is reached by a jump, so
+/// that it runs exactly as the kernel would have started it (stack pointer, return address to
+/// the kernel's signal return, arguments); an unwinder or a `longjmp` in it never meets this
+/// code. A `vfork` child (another process in this memory) does not wake the report thread: its
+/// signal is its own. Async-signal-safe; `errno` untouched (raw system calls).
 ///
-/// # Safety
-/// `ctx` is null or the `ucontext_t` the kernel passed to a handler.
-unsafe fn alt_of(ctx: *mut c_void) -> (usize, usize) {
-    if ctx.is_null() {
-        return (0, 0);
-    }
-    // SAFETY: not null, so by the caller's guarantee the kernel's `ucontext_t`, readable.
-    let ss = unsafe { (*(ctx as *const libc::ucontext_t)).uc_stack };
-    if ss.ss_flags & libc::SS_DISABLE != 0 || ss.ss_size == 0 {
-        (0, 0)
-    } else {
-        (ss.ss_sp as usize, ss.ss_sp as usize + ss.ss_size)
-    }
+/// x86-64: `syscall` clobbers rax, rcx, r11; rdi, rsi, rdx are kept in r8, r9, r10 (FUTEX_WAKE
+/// reads no argument past the third).
+#[cfg(target_arch = "x86_64")]
+// SAFETY (naked): the body is the whole function; it keeps the ABI a handler needs (it returns
+// with `ret` or leaves by a jump to a handler of the same type), and touches only the registers
+// named above, which a call may clobber, and the three words it names.
+#[unsafe(naked)]
+unsafe extern "C" fn trampoline(_sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    std::arch::naked_asm!(
+        "endbr64",
+        "mov r8, rdi",
+        "mov r9, rsi",
+        "mov r10, rdx",
+        "mov eax, {getpid}",
+        "syscall",
+        "mov ecx, dword ptr [rip + {owner}]",
+        "test ecx, ecx",
+        "jz 2f",
+        "cmp eax, ecx",
+        "jne 3f",
+        "2:",
+        "lock inc dword ptr [rip + {wake}]",
+        "lea rdi, [rip + {wake}]",
+        "mov esi, {wake_op}",
+        "mov edx, 1",
+        "mov eax, {futex}",
+        "syscall",
+        "3:",
+        "xor eax, eax",
+        "xchg rax, qword ptr [rip + {once}]",
+        "test rax, rax",
+        "jnz 4f",
+        "mov rax, qword ptr [rip + {app}]",
+        "test rax, rax",
+        "jz 5f",
+        "4:",
+        "mov rdi, r8",
+        "mov rsi, r9",
+        "mov rdx, r10",
+        "jmp rax",
+        "5:",
+        "ret",
+        getpid = const libc::SYS_getpid,
+        futex = const libc::SYS_futex,
+        wake_op = const libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+        owner = sym crate::lifecycle::OWNER,
+        wake = sym crate::output::reporter::WAKE,
+        once = sym ONCE,
+        app = sym APP,
+    )
 }
 
-/// Records a handler invocation; returns what `leave` puts back. No guard with a destructor: a
-/// handler that jumps out leaves the trampoline's frame without running anything in it (which
-/// a frame with a destructor would not allow), and its entry is then dropped by the next entry
-/// or ignored by `in_handler`.
-fn enter(sig: c_int, nodefer: bool, ctx: *mut c_void) -> usize {
-    let sp = stack_pointer();
-    // SAFETY: `ctx` is the kernel's (the trampoline is installed with SA_SIGINFO).
-    let alt = unsafe { alt_of(ctx) };
-    FRAMES.with(|f| {
-        let mut d = f.depth.get();
-        // Entries of handlers left by a jump that this stack pointer is above go now.
-        while d > 0 && d <= MAX_FRAMES && !below(&f.at[d - 1].get(), sp, alt) {
-            d -= 1;
-        }
-        if d < MAX_FRAMES {
-            let on = if within(sp, alt) { alt } else { (0, 0) };
-            f.at[d].set(Entry { sp, alt: on, sig, nodefer, jumped: false });
-        }
-        f.depth.set(d + 1);
-        d
-    })
+/// aarch64: `svc` clobbers x0 only; x0-x2 are kept in x9-x11, the handler's address goes in x16
+/// (the register a `bti c` landing pad accepts from `br`); the link register is untouched.
+#[cfg(target_arch = "aarch64")]
+// SAFETY (naked): as on x86-64; x8-x16 are scratch registers a call may clobber, and the link
+// register and stack pointer are untouched.
+#[unsafe(naked)]
+unsafe extern "C" fn trampoline(_sig: c_int, _info: *mut libc::siginfo_t, _ctx: *mut c_void) {
+    std::arch::naked_asm!(
+        "hint #34", // bti c
+        "mov x9, x0",
+        "mov x10, x1",
+        "mov x11, x2",
+        "mov x8, #{getpid}",
+        "svc #0",
+        "adrp x12, {owner}",
+        "ldr w13, [x12, :lo12:{owner}]",
+        "cbz w13, 2f",
+        "cmp w0, w13",
+        "b.ne 3f",
+        "2:",
+        "adrp x12, {wake}",
+        "add x12, x12, :lo12:{wake}",
+        "6:",
+        "ldxr w13, [x12]",
+        "add w13, w13, #1",
+        "stlxr w14, w13, [x12]",
+        "cbnz w14, 6b",
+        "mov x0, x12",
+        "mov x1, #{wake_op}",
+        "mov x2, #1",
+        "mov x8, #{futex}",
+        "svc #0",
+        "3:",
+        "adrp x12, {once}",
+        "add x12, x12, :lo12:{once}",
+        "7:",
+        "ldaxr x16, [x12]",
+        "stlxr w14, xzr, [x12]",
+        "cbnz w14, 7b",
+        "cbnz x16, 4f",
+        "adrp x12, {app}",
+        "ldr x16, [x12, :lo12:{app}]",
+        "cbz x16, 5f",
+        "4:",
+        "mov x0, x9",
+        "mov x1, x10",
+        "mov x2, x11",
+        "br x16",
+        "5:",
+        "ret",
+        getpid = const libc::SYS_getpid,
+        futex = const libc::SYS_futex,
+        wake_op = const libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+        owner = sym crate::lifecycle::OWNER,
+        wake = sym crate::output::reporter::WAKE,
+        once = sym ONCE,
+        app = sym APP,
+    )
 }
 
-fn leave(depth: usize) {
-    FRAMES.with(|f| f.depth.set(depth));
-}
-
-/// The one handler pinguard installs for every handled signal.
-///
-/// `C-unwind`: an application's handler may throw (C++ with -fnon-call-exceptions) to code it
-/// interrupted, as it can without pinguard.
+/// Elsewhere, the same in Rust: it calls the handler from a small frame of its own.
 ///
 /// # Safety
 /// Called only by the kernel, as an `SA_SIGINFO` handler.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
-    let Some(i) = index(sig) else { return };
-    let errno = crate::runtime::guard::errno();
-    let app = handler_of(i);
-    let nodefer = app.is_some_and(|(_, flags)| flags & libc::SA_NODEFER != 0);
-    let depth = enter(sig, nodefer, ctx);
-    let report = sig == REPORT.load(Ordering::Relaxed);
-    // A vfork child shares the report thread's memory, not its process: its signal is its own.
-    if report && crate::lifecycle::owns_state() {
+    if crate::lifecycle::owns_state() {
         crate::output::reporter::wake_from_signal();
     }
-    // The default or ignoring, for the report signal: the report only.
-    let call = app
-        .filter(|&(h, _)| is_handler(h) && h != trampoline_addr())
-        .filter(|&(h, flags)| !(report && flags & libc::SA_RESETHAND != 0) || reset_once(i, h));
-    crate::runtime::guard::set_errno(errno);
-    if let Some((h, flags)) = call {
-        if flags & libc::SA_SIGINFO != 0 {
-            // SAFETY: `h` is a handler the application installed with SA_SIGINFO: a function of
-            // this type (not SIG_DFL/SIG_IGN, filtered above).
-            let f: unsafe extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
-            // SAFETY: the arguments are the kernel's, as it would pass them to `f` directly.
-            unsafe { f(sig, info, ctx) };
-        } else {
-            // SAFETY: `h` is a handler the application installed without SA_SIGINFO: a function
-            // of this type (not SIG_DFL/SIG_IGN, filtered above).
-            let f: unsafe extern "C-unwind" fn(c_int) = unsafe { std::mem::transmute(h) };
-            // SAFETY: called as the kernel would call it, from a signal handler for `sig`.
-            unsafe { f(sig) };
-        }
-    }
-    leave(depth);
-}
-
-/// The report signal's one-shot choice (`SA_RESETHAND`, which pinguard keeps out of the kernel
-/// so that its own handler stays): the first delivery turns the choice into the default and calls
-/// the handler; a delivery racing with it on another thread does not call it again.
-/// Out of line: its lock and copies stay off the trampoline's frame, which may sit on a small
-/// alternate stack.
-#[cold]
-#[inline(never)]
-fn reset_once(sig: usize, h: libc::sighandler_t) -> bool {
-    if !crate::lifecycle::owns_state() {
-        // A vfork child: the records are its parent's; its own one-shot handler runs, untouched.
-        return true;
-    }
-    let _w = Writer::lock();
-    let Some(c) = choice(sig) else { return false };
-    if c.sa_sigaction != h || c.sa_flags & libc::SA_RESETHAND == 0 {
-        return false;
-    }
-    let mut d = c;
-    d.sa_sigaction = libc::SIG_DFL;
-    publish(sig, &d);
-    kernel(sig as c_int, &installed(sig as c_int, &d), std::ptr::null_mut());
-    true
-}
-
-/// Whether this thread is running a signal handler now. Only async-signal-safe calls.
-///
-/// Exact for the handlers the trampoline runs while nothing jumps: an entry is recorded on
-/// entry and removed on return. A `longjmp`/`siglongjmp` (hooked below) marks the entries then
-/// recorded; such an entry counts only while the stack pointer is below it on its stack and its
-/// signal is still blocked (as the kernel leaves it for the handler's duration, and as
-/// `siglongjmp` to outside the handler undoes), or it was installed with `SA_NODEFER`. For
-/// handlers pinguard did not install (set by the raw system call), the old conservative test
-/// stands: such a handler's signal blocked on this thread counts as "inside".
-pub fn in_handler() -> bool {
-    let sp = stack_pointer();
-    // SAFETY: valid out-pointers; both calls only read this thread's state.
-    let (alt, mask) = unsafe {
-        let mut ss: libc::stack_t = std::mem::zeroed();
-        let alt = if libc::sigaltstack(std::ptr::null(), &mut ss) == 0 && ss.ss_flags & libc::SS_DISABLE == 0 && ss.ss_size > 0 {
-            (ss.ss_sp as usize, ss.ss_sp as usize + ss.ss_size)
-        } else {
-            (0, 0)
-        };
-        let mut mask: libc::sigset_t = std::mem::zeroed();
-        if libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask) != 0 {
-            return true;
-        }
-        (alt, mask)
+    let h = match ONCE.swap(0, Ordering::AcqRel) {
+        0 => APP.load(Ordering::Acquire),
+        h => h,
     };
-    // SAFETY: `mask` is initialised.
-    let blocked = |sig: c_int| unsafe { libc::sigismember(&mask, sig) == 1 };
-    let inside = FRAMES.with(|f| {
-        let d = f.depth.get();
-        d > MAX_FRAMES
-            || (0..d).any(|i| {
-                let e = f.at[i].get();
-                below(&e, sp, alt) && (!e.jumped || e.nodefer || blocked(e.sig))
-            })
-    });
-    inside
-        || (1..=MAX_SIG as c_int).any(|sig| {
-            if !blocked(sig) {
-                return false;
-            }
-            // SAFETY: an all-zero `sigaction` is a valid out-value.
-            let mut k: Action = unsafe { std::mem::zeroed() };
-            kernel(sig, std::ptr::null(), &mut k) == 0 && is_handler(k.sa_sigaction) && k.sa_sigaction != trampoline_addr()
-        })
+    if h != 0 {
+        // SAFETY: `h` is a handler the application installed (filtered by `arm`); installed with
+        // SA_SIGINFO, the kernel passes three arguments, which a one-argument handler ignores.
+        let f: unsafe extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
+        // SAFETY: the arguments are the kernel's, as it would pass them to `f` directly.
+        unsafe { f(sig, info, ctx) };
+    }
+}
+
+// ---- Inside a handler? -----------------------------------------------------------------------
+
+/// Whether this thread is running a signal handler now, asked by `_exit` (once per process):
+/// on the alternate signal stack (where only a handler runs), or a signal frame on the way up
+/// from here. Jumps need no following: a handler left by a `longjmp` is not on the way up any
+/// more. Handlers set by any means count, the raw system call's too. What it cannot see: a
+/// handler above frames the unwinder cannot cross (code without unwind tables between the
+/// handler's entry and the `_exit` call); then `_exit` writes its report as from outside.
+pub fn in_handler() -> bool {
+    // SAFETY: a valid out-pointer; the call only reads this thread's state.
+    let on_alt = unsafe {
+        let mut ss: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut ss) == 0 && ss.ss_flags & libc::SS_ONSTACK != 0
+    };
+    on_alt || signal_frame_above()
+}
+
+extern "C" {
+    // libgcc's unwinder (libgcc_s, which the Rust standard library links).
+    fn _Unwind_Backtrace(trace: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int, arg: *mut c_void) -> c_int;
+    fn _Unwind_GetIPInfo(ctx: *mut c_void, ip_before_insn: *mut c_int) -> usize;
+}
+
+/// Frames looked at, at most: a bound on the time, however deep the recursion.
+const MAX_WALK: usize = 100_000;
+
+/// Walks this thread's stack from here up; true at the first frame that a signal interrupted
+/// (the unwinder reports its instruction pointer as exact, not a return address).
+#[inline(never)]
+fn signal_frame_above() -> bool {
+    struct Walk {
+        frames: usize,
+        found: bool,
+    }
+    unsafe extern "C" fn each(ctx: *mut c_void, arg: *mut c_void) -> c_int {
+        // SAFETY: `arg` is the `Walk` below, alive for the whole walk, used by nothing else.
+        let w = unsafe { &mut *(arg as *mut Walk) };
+        let mut exact: c_int = 0;
+        // SAFETY: `ctx` is the unwinder's context for this frame, valid during the callback.
+        let ip = unsafe { _Unwind_GetIPInfo(ctx, &mut exact) };
+        w.frames += 1;
+        if exact != 0 {
+            w.found = true;
+        }
+        // Any value but _URC_NO_REASON (0) ends the walk.
+        c_int::from(w.found || ip == 0 || w.frames >= MAX_WALK)
+    }
+    let mut w = Walk { frames: 0, found: false };
+    // The unwinder takes the loader's lock: a fork meanwhile waits (see `runtime::gate`).
+    let _open = crate::runtime::gate::enter();
+    // SAFETY: `each` has the callback's type and treats `arg` as the `Walk` passed here.
+    unsafe { _Unwind_Backtrace(each, &mut w as *mut Walk as *mut c_void) };
+    w.found
 }
 
 // ---- The exported entry points ---------------------------------------------------------------
@@ -731,55 +700,4 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
     } else {
         0
     }
-}
-
-// ---- Jumps out of handlers -------------------------------------------------------------------
-
-fn jump_reals() -> [&'static crate::runtime::resolve::Real; 4] {
-    [super::real!("longjmp"), super::real!("_longjmp"), super::real!("siglongjmp"), super::real!("__longjmp_chk")]
-}
-
-/// Marks this thread's recorded handlers: the jump may leave them. Then jumps.
-///
-/// # Safety
-/// `real` names a function of `JumpFn`'s type; `env` and `val` are as that function requires.
-unsafe fn jump(real: &'static crate::runtime::resolve::Real, env: *mut c_void, val: c_int) -> ! {
-    FRAMES.with(|f| {
-        for e in &f.at[..f.depth.get().min(MAX_FRAMES)] {
-            let mut v = e.get();
-            v.jumped = true;
-            e.set(v);
-        }
-    });
-    // SAFETY: the caller guarantees `real` names a function of `JumpFn`'s type.
-    match unsafe { real.get::<JumpFn>() } {
-        // SAFETY: `env` and `val` are as the real function requires (the caller's guarantee).
-        Some(f) => unsafe { f(env, val) },
-        // SAFETY: `abort` has no precondition.
-        None => unsafe { libc::abort() }, // libc without longjmp: nothing sensible is left to do
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn longjmp(env: *mut c_void, val: c_int) -> ! {
-    // SAFETY: `jump_reals()[0]` names `longjmp`, a `JumpFn`; `env`, `val` are the C caller's.
-    unsafe { jump(jump_reals()[0], env, val) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn _longjmp(env: *mut c_void, val: c_int) -> ! {
-    // SAFETY: `jump_reals()[1]` names `_longjmp`, a `JumpFn`; `env`, `val` are the C caller's.
-    unsafe { jump(jump_reals()[1], env, val) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn siglongjmp(env: *mut c_void, val: c_int) -> ! {
-    // SAFETY: `jump_reals()[2]` names `siglongjmp`, a `JumpFn`; `env`, `val` are the C caller's.
-    unsafe { jump(jump_reals()[2], env, val) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __longjmp_chk(env: *mut c_void, val: c_int) -> ! {
-    // SAFETY: `jump_reals()[3]` names `__longjmp_chk`, a `JumpFn`; `env`, `val` are the C caller's.
-    unsafe { jump(jump_reals()[3], env, val) }
 }

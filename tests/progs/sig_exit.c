@@ -14,6 +14,8 @@
  *                    exported __sigaction
  *   bsd-deep-after-jump      the handler _longjmps back to main, which unblocks SIGTERM and calls
  *                    _exit from deeper than the handler ran
+ *   raw-in-handler   _exit from inside a handler (SA_NODEFER) set by the raw system call, behind
+ *                    every libc setter, with libc's own signal return (as libc would set it)
  *
  * Built twice: as GNU C, and with -DSTRICT as strict ISO C with XSI, optimised and fortified,
  * where the headers turn signal() into __sysv_signal and every jump into __longjmp_chk: the
@@ -25,6 +27,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 int cudaHostAlloc(void **, size_t, unsigned);
@@ -69,6 +72,28 @@ __attribute__((noinline)) static int deep(int n) {
     }
     return deep(n - 1) + pad[0];
 }
+
+#ifndef STRICT /* syscall() is a GNU extension */
+/* The kernel's view of a disposition. */
+struct kact {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+};
+
+/* Sets `h` for `sig` by the raw system call, with the restorer (and its flag) libc gives the
+ * handlers it sets, read from a disposition set through libc first. */
+static void install_raw(int sig, void (*h)(int), unsigned long flags) {
+    struct kact k;
+    install(sig, exit_now, 0);
+    if (syscall(SYS_rt_sigaction, sig, NULL, &k, 8) != 0) _exit(5);
+    k.handler = (void *)h;
+    k.flags = (k.flags & 0x04000000UL) | flags; /* SA_RESTORER where libc uses one */
+    k.mask = 0;
+    if (syscall(SYS_rt_sigaction, sig, &k, NULL, 8) != 0) _exit(5);
+}
+#endif
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
@@ -139,6 +164,14 @@ int main(int argc, char **argv) {
         sigprocmask(SIG_UNBLOCK, &term, NULL);
         deep(16);
     }
+#ifndef STRICT
+    if (!strcmp(m, "raw-in-handler")) {
+        /* SA_NODEFER and no mask: nothing is blocked, and no libc setter saw the handler. */
+        install_raw(SIGTERM, exit_now, SA_NODEFER);
+        raise(SIGTERM);
+        return 4;
+    }
+#endif
     if (!strcmp(m, "nested")) {
         install(SIGTERM, jump_inner, 0);
         install(SIGUSR1, on_usr1, 0);
