@@ -111,6 +111,9 @@ pub struct Figures {
     pub modules: Vec<schema::Module>,
     /// Every callsite, active or not.
     pub callsites: Vec<schema::Callsite>,
+    /// The callsites folded so far, and the most the report lists apart (`PINGUARD_MAX_CALLSITES`).
+    pub folded: schema::Folded,
+    pub max_callsites: usize,
     /// (address, record, the record's start in unix ms).
     pub live: Vec<(u64, LiveFigures)>,
     pub events: Vec<schema::Event>,
@@ -130,11 +133,13 @@ pub struct LiveFigures {
 }
 
 /// The report of `f`: callsites that pinned, were refused or were downgraded, largest live
-/// first (then highest peak, then oldest id); live records by address, with their age.
+/// first (then highest peak, then oldest id), those with nothing live beyond `max_callsites`
+/// folded with the rest (`schema::cap_callsites`); live records by address, with their age.
 pub fn shape(reason: Reason, f: Figures) -> Report {
-    let mut callsites: Vec<schema::Callsite> =
+    let callsites: Vec<schema::Callsite> =
         f.callsites.into_iter().filter(|c| c.alloc_count > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).collect();
-    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    let mut callsites_folded = f.folded;
+    let callsites = schema::cap_callsites(callsites, f.max_callsites, &mut callsites_folded);
     let mut live: Vec<schema::Live> = f
         .live
         .into_iter()
@@ -162,6 +167,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         host: f.host,
         modules: f.modules,
         callsites,
+        callsites_folded,
         live,
         events: f.events,
         events_dropped: f.events_dropped,
@@ -190,15 +196,9 @@ fn gather(cfg: &Config) -> Figures {
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
-    let callsites: Vec<schema::Callsite> = callsite::all()
+    let (named, folded) = listed();
+    let callsites: Vec<schema::Callsite> = named
         .into_iter()
-        .filter(|c| {
-            // Named only if the report will show it: symbolizing is the costly part.
-            c.level.alloc_count() > 0
-                || c.denied_count.load(Ordering::Relaxed) > 0
-                || c.downgraded_count.load(Ordering::Relaxed) > 0
-                || c.over_budget_count.load(Ordering::Relaxed) > 0
-        })
         .map(|c| {
             let mut frames = Vec::new();
             let closed = c.closed.lock();
@@ -227,21 +227,7 @@ fn gather(cfg: &Config) -> Figures {
                     })
                 });
             }
-            let bits = c.apis.load(Ordering::Relaxed);
-            schema::Callsite {
-                id: c.id,
-                frames,
-                py_frames,
-                apis: crate::api::Api::ALL.iter().filter(|a| bits & (1u64 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
-                live_bytes: c.level.bytes(),
-                live_count: c.level.count(),
-                peak_live_bytes: c.level.peak(),
-                alloc_count: c.level.alloc_count(),
-                alloc_bytes: c.level.alloc_bytes(),
-                denied_count: c.denied_count.load(Ordering::Relaxed),
-                downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
-                over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
-            }
+            schema::Callsite { frames, py_frames, ..figures(c) }
         })
         .collect();
     // Physical allocations of the virtual-memory APIs are listed under their handles.
@@ -251,7 +237,7 @@ fn gather(cfg: &Config) -> Figures {
         .into_iter()
         .chain(physical)
         .map(|(addr, l)| {
-            let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id, tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
+            let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id(), tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
             (addr as u64, f)
         })
         .collect();
@@ -295,12 +281,69 @@ fn gather(cfg: &Config) -> Figures {
             m
         },
         callsites,
+        folded,
+        max_callsites: callsite::max(),
         live,
         events,
         events_dropped,
         timeline,
         timeline_dropped,
     }
+}
+
+/// A callsite's figures, without its frames.
+fn figures(c: &callsite::Callsite) -> schema::Callsite {
+    let bits = c.apis.load(Ordering::Relaxed);
+    schema::Callsite {
+        id: c.id(),
+        frames: Vec::new(),
+        py_frames: Vec::new(),
+        apis: api_names(bits),
+        live_bytes: c.level.bytes(),
+        live_count: c.level.count(),
+        peak_live_bytes: c.level.peak(),
+        alloc_count: c.level.alloc_count(),
+        alloc_bytes: c.level.alloc_bytes(),
+        denied_count: c.denied_count.load(Ordering::Relaxed),
+        downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
+        over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
+    }
+}
+
+fn api_names(bits: u64) -> Vec<String> {
+    crate::api::Api::ALL.iter().filter(|a| bits & (1u64 << **a as u32) != 0).map(|a| a.name().to_string()).collect()
+}
+
+/// The callsites the report lists (each then named: symbolizing is the costly part): those that
+/// did something, at most `PINGUARD_MAX_CALLSITES` of them with nothing live (`cap_callsites`),
+/// and the aggregate of the rest with the process's folded ones.
+fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
+    let mut folded = callsite::folded().map_or_else(schema::Folded::default, |f| {
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        schema::Folded {
+            count: g(&f.count),
+            alloc_count: g(&f.alloc_count),
+            alloc_bytes: g(&f.alloc_bytes),
+            peak_live_bytes: g(&f.peak_live_bytes),
+            denied_count: g(&f.denied_count),
+            downgraded_count: g(&f.downgraded_count),
+            over_budget_count: g(&f.over_budget_count),
+            apis: api_names(g(&f.apis)),
+        }
+    });
+    let sites: Vec<&'static callsite::Callsite> = callsite::all()
+        .into_iter()
+        .filter(|c| {
+            c.level.alloc_count() > 0
+                || c.denied_count.load(Ordering::Relaxed) > 0
+                || c.downgraded_count.load(Ordering::Relaxed) > 0
+                || c.over_budget_count.load(Ordering::Relaxed) > 0
+        })
+        .collect();
+    let figs: Vec<schema::Callsite> = sites.iter().map(|c| figures(c)).collect();
+    let kept = schema::cap_callsites(figs, callsite::max(), &mut folded);
+    let kept: std::collections::HashSet<u32> = kept.iter().map(|c| c.id).collect();
+    (sites.into_iter().filter(|c| kept.contains(&c.id())).collect(), folded)
 }
 
 /// The host reserve's figures, once one was in force.
@@ -473,6 +516,8 @@ mod tests {
             host: None,
             modules: Vec::new(),
             callsites: Vec::new(),
+            folded: schema::Folded::default(),
+            max_callsites: 1024,
             live: Vec::new(),
             events: Vec::new(),
             events_dropped: 0,

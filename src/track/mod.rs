@@ -276,8 +276,8 @@ impl Hook {
             n += 1 + py;
         }
         let cs = callsite::intern(&frames[..n]);
-        if !python && n > 0 {
-            stack::tag(self.from, callsite::tag(cs));
+        if let Some(tag) = callsite::tag(cs).filter(|_| !python && n > 0) {
+            stack::tag(self.from, tag);
         }
         cs
     }
