@@ -514,7 +514,7 @@ fn fold() {
         idle.select_nth_unstable_by_key(n - 1, |&(r, p, a, id, _)| (r, p, a, id));
         let now = crate::runtime::clock::coarse_unix_ms();
         for &(.., cs) in &idle[..n] {
-            if take_out(cs) {
+            if take_out(cs, true) {
                 // Counted when it did something: one that never did is in no report's list either.
                 if cs.activity() != 0 {
                     folded_record().count.fetch_add(1, Ordering::Relaxed);
@@ -528,11 +528,11 @@ fn fold() {
     NEXT_FOLD.store(TABLE_LEN.load(Ordering::Relaxed) + (max / 8).max(1), Ordering::Relaxed);
 }
 
-/// Takes `cs` out of the table, unless it left already or holds a live allocation now.
-fn take_out(cs: &'static Callsite) -> bool {
+/// Takes `cs` out of the table, unless it left already or (with `idle`) holds a live allocation now.
+fn take_out(cs: &'static Callsite, idle: bool) -> bool {
     let mut guard = shard_of(cs.frames()).lock();
     let Some(map) = guard.as_mut() else { return false };
-    if !map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs)) || cs.level.count() != 0 {
+    if !map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs)) || (idle && cs.level.count() != 0) {
         return false;
     }
     map.remove(cs.frames());
@@ -616,7 +616,7 @@ static RETIRED: Mutex<Vec<&'static Callsite>> = Mutex::new(Vec::new());
 /// Takes callsites out of the table, with the names of their frames in a closed object.
 pub fn retire(sites: Vec<(&'static Callsite, Closed)>) {
     for (cs, closed) in sites {
-        let kept = if take_out(cs) {
+        let kept = if take_out(cs, false) {
             RETIRED.lock().push(cs);
             true
         } else {

@@ -543,6 +543,26 @@ mod tests {
     }
 
     #[test]
+    fn beyond_the_most_listed_idle_callsites_are_folded_live_ones_never() {
+        let mut f = figures();
+        f.max_callsites = 2;
+        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, ..Default::default() };
+        f.callsites = vec![
+            site(1, 0, 4096, 1, 0),
+            site(2, 4096, 4096, 1, 0), // live: kept whatever the cap
+            site(3, 0, 16384, 1, 0),
+            site(4, 0, 8192, 1, 0),
+            site(5, 8192, 8192, 1, 0), // live
+            site(6, 0, 0, 0, 2),       // only refused: the lowest, folded
+        ];
+        let r = shape(Reason::Exit, f);
+        let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec![5, 2, 3, 4]);
+        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], ..Default::default() };
+        assert_eq!(r.callsites_folded, want);
+    }
+
+    #[test]
     fn the_exit_line_counts_in_words() {
         let mut t = schema::Totals { live_bytes: 4096, live_count: 1, peak_live_bytes: 8192, ..Default::default() };
         let line = exit_line(7, &t, "budget 16.0 KiB", false, None, "report: r.json");
