@@ -114,3 +114,28 @@ fn distinct_stacks_with_nothing_live_are_folded_and_everything_stays_bounded() {
         assert!(text.contains(&format!("{} callsites folded", folded_count)) || d == &kept && text.contains("callsites folded"), "{}:\n{text}", d.display());
     }
 }
+
+#[test]
+fn the_cap_is_a_variable_and_a_folded_stack_that_comes_back_counts_anew() {
+    // 2,000 stacks twice over, at most 64 kept apart: the second pass finds most stacks folded
+    // and interns them again (in reused slots); every call is still counted once.
+    let (n, keep, max) = (2_000u64, 3u64, 64u64);
+    let dir = fresh_dir("many_stacks_cap");
+    let mut cmd = command_in(&build(), &dir, true);
+    cmd.args([n.to_string(), keep.to_string(), "2".into()]).env("PINGUARD_HOOKS", "mlock").env("PINGUARD_MAX_CALLSITES", max.to_string());
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(b"\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reports = with_ext(&dir, "json");
+    let r = read_json(&reports[0]);
+    let (sites, folded) = (r["callsites"].as_array().unwrap(), &r["callsites_folded"]);
+    assert!(sites.len() as u64 <= max + keep, "{} listed", sites.len());
+    assert_eq!(sites.iter().filter(|s| s["live_count"] == 1).count() as u64, keep);
+    let listed: u64 = sites.iter().map(|s| s["alloc_count"].as_u64().unwrap()).sum();
+    assert_eq!(r["totals"]["alloc_count"].as_u64(), Some(2 * n + keep));
+    assert_eq!(listed + folded["alloc_count"].as_u64().unwrap(), 2 * n + keep, "{folded}");
+    // More folded than there are stacks: the ones that came back were folded again.
+    assert!(folded["count"].as_u64().unwrap() + sites.len() as u64 > n + keep, "{folded}");
+    assert!(folded["apis"].as_array().unwrap().iter().any(|a| a == "mlock"), "{folded}");
+}

@@ -1,6 +1,7 @@
 /* Many distinct native stacks, nothing of theirs live at the end.
  *
- *   many_stacks N KEEP   for i < N: a recursion 16 levels deep that takes left() or right() at
+ *   many_stacks N KEEP [PASSES]
+ *                        PASSES times (default 1), for i < N: a recursion 16 levels deep that takes left() or right() at
  *                        each level by a bit of i (so up to 65,536 distinct stacks), then locks
  *                        and unlocks one page; then KEEP pages locked from KEEP distinct
  *                        callsites (keep0..keep3), held to the end. Prints "ready" and waits for
@@ -55,11 +56,13 @@ __attribute__((noinline)) static int keep3(char *p) { int r = mlock(p, 4096); __
 int main(int argc, char **argv) {
     unsigned n = argc > 1 ? (unsigned)strtoul(argv[1], 0, 0) : 65536;
     int keep = argc > 2 ? atoi(argv[2]) : 3;
+    int passes = argc > 3 ? atoi(argv[3]) : 1;
     page = mmap(0, 4096 * 5, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED)
         return 2;
-    for (unsigned i = 0; i < n; i++)
-        left(0, i);
+    for (int p = 0; p < passes; p++)
+        for (unsigned i = 0; i < n; i++)
+            left(0, i);
     int (*keeps[4])(char *) = {keep0, keep1, keep2, keep3};
     for (int k = 0; k < keep && k < 4; k++) {
         kept[k] = page + 4096 * (k + 1);
