@@ -234,7 +234,9 @@ impl Hook {
         rc
     }
 
-    #[inline]
+    // Always inlined: at depth 0 the call is the whole cost of this function, and the memo's
+    // check (`from_tag`) grew by a generation compare that tipped the inliner the other way.
+    #[inline(always)]
     pub(crate) fn site(&self) -> &'static Callsite {
         let python = self.cfg.py_depth != 0 && crate::capture::python::known(self.t);
         if self.cfg.depth == 0 && !python {
