@@ -704,3 +704,35 @@ pub unsafe fn unlock_all(clear: bool) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_callsites_beyond_the_most_are_folded_live_ones_kept_and_old_tags_refused() {
+        set_max(8);
+        let key = |i: usize| [0x1000 + i, 0x7a5e_0000, 0x7a5e_0008];
+        let live = intern(&key(1000));
+        live.level.grow(0, 4096);
+        let first = intern(&key(0));
+        first.level.alloc(0, 4096);
+        let old = tag(first).expect("a tag for a callsite in the table");
+        for i in 1..200 {
+            intern(&key(i)).level.alloc(0, 4096);
+        }
+        // SAFETY: `old` comes from `tag`.
+        assert!(unsafe { from_tag(old) }.is_none(), "a folded callsite's tag names nothing");
+        assert!(std::ptr::eq(intern(&key(1000)), live), "a callsite with a live allocation stays");
+        let f = folded().expect("an aggregate");
+        let listed: u64 = all().iter().filter(|c| c.frames().get(1) == Some(&0x7a5e_0000)).map(|c| c.level.alloc_count()).sum();
+        assert_eq!(listed + f.alloc_count.load(Ordering::Relaxed), 200, "every call counted once");
+        assert!(f.count.load(Ordering::Relaxed) >= 180, "{}", f.count.load(Ordering::Relaxed));
+        assert!(TABLE_LEN.load(Ordering::Relaxed) <= 12, "{}", TABLE_LEN.load(Ordering::Relaxed));
+        // A folded stack that comes back is interned anew, with nothing of its old figures.
+        let again = intern(&key(0));
+        assert_eq!((again.frames(), again.level.alloc_count()), (&key(0)[..], 0));
+        live.level.release(0, 4096);
+        set_max(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
+    }
+}
