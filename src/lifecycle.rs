@@ -168,6 +168,7 @@ fn init() -> bool {
     budget::host::init(cfg.host_reserve, &mut cfg.errors);
     budget::set_limit(cfg.budget);
     crate::accounting::level::ceiling(budget::reserved);
+    crate::accounting::callsite::set_max(cfg.max_callsites);
     crate::output::files::init_template(cfg.report.as_deref());
     crate::runtime::objects::own_range();
     let _ = CONFIG.set(cfg);

@@ -237,6 +237,9 @@ pub struct Merged {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostLine>,
     pub callsites: Vec<Site>,
+    /// The callsites the processes folded (`PINGUARD_MAX_CALLSITES`), summed.
+    #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
+    pub callsites_folded: pinguard_report::Folded,
     pub per_process: Vec<ProcessLine>,
     #[serde(skip)]
     index: HashMap<SiteKey, usize>,
@@ -269,6 +272,7 @@ impl Merged {
         self.reports += 1;
         let proc_no = self.process_no(&r.process.hostname, r.process.pid, r.process.start_unix_ms);
         self.totals.add(&r.totals);
+        self.callsites_folded.add(&r.callsites_folded);
         let host = r.host.as_ref().map(|h| HostLine { reserve_bytes: h.reserve_bytes, lowest_available_bytes: h.lowest_available_bytes });
         self.host = HostLine::fold(self.host, host);
         self.per_process.push(ProcessLine {

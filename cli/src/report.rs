@@ -28,6 +28,9 @@ pub fn render(m: &Merged, top: usize) -> String {
     if m.callsites.len() > top {
         s.push_str(&format!("... {} (--top)\n", count((m.callsites.len() - top) as u64, "more callsite", "more callsites")));
     }
+    if let Some(line) = folded_line(&m.callsites_folded) {
+        s.push_str(&line);
+    }
     for c in m.callsites.iter().filter(|c| c.live_bytes > 0).take(top) {
         s.push_str(&format!(
             "\n{} ({}) in {} from {}, through {}:\n",
@@ -68,6 +71,27 @@ pub fn render(m: &Merged, top: usize) -> String {
     s
 }
 
+/// The callsites folded into one aggregate, when there are any: `N callsites folded: X peak, ...`.
+pub fn folded_line(f: &pinguard_report::Folded) -> Option<String> {
+    if f.is_empty() {
+        return None;
+    }
+    let mut line = format!(
+        "{} folded (nothing live; PINGUARD_MAX_CALLSITES): {} peak at most, {} of {}",
+        count(f.count, "callsite", "callsites"),
+        format_bytes(f.peak_live_bytes),
+        count(f.alloc_count, "allocation", "allocations"),
+        format_bytes(f.alloc_bytes),
+    );
+    for (n, what) in [(f.denied_count, "denied"), (f.downgraded_count, "downgraded"), (f.over_budget_count, "over budget")] {
+        if n > 0 {
+            line.push_str(&format!(", {n} {what}"));
+        }
+    }
+    line.push('\n');
+    Some(line)
+}
+
 pub fn json(m: &Merged, top: usize) -> String {
     #[derive(serde::Serialize)]
     struct Out<'a> {
@@ -77,9 +101,19 @@ pub fn json(m: &Merged, top: usize) -> String {
         #[serde(skip_serializing_if = "Option::is_none")]
         host: Option<crate::merge::HostLine>,
         callsites: Vec<&'a crate::merge::Site>,
+        #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
+        callsites_folded: &'a pinguard_report::Folded,
         per_process: &'a [crate::merge::ProcessLine],
     }
-    let o = Out { reports: m.reports, processes: m.processes, totals: &m.totals, host: m.host, callsites: m.callsites.iter().take(top).collect(), per_process: &m.per_process };
+    let o = Out {
+        reports: m.reports,
+        processes: m.processes,
+        totals: &m.totals,
+        host: m.host,
+        callsites: m.callsites.iter().take(top).collect(),
+        callsites_folded: &m.callsites_folded,
+        per_process: &m.per_process,
+    };
     let mut s = serde_json::to_string_pretty(&o).unwrap_or_default();
     s.push('\n');
     s

@@ -322,6 +322,78 @@ pub struct Callsite {
     pub over_budget_count: u64,
 }
 
+/// Callsites folded into one aggregate: how many, and their figures summed (none has anything
+/// live; its peak is the highest of theirs).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Folded {
+    pub count: u64,
+    pub alloc_count: u64,
+    pub alloc_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub denied_count: u64,
+    pub downgraded_count: u64,
+    pub over_budget_count: u64,
+    /// The entry points any of them called.
+    #[serde(default)]
+    pub apis: Vec<String>,
+}
+
+impl Folded {
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Takes in a callsite's figures (one folded when a report's list is capped).
+    pub fn add_site(&mut self, c: &Callsite) {
+        self.add(&Folded {
+            count: 1,
+            alloc_count: c.alloc_count,
+            alloc_bytes: c.alloc_bytes,
+            peak_live_bytes: c.peak_live_bytes,
+            denied_count: c.denied_count,
+            downgraded_count: c.downgraded_count,
+            over_budget_count: c.over_budget_count,
+            apis: c.apis.clone(),
+        });
+    }
+
+    /// Takes in another aggregate (of this process, or of another when reports are merged).
+    pub fn add(&mut self, o: &Folded) {
+        self.count += o.count;
+        self.alloc_count += o.alloc_count;
+        self.alloc_bytes += o.alloc_bytes;
+        self.peak_live_bytes = self.peak_live_bytes.max(o.peak_live_bytes);
+        self.denied_count += o.denied_count;
+        self.downgraded_count += o.downgraded_count;
+        self.over_budget_count += o.over_budget_count;
+        for a in &o.apis {
+            if !self.apis.contains(a) {
+                self.apis.push(a.clone());
+            }
+        }
+    }
+}
+
+/// Callsites as a report lists them: the ones with live allocations all, and of the others the
+/// `max` first in this order (largest live, then highest peak, then oldest id); the rest are
+/// added to `folded`. Returns the list in that order.
+pub fn cap_callsites(mut sites: Vec<Callsite>, max: usize, folded: &mut Folded) -> Vec<Callsite> {
+    sites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    let mut idle = 0;
+    sites.retain(|c| {
+        if c.live_count > 0 || c.live_bytes > 0 {
+            return true;
+        }
+        idle += 1;
+        if idle <= max {
+            return true;
+        }
+        folded.add_site(c);
+        false
+    });
+    sites
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Live {
     pub addr: Addr,
@@ -395,6 +467,11 @@ pub struct Report {
     pub host: Option<Host>,
     pub modules: Vec<Module>,
     pub callsites: Vec<Callsite>,
+    /// Callsites with nothing live not listed in `callsites`, summed: folded by the process once
+    /// it had more than `PINGUARD_MAX_CALLSITES`, or left out of the list beyond that many.
+    /// Absent when there are none (and from reports written before it was added).
+    #[serde(default, skip_serializing_if = "Folded::is_empty")]
+    pub callsites_folded: Folded,
     pub live: Vec<Live>,
     pub events: Vec<Event>,
     #[serde(default)]

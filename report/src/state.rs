@@ -35,8 +35,9 @@ pub mod header {
     pub const VERSION: usize = 8;
     pub const API_COUNT: usize = 12;
     pub const ENDIAN: usize = 16;
-    /// Unused (0).
-    pub const RESERVED: usize = 24;
+    /// The folded callsites' aggregate (`super::folded`): 0 until a callsite is folded (and in
+    /// files written before there was one: the word was unused).
+    pub const FOLDED: usize = 24;
     pub const PID: usize = 32;
     pub const START_TICKS: usize = 40;
     pub const START_UNIX_MS: usize = 48;
@@ -114,6 +115,21 @@ pub mod site {
     pub const OVER_BUDGET: usize = 72;
     pub const LEVEL: usize = 128;
     pub const PY_SEP: char = '\u{1f}';
+}
+
+/// The folded callsites' aggregate (`callsite::Folded`): callsites with nothing live, folded
+/// once there were more than `PINGUARD_MAX_CALLSITES`; 8-byte counters.
+pub mod folded {
+    pub const COUNT: usize = 0;
+    pub const ALLOC_COUNT: usize = 8;
+    pub const ALLOC_BYTES: usize = 16;
+    pub const DENIED: usize = 24;
+    pub const DOWNGRADED: usize = 32;
+    pub const OVER_BUDGET: usize = 40;
+    pub const PEAK: usize = 48;
+    /// A bit per entry point, as a callsite's `APIS`.
+    pub const APIS: usize = 56;
+    pub const SIZE: usize = 64;
 }
 
 /// A slot of a live-allocation table: the address (0: empty), then the record (`ledger::Live`).
@@ -401,6 +417,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         });
     }
     callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    let callsites_folded = folded(&img, h.u64_at(header::FOLDED).unwrap_or(0), &info.apis);
 
     // The live allocations. A slot moved while the process died can appear twice: by address, once.
     let mut live = BTreeMap::new();
@@ -444,12 +461,30 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         host: None,
         modules: names.used.into_values().collect(),
         callsites,
+        callsites_folded,
         live: live.into_values().collect(),
         events: Vec::new(),
         events_dropped: 0,
         timeline: Vec::new(),
         timeline_dropped: 0,
     })
+}
+
+/// The folded callsites' aggregate at `at` (0: none).
+fn folded(img: &Image, at: u64, apis: &[String]) -> crate::Folded {
+    let Some(off) = (at != 0).then(|| img.at(at, folded::SIZE)).flatten() else { return crate::Folded::default() };
+    let f = |o: usize| img.u64_at(off + o).unwrap_or(0);
+    let bits = f(folded::APIS);
+    crate::Folded {
+        count: f(folded::COUNT),
+        alloc_count: f(folded::ALLOC_COUNT),
+        alloc_bytes: f(folded::ALLOC_BYTES),
+        peak_live_bytes: f(folded::PEAK),
+        denied_count: f(folded::DENIED),
+        downgraded_count: f(folded::DOWNGRADED),
+        over_budget_count: f(folded::OVER_BUDGET),
+        apis: apis.iter().enumerate().filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0).map(|(_, n)| n.clone()).collect(),
+    }
 }
 
 /// The process address of the object at file offset `off`.

@@ -92,6 +92,20 @@ pub const PY_DEPTH: Var = Var {
     fallback: "using 32",
 };
 
+/// The callsites an unset `PINGUARD_MAX_CALLSITES` stands for.
+pub const DEFAULT_MAX_CALLSITES: usize = 1024;
+/// The most `PINGUARD_MAX_CALLSITES` takes.
+pub const MAX_MAX_CALLSITES: usize = 1 << 20;
+
+pub const MAX_CALLSITES: Var = Var {
+    name: "PINGUARD_MAX_CALLSITES",
+    meaning: "callsites kept apart and listed in a report, 1 to 1048576: beyond it, callsites with nothing live are folded into one aggregate (`callsites_folded`: how many, their calls and bytes, the highest peak), so that memory, the state file and the report stay bounded however many distinct stacks pin; a callsite with live allocations is always kept",
+    default: Some("1024"),
+    unset: "1024",
+    forms: "a whole number from 1 to 1048576",
+    fallback: "using 1024",
+};
+
 pub const INTERVAL: Var = Var {
     name: "PINGUARD_INTERVAL",
     meaning: "also rewrite the report periodically (reason `interval`) from a background thread: `500ms`, `30s`, `5m`, `1h`. A process killed with SIGKILL leaves its last complete snapshot",
@@ -166,7 +180,7 @@ pub const METRICS: Var = Var {
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {
@@ -214,5 +228,7 @@ mod tests {
         assert!(REPORT.unset.contains(&format!("`{DEFAULT_TEMPLATE}`")));
         assert!(REPORT.fallback.ends_with(DEFAULT_TEMPLATE));
         assert!(DEPTH.meaning.contains(&format!("0 to {MAX_DEPTH}")) && DEPTH.forms.ends_with(&MAX_DEPTH.to_string()));
+        assert_eq!(MAX_CALLSITES.default, Some(DEFAULT_MAX_CALLSITES.to_string().as_str()));
+        assert!(MAX_CALLSITES.fallback.ends_with(&DEFAULT_MAX_CALLSITES.to_string()) && MAX_CALLSITES.forms.ends_with(&MAX_MAX_CALLSITES.to_string()));
     }
 }

@@ -19,6 +19,8 @@ pub struct ReportView<'a> {
     pub host: Option<crate::Host>,
     #[serde(borrow)]
     pub callsites: Vec<CallsiteView<'a>>,
+    #[serde(default)]
+    pub callsites_folded: crate::Folded,
 }
 
 #[derive(Deserialize)]

@@ -1,7 +1,15 @@
 //! Callsites: distinct stacks, deduplicated, each with its own counters.
 //!
-//! A callsite is allocated once and never freed, so live records and events hold a plain
-//! `&'static Callsite` and update its counters without taking any lock.
+//! A callsite's memory is never freed, so live records and calls in flight hold a plain
+//! `&'static Callsite` and update its counters without taking any lock. The table is bounded
+//! (`set_max`, `PINGUARD_MAX_CALLSITES`): beyond that many callsites, those with nothing live are
+//! folded (`fold`) into one aggregate (`Folded`, in the state file too) and their slots, frames
+//! and state-file records are reused for new stacks after a grace period (`reuse`). A callsite
+//! with a live allocation is never folded; a folded stack that comes back is interned anew.
+//!
+//! A slot's `gen` tells its holders what it is: even while it is in the table, odd once it is
+//! folded (or retired by `retire`). Caches outside the table (the thread's last callsites, the
+//! walk memos' tags) check it, so a reused slot is never taken for the stack it held before.
 
 use crate::api::Api;
 use crate::runtime::lock::{self, Mutex};
@@ -9,7 +17,7 @@ use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use crate::accounting::level::Level;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 /// Callsites live in the state file (`arena`), in the layout its readers know
 /// (`pinguard_report::state::site`, checked below), with their frames and their Python frames as
@@ -18,13 +26,15 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, O
 pub struct Callsite {
     /// The next older callsite in the state file's list.
     state_next: AtomicU64,
-    pub id: u32,
-    /// The key (`frames()`), in the arena.
+    /// A new id each time the slot is given to a stack (`id()`).
+    id: AtomicU32,
+    /// The key (`frames()`): this slot's own buffer of `frames_cap` words, in the arena, for
+    /// every stack the slot holds (so a stale holder never reads outside it).
     frames_at: *const usize,
-    frames_len: usize,
-    /// The Python frames as text, for readers of the state file only.
-    py_at: *const u8,
-    py_len: usize,
+    frames_len: AtomicUsize,
+    /// The Python frames as text, for readers of the state file only (`py_cap` bytes there).
+    py_at: AtomicPtr<u8>,
+    py_len: AtomicUsize,
     pub denied_count: AtomicU64,
     pub downgraded_count: AtomicU64,
     /// Bit per `Api` this callsite called.
@@ -35,13 +45,20 @@ pub struct Callsite {
     pub level: Level<4>,
     /// Set once the `warn` policy has logged this callsite.
     pub warned: AtomicBool,
-    /// Set when an object its frames lie in was closed (`unload`).
-    pub retired: AtomicBool,
+    /// Even while the slot is in the table; odd once it is out (folded, or retired because an
+    /// object its frames lie in was closed: `unload`).
+    gen: AtomicU32,
     /// Whether `PINGUARD_DOWNGRADE_MATCH` takes it in: 0 not asked yet, 1 yes, 2 no (the patterns
     /// are the process's for its whole life, and so are the callsite's frames).
     pub scope: AtomicU8,
     /// The names those frames had while the object was loaded.
     pub closed: Mutex<Vec<Closed>>,
+    /// Words at `frames_at`: a power of two, fixed for the slot's life.
+    frames_cap: usize,
+    /// Bytes at `py_at`.
+    py_cap: AtomicUsize,
+    /// `activity()` when `fold` last looked: a callsite that moved since is recently used.
+    seen: AtomicU64,
 }
 
 const _: () = {
@@ -72,15 +89,30 @@ pub struct Closed {
 pub const PYTHON: usize = usize::MAX;
 
 impl Callsite {
+    /// The callsite's number in reports and events (a reused slot gets a new one).
+    #[inline]
+    pub fn id(&self) -> u32 {
+        self.id.load(Ordering::Relaxed)
+    }
+
+    /// Calls counted here so far: changes whenever the callsite is used.
+    fn activity(&self) -> u64 {
+        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        self.level.alloc_count().wrapping_add(c(&self.denied_count)).wrapping_add(c(&self.downgraded_count)).wrapping_add(c(&self.over_budget_count))
+    }
+
     /// The key: return addresses, innermost first (the first is in the code that called the
     /// hooked API), then `PYTHON` and the Python frame ids when there are any.
     #[inline]
     pub fn frames(&self) -> &'static [usize] {
-        if self.frames_len == 0 {
+        let len = self.frames_len.load(Ordering::Relaxed).min(self.frames_cap);
+        if len == 0 {
             return &[];
         }
-        // SAFETY: `frames_at` and `frames_len` come from one `arena::leak_slice`, never freed.
-        unsafe { std::slice::from_raw_parts(self.frames_at, self.frames_len) }
+        // SAFETY: `frames_at` is this slot's buffer of `frames_cap` words (`slot`), never freed
+        // nor moved, and `len` is clamped to it. A slot is rewritten only while it is out of the
+        // table: a holder that may see it rewritten checks `gen` around its read (`live_match`).
+        unsafe { std::slice::from_raw_parts(self.frames_at, len) }
     }
 
     /// The native return addresses, innermost first.
@@ -107,20 +139,28 @@ impl Callsite {
     }
 }
 
+/// A tag holds the slot's address in its low 48 bits (Linux gives no user address above them
+/// without a hint, which pinguard never gives) and the low 16 bits of its `gen` above.
+const TAG_SHIFT: u32 = 48;
+
 /// A callsite as a plain word, for a cache outside this stage to hold (`stack::tag`): never 0.
-pub fn tag(cs: &'static Callsite) -> usize {
-    cs as *const Callsite as usize
+/// `None` for a slot no tag can name (out of the table already, or an address above 48 bits).
+pub fn tag(cs: &'static Callsite) -> Option<usize> {
+    let (at, gen) = (cs as *const Callsite as usize, cs.gen.load(Ordering::Acquire));
+    (at >> TAG_SHIFT == 0 && gen & 1 == 0).then(|| at | ((gen as usize & 0xffff) << TAG_SHIFT))
 }
 
-/// The callsite a `tag` names, unless it has been retired since (its object was closed).
+/// The callsite a `tag` names, unless its slot has left the table since (folded, or retired
+/// when its object was closed), and so may hold another stack.
 ///
 /// # Safety
-/// `tag` must come from `tag` (callsites are leaked, never freed).
+/// `tag` must come from `tag` (callsite slots are never freed).
 #[inline]
 pub unsafe fn from_tag(tag: usize) -> Option<&'static Callsite> {
-    // SAFETY: the caller's contract: `tag` is the address of a leaked callsite.
-    let cs = unsafe { &*(tag as *const Callsite) };
-    (!cs.retired.load(Ordering::Relaxed)).then_some(cs)
+    // SAFETY: the caller's contract: the low bits are the address of a callsite slot, and slots
+    // stay mapped for the process's life (`slot`).
+    let cs = unsafe { &*((tag & ((1 << TAG_SHIFT) - 1)) as *const Callsite) };
+    (cs.gen.load(Ordering::Relaxed) as usize & 0xffff == tag >> TAG_SHIFT).then_some(cs)
 }
 
 const SHARDS: usize = 16;
@@ -184,13 +224,19 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
     cs
 }
 
-/// The callsite at `p` (0: none) if it has exactly these frames and is still in the table.
+/// The callsite at `p` (0: none) if it has exactly these frames and is still in the table: its
+/// `gen` even and the same before and after the frames are read, as a sequence lock's reader.
 #[inline]
 fn live_match(p: usize, frames: &[usize]) -> Option<&'static Callsite> {
-    // SAFETY: `p` is 0 or the address of a callsite from `intern_slow`, which leaks every callsite
-    // and never frees one (retired ones included).
+    // SAFETY: `p` is 0 or the address of a callsite slot from `intern_slow`; slots are never
+    // freed (folded and retired ones included).
     let cs = unsafe { (p as *const Callsite).as_ref()? };
-    (cs.frames() == frames && !cs.retired.load(Ordering::Relaxed)).then_some(cs)
+    let gen = cs.gen.load(Ordering::Acquire);
+    if gen & 1 != 0 || cs.frames() != frames {
+        return None;
+    }
+    fence(Ordering::Acquire);
+    (cs.gen.load(Ordering::Relaxed) == gen).then_some(cs)
 }
 
 fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
@@ -201,38 +247,315 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
     // Made outside the table's lock: its Python frames' text takes the Python table's lock, and
     // the module list walks the loaded objects.
     let py = py_text(frames);
-    let py = crate::accounting::arena::leak_slice(py.as_bytes());
-    let key = crate::accounting::arena::leak_slice(frames);
+    let cs = slot(frames, py.as_bytes());
     let mut guard = shard.lock();
     let map = guard.get_or_insert_with(FxHashMap::default);
-    if let Some(cs) = map.get(frames) {
-        return cs; // another thread made it meanwhile; the copies above stay unused
+    if let Some(&found) = map.get(frames) {
+        drop(guard);
+        LIMBO.lock().push_front((cs, 0, 0)); // another thread made it meanwhile; nobody saw `cs`
+        return found;
     }
+    if map.try_reserve(1).is_err() {
+        // Short of memory, the table is not grown: the slot serves this call alone, out of the
+        // table (`gen` odd), where `all` still finds what it counts and `reuse` keeps it apart
+        // while it holds live memory.
+        drop(guard);
+        LIMBO.lock().push_front((cs, 0, 0));
+        return cs;
+    }
+    cs.gen.fetch_add(1, Ordering::Release); // even: in the table, found by its frames
+    map.insert(cs.frames(), cs);
+    drop(guard);
+    let n = TABLE_LEN.fetch_add(1, Ordering::Relaxed) + 1;
+    note_modules(cs.native());
+    if n > NEXT_FOLD.load(Ordering::Relaxed) {
+        fold();
+    }
+    cs
+}
+
+/// Callsites in the table (all shards).
+static TABLE_LEN: AtomicUsize = AtomicUsize::new(0);
+/// The most callsites kept apart (`PINGUARD_MAX_CALLSITES`), set at start-up.
+static MAX: AtomicUsize = AtomicUsize::new(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
+/// The table size at which `fold` next looks (`MAX` at first).
+static NEXT_FOLD: AtomicUsize = AtomicUsize::new(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
+
+/// Sets the most callsites kept apart; those with nothing live beyond it are folded.
+pub fn set_max(max: usize) {
+    let max = max.max(1);
+    MAX.store(max, Ordering::Relaxed);
+    NEXT_FOLD.store(max, Ordering::Relaxed);
+}
+
+pub fn max() -> usize {
+    MAX.load(Ordering::Relaxed)
+}
+
+/// A slot for a new stack, its frames and Python text written, out of the table (`gen` odd): a
+/// folded one whose grace has passed, else a new one (on the state file's list from the start).
+fn slot(frames: &[usize], py: &[u8]) -> &'static Callsite {
+    let cs = reuse(frames.len()).unwrap_or_else(|| fresh(frames.len()));
+    // SAFETY: the slot is out of the table and out of `LIMBO`, so this thread is its only writer;
+    // `frames.len()` fits its buffer (`reuse` and `fresh` make sure). A stale holder reading the
+    // frames meanwhile sees `gen` odd, or changed, and does not take it (`live_match`).
+    unsafe { std::ptr::copy_nonoverlapping(frames.as_ptr(), cs.frames_at as *mut usize, frames.len()) };
+    cs.frames_len.store(frames.len(), Ordering::Relaxed);
+    cs.py_len.store(0, Ordering::Relaxed);
+    if py.len() > cs.py_cap.load(Ordering::Relaxed) {
+        let cap = py.len().next_power_of_two();
+        cs.py_at.store(buffer::<u8>(cap), Ordering::Relaxed);
+        cs.py_cap.store(cap, Ordering::Relaxed);
+    }
+    if !py.is_empty() {
+        // SAFETY: `py_at` holds `py_cap` >= `py.len()` bytes of this slot's, written by no one else
+        // (as the frames above); the state file's readers check `py_len`, set after.
+        unsafe { std::ptr::copy_nonoverlapping(py.as_ptr(), cs.py_at.load(Ordering::Relaxed), py.len()) };
+    }
+    cs.py_len.store(py.len(), Ordering::Release);
+    cs.warned.store(false, Ordering::Relaxed);
+    cs.scope.store(0, Ordering::Relaxed);
+    cs.apis.store(0, Ordering::Relaxed);
+    cs.seen.store(UNSEEN, Ordering::Relaxed);
+    cs.closed.lock().clear();
+    cs.id.store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    cs
+}
+
+/// `n` zeroed values in the arena, or on pinguard's heap when the arena cannot take them; never freed.
+fn buffer<T: Copy + Default>(n: usize) -> *mut T {
+    match crate::accounting::arena::alloc(n * std::mem::size_of::<T>(), std::mem::align_of::<T>()) {
+        Some(p) => p as *mut T,
+        None => Box::leak(vec![T::default(); n].into_boxed_slice()).as_mut_ptr(),
+    }
+}
+
+/// A new slot with room for `len` frames (rounded up to a power of two, so that it can hold
+/// other stacks of about its depth later), on the state file's list.
+fn fresh(len: usize) -> &'static Callsite {
+    let cap = len.next_power_of_two().max(4);
     let cs: &'static Callsite = crate::accounting::arena::leak(Callsite {
         state_next: AtomicU64::new(0),
-        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        id: AtomicU32::new(0),
         apis: AtomicU64::new(0),
-        frames_at: key.as_ptr(),
-        frames_len: key.len(),
-        py_at: py.as_ptr(),
-        py_len: py.len(),
+        frames_at: buffer::<usize>(cap),
+        frames_len: AtomicUsize::new(0),
+        py_at: AtomicPtr::new(std::ptr::null_mut()),
+        py_len: AtomicUsize::new(0),
         denied_count: AtomicU64::new(0),
         downgraded_count: AtomicU64::new(0),
         over_budget_count: AtomicU64::new(0),
         level: Level::NEW,
         warned: AtomicBool::new(false),
-        retired: AtomicBool::new(false),
+        gen: AtomicU32::new(1),
         scope: AtomicU8::new(0),
         closed: Mutex::new(Vec::new()),
+        frames_cap: cap,
+        py_cap: AtomicUsize::new(0),
+        seen: AtomicU64::new(UNSEEN),
     });
-    // Short of memory, the table is not grown: the callsite serves this call alone.
-    if map.try_reserve(1).is_ok() {
-        map.insert(cs.frames(), cs);
-    }
-    drop(guard);
-    note_modules(cs.native());
     crate::accounting::arena::push(pinguard_report::state::header::CALLSITES, cs as *const Callsite as *const u8);
     cs
+}
+
+/// The folded callsites' figures, summed: in the arena, named by the state file's header
+/// (`pinguard_report::state::folded`, checked below).
+#[repr(C)]
+pub struct Folded {
+    pub count: AtomicU64,
+    pub alloc_count: AtomicU64,
+    pub alloc_bytes: AtomicU64,
+    pub denied_count: AtomicU64,
+    pub downgraded_count: AtomicU64,
+    pub over_budget_count: AtomicU64,
+    /// The highest peak of any folded callsite.
+    pub peak_live_bytes: AtomicU64,
+    /// A bit per `Api` any of them called.
+    pub apis: AtomicU64,
+}
+
+const _: () = {
+    use pinguard_report::state::folded as f;
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(Folded, count) == f::COUNT && offset_of!(Folded, alloc_count) == f::ALLOC_COUNT);
+    assert!(offset_of!(Folded, alloc_bytes) == f::ALLOC_BYTES && offset_of!(Folded, denied_count) == f::DENIED);
+    assert!(offset_of!(Folded, downgraded_count) == f::DOWNGRADED && offset_of!(Folded, over_budget_count) == f::OVER_BUDGET);
+    assert!(offset_of!(Folded, peak_live_bytes) == f::PEAK && offset_of!(Folded, apis) == f::APIS && size_of::<Folded>() == f::SIZE);
+};
+
+static FOLDED: AtomicPtr<Folded> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The aggregate, made at the first fold; `None` before.
+pub fn folded() -> Option<&'static Folded> {
+    // SAFETY: `FOLDED` holds null or a `Folded` from `folded_record`, never freed.
+    unsafe { FOLDED.load(Ordering::Acquire).as_ref() }
+}
+
+fn folded_record() -> &'static Folded {
+    if let Some(f) = folded() {
+        return f;
+    }
+    let z = || AtomicU64::new(0);
+    let f: &'static Folded = crate::accounting::arena::leak(Folded {
+        count: z(),
+        alloc_count: z(),
+        alloc_bytes: z(),
+        denied_count: z(),
+        downgraded_count: z(),
+        over_budget_count: z(),
+        peak_live_bytes: z(),
+        apis: z(),
+    });
+    let p = f as *const Folded as *mut Folded;
+    match FOLDED.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            if crate::accounting::arena::holds(p as *const u8) {
+                if let Some(w) = crate::accounting::arena::header_word(pinguard_report::state::header::FOLDED) {
+                    w.store(p as u64, Ordering::Release);
+                }
+            }
+            f
+        }
+        // SAFETY: another thread's record, from this function, never freed.
+        Err(other) => unsafe { &*other },
+    }
+}
+
+/// Moves a callsite's figures into the aggregate and zeroes them (a reader of the state file
+/// sees them in one place or the other).
+fn absorb(cs: &Callsite) {
+    let f = folded_record();
+    let take = |a: &AtomicU64| a.swap(0, Ordering::Relaxed);
+    let (count, bytes, peak) = cs.level.drain();
+    f.alloc_count.fetch_add(count, Ordering::Relaxed);
+    f.alloc_bytes.fetch_add(bytes, Ordering::Relaxed);
+    f.peak_live_bytes.fetch_max(peak, Ordering::Relaxed);
+    f.denied_count.fetch_add(take(&cs.denied_count), Ordering::Relaxed);
+    f.downgraded_count.fetch_add(take(&cs.downgraded_count), Ordering::Relaxed);
+    f.over_budget_count.fetch_add(take(&cs.over_budget_count), Ordering::Relaxed);
+    f.apis.fetch_or(take(&cs.apis), Ordering::Relaxed);
+}
+
+/// Folded slots waiting to be reused: (slot, `FOLDS` when it was folded, coarse ms then), oldest
+/// first. Slots given back unseen (`intern_slow`'s lost race) go first, with zeros.
+static LIMBO: Mutex<std::collections::VecDeque<(&'static Callsite, u64, u64)>> = Mutex::new(std::collections::VecDeque::new());
+/// Callsites folded so far.
+static FOLDS: AtomicU64 = AtomicU64::new(0);
+/// A folded slot is reused only after this many more folds and this long: a call that took the
+/// callsite just before it was folded (a walk memo, a thread's last callsite) has long finished
+/// counting in it by then, and whatever it counted late joins the aggregate (`settle`).
+const GRACE_FOLDS: u64 = 256;
+const GRACE_MS: u64 = 50;
+/// One fold at a time; a thread that finds one under way goes on.
+static FOLDING: Mutex<()> = Mutex::new(());
+
+/// A folded slot with room for `len` frames, once its grace has passed.
+fn reuse(len: usize) -> Option<&'static Callsite> {
+    let mut q = LIMBO.lock();
+    if q.is_empty() {
+        return None;
+    }
+    let (folds, now) = (FOLDS.load(Ordering::Relaxed), crate::runtime::clock::coarse_unix_ms());
+    for i in 0..q.len().min(8) {
+        let (cs, at, ms) = q[i];
+        if folds.saturating_sub(at) < GRACE_FOLDS || now.saturating_sub(ms) < GRACE_MS {
+            break; // the rest are younger
+        }
+        if cs.frames_cap >= len {
+            q.remove(i);
+            drop(q);
+            return settle(cs).then_some(cs);
+        }
+    }
+    None
+}
+
+/// A folded slot about to be reused: what a late call counted in it since it was folded joins
+/// the aggregate; one that holds a live allocation now is kept apart for good (listed with the
+/// retired ones, never reused), so that the allocation keeps its own callsite.
+fn settle(cs: &'static Callsite) -> bool {
+    if cs.level.count() != 0 || cs.level.bytes() != 0 {
+        RETIRED.lock().push(cs);
+        return false;
+    }
+    if cs.activity() != 0 || cs.level.peak() != 0 {
+        absorb(cs);
+    }
+    true
+}
+
+/// `Callsite::seen` of a callsite `fold` has not looked at yet.
+const UNSEEN: u64 = u64::MAX;
+
+/// Keeps the table at most `MAX` callsites with nothing live: folds the least useful of them
+/// (not used since the last look first, then the smallest peak, the fewest calls, the oldest;
+/// never one made since the last look, whose call may still be on its way to count in it)
+/// down to `MAX - MAX / 8`, so that the next look is `MAX / 8` new callsites away. Callsites
+/// with live allocations are never folded.
+fn fold() {
+    let Some(_one) = FOLDING.try_lock() else { return };
+    let max = MAX.load(Ordering::Relaxed);
+    let mut idle: Vec<(bool, u64, u64, u32, &'static Callsite)> = Vec::new();
+    if idle.try_reserve(TABLE_LEN.load(Ordering::Relaxed) + 64).is_err() {
+        return; // no memory to sort them: the table stays as it is for now
+    }
+    for shard in &TABLE {
+        for &cs in shard.lock().iter().flat_map(|m| m.values()) {
+            // The callsite without frames stays (`empty` keeps it at hand).
+            if cs.frames().is_empty() || cs.level.count() != 0 {
+                continue;
+            }
+            let a = cs.activity();
+            let before = cs.seen.swap(a, Ordering::Relaxed);
+            if before == UNSEEN {
+                continue; // made since the last look: its first call may not have counted yet
+            }
+            let recent = before != a;
+            if idle.len() < idle.capacity() {
+                idle.push((recent, cs.level.peak(), a, cs.id(), cs));
+            }
+        }
+    }
+    let keep = max - max / 8;
+    if idle.len() > keep {
+        let n = idle.len() - keep;
+        idle.select_nth_unstable_by_key(n - 1, |&(r, p, a, id, _)| (r, p, a, id));
+        let now = crate::runtime::clock::coarse_unix_ms();
+        for &(.., cs) in &idle[..n] {
+            if take_out(cs, true) {
+                // Counted when it did something: one that never did is in no report's list either.
+                if cs.activity() != 0 {
+                    folded_record().count.fetch_add(1, Ordering::Relaxed);
+                }
+                absorb(cs);
+                let at = FOLDS.fetch_add(1, Ordering::Relaxed);
+                LIMBO.lock().push_back((cs, at, now));
+            }
+        }
+    }
+    NEXT_FOLD.store(TABLE_LEN.load(Ordering::Relaxed) + (max / 8).max(1), Ordering::Relaxed);
+}
+
+/// Takes `cs` out of the table, unless it left already or (with `idle`) holds a live allocation now.
+fn take_out(cs: &'static Callsite, idle: bool) -> bool {
+    let mut guard = shard_of(cs.frames()).lock();
+    let Some(map) = guard.as_mut() else { return false };
+    if !map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs)) || (idle && cs.level.count() != 0) {
+        return false;
+    }
+    map.remove(cs.frames());
+    cs.gen.fetch_add(1, Ordering::Release); // odd: no cache takes it for its stack any more
+    drop(guard);
+    TABLE_LEN.fetch_sub(1, Ordering::Relaxed);
+    true
+}
+
+type Shard = Mutex<Option<FxHashMap<&'static [usize], &'static Callsite>>>;
+
+fn shard_of(frames: &[usize]) -> &'static Shard {
+    let mut h = FxHasher::default();
+    frames.hash(&mut h);
+    &TABLE[h.finish() as usize % SHARDS]
 }
 
 /// The loaded objects the state file lists, by address range. A new callsite with a frame
@@ -294,27 +617,28 @@ fn py_text(frames: &[usize]) -> String {
     text
 }
 
-/// Callsites taken out of the table by `retire`: still reported, never found by `intern`.
+/// Callsites taken out of the table by `retire`, and folded ones that took a live allocation
+/// late (`settle`): still reported, never found by `intern`, never reused.
 static RETIRED: Mutex<Vec<&'static Callsite>> = Mutex::new(Vec::new());
 
 /// Takes callsites out of the table, with the names of their frames in a closed object.
 pub fn retire(sites: Vec<(&'static Callsite, Closed)>) {
     for (cs, closed) in sites {
-        cs.closed.lock().push(closed);
-        if cs.retired.swap(true, Ordering::AcqRel) {
-            continue;
+        let kept = if take_out(cs, false) {
+            RETIRED.lock().push(cs);
+            true
+        } else {
+            RETIRED.lock().iter().any(|c| std::ptr::eq(*c, cs))
+        };
+        // A callsite folded meanwhile is not named: its slot may hold another stack by now.
+        if kept {
+            cs.closed.lock().push(closed);
         }
-        let mut h = FxHasher::default();
-        cs.frames().hash(&mut h);
-        if let Some(map) = TABLE[h.finish() as usize % SHARDS].lock().as_mut() {
-            if map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs)) {
-                map.remove(cs.frames());
-            }
-        }
-        RETIRED.lock().push(cs);
     }
 }
 
+/// Every callsite a report lists: the table's, the retired ones, and folded ones in which a late
+/// call counted something not yet in the aggregate (`settle`).
 pub fn all() -> Vec<&'static Callsite> {
     let mut v = RETIRED.lock().clone();
     for shard in &TABLE {
@@ -322,17 +646,20 @@ pub fn all() -> Vec<&'static Callsite> {
             v.extend(map.values().copied());
         }
     }
-    v.sort_by_key(|c| c.id);
+    v.extend(LIMBO.lock().iter().map(|e| e.0).filter(|c| c.activity() != 0 || c.level.count() != 0));
+    v.sort_by_key(|c| c.id());
     v
 }
 
 /// Fork support: hold every shard across `fork()` so the child never inherits a held lock.
 pub fn lock_all() {
+    lock::hold(&FOLDING);
     lock::hold(&MODULES);
     lock::hold(&RETIRED);
     for shard in &TABLE {
         lock::hold(shard);
     }
+    lock::hold(&LIMBO);
 }
 
 /// # Safety
@@ -344,6 +671,10 @@ pub unsafe fn unlock_all(clear: bool) {
         RECENT_SITES.with(|r| r.set([(0, 0); RECENT]));
         LAST.with(|l| l.set(0));
         EMPTY.store(std::ptr::null_mut(), Ordering::Relaxed);
+        // The parent's aggregate stays in the parent's state; the child's callsites start again.
+        FOLDED.store(std::ptr::null_mut(), Ordering::Relaxed);
+        TABLE_LEN.store(0, Ordering::Relaxed);
+        NEXT_FOLD.store(MAX.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     for shard in &TABLE {
         if clear {
@@ -361,18 +692,55 @@ pub unsafe fn unlock_all(clear: bool) {
         }
     }
     if clear {
-        // SAFETY: as for the shards above: both held by `lock_all`, in the child's handler.
+        // SAFETY: as for the shards above: all held by `lock_all`, in the child's handler.
         unsafe {
             *RETIRED.data_ptr() = Vec::new();
             lock::release_in_child(&RETIRED);
             *MODULES.data_ptr() = Vec::new();
             lock::release_in_child(&MODULES);
+            *LIMBO.data_ptr() = std::collections::VecDeque::new();
+            lock::release_in_child(&LIMBO);
+            lock::release_in_child(&FOLDING);
         }
     } else {
-        // SAFETY: `lock_all` took both locks on this thread (this function's contract).
+        // SAFETY: `lock_all` took these locks on this thread (this function's contract).
         unsafe {
             lock::release_in_parent(&RETIRED);
             lock::release_in_parent(&MODULES);
+            lock::release_in_parent(&LIMBO);
+            lock::release_in_parent(&FOLDING);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn idle_callsites_beyond_the_most_are_folded_live_ones_kept_and_old_tags_refused() {
+        set_max(8);
+        let key = |i: usize| [0x1000 + i, 0x7a5e_0000, 0x7a5e_0008];
+        let live = intern(&key(1000));
+        live.level.grow(0, 4096);
+        let first = intern(&key(0));
+        first.level.alloc(0, 4096);
+        let old = tag(first).expect("a tag for a callsite in the table");
+        for i in 1..200 {
+            intern(&key(i)).level.alloc(0, 4096);
+        }
+        // SAFETY: `old` comes from `tag`.
+        assert!(unsafe { from_tag(old) }.is_none(), "a folded callsite's tag names nothing");
+        assert!(std::ptr::eq(intern(&key(1000)), live), "a callsite with a live allocation stays");
+        let f = folded().expect("an aggregate");
+        let listed: u64 = all().iter().filter(|c| c.frames().get(1) == Some(&0x7a5e_0000)).map(|c| c.level.alloc_count()).sum();
+        assert_eq!(listed + f.alloc_count.load(Ordering::Relaxed), 200, "every call counted once");
+        assert!(f.count.load(Ordering::Relaxed) >= 180, "{}", f.count.load(Ordering::Relaxed));
+        assert!(TABLE_LEN.load(Ordering::Relaxed) <= 12, "{}", TABLE_LEN.load(Ordering::Relaxed));
+        // A folded stack that comes back is interned anew, with nothing of its old figures.
+        let again = intern(&key(0));
+        assert_eq!((again.frames(), again.level.alloc_count()), (&key(0)[..], 0));
+        live.level.release(0, 4096);
+        set_max(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
     }
 }

@@ -836,7 +836,7 @@ static TIMELINE: Mutex<Bounded<(u64, u64)>> = Mutex::new(Bounded { items: VecDeq
 static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
 fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, over: Over, out_of_scope: bool) {
-    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id, live_bytes: live_bytes(), out_of_scope, over };
+    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id(), live_bytes: live_bytes(), out_of_scope, over };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
         e.items.pop_front();

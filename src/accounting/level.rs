@@ -238,6 +238,16 @@ impl<const K: usize> Level<K> {
         self.sum(|s| s.alloc_bytes.load(Relaxed) as i64) as u64
     }
 
+    /// The allocations' count and bytes and the peak, the level zeroed: what a folded callsite
+    /// hands to the aggregate. A thread counting here at the same moment may lose its update
+    /// (an owned stripe is written with a plain store); only a call that held the callsite across
+    /// its fold can.
+    pub fn drain(&self) -> (u64, u64, u64) {
+        let got = (self.alloc_count(), self.alloc_bytes(), self.peak());
+        self.reset();
+        got
+    }
+
     /// A fork child starts from nothing.
     pub fn reset(&self) {
         for s in &self.stripes {

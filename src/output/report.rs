@@ -111,6 +111,9 @@ pub struct Figures {
     pub modules: Vec<schema::Module>,
     /// Every callsite, active or not.
     pub callsites: Vec<schema::Callsite>,
+    /// The callsites folded so far, and the most the report lists apart (`PINGUARD_MAX_CALLSITES`).
+    pub folded: schema::Folded,
+    pub max_callsites: usize,
     /// (address, record, the record's start in unix ms).
     pub live: Vec<(u64, LiveFigures)>,
     pub events: Vec<schema::Event>,
@@ -130,11 +133,13 @@ pub struct LiveFigures {
 }
 
 /// The report of `f`: callsites that pinned, were refused or were downgraded, largest live
-/// first (then highest peak, then oldest id); live records by address, with their age.
+/// first (then highest peak, then oldest id), those with nothing live beyond `max_callsites`
+/// folded with the rest (`schema::cap_callsites`); live records by address, with their age.
 pub fn shape(reason: Reason, f: Figures) -> Report {
-    let mut callsites: Vec<schema::Callsite> =
+    let callsites: Vec<schema::Callsite> =
         f.callsites.into_iter().filter(|c| c.alloc_count > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).collect();
-    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    let mut callsites_folded = f.folded;
+    let callsites = schema::cap_callsites(callsites, f.max_callsites, &mut callsites_folded);
     let mut live: Vec<schema::Live> = f
         .live
         .into_iter()
@@ -162,6 +167,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         host: f.host,
         modules: f.modules,
         callsites,
+        callsites_folded,
         live,
         events: f.events,
         events_dropped: f.events_dropped,
@@ -190,22 +196,15 @@ fn gather(cfg: &Config) -> Figures {
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
-    let all = callsite::all();
     // Short of memory, a report that could not be finished would end the program: it leaves out
-    // what needs room (the lists), or only the frames' names (the costly part), saying so.
-    let partial = heap::short() || !heap::room(room_for(all.len()));
+    // what needs room (the lists), or only the frames' names (the costly part), saying so. The
+    // lists are bounded by about the callsite cap.
+    let partial = heap::short() || !heap::room(room_for(callsite::max()));
     let mut names = !partial && heap::room(NAMING_ROOM);
     let mut errors = Vec::new();
-    let callsites: Vec<schema::Callsite> = all
+    let (named, folded) = if partial { (Vec::new(), schema::Folded::default()) } else { listed() };
+    let callsites: Vec<schema::Callsite> = named
         .into_iter()
-        .filter(|c| {
-            // Named only if the report will show it: symbolizing is the costly part.
-            !partial
-                && (c.level.alloc_count() > 0
-                    || c.denied_count.load(Ordering::Relaxed) > 0
-                    || c.downgraded_count.load(Ordering::Relaxed) > 0
-                    || c.over_budget_count.load(Ordering::Relaxed) > 0)
-        })
         .map(|c| {
             names = names && !heap::short();
             let mut frames = Vec::new();
@@ -236,21 +235,7 @@ fn gather(cfg: &Config) -> Figures {
                     })
                 });
             }
-            let bits = c.apis.load(Ordering::Relaxed);
-            schema::Callsite {
-                id: c.id,
-                frames,
-                py_frames,
-                apis: crate::api::Api::ALL.iter().filter(|a| bits & (1u64 << **a as u32) != 0).map(|a| a.name().to_string()).collect(),
-                live_bytes: c.level.bytes(),
-                live_count: c.level.count(),
-                peak_live_bytes: c.level.peak(),
-                alloc_count: c.level.alloc_count(),
-                alloc_bytes: c.level.alloc_bytes(),
-                denied_count: c.denied_count.load(Ordering::Relaxed),
-                downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
-                over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
-            }
+            schema::Callsite { frames, py_frames, ..figures(c) }
         })
         .collect();
     // Physical allocations of the virtual-memory APIs are listed under their handles.
@@ -261,7 +246,7 @@ fn gather(cfg: &Config) -> Figures {
         .into_iter()
         .chain(physical)
         .map(|(addr, l)| {
-            let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id, tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
+            let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id(), tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
             (addr as u64, f)
         })
         .collect();
@@ -323,6 +308,8 @@ fn gather(cfg: &Config) -> Figures {
             m
         },
         callsites,
+        folded,
+        max_callsites: callsite::max(),
         live,
         events,
         events_dropped,
@@ -353,6 +340,61 @@ fn unnamed(sym: &Symbolizer, addr: usize, modules: &mut Vec<schema::Module>) -> 
         }
     }
     schema::Frame { addr: Addr(addr as u64), module: path, offset, symbol: None, file: None, line: None }
+}
+
+/// A callsite's figures, without its frames.
+fn figures(c: &callsite::Callsite) -> schema::Callsite {
+    let bits = c.apis.load(Ordering::Relaxed);
+    schema::Callsite {
+        id: c.id(),
+        frames: Vec::new(),
+        py_frames: Vec::new(),
+        apis: api_names(bits),
+        live_bytes: c.level.bytes(),
+        live_count: c.level.count(),
+        peak_live_bytes: c.level.peak(),
+        alloc_count: c.level.alloc_count(),
+        alloc_bytes: c.level.alloc_bytes(),
+        denied_count: c.denied_count.load(Ordering::Relaxed),
+        downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
+        over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
+    }
+}
+
+fn api_names(bits: u64) -> Vec<String> {
+    crate::api::Api::ALL.iter().filter(|a| bits & (1u64 << **a as u32) != 0).map(|a| a.name().to_string()).collect()
+}
+
+/// The callsites the report lists (each then named: symbolizing is the costly part): those that
+/// did something, at most `PINGUARD_MAX_CALLSITES` of them with nothing live (`cap_callsites`),
+/// and the aggregate of the rest with the process's folded ones.
+fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
+    let mut folded = callsite::folded().map_or_else(schema::Folded::default, |f| {
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        schema::Folded {
+            count: g(&f.count),
+            alloc_count: g(&f.alloc_count),
+            alloc_bytes: g(&f.alloc_bytes),
+            peak_live_bytes: g(&f.peak_live_bytes),
+            denied_count: g(&f.denied_count),
+            downgraded_count: g(&f.downgraded_count),
+            over_budget_count: g(&f.over_budget_count),
+            apis: api_names(g(&f.apis)),
+        }
+    });
+    let sites: Vec<&'static callsite::Callsite> = callsite::all()
+        .into_iter()
+        .filter(|c| {
+            c.level.alloc_count() > 0
+                || c.denied_count.load(Ordering::Relaxed) > 0
+                || c.downgraded_count.load(Ordering::Relaxed) > 0
+                || c.over_budget_count.load(Ordering::Relaxed) > 0
+        })
+        .collect();
+    let figs: Vec<schema::Callsite> = sites.iter().map(|c| figures(c)).collect();
+    let kept = schema::cap_callsites(figs, callsite::max(), &mut folded);
+    let kept: std::collections::HashSet<u32> = kept.iter().map(|c| c.id).collect();
+    (sites.into_iter().filter(|c| kept.contains(&c.id())).collect(), folded)
 }
 
 /// The host reserve's figures, once one was in force.
@@ -525,6 +567,8 @@ mod tests {
             host: None,
             modules: Vec::new(),
             callsites: Vec::new(),
+            folded: schema::Folded::default(),
+            max_callsites: 1024,
             live: Vec::new(),
             events: Vec::new(),
             events_dropped: 0,
@@ -547,6 +591,26 @@ mod tests {
         let r = shape(Reason::Exit, f);
         let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![5, 2, 1, 6, 4]);
+    }
+
+    #[test]
+    fn beyond_the_most_listed_idle_callsites_are_folded_live_ones_never() {
+        let mut f = figures();
+        f.max_callsites = 2;
+        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, ..Default::default() };
+        f.callsites = vec![
+            site(1, 0, 4096, 1, 0),
+            site(2, 4096, 4096, 1, 0), // live: kept whatever the cap
+            site(3, 0, 16384, 1, 0),
+            site(4, 0, 8192, 1, 0),
+            site(5, 8192, 8192, 1, 0), // live
+            site(6, 0, 0, 0, 2),       // only refused: the lowest, folded
+        ];
+        let r = shape(Reason::Exit, f);
+        let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
+        assert_eq!(ids, vec![5, 2, 3, 4]);
+        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], ..Default::default() };
+        assert_eq!(r.callsites_folded, want);
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub struct Config {
     pub depth: u32,
     /// Python frames per callsite (0: none).
     pub py_depth: u32,
+    /// `PINGUARD_MAX_CALLSITES`: callsites kept apart; beyond, those with nothing live are folded.
+    pub max_callsites: usize,
     pub interval_ms: Option<u64>,
     pub signal: Option<i32>,
     pub hooks: u8,
@@ -90,6 +92,7 @@ impl Config {
             report: None,
             depth: 0,
             py_depth: 0,
+            max_callsites: 0,
             interval_ms: None,
             signal: None,
             hooks: 0,
@@ -205,6 +208,15 @@ impl Config {
             if !v.is_some_and(|v| py_depth(&mut c, v)) {
                 bad(&mut c, &vars::PY_DEPTH, v, "not a frame count");
                 fallback(&mut c, &vars::PY_DEPTH, &py_depth);
+            }
+        }
+        let max_callsites = |c: &mut Config, v: &str| {
+            v.trim().parse::<usize>().ok().filter(|n| (1..=vars::MAX_MAX_CALLSITES).contains(n)).map(|n| c.max_callsites = n).is_some()
+        };
+        if let Some(v) = get(&vars::MAX_CALLSITES) {
+            if !v.is_some_and(|v| max_callsites(&mut c, v)) {
+                bad(&mut c, &vars::MAX_CALLSITES, v, "not a callsite count");
+                fallback(&mut c, &vars::MAX_CALLSITES, &max_callsites);
             }
         }
         if let Some(v) = get(&vars::INTERVAL) {
@@ -400,6 +412,7 @@ mod tests {
         let c = Config::default();
         assert!(c.errors.is_empty(), "{:?}", c.errors);
         assert_eq!((c.policy, c.depth, c.py_depth, c.log.as_str(), c.disabled), (Policy::Error, 32, 32, "warn", false));
+        assert_eq!(c.max_callsites, vars::DEFAULT_MAX_CALLSITES);
         assert_eq!(c.hooks, Family::ALL.iter().fold(0, |m, f| m | f.bit()));
         assert_eq!((c.budget, c.report.as_deref(), c.interval_ms, c.signal, c.group.as_deref(), c.metrics.as_deref()), (None, None, None, None, None, None));
         // A registry default is a value its variable's parser takes, and gives the same.

@@ -234,7 +234,9 @@ impl Hook {
         rc
     }
 
-    #[inline]
+    // Always inlined: at depth 0 the call is the whole cost of this function, and the memo's
+    // check (`from_tag`) grew by a generation compare that tipped the inliner the other way.
+    #[inline(always)]
     pub(crate) fn site(&self) -> &'static Callsite {
         let python = self.cfg.py_depth != 0 && crate::capture::python::known(self.t);
         if self.cfg.depth == 0 && !python {
@@ -276,8 +278,8 @@ impl Hook {
             n += 1 + py;
         }
         let cs = callsite::intern(&frames[..n]);
-        if !python && n > 0 {
-            stack::tag(self.from, callsite::tag(cs));
+        if let Some(tag) = callsite::tag(cs).filter(|_| !python && n > 0) {
+            stack::tag(self.from, tag);
         }
         cs
     }
