@@ -377,7 +377,15 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
         rc_ms(&out.next(s))
     };
     assert_eq!(step("alloc 262144").0, 0);
-    assert_eq!(g.header().used, 262144);
+    // And one that pins, then exits while the ledger is locked.
+    let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
+    env(&mut cmd);
+    let mut leaver = Reaped(cmd.arg("steps").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut leaver_in = leaver.0.stdin.take().unwrap();
+    let leaver_out = Lines::of(&mut leaver.0);
+    writeln!(leaver_in, "alloc 131072").unwrap();
+    assert_eq!(rc_ms(&leaver_out.next("the leaver's call")).0, 0);
+    assert_eq!(g.header().used, 262144 + 131072);
 
     // Another process takes the ledger's lock and stops holding it.
     let offset = std::mem::offset_of!(Header, mutex).to_string();
@@ -397,6 +405,7 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let o = run_bounded(&mut cmd, std::time::Duration::from_secs(10));
     assert!(o.status.success(), "{o:?}");
     assert!(t.elapsed().as_millis() < 2000, "/bin/true took {:?}", t.elapsed());
+    eprintln!("/bin/true in the stopped group: {:?}", t.elapsed());
 
     // (b) The member's calls are answered within the bound, by the policy (error: refused), and
     // its release is not lost; a new process is refused the same way.
@@ -404,6 +413,7 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
         let (rc, ms) = step("alloc 65536");
         assert_eq!(rc, 2, "call {i}: refused, the group's budget cannot be checked");
         assert!(ms <= CALL_MS, "call {i} waited {ms} ms");
+        eprintln!("refused call {i} in the stopped group: {ms} ms");
     }
     let (rc, ms) = step("free 0");
     assert_eq!(rc, 0);
@@ -415,7 +425,28 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let r = Run::from_output(o, dir.clone());
     assert_eq!(r.rc("cuda_alloc:4096"), 2, "{}", r.stderr);
     assert_eq!(read_json(&newcomer)["events"][0]["reason"], "group_unavailable", "{}", r.stderr);
-    assert_eq!(g.header().used, 262144, "nothing was booked past the lock, and the budget held");
+    // Other policies answer the same way, and say why.
+    for (policy, rc, kind) in [("downgrade", 0, "downgraded"), ("warn", 0, "over_budget")] {
+        let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
+        env(&mut cmd);
+        let report = dir.join(format!("{policy}.json"));
+        let o = run_bounded(cmd.env("PINGUARD_POLICY", policy).args(["cuda_alloc:4096", &format!("report:{}", report.display())]), std::time::Duration::from_secs(10));
+        let r = Run::from_output(o, dir.clone());
+        assert_eq!(r.rc("cuda_alloc:4096"), rc, "{policy}: {}", r.stderr);
+        let e = &read_json(&report)["events"][0];
+        assert_eq!((e["kind"].as_str(), e["reason"].as_str()), (Some(kind), Some("group_unavailable")), "{policy}: {}", r.stderr);
+        if policy == "warn" {
+            assert!(pinguard_lines(&r.stderr).iter().any(|l| l.contains("group_unavailable") && l.contains("allowed")), "{}", r.stderr);
+        }
+    }
+    // A member's exit does not wait past the bound either; its share stays booked until it is
+    // found gone.
+    let t = std::time::Instant::now();
+    writeln!(leaver_in, "exit").unwrap();
+    assert!(leaver.0.wait().unwrap().success());
+    assert!(t.elapsed().as_millis() < 2000, "the exit took {:?}", t.elapsed());
+    eprintln!("a member's exit in the stopped group: {:?}", t.elapsed());
+    assert_eq!(g.header().used, 262144 + 131072, "nothing was booked past the lock, and the budget held");
 
     // (c) Continued, the holder lets go: the member's calls go through again, the release it
     // made meanwhile is applied, and the figures are exact.
@@ -426,11 +457,16 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     assert_eq!(rc, 0, "the group is back");
     assert!(ms <= CALL_MS, "{ms} ms");
     let h = g.header();
-    assert_eq!(h.used, 65536, "the release made while the ledger was locked is applied");
-    assert_eq!(g.members(), vec![(member.0.id(), 65536)]);
+    assert_eq!(h.used, 65536 + 131072, "the release made while the ledger was locked is applied");
+    let mut members = g.members();
+    members.sort();
+    let mut want = vec![(member.0.id(), 65536), (leaver.0.id(), 131072)];
+    want.sort();
+    assert_eq!(members, want);
     assert_eq!(step("free 4").0, 0);
-    assert_eq!(step("alloc 1048576").0, 0, "the whole budget is there again");
+    assert_eq!(step("alloc 1048576").0, 0, "the whole budget is there again (the leaver found gone)");
     assert_eq!(g.header().used, 1 << 20);
+    assert_eq!(g.members(), vec![(member.0.id(), 1 << 20)]);
     writeln!(stdin, "exit").unwrap();
     drop(stdin);
     let pid = member.0.id();

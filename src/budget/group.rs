@@ -705,7 +705,7 @@ struct Dead {
 }
 
 impl Dead {
-    const MAX: usize = 32;
+    const MAX: usize = 16;
 
     fn none() -> Dead {
         Dead { why: None, n: 0, found: [(0, 0, 0); Dead::MAX] }
@@ -767,8 +767,9 @@ impl Shared {
 /// A reading of `/proc/meminfo` for the group's host reserve, taken with the lock let go: what
 /// the ledger said when it was started, and what the file said.
 struct Reading {
-    /// `host_read_ms` when it was started: another member's reading installed since is used instead.
-    read_ms: u64,
+    /// The group's reading when it was started (time, `MemAvailable`, settled bytes): another
+    /// member's reading installed since is used instead.
+    was: (u64, u64, u64),
     /// The group's bytes the reading reflects (`Locked::host_room`).
     settled: u64,
     /// `host_released` when it was started: releases since stay counted.
@@ -823,7 +824,8 @@ impl Locked {
     fn start_reading(&self, i: usize) -> Reading {
         let share = self.h().members[i].bytes;
         let settled = self.h().used.saturating_sub(share).saturating_add(host::settled(share));
-        Reading { read_ms: self.h().host_read_ms, settled, released: self.h().host_released, meminfo: Err(kernel::BadMeminfo::Unreadable) }
+        let h = self.h();
+        Reading { was: (h.host_read_ms, h.host_available, h.host_settled), settled, released: h.host_released, meminfo: Err(kernel::BadMeminfo::Unreadable) }
     }
 
     /// Installs reading `r` (the lock was let go while it was taken), unless another member
@@ -840,15 +842,14 @@ impl Locked {
         let h = self.h_mut();
         h.host_lowest_available = h.host_lowest_available.min(m.available);
         h.host_reserve = h.host_reserve.max(reserve);
-        if h.host_read_ms != r.read_ms {
+        if (h.host_read_ms, h.host_available, h.host_settled) != r.was {
             return true; // newer than when ours started: as fresh as a refusal needs
         }
         h.host_available = m.available;
         h.host_settled = r.settled;
         // Releases until the file was read are in it (or, made after, counted twice: towards the floor).
         h.host_released = h.host_released.saturating_sub(r.released);
-        // Strictly increasing, so that a reading installed in the same millisecond is told apart.
-        h.host_read_ms = monotonic_ms().max(h.host_read_ms.saturating_add(1)).max(1);
+        h.host_read_ms = monotonic_ms().max(1);
         true
     }
 
@@ -1250,7 +1251,9 @@ pub struct Snapshot {
 /// (figures of one moment, as `pinguard top` reads them).
 pub fn snapshot() -> Option<Snapshot> {
     let h = header()?;
-    let locked = match Locked::new(h, &mut Wait::new()) {
+    // A process that never joined (it pinned nothing) only tries: it never waits.
+    let mut w = if SLOT.load(Ordering::Relaxed) < MAX_MEMBERS { Wait::new() } else { Wait::once() };
+    let locked = match Locked::new(h, &mut w) {
         Ok(l) => Some(l),
         Err(NoLock::Gone) => return None,
         Err(NoLock::Busy) => None,
