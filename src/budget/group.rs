@@ -774,7 +774,8 @@ struct Reading {
     settled: u64,
     /// `host_released` when it was started: releases since stay counted.
     released: u64,
-    meminfo: Result<kernel::HostMemory, kernel::BadMeminfo>,
+    /// `MemAvailable`, once read.
+    available: u64,
 }
 
 /// What the host reserve says of `bytes` more for the group.
@@ -825,32 +826,23 @@ impl Locked {
         let share = self.h().members[i].bytes;
         let settled = self.h().used.saturating_sub(share).saturating_add(host::settled(share));
         let h = self.h();
-        Reading { was: (h.host_read_ms, h.host_available, h.host_settled), settled, released: h.host_released, meminfo: Err(kernel::BadMeminfo::Unreadable) }
+        Reading { was: (h.host_read_ms, h.host_available, h.host_settled), settled, released: h.host_released, available: 0 }
     }
 
     /// Installs reading `r` (the lock was let go while it was taken), unless another member
-    /// installed one meanwhile. `false`: the file could not be used (the reserve is off now).
-    fn install(&mut self, r: Reading, reserve: u64) -> bool {
-        let m = match r.meminfo {
-            Ok(m) => m,
-            Err(why) => {
-                host::turn_off(why);
-                return false;
-            }
-        };
-        host::noted(m.available);
+    /// installed one meanwhile.
+    fn install(&mut self, r: Reading, reserve: u64) {
         let h = self.h_mut();
-        h.host_lowest_available = h.host_lowest_available.min(m.available);
+        h.host_lowest_available = h.host_lowest_available.min(r.available);
         h.host_reserve = h.host_reserve.max(reserve);
         if (h.host_read_ms, h.host_available, h.host_settled) != r.was {
-            return true; // newer than when ours started: as fresh as a refusal needs
+            return; // newer than when ours started: as fresh as a refusal needs
         }
-        h.host_available = m.available;
+        h.host_available = r.available;
         h.host_settled = r.settled;
         // Releases until the file was read are in it (or, made after, counted twice: towards the floor).
         h.host_released = h.host_released.saturating_sub(r.released);
         h.host_read_ms = monotonic_ms().max(1);
-        true
     }
 
     /// The host's available memory as the group's reading and the group's calls since count it.
@@ -932,17 +924,20 @@ fn must_join(h: Shared) -> bool {
     }
 }
 
-/// What a join needs, read before the lock: this process's start time and the dead members.
+/// What a join needs, read before the lock: this process's start time and executable's name.
 struct Joining {
     pid: u32,
     ticks: Proc,
+    exe: [u8; layout::EXE_BYTES],
 }
 
 impl Joining {
     fn read() -> Joining {
         // SAFETY: no arguments; it cannot fail.
         let pid = unsafe { libc::getpid() } as u32;
-        Joining { pid, ticks: start_ticks(pid) }
+        let mut exe = [0u8; layout::EXE_BYTES];
+        exe_name(&mut exe);
+        Joining { pid, ticks: start_ticks(pid), exe }
     }
 }
 
@@ -966,7 +961,7 @@ fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
     *m = unsafe { std::mem::zeroed() };
     m.pid = j.pid;
     m.start_ticks = ticks;
-    exe_name(&mut m.exe);
+    m.exe = j.exe;
     MY_PID.store(j.pid, Ordering::Relaxed);
     SLOT.store(i, Ordering::Relaxed);
     l.settle(); // what was pinned while the ledger could not be reached
@@ -1058,7 +1053,6 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
         };
         let reserve = host::reserve().filter(|_| !force);
         if let (Some(r), Some(reserve)) = (reading.take(), reserve) {
-            // A file that could not be used turns the reserve off (`host::on`): it refuses nothing.
             l.install(r, reserve);
         }
         let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
@@ -1079,9 +1073,17 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
                 Room::Read => {
                     let mut r = l.start_reading(i);
                     drop(l);
-                    r.meminfo = kernel::host_memory();
-                    reading = Some(r);
                     done.read = true;
+                    match kernel::host_memory() {
+                        Ok(m) => {
+                            host::noted(m.available);
+                            r.available = m.available;
+                            reading = Some(r);
+                        }
+                        // A file that could not be used turns the reserve off (`host::on`): it
+                        // refuses nothing.
+                        Err(why) => host::turn_off(why),
+                    }
                     continue;
                 }
                 Room::Short(available) => {
