@@ -1281,3 +1281,70 @@ pub fn snapshot() -> Option<Snapshot> {
         lock_timeouts: TIMEOUTS.load(Ordering::Relaxed),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A robust, process-shared mutex as the ledger's, on the heap (never moved while in use).
+    struct Mutex(*mut libc::pthread_mutex_t);
+    // SAFETY: a pthread mutex is made to be used from several threads through a pointer.
+    unsafe impl Send for Mutex {}
+
+    fn robust() -> Mutex {
+        let m = Box::into_raw(Box::new(libc::PTHREAD_MUTEX_INITIALIZER));
+        // SAFETY: `attr` and `m` are valid for the calls; the attributes are those `build` sets.
+        unsafe {
+            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut attr);
+            libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+            libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+            libc::pthread_mutex_init(m, &attr);
+        }
+        Mutex(m)
+    }
+
+    #[test]
+    fn a_lock_held_by_a_thread_that_does_not_run_is_waited_for_within_the_bound_then_only_tried() {
+        let m = robust();
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let (go_tx, go) = std::sync::mpsc::channel::<()>();
+        let p = Mutex(m.0);
+        let holder = std::thread::spawn(move || {
+            let p = p;
+            // SAFETY: the mutex lives until the test ends, after this thread is joined.
+            unsafe { libc::pthread_mutex_lock(p.0) };
+            // SAFETY: no arguments.
+            held_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            go.recv().unwrap();
+            // SAFETY: this thread holds the mutex.
+            unsafe { libc::pthread_mutex_unlock(p.0) };
+        });
+        let tid = held.recv().unwrap();
+        assert_eq!(owner(m.0), tid, "the futex word names the holder");
+        let t = std::time::Instant::now();
+        assert_eq!(take(m.0, &mut Wait::new()), libc::ETIMEDOUT);
+        let waited = t.elapsed();
+        assert!(waited >= std::time::Duration::from_millis(LOCK_WAIT_MS) && waited < std::time::Duration::from_millis(LOCK_WAIT_MS * 10), "{waited:?}");
+        // The same holder still: the next calls only try.
+        let t = std::time::Instant::now();
+        for _ in 0..10 {
+            assert_eq!(take(m.0, &mut Wait::new()), libc::ETIMEDOUT);
+        }
+        assert!(t.elapsed() < std::time::Duration::from_millis(LOCK_WAIT_MS), "{:?} for 10 tries", t.elapsed());
+        assert_eq!(take(m.0, &mut Wait::once()), libc::ETIMEDOUT);
+        // Let go: taken at the first try, and waited for again from then on.
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(take(m.0, &mut Wait::new()), 0);
+        assert_eq!(UNREACHABLE_UNTIL.load(Ordering::Relaxed), 0);
+        // SAFETY: no arguments.
+        let me = unsafe { libc::gettid() } as u32;
+        assert_eq!(owner(m.0), me);
+        // SAFETY: this thread holds the mutex; nothing uses it after.
+        unsafe {
+            libc::pthread_mutex_unlock(m.0);
+            drop(Box::from_raw(m.0));
+        }
+    }
+}
