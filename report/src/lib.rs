@@ -263,8 +263,8 @@ pub struct Group {
     /// Pinning calls of all members that the host reserve stopped (as `totals.host_reserve_count`).
     #[serde(default)]
     pub host_reserve_count: u64,
-    /// The ledger's lock was held past the library's bound when the report was written: the
-    /// figures were read without it.
+    /// The ledger's lock was held when the report was written (a report never waits for it):
+    /// the figures were read without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unreachable: bool,
     /// This process's waits for the ledger's lock that ran out (each bounded); its calls then

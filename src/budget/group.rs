@@ -386,12 +386,15 @@ pub const LOCK_WAIT_MS: u64 = 50;
 /// microseconds, not `LOCK_WAIT_MS`. A lock that is free again is taken at the first try, and a
 /// lock held by another thread is waited for again.
 pub const UNREACHABLE_MS: u64 = 1000;
-/// Tries of the lock spinning, then yielding the processor, before a wait sleeps.
+/// Tries of the lock spinning before a wait sleeps. While the holder a wait ran out on still
+/// holds the lock, a call spins only.
 const SPINS: u32 = 64;
-const YIELDS: u32 = 16;
-/// The first and the longest nap of a waiting call, in microseconds.
-const NAP_FIRST_US: u64 = 50;
-const NAP_MAX_US: u64 = 1000;
+/// The longest one sleep on the mutex's futex word, in microseconds: a taker that found the word
+/// free takes it without the waiters' bit, so a sleeper it did not wake tries again this soon.
+const SLEEP_MAX_US: u64 = 2000;
+/// The mutex word's bits besides the owner (the kernel's robust-futex ABI).
+const FUTEX_WAITERS: u32 = 0x8000_0000;
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
 
 /// `monotonic_ms` until which this process only tries the lock while `STUCK_OWNER` holds it (0:
 /// it waits, up to the bound).
@@ -445,16 +448,35 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Sleeps `us` microseconds with a raw system call: `nanosleep` is a cancellation point.
-fn nap(us: u64) {
-    let ts = libc::timespec { tv_sec: 0, tv_nsec: (us.min(999_999) * 1000) as libc::c_long };
-    // SAFETY: `ts` is a valid relative time; a null remainder is allowed. A signal cuts the nap
-    // short (EINTR), which only makes the next try come sooner.
-    unsafe { libc::syscall(libc::SYS_clock_nanosleep, libc::CLOCK_MONOTONIC, 0, &ts as *const libc::timespec, std::ptr::null_mut::<libc::timespec>()) };
+/// The mutex's futex word: owner, waiters' bit, owner-died bit (see `owner`).
+fn word(mutex: *mut libc::pthread_mutex_t) -> &'static AtomicU32 {
+    // SAFETY: the mutex's first 4 bytes are an aligned int, changed by other threads and
+    // processes with atomic instructions only; it lives as long as the ledger mapping (for ever).
+    unsafe { AtomicU32::from_ptr(mutex as *mut u32) }
+}
+
+/// Sleeps until the holder lets go of the mutex (its unlock wakes a sleeper when the waiters' bit
+/// is set, as glibc's own lock sets it), or for `us` microseconds at most: a raw `futex` wait on
+/// the shared word (a relative timeout, on `CLOCK_MONOTONIC`), no cancellation point.
+fn sleep_on(mutex: *mut libc::pthread_mutex_t, us: u64) {
+    let w = word(mutex);
+    let v = w.load(Ordering::Relaxed);
+    if v & FUTEX_TID_MASK == 0 {
+        return; // free (or its owner died): try at once
+    }
+    if v & FUTEX_WAITERS == 0 && w.compare_exchange(v, v | FUTEX_WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        return; // changed hands meanwhile: try at once
+    }
+    let ts = libc::timespec { tv_sec: 0, tv_nsec: (us.clamp(1, 999_999) * 1000) as libc::c_long };
+    // SAFETY: a shared (not private: other processes map it) futex wait on a valid word, while it
+    // still holds the value it was seen with; `ts` is a valid relative timeout. EAGAIN, EINTR and
+    // ETIMEDOUT all mean: try again.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAIT, v | FUTEX_WAITERS, &ts as *const libc::timespec, 0usize, 0u32) };
 }
 
 /// Takes the ledger's mutex within `w`'s bound: `pthread_mutex_trylock` (never a cancellation
-/// point, never a wait of its own), spinning, yielding, then napping until the deadline. No
+/// point, never a wait of its own), spinning, then sleeping on the mutex's futex word until the
+/// holder lets go or the deadline passes. No
 /// `pthread_mutex_timedlock`: its deadline is `CLOCK_REALTIME`, which a clock set back stretches
 /// without bound (`pthread_mutex_clocklock` needs glibc 2.30; pinguard runs on 2.17). The
 /// mutex's own answer otherwise: 0, `EOWNERDEAD` (a holder that died), another error, or
@@ -462,7 +484,6 @@ fn nap(us: u64) {
 fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
     let patient = !w.once && (monotonic_ms() >= UNREACHABLE_UNTIL.load(Ordering::Relaxed) || owner(mutex) != STUCK_OWNER.load(Ordering::Relaxed));
     let mut tries = 0u32;
-    let mut nap_us = NAP_FIRST_US;
     loop {
         // SAFETY: the mutex was initialised process-shared and robust before the ledger was
         // published; a pthread mutex is made to be shared this way, through a raw pointer.
@@ -478,31 +499,26 @@ fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
         if w.once {
             return libc::ETIMEDOUT;
         }
+        if w.deadline_ns == 0 {
+            w.deadline_ns = monotonic_ns() + LOCK_WAIT_MS * 1_000_000;
+        }
         tries += 1;
         if tries <= SPINS {
             std::hint::spin_loop();
             continue;
         }
-        if tries <= SPINS + YIELDS {
-            // SAFETY: no arguments; not a cancellation point.
-            unsafe { libc::sched_yield() };
-            continue;
+        if !patient {
+            return libc::ETIMEDOUT; // the same holder as when a wait ran out: no yield, no nap
         }
         let now = monotonic_ns();
-        if w.deadline_ns == 0 {
-            w.deadline_ns = now + LOCK_WAIT_MS * 1_000_000;
-        }
-        if !patient || now >= w.deadline_ns {
-            if patient {
-                TIMEOUTS.fetch_add(1, Ordering::Relaxed);
-                STUCK_OWNER.store(owner(mutex), Ordering::Relaxed);
-                UNREACHABLE_UNTIL.store((now / 1_000_000).saturating_add(UNREACHABLE_MS).max(1), Ordering::Relaxed);
-            }
+        if now >= w.deadline_ns {
+            TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+            STUCK_OWNER.store(owner(mutex), Ordering::Relaxed);
+            UNREACHABLE_UNTIL.store((now / 1_000_000).saturating_add(UNREACHABLE_MS).max(1), Ordering::Relaxed);
             w.deadline_ns = 1; // the rest of the call does not wait either
             return libc::ETIMEDOUT;
         }
-        nap(nap_us.min((w.deadline_ns - now) / 1000 + 1));
-        nap_us = (nap_us * 2).min(NAP_MAX_US);
+        sleep_on(mutex, ((w.deadline_ns - now) / 1000 + 1).min(SLEEP_MAX_US));
     }
 }
 
@@ -510,11 +526,7 @@ fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
 /// the kernel's robust-futex ABI defines (the owner's thread id in its low 30 bits, which the
 /// kernel reads when the owner dies), in glibc's layout on every architecture.
 fn owner(mutex: *mut libc::pthread_mutex_t) -> u32 {
-    const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
-    // SAFETY: the mutex's first 4 bytes are an aligned int, changed by other threads and
-    // processes with atomic instructions; an atomic read of it races with nothing.
-    let word = unsafe { AtomicU32::from_ptr(mutex as *mut u32) }.load(Ordering::Relaxed);
-    word & FUTEX_TID_MASK
+    word(mutex).load(Ordering::Relaxed) & FUTEX_TID_MASK
 }
 
 /// The ledger, locked; recovered when its last holder died holding it. Held only for the
@@ -914,16 +926,6 @@ enum Seat {
     Join,
 }
 
-/// Whether this process must join (first use, a fork child, a slot lost), as far as can be told
-/// without the lock.
-fn must_join(h: Shared) -> bool {
-    match SLOT.load(Ordering::Relaxed) {
-        NO_SLOT => false,
-        NOT_JOINED => true,
-        s => s >= MAX_MEMBERS || h.member_id(s).0 != MY_PID.load(Ordering::Relaxed),
-    }
-}
-
 /// What a join needs, read before the lock: this process's start time and executable's name.
 struct Joining {
     pid: u32,
@@ -998,8 +1000,9 @@ fn out_of_reach(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
     }
 }
 
-/// The lets-go a reservation may make: a join's look, a room look, a reading. Each happens at
-/// most once, so a reservation takes the lock at most four times, all within one `Wait`.
+/// The lets-go a reservation may make: a join's reads, a room look, a reading. Each happens at
+/// most once, so a reservation takes the lock at most four times, all within one `Wait`. A join
+/// reads only once the lock was had: a process that cannot reach the ledger reads nothing.
 #[derive(Default)]
 struct Done {
     joined: bool,
@@ -1014,11 +1017,6 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
     let mut joining = None;
     let mut dead = Dead::none();
     let mut reading = None;
-    if must_join(h) {
-        joining = Some(Joining::read());
-        dead = Dead::look(h, Scan::Join);
-        done.joined = true;
-    }
     let mut freed = 0;
     loop {
         let mut l = match Locked::new(h, &mut w) {
@@ -1243,19 +1241,19 @@ pub struct Snapshot {
     pub host_lowest_available: Option<u64>,
     /// Calls the host reserve stopped, summed over the members in the group now.
     pub host_reserve_count: u64,
-    /// The ledger's lock was held past the bound: the figures were read without it.
+    /// The ledger's lock was held: the figures were read without it.
     pub unreachable: bool,
     /// This process's waits for the lock that ran out.
     pub lock_timeouts: u64,
 }
 
-/// The group's figures: under the lock, or, while it is held past the bound, read without it
-/// (figures of one moment, as `pinguard top` reads them).
+/// The group's figures: under the lock when it is free, else read without it (figures of one
+/// moment, as `pinguard top` reads them).
 pub fn snapshot() -> Option<Snapshot> {
     let h = header()?;
-    // A process that never joined (it pinned nothing) only tries: it never waits.
-    let mut w = if SLOT.load(Ordering::Relaxed) < MAX_MEMBERS { Wait::new() } else { Wait::once() };
-    let locked = match Locked::new(h, &mut w) {
+    // Figures for a report only try the lock: they never wait (a process that pinned nothing
+    // never waits at all, and a member's exit waits once, to leave).
+    let locked = match Locked::new(h, &mut Wait::once()) {
         Ok(l) => Some(l),
         Err(NoLock::Gone) => return None,
         Err(NoLock::Busy) => None,
