@@ -1,6 +1,7 @@
 //! The group ledger never harms its members: an exec'd member starts afresh, a member killed while
 //! creating the ledger leaves nothing behind, a full group does bounded work per refused call, a
-//! thread cancelled inside a group reservation is not aborted, and the counters never saturate.
+//! thread cancelled inside a group reservation is not aborted, the counters never saturate, and a
+//! member stopped while holding the ledger's lock freezes nobody.
 
 mod common;
 use common::*;
