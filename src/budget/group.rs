@@ -476,11 +476,10 @@ fn sleep_on(mutex: *mut libc::pthread_mutex_t, us: u64) {
 
 /// Takes the ledger's mutex within `w`'s bound: `pthread_mutex_trylock` (never a cancellation
 /// point, never a wait of its own), spinning, then sleeping on the mutex's futex word until the
-/// holder lets go or the deadline passes. No
-/// `pthread_mutex_timedlock`: its deadline is `CLOCK_REALTIME`, which a clock set back stretches
-/// without bound (`pthread_mutex_clocklock` needs glibc 2.30; pinguard runs on 2.17). The
-/// mutex's own answer otherwise: 0, `EOWNERDEAD` (a holder that died), another error, or
-/// `ETIMEDOUT` for a holder that kept it past the bound.
+/// holder lets go or the deadline passes. No `pthread_mutex_timedlock`: its deadline is
+/// `CLOCK_REALTIME`, which a clock set back stretches without bound (`pthread_mutex_clocklock`
+/// needs glibc 2.30; pinguard runs on 2.17). The mutex's own answer: 0, `EOWNERDEAD` (a holder
+/// that died), another error; or `ETIMEDOUT` for a holder that kept it past the bound.
 fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
     let patient = !w.once && (monotonic_ms() >= UNREACHABLE_UNTIL.load(Ordering::Relaxed) || owner(mutex) != STUCK_OWNER.load(Ordering::Relaxed));
     let mut tries = 0u32;
@@ -508,7 +507,7 @@ fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
             continue;
         }
         if !patient {
-            return libc::ETIMEDOUT; // the same holder as when a wait ran out: no yield, no nap
+            return libc::ETIMEDOUT; // the same holder as when a wait ran out: no sleep
         }
         let now = monotonic_ns();
         if now >= w.deadline_ns {
