@@ -1,6 +1,7 @@
 //! The group ledger never harms its members: an exec'd member starts afresh, a member killed while
 //! creating the ledger leaves nothing behind, a full group does bounded work per refused call, a
-//! thread cancelled inside a group reservation is not aborted, and the counters never saturate.
+//! thread cancelled inside a group reservation is not aborted, the counters never saturate, and a
+//! member stopped while holding the ledger's lock freezes nobody.
 
 mod common;
 use common::*;
@@ -289,4 +290,202 @@ fn a_member_that_cannot_read_proc_takes_no_share_and_escapes_no_budget() {
     assert!(r.success(), "{}", r.stderr);
     assert!(r.stdout.contains("starved=2 big=2 small=0"), "{}\n{}", r.stdout, r.stderr);
     assert!(holder_share.is_some_and(|b| b >= 65536), "the holder keeps its share: {holder_share:?}");
+}
+
+/// tests/progs/ledger_lock.c, built once.
+fn ledger_lock() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let o = fixtures().dir.join("ledger_lock").to_string_lossy().into_owned();
+            let src = root().join("tests/progs/ledger_lock.c").to_string_lossy().into_owned();
+            cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src]);
+            PathBuf::from(o)
+        })
+        .clone()
+}
+
+/// A child that is continued and killed when the test ends, however it ends (a stopped process
+/// must not outlive a failed test).
+struct Reaped(Child);
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        // SAFETY: signals this test's own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGCONT) };
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child's stdout, a line at a time, with a deadline: a call that hangs fails the test.
+struct Lines(std::sync::mpsc::Receiver<String>);
+impl Lines {
+    fn of(child: &mut Child) -> Lines {
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in out.lines() {
+                if tx.send(l.unwrap_or_default()).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines(rx)
+    }
+    fn next(&self, what: &str) -> String {
+        self.0.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|_| panic!("no answer in 10 s to {what}: it hangs"))
+    }
+}
+
+/// Whether process `pid` is stopped (state `T` in its `stat`).
+fn stopped(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+}
+
+/// `rc=RC ms=MS`, as the `steps` mode answers each call.
+fn rc_ms(line: &str) -> (i64, i64) {
+    (field(line, "rc"), field(line, "ms"))
+}
+
+/// The longest a pinning call may wait on the ledger, with room for a slow, shared machine: the
+/// library's bound is tens of milliseconds (`budget::group`), a stopped holder's is forever.
+const CALL_MS: i64 = 500;
+
+#[test]
+fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
+    let g = Group::new("stopped");
+    let f = fixtures();
+    let dir = fresh_dir("stopped");
+    let metrics = dir.join("m.%p.prom");
+    let env = |cmd: &mut std::process::Command| {
+        clear_pinguard_env(cmd);
+        cmd.env("PINGUARD_GROUP", &g.0)
+            .env("PINGUARD_GROUP_BUDGET", "1M")
+            .env("PINGUARD_POLICY", "error")
+            .env("PINGUARD_DEPTH", "0")
+            .env("PINGUARD_REPORT", dir.join("r.%p.json"))
+            .env("PINGUARD_METRICS", &metrics);
+    };
+    // A member that pins before, during and after the stop.
+    let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
+    env(&mut cmd);
+    let mut member = Reaped(cmd.arg("steps").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut stdin = member.0.stdin.take().unwrap();
+    let out = Lines::of(&mut member.0);
+    let mut step = |s: &str| -> (i64, i64) {
+        writeln!(stdin, "{s}").unwrap();
+        rc_ms(&out.next(s))
+    };
+    assert_eq!(step("alloc 262144").0, 0);
+    // And one that pins, then exits while the ledger is locked.
+    let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
+    env(&mut cmd);
+    let mut leaver = Reaped(cmd.arg("steps").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut leaver_in = leaver.0.stdin.take().unwrap();
+    let leaver_out = Lines::of(&mut leaver.0);
+    writeln!(leaver_in, "alloc 131072").unwrap();
+    assert_eq!(rc_ms(&leaver_out.next("the leaver's call")).0, 0);
+    assert_eq!(g.header().used, 262144 + 131072);
+
+    // Another process takes the ledger's lock and stops holding it.
+    let offset = std::mem::offset_of!(Header, mutex).to_string();
+    let mut holder = Reaped(std::process::Command::new(ledger_lock()).args([&g.path(), &offset]).stdout(Stdio::piped()).spawn().unwrap());
+    let held = Lines::of(&mut holder.0);
+    assert_eq!(held.next("locking the ledger"), "locked");
+    let t = std::time::Instant::now();
+    while !stopped(holder.0.id()) {
+        assert!(t.elapsed().as_secs() < 10, "the holder did not stop");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    // (a) A process that pins nothing starts and ends as without pinguard.
+    let mut cmd = program(std::path::Path::new("/bin/true"), Some(f.lib.as_os_str()));
+    env(&mut cmd);
+    let t = std::time::Instant::now();
+    let o = run_bounded(&mut cmd, std::time::Duration::from_secs(10));
+    assert!(o.status.success(), "{o:?}");
+    assert!(t.elapsed().as_millis() < 2000, "/bin/true took {:?}", t.elapsed());
+    eprintln!("/bin/true in the stopped group: {:?}", t.elapsed());
+
+    // (b) The member's calls are answered within the bound, by the policy (error: refused), and
+    // its release is not lost; a new process is refused the same way.
+    for i in 0..3 {
+        let (rc, ms) = step("alloc 65536");
+        assert_eq!(rc, 2, "call {i}: refused, the group's budget cannot be checked");
+        assert!(ms <= CALL_MS, "call {i} waited {ms} ms");
+        eprintln!("refused call {i} in the stopped group: {ms} ms");
+    }
+    let (rc, ms) = step("free 0");
+    assert_eq!(rc, 0);
+    assert!(ms <= CALL_MS, "the release waited {ms} ms");
+    let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
+    env(&mut cmd);
+    let newcomer = dir.join("newcomer.json");
+    let o = run_bounded(cmd.args(["cuda_alloc:4096", &format!("report:{}", newcomer.display())]), std::time::Duration::from_secs(10));
+    let r = Run::from_output(o, dir.clone());
+    assert_eq!(r.rc("cuda_alloc:4096"), 2, "{}", r.stderr);
+    assert_eq!(read_json(&newcomer)["events"][0]["reason"], "group_unavailable", "{}", r.stderr);
+    // Other policies answer the same way, and say why.
+    for (policy, rc, kind) in [("downgrade", 0, "downgraded"), ("warn", 0, "over_budget")] {
+        let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
+        env(&mut cmd);
+        let report = dir.join(format!("{policy}.json"));
+        let o = run_bounded(cmd.env("PINGUARD_POLICY", policy).args(["cuda_alloc:4096", &format!("report:{}", report.display())]), std::time::Duration::from_secs(10));
+        let r = Run::from_output(o, dir.clone());
+        assert_eq!(r.rc("cuda_alloc:4096"), rc, "{policy}: {}", r.stderr);
+        let e = &read_json(&report)["events"][0];
+        assert_eq!((e["kind"].as_str(), e["reason"].as_str()), (Some(kind), Some("group_unavailable")), "{policy}: {}", r.stderr);
+        if policy == "warn" {
+            assert!(pinguard_lines(&r.stderr).iter().any(|l| l.contains("group_unavailable") && l.contains("allowed")), "{}", r.stderr);
+        }
+    }
+    // A member's exit does not wait past the bound either; its share stays booked until it is
+    // found gone.
+    let t = std::time::Instant::now();
+    writeln!(leaver_in, "exit").unwrap();
+    assert!(leaver.0.wait().unwrap().success());
+    assert!(t.elapsed().as_millis() < 2000, "the exit took {:?}", t.elapsed());
+    eprintln!("a member's exit in the stopped group: {:?}", t.elapsed());
+    assert_eq!(g.header().used, 262144 + 131072, "nothing was booked past the lock, and the budget held");
+
+    // (c) Continued, the holder lets go: the member's calls go through again, the release it
+    // made meanwhile is applied, and the figures are exact.
+    // SAFETY: signals this test's own child.
+    unsafe { libc::kill(holder.0.id() as i32, libc::SIGCONT) };
+    assert_eq!(held.next("unlocking"), "unlocked");
+    let (rc, ms) = step("alloc 65536");
+    assert_eq!(rc, 0, "the group is back");
+    assert!(ms <= CALL_MS, "{ms} ms");
+    let h = g.header();
+    assert_eq!(h.used, 65536 + 131072, "the release made while the ledger was locked is applied");
+    let mut members = g.members();
+    members.sort();
+    let mut want = vec![(member.0.id(), 65536), (leaver.0.id(), 131072)];
+    want.sort();
+    assert_eq!(members, want);
+    assert_eq!(step("free 4").0, 0);
+    assert_eq!(step("alloc 1048576").0, 0, "the whole budget is there again (the leaver found gone)");
+    assert_eq!(g.header().used, 1 << 20);
+    assert_eq!(g.members(), vec![(member.0.id(), 1 << 20)]);
+    writeln!(stdin, "exit").unwrap();
+    drop(stdin);
+    let pid = member.0.id();
+    let status = member.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(member.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(g.header().used, 0, "the member left");
+
+    // What the refused calls got is in the report, the metrics and the exit line.
+    let report = read_json(&dir.join(format!("r.{pid}.json")));
+    let reasons: Vec<_> = report["events"].as_array().unwrap().iter().map(|e| (e["kind"].as_str().unwrap(), e["reason"].as_str().unwrap())).collect();
+    assert_eq!(reasons, vec![("denied", "group_unavailable"); 3], "{}", report["events"]);
+    assert_eq!(report["totals"]["group_unavailable_count"], 3);
+    assert_eq!(report["totals"]["denied_count"], 3);
+    let prom = std::fs::read_to_string(dir.join(format!("m.{pid}.prom"))).unwrap();
+    let line = prom.lines().find(|l| l.starts_with("pinguard_group_unavailable_total{")).unwrap_or_else(|| panic!("{prom}"));
+    assert!(line.ends_with(" 3"), "{line}");
+    let exit = pinguard_lines(&stderr).into_iter().find(|l| l.starts_with(&format!("pinguard[{pid}]:"))).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(exit.contains("3 denied") && exit.contains("3 of them group_unavailable"), "{exit}");
 }

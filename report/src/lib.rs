@@ -138,7 +138,7 @@ pub struct Config {
 #[macro_export]
 macro_rules! with_total_counters {
     ($m:ident) => {
-        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count, host_reserve_count }
+        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count, host_reserve_count, group_unavailable_count }
     };
 }
 
@@ -194,6 +194,11 @@ pub struct Totals {
     /// memory names no frames or is partial (`config.errors` says which).
     #[serde(default)]
     pub out_of_memory_count: u64,
+    /// Pinning calls answered by the policy because the group's ledger could not be reached in
+    /// time (its lock held by a member that does not run): refused, downgraded, or (`warn`)
+    /// pinned anyway. Each is also in `denied_count`, `downgraded_count` or `over_budget_count`.
+    #[serde(default)]
+    pub group_unavailable_count: u64,
 }
 
 impl Totals {
@@ -218,6 +223,7 @@ impl Totals {
         self.untracked_count += o.untracked_count;
         self.host_reserve_count += o.host_reserve_count;
         self.out_of_memory_count += o.out_of_memory_count;
+        self.group_unavailable_count += o.group_unavailable_count;
     }
 }
 
@@ -264,6 +270,14 @@ pub struct Group {
     /// Pinning calls of all members that the host reserve stopped (as `totals.host_reserve_count`).
     #[serde(default)]
     pub host_reserve_count: u64,
+    /// The ledger's lock was held when the report was written (a report never waits for it):
+    /// the figures were read without it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unreachable: bool,
+    /// This process's waits for the ledger's lock that ran out (each bounded); its calls then
+    /// went without the group (`totals.group_unavailable_count`).
+    #[serde(default)]
+    pub lock_timeouts: u64,
 }
 
 /// The host reserve (`PINGUARD_HOST_RESERVE`): present in a report once a reserve was in force.
@@ -424,6 +438,9 @@ pub enum Limit {
     GroupBudget,
     /// The floor under the host's available memory (`PINGUARD_HOST_RESERVE`).
     HostReserve,
+    /// The group's budget could not be checked: its ledger's lock was held past the library's
+    /// bound (a member stopped while holding it).
+    GroupUnavailable,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
-/// 3 since `host_reserve_count` joined the per-thread counters (`with_total_counters!`).
-pub const VERSION: u32 = 3;
+/// 4 since `group_unavailable_count` joined the per-thread counters (`with_total_counters!`).
+pub const VERSION: u32 = 4;
 /// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
 pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
 /// The file name's ending, in place of the report's `.json`.

@@ -600,7 +600,7 @@ pub fn count_unknown_release(t: &Thread, api: Api) {
 pub struct Over(u64);
 
 impl Over {
-    const LIMITS: [Limit; 3] = [Limit::Budget, Limit::GroupBudget, Limit::HostReserve];
+    const LIMITS: [Limit; 4] = [Limit::Budget, Limit::GroupBudget, Limit::HostReserve, Limit::GroupUnavailable];
 
     pub fn budget() -> Over {
         Over(0)
@@ -608,6 +608,11 @@ impl Over {
 
     pub fn group_budget() -> Over {
         Over(1)
+    }
+
+    /// The group's ledger could not be reached in time: its budget could not be checked.
+    pub fn group_unavailable() -> Over {
+        Over(3)
     }
 
     /// Over the host reserve, with `available` bytes (kept up to 2^62, 4 EiB).
@@ -623,10 +628,13 @@ impl Over {
         (self.limit() == Limit::HostReserve).then_some(self.0 >> 2)
     }
 
-    /// A call over the host reserve also counts as one (`host_reserve_count`).
+    /// A call over the host reserve also counts as one (`host_reserve_count`), and a call the
+    /// group could not decide (`group_unavailable_count`).
     fn count(self, m: &Block) {
-        if self.limit() == Limit::HostReserve {
-            add(&m.totals.host_reserve_count, 1);
+        match self.limit() {
+            Limit::HostReserve => add(&m.totals.host_reserve_count, 1),
+            Limit::GroupUnavailable => add(&m.totals.group_unavailable_count, 1),
+            _ => {}
         }
     }
 }

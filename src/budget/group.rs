@@ -20,7 +20,7 @@ use crate::runtime::{kernel, sys};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 static MAP: AtomicPtr<Header> = AtomicPtr::new(std::ptr::null_mut());
 static SLOT: AtomicUsize = AtomicUsize::new(NOT_JOINED);
@@ -375,40 +375,265 @@ fn start_ticks(pid: u32) -> Proc {
     }
 }
 
-/// The ledger, locked; recovered when its last holder died holding it. Cancellation stays off
-/// while it is held: a thread cancelled with the lock held would leave it to `EOWNERDEAD` repair,
-/// and an unwinding through pinguard's frames would abort the process.
+/// The longest one call (a reservation, a release, the exit, a report's figures) waits for the
+/// ledger's lock, in all, in milliseconds. Nobody holds the lock for more than a few hundred
+/// nanoseconds of arithmetic, so a wait this long means a holder that does not run: stopped
+/// (`SIGSTOP`, a debugger, `docker pause`) or starved. The call then goes without the group
+/// (`unreachable`).
+pub const LOCK_WAIT_MS: u64 = 50;
+/// After a wait ran out, for this long this process only tries the lock (a short spin, no
+/// sleep) while the same thread holds it: a group whose holder is stopped costs each call
+/// microseconds, not `LOCK_WAIT_MS`. A lock that is free again is taken at the first try, and a
+/// lock held by another thread is waited for again.
+pub const UNREACHABLE_MS: u64 = 1000;
+/// Tries of the lock spinning before a wait sleeps. While the holder a wait ran out on still
+/// holds the lock, a call spins only.
+const SPINS: u32 = 64;
+/// The longest one sleep on the mutex's futex word, in microseconds: a taker that found the word
+/// free takes it without the waiters' bit, so a sleeper it did not wake tries again this soon.
+const SLEEP_MAX_US: u64 = 2000;
+/// The mutex word's bits besides the owner (the kernel's robust-futex ABI).
+const FUTEX_WAITERS: u32 = 0x8000_0000;
+const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+
+/// `monotonic_ms` until which this process only tries the lock while `STUCK_OWNER` holds it (0:
+/// it waits, up to the bound).
+static UNREACHABLE_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// The thread that held the lock when a wait ran out (its id, as the mutex word holds it).
+static STUCK_OWNER: AtomicU32 = AtomicU32::new(0);
+/// Waits for the lock that ran out (for the report).
+static TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+/// Bytes this process pinned whatever the limits (`force`) while the ledger could not be reached,
+/// and bytes it released meanwhile: folded into its share at its next taking of the lock, so the
+/// group's figures heal (`Locked::settle`).
+static PENDING_ADD: AtomicU64 = AtomicU64::new(0);
+static PENDING_RELEASE: AtomicU64 = AtomicU64::new(0);
+/// Whether a previous image's slot (`forget_previous_image`) is still to be emptied: start-up only
+/// tries the lock, and the first taking of it does the rest.
+static FORGET: AtomicBool = AtomicBool::new(false);
+/// This image's pid and start time, for that.
+static IMAGE_PID: AtomicU32 = AtomicU32::new(0);
+static IMAGE_TICKS: AtomicU64 = AtomicU64::new(0);
+
+/// One call's wait for the lock: every taking of it in the call shares one deadline.
+struct Wait {
+    /// `monotonic_ns` after which the call goes without the group (0: not waited yet).
+    deadline_ns: u64,
+    /// Only one try (start-up: a process that pins nothing never waits).
+    once: bool,
+}
+
+impl Wait {
+    fn new() -> Wait {
+        Wait { deadline_ns: 0, once: false }
+    }
+
+    fn once() -> Wait {
+        Wait { deadline_ns: 0, once: true }
+    }
+}
+
+/// Why the lock was not taken.
+enum NoLock {
+    /// Held past the bound: this call goes without the group.
+    Busy,
+    /// Unrecoverable or corrupt: this process left the group (its own budget only).
+    Gone,
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The mutex's futex word: owner, waiters' bit, owner-died bit (see `owner`).
+fn word(mutex: *mut libc::pthread_mutex_t) -> &'static AtomicU32 {
+    // SAFETY: the mutex's first 4 bytes are an aligned int, changed by other threads and
+    // processes with atomic instructions only; it lives as long as the ledger mapping (for ever).
+    unsafe { AtomicU32::from_ptr(mutex as *mut u32) }
+}
+
+/// Sleeps until the holder lets go of the mutex (its unlock wakes a sleeper when the waiters' bit
+/// is set, as glibc's own lock sets it), or for `us` microseconds at most: a raw `futex` wait on
+/// the shared word (a relative timeout, on `CLOCK_MONOTONIC`), no cancellation point.
+fn sleep_on(mutex: *mut libc::pthread_mutex_t, us: u64) {
+    let w = word(mutex);
+    let v = w.load(Ordering::Relaxed);
+    if v & FUTEX_TID_MASK == 0 {
+        return; // free (or its owner died): try at once
+    }
+    if v & FUTEX_WAITERS == 0 && w.compare_exchange(v, v | FUTEX_WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+        return; // changed hands meanwhile: try at once
+    }
+    let ts = libc::timespec { tv_sec: 0, tv_nsec: (us.clamp(1, 999_999) * 1000) as libc::c_long };
+    // SAFETY: a shared (not private: other processes map it) futex wait on a valid word, while it
+    // still holds the value it was seen with; `ts` is a valid relative timeout. EAGAIN, EINTR and
+    // ETIMEDOUT all mean: try again.
+    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAIT, v | FUTEX_WAITERS, &ts as *const libc::timespec, 0usize, 0u32) };
+}
+
+/// Takes the ledger's mutex within `w`'s bound: `pthread_mutex_trylock` (never a cancellation
+/// point, never a wait of its own), spinning, then sleeping on the mutex's futex word until the
+/// holder lets go or the deadline passes. No `pthread_mutex_timedlock`: its deadline is
+/// `CLOCK_REALTIME`, which a clock set back stretches without bound (`pthread_mutex_clocklock`
+/// needs glibc 2.30; pinguard runs on 2.17). The mutex's own answer: 0, `EOWNERDEAD` (a holder
+/// that died), another error; or `ETIMEDOUT` for a holder that kept it past the bound.
+fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
+    let patient = !w.once && (monotonic_ms() >= UNREACHABLE_UNTIL.load(Ordering::Relaxed) || owner(mutex) != STUCK_OWNER.load(Ordering::Relaxed));
+    let mut tries = 0u32;
+    loop {
+        // SAFETY: the mutex was initialised process-shared and robust before the ledger was
+        // published; a pthread mutex is made to be shared this way, through a raw pointer.
+        let rc = unsafe { libc::pthread_mutex_trylock(mutex) };
+        if rc != libc::EBUSY {
+            if rc == 0 || rc == libc::EOWNERDEAD {
+                if UNREACHABLE_UNTIL.load(Ordering::Relaxed) != 0 {
+                    UNREACHABLE_UNTIL.store(0, Ordering::Relaxed);
+                }
+            }
+            return rc;
+        }
+        if w.once {
+            return libc::ETIMEDOUT;
+        }
+        if w.deadline_ns == 0 {
+            w.deadline_ns = monotonic_ns() + LOCK_WAIT_MS * 1_000_000;
+        }
+        tries += 1;
+        if tries <= SPINS {
+            std::hint::spin_loop();
+            continue;
+        }
+        if !patient {
+            return libc::ETIMEDOUT; // the same holder as when a wait ran out: no sleep
+        }
+        let now = monotonic_ns();
+        if now >= w.deadline_ns {
+            TIMEOUTS.fetch_add(1, Ordering::Relaxed);
+            STUCK_OWNER.store(owner(mutex), Ordering::Relaxed);
+            UNREACHABLE_UNTIL.store((now / 1_000_000).saturating_add(UNREACHABLE_MS).max(1), Ordering::Relaxed);
+            w.deadline_ns = 1; // the rest of the call does not wait either
+            return libc::ETIMEDOUT;
+        }
+        sleep_on(mutex, ((w.deadline_ns - now) / 1000 + 1).min(SLEEP_MAX_US));
+    }
+}
+
+/// The thread holding the mutex now (0: none). A robust mutex's first word is the futex word
+/// the kernel's robust-futex ABI defines (the owner's thread id in its low 30 bits, which the
+/// kernel reads when the owner dies), in glibc's layout on every architecture.
+fn owner(mutex: *mut libc::pthread_mutex_t) -> u32 {
+    word(mutex).load(Ordering::Relaxed) & FUTEX_TID_MASK
+}
+
+/// The ledger, locked; recovered when its last holder died holding it. Held only for the
+/// arithmetic: every file a decision needs (`/proc` entries, `/proc/meminfo`) is read before the
+/// lock is taken, or with it let go and taken again. Cancellation stays off while it is held: a
+/// thread cancelled with the lock held would leave it to `EOWNERDEAD` repair, and an unwinding
+/// through pinguard's frames would abort the process.
 struct Locked {
     ledger: Shared,
     _nc: sys::NoCancel,
 }
 
 impl Locked {
-    /// `None` when the lock cannot be taken (a ledger whose mutex is unrecoverable or corrupt):
-    /// the process then leaves the group and runs on its own budget.
-    fn new(ledger: Shared) -> Option<Locked> {
+    /// The ledger, locked within `w`'s bound, with this process's pending figures folded in.
+    fn new(ledger: Shared, w: &mut Wait) -> Result<Locked, NoLock> {
         let nc = sys::NoCancel::new();
-        // SAFETY: the mutex was initialised process-shared and robust before the ledger was
-        // published; a pthread mutex is made to be shared this way, through a raw pointer.
-        let rc = unsafe { libc::pthread_mutex_lock(std::ptr::addr_of_mut!((*ledger.0.as_ptr()).mutex)) };
-        match rc {
-            0 => Some(Locked { ledger, _nc: nc }),
+        // SAFETY: the place of the mutex in the published ledger mapping; no reference is made.
+        let rc = take(unsafe { std::ptr::addr_of_mut!((*ledger.0.as_ptr()).mutex) }, w);
+        let mut l = match rc {
+            0 => Locked { ledger, _nc: nc },
             libc::EOWNERDEAD => {
                 let mut l = Locked { ledger, _nc: nc };
-                // Whatever the dead holder was doing, the members' shares are the truth.
-                l.reclaim_dead(Scan::Join);
+                // Whatever the dead holder was doing, the members' shares are the truth; its own
+                // share goes at the next look for dead members, due at once.
                 l.h_mut().used = l.sum_of_shares();
+                l.h_mut().rescan_after_ms = 0;
                 // SAFETY: this thread holds the mutex (EOWNERDEAD hands it over).
                 unsafe { libc::pthread_mutex_consistent(&mut l.h_mut().mutex) };
-                Some(l)
+                l
             }
+            libc::ETIMEDOUT => return Err(NoLock::Busy),
             _ => {
                 MAP.store(std::ptr::null_mut(), Ordering::Release);
                 tracing::warn!("group: the ledger's lock cannot be taken (error {rc}); this process now uses its own budget only");
                 drop(nc);
-                None
+                return Err(NoLock::Gone);
+            }
+        };
+        l.settle();
+        Ok(l)
+    }
+
+    /// Applies what this process could not while the ledger was out of reach: the previous
+    /// image's slot to empty, bytes pinned and released meanwhile.
+    fn settle(&mut self) {
+        if FORGET.load(Ordering::Relaxed) && FORGET.swap(false, Ordering::Relaxed) {
+            self.forget_image();
+        }
+        if PENDING_ADD.load(Ordering::Relaxed) == 0 && PENDING_RELEASE.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let i = SLOT.load(Ordering::Relaxed);
+        if !self.owns(i) {
+            return; // not joined yet: a join folds them in
+        }
+        let add = PENDING_ADD.swap(0, Ordering::Relaxed);
+        if add > 0 {
+            self.book(i, add);
+        }
+        let released = PENDING_RELEASE.swap(0, Ordering::Relaxed);
+        if released > 0 {
+            let _ = self.unbook(i, released);
+        }
+    }
+
+    /// Adds `bytes` to member `i`'s share and the group's total; `false` (nothing changed) for
+    /// a sum past `u64::MAX`.
+    fn book(&mut self, i: usize, bytes: u64) -> bool {
+        let (Some(used), Some(share)) = (self.h().used.checked_add(bytes), self.h().members[i].bytes.checked_add(bytes)) else {
+            return false;
+        };
+        let h = self.h_mut();
+        h.used = used;
+        h.peak = h.peak.max(used);
+        let m = &mut h.members[i];
+        m.bytes = share;
+        m.peak = m.peak.max(share);
+        true
+    }
+
+    /// Takes `bytes` off member `i`'s share; `Err(share)` (nothing changed) for more than it holds.
+    fn unbook(&mut self, i: usize, bytes: u64) -> Result<(), u64> {
+        let m = &mut self.h_mut().members[i];
+        let Some(share) = m.bytes.checked_sub(bytes) else { return Err(m.bytes) };
+        m.bytes = share;
+        self.h_mut().used = match self.h().used.checked_sub(bytes) {
+            Some(u) => u,
+            None => self.sum_of_shares(),
+        };
+        if self.h().host_reserve > 0 {
+            let h = self.h_mut();
+            h.host_released = h.host_released.saturating_add(bytes);
+        }
+        Ok(())
+    }
+
+    /// Empties every slot with this image's pid and start time: the previous image's.
+    fn forget_image(&mut self) -> u64 {
+        let (pid, ticks) = (IMAGE_PID.load(Ordering::Relaxed), IMAGE_TICKS.load(Ordering::Relaxed));
+        let mut freed = 0u64;
+        for i in 0..MAX_MEMBERS {
+            let m = &self.h().members[i];
+            if m.pid == pid && m.start_ticks == ticks && !(i == SLOT.load(Ordering::Relaxed) && self.owns(i)) {
+                freed = freed.saturating_add(m.bytes);
+                self.vacate(i);
             }
         }
+        freed
     }
 
     /// The ledger, for as long as the lock is held and this borrow lasts.
@@ -447,27 +672,20 @@ impl Locked {
         i < MAX_MEMBERS && self.h().members[i].pid == MY_PID.load(Ordering::Relaxed)
     }
 
-    /// Gives the share of every member that is gone back to the group; returns the bytes freed.
-    fn reclaim_dead(&mut self, why: Scan) -> u64 {
-        match why {
-            Scan::Join => self.h_mut().join_scans = self.h().join_scans.wrapping_add(1),
-            Scan::Room => self.h_mut().room_scans = self.h().room_scans.wrapping_add(1),
+    /// Empties the slots `dead` found, those still held by the very process found gone; returns
+    /// the bytes freed.
+    fn bury(&mut self, dead: &Dead) -> u64 {
+        match dead.why {
+            None => return 0,
+            Some(Scan::Join) => self.h_mut().join_scans = self.h().join_scans.wrapping_add(1),
+            Some(Scan::Room) => self.h_mut().room_scans = self.h().room_scans.wrapping_add(1),
         }
-        let me = SLOT.load(Ordering::Relaxed);
         let mut freed = 0u64;
-        for i in 0..MAX_MEMBERS {
-            let m = &self.h().members[i];
-            if m.pid == 0 || (i == me && self.owns(i)) {
-                continue;
-            }
-            let dead = match start_ticks(m.pid) {
-                Proc::Gone => true,
-                Proc::Started(t) => t != m.start_ticks,
-                Proc::Unknown => false,
-            };
-            if dead {
+        for &(i, pid, ticks) in &dead.found[..dead.n] {
+            let m = &self.h().members[i as usize];
+            if m.pid == pid && m.start_ticks == ticks {
                 freed = freed.saturating_add(m.bytes);
-                self.vacate(i);
+                self.vacate(i as usize);
             }
         }
         freed
@@ -488,29 +706,115 @@ impl Locked {
     }
 }
 
+/// Members found gone by a look at `/proc`, made without the lock: slot, pid and start time, so
+/// that only a slot still held by that very process is emptied (`Locked::bury`). Bounded: more
+/// dead members than this wait for the next look.
+struct Dead {
+    why: Option<Scan>,
+    n: usize,
+    found: [(u16, u32, u64); Dead::MAX],
+}
+
+impl Dead {
+    const MAX: usize = 16;
+
+    fn none() -> Dead {
+        Dead { why: None, n: 0, found: [(0, 0, 0); Dead::MAX] }
+    }
+
+    /// Reads every member's `/proc` entry (the ledger's fields read one at a time, without the
+    /// lock: a slot that changes meanwhile is not emptied, as `bury` checks it again).
+    fn look(h: Shared, why: Scan) -> Dead {
+        let mut d = Dead { why: Some(why), ..Dead::none() };
+        let me = SLOT.load(Ordering::Relaxed);
+        for i in 0..MAX_MEMBERS {
+            let (pid, ticks) = h.member_id(i);
+            if pid == 0 || (i == me && pid == MY_PID.load(Ordering::Relaxed)) {
+                continue;
+            }
+            let dead = match start_ticks(pid) {
+                Proc::Gone => true,
+                Proc::Started(t) => t != ticks,
+                Proc::Unknown => false,
+            };
+            if dead {
+                d.found[d.n] = (i as u16, pid, ticks);
+                d.n += 1;
+                if d.n == Dead::MAX {
+                    break;
+                }
+            }
+        }
+        d
+    }
+}
+
+/// The offset of member `i`'s field at `field` (an `offset_of!(Member, ..)`) in the ledger.
+fn member_at(i: usize, field: usize) -> usize {
+    std::mem::offset_of!(Header, members) + i.min(MAX_MEMBERS - 1) * std::mem::size_of::<Member>() + field
+}
+
+impl Shared {
+    /// The `u64` field at `offset` (an `offset_of!`, or `member_at`), read without the lock.
+    fn u64_at(self, offset: usize) -> u64 {
+        assert!(offset % 8 == 0 && offset + 8 <= layout::SIZE);
+        // SAFETY: an aligned u64 inside the published ledger mapping (checked just above: the
+        // mapping is page-aligned); other processes write it under the lock, and an atomic read
+        // races with nothing.
+        unsafe { AtomicU64::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }.load(Ordering::Relaxed)
+    }
+
+    /// Member `i`'s pid and start time, read without the lock (each atomically; together they
+    /// may be of two members, which `Locked::bury` tells apart).
+    fn member_id(self, i: usize) -> (u32, u64) {
+        let at = member_at(i, std::mem::offset_of!(Member, pid));
+        assert!(at % 4 == 0 && at + 4 <= layout::SIZE);
+        // SAFETY: an aligned u32 inside the published ledger mapping, as in `u64_at`.
+        let pid = unsafe { AtomicU32::from_ptr(self.0.as_ptr().cast::<u8>().add(at).cast::<u32>()) }.load(Ordering::Relaxed);
+        (pid, self.u64_at(member_at(i, std::mem::offset_of!(Member, start_ticks))))
+    }
+}
+
+/// A reading of `/proc/meminfo` for the group's host reserve, taken with the lock let go: what
+/// the ledger said when it was started, and what the file said.
+struct Reading {
+    /// The group's reading when it was started (time, `MemAvailable`, settled bytes): another
+    /// member's reading installed since is used instead.
+    was: (u64, u64, u64),
+    /// The group's bytes the reading reflects (`Locked::host_room`).
+    settled: u64,
+    /// `host_released` when it was started: releases since stay counted.
+    released: u64,
+    /// `MemAvailable`, once read.
+    available: u64,
+}
+
+/// What the host reserve says of `bytes` more for the group.
+enum Room {
+    Fits,
+    /// No: the host's available memory as counted for the refusal.
+    Short(u64),
+    /// A reading is due first: the lock is to be let go while the file is read.
+    Read,
+}
+
 impl Locked {
     /// Whether the host reserve `reserve` (this member's) lets the group have `bytes` more: the
     /// group's bytes stay at or below what the shared reading settled plus the headroom it left.
-    /// The reading is taken again, here under the lock, when it is due, and before a refusal;
-    /// `Err` carries the host's available memory as counted for the refusal. A reading that
-    /// cannot be used turns the reserve off (`host::turn_off`) and refuses nothing.
-    fn host_room(&mut self, i: usize, bytes: u64, reserve: u64) -> Result<(), u64> {
-        let Some(next) = self.h().used.checked_add(bytes) else { return Err(self.host_available_now()) };
-        let cap = |l: &Locked| host::cap_of(l.h().host_settled, l.h().host_available, reserve).saturating_sub(l.h().host_released);
-        let fresh = self.host_due(reserve);
-        if fresh && !self.host_read(i, reserve) {
-            return Ok(());
+    /// A reading is asked for (`Room::Read`) when it is due, and before a refusal, unless one
+    /// was taken for this call (`fresh`).
+    fn host_room(&self, bytes: u64, reserve: u64, fresh: bool) -> Room {
+        let Some(next) = self.h().used.checked_add(bytes) else { return Room::Short(self.host_available_now()) };
+        if !fresh && self.host_due(reserve) {
+            return Room::Read;
         }
-        if next <= cap(self) {
-            return Ok(());
+        if next <= host::cap_of(self.h().host_settled, self.h().host_available, reserve).saturating_sub(self.h().host_released) {
+            return Room::Fits;
         }
-        if !fresh && !self.host_read(i, reserve) {
-            return Ok(());
+        if !fresh {
+            return Room::Read;
         }
-        if next <= cap(self) {
-            return Ok(());
-        }
-        Err(self.host_available_now())
+        Room::Short(self.host_available_now())
     }
 
     /// The group's reading is older than `host::READING_MS` (or from a clock that is not ours),
@@ -524,30 +828,32 @@ impl Locked {
         h.host_read_ms == 0 || age >= host::READING_MS || h.host_read_ms > now || moved
     }
 
-    /// Takes the group's reading: `/proc/meminfo`'s `MemAvailable`, and the group's bytes it
-    /// reflects (the group's total less this member's calls in flight: other members' calls in
-    /// flight cannot be told apart, and count as landed). `false`: the reading could not be used.
-    fn host_read(&mut self, i: usize, reserve: u64) -> bool {
+    /// What a reading started now needs of the ledger: the group's bytes it will reflect (the
+    /// group's total less this member's calls in flight: other members' calls in flight cannot
+    /// be told apart, and count as landed). Settled bytes first, then the file: a call that
+    /// lands in between is in the file and not in the settled bytes, which errs on the side of
+    /// the floor.
+    fn start_reading(&self, i: usize) -> Reading {
         let share = self.h().members[i].bytes;
-        let others = self.h().used.saturating_sub(share);
-        let settled = others.saturating_add(host::settled(share));
-        match kernel::host_memory() {
-            Ok(m) => {
-                let h = self.h_mut();
-                h.host_available = m.available;
-                h.host_settled = settled;
-                h.host_released = 0; // under the lock: no release since the file was read
-                h.host_read_ms = monotonic_ms().max(1);
-                h.host_lowest_available = h.host_lowest_available.min(m.available);
-                h.host_reserve = h.host_reserve.max(reserve);
-                host::noted(m.available);
-                true
-            }
-            Err(why) => {
-                host::turn_off(why);
-                false
-            }
+        let settled = self.h().used.saturating_sub(share).saturating_add(host::settled(share));
+        let h = self.h();
+        Reading { was: (h.host_read_ms, h.host_available, h.host_settled), settled, released: h.host_released, available: 0 }
+    }
+
+    /// Installs reading `r` (the lock was let go while it was taken), unless another member
+    /// installed one meanwhile.
+    fn install(&mut self, r: Reading, reserve: u64) {
+        let h = self.h_mut();
+        h.host_lowest_available = h.host_lowest_available.min(r.available);
+        h.host_reserve = h.host_reserve.max(reserve);
+        if (h.host_read_ms, h.host_available, h.host_settled) != r.was {
+            return; // newer than when ours started: as fresh as a refusal needs
         }
+        h.host_available = r.available;
+        h.host_settled = r.settled;
+        // Releases until the file was read are in it (or, made after, counted twice: towards the floor).
+        h.host_released = h.host_released.saturating_sub(r.released);
+        h.host_read_ms = monotonic_ms().max(1);
     }
 
     /// The host's available memory as the group's reading and the group's calls since count it.
@@ -574,24 +880,17 @@ impl Drop for Locked {
 /// After `execve` the process keeps its pid and start time, and pinguard starts afresh in the new
 /// image. A live member with this process's pid and start time is therefore its previous image
 /// (a process is never a member twice), whose pinned memory the kernel released at exec: its
-/// share goes back to the group, and the new image starts with none.
+/// share goes back to the group, and the new image starts with none. Start-up only tries the
+/// lock (a process that pins nothing never waits): held, the work is left to the first taking.
 fn forget_previous_image(h: Shared) {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
     let Proc::Started(ticks) = start_ticks(pid) else { return };
-    let Some(mut l) = Locked::new(h) else { return };
-    let mut freed = 0u64;
-    for i in 0..MAX_MEMBERS {
-        let m = &l.h().members[i];
-        if m.pid == pid && m.start_ticks == ticks {
-            freed = freed.saturating_add(m.bytes);
-            l.vacate(i);
-        }
-    }
-    drop(l);
-    if freed > 0 {
-        tracing::info!("group: released {freed} bytes of this process's image before exec");
-    }
+    IMAGE_PID.store(pid, Ordering::Relaxed);
+    IMAGE_TICKS.store(ticks, Ordering::Relaxed);
+    FORGET.store(true, Ordering::Relaxed);
+    // `settle` empties the slot when the lock is had, now or at the first taking.
+    drop(Locked::new(h, &mut Wait::once()));
 }
 
 /// The last component of this process's executable, read without allocating.
@@ -621,21 +920,39 @@ enum Seat {
     /// It cannot say when it started (`/proc` unreadable: out of descriptors, say), so it cannot
     /// be recorded: a member without its start time would be taken for dead by the next look.
     Unverified,
+    /// It is to join, and has not read what a join needs (its start time, the dead members):
+    /// the caller reads them with the lock let go.
+    Join,
+}
+
+/// What a join needs, read before the lock: this process's start time and executable's name.
+struct Joining {
+    pid: u32,
+    ticks: Proc,
+    exe: [u8; layout::EXE_BYTES],
+}
+
+impl Joining {
+    fn read() -> Joining {
+        // SAFETY: no arguments; it cannot fail.
+        let pid = unsafe { libc::getpid() } as u32;
+        let mut exe = [0u8; layout::EXE_BYTES];
+        exe_name(&mut exe);
+        Joining { pid, ticks: start_ticks(pid), exe }
+    }
 }
 
 /// This process's slot, joining the group on first use (and again in a fork child, or when the
-/// slot was lost).
-fn seat(l: &mut Locked) -> Seat {
+/// slot was lost) with what `joining` read.
+fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
     match SLOT.load(Ordering::Relaxed) {
         NO_SLOT => return Seat::Out(false),
         NOT_JOINED => {}
         s if l.owns(s) => return Seat::In(s),
         _ => {} // taken from us: join again, with a share of 0 (what we held is no longer booked)
     }
-    // SAFETY: no arguments; it cannot fail.
-    let pid = unsafe { libc::getpid() } as u32;
-    let Proc::Started(ticks) = start_ticks(pid) else { return Seat::Unverified };
-    l.reclaim_dead(Scan::Join);
+    let Some(j) = joining else { return Seat::Join };
+    let Proc::Started(ticks) = j.ticks else { return Seat::Unverified };
     let Some(i) = l.h().members.iter().position(|m| m.pid == 0) else {
         SLOT.store(NO_SLOT, Ordering::Relaxed);
         return Seat::Out(true);
@@ -643,11 +960,12 @@ fn seat(l: &mut Locked) -> Seat {
     let m: &mut Member = &mut l.h_mut().members[i];
     // SAFETY: `Member` is plain data; all zeroes is a free slot.
     *m = unsafe { std::mem::zeroed() };
-    m.pid = pid;
+    m.pid = j.pid;
     m.start_ticks = ticks;
-    exe_name(&mut m.exe);
-    MY_PID.store(pid, Ordering::Relaxed);
+    m.exe = j.exe;
+    MY_PID.store(j.pid, Ordering::Relaxed);
     SLOT.store(i, Ordering::Relaxed);
+    l.settle(); // what was pinned while the ledger could not be reached
     Seat::In(i)
 }
 
@@ -656,7 +974,7 @@ fn seat(l: &mut Locked) -> Seat {
 /// nothing was taken; the caller must not release these bytes. A sum past `u64::MAX` is refused
 /// even with `force`, and so is a process that cannot join because it cannot read its own start
 /// time (the group's budget is not to be escaped that way). `Ok` with no ledger or no slot:
-/// nothing to refuse.
+/// nothing to refuse. A ledger whose lock is held past `LOCK_WAIT_MS`: `out_of_reach`.
 #[inline]
 pub fn reserve(bytes: u64, force: bool) -> Result<(), Refused> {
     match header() {
@@ -665,56 +983,120 @@ pub fn reserve(bytes: u64, force: bool) -> Result<(), Refused> {
     }
 }
 
+/// What a reservation does while the ledger cannot be reached: with a limit the group decides
+/// (its budget, or the host reserve, which a member checks against the group's reading) the
+/// call is refused (`GroupUnavailable`: the caller's policy answers it), for the group's budget
+/// is never to be exceeded; otherwise, and for bytes taken whatever the limits (`force`), the
+/// bytes are booked later (`Locked::settle`).
+#[cold]
+fn out_of_reach(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
+    if !force && (h.budget() != u64::MAX || host::reserve().is_some()) {
+        return Err(Refused::GroupUnavailable);
+    }
+    match PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_add(bytes)) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Refused::Group),
+    }
+}
+
+/// The lets-go a reservation may make: a join's reads, a room look, a reading. Each happens at
+/// most once, so a reservation takes the lock at most four times, all within one `Wait`. A join
+/// reads only once the lock was had: a process that cannot reach the ledger reads nothing.
+#[derive(Default)]
+struct Done {
+    joined: bool,
+    room: bool,
+    read: bool,
+}
+
 #[inline(never)]
 fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
-    let Some(mut l) = Locked::new(h) else { return Ok(()) };
-    let i = match seat(&mut l) {
-        Seat::In(i) => i,
-        Seat::Out(now) => {
-            drop(l);
-            if now {
-                let _nc = sys::NoCancel::new();
-                tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
-            }
-            return Ok(());
-        }
-        Seat::Unverified => {
-            drop(l);
-            warn_unverified();
-            return Err(Refused::Group);
-        }
-    };
-    let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
+    let mut w = Wait::new();
+    let mut done = Done::default();
+    let mut joining = None;
+    let mut dead = Dead::none();
+    let mut reading = None;
     let mut freed = 0;
-    if !force && !fits(&l) {
-        if !l.room_scan_due() {
-            return Err(Refused::Group);
+    loop {
+        let mut l = match Locked::new(h, &mut w) {
+            Ok(l) => l,
+            Err(NoLock::Gone) => return Ok(()),
+            Err(NoLock::Busy) => return out_of_reach(h, bytes, force),
+        };
+        freed += l.bury(&dead);
+        dead = Dead::none();
+        let i = match seat(&mut l, joining.as_ref()) {
+            Seat::In(i) => i,
+            Seat::Join if !done.joined => {
+                drop(l);
+                joining = Some(Joining::read());
+                dead = Dead::look(h, Scan::Join);
+                done.joined = true;
+                continue;
+            }
+            Seat::Out(now) => {
+                drop(l);
+                if now {
+                    let _nc = sys::NoCancel::new();
+                    tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
+                }
+                return Ok(());
+            }
+            Seat::Unverified | Seat::Join => {
+                drop(l);
+                warn_unverified();
+                return Err(Refused::Group);
+            }
+        };
+        let reserve = host::reserve().filter(|_| !force);
+        if let (Some(r), Some(reserve)) = (reading.take(), reserve) {
+            l.install(r, reserve);
         }
-        freed = l.reclaim_dead(Scan::Room);
-        if freed == 0 || !fits(&l) {
+        let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
+        if !force && !fits(&l) {
+            if !done.room && l.room_scan_due() {
+                drop(l);
+                dead = Dead::look(h, Scan::Room);
+                done.room = true;
+                continue;
+            }
             drop(l);
             log_freed(freed);
             return Err(Refused::Group);
         }
-    }
-    if let (false, Some(reserve)) = (force, host::reserve()) {
-        if let Err(available) = l.host_room(i, bytes, reserve) {
-            drop(l);
-            log_freed(freed);
-            return Err(Refused::Host { available });
+        if let Some(reserve) = reserve.filter(|_| host::on()) {
+            match l.host_room(bytes, reserve, done.read) {
+                Room::Fits => {}
+                Room::Read => {
+                    let mut r = l.start_reading(i);
+                    drop(l);
+                    done.read = true;
+                    match kernel::host_memory() {
+                        Ok(m) => {
+                            host::noted(m.available);
+                            r.available = m.available;
+                            reading = Some(r);
+                        }
+                        // A file that could not be used turns the reserve off (`host::on`): it
+                        // refuses nothing.
+                        Err(why) => host::turn_off(why),
+                    }
+                    continue;
+                }
+                Room::Short(available) => {
+                    drop(l);
+                    log_freed(freed);
+                    return Err(Refused::Host { available });
+                }
+            }
         }
+        if !l.book(i, bytes) {
+            return Err(Refused::Group);
+        }
+        drop(l);
+        log_freed(freed);
+        return Ok(());
     }
-    let (Some(used), Some(share)) = (l.h().used.checked_add(bytes), l.h().members[i].bytes.checked_add(bytes)) else {
-        return Err(Refused::Group);
-    };
-    l.h_mut().used = used;
-    l.h_mut().peak = l.h().peak.max(used);
-    let m = &mut l.h_mut().members[i];
-    m.bytes = share;
-    m.peak = m.peak.max(share);
-    drop(l);
-    log_freed(freed);
-    Ok(())
 }
 
 fn warn_unverified() {
@@ -734,7 +1116,9 @@ fn log_freed(freed: u64) {
 
 /// Gives back `bytes` that `reserve` took. A release larger than this member's share cannot be
 /// one of its reservations (one that `reserve` refused, or a share lost with the slot): it
-/// changes nothing, so the group's other bytes stay booked.
+/// changes nothing, so the group's other bytes stay booked. A ledger out of reach: the release is
+/// applied at this process's next taking of the lock (until then the group counts the bytes
+/// still, which errs on the side of the budget).
 #[inline]
 pub fn release(bytes: u64) {
     if let Some(h) = header() {
@@ -742,32 +1126,35 @@ pub fn release(bytes: u64) {
     }
 }
 
+/// Bytes pinned while the ledger was out of reach, and released before they were booked.
+fn unpend(bytes: u64) -> bool {
+    PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(bytes)).is_ok()
+}
+
 #[inline(never)]
 fn release_in(h: Shared, bytes: u64) {
     let i = SLOT.load(Ordering::Relaxed);
     if i >= MAX_MEMBERS {
+        unpend(bytes);
         return;
     }
-    let Some(mut l) = Locked::new(h) else { return };
+    let mut l = match Locked::new(h, &mut Wait::new()) {
+        Ok(l) => l,
+        Err(NoLock::Gone) => return,
+        Err(NoLock::Busy) => {
+            if !unpend(bytes) {
+                PENDING_RELEASE.fetch_add(bytes, Ordering::Relaxed);
+            }
+            return;
+        }
+    };
     if !l.owns(i) {
         return;
     }
-    let m = &mut l.h_mut().members[i];
-    let Some(share) = m.bytes.checked_sub(bytes) else {
-        let held = m.bytes;
+    if let Err(held) = l.unbook(i, bytes) {
         drop(l);
         let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
         tracing::debug!("group: a release of {bytes} bytes exceeds this member's share of {held}; ignored");
-        return;
-    };
-    m.bytes = share;
-    l.h_mut().used = match l.h().used.checked_sub(bytes) {
-        Some(u) => u,
-        None => l.sum_of_shares(),
-    };
-    if l.h().host_reserve > 0 {
-        let h = l.h_mut();
-        h.host_released = h.host_released.saturating_add(bytes);
     }
 }
 
@@ -800,10 +1187,7 @@ fn note(field: impl Fn(*mut Member) -> *mut u64) {
         // SAFETY: `i` is in bounds; the place is in the published ledger mapping, and no
         // reference to the member is made (other processes write it under the lock).
         let m = unsafe { std::ptr::addr_of_mut!((*h.0.as_ptr()).members[i]) };
-        // SAFETY: an aligned u32 of the shared mapping, written under the lock by others; an
-        // atomic read of it races with nothing.
-        let pid = unsafe { AtomicU32::from_ptr(std::ptr::addr_of_mut!((*m).pid)) }.load(Ordering::Relaxed);
-        if pid == MY_PID.load(Ordering::Relaxed) {
+        if h.member_id(i).0 == MY_PID.load(Ordering::Relaxed) {
             // SAFETY: an aligned u64 of this member's slot, which other processes only read
             // under the lock or change when the slot is vacated; every writer adds atomically.
             unsafe { AtomicU64::from_ptr(field(m)) }.fetch_add(1, Ordering::Relaxed);
@@ -811,7 +1195,8 @@ fn note(field: impl Fn(*mut Member) -> *mut u64) {
     }
 }
 
-/// At exit: the process's pinned memory goes with it, and so does its share.
+/// At exit: the process's pinned memory goes with it, and so does its share. A ledger out of
+/// reach past the bound: the share stays booked until a look finds this process gone.
 pub fn leave() {
     let Some(h) = header() else { return };
     // A vfork child runs in its parent's memory: the slot and its share are the parent's.
@@ -823,7 +1208,7 @@ pub fn leave() {
     if i >= MAX_MEMBERS {
         return;
     }
-    let Some(mut l) = Locked::new(h) else { return };
+    let Ok(mut l) = Locked::new(h, &mut Wait::new()) else { return };
     if l.owns(i) {
         l.vacate(i);
     }
@@ -834,6 +1219,9 @@ pub fn after_fork_child() {
     if SLOT.load(Ordering::Relaxed) != NO_SLOT || !MAP.load(Ordering::Relaxed).is_null() {
         SLOT.store(NOT_JOINED, Ordering::Relaxed);
     }
+    PENDING_ADD.store(0, Ordering::Relaxed);
+    PENDING_RELEASE.store(0, Ordering::Relaxed);
+    FORGET.store(false, Ordering::Relaxed);
 }
 
 pub fn limited() -> bool {
@@ -852,16 +1240,31 @@ pub struct Snapshot {
     pub host_lowest_available: Option<u64>,
     /// Calls the host reserve stopped, summed over the members in the group now.
     pub host_reserve_count: u64,
+    /// The ledger's lock was held: the figures were read without it.
+    pub unreachable: bool,
+    /// This process's waits for the lock that ran out.
+    pub lock_timeouts: u64,
 }
 
+/// The group's figures: under the lock when it is free, else read without it (figures of one
+/// moment, as `pinguard top` reads them).
 pub fn snapshot() -> Option<Snapshot> {
     let h = header()?;
-    let (budget, used, peak, members, reserve, lowest, stopped) = {
-        let l = Locked::new(h)?;
-        let h = l.h();
-        let live = || h.members.iter().filter(|m| m.pid != 0);
-        (h.budget, h.used, h.peak, live().count(), h.host_reserve, h.host_lowest_available, live().fold(0u64, |a, m| a.saturating_add(m.host_reserve)))
+    // Figures for a report only try the lock: they never wait (a process that pinned nothing
+    // never waits at all, and a member's exit waits once, to leave).
+    let locked = match Locked::new(h, &mut Wait::once()) {
+        Ok(l) => Some(l),
+        Err(NoLock::Gone) => return None,
+        Err(NoLock::Busy) => None,
     };
+    use std::mem::offset_of;
+    let live = || (0..MAX_MEMBERS).filter(|&i| h.member_id(i).0 != 0);
+    let members = live().count();
+    let stopped = live().map(|i| h.u64_at(member_at(i, offset_of!(Member, host_reserve)))).fold(0u64, u64::saturating_add);
+    let (budget, used, peak) = (h.budget(), h.u64_at(offset_of!(Header, used)), h.u64_at(offset_of!(Header, peak)));
+    let (reserve, lowest) = (h.u64_at(offset_of!(Header, host_reserve)), h.u64_at(offset_of!(Header, host_lowest_available)));
+    let unreachable = locked.is_none();
+    drop(locked);
     Some(Snapshot {
         name: NAME.get().cloned().unwrap_or_default(),
         budget: (budget != u64::MAX).then_some(budget),
@@ -871,5 +1274,74 @@ pub fn snapshot() -> Option<Snapshot> {
         host_reserve: (reserve != 0).then_some(reserve),
         host_lowest_available: (lowest != u64::MAX).then_some(lowest),
         host_reserve_count: stopped,
+        unreachable,
+        lock_timeouts: TIMEOUTS.load(Ordering::Relaxed),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A robust, process-shared mutex as the ledger's, on the heap (never moved while in use).
+    struct Mutex(*mut libc::pthread_mutex_t);
+    // SAFETY: a pthread mutex is made to be used from several threads through a pointer.
+    unsafe impl Send for Mutex {}
+
+    fn robust() -> Mutex {
+        let m = Box::into_raw(Box::new(libc::PTHREAD_MUTEX_INITIALIZER));
+        // SAFETY: `attr` and `m` are valid for the calls; the attributes are those `build` sets.
+        unsafe {
+            let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+            libc::pthread_mutexattr_init(&mut attr);
+            libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED);
+            libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST);
+            libc::pthread_mutex_init(m, &attr);
+        }
+        Mutex(m)
+    }
+
+    #[test]
+    fn a_lock_held_by_a_thread_that_does_not_run_is_waited_for_within_the_bound_then_only_tried() {
+        let m = robust();
+        let (held_tx, held) = std::sync::mpsc::channel();
+        let (go_tx, go) = std::sync::mpsc::channel::<()>();
+        let p = Mutex(m.0);
+        let holder = std::thread::spawn(move || {
+            let p = p;
+            // SAFETY: the mutex lives until the test ends, after this thread is joined.
+            unsafe { libc::pthread_mutex_lock(p.0) };
+            // SAFETY: no arguments.
+            held_tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            go.recv().unwrap();
+            // SAFETY: this thread holds the mutex.
+            unsafe { libc::pthread_mutex_unlock(p.0) };
+        });
+        let tid = held.recv().unwrap();
+        assert_eq!(owner(m.0), tid, "the futex word names the holder");
+        let t = std::time::Instant::now();
+        assert_eq!(take(m.0, &mut Wait::new()), libc::ETIMEDOUT);
+        let waited = t.elapsed();
+        assert!(waited >= std::time::Duration::from_millis(LOCK_WAIT_MS) && waited < std::time::Duration::from_millis(LOCK_WAIT_MS * 10), "{waited:?}");
+        // The same holder still: the next calls only try.
+        let t = std::time::Instant::now();
+        for _ in 0..10 {
+            assert_eq!(take(m.0, &mut Wait::new()), libc::ETIMEDOUT);
+        }
+        assert!(t.elapsed() < std::time::Duration::from_millis(LOCK_WAIT_MS), "{:?} for 10 tries", t.elapsed());
+        assert_eq!(take(m.0, &mut Wait::once()), libc::ETIMEDOUT);
+        // Let go: taken at the first try, and waited for again from then on.
+        go_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(take(m.0, &mut Wait::new()), 0);
+        assert_eq!(UNREACHABLE_UNTIL.load(Ordering::Relaxed), 0);
+        // SAFETY: no arguments.
+        let me = unsafe { libc::gettid() } as u32;
+        assert_eq!(owner(m.0), me);
+        // SAFETY: this thread holds the mutex; nothing uses it after.
+        unsafe {
+            libc::pthread_mutex_unlock(m.0);
+            drop(Box::from_raw(m.0));
+        }
+    }
 }

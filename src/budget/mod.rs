@@ -40,6 +40,10 @@ pub enum Refused {
     Budget,
     /// The group's budget (`PINGUARD_GROUP_BUDGET`).
     Group,
+    /// The group's ledger could not be reached in time (its lock held past
+    /// `group::LOCK_WAIT_MS`, by a member that does not run): the group's budget cannot be
+    /// checked, so it is not to be exceeded.
+    GroupUnavailable,
     /// The host reserve: the host's `available` bytes, as counted for the decision, would fall
     /// below it.
     Host { available: u64 },

@@ -51,6 +51,12 @@ pub fn render() -> String {
         family("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live.", vec![(gl.clone(), g.used)]);
         family("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once.", vec![(gl.clone(), g.peak)]);
         family("pinguard_group_members", "gauge", "Processes in the group.", vec![(gl.clone(), g.members as u64)]);
+        family(
+            "pinguard_group_unavailable_total",
+            "counter",
+            "Pinning calls answered by the policy (refused, downgraded, or pinned anyway under warn) because the group's ledger could not be reached in time.",
+            vec![(gl.clone(), t.group_unavailable_count)],
+        );
         if let Some(b) = g.budget {
             family("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget.", vec![(gl.clone(), b)]);
         }

@@ -296,6 +296,8 @@ fn gather(cfg: &Config) -> Figures {
             host_reserve_bytes: g.host_reserve,
             host_lowest_available_bytes: g.host_lowest_available,
             host_reserve_count: g.host_reserve_count,
+            unreachable: g.unreachable,
+            lock_timeouts: g.lock_timeouts,
         }),
         host: host(),
         modules: {
@@ -487,9 +489,11 @@ pub fn write_exit(cfg: &Config) {
         Some(b) => format!("budget {}", format_bytes(b)),
         None => "no budget".to_string(),
     };
+    let mut group = None;
     if let Some(g) = crate::budget::group::snapshot() {
         let gb = g.budget.map(format_bytes).unwrap_or_else(|| "no budget".into());
         budget.push_str(&format!("; group {} {} of {gb} in {}", g.name, format_bytes(g.used), count(g.members as u64, "process", "processes")));
+        group = Some(g.name);
     }
     let whereto = match &written {
         Ok(p) => format!("report: {}", p.display()),
@@ -497,7 +501,8 @@ pub fn write_exit(cfg: &Config) {
     };
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
     let host = budget::host::snapshot().map(|h| (h.reserve, h.lowest));
-    log::write_stderr(&exit_line(std::process::id(), &t, &budget, warn, host, &whereto));
+    let line = exit_line(std::process::id(), &t, &budget, warn, host, &whereto);
+    log::write_stderr(&with_group_unavailable(line, t.group_unavailable_count, group.as_deref()));
 }
 
 /// The summary line at exit. Calls over the budget can only happen under `warn`: there they are
@@ -522,6 +527,25 @@ fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, host: Optio
         format_bytes(t.peak_live_bytes),
         t.denied_count,
         t.downgraded_count,
+    )
+}
+
+/// The exit line with the calls the policy answered while the group's ledger could not be
+/// reached, when there were any (`3 of them group_unavailable`, after the denied and downgraded
+/// counts they are part of).
+fn with_group_unavailable(line: String, n: u64, group: Option<&str>) -> String {
+    if n == 0 {
+        return line;
+    }
+    let Some(at) = line.find(" downgraded").map(|i| i + " downgraded".len()) else { return line };
+    // After the `warn` count, when there is one: it is one of the three counts they are in.
+    let at = line[at..].strip_prefix(", ").and_then(|r| r.find(" over budget").map(|j| at + 2 + j + " over budget".len())).unwrap_or(at);
+    let group = group.map(|g| format!("group {g}'s")).unwrap_or_else(|| "the group's".into());
+    format!(
+        "{}; {n} of them group_unavailable ({group} ledger locked past {} ms){}",
+        &line[..at],
+        crate::budget::group::LOCK_WAIT_MS,
+        &line[at..]
     )
 }
 
@@ -630,6 +654,15 @@ mod tests {
         t.host_reserve_count = 0;
         assert!(exit_line(7, &t, "no budget", false, Some((1 << 30, 1 << 31)), "x").contains("; 0 stopped by the host reserve of 1.00 GiB"));
         assert_eq!(count(0, "process", "processes"), "0 processes");
+        t.denied_count = 3;
+        let line = exit_line(7, &t, "no budget", false, None, "x");
+        assert_eq!(with_group_unavailable(line.clone(), 0, Some("g")), line);
+        assert_eq!(
+            with_group_unavailable(line, 3, Some("g")),
+            "pinguard[7]: 4.00 KiB pinned in 2 allocations at exit (peak 8.00 KiB, no budget); 3 denied, 0 downgraded; 3 of them group_unavailable (group g's ledger locked past 50 ms); x\n"
+        );
+        let line = with_group_unavailable(exit_line(7, &t, "no budget", true, None, "x"), 2, None);
+        assert!(line.contains("0 downgraded, 0 over budget; 2 of them group_unavailable (the group's ledger"), "{line}");
     }
 
     #[test]

@@ -111,6 +111,7 @@ pub(crate) fn over(why: budget::Refused) -> Over {
     match why {
         budget::Refused::Budget => Over::budget(),
         budget::Refused::Group => Over::group_budget(),
+        budget::Refused::GroupUnavailable => Over::group_unavailable(),
         budget::Refused::Host { available } => Over::host_reserve(available),
     }
 }
@@ -356,6 +357,11 @@ impl Hook {
                     limit(budget::host::reserve())
                 ),
                 (Limit::GroupBudget, Some(g)) => format!("goes over group {}'s budget of {}", g.name, limit(g.budget)),
+                (Limit::GroupUnavailable, g) => format!(
+                    "cannot be checked against group {}'s budget (its ledger's lock is held past {} ms by a member that does not run: group_unavailable)",
+                    g.map(|g| g.name).unwrap_or_default(),
+                    budget::group::LOCK_WAIT_MS
+                ),
                 _ => format!("goes over the budget of {}", limit(budget::limit())),
             };
             let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();

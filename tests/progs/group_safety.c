@@ -11,6 +11,9 @@
  *                     one of 64 KiB and one of 4 KiB with the limit back
  *   cancel N          a thread makes N refused cudaHostAlloc calls with a cancellation already
  *                     requested; it is cancelled at its own pthread_testcancel afterwards
+ *   steps             one call per line of stdin, each answered with a line "rc=RC ms=MS" (MS:
+ *                     how long the call took): "alloc SIZE" (cudaHostAlloc into the next slot),
+ *                     "free SLOT" (cudaFreeHost); "exit" or the end of stdin ends the program
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -18,9 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 int cudaHostAlloc(void **, size_t, unsigned);
+int cudaFreeHost(void *);
 
 static int calls;
 static int go;
@@ -41,6 +46,33 @@ static void *canceled_worker(void *arg) {
         if (cudaHostAlloc(&p, 65536, 0) != 0) refused++;
     pthread_testcancel();
     return NULL;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int steps(void) {
+    void *slots[64] = {0};
+    int n = 0;
+    char line[64];
+    while (fgets(line, sizeof line, stdin)) {
+        unsigned long arg = 0;
+        int rc;
+        double start = now_ms();
+        if (sscanf(line, "alloc %lu", &arg) == 1 && n < 64) {
+            rc = cudaHostAlloc(&slots[n++], arg, 0);
+        } else if (sscanf(line, "free %lu", &arg) == 1 && arg < 64) {
+            rc = cudaFreeHost(slots[arg]);
+        } else {
+            break;
+        }
+        printf("rc=%d ms=%.0f\n", rc, now_ms() - start);
+        fflush(stdout);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -114,6 +146,7 @@ int main(int argc, char **argv) {
         printf("canceled=%d refused=%d\n", ret == PTHREAD_CANCELED, refused);
         return 0;
     }
-    fprintf(stderr, "usage: group_safety exec SIZE | fsize GROUP | try N | nofile | cancel N\n");
+    if (!strcmp(mode, "steps")) return steps();
+    fprintf(stderr, "usage: group_safety exec SIZE | fsize GROUP | try N | nofile | cancel N | steps\n");
     return 2;
 }
