@@ -188,6 +188,10 @@ pub struct Totals {
     /// `denied_count`, `downgraded_count` or `over_budget_count`.
     #[serde(default)]
     pub host_reserve_count: u64,
+    /// Tracked calls whose work ran on the caller's stack, for want of a stack of pinguard's own
+    /// (its mapping refused): counted, their callsite left empty (no stack walk).
+    #[serde(default)]
+    pub stack_short_count: u64,
 }
 
 impl Totals {
@@ -211,6 +215,7 @@ impl Totals {
         self.unknown_release_count += o.unknown_release_count;
         self.untracked_count += o.untracked_count;
         self.host_reserve_count += o.host_reserve_count;
+        self.stack_short_count += o.stack_short_count;
     }
 }
 

@@ -35,6 +35,11 @@ pub fn short_count() -> u64 {
     SHORT.load(Ordering::Relaxed)
 }
 
+/// A fork child starts its figures afresh.
+pub fn forget_short() {
+    SHORT.store(0, Ordering::Relaxed);
+}
+
 /// `Thread::work` while nothing is mapped yet / after a mapping failed.
 const UNMAPPED: usize = 0;
 const FAILED: usize = 1;
@@ -290,6 +295,24 @@ mod tests {
         // Nested work stays on the same stack, below the outer frame.
         assert!(nested < inside && nested > top - SIZE);
         assert!(!t.on_work.get());
+    }
+
+    #[test]
+    fn without_a_stack_of_its_own_work_runs_in_place_and_is_counted() {
+        std::thread::spawn(|| {
+            let t = crate::runtime::guard::here();
+            t.work.set(FAILED); // as after a refused mapping
+            let before = short_count();
+            let outside = sp();
+            let (short, inside) = run(t, || (is_short(t), sp()));
+            assert!(short);
+            assert!(inside < outside && outside - inside < 4096, "ran in place");
+            assert!(!is_short(t));
+            assert!(short_count() > before);
+            assert!(caches(t).is_none());
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]
