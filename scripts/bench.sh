@@ -13,12 +13,15 @@
 #  - the same pair from Python through ctypes, with Python frames off and on;
 #  - starting `true`;
 #  - memory per live allocation (1,000,000 live, one callsite);
-#  - writing a report of 1,000,000 live allocations over 10,000 callsites.
+#  - writing a report of 1,000,000 live allocations over 10,000 callsites;
+#  - the stack a pinning pair needs from its caller (a painted thread stack: `small_stack
+#    measure`), mlock and CUDA, PINGUARD_DEPTH 0 and the default, and pinguard's static TLS.
 # Targets (issues "Speed" and "Speed, round two"): +400 ns per pair at depth 32, +100 ns at depth
 # 0, +20 ns per untracked mmap/munmap, +1 ms to start `true`, <= 128 B per live allocation, report
 # <= 2 s and <= 500 MB; two threads on one callsite keep >= 0.9 of the program's own two-thread
 # scaling at depth 0 and 32; added instructions <= 600 per CUDA pair at depth 0, <= 1,100 at 23
-# and 32 frames, <= 1,400 per mlock page pair at depth 32, <= 51 per untracked mmap pair.
+# and 32 frames, <= 1,400 per mlock page pair at depth 32, <= 51 per untracked mmap pair; a
+# hooked call takes <= 4 KiB of its caller's stack, static TLS a few hundred bytes (issue 31).
 #   scripts/bench.sh [PAIRS]      (default 200000 per thread)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +72,30 @@ def one_callsite(depth, runs=16):
             r[preload].append(run(["scale", "cuda", "30000", "21"], preload, env)[0])
     best = lambda xs: statistics.median(sorted(xs)[-max(len(xs) // 4, 1):])
     return best(r[True]), best(r[False]), r
+
+# The stack a pair needs from its caller: a thread on a painted 256 KiB stack makes three pairs
+# (its first included), and the bytes it touched, less those of a thread that makes none, are the
+# calls' need; every symbol bound at start, so that lazy binding's register save is not counted.
+def stack_need(kind, preload, depth):
+    e = dict(os.environ, LD_BIND_NOW="1")
+    e.pop("LD_PRELOAD", None)
+    e.pop("PINGUARD_DEPTH", None)
+    if depth is not None:
+        e["PINGUARD_DEPTH"] = depth
+    if preload:
+        e["LD_PRELOAD"] = lib
+    def used(k):
+        out = subprocess.run([fx + "/small_stack", "measure", "thread", k], env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return int(out.stdout.split()[0].split("=")[1])
+    return used(kind) - used("none")
+for kind in ("mlock", "cuda"):
+    for depth in ("0", None):
+        o, w = stack_need(kind, False, depth), stack_need(kind, True, depth)
+        print("stack a %s pair needs, depth %s: %d B without pinguard, %d B with: %d B added (target <= 4096)" % (kind, depth or "default", o, w, w - o))
+tls = subprocess.run(["readelf", "-lW", lib], stdout=subprocess.PIPE, text=True).stdout
+tls = [l.split() for l in tls.splitlines() if l.split()[:1] == ["TLS"]]
+if tls:
+    print("static TLS of the library (carved out of every thread's stack): %d B" % int(tls[0][5], 16))
 
 print("%-34s %12s %12s %10s %7s" % ("case", "without ns", "with ns", "added ns", "ratio"))
 # A one-page mlock pair is two system calls (about 4 us): a tenth as many keeps the runs short.

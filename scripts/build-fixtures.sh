@@ -13,7 +13,7 @@ cc "${cflags[@]}" -shared -o "$out/libcuda.so.1" tests/emul/cuda_driver.c -Wl,-s
 cc "${cflags[@]}" -shared -o "$out/layered/libcudart.so" tests/emul/cudart_layered.c -Wl,-soname,libcudart.so -Wl,-rpath,'$ORIGIN/..' -ldl
 link=(-L"$out" -Wl,-rpath,'$ORIGIN' -lcudart -lascendcl -ldl)
 cc "${cflags[@]}" -shared -o "$out/libframework.so" tests/progs/framework.c "${link[@]}"
-for prog in workload scenario stress race fork_storm exit_paths bench; do
+for prog in workload scenario stress race fork_storm exit_paths bench small_stack; do
     cc "${cflags[@]}" -rdynamic -o "$out/$prog" "tests/progs/$prog.c" "${link[@]}"
 done
 echo "$out"

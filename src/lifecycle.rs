@@ -75,7 +75,8 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
         return Some(unsafe { &*p });
     }
     let e = t.errno();
-    let cfg = init_once();
+    // Set-up parses the configuration and reads files: on pinguard's stack, not the caller's.
+    let cfg = crate::runtime::workstack::run(t, init_once);
     t.set_errno(e);
     cfg
 }
@@ -113,7 +114,7 @@ fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
         }
         return Some(cfg);
     }
-    crate::output::reporter::restart_if_forked(cfg);
+    crate::runtime::workstack::run(t, || crate::output::reporter::restart_if_forked(cfg));
     HOOKS_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
     Some(cfg)
 }

@@ -199,6 +199,10 @@ pub struct Totals {
     /// pinned anyway. Each is also in `denied_count`, `downgraded_count` or `over_budget_count`.
     #[serde(default)]
     pub group_unavailable_count: u64,
+    /// Tracked calls whose work ran on the caller's stack, for want of a stack of pinguard's own
+    /// (its mapping refused): counted, their callsite left empty (no stack walk).
+    #[serde(default)]
+    pub stack_short_count: u64,
 }
 
 impl Totals {
@@ -224,6 +228,7 @@ impl Totals {
         self.host_reserve_count += o.host_reserve_count;
         self.out_of_memory_count += o.out_of_memory_count;
         self.group_unavailable_count += o.group_unavailable_count;
+        self.stack_short_count += o.stack_short_count;
     }
 }
 

@@ -190,7 +190,8 @@ pub fn empty() -> &'static Callsite {
         // SAFETY: `EMPTY` only ever holds a callsite from `intern`; callsites are leaked, never freed.
         return unsafe { &*p };
     }
-    let cs = intern(&[]);
+    // The first callsite may set up the table and the state file: on pinguard's own stack.
+    let cs = crate::runtime::workstack::run(crate::runtime::guard::here(), || intern(&[]));
     EMPTY.store(cs as *const Callsite as *mut Callsite, Ordering::Release);
     cs
 }

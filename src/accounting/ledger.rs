@@ -772,6 +772,7 @@ pub fn totals() -> Totals {
         live_count: levels().total.count(),
         peak_live_bytes: levels().total.peak(),
         untracked_count: UNTRACKED.load(Relaxed),
+        stack_short_count: crate::runtime::workstack::short_count(),
         ..Totals::default()
     };
     for b in blocks() {
@@ -969,6 +970,7 @@ fn reset_counters() {
         l.reset();
     }
     UNTRACKED.store(0, Relaxed);
+    crate::runtime::workstack::forget_short();
     TOUCHED.store(false, Relaxed);
 }
 

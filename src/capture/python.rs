@@ -198,7 +198,14 @@ fn found(t: &Thread) -> Option<&'static Python> {
     if n % 256 != 0 {
         return None;
     }
-    python()
+    probe_here(t)
+}
+
+/// `python()` on pinguard's stack, not the caller's: the probe reads `/proc` and looks symbols up.
+#[cold]
+#[inline(never)]
+fn probe_here(t: &Thread) -> Option<&'static Python> {
+    crate::runtime::workstack::run(t, python)
 }
 
 /// Fills `out` with interned ids of the calling thread's Python frames, innermost first.
@@ -209,12 +216,12 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
     }
     let Some(py) = found(t) else { return 0 };
     let l = &py.layout;
-    // One look-up of the thread's cache for the whole walk; a destructor-less thread-local
-    // outlives this call.
-    // SAFETY: A destructor-less `const` thread-local lives as long as its thread, and the `Cell`
-    // is !Sync, so the reference stays on this thread and is used only during this call.
-    let recent: &Cell<[Recent]> = RECENT_FRAMES.with(|r| unsafe { &*(r as *const Cell<[Recent; RECENT]>) });
-    let recent = recent.as_slice_of_cells();
+    // The thread's cache lives beside its own stack, not in static TLS (`workstack::CACHES`).
+    let Some(cache) = crate::runtime::workstack::caches(t) else { return 0 };
+    // SAFETY: `caches` gives this thread's zeroed, aligned block of `CACHES` bytes, which lives as
+    // long as the thread and holds nothing else; all-zero words are valid `Recent`s, and `Cell`
+    // is !Sync, so the slice stays on this thread for this call.
+    let recent: &[Cell<Recent>] = unsafe { std::slice::from_raw_parts(cache as *const Cell<Recent>, RECENT) };
     // SAFETY: Only this thread's own frame chain is read, while it is inside the hook, so it cannot
     // change under us; offsets match the probed version and code objects are type-checked first.
     unsafe {
@@ -283,10 +290,9 @@ const RECENT: usize = 64;
 /// first line, so a code object freed and another allocated at its address is not mistaken for it.
 type Recent = (usize, isize, usize, usize);
 
-thread_local! {
-    /// This thread's last look-ups, so a loop pinning from one place takes no lock.
-    static RECENT_FRAMES: Cell<[Recent; RECENT]> = const { Cell::new([(0, 0, 0, 0); RECENT]) };
-}
+/// This thread's last look-ups, so a loop pinning from one place takes no lock: `RECENT` of them
+/// in the thread's cache block.
+const _: () = assert!(RECENT * std::mem::size_of::<Recent>() <= crate::runtime::workstack::CACHES);
 
 unsafe fn intern(l: &Layout, recent: &[Cell<Recent>], code: usize, index: isize) -> usize {
     // SAFETY: `code` is a live code object laid out as `l` says (the caller's guarantee).

@@ -14,7 +14,7 @@
 //! Unwind tables are read in place, and an object's tables are read only for an address inside
 //! it, that is while its code is on this thread's stack (it cannot be unloaded under us); a
 //! `dlclose` moves the generation before another object can be mapped at the same address, so a
-//! stale table is never read for new code. A thread whose stack pointer is outside its known
+//! stale table is never read for new code. A hook whose frame is outside its thread's known
 //! stack (a signal's alternate stack, a coroutine's) gets `None` and the caller falls back to
 //! libgcc's unwinder.
 
@@ -125,20 +125,22 @@ unsafe extern "C" fn free_local(p: *mut c_void) {
 
 /// This thread's walker, made on first use. `None`: its stack is unknown.
 #[inline(always)]
-fn local(w: &Walker) -> Option<&'static mut Local> {
+fn local(w: &Walker, sp: u64) -> Option<&'static mut Local> {
     let p = w.local.get();
     if !p.is_null() {
         // SAFETY: made in `make_local` for this thread and freed only at its end; `walking`
         // keeps the mutable borrow unique.
         return Some(unsafe { &mut *p });
     }
-    make_local(w)
+    make_local(w, sp)
 }
 
 #[cold]
 #[inline(never)]
-fn make_local(w: &Walker) -> Option<&'static mut Local> {
-    let p = Box::into_raw(Box::new(Local::new()?));
+fn make_local(w: &Walker, sp: u64) -> Option<&'static mut Local> {
+    // Reading `/proc/self/maps` and building the rule cache take kilobytes of stack: pinguard's.
+    let t = crate::runtime::guard::here();
+    let p = crate::runtime::workstack::run(t, || Some(Box::into_raw(Box::new(Local::new(sp)?))))?;
     w.local.set(p);
     let key = KEY.get_or_init(|| {
         let mut key = 0;
@@ -268,11 +270,16 @@ fn on_own_stack<T>(from: Regs, f: impl FnOnce(&mut Local) -> Option<T>) -> Optio
         return None;
     }
     let n = (|| {
-        let local = local(w)?;
+        let local = local(w, from.sp)?;
         local.refresh();
-        let here = Regs::here();
-        // The start frame must be on this stack and still live (above this one).
-        if from.sp < here.sp || from.sp < local.stack_bottom || from.sp >= local.stack_top {
+        // The start frame must be on this thread's stack and still live: above this frame, when
+        // this runs on that stack too; when it runs on pinguard's own (`workstack`), the start
+        // frame is the hook's, which switched there and waits for this work to return.
+        if from.sp < local.stack_bottom || from.sp >= local.stack_top {
+            return None;
+        }
+        let here = Regs::here().sp;
+        if here >= local.stack_bottom && here < local.stack_top && from.sp < here {
             return None;
         }
         f(local)
@@ -300,8 +307,8 @@ pub unsafe fn release(child: bool) {
 }
 
 impl Local {
-    fn new() -> Option<Local> {
-        let (bottom, top) = thread_stack()?;
+    fn new(sp: u64) -> Option<Local> {
+        let (bottom, top) = thread_stack(sp)?;
         Some(Local {
             generation: 0,
             tables: Tables::new(),
@@ -514,15 +521,14 @@ fn registers() -> Regs {
     Regs { pc, sp, fp, lr }
 }
 
-/// This thread's stack as `[bottom, top)`, once per thread: the mapping that holds the current
-/// stack pointer, from `/proc/self/maps` read with raw system calls.
+/// This thread's stack as `[bottom, top)`, once per thread: the mapping that holds the hook's
+/// stack pointer `sp` (the walk itself runs on pinguard's own stack), from `/proc/self/maps` read with raw system calls.
 ///
 /// Not `pthread_getattr_np`: glibc's reads `/proc/self/maps` with `fopen` for the main thread and
 /// `realloc`s a CPU set for every thread, and the first walk of a thread can run inside a signal
 /// handler that interrupted `malloc`. A stack that grows later (the main thread's) only ends
 /// walks from below the mapping early; words are never read outside `[sp, top)`.
-fn thread_stack() -> Option<(u64, u64)> {
-    let sp = Regs::here().sp;
+fn thread_stack(sp: u64) -> Option<(u64, u64)> {
     let maps = crate::runtime::sys::read_file(c"/proc/self/maps")?;
     maps.split(|&b| b == b'\n').find_map(|line| {
         let range = line.split(|&b| b == b' ').next()?;

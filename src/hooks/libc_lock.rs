@@ -78,7 +78,7 @@ pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
             nested();
             real()
         }
-        Some(h) => locking(|| h.lock_range(Api::Mlock, addr as usize, len, 0, real)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.lock_range(Api::Mlock, addr as usize, len, 0, real))),
     }
 }
 
@@ -96,7 +96,7 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) 
             nested();
             real()
         }
-        Some(h) => locking(|| h.lock_range(Api::Mlock2, addr as usize, len, flags, real)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.lock_range(Api::Mlock2, addr as usize, len, flags, real))),
     }
 }
 
@@ -111,7 +111,7 @@ pub unsafe extern "C" fn munlock(addr: *const c_void, len: size_t) -> c_int {
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => locking(|| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0))),
     }
 }
 
@@ -129,7 +129,7 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
             nested();
             real()
         }
-        Some(h) => locking(|| h.mlockall(flags, real)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.mlockall(flags, real))),
     }
 }
 
@@ -144,7 +144,7 @@ pub unsafe extern "C" fn munlockall() -> c_int {
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => locking(|| h.munlockall(real)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.munlockall(real))),
     }
 }
 
@@ -199,10 +199,15 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
         }
         // SAFETY: our caller's arguments, under `mmap`'s contract; the hook passes its flags, at
         // most without MAP_LOCKED, which changes no mapping.
-        Some(h) if locking_flag => locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) })),
-        Some(h) => locking(|| {
-            // SAFETY: our caller's arguments, under `mmap`'s contract.
-            h.unlock_range(Api::Mmap, addr as usize, len, || unsafe { real_mmap(addr, len, prot, flags, fd, off) }, |p| *p != libc::MAP_FAILED)
+        Some(h) if locking_flag => {
+            // SAFETY: as above.
+            h.on_own_stack(|h| locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) })))
+        }
+        Some(h) => h.on_own_stack(|h| {
+            locking(|| {
+                // SAFETY: our caller's arguments, under `mmap`'s contract.
+                h.unlock_range(Api::Mmap, addr as usize, len, || unsafe { real_mmap(addr, len, prot, flags, fd, off) }, |p| *p != libc::MAP_FAILED)
+            })
         }),
     }
 }
@@ -249,7 +254,7 @@ unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => locking(|| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0))),
     }
 }
 
@@ -293,7 +298,7 @@ unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, f
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => locking(|| h.mremap(old as usize, old_size, new_size, flags, new_addr as usize, real)),
+        Some(h) => h.on_own_stack(|h| locking(|| h.mremap(old as usize, old_size, new_size, flags, new_addr as usize, real))),
     }
 }
 

@@ -17,6 +17,12 @@ pub struct Thread {
     pub(crate) counters: Cell<*const ()>,
     /// Calls since the last look for a Python interpreter (`python::known`).
     pub(crate) python_calls: Cell<u32>,
+    /// The top of this thread's own stack (`workstack`): 0 until mapped, 1 if that failed.
+    pub(crate) work: Cell<usize>,
+    /// Set while this thread's work runs on that stack.
+    pub(crate) on_work: Cell<bool>,
+    /// Set while this thread's work runs on the caller's stack, for want of its own.
+    pub(crate) short: Cell<bool>,
 }
 
 // Every field is whole after any panic (single-word cells); hooks run their bookkeeping under
@@ -31,6 +37,9 @@ thread_local! {
             errno: Cell::new(std::ptr::null_mut()),
             counters: Cell::new(std::ptr::null()),
             python_calls: Cell::new(0),
+            work: Cell::new(0),
+            on_work: Cell::new(false),
+            short: Cell::new(false),
         }
     };
 }

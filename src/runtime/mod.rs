@@ -16,3 +16,4 @@ pub mod objects;
 pub mod pageable;
 pub mod resolve;
 pub mod sys;
+pub mod workstack;

@@ -32,7 +32,8 @@ impl Real {
     #[cold]
     #[inline(never)]
     fn resolve(&self) -> Option<usize> {
-        let a = lookup(self.name);
+        // The loader's look-up takes kilobytes of stack: pinguard's own, not the caller's.
+        let a = crate::runtime::workstack::run(crate::runtime::guard::here(), || lookup(self.name));
         if a != 0 {
             self.addr.store(a, Ordering::Relaxed);
             Some(a)

@@ -10,6 +10,7 @@ use crate::accounting::ledger::{self, Backing, Live, Over};
 use pinguard_report::Limit;
 use crate::lifecycle;
 use crate::runtime::pageable;
+use crate::runtime::workstack;
 use crate::capture::stack;
 use pinguard_report::units::format_bytes;
 use std::cell::Cell;
@@ -194,6 +195,43 @@ impl Hook {
         Some(Hook { _reentry: reentry, t, errno, entry_errno, now: Cell::new(0), cfg, from })
     }
 
+    /// Runs the whole tracked call `f` on this thread's own stack (`workstack`), the real call
+    /// included: for calls whose real function is a plain system call (the locking family), which
+    /// needs no stack of the caller's and is no cancellation point.
+    #[inline(always)]
+    pub fn on_own_stack<R>(self, f: impl FnOnce(Hook) -> R) -> R {
+        let t = self.t;
+        // The closure that crosses holds two pointers: the hook itself is moved once, over there.
+        let mut hook = Some(self);
+        workstack::run_hook(t, || hook.take().map(f).expect("taken once"))
+    }
+
+    /// Runs pinguard's work `f` on this thread's own stack (`workstack`): anything that may need
+    /// more than a few hundred bytes of stack (a walk, a callsite's first sight, a `warn` line, the
+    /// group's ledger).
+    #[inline(always)]
+    pub(crate) fn work<R>(&self, f: impl FnOnce() -> R) -> R {
+        workstack::run(self.t, f)
+    }
+
+    /// Runs a budget operation `f`: on this thread's own stack when a group or the host reserve
+    /// is configured (the group's ledger is shared memory behind a lock, found with reads of
+    /// `/proc`; the host reserve reads `/proc/meminfo`), in place otherwise (a few atomics).
+    #[inline(always)]
+    fn budget_work<R>(&self, f: impl FnOnce() -> R) -> R {
+        if self.cfg.group.is_some() || budget::host::on() {
+            self.shared_budget_work(f)
+        } else {
+            f()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shared_budget_work<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.work(f)
+    }
+
     /// The caller's `errno`, as it is now.
     #[inline(always)]
     pub(crate) fn errno(&self) -> c_int {
@@ -258,6 +296,15 @@ impl Hook {
     /// frames, and find or make its callsite.
     #[inline(never)]
     fn walk_site(&self, python: bool) -> &'static Callsite {
+        self.work(|| {
+            if workstack::is_short(self.t) {
+                return callsite::empty(); // no stack of pinguard's to walk on: the call still counts
+            }
+            self.walk_site_here(python)
+        })
+    }
+
+    fn walk_site_here(&self, python: bool) -> &'static Callsite {
         // Native frames, a separator, Python frames: only the part this configuration can fill
         // is cleared (the whole buffer is 2 KiB, and clearing it cost more than the walk).
         let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
@@ -291,20 +338,26 @@ impl Hook {
     }
 
     /// `admit`, with the `warn` line held in `later` when there is one (under the locked-page view).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn admit_or_hold(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>) -> Admission {
         if req == Request::Rejected {
             return Admission::Pass;
         }
-        match budget::reserve_or_refused(bytes) {
+        let reserved = self.budget_work(|| budget::reserve_or_refused(bytes));
+        match reserved {
             Ok(r) => Admission::Pin(r),
             Err(why) => self.over_budget(api, bytes, site, req, later, over(why)),
         }
     }
 
-    /// The policy's answer for a call that `over` has no room for.
+    /// The policy's answer for a call that `over` has no room for, on this thread's own stack
+    /// (the `warn` line names the callsite from symbol tables).
     #[inline(never)]
     fn over_budget(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>, over: Over) -> Admission {
+        self.work(|| self.policy_answer(api, bytes, site, req, later, over))
+    }
+
+    fn policy_answer(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>, over: Over) -> Admission {
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => {
                 if self.downgrade_in_scope(site) {
@@ -433,12 +486,12 @@ impl Hook {
     /// pinned, its bytes go back to the budget (live figures first: a thread that takes the freed
     /// budget must never see the ledger above the budget). Pageable memory pinguard served is
     /// freed by the caller of this, which knows whether the runtime or pinguard holds it.
-    #[inline]
+    #[inline(always)]
     fn gone(&self, l: &Live) {
         match l.backing {
             Backing::Pinned => {
                 ledger::live_release(self.t, l.api, l.site, l.size, self.now());
-                budget::release(l.size);
+                self.budget_work(|| budget::release(l.size));
             }
             Backing::Pageable | Backing::Unpinned => ledger::downgraded_live_delta(self.t, -(l.size as i64)),
         }
@@ -456,7 +509,7 @@ impl Hook {
     /// here on, whatever the limit.
     #[inline]
     fn pinned(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, reservation: Option<budget::Reservation>) {
-        keep(reservation, bytes);
+        self.budget_work(|| keep(reservation, bytes));
         self.record(api, addr, bytes, site);
     }
 
