@@ -226,8 +226,9 @@ static long do_op(int step, int op) {
         if (p == MAP_FAILED) {
             rc = -errno;
             munmap(dst, to);
-            /* A shrinking move unmaps the old range's tail before it can fail: those pages are
-             * no longer this slot's, whether or not they went. */
+            /* A shrinking move may unmap the old range's tail before it fails: those pages are
+             * no longer this slot's, whether or not they went (a leak, never a page torn out of
+             * another mapping). */
             if (to < s->len) lost(s, to / page, (s->len - to) / page);
             return rc;
         }
