@@ -497,6 +497,15 @@ impl Hook {
                     }
                 });
             }
+            // The kernel refuses it up front (over RLIMIT_MEMLOCK, or EPERM) having changed
+            // nothing: its answer, without the walk the estimate costs (asked first only where
+            // the estimate is a walk).
+            if flags & libc::MCL_CURRENT != 0 && budget::limited() {
+                if let Some(err) = kernel::mlockall_rejected(flags) {
+                    ledger::count_failed(self.t, api);
+                    return Err(err);
+                }
+            }
             let bytes = estimate();
             self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))
         });

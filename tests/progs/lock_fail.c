@@ -11,6 +11,7 @@
  *   hole     mlock of a range that starts in a hole: ENOMEM, nothing locked
  *   unlock   munlock of a range that starts in a hole and holds the locked page: ENOMEM, nothing
  *            unlocked
+ *   all      mlockall(MCL_CURRENT), the address space over the limit: ENOMEM, nothing locked
  * and last, once each, calls that fail after changing something:
  *   partial  mlock of two pages and the hole after them: ENOMEM, the two pages locked
  *   unpart   munlock of the same: ENOMEM, the two pages unlocked
@@ -76,6 +77,7 @@ static void repeat(const char *name, long n, int (*call)(void *, size_t), void *
 static int do_mlock(void *a, size_t len) { return mlock(a, len); }
 static int do_onfault(void *a, size_t len) { return mlock2(a, len, MLOCK_ONFAULT); }
 static int do_munlock(void *a, size_t len) { return munlock(a, len); }
+static int do_mlockall(void *a, size_t len) { return (void)a, (void)len, mlockall(MCL_CURRENT); }
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
@@ -107,6 +109,7 @@ int main(int argc, char **argv) {
     repeat("onfault", n, do_onfault, region, big);
     repeat("hole", n, do_mlock, w, 2 * page);
     repeat("unlock", n, do_munlock, w, 2 * page);
+    repeat("all", n, do_mlockall, NULL, 0);
     state();
     repeat("partial", 1, do_mlock, two, 3 * page);
     state();
