@@ -16,6 +16,7 @@
 #  - writing a report of 1,000,000 live allocations over 10,000 callsites;
 #  - the stack a pinning pair needs from its caller (a painted thread stack: `small_stack
 #    measure`), mlock and CUDA, PINGUARD_DEPTH 0 and the default, and pinguard's static TLS.
+#  - a failing mlock (over RLIMIT_MEMLOCK, nothing locked) among 2,000 mappings (issue 31, item 4).
 # Targets (issues "Speed" and "Speed, round two"): +400 ns per pair at depth 32, +100 ns at depth
 # 0, +20 ns per untracked mmap/munmap, +1 ms to start `true`, <= 128 B per live allocation, report
 # <= 2 s and <= 500 MB; two threads on one callsite keep >= 0.9 of the program's own two-thread
@@ -127,6 +128,13 @@ print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mmap/munmap, untracked", a, b, d, b
 for depth in ("0", "32"):
     a, b, d = paired(["pairs", "cuda", "1", str(max(pairs // 10, 1000))], {"PINGUARD_DEPTH": depth})
     print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("cuda pair pinning, depth %s" % depth, a, b, d, b / a))
+
+# A failing mlock (issue 31, item 4): over RLIMIT_MEMLOCK the kernel refuses it up front, and
+# pinguard must not pay a walk of /proc/self/smaps (milliseconds among 2,000 mappings) to learn
+# that nothing changed. Target: within a few microseconds of the call without pinguard.
+for maps in (0, 2000):
+    a, b, d = paired(["mlockfail", str(maps), str(max(pairs // 10, 1000))], {})
+    print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("failing mlock, %d mappings" % maps, a, b, d, b / a))
 
 # Instructions, counted by callgrind: the same on every run, where nanoseconds here are not.
 if shutil.which("valgrind"):

@@ -61,3 +61,48 @@ fn mlockall_is_one_entry_measured_from_vmlck() {
     let rep = r.report();
     assert_eq!(rep["apis"]["mlockall"]["alloc_count"], 1);
 }
+
+/// `lock_fail`, built once into this binary's fixtures directory.
+fn lock_fail() -> String {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let out = fixtures().dir.join("lock_fail").to_string_lossy().into_owned();
+        let src = root().join("tests/progs/lock_fail.c").to_string_lossy().into_owned();
+        let inc = format!("-I{}", root().join("include").display());
+        cc(&["-g", "-O1", "-Wall", &inc, "-o", &out, &src]);
+        out
+    })
+    .clone()
+}
+
+/// issue 31, item 4: an `mlock` or `mlockall` the kernel refuses up front (over `RLIMIT_MEMLOCK`,
+/// or starting in a hole) and a `munlock` that unlocks nothing change no page, so pinguard reads nothing of the
+/// kernel's mappings for them: in a process with 2,000 mappings, 10 or 100 rounds of such calls
+/// read `/proc/self/smaps` the same number of times (it used to read it once per call). The
+/// calls answer as without pinguard, and the calls that do lock or unlock pages before failing
+/// are still followed exactly (live bytes equal `VmLck` after each).
+#[test]
+fn failed_locking_calls_that_change_nothing_read_no_mappings() {
+    let prog = lock_fail();
+    let mut walks = Vec::new();
+    for (n, budget) in [("10", ""), ("100", ""), ("10", "1G"), ("100", "1G")] {
+        let bare = program(std::path::Path::new(&prog), None).args(["2000", n]).output().unwrap();
+        assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
+        // Under a budget, `mlockall` needs an estimate of what it would lock (a walk), unless the
+        // kernel refuses it up front.
+        let env: &[(&str, &str)] = if budget.is_empty() { &[] } else { &[("PINGUARD_BUDGET", budget)] };
+        let r = run(&prog, &["2000", n], env);
+        assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        let without_live = |s: &str| s.lines().map(|l| l.split(" live=").next().unwrap().to_string()).collect::<Vec<_>>();
+        let want = without_live(&String::from_utf8_lossy(&bare.stdout));
+        assert_eq!(without_live(&r.stdout), want, "the calls answer as without pinguard");
+        assert!(want.iter().any(|l| l == &format!("over calls={n} rc=-1 errno=12")), "{want:?}");
+        assert!(want.iter().any(|l| l == "partial calls=1 rc=-1 errno=12"), "{want:?}");
+        let cps = checkpoints(&r);
+        assert_eq!(cps.iter().map(|c| c.0 / 4096).collect::<Vec<_>>(), [1, 1, 3, 1], "VmLck in pages: {}", r.stdout);
+        assert!(cps.iter().all(|(vmlck, live)| vmlck == live), "pinguard's live bytes follow VmLck: {}", r.stdout);
+        walks.push(r.report()["kernel"]["smaps_walk_count"].as_u64().expect("kernel.smaps_walk_count"));
+    }
+    assert_eq!((walks[0], walks[2]), (walks[1], walks[3]), "reads of /proc/self/smaps with 10 and with 100 rounds of failing calls, without a budget and with one");
+    assert!(walks[0] <= 3 && walks[2] <= 3, "the two calls that changed pages walk, the others none: {walks:?}");
+}

@@ -34,7 +34,7 @@ fn workload_report_has_every_key_and_names_the_callers() {
     ] {
         assert!(rep["totals"][key].is_u64(), "totals.{key} is not an integer");
     }
-    for key in ["vm_lck_bytes", "vm_pin_bytes", "rlimit_memlock_bytes"] {
+    for key in ["vm_lck_bytes", "vm_pin_bytes", "rlimit_memlock_bytes", "smaps_walk_count"] {
         assert!(rep["kernel"].get(key).is_some(), "missing kernel.{key}");
     }
 

@@ -257,6 +257,11 @@ pub struct Kernel {
     pub vm_lck_bytes: Option<u64>,
     pub vm_pin_bytes: Option<u64>,
     pub rlimit_memlock_bytes: Option<u64>,
+    /// How many times the process read `/proc/self/smaps` to learn which pages are locked (each a
+    /// walk of every mapping): it grows with what changed the locked pages, never with calls
+    /// that changed nothing (a failed `mlock`).
+    #[serde(default)]
+    pub smaps_walk_count: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -286,7 +286,12 @@ fn gather(cfg: &Config) -> Figures {
         config,
         totals,
         apis,
-        kernel: schema::Kernel { vm_lck_bytes: status.vm_lck, vm_pin_bytes: status.vm_pin, rlimit_memlock_bytes: kernel::rlimit_memlock() },
+        kernel: schema::Kernel {
+            vm_lck_bytes: status.vm_lck,
+            vm_pin_bytes: status.vm_pin,
+            rlimit_memlock_bytes: kernel::rlimit_memlock(),
+            smaps_walk_count: kernel::smaps_walks(),
+        },
         group: crate::budget::group::snapshot().map(|g| schema::Group {
             name: g.name,
             budget_bytes: g.budget,

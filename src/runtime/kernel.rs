@@ -94,6 +94,14 @@ pub fn vm_lck() -> Option<u64> {
     status().vm_lck
 }
 
+static SMAPS_WALKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times this process read `/proc/self/smaps` (the report's `kernel.smaps_walk_count`):
+/// each costs a walk of every mapping's page tables, milliseconds in a process with thousands.
+pub fn smaps_walks() -> u64 {
+    SMAPS_WALKS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// One mapping, as `/proc/self/smaps` shows it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Vma {
@@ -132,6 +140,7 @@ fn vma_flags(start: usize, end: usize, flags: &[u8]) -> Vma {
 /// check (`vm_lck`) found a difference, or for `mlockall`. False when the file could not be read
 /// to its end (what was handed to `f` is still true, as of its reading).
 pub fn for_each_vma(mut f: impl FnMut(Vma)) -> bool {
+    SMAPS_WALKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut cur: Option<(usize, usize)> = None;
     for_each_line(SMAPS, |line| {
         if let Some(flags) = line.strip_prefix(b"VmFlags:") {
@@ -208,6 +217,17 @@ fn over_rlimit(base: u64, more: u64) -> bool {
 fn mapped(start: usize, end: usize) -> bool {
     // SAFETY: MS_ASYNC only checks the range; no memory is read or written.
     raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) }) != Err(libc::ENOMEM)
+}
+
+/// Whether any mapping in `[start, end)` (page-aligned) is locked: `msync(MS_INVALIDATE)` goes
+/// through the range's mappings in order, skipping holes, and answers EBUSY at the first one
+/// locked (`VM_LOCKED`, which `mlock2(MLOCK_ONFAULT)` sets too); without `MS_SYNC` it writes
+/// nothing back and invalidates nothing (Linux 2.6.19 on). One look-up per mapping of the range,
+/// under the kernel's read lock: what a failed `mlock` costs, where reading `/proc` costs
+/// microseconds and `/proc/self/smaps` milliseconds.
+pub fn any_locked(start: usize, end: usize) -> bool {
+    // SAFETY: MS_INVALIDATE without MS_SYNC only checks the range; no memory is read or written.
+    raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_INVALIDATE) }) == Err(libc::EBUSY)
 }
 
 /// What the kernel would answer to `mlock`/`mlock2` (valid flags) of the pages `[start, end)`,
@@ -529,6 +549,35 @@ mod tests {
         for bad in [0, libc::MCL_ONFAULT, 0x40, libc::MCL_CURRENT | 0x100] {
             assert!(!mlockall_flags_valid(bad), "{bad:#x}");
         }
+    }
+
+    #[test]
+    fn msync_invalidate_tells_locked_mappings_and_changes_nothing() {
+        let page = crate::runtime::sys::page_size();
+        // SAFETY: a fresh private mapping of our own, unmapped again below.
+        let p = unsafe { libc::mmap(std::ptr::null_mut(), 4 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) } as usize;
+        let byte = |i: usize| (p + i * page) as *mut u8;
+        for i in 0..4 {
+            // SAFETY: a page of our own mapping.
+            unsafe { *byte(i) = 7 + i as u8 };
+        }
+        assert!(!any_locked(p, p + 4 * page));
+        // SAFETY: the second page of our own mapping (one page: within any RLIMIT_MEMLOCK).
+        assert_eq!(unsafe { libc::mlock(byte(1) as *const libc::c_void, page) }, 0);
+        assert!(any_locked(p, p + 4 * page));
+        assert!(any_locked(p + page, p + 2 * page));
+        assert!(!any_locked(p, p + page) && !any_locked(p + 2 * page, p + 4 * page));
+        // A hole before the locked page is skipped, as the kernel's msync does.
+        // SAFETY: the first page of our own mapping.
+        unsafe { libc::munmap(p as *mut libc::c_void, page) };
+        assert!(any_locked(p, p + 2 * page));
+        assert!(!any_locked(p, p + page), "a hole alone is not locked");
+        for i in 1..4 {
+            // SAFETY: pages of our own mapping, still mapped.
+            assert_eq!(unsafe { *byte(i) }, 7 + i as u8, "the probe left page {i} as it was");
+        }
+        // SAFETY: what is left of our own mapping.
+        unsafe { libc::munmap(byte(1) as *mut libc::c_void, 3 * page) };
     }
 
     #[test]

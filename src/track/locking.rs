@@ -22,7 +22,7 @@ use crate::accounting::callsite::Callsite;
 use crate::runtime::config::Policy;
 use crate::runtime::kernel;
 use crate::accounting::ledger::{self, Backing, LockedGuard};
-use crate::accounting::ranges::{page_span, Gaps};
+use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
 
@@ -55,8 +55,35 @@ fn total(gaps: &Gaps) -> u64 {
 /// Whether a failed lock call may have changed some pages before it failed: the kernel applies
 /// `mlock`/`munlock` mapping by mapping and stops at a hole (ENOMEM), and an `mlock` whose pages
 /// could not all be faulted in keeps the lock (EAGAIN). EINVAL, EPERM and EINTR change nothing.
+/// ENOMEM alone cannot tell: the kernel gives it, having changed nothing, for a range over
+/// `RLIMIT_MEMLOCK` or one that starts in a hole (`mlock_changed`, `munlock_changed` ask it).
 fn partial(err: c_int) -> bool {
     !matches!(err, libc::EINVAL | libc::EPERM | libc::EINTR)
+}
+
+/// Past this many pieces, a failed call's range is walked rather than probed piece by piece.
+const PROBES: usize = 8;
+
+/// Whether a failed `mlock` of `gaps` (the pages the view held unlocked) locked any of them: the
+/// kernel locks mapping by mapping from the range's start and stops at the first failure, so
+/// whatever it locked lies in these gaps, and a mapping there now locked is one it locked (or one
+/// locked behind pinguard's back: a walk is due either way). Mappings the kernel never locks
+/// (`VM_IO`, `VM_PFNMAP`) may open a gap, so every gap is asked, not only the first page.
+/// A system call per gap, never a `/proc` read.
+fn mlock_changed(gaps: &Gaps) -> bool {
+    gaps.len() > PROBES || gaps.iter().any(|&(s, e)| kernel::any_locked(s, e))
+}
+
+/// Whether a failed `munlock` of `[start, end)` unlocked any page the view holds there (`held`,
+/// the view's pieces of the range): the kernel unlocks from the start in address order, so if it
+/// reached any of them, it unlocked the first one's first page. Pages the view does not hold
+/// cannot change it.
+fn munlock_changed(held: &Gaps) -> bool {
+    let page = page_size();
+    match held.first() {
+        None => false,
+        Some(&(s, _)) => held.len() > PROBES || !kernel::any_locked(s, s + page),
+    }
 }
 
 impl Hook {
@@ -201,9 +228,10 @@ impl Hook {
                 }
                 ledger::count_alloc(self.t, api, site, new);
             } else {
-                // The kernel may have locked the pages before a hole in the range.
+                // The kernel may have locked the pages before a hole in the range; asked cheaply
+                // first, since it mostly refused the call up front (`RLIMIT_MEMLOCK`).
                 let mut added = 0;
-                if partial(err) {
+                if partial(err) && mlock_changed(&gaps) {
                     walked(locked.sync(self.t, now, |s, e| {
                         (s >= start && e <= end).then(|| {
                             added += (e - s) as u64;
@@ -242,8 +270,14 @@ impl Hook {
                 }
             });
         } else if api == Api::Munlock && partial(err) {
-            // A failed munlock still unlocked the mappings before the first hole.
-            quiet(|| walked(locked.sync(self.t, now, |_, _| None)));
+            // A failed munlock still unlocked the mappings before the first hole, if it reached
+            // any the view holds.
+            quiet(|| {
+                let held = uncovered(start, end, locked.ranges.gaps(start, end));
+                if munlock_changed(&held) {
+                    walked(locked.sync(self.t, now, |_, _| None));
+                }
+            });
         }
         drop(locked);
         self.set_errno(err);
@@ -462,6 +496,15 @@ impl Hook {
                         Lock::Refuse
                     }
                 });
+            }
+            // The kernel refuses it up front (over RLIMIT_MEMLOCK, or EPERM) having changed
+            // nothing: its answer, without the walk the estimate costs (asked first only where
+            // the estimate is a walk).
+            if flags & libc::MCL_CURRENT != 0 && budget::limited() {
+                if let Some(err) = kernel::mlockall_rejected(flags) {
+                    ledger::count_failed(self.t, api);
+                    return Err(err);
+                }
             }
             let bytes = estimate();
             self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))

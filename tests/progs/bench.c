@@ -4,6 +4,8 @@
  *                                 threads' throughput over one thread's, phases back to back
  *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
  *   bench report N SITES          N live allocations over SITES callsites, then one report
+ *   bench mlockfail MAPS N        ns per failing mlock: N calls over RLIMIT_MEMLOCK (64 KiB,
+ *                                 CAP_IPC_LOCK dropped) in a process with MAPS more mappings
  * BENCH_FRAMES sets the loop's depth (default 32). For `scale`: BENCH_SITES=2 gives the second
  * thread a callsite of its own (at PINGUARD_DEPTH 32), BENCH_SITES=3 alternates the two and
  * prints the shared callsite's scaling over the separate one's, BENCH_TRACE=1 prints each round's
@@ -16,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 int cudaHostAlloc(void **, size_t, unsigned);
 int cudaFreeHost(void *);
@@ -165,8 +170,32 @@ __attribute__((noinline)) static int descend(int depth, int site, void **p) {
     return r;
 }
 
+/* A failing mlock, as an opportunistic locker (a secure heap, a database) meets it under
+ * Docker's RLIMIT_MEMLOCK: refused up front, nothing locked. */
+static int mlockfail(long maps, long calls) {
+    struct { unsigned version; int pid; } h = {0x20080522, 0};
+    struct { unsigned effective, permitted, inheritable; } d[2];
+    if (!syscall(SYS_capget, &h, d)) { /* CAP_IPC_LOCK lifts the limit: dropped */
+        d[0].effective &= ~(1u << 14);
+        d[0].permitted &= ~(1u << 14);
+        syscall(SYS_capset, &h, d);
+    }
+    struct rlimit r = {64 << 10, 64 << 10};
+    if (setrlimit(RLIMIT_MEMLOCK, &r)) return 1;
+    for (long i = 0; i < maps; i++) /* neighbours of different protections never merge */
+        if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED) return 1;
+    size_t len = 1 << 20;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED || mlock(p, len) == 0) return 1; /* the call must fail */
+    double t0 = now();
+    for (long i = 0; i < calls; i++) mlock(p, len);
+    printf("%.1f\n", (now() - t0) * 1e9 / calls);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
+    if (!strcmp(argv[1], "mlockfail")) return argc < 4 ? 2 : mlockfail(atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "pairs")) {
         kind = argv[2];
         int threads = atoi(argv[3]);

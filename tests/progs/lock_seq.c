@@ -64,12 +64,20 @@ static void report(int step, const char *op, long rc) {
 }
 
 #define SLOTS 8
+/* A mapped slot never grows past this many pages: one bit each in `owned`. */
+#define MAX_PAGES 64
 enum kind { EMPTY, MAPPED, MALLOCED };
 static struct slot {
     enum kind kind;
     char *addr;
-    size_t len; /* bytes */
+    size_t len;     /* bytes */
+    uint64_t owned; /* MAPPED: the pages of [addr, addr + len) still mapped by this slot */
 } slots[SLOTS];
+
+static uint64_t bits(size_t first, size_t n) {
+    uint64_t upto = n + first >= 64 ? ~0ull : (1ull << (first + n)) - 1;
+    return upto & ~((1ull << first) - 1);
+}
 
 static struct slot *pick(enum kind k) {
     int start = (int)below(SLOTS);
@@ -80,16 +88,51 @@ static struct slot *pick(enum kind k) {
     return NULL;
 }
 
-/* A page-aligned part of a slot. With `overrun`, sometimes one page past its end, into whatever
- * lies there (often a hole: the kernel applies the call up to it and fails); only for calls that
- * leave a foreign page usable (lock, unlock). */
-static void part(struct slot *s, char **a, size_t *len, int overrun) {
+/* A mapped slot all of whose pages are still its own: the only kind mremap may move or resize
+ * (mremap of a range with a hole fails, and may unmap the range's tail first). */
+static struct slot *pick_whole(void) {
+    struct slot *s = pick(MAPPED);
+    return s && s->owned == bits(0, s->len / page) ? s : NULL;
+}
+
+/* A page-aligned part of a slot, as pages [*first, *first + *n). With `overrun`, sometimes one
+ * page past its end, into whatever lies there (often a hole: the kernel applies the call up to it
+ * and fails); only for calls that leave a foreign page usable (lock, unlock). */
+static void part(struct slot *s, size_t *first, size_t *n, int overrun) {
     size_t pages = s->len / page;
-    size_t first = below(pages);
-    size_t n = 1 + below(pages - first);
-    if (overrun && below(8) == 0) n++;
-    *a = s->addr + first * page;
-    *len = n * page;
+    *first = below(pages);
+    *n = 1 + below(pages - *first);
+    if (overrun && below(8) == 0) ++*n;
+}
+
+/* A call that may destroy or change what a page holds (munmap, mprotect, madvise) is made only on
+ * the pages of [first, first + n) the slot still owns, one run at a time: a page it unmapped
+ * earlier may since belong to another mapping (glibc's mmap of a large malloc block), and the
+ * program's next realloc or free would fault on what this took away. The first error, as -errno. */
+static long on_owned(struct slot *s, size_t first, size_t n, int (*call)(void *, size_t, int), int arg) {
+    long rc = 0;
+    for (size_t i = first; i < first + n;) {
+        if (!(s->owned >> i & 1)) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        while (j < first + n && s->owned >> j & 1) j++;
+        if (call(s->addr + i * page, (j - i) * page, arg) && !rc) rc = -errno;
+        i = j;
+    }
+    return rc;
+}
+
+static int unmap(void *a, size_t len, int unused) {
+    (void)unused;
+    return munmap(a, len);
+}
+
+/* After pages [first, first + n) were unmapped: the slot is empty once it owns no page. */
+static void lost(struct slot *s, size_t first, size_t n) {
+    s->owned &= ~bits(first, n);
+    if (!s->owned) s->kind = EMPTY;
 }
 
 static const char *op_names[] = {
@@ -100,10 +143,28 @@ static const char *op_names[] = {
 #define HOOK_OPS 12
 #define ALL_OPS 17
 
+/* The slots' bookkeeping against the kernel's: every page a slot calls its own is mapped (mincore
+ * fails with ENOMEM on an unmapped one). A slot that believed an unmapped page still its own would
+ * one day unmap or move a page of another mapping that took its place. */
+static void check_owned(int step) {
+    static unsigned char vec[MAX_PAGES + 1];
+    for (int k = 0; k < SLOTS; k++) {
+        struct slot *s = &slots[k];
+        for (size_t i = 0; s->kind == MAPPED && i < s->len / page; i++) {
+            if (s->owned >> i & 1 && mincore(s->addr + i * page, page, vec)) {
+                fprintf(stderr, "step %d: slot %d's page %zu of %zu is not mapped: %s\n", step, k, i, s->len / page, strerror(errno));
+                exit(3);
+            }
+        }
+    }
+}
+
+static int advise(void *a, size_t len, int advice) { return madvise(a, len, advice); }
+static int protect(void *a, size_t len, int prot) { return mprotect(a, len, prot); }
+
 static long do_op(int step, int op) {
     struct slot *s;
-    char *a;
-    size_t len;
+    size_t first, n;
     long rc = 0;
     switch (op) {
     case 0: /* map */
@@ -113,77 +174,88 @@ static long do_op(int step, int op) {
         s->addr = mmap(NULL, s->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (op == 1 ? MAP_LOCKED : 0), -1, 0);
         if (s->addr == MAP_FAILED) return -errno;
         s->kind = MAPPED;
+        s->owned = bits(0, s->len / page);
         s->addr[0] = 1;
         return 0;
     case 2: /* mlock */
     case 3: /* mlock2_onfault */
         if (!(s = pick(MAPPED)) && !(s = pick(MALLOCED))) return 0;
-        part(s, &a, &len, 1);
-        rc = op == 2 ? mlock(a, len) : mlock2(a, len, MLOCK_ONFAULT);
+        part(s, &first, &n, 1);
+        rc = op == 2 ? mlock(s->addr + first * page, n * page) : mlock2(s->addr + first * page, n * page, MLOCK_ONFAULT);
         return rc ? -errno : 0;
     case 4: /* munlock */
         if (!(s = pick(MAPPED)) && !(s = pick(MALLOCED))) return 0;
-        part(s, &a, &len, 1);
-        return munlock(a, len) ? -errno : 0;
+        part(s, &first, &n, 1);
+        return munlock(s->addr + first * page, n * page) ? -errno : 0;
     case 5: /* munmap: a part (leaving holes) or the whole slot */
         if (!(s = pick(MAPPED))) return 0;
         if (below(2)) {
-            rc = munmap(s->addr, s->len);
-            s->kind = EMPTY;
+            first = 0;
+            n = s->len / page;
         } else {
-            part(s, &a, &len, 0);
-            rc = munmap(a, len);
+            part(s, &first, &n, 0);
         }
-        return rc ? -errno : 0;
+        rc = on_owned(s, first, n, unmap, 0);
+        lost(s, first, n);
+        return rc;
     case 6: /* mremap_grow: in place when the next pages are free, else moved */
     case 7: /* mremap_shrink */
     {
-        if (!(s = pick(MAPPED))) return 0;
-        size_t n = op == 6 ? s->len + (1 + below(8)) * page : (s->len > (size_t)page ? s->len - (1 + below(s->len / page - 1)) * page : s->len);
-        void *p = mremap(s->addr, s->len, n, MREMAP_MAYMOVE);
+        if (!(s = pick_whole())) return 0;
+        size_t to = op == 6 ? s->len + (1 + below(8)) * page : (s->len > (size_t)page ? s->len - (1 + below(s->len / page - 1)) * page : s->len);
+        if (to > MAX_PAGES * (size_t)page) to = MAX_PAGES * page;
+        void *p = mremap(s->addr, s->len, to, MREMAP_MAYMOVE);
         if (p == MAP_FAILED) return -errno;
         s->addr = p;
-        s->len = n;
+        s->len = to;
+        s->owned = bits(0, to / page);
         return 0;
     }
     case 8: /* mremap_move: MREMAP_FIXED onto a reservation of our own, sometimes resized */
     {
-        if (!(s = pick(MAPPED))) return 0;
-        size_t n = s->len + ((long)below(3) - 1) * page;
-        if (n == 0) n = page;
-        void *to = mmap(NULL, n + 4 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (to == MAP_FAILED) return -errno;
-        void *dst = (char *)to + below(4) * page;
-        void *p = mremap(s->addr, s->len, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
-        munmap(to, (char *)dst - (char *)to); /* the reservation's unused ends */
-        munmap((char *)dst + n, (char *)to + n + 4 * page - ((char *)dst + n));
+        if (!(s = pick_whole())) return 0;
+        size_t to = s->len + ((long)below(3) - 1) * page;
+        if (to == 0) to = page;
+        if (to > MAX_PAGES * (size_t)page) to = MAX_PAGES * page;
+        void *res = mmap(NULL, to + 4 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (res == MAP_FAILED) return -errno;
+        void *dst = (char *)res + below(4) * page;
+        void *p = mremap(s->addr, s->len, to, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
+        munmap(res, (char *)dst - (char *)res); /* the reservation's unused ends */
+        munmap((char *)dst + to, (char *)res + to + 4 * page - ((char *)dst + to));
         if (p == MAP_FAILED) {
-            munmap(dst, n);
-            return -errno;
+            rc = -errno;
+            munmap(dst, to);
+            /* A shrinking move may unmap the old range's tail before it fails: those pages are
+             * no longer this slot's, whether or not they went (a leak, never a page torn out of
+             * another mapping). */
+            if (to < s->len) lost(s, to / page, (s->len - to) / page);
+            return rc;
         }
         s->addr = p;
-        s->len = n;
+        s->len = to;
+        s->owned = bits(0, to / page);
         return 0;
     }
     case 9: /* madvise: never changes what is locked (the kernel refuses DONTNEED on locked pages) */
     {
         static const int advice[] = {MADV_DONTFORK, MADV_DOFORK, MADV_WILLNEED, MADV_RANDOM, MADV_NORMAL, MADV_DONTNEED};
         if (!(s = pick(MAPPED))) return 0;
-        part(s, &a, &len, 0);
-        return madvise(a, len, advice[below(6)]) ? -errno : 0;
+        part(s, &first, &n, 0);
+        return on_owned(s, first, n, advise, advice[below(6)]);
     }
     case 10: /* mprotect */
     {
         static const int prot[] = {PROT_NONE, PROT_READ, PROT_READ | PROT_WRITE};
         if (!(s = pick(MAPPED))) return 0;
-        part(s, &a, &len, 0);
-        return mprotect(a, len, prot[below(3)]) ? -errno : 0;
+        part(s, &first, &n, 0);
+        return on_owned(s, first, n, protect, prot[below(3)]);
     }
     case 11: /* fork, part of a slot not inherited: the child has no locked pages at all */
     {
         if ((s = pick(MAPPED))) {
-            part(s, &a, &len, 0);
-            madvise(a, len, MADV_DONTFORK);
+            part(s, &first, &n, 0);
+            on_owned(s, first, n, advise, MADV_DONTFORK);
         }
         fflush(stdout);
         pid_t pid = fork();
@@ -241,6 +313,7 @@ int main(int argc, char **argv) {
             /* mlockall locks every mapping: keep it rare. */
             if (op >= 15 && below(4)) op = 2;
             long rc = do_op(i, op);
+            check_owned(i);
             report(i, op_names[op], rc);
         }
         return 0;
