@@ -190,7 +190,7 @@ fn gather(cfg: &Config) -> Figures {
     let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
-    let callsites: Vec<schema::Callsite> = callsite::all()
+    let shown: Vec<&'static callsite::Callsite> = callsite::all()
         .into_iter()
         .filter(|c| {
             // Named only if the report will show it: symbolizing is the costly part.
@@ -199,6 +199,11 @@ fn gather(cfg: &Config) -> Figures {
                 || c.downgraded_count.load(Ordering::Relaxed) > 0
                 || c.over_budget_count.load(Ordering::Relaxed) > 0
         })
+        .collect();
+    // All at once, so that each module's files are read once and then let go.
+    sym.name_all(shown.iter().flat_map(|c| c.native().iter().copied()));
+    let callsites: Vec<schema::Callsite> = shown
+        .into_iter()
         .map(|c| {
             let mut frames = Vec::new();
             let closed = c.closed.lock();
