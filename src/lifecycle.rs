@@ -334,7 +334,6 @@ extern "C" fn fork_prepare() {
     crate::accounting::physical::hold();
     crate::accounting::pools::hold();
     crate::accounting::arena::hold();
-    crate::output::symbolize::hold();
     crate::runtime::heap::hold();
 }
 
@@ -343,7 +342,6 @@ extern "C" fn fork_parent() {
     // on this thread, as each `release`/`unlock_all` requires.
     unsafe {
         crate::runtime::heap::release(false);
-        crate::output::symbolize::release(false);
         crate::accounting::arena::release(false);
         crate::accounting::physical::release(false);
         crate::accounting::pools::release(false);
@@ -362,7 +360,6 @@ extern "C" fn fork_child() {
     // and this is the child's fork handler.
     unsafe {
         crate::runtime::heap::release(true);
-        crate::output::symbolize::release(true);
         crate::accounting::physical::release(true);
         crate::accounting::pools::release(true);
         ledger::unlock_all(true);

@@ -119,7 +119,7 @@ fn load_input(input: &Input) -> Result<Report, Unusable> {
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     let bytes = std::fs::read(path).map_err(|e| io_problem(&e))?;
     if !pinguard_report::state::is_state(&bytes) {
-        return Ok(bytes);
+        return Ok(named(bytes));
     }
     let running = pinguard_report::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
     let modified_ms = std::fs::metadata(path)
@@ -129,6 +129,26 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
         .map_or(0, |d| d.as_millis() as u64);
     let report = pinguard_report::state::read(&bytes, running, modified_ms).map_err(|e| e.0)?;
     serde_json::to_vec(&report).map_err(|e| e.to_string())
+}
+
+/// A report's bytes with the file and line of its native frames filled in from its module list
+/// where the library left them out (`pinguard_report::symbols::Offline`): as they were when
+/// every frame has its file, or nothing on this machine names more.
+fn named(bytes: Vec<u8>) -> Vec<u8> {
+    thread_local! {
+        // Parsed object files, kept across the reports one thread reads (a merge of many reports
+        // of one program parses its libraries once per thread).
+        static OFFLINE: std::cell::RefCell<pinguard_report::symbols::Offline> = Default::default();
+    }
+    // Written by serde_json (the library), or by hand with a space.
+    if !["\"file\":null", "\"file\": null"].iter().any(|n| memchr::memmem::find(&bytes, n.as_bytes()).is_some()) {
+        return bytes;
+    }
+    let Ok(mut report) = Report::from_slice(&bytes) else { return bytes };
+    if !OFFLINE.with(|o| o.borrow_mut().fill(&mut report)) {
+        return bytes;
+    }
+    serde_json::to_vec(&report).unwrap_or(bytes)
 }
 
 /// Whether the process `pid` that started `ticks` clock ticks after boot still runs (here: in

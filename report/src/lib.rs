@@ -7,6 +7,7 @@
 
 pub mod group;
 pub mod state;
+pub mod elf;
 pub mod symbols;
 pub mod units;
 pub mod vars;

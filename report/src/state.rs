@@ -380,7 +380,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         let build_id = img.text(f(module::BUILD_ID), f(module::BUILD_ID_LEN)).filter(|s| !s.is_empty());
         modules.push((f(module::START), f(module::END), Module { path, base: Addr(f(module::BASE)), build_id }));
     }
-    let mut names = Names { modules: &modules, loaders: BTreeMap::new(), used: BTreeMap::new() };
+    let mut names = Names { modules: &modules, offline: crate::symbols::Offline::default(), used: BTreeMap::new() };
 
     let site_size = site::LEVEL + level::size(level::SITE_STRIPES);
     let mut site_ids: BTreeMap<u64, u32> = BTreeMap::new();
@@ -493,10 +493,11 @@ fn addr_of_site(img: &Image, off: usize) -> u64 {
     img.pieces.iter().find(|&&(_, l, f)| off >= f && off - f < l).map_or(0, |&(a, _, f)| a + (off - f))
 }
 
-/// Names native frames from the module list, parsing each object file once.
+/// Names native frames from the module list, parsing each object file once (and only when the
+/// file on disk is still the module the process loaded).
 struct Names<'a> {
     modules: &'a [(u64, u64, Module)],
-    loaders: BTreeMap<usize, Option<addr2line::Loader>>,
+    offline: crate::symbols::Offline,
     used: BTreeMap<usize, Module>,
 }
 
@@ -507,8 +508,7 @@ impl Names<'_> {
         };
         let m = &self.modules[i].2;
         self.used.entry(i).or_insert_with(|| m.clone());
-        let loader = self.loaders.entry(i).or_insert_with(|| crate::symbols::open(&m.path, m.build_id.as_deref()));
-        crate::symbols::frames(loader.as_ref(), addr as usize, m.base.0 as usize, Some(m.path.clone()))
+        self.offline.frames(m, addr)
     }
 }
 

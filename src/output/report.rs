@@ -203,6 +203,10 @@ fn gather(cfg: &Config) -> Figures {
     let mut names = !partial && heap::room(NAMING_ROOM);
     let mut errors = Vec::new();
     let (named, folded) = if partial { (Vec::new(), schema::Folded::default()) } else { listed() };
+    if names {
+        // All at once, so that each module's files are read once and then let go.
+        sym.name_all(named.iter().flat_map(|c| c.native().iter().copied()));
+    }
     let callsites: Vec<schema::Callsite> = named
         .into_iter()
         .map(|c| {

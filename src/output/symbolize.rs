@@ -3,50 +3,33 @@
 //!
 //! Each report takes the list of loaded objects afresh, so an object opened after the previous
 //! report is named and one closed since is not taken for whatever now sits at its addresses
-//! (`backtrace`'s resolver keeps the list it saw first, for the life of the process). Parsed
-//! debug information is kept across reports, keyed by file identity, since parsing a large
-//! library costs far more than one report.
+//! (`backtrace`'s resolver keeps the list it saw first, for the life of the process).
+//!
+//! The memory this takes is bounded whatever the process has loaded: the addresses are named
+//! module by module, each module's files opened, read and closed before the next, and nothing is
+//! kept between reports. A module whose debug information and symbol tables are small
+//! (`LINES_MAX_BYTES`) is read with `addr2line` (function, file, line, inlined functions); a
+//! larger one (libtorch: hundreds of MiB) only has its symbol tables read, in 64 KiB pieces, for
+//! its functions' names: its frames' file and line are filled in afterwards by the readers
+//! (`pinguard report` and the other commands) from the report's module list and build ids.
 
-use crate::runtime::lock::Mutex;
 use crate::runtime::objects::{for_each_object, Object};
-use pinguard_report::{Addr, Frame, Module};
+use pinguard_report::elf::Elf;
+use pinguard_report::{symbols, Addr, Frame, Module};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
-use std::os::unix::fs::MetadataExt;
 
-/// (path, device, inode, modification time): a file replaced on disk is parsed again.
-type FileKey = (String, u64, u64, i64);
-
-struct Parsed(Option<addr2line::Loader>);
-
-// SAFETY: a `Loader` owns everything it points into; it is only used by the one thread that
-// took it out of `PARSED` (under the lock, or after `take`).
-unsafe impl Send for Parsed {}
-
-/// How many parsed files are kept between reports.
-const KEEP: usize = 12;
-
-static PARSED: Mutex<Vec<(FileKey, Parsed)>> = Mutex::new(Vec::new());
-
-/// Fork handlers: a callsite's frames are named outside the report's lock too (under
-/// `PINGUARD_DOWNGRADE_MATCH`, on the over-budget path), so the parsed files' lock is held across
-/// `fork`, after the ledger's locks and before the heap's.
-pub fn hold() {
-    crate::runtime::lock::hold(&PARSED);
-}
-
-/// # Safety
-/// Only after `hold`, in the fork handlers.
-pub unsafe fn release(child: bool) {
-    // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
-    unsafe { crate::runtime::lock::release(&PARSED, child) }
-}
+/// A module whose debug sections and symbol tables together are larger than this (compressed
+/// sections counted at their uncompressed size), or whose line tables are larger than
+/// `LINE_TABLES_MAX_BYTES`, is named from its symbol tables alone. Parsing debug information
+/// takes memory in proportion to it: the pages read, each line-table row (24 bytes on the heap,
+/// from as little as one byte of `.debug_line`), each function and inlined call. See
+/// `docs/design.md`, "Naming frames", for what these limits cost at most.
+pub const LINES_MAX_BYTES: u64 = 4 << 20;
+pub const LINE_TABLES_MAX_BYTES: u64 = 256 << 10;
 
 pub struct Symbolizer {
     objects: Vec<(Object, String)>,
-    /// Parsed files by object index; taken from `PARSED` and given back on drop.
-    files: Vec<(FileKey, Parsed)>,
-    by_object: FxHashMap<usize, Option<usize>>,
     cache: FxHashMap<usize, Vec<Frame>>,
     used: BTreeMap<usize, usize>,
 }
@@ -73,16 +56,41 @@ impl Symbolizer {
                 }
             }
         }
-        let files = std::mem::take(&mut *PARSED.lock());
-        Symbolizer { objects, files, by_object: FxHashMap::default(), cache: FxHashMap::default(), used: BTreeMap::new() }
+        Symbolizer { objects, cache: FxHashMap::default(), used: BTreeMap::new() }
+    }
+
+    /// Names every address of `addrs` not named yet, one module at a time: call it with all the
+    /// addresses a report will show before asking for their `frames`, or each module is read
+    /// once per address.
+    pub fn name_all(&mut self, addrs: impl IntoIterator<Item = usize>) {
+        let mut by_object: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for a in addrs {
+            if self.cache.contains_key(&a) {
+                continue;
+            }
+            match self.objects.iter().position(|(o, _)| o.contains(a)) {
+                Some(i) => by_object.entry(i).or_default().push(a),
+                None => {
+                    self.cache.insert(a, vec![unnamed(a, None, None)]);
+                }
+            }
+        }
+        for (i, mut addrs) in by_object {
+            addrs.sort_unstable();
+            addrs.dedup();
+            self.used.insert(self.objects[i].0.base, i);
+            let (o, path) = &self.objects[i];
+            for (a, frames) in addrs.iter().zip(name_in(o, path, &addrs)) {
+                self.cache.insert(*a, frames);
+            }
+        }
     }
 
     /// The frames for one return address: more than one when functions were inlined there,
     /// innermost first.
     pub fn frames(&mut self, addr: usize) -> &[Frame] {
         if !self.cache.contains_key(&addr) {
-            let v = self.resolve(addr);
-            self.cache.insert(addr, v);
+            self.name_all([addr]);
         }
         &self.cache[&addr]
     }
@@ -98,43 +106,6 @@ impl Symbolizer {
         Some(Module { path: path.clone(), base: Addr(o.base as u64), build_id: o.build_id.clone() })
     }
 
-    fn parsed(&mut self, object: usize) -> Option<&addr2line::Loader> {
-        let slot = match self.by_object.get(&object) {
-            Some(s) => *s,
-            None => {
-                let s = self.open(object);
-                self.by_object.insert(object, s);
-                s
-            }
-        };
-        self.files.get(slot?)?.1 .0.as_ref()
-    }
-
-    fn open(&mut self, object: usize) -> Option<usize> {
-        let path = &self.objects[object].1;
-        if !path.starts_with('/') {
-            return None; // the vDSO, or a name the loader did not resolve to a file
-        }
-        let meta = std::fs::metadata(path).ok()?;
-        let key: FileKey = (path.clone(), meta.dev(), meta.ino(), meta.mtime());
-        if let Some(i) = self.files.iter().position(|(k, _)| *k == key) {
-            return Some(i);
-        }
-        let loader = pinguard_report::symbols::open(path, self.objects[object].0.build_id.as_deref());
-        self.files.push((key, Parsed(loader)));
-        Some(self.files.len() - 1)
-    }
-
-    fn resolve(&mut self, addr: usize) -> Vec<Frame> {
-        let Some(i) = self.objects.iter().position(|(o, _)| o.contains(addr)) else {
-            return vec![Frame { addr: Addr(addr as u64), module: None, offset: None, symbol: None, file: None, line: None }];
-        };
-        self.used.insert(self.objects[i].0.base, i);
-        let base = self.objects[i].0.base;
-        let module = Some(self.objects[i].1.clone());
-        pinguard_report::symbols::frames(self.parsed(i), addr, base, module)
-    }
-
     /// Every module that a resolved frame fell in.
     pub fn modules(&self) -> Vec<Module> {
         self.used
@@ -147,6 +118,55 @@ impl Symbolizer {
     }
 }
 
+fn unnamed(addr: usize, module: Option<String>, offset: Option<Addr>) -> Frame {
+    Frame { addr: Addr(addr as u64), module, offset, symbol: None, file: None, line: None }
+}
+
+/// The frames of `addrs` (sorted, distinct, all in the object `o` whose file is `path`). The
+/// object's files are opened and read here and closed on return.
+fn name_in(o: &Object, path: &str, addrs: &[usize]) -> Vec<Vec<Frame>> {
+    let module = Some(path.to_string());
+    if !path.starts_with('/') {
+        // The vDSO, or a name the loader did not resolve to a file.
+        return addrs.iter().map(|&a| vec![unnamed(a, module.clone(), Some(Addr(a.wrapping_sub(o.base) as u64)))]).collect();
+    }
+    let debug = symbols::debug_file(path, o.build_id.as_deref());
+    if lines_fit(&debug) {
+        let loader = addr2line::Loader::new(&debug).ok();
+        return addrs.iter().map(|&a| symbols::frames(loader.as_ref(), a, o.base, module.clone())).collect();
+    }
+    // A return address points after the call; the call itself is one byte earlier.
+    let probes: Vec<u64> = addrs.iter().map(|&a| (a - o.base).saturating_sub(1) as u64).collect();
+    let mut names = Elf::open(path).map(|e| e.function_names(&probes)).unwrap_or_else(|| vec![None; addrs.len()]);
+    if debug != path && names.iter().any(Option::is_none) {
+        // A stripped object: its separate debug file has the full symbol table.
+        if let Some(more) = Elf::open(&debug).map(|e| e.function_names(&probes)) {
+            for (n, m) in names.iter_mut().zip(more) {
+                if n.is_none() {
+                    *n = m;
+                }
+            }
+        }
+    }
+    addrs
+        .iter()
+        .zip(names)
+        .map(|(&a, name)| {
+            let mut f = unnamed(a, module.clone(), Some(Addr((a - o.base) as u64)));
+            f.symbol = name.map(|n| addr2line::demangle_auto(n.into(), None).into_owned());
+            vec![f]
+        })
+        .collect()
+}
+
+/// Whether the debug information in `debug` (and the DWARF package beside it, which `addr2line`
+/// also reads) is small enough to parse here.
+fn lines_fit(debug: &str) -> bool {
+    let Some(elf) = Elf::open(debug) else { return false };
+    let package = std::fs::metadata(format!("{debug}.dwp")).map_or(0, |m| m.len());
+    elf.debug_bytes().saturating_add(package) <= LINES_MAX_BYTES && elf.debug_section_bytes(".debug_line") <= LINE_TABLES_MAX_BYTES
+}
+
 /// The file mapped at `addr` in a `/proc/PID/maps` text.
 fn mapped_file(maps: &str, addr: usize) -> Option<String> {
     maps.lines().find_map(|l| {
@@ -157,17 +177,4 @@ fn mapped_file(maps: &str, addr: usize) -> Option<String> {
         let path = &rest[rest.find(" /")? + 1..];
         (addr >= lo && addr < hi).then(|| path.to_string())
     })
-}
-
-impl Drop for Symbolizer {
-    fn drop(&mut self) {
-        let mut files = std::mem::take(&mut self.files);
-        // Keep the most recently parsed ones; what this report opened last is at the end.
-        let drop_n = files.len().saturating_sub(KEEP);
-        files.drain(..drop_n);
-        let mut kept = PARSED.lock();
-        if kept.is_empty() {
-            *kept = files;
-        }
-    }
 }

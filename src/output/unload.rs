@@ -46,6 +46,7 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
         return None;
     }
     let module = sym.module_of(start)?;
+    sym.name_all(sites.iter().flat_map(|c| c.native().iter().copied().filter(|&a| inside(a))));
     let sites = sites
         .into_iter()
         .map(|c| {

@@ -59,6 +59,7 @@ fn matches(patterns: &[glob::Pattern], site: &'static Callsite) -> bool {
     let _nc = crate::runtime::sys::NoCancel::new();
     let _open = crate::runtime::gate::enter();
     let mut sym = crate::output::symbolize::Symbolizer::new();
+    sym.name_all(site.native().iter().copied());
     for &a in site.native() {
         for f in sym.frames(a) {
             let module = f.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m));
