@@ -19,6 +19,10 @@
 #   own mremap and VmLck) and a_one_shot_handler_of_the_report_signal_runs_once in
 #   safety_signals (qemu drops glibc's SA_INTERRUPT from the flags it reports back without
 #   pinguard, while pinguard reports what the application asked for). Both pass natively.
+#   mem_limits (an address-space limit limits qemu itself) and exit_memory (it builds a host
+#   library with a large debug section); inside tests, under qemu: lock_seq's self-check (mincore,
+#   answered from qemu's own map) and the empty handler on a write-protected alternate stack (qemu
+#   writes the signal frame itself and faults there, pinguard or not).
 # host_reserve binds a stand-in over /proc/meminfo in a private mount namespace: it needs root and
 # unshare -m here as natively (without them its tests say NOT RUN).
 # Needs: rustup target aarch64-unknown-linux-gnu; Debian's qemu-user, gcc-aarch64-linux-gnu,
@@ -37,10 +41,10 @@ CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
 lib="$PWD/target/aarch64-unknown-linux-gnu/release/libpinguard.so"
 file -L "$lib" 2>/dev/null | grep -q aarch64 || readelf -h "$lib" | grep -q AArch64
 export PGTEST_TARGET=aarch64 PGTEST_LIB="$lib"
-tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals state_file vmm pools register_pinned host_reserve)
+tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals state_file vmm pools register_pinned host_reserve small_stack callsites)
 args=()
 for t in "${tests[@]}"; do args+=(--test "$t"); done
-cargo test -p pinguard "${args[@]}" -- \
+cargo test -p pinguard --no-fail-fast "${args[@]}" -- \
     --skip python_normal_exit_and_os_exit_each_write_one_report \
     --skip forked_and_execd_children_write_their_own_reports \
     --skip a_bad_ledger_is_refused_and_the_process_runs_on_its_own_budget \

@@ -148,6 +148,9 @@ static const char *op_names[] = {
  * one day unmap or move a page of another mapping that took its place. */
 static void check_owned(int step) {
     static unsigned char vec[MAX_PAGES + 1];
+    /* qemu-user keeps the guest's mappings itself and answers mincore from its own map, which
+     * after its emulated mremap disagrees with the guest's view: the check is native only. */
+    if (getenv("LOCK_SEQ_NO_CHECK")) return;
     for (int k = 0; k < SLOTS; k++) {
         struct slot *s = &slots[k];
         for (size_t i = 0; s->kind == MAPPED && i < s->len / page; i++) {
