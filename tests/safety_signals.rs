@@ -169,7 +169,7 @@ fn dispositions_changed_by_threads_and_fork_children_at_once_never_hang_or_lose_
     if aarch64() {
         // Under qemu-user, since the report signal's handler became a trampoline (issue 31), this
         // storm slows down and qemu's memory grows with every fork (60 forks: 43 s, against 3 s
-        // before; not diagnosed, see the closing note of issue 31). Natively: about 2 s, 9 MB.
+        // before; not diagnosed: docs/field-notes.md). Natively: about 2 s, 9 MB.
         return;
     }
     let f = fixtures();
