@@ -29,21 +29,15 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "proc_status.h"
 
 #ifndef MLOCK_ONFAULT
 #define MLOCK_ONFAULT 1
 #endif
 
 static long vmlck(void) {
-    static char buf[8192];
-    int fd = open("/proc/self/status", O_RDONLY);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    char *p = strstr(buf, "VmLck:");
-    return p ? strtol(p + 6, NULL, 10) * 1024 : -1;
+    long kb = status_kb("VmLck:");
+    return kb < 0 ? -1 : kb * 1024;
 }
 
 static void state(void) {

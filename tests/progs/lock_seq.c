@@ -22,6 +22,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "proc_status.h"
 
 #ifndef MLOCK_ONFAULT
 #define MLOCK_ONFAULT 1
@@ -41,15 +42,8 @@ static size_t below(size_t n) { return n ? (size_t)(next() % n) : 0; }
 
 /* VmLck without stdio: a read into a static buffer (no allocation between the call and the read). */
 static long vmlck(void) {
-    static char buf[8192];
-    int fd = open("/proc/self/status", O_RDONLY);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    char *p = strstr(buf, "VmLck:");
-    return p ? strtol(p + 6, NULL, 10) * 1024 : -1;
+    long kb = status_kb("VmLck:");
+    return kb < 0 ? -1 : kb * 1024;
 }
 
 static long live(void) { return pinguard_live_bytes ? (long)pinguard_live_bytes() : -1; }

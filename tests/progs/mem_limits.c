@@ -14,19 +14,10 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#include "proc_status.h"
 
 /* VmSize in KiB, read without malloc (fopen would allocate). */
-static long vm_size_kb(void) {
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY);
-    if (fd < 0) return -1;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0) return -1;
-    buf[n] = 0;
-    char *p = strstr(buf, "VmSize:");
-    return p ? strtol(p + 7, NULL, 10) : -1;
-}
+static long vm_size_kb(void) { return status_kb("VmSize:"); }
 
 static char *page_base;
 static long page;
