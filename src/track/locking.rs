@@ -5,7 +5,7 @@
 //! Every call here holds the view's lock from before the real call to after its bookkeeping, so
 //! hooked calls change the kernel's state and the view in the same order.
 
-use super::{quiet, quiet_inline, Admission, Hook, Request, WarnLater};
+use super::{quiet, Admission, Hook, Request, WarnLater};
 use crate::accounting::ledger::Over;
 
 /// A locking call's admission. A failed call may still have locked part of its range: its
@@ -267,7 +267,7 @@ impl Hook {
         // kernel locked before it failed).
         if rc == 0 {
             reservation.commit();
-            quiet_inline(|| {
+            quiet(|| {
                 for &(s, e) in &gaps {
                     locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), now);
                 }

@@ -139,13 +139,6 @@ pub(crate) fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
-/// `quiet` for a hot path's bookkeeping, always inlined: out of line, the locking pair's call
-/// and its moves of the captured state cost about 40 instructions (callgrind).
-#[inline(always)]
-pub(crate) fn quiet_inline<T>(f: impl FnOnce() -> T) -> Option<T> {
-    catch_unwind(AssertUnwindSafe(f)).ok()
-}
-
 /// Runs `f` for an application call that is not an allocation (`dlclose`): only when tracking is
 /// on and this thread is not already inside pinguard, with `errno` as the caller left it.
 pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
