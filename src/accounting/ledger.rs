@@ -154,8 +154,15 @@ fn mine(t: &Thread) -> &'static Block {
     adopt(t)
 }
 
+/// A thread's first count: on pinguard's own stack (it may place a block in the arena), for the
+/// hooks that count on the caller's (the CUDA family's, the locking family's steady path).
 #[cold]
+#[inline(never)]
 fn adopt(t: &Thread) -> &'static Block {
+    crate::runtime::workstack::run(t, || adopt_here(t))
+}
+
+fn adopt_here(t: &Thread) -> &'static Block {
     let b = FREE.lock().pop().unwrap_or_else(|| {
         let b: &'static Block = crate::accounting::arena::leak(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK });
         crate::accounting::arena::push(pinguard_report::state::header::BLOCKS, b as *const Block as *const u8);
@@ -747,13 +754,14 @@ pub fn on_first_count(f: fn()) {
     let _ = FIRST_COUNT.set(f);
 }
 
+/// On pinguard's own stack: the composition layer's function may print.
 #[cold]
 #[inline(never)]
 fn first_touch() {
     // One thread wins the flag; the others go on counting without waiting for it.
     if !TOUCHED.swap(true, Relaxed) {
         if let Some(f) = FIRST_COUNT.get() {
-            f();
+            crate::runtime::workstack::run(guard::here(), f);
         }
     }
 }

@@ -979,7 +979,7 @@ fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
 pub fn reserve(bytes: u64, force: bool) -> Result<(), Refused> {
     match header() {
         None => Ok(()),
-        Some(h) => reserve_in(h, bytes, force),
+        Some(h) => super::own_stack(|| reserve_in(h, bytes, force)),
     }
 }
 
@@ -1122,7 +1122,7 @@ fn log_freed(freed: u64) {
 #[inline]
 pub fn release(bytes: u64) {
     if let Some(h) = header() {
-        release_in(h, bytes)
+        super::own_stack(|| release_in(h, bytes))
     }
 }
 

@@ -135,12 +135,17 @@ fn local(w: &Walker, sp: u64) -> Option<&'static mut Local> {
     make_local(w, sp)
 }
 
+/// Reading `/proc/self/maps`, building the rule cache and the key take kilobytes of stack: all of
+/// it on pinguard's own (a hook asks for its memo on the caller's).
 #[cold]
 #[inline(never)]
 fn make_local(w: &Walker, sp: u64) -> Option<&'static mut Local> {
-    // Reading `/proc/self/maps` and building the rule cache take kilobytes of stack: pinguard's.
     let t = crate::runtime::guard::here();
-    let p = crate::runtime::workstack::run(t, || Some(Box::into_raw(Box::new(Local::new(sp)?))))?;
+    crate::runtime::workstack::run(t, || make_local_here(w, sp))
+}
+
+fn make_local_here(w: &Walker, sp: u64) -> Option<&'static mut Local> {
+    let p = Box::into_raw(Box::new(Local::new(sp)?));
     w.local.set(p);
     let key = KEY.get_or_init(|| {
         let mut key = 0;
@@ -331,9 +336,16 @@ impl Local {
         }
     }
 
+    /// On pinguard's own stack: a scan of the mappings takes kilobytes of stack, and a memo's
+    /// look-up (`recall_tag`) runs on the caller's.
     #[cold]
     #[inline(never)]
     fn rebuild(&mut self, wanted: u64) {
+        let t = crate::runtime::guard::here();
+        crate::runtime::workstack::run(t, || self.rebuild_here(wanted))
+    }
+
+    fn rebuild_here(&mut self, wanted: u64) {
         let mut shared = SHARED.lock();
         let stale = shared.as_ref().map_or(true, |s| s.generation != wanted);
         if stale {

@@ -16,7 +16,6 @@ use crate::runtime::guard;
 use crate::accounting::ledger;
 use crate::track::Hook;
 use libc::{c_int, c_void, off_t, size_t};
-use std::cell::Cell;
 
 type LockFn = unsafe extern "C" fn(*const c_void, size_t) -> c_int;
 type Lock2Fn = unsafe extern "C" fn(*const c_void, size_t, c_int) -> c_int;
@@ -30,33 +29,11 @@ fn sys_ret(r: libc::c_long) -> c_int {
     r as c_int
 }
 
-thread_local! {
-    /// Set while this thread runs one of the locking family's hooks.
-    static LOCKING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Runs a locking hook's tracked path with `LOCKING` set (restored on the way out, however).
-#[inline]
-fn locking<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            LOCKING.set(self.0);
-        }
-    }
-    let _reset = Reset(LOCKING.replace(true));
-    f()
-}
-
-/// A pinning call that passes through untracked. Counted when it interrupted one of pinguard's
-/// locking hooks on this thread (a signal handler): not when pinguard is off or the family
-/// disabled, nor when a runtime pins with `mlock` inside its own hooked call (the runtime's call
-/// is the one tracked; the emulated runtimes do that), which is noted instead. Both are one
-/// relaxed atomic access: no allocation, no lock.
 #[inline]
 fn nested() {
-    if guard::inside() {
-        if LOCKING.get() {
+    let t = guard::here();
+    if t.is_inside() {
+        if t.locking.get() {
             ledger::count_untracked();
         } else {
             ledger::note_runtime_lock();
@@ -78,7 +55,7 @@ pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
             nested();
             real()
         }
-        Some(h) => h.on_own_stack(|h| locking(|| h.lock_range(Api::Mlock, addr as usize, len, 0, real))),
+        Some(h) => h.lock_call(|h| h.lock_range(Api::Mlock, addr as usize, len, 0, real)),
     }
 }
 
@@ -96,7 +73,7 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) 
             nested();
             real()
         }
-        Some(h) => h.on_own_stack(|h| locking(|| h.lock_range(Api::Mlock2, addr as usize, len, flags, real))),
+        Some(h) => h.lock_call(|h| h.lock_range(Api::Mlock2, addr as usize, len, flags, real)),
     }
 }
 
@@ -111,7 +88,7 @@ pub unsafe extern "C" fn munlock(addr: *const c_void, len: size_t) -> c_int {
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.on_own_stack(|h| locking(|| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0))),
+        Some(h) => h.lock_call(|h| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0)),
     }
 }
 
@@ -129,7 +106,7 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
             nested();
             real()
         }
-        Some(h) => h.on_own_stack(|h| locking(|| h.mlockall(flags, real))),
+        Some(h) => h.lock_call_own_stack(|h| h.mlockall(flags, real)),
     }
 }
 
@@ -144,7 +121,7 @@ pub unsafe extern "C" fn munlockall() -> c_int {
     };
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.on_own_stack(|h| locking(|| h.munlockall(real))),
+        Some(h) => h.lock_call_own_stack(|h| h.munlockall(real)),
     }
 }
 
@@ -201,13 +178,11 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
         // most without MAP_LOCKED, which changes no mapping.
         Some(h) if locking_flag => {
             // SAFETY: as above.
-            h.on_own_stack(|h| locking(|| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) })))
+            h.lock_call_own_stack(|h| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) }))
         }
-        Some(h) => h.on_own_stack(|h| {
-            locking(|| {
-                // SAFETY: our caller's arguments, under `mmap`'s contract.
-                h.unlock_range(Api::Mmap, addr as usize, len, || unsafe { real_mmap(addr, len, prot, flags, fd, off) }, |p| *p != libc::MAP_FAILED)
-            })
+        Some(h) => h.lock_call(|h| {
+            // SAFETY: our caller's arguments, under `mmap`'s contract.
+            h.unlock_range(Api::Mmap, addr as usize, len, || unsafe { real_mmap(addr, len, prot, flags, fd, off) }, |p| *p != libc::MAP_FAILED)
         }),
     }
 }
@@ -254,7 +229,7 @@ unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.on_own_stack(|h| locking(|| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0))),
+        Some(h) => h.lock_call(|h| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0)),
     }
 }
 
@@ -298,7 +273,7 @@ unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, f
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.on_own_stack(|h| locking(|| h.mremap(old as usize, old_size, new_size, flags, new_addr as usize, real))),
+        Some(h) => h.lock_call_own_stack(|h| h.mremap(old as usize, old_size, new_size, flags, new_addr as usize, real)),
     }
 }
 

@@ -23,6 +23,9 @@ pub struct Thread {
     pub(crate) on_work: Cell<bool>,
     /// Set while this thread's work runs on the caller's stack, for want of its own.
     pub(crate) short: Cell<bool>,
+    /// Set while this thread runs one of the locking family's hooks (in this block rather than a
+    /// thread-local of its own: each is a `__tls_get_addr` call on the hot path).
+    pub(crate) locking: Cell<bool>,
 }
 
 // Every field is whole after any panic (single-word cells); hooks run their bookkeeping under
@@ -40,6 +43,7 @@ thread_local! {
             work: Cell::new(0),
             on_work: Cell::new(false),
             short: Cell::new(false),
+            locking: Cell::new(false),
         }
     };
 }
@@ -83,6 +87,12 @@ impl Thread {
         let p = unsafe { libc::__errno_location() };
         self.errno.set(p);
         p
+    }
+
+    /// Whether this thread is inside pinguard now.
+    #[inline(always)]
+    pub fn is_inside(&self) -> bool {
+        self.active.get()
     }
 
     /// The kernel thread id, cached: `gettid` is a syscall and the report wants it per allocation.

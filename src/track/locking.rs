@@ -87,6 +87,35 @@ fn munlock_changed(held: &Gaps) -> bool {
 }
 
 impl Hook {
+    /// Runs a locking call's tracked path `f` (`lock_range`, `unlock_range`), the thread marked
+    /// as inside one (`nested` counts a call a signal handler makes meanwhile), on the caller's
+    /// stack: the steady path is a lock, a few atomics and a small frame, and whatever can be
+    /// heavy moves to pinguard's own stack by itself (`Hook::work`): a stack walk, a callsite's
+    /// first sight, `VmLck` and `smaps` reads, a refusal, a failed call, the group's ledger and
+    /// the host reserve (`budget`), a thread's or the process's first count (`ledger`).
+    /// Unoptimised (a debug build), the steady path's frames alone take kilobytes: there the whole
+    /// path runs on pinguard's stack, so that a handler on an 8 KiB alternate stack still fits.
+    #[inline(always)]
+    pub fn lock_call<R>(self, f: impl FnOnce(Hook) -> R) -> R {
+        let t = self.t;
+        let was = t.locking.replace(true);
+        // An unwind out of `f` never reaches here: it aborts at the hook's `extern "C"` boundary.
+        let r = if cfg!(debug_assertions) { self.on_own_stack(f) } else { f(self) };
+        t.locking.set(was);
+        r
+    }
+
+    /// `lock_call` for the family's rare calls (`mlockall`, `munlockall`, `mremap`,
+    /// `mmap(MAP_LOCKED)`): all of it on pinguard's own stack.
+    #[inline(always)]
+    pub fn lock_call_own_stack<R>(self, f: impl FnOnce(Hook) -> R) -> R {
+        let t = self.t;
+        let was = t.locking.replace(true);
+        let r = self.on_own_stack(f);
+        t.locking.set(was);
+        r
+    }
+
     /// The budget's decision for `bytes` more locked bytes. A reservation first: the usual case,
     /// and no more work. Only when it fails, a comparison with the kernel, since the view may hold
     /// pages the kernel unlocked behind pinguard's back (`recount` gives the request again after
@@ -103,13 +132,32 @@ impl Hook {
         api: Api,
         site: &'static Callsite,
         req: Request,
-        mut bytes: u64,
+        bytes: u64,
         recount: impl FnOnce(&LockedGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
         if let Some(r) = budget::reserve(bytes) {
             return Ok(Lock::Pin(r));
         }
+        self.work(|| self.admit_lock_refused(locked, later, api, site, req, bytes, recount, rejected))
+    }
+
+    /// `admit_lock` once the reservation failed: `VmLck`, maybe a walk of `smaps`, the kernel's
+    /// answer, the policy (on pinguard's own stack).
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    fn admit_lock_refused(
+        &self,
+        locked: &mut LockedGuard,
+        later: &WarnLater,
+        api: Api,
+        site: &'static Callsite,
+        req: Request,
+        mut bytes: u64,
+        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        rejected: impl FnOnce(u64) -> Option<c_int>,
+    ) -> Result<Lock, c_int> {
         let kernel = kernel::vm_lck();
         let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
         if !stands && kernel.is_some_and(|k| walked(locked.check_before_refusal(k, self.t, self.now()))) {
@@ -153,7 +201,7 @@ impl Hook {
         let mut gaps = locked.ranges.gaps(start, end);
         // The view thinks some of these pages locked: cheap evidence that it may be stale (a
         // freed block unmapped by glibc, its address handed out again).
-        if total(&gaps) < (end - start) as u64 && quiet(|| walked(locked.check(self.t, now, |_, _| None))).unwrap_or(false) {
+        if total(&gaps) < (end - start) as u64 && self.recheck(&mut locked, now) {
             gaps = locked.ranges.gaps(start, end);
         }
         let new = total(&gaps);
@@ -195,6 +243,7 @@ impl Hook {
                 return -1;
             }
             Ok(Lock::Pin(r)) if r.bytes() == 0 => {
+                r.commit(); // nothing held: nothing to give back
                 drop(locked);
                 return self.untracked(api, 0, real());
             }
@@ -205,7 +254,7 @@ impl Hook {
             }
             Ok(Lock::Downgrade(n, over)) => {
                 drop(locked);
-                quiet(|| self.downgraded(api, site, n, over));
+                self.work(|| quiet(|| self.downgraded(api, site, n, over)));
                 self.set_errno(self.entry_errno);
                 return 0;
             }
@@ -218,36 +267,57 @@ impl Hook {
         // kernel locked before it failed).
         if rc == 0 {
             reservation.commit();
-        } else {
-            drop(reservation);
-        }
-        quiet(|| {
-            if rc == 0 {
+            quiet(|| {
                 for &(s, e) in &gaps {
                     locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), now);
                 }
                 ledger::count_alloc(self.t, api, site, new);
-            } else {
-                // The kernel may have locked the pages before a hole in the range; asked cheaply
-                // first, since it mostly refused the call up front (`RLIMIT_MEMLOCK`).
-                let mut added = 0;
-                if partial(err) && mlock_changed(&gaps) {
-                    walked(locked.sync(self.t, now, |s, e| {
-                        (s >= start && e <= end).then(|| {
-                            added += (e - s) as u64;
-                            (api, site)
-                        })
-                    }));
-                }
-                if added > 0 {
-                    ledger::count_alloc(self.t, api, site, added);
-                }
-                ledger::count_failed(self.t, api);
-            }
-        });
+            });
+        } else {
+            self.lock_failed(&mut locked, reservation, &gaps, api, site, (start, end), err, now);
+        }
         drop(locked);
         self.set_errno(err);
         rc
+    }
+
+    /// Whether a comparison with the kernel (`VmLck`, and a walk of `smaps` where they differ)
+    /// changed the view: on pinguard's own stack.
+    #[cold]
+    #[inline(never)]
+    fn recheck(&self, locked: &mut LockedGuard, now: u64) -> bool {
+        self.work(|| quiet(|| walked(locked.check(self.t, now, |_, _| None))).unwrap_or(false))
+    }
+
+    /// A failed `mlock` of `gaps` in `span`: its reservation goes back whole, and the kernel may
+    /// have locked the pages before a hole in the range (asked cheaply first, since it mostly
+    /// refused the call up front: `RLIMIT_MEMLOCK`). On pinguard's own stack.
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    fn lock_failed(&self, locked: &mut LockedGuard, reservation: budget::Reservation, gaps: &Gaps, api: Api, site: &'static Callsite, span: (usize, usize), err: c_int, now: u64) {
+        let (start, end) = span;
+        self.work(|| {
+            drop(reservation);
+            let _ = quiet(|| self.lock_failed_here(locked, gaps, api, site, start, end, err, now));
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn lock_failed_here(&self, locked: &mut LockedGuard, gaps: &Gaps, api: Api, site: &'static Callsite, start: usize, end: usize, err: c_int, now: u64) {
+        let mut added = 0;
+        if partial(err) && mlock_changed(gaps) {
+            walked(locked.sync(self.t, now, |s, e| {
+                (s >= start && e <= end).then(|| {
+                    added += (e - s) as u64;
+                    (api, site)
+                })
+            }));
+        }
+        if added > 0 {
+            ledger::count_alloc(self.t, api, site, added);
+        }
+        ledger::count_failed(self.t, api);
     }
 
     /// `munlock`, `munmap`, and `mmap(MAP_FIXED)` over existing pages: whatever they cover stops
@@ -270,18 +340,26 @@ impl Hook {
                 }
             });
         } else if api == Api::Munlock && partial(err) {
-            // A failed munlock still unlocked the mappings before the first hole, if it reached
-            // any the view holds.
+            self.unlock_failed(&mut locked, start, end, now);
+        }
+        drop(locked);
+        self.set_errno(err);
+        rc
+    }
+
+    /// A failed munlock of `[start, end)` still unlocked the mappings before the first hole, if
+    /// it reached any the view holds. On pinguard's own stack.
+    #[cold]
+    #[inline(never)]
+    fn unlock_failed(&self, locked: &mut LockedGuard, start: usize, end: usize, now: u64) {
+        self.work(|| {
             quiet(|| {
                 let held = uncovered(start, end, locked.ranges.gaps(start, end));
                 if munlock_changed(&held) {
                     walked(locked.sync(self.t, now, |_, _| None));
                 }
             });
-        }
-        drop(locked);
-        self.set_errno(err);
-        rc
+        })
     }
 
     /// `mmap` with `MAP_LOCKED`. `real` takes the flags so the downgrade can drop `MAP_LOCKED`.

@@ -214,24 +214,6 @@ impl Hook {
         workstack::run(self.t, f)
     }
 
-    /// Runs a budget operation `f`: on this thread's own stack when a group or the host reserve
-    /// is configured (the group's ledger is shared memory behind a lock, found with reads of
-    /// `/proc`; the host reserve reads `/proc/meminfo`), in place otherwise (a few atomics).
-    #[inline(always)]
-    fn budget_work<R>(&self, f: impl FnOnce() -> R) -> R {
-        if self.cfg.group.is_some() || budget::host::on() {
-            self.shared_budget_work(f)
-        } else {
-            f()
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn shared_budget_work<R>(&self, f: impl FnOnce() -> R) -> R {
-        self.work(f)
-    }
-
     /// The caller's `errno`, as it is now.
     #[inline(always)]
     pub(crate) fn errno(&self) -> c_int {
@@ -332,7 +314,9 @@ impl Hook {
         cs
     }
 
-    #[inline]
+    // Always inlined: out of line, the call and the decision's return through memory cost the
+    // CUDA pair about 30 instructions (callgrind), a twentieth of pinguard's share.
+    #[inline(always)]
     pub(crate) fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
         self.admit_or_hold(api, bytes, site, req, None)
     }
@@ -343,7 +327,7 @@ impl Hook {
         if req == Request::Rejected {
             return Admission::Pass;
         }
-        let reserved = self.budget_work(|| budget::reserve_or_refused(bytes));
+        let reserved = budget::reserve_or_refused(bytes);
         match reserved {
             Ok(r) => Admission::Pin(r),
             Err(why) => self.over_budget(api, bytes, site, req, later, over(why)),
@@ -394,12 +378,18 @@ impl Hook {
     /// reserve of 1.00 GiB at ...`. The callsite is named as `pinguard report` names it, but
     /// cheaply, since the application's call waits for it (`output::quick`); never under a lock
     /// of pinguard's (`WarnLater`).
+    /// On pinguard's own stack: a held line is written when `WarnLater` drops, which may be on
+    /// the caller's (the locking family's steady path).
     #[cold]
     #[inline(never)]
     fn warn_over_budget(&self, w: OverBudget) {
         if !tracing::enabled!(tracing::Level::WARN) {
             return;
         }
+        self.work(|| self.write_warning(w));
+    }
+
+    fn write_warning(&self, w: OverBudget) {
         let err = self.errno();
         let _ = quiet(|| {
             let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
@@ -491,7 +481,7 @@ impl Hook {
         match l.backing {
             Backing::Pinned => {
                 ledger::live_release(self.t, l.api, l.site, l.size, self.now());
-                self.budget_work(|| budget::release(l.size));
+                budget::release(l.size);
             }
             Backing::Pageable | Backing::Unpinned => ledger::downgraded_live_delta(self.t, -(l.size as i64)),
         }
@@ -509,7 +499,7 @@ impl Hook {
     /// here on, whatever the limit.
     #[inline]
     fn pinned(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, reservation: Option<budget::Reservation>) {
-        self.budget_work(|| keep(reservation, bytes));
+        keep(reservation, bytes);
         self.record(api, addr, bytes, site);
     }
 

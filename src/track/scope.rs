@@ -21,7 +21,17 @@ impl Hook {
     #[inline]
     pub(crate) fn scope_ahead(&self, site: &'static Callsite) {
         if self.cfg.policy == crate::runtime::config::Policy::Downgrade && self.cfg.downgrade_match.is_some() {
-            let _ = super::quiet(|| self.downgrade_in_scope(site));
+            self.scope_ahead_work(site);
+        }
+    }
+
+    /// `scope_ahead`'s look at the frames, on pinguard's own stack (naming them reads symbol
+    /// tables); the locking family's steady path runs on the caller's.
+    #[cold]
+    #[inline(never)]
+    fn scope_ahead_work(&self, site: &'static Callsite) {
+        if site.scope.load(Ordering::Relaxed) == 0 {
+            self.work(|| super::quiet(|| self.downgrade_in_scope(site)));
         }
     }
 
