@@ -99,12 +99,12 @@ fn a_hooked_call_takes_at_most_4_kib_of_the_callers_stack() {
 }
 
 /// The static TLS of the library, which glibc carves out of the top of every thread's stack: at
-/// most a few hundred bytes. The signal trampoline's frame list (`hooks::signal::FRAMES`) is
-/// counted apart: that trampoline is being replaced (issue 31, item 6).
+/// most a few hundred bytes (2,944 before issue 31; the Python frame cache now lives above
+/// pinguard's own stack, and the signal trampoline's frame list is gone with the trampoline).
 #[test]
 fn static_tls_is_a_few_hundred_bytes() {
     let lib = fixtures().lib.to_string_lossy().into_owned();
-    let out = Command::new("readelf").args(["-lsW", &lib]).output().expect("readelf (binutils) is needed");
+    let out = Command::new("readelf").args(["-lW", &lib]).output().expect("readelf (binutils) is needed");
     let text = String::from_utf8_lossy(&out.stdout);
     let memsz = text
         .lines()
@@ -112,12 +112,6 @@ fn static_tls_is_a_few_hundred_bytes() {
         .and_then(|l| l.split_whitespace().nth(5))
         .and_then(|h| i64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
         .expect("a PT_TLS header");
-    let trampoline: i64 = text
-        .lines()
-        .filter(|l| l.contains(" TLS ") && l.contains("hooks6signal6FRAMES"))
-        .filter_map(|l| l.split_whitespace().nth(2)?.parse::<i64>().ok())
-        .sum();
-    eprintln!("static TLS: {memsz} bytes, of which the signal trampoline's frame list {trampoline}");
-    assert!(memsz - trampoline <= 512, "static TLS of {memsz} bytes ({trampoline} of them the trampoline's)");
-    assert!(memsz <= 1024, "static TLS of {memsz} bytes");
+    eprintln!("static TLS: {memsz} bytes");
+    assert!(memsz <= 512, "static TLS of {memsz} bytes");
 }
