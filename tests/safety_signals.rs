@@ -166,12 +166,6 @@ fn a_handler_installed_by_the_raw_system_call_is_found_and_chained_to() {
 
 #[test]
 fn dispositions_changed_by_threads_and_fork_children_at_once_never_hang_or_lose_a_signal() {
-    if aarch64() {
-        // Under qemu-user, since the report signal's handler became a trampoline (issue 31), this
-        // storm slows down and qemu's memory grows with every fork (60 forks: 43 s, against 3 s
-        // before; not diagnosed: docs/field-notes.md). Natively: about 2 s, 9 MB.
-        return;
-    }
     let f = fixtures();
     let dir = fresh_dir("sig-storm");
     let mut cmd = program(&progs().join("sig_fork_storm"), Some(f.lib.as_os_str()));

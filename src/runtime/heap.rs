@@ -229,14 +229,27 @@ pub fn recover() -> bool {
 }
 
 /// Whether `bytes` of address space could be mapped now (a `PROT_NONE` probe, given back at
-/// once): work that needs that much, and can do without, asks first.
+/// once): work that needs that much, and can do without, asks first. Without an address-space
+/// limit and before any refusal the answer is yes without a probe: a `PROT_NONE` mapping is
+/// charged to nothing else, and a probe per report is not free everywhere (under qemu-user each
+/// one costs the emulator memory it keeps).
 pub fn room(bytes: usize) -> bool {
+    if failures() == 0 && !address_space_limited() {
+        return true;
+    }
     let p = map(bytes, libc::PROT_NONE);
     if p.is_null() {
         return false;
     }
     unmap(p, bytes);
     true
+}
+
+fn address_space_limited() -> bool {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid rlimit for getrlimit to fill; a failure reads as limited (probe).
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) };
+    rc != 0 || r.rlim_cur != libc::RLIM_INFINITY
 }
 
 static HEAP: Mutex<Dlmalloc<Pages>> = Mutex::new(Dlmalloc::new_with_allocator(Pages));
