@@ -215,15 +215,17 @@ fn c_str(table: &[u8], at: usize) -> Option<String> {
     Some(String::from_utf8_lossy(&rest[..end]).into_owned())
 }
 
-fn u16_at(b: &[u8], i: usize) -> u16 {
+/// Native-endian fields of an ELF image's bytes (also read by the library's `warn`-line names,
+/// which keep their own reader: raw system calls, no cancellation point).
+pub fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_ne_bytes([b[i], b[i + 1]])
 }
 
-fn u32_at(b: &[u8], i: usize) -> u32 {
+pub fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_ne_bytes(b[i..i + 4].try_into().unwrap_or_default())
 }
 
-fn u64_at(b: &[u8], i: usize) -> u64 {
+pub fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default())
 }
 

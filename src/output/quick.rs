@@ -8,6 +8,7 @@
 //! table, read in small pieces onto the stack; else module and offset. Reports name frames fully
 //! (`symbolize`), when they are written.
 
+use pinguard_report::elf::{u16_at, u32_at, u64_at};
 use crate::accounting::callsite::Callsite;
 use crate::runtime::sys;
 use std::ffi::{CStr, CString};
@@ -146,18 +147,6 @@ fn name_at(fd: c_int, off: u64, len: u64, at: u64) -> Option<String> {
 
 fn demangle(name: String) -> String {
     addr2line::demangle_auto(name.into(), None).into_owned()
-}
-
-fn u16_at(b: &[u8], i: usize) -> u16 {
-    u16::from_ne_bytes([b[i], b[i + 1]])
-}
-
-fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_ne_bytes(b[i..i + 4].try_into().unwrap_or_default())
-}
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_ne_bytes(b[i..i + 8].try_into().unwrap_or_default())
 }
 
 fn basename(p: &str) -> &str {
