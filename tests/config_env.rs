@@ -54,11 +54,21 @@ fn bad_report_template_falls_back_to_the_default_in_the_working_directory() {
 
 #[test]
 fn budget_forms() {
-    for (value, bytes) in [("1048576", 1048576u64), ("512K", 524288), ("1.5MiB", 1572864), ("2m", 2097152)] {
+    // Kubernetes' binary forms (`8Gi`) too: a manifest's size must never turn the cap off.
+    let forms = [("1048576", 1048576u64), ("512K", 524288), ("1.5MiB", 1572864), ("2m", 2097152), ("64Ki", 64 << 10), ("3Mi", 3 << 20), ("8Gi", 8 << 30), ("1Ti", 1 << 40), ("1.5Gi", 3 << 29)];
+    for (value, bytes) in forms {
         let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", value)]);
         assert_eq!(r.report()["config"]["budget_bytes"], bytes, "{value}");
         assert!(pinguard_lines(&r.stderr).iter().all(|l| !l.contains("PINGUARD_BUDGET")), "{}", r.stderr);
     }
+    // The group budget and the host reserve take the same forms (issue 32).
+    let group = format!("forms-{}", std::process::id());
+    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_GROUP", &group), ("PINGUARD_GROUP_BUDGET", "8Gi"), ("PINGUARD_HOST_RESERVE", "1Mi")]);
+    let _ = std::fs::remove_file(format!("/dev/shm/pinguard.group.{group}"));
+    assert!(pinguard_lines(&r.stderr).iter().all(|l| !l.contains("PINGUARD_")), "{}", r.stderr);
+    assert_eq!(r.report()["config"]["host_reserve_bytes"], 1u64 << 20);
+    assert_eq!(r.report()["group"]["budget_bytes"], 8u64 << 30);
+    assert_eq!(r.report()["config"]["errors"].as_array().unwrap().len(), 0);
     // A percentage of the memory limit (cgroup, else MemTotal) is some positive figure.
     let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", "50%")]);
     assert!(r.report()["config"]["budget_bytes"].as_u64().unwrap() > 0);

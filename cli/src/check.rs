@@ -10,6 +10,8 @@ pub struct Limits {
     pub max_downgraded: Option<u64>,
     pub max_over_budget: Option<u64>,
     pub max_host_reserve: Option<u64>,
+    /// Pass even when a process could not use a setting (by default that fails the check).
+    pub allow_config_errors: bool,
 }
 
 fn exceed(n: u64) -> &'static str {
@@ -24,6 +26,12 @@ fn exceed(n: u64) -> &'static str {
 pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
     let t = &m.totals;
     let mut v = Vec::new();
+    if !l.allow_config_errors {
+        // First: a budget that was never in force makes every other figure meaningless.
+        for e in m.config_error_lines() {
+            v.push(format!("pinguard check: a setting could not be used in {e} (--allow-config-errors to pass anyway)"));
+        }
+    }
     if let Some(max) = l.max_live {
         if t.live_bytes > max {
             v.push(format!(

@@ -82,7 +82,7 @@ enum Cmd {
     /// passed on to CMD.
     #[command(after_help = EXIT_RUN)]
     Run {
-        /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512M, 1.5GiB, 10%; 0 lets
+        /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512Mi, 8Gi, 1.5GiB, 10%; 0 lets
         /// nothing be pinned (every pinning call gets the policy).
         #[arg(long, value_parser = size, allow_hyphen_values = true)]
         budget: Option<String>,
@@ -140,7 +140,7 @@ enum Cmd {
     /// Fail (exit 1) when the reports' summed figures exceed a limit: a CI gate.
     #[command(after_help = EXIT_CHECK)]
     Check {
-        /// Most live pinned bytes left at the reports' end, summed over processes: 512M, 1G.
+        /// Most live pinned bytes left at the reports' end, summed over processes: 512Mi, 1Gi.
         #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
         max_live: Option<u64>,
         /// Most pinning calls refused by a budget (policy error, or downgrade out of scope).
@@ -160,6 +160,10 @@ enum Cmd {
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
         keep_going: bool,
+        /// Pass even when a process could not use a setting (a rejected PINGUARD_BUDGET, say);
+        /// by default that fails the check, since the limits it meant were not in force.
+        #[arg(long)]
+        allow_config_errors: bool,
         /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
@@ -274,9 +278,9 @@ fn main() -> ExitCode {
             out::print(&if json { report::json(&m, top) } else { report::render(&m, top) });
             ExitCode::SUCCESS
         }
-        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, keep_going, inputs } => {
+        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, keep_going, allow_config_errors, inputs } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve });
+            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, allow_config_errors });
             for v in &violations {
                 println!("{v}");
             }

@@ -228,6 +228,21 @@ pub struct ProcessLine {
     pub totals: Totals,
 }
 
+/// A setting one process could not use, with the fallback it ran on (the library's message).
+#[derive(Clone, Serialize, PartialEq)]
+pub struct ConfigError {
+    pub pid: u32,
+    pub hostname: String,
+    pub exe: String,
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn line(&self) -> String {
+        format!("pid {} ({}): {}", self.pid, basename(&self.exe), self.message)
+    }
+}
+
 #[derive(Default, Serialize)]
 pub struct Merged {
     pub reports: usize,
@@ -241,6 +256,8 @@ pub struct Merged {
     #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
     pub callsites_folded: pinguard_report::Folded,
     pub per_process: Vec<ProcessLine>,
+    /// Settings a process could not use: shown first, and `check` fails on them.
+    pub config_errors: Vec<ConfigError>,
     #[serde(skip)]
     index: HashMap<SiteKey, usize>,
     #[serde(skip)]
@@ -268,6 +285,11 @@ impl Merged {
         &mut self.callsites[i]
     }
 
+    /// The settings that could not be used, as the lines `report`, `run` and `check` show first.
+    pub fn config_error_lines(&self) -> Vec<String> {
+        self.config_errors.iter().map(ConfigError::line).collect()
+    }
+
     pub fn add(&mut self, path: &std::path::Path, r: &ReportView<'_>) {
         self.reports += 1;
         let proc_no = self.process_no(&r.process.hostname, r.process.pid, r.process.start_unix_ms);
@@ -275,6 +297,13 @@ impl Merged {
         self.callsites_folded.add(&r.callsites_folded);
         let host = r.host.as_ref().map(|h| HostLine { reserve_bytes: h.reserve_bytes, lowest_available_bytes: h.lowest_available_bytes });
         self.host = HostLine::fold(self.host, host);
+        for message in &r.config.errors {
+            let e = ConfigError { pid: r.process.pid, hostname: r.process.hostname.to_string(), exe: r.process.exe.to_string(), message: message.clone() };
+            // A process's interval snapshots and its exit report say the same thing once each.
+            if !self.config_errors.contains(&e) {
+                self.config_errors.push(e);
+            }
+        }
         self.per_process.push(ProcessLine {
             path: path.display().to_string(),
             pid: r.process.pid,

@@ -18,6 +18,7 @@ pub fn render(m: &Merged, top: usize) -> String {
     if running > 0 {
         reps.push_str(&format!(", {running} still running (read from the live state)"));
     }
+    s.push_str(&config_errors_block(m));
     s.push_str(&format!("Top callsites by live pinned bytes ({reps}, {procs})\n\n"));
     let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS"].into_iter().chain(crate::merge::TAIL).map(String::from).collect::<Vec<_>>()];
     for c in m.callsites.iter().take(top) {
@@ -71,6 +72,22 @@ pub fn render(m: &Merged, top: usize) -> String {
     s
 }
 
+/// The settings processes could not use, before anything else: a budget that was not in force
+/// must not read like one that held.
+pub fn config_errors_block(m: &Merged) -> String {
+    let lines = m.config_error_lines();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let what = count(lines.len() as u64, "setting", "settings");
+    let mut s = format!("{what} could not be used; the processes ran on the fallbacks named:\n");
+    for l in lines {
+        s.push_str(&format!("  {l}\n"));
+    }
+    s.push('\n');
+    s
+}
+
 /// The callsites folded into one aggregate, when there are any: `N callsites folded: X peak, ...`.
 pub fn folded_line(f: &pinguard_report::Folded) -> Option<String> {
     if f.is_empty() {
@@ -104,6 +121,7 @@ pub fn json(m: &Merged, top: usize) -> String {
         #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
         callsites_folded: &'a pinguard_report::Folded,
         per_process: &'a [crate::merge::ProcessLine],
+        config_errors: &'a [crate::merge::ConfigError],
     }
     let o = Out {
         reports: m.reports,
@@ -113,6 +131,7 @@ pub fn json(m: &Merged, top: usize) -> String {
         callsites: m.callsites.iter().take(top).collect(),
         callsites_folded: &m.callsites_folded,
         per_process: &m.per_process,
+        config_errors: &m.config_errors,
     };
     let mut s = serde_json::to_string_pretty(&o).unwrap_or_default();
     s.push('\n');

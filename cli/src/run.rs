@@ -530,7 +530,11 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
         };
     }
     let shown = shown_path(&root);
-    let mut s = format!("\n{notes}pinguard run: {} under {shown}\n", count(m.reports as u64, "report", "reports"));
+    let mut s = format!("\n{notes}");
+    for e in m.config_error_lines() {
+        s.push_str(&format!("pinguard run: a setting could not be used in {e}\n"));
+    }
+    s.push_str(&format!("pinguard run: {} under {shown}\n", count(m.reports as u64, "report", "reports")));
     let mut rows = vec![["PID", "EXE", "LIVE", "COUNT", "PEAK", "DENIED", "DOWNGRADED", "OVER-BUDGET", "BUDGET", "REPORT"].map(String::from).to_vec()];
     let mut right = vec![true, false, true, true, true, true, true, true, true, false];
     // The host reserve's columns only when one was in force: most runs have none.

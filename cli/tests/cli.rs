@@ -669,3 +669,42 @@ fn top_shows_the_host_reserve() {
     let row = text_out.lines().find(|l| l.contains("scenario")).unwrap_or_else(|| panic!("{text_out}"));
     assert_eq!(cell(header, row, "HOST-RESERVE"), "0", "{text_out}");
 }
+
+/// Issue 32: a setting the process could not use is impossible to miss. `run` and `report` show
+/// it before anything else, `check` fails on it unless told it may pass, the JSON carries it.
+#[test]
+fn a_setting_that_could_not_be_used_is_shown_first_and_fails_check() {
+    let f = fixtures();
+    let dir = fresh_dir("cli-config-errors");
+    let template = dir.join("%e.%p.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_pinguard"))
+        .args(["run", "--lib", f.lib.to_str().unwrap(), "--report", template.to_str().unwrap(), "--"])
+        .arg(f.dir.join("workload"))
+        .env("PINGUARD_BUDGET", "8 gigs")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    let summary: Vec<&str> = err.lines().skip_while(|l| !l.starts_with("pinguard run:")).collect();
+    assert!(summary.first().is_some_and(|l| l.contains("could not be used") && l.contains("PINGUARD_BUDGET")), "{err}");
+    let d = dir.to_str().unwrap();
+    let (out, _) = text(&pinguard(&["report", d]));
+    let first = out.lines().next().unwrap_or("");
+    assert!(first.contains("could not be used"), "{out}");
+    assert!(out.lines().nth(1).is_some_and(|l| l.contains("PINGUARD_BUDGET") && l.contains("8 gigs")), "{out}");
+    let v: Value = serde_json::from_slice(&pinguard(&["report", "--json", d]).stdout).unwrap();
+    let errors = v["config_errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 1, "{v}");
+    assert!(errors[0]["message"].as_str().unwrap().contains("PINGUARD_BUDGET"));
+    let o = pinguard(&["check", d]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let (out, _) = text(&o);
+    assert!(out.lines().next().is_some_and(|l| l.starts_with("pinguard check: ") && l.contains("PINGUARD_BUDGET")), "{out}");
+    let o = pinguard(&["check", "--allow-config-errors", d]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(text(&o).0.contains("within limits"));
+    // A clean run says nothing of the kind and passes.
+    let (o, clean) = run_under("workload", &[], &["--budget", "8Gi"]);
+    assert!(o.status.success() && !text(&o).1.contains("could not be used"), "{o:?}");
+    assert_eq!(pinguard(&["check", clean.to_str().unwrap()]).status.code(), Some(0));
+}

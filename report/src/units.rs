@@ -8,10 +8,12 @@ pub enum SizeSpec {
     Percent(f64),
 }
 
-pub const SIZE_FORMS: &str = "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024)";
+pub const SIZE_FORMS: &str = "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024)";
 
-/// Parses `1073741824`, `512M`, `1.5GiB`, `2T`, `64kb`: K/M/G/T are powers of 1024, a trailing
-/// `B` or `iB` is optional, case does not matter. A fraction needs a unit (no fractional bytes).
+/// Parses `1073741824`, `512Mi`, `8Gi`, `1.5GiB`, `2T`, `64kb`: K/M/G/T/P are powers of 1024,
+/// followed by nothing, `B`, `i` (Kubernetes' binary suffixes) or `iB`; case does not matter. A
+/// fraction needs a unit (no fractional bytes). Kubernetes reads a bare `G` as 10^9: pinguard
+/// keeps 1024^3 for it (what every earlier setting meant), and the docs prefer `Gi`.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     if t.starts_with('-') {
@@ -32,10 +34,11 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     let unit = unit.trim().to_ascii_lowercase();
     let shift = match unit.as_str() {
         "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
+        "k" | "kb" | "ki" | "kib" => 10,
+        "m" | "mb" | "mi" | "mib" => 20,
+        "g" | "gb" | "gi" | "gib" => 30,
+        "t" | "tb" | "ti" | "tib" => 40,
+        "p" | "pb" | "pi" | "pib" => 50,
         _ => return Err(format!("unknown unit {unit:?}")),
     };
     if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
@@ -207,6 +210,11 @@ mod tests {
         assert_eq!(parse_size("64kb"), Ok(64 << 10));
         assert_eq!(parse_size(" 7 B "), Ok(7));
         assert_eq!(parse_size("0.5k"), Ok(512));
+        // Kubernetes' binary suffixes, as a manifest writes them.
+        for (k8s, bytes) in [("64Ki", 64u64 << 10), ("3Mi", 3 << 20), ("8Gi", 8 << 30), ("1.5Gi", 3 << 29), ("1Ti", 1 << 40), ("1Pi", 1 << 50), ("8gi", 8 << 30)] {
+            assert_eq!(parse_size(k8s), Ok(bytes), "{k8s}");
+        }
+        assert!(parse_size("16384Pi").is_err(), "2^64 does not fit");
         for bad in ["", "M", "12Q", "1.5", "-1", "1..5G", ".5G", "99999999999999999999", "16777216T", "1e9"] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }

@@ -29,10 +29,10 @@ pub const MAX_DEPTH: u32 = 128;
 
 pub const BUDGET: Var = Var {
     name: "PINGUARD_BUDGET",
-    meaning: "cap on live pinned bytes: `1073741824`, `512M`, `1.5GiB`, `2T` (K/M/G/T are powers of 1024; `B`/`iB` optional; any case), or `N%` of the cgroup memory limit (else of `MemTotal`); `0` lets nothing be pinned (every pinning call gets the policy)",
+    meaning: "cap on live pinned bytes: `1073741824`, `512Mi`, `8Gi`, `1.5GiB`, `2T` (K/M/G/T/P are powers of 1024, alone or with `B`, `i` or `iB`, any case: unlike Kubernetes, `G` is 1024^3 too, so prefer `Gi`), or `N%` of the cgroup memory limit (else of `MemTotal`); `0` lets nothing be pinned (every pinning call gets the policy)",
     default: None,
     unset: "none: track only",
-    forms: "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024) or N% of the memory limit",
+    forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the memory limit",
     fallback: "running without a budget",
 };
 
@@ -41,7 +41,7 @@ pub const HOST_RESERVE: Var = Var {
     meaning: "a floor under the host's `MemAvailable`: a pinning call that would take it below gets the policy, as over the budget. Forms of `PINGUARD_BUDGET`, `N%` being of `MemTotal`; the strictest of the budgets wins; a group's members share it (below)",
     default: None,
     unset: "none",
-    forms: "bytes such as 1073741824, 512M, 1.5GiB, 2T (K/M/G/T = powers of 1024) or N% of MemTotal",
+    forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of MemTotal",
     fallback: "running without a host reserve",
 };
 

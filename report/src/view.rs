@@ -37,6 +37,9 @@ pub struct ProcessView<'a> {
 #[derive(Deserialize)]
 pub struct ConfigView {
     pub budget_bytes: Option<u64>,
+    /// The settings the process could not use, each with the fallback it ran on.
+    #[serde(default)]
+    pub errors: Vec<String>,
 }
 
 #[derive(Deserialize)]
