@@ -7,6 +7,8 @@
 
 mod check;
 mod diff;
+mod doctor;
+mod doctor_probe;
 mod flamegraph;
 mod input;
 mod merge;
@@ -34,6 +36,8 @@ const EXIT_CHECK: &str = "Exit status: 0 every limit holds; 1 a limit was exceed
 or an input that is not a readable report.";
 const EXIT_RUN: &str = "Exit status: the command's own; 128+N when signal N ended it; 126 when it is not executable, \
 127 when it does not exist; 2 when pinguard cannot run it (a bad option, no library, nowhere to write reports).";
+const EXIT_DOCTOR: &str = "Exit status: 0 contained (a memory limit, and every pinning path probed is counted by it); \
+1 a path pins outside the limit, or there is no limit; 2 could not tell (no cgroup, or no --probe).";
 const EXIT_TOP: &str = "Exit status: 0 success; 2 bad usage, or no such group or directory.";
 
 #[derive(Parser)]
@@ -74,6 +78,24 @@ fn duration(s: &str) -> Result<String, String> {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Will pinned memory be contained here? The memory cgroup and its tightest limit, usage and
+    /// reclaimable cache, kernel-memory accounting, RLIMIT_MEMLOCK, the host's memory and the
+    /// PINGUARD_* settings, each with the file it was read from; --probe measures which pinning
+    /// paths the limit counts.
+    #[command(after_help = EXIT_DOCTOR)]
+    Doctor {
+        /// Pin a bounded amount through each path this process can reach (mlock; cudaHostAlloc,
+        /// cudaHostRegister, aclrtMallocHost where a runtime loads) and say whether the cgroup
+        /// counted it.
+        #[arg(long)]
+        probe: bool,
+        /// How much each probe pins (held for a moment, three times per path).
+        #[arg(long, value_parser = bytes, value_name = "BYTES", default_value = "32Mi")]
+        probe_size: u64,
+        /// Print the findings as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run CMD with pinguard preloaded, exit with its status, then summarise the reports it and its
     /// children wrote and how each of them ended.
     ///
@@ -247,6 +269,15 @@ fn write_file(path: &PathBuf, text: &str) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Cmd::Doctor { probe, probe_size, json } => {
+            let f = doctor::examine(probe.then_some(probe_size));
+            if json {
+                out::print(&format!("{}\n", serde_json::to_string_pretty(&f).unwrap_or_default()));
+            } else {
+                out::print(&doctor::render(&f));
+            }
+            ExitCode::from(f.exit_status)
+        }
         Cmd::Run { budget, host_reserve, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
             let mut env = Vec::new();
             if let Some(b) = budget {

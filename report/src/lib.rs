@@ -5,6 +5,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod cgroup;
 pub mod group;
 pub mod state;
 pub mod elf;

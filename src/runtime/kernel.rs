@@ -421,27 +421,11 @@ fn kb_strict(rest: &[u8]) -> Option<u64> {
     text.strip_suffix("kB")?.trim_end().parse::<u64>().ok()?.checked_mul(1024)
 }
 
-/// The memory limit of this process's cgroup (v2 `memory.max`, v1 `memory.limit_in_bytes`); the
-/// cgroup path is tried as seen from inside the container, then the mount's root.
+/// The memory limit of this process's cgroup: the tightest on its path up to the root it can see
+/// (v2 `memory.max`, v1 `memory.limit_in_bytes`).
 fn cgroup_memory_limit() -> Option<u64> {
-    let text = sys::read_text(c"/proc/self/cgroup")?;
-    let mut candidates = Vec::new();
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
-        if ctrl.is_empty() {
-            candidates.push(format!("/sys/fs/cgroup{path}/memory.max"));
-            candidates.push("/sys/fs/cgroup/memory.max".to_string());
-        } else if ctrl.split(',').any(|c| c == "memory") {
-            candidates.push(format!("/sys/fs/cgroup/memory{path}/memory.limit_in_bytes"));
-            candidates.push("/sys/fs/cgroup/memory/memory.limit_in_bytes".to_string());
-        }
-    }
-    candidates.into_iter().find_map(|p| {
-        let v = sys::read_text(&CString::new(p).ok()?)?;
-        // "max", or v1's "no limit" (a page-rounded i64::MAX).
-        v.trim().parse::<u64>().ok().filter(|&b| b < (1 << 62))
-    })
+    let read = |p: &str| sys::read_text(&CString::new(p).ok()?);
+    pinguard_report::cgroup::memory_limit(&read)
 }
 
 pub fn hostname() -> String {

@@ -1,0 +1,270 @@
+//! `pinguard doctor`: will pinned memory be contained here, and how far can this process pin?
+//! Every figure names the file it was read from; `--probe` pins a bounded amount through each
+//! path this process can reach and says whether the cgroup's count moved by it.
+
+use pinguard_report::cgroup::{self, Place, Version};
+use pinguard_report::units::{self, format_bytes};
+use pinguard_report::vars;
+use serde::Serialize;
+
+/// What `doctor` found; `--json` prints it as it is.
+#[derive(Serialize, Default)]
+pub struct Findings {
+    pub cgroup: Option<CgroupFacts>,
+    /// Why the cgroup could not be read, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_error: Option<String>,
+    pub rlimit_memlock: Rlimit,
+    pub host: Host,
+    pub settings: Vec<Setting>,
+    /// Present with `--probe`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probes: Option<Vec<crate::doctor_probe::Probe>>,
+    pub verdict: String,
+    pub exit_status: u8,
+}
+
+#[derive(Serialize)]
+pub struct CgroupFacts {
+    #[serde(flatten)]
+    pub place: Place,
+    pub levels: Vec<cgroup::Level>,
+    /// The tightest limit on the path and the folder that sets it.
+    pub limit_bytes: Option<u64>,
+    pub limit_dir: Option<String>,
+    pub usage_bytes: Option<u64>,
+    pub usage_file: String,
+    /// Inactive file pages the kernel reclaims before an OOM kill (`memory.stat`).
+    pub reclaimable_bytes: Option<u64>,
+    pub reclaimable_file: String,
+    /// What the cgroup can still take before its OOM killer: the least, over the limited levels,
+    /// of limit - usage + reclaimable.
+    pub headroom_bytes: Option<u64>,
+    pub kernel_memory_accounted: Option<bool>,
+    pub kernel_memory_source: String,
+}
+
+#[derive(Serialize, Default)]
+pub struct Rlimit {
+    /// `None`: unlimited.
+    pub soft_bytes: Option<u64>,
+    pub hard_bytes: Option<u64>,
+}
+
+#[derive(Serialize, Default)]
+pub struct Host {
+    pub mem_total_bytes: Option<u64>,
+    pub mem_available_bytes: Option<u64>,
+    pub mlocked_bytes: Option<u64>,
+    pub unevictable_bytes: Option<u64>,
+}
+
+#[derive(Serialize)]
+pub struct Setting {
+    pub name: String,
+    pub value: String,
+    /// Why the library would not use it, as one line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+pub fn read(path: &str) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+pub fn meminfo_kb(key: &str) -> Option<u64> {
+    read("/proc/meminfo")?.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()).map(|k| k * 1024)
+}
+
+/// The cgroup's usage now, as the kernel counts it.
+pub fn usage(place: &Place) -> Option<u64> {
+    cgroup::usage_at(&place.dir, place.version, &read)
+}
+
+fn cgroup_facts(place: Place) -> CgroupFacts {
+    let levels = cgroup::levels(&place, &read);
+    let tight = cgroup::tightest(&levels).map(|(b, d)| (b, d.to_string()));
+    let usage_bytes = usage(&place);
+    let reclaimable_bytes = cgroup::reclaimable_at(&place.dir, place.version, &read);
+    let headroom_bytes = cgroup::headroom(place.version, &levels, &read);
+    let (kernel_memory_accounted, kernel_memory_source) = kmem(&place);
+    CgroupFacts {
+        usage_file: format!("{}/{}", place.dir, place.version.usage_file()),
+        reclaimable_file: format!("{}/memory.stat {}", place.dir, place.version.reclaimable_key()),
+        limit_bytes: tight.as_ref().map(|t| t.0),
+        limit_dir: tight.map(|t| t.1),
+        levels,
+        usage_bytes,
+        reclaimable_bytes,
+        headroom_bytes,
+        kernel_memory_accounted,
+        kernel_memory_source,
+        place,
+    }
+}
+
+/// v2 always charges kernel memory; v1 only when the kernel keeps `memory.kmem.*` (no
+/// `cgroup.memory=nokmem`, a kernel built with kmem accounting) and has charged something to it.
+fn kmem(place: &Place) -> (Option<bool>, String) {
+    match place.version {
+        Version::V2 => (Some(true), "cgroup v2 (always)".into()),
+        Version::V1 => {
+            let file = format!("{}/memory.kmem.usage_in_bytes", place.dir);
+            let v = read(&file).and_then(|t| t.trim().parse::<u64>().ok());
+            (v.map(|u| u > 0), file)
+        }
+    }
+}
+
+fn rlimit_memlock() -> Rlimit {
+    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: `r` is a valid rlimit for getrlimit to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
+        return Rlimit::default();
+    }
+    let b = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    Rlimit { soft_bytes: b(r.rlim_cur), hard_bytes: b(r.rlim_max) }
+}
+
+/// The library's own message for a value it would reject, for the variables whose forms the
+/// report crate's parsers define; names that are not pinguard's get its "did you mean".
+fn setting_error(name: &str, value: &str) -> Option<String> {
+    let Some(var) = vars::find(name) else {
+        return Some(format!("{name} is not a pinguard variable; ignored"));
+    };
+    let checked: Result<(), String> = match var.name {
+        n if [vars::BUDGET.name, vars::HOST_RESERVE.name, vars::GROUP_BUDGET.name].contains(&n) => units::parse_size_spec(value).map(drop),
+        n if n == vars::INTERVAL.name => units::parse_duration_ms(value).map(drop),
+        n if n == vars::SIGNAL.name => units::parse_signal(value).map(drop),
+        n if n == vars::DOWNGRADE_MATCH.name => units::parse_patterns(value).map(drop),
+        n if n == vars::POLICY.name => ["error", "downgrade", "warn"].contains(&value.trim()).then_some(()).ok_or_else(|| "unknown policy".to_string()),
+        n if [vars::DEPTH.name, vars::PY_DEPTH.name].contains(&n) => {
+            value.trim().parse::<u32>().ok().filter(|d| *d <= vars::MAX_DEPTH).map(drop).ok_or_else(|| "not a depth".to_string())
+        }
+        _ => Ok(()),
+    };
+    checked.err().map(|why| format!("{}={value:?}: {why}; expected {}; {}", var.name, var.forms, var.fallback))
+}
+
+fn settings() -> Vec<Setting> {
+    let mut out: Vec<Setting> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
+        .filter(|(k, _)| k.starts_with("PINGUARD_"))
+        .map(|(name, value)| Setting { error: setting_error(&name, &value), name, value })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// Gathers every figure; `probe_size` set: the accounting probe too.
+pub fn examine(probe_size: Option<u64>) -> Findings {
+    let mut f = Findings {
+        rlimit_memlock: rlimit_memlock(),
+        host: Host {
+            mem_total_bytes: meminfo_kb("MemTotal"),
+            mem_available_bytes: meminfo_kb("MemAvailable"),
+            mlocked_bytes: meminfo_kb("Mlocked"),
+            unevictable_bytes: meminfo_kb("Unevictable"),
+        },
+        settings: settings(),
+        ..Findings::default()
+    };
+    match cgroup::locate(&read) {
+        Ok(place) => f.cgroup = Some(cgroup_facts(place)),
+        Err(e) => f.cgroup_error = Some(e),
+    }
+    if let Some(size) = probe_size {
+        f.probes = Some(crate::doctor_probe::run_all(f.cgroup.as_ref(), size));
+    }
+    (f.verdict, f.exit_status) = verdict(&f);
+    f
+}
+
+/// 0: contained (a limit, and every path probed is counted by it); 1: a path escapes the limit,
+/// or there is no limit; 2: could not tell.
+fn verdict(f: &Findings) -> (String, u8) {
+    let Some(c) = &f.cgroup else {
+        return (format!("could not tell: {}", f.cgroup_error.as_deref().unwrap_or("no cgroup")), 2);
+    };
+    let Some(limit) = c.limit_bytes else {
+        return ("not contained: no memory limit on this cgroup's path; pinned memory is bounded only by the host".into(), 1);
+    };
+    let Some(probes) = &f.probes else {
+        return (format!("a limit of {} holds this cgroup; which pinning paths it counts is measured with --probe", format_bytes(limit)), 2);
+    };
+    let escaping: Vec<&str> = probes.iter().filter(|p| p.counted == Some(false)).map(|p| p.path).collect();
+    let counted: Vec<&str> = probes.iter().filter(|p| p.counted == Some(true)).map(|p| p.path).collect();
+    if !escaping.is_empty() {
+        let what = escaping.join(", ");
+        return (format!("not contained: {what} pinned memory outside the limit of {}", format_bytes(limit)), 1);
+    }
+    if counted.is_empty() {
+        return ("could not tell: no pinning path could be probed".into(), 2);
+    }
+    (format!("contained: the limit of {} counts {}", format_bytes(limit), counted.join(", ")), 0)
+}
+
+fn opt_bytes(v: Option<u64>) -> String {
+    v.map(format_bytes).unwrap_or_else(|| "unknown".into())
+}
+
+fn cgroup_lines(s: &mut String, c: &CgroupFacts) {
+    let v = match c.place.version {
+        Version::V1 => "v1",
+        Version::V2 => "v2",
+    };
+    s.push_str(&format!("cgroup:      {v}, memory group {} at {} (/proc/self/cgroup, /proc/self/mountinfo)\n", c.place.path, c.place.dir));
+    match (&c.limit_bytes, &c.limit_dir) {
+        (Some(b), Some(d)) => s.push_str(&format!("limit:       {} ({d}/{}, the tightest of {} levels up to {})\n", format_bytes(*b), c.place.version.limit_file(), c.levels.len(), c.place.mount)),
+        _ => s.push_str(&format!("limit:       none ({} on {} levels up to {})\n", c.place.version.limit_file(), c.levels.len(), c.place.mount)),
+    }
+    s.push_str(&format!("usage:       {} ({})\n", opt_bytes(c.usage_bytes), c.usage_file));
+    s.push_str(&format!("reclaimable: {} ({})\n", opt_bytes(c.reclaimable_bytes), c.reclaimable_file));
+    if let Some(h) = c.headroom_bytes {
+        s.push_str(&format!("headroom:    {} (limit - usage + reclaimable, the least over the limited levels: what this cgroup can still take before its OOM killer)\n", format_bytes(h)));
+    }
+    let k = match c.kernel_memory_accounted {
+        Some(true) => "yes",
+        Some(false) => "no",
+        None => "no (not kept by this kernel)",
+    };
+    s.push_str(&format!("kernel memory accounted: {k} ({})\n", c.kernel_memory_source));
+}
+
+pub fn render(f: &Findings) -> String {
+    let mut s = String::from("pinguard doctor: will pinned memory be contained here?\n\n");
+    match &f.cgroup {
+        Some(c) => cgroup_lines(&mut s, c),
+        None => s.push_str(&format!("cgroup:      unknown: {}\n", f.cgroup_error.as_deref().unwrap_or(""))),
+    }
+    let lim = |v: Option<u64>| v.map(format_bytes).unwrap_or_else(|| "unlimited".into());
+    s.push_str(&format!("RLIMIT_MEMLOCK: {} soft, {} hard (getrlimit)\n", lim(f.rlimit_memlock.soft_bytes), lim(f.rlimit_memlock.hard_bytes)));
+    let h = &f.host;
+    s.push_str(&format!(
+        "host:        MemTotal {}, MemAvailable {}, Mlocked {}, Unevictable {} (/proc/meminfo; inside a container these are the host's)\n",
+        opt_bytes(h.mem_total_bytes),
+        opt_bytes(h.mem_available_bytes),
+        opt_bytes(h.mlocked_bytes),
+        opt_bytes(h.unevictable_bytes)
+    ));
+    settings_lines(&mut s, &f.settings);
+    if let Some(p) = &f.probes {
+        crate::doctor_probe::render(&mut s, p);
+    }
+    s.push_str(&format!("\nverdict: {}\n", f.verdict));
+    s
+}
+
+fn settings_lines(s: &mut String, settings: &[Setting]) {
+    if settings.is_empty() {
+        s.push_str("settings:    no PINGUARD_* variable in the environment\n");
+        return;
+    }
+    s.push_str("settings:\n");
+    for st in settings {
+        match &st.error {
+            Some(e) => s.push_str(&format!("  ERROR {e}\n")),
+            None => s.push_str(&format!("  {}={}\n", st.name, st.value)),
+        }
+    }
+}

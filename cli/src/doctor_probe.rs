@@ -1,0 +1,236 @@
+//! `pinguard doctor --probe`: pins a bounded amount through each path this process can reach
+//! (`mlock`; `cudaHostAlloc`, `cudaHostRegister` and `aclrtMallocHost` where a runtime loads) and
+//! says whether the cgroup's usage and the host's `MemAvailable` moved by it. Pages a driver
+//! allocates itself are often not charged to the cgroup; user pages locked or registered are.
+
+use crate::doctor::{meminfo_kb, usage, CgroupFacts};
+use pinguard_report::cgroup::Place;
+use pinguard_report::units::format_bytes;
+use serde::Serialize;
+use std::ffi::{c_void, CStr};
+
+/// Rounds per path: the median of the usage moves, so that another process of the cgroup
+/// allocating during one round does not decide the answer.
+const ROUNDS: usize = 3;
+
+#[derive(Serialize)]
+pub struct Probe {
+    pub path: &'static str,
+    pub bytes: u64,
+    /// How far the cgroup's usage rose while the probe held its pin (median of the rounds).
+    pub usage_delta_bytes: Option<i64>,
+    /// How far the host's MemAvailable fell meanwhile.
+    pub available_drop_bytes: Option<i64>,
+    /// Whether the cgroup's limit counts this path: usage rose by at least 3/4 of the pin.
+    pub counted: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+type Release = Box<dyn FnOnce()>;
+type Pin = dyn Fn(u64) -> Result<Release, String>;
+
+fn not_probed(path: &'static str, bytes: u64, why: String) -> Probe {
+    Probe { path, bytes, usage_delta_bytes: None, available_drop_bytes: None, counted: None, note: Some(why) }
+}
+
+fn median(mut v: Vec<i64>) -> Option<i64> {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied()
+}
+
+/// How long the kernel takes to fold its per-CPU page counts into `/proc/meminfo`
+/// (`vm.stat_interval`, one second by default): the cgroup's own count is exact at once.
+fn meminfo_lag() -> std::time::Duration {
+    let secs = crate::doctor::read("/proc/sys/vm/stat_interval").and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(1);
+    std::time::Duration::from_millis(secs.min(5) * 1000 + 200)
+}
+
+fn measure(path: &'static str, place: Option<&Place>, bytes: u64, pin: &Pin) -> Probe {
+    let (mut used, mut avail) = (Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let (u0, a0) = (place.and_then(usage), meminfo_kb("MemAvailable"));
+        let release = match pin(bytes) {
+            Ok(r) => r,
+            Err(e) => return not_probed(path, bytes, format!("could not pin: {e}")),
+        };
+        let u1 = place.and_then(usage);
+        // The host's figure once per path: it needs the kernel's counters folded in.
+        let a1 = if round == 0 {
+            std::thread::sleep(meminfo_lag());
+            meminfo_kb("MemAvailable")
+        } else {
+            None
+        };
+        release();
+        if let (Some(a), Some(b)) = (u0, u1) {
+            used.push(b as i64 - a as i64);
+        }
+        if let (Some(a), Some(b)) = (a0, a1) {
+            avail.push(a as i64 - b as i64);
+        }
+    }
+    let usage_delta_bytes = median(used);
+    let counted = usage_delta_bytes.map(|d| d >= (bytes as i64) * 3 / 4);
+    Probe { path, bytes, usage_delta_bytes, available_drop_bytes: median(avail), counted, note: None }
+}
+
+fn errno_text() -> String {
+    std::io::Error::last_os_error().to_string()
+}
+
+/// Fresh anonymous memory, never touched: whatever charges it is the pinning call itself.
+fn anon(bytes: u64) -> Result<*mut c_void, String> {
+    // SAFETY: a new private anonymous mapping; no existing memory is affected.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(errno_text());
+    }
+    Ok(p)
+}
+
+fn unmap(p: *mut c_void, bytes: u64) {
+    // SAFETY: `p` is a mapping of `bytes` that `anon` made and nothing else refers to.
+    unsafe { libc::munmap(p, bytes as usize) };
+}
+
+fn pin_mlock(bytes: u64) -> Result<Release, String> {
+    let p = anon(bytes)?;
+    // SAFETY: `p` is our own mapping of `bytes`; mlock faults its pages in and locks them.
+    if unsafe { libc::mlock(p, bytes as usize) } != 0 {
+        let e = errno_text();
+        unmap(p, bytes);
+        return Err(e);
+    }
+    Ok(Box::new(move || unmap(p, bytes)))
+}
+
+/// A runtime library, opened once for the probe and never closed (a runtime may not unload).
+struct Lib(*mut c_void);
+
+impl Lib {
+    fn open(names: &[&CStr]) -> Option<Lib> {
+        names.iter().find_map(|n| {
+            // SAFETY: dlopen of a NUL-terminated name; a runtime's constructors run as they would
+            // in any program that links it.
+            let h = unsafe { libc::dlopen(n.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+            (!h.is_null()).then_some(Lib(h))
+        })
+    }
+
+    fn sym(&self, name: &CStr) -> Option<*mut c_void> {
+        // SAFETY: `self.0` is a live handle from dlopen, `name` is NUL-terminated.
+        let p = unsafe { libc::dlsym(self.0, name.as_ptr()) };
+        (!p.is_null()).then_some(p)
+    }
+}
+
+type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+type Free = unsafe extern "C" fn(*mut c_void) -> i32;
+type Register = unsafe extern "C" fn(*mut c_void, usize, u32) -> i32;
+type AclAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+
+fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
+    let Some(lib) = Lib::open(&[c"libcudart.so", c"libcudart.so.12", c"libcudart.so.11.0"]) else {
+        let why = "not probed: no CUDA runtime (libcudart.so) loads here".to_string();
+        return vec![not_probed("cudaHostAlloc", bytes, why.clone()), not_probed("cudaHostRegister", bytes, why)];
+    };
+    let syms = |a: &CStr, b: &CStr| Some((lib.sym(a)?, lib.sym(b)?));
+    let mut out = Vec::new();
+    match syms(c"cudaHostAlloc", c"cudaFreeHost") {
+        Some((a, f)) => {
+            // SAFETY: the CUDA runtime's own symbols, with their documented signatures.
+            let (alloc, free) = unsafe { (std::mem::transmute::<*mut c_void, Alloc>(a), std::mem::transmute::<*mut c_void, Free>(f)) };
+            out.push(measure("cudaHostAlloc", place, bytes, &move |n| {
+                let mut p = std::ptr::null_mut();
+                // SAFETY: cudaHostAlloc writes the new pointer into `p`; flags 0 is the default.
+                let rc = unsafe { alloc(&mut p, n as usize, 0) };
+                // SAFETY: `p` came from cudaHostAlloc above and is freed once.
+                if rc == 0 { Ok(Box::new(move || unsafe { free(p); }) as Release) } else { Err(format!("cudaHostAlloc returned {rc}")) }
+            }));
+        }
+        None => out.push(not_probed("cudaHostAlloc", bytes, "not probed: libcudart.so has no cudaHostAlloc".into())),
+    }
+    match syms(c"cudaHostRegister", c"cudaHostUnregister") {
+        Some((r, u)) => {
+            // SAFETY: the CUDA runtime's own symbols, with their documented signatures.
+            let (reg, unreg) = unsafe { (std::mem::transmute::<*mut c_void, Register>(r), std::mem::transmute::<*mut c_void, Free>(u)) };
+            out.push(measure("cudaHostRegister", place, bytes, &move |n| {
+                let p = anon(n)?;
+                // SAFETY: `p` is our own mapping of `n` bytes, registered once and unregistered once.
+                let rc = unsafe { reg(p, n as usize, 0) };
+                if rc != 0 {
+                    unmap(p, n);
+                    return Err(format!("cudaHostRegister returned {rc}"));
+                }
+                // SAFETY: `p` was registered above.
+                Ok(Box::new(move || { unsafe { unreg(p) }; unmap(p, n); }) as Release)
+            }));
+        }
+        None => out.push(not_probed("cudaHostRegister", bytes, "not probed: libcudart.so has no cudaHostRegister".into())),
+    }
+    out
+}
+
+fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
+    let Some(lib) = Lib::open(&[c"libascendcl.so"]) else {
+        return not_probed("aclrtMallocHost", bytes, "not probed: no Ascend runtime (libascendcl.so) loads here".into());
+    };
+    let (Some(a), Some(f)) = (lib.sym(c"aclrtMallocHost"), lib.sym(c"aclrtFreeHost")) else {
+        return not_probed("aclrtMallocHost", bytes, "not probed: libascendcl.so has no aclrtMallocHost".into());
+    };
+    if let Some(init) = lib.sym(c"aclInit") {
+        // SAFETY: aclInit(const char *config) with no configuration file; an error (already
+        // initialised) leaves the runtime usable.
+        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const i8) -> i32>(init)(std::ptr::null()) };
+    }
+    // SAFETY: the Ascend runtime's own symbols, with their documented signatures.
+    let (alloc, free) = unsafe { (std::mem::transmute::<*mut c_void, AclAlloc>(a), std::mem::transmute::<*mut c_void, Free>(f)) };
+    measure("aclrtMallocHost", place, bytes, &move |n| {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: aclrtMallocHost writes the new pointer into `p`.
+        let rc = unsafe { alloc(&mut p, n as usize) };
+        // SAFETY: `p` came from aclrtMallocHost above and is freed once.
+        if rc == 0 { Ok(Box::new(move || unsafe { free(p); }) as Release) } else { Err(format!("aclrtMallocHost returned {rc}")) }
+    })
+}
+
+/// Every path, unless the cgroup is too close to its limit for a probe to be harmless.
+pub fn run_all(cgroup: Option<&CgroupFacts>, bytes: u64) -> Vec<Probe> {
+    if let Some(h) = cgroup.and_then(|c| c.headroom_bytes).filter(|&h| h < 4 * bytes) {
+        let why = format!("not probed: the cgroup's headroom ({}) is below 4 times the probe ({})", format_bytes(h), format_bytes(bytes));
+        return ["mlock", "cudaHostAlloc", "cudaHostRegister", "aclrtMallocHost"].into_iter().map(|p| not_probed(p, bytes, why.clone())).collect();
+    }
+    let place = cgroup.map(|c| &c.place);
+    let mut out = vec![measure("mlock", place, bytes, &pin_mlock)];
+    out.extend(cuda_probes(place, bytes));
+    out.push(acl_probe(place, bytes));
+    out
+}
+
+fn signed(v: i64) -> String {
+    let s = format_bytes(v.unsigned_abs());
+    if v < 0 { format!("-{s}") } else { format!("+{s}") }
+}
+
+pub fn render(s: &mut String, probes: &[Probe]) {
+    s.push_str("\nprobe (each path pinned, measured while held, released):\n");
+    for p in probes {
+        let moved = |v: Option<i64>| v.map(signed).unwrap_or_else(|| "unknown".into());
+        let line = match (p.counted, &p.note) {
+            (_, Some(n)) => n.clone(),
+            (c, None) => format!(
+                "{}: cgroup usage {} for {} pinned, host MemAvailable {}",
+                match c {
+                    Some(true) => "counted by the limit",
+                    Some(false) => "NOT counted by the limit",
+                    None => "unknown (no usage figure)",
+                },
+                moved(p.usage_delta_bytes),
+                format_bytes(p.bytes),
+                moved(p.available_drop_bytes.map(|d| -d)),
+            ),
+        };
+        s.push_str(&format!("  {:<17} {line}\n", p.path));
+    }
+}

@@ -1,0 +1,175 @@
+//! `pinguard doctor` against real cgroup v1 memory groups (root creates them), stand-in cgroup v2
+//! files bind-mounted over this process's own `/proc` entries in a mount namespace, and the
+//! emulated runtimes, whose pinned pages are charged (mlocked) or, with `EMU_NO_PIN`, not.
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const V1: &str = "/sys/fs/cgroup/memory";
+
+fn doctor(pre: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
+    let f = fixtures();
+    let script = format!("{pre} exec \"$0\" doctor \"$@\"");
+    let mut c = Command::new("sh");
+    c.args(["-c", &script, env!("CARGO_BIN_EXE_pinguard")]).args(args).env("LD_LIBRARY_PATH", &f.dir);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().unwrap();
+    let v = if args.contains(&"--json") { serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}")) } else { Value::Null };
+    (o, v)
+}
+
+/// A v1 memory group for one test, removed (with its children) when dropped.
+struct Group(PathBuf);
+
+impl Group {
+    fn new(parent: &Path, name: &str, limit: Option<u64>) -> Option<Group> {
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).ok()?;
+        if let Some(l) = limit {
+            std::fs::write(dir.join("memory.limit_in_bytes"), l.to_string()).unwrap();
+        }
+        Some(Group(dir))
+    }
+
+    fn join(&self) -> String {
+        format!("echo $$ > {}/cgroup.procs &&", self.0.display())
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+/// The v1 memory hierarchy, where this machine has one and the test may create groups in it.
+fn v1_root(test: &str) -> Option<PathBuf> {
+    let root = PathBuf::from(V1);
+    let probe = root.join(format!("pinguard-probe-{}-{test}", std::process::id()));
+    if std::fs::create_dir(&probe).is_err() {
+        eprintln!("NOT RUN: {test}: cannot create a cgroup v1 memory group under {V1} (needs root and a v1 memory hierarchy)");
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{test} must run here");
+        return None;
+    }
+    let _ = std::fs::remove_dir(&probe);
+    Some(root)
+}
+
+fn probe_of<'a>(v: &'a Value, path: &str) -> &'a Value {
+    v["probes"].as_array().unwrap().iter().find(|p| p["path"] == path).unwrap_or_else(|| panic!("no {path} probe: {v}"))
+}
+
+#[test]
+fn a_nested_v1_limit_is_found_and_the_probe_sees_which_paths_it_counts() {
+    let Some(root) = v1_root("nested") else { return };
+    let parent = Group::new(&root, &format!("pinguard-doctor-{}", std::process::id()), Some(512 << 20)).unwrap();
+    let child = Group::new(&parent.0, "worker", None).unwrap();
+    let (o, v) = doctor(&child.join(), &["--probe", "--probe-size", "16Mi", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(v["cgroup"]["version"], "v1");
+    assert_eq!(v["cgroup"]["dir"], child.0.to_str().unwrap());
+    assert_eq!(v["cgroup"]["limit_bytes"], 512u64 << 20, "the parent's limit is the tightest");
+    assert_eq!(v["cgroup"]["limit_dir"], parent.0.to_str().unwrap());
+    let headroom = v["cgroup"]["headroom_bytes"].as_u64().unwrap();
+    assert!(headroom > 400 << 20 && headroom <= 512 << 20, "{headroom}");
+    // The emulated runtimes lock their pages with mlock: user pages, charged to the group.
+    for path in ["mlock", "cudaHostAlloc", "cudaHostRegister", "aclrtMallocHost"] {
+        let p = probe_of(&v, path);
+        assert_eq!(p["counted"], true, "{path}: {p}");
+        let moved = p["usage_delta_bytes"].as_i64().unwrap();
+        assert!((12 << 20..=20 << 20).contains(&moved), "{path} moved the group by {moved}");
+    }
+    assert!(v["verdict"].as_str().unwrap().starts_with("contained"), "{v}");
+
+    // Pages the runtime hands out without charging them (EMU_NO_PIN: never faulted in, as a
+    // driver's own allocation is not charged): the verdict names the path, exit 1.
+    let (o, v) = doctor(&child.join(), &["--probe", "--probe-size", "16Mi", "--json"], &[("EMU_NO_PIN", "1")]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(probe_of(&v, "cudaHostAlloc")["counted"], false);
+    assert_eq!(probe_of(&v, "mlock")["counted"], true);
+    let verdict = v["verdict"].as_str().unwrap();
+    assert!(verdict.starts_with("not contained") && verdict.contains("cudaHostAlloc"), "{verdict}");
+    let (o, _) = doctor(&child.join(), &["--probe", "--probe-size", "16Mi"], &[("EMU_NO_PIN", "1")]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("cudaHostAlloc     NOT counted by the limit"), "{text}");
+    assert!(text.contains("mlock             counted by the limit"), "{text}");
+}
+
+#[test]
+fn no_limit_on_the_path_is_not_contained_and_a_close_limit_is_not_probed() {
+    let Some(root) = v1_root("nolimit") else { return };
+    let g = Group::new(&root, &format!("pinguard-doctor-free-{}", std::process::id()), None).unwrap();
+    let (o, v) = doctor(&g.join(), &["--json"], &[]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert_eq!(v["cgroup"]["limit_bytes"], Value::Null);
+    assert!(v["verdict"].as_str().unwrap().contains("no memory limit"), "{v}");
+    // A group with less headroom than four probes: nothing is pinned, and doctor cannot tell.
+    let tight = Group::new(&root, &format!("pinguard-doctor-tight-{}", std::process::id()), Some(48 << 20)).unwrap();
+    let (o, v) = doctor(&tight.join(), &["--probe", "--probe-size", "16Mi", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(probe_of(&v, "mlock")["note"].as_str().unwrap().contains("headroom"), "{v}");
+}
+
+/// cgroup v2 as a container sees it, from stand-in files: this process's `/proc/<pid>/cgroup`
+/// and `mountinfo` are bind-mounted over in a mount namespace of its own, then doctor is exec'd
+/// in the same process.
+#[test]
+fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
+    let dir = fresh_dir("doctor-v2");
+    let cg = dir.join("cg");
+    std::fs::create_dir_all(cg.join("pod/ctr")).unwrap();
+    for (f, text) in [
+        ("pod/memory.max", "268435456\n"),
+        ("pod/memory.current", "125829120\n"),
+        ("pod/memory.stat", "anon 1\ninactive_file 10485760\n"),
+        ("pod/ctr/memory.max", "max\n"),
+        ("pod/ctr/memory.current", "104857600\n"),
+        ("pod/ctr/memory.stat", "anon 1\ninactive_file 10485760\n"),
+    ] {
+        std::fs::write(cg.join(f), text).unwrap();
+    }
+    std::fs::write(dir.join("cgroup"), "0::/pod/ctr\n").unwrap();
+    std::fs::write(dir.join("mountinfo"), format!("60 40 0:26 / {} rw - cgroup2 cgroup2 rw\n", cg.display())).unwrap();
+    let pre = format!("mount --bind {0}/cgroup /proc/$$/cgroup && mount --bind {0}/mountinfo /proc/$$/mountinfo &&", dir.display());
+    let f = fixtures();
+    let o = Command::new("unshare")
+        .args(["-m", "sh", "-c", &format!("{pre} exec \"$0\" doctor --json"), env!("CARGO_BIN_EXE_pinguard")])
+        .env("LD_LIBRARY_PATH", &f.dir)
+        .env("PINGUARD_BUDGET", "8 gigs")
+        .env("PINGUARD_GROUP_BUDGET", "8Gi")
+        .output()
+        .unwrap();
+    if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unshare") {
+        eprintln!("NOT RUN: a mount namespace could not be made: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none());
+        return;
+    }
+    assert_eq!(o.status.code(), Some(2), "a limit, no probe: could not tell which paths it counts: {o:?}");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["cgroup"]["version"], "v2");
+    assert_eq!(v["cgroup"]["limit_bytes"], 256u64 << 20);
+    assert_eq!(v["cgroup"]["limit_dir"], cg.join("pod").to_str().unwrap());
+    // The pod's 256 MiB less its 120 MiB used plus 10 MiB of cache.
+    assert_eq!(v["cgroup"]["headroom_bytes"], 146u64 << 20);
+    assert_eq!(v["cgroup"]["kernel_memory_accounted"], true);
+    let settings = v["settings"].as_array().unwrap();
+    let budget = settings.iter().find(|s| s["name"] == "PINGUARD_BUDGET").unwrap();
+    assert!(budget["error"].as_str().unwrap().contains("running without a budget"), "{budget}");
+    let group = settings.iter().find(|s| s["name"] == "PINGUARD_GROUP_BUDGET").unwrap();
+    assert!(group.get("error").is_none(), "{group}");
+}
+
+#[test]
+fn bad_options_get_one_line_and_exit_2() {
+    let o = Command::new(env!("CARGO_BIN_EXE_pinguard")).args(["doctor", "--probe-size", "lots"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--probe-size") && !err.contains("panicked"), "{err}");
+}
