@@ -167,6 +167,7 @@ fn init() -> bool {
     log::init(&cfg.log);
     // The reserve before the budget: without a budget, it still needs the bytes counted.
     budget::host::init(cfg.host_reserve, &mut cfg.errors);
+    budget::cgroup::init(cfg.cgroup_reserve, &mut cfg.errors);
     budget::set_limit(cfg.budget);
     crate::accounting::level::ceiling(budget::reserved);
     crate::accounting::callsite::set_max(cfg.max_callsites);

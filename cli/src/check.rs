@@ -10,6 +10,7 @@ pub struct Limits {
     pub max_downgraded: Option<u64>,
     pub max_over_budget: Option<u64>,
     pub max_host_reserve: Option<u64>,
+    pub max_cgroup_reserve: Option<u64>,
     /// Pass even when a process could not use a setting (by default that fails the check).
     pub allow_config_errors: bool,
 }
@@ -62,6 +63,12 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
         if t.host_reserve_count > max {
             let n = t.host_reserve_count;
             v.push(format!("pinguard check: {} by the host reserve {} --max-host-reserve {max}", count(n, "call stopped", "calls stopped"), exceed(n)));
+        }
+    }
+    if let Some(max) = l.max_cgroup_reserve {
+        let n = t.cgroup_reserve_count;
+        if n > max {
+            v.push(format!("pinguard check: {} by the cgroup reserve {} --max-cgroup-reserve {max}", count(n, "call stopped", "calls stopped"), exceed(n)));
         }
     }
     let summary = format!(

@@ -113,6 +113,11 @@ enum Cmd {
         /// MemTotal).
         #[arg(long, value_parser = size, allow_hyphen_values = true)]
         host_reserve: Option<String>,
+        /// A floor under the headroom of the command's memory cgroup before its OOM killer
+        /// (PINGUARD_CGROUP_RESERVE): a pinning call that would take it below gets the policy.
+        /// 2Gi, 10% (of the tightest cgroup limit).
+        #[arg(long, value_parser = size, allow_hyphen_values = true)]
+        cgroup_reserve: Option<String>,
         /// Under downgrade, downgrade only callsites matching these glob patterns
         /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
         #[arg(long, value_name = "PATTERNS", value_parser = patterns)]
@@ -178,6 +183,10 @@ enum Cmd {
         /// policy did with them.
         #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
         max_host_reserve: Option<u64>,
+        /// Most pinning calls the cgroup reserve stopped (PINGUARD_CGROUP_RESERVE), whatever the
+        /// policy did with them.
+        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+        max_cgroup_reserve: Option<u64>,
         /// Skip inputs that cannot be read, and go on with the rest (each is still named on
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
@@ -278,13 +287,16 @@ fn main() -> ExitCode {
             }
             ExitCode::from(f.exit_status)
         }
-        Cmd::Run { budget, host_reserve, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
+        Cmd::Run { budget, host_reserve, cgroup_reserve, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
             let mut env = Vec::new();
             if let Some(b) = budget {
                 env.push((vars::BUDGET.name, b));
             }
             if let Some(r) = host_reserve {
                 env.push((vars::HOST_RESERVE.name, r));
+            }
+            if let Some(r) = cgroup_reserve {
+                env.push((vars::CGROUP_RESERVE.name, r));
             }
             if let Some(m) = downgrade_match {
                 env.push((vars::DOWNGRADE_MATCH.name, m));
@@ -309,9 +321,9 @@ fn main() -> ExitCode {
             out::print(&if json { report::json(&m, top) } else { report::render(&m, top) });
             ExitCode::SUCCESS
         }
-        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, keep_going, allow_config_errors, inputs } => {
+        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, keep_going, allow_config_errors, inputs } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, allow_config_errors });
+            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, allow_config_errors });
             for v in &violations {
                 println!("{v}");
             }

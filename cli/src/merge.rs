@@ -50,7 +50,7 @@ pub fn short_label(site: &Site) -> String {
 
 /// What the host reserve did, for a summary line: empty when no report had one in force.
 pub fn host_clause(m: &Merged) -> String {
-    match m.host {
+    let mut s = match m.host {
         Some(h) => format!(
             ", {} by the host reserve of {} (lowest available {})",
             crate::out::count(m.totals.host_reserve_count, "call stopped", "calls stopped"),
@@ -58,7 +58,16 @@ pub fn host_clause(m: &Merged) -> String {
             pinguard_report::units::format_bytes(h.lowest_available_bytes)
         ),
         None => String::new(),
+    };
+    if let Some(c) = m.cgroup {
+        s.push_str(&format!(
+            ", {} by the cgroup reserve of {} (lowest headroom {})",
+            crate::out::count(m.totals.cgroup_reserve_count, "call stopped", "calls stopped"),
+            pinguard_report::units::format_bytes(c.reserve_bytes),
+            pinguard_report::units::format_bytes(c.lowest_headroom_bytes)
+        ));
     }
+    s
 }
 
 /// The columns every callsite table ends with, after its size columns, and a row's cells for them:
@@ -215,6 +224,25 @@ impl HostLine {
     }
 }
 
+/// The cgroup reserve over the merged reports: the largest reserve, the lowest headroom read.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct CgroupLine {
+    pub reserve_bytes: u64,
+    pub lowest_headroom_bytes: u64,
+}
+
+impl CgroupLine {
+    fn fold(a: Option<CgroupLine>, b: Option<CgroupLine>) -> Option<CgroupLine> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(CgroupLine {
+                reserve_bytes: a.reserve_bytes.max(b.reserve_bytes),
+                lowest_headroom_bytes: a.lowest_headroom_bytes.min(b.lowest_headroom_bytes),
+            }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 #[derive(Debug, Default, Serialize)]
 pub struct ProcessLine {
     pub path: String,
@@ -251,6 +279,9 @@ pub struct Merged {
     /// Present when any report had a host reserve in force.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostLine>,
+    /// Present when any report had a cgroup reserve in force.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupLine>,
     pub callsites: Vec<Site>,
     /// The callsites the processes folded (`PINGUARD_MAX_CALLSITES`), summed.
     #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
@@ -297,6 +328,8 @@ impl Merged {
         self.callsites_folded.add(&r.callsites_folded);
         let host = r.host.as_ref().map(|h| HostLine { reserve_bytes: h.reserve_bytes, lowest_available_bytes: h.lowest_available_bytes });
         self.host = HostLine::fold(self.host, host);
+        let cgroup = r.cgroup.as_ref().map(|c| CgroupLine { reserve_bytes: c.reserve_bytes, lowest_headroom_bytes: c.lowest_headroom_bytes });
+        self.cgroup = CgroupLine::fold(self.cgroup, cgroup);
         for message in &r.config.errors {
             let e = ConfigError { pid: r.process.pid, hostname: r.process.hostname.to_string(), exe: r.process.exe.to_string(), message: message.clone() };
             // A process's interval snapshots and its exit report say the same thing once each.
@@ -343,6 +376,7 @@ impl Merged {
         self.reports += other.reports;
         self.totals.add(&other.totals);
         self.host = HostLine::fold(self.host, other.host);
+        self.cgroup = CgroupLine::fold(self.cgroup, other.cgroup);
         let mut remap = vec![0u32; other.process_ids.len()];
         for ((host, pid, start), no) in &other.process_ids {
             remap[*no as usize] = self.process_no(host, *pid, *start);

@@ -129,6 +129,10 @@ pub struct Config {
     /// off by a reading of `/proc/meminfo` that could not be used: `errors` says which).
     #[serde(default)]
     pub host_reserve_bytes: Option<u64>,
+    /// `PINGUARD_CGROUP_RESERVE` in bytes, while it is in force (`null`: unset, rejected, or
+    /// turned off by a reading that could not be used: `errors` says which).
+    #[serde(default)]
+    pub cgroup_reserve_bytes: Option<u64>,
 }
 
 /// The event counters every thread keeps, declared once, in their order in a thread's counter
@@ -140,7 +144,7 @@ pub struct Config {
 #[macro_export]
 macro_rules! with_total_counters {
     ($m:ident) => {
-        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count, host_reserve_count, group_unavailable_count }
+        $m! { alloc_count, alloc_bytes, release_count, failed_count, denied_count, denied_bytes, downgraded_count, downgraded_bytes, downgraded_live_bytes, over_budget_count, unknown_release_count, host_reserve_count, group_unavailable_count, cgroup_reserve_count }
     };
 }
 
@@ -205,6 +209,11 @@ pub struct Totals {
     /// (its mapping refused): counted, their callsite left empty (no stack walk).
     #[serde(default)]
     pub stack_short_count: u64,
+    /// Pinning calls that would have taken the memory cgroup's headroom below
+    /// `PINGUARD_CGROUP_RESERVE`: refused, downgraded, or (`warn`) pinned anyway. Each is also in
+    /// `denied_count`, `downgraded_count` or `over_budget_count`.
+    #[serde(default)]
+    pub cgroup_reserve_count: u64,
 }
 
 impl Totals {
@@ -231,6 +240,7 @@ impl Totals {
         self.out_of_memory_count += o.out_of_memory_count;
         self.group_unavailable_count += o.group_unavailable_count;
         self.stack_short_count += o.stack_short_count;
+        self.cgroup_reserve_count += o.cgroup_reserve_count;
     }
 }
 
@@ -304,6 +314,24 @@ pub struct Host {
     /// The lowest `MemAvailable` read while the reserve was in force.
     pub lowest_available_bytes: u64,
     /// Readings of `/proc/meminfo` taken for the reserve.
+    pub readings: u64,
+}
+
+/// The memory cgroup the cgroup reserve keeps headroom in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cgroup {
+    /// The process's memory group, as `/proc/self/cgroup` named it when the reserve was set up.
+    pub path: String,
+    /// The floor under the headroom, in bytes.
+    pub reserve_bytes: u64,
+    /// The tightest limit on the path, as read when the reserve was set up.
+    pub limit_bytes: u64,
+    /// The headroom before the OOM killer (limit - usage + reclaimable page cache, the least
+    /// over the limited levels) at the latest reading.
+    pub headroom_bytes: u64,
+    /// The lowest headroom read while the reserve was in force.
+    pub lowest_headroom_bytes: u64,
+    /// Readings of the cgroup's files taken for the reserve.
     pub readings: u64,
 }
 
@@ -453,6 +481,8 @@ pub enum Limit {
     /// The group's budget could not be checked: its ledger's lock was held past the library's
     /// bound (a member stopped while holding it).
     GroupUnavailable,
+    /// The floor under the memory cgroup's headroom (`PINGUARD_CGROUP_RESERVE`).
+    CgroupReserve,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -475,6 +505,10 @@ pub struct Event {
     /// for the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_available_bytes: Option<u64>,
+    /// With `reason` `cgroup_reserve`: the cgroup's headroom before its OOM killer, read afresh
+    /// for the decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_headroom_bytes: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -494,6 +528,9 @@ pub struct Report {
     /// The host reserve, once one was in force (`PINGUARD_HOST_RESERVE`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<Host>,
+    /// The cgroup reserve, once one was in force (`PINGUARD_CGROUP_RESERVE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Cgroup>,
     pub modules: Vec<Module>,
     pub callsites: Vec<Callsite>,
     /// Callsites with nothing live not listed in `callsites`, summed: folded by the process once

@@ -18,8 +18,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
-/// 4 since `group_unavailable_count` joined the per-thread counters (`with_total_counters!`).
-pub const VERSION: u32 = 4;
+/// 4 since `group_unavailable_count` joined the per-thread counters (`with_total_counters!`), 5
+/// since `cgroup_reserve_count` did.
+pub const VERSION: u32 = 5;
 /// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
 pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
 /// The file name's ending, in place of the report's `.json`.
@@ -459,6 +460,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         kernel: Default::default(),
         group: None,
         host: None,
+        cgroup: None,
         modules: names.used.into_values().collect(),
         callsites,
         callsites_folded,

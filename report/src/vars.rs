@@ -45,6 +45,15 @@ pub const HOST_RESERVE: Var = Var {
     fallback: "running without a host reserve",
 };
 
+pub const CGROUP_RESERVE: Var = Var {
+    name: "PINGUARD_CGROUP_RESERVE",
+    meaning: "a floor under the headroom of the process's memory cgroup before its OOM killer (the least, over the limited levels of its path, of limit - usage + reclaimable page cache): a pinning call that would take it below gets the policy, as over the budget. Forms of `PINGUARD_BUDGET`, `N%` being of the tightest limit; pages the cgroup does not charge never move it (`pinguard doctor --probe` says which)",
+    default: None,
+    unset: "none",
+    forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the cgroup's memory limit",
+    fallback: "running without a cgroup reserve",
+};
+
 pub const POLICY: Var = Var {
     name: "PINGUARD_POLICY",
     meaning: "what an over-budget call gets: `error`, `downgrade` or `warn` (below)",
@@ -180,7 +189,7 @@ pub const METRICS: Var = Var {
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &CGROUP_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {

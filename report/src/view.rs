@@ -17,6 +17,8 @@ pub struct ReportView<'a> {
     pub totals: Totals,
     #[serde(default)]
     pub host: Option<crate::Host>,
+    #[serde(default)]
+    pub cgroup: Option<crate::Cgroup>,
     #[serde(borrow)]
     pub callsites: Vec<CallsiteView<'a>>,
     #[serde(default)]

@@ -2,8 +2,11 @@
 //!
 //! A call reserves before the real function runs and gives the reservation back if the call fails,
 //! so no interleaving of threads can make the runtime hold more than the budget. The host reserve
-//! (`host`) caps the same count, in the same compare-and-swap.
+//! (`host`) and the cgroup reserve (`cgroup`), both floors (`floor`), cap the same count, in the
+//! same compare-and-swap.
 
+pub mod cgroup;
+pub mod floor;
 pub mod group;
 pub mod host;
 
@@ -22,15 +25,21 @@ static USED: AtomicU64 = AtomicU64::new(0);
 pub fn set_limit(limit: Option<u64>) {
     let word = match limit {
         Some(l) => l,
-        None if host::on() => COUNT_ONLY,
+        None if floors_on() => COUNT_ONLY,
         None => NONE,
     };
     LIMIT.store(word, Ordering::Relaxed);
 }
 
-/// Whether any limit (the process's budget, the group's, the host reserve) is in force.
+/// Whether any limit (the process's budget, the group's, the host or cgroup reserve) is in force.
 pub fn limited() -> bool {
-    limit().is_some() || group::limited() || host::on()
+    limit().is_some() || group::limited() || floors_on()
+}
+
+/// Whether a floor (the host reserve, the cgroup reserve) is in force.
+#[inline(always)]
+fn floors_on() -> bool {
+    host::on() || cgroup::on()
 }
 
 /// Which limit refused a reservation.
@@ -47,6 +56,8 @@ pub enum Refused {
     /// The host reserve: the host's `available` bytes, as counted for the decision, would fall
     /// below it.
     Host { available: u64 },
+    /// The cgroup reserve: the cgroup's headroom, as counted for the decision, would fall below it.
+    Cgroup { headroom: u64 },
 }
 
 /// The bytes the process budget has handed out (live plus in flight), when it counts them.
@@ -145,7 +156,7 @@ fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
         // to reject), and nothing to count (the ledger has the live figures).
         return Ok(());
     }
-    if host::on() {
+    if floors_on() {
         return own_stack(|| reserve_capped(limit, bytes));
     }
     let mut cur = USED.load(Ordering::Relaxed);
@@ -158,37 +169,69 @@ fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
     }
 }
 
-/// `try_reserve_process` with the host reserve in force: the same loop, also under the cap of a
+/// `try_reserve_process` with a floor in force: the same loop, also under the cap of each floor's
 /// cached reading, and before a refusal under the cap of a reading taken afresh. Apart, so that
-/// the paths without a reserve stay as short as they were.
+/// the paths without a floor stay as short as they were.
 #[inline(never)]
 fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
     let mut cur = USED.load(Ordering::Relaxed);
-    let mut fresh = false;
-    loop {
+    let mut fresh = [false; 2];
+    'cas: loop {
         let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
-            // Past the budget, or (reserve alone) past what any host has.
-            return Err(if limit == COUNT_ONLY { Refused::Host { available: host::available_now(cur) } } else { Refused::Budget });
+            // Past the budget, or (floors alone) past what any host has.
+            return Err(if limit == COUNT_ONLY { floor_refusal(usize::from(!host::on()), cur) } else { Refused::Budget });
         };
-        if host::on() && !group::seated() {
-            let (cap, read_now) = host::cap(cur);
-            fresh |= read_now;
-            if next > cap {
-                if !fresh {
-                    fresh = true;
-                    host::refresh(cur);
+        // A group member's host reserve is the group's shared reading, checked under its lock.
+        let floors = [(host::floor(), host::on() && !group::seated()), (cgroup::floor(), cgroup::on())];
+        for (i, (f, active)) in floors.into_iter().enumerate() {
+            if !active {
+                continue;
+            }
+            match against(f, cur, next, &mut fresh[i]) {
+                Step::Fits => {}
+                Step::ReadAgain => {
                     cur = USED.load(Ordering::Relaxed);
-                    continue;
+                    continue 'cas;
                 }
-                if host::on() {
-                    return Err(Refused::Host { available: host::available_now(cur) });
-                }
+                Step::Below => return Err(floor_refusal(i, cur)),
             }
         }
         match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => return Ok(()),
             Err(seen) => cur = seen,
         }
+    }
+}
+
+enum Step {
+    Fits,
+    /// Past a cached reading's cap: read afresh and decide again.
+    ReadAgain,
+    Below,
+}
+
+/// Whether `next` reserved bytes keep above floor `f`, with `cur` reserved now.
+#[inline]
+fn against(f: &floor::Floor, cur: u64, next: u64, fresh: &mut bool) -> Step {
+    let (cap, read_now) = f.cap(cur);
+    *fresh |= read_now;
+    if next <= cap {
+        return Step::Fits;
+    }
+    if !*fresh {
+        *fresh = true;
+        f.refresh(cur);
+        return Step::ReadAgain;
+    }
+    // A reading that could not be used turned the floor off: nothing refuses.
+    if f.on() { Step::Below } else { Step::Fits }
+}
+
+/// The refusal of floor `i` (0 the host's, 1 the cgroup's), with `cur` reserved now.
+fn floor_refusal(i: usize, cur: u64) -> Refused {
+    match i {
+        0 => Refused::Host { available: host::available_now(cur) },
+        _ => Refused::Cgroup { headroom: cgroup::available_now(cur) },
     }
 }
 
@@ -222,8 +265,12 @@ fn release_process(bytes: u64) {
     if LIMIT.load(Ordering::Relaxed) == NONE {
         return;
     }
+    // First: a cap never sees the room before it sees the release.
     if host::on() {
-        host::released(bytes); // first: the cap never sees the room before it sees the release
+        host::floor().released(bytes);
+    }
+    if cgroup::on() {
+        cgroup::floor().released(bytes);
     }
     // Every release matches a reservation of the same size (`Reservation`, a live record), so this
     // never goes below zero; were it to, clamping keeps "everything is over budget" impossible.
@@ -244,5 +291,6 @@ pub fn adjust(removed: u64, added: u64) {
 /// In a fork child: nothing pinned yet.
 pub fn reset() {
     USED.store(0, Ordering::Relaxed);
-    host::after_fork_child();
+    host::floor().after_fork_child();
+    cgroup::floor().after_fork_child();
 }

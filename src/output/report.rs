@@ -69,12 +69,13 @@ fn config(cfg: &Config) -> schema::Config {
         depth: cfg.depth,
         py_depth: cfg.py_depth,
         hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
-        errors: cfg.errors.iter().cloned().chain(budget::host::problem().map(str::to_string)).collect(),
+        errors: cfg.errors.iter().cloned().chain(budget::host::problem().map(str::to_string)).chain(budget::cgroup::problem().map(str::to_string)).collect(),
         report_template: files::template().0,
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
         downgrade_match: cfg.downgrade_match.as_ref().map(|_| patterns(cfg)),
         host_reserve_bytes: budget::host::reserve(),
+        cgroup_reserve_bytes: budget::cgroup::reserve(),
     }
 }
 
@@ -108,6 +109,7 @@ pub struct Figures {
     pub kernel: schema::Kernel,
     pub group: Option<schema::Group>,
     pub host: Option<schema::Host>,
+    pub cgroup: Option<schema::Cgroup>,
     pub modules: Vec<schema::Module>,
     /// Every callsite, active or not.
     pub callsites: Vec<schema::Callsite>,
@@ -165,6 +167,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         kernel: f.kernel,
         group: f.group,
         host: f.host,
+        cgroup: f.cgroup,
         modules: f.modules,
         callsites,
         callsites_folded,
@@ -267,6 +270,7 @@ fn gather(cfg: &Config) -> Figures {
             downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
             reason: Some(e.over.limit()),
             host_available_bytes: e.over.host_available(),
+            cgroup_headroom_bytes: e.over.cgroup_headroom(),
         })
         .collect();
     let (timeline, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
@@ -309,6 +313,7 @@ fn gather(cfg: &Config) -> Figures {
             lock_timeouts: g.lock_timeouts,
         }),
         host: host(),
+        cgroup: cgroup(),
         modules: {
             let mut m = sym.modules();
             for c in closed_modules {
@@ -419,6 +424,18 @@ fn host() -> Option<schema::Host> {
     })
 }
 
+/// The cgroup reserve's figures, once one was in force.
+fn cgroup() -> Option<schema::Cgroup> {
+    budget::cgroup::snapshot().map(|c| schema::Cgroup {
+        path: crate::runtime::cgroup::path().unwrap_or_default().to_string(),
+        reserve_bytes: c.reserve,
+        limit_bytes: c.total,
+        headroom_bytes: c.available,
+        lowest_headroom_bytes: c.lowest,
+        readings: c.readings,
+    })
+}
+
 /// Where the last report written to the template went (the fallback directory, if it came to that).
 static LAST: crate::runtime::lock::Mutex<Option<PathBuf>> = crate::runtime::lock::Mutex::new(None);
 
@@ -509,8 +526,8 @@ pub fn write_exit(cfg: &Config) {
         Err(e) => format!("report not written: {e}"),
     };
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
-    let host = budget::host::snapshot().map(|h| (h.reserve, h.lowest));
-    let line = exit_line(std::process::id(), &t, &budget, warn, host, &whereto);
+    let floors = Floors { host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)), cgroup: budget::cgroup::snapshot().map(|c| (c.reserve, c.lowest)) };
+    let line = exit_line(std::process::id(), &t, &budget, warn, floors, &whereto);
     log::write_stderr(&with_group_unavailable(line, t.group_unavailable_count, group.as_deref()));
 }
 
@@ -518,9 +535,16 @@ pub fn write_exit(cfg: &Config) {
 /// always counted (0 included, so that a run that stayed within the budget says so), elsewhere
 /// only if some were (a count a reader would not look for). With a host reserve (`host`: the
 /// reserve and the lowest available memory read), the calls it stopped, 0 included.
-fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, host: Option<(u64, u64)>, whereto: &str) -> String {
+/// The floors in force for the exit line: each one's reserve and the lowest figure read.
+#[derive(Default)]
+struct Floors {
+    host: Option<(u64, u64)>,
+    cgroup: Option<(u64, u64)>,
+}
+
+fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, floors: Floors, whereto: &str) -> String {
     let over = if warn || t.over_budget_count > 0 { format!(", {} over budget", t.over_budget_count) } else { String::new() };
-    let host = match host {
+    let mut host = match floors.host {
         Some((reserve, lowest)) => format!(
             "; {} stopped by the host reserve of {} (lowest available {})",
             t.host_reserve_count,
@@ -529,6 +553,10 @@ fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, host: Optio
         ),
         None => String::new(),
     };
+    if let Some((reserve, lowest)) = floors.cgroup {
+        let n = t.cgroup_reserve_count;
+        host.push_str(&format!("; {n} stopped by the cgroup reserve of {} (lowest headroom {})", format_bytes(reserve), format_bytes(lowest)));
+    }
     format!(
         "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}); {} denied, {} downgraded{over}{host}; {whereto}\n",
         format_bytes(t.live_bytes),
@@ -598,6 +626,7 @@ mod tests {
             kernel: schema::Kernel::default(),
             group: None,
             host: None,
+            cgroup: None,
             modules: Vec::new(),
             callsites: Vec::new(),
             folded: schema::Folded::default(),
@@ -649,28 +678,28 @@ mod tests {
     #[test]
     fn the_exit_line_counts_in_words() {
         let mut t = schema::Totals { live_bytes: 4096, live_count: 1, peak_live_bytes: 8192, ..Default::default() };
-        let line = exit_line(7, &t, "budget 16.0 KiB", false, None, "report: r.json");
+        let line = exit_line(7, &t, "budget 16.0 KiB", false, Floors::default(), "report: r.json");
         assert_eq!(line, "pinguard[7]: 4.00 KiB pinned in 1 allocation at exit (peak 8.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: r.json\n");
         t.live_count = 2;
         t.over_budget_count = 3;
-        let line = exit_line(7, &t, "budget 16.0 KiB", true, None, "report: r.json");
+        let line = exit_line(7, &t, "budget 16.0 KiB", true, Floors::default(), "report: r.json");
         assert!(line.contains(" in 2 allocations at exit") && line.ends_with("; 0 denied, 0 downgraded, 3 over budget; report: r.json\n"), "{line}");
         t.over_budget_count = 0;
-        assert!(exit_line(7, &t, "no budget", true, None, "x").contains("0 downgraded, 0 over budget; x"));
+        assert!(exit_line(7, &t, "no budget", true, Floors::default(), "x").contains("0 downgraded, 0 over budget; x"));
         t.host_reserve_count = 2;
-        let line = exit_line(7, &t, "no budget", false, Some((1 << 30, 1288490188)), "x");
+        let line = exit_line(7, &t, "no budget", false, Floors { host: Some((1 << 30, 1288490188)), cgroup: None }, "x");
         assert!(line.ends_with("; 0 denied, 0 downgraded; 2 stopped by the host reserve of 1.00 GiB (lowest available 1.20 GiB); x\n"), "{line}");
         t.host_reserve_count = 0;
-        assert!(exit_line(7, &t, "no budget", false, Some((1 << 30, 1 << 31)), "x").contains("; 0 stopped by the host reserve of 1.00 GiB"));
+        assert!(exit_line(7, &t, "no budget", false, Floors { host: Some((1 << 30, 1 << 31)), cgroup: None }, "x").contains("; 0 stopped by the host reserve of 1.00 GiB"));
         assert_eq!(count(0, "process", "processes"), "0 processes");
         t.denied_count = 3;
-        let line = exit_line(7, &t, "no budget", false, None, "x");
+        let line = exit_line(7, &t, "no budget", false, Floors::default(), "x");
         assert_eq!(with_group_unavailable(line.clone(), 0, Some("g")), line);
         assert_eq!(
             with_group_unavailable(line, 3, Some("g")),
             "pinguard[7]: 4.00 KiB pinned in 2 allocations at exit (peak 8.00 KiB, no budget); 3 denied, 0 downgraded; 3 of them group_unavailable (group g's ledger locked past 50 ms); x\n"
         );
-        let line = with_group_unavailable(exit_line(7, &t, "no budget", true, None, "x"), 2, None);
+        let line = with_group_unavailable(exit_line(7, &t, "no budget", true, Floors::default(), "x"), 2, None);
         assert!(line.contains("0 downgraded, 0 over budget; 2 of them group_unavailable (the group's ledger"), "{line}");
     }
 

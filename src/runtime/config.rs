@@ -29,6 +29,8 @@ pub struct Config {
     pub budget: Option<u64>,
     /// `PINGUARD_HOST_RESERVE`: the floor under the host's available memory, in bytes.
     pub host_reserve: Option<u64>,
+    /// `PINGUARD_CGROUP_RESERVE`: the floor under the cgroup's headroom, in bytes.
+    pub cgroup_reserve: Option<u64>,
     pub policy: Policy,
     /// `PINGUARD_DOWNGRADE_MATCH`: the callsites `downgrade` may serve with pageable memory
     /// (`None`: every one; an empty list after a bad value: none).
@@ -77,6 +79,11 @@ pub trait System {
     /// The host's `MemTotal`, which a `N%` host reserve is a percentage of: the reserve protects
     /// the host, whatever this process's cgroup allows.
     fn mem_total(&self) -> Option<u64>;
+    /// The tightest cgroup memory limit on the process's path, which a `N%` cgroup reserve is a
+    /// percentage of.
+    fn cgroup_limit(&self) -> Option<u64> {
+        None
+    }
 }
 
 impl Config {
@@ -87,6 +94,7 @@ impl Config {
         let mut c = Config {
             budget: None,
             host_reserve: None,
+            cgroup_reserve: None,
             policy: Policy::Error,
             downgrade_match: None,
             report: None,
@@ -159,6 +167,10 @@ impl Config {
             c.host_reserve = size(&mut c, &vars::HOST_RESERVE, v, sys.mem_total(), "no MemTotal in /proc/meminfo to take a percentage of");
             // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
             c.host_reserve = c.host_reserve.map(|r| r.min(u64::MAX - 1));
+        }
+        if let Some(v) = get(&vars::CGROUP_RESERVE) {
+            c.cgroup_reserve = size(&mut c, &vars::CGROUP_RESERVE, v, sys.cgroup_limit(), "no cgroup memory limit to take a percentage of");
+            c.cgroup_reserve = c.cgroup_reserve.map(|r| r.min(u64::MAX - 1));
         }
         let policy = |c: &mut Config, v: &str| {
             c.policy = match v.trim().to_ascii_lowercase().as_str() {
@@ -384,6 +396,9 @@ mod tests {
         /// Four times the memory limit: a host larger than the cgroup it runs.
         fn mem_total(&self) -> Option<u64> {
             self.0.map(|l| 4 * l)
+        }
+        fn cgroup_limit(&self) -> Option<u64> {
+            self.0
         }
     }
 

@@ -14,7 +14,7 @@ use std::os::raw::c_int;
 /// is handed over cut to the buffer's size, the rest skipped: what pinguard reads sits at the start
 /// of its lines (a mapping's path, which may be long, comes last). The buffer is small because a
 /// signal handler's stack may be. False when the file could not be read to its end.
-fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
+pub fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
     let Ok(fd) = sys::open_read(path) else { return false };
     let mut buf = [0u8; 1024];
     let mut have = 0;
@@ -341,6 +341,10 @@ impl System for Host {
     fn mem_total(&self) -> Option<u64> {
         mem_total()
     }
+
+    fn cgroup_limit(&self) -> Option<u64> {
+        cgroup_memory_limit()
+    }
 }
 
 /// `MemTotal` alone: a percentage budget needs nothing else, so a file whose `MemAvailable` is
@@ -378,7 +382,7 @@ pub enum BadMeminfo {
 
 impl BadMeminfo {
     /// What is wrong, for people: completes "/proc/meminfo ...".
-    pub fn why(self) -> &'static str {
+    pub const fn why(self) -> &'static str {
         match self {
             BadMeminfo::Unreadable => "cannot be read",
             BadMeminfo::NoAvailable => "has no MemAvailable line in kB",

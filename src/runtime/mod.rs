@@ -3,6 +3,7 @@
 //! loaded objects and the real functions behind the hooks, pinguard's own heap and the pageable
 //! memory a downgrade serves. Nothing here imports from another stage.
 
+pub mod cgroup;
 pub mod clock;
 pub mod config;
 pub mod dl;

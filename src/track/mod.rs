@@ -114,6 +114,7 @@ pub(crate) fn over(why: budget::Refused) -> Over {
         budget::Refused::Group => Over::group_budget(),
         budget::Refused::GroupUnavailable => Over::group_unavailable(),
         budget::Refused::Host { available } => Over::host_reserve(available),
+        budget::Refused::Cgroup { headroom } => Over::cgroup_reserve(headroom),
     }
 }
 
@@ -398,6 +399,11 @@ impl Hook {
                     "would leave the host {} available, below the reserve of {}",
                     format_bytes(w.over.host_available().unwrap_or(0).saturating_sub(w.bytes)),
                     limit(budget::host::reserve())
+                ),
+                (Limit::CgroupReserve, _) => format!(
+                    "would leave the cgroup {} of headroom, below the reserve of {}",
+                    format_bytes(w.over.cgroup_headroom().unwrap_or(0).saturating_sub(w.bytes)),
+                    limit(budget::cgroup::reserve())
                 ),
                 (Limit::GroupBudget, Some(g)) => format!("goes over group {}'s budget of {}", g.name, limit(g.budget)),
                 (Limit::GroupUnavailable, g) => format!(

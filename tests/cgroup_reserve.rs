@@ -1,0 +1,221 @@
+//! The cgroup reserve (`PINGUARD_CGROUP_RESERVE`): pins never take the process's memory cgroup
+//! below a headroom before its OOM killer. Real cgroup v1 memory groups (root creates them here):
+//! each program is moved into a group of its own before it starts, the emulated runtimes lock
+//! their pages with `mlock` (charged to the group), and the kernel's own figures
+//! (`memory.max_usage_in_bytes`) are the independent count the tests compare with. Without root or
+//! a v1 memory hierarchy every test says NOT RUN (and fails where PGTEST_REQUIRE_ALL is set).
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const V1: &str = "/sys/fs/cgroup/memory";
+
+/// A v1 memory group for one test, removed when dropped (its processes have ended by then).
+struct Group(PathBuf);
+
+impl Group {
+    fn new(parent: &Path, tag: &str, limit: Option<u64>) -> Group {
+        let dir = parent.join(tag);
+        let _ = std::fs::remove_dir(&dir);
+        std::fs::create_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        if let Some(l) = limit {
+            std::fs::write(dir.join("memory.limit_in_bytes"), l.to_string()).unwrap();
+        }
+        Group(dir)
+    }
+
+    fn top(tag: &str, limit: Option<u64>) -> Option<Group> {
+        if !v1_ok() {
+            return None;
+        }
+        Some(Group::new(Path::new(V1), &format!("pinguard-cres-{}-{tag}", std::process::id()), limit))
+    }
+
+    fn figure(&self, file: &str) -> u64 {
+        std::fs::read_to_string(self.0.join(file)).unwrap().trim().parse().unwrap()
+    }
+
+    /// `prog` with the library preloaded, moved into this group before it starts (by the shell
+    /// that then becomes it); reports into `dir`.
+    fn command(&self, dir: &Path, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let f = fixtures();
+        let mut cmd = Command::new("sh");
+        let script = format!("echo $$ > {}/cgroup.procs && exec env LD_PRELOAD=\"$0\" \"$@\"", self.0.display());
+        cmd.args(["-c", &script]).arg(&f.lib).arg(f.dir.join(prog)).args(args);
+        cmd.current_dir(dir);
+        clear_pinguard_env(&mut cmd);
+        cmd.env_remove("LD_PRELOAD").env("PINGUARD_REPORT", dir.join("report.%p.json"));
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn run(&self, tag: &str, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let dir = fresh_dir(tag);
+        let out = run_bounded(&mut self.command(&dir, prog, args, env), std::time::Duration::from_secs(60));
+        Run::from_output(out, dir)
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+fn v1_ok() -> bool {
+    static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *OK.get_or_init(|| {
+        let probe = Path::new(V1).join(format!("pinguard-cres-probe-{}", std::process::id()));
+        let made = std::fs::create_dir(&probe).is_ok();
+        let _ = std::fs::remove_dir(&probe);
+        made && !aarch64()
+    });
+    if !ok {
+        eprintln!("NOT RUN: needs root and a cgroup v1 memory hierarchy at {V1} (and x86-64: qemu-user would charge its own memory)");
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none() || aarch64(), "the cgroup reserve's tests must run here");
+    }
+    ok
+}
+
+fn rcs(r: &Run) -> Vec<i64> {
+    r.stdout.lines().filter(|l| l.contains(" rc=")).map(|l| field(l, "rc")).collect()
+}
+
+fn events(rep: &Value) -> &Vec<Value> {
+    rep["events"].as_array().unwrap()
+}
+
+/// Eight threads race 64 KiB pins towards the floor: the group's own highest usage stays above
+/// the reserve's headroom (within what the process allocates besides its pins between readings),
+/// every thread ends refused with the runtime's code, and the report says why.
+#[test]
+fn threads_racing_to_the_floor_stop_at_it() {
+    let Some(g) = Group::top("race", Some(96 * MIB)) else { return };
+    let (size, reserve) = (64 * KIB, 48 * MIB);
+    let env = [("PINGUARD_CGROUP_RESERVE", "48Mi"), ("PINGUARD_DEPTH", "4")];
+    let r = g.run("cres-race", "host_fill", &["8", &size.to_string(), "4000", "0"], &env);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let s = r.stats();
+    let max = g.figure("memory.max_usage_in_bytes");
+    let limit = 96 * MIB;
+    // Thread stacks and pinguard's own pages land between readings: a little slack over the floor.
+    assert!(max <= limit - reserve + MIB, "the group reached {max} bytes, past the floor at {}", limit - reserve);
+    let pinned = s["pinned"].as_u64().unwrap() * size;
+    assert!(pinned + 8 * MIB > limit - reserve, "the threads stopped far above the floor ({pinned} bytes pinned): the test proves nothing");
+    assert_eq!(s["refused"], 8, "each thread ends with one refusal: {s}");
+    assert_eq!(s["rc"], 2, "the runtime's own out-of-memory code");
+    let rep = r.report();
+    assert_eq!(rep["totals"]["cgroup_reserve_count"], 8);
+    assert_eq!(rep["totals"]["denied_count"], 8);
+    assert!(events(&rep).iter().all(|e| e["reason"] == "cgroup_reserve" && e["cgroup_headroom_bytes"].as_u64().is_some()), "{}", rep["events"]);
+    let c = &rep["cgroup"];
+    assert_eq!((c["reserve_bytes"].as_u64(), c["limit_bytes"].as_u64()), (Some(reserve), Some(limit)), "{c}");
+    assert!(c["path"].as_str().unwrap().ends_with("pinguard-cres-") || c["path"].as_str().unwrap().contains("-race"), "{c}");
+    assert!(c["lowest_headroom_bytes"].as_u64().unwrap() < reserve + MIB, "{c}");
+    assert_eq!(rep["config"]["cgroup_reserve_bytes"], reserve);
+}
+
+/// Each policy answers a call over the cgroup reserve as over a budget: error with each family's
+/// own code, downgrade with pageable memory the group's reserve does not count, warn with one
+/// line naming the cgroup.
+#[test]
+fn each_policy_answers_a_call_over_the_reserve() {
+    let Some(g) = Group::top("policy", Some(64 * MIB)) else { return };
+    // A reserve that leaves about 12 MiB above the process's own pages: the first 8 MiB fit.
+    let base = {
+        let r = g.run("cres-base", "scenario", &["sleep_ms:1"], &[]);
+        assert!(r.success());
+        g.figure("memory.max_usage_in_bytes")
+    };
+    let reserve = (64 * MIB - base - 12 * MIB).to_string();
+    let big = (8 * MIB).to_string();
+    let ops = [format!("cuda_alloc:{big}"), format!("cuda_alloc:{big}"), format!("acl_malloc:{big}"), format!("mlock:0:{}", 8 * MIB / 4096)];
+    let ops: Vec<&str> = ops.iter().map(String::as_str).collect();
+    let r = g.run("cres-error", "scenario", &ops, &[("PINGUARD_CGROUP_RESERVE", &reserve)]);
+    assert_eq!(rcs(&r), vec![0, 2, 207001, -1], "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["cgroup_reserve_count"], 3);
+    assert!(r.stderr.contains("3 stopped by the cgroup reserve of"), "the exit line: {}", r.stderr);
+    // The command shows it and gates on it.
+    let dir = r.report_dir.as_os_str();
+    let o = pinguard_cli(&["report".as_ref(), dir]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("3 calls stopped by the cgroup reserve of"), "{out}");
+    let o = pinguard_cli(&["check".as_ref(), "--max-cgroup-reserve".as_ref(), "2".as_ref(), dir]);
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("3 calls stopped by the cgroup reserve exceed --max-cgroup-reserve 2"));
+    assert_eq!(pinguard_cli(&["check".as_ref(), "--max-cgroup-reserve".as_ref(), "3".as_ref(), dir]).status.code(), Some(0));
+
+    let r = g.run("cres-down", "scenario", &[&ops[0], &ops[1], "cuda_free:1"], &[("PINGUARD_CGROUP_RESERVE", &reserve), ("PINGUARD_POLICY", "downgrade")]);
+    assert_eq!(rcs(&r), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    assert_eq!((rep["totals"]["downgraded_count"].as_u64(), rep["totals"]["cgroup_reserve_count"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(events(&rep)[0]["reason"], "cgroup_reserve");
+
+    let r = g.run("cres-warn", "scenario", &[&ops[0], &ops[1]], &[("PINGUARD_CGROUP_RESERVE", &reserve), ("PINGUARD_POLICY", "warn")]);
+    assert_eq!(rcs(&r), vec![0, 0], "{}\n{}", r.stdout, r.stderr);
+    let warned: Vec<&str> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warned.len(), 1, "{}", r.stderr);
+    assert!(warned[0].contains("cudaHostAlloc of 8.00 MiB would leave the cgroup") && warned[0].contains("of headroom, below the reserve of"), "{}", warned[0]);
+}
+
+/// The limit is a parent's: the child group has none of its own, and the reserve keeps the
+/// parent's headroom. A percentage is of that tightest limit.
+#[test]
+fn a_parents_limit_is_kept_and_a_percentage_is_of_it() {
+    let Some(parent) = Group::top("nested", Some(64 * MIB)) else { return };
+    let child = Group::new(&parent.0, "worker", None);
+    let r = child.run("cres-nested", "scenario", &["cuda_alloc:16777216", "cuda_alloc:16777216", "cuda_alloc:16777216"], &[("PINGUARD_CGROUP_RESERVE", "50%")]);
+    assert!(r.success(), "{}", r.stderr);
+    assert_eq!(rcs(&r), vec![0, 2, 2], "32 MiB of headroom kept in a 64 MiB parent: {}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["config"]["cgroup_reserve_bytes"], 32 * MIB);
+    assert_eq!(rep["cgroup"]["limit_bytes"], 64 * MIB);
+    assert!(parent.figure("memory.max_usage_in_bytes") <= 32 * MIB + MIB);
+    drop(child);
+}
+
+/// No limit on the path: the reserve cannot be kept, says so once, is in `config.errors`, and
+/// never refuses.
+#[test]
+fn a_path_without_a_limit_turns_the_reserve_off_with_one_line() {
+    let Some(g) = Group::top("nolimit", None) else { return };
+    let r = g.run("cres-nolimit", "scenario", &["cuda_alloc:4194304"], &[("PINGUARD_CGROUP_RESERVE", "1Gi")]);
+    assert_eq!(rcs(&r), vec![0], "{}\n{}", r.stdout, r.stderr);
+    let lines: Vec<&str> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_CGROUP_RESERVE")).collect();
+    assert_eq!(lines.len(), 1, "{}", r.stderr);
+    assert!(lines[0].contains("hold no memory limit on the process's path; running without a cgroup reserve"), "{}", lines[0]);
+    let rep = r.report();
+    assert_eq!(rep["config"]["cgroup_reserve_bytes"], Value::Null);
+    assert_eq!(rep["config"]["errors"].as_array().unwrap().len(), 1);
+    // A percentage without a limit: the same fallback, named by the parser.
+    let r = g.run("cres-nolimit-pct", "scenario", &["cuda_alloc:4096"], &[("PINGUARD_CGROUP_RESERVE", "10%")]);
+    assert_eq!(rcs(&r), vec![0]);
+    assert!(r.report()["config"]["errors"][0].as_str().unwrap().contains("no cgroup memory limit to take a percentage of"), "{}", r.stderr);
+}
+
+/// A process moved to a tighter group while it runs: the next reading follows it there.
+#[test]
+fn a_process_moved_to_another_group_is_held_to_its_new_limit() {
+    let Some(wide) = Group::top("wide", Some(256 * MIB)) else { return };
+    let Some(tight) = Group::top("tight", Some(48 * MIB)) else { return };
+    let dir = fresh_dir("cres-moved");
+    let ops = ["cuda_alloc:8388608", "sleep_ms:1500", "cuda_alloc:8388608", "cuda_alloc:8388608"];
+    let mut cmd = wide.command(&dir, "scenario", &ops, &[("PINGUARD_CGROUP_RESERVE", "32Mi")]);
+    let child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    std::fs::write(tight.0.join("cgroup.procs"), child.id().to_string()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = Run::from_output(out, dir);
+    // In the tight group only what it pins there counts (v1 leaves pages charged where they
+    // were): 16 MiB of headroom above the reserve takes one more 8 MiB, not two.
+    assert_eq!(rcs(&r), vec![0, 0, 0, 2], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.report()["totals"]["cgroup_reserve_count"], 1);
+}
