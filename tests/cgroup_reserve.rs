@@ -219,3 +219,53 @@ fn a_process_moved_to_another_group_is_held_to_its_new_limit() {
     assert_eq!(rcs(&r), vec![0, 0, 0, 2], "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.report()["totals"]["cgroup_reserve_count"], 1);
 }
+
+/// cgroup v2, from stand-in files bind-mounted over this process's own `/proc/<pid>/cgroup` and
+/// `mountinfo` in a mount namespace: the pod's level (256 MiB limit, 200 MiB used, 8 MiB of
+/// inactive file pages) leaves 64 MiB of headroom, the container's level has no limit. The
+/// stand-in does not move as the process pins (pages this cgroup does not charge), so a reserve
+/// above the headroom refuses at once and one below it lets a pin through.
+#[test]
+fn stand_in_v2_files_give_the_pods_headroom() {
+    if !v1_ok() {
+        return;
+    }
+    let dir = fresh_dir("cres-v2");
+    let cg = dir.join("cg");
+    std::fs::create_dir_all(cg.join("pod/ctr")).unwrap();
+    for (f, text) in [
+        ("pod/memory.max", "268435456\n"),
+        ("pod/memory.current", "209715200\n"),
+        ("pod/memory.stat", "anon 1\nfile 9000000\ninactive_file 8388608\n"),
+        ("pod/ctr/memory.max", "max\n"),
+        ("pod/ctr/memory.current", "104857600\n"),
+        ("pod/ctr/memory.stat", "inactive_file 0\n"),
+    ] {
+        std::fs::write(cg.join(f), text).unwrap();
+    }
+    std::fs::write(dir.join("cgroup"), "0::/pod/ctr\n").unwrap();
+    std::fs::write(dir.join("mountinfo"), format!("60 40 0:26 / {} rw - cgroup2 cgroup2 rw\n", cg.display())).unwrap();
+    let f = fixtures();
+    let run = |reserve: &str| {
+        let script = format!(
+            "mount --bind {0}/cgroup /proc/$$/cgroup && mount --bind {0}/mountinfo /proc/$$/mountinfo && exec env LD_PRELOAD=\"$0\" \"$@\"",
+            dir.display()
+        );
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "sh", "-c", &script]).arg(&f.lib).arg(f.dir.join("scenario")).arg("cuda_alloc:8388608");
+        clear_pinguard_env(&mut cmd);
+        cmd.env_remove("LD_PRELOAD").env("PINGUARD_REPORT", dir.join("report.%p.json")).env("PINGUARD_CGROUP_RESERVE", reserve);
+        Run::from_output(run_bounded(&mut cmd, std::time::Duration::from_secs(30)), dir.clone())
+    };
+    let r = run("80Mi");
+    assert_eq!(rcs(&r), vec![2], "64 MiB of headroom is below an 80 MiB reserve: {}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    assert_eq!(rep["cgroup"]["limit_bytes"], 256 * MIB);
+    assert_eq!(rep["cgroup"]["headroom_bytes"], 64 * MIB);
+    assert_eq!(rep["cgroup"]["path"], "/pod/ctr");
+    for p in reports_in(&dir) {
+        std::fs::remove_file(p).unwrap();
+    }
+    let r = run("32Mi");
+    assert_eq!(rcs(&r), vec![0], "{}\n{}", r.stdout, r.stderr);
+}
