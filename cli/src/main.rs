@@ -5,6 +5,7 @@
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+mod cdi;
 mod check;
 mod diff;
 mod doctor;
@@ -38,6 +39,8 @@ const EXIT_RUN: &str = "Exit status: the command's own; 128+N when signal N ende
 127 when it does not exist; 2 when pinguard cannot run it (a bad option, no library, nowhere to write reports).";
 const EXIT_DOCTOR: &str = "Exit status: 0 contained (a memory limit, and every pinning path probed is counted by it); \
 1 a path pins outside the limit, or there is no limit; 2 could not tell (no cgroup, or no --probe).";
+const EXIT_CDI: &str = "Exit status: 0 the spec was written; 2 bad usage, no library at the path given (or beside this \
+binary), or the spec could not be written.";
 const EXIT_TOP: &str = "Exit status: 0 success; 2 bad usage, or no such group or directory.";
 
 #[derive(Parser)]
@@ -245,6 +248,30 @@ enum Cmd {
         #[arg(long, default_value = "1s", value_parser = duration)]
         interval: String,
     },
+    /// Print or write a CDI spec (Container Device Interface) that preloads the installed library
+    /// into every container run with `--device pinguard.dev/preload=default`.
+    ///
+    /// The spec mounts the library read-only into the container and sets LD_PRELOAD to it; install
+    /// it as /etc/cdi/pinguard.json. Host paths are this host's: run it on the node.
+    #[command(after_help = EXIT_CDI)]
+    Cdi {
+        /// Where to write the spec (replaced atomically); `-` for standard output, the default.
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
+        /// The library on the host (default: libpinguard.so beside this binary, or in ../lib/).
+        #[arg(long, value_name = "PATH")]
+        lib: Option<PathBuf>,
+        /// Where the library appears inside the containers (LD_PRELOAD's value).
+        #[arg(long, value_name = "PATH", default_value = cdi::CONTAINER_PATH)]
+        container_path: String,
+        /// node_exporter's textfile folder on the host: mounted read-write at the same path, with
+        /// PINGUARD_METRICS=HOSTDIR/pinguard.%h.%p.prom.
+        #[arg(long, value_name = "HOSTDIR")]
+        metrics_dir: Option<PathBuf>,
+        /// A setting for every container, KEY=VALUE; repeat for more (PINGUARD_GROUP=inference).
+        #[arg(long = "env", value_name = "KEY=VALUE", value_parser = cdi::env_pair)]
+        env: Vec<(String, String)>,
+    },
     /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
     #[command(after_help = EXIT_READ)]
     Plot {
@@ -365,6 +392,17 @@ fn main() -> ExitCode {
                 }
             };
             ExitCode::from(top::run(source, once, every) as u8)
+        }
+        Cmd::Cdi { output, lib, container_path, metrics_dir, env } => {
+            let written = cdi::spec(&cdi::Options { lib, container_path, metrics_dir, env })
+                .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));
+            match written {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pinguard cdi: {e}");
+                    ExitCode::from(2)
+                }
+            }
         }
         Cmd::Plot { output, wall_clock, keep_going, inputs } => {
             let axis = if wall_clock { plot::TimeAxis::WallClock } else { plot::TimeAxis::SinceStart };

@@ -1,0 +1,160 @@
+//! `pinguard cdi`: a Container Device Interface spec for the installed library. A container that
+//! asks for the device `pinguard.dev/preload=default` (podman and Docker `--device`, containerd
+//! and CRI-O through their CDI support) gets the library mounted read-only and preloaded, without
+//! rebuilding its image; the runtimes read the spec from /etc/cdi or /var/run/cdi.
+
+use pinguard_report::{group, units, vars};
+use serde_json::{json, Value};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The device's kind (vendor/class); its one device is `default`.
+pub const KIND: &str = "pinguard.dev/preload";
+/// The newest spec version the CDI library of Debian 12's podman 4.3 reads (it lists 0.1.0 to
+/// 0.5.0), and one every later library reads; mounts with a `type`, used here, need 0.4.0.
+pub const CDI_VERSION: &str = "0.5.0";
+/// Where the library appears in the containers unless `--container-path` says otherwise.
+pub const CONTAINER_PATH: &str = "/opt/pinguard/libpinguard.so";
+/// The metrics file in the textfile folder: host (the container's host name) and pid, as the
+/// library expands them.
+pub const METRICS_FILE: &str = "pinguard.%h.%p.prom";
+
+pub struct Options {
+    pub lib: Option<PathBuf>,
+    pub container_path: String,
+    pub metrics_dir: Option<PathBuf>,
+    pub env: Vec<(String, String)>,
+}
+
+/// `--env KEY=VALUE`: a name a shell could export, and a value.
+pub fn env_pair(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or("expected KEY=VALUE, such as PINGUARD_GROUP=inference")?;
+    let name_ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !name_ok {
+        return Err(format!("{k:?} is not a variable name (letters, digits and '_', not starting with a digit)"));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// The value of a pinguard variable checked as the library will read it, where the CLI knows the
+/// forms: a spec applied to every container of a node should not carry a value each of them
+/// rejects.
+fn check_value(key: &str, value: &str) -> Result<(), String> {
+    let size = [vars::BUDGET.name, vars::GROUP_BUDGET.name, vars::HOST_RESERVE.name];
+    let bad = |forms: &str| format!("--env {key}={value}: expected {forms}");
+    if size.contains(&key) {
+        units::parse_size_spec(value).map_err(|e| format!("{}; {e}", bad(units::SIZE_FORMS)))?;
+    } else if key == vars::GROUP.name && !group::valid_name(value) {
+        return Err(bad(vars::GROUP.forms));
+    } else if key == vars::POLICY.name && !["error", "downgrade", "warn"].contains(&value) {
+        return Err(bad(vars::POLICY.forms));
+    } else if key == vars::INTERVAL.name {
+        units::parse_duration_ms(value).map_err(|_| bad(units::DURATION_FORMS))?;
+    } else if key == vars::METRICS.name || key == vars::REPORT.name {
+        units::check_template(value).map_err(|e| format!("{}: {e}", bad(vars::METRICS.forms)))?;
+    }
+    Ok(())
+}
+
+/// The extra settings: no variable twice, none the spec sets itself, no unknown `PINGUARD_`
+/// name (a typo would otherwise reach every container of the node).
+fn check_env(env: &[(String, String)], metrics: bool) -> Result<(), String> {
+    for (i, (k, v)) in env.iter().enumerate() {
+        if env[..i].iter().any(|(o, _)| o == k) {
+            return Err(format!("--env {k} is given twice"));
+        }
+        if k == "LD_PRELOAD" {
+            return Err("--env LD_PRELOAD: the spec sets it to the library (choose its path with --container-path)".into());
+        }
+        if metrics && k == vars::METRICS.name {
+            return Err(format!("--env {k} and --metrics-dir both set {k}: give one"));
+        }
+        if k.starts_with("PINGUARD_") && vars::find(k).is_none() {
+            return Err(format!("--env {k}: pinguard has no such variable (a typo?)"));
+        }
+        check_value(k, v)?;
+    }
+    Ok(())
+}
+
+/// `LD_PRELOAD` splits its list at spaces and colons, so such a path would preload pieces of it.
+fn check_container_path(p: &str) -> Result<(), String> {
+    if !p.starts_with('/') || p.ends_with('/') {
+        return Err(format!("--container-path {p:?}: expected an absolute path to a file, such as {CONTAINER_PATH}"));
+    }
+    if p.contains(|c: char| c == ':' || c.is_whitespace()) {
+        return Err(format!("--container-path {p:?}: LD_PRELOAD cannot hold a path with a colon or a space"));
+    }
+    Ok(())
+}
+
+/// An absolute path for the host side of a mount (runtimes refuse relative ones); symbolic links
+/// are kept, so a link the operator updates goes on pointing the spec at the new file.
+fn absolute(p: &Path) -> Result<String, String> {
+    let a = std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))?;
+    a.to_str().map(str::to_string).ok_or_else(|| format!("{}: not a UTF-8 path, which a CDI spec cannot hold", a.display()))
+}
+
+fn metrics_dir(d: &Path) -> Result<String, String> {
+    if !d.is_dir() {
+        return Err(format!("--metrics-dir {}: no such directory (node_exporter's textfile folder on this host)", d.display()));
+    }
+    absolute(d)
+}
+
+/// The spec, or one line saying which option is wrong.
+pub fn spec(o: &Options) -> Result<Value, String> {
+    check_container_path(&o.container_path)?;
+    check_env(&o.env, o.metrics_dir.is_some())?;
+    let lib = absolute(&crate::run::find_library(o.lib.as_deref())?)?;
+    let mut env = vec![format!("LD_PRELOAD={}", o.container_path)];
+    let mut mounts = vec![json!({
+        "hostPath": lib,
+        "containerPath": o.container_path,
+        "type": "bind",
+        "options": ["ro", "nosuid", "nodev", "bind"],
+    })];
+    if let Some(d) = &o.metrics_dir {
+        let dir = metrics_dir(d)?;
+        env.push(format!("{}={}/{METRICS_FILE}", vars::METRICS.name, dir.trim_end_matches('/')));
+        mounts.push(json!({
+            "hostPath": dir,
+            "containerPath": dir,
+            "type": "bind",
+            "options": ["rw", "nosuid", "nodev", "noexec", "bind"],
+        }));
+    }
+    env.extend(o.env.iter().map(|(k, v)| format!("{k}={v}")));
+    Ok(json!({
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": [{ "name": "default", "containerEdits": { "env": env, "mounts": mounts } }],
+    }))
+}
+
+/// Standard output for `-` or no `-o`; else a temporary file in the target's folder renamed over
+/// it, so that a runtime reading /etc/cdi while the spec is rewritten sees the old one or the new
+/// one, never half of one.
+pub fn write(text: &str, output: Option<&Path>) -> Result<(), String> {
+    let Some(path) = output.filter(|p| *p != Path::new("-")) else {
+        crate::out::print(text);
+        return Ok(());
+    };
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let name = path.file_name().ok_or_else(|| format!("{}: names a directory, not a file", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let result = std::fs::File::create(&tmp).and_then(|mut f| {
+        use std::os::unix::fs::PermissionsExt as _;
+        f.write_all(text.as_bytes())?;
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.sync_all()
+    });
+    let result = result.and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(err)
+}
