@@ -279,7 +279,7 @@ impl Hook {
             // Native frames alone: a walk this thread remembers names its callsite at once.
             let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
             // SAFETY: tags are set below, from `callsite::tag`, and nowhere else.
-            if let Some(cs) = stack::recall(self.from, depth).and_then(|t| unsafe { callsite::from_tag(t) }) {
+            if let Some(cs) = stack::recall(&self.from, depth).and_then(|t| unsafe { callsite::from_tag(t) }) {
                 return cs;
             }
         }
