@@ -449,8 +449,6 @@ impl std::ops::DerefMut for LockedGuard {
 }
 
 impl Drop for LockedGuard {
-    // Inlined: out of line, the call cost the `mlock` page pair about 20 instructions (callgrind).
-    #[inline(always)]
     fn drop(&mut self) {
         let l = self.0.as_ref().expect("initialised in locked()");
         LOCKED_ANY.store(!l.ranges.is_empty() || l.future.is_some(), Relaxed);
