@@ -979,8 +979,15 @@ fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
 pub fn reserve(bytes: u64, force: bool) -> Result<(), Refused> {
     match header() {
         None => Ok(()),
-        Some(h) => super::own_stack(|| reserve_in(h, bytes, force)),
+        Some(h) => reserve_on_own_stack(h, bytes, force),
     }
+}
+
+/// `reserve_in` on this thread's own stack. Out of line, with plain arguments: the hooks' steady
+/// path (no group) builds no closure for it, and the switch's frame stays out of theirs.
+#[inline(never)]
+fn reserve_on_own_stack(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
+    super::own_stack(|| reserve_in(h, bytes, force))
 }
 
 /// What a reservation does while the ledger cannot be reached: with a limit the group decides
@@ -1122,8 +1129,14 @@ fn log_freed(freed: u64) {
 #[inline]
 pub fn release(bytes: u64) {
     if let Some(h) = header() {
-        super::own_stack(|| release_in(h, bytes))
+        release_on_own_stack(h, bytes)
     }
+}
+
+/// `release_in` on this thread's own stack (out of line, as `reserve_on_own_stack`).
+#[inline(never)]
+fn release_on_own_stack(h: Shared, bytes: u64) {
+    super::own_stack(|| release_in(h, bytes))
 }
 
 /// Bytes pinned while the ledger was out of reach, and released before they were booked.

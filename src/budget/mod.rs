@@ -157,7 +157,7 @@ fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
         return Ok(());
     }
     if floors_on() {
-        return own_stack(|| reserve_capped(limit, bytes));
+        return reserve_capped_on_own_stack(limit, bytes);
     }
     let mut cur = USED.load(Ordering::Relaxed);
     loop {
@@ -167,6 +167,13 @@ fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
             Err(seen) => cur = seen,
         }
     }
+}
+
+/// `reserve_capped` on this thread's own stack. Out of line, with plain arguments: the steady
+/// path without a floor builds no closure for it.
+#[inline(never)]
+fn reserve_capped_on_own_stack(limit: u64, bytes: u64) -> Result<(), Refused> {
+    own_stack(|| reserve_capped(limit, bytes))
 }
 
 /// `try_reserve_process` with a floor in force: the same loop, also under the cap of each floor's

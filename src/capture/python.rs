@@ -68,9 +68,14 @@ struct Python {
 }
 
 static PYTHON: AtomicPtr<Python> = AtomicPtr::new(std::ptr::null_mut());
-/// When the last probe found no (known) Python: probes are retried at most once a second, since
-/// an embedder may load libpython later.
+/// When the last probe found no (known) Python, and the loader's count of objects added
+/// (`dlpi_adds`) then, plus one (0: no probe yet). A probe is a function of the loaded objects'
+/// symbols and static data, so it is retried only once that count has moved (an embedder may
+/// load libpython later, with `dlopen`), and that count is asked at most once a second: a
+/// process without Python pays one look at the symbol tables, not one a second (which also made
+/// callgrind's counts per pair depend on how fast the run went).
 static LAST_MISS_MS: AtomicU64 = AtomicU64::new(0);
+static MISSED_AT_ADDS: AtomicU64 = AtomicU64::new(0);
 
 #[inline(never)]
 fn python() -> Option<&'static Python> {
@@ -82,6 +87,12 @@ fn python() -> Option<&'static Python> {
     let now = crate::runtime::clock::coarse_unix_ms();
     let last = LAST_MISS_MS.load(Ordering::Relaxed);
     if last != 0 && now.saturating_sub(last) < 1000 {
+        return None;
+    }
+    // Read before the probe: an object added meanwhile moves the count past this one.
+    let adds = crate::capture::unwind::loader_counts().0.wrapping_add(1);
+    if MISSED_AT_ADDS.load(Ordering::Relaxed) == adds {
+        LAST_MISS_MS.store(now.max(1), Ordering::Relaxed);
         return None;
     }
     match probe() {
@@ -99,6 +110,7 @@ fn python() -> Option<&'static Python> {
             }
         }
         None => {
+            MISSED_AT_ADDS.store(adds, Ordering::Relaxed);
             LAST_MISS_MS.store(now.max(1), Ordering::Relaxed);
             None
         }
@@ -178,13 +190,13 @@ unsafe fn word(addr: usize) -> usize {
     unsafe { *(addr as *const usize) }
 }
 
-/// Whether this process runs a Python whose frames can be read (probing at most once a second).
+/// Whether this process runs a Python whose frames can be read (probing again only after a load, at most once a second).
 #[inline]
 pub fn known(t: &Thread) -> bool {
     found(t).is_some()
 }
 
-/// `python()`, except that without a Python found yet a thread looks again (and reads the clock)
+/// `python()`, except that without a Python found yet a thread looks again (reads the clock)
 /// only on every 256th call: a process that never loads Python pays one load and a counter.
 #[inline(always)]
 fn found(t: &Thread) -> Option<&'static Python> {

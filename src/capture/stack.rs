@@ -21,8 +21,9 @@ pub fn capture(from: crate::capture::unwind::Regs, out: &mut [usize]) -> usize {
 
 /// What the caller made of the frames of its last walk from `from` (`tag`), when that walk, of
 /// `depth` frames, still holds: a loop pinning from one place then skips the frames altogether.
+/// `from` by reference: the hook's registers are not copied for the call.
 #[inline]
-pub fn recall(from: crate::capture::unwind::Regs, depth: usize) -> Option<usize> {
+pub fn recall(from: &crate::capture::unwind::Regs, depth: usize) -> Option<usize> {
     crate::capture::unwind::recall_tag(from, depth)
 }
 

@@ -245,7 +245,8 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
 /// The tag (`tag`) of a remembered walk of `depth` frames from `from` that still holds, without
 /// copying its frames: what the caller made of them last time is what it would make now.
 #[inline(never)]
-pub fn recall_tag(from: Regs, depth: usize) -> Option<usize> {
+pub fn recall_tag(from: &Regs, depth: usize) -> Option<usize> {
+    let from = *from;
     on_own_stack(from, |local| {
         let i = local.find(from, depth)?;
         Some(local.memos[i].tag).filter(|&t| t != 0)
@@ -283,8 +284,10 @@ fn on_own_stack<T>(from: Regs, f: impl FnOnce(&mut Local) -> Option<T>) -> Optio
         if from.sp < local.stack_bottom || from.sp >= local.stack_top {
             return None;
         }
-        let here = Regs::here().sp;
-        if here >= local.stack_bottom && here < local.stack_top && from.sp < here {
+        // (`here` below the stack's bottom needs no test of its own: `from.sp`, at or above the
+        // bottom, is then above it.)
+        let here = stack_pointer();
+        if from.sp < here && here < local.stack_top {
             return None;
         }
         f(local)
@@ -533,6 +536,22 @@ fn registers() -> Regs {
     Regs { pc, sp, fp, lr }
 }
 
+/// The stack pointer at this point of the caller (inlined): `registers`' `sp` alone, where the
+/// other registers are not wanted (two instructions fewer per walk or memo look-up).
+#[inline(always)]
+fn stack_pointer() -> u64 {
+    let sp: u64;
+    // SAFETY: the asm only copies the stack pointer into an output (`nomem`, `nostack`, flags
+    // preserved): it touches no memory and leaves the Rust-visible state as it was.
+    unsafe {
+        #[cfg(target_arch = "x86_64")]
+        std::arch::asm!("mov {sp}, rsp", sp = out(reg) sp, options(nomem, nostack, preserves_flags));
+        #[cfg(target_arch = "aarch64")]
+        std::arch::asm!("mov {sp}, sp", sp = out(reg) sp, options(nomem, nostack, preserves_flags));
+    }
+    sp
+}
+
 /// This thread's stack as `[bottom, top)`, once per thread: the mapping that holds the hook's
 /// stack pointer `sp` (the walk itself runs on pinguard's own stack), from `/proc/self/maps` read with raw system calls.
 ///
@@ -552,7 +571,7 @@ fn thread_stack(sp: u64) -> Option<(u64, u64)> {
 }
 
 /// The loader's (adds, subs) counters: they move on every `dlopen`/`dlclose` that maps or unmaps.
-fn loader_counts() -> (u64, u64) {
+pub(crate) fn loader_counts() -> (u64, u64) {
     unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
         // SAFETY: `data` is the `&mut counts` passed below, live and unaliased for the whole walk.
         let out = unsafe { &mut *(data as *mut (u64, u64)) };

@@ -5,7 +5,7 @@
 //! Every call here holds the view's lock from before the real call to after its bookkeeping, so
 //! hooked calls change the kernel's state and the view in the same order.
 
-use super::{quiet, Admission, Hook, Request, WarnLater};
+use super::{quiet, rare, Admission, Hook, Request, WarnLater};
 use crate::accounting::ledger::Over;
 
 /// A locking call's admission. A failed call may still have locked part of its range: its
@@ -187,9 +187,11 @@ impl Hook {
     /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
     pub fn lock_range(self, api: Api, addr: usize, len: usize, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
         let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
+            rare();
             return self.untracked(api, 0, real());
         };
         if flags & !MLOCK_ONFAULT != 0 {
+            rare();
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
         let Some(site) = quiet(|| self.site()) else { return real() };
@@ -206,6 +208,7 @@ impl Hook {
         }
         let new = total(&gaps);
         if new == 0 {
+            rare();
             drop(locked);
             return self.untracked(api, 0, real()); // every page is locked already
         }
@@ -238,21 +241,25 @@ impl Hook {
         }
         let reservation = match decided {
             Err(err) => {
+                rare();
                 drop(locked);
                 self.set_errno(err);
                 return -1;
             }
             Ok(Lock::Pin(r)) if r.bytes() == 0 => {
+                rare();
                 r.commit(); // nothing held: nothing to give back
                 drop(locked);
                 return self.untracked(api, 0, real());
             }
             Ok(Lock::Refuse) => {
+                rare();
                 drop(locked);
                 self.set_errno(libc::ENOMEM);
                 return -1;
             }
             Ok(Lock::Downgrade(n, over)) => {
+                rare();
                 drop(locked);
                 self.work(|| quiet(|| self.downgraded(api, site, n, over)));
                 self.set_errno(self.entry_errno);
