@@ -169,18 +169,59 @@ pub const GROUP_BUDGET: Var = Var {
     fallback: "no group budget",
 };
 
+/// How often a process rewrites its metrics file when `PINGUARD_INTERVAL` is unset or longer: the
+/// file's age is how writers in other PID namespaces tell a dead writer's file (`docs/design.md`,
+/// "Metrics").
+pub const METRICS_INTERVAL_MS: u64 = 15_000;
+
 pub const METRICS: Var = Var {
     name: "PINGUARD_METRICS",
-    meaning: "write a Prometheus text-format file to this path template (as `PINGUARD_REPORT`) at every `PINGUARD_INTERVAL` and at exit",
+    meaning: "a Prometheus text-format file (mode 0644, for node_exporter's textfile collector) at this path template (as `PINGUARD_REPORT`), from a process's first pinning call on (a refusal or a downgrade counts), rewritten every 15 s (every `PINGUARD_INTERVAL` when shorter), removed when the process exits; a killed process's file is removed by the next writer in the folder (`docs/design.md`, \"Metrics\")",
     default: None,
     unset: "off",
     forms: "a path with %p, %e, %h, %t or %%",
     fallback: "no metrics file",
 };
 
+pub const NAMESPACE: Var = Var {
+    name: "PINGUARD_NAMESPACE",
+    meaning: "the `namespace` label on every metrics series (Kubernetes: the downward API's `metadata.namespace`)",
+    default: None,
+    unset: "no label",
+    forms: "any text",
+    fallback: "no namespace label",
+};
+
+pub const POD: Var = Var {
+    name: "PINGUARD_POD",
+    meaning: "the `pod` label on every metrics series (Kubernetes: the downward API's `metadata.name`)",
+    default: None,
+    unset: "no label",
+    forms: "any text",
+    fallback: "no pod label",
+};
+
+pub const CONTAINER: Var = Var {
+    name: "PINGUARD_CONTAINER",
+    meaning: "the `container` label on every metrics series (Kubernetes: the container's name, written in the manifest)",
+    default: None,
+    unset: "no label",
+    forms: "any text",
+    fallback: "no container label",
+};
+
+pub const LABELS: Var = Var {
+    name: "PINGUARD_LABELS",
+    meaning: "more labels on every metrics series: `key=value,...`; a name is letters, digits and `_`, not starting with a digit or `__`, and not one of pinguard's own labels; a bad entry is a configuration error, the others are used",
+    default: None,
+    unset: "none",
+    forms: "a comma list of name=value, names of letters, digits and _ (not starting with a digit or __, not pid, exe, api, group, namespace, pod, container or container_id)",
+    fallback: "that entry is left out",
+};
+
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS, &NAMESPACE, &POD, &CONTAINER, &LABELS];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {

@@ -115,15 +115,22 @@ fn writable(dir: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
-/// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
-/// a private temporary file in the same directory (never followed through a symlink), renamed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomic_with(path, |w| w.write_all(bytes))
+/// Writes `bytes` to `path` as `write_atomic_with` does, for other users to read (`mode`,
+/// whatever the umask): the metrics, which a collector running as another user reads, and which
+/// hold nothing secret.
+pub fn write_atomic_shared(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_atomic_mode(path, mode, |w| w.write_all(bytes))
 }
 
-/// `write_atomic` of what `fill` writes, through a buffer of 64 KiB: a report is serialised
+/// Writes what `fill` writes to `path` so that a reader sees the old file or the new one, never a
+/// part: a private temporary file (mode 0600) in the same directory (never followed through a
+/// symlink), renamed. Through a buffer of 64 KiB: a report is serialised
 /// straight into its file, never whole in memory (a large one would need as much again).
 pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+    write_atomic_mode(path, 0o600, fill)
+}
+
+fn write_atomic_mode(path: &Path, mode: u32, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -133,9 +140,13 @@ pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(mode)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
+        if mode != 0o600 {
+            // The umask may have taken bits the file needs (a container's 077).
+            f.set_permissions(<std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode))?;
+        }
         let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut f);
         fill(&mut w)?;
         w.flush()?;

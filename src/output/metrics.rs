@@ -1,24 +1,148 @@
-//! `PINGUARD_METRICS`: a Prometheus text-format file for node_exporter's textfile collector,
-//! rewritten atomically with every interval snapshot and at exit.
+//! `PINGUARD_METRICS`: a Prometheus text-format file for node_exporter's textfile collector.
+//!
+//! A process writes its file from its first counted pinning call on (a refusal or a downgrade
+//! counts), every `interval_ms`, atomically, mode 0644 (the collector runs as another user; the
+//! file holds figures, names and labels, nothing secret), and removes it when it exits. Its first
+//! line names the writer (`Writer`): whoever writes next in the folder removes the file of a
+//! writer it can prove dead, so a SIGKILLed or OOM-killed process's series go too
+//! (`docs/design.md`, "Metrics").
 
-use crate::runtime::config::Config;
 use crate::accounting::ledger;
 use crate::budget::{self, group};
+use crate::runtime::config::Config;
+use crate::runtime::lock::Mutex;
+use crate::runtime::{kernel, sys};
+use pinguard_report::vars::METRICS_INTERVAL_MS;
+use std::ffi::{CStr, CString, OsStr};
 use std::fmt::Write as _;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Readable by a collector of another user.
+const MODE: u32 = 0o644;
+/// The first line of every metrics file pinguard writes, before the writer's identity. The text
+/// format ignores a `#` line that is neither `# HELP` nor `# TYPE`.
+const HEADER: &str = "# pinguard-writer ";
+/// A writer in another PID namespace is dead when its file is older than two of its intervals
+/// and this: room for a write held up by a report being written or a loaded machine.
+const SLACK_MS: u64 = 5_000;
+/// The longest interval a file's header is believed for (a file says what it likes).
+const MAX_INTERVAL_MS: u64 = 3_600_000;
+/// Directory entries read per pass, and files opened per pass: a pass is bounded however large
+/// the folder; the files opened rotate from one pass to the next (`CURSOR`).
+const MAX_NAMES: usize = 4096;
+const MAX_EXAMINED: usize = 64;
+/// What is read of a file to find its header.
+const HEAD_BYTES: usize = 256;
+
+/// How often metrics are rewritten: every `PINGUARD_INTERVAL` when that is shorter than the
+/// default, else every `METRICS_INTERVAL_MS` (so a file's age tells whether its writer lives).
+pub fn interval_ms(cfg: &Config) -> u64 {
+    cfg.interval_ms.map_or(METRICS_INTERVAL_MS, |i| i.min(METRICS_INTERVAL_MS)).max(10)
+}
+
+/// Who wrote a metrics file: enough for another writer to prove it dead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Writer {
+    pid: u32,
+    /// Start time, clock ticks after boot (`/proc/PID/stat`): a reused pid is another process.
+    start: u64,
+    /// The inode of the writer's PID namespace; `None` where it could not be read, which makes
+    /// every reader go by the file's age.
+    pidns: Option<u64>,
+    interval_ms: u64,
+}
+
+impl Writer {
+    fn me(cfg: &Config) -> Writer {
+        Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: own_pidns(), interval_ms: interval_ms(cfg) }
+    }
+
+    fn line(&self) -> String {
+        let ns = self.pidns.map_or("-".to_string(), |n| n.to_string());
+        format!("{HEADER}pid={} start={} pidns={ns} interval_ms={}\n", self.pid, self.start, self.interval_ms)
+    }
+
+    /// The writer a file's first line names; `None` for any file that does not start with it.
+    fn parse(head: &[u8]) -> Option<Writer> {
+        let line = head.split(|&b| b == b'\n').next()?;
+        let rest = std::str::from_utf8(line).ok()?.strip_prefix(HEADER)?;
+        let mut w = Writer { pid: 0, start: 0, pidns: None, interval_ms: 0 };
+        let mut seen = 0;
+        for kv in rest.split(' ') {
+            let (k, v) = kv.split_once('=')?;
+            match k {
+                "pid" => w.pid = v.parse().ok()?,
+                "start" => w.start = v.parse().ok()?,
+                "pidns" => w.pidns = if v == "-" { None } else { Some(v.parse().ok()?) },
+                "interval_ms" => w.interval_ms = v.parse().ok()?,
+                _ => continue,
+            }
+            seen += 1;
+        }
+        (seen == 4 && w.pid != 0).then_some(w)
+    }
+}
+
+/// This process's PID namespace, when `/proc` is the one of that namespace (`/proc/self` names
+/// this process): a `/proc` mounted for another namespace would make every pid a stranger's.
+fn own_pidns() -> Option<u64> {
+    let me = std::fs::read_link("/proc/self").ok()?;
+    if me.as_os_str().as_bytes() != kernel::raw_pid().to_string().as_bytes() {
+        return None;
+    }
+    ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_bytes())
+}
+
+/// `pid:[4026531836]` as the inode number.
+fn ns_inode(link: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(link).ok()?;
+    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+}
 
 /// A label value in the text format: backslash, double quote and newline escaped.
 fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-pub fn render() -> String {
-    let exe = crate::runtime::kernel::exe();
-    let exe = label(exe.rsplit('/').next().unwrap_or(""));
-    let pid = std::process::id();
-    let who = format!("pid=\"{pid}\",exe=\"{exe}\"");
+/// The container this process runs in, from `/proc/self/cgroup` (read once).
+fn container_id() -> Option<&'static str> {
+    static ID: OnceLock<Option<String>> = OnceLock::new();
+    ID.get_or_init(|| sys::read_text(c"/proc/self/cgroup").and_then(|t| super::cgroup::container_id(&t))).as_deref()
+}
+
+/// The labels every series of this process carries.
+fn who(cfg: &Config, group: Option<&str>) -> String {
+    let exe = kernel::exe();
+    let mut who = format!("pid=\"{}\",exe=\"{}\"", kernel::raw_pid(), label(exe.rsplit('/').next().unwrap_or("")));
+    let mut add = |k: &str, v: &str| {
+        let _ = write!(who, ",{k}=\"{}\"", label(v));
+    };
+    // `namespace`, `pod`, `container`, then `PINGUARD_LABELS`, as the configuration lists them.
+    let (env, extra) = cfg.labels.split_at(cfg.labels.iter().take_while(|(k, _)| ["namespace", "pod", "container"].contains(&k.as_str())).count());
+    for (k, v) in env {
+        add(k, v);
+    }
+    if let Some(id) = container_id() {
+        add("container_id", id);
+    }
+    for (k, v) in extra {
+        add(k, v);
+    }
+    if let Some(g) = group {
+        add("group", g);
+    }
+    who
+}
+
+fn render(cfg: &Config, me: &Writer) -> String {
+    let g = group::snapshot();
+    let who = who(cfg, g.as_ref().map(|g| g.name.as_str()));
     let apis = ledger::apis();
     let t = ledger::totals();
-    let mut s = String::new();
+    let mut s = me.line();
     let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
         let _ = writeln!(s, "# HELP {name} {help}");
         let _ = writeln!(s, "# TYPE {name} {kind}");
@@ -29,56 +153,252 @@ pub fn render() -> String {
     let by_api = |f: &dyn Fn(&pinguard_report::ApiStats) -> u64| -> Vec<(String, u64)> {
         apis.iter().map(|(a, st)| (format!("{who},api=\"{}\"", a.name()), f(st))).collect()
     };
+    let one = |v: u64| vec![(who.clone(), v)];
     family("pinguard_pinned_bytes", "gauge", "Pinned bytes live now, by entry point.", by_api(&|a| a.live_bytes));
     family("pinguard_pinned_peak_bytes", "gauge", "Most pinned bytes live at once, by entry point.", by_api(&|a| a.peak_live_bytes));
     family("pinguard_denied_total", "counter", "Calls refused by the budget, by entry point.", by_api(&|a| a.denied_count));
     family("pinguard_downgraded_total", "counter", "Calls served with pageable memory instead, by entry point.", by_api(&|a| a.downgraded_count));
-    family("pinguard_process_pinned_bytes", "gauge", "Pinned bytes live now in the process.", vec![(who.clone(), t.live_bytes)]);
-    family("pinguard_process_pinned_peak_bytes", "gauge", "Most pinned bytes live at once in the process.", vec![(who.clone(), t.peak_live_bytes)]);
+    family("pinguard_process_pinned_bytes", "gauge", "Pinned bytes live now in the process.", one(t.live_bytes));
+    family("pinguard_process_pinned_peak_bytes", "gauge", "Most pinned bytes live at once in the process.", one(t.peak_live_bytes));
+    family("pinguard_config_errors", "gauge", "Settings that could not be used (the report's config.errors).", one(cfg.errors.len() as u64));
     if let Some(b) = budget::limit() {
-        family("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", vec![(who.clone(), b)]);
+        family("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", one(b));
     }
     if let Some(h) = budget::host::snapshot() {
         if let Some(r) = budget::host::reserve() {
-            family("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", vec![(who.clone(), r)]);
+            family("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", one(r));
         }
-        family("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", vec![(who.clone(), h.available)]);
-        family("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", vec![(who.clone(), h.lowest)]);
-        family("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", vec![(who.clone(), t.host_reserve_count)]);
+        family("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", one(h.available));
+        family("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", one(h.lowest));
+        family("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", one(t.host_reserve_count));
     }
-    if let Some(g) = group::snapshot() {
-        let gl = format!("{who},group=\"{}\"", label(&g.name));
-        family("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live.", vec![(gl.clone(), g.used)]);
-        family("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once.", vec![(gl.clone(), g.peak)]);
-        family("pinguard_group_members", "gauge", "Processes in the group.", vec![(gl.clone(), g.members as u64)]);
+    if let Some(g) = g {
+        // The group's own figures, written alike by every member: `max by (group)` reads them.
+        family("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live (the same in every member's file).", one(g.used));
+        family("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once (the same in every member's file).", one(g.peak));
+        family("pinguard_group_members", "gauge", "Processes in the group (the same in every member's file).", one(g.members as u64));
         family(
             "pinguard_group_unavailable_total",
             "counter",
-            "Pinning calls answered by the policy (refused, downgraded, or pinned anyway under warn) because the group's ledger could not be reached in time.",
-            vec![(gl.clone(), t.group_unavailable_count)],
+            "This process's pinning calls answered by the policy (refused, downgraded, or pinned anyway under warn) because the group's ledger could not be reached in time.",
+            one(t.group_unavailable_count),
         );
         if let Some(b) = g.budget {
-            family("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget.", vec![(gl.clone(), b)]);
+            family("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget (the same in every member's file).", one(b));
         }
         if let Some(r) = g.host_reserve {
-            family("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", vec![(gl.clone(), r)]);
+            family("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", one(r));
             if let Some(l) = g.host_lowest_available {
-                family("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", vec![(gl.clone(), l)]);
+                family("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", one(l));
             }
-            family("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", vec![(gl, g.host_reserve_count)]);
+            family("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", one(g.host_reserve_count));
         }
     }
     s
 }
 
-/// Writes the metrics file if `PINGUARD_METRICS` is set (and, in a setuid process, never).
+/// The file this process wrote last (its pid, path, device and inode), for its removal at exit:
+/// only that file, if the path still names it. Changed under the report lock only.
+static OWN: Mutex<Option<(i32, PathBuf, u64, u64)>> = Mutex::new(None);
+
+fn path_of(template: &str) -> PathBuf {
+    crate::output::files::expand(&crate::output::files::with_pid(template))
+}
+
+/// Rewrites the metrics file if `PINGUARD_METRICS` is set and the process has pinned (never in a
+/// setuid process, never once the exit report is decided), then removes dead writers' files
+/// from its folder.
 pub fn write(cfg: &Config) {
     let Some(template) = &cfg.metrics else { return };
-    if crate::runtime::kernel::secure_mode() {
+    if kernel::secure_mode() || !ledger::touched() {
         return;
     }
-    let path = crate::output::files::expand(&crate::output::files::with_pid(template));
-    if let Err(e) = crate::output::files::write_atomic(&path, render().as_bytes()) {
-        tracing::warn!("metrics not written to {}: {e}", path.display());
+    let me = Writer::me(cfg);
+    let path = path_of(template);
+    let text = render(cfg, &me);
+    let written = crate::output::report::unless_exiting(|| {
+        crate::output::files::write_atomic_shared(&path, text.as_bytes(), MODE)?;
+        let id = CString::new(path.as_os_str().as_bytes()).ok().and_then(|c| sys::path_id(&c));
+        *OWN.lock() = id.map(|id| (kernel::raw_pid(), path.clone(), id.dev, id.ino));
+        Ok::<(), std::io::Error>(())
+    });
+    match written {
+        None => return,
+        Some(Err(e)) => tracing::warn!("metrics not written to {}: {e}", path.display()),
+        Some(Ok(())) => {}
+    }
+    if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
+        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        prune(dir, name, &me);
+    }
+}
+
+/// At exit, once no later write can start (the exit report is decided): this process's file
+/// goes, its final figures being in the report. Raw system calls only.
+pub fn remove_own() {
+    let Some(own) = OWN.try_lock().and_then(|mut o| o.take()) else { return };
+    let (pid, path, dev, ino) = own;
+    if pid != kernel::raw_pid() {
+        return; // the parent's, inherited over `fork`
+    }
+    let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
+    if sys::path_id(&c).is_some_and(|id| (id.dev, id.ino) == (dev, ino)) {
+        let _ = sys::unlink(&c);
+    }
+}
+
+/// At start-up: a file at this process's path left by the image it replaced (`exec` keeps the
+/// pid and the start time, so no other writer could tell it dead) goes.
+pub fn forget_previous_image(cfg: &Config) {
+    let Some(template) = &cfg.metrics else { return };
+    if kernel::secure_mode() {
+        return;
+    }
+    let Ok(c) = CString::new(path_of(template).into_os_string().into_encoded_bytes()) else { return };
+    let Some(found) = look(&c) else { return };
+    let me = (kernel::raw_pid() as u32, kernel::start_ticks());
+    if (found.writer.pid, found.writer.start) == me && found.writer.pidns == own_pidns() {
+        unlink_if_same(&c, &found);
+    }
+}
+
+/// What `look` found: a file of pinguard's, its writer, age and identity.
+struct Found {
+    writer: Writer,
+    age_ms: Option<u64>,
+    dev: u64,
+    ino: u64,
+}
+
+/// A regular file of this user's, not followed through a symbolic link, that starts with a
+/// writer's line; `None` for anything else. The descriptor is closed before returning.
+fn look(path: &CStr) -> Option<Found> {
+    let fd = sys::open(path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
+    let st = sys::stat(fd);
+    let mut head = [0u8; HEAD_BYTES];
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let ours = st.as_ref().is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid);
+    let n = if ours { sys::read(fd, &mut head).unwrap_or(0) } else { 0 };
+    sys::close(fd);
+    let st = st?;
+    let writer = Writer::parse(&head[..n])?;
+    let modified = std::time::UNIX_EPOCH + std::time::Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32);
+    let age_ms = std::time::SystemTime::now().duration_since(modified).ok().map(|d| d.as_millis() as u64);
+    Some(Found { writer, age_ms, dev: st.st_dev, ino: st.st_ino })
+}
+
+/// Unlinks `path` if it still names the file `look` read (a writer may have renamed a new one
+/// into its place meanwhile).
+fn unlink_if_same(path: &CStr, found: &Found) {
+    if sys::path_id(path).is_some_and(|id| (id.dev, id.ino) == (found.dev, found.ino)) {
+        let _ = sys::unlink(path);
+    }
+}
+
+/// Whether the process `pid` of this namespace has ended: `Some(true)` gone (or a zombie, or
+/// another process with the pid), `Some(false)` running, `None` when `/proc` does not say.
+fn ended(pid: u32, start: u64) -> Option<bool> {
+    let path = CString::new(format!("/proc/{pid}/stat")).ok()?;
+    let fd = match sys::open_read(&path) {
+        Ok(fd) => fd,
+        Err(libc::ENOENT | libc::ESRCH) => return Some(true),
+        Err(_) => return None,
+    };
+    let mut buf = [0u8; 1024];
+    let n = sys::read(fd, &mut buf);
+    sys::close(fd);
+    let text = std::str::from_utf8(&buf[..n.ok()?]).ok()?;
+    let state = text[text.rfind(')')? + 1..].split_ascii_whitespace().next()?;
+    let ticks = pinguard_report::state::stat_start_ticks(text)?;
+    Some(ticks != start || state == "Z" || state == "X")
+}
+
+/// Whether `w`'s process is proven to have ended, as `me` sees it: in the same PID namespace,
+/// by `/proc`; in another (or where a namespace is unknown), by the file's age.
+fn proven_dead(w: &Writer, age_ms: Option<u64>, me: &Writer) -> bool {
+    if w.pidns.is_some() && w.pidns == me.pidns {
+        return ended(w.pid, w.start) == Some(true);
+    }
+    let interval = w.interval_ms.clamp(1, MAX_INTERVAL_MS);
+    age_ms.is_some_and(|age| age > 2 * interval + SLACK_MS)
+}
+
+/// Where the last pass stopped, among the candidate files, for a folder of more than
+/// `MAX_EXAMINED`.
+static CURSOR: AtomicUsize = AtomicUsize::new(0);
+
+/// One bounded pass over the folder: the `.prom` files of pinguard's whose writers are proven
+/// dead are removed; every other file is left alone.
+fn prune(dir: &Path, own: &OsStr, me: &Writer) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let skip = CURSOR.load(Ordering::Relaxed);
+    let (mut index, mut examined, mut stopped) = (0, 0, None);
+    for entry in entries.take(MAX_NAMES).flatten() {
+        let name = entry.file_name();
+        let b = name.as_bytes();
+        // The regular files only (the directory entry's own type: a link is never followed).
+        if name == own || b.starts_with(b".") || !b.ends_with(b".prom") || !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
+        index += 1;
+        if index <= skip {
+            continue;
+        }
+        if examined == MAX_EXAMINED {
+            stopped = Some(index - 1);
+            break;
+        }
+        examined += 1;
+        let Ok(c) = CString::new(dir.join(&name).into_os_string().into_encoded_bytes()) else { continue };
+        if let Some(found) = look(&c) {
+            if proven_dead(&found.writer, found.age_ms, me) {
+                unlink_if_same(&c, &found);
+            }
+        }
+    }
+    // The directory's descriptor is closed here (`entries` is dropped): none is kept.
+    CURSOR.store(stopped.unwrap_or(0), Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_writers_line_reads_back_and_nothing_else_is_one() {
+        let w = Writer { pid: 42, start: 123456, pidns: Some(4026531836), interval_ms: 15000 };
+        let line = w.line();
+        assert_eq!(line, "# pinguard-writer pid=42 start=123456 pidns=4026531836 interval_ms=15000\n");
+        assert_eq!(Writer::parse(format!("{line}# HELP x y\n").as_bytes()), Some(w));
+        let unknown = Writer { pidns: None, ..w };
+        assert_eq!(Writer::parse(unknown.line().as_bytes()), Some(unknown));
+        for other in [
+            "# HELP pinguard_pinned_bytes x\n",
+            "node_cpu 1\n",
+            "# pinguard-writer pid=42 start=1\n",
+            "# pinguard-writer pid=x start=1 pidns=- interval_ms=1\n",
+            " # pinguard-writer pid=42 start=1 pidns=- interval_ms=1\n",
+            "",
+        ] {
+            assert_eq!(Writer::parse(other.as_bytes()), None, "{other:?}");
+        }
+        assert_eq!(ns_inode(b"pid:[4026531836]"), Some(4026531836));
+        assert_eq!(ns_inode(b"net:[4026531836]"), None);
+    }
+
+    #[test]
+    fn another_namespaces_writer_is_dead_only_when_its_file_is_stale() {
+        let me = Writer { pid: 1, start: 1, pidns: Some(1), interval_ms: 15000 };
+        let other = Writer { pid: 1, start: 99, pidns: Some(2), interval_ms: 1000 };
+        assert!(!proven_dead(&other, Some(2000 + SLACK_MS), &me));
+        assert!(proven_dead(&other, Some(2001 + SLACK_MS), &me));
+        assert!(!proven_dead(&other, None, &me));
+        let unknown = Writer { pidns: None, ..other };
+        assert!(!proven_dead(&unknown, Some(1000), &Writer { pidns: None, ..me }));
+        // In this namespace, by /proc: this process lives, with its own start time.
+        let me = Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: Some(7), interval_ms: 15000 };
+        assert!(!proven_dead(&me, Some(u64::MAX / 4), &me), "a live writer's file stays however old");
+        assert!(proven_dead(&Writer { start: me.start + 1, ..me }, Some(0), &me), "a reused pid");
     }
 }

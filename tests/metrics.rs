@@ -1,0 +1,502 @@
+//! `PINGUARD_METRICS` as a fleet reads it: files node_exporter's textfile collector (another user)
+//! can read, only from processes that pin, gone when their process ends however it ends, and
+//! labelled with the pod and container a dashboard groups by.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A Python with `prometheus_client`, or `None` (and a loud skip; `.ci/run` installs it).
+fn python() -> Option<&'static str> {
+    let found = ["/usr/bin/python3", "python3"].into_iter().find(|p| {
+        Command::new(p).args(["-c", "import prometheus_client"]).output().is_ok_and(|o| o.status.success())
+    });
+    if found.is_none() {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "prometheus_client is required here");
+        eprintln!("SKIPPED: no Python with prometheus_client (.ci/run installs python3-prometheus-client)");
+    }
+    found
+}
+
+/// One sample as the real parser reads it: family name and type, sample name, labels, value.
+#[derive(Debug)]
+struct Sample {
+    family: String,
+    kind: String,
+    name: String,
+    labels: serde_json::Map<String, Value>,
+    value: f64,
+}
+
+/// `text` through `prometheus_client`'s parser; a panic if it rejects it.
+fn parse(python: &str, text: &str) -> Vec<Sample> {
+    let script = r#"
+import sys, json
+from prometheus_client.parser import text_string_to_metric_families
+out = []
+for fam in text_string_to_metric_families(sys.stdin.read()):
+    for s in fam.samples:
+        out.append([fam.name, fam.type, s.name, s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let mut child = Command::new(python).args(["-c", script]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "the parser rejected the file: {}\n{text}", String::from_utf8_lossy(&out.stderr));
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    rows.into_iter()
+        .map(|r| Sample {
+            family: r[0].as_str().unwrap().into(),
+            kind: r[1].as_str().unwrap().into(),
+            name: r[2].as_str().unwrap().into(),
+            labels: r[3].as_object().unwrap().clone(),
+            value: r[4].as_f64().unwrap(),
+        })
+        .collect()
+}
+
+/// A `scenario` process that ran its pinning operations and now waits on its stdin.
+struct Held {
+    child: Child,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Held {
+    /// `ops`, then `wait_stdin`; `dir` holds its report; `env` on a clean pinguard environment.
+    fn start(dir: &Path, ops: &[&str], env: &[(&str, &str)]) -> Held {
+        Held::start_with(dir, ops, env, |c| c)
+    }
+
+    fn start_with(dir: &Path, ops: &[&str], env: &[(&str, &str)], wrap: impl FnOnce(Command) -> Command) -> Held {
+        let f = fixtures();
+        let mut cmd = command_in(&f.dir.join("scenario"), dir, true);
+        cmd.args(ops).arg("wait_stdin:0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = wrap(cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(out.read_line(&mut line).unwrap() > 0, "scenario ended before waiting");
+            if line.trim() == "waiting" {
+                break;
+            }
+        }
+        Held { child, out }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets it exit normally; its stderr.
+    fn finish(mut self) -> String {
+        self.child.stdin.take().unwrap().write_all(b"\n").unwrap();
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.out, &mut rest);
+        let mut stderr = String::new();
+        let _ = std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}: {rest}\n{stderr}");
+        stderr
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn proms(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect();
+    v.sort();
+    v
+}
+
+/// Waits (up to 20 s: a loaded machine) until `ok` holds.
+fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn metrics_of(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("m.{pid}.prom"))
+}
+
+fn template(dir: &Path) -> String {
+    dir.join("m.%p.prom").to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_process_that_pins_nothing_writes_no_metrics() {
+    let dir = fresh_dir("metrics-idle");
+    let t = template(&dir);
+    // With a fast interval, so that a write would have come many times over.
+    let r = run("scenario", &["sleep_ms:600", "vmlck"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "50ms")]);
+    assert!(r.success());
+    let r = run("scenario", &["sleep_ms:300"], &[("PINGUARD_METRICS", &t)]);
+    assert!(r.success());
+    let mut cmd = command_in(Path::new("/bin/true"), &dir, true);
+    assert!(cmd.env("PINGUARD_METRICS", &t).status().unwrap().success());
+    assert_eq!(proms(&dir), Vec::<PathBuf>::new(), "no file from a process that pins nothing");
+}
+
+#[test]
+fn the_file_is_readable_by_others_while_the_process_pins_and_goes_when_it_exits() {
+    let Some(py) = python() else { return };
+    let dir = fresh_dir("metrics-life");
+    let t = template(&dir);
+    // A container's umask of 077 must not keep the collector out; no PINGUARD_INTERVAL: the file
+    // comes with the first pinning call all the same, here a refusal, which is activity too.
+    let held = Held::start_with(&dir, &["cuda_alloc:65536"], &[("PINGUARD_METRICS", &t), ("PINGUARD_BUDGET", "32K")], |cmd| {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = cmd;
+        // SAFETY: umask is async-signal-safe and touches only the child's own mask.
+        unsafe { cmd.pre_exec(|| { libc::umask(0o077); Ok(()) }) };
+        cmd
+    });
+    let path = metrics_of(&dir, held.pid());
+    until("the metrics file", || path.exists());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o644, "readable by a collector of another user");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let first = text.lines().next().unwrap();
+    assert!(first.starts_with(&format!("# pinguard-writer pid={} start=", held.pid())), "{first}");
+    let samples = parse(py, &text);
+    assert!(samples.iter().all(|s| s.labels["pid"] == held.pid().to_string().as_str() && s.labels["exe"] == "scenario"), "{samples:?}");
+    let one = |name: &str| samples.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name}: {samples:?}")).value;
+    assert_eq!(one("pinguard_process_pinned_bytes"), 0.0);
+    assert_eq!(one("pinguard_config_errors"), 0.0);
+    let denied = samples.iter().find(|s| s.family == "pinguard_denied" && s.labels["api"] == "cudaHostAlloc").unwrap();
+    assert_eq!((denied.kind.as_str(), denied.name.as_str(), denied.value), ("counter", "pinguard_denied_total", 1.0));
+    // The state beside the report stays the owner's alone.
+    for p in std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()) {
+        if p != path {
+            assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o077, 0, "{} is private", p.display());
+        }
+    }
+    let pid = held.pid();
+    held.finish();
+    assert!(!path.exists(), "the file goes at exit");
+    let report = read_json(&dir.join(format!("report.{pid}.json")));
+    assert_eq!(report["totals"]["denied_count"], 1, "the report keeps the final figures");
+    assert_eq!(std::fs::metadata(dir.join(format!("report.{pid}.json"))).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+/// A file with a dead writer's line, as a writer killed in that folder leaves it.
+fn dead_writers_file(path: &Path, pidns: &str) {
+    std::fs::write(path, format!("# pinguard-writer pid=999999999 start=1 pidns={pidns} interval_ms=15000\npinguard_process_pinned_bytes{{pid=\"999999999\",exe=\"x\"}} 1\n")).unwrap();
+}
+
+#[test]
+fn a_killed_writers_file_goes_with_the_next_writer_and_nothing_else_does() {
+    let dir = fresh_dir("metrics-killed");
+    let t = template(&dir);
+    let env = [("PINGUARD_METRICS", t.as_str())];
+    let a = Held::start(&dir, &["cuda_alloc:4096"], &env);
+    let a_file = metrics_of(&dir, a.pid());
+    until("the first writer's file", || a_file.exists());
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+    a.kill();
+    assert!(a_file.exists(), "SIGKILL leaves it");
+    // Left alone whatever happens: a file of another program's, one that is not pinguard's
+    // though named alike, a symbolic link to a dead writer's file, a dead writer's file that
+    // is not a regular file's name ending in .prom, and one owned by another user.
+    let foreign = dir.join("node_custom.prom");
+    std::fs::write(&foreign, "# HELP node_custom x\n# TYPE node_custom gauge\nnode_custom 1\n").unwrap();
+    let outside = fresh_dir("metrics-killed-outside");
+    dead_writers_file(&outside.join("target.prom"), &ns);
+    std::os::unix::fs::symlink(outside.join("target.prom"), dir.join("link.prom")).unwrap();
+    dead_writers_file(&dir.join("dead.prom.bak"), &ns);
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let others = dir.join("others.prom");
+    if root {
+        dead_writers_file(&others, &ns);
+        std::os::unix::fs::chown(&others, Some(65534), Some(65534)).unwrap();
+    }
+    // And one of a dead writer's, which goes with the other.
+    let dead = dir.join("dead.prom");
+    dead_writers_file(&dead, &ns);
+
+    let b = Held::start(&dir, &["cuda_alloc:4096"], &env);
+    let b_file = metrics_of(&dir, b.pid());
+    until("the killed writer's file to go", || !a_file.exists() && !dead.exists());
+    assert!(b_file.exists());
+    assert!(foreign.exists() && dir.join("link.prom").symlink_metadata().is_ok() && outside.join("target.prom").exists() && dir.join("dead.prom.bak").exists());
+    assert!(!root || others.exists(), "another user's file stays");
+    b.finish();
+    assert!(!b_file.exists());
+}
+
+/// `unshare --pid --fork --mount-proc`, where this machine allows it (root).
+fn can_unshare() -> bool {
+    let ok = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output().is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "unshare --pid --mount-proc is required here (root)");
+        eprintln!("NOT RUN: a writer in another PID namespace: `unshare --pid --fork --mount-proc` is not allowed here (needs root)");
+    }
+    ok
+}
+
+/// The process `unshare --fork` started (its only child).
+fn child_of(pid: u32) -> u32 {
+    let mut found = 0;
+    until("unshare's child", || {
+        found = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default().split_whitespace().next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        found != 0
+    });
+    found
+}
+
+#[test]
+fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
+    if aarch64() || !can_unshare() {
+        return;
+    }
+    let dir = fresh_dir("metrics-ns");
+    let t = template(&dir);
+    // The other writer is pid 1 of its namespace: here, pid 1 is another process (another start
+    // time), so only the namespace tells that this pid is not ours to look up.
+    let a = Held::start_with(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "200ms")], |cmd| {
+        let mut u = Command::new("unshare");
+        u.args(["--pid", "--fork", "--mount-proc"]).arg(cmd.get_program()).args(cmd.get_args()).current_dir(&dir);
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => u.env(k, v),
+                None => u.env_remove(k),
+            };
+        }
+        u
+    });
+    let inner = child_of(a.pid());
+    let a_file = dir.join("m.1.prom");
+    until("the namespaced writer's file", || a_file.exists());
+    let head = std::fs::read_to_string(&a_file).unwrap();
+    let own_ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+    assert!(head.starts_with("# pinguard-writer pid=1 ") && !head.lines().next().unwrap().contains(&format!("pidns={own_ns} ")), "{head}");
+
+    // A writer here, passing over the folder every 100 ms, while the other lives: never removed.
+    let b = Held::start(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "100ms")]);
+    until("this namespace's writer's file", || metrics_of(&dir, b.pid()).exists());
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        assert!(a_file.exists(), "a live writer's file was removed");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    // Killed: gone once older than two of its intervals and the slack (0.4 s + 5 s), not before.
+    // SAFETY: signals the test's own grandchild.
+    unsafe { libc::kill(inner as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    a.kill();
+    until("the namespaced writer's file to go", || !a_file.exists());
+    let after = killed.elapsed();
+    eprintln!("the killed writer's file went {after:?} after the kill");
+    assert!(after >= Duration::from_millis(4000), "removed {after:?} after the kill: before it was stale");
+    b.finish();
+}
+
+/// Runs `cmd` inside a new cgroup v1 `pids` cgroup named as Docker's systemd driver names a
+/// container's (`docker-<id>.scope`), where this machine allows it; `None` otherwise.
+fn in_container_cgroup(id: &str) -> Option<(PathBuf, impl FnOnce(Command) -> Command)> {
+    let parent = Path::new("/sys/fs/cgroup/pids");
+    let dir = parent.join(format!("pinguard-test-{}", std::process::id())).join(format!("docker-{id}.scope"));
+    if !parent.join("cgroup.procs").exists() || std::fs::create_dir_all(&dir).is_err() {
+        return None;
+    }
+    let procs = dir.join("cgroup.procs");
+    Some((dir, move |cmd: Command| {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = cmd;
+        let procs = procs.clone();
+        // SAFETY: only a write of this child's pid to a cgroup file before exec.
+        unsafe {
+            cmd.pre_exec(move || std::fs::write(&procs, std::process::id().to_string()));
+        }
+        cmd
+    }))
+}
+
+#[test]
+fn every_series_carries_the_pod_the_container_and_the_group() {
+    let Some(py) = python() else { return };
+    let dir = fresh_dir("metrics-labels");
+    let t = template(&dir);
+    let group = format!("metrics-labels-{}", std::process::id());
+    let id = "5e0c1d2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5";
+    let env = [
+        ("PINGUARD_METRICS", t.as_str()),
+        ("PINGUARD_NAMESPACE", "team-a"),
+        ("PINGUARD_POD", "trainer-0"),
+        ("PINGUARD_CONTAINER", "worker"),
+        ("PINGUARD_LABELS", "team=ml, 9lives=x,__meta=y,pod=z,zone=eu-1,noequals,team=again"),
+        ("PINGUARD_GROUP", group.as_str()),
+        ("PINGUARD_GROUP_BUDGET", "1M"),
+        ("PINGUARD_BUDGET", "64K"),
+        ("PINGUARD_INTERVAL", "100ms"),
+    ];
+    let cgroup = if aarch64() { None } else { in_container_cgroup(id) };
+    let in_cgroup = cgroup.is_some();
+    let held = match cgroup {
+        Some((_, wrap)) => Held::start_with(&dir, &["cuda_alloc:8192", "cuda_alloc:131072"], &env, wrap),
+        None => {
+            eprintln!("NOT RUN: container_id from a real cgroup (no writable cgroup v1 `pids` hierarchy here); the parser's unit tests cover the engines' formats");
+            Held::start(&dir, &["cuda_alloc:8192", "cuda_alloc:131072"], &env)
+        }
+    };
+    let expected = cgroup_present(&held).then(|| id.to_string());
+    assert_eq!(expected.is_some(), in_cgroup, "the process runs in the container-named cgroup");
+    let path = metrics_of(&dir, held.pid());
+    // Written at the first call, then every 100 ms: until it shows the refusal of the second.
+    until("the metrics file after both calls", || std::fs::read_to_string(&path).is_ok_and(|t| t.lines().any(|l| l.starts_with("pinguard_denied_total{") && l.ends_with(" 1"))));
+    let samples = parse(py, &std::fs::read_to_string(&path).unwrap());
+    for s in &samples {
+        let l = &s.labels;
+        assert_eq!((l["namespace"].as_str(), l["pod"].as_str(), l["container"].as_str()), (Some("team-a"), Some("trainer-0"), Some("worker")), "{s:?}");
+        assert_eq!((l["team"].as_str(), l["zone"].as_str(), l["group"].as_str()), (Some("ml"), Some("eu-1"), Some(group.as_str())), "{s:?}");
+        assert!(l.contains_key("pid") && l.contains_key("exe"), "{s:?}");
+        match &expected {
+            Some(want) => assert_eq!(l["container_id"].as_str(), Some(want.as_str()), "{s:?}"),
+            None => assert!(!l.contains_key("container_id"), "not in a container: {s:?}"),
+        }
+        for bad in ["9lives", "__meta", "noequals"] {
+            assert!(!l.contains_key(bad), "{s:?}");
+        }
+    }
+    let value = |name: &str| samples.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name}")).value;
+    assert_eq!(value("pinguard_config_errors"), 5.0, "four bad entries and a repeated name");
+    assert_eq!(value("pinguard_group_pinned_bytes"), 8192.0);
+    let pid = held.pid();
+    let stderr = held.finish();
+    let lines: Vec<&str> = pinguard_lines(&stderr).into_iter().filter(|l| l.contains("PINGUARD_LABELS=")).collect();
+    assert_eq!(lines.len(), 5, "one line per bad entry: {stderr}");
+    for (entry, why) in [("9lives=x", "not a label name"), ("__meta=y", "Prometheus reserves"), ("pod=z", "pinguard's own labels"), ("noequals", "no '='"), ("team=again", "given twice")] {
+        assert!(lines.iter().any(|l| l.contains(&format!("entry {entry:?}")) && l.contains(why)), "{entry}: {lines:#?}");
+    }
+    let report = read_json(&dir.join(format!("report.{pid}.json")));
+    assert_eq!(report["config"]["errors"].as_array().unwrap().len(), 5);
+    let _ = std::fs::remove_file(format!("/dev/shm/pinguard.group.{group}"));
+    if let Some(d) = cgroup_dir() {
+        let _ = std::fs::remove_dir(&d);
+        let _ = std::fs::remove_dir(d.parent().unwrap());
+    }
+}
+
+fn cgroup_dir() -> Option<PathBuf> {
+    let d = Path::new("/sys/fs/cgroup/pids").join(format!("pinguard-test-{}", std::process::id()));
+    std::fs::read_dir(&d).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())
+}
+
+/// Whether `held` runs in the test's container-named cgroup (its own `/proc/PID/cgroup`).
+fn cgroup_present(held: &Held) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/cgroup", held.pid())).unwrap_or_default().contains("docker-5e0c1d2f")
+}
+
+/// A free TCP port on the loopback interface.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// `GET /metrics` over plain HTTP/1.0.
+fn scrape(port: u16) -> Option<String> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut body = String::new();
+    std::io::Read::read_to_string(&mut s, &mut body).ok()?;
+    Some(body)
+}
+
+#[test]
+fn node_exporters_textfile_collector_running_as_nobody_exports_every_writer() {
+    let exporter = ["prometheus-node-exporter", "node_exporter"].into_iter().find(|p| {
+        Command::new("sh").args(["-c", &format!("command -v {p}")]).output().is_ok_and(|o| o.status.success())
+    });
+    let Some(exporter) = exporter else {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "prometheus-node-exporter is required here");
+        eprintln!("NOT RUN: node_exporter's textfile collector reading the files: prometheus-node-exporter is not installed (.ci/run installs it)");
+        return;
+    };
+    // SAFETY: geteuid has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 || !have("setpriv", "runs node_exporter as nobody") {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "root is required here, to run node_exporter as nobody");
+        eprintln!("NOT RUN: node_exporter as nobody: not root");
+        return;
+    }
+    // A folder that `nobody` can reach (the tests' own folders may sit under private ones).
+    let dir = std::env::temp_dir().join(format!("pinguard-textfile-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let t = template(&dir);
+    let group = format!("metrics-ne-{}", std::process::id());
+    let env = |pod: &'static str| -> Vec<(&'static str, String)> {
+        vec![
+            ("PINGUARD_METRICS", t.clone()),
+            ("PINGUARD_POD", pod.into()),
+            ("PINGUARD_NAMESPACE", "ns".into()),
+            ("PINGUARD_GROUP", group.clone()),
+            ("PINGUARD_BUDGET", "16K".into()),
+            ("PINGUARD_INTERVAL", "100ms".into()),
+        ]
+    };
+    let start = |pod: &'static str, ops: &[&str]| {
+        let e = env(pod);
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        Held::start(&dir, ops, &e)
+    };
+    // Two pods of one group: the group's series are in both files, told apart by pid.
+    let a = start("pod-a", &["cuda_alloc:8192", "cuda_alloc:65536"]);
+    let b = start("pod-b", &["cuda_alloc:4096"]);
+    let shows = |pid: u32, name: &str, v: &str| std::fs::read_to_string(metrics_of(&dir, pid)).is_ok_and(|t| t.lines().any(|l| l.starts_with(name) && l.ends_with(v)));
+    until("both files, after every call", || shows(a.pid(), "pinguard_denied_total{", " 1") && shows(b.pid(), "pinguard_group_members{", " 2"));
+    let port = free_port();
+    let mut ne = Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", exporter])
+        .args(["--collector.disable-defaults", "--collector.textfile"])
+        .arg(format!("--collector.textfile.directory={}", dir.display()))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut body = None;
+    let t0 = Instant::now();
+    while body.is_none() && t0.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(100));
+        body = scrape(port).filter(|b| b.contains("node_textfile_scrape_error"));
+    }
+    let _ = ne.kill();
+    let out = ne.wait_with_output().unwrap();
+    let body = body.unwrap_or_else(|| panic!("node_exporter did not answer: {}", String::from_utf8_lossy(&out.stderr)));
+    assert!(body.lines().any(|l| l == "node_textfile_scrape_error 0"), "{body}\n{}", String::from_utf8_lossy(&out.stderr));
+    let series = |pod: &str, name: &str| -> Vec<String> { body.lines().filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(&format!("pod=\"{pod}\""))).map(String::from).collect() };
+    let a_pinned = series("pod-a", "pinguard_process_pinned_bytes");
+    assert_eq!(a_pinned.len(), 1, "{body}");
+    assert!(a_pinned[0].ends_with(" 8192") && a_pinned[0].contains("namespace=\"ns\"") && a_pinned[0].contains(&format!("group=\"{group}\"")), "{a_pinned:?}");
+    assert!(series("pod-a", "pinguard_denied_total").iter().any(|l| l.contains("api=\"cudaHostAlloc\"") && l.ends_with(" 1")), "{body}");
+    assert!(series("pod-b", "pinguard_process_pinned_bytes").iter().any(|l| l.ends_with(" 4096")), "{body}");
+    assert_eq!(series("pod-a", "pinguard_group_pinned_bytes").len() + series("pod-b", "pinguard_group_pinned_bytes").len(), 2, "{body}");
+    a.finish();
+    b.finish();
+    assert_eq!(proms(&dir), Vec::<PathBuf>::new());
+    let _ = std::fs::remove_file(format!("/dev/shm/pinguard.group.{group}"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
