@@ -5,10 +5,10 @@
 mod common;
 use common::*;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A Python with `prometheus_client`, or `None` (and a loud skip; `.ci/run` installs it).
@@ -60,80 +60,10 @@ print(json.dumps(out))
         .collect()
 }
 
-/// A `scenario` process that ran its pinning operations and now waits on its stdin.
-struct Held {
-    child: Child,
-    out: BufReader<std::process::ChildStdout>,
-}
-
-impl Held {
-    /// `ops`, then `wait_stdin`; `dir` holds its report; `env` on a clean pinguard environment.
-    fn start(dir: &Path, ops: &[&str], env: &[(&str, &str)]) -> Held {
-        Held::start_with(dir, ops, env, |c| c)
-    }
-
-    fn start_with(dir: &Path, ops: &[&str], env: &[(&str, &str)], wrap: impl FnOnce(Command) -> Command) -> Held {
-        let f = fixtures();
-        let mut cmd = command_in(&f.dir.join("scenario"), dir, true);
-        cmd.args(ops).arg("wait_stdin:0");
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = wrap(cmd).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "scenario ended before waiting");
-            if line.trim() == "waiting" {
-                break;
-            }
-        }
-        Held { child, out }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    /// Lets it exit normally; its stderr.
-    fn finish(mut self) -> String {
-        self.child.stdin.take().unwrap().write_all(b"\n").unwrap();
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut self.out, &mut rest);
-        let mut stderr = String::new();
-        let _ = std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr);
-        let status = self.child.wait().unwrap();
-        assert!(status.success(), "{status:?}: {rest}\n{stderr}");
-        stderr
-    }
-
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn proms(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect();
     v.sort();
     v
-}
-
-/// Waits (up to 20 s: a loaded machine) until `ok` holds.
-fn until(what: &str, mut ok: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !ok() {
-        assert!(t.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn metrics_of(dir: &Path, pid: u32) -> PathBuf {

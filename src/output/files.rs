@@ -30,7 +30,7 @@ pub fn init_template(given: Option<&str>) {
 }
 
 /// Every process that inherits the template (fork and exec children) writes its own file: a
-/// template without `%p` gets the pid before its `.json` extension (or at its end), as
+/// template without `%p` gets the pid before its `.json` or `.prom` extension (or at its end), as
 /// LeakSanitizer does with `log_path`.
 pub fn with_pid(t: &str) -> String {
     let mut rest = t;
@@ -43,12 +43,16 @@ pub fn with_pid(t: &str) -> String {
         rest = &rest[(i + 2).min(rest.len())..];
     }
     if has_pid {
-        t.to_string()
-    } else if let Some(stem) = t.strip_suffix(".json") {
-        format!("{stem}.%p.json")
-    } else {
-        format!("{t}.%p")
+        return t.to_string();
     }
+    // Before a report's `.json`, and before a metrics file's `.prom`, the only name node_exporter's
+    // textfile collector reads.
+    for ext in [".json", ".prom"] {
+        if let Some(stem) = t.strip_suffix(ext) {
+            return format!("{stem}.%p{ext}");
+        }
+    }
+    format!("{t}.%p")
 }
 
 /// `text` as one safe path component: a host name or an executable's name is anyone's to choose
@@ -184,6 +188,7 @@ mod tests {
     fn pid_is_added_when_missing() {
         assert_eq!(with_pid("/r/out.json"), "/r/out.%p.json");
         assert_eq!(with_pid("/r/out"), "/r/out.%p");
+        assert_eq!(with_pid("/t/pinguard.prom"), "/t/pinguard.%p.prom");
         assert_eq!(with_pid("/r/%e-%p.json"), "/r/%e-%p.json");
         assert_eq!(with_pid("/r/100%%p.json"), "/r/100%%p.%p.json");
     }

@@ -503,6 +503,34 @@ mod tests {
     }
 
     #[test]
+    fn metrics_labels_from_the_downward_api_and_pinguard_labels() {
+        let c = cfg(&[
+            ("PINGUARD_NAMESPACE", "team-a"),
+            ("PINGUARD_POD", "trainer-0"),
+            ("PINGUARD_CONTAINER", ""),
+            ("PINGUARD_LABELS", " zone=eu-1 ,_x=a=b,,Team9=ml,9x=1,__y=2,pid=3,container_id=4,noeq,a-b=5,zone=again,=6"),
+        ]);
+        let got: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, vec![("namespace", "team-a"), ("pod", "trainer-0"), ("zone", "eu-1"), ("_x", "a=b"), ("Team9", "ml")]);
+        let bad: Vec<&String> = c.errors.iter().filter(|e| e.starts_with("PINGUARD_LABELS=")).collect();
+        assert_eq!(bad.len(), 8, "{:#?}", c.errors);
+        assert_eq!(c.errors.len(), 8, "{:#?}", c.errors);
+        for (entry, why) in [
+            ("9x=1", "is not a label name"),
+            ("__y=2", "starts with __"),
+            ("pid=3", "one of pinguard's own labels"),
+            ("container_id=4", "one of pinguard's own labels"),
+            ("noeq", "no '='"),
+            ("a-b=5", "is not a label name"),
+            ("zone=again", "given twice"),
+            ("=6", "is not a label name"),
+        ] {
+            assert!(bad.iter().any(|e| e.contains(&format!("entry {entry:?}: ")) && e.contains(why) && e.ends_with("that entry is left out")), "{entry}: {bad:#?}");
+        }
+        assert!(Config::default().labels.is_empty());
+    }
+
+    #[test]
     fn bad_values_fall_back_with_one_line_each() {
         let c = cfg(&[
             ("PINGUARD_BUDGET", "12Q"),
