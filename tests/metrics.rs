@@ -130,6 +130,22 @@ fn the_file_is_readable_by_others_while_the_process_pins_and_goes_when_it_exits(
     assert_eq!(std::fs::metadata(dir.join(format!("report.{pid}.json"))).unwrap().permissions().mode() & 0o777, 0o600);
 }
 
+#[test]
+fn an_execd_image_that_pins_nothing_leaves_no_file_of_the_old_ones() {
+    let dir = fresh_dir("metrics-exec");
+    let t = template(&dir);
+    // The old image pins and waits; then it execs the program again (same pid, same start time:
+    // no other writer could tell its file dead), and the new image pins nothing.
+    let mut held = Held::start(&dir, &["cuda_alloc:4096", "wait_stdin:0", "reexec:0"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "50ms")]);
+    let path = metrics_of(&dir, held.pid());
+    until("the old image's file", || path.exists());
+    held.step();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!path.exists(), "the old image's figures outlive it");
+    held.finish();
+    assert_eq!(proms(&dir), Vec::<PathBuf>::new());
+}
+
 /// A file with a dead writer's line, as a writer killed in that folder leaves it.
 fn dead_writers_file(path: &Path, pidns: &str) {
     std::fs::write(path, format!("# pinguard-writer pid=999999999 start=1 pidns={pidns} interval_ms=15000\npinguard_process_pinned_bytes{{pid=\"999999999\",exe=\"x\"}} 1\n")).unwrap();

@@ -432,6 +432,16 @@ impl Held {
         self.child.id()
     }
 
+    /// Lets the program past its `wait_stdin`, up to its next one.
+    pub fn step(&mut self) {
+        std::io::Write::write_all(self.child.stdin.as_mut().unwrap(), b"\n").unwrap();
+        let mut line = String::new();
+        while line.trim() != "waiting" {
+            line.clear();
+            assert!(std::io::BufRead::read_line(&mut self.out, &mut line).unwrap() > 0, "the program ended before waiting again");
+        }
+    }
+
     /// Lets it exit normally; its stderr.
     pub fn finish(mut self) -> String {
         std::io::Write::write_all(&mut self.child.stdin.take().unwrap(), b"\n").unwrap();

@@ -12,6 +12,7 @@
  *   vmlck  (prints VmLck bytes)   report:PATH   errno_check
  *   sleep_ms:N   clobber:VAR  (overwrites the file named by environment variable VAR with garbage)
  *   wait_stdin:0  (prints "waiting", then waits for a line on stdin, or its end)
+ *   reexec:0  (execs this program again with the operations after this one: a new image, same pid)
  */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
@@ -173,6 +174,11 @@ int main(int argc, char **argv) {
             printf("waiting\n");
             fflush(stdout);
             rc = fgets(line, sizeof line, stdin) ? 0 : 1;
+        } else if (!strcmp(op, "reexec")) {
+            fflush(stdout);
+            argv[i] = argv[0];
+            execv(argv[0], argv + i);
+            rc = -1;
         } else if (!strcmp(op, "clobber")) {
             const char *path = getenv(a);
             FILE *f = path ? fopen(path, "w") : NULL;
