@@ -218,33 +218,41 @@ fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
         return;
     }
     let dir = fresh_dir("metrics-ns");
-    let t = template(&dir);
-    // The other writer is pid 1 of its namespace: here, pid 1 is another process (another start
-    // time), so only the namespace tells that this pid is not ours to look up.
-    let a = Held::start_with(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "200ms")], |cmd| {
-        let mut u = Command::new("unshare");
-        u.args(["--pid", "--fork", "--mount-proc"]).arg(cmd.get_program()).args(cmd.get_args()).current_dir(&dir);
-        for (k, v) in cmd.get_envs() {
-            match v {
-                Some(v) => u.env(k, v),
-                None => u.env_remove(k),
-            };
-        }
-        u
-    });
-    let inner = child_of(a.pid());
-    let a_file = dir.join("m.1.prom");
-    until("the namespaced writer's file", || a_file.exists());
-    let head = std::fs::read_to_string(&a_file).unwrap();
-    let own_ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
-    assert!(head.starts_with("# pinguard-writer pid=1 ") && !head.lines().next().unwrap().contains(&format!("pidns={own_ns} ")), "{head}");
+    // `%n`: two containers' processes of one pid share the folder without sharing a name.
+    let t = dir.join("m.%n.%p.prom").to_string_lossy().into_owned();
+    let namespaced = || {
+        // Pid 1 of its namespace: here, pid 1 is another process (another start time), so only
+        // the namespace tells that this pid is not ours to look up.
+        let held = Held::start_with(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "200ms")], |cmd| {
+            let mut u = Command::new("unshare");
+            u.args(["--pid", "--fork", "--mount-proc"]).arg(cmd.get_program()).args(cmd.get_args()).current_dir(&dir);
+            for (k, v) in cmd.get_envs() {
+                match v {
+                    Some(v) => u.env(k, v),
+                    None => u.env_remove(k),
+                };
+            }
+            u
+        });
+        let inner = child_of(held.pid());
+        let ns = std::fs::read_link(format!("/proc/{inner}/ns/pid")).unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+        let file = dir.join(format!("m.{ns}.1.prom"));
+        until("a namespaced writer's file", || file.exists());
+        let head = std::fs::read_to_string(&file).unwrap();
+        assert!(head.starts_with(&format!("# pinguard-writer pid=1 ")) && head.lines().next().unwrap().contains(&format!(" pidns={ns} ")), "{head}");
+        (held, inner, file)
+    };
+    let (a, inner, a_file) = namespaced();
+    let (other, _, other_file) = namespaced();
+    assert_ne!(a_file, other_file);
 
-    // A writer here, passing over the folder every 100 ms, while the other lives: never removed.
+    // A writer here, passing over the folder every 100 ms, while the others live: never removed.
     let b = Held::start(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "100ms")]);
-    until("this namespace's writer's file", || metrics_of(&dir, b.pid()).exists());
+    let own_ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+    until("this namespace's writer's file", || dir.join(format!("m.{own_ns}.{}.prom", b.pid())).exists());
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(2) {
-        assert!(a_file.exists(), "a live writer's file was removed");
+        assert!(a_file.exists() && other_file.exists(), "a live writer's file was removed");
         std::thread::sleep(Duration::from_millis(25));
     }
     // Killed: gone once older than two of its intervals and the slack (0.4 s + 5 s), not before.
@@ -256,7 +264,11 @@ fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
     let after = killed.elapsed();
     eprintln!("the killed writer's file went {after:?} after the kill");
     assert!(after >= Duration::from_millis(4000), "removed {after:?} after the kill: before it was stale");
+    assert!(other_file.exists(), "the live one stays");
+    other.finish();
+    assert!(!other_file.exists(), "removed by its own writer at exit");
     b.finish();
+    assert_eq!(proms(&dir), Vec::<PathBuf>::new());
 }
 
 /// Runs `cmd` inside a new cgroup v1 `pids` cgroup named as Docker's systemd driver names a

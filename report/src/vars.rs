@@ -56,12 +56,12 @@ pub const POLICY: Var = Var {
 
 pub const REPORT: Var = Var {
     name: "PINGUARD_REPORT",
-    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report",
+    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%n` the PID namespace's inode number (with `%p`, unique among a host's live processes, whatever container they run in), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report",
     // Unset is not the same as the default template given: only the default falls back to the
     // temporary folder when the working directory is not writable.
     default: None,
     unset: "`pinguard.%e.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
-    forms: "a path with %p, %e, %h, %t or %%",
+    forms: "a path with %p, %e, %h, %t, %n or %%",
     fallback: "using pinguard.%e.%p.json",
 };
 
@@ -176,10 +176,10 @@ pub const METRICS_INTERVAL_MS: u64 = 15_000;
 
 pub const METRICS: Var = Var {
     name: "PINGUARD_METRICS",
-    meaning: "a Prometheus text-format file (mode 0644, for node_exporter's textfile collector) at this path template (as `PINGUARD_REPORT`), from a process's first pinning call on (a refusal or a downgrade counts), rewritten every 15 s (every `PINGUARD_INTERVAL` when shorter), removed when the process exits; a killed process's file is removed by the next writer in the folder (`docs/design.md`, \"Metrics\")",
+    meaning: "a Prometheus text-format file (mode 0644, for node_exporter's textfile collector) at this path template (as `PINGUARD_REPORT`), from a process's first pinning call on (a refusal or a downgrade counts), rewritten every 15 s (every `PINGUARD_INTERVAL` when shorter), removed when the process exits; a killed process's file is removed by the next writer in the folder (`docs/design.md`, \"Metrics\"). Without `%p`, the pid goes before `.prom`; for containers sharing one folder, `pinguard.%n.%p.prom` names every process apart",
     default: None,
     unset: "off",
-    forms: "a path with %p, %e, %h, %t or %%",
+    forms: "a path with %p, %e, %h, %t, %n or %%",
     fallback: "no metrics file",
 };
 

@@ -1,5 +1,5 @@
 //! Where output goes: the report path template (made absolute at start-up, a pid put in where
-//! it has none, `%p %e %h %t` expanded per write), the state file's path beside the report, and
+//! it has none, `%p %e %h %t %n` expanded per write), the state file's path beside the report, and
 //! atomic writes (a temporary file in the same folder, renamed).
 
 use crate::runtime::config::DEFAULT_TEMPLATE;
@@ -83,6 +83,7 @@ pub fn expand(template: &str) -> PathBuf {
             Some('e') => out.push_str(&exe_name()),
             Some('h') => out.push_str(&component(&kernel::hostname())),
             Some('t') => out.push_str(&(crate::runtime::clock::start_ms() / 1000).to_string()),
+            Some('n') => out.push_str(&kernel::pid_namespace().unwrap_or(0).to_string()),
             Some('%') => out.push('%'),
             Some(o) => {
                 out.push('%');

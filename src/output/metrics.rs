@@ -57,7 +57,7 @@ struct Writer {
 
 impl Writer {
     fn me(cfg: &Config) -> Writer {
-        Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: own_pidns(), interval_ms: interval_ms(cfg) }
+        Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: kernel::pid_namespace(), interval_ms: interval_ms(cfg) }
     }
 
     fn line(&self) -> String {
@@ -84,22 +84,6 @@ impl Writer {
         }
         (seen == 4 && w.pid != 0).then_some(w)
     }
-}
-
-/// This process's PID namespace, when `/proc` is the one of that namespace (`/proc/self` names
-/// this process): a `/proc` mounted for another namespace would make every pid a stranger's.
-fn own_pidns() -> Option<u64> {
-    let me = std::fs::read_link("/proc/self").ok()?;
-    if me.as_os_str().as_bytes() != kernel::raw_pid().to_string().as_bytes() {
-        return None;
-    }
-    ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_bytes())
-}
-
-/// `pid:[4026531836]` as the inode number.
-fn ns_inode(link: &[u8]) -> Option<u64> {
-    let s = std::str::from_utf8(link).ok()?;
-    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// A label value in the text format: backslash, double quote and newline escaped.
@@ -257,7 +241,7 @@ pub fn forget_previous_image(cfg: &Config) {
     let Ok(c) = CString::new(path_of(template).into_os_string().into_encoded_bytes()) else { return };
     let Some(found) = look(&c) else { return };
     let me = (kernel::raw_pid() as u32, kernel::start_ticks());
-    if (found.writer.pid, found.writer.start) == me && found.writer.pidns == own_pidns() {
+    if (found.writer.pid, found.writer.start) == me && found.writer.pidns == kernel::pid_namespace() {
         unlink_if_same(&c, &found);
     }
 }
@@ -383,8 +367,6 @@ mod tests {
         ] {
             assert_eq!(Writer::parse(other.as_bytes()), None, "{other:?}");
         }
-        assert_eq!(ns_inode(b"pid:[4026531836]"), Some(4026531836));
-        assert_eq!(ns_inode(b"net:[4026531836]"), None);
     }
 
     #[test]

@@ -532,6 +532,15 @@ mod tests {
     }
 
     #[test]
+    fn pid_namespace_links() {
+        assert_eq!(super::ns_inode(b"pid:[4026531836]"), Some(4026531836));
+        assert_eq!(super::ns_inode(b"net:[4026531836]"), None);
+        assert_eq!(super::ns_inode(b"pid:[]"), None);
+        let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        assert_eq!(super::pid_namespace().map(|n| format!("pid:[{n}]")), Some(link.to_string_lossy().into_owned()));
+    }
+
+    #[test]
     fn this_process() {
         let s = status();
         assert!(s.vm_size.unwrap() > 0);
@@ -597,6 +606,24 @@ mod tests {
             libc::munmap((p + 2 * page) as *mut libc::c_void, page);
         }
     }
+}
+
+/// This process's PID namespace (the inode number of `/proc/self/ns/pid`), when `/proc` is the one
+/// of that namespace (`/proc/self` names this process): through a `/proc` mounted for another
+/// namespace, every pid would be a stranger's.
+pub fn pid_namespace() -> Option<u64> {
+    // readlink is no cancellation point.
+    let me = std::fs::read_link("/proc/self").ok()?;
+    if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
+        return None;
+    }
+    ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_encoded_bytes())
+}
+
+/// `pid:[4026531836]` as the inode number.
+fn ns_inode(link: &[u8]) -> Option<u64> {
+    let s = std::str::from_utf8(link).ok()?;
+    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
 }
 
 /// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).
