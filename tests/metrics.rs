@@ -212,6 +212,25 @@ fn child_of(pid: u32) -> u32 {
     found
 }
 
+/// `Held::start` as pid 1 of a new PID namespace (with its own `/proc`): the `unshare` process,
+/// the program's pid as seen here, and the namespace's inode number.
+fn in_new_pid_namespace(dir: &Path, ops: &[&str], env: &[(&str, &str)]) -> (Held, u32, String) {
+    let held = Held::start_with(dir, ops, env, |cmd| {
+        let mut u = Command::new("unshare");
+        u.args(["--pid", "--fork", "--mount-proc"]).arg(cmd.get_program()).args(cmd.get_args()).current_dir(dir);
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => u.env(k, v),
+                None => u.env_remove(k),
+            };
+        }
+        u
+    });
+    let inner = child_of(held.pid());
+    let ns = std::fs::read_link(format!("/proc/{inner}/ns/pid")).unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+    (held, inner, ns)
+}
+
 #[test]
 fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
     if aarch64() || !can_unshare() {
@@ -223,19 +242,7 @@ fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
     let namespaced = || {
         // Pid 1 of its namespace: here, pid 1 is another process (another start time), so only
         // the namespace tells that this pid is not ours to look up.
-        let held = Held::start_with(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "200ms")], |cmd| {
-            let mut u = Command::new("unshare");
-            u.args(["--pid", "--fork", "--mount-proc"]).arg(cmd.get_program()).args(cmd.get_args()).current_dir(&dir);
-            for (k, v) in cmd.get_envs() {
-                match v {
-                    Some(v) => u.env(k, v),
-                    None => u.env_remove(k),
-                };
-            }
-            u
-        });
-        let inner = child_of(held.pid());
-        let ns = std::fs::read_link(format!("/proc/{inner}/ns/pid")).unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+        let (held, inner, ns) = in_new_pid_namespace(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "200ms")]);
         let file = dir.join(format!("m.{ns}.1.prom"));
         until("a namespaced writer's file", || file.exists());
         let head = std::fs::read_to_string(&file).unwrap();
@@ -423,6 +430,12 @@ fn node_exporters_textfile_collector_running_as_nobody_exports_every_writer() {
     // Two pods of one group: the group's series are in both files, told apart by pid.
     let a = start("pod-a", &["cuda_alloc:8192", "cuda_alloc:65536"]);
     let b = start("pod-b", &["cuda_alloc:4096"]);
+    // And two containers of one pod whose processes are both pid 1, the same program, with no
+    // container name set: told apart by their PID namespaces (file name and `pidns` label).
+    let twins: Vec<(Held, u32, String)> = (0..if can_unshare() { 2 } else { 0 })
+        .map(|_| in_new_pid_namespace(&dir, &["cuda_alloc:12288"], &[("PINGUARD_METRICS", &dir.join("m.%n.%p.prom").to_string_lossy()), ("PINGUARD_POD", "pod-c"), ("PINGUARD_INTERVAL", "100ms")]))
+        .collect();
+    until("the twins' files", || twins.iter().all(|(_, _, ns)| dir.join(format!("m.{ns}.1.prom")).exists()));
     let shows = |pid: u32, name: &str, v: &str| std::fs::read_to_string(metrics_of(&dir, pid)).is_ok_and(|t| t.lines().any(|l| l.starts_with(name) && l.ends_with(v)));
     until("both files, after every call", || shows(a.pid(), "pinguard_denied_total{", " 1") && shows(b.pid(), "pinguard_group_members{", " 2"));
     let port = free_port();
@@ -452,6 +465,12 @@ fn node_exporters_textfile_collector_running_as_nobody_exports_every_writer() {
     assert!(series("pod-a", "pinguard_denied_total").iter().any(|l| l.contains("api=\"cudaHostAlloc\"") && l.ends_with(" 1")), "{body}");
     assert!(series("pod-b", "pinguard_process_pinned_bytes").iter().any(|l| l.ends_with(" 4096")), "{body}");
     assert_eq!(series("pod-a", "pinguard_group_pinned_bytes").len() + series("pod-b", "pinguard_group_pinned_bytes").len(), 2, "{body}");
+    let c = series("pod-c", "pinguard_process_pinned_bytes");
+    assert!(c.len() == twins.len() && c.iter().all(|l| l.contains("pid=\"1\"") && l.ends_with(" 12288")), "{body}");
+    for (held, _, ns) in twins {
+        assert!(c.iter().any(|l| l.contains(&format!("pidns=\"{ns}\""))), "{c:?}");
+        held.finish();
+    }
     a.finish();
     b.finish();
     assert_eq!(proms(&dir), Vec::<PathBuf>::new());

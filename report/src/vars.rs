@@ -215,7 +215,7 @@ pub const LABELS: Var = Var {
     meaning: "more labels on every metrics series: `key=value,...`; a name is letters, digits and `_`, not starting with a digit or `__`, and not one of pinguard's own labels; a bad entry is a configuration error, the others are used",
     default: None,
     unset: "none",
-    forms: "a comma list of name=value, names of letters, digits and _ (not starting with a digit or __, not pid, exe, api, group, namespace, pod, container or container_id)",
+    forms: "a comma list of name=value, names of letters, digits and _ (not starting with a digit or __, not pid, pidns, exe, api, group, namespace, pod, container or container_id)",
     fallback: "that entry is left out",
 };
 

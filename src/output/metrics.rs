@@ -101,6 +101,11 @@ fn container_id() -> Option<&'static str> {
 fn who(cfg: &Config, group: Option<&str>) -> String {
     let exe = kernel::exe();
     let mut who = format!("pid=\"{}\",exe=\"{}\"", kernel::raw_pid(), label(exe.rsplit('/').next().unwrap_or("")));
+    // A pid is unique only in its namespace: two containers' pid 1 in one folder would make
+    // the same series twice, which costs node_exporter the whole family.
+    if let Some(ns) = kernel::pid_namespace() {
+        let _ = write!(who, ",pidns=\"{ns}\"");
+    }
     let mut add = |k: &str, v: &str| {
         let _ = write!(who, ",{k}=\"{}\"", label(v));
     };

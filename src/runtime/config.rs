@@ -308,7 +308,7 @@ impl Config {
 }
 
 /// The labels pinguard writes itself: `PINGUARD_LABELS` may not set them.
-pub const OWN_LABELS: &[&str] = &["pid", "exe", "api", "group", "namespace", "pod", "container", "container_id"];
+pub const OWN_LABELS: &[&str] = &["pid", "pidns", "exe", "api", "group", "namespace", "pod", "container", "container_id"];
 
 /// One `PINGUARD_LABELS` entry, `name=value`, checked against Prometheus' rules for a label name
 /// (`[a-zA-Z_][a-zA-Z0-9_]*`, `__` reserved) and against the labels already taken.
