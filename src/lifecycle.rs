@@ -232,15 +232,16 @@ fn first_count() {
 }
 
 /// At the end of a hooked call, when `reporter::pending`: starts the metrics thread, unless this
-/// call runs inside a signal handler (creating a thread allocates in the C library, which the
+/// is a `vfork` child or the call runs inside a signal handler (creating a thread allocates in the C library, which the
 /// handler may have interrupted); a later call starts it then. errno is the caller's again.
 #[cold]
 #[inline(never)]
 pub fn start_pending_reporter(t: &Thread) {
     let Some(cfg) = CONFIG.get() else { return };
     let e = t.errno();
-    // Asked on the caller's stack: the walk looks for a signal frame above this one.
-    if !signals::in_handler() {
+    // Not in a `vfork` child (the parent's memory, another process), and asked on the caller's
+    // stack: the walk looks for a signal frame above this one.
+    if owns_state() && !signals::in_handler() {
         let _ = std::panic::catch_unwind(|| crate::runtime::workstack::run(t, || crate::output::reporter::start_pending(cfg)));
     }
     t.set_errno(e);
