@@ -192,6 +192,62 @@ fn a_killed_writers_file_goes_with_the_next_writer_and_nothing_else_does() {
     assert!(!b_file.exists());
 }
 
+/// A writer's file as `pinguard-writer` names it, `age_s` seconds old.
+fn writers_file(path: &Path, pid: u64, start: u64, pidns: &str, interval_ms: u64, age_s: u64) {
+    std::fs::write(path, format!("# pinguard-writer pid={pid} start={start} pidns={pidns} interval_ms={interval_ms}\nx{{pid=\"{pid}\"}} 1\n")).unwrap();
+    let when = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() - age_s;
+    assert!(Command::new("touch").args(["-m", "-d", &format!("@{when}")]).arg(path).status().unwrap().success());
+}
+
+/// This process's start time in clock ticks (`/proc/self/stat`).
+fn own_start() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap()
+}
+
+#[test]
+fn metrics_prune_on_the_node_removes_what_no_next_writer_would() {
+    let dir = fresh_dir("metrics-prune");
+    let ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
+    // A process killed with no other writer in its folder: its file would stay.
+    let t = template(&dir);
+    let killed = Held::start(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t)]);
+    let killed_file = metrics_of(&dir, killed.pid());
+    until("the killed writer's file", || killed_file.exists());
+    killed.kill();
+    let me = std::process::id() as u64;
+    let cases = [
+        ("dead-here.prom", 999_999_999, 1, ns.clone(), 15000, 0, true),
+        ("reused-pid.prom", me, own_start() + 1, ns.clone(), 15000, 0, true),
+        ("alive-here-old.prom", me, own_start(), ns.clone(), 1000, 3600, false),
+        ("other-ns-fresh.prom", 1, 5, "1".into(), 1000, 2, false),
+        ("other-ns-stale.prom", 1, 5, "1".into(), 1000, 8, true),
+        ("unknown-ns-stale.prom", 7, 5, "-".into(), 15000, 40, true),
+        ("unknown-ns-fresh.prom", 7, 5, "-".into(), 15000, 30, false),
+    ];
+    for (name, pid, start, pidns, interval, age, _) in &cases {
+        writers_file(&dir.join(name), *pid, *start, pidns, *interval, *age);
+    }
+    let foreign = dir.join("node_custom.prom");
+    std::fs::write(&foreign, "node_custom 1\n").unwrap();
+    let outside = fresh_dir("metrics-prune-outside");
+    writers_file(&outside.join("t.prom"), 999_999_999, 1, &ns, 15000, 0);
+    std::os::unix::fs::symlink(outside.join("t.prom"), dir.join("link.prom")).unwrap();
+    let o = pinguard_cli(&[std::ffi::OsStr::new("metrics-prune"), dir.as_os_str()]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert!(!killed_file.exists(), "{stdout}");
+    for (name, _, _, _, _, _, removed) in &cases {
+        assert_eq!(!dir.join(name).exists(), *removed, "{name}: {stdout}");
+        assert_eq!(stdout.lines().any(|l| l.starts_with(&format!("removed {}: ", dir.join(name).display()))), *removed, "{name}: {stdout}");
+    }
+    assert_eq!(stdout.lines().count(), 1 + cases.iter().filter(|c| c.6).count(), "{stdout}");
+    assert!(foreign.exists() && dir.join("link.prom").symlink_metadata().is_ok() && outside.join("t.prom").exists());
+    let o = pinguard_cli(&[std::ffi::OsStr::new("metrics-prune"), dir.join("missing").as_os_str()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&o.stderr).lines().count(), 1, "{o:?}");
+}
+
 /// `unshare --pid --fork --mount-proc`, where this machine allows it (root).
 fn can_unshare() -> bool {
     let ok = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output().is_ok_and(|o| o.status.success());

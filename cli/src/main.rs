@@ -12,6 +12,7 @@ mod input;
 mod merge;
 mod out;
 mod plot;
+mod prune;
 mod report;
 mod run;
 mod top;
@@ -35,6 +36,7 @@ or an input that is not a readable report.";
 const EXIT_RUN: &str = "Exit status: the command's own; 128+N when signal N ended it; 126 when it is not executable, \
 127 when it does not exist; 2 when pinguard cannot run it (a bad option, no library, nowhere to write reports).";
 const EXIT_TOP: &str = "Exit status: 0 success; 2 bad usage, or no such group or directory.";
+const EXIT_PRUNE: &str = "Exit status: 0 success (whether or not a file was removed); 2 bad usage, or DIR cannot be read.";
 
 #[derive(Parser)]
 #[command(name = "pinguard", version, about = "Track, cap and report host-pinned memory (CUDA, Ascend ACL, mlock)", after_help = EXIT_ALL)]
@@ -210,6 +212,17 @@ enum Cmd {
         #[arg(long, default_value = "1s", value_parser = duration)]
         interval: String,
     },
+    /// Remove the metrics files (PINGUARD_METRICS) of processes that have ended without removing
+    /// their own (SIGKILL, the OOM killer): for a node agent to run now and then, where a folder's
+    /// last writer may die with no other writer to remove its file. Only files that start with
+    /// pinguard's writer line; a writer in another PID namespace is dead once its file is older
+    /// than two of its intervals and 5 s. Prints one line per file removed; exit 0, or 2 when
+    /// DIR cannot be read.
+    #[command(after_help = EXIT_PRUNE)]
+    MetricsPrune {
+        /// The folder of the metrics files (node_exporter's textfile directory).
+        dir: PathBuf,
+    },
     /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
     #[command(after_help = EXIT_READ)]
     Plot {
@@ -319,6 +332,7 @@ fn main() -> ExitCode {
             };
             ExitCode::from(top::run(source, once, every) as u8)
         }
+        Cmd::MetricsPrune { dir } => ExitCode::from(prune::run(&dir) as u8),
         Cmd::Plot { output, wall_clock, keep_going, inputs } => {
             let axis = if wall_clock { plot::TimeAxis::WallClock } else { plot::TimeAxis::SinceStart };
             let mut series = Vec::new();

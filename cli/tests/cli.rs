@@ -546,7 +546,7 @@ fn every_option_is_described_and_every_help_states_exit_codes() {
     let o = pinguard(&["--help"]);
     let (out, _) = text(&o);
     assert!(out.contains("Exit status:") && out.contains("1  `check`: a limit was exceeded"), "{out}");
-    for cmd in ["run", "report", "check", "diff", "flamegraph", "top", "plot"] {
+    for cmd in ["run", "report", "check", "diff", "flamegraph", "top", "plot", "metrics-prune"] {
         let (out, _) = text(&pinguard(&[cmd, "--help"]));
         assert!(out.contains("Exit status:"), "{cmd}: {out}");
         let mut in_options = false;

@@ -12,6 +12,7 @@ use crate::budget::{self, group};
 use crate::runtime::config::Config;
 use crate::runtime::lock::Mutex;
 use crate::runtime::{kernel, sys};
+use pinguard_report::textfile::{candidate_name, stat_says_ended, Writer, HEAD_BYTES};
 use pinguard_report::vars::METRICS_INTERVAL_MS;
 use std::ffi::{CStr, CString, OsStr};
 use std::fmt::Write as _;
@@ -22,20 +23,10 @@ use std::sync::OnceLock;
 
 /// Readable by a collector of another user.
 const MODE: u32 = 0o644;
-/// The first line of every metrics file pinguard writes, before the writer's identity. The text
-/// format ignores a `#` line that is neither `# HELP` nor `# TYPE`.
-const HEADER: &str = "# pinguard-writer ";
-/// A writer in another PID namespace is dead when its file is older than two of its intervals
-/// and this: room for a write held up by a report being written or a loaded machine.
-const SLACK_MS: u64 = 5_000;
-/// The longest interval a file's header is believed for (a file says what it likes).
-const MAX_INTERVAL_MS: u64 = 3_600_000;
 /// Directory entries read per pass, and files opened per pass: a pass is bounded however large
 /// the folder; the files opened rotate from one pass to the next (`CURSOR`).
 const MAX_NAMES: usize = 4096;
 const MAX_EXAMINED: usize = 64;
-/// What is read of a file to find its header.
-const HEAD_BYTES: usize = 256;
 
 /// How often metrics are rewritten: every `PINGUARD_INTERVAL` when that is shorter than the
 /// default, else every `METRICS_INTERVAL_MS` (so a file's age tells whether its writer lives).
@@ -43,47 +34,9 @@ pub fn interval_ms(cfg: &Config) -> u64 {
     cfg.interval_ms.map_or(METRICS_INTERVAL_MS, |i| i.min(METRICS_INTERVAL_MS)).max(10)
 }
 
-/// Who wrote a metrics file: enough for another writer to prove it dead.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Writer {
-    pid: u32,
-    /// Start time, clock ticks after boot (`/proc/PID/stat`): a reused pid is another process.
-    start: u64,
-    /// The inode of the writer's PID namespace; `None` where it could not be read, which makes
-    /// every reader go by the file's age.
-    pidns: Option<u64>,
-    interval_ms: u64,
-}
-
-impl Writer {
-    fn me(cfg: &Config) -> Writer {
-        Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: kernel::pid_namespace(), interval_ms: interval_ms(cfg) }
-    }
-
-    fn line(&self) -> String {
-        let ns = self.pidns.map_or("-".to_string(), |n| n.to_string());
-        format!("{HEADER}pid={} start={} pidns={ns} interval_ms={}\n", self.pid, self.start, self.interval_ms)
-    }
-
-    /// The writer a file's first line names; `None` for any file that does not start with it.
-    fn parse(head: &[u8]) -> Option<Writer> {
-        let line = head.split(|&b| b == b'\n').next()?;
-        let rest = std::str::from_utf8(line).ok()?.strip_prefix(HEADER)?;
-        let mut w = Writer { pid: 0, start: 0, pidns: None, interval_ms: 0 };
-        let mut seen = 0;
-        for kv in rest.split(' ') {
-            let (k, v) = kv.split_once('=')?;
-            match k {
-                "pid" => w.pid = v.parse().ok()?,
-                "start" => w.start = v.parse().ok()?,
-                "pidns" => w.pidns = if v == "-" { None } else { Some(v.parse().ok()?) },
-                "interval_ms" => w.interval_ms = v.parse().ok()?,
-                _ => continue,
-            }
-            seen += 1;
-        }
-        (seen == 4 && w.pid != 0).then_some(w)
-    }
+/// This process as a writer.
+fn me(cfg: &Config) -> Writer {
+    Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: kernel::pid_namespace(), interval_ms: interval_ms(cfg) }
 }
 
 /// A label value in the text format: backslash, double quote and newline escaped.
@@ -202,7 +155,7 @@ pub fn write(cfg: &Config) {
     if kernel::secure_mode() || !ledger::touched() {
         return;
     }
-    let me = Writer::me(cfg);
+    let me = me(cfg);
     let path = path_of(template);
     let text = render(cfg, &me);
     let written = crate::output::report::unless_exiting(|| {
@@ -297,20 +250,7 @@ fn ended(pid: u32, start: u64) -> Option<bool> {
     let mut buf = [0u8; 1024];
     let n = sys::read(fd, &mut buf);
     sys::close(fd);
-    let text = std::str::from_utf8(&buf[..n.ok()?]).ok()?;
-    let state = text[text.rfind(')')? + 1..].split_ascii_whitespace().next()?;
-    let ticks = pinguard_report::state::stat_start_ticks(text)?;
-    Some(ticks != start || state == "Z" || state == "X")
-}
-
-/// Whether `w`'s process is proven to have ended, as `me` sees it: in the same PID namespace,
-/// by `/proc`; in another (or where a namespace is unknown), by the file's age.
-fn proven_dead(w: &Writer, age_ms: Option<u64>, me: &Writer) -> bool {
-    if w.pidns.is_some() && w.pidns == me.pidns {
-        return ended(w.pid, w.start) == Some(true);
-    }
-    let interval = w.interval_ms.clamp(1, MAX_INTERVAL_MS);
-    age_ms.is_some_and(|age| age > 2 * interval + SLACK_MS)
+    stat_says_ended(std::str::from_utf8(&buf[..n.ok()?]).ok()?, start)
 }
 
 /// Where the last pass stopped, among the candidate files, for a folder of more than
@@ -327,7 +267,7 @@ fn prune(dir: &Path, own: &OsStr, me: &Writer) {
         let name = entry.file_name();
         let b = name.as_bytes();
         // The regular files only (the directory entry's own type: a link is never followed).
-        if name == own || b.starts_with(b".") || !b.ends_with(b".prom") || !entry.file_type().is_ok_and(|t| t.is_file()) {
+        if name == own || !candidate_name(b) || !entry.file_type().is_ok_and(|t| t.is_file()) {
             continue;
         }
         index += 1;
@@ -341,7 +281,7 @@ fn prune(dir: &Path, own: &OsStr, me: &Writer) {
         examined += 1;
         let Ok(c) = CString::new(dir.join(&name).into_os_string().into_encoded_bytes()) else { continue };
         if let Some(found) = look(&c) {
-            if proven_dead(&found.writer, found.age_ms, me) {
+            if found.writer.proven_dead(found.age_ms, me.pidns, ended) {
                 unlink_if_same(&c, &found);
             }
         }
@@ -355,37 +295,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_writers_line_reads_back_and_nothing_else_is_one() {
-        let w = Writer { pid: 42, start: 123456, pidns: Some(4026531836), interval_ms: 15000 };
-        let line = w.line();
-        assert_eq!(line, "# pinguard-writer pid=42 start=123456 pidns=4026531836 interval_ms=15000\n");
-        assert_eq!(Writer::parse(format!("{line}# HELP x y\n").as_bytes()), Some(w));
-        let unknown = Writer { pidns: None, ..w };
-        assert_eq!(Writer::parse(unknown.line().as_bytes()), Some(unknown));
-        for other in [
-            "# HELP pinguard_pinned_bytes x\n",
-            "node_cpu 1\n",
-            "# pinguard-writer pid=42 start=1\n",
-            "# pinguard-writer pid=x start=1 pidns=- interval_ms=1\n",
-            " # pinguard-writer pid=42 start=1 pidns=- interval_ms=1\n",
-            "",
-        ] {
-            assert_eq!(Writer::parse(other.as_bytes()), None, "{other:?}");
-        }
-    }
-
-    #[test]
-    fn another_namespaces_writer_is_dead_only_when_its_file_is_stale() {
-        let me = Writer { pid: 1, start: 1, pidns: Some(1), interval_ms: 15000 };
-        let other = Writer { pid: 1, start: 99, pidns: Some(2), interval_ms: 1000 };
-        assert!(!proven_dead(&other, Some(2000 + SLACK_MS), &me));
-        assert!(proven_dead(&other, Some(2001 + SLACK_MS), &me));
-        assert!(!proven_dead(&other, None, &me));
-        let unknown = Writer { pidns: None, ..other };
-        assert!(!proven_dead(&unknown, Some(1000), &Writer { pidns: None, ..me }));
-        // In this namespace, by /proc: this process lives, with its own start time.
-        let me = Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: Some(7), interval_ms: 15000 };
-        assert!(!proven_dead(&me, Some(u64::MAX / 4), &me), "a live writer's file stays however old");
-        assert!(proven_dead(&Writer { start: me.start + 1, ..me }, Some(0), &me), "a reused pid");
+    fn this_process_lives_and_a_reused_pid_is_another() {
+        let (pid, start) = (kernel::raw_pid() as u32, kernel::start_ticks());
+        assert_eq!(ended(pid, start), Some(false));
+        assert_eq!(ended(pid, start + 1), Some(true));
+        assert_eq!(ended(999_999_999, start), Some(true), "beyond any pid_max");
     }
 }

@@ -533,9 +533,6 @@ mod tests {
 
     #[test]
     fn pid_namespace_links() {
-        assert_eq!(super::ns_inode(b"pid:[4026531836]"), Some(4026531836));
-        assert_eq!(super::ns_inode(b"net:[4026531836]"), None);
-        assert_eq!(super::ns_inode(b"pid:[]"), None);
         let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
         assert_eq!(super::pid_namespace().map(|n| format!("pid:[{n}]")), Some(link.to_string_lossy().into_owned()));
     }
@@ -617,13 +614,7 @@ pub fn pid_namespace() -> Option<u64> {
     if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
         return None;
     }
-    ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_encoded_bytes())
-}
-
-/// `pid:[4026531836]` as the inode number.
-fn ns_inode(link: &[u8]) -> Option<u64> {
-    let s = std::str::from_utf8(link).ok()?;
-    s.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok()
+    pinguard_report::textfile::ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_encoded_bytes())
 }
 
 /// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).
