@@ -122,9 +122,12 @@ fn the_file_is_readable_by_others_while_the_process_pins_and_goes_when_it_exits(
             assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o077, 0, "{} is private", p.display());
         }
     }
+    let live = dir.join(format!(".m.{}.prom.live", held.pid()));
+    assert!(live.exists() && text.lines().next().unwrap().contains(" live="), "the liveness file beside it: {first}");
     let pid = held.pid();
     held.finish();
     assert!(!path.exists(), "the file goes at exit");
+    assert!(!live.exists(), "its liveness file too");
     let report = read_json(&dir.join(format!("report.{pid}.json")));
     assert_eq!(report["totals"]["denied_count"], 1, "the report keeps the final figures");
     assert_eq!(std::fs::metadata(dir.join(format!("report.{pid}.json"))).unwrap().permissions().mode() & 0o777, 0o600);
@@ -158,6 +161,7 @@ fn a_killed_writers_file_goes_with_the_next_writer_and_nothing_else_does() {
     let env = [("PINGUARD_METRICS", t.as_str())];
     let a = Held::start(&dir, &["cuda_alloc:4096"], &env);
     let a_file = metrics_of(&dir, a.pid());
+    let a_pid = a.pid();
     until("the first writer's file", || a_file.exists());
     let ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
     a.kill();
@@ -185,6 +189,7 @@ fn a_killed_writers_file_goes_with_the_next_writer_and_nothing_else_does() {
     let b = Held::start(&dir, &["cuda_alloc:4096"], &env);
     let b_file = metrics_of(&dir, b.pid());
     until("the killed writer's file to go", || !a_file.exists() && !dead.exists());
+    assert!(!dir.join(format!(".m.{a_pid}.prom.live")).exists(), "and its liveness file");
     assert!(b_file.exists());
     assert!(foreign.exists() && dir.join("link.prom").symlink_metadata().is_ok() && outside.join("target.prom").exists() && dir.join("dead.prom.bak").exists());
     assert!(!root || others.exists(), "another user's file stays");
@@ -213,6 +218,7 @@ fn metrics_prune_on_the_node_removes_what_no_next_writer_would() {
     let t = template(&dir);
     let killed = Held::start(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t)]);
     let killed_file = metrics_of(&dir, killed.pid());
+    let killed_live = dir.join(format!(".m.{}.prom.live", killed.pid()));
     until("the killed writer's file", || killed_file.exists());
     killed.kill();
     let me = std::process::id() as u64;
@@ -220,11 +226,14 @@ fn metrics_prune_on_the_node_removes_what_no_next_writer_would() {
         ("dead-here.prom", 999_999_999, 1, ns.clone(), 15000, 0, true),
         ("reused-pid.prom", me, own_start() + 1, ns.clone(), 15000, 0, true),
         ("alive-here-old.prom", me, own_start(), ns.clone(), 1000, 3600, false),
-        ("other-ns-fresh.prom", 1, 5, "1".into(), 1000, 2, false),
+        // Fresh ones well inside two intervals and 5 s, whatever the machine's load.
+        ("other-ns-fresh.prom", 1, 5, "1".into(), 60000, 2, false),
         ("other-ns-stale.prom", 1, 5, "1".into(), 1000, 8, true),
         ("unknown-ns-stale.prom", 7, 5, "-".into(), 15000, 40, true),
-        ("unknown-ns-fresh.prom", 7, 5, "-".into(), 15000, 30, false),
+        ("unknown-ns-fresh.prom", 7, 5, "-".into(), 60000, 30, false),
     ];
+    // The command built (a no-op when it is up to date) before the files' ages start to count.
+    assert!(pinguard_cli(&[std::ffi::OsStr::new("--version")]).status.success());
     for (name, pid, start, pidns, interval, age, _) in &cases {
         writers_file(&dir.join(name), *pid, *start, pidns, *interval, *age);
     }
@@ -236,7 +245,7 @@ fn metrics_prune_on_the_node_removes_what_no_next_writer_would() {
     let o = pinguard_cli(&[std::ffi::OsStr::new("metrics-prune"), dir.as_os_str()]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
-    assert!(!killed_file.exists(), "{stdout}");
+    assert!(!killed_file.exists() && !killed_live.exists(), "{stdout}");
     for (name, _, _, _, _, _, removed) in &cases {
         assert_eq!(!dir.join(name).exists(), *removed, "{name}: {stdout}");
         assert_eq!(stdout.lines().any(|l| l.starts_with(&format!("removed {}: ", dir.join(name).display()))), *removed, "{name}: {stdout}");
@@ -288,7 +297,7 @@ fn in_new_pid_namespace(dir: &Path, ops: &[&str], env: &[(&str, &str)]) -> (Held
 }
 
 #[test]
-fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
+fn a_writer_in_another_pid_namespace_goes_when_it_dies_and_never_while_it_lives() {
     if aarch64() || !can_unshare() {
         return;
     }
@@ -309,6 +318,10 @@ fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
     let (other, _, other_file) = namespaced();
     assert_ne!(a_file, other_file);
 
+    // Two files of writers in another namespace without a liveness file (as where the kernel
+    // keeps no robust list): by their age alone.
+    writers_file(&dir.join("stale-elsewhere.prom"), 1, 5, "1", 1000, 8);
+    writers_file(&dir.join("fresh-elsewhere.prom"), 1, 5, "1", 60000, 0);
     // A writer here, passing over the folder every 100 ms, while the others live: never removed.
     let b = Held::start(&dir, &["cuda_alloc:4096"], &[("PINGUARD_METRICS", &t), ("PINGUARD_INTERVAL", "100ms")]);
     let own_ns = std::fs::read_link("/proc/self/ns/pid").unwrap().to_string_lossy().trim_start_matches("pid:[").trim_end_matches(']').to_string();
@@ -318,7 +331,9 @@ fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
         assert!(a_file.exists() && other_file.exists(), "a live writer's file was removed");
         std::thread::sleep(Duration::from_millis(25));
     }
-    // Killed: gone once older than two of its intervals and the slack (0.4 s + 5 s), not before.
+    assert!(!dir.join("stale-elsewhere.prom").exists() && dir.join("fresh-elsewhere.prom").exists(), "by age");
+    // Killed: the kernel marks its liveness file's lock, and the next pass here removes the file,
+    // long before it could be stale (two of its intervals and 5 s: 5.4 s).
     // SAFETY: signals the test's own grandchild.
     unsafe { libc::kill(inner as i32, libc::SIGKILL) };
     let killed = Instant::now();
@@ -326,12 +341,17 @@ fn a_writer_in_another_pid_namespace_goes_only_once_its_file_is_stale() {
     until("the namespaced writer's file to go", || !a_file.exists());
     let after = killed.elapsed();
     eprintln!("the killed writer's file went {after:?} after the kill");
-    assert!(after >= Duration::from_millis(4000), "removed {after:?} after the kill: before it was stale");
+    assert!(after < Duration::from_millis(4000), "removed {after:?} after the kill: by its age, not the kernel's mark");
+    let a_live = a_file.with_file_name(format!(".{}.live", a_file.file_name().unwrap().to_string_lossy()));
+    assert!(!a_live.exists(), "its liveness file goes with it");
     assert!(other_file.exists(), "the live one stays");
     other.finish();
     assert!(!other_file.exists(), "removed by its own writer at exit");
     b.finish();
+    std::fs::remove_file(dir.join("fresh-elsewhere.prom")).unwrap();
     assert_eq!(proms(&dir), Vec::<PathBuf>::new());
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".live")).collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 /// Runs `cmd` inside a new cgroup v1 `pids` cgroup named as Docker's systemd driver names a

@@ -26,14 +26,16 @@ pub fn run(dir: &Path) -> i32 {
         }
         let path = entry.path();
         let Some((w, age_ms, id)) = look(&path) else { continue };
-        if !w.proven_dead(age_ms, own_ns, ended) {
+        let live = w.live.and_then(|ino| live_word(&path, ino));
+        if !w.proven_dead(age_ms, own_ns, live.map(|l| l.0), ended) {
             continue;
         }
-        // Only if the name still holds the file read: a writer may have renamed a new one there.
-        let same = std::fs::symlink_metadata(&path).is_ok_and(|m| (m.dev(), m.ino()) == id);
-        if same && std::fs::remove_file(&path).is_ok() {
+        if remove_if_same(&path, id) {
             let ns = w.pidns.map_or("unknown".to_string(), |n| n.to_string());
             println!("removed {}: its writer (pid {}, PID namespace {ns}) has ended", path.display(), w.pid);
+        }
+        if let (Some((_, id)), Some(name)) = (live, path.file_name().and_then(|n| n.to_str())) {
+            remove_if_same(&path.with_file_name(textfile::live_name(name)), id);
         }
     }
     0
@@ -52,6 +54,26 @@ fn look(path: &Path) -> Option<(Writer, Option<u64>, (u64, u64))> {
     let w = Writer::parse(&head)?;
     let age_ms = meta.modified().ok().and_then(|m| m.elapsed().ok()).map(|d| d.as_millis() as u64);
     Some((w, age_ms, (meta.dev(), meta.ino())))
+}
+
+/// Removes `path` only if it still names the file `id` (device, inode): a writer may have renamed
+/// a new one there since it was read.
+fn remove_if_same(path: &Path, id: (u64, u64)) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id) && std::fs::remove_file(path).is_ok()
+}
+
+/// The lock word of the liveness file beside metrics file `path`, if it is the file (inode `ino`)
+/// the writer's line names; read, never locked.
+fn live_word(path: &Path, ino: u64) -> Option<(u32, (u64, u64))> {
+    let name = path.file_name()?.to_str()?;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path.with_file_name(textfile::live_name(name))).ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.ino() != ino {
+        return None;
+    }
+    let mut word = [0u8; 4];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut word, 0).ok()?;
+    Some((u32::from_ne_bytes(word), (meta.dev(), meta.ino())))
 }
 
 /// This command's PID namespace, when `/proc` is that namespace's own.

@@ -12,7 +12,7 @@ use crate::budget::{self, group};
 use crate::runtime::config::Config;
 use crate::runtime::lock::Mutex;
 use crate::runtime::{kernel, sys};
-use pinguard_report::textfile::{candidate_name, stat_says_ended, Writer, HEAD_BYTES};
+use pinguard_report::textfile::{candidate_name, live_name, stat_says_ended, Writer, HEAD_BYTES};
 use pinguard_report::vars::METRICS_INTERVAL_MS;
 use std::ffi::{CStr, CString, OsStr};
 use std::fmt::Write as _;
@@ -36,7 +36,7 @@ pub fn interval_ms(cfg: &Config) -> u64 {
 
 /// This process as a writer.
 fn me(cfg: &Config) -> Writer {
-    Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: kernel::pid_namespace(), interval_ms: interval_ms(cfg) }
+    Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: kernel::pid_namespace(), interval_ms: interval_ms(cfg), live: None }
 }
 
 /// A label value in the text format: backslash, double quote and newline escaped.
@@ -139,6 +139,97 @@ fn render(cfg: &Config, me: &Writer) -> String {
     s
 }
 
+/// This process's liveness file (`textfile::live_name`): a process-shared robust mutex in a
+/// shared mapping of one page, locked by the metrics thread for the rest of its life, so that the
+/// kernel marks it (`FUTEX_OWNER_DIED`) when that thread ends, however the process ends: a writer
+/// in any PID namespace then knows at once. The descriptor is closed once the page is mapped (a
+/// mapping survives a program closing every descriptor). Changed under the report lock only.
+struct Live {
+    pid: i32,
+    path: PathBuf,
+    map: usize,
+    dev: u64,
+    ino: u64,
+}
+
+static LIVE: Mutex<Option<Live>> = Mutex::new(None);
+
+/// The liveness file's inode for metrics file `path`, made (and locked, on this thread: the
+/// metrics thread) the first time; `None` where it cannot be (the metrics then go by the other
+/// rules). Under the report lock.
+fn live_file(path: &Path) -> Option<u64> {
+    let dir = path.parent()?;
+    let name = path.file_name()?.to_str()?;
+    let target = dir.join(live_name(name));
+    let mut live = LIVE.lock();
+    let pid = kernel::raw_pid();
+    if let Some(l) = live.as_ref().filter(|l| l.pid == pid && l.path == target) {
+        return Some(l.ino);
+    }
+    if let Some(old) = live.take() {
+        if old.pid != pid {
+            // A fork child's copy of its parent's page: on none of this process's robust lists.
+            // SAFETY: the page `make_live` mapped, used by nothing of this process's.
+            unsafe { libc::munmap(old.map as *mut libc::c_void, sys::page_size()) };
+        } else if let Ok(c) = CString::new(old.path.into_os_string().into_encoded_bytes()) {
+            // This process's, for a path that changed (a host name in the template): left locked.
+            unlink_if_same(&c, old.dev, old.ino);
+        }
+    }
+    let made = make_live(&target, pid)?;
+    let ino = made.ino;
+    *live = Some(made);
+    Some(ino)
+}
+
+fn make_live(target: &Path, pid: i32) -> Option<Live> {
+    let tmp = CString::new(format!("{}.{pid}.tmp", target.display())).ok()?;
+    let fd = sys::open(&tmp, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600).ok()?;
+    let page = sys::page_size();
+    // SAFETY: our own new descriptor; a page-sized shared mapping of the file it was grown to.
+    let map = unsafe {
+        if libc::ftruncate(fd, page as libc::off_t) == 0 {
+            libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+        } else {
+            libc::MAP_FAILED
+        }
+    };
+    let id = sys::file_id(fd);
+    sys::close(fd);
+    let locked = map != libc::MAP_FAILED && lock_robust(map as *mut libc::pthread_mutex_t);
+    let target_c = CString::new(target.as_os_str().as_bytes()).ok();
+    // SAFETY: NUL-terminated paths; rename only reads them.
+    let renamed = locked && target_c.as_ref().is_some_and(|t| unsafe { libc::rename(tmp.as_ptr(), t.as_ptr()) } == 0);
+    match (renamed, id) {
+        (true, Some(id)) => Some(Live { pid, path: target.to_path_buf(), map: map as usize, dev: id.dev, ino: id.ino }),
+        _ => {
+            let _ = sys::unlink(&tmp);
+            if map != libc::MAP_FAILED && !locked {
+                // SAFETY: the page mapped above, holding no lock of this thread's.
+                unsafe { libc::munmap(map, page) };
+            }
+            None
+        }
+    }
+}
+
+/// Makes `m` a process-shared robust mutex and locks it on this thread, for good.
+fn lock_robust(m: *mut libc::pthread_mutex_t) -> bool {
+    // SAFETY: `m` is a fresh, zeroed, page-aligned shared page, large enough for a mutex, that
+    // nothing else uses; the attribute lives on this stack for the calls that read it.
+    unsafe {
+        let mut attr: libc::pthread_mutexattr_t = std::mem::zeroed();
+        if libc::pthread_mutexattr_init(&mut attr) != 0 {
+            return false;
+        }
+        let ok = libc::pthread_mutexattr_setpshared(&mut attr, libc::PTHREAD_PROCESS_SHARED) == 0
+            && libc::pthread_mutexattr_setrobust(&mut attr, libc::PTHREAD_MUTEX_ROBUST) == 0
+            && libc::pthread_mutex_init(m, &attr) == 0;
+        libc::pthread_mutexattr_destroy(&mut attr);
+        ok && libc::pthread_mutex_lock(m) == 0
+    }
+}
+
 /// The file this process wrote last (its pid, path, device and inode), for its removal at exit:
 /// only that file, if the path still names it. Changed under the report lock only.
 static OWN: Mutex<Option<(i32, PathBuf, u64, u64)>> = Mutex::new(None);
@@ -155,8 +246,9 @@ pub fn write(cfg: &Config) {
     if kernel::secure_mode() || !ledger::touched() {
         return;
     }
-    let me = me(cfg);
     let path = path_of(template);
+    let Some(live) = crate::output::report::unless_exiting(|| live_file(&path)) else { return };
+    let me = Writer { live, ..me(cfg) };
     let text = render(cfg, &me);
     let written = crate::output::report::unless_exiting(|| {
         crate::output::files::write_atomic_shared(&path, text.as_bytes(), MODE)?;
@@ -184,8 +276,11 @@ pub fn remove_own() {
         return; // the parent's, inherited over `fork`
     }
     let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
-    if sys::path_id(&c).is_some_and(|id| (id.dev, id.ino) == (dev, ino)) {
-        let _ = sys::unlink(&c);
+    unlink_if_same(&c, dev, ino);
+    if let Some(live) = LIVE.try_lock().and_then(|mut l| l.take()).filter(|l| l.pid == pid) {
+        if let Ok(c) = CString::new(live.path.into_os_string().into_encoded_bytes()) {
+            unlink_if_same(&c, live.dev, live.ino);
+        }
     }
 }
 
@@ -200,7 +295,7 @@ pub fn forget_previous_image(cfg: &Config) {
     let Some(found) = look(&c) else { return };
     let me = (kernel::raw_pid() as u32, kernel::start_ticks());
     if (found.writer.pid, found.writer.start) == me && found.writer.pidns == kernel::pid_namespace() {
-        unlink_if_same(&c, &found);
+        unlink_if_same(&c, found.dev, found.ino);
     }
 }
 
@@ -230,12 +325,30 @@ fn look(path: &CStr) -> Option<Found> {
     Some(Found { writer, age_ms, dev: st.st_dev, ino: st.st_ino })
 }
 
-/// Unlinks `path` if it still names the file `look` read (a writer may have renamed a new one
+/// Unlinks `path` if it still names the file `(dev, ino)` (a writer may have renamed a new one
 /// into its place meanwhile).
-fn unlink_if_same(path: &CStr, found: &Found) {
-    if sys::path_id(path).is_some_and(|id| (id.dev, id.ino) == (found.dev, found.ino)) {
+fn unlink_if_same(path: &CStr, dev: u64, ino: u64) {
+    if sys::path_id(path).is_some_and(|id| (id.dev, id.ino) == (dev, ino)) {
         let _ = sys::unlink(path);
     }
+}
+
+/// The lock word of the liveness file beside metrics file `path`, if it is the one `w` names
+/// (same inode, a regular file of this user's): read, never locked.
+fn live_word(path: &Path, w: &Writer) -> Option<(u32, u64, u64, CString)> {
+    let ino = w.live?;
+    let name = path.file_name()?.to_str()?;
+    let c = CString::new(path.parent()?.join(live_name(name)).into_os_string().into_encoded_bytes()).ok()?;
+    let fd = sys::open(&c, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
+    let st = sys::stat(fd);
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let ours = st.as_ref().is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid && st.st_ino == ino);
+    let mut word = [0u8; 4];
+    let read = ours && sys::read_exact_at(fd, &mut word, 0).is_some();
+    sys::close(fd);
+    let st = st?;
+    read.then(|| (u32::from_ne_bytes(word), st.st_dev, st.st_ino, c))
 }
 
 /// Whether the process `pid` of this namespace has ended: `Some(true)` gone (or a zombie, or
@@ -281,8 +394,13 @@ fn prune(dir: &Path, own: &OsStr, me: &Writer) {
         examined += 1;
         let Ok(c) = CString::new(dir.join(&name).into_os_string().into_encoded_bytes()) else { continue };
         if let Some(found) = look(&c) {
-            if found.writer.proven_dead(found.age_ms, me.pidns, ended) {
-                unlink_if_same(&c, &found);
+            let path = dir.join(&name);
+            let live = live_word(&path, &found.writer);
+            if found.writer.proven_dead(found.age_ms, me.pidns, live.as_ref().map(|l| l.0), ended) {
+                unlink_if_same(&c, found.dev, found.ino);
+                if let Some((_, dev, ino, lc)) = live {
+                    unlink_if_same(&lc, dev, ino);
+                }
             }
         }
     }
