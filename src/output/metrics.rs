@@ -240,7 +240,7 @@ fn path_of(template: &str) -> PathBuf {
 
 /// Rewrites the metrics file if `PINGUARD_METRICS` is set and the process has pinned (never in a
 /// setuid process, never once the exit report is decided), then removes dead writers' files
-/// from its folder.
+/// from its folder. Only on the metrics thread, which the liveness file's lock stays with.
 pub fn write(cfg: &Config) {
     let Some(template) = &cfg.metrics else { return };
     if kernel::secure_mode() || !ledger::touched() {
