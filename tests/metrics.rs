@@ -60,6 +60,24 @@ print(json.dumps(out))
         .collect()
 }
 
+/// Removes what a test made outside its folder (a group's ledger, a cgroup), however it ends.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+            // A cgroup (the container's, then its parent) goes once its processes have.
+            if let Ok(inner) = std::fs::read_dir(p) {
+                for d in inner.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                    let _ = std::fs::remove_dir(d.path());
+                }
+            }
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}
+
 fn proms(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect();
     v.sort();
@@ -381,6 +399,10 @@ fn every_series_carries_the_pod_the_container_and_the_group() {
     let dir = fresh_dir("metrics-labels");
     let t = template(&dir);
     let group = format!("metrics-labels-{}", std::process::id());
+    let _cleanup = Cleanup(vec![
+        PathBuf::from(format!("/dev/shm/pinguard.group.{group}")),
+        Path::new("/sys/fs/cgroup/pids").join(format!("pinguard-test-{}", std::process::id())),
+    ]);
     let id = "5e0c1d2f3a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5";
     let env = [
         ("PINGUARD_METRICS", t.as_str()),
@@ -433,16 +455,6 @@ fn every_series_carries_the_pod_the_container_and_the_group() {
     }
     let report = read_json(&dir.join(format!("report.{pid}.json")));
     assert_eq!(report["config"]["errors"].as_array().unwrap().len(), 5);
-    let _ = std::fs::remove_file(format!("/dev/shm/pinguard.group.{group}"));
-    if let Some(d) = cgroup_dir() {
-        let _ = std::fs::remove_dir(&d);
-        let _ = std::fs::remove_dir(d.parent().unwrap());
-    }
-}
-
-fn cgroup_dir() -> Option<PathBuf> {
-    let d = Path::new("/sys/fs/cgroup/pids").join(format!("pinguard-test-{}", std::process::id()));
-    std::fs::read_dir(&d).ok()?.flatten().map(|e| e.path()).find(|p| p.is_dir())
 }
 
 /// Whether `held` runs in the test's container-named cgroup (its own `/proc/PID/cgroup`).
@@ -488,6 +500,7 @@ fn node_exporters_textfile_collector_running_as_nobody_exports_every_writer() {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     let t = template(&dir);
     let group = format!("metrics-ne-{}", std::process::id());
+    let _cleanup = Cleanup(vec![PathBuf::from(format!("/dev/shm/pinguard.group.{group}")), dir.clone()]);
     let env = |pod: &'static str| -> Vec<(&'static str, String)> {
         vec![
             ("PINGUARD_METRICS", t.clone()),
@@ -550,6 +563,5 @@ fn node_exporters_textfile_collector_running_as_nobody_exports_every_writer() {
     a.finish();
     b.finish();
     assert_eq!(proms(&dir), Vec::<PathBuf>::new());
-    let _ = std::fs::remove_file(format!("/dev/shm/pinguard.group.{group}"));
     let _ = std::fs::remove_dir_all(&dir);
 }
