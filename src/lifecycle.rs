@@ -176,7 +176,8 @@ fn init() -> bool {
     let _ = CONFIG.set(cfg);
     let Some(cfg) = CONFIG.get() else { return false };
     crate::runtime::heap::on_short(heap_short);
-    ledger::on_first_count(announce);
+    ledger::on_first_count(first_count);
+    crate::output::metrics::forget_previous_image(cfg);
     crate::accounting::arena::prepare(crate::accounting::arena::Place {
         path: Box::new(crate::output::files::state_path),
         info: Box::new(|| report::state_info(cfg)),
@@ -220,6 +221,31 @@ fn announce() {
         text.push('\n');
     }
     log::write_stderr(&text);
+}
+
+/// When the process first counts something (and again in a fork child): its settings' problems,
+/// and the metrics thread asked for (started by `start_pending_reporter`).
+fn first_count() {
+    announce();
+    if let Some(cfg) = CONFIG.get() {
+        crate::output::reporter::on_activity(cfg);
+    }
+}
+
+/// At the end of a hooked call, when `reporter::pending`: starts the metrics thread, unless this
+/// is a `vfork` child or the call runs inside a signal handler (creating a thread allocates in the C library, which the
+/// handler may have interrupted); a later call starts it then. errno is the caller's again.
+#[cold]
+#[inline(never)]
+pub fn start_pending_reporter(t: &Thread) {
+    let Some(cfg) = CONFIG.get() else { return };
+    let e = t.errno();
+    // Not in a `vfork` child (the parent's memory, another process), and asked on the caller's
+    // stack: the walk looks for a signal frame above this one.
+    if owns_state() && !signals::in_handler() {
+        let _ = std::panic::catch_unwind(|| crate::runtime::workstack::run(t, || crate::output::reporter::start_pending(cfg)));
+    }
+    t.set_errno(e);
 }
 
 /// Whether `family` is intercepted, answerable before pinguard has started (the first `dlsym` of
@@ -284,9 +310,9 @@ fn exit_report() {
         report::exiting();
     }
     let _ = std::panic::catch_unwind(|| {
-        if let Some(cfg) = CONFIG.get() {
-            crate::output::metrics::write(cfg);
-        }
+        // No metrics write can start now (the exit report is decided): the file goes, the
+        // report keeping the final figures.
+        crate::output::metrics::remove_own();
         crate::budget::group::leave();
     });
 }

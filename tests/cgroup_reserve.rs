@@ -269,3 +269,33 @@ fn stand_in_v2_files_give_the_pods_headroom() {
     let r = run("32Mi");
     assert_eq!(rcs(&r), vec![0], "{}\n{}", r.stdout, r.stderr);
 }
+
+/// The metrics file shows the reserve, the limit, the headroom and the calls it stopped, while
+/// the process lives (it waits on its stdin while the file is read).
+#[test]
+fn the_metrics_show_the_cgroup_reserve() {
+    let Some(g) = Group::top("metrics", Some(64 * MIB)) else { return };
+    let dir = fresh_dir("cres-metrics");
+    let metrics = dir.join("m.%p.prom");
+    let env = [("PINGUARD_CGROUP_RESERVE", "40Mi"), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")];
+    let mut cmd = g.command(&dir, "scenario", &["cuda_alloc:16777216", "cuda_alloc:16777216", "wait_stdin:0"], &env);
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut stdout = String::new();
+    while !stdout.ends_with("waiting\n") {
+        assert!(std::io::BufRead::read_line(&mut out, &mut stdout).unwrap() > 0, "{stdout}");
+    }
+    let prom = || std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "prom"));
+    let stopped = |t: &str| t.lines().any(|l| l.starts_with("pinguard_cgroup_reserve_stopped_total{") && l.ends_with(" 1"));
+    until("the metrics after every call", || prom().and_then(|p| std::fs::read_to_string(p).ok()).is_some_and(|t| stopped(&t)));
+    let text = std::fs::read_to_string(prom().unwrap()).unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"\n").unwrap();
+    child.wait().unwrap();
+    assert!(stdout.contains("cuda_alloc:16777216 rc=2") || stdout.lines().filter(|l| l.contains(" rc=2")).count() == 1, "{stdout}");
+    for (name, v) in [("pinguard_cgroup_reserve_bytes", 40 * MIB), ("pinguard_cgroup_limit_bytes", 64 * MIB)] {
+        assert!(text.lines().any(|l| l.starts_with(&format!("{name}{{")) && l.ends_with(&format!(" {v}"))), "{name} {v} in:\n{text}");
+    }
+    let headroom = text.lines().find(|l| l.starts_with("pinguard_cgroup_lowest_headroom_bytes{")).unwrap_or_else(|| panic!("{text}"));
+    let h: u64 = headroom.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(h < 64 * MIB - 16 * MIB, "{headroom}");
+}

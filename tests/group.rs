@@ -150,13 +150,15 @@ fn metrics_file_parses_with_a_real_prometheus_parser() {
     let g = Group::new("metrics");
     let dir = fresh_dir("metrics");
     let metrics = dir.join("m.prom");
-    let r = run(
-        "scenario",
+    // The file lives as long as its process: read while it waits, once it shows every call.
+    let held = Held::start(
+        &fresh_dir("metrics-report"),
         &["cuda_alloc:8192", "acl_malloc:4096", "cuda_alloc:65536", "mlock:0:1"],
-        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M"), ("PINGUARD_BUDGET", "32K"), ("PINGUARD_METRICS", metrics.to_str().unwrap())],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M"), ("PINGUARD_BUDGET", "32K"), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")],
     );
-    assert!(r.success());
-    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let file = dir.join(format!("m.{}.prom", held.pid()));
+    until("the metrics after every call", || std::fs::read_to_string(&file).is_ok_and(|t| t.contains("api=\"mlock\"} 4096")));
+    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let script = r#"
 import sys, json
@@ -185,4 +187,6 @@ print(json.dumps(out))
     assert_eq!(value("pinguard_group_budget_bytes:gauge", None), 1048576.0);
     assert_eq!(value("pinguard_group_members:gauge", None), 1.0);
     assert_eq!(value("pinguard_group_pinned_bytes:gauge", None), 16384.0);
+    held.finish();
+    assert!(!file.exists(), "gone with its process");
 }

@@ -351,12 +351,30 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     let h = Host::new("host-report");
     let reserve = BASE - MIB;
     let metrics = h.dir.join("metrics.%p.prom");
-    let r = h.run(
+    // The metrics file lives as long as its process: the program waits on its stdin after the
+    // calls, while the file is read.
+    let mut cmd = h.command(
         "scenario",
-        &["cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288"],
-        &[("PINGUARD_HOST_RESERVE", &reserve.to_string()), ("PINGUARD_METRICS", metrics.to_str().unwrap())],
+        &["cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288", "wait_stdin:0"],
+        &[("PINGUARD_HOST_RESERVE", &reserve.to_string()), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")],
+        false,
     );
-    assert_eq!(rcs(&r), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
+    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut stdout = String::new();
+    while !stdout.ends_with("waiting\n") {
+        assert!(std::io::BufRead::read_line(&mut out, &mut stdout).unwrap() > 0, "{stdout}");
+    }
+    let prom = || -> Vec<PathBuf> { std::fs::read_dir(&h.dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect() };
+    until("the metrics after every call", || prom().first().and_then(|p| std::fs::read_to_string(p).ok()).is_some_and(|t| t.contains("pinguard_host_reserve_stopped_total{") && t.lines().any(|l| l.starts_with("pinguard_host_reserve_stopped_total{") && l.ends_with(" 1"))));
+    let prom = prom();
+    let text = std::fs::read_to_string(&prom[0]).unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"\n").unwrap();
+    std::io::Read::read_to_string(&mut out, &mut stdout).unwrap();
+    let mut output = child.wait_with_output().unwrap();
+    output.stdout = stdout.into_bytes();
+    let r = Run::from_output(output, h.dir.clone());
+    assert_eq!(rcs(&r)[..3], [0, 0, 2], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["config"]["host_reserve_bytes"], reserve);
     assert_eq!(rep["totals"]["host_reserve_count"], 1);
@@ -368,8 +386,7 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     assert_eq!((e["kind"].as_str(), e["reason"].as_str(), e["host_available_bytes"].as_u64()), (Some("denied"), Some("host_reserve"), Some(reserve)), "{e}");
     let exit = pinguard_lines(&r.stderr).into_iter().find(|l| l.contains("at exit")).unwrap_or_else(|| panic!("{}", r.stderr));
     assert!(exit.contains("; 1 denied, 0 downgraded; 1 stopped by the host reserve of 1023 MiB (lowest available 1023 MiB); report: "), "{exit}");
-    let prom: Vec<PathBuf> = std::fs::read_dir(&h.dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect();
-    let text = std::fs::read_to_string(&prom[0]).unwrap();
+    assert!(!prom[0].exists(), "the metrics file went with its process");
     for (name, v) in [
         ("pinguard_host_reserve_bytes", reserve),
         ("pinguard_host_lowest_available_bytes", reserve),
@@ -380,7 +397,9 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     assert!(text.contains("# TYPE pinguard_host_available_bytes gauge"), "{text}");
     // And as a Prometheus parser reads it, where one is installed (tests/group.rs requires it).
     let script = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families\nfor f in text_string_to_metric_families(open(sys.argv[1]).read()):\n    for s in f.samples: print(f.type, s.name, int(s.value))";
-    if let Ok(out) = Command::new("/usr/bin/python3").args(["-c", script]).arg(&prom[0]).output() {
+    let copy = h.dir.join("metrics-copy.txt");
+    std::fs::write(&copy, &text).unwrap();
+    if let Ok(out) = Command::new("/usr/bin/python3").args(["-c", script]).arg(&copy).output() {
         if out.status.success() {
             let parsed = String::from_utf8_lossy(&out.stdout);
             for want in [format!("gauge pinguard_host_reserve_bytes {reserve}"), "counter pinguard_host_reserve_stopped_total 1".into()] {

@@ -370,6 +370,8 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     // A member that pins before, during and after the stop.
     let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
     env(&mut cmd);
+    // Its metrics are read before it exits (the file goes with it): rewritten often.
+    cmd.env("PINGUARD_INTERVAL", "200ms");
     let mut member = Reaped(cmd.arg("steps").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
     let mut stdin = member.0.stdin.take().unwrap();
     let out = Lines::of(&mut member.0);
@@ -468,6 +470,14 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     assert_eq!(step("alloc 1048576").0, 0, "the whole budget is there again (the leaver found gone)");
     assert_eq!(g.header().used, 1 << 20);
     assert_eq!(g.members(), vec![(member.0.id(), 1 << 20)]);
+    // What the refused calls got is in the metrics while the member runs.
+    let prom = dir.join(format!("m.{}.prom", member.0.id()));
+    let unavailable = |text: &str| text.lines().find(|l| l.starts_with("pinguard_group_unavailable_total{")).map(str::to_string);
+    let t = std::time::Instant::now();
+    while !std::fs::read_to_string(&prom).ok().and_then(|p| unavailable(&p)).is_some_and(|l| l.ends_with(" 3")) {
+        assert!(t.elapsed().as_secs() < 20, "{:?}", std::fs::read_to_string(&prom));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     writeln!(stdin, "exit").unwrap();
     drop(stdin);
     let pid = member.0.id();
@@ -477,15 +487,13 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     assert!(status.success(), "{stderr}");
     assert_eq!(g.header().used, 0, "the member left");
 
-    // What the refused calls got is in the report, the metrics and the exit line.
+    // What the refused calls got is in the report and the exit line; the metrics file is gone.
     let report = read_json(&dir.join(format!("r.{pid}.json")));
     let reasons: Vec<_> = report["events"].as_array().unwrap().iter().map(|e| (e["kind"].as_str().unwrap(), e["reason"].as_str().unwrap())).collect();
     assert_eq!(reasons, vec![("denied", "group_unavailable"); 3], "{}", report["events"]);
     assert_eq!(report["totals"]["group_unavailable_count"], 3);
     assert_eq!(report["totals"]["denied_count"], 3);
-    let prom = std::fs::read_to_string(dir.join(format!("m.{pid}.prom"))).unwrap();
-    let line = prom.lines().find(|l| l.starts_with("pinguard_group_unavailable_total{")).unwrap_or_else(|| panic!("{prom}"));
-    assert!(line.ends_with(" 3"), "{line}");
+    assert!(!prom.exists(), "the metrics file went with its process");
     let exit = pinguard_lines(&stderr).into_iter().find(|l| l.starts_with(&format!("pinguard[{pid}]:"))).unwrap_or_else(|| panic!("{stderr}"));
     assert!(exit.contains("3 denied") && exit.contains("3 of them group_unavailable"), "{exit}");
 }

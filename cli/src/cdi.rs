@@ -15,9 +15,9 @@ pub const KIND: &str = "pinguard.dev/preload";
 pub const CDI_VERSION: &str = "0.5.0";
 /// Where the library appears in the containers unless `--container-path` says otherwise.
 pub const CONTAINER_PATH: &str = "/opt/pinguard/libpinguard.so";
-/// The metrics file in the textfile folder: host (the container's host name) and pid, as the
-/// library expands them.
-pub const METRICS_FILE: &str = "pinguard.%h.%p.prom";
+/// The metrics file in the textfile folder: the container's host name, its PID namespace and the
+/// pid, as the library expands them (a pod's containers share the host name and may each be pid 1).
+pub const METRICS_FILE: &str = "pinguard.%h.%n.%p.prom";
 
 pub struct Options {
     pub lib: Option<PathBuf>,

@@ -15,6 +15,7 @@ mod input;
 mod merge;
 mod out;
 mod plot;
+mod prune;
 mod report;
 mod run;
 mod top;
@@ -42,6 +43,7 @@ const EXIT_DOCTOR: &str = "Exit status: 0 contained (a memory limit, and every p
 const EXIT_CDI: &str = "Exit status: 0 the spec was written; 2 bad usage, no library at the path given (or beside this \
 binary), or the spec could not be written.";
 const EXIT_TOP: &str = "Exit status: 0 success; 2 bad usage, or no such group or directory.";
+const EXIT_PRUNE: &str = "Exit status: 0 success (whether or not a file was removed); 2 bad usage, or DIR cannot be read.";
 
 #[derive(Parser)]
 #[command(name = "pinguard", version, about = "Track, cap and report host-pinned memory (CUDA, Ascend ACL, mlock)", after_help = EXIT_ALL)]
@@ -265,12 +267,24 @@ enum Cmd {
         #[arg(long, value_name = "PATH", default_value = cdi::CONTAINER_PATH)]
         container_path: String,
         /// node_exporter's textfile folder on the host: mounted read-write at the same path, with
-        /// PINGUARD_METRICS=HOSTDIR/pinguard.%h.%p.prom.
+        /// PINGUARD_METRICS=HOSTDIR/pinguard.%h.%n.%p.prom (%n: the PID namespace, so that the
+        /// containers of a pod, which share the host name and each run pid 1, write apart).
         #[arg(long, value_name = "HOSTDIR")]
         metrics_dir: Option<PathBuf>,
         /// A setting for every container, KEY=VALUE; repeat for more (PINGUARD_GROUP=inference).
         #[arg(long = "env", value_name = "KEY=VALUE", value_parser = cdi::env_pair)]
         env: Vec<(String, String)>,
+    },
+    /// Remove the metrics files (PINGUARD_METRICS) of processes that have ended without removing
+    /// their own (SIGKILL, the OOM killer): for a node agent to run now and then, where a folder's
+    /// last writer may die with no other writer to remove its file. Only files that start with
+    /// pinguard's writer line; a writer in another PID namespace is dead once its file is older
+    /// than two of its intervals and 5 s. Prints one line per file removed; exit 0, or 2 when
+    /// DIR cannot be read.
+    #[command(after_help = EXIT_PRUNE)]
+    MetricsPrune {
+        /// The folder of the metrics files (node_exporter's textfile directory).
+        dir: PathBuf,
     },
     /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
     #[command(after_help = EXIT_READ)]
@@ -404,6 +418,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::MetricsPrune { dir } => ExitCode::from(prune::run(&dir) as u8),
         Cmd::Plot { output, wall_clock, keep_going, inputs } => {
             let axis = if wall_clock { plot::TimeAxis::WallClock } else { plot::TimeAxis::SinceStart };
             let mut series = Vec::new();

@@ -132,7 +132,7 @@ fn metrics_dir_and_settings_reach_every_container() {
     assert_cdi(&spec);
     let env = env_of(&spec);
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    assert_eq!(get("PINGUARD_METRICS"), Some(format!("{t}/pinguard.%h.%p.prom").as_str()));
+    assert_eq!(get("PINGUARD_METRICS"), Some(format!("{t}/pinguard.%h.%n.%p.prom").as_str()));
     assert_eq!(get("PINGUARD_GROUP"), Some("inference"));
     assert_eq!(get("PINGUARD_GROUP_BUDGET"), Some("8GiB"));
     assert_eq!(get("TZ"), Some("UTC"));

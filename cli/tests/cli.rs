@@ -321,9 +321,13 @@ fn top_shows_a_group_and_a_metrics_directory() {
 
     let dir = fresh_dir("topm");
     let m = dir.join("m.%p.prom");
-    run("scenario", &["cuda_alloc:8192"], &[("PINGUARD_METRICS", m.to_str().unwrap())]);
-    run("scenario", &["cuda_alloc:65536"], &[("PINGUARD_METRICS", m.to_str().unwrap()), ("PINGUARD_BUDGET", "128K")]);
+    // Metrics files live as long as their processes: two that pinned and wait.
+    let a = Held::start(&fresh_dir("topm-a"), &["cuda_alloc:8192"], &[("PINGUARD_METRICS", m.to_str().unwrap())]);
+    let b = Held::start(&fresh_dir("topm-b"), &["cuda_alloc:65536"], &[("PINGUARD_METRICS", m.to_str().unwrap()), ("PINGUARD_BUDGET", "128K")]);
+    until("both metrics files", || [a.pid(), b.pid()].iter().all(|p| dir.join(format!("m.{p}.prom")).exists()));
     let o = pinguard(&["top", "--metrics", dir.to_str().unwrap(), "--once"]);
+    a.finish();
+    b.finish();
     assert!(o.status.success(), "{o:?}");
     let (text_out, _) = text(&o);
     let rows: Vec<&str> = text_out.lines().filter(|l| l.contains("scenario")).collect();
@@ -542,7 +546,7 @@ fn every_option_is_described_and_every_help_states_exit_codes() {
     let o = pinguard(&["--help"]);
     let (out, _) = text(&o);
     assert!(out.contains("Exit status:") && out.contains("1  `check`: a limit was exceeded"), "{out}");
-    for cmd in ["run", "report", "check", "diff", "flamegraph", "top", "plot", "cdi", "doctor"] {
+    for cmd in ["run", "report", "check", "diff", "flamegraph", "top", "plot", "cdi", "doctor", "metrics-prune"] {
         let (out, _) = text(&pinguard(&[cmd, "--help"]));
         assert!(out.contains("Exit status:"), "{cmd}: {out}");
         let mut in_options = false;
@@ -662,8 +666,10 @@ fn top_shows_the_host_reserve() {
 
     let dir = fresh_dir("topmhost");
     let m = dir.join("m.%p.prom");
-    run("scenario", &["cuda_alloc:8192"], &[("PINGUARD_METRICS", m.to_str().unwrap()), ("PINGUARD_HOST_RESERVE", "1M")]);
+    let held = Held::start(&fresh_dir("topmhost-a"), &["cuda_alloc:8192"], &[("PINGUARD_METRICS", m.to_str().unwrap()), ("PINGUARD_HOST_RESERVE", "1M")]);
+    until("the metrics file", || dir.join(format!("m.{}.prom", held.pid())).exists());
     let (text_out, _) = text(&pinguard(&["top", "--metrics", dir.to_str().unwrap(), "--once"]));
+    held.finish();
     assert!(text_out.lines().next().unwrap().contains("pinned in 1 process; lowest host memory available "), "{text_out}");
     let header = text_out.lines().find(|l| l.trim_start().starts_with("PID")).unwrap();
     let row = text_out.lines().find(|l| l.contains("scenario")).unwrap_or_else(|| panic!("{text_out}"));

@@ -10,6 +10,7 @@ pub mod group;
 pub mod state;
 pub mod elf;
 pub mod symbols;
+pub mod textfile;
 pub mod units;
 pub mod vars;
 pub mod view;

@@ -184,7 +184,7 @@ pub fn check_template(t: &str) -> Result<(), String> {
     while let Some(ch) = chars.next() {
         if ch == '%' {
             match chars.next() {
-                Some('p' | 'e' | 'h' | 't' | '%') => {}
+                Some('p' | 'e' | 'h' | 't' | 'n' | '%') => {}
                 Some(o) => return Err(format!("unknown escape \"%{o}\"")),
                 None => return Err("ends with a lone %; write %% for a literal %".into()),
             }
@@ -260,6 +260,7 @@ mod tests {
     #[test]
     fn templates_and_patterns() {
         assert!(check_template("/r/%e-%p-%h-%t-%%.json").is_ok());
+        assert!(check_template("/t/pinguard.%n.%p.prom").is_ok());
         assert!(check_template("/r/%q.json").unwrap_err().contains("\"%q\""));
         assert!(check_template("/r/out%").unwrap_err().contains("lone %"));
         assert!(check_template("r/").unwrap_err().contains("names a directory"));

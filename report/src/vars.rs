@@ -65,12 +65,12 @@ pub const POLICY: Var = Var {
 
 pub const REPORT: Var = Var {
     name: "PINGUARD_REPORT",
-    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report",
+    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%n` the PID namespace's inode number (with `%p`, unique among a host's live processes, whatever container they run in), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report",
     // Unset is not the same as the default template given: only the default falls back to the
     // temporary folder when the working directory is not writable.
     default: None,
     unset: "`pinguard.%e.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
-    forms: "a path with %p, %e, %h, %t or %%",
+    forms: "a path with %p, %e, %h, %t, %n or %%",
     fallback: "using pinguard.%e.%p.json",
 };
 
@@ -178,18 +178,59 @@ pub const GROUP_BUDGET: Var = Var {
     fallback: "no group budget",
 };
 
+/// How often a process rewrites its metrics file when `PINGUARD_INTERVAL` is unset or longer: the
+/// file's age is how writers in other PID namespaces tell a dead writer's file (`docs/design.md`,
+/// "Metrics").
+pub const METRICS_INTERVAL_MS: u64 = 15_000;
+
 pub const METRICS: Var = Var {
     name: "PINGUARD_METRICS",
-    meaning: "write a Prometheus text-format file to this path template (as `PINGUARD_REPORT`) at every `PINGUARD_INTERVAL` and at exit",
+    meaning: "a Prometheus text-format file (mode 0644, for node_exporter's textfile collector) at this path template (as `PINGUARD_REPORT`), from a process's first pinning call on (a refusal or a downgrade counts), rewritten every 15 s (every `PINGUARD_INTERVAL` when shorter), removed when the process exits; a killed process's file is removed by the next writer in the folder (`docs/design.md`, \"Metrics\"). Without `%p`, the pid goes before `.prom`; for containers sharing one folder, `pinguard.%n.%p.prom` names every process apart",
     default: None,
     unset: "off",
-    forms: "a path with %p, %e, %h, %t or %%",
+    forms: "a path with %p, %e, %h, %t, %n or %%",
     fallback: "no metrics file",
+};
+
+pub const NAMESPACE: Var = Var {
+    name: "PINGUARD_NAMESPACE",
+    meaning: "the `namespace` label on every metrics series (Kubernetes: the downward API's `metadata.namespace`)",
+    default: None,
+    unset: "no label",
+    forms: "any text",
+    fallback: "no namespace label",
+};
+
+pub const POD: Var = Var {
+    name: "PINGUARD_POD",
+    meaning: "the `pod` label on every metrics series (Kubernetes: the downward API's `metadata.name`)",
+    default: None,
+    unset: "no label",
+    forms: "any text",
+    fallback: "no pod label",
+};
+
+pub const CONTAINER: Var = Var {
+    name: "PINGUARD_CONTAINER",
+    meaning: "the `container` label on every metrics series (Kubernetes: the container's name, written in the manifest)",
+    default: None,
+    unset: "no label",
+    forms: "any text",
+    fallback: "no container label",
+};
+
+pub const LABELS: Var = Var {
+    name: "PINGUARD_LABELS",
+    meaning: "more labels on every metrics series: `key=value,...`; a name is letters, digits and `_`, not starting with a digit or `__`, and not one of pinguard's own labels; a bad entry is a configuration error, the others are used",
+    default: None,
+    unset: "none",
+    forms: "a comma list of name=value, names of letters, digits and _ (not starting with a digit or __, not pid, pidns, exe, api, group, namespace, pod, container or container_id)",
+    fallback: "that entry is left out",
 };
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &CGROUP_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS];
+pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &CGROUP_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS, &NAMESPACE, &POD, &CONTAINER, &LABELS];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {

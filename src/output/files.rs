@@ -1,5 +1,5 @@
 //! Where output goes: the report path template (made absolute at start-up, a pid put in where
-//! it has none, `%p %e %h %t` expanded per write), the state file's path beside the report, and
+//! it has none, `%p %e %h %t %n` expanded per write), the state file's path beside the report, and
 //! atomic writes (a temporary file in the same folder, renamed).
 
 use crate::runtime::config::DEFAULT_TEMPLATE;
@@ -30,7 +30,7 @@ pub fn init_template(given: Option<&str>) {
 }
 
 /// Every process that inherits the template (fork and exec children) writes its own file: a
-/// template without `%p` gets the pid before its `.json` extension (or at its end), as
+/// template without `%p` gets the pid before its `.json` or `.prom` extension (or at its end), as
 /// LeakSanitizer does with `log_path`.
 pub fn with_pid(t: &str) -> String {
     let mut rest = t;
@@ -43,12 +43,16 @@ pub fn with_pid(t: &str) -> String {
         rest = &rest[(i + 2).min(rest.len())..];
     }
     if has_pid {
-        t.to_string()
-    } else if let Some(stem) = t.strip_suffix(".json") {
-        format!("{stem}.%p.json")
-    } else {
-        format!("{t}.%p")
+        return t.to_string();
     }
+    // Before a report's `.json`, and before a metrics file's `.prom`, the only name node_exporter's
+    // textfile collector reads.
+    for ext in [".json", ".prom"] {
+        if let Some(stem) = t.strip_suffix(ext) {
+            return format!("{stem}.%p{ext}");
+        }
+    }
+    format!("{t}.%p")
 }
 
 /// `text` as one safe path component: a host name or an executable's name is anyone's to choose
@@ -79,6 +83,7 @@ pub fn expand(template: &str) -> PathBuf {
             Some('e') => out.push_str(&exe_name()),
             Some('h') => out.push_str(&component(&kernel::hostname())),
             Some('t') => out.push_str(&(crate::runtime::clock::start_ms() / 1000).to_string()),
+            Some('n') => out.push_str(&kernel::pid_namespace().unwrap_or(0).to_string()),
             Some('%') => out.push('%'),
             Some(o) => {
                 out.push('%');
@@ -115,15 +120,22 @@ fn writable(dir: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
-/// Writes `bytes` to `path` so that a reader sees the old file or the new one, never a part:
-/// a private temporary file in the same directory (never followed through a symlink), renamed.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomic_with(path, |w| w.write_all(bytes))
+/// Writes `bytes` to `path` as `write_atomic_with` does, for other users to read (`mode`,
+/// whatever the umask): the metrics, which a collector running as another user reads, and which
+/// hold nothing secret.
+pub fn write_atomic_shared(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    write_atomic_mode(path, mode, |w| w.write_all(bytes))
 }
 
-/// `write_atomic` of what `fill` writes, through a buffer of 64 KiB: a report is serialised
+/// Writes what `fill` writes to `path` so that a reader sees the old file or the new one, never a
+/// part: a private temporary file (mode 0600) in the same directory (never followed through a
+/// symlink), renamed. Through a buffer of 64 KiB: a report is serialised
 /// straight into its file, never whole in memory (a large one would need as much again).
 pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+    write_atomic_mode(path, 0o600, fill)
+}
+
+fn write_atomic_mode(path: &Path, mode: u32, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -133,9 +145,13 @@ pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(mode)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&tmp)?;
+        if mode != 0o600 {
+            // The umask may have taken bits the file needs (a container's 077).
+            f.set_permissions(<std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode))?;
+        }
         let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut f);
         fill(&mut w)?;
         w.flush()?;
@@ -173,6 +189,7 @@ mod tests {
     fn pid_is_added_when_missing() {
         assert_eq!(with_pid("/r/out.json"), "/r/out.%p.json");
         assert_eq!(with_pid("/r/out"), "/r/out.%p");
+        assert_eq!(with_pid("/t/pinguard.prom"), "/t/pinguard.%p.prom");
         assert_eq!(with_pid("/r/%e-%p.json"), "/r/%e-%p.json");
         assert_eq!(with_pid("/r/100%%p.json"), "/r/100%%p.%p.json");
     }

@@ -2,6 +2,7 @@
 //! background thread that rewrites it, Prometheus metrics, symbolization (and the cheap naming of a
 //! callsite inside the application's call), and the notes kept for a library before it is unloaded.
 
+pub mod cgroup;
 pub mod files;
 pub mod metrics;
 pub mod quick;

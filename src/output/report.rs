@@ -497,6 +497,19 @@ fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<Path
     written
 }
 
+/// Runs `f` under the report lock, unless the exit report is decided: a metrics file written
+/// after the exit removed it would outlive the process. A fork waits for `f`, as for a report.
+pub fn unless_exiting<T>(f: impl FnOnce() -> T) -> Option<T> {
+    while FORK_WAITING.load(Ordering::Relaxed) {
+        std::thread::yield_now();
+    }
+    let _w = lock();
+    if EXITING.load(Ordering::Relaxed) {
+        return None;
+    }
+    Some(f())
+}
+
 /// Stops later snapshots (a process exiting without anything to report).
 pub fn exiting() {
     let _w = lock();

@@ -1,5 +1,8 @@
 //! Snapshots while the process runs: a background thread rewrites the report every
-//! `PINGUARD_INTERVAL`, and on `PINGUARD_SIGNAL`.
+//! `PINGUARD_INTERVAL`, and on `PINGUARD_SIGNAL`, and the metrics file every metrics interval
+//! (`metrics::interval_ms`). For the report the thread starts with pinguard; for the metrics
+//! alone, at the end of the first hooked call after the process first counted something
+//! (`on_activity`, `start_pending`): a process that pins nothing gets no thread.
 //!
 //! No descriptor lives longer than one report write: the process may close every descriptor
 //! (`close_range`, as daemons and launchers do) and reuse the numbers, and a fork child's
@@ -22,6 +25,11 @@ pub(crate) static WAKE: AtomicU32 = AtomicU32::new(0);
 static SEEN: AtomicU32 = AtomicU32::new(0);
 /// Set in a fork child, whose copy of the process has no reporter thread.
 static RESTART: AtomicBool = AtomicBool::new(false);
+/// Set once this process has its thread (cleared in a fork child): never two.
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// Metrics are wanted and the process counted something, but no thread runs yet: the end of the
+/// hooked call starts one (`start_pending`), outside every lock of pinguard's.
+static PENDING: AtomicBool = AtomicBool::new(false);
 /// How often the thread looks for a disposition set behind every wrapper (the raw system call).
 const RECHECK_MS: u64 = 1000;
 
@@ -67,7 +75,32 @@ fn wait(seen: u32, timeout: Option<Duration>) {
     }
 }
 
+/// When the process first counts something (`ledger::on_first_count`, maybe under a lock of
+/// the ledger's): only a flag, for `start_pending`.
+pub fn on_activity(cfg: &Config) {
+    if cfg.metrics.is_some() && !STARTED.load(Ordering::Relaxed) {
+        PENDING.store(true, Ordering::Release);
+    }
+}
+
+/// Whether a thread is waiting to be started (one load, at the end of every hooked call).
+#[inline(always)]
+pub fn pending() -> bool {
+    PENDING.load(Ordering::Relaxed)
+}
+
+/// Starts the metrics thread `on_activity` asked for; the caller holds none of pinguard's locks
+/// and is not inside a signal handler (creating a thread allocates in the C library).
+pub fn start_pending(cfg: &'static Config) {
+    if PENDING.swap(false, Ordering::AcqRel) {
+        spawn(cfg);
+    }
+}
+
 fn spawn(cfg: &'static Config) {
+    if STARTED.swap(true, Ordering::AcqRel) {
+        return;
+    }
     // The thread is born with every signal blocked (a new thread inherits its creator's mask):
     // a process-wide signal is never delivered to it, so a program that blocks SIGTERM and waits
     // for it with `sigwait` gets it, and the application's handlers run on its own threads.
@@ -84,7 +117,7 @@ fn spawn(cfg: &'static Config) {
     // SAFETY: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if r.is_err() {
-        log::write_stderr("pinguard: cannot start the report thread; no periodic or signal reports\n");
+        log::write_stderr("pinguard: cannot start the report thread; no periodic or signal reports, no metrics\n");
     }
 }
 
@@ -93,6 +126,9 @@ fn run(cfg: &'static Config) {
     let Some(_r) = Reentry::enter() else { return };
     let interval = cfg.interval_ms.map(Duration::from_millis);
     let mut due = interval.map(|i| Instant::now() + i);
+    // Metrics at once (a thread started for them finds the process active), then every interval.
+    let metrics_every = cfg.metrics.as_ref().map(|_| Duration::from_millis(crate::output::metrics::interval_ms(cfg)));
+    let mut metrics_due = metrics_every.map(|_| Instant::now());
     let recheck = cfg.signal.map(|_| Duration::from_millis(RECHECK_MS));
     loop {
         if let (Some(_), Some(f)) = (recheck, RECHECK.get()) {
@@ -106,8 +142,12 @@ fn run(cfg: &'static Config) {
         } else if due.is_some_and(|d| Instant::now() >= d) {
             due = interval.map(|i| Instant::now() + i);
             Reason::Interval
+        } else if metrics_due.is_some_and(|d| Instant::now() >= d) {
+            metrics_due = metrics_every.map(|i| Instant::now() + i);
+            let _ = std::panic::catch_unwind(|| crate::output::metrics::write(cfg));
+            continue;
         } else {
-            let left = due.map(|d| d.saturating_duration_since(Instant::now()));
+            let left = [due, metrics_due].into_iter().flatten().map(|d| d.saturating_duration_since(Instant::now())).min();
             let timeout = match (recheck, left) {
                 (Some(r), Some(l)) => Some(r.min(l)),
                 (r, l) => r.or(l),
@@ -119,6 +159,9 @@ fn run(cfg: &'static Config) {
             if let Err(e) = std::panic::catch_unwind(|| report::write(cfg, reason, None)).unwrap_or(Err("panicked".into())) {
                 tracing::debug!("{reason:?} report not written: {e}");
             }
+        }
+        if reason == Reason::Signal {
+            metrics_due = metrics_every.map(|i| Instant::now() + i);
             let _ = std::panic::catch_unwind(|| crate::output::metrics::write(cfg));
         }
     }
@@ -128,6 +171,8 @@ fn run(cfg: &'static Config) {
 /// thread is started by the next hook call (threads are not copied by `fork`). No descriptor is
 /// closed or created here: the child's descriptors are all its own.
 pub fn after_fork_child(cfg: Option<&Config>) {
+    STARTED.store(false, Ordering::Relaxed);
+    PENDING.store(false, Ordering::Relaxed);
     if !cfg.is_some_and(wanted) {
         return;
     }

@@ -52,6 +52,9 @@ pub struct Config {
     pub group_budget: Option<u64>,
     /// `PINGUARD_METRICS`: where the Prometheus text file goes.
     pub metrics: Option<String>,
+    /// The labels every metrics series carries from the environment, in order: `namespace`,
+    /// `pod`, `container` (those set), then `PINGUARD_LABELS`' good entries.
+    pub labels: Vec<(String, String)>,
     /// One line per rejected variable, as printed on stderr.
     pub errors: Vec<String>,
 }
@@ -109,6 +112,7 @@ impl Config {
             group: None,
             group_budget: None,
             metrics: None,
+            labels: Vec::new(),
             errors: Vec::new(),
         };
         let get = |var: &Var| match vars.iter().find(|(n, _)| n == var.name) {
@@ -285,6 +289,25 @@ impl Config {
                 None => bad(&mut c, &vars::METRICS, v, "not UTF-8"),
             }
         }
+        for (var, label) in [(&vars::NAMESPACE, "namespace"), (&vars::POD, "pod"), (&vars::CONTAINER, "container")] {
+            match get(var) {
+                Some(Some(v)) if !v.is_empty() => c.labels.push((label.to_string(), v.to_string())),
+                Some(None) => bad(&mut c, var, None, "not UTF-8"),
+                _ => {}
+            }
+        }
+        match get(&vars::LABELS) {
+            Some(Some(v)) => {
+                for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                    match label_entry(entry, &c.labels) {
+                        Ok(kv) => c.labels.push(kv),
+                        Err(why) => bad(&mut c, &vars::LABELS, Some(v), &format!("entry {entry:?}: {why}")),
+                    }
+                }
+            }
+            Some(None) => bad(&mut c, &vars::LABELS, None, "not UTF-8"),
+            None => {}
+        }
         for (name, value) in vars {
             if name.starts_with("PINGUARD_") && vars::find(name).is_none() {
                 let near = vars::ALL.iter().min_by_key(|k| edit_distance(k.name, name)).map(|k| k.name).unwrap_or("");
@@ -294,6 +317,30 @@ impl Config {
         }
         c
     }
+}
+
+/// The labels pinguard writes itself: `PINGUARD_LABELS` may not set them.
+pub const OWN_LABELS: &[&str] = &["pid", "pidns", "exe", "api", "group", "namespace", "pod", "container", "container_id"];
+
+/// One `PINGUARD_LABELS` entry, `name=value`, checked against Prometheus' rules for a label name
+/// (`[a-zA-Z_][a-zA-Z0-9_]*`, `__` reserved) and against the labels already taken.
+fn label_entry(entry: &str, taken: &[(String, String)]) -> Result<(String, String), String> {
+    let Some((name, value)) = entry.split_once('=') else { return Err("no '=' between a name and a value".into()) };
+    let name = name.trim();
+    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{name:?} is not a label name"));
+    }
+    if name.starts_with("__") {
+        return Err(format!("{name:?} starts with __, which Prometheus reserves"));
+    }
+    if OWN_LABELS.contains(&name) {
+        return Err(format!("{name:?} is one of pinguard's own labels"));
+    }
+    if taken.iter().any(|(n, _)| n == name) {
+        return Err(format!("{name:?} is given twice"));
+    }
+    Ok((name.to_string(), value.to_string()))
 }
 
 fn parse_hooks(s: &str) -> Result<u8, String> {
@@ -468,6 +515,34 @@ mod tests {
         assert_eq!(c.hooks, Family::Cuda.bit() | Family::Mlock.bit());
         assert_eq!(c.signal, Some(libc::SIGUSR2));
         assert_eq!(c.interval_ms, Some(250));
+    }
+
+    #[test]
+    fn metrics_labels_from_the_downward_api_and_pinguard_labels() {
+        let c = cfg(&[
+            ("PINGUARD_NAMESPACE", "team-a"),
+            ("PINGUARD_POD", "trainer-0"),
+            ("PINGUARD_CONTAINER", ""),
+            ("PINGUARD_LABELS", " zone=eu-1 ,_x=a=b,,Team9=ml,9x=1,__y=2,pid=3,container_id=4,noeq,a-b=5,zone=again,=6"),
+        ]);
+        let got: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        assert_eq!(got, vec![("namespace", "team-a"), ("pod", "trainer-0"), ("zone", "eu-1"), ("_x", "a=b"), ("Team9", "ml")]);
+        let bad: Vec<&String> = c.errors.iter().filter(|e| e.starts_with("PINGUARD_LABELS=")).collect();
+        assert_eq!(bad.len(), 8, "{:#?}", c.errors);
+        assert_eq!(c.errors.len(), 8, "{:#?}", c.errors);
+        for (entry, why) in [
+            ("9x=1", "is not a label name"),
+            ("__y=2", "starts with __"),
+            ("pid=3", "one of pinguard's own labels"),
+            ("container_id=4", "one of pinguard's own labels"),
+            ("noeq", "no '='"),
+            ("a-b=5", "is not a label name"),
+            ("zone=again", "given twice"),
+            ("=6", "is not a label name"),
+        ] {
+            assert!(bad.iter().any(|e| e.contains(&format!("entry {entry:?}: ")) && e.contains(why) && e.ends_with("that entry is left out")), "{entry}: {bad:#?}");
+        }
+        assert!(Config::default().labels.is_empty());
     }
 
     #[test]

@@ -520,6 +520,12 @@ mod tests {
     }
 
     #[test]
+    fn pid_namespace_links() {
+        let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
+        assert_eq!(super::pid_namespace().map(|n| format!("pid:[{n}]")), Some(link.to_string_lossy().into_owned()));
+    }
+
+    #[test]
     fn this_process() {
         let s = status();
         assert!(s.vm_size.unwrap() > 0);
@@ -585,6 +591,18 @@ mod tests {
             libc::munmap((p + 2 * page) as *mut libc::c_void, page);
         }
     }
+}
+
+/// This process's PID namespace (the inode number of `/proc/self/ns/pid`), when `/proc` is the one
+/// of that namespace (`/proc/self` names this process): through a `/proc` mounted for another
+/// namespace, every pid would be a stranger's.
+pub fn pid_namespace() -> Option<u64> {
+    // readlink is no cancellation point.
+    let me = std::fs::read_link("/proc/self").ok()?;
+    if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
+        return None;
+    }
+    pinguard_report::textfile::ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_encoded_bytes())
 }
 
 /// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).

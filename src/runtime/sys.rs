@@ -93,6 +93,15 @@ pub fn file_id(fd: c_int) -> Option<FileId> {
     Some(file_id_of(&st))
 }
 
+/// Everything `fstat` says about an open descriptor (owner, mode, modification time).
+pub fn stat(fd: c_int) -> Option<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer for the call.
+    ret(unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) }).ok()?;
+    Some(st)
+}
+
 /// The file a path names, a final symbolic link not followed.
 pub fn path_id(path: &CStr) -> Option<FileId> {
     // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.

@@ -395,3 +395,84 @@ pub fn emu_stats_file(base: &Path, runtime: &str) -> Option<Value> {
     }
     Some(Value::Object(m))
 }
+
+/// A `scenario` process that ran its pinning operations and now waits on its stdin.
+pub struct Held {
+    pub child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Held {
+    /// `ops`, then `wait_stdin`; `dir` holds its report; `env` on a clean pinguard environment.
+    pub fn start(dir: &Path, ops: &[&str], env: &[(&str, &str)]) -> Held {
+        Held::start_with(dir, ops, env, |c| c)
+    }
+
+    pub fn start_with(dir: &Path, ops: &[&str], env: &[(&str, &str)], wrap: impl FnOnce(Command) -> Command) -> Held {
+        let f = fixtures();
+        let mut cmd = command_in(&f.dir.join("scenario"), dir, true);
+        cmd.args(ops).arg("wait_stdin:0");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = wrap(cmd).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "scenario ended before waiting");
+            if line.trim() == "waiting" {
+                break;
+            }
+        }
+        Held { child, out }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Lets the program past its `wait_stdin`, up to its next one.
+    pub fn step(&mut self) {
+        std::io::Write::write_all(self.child.stdin.as_mut().unwrap(), b"\n").unwrap();
+        let mut line = String::new();
+        while line.trim() != "waiting" {
+            line.clear();
+            assert!(std::io::BufRead::read_line(&mut self.out, &mut line).unwrap() > 0, "the program ended before waiting again");
+        }
+    }
+
+    /// Lets it exit normally; its stderr.
+    pub fn finish(mut self) -> String {
+        std::io::Write::write_all(&mut self.child.stdin.take().unwrap(), b"\n").unwrap();
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.out, &mut rest);
+        let mut stderr = String::new();
+        let _ = std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut stderr);
+        let status = self.child.wait().unwrap();
+        assert!(status.success(), "{status:?}: {rest}\n{stderr}");
+        stderr
+    }
+
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (up to 20 s: a loaded machine) until `ok` holds.
+pub fn until(what: &str, mut ok: impl FnMut() -> bool) {
+    let t = std::time::Instant::now();
+    while !ok() {
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+

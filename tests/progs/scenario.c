@@ -11,6 +11,8 @@
  *   mmap_locked:SIZE  munmap_slot:SLOT  mlockall:FLAGS  munlockall
  *   vmlck  (prints VmLck bytes)   report:PATH   errno_check
  *   sleep_ms:N   clobber:VAR  (overwrites the file named by environment variable VAR with garbage)
+ *   wait_stdin:0  (prints "waiting", then waits for a line on stdin, or its end)
+ *   reexec:0  (execs this program again with the operations after this one: a new image, same pid)
  */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
@@ -167,6 +169,16 @@ int main(int argc, char **argv) {
         } else if (!strcmp(op, "sleep_ms")) {
             struct timespec ts = {(time_t)(x / 1000), (long)(x % 1000) * 1000000L};
             nanosleep(&ts, NULL);
+        } else if (!strcmp(op, "wait_stdin")) {
+            char line[64];
+            printf("waiting\n");
+            fflush(stdout);
+            rc = fgets(line, sizeof line, stdin) ? 0 : 1;
+        } else if (!strcmp(op, "reexec")) {
+            fflush(stdout);
+            argv[i] = argv[0];
+            execv(argv[0], argv + i);
+            rc = -1;
         } else if (!strcmp(op, "clobber")) {
             const char *path = getenv(a);
             FILE *f = path ? fopen(path, "w") : NULL;
