@@ -104,7 +104,8 @@ pm() { podman --runtime runc --root "$tmp/storage" --runroot "$tmp/runroot" --tm
 write_containers_conf() {
     cat >"$tmp/containers.conf" <<'EOF'
 [containers]
-# root here may lack CAP_SYS_RESOURCE: podman's default RLIMIT_NPROC would fail every container
+# root here may lack CAP_SYS_RESOURCE: runc could not set podman's default ulimits (nofile, nproc)
+# above the hard limits, and every container would fail ("error setting rlimit type 7")
 default_ulimits = []
 log_driver = "k8s-file"
 [engine]
@@ -350,7 +351,9 @@ check_pod_namespaces() {
     pm exec ct-a /bin/sh -c 'echo shared >/dev/shm/pinguard-container-tests.marker' >/dev/null 2>&1
     local shm
     shm=$(pm exec ct-b /bin/sh -c 'read -r x </dev/shm/pinguard-container-tests.marker && echo "$x"' 2>/dev/null)
-    if [[ ${la##*ipcns=} == "${lb##*ipcns=}" && $(grep -o 'pidns=[^ ]*' <<<"$la") != $(grep -o 'pidns=[^ ]*' <<<"$lb") && $shm == shared ]]; then
+    local ipc_a=${la##*ipcns=} ipc_b=${lb##*ipcns=}
+    pid_a=$(grep -o 'pidns=[^ ]*' <<<"$la") pid_b=$(grep -o 'pidns=[^ ]*' <<<"$lb")
+    if [[ -n $ipc_a && $ipc_a == "$ipc_b" && -n $pid_a && $pid_a != "$pid_b" && $shm == shared ]]; then
         pass "pod: worker-a and worker-b share one IPC namespace and /dev/shm, each in a PID namespace of its own (a: $la; b: $lb)"
     else
         fail "pod: the two containers do not share IPC and /dev/shm with separate PID namespaces (a: $la; b: $lb; /dev/shm marker seen by b: '${shm}')"
@@ -393,6 +396,15 @@ check_metrics_present() {
     fi
 }
 
+# Whether the output $1 of a pin_hold names a PID namespace other than those of the live
+# containers given ($2...; a dead one's number may be reused).
+own_pidns() {
+    local ns other
+    ns=$(grep -m1 -o 'pidns=[^ ]*' <<<"$1")
+    [[ -n $ns ]] || return 1
+    for other in "${@:2}"; do [[ $ns != "$other" ]] || return 1; done
+}
+
 # A member joining the pod's group sees both live members in other PID namespaces: 24 MiB more
 # would take the group to 72 MiB of its 64.
 check_pod_join_refused() {
@@ -400,7 +412,9 @@ check_pod_join_refused() {
     mapfile -t c < <(common)
     out=$(pm run --rm "${c[@]}" --ipc container:ct-a -e "PINGUARD_GROUP=$group" -e PINGUARD_GROUP_BUDGET=64MiB \
         -e PINGUARD_POD=infer-0 -e PINGUARD_CONTAINER=worker-c "$image" /fx/pin_hold - 24 2>&1)
-    if grep -qx 'alloc 24 MiB rc=2' <<<"$out"; then
+    if ! own_pidns "$out" "${pid_a:-}" "${pid_b:-}"; then
+        fail "pod: the joining member is not in a PID namespace of its own: $(head -1 <<<"$out")"
+    elif grep -qx 'alloc 24 MiB rc=2' <<<"$out"; then
         pass "pod: a member joining in a third PID namespace is refused 24 MiB: the live members' 48 MiB of the 64 MiB group budget are kept"
     else
         fail "pod: a member joining in a third PID namespace got 24 MiB past the 64 MiB group budget (48 MiB held by live members in other PID namespaces): $(grep '^alloc' <<<"$out" | tr '\n' ' ')"
@@ -448,7 +462,9 @@ check_pod_after_kill() {
         -e PINGUARD_POD=infer-0 -e PINGUARD_CONTAINER=worker-d "$image" /fx/pin_hold - 24 24 2>&1)
     local got
     got=$(grep '^alloc' <<<"$out" | tr '\n' ' ')
-    if [[ $got == "alloc 24 MiB rc=0 alloc 24 MiB rc=2 " ]]; then
+    if ! own_pidns "$out" "${pid_a:-}"; then
+        fail "pod: the member joining after the SIGKILL is not in a PID namespace of its own: $(head -1 <<<"$out")"
+    elif [[ $got == "alloc 24 MiB rc=0 alloc 24 MiB rc=2 " ]]; then
         pass "pod: after worker-b's SIGKILL its 24 MiB came back to the group and worker-a's 24 MiB were kept (a new member: 24 MiB pinned, 24 more refused)"
     else
         fail "pod: after worker-b's SIGKILL, expected a new member to get 24 MiB (b's share back) and be refused 24 more (a's kept): $got"
