@@ -284,13 +284,15 @@ common() {
     printf '%s\n' --network none --cap-add IPC_LOCK --device pinguard.dev/preload=default \
         -e "PINGUARD_INTERVAL=$interval" -e "PINGUARD_NAMESPACE=$kns" -v "$tmp/ctl:/ctl"
 }
+# A container of a pod: as in Kubernetes, its host name is the pod's name (a pod's containers
+# share one UTS namespace), and most run their program as pid 1 of a PID namespace of their own.
 run_d() { # NAME POD CONTAINER [podman options...] -- COMMAND...
     local name=$1 pod=$2 ctr=$3 opts=()
     shift 3
     while [[ $1 != -- ]]; do opts+=("$1"); shift; done
     shift
     mapfile -t c < <(common)
-    pm run -d --name "$name" "${c[@]}" -e "PINGUARD_POD=$pod" -e "PINGUARD_CONTAINER=$ctr" "${opts[@]}" "$image" "$@" >/dev/null
+    pm run -d --name "$name" --hostname "$pod" "${c[@]}" -e "PINGUARD_POD=$pod" -e "PINGUARD_CONTAINER=$ctr" "${opts[@]}" "$image" "$@" >/dev/null
 }
 # The series PromQL `sum by (namespace, pod, container)` gives for one container.
 row() { printf '{container="%s",namespace="%s",pod="%s"} %s' "$2" "$kns" "$1" "$3"; }
@@ -316,10 +318,11 @@ check_cdi() {
         echo "PINGUARD_METRICS=$PINGUARD_METRICS"
         if ( : >/opt/pinguard/libpinguard.so ) 2>/dev/null; then echo library=writable; else echo library=read-only; fi
         exec /fx/scenario cuda_alloc:1048576' 2>&1)
-    local want=("LD_PRELOAD=/opt/pinguard/libpinguard.so" "PINGUARD_METRICS=$metrics/pinguard.%h.%p.prom" "library=read-only")
+    # The file name's template is the spec's choice; the folder is the textfile collector's.
+    local want=("^LD_PRELOAD=/opt/pinguard/libpinguard.so\$" "^PINGUARD_METRICS=$metrics/[^/]*%p[^/]*\\.prom\$" "^library=read-only\$")
     local w
     for w in "${want[@]}"; do
-        grep -qxF -- "$w" <<<"$out" || { fail "cdi (spec $cdi_source): no line '$w' in the container: $(tr '\n' ' ' <<<"$out" | cut -c1-400)"; return; }
+        grep -qE -- "$w" <<<"$out" || { fail "cdi (spec $cdi_source): no line $w in the container: $(tr '\n' ' ' <<<"$out" | cut -c1-400)"; return; }
     done
     if grep -qF '"pinguard_live_bytes":1048576' <<<"$out"; then
         pass "cdi (spec $cdi_source): --device pinguard.dev/preload=default preloads the read-only library and sets PINGUARD_METRICS; pinguard counted the container's 1 MiB"
@@ -411,7 +414,7 @@ check_pod_join_refused() {
     local out c
     mapfile -t c < <(common)
     out=$(pm run --rm "${c[@]}" --ipc container:ct-a -e "PINGUARD_GROUP=$group" -e PINGUARD_GROUP_BUDGET=64MiB \
-        -e PINGUARD_POD=infer-0 -e PINGUARD_CONTAINER=worker-c "$image" /fx/pin_hold - 24 2>&1)
+        -e PINGUARD_POD=infer-0 -e PINGUARD_CONTAINER=worker-c --hostname infer-0 "$image" /fx/pin_hold - 24 2>&1)
     if ! own_pidns "$out" "${pid_a:-}" "${pid_b:-}"; then
         fail "pod: the joining member is not in a PID namespace of its own: $(head -1 <<<"$out")"
     elif grep -qx 'alloc 24 MiB rc=2' <<<"$out"; then
@@ -459,7 +462,7 @@ check_pod_after_kill() {
     local out c
     mapfile -t c < <(common)
     out=$(pm run --rm "${c[@]}" --ipc container:ct-a -e "PINGUARD_GROUP=$group" -e PINGUARD_GROUP_BUDGET=64MiB \
-        -e PINGUARD_POD=infer-0 -e PINGUARD_CONTAINER=worker-d "$image" /fx/pin_hold - 24 24 2>&1)
+        -e PINGUARD_POD=infer-0 -e PINGUARD_CONTAINER=worker-d --hostname infer-0 "$image" /fx/pin_hold - 24 24 2>&1)
     local got
     got=$(grep '^alloc' <<<"$out" | tr '\n' ' ')
     if ! own_pidns "$out" "${pid_a:-}"; then
