@@ -152,8 +152,14 @@ EOF
 # Another spec for the same device would conflict with this one (two in /etc/cdi: podman refuses
 # the device) or override it (/var/run/cdi wins): the suite would not test its own.
 install_cdi_spec() {
-    local other
+    local other f
     mkdir -p /etc/cdi
+    # A spec left by a run of this suite that was killed before its clean-up.
+    for f in /etc/cdi/pinguard-container-tests-*.json; do
+        [[ -e $f ]] || continue
+        f=${f##*-} && f=${f%.json}
+        kill -0 "$f" 2>/dev/null || rm -f "/etc/cdi/pinguard-container-tests-$f.json"
+    done
     other=$(grep -ls 'pinguard.dev/preload' /etc/cdi/* /var/run/cdi/* 2>/dev/null | head -1)
     [[ -n $other ]] && not_run "another CDI spec for pinguard.dev/preload is installed ($other)"
     spec=/etc/cdi/pinguard-container-tests-$$.json
