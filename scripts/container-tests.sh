@@ -20,7 +20,7 @@
 # hybrid cgroup layout (so `--runtime runc`). Containers, images, storage, the spec, the services
 # and the temporary folder are removed on exit.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 now() { echo $(($(date +%s%N) / 1000000)); } # milliseconds
 started=$(now)
 
