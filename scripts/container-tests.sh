@@ -15,9 +15,9 @@
 # PINGUARD_REQUIRE_CONTAINERS=1 (CI). Exit status: 1 when a check failed. Installs podman, runc,
 # prometheus, prometheus-node-exporter and curl with apt-get when they are missing.
 #
-# Needs root: rootful podman, a spec in /etc/cdi. This host's root may lack CAP_SYS_RESOURCE (it
-# cannot raise RLIMIT_NPROC, so containers.conf says `default_ulimits = []`), and crun refuses a
-# hybrid cgroup layout (so `--runtime runc`). Containers, images, storage, the spec, the services
+# Needs root: rootful podman, a spec in /etc/cdi. This host's root may lack CAP_SYS_RESOURCE (runc
+# cannot set podman's default ulimits above the hard limits, so containers.conf says
+# `default_ulimits = []`), and crun refuses a hybrid cgroup layout (so `--runtime runc`). Containers, images, storage, the spec, the services
 # and the temporary folder are removed on exit.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
