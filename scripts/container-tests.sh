@@ -98,8 +98,10 @@ make_image() {
 }
 
 # podman with this suite's own storage, run directory and configuration: nothing of the host's
-# containers is touched, and removing the temporary folder removes everything.
-pm() { podman --runtime runc --root "$tmp/storage" --runroot "$tmp/runroot" --tmpdir "$tmp/libpod" "$@"; }
+# containers is touched, and removing the temporary folder removes everything. It runs from the
+# temporary folder because conmon writes a file named `oom` into its working directory when the
+# kernel's OOM killer ends a container.
+pm() { (cd "$tmp" && exec podman --runtime runc --root "$tmp/storage" --runroot "$tmp/runroot" --tmpdir "$tmp/libpod" "$@"); }
 
 write_containers_conf() {
     cat >"$tmp/containers.conf" <<'EOF'
