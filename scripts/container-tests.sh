@@ -447,6 +447,9 @@ check_gone() { # WHAT ENDED_AT POD CONTAINER STILL_LIVE_ROWS...
         fail "metrics: $what: its series still there $((window / 1000)).$((window % 1000 / 100)) s (two scrape intervals and 0.5 s) after it ended ($late)"
         return
     fi
+    say "PromQL $gone_after s after $what: $by_pod"
+    say "returned:"
+    sed 's/^/    /' <<<"${answer:-(nothing)}"
     local r missing=()
     for r in "$@"; do grep -qxF -- "$r" <<<"$answer" || missing+=("$r"); done
     if ((${#missing[@]})); then
