@@ -123,31 +123,9 @@ EOF
 # once it is, the command writes it (and a failure of the command is a failure of the suite).
 # When `pinguard cdi` is on main for good, keep only the first branch.
 write_cdi_spec() {
-    if "$cli" cdi --help >/dev/null 2>&1; then
-        cdi_source="pinguard cdi"
-        "$cli" cdi --lib "$lib" --metrics-dir "$metrics" -o "$spec" 2>"$tmp/cdi.err" ||
-            { fail "cdi: pinguard cdi --lib $lib --metrics-dir $metrics -o $spec: $(head -1 "$tmp/cdi.err")"; return 1; }
-        return 0
-    fi
-    cdi_source="by hand (this pinguard has no cdi command)"
-    cat >"$spec" <<EOF
-{
-  "cdiVersion": "0.5.0",
-  "kind": "pinguard.dev/preload",
-  "devices": [{
-    "name": "default",
-    "containerEdits": {
-      "env": ["LD_PRELOAD=/opt/pinguard/libpinguard.so", "PINGUARD_METRICS=$metrics/pinguard.%h.%p.prom"],
-      "mounts": [
-        {"hostPath": "$lib", "containerPath": "/opt/pinguard/libpinguard.so", "type": "bind",
-         "options": ["ro", "nosuid", "nodev", "bind"]},
-        {"hostPath": "$metrics", "containerPath": "$metrics", "type": "bind",
-         "options": ["rw", "nosuid", "nodev", "noexec", "bind"]}
-      ]
-    }
-  }]
-}
-EOF
+    cdi_source="pinguard cdi"
+    "$cli" cdi --lib "$lib" --metrics-dir "$metrics" -o "$spec" 2>"$tmp/cdi.err" ||
+        { fail "cdi: pinguard cdi --lib $lib --metrics-dir $metrics -o $spec: $(head -1 "$tmp/cdi.err")"; return 1; }
 }
 # ===============================================================================================
 
