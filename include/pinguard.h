@@ -34,6 +34,9 @@ PINGUARD_API long pinguard_report_path(char *buf, size_t size);
  * pages are first compared with the kernel's VmLck (and matched with it when they differ). */
 PINGUARD_API uint64_t pinguard_live_bytes(void);
 
+/* The most pinned bytes live at any moment so far (the report's totals.peak_live_bytes). */
+PINGUARD_API uint64_t pinguard_peak_bytes(void);
+
 /* The library's version, e.g. "0.1.0"; a static string. */
 PINGUARD_API const char *pinguard_version(void);
 

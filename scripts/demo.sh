@@ -5,7 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --workspace --quiet
+# cargo's own progress (its bar on a terminal, a line per crate otherwise): a first build takes
+# minutes, and a silent one looks hung.
+echo "== cargo build --release --workspace (the first build downloads and compiles about 70 crates)"
+cargo build --release --workspace
+echo
 out=target/demo
 mkdir -p "$out"
 rm -rf "$out/reports"

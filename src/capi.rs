@@ -84,6 +84,15 @@ pub extern "C" fn pinguard_live_bytes() -> u64 {
     ledger::live_bytes()
 }
 
+/// The most pinned bytes live at any moment so far (downgraded memory excluded): the report's
+/// `totals.peak_live_bytes`, the figure a node's memory has to hold. Locked pages are first
+/// matched with the kernel's, as for `pinguard_live_bytes`.
+#[no_mangle]
+pub extern "C" fn pinguard_peak_bytes() -> u64 {
+    let _ = pinguard_live_bytes();
+    ledger::totals().peak_live_bytes
+}
+
 /// The library's version, a static string.
 #[no_mangle]
 pub extern "C" fn pinguard_version() -> *const c_char {

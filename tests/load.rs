@@ -34,7 +34,7 @@ fn only_hooks_and_the_c_api_are_exported() {
         "cudaHostAlloc", "cudaMallocHost", "cudaHostRegister", "cudaFreeHost", "cudaHostUnregister",
         "aclrtMallocHost", "aclrtMallocHostWithCfg", "aclrtHostRegister", "aclrtHostRegisterV2",
         "aclrtFreeHost", "aclrtHostUnregister", "mlock", "mlock2", "munlock", "mlockall", "munlockall",
-        "mmap", "mmap64", "munmap", "pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_version",
+        "mmap", "mmap64", "munmap", "pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_peak_bytes", "pinguard_version",
         "cuMemHostAlloc", "cuMemAllocHost_v2", "cuMemAllocHost", "cuMemHostRegister_v2", "cuMemHostRegister",
         "cuMemFreeHost", "cuMemHostUnregister", "cuGetProcAddress", "cuGetProcAddress_v2",
         "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuMemRetainAllocationHandle",
@@ -55,7 +55,7 @@ fn only_hooks_and_the_c_api_are_exported() {
     }
     // The C header declares exactly the C API.
     let header = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/include/pinguard.h")).unwrap();
-    for api in ["pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_version"] {
+    for api in ["pinguard_write_report", "pinguard_report_path", "pinguard_live_bytes", "pinguard_peak_bytes", "pinguard_version"] {
         assert!(header.contains(&format!("{api}(")), "{api} missing from pinguard.h");
     }
 }

@@ -6,6 +6,7 @@ use pinguard_report::units::format_bytes;
 
 pub struct Limits {
     pub max_live: Option<u64>,
+    pub max_peak: Option<u64>,
     pub max_denied: Option<u64>,
     pub max_downgraded: Option<u64>,
     pub max_over_budget: Option<u64>,
@@ -23,6 +24,44 @@ fn exceed(n: u64) -> &'static str {
     }
 }
 
+/// At most this many processes over `--max-peak` are named; the rest are counted.
+const MAX_NAMED: usize = 5;
+
+fn size(n: u64) -> String {
+    format!("{n} ({})", format_bytes(n))
+}
+
+/// `--max-peak`: each process's own peak, then (when several were alive at once) what they held
+/// together, from their timelines.
+fn peak_violations(m: &Merged, max: u64) -> Vec<String> {
+    let mut v = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let over: Vec<_> = m.per_process.iter().filter(|p| p.totals.peak_live_bytes > max && seen.insert((&p.hostname, p.pid, p.start_unix_ms))).collect();
+    for p in over.iter().take(MAX_NAMED) {
+        v.push(format!(
+            "pinguard check: pid {} ({}) peaked at {} pinned bytes, over --max-peak {}",
+            p.pid,
+            crate::merge::basename(&p.exe),
+            size(p.totals.peak_live_bytes),
+            size(max)
+        ));
+    }
+    if over.len() > MAX_NAMED {
+        v.push(format!("pinguard check: ... and {} over --max-peak {}", count((over.len() - MAX_NAMED) as u64, "more process", "more processes"), size(max)));
+    }
+    let single = m.per_process.iter().map(|p| p.totals.peak_live_bytes).max().unwrap_or(0);
+    let together = m.peak_over_time();
+    if together.processes > 1 && together.bytes > max && together.bytes > single {
+        v.push(format!(
+            "pinguard check: processes alive at the same time peaked at {} pinned bytes together ({}), over --max-peak {}",
+            size(together.bytes),
+            together.basis(),
+            size(max)
+        ));
+    }
+    v
+}
+
 /// One line per violated limit (empty: all within), and a line saying what was checked.
 pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
     let t = &m.totals;
@@ -31,6 +70,11 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
         // First: a budget that was never in force makes every other figure meaningless.
         for e in m.config_error_lines() {
             v.push(format!("pinguard check: a setting could not be used in {e} (--allow-config-errors to pass anyway)"));
+        }
+        // A run with pinguard switched off checked nothing: passing it would be a false green.
+        for r in m.runs.iter().filter(|r| r.unchecked()) {
+            let why = if r.disabled { "PINGUARD_DISABLE was set in the".to_string() } else { "pinguard could not be loaded into the command of the".to_string() };
+            v.push(format!("pinguard check: {why} {}: no limit was in force (--allow-config-errors to pass anyway)", r.name()));
         }
     }
     if let Some(max) = l.max_live {
@@ -43,6 +87,9 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
                 format_bytes(max)
             ));
         }
+    }
+    if let Some(max) = l.max_peak {
+        v.extend(peak_violations(m, max));
     }
     if let Some(max) = l.max_denied {
         if t.denied_count > max {
@@ -71,8 +118,15 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
             v.push(format!("pinguard check: {} by the cgroup reserve {} --max-cgroup-reserve {max}", count(n, "call stopped", "calls stopped"), exceed(n)));
         }
     }
+    let none = [l.max_live, l.max_peak, l.max_denied, l.max_downgraded, l.max_over_budget, l.max_host_reserve, l.max_cgroup_reserve].iter().all(Option::is_none);
+    // Without a limit only the settings are checked: a leak passes, and the line says so.
+    let scope = if none { " (settings only: no --max-* limit was given)" } else { "" };
+    let runs = match m.runs.len() {
+        0 => String::new(),
+        n => format!("{}, ", count(n as u64, "run", "runs")),
+    };
     let summary = format!(
-        "pinguard check: {}, {}: live {}, {} denied, {} downgraded, {} over budget{}",
+        "pinguard check: {runs}{}, {}: live {}, {} denied, {} downgraded, {} over budget{}",
         count(m.reports as u64, "report", "reports"),
         count(m.processes as u64, "process", "processes"),
         format_bytes(t.live_bytes),
@@ -81,5 +135,5 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
         t.over_budget_count,
         crate::merge::host_clause(m)
     );
-    (v, summary)
+    (v, format!("{summary}{scope}"))
 }

@@ -13,16 +13,80 @@ fn signed(d: i128) -> String {
     }
 }
 
-pub fn render(old: &Merged, new: &Merged) -> String {
+/// How much a callsite may grow before `--fail-on-growth` fails the diff.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Growth {
+    Bytes(u64),
+    /// Of the old figure; a callsite the old run did not have grows by more than any percentage.
+    Percent(f64),
+}
+
+/// `512Ki`, `1Gi`, `10%`.
+pub fn parse_growth(s: &str) -> Result<Growth, String> {
+    let t = s.trim();
+    if let Some(p) = t.strip_suffix('%') {
+        return match p.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(Growth::Percent(v)),
+            _ => Err(format!("{s:?} is not a percentage; expected N% such as 10%, or a size")),
+        };
+    }
+    pinguard_report::units::parse_size(t).map(Growth::Bytes).map_err(|e| format!("{e}; expected {} or N%", pinguard_report::units::SIZE_FORMS))
+}
+
+impl Growth {
+    fn exceeded(self, old: u64, grew: u64) -> bool {
+        match self {
+            Growth::Bytes(b) => grew > b,
+            Growth::Percent(_) if old == 0 => grew > 0,
+            Growth::Percent(p) => grew as f64 * 100.0 > p * old as f64,
+        }
+    }
+
+    fn shown(self) -> String {
+        match self {
+            Growth::Bytes(b) => format_bytes(b),
+            Growth::Percent(p) => format!("{p}%"),
+        }
+    }
+}
+
+/// Every callsite of either run, with its figures in each (`None`: not in that run).
+fn pairs<'a>(old: &'a Merged, new: &'a Merged) -> Vec<(Option<&'a Site>, Option<&'a Site>)> {
     let olds: HashMap<SiteKey, &Site> = old.callsites.iter().map(|s| (s.key, s)).collect();
     let news: HashMap<SiteKey, &Site> = new.callsites.iter().map(|s| (s.key, s)).collect();
-    let empty = Site::default();
     let mut keys: Vec<SiteKey> = olds.keys().chain(news.keys()).copied().collect();
     keys.sort();
     keys.dedup();
+    keys.into_iter().map(|k| (olds.get(&k).copied(), news.get(&k).copied())).collect()
+}
+
+/// A line per callsite whose live or peak pinned bytes grew by more than `limit`.
+pub fn growth_violations(old: &Merged, new: &Merged, limit: Growth) -> Vec<String> {
+    let empty = Site::default();
+    let mut v = Vec::new();
+    for (o, n) in pairs(old, new) {
+        let (os, ns) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
+        for (what, a, b) in [("live", os.live_bytes, ns.live_bytes), ("peak", os.peak_live_bytes, ns.peak_live_bytes)] {
+            if b > a && limit.exceeded(a, b - a) {
+                let site = if n.is_some() { ns } else { os };
+                v.push(format!(
+                    "pinguard diff: {}: {what} pinned bytes grew by {} ({} -> {}), more than --fail-on-growth {}",
+                    site_label(site),
+                    signed((b - a) as i128),
+                    format_bytes(a),
+                    format_bytes(b),
+                    limit.shown()
+                ));
+            }
+        }
+    }
+    v
+}
+
+pub fn render(old: &Merged, new: &Merged) -> String {
+    let empty = Site::default();
     let mut rows: Vec<(i128, i128, Vec<String>)> = Vec::new();
-    for k in keys {
-        let (o, n) = (olds.get(&k).copied(), news.get(&k).copied());
+    for (o, n) in pairs(old, new) {
         let (os, ns) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
         let dl = ns.live_bytes as i128 - os.live_bytes as i128;
         let dp = ns.peak_live_bytes as i128 - os.peak_live_bytes as i128;

@@ -73,6 +73,13 @@ pub fn render(m: &Merged, metric: Metric, out: &std::path::Path) -> Result<(), S
         Metric::Allocs => "allocations".into(),
         _ => "bytes".into(),
     };
+    // `-o -`: standard output, as every tool that takes an output file does.
+    if out.as_os_str() == "-" {
+        let mut svg = Vec::new();
+        inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg).map_err(|e| format!("standard output: {e}"))?;
+        crate::out::print(&String::from_utf8_lossy(&svg));
+        return Ok(());
+    }
     let file = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let w = std::io::BufWriter::new(file);
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w).map_err(|e| format!("{}: {e}", out.display()))

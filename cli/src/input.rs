@@ -104,14 +104,20 @@ fn io_problem(e: &std::io::Error) -> String {
 }
 
 pub fn load(path: &Path) -> Result<Report, BadInput> {
-    load_input(&Input { path: path.to_path_buf(), scanned: false }).map_err(|u| match u {
-        Unusable::Skipped(b) | Unusable::Bad(b) => b,
-    })
+    match load_input(&Input { path: path.to_path_buf(), scanned: false }) {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(BadInput { path: path.to_path_buf(), problem: "a run record, not a report".into() }),
+        Err(Unusable::Skipped(b) | Unusable::Bad(b)) => Err(b),
+    }
 }
 
-fn load_input(input: &Input) -> Result<Report, Unusable> {
+/// A report, or `None` for a run record (`crate::record`), which holds no figures.
+fn load_input(input: &Input) -> Result<Option<Report>, Unusable> {
     let bytes = read(&input.path).map_err(|problem| Unusable::Bad(BadInput { path: input.path.clone(), problem }))?;
-    Report::from_slice(&bytes).map_err(|e| unusable(input, Some(&bytes), e.0))
+    if crate::record::is_record(&bytes) {
+        return crate::record::parse(&bytes).map(|_| None).map_err(|e| unusable(input, None, e));
+    }
+    Report::from_slice(&bytes).map(Some).map_err(|e| unusable(input, Some(&bytes), e.0))
 }
 
 /// A file's bytes as a report: a state file (`pinguard_report::state`) is read as the report of
@@ -264,10 +270,12 @@ pub fn for_each(inputs: &[PathBuf], keep_going: bool, mut each: impl FnMut(&Path
     let (mut good, mut skipped) = (0, 0);
     for f in &files {
         match load_input(f) {
-            Ok(r) => {
+            Ok(Some(r)) => {
                 good += 1;
                 each(&f.path, r);
             }
+            // A run in which nothing was pinned is a good input with nothing in it.
+            Ok(None) => good += 1,
             Err(Unusable::Skipped(b)) => {
                 skipped += 1;
                 eprintln!("pinguard: {b}");

@@ -16,6 +16,7 @@ mod merge;
 mod out;
 mod plot;
 mod prune;
+mod record;
 mod report;
 mod run;
 mod top;
@@ -32,6 +33,8 @@ const EXIT_ALL: &str = "Exit status:
   1  `check`: a limit was exceeded
   2  bad usage, or an input that is not a readable report
   `run` exits with its command's status (see `pinguard run --help`).";
+const EXIT_DIFF: &str = "Exit status: 0 success; 1 a callsite grew by more than --fail-on-growth (one line each); \
+2 bad usage, or an input that is not a readable report.";
 const EXIT_READ: &str = "Exit status: 0 success; 2 bad usage, or an input that is not a readable report \
 (a file that a directory scan finds and that is not a pinguard report is skipped with a note).";
 const EXIT_CHECK: &str = "Exit status: 0 every limit holds; 1 a limit was exceeded (one line each); 2 bad usage, \
@@ -127,6 +130,10 @@ enum Cmd {
         /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
         #[arg(long, value_name = "PATTERNS", value_parser = patterns)]
         downgrade_match: Option<String>,
+        /// One budget for the command and all its descendants together: a group named after this
+        /// run (PINGUARD_GROUP=run-<start time>-<pid>, PINGUARD_GROUP_BUDGET): 2Gi, 10%.
+        #[arg(long, value_parser = size, allow_hyphen_values = true, value_name = "SIZE")]
+        group_budget: Option<String>,
         /// What an over-budget call gets (PINGUARD_POLICY).
         #[arg(long, value_parser = ["error", "downgrade", "warn"])]
         policy: Option<String>,
@@ -161,6 +168,9 @@ enum Cmd {
         /// Print the merged figures as JSON.
         #[arg(long)]
         json: bool,
+        /// What the callsites are ordered by, the largest first.
+        #[arg(long, value_enum, default_value = "live")]
+        sort: report::SortBy,
         /// Skip inputs that cannot be read, and go on with the rest (each is still named on
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
@@ -175,6 +185,10 @@ enum Cmd {
         /// Most live pinned bytes left at the reports' end, summed over processes: 512Mi, 1Gi.
         #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
         max_live: Option<u64>,
+        /// Most pinned bytes at any moment: each process's peak, and what processes alive at the
+        /// same time on one host held together (from their timelines): 512Mi, 1Gi.
+        #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
+        max_peak: Option<u64>,
         /// Most pinning calls refused by a budget (policy error, or downgrade out of scope).
         #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
         max_denied: Option<u64>,
@@ -205,8 +219,12 @@ enum Cmd {
         inputs: Vec<PathBuf>,
     },
     /// Per-callsite change of live and peak pinned bytes between two runs (files or directories).
-    #[command(after_help = EXIT_READ)]
+    #[command(after_help = EXIT_DIFF)]
     Diff {
+        /// Exit 1 when a callsite's live or peak pinned bytes grew by more than this: a size
+        /// (512Ki, 1Gi) or a percentage of the old figure (10%; a new callsite exceeds any).
+        #[arg(long, value_name = "SIZE|N%", value_parser = diff::parse_growth, allow_hyphen_values = true)]
+        fail_on_growth: Option<diff::Growth>,
         /// Skip inputs that cannot be read, and go on with the rest (each is still named on
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
@@ -219,7 +237,7 @@ enum Cmd {
     /// Draw the merged callsites as a flame graph (SVG).
     #[command(after_help = EXIT_READ)]
     Flamegraph {
-        /// Where to write the SVG.
+        /// Where to write the SVG; `-` for standard output.
         #[arg(short, long, value_name = "OUT.svg")]
         output: PathBuf,
         /// What the widths show.
@@ -328,7 +346,7 @@ fn main() -> ExitCode {
             }
             ExitCode::from(f.exit_status)
         }
-        Cmd::Run { budget, host_reserve, cgroup_reserve, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
+        Cmd::Run { budget, host_reserve, cgroup_reserve, group_budget, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
             let mut env = Vec::new();
             if let Some(b) = budget {
                 env.push((vars::BUDGET.name, b));
@@ -354,17 +372,18 @@ fn main() -> ExitCode {
             if let Some(s) = signal {
                 env.push((vars::SIGNAL.name, s));
             }
-            let code = run::run(run::Options { env, report, lib, cmd });
+            let code = run::run(run::Options { env, report, group_budget, lib, cmd });
             ExitCode::from(code.clamp(0, 255) as u8)
         }
-        Cmd::Report { top, json, keep_going, inputs } => {
-            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            out::print(&if json { report::json(&m, top) } else { report::render(&m, top) });
+        Cmd::Report { top, json, sort, keep_going, inputs } => {
+            let Ok(mut m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
+            report::order(&mut m, sort);
+            out::print(&if json { report::json(&m, top) } else { report::render(&m, top, sort) });
             ExitCode::SUCCESS
         }
-        Cmd::Check { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, keep_going, allow_config_errors, inputs } => {
+        Cmd::Check { max_live, max_peak, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, keep_going, allow_config_errors, inputs } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, allow_config_errors });
+            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_peak, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, allow_config_errors });
             for v in &violations {
                 println!("{v}");
             }
@@ -375,11 +394,13 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Cmd::Diff { keep_going, old, new } => {
+        Cmd::Diff { fail_on_growth, keep_going, old, new } => {
             let Ok(a) = merge::merge_inputs(&[old], keep_going) else { return ExitCode::from(2) };
             let Ok(b) = merge::merge_inputs(&[new], keep_going) else { return ExitCode::from(2) };
             out::print(&diff::render(&a, &b));
-            ExitCode::SUCCESS
+            let grew = fail_on_growth.map(|g| diff::growth_violations(&a, &b, g)).unwrap_or_default();
+            out::print(&grew.iter().map(|l| format!("{l}\n")).collect::<String>());
+            ExitCode::from(u8::from(!grew.is_empty()))
         }
         Cmd::Flamegraph { output, metric, keep_going, inputs } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };

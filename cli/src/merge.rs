@@ -254,6 +254,66 @@ pub struct ProcessLine {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host: Option<HostLine>,
     pub totals: Totals,
+    pub start_unix_ms: u64,
+    pub write_unix_ms: u64,
+    /// `[unix_ms, live_bytes]`, oldest first (empty: the report has none).
+    #[serde(skip)]
+    pub timeline: Vec<(u64, u64)>,
+}
+
+/// The highest pinned bytes that processes alive at the same time held together, on one host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PeakOverTime {
+    pub bytes: u64,
+    pub host: String,
+    /// How many processes that peak was taken from, and how many of them had no timeline (each
+    /// counted at its peak for the whole of its life).
+    pub processes: usize,
+    pub without_timeline: usize,
+}
+
+impl PeakOverTime {
+    /// How it was found, for a message: `from the timelines of 3 processes on h`.
+    pub fn basis(&self) -> String {
+        let n = crate::out::count(self.processes as u64, "process", "processes");
+        match self.without_timeline {
+            0 => format!("from the timelines of {n} on {}", self.host),
+            k if k == self.processes => format!("from the lifetimes and peaks of {n} on {} (no timelines)", self.host),
+            k => format!("from the timelines of {n} on {} ({k} without one counted at their peak for their whole life)", self.host),
+        }
+    }
+}
+
+/// Timeline points kept per process for the peak over time: a merge of a thousand processes with
+/// full timelines (10,000 points each) keeps 8 MiB of them, not 160.
+const MAX_POINTS: usize = 512;
+
+/// At most `MAX_POINTS` steps, each the highest value of the points it stands for, from the first
+/// one's time: a step function never below the original, so a peak over time taken from it is
+/// never less than the true one (and exact for timelines this short already).
+fn reduce(t: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    if t.len() <= MAX_POINTS {
+        return t.to_vec();
+    }
+    t.chunks(t.len().div_ceil(MAX_POINTS)).map(|c| (c[0].0, c.iter().map(|p| p.1).max().unwrap_or(0))).collect()
+}
+
+/// A process's pinned bytes as steps `(unix_ms, change)`: its timeline, or its peak for the
+/// whole of its life without one; nothing after its last reading.
+fn steps(p: &ProcessLine, out: &mut Vec<(u64, i128)>) {
+    let points: Vec<(u64, u64)> = if p.timeline.is_empty() {
+        vec![(p.start_unix_ms, p.totals.peak_live_bytes)]
+    } else {
+        p.timeline.clone()
+    };
+    let mut prev = 0u64;
+    let mut last = 0;
+    for (t, v) in points {
+        out.push((t, v as i128 - prev as i128));
+        prev = v;
+        last = t;
+    }
+    out.push((p.write_unix_ms.max(last) + 1, -(prev as i128)));
 }
 
 /// A setting one process could not use, with the fallback it ran on (the library's message).
@@ -289,6 +349,10 @@ pub struct Merged {
     pub per_process: Vec<ProcessLine>,
     /// Settings a process could not use: shown first, and `check` fails on them.
     pub config_errors: Vec<ConfigError>,
+    /// The records of the runs (`pinguard run`) the inputs hold: a run in which nothing was
+    /// pinned has only its record.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub runs: Vec<crate::record::RunRecord>,
     #[serde(skip)]
     index: HashMap<SiteKey, usize>,
     #[serde(skip)]
@@ -346,6 +410,9 @@ impl Merged {
             budget_bytes: r.config.budget_bytes,
             host,
             totals: r.totals.clone(),
+            start_unix_ms: r.process.start_unix_ms,
+            write_unix_ms: r.process.write_unix_ms,
+            timeline: reduce(&r.timeline),
         });
         for c in &r.callsites {
             let s = self.site(site_key(&c.frames, &c.py_frames), || {
@@ -382,6 +449,14 @@ impl Merged {
             remap[*no as usize] = self.process_no(host, *pid, *start);
         }
         self.per_process.extend(other.per_process);
+        self.runs.extend(other.runs);
+        // Another thread's share has settings and folded callsites of its own processes too.
+        self.callsites_folded.add(&other.callsites_folded);
+        for e in other.config_errors {
+            if !self.config_errors.contains(&e) {
+                self.config_errors.push(e);
+            }
+        }
         for o in other.callsites {
             let s = self.site(o.key, || (o.frames.clone(), o.py_frames.clone()));
             s.apis.extend(o.apis);
@@ -400,12 +475,67 @@ impl Merged {
         }
     }
 
+    /// Each process once (its latest reading), by host.
+    fn latest_by_host(&self) -> std::collections::BTreeMap<&str, Vec<&ProcessLine>> {
+        let mut latest: HashMap<(&str, u32, u64), &ProcessLine> = HashMap::new();
+        for p in &self.per_process {
+            let e = latest.entry((p.hostname.as_str(), p.pid, p.start_unix_ms)).or_insert(p);
+            if p.write_unix_ms > e.write_unix_ms {
+                *e = p;
+            }
+        }
+        let mut by_host: std::collections::BTreeMap<&str, Vec<&ProcessLine>> = Default::default();
+        for ((host, _, _), p) in latest {
+            by_host.entry(host).or_default().push(p);
+        }
+        by_host
+    }
+
+    /// The peak of processes alive at the same time, per host, the highest: from their timelines
+    /// (a process's own peak, which its timeline of one point per millisecond can miss, is never
+    /// less than the answer).
+    pub fn peak_over_time(&self) -> PeakOverTime {
+        let mut best = PeakOverTime::default();
+        for (host, procs) in self.latest_by_host() {
+            let mut changes = Vec::new();
+            for p in &procs {
+                steps(p, &mut changes);
+            }
+            changes.sort_by_key(|c| c.0);
+            let (mut live, mut high) = (0i128, 0i128);
+            for (i, (t, d)) in changes.iter().enumerate() {
+                live += d;
+                // Changes at one millisecond are simultaneous, as far as the timelines tell.
+                if changes.get(i + 1).is_none_or(|n| n.0 != *t) {
+                    high = high.max(live);
+                }
+            }
+            let single = procs.iter().map(|p| p.totals.peak_live_bytes).max().unwrap_or(0);
+            let bytes = (high.max(0) as u64).max(single);
+            if bytes > best.bytes || best.host.is_empty() {
+                let without_timeline = procs.iter().filter(|p| p.timeline.is_empty()).count();
+                best = PeakOverTime { bytes, host: host.to_string(), processes: procs.len(), without_timeline };
+            }
+        }
+        best
+    }
+
+    /// Sorted (`sort`), with the merged peak taken over time: processes that were not alive at
+    /// the same time do not add up.
+    pub fn finish(&mut self) {
+        self.sort();
+        if self.processes > 1 {
+            self.totals.peak_live_bytes = self.peak_over_time().bytes;
+        }
+    }
+
     /// Callsites by live bytes, then peak, then allocations; processes by report path.
     pub fn sort(&mut self) {
         self.callsites.sort_by(|a, b| {
             (b.live_bytes, b.peak_live_bytes, b.alloc_count, a.key).cmp(&(a.live_bytes, a.peak_live_bytes, a.alloc_count, b.key))
         });
         self.per_process.sort_by(|a, b| a.path.cmp(&b.path));
+        self.runs.sort_by_key(|r| (r.start_unix_ms, r.pid));
         self.index.clear();
     }
 }
@@ -413,6 +543,10 @@ impl Merged {
 /// Reads all inputs into one merged, sorted view, parsing on every core.
 pub fn merge_inputs(inputs: &[std::path::PathBuf], keep_going: bool) -> Result<Merged, ()> {
     let parts = crate::input::parallel(inputs, keep_going, Merged::default, |m, path, bytes| {
+        if crate::record::is_record(bytes) {
+            m.runs.push(crate::record::parse(bytes)?);
+            return Ok(());
+        }
         let view = ReportView::parse(bytes).map_err(|e| e.0)?;
         m.add(path, &view);
         Ok(())
@@ -422,13 +556,26 @@ pub fn merge_inputs(inputs: &[std::path::PathBuf], keep_going: bool) -> Result<M
     for p in it {
         m.absorb(p);
     }
-    m.sort();
+    m.finish();
     Ok(m)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reduced_timelines_never_fall_below_the_original() {
+        let t: Vec<(u64, u64)> = (0..10_000u64).map(|i| (i, (i * 7919) % 1000)).collect();
+        let r = reduce(&t);
+        assert!(r.len() <= MAX_POINTS);
+        // At every original point, the reduced step in force is at least its value.
+        for &(at, v) in &t {
+            let step = r.iter().rev().find(|p| p.0 <= at).unwrap();
+            assert!(step.1 >= v, "{at}: {} < {v}", step.1);
+        }
+        assert_eq!(reduce(&t[..100]), t[..100].to_vec());
+    }
 
     #[test]
     fn demangles_rust_and_cpp() {

@@ -12,6 +12,9 @@ pub struct Series {
     pub budget: Option<u64>,
     /// The process's start in unix milliseconds; 0 when the report does not know it.
     pub start_ms: u64,
+    /// The report's peak: the library keeps at most one timeline point per millisecond, so a
+    /// peak that lasted less than one can be missing from the points; it is drawn as well.
+    pub peak: u64,
 }
 
 pub fn series(r: &Report) -> Series {
@@ -21,6 +24,7 @@ pub fn series(r: &Report) -> Series {
         points: r.timeline.clone(),
         budget: r.config.budget_bytes,
         start_ms: r.process.start_unix_ms,
+        peak: r.totals.peak_live_bytes,
     }
 }
 
@@ -192,7 +196,7 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
         b.dedup();
         b
     };
-    let ymax = drawn.iter().flat_map(|s| s.points.iter().map(|p| p.1)).chain(budgets.iter().copied()).max().unwrap_or(0);
+    let ymax = drawn.iter().flat_map(|s| s.points.iter().map(|p| p.1).chain([s.peak])).chain(budgets.iter().copied()).max().unwrap_or(0);
     let (xt, yt) = (Ticks::millis(span), Ticks::bytes(ymax));
     let x = |ms: f64| LEFT + ms / xt.top() * (WIDTH - RIGHT - LEFT);
     let y = |v: f64| TOP + (1.0 - v / yt.top()) * (BOTTOM - TOP);
@@ -238,12 +242,34 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
                 }
             }
             let _ = writeln!(s, r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"><title>{}</title></path>"#, esc(&ser.label));
+            s.push_str(&peak_mark(ser, color, o, &x, &y));
         }
         let ly = LEGEND + LINE * i as f64;
-        let _ = writeln!(s, r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#, ly - 4.0, LEFT + 20.0, esc(&ser.label));
+        let label = match ser.peak {
+            0 => ser.label.clone(),
+            p => format!("{}, peak {}", ser.label, format_bytes(p)),
+        };
+        let _ = writeln!(s, r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#, ly - 4.0, LEFT + 20.0, esc(&label));
     }
     let _ = writeln!(s, "</svg>");
     Ok(s)
+}
+
+/// A peak the timeline's points do not reach: a dotted line at its height across the process's
+/// time (when within it is not known), so that the plot's maximum is the report's peak.
+fn peak_mark(ser: &Series, color: &str, origin: u64, x: &dyn Fn(f64) -> f64, y: &dyn Fn(f64) -> f64) -> String {
+    let high = ser.points.iter().map(|p| p.1).max().unwrap_or(0);
+    if ser.peak <= high {
+        return String::new();
+    }
+    let first = ser.points.first().map_or(0, |p| p.0.saturating_sub(origin));
+    let last = ser.points.last().map_or(0, |p| p.0.saturating_sub(origin));
+    let (x0, x1, yy) = (x(first as f64), x(last as f64).max(x(first as f64) + 4.0), y(ser.peak as f64));
+    format!(
+        "<line class=\"peak\" x1=\"{x0:.1}\" y1=\"{yy:.1}\" x2=\"{x1:.1}\" y2=\"{yy:.1}\" stroke=\"{color}\" stroke-width=\"1.5\" stroke-dasharray=\"1,3\"><title>{}: peak {} (between two timeline points, less than a millisecond long)</title></line>\n",
+        esc(&ser.label),
+        format_bytes(ser.peak)
+    )
 }
 
 #[cfg(test)]
@@ -343,6 +369,7 @@ mod tests {
             points: vec![(start, 0), (start + 700, MIB), (start + 1500, 2 * MIB)],
             budget,
             start_ms: start,
+            peak: 2 * MIB,
         };
         vec![mk(1, start, None), mk(2, start + 10_000, Some(5_536_481))]
     }

@@ -5,7 +5,40 @@ use crate::merge::{frame_label, Merged};
 use crate::out::{count, table};
 use pinguard_report::units::format_bytes;
 
-pub fn render(m: &Merged, top: usize) -> String {
+/// What the callsite list is ordered by (the largest first).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SortBy {
+    /// Live pinned bytes (then peak): what is still held, as a leak report lists it.
+    #[default]
+    Live,
+    /// Peak pinned bytes (then live): what took the node's memory at the worst moment.
+    Peak,
+    /// Calls refused by a budget (then downgraded, then over budget): where the budgets bit.
+    Denied,
+}
+
+impl SortBy {
+    fn title(self) -> &'static str {
+        match self {
+            SortBy::Live => "live pinned bytes",
+            SortBy::Peak => "peak pinned bytes",
+            SortBy::Denied => "denied calls",
+        }
+    }
+}
+
+/// Orders the callsites by `by`, ties by the other figures, then by identity (a stable order).
+pub fn order(m: &mut Merged, by: SortBy) {
+    let key = |c: &crate::merge::Site| match by {
+        SortBy::Live => [c.live_bytes, c.peak_live_bytes, c.alloc_count],
+        SortBy::Peak => [c.peak_live_bytes, c.live_bytes, c.alloc_count],
+        SortBy::Denied => [c.denied_count, c.downgraded_count, c.over_budget_count],
+    };
+    m.callsites.sort_by(|a, b| (key(b), a.key).cmp(&(key(a), b.key)));
+}
+
+/// The callsites as `order` left them, saying what they were ordered by.
+pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
     let mut s = String::new();
     let procs = count(m.processes as u64, "process", "processes");
     let mut reps = count(m.reports as u64, "report", "reports");
@@ -19,7 +52,12 @@ pub fn render(m: &Merged, top: usize) -> String {
         reps.push_str(&format!(", {running} still running (read from the live state)"));
     }
     s.push_str(&config_errors_block(m));
-    s.push_str(&format!("Top callsites by live pinned bytes ({reps}, {procs})\n\n"));
+    s.push_str(&runs_block(m));
+    if m.reports == 0 {
+        s.push_str(&nothing_line(m));
+        return s;
+    }
+    s.push_str(&format!("Top callsites by {} ({reps}, {procs})\n\n", by.title()));
     let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS"].into_iter().chain(crate::merge::TAIL).map(String::from).collect::<Vec<_>>()];
     for c in m.callsites.iter().take(top) {
         let sizes = [format_bytes(c.live_bytes), c.live_count.to_string(), format_bytes(c.peak_live_bytes), c.alloc_count.to_string()];
@@ -32,7 +70,10 @@ pub fn render(m: &Merged, top: usize) -> String {
     if let Some(line) = folded_line(&m.callsites_folded) {
         s.push_str(&line);
     }
-    for c in m.callsites.iter().filter(|c| c.live_bytes > 0).take(top) {
+    let mut holding: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0).take(top).collect();
+    // The leak blocks stay in order of what is held, whatever the table's order.
+    holding.sort_by_key(|c| std::cmp::Reverse(c.live_bytes));
+    for c in holding {
         s.push_str(&format!(
             "\n{} ({}) in {} from {}, through {}:\n",
             count(c.live_bytes, "byte", "bytes"),
@@ -88,6 +129,37 @@ pub fn config_errors_block(m: &Merged) -> String {
     s
 }
 
+/// At most this many run records are named, one line each.
+const MAX_RUNS: usize = 10;
+
+/// A line per run record (`pinguard run`'s) among the inputs: how the command ended, what it left.
+pub fn runs_block(m: &Merged) -> String {
+    if m.runs.is_empty() {
+        return String::new();
+    }
+    let mut s = String::new();
+    for r in m.runs.iter().take(MAX_RUNS) {
+        s.push_str(&format!("Run: {}\n", r.line()));
+    }
+    if m.runs.len() > MAX_RUNS {
+        s.push_str(&format!("... {}\n", count((m.runs.len() - MAX_RUNS) as u64, "more run", "more runs")));
+    }
+    s.push('\n');
+    s
+}
+
+/// The summary when the inputs are run records only: what is known, said as such.
+fn nothing_line(m: &Merged) -> String {
+    let runs = count(m.runs.len() as u64, "run", "runs");
+    if m.runs.iter().any(|r| r.disabled) {
+        return format!("SUMMARY: pinguard: no report in {runs}; PINGUARD_DISABLE was set, so nothing was recorded: what was pinned is not known\n");
+    }
+    if m.runs.iter().any(|r| r.unchecked()) {
+        return format!("SUMMARY: pinguard: no report in {runs}; pinguard could not be loaded into a command (see above): what was pinned is not known\n");
+    }
+    format!("SUMMARY: pinguard: nothing was pinned: no process left a report or state in {runs}\n")
+}
+
 /// The callsites folded into one aggregate, when there are any: `N callsites folded: X peak, ...`.
 pub fn folded_line(f: &pinguard_report::Folded) -> Option<String> {
     if f.is_empty() {
@@ -122,6 +194,8 @@ pub fn json(m: &Merged, top: usize) -> String {
         callsites_folded: &'a pinguard_report::Folded,
         per_process: &'a [crate::merge::ProcessLine],
         config_errors: &'a [crate::merge::ConfigError],
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        runs: &'a [crate::record::RunRecord],
     }
     let o = Out {
         reports: m.reports,
@@ -132,6 +206,7 @@ pub fn json(m: &Merged, top: usize) -> String {
         callsites_folded: &m.callsites_folded,
         per_process: &m.per_process,
         config_errors: &m.config_errors,
+        runs: &m.runs,
     };
     let mut s = serde_json::to_string_pretty(&o).unwrap_or_default();
     s.push('\n');

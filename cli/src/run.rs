@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 pub struct Options {
     pub env: Vec<(&'static str, String)>,
     pub report: Option<String>,
+    /// `--group-budget`: one budget for the command and its descendants (a group of the run's).
+    pub group_budget: Option<String>,
     pub lib: Option<PathBuf>,
     pub cmd: Vec<OsString>,
 }
@@ -292,10 +294,118 @@ pub struct TheCommand {
     pub pid: u32,
     pub name: String,
     pub ended: Ended,
+    /// Why pinguard cannot be loaded into it, when its file says so (`unreachable_by_preload`).
+    pub unreachable: Option<String>,
+}
+
+/// `PINGUARD_DISABLE` in `run`'s own environment switches the library off in the command, as the
+/// library reads it (`1`, `true`, `yes`).
+fn disabled_here() -> bool {
+    std::env::var_os(pinguard_report::vars::DISABLE.name).is_some_and(|v| matches!(v.to_string_lossy().trim(), "1" | "true" | "yes"))
+}
+
+/// The option of `run` that sets each variable, to name it when it would have no effect.
+fn option_for(var: &str) -> String {
+    let flag = var.strip_prefix("PINGUARD_").unwrap_or(var).to_ascii_lowercase().replace('_', "-");
+    format!("--{flag}")
+}
+
+/// Refuses options that would silently do nothing: the library is off in the command.
+fn refuse_when_disabled(o: &Options) -> Result<(), String> {
+    if !disabled_here() {
+        return Ok(());
+    }
+    let mut given: Vec<String> = o.env.iter().map(|(k, _)| option_for(k)).collect();
+    if o.report.is_some() {
+        given.push("--report".into());
+    }
+    if o.group_budget.is_some() {
+        given.push("--group-budget".into());
+    }
+    if given.is_empty() {
+        return Ok(());
+    }
+    let v = std::env::var_os(pinguard_report::vars::DISABLE.name).unwrap_or_default();
+    Err(format!(
+        "{} would have no effect: PINGUARD_DISABLE={} is set in the environment, which switches pinguard off (unset it, or leave out {})",
+        given.join(", "),
+        v.to_string_lossy(),
+        if given.len() == 1 { "the option" } else { "the options" }
+    ))
+}
+
+/// `--group-budget` makes a group of the run's own: a group already named in the environment
+/// would be left, silently, so the two are not taken together.
+fn refuse_other_group(o: &Options) -> Result<(), String> {
+    match std::env::var_os(pinguard_report::vars::GROUP.name) {
+        Some(g) if o.group_budget.is_some() && !g.is_empty() => Err(format!(
+            "--group-budget makes a group of this run's own, but PINGUARD_GROUP={} is set in the environment (unset it, or leave out --group-budget and set PINGUARD_GROUP_BUDGET)",
+            g.to_string_lossy()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The run's group, as its summary shows it: the ledger's figures (the group's peak is exact:
+/// its members count under one lock), then the ledger removed once no member runs.
+fn group_summary(name: &str, budget: &str) -> String {
+    match crate::top::group_line(name) {
+        Ok((head, alive)) => {
+            if !alive {
+                let _ = std::fs::remove_file(pinguard_report::group::path(name));
+            }
+            format!("pinguard run: --group-budget {budget}: {head}\n")
+        }
+        Err(_) => format!("pinguard run: --group-budget {budget}: group {name}: no process joined it (none pinned)\n"),
+    }
+}
+
+/// The file `exec` would run for `cmd`: as given when it names a path, else the first match on
+/// `PATH`.
+fn resolve(cmd: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    if cmd.as_bytes().contains(&b'/') {
+        return Some(PathBuf::from(cmd));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.is_file())
+}
+
+/// Why the preload library cannot be loaded into the program `cmd` runs, when its file says so: a
+/// statically linked ELF program has no dynamic loader to read `LD_PRELOAD`.
+fn unreachable_by_preload(cmd: &std::ffi::OsStr) -> Option<String> {
+    use pinguard_report::elf::{u16_at, u32_at, u64_at};
+    let path = resolve(cmd)?;
+    let mut head = vec![0u8; 64 * 1024];
+    let n = std::io::Read::read(&mut std::fs::File::open(&path).ok()?, &mut head).ok()?;
+    let b = &head[..n];
+    // 64-bit little-endian ELF only (the architectures pinguard runs on); anything else (a
+    // script, whose interpreter is dynamic) is not judged.
+    if b.len() < 64 || b[..4] != *b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (u64_at(b, 32) as usize, u16_at(b, 54) as usize, u16_at(b, 56) as usize);
+    let headers: Vec<u32> = (0..phnum).map(|i| phoff + i * phentsize).take_while(|&at| at + 4 <= b.len()).map(|at| u32_at(b, at)).collect();
+    const PT_INTERP: u32 = 3;
+    if headers.len() < phnum || headers.contains(&PT_INTERP) {
+        return None;
+    }
+    Some(format!("{} is statically linked: there is no dynamic loader in it to load pinguard (LD_PRELOAD); processes it starts that are dynamically linked are still watched", path.display()))
+}
+
+/// Makes the run's folder, so that a run always leaves one (with its record) and a folder that
+/// cannot be made stops the run before the command starts: `access` on an ancestor does not tell
+/// (root may write anywhere, but not create a directory under /proc).
+fn make_folder(root: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(root).map_err(|e| format!("cannot create the report folder {}: {}", root.display(), io_why(&e)))
 }
 
 /// Runs the command; returns the exit status `pinguard run` should end with.
 pub fn run(o: Options) -> i32 {
+    if let Err(e) = refuse_when_disabled(&o).and_then(|()| refuse_other_group(&o)) {
+        eprintln!("pinguard run: {e}");
+        return 2;
+    }
     let lib = match find_library(o.lib.as_deref()) {
         Ok(l) => l,
         Err(e) => {
@@ -318,6 +428,14 @@ pub fn run(o: Options) -> i32 {
             return 2;
         }
     };
+    if let Err(e) = make_folder(&search_root(&template_abs)) {
+        eprintln!("pinguard run: {e}");
+        return 2;
+    }
+    let unreachable = unreachable_by_preload(&o.cmd[0]);
+    if let Some(why) = &unreachable {
+        eprintln!("pinguard run: {why}");
+    }
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
             let mut v = lib.clone().into_os_string();
@@ -332,6 +450,10 @@ pub fn run(o: Options) -> i32 {
     for (k, v) in &o.env {
         cmd.env(k, v);
     }
+    let group = o.group_budget.as_ref().map(|b| (format!("run-{}", run_folder(start)), b.clone()));
+    if let Some((name, budget)) = &group {
+        cmd.env(pinguard_report::vars::GROUP.name, name).env(pinguard_report::vars::GROUP_BUDGET.name, budget);
+    }
     // Before the command starts, so that no signal in between ends `run` and orphans it.
     let old = install();
     let mut child = match cmd.spawn() {
@@ -339,6 +461,8 @@ pub fn run(o: Options) -> i32 {
         Err(e) => {
             restore(&old);
             eprintln!("pinguard run: cannot run {}: {}", o.cmd[0].to_string_lossy(), spawn_why(&e));
+            // Nothing ran: the folder made for it goes (`remove_dir` leaves one that holds files).
+            let _ = std::fs::remove_dir(search_root(&template_abs));
             // The shell's convention: 127 for a command that is not there, 126 for one that is
             // but cannot be executed.
             return if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
@@ -373,8 +497,58 @@ pub fn run(o: Options) -> i32 {
         Ended::Signal { sig, .. } => 128 + sig,
     };
     let name = crate::merge::basename(&o.cmd[0].to_string_lossy()).to_string();
-    eprint!("{}", summarise(&template_abs, start, Some(&TheCommand { pid, name, ended })));
+    let the_cmd = TheCommand { pid, name, ended, unreachable };
+    let mut rec = new_record(&o, &template_abs, start, &the_cmd);
+    let group_line = group.as_ref().map(|(name, budget)| {
+        rec.group = Some(name.clone());
+        rec.group_budget = Some(budget.clone());
+        group_summary(name, budget)
+    });
+    let text = summarise(&template_abs, start, Some(&the_cmd), &mut rec, group_line.as_deref().unwrap_or(""));
+    eprint!("{text}");
+    write_record(&template_abs, &rec);
     code
+}
+
+/// The run's record as far as `run` knows it before reading the folder.
+fn new_record(o: &Options, template: &Path, start_ms: u64, cmd: &TheCommand) -> crate::record::RunRecord {
+    let (exit_status, signal) = match cmd.ended {
+        Ended::Status(c) => (Some(c), None),
+        Ended::Signal { sig, .. } => (None, Some(signal_name(sig))),
+    };
+    crate::record::RunRecord {
+        schema: crate::record::SCHEMA.into(),
+        pinguard_version: env!("CARGO_PKG_VERSION").into(),
+        command: o.cmd.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        pid: cmd.pid,
+        hostname: local_host(),
+        exit_status,
+        signal,
+        start_unix_ms: start_ms,
+        end_unix_ms: now_ms(),
+        report_template: template.display().to_string(),
+        disabled: disabled_here(),
+        unwatched: cmd.unreachable.clone(),
+        group: None,
+        group_budget: None,
+        pids_seen: vec![cmd.pid],
+        reports_expected: 0,
+        reports_found: Vec::new(),
+        no_report: Vec::new(),
+    }
+}
+
+/// Writes the record into the run's folder (a private temporary file, then a rename, as reports
+/// are written); a failure is said, and changes nothing else.
+fn write_record(template: &Path, rec: &crate::record::RunRecord) {
+    let root = search_root(template);
+    let path = root.join(format!("{}{}.json", crate::record::PREFIX, std::process::id()));
+    let tmp = root.join(format!(".{}{}.tmp", crate::record::PREFIX, std::process::id()));
+    let text = serde_json::to_string_pretty(rec).unwrap_or_default() + "\n";
+    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
+        let _ = std::fs::remove_file(&tmp);
+        eprintln!("pinguard run: cannot write the run record {}: {}", path.display(), io_why(&e));
+    }
 }
 
 // ---- The summary ----------------------------------------------------------------------------------
@@ -407,6 +581,10 @@ fn this_runs(root: &Path, start_ms: u64, notes: &mut String) -> Vec<(PathBuf, Re
     let (files, _) = crate::input::expand(&[root.to_path_buf()]);
     let mut best: HashMap<(String, u32, u64), (PathBuf, Report)> = HashMap::new();
     for f in files.into_iter().map(|i| i.path) {
+        // Run records (this run's is written after; an earlier run's may share the folder).
+        if f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::record::PREFIX)) {
+            continue;
+        }
         let r = match crate::input::load(&f) {
             Ok(r) => r,
             Err(bad) => {
@@ -487,12 +665,20 @@ fn local_host() -> String {
 /// At most this many lines of endings; the table has every process.
 const MAX_ENDINGS: usize = 20;
 
-pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> String {
+/// The summary `run` prints; fills in what `rec` says of the processes found.
+/// `group`: the line of the run's group (`--group-budget`), shown before the total.
+pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>, rec: &mut crate::record::RunRecord, group: &str) -> String {
     let root = search_root(template);
     let mut notes = String::new();
     let mut m = Merged::default();
     let mut readings = Vec::new();
     for (path, report) in this_runs(&root, start_ms, &mut notes) {
+        let file = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+        let p = &report.process;
+        rec.reports_found.push(crate::record::Found { pid: p.pid, exe: p.exe.clone(), reason: report.reason.name().into(), file });
+        if !rec.pids_seen.contains(&p.pid) {
+            rec.pids_seen.push(p.pid);
+        }
         // `input` gives full reports; the merge folds the borrowed view `pinguard report` reads.
         let Ok(bytes) = serde_json::to_vec(&report) else { continue };
         let Ok(view) = pinguard_report::view::ReportView::parse(&bytes) else { continue };
@@ -504,30 +690,24 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
         let top = holding.first().map(|c| (short_label(c), holding.len() - 1));
         readings.push(Reading { report, top });
     }
-    m.sort();
+    m.finish();
     let host = local_host();
     let is_cmd = |r: &Report| cmd.is_some_and(|c| c.pid == r.process.pid && r.process.hostname == host);
+    rec.reports_expected = readings.len();
     let cmd_line = match cmd {
-        Some(c) if !readings.iter().any(|p| is_cmd(&p.report)) => match c.ended {
-            Ended::Signal { .. } => Some(format!(
-                "pinguard run: pid {} ({}, the command): {}; it left no report or state under {} (a process leaves none before it pins anything, or where the library is not loaded or cannot write)\n",
-                c.pid,
-                c.name,
-                c.ended.describe(),
-                root.display()
-            )),
-            Ended::Status(_) if !readings.is_empty() => {
-                Some(format!("pinguard run: pid {} ({}, the command): {}; it left no report (it pinned nothing, or could not write one)\n", c.pid, c.name, c.ended.describe()))
-            }
-            Ended::Status(_) => None,
-        },
+        Some(c) if !readings.iter().any(|p| is_cmd(&p.report)) => {
+            let why = match &c.unreachable {
+                Some(u) => format!("it left no report: {u}"),
+                None => no_report_why(c, &root, rec.disabled),
+            };
+            rec.no_report.push(crate::record::NoReport { pid: c.pid, why: why.clone() });
+            Some(format!("pinguard run: pid {} ({}, the command): {}; {why}\n", c.pid, c.name, c.ended.describe()))
+        }
         _ => None,
     };
     if readings.is_empty() {
-        return match cmd_line {
-            Some(l) => format!("{notes}{l}"),
-            None => format!("{notes}pinguard run: no reports under {} (nothing was pinned)\n", root.display()),
-        };
+        let l = cmd_line.unwrap_or_default();
+        return format!("{notes}{l}{group}pinguard run: no reports; run record in {}\n", shown_path(&root));
     }
     let shown = shown_path(&root);
     let mut s = format!("\n{notes}");
@@ -585,6 +765,7 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
         let exited = rest.iter().filter(|p| p.report.reason == Reason::Exit).count();
         s.push_str(&format!("pinguard run: ... and {}: {exited} exited, {} did not (see the table)\n", count(rest.len() as u64, "more process", "more processes"), rest.len() - exited));
     }
+    s.push_str(group);
     let t = &m.totals;
     s.push_str(&format!(
         "\nTotal: {} pinned in {} across {}, {} denied, {} downgraded, {} over budget{}. Details: pinguard report {shown}\n",
@@ -597,6 +778,24 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>) -> St
         crate::merge::host_clause(&m),
     ));
     s
+}
+
+/// What is known of why the command left no report, without claiming more: a process that pins
+/// leaves a report or a state file, unless the library is off, not loaded, or cannot write.
+fn no_report_why(c: &TheCommand, root: &Path, disabled: bool) -> String {
+    if disabled {
+        return "it left no report: PINGUARD_DISABLE is set in the environment, so pinguard passed every call through and recorded nothing".into();
+    }
+    match c.ended {
+        Ended::Signal { .. } => format!(
+            "it left no report or state under {} (a process leaves none before it pins anything, or where the library is not loaded or cannot write)",
+            root.display()
+        ),
+        Ended::Status(_) => format!(
+            "it left no report or state under {} (it pinned nothing that pinguard saw: a process that pins leaves one where the library is loaded and can write)",
+            root.display()
+        ),
+    }
 }
 
 /// The folder as the user would type it: relative to the working directory when inside it.

@@ -72,6 +72,11 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
     Ok((head, rows))
 }
 
+/// The group's line as `top` heads it, and whether a member still runs (for `run`'s summary).
+pub fn group_line(name: &str) -> Result<(String, bool), String> {
+    read_group(name).map(|(head, rows)| (head, rows.iter().any(|r| r.note.is_empty())))
+}
+
 /// One `*.prom` file per process, as pinguard writes them.
 fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;

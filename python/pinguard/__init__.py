@@ -15,7 +15,7 @@ import json
 import os
 
 __version__ = "0.1.0"
-__all__ = ["active", "command_path", "library_path", "live_bytes", "load_report", "report_path", "write_report"]
+__all__ = ["active", "command_path", "library_path", "live_bytes", "load_report", "peak_bytes", "report_path", "write_report"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -64,6 +64,13 @@ def report_path():
 def live_bytes():
     """Pinned bytes live in this process right now, or None when pinguard is not loaded."""
     fn = _api("pinguard_live_bytes", ctypes.c_uint64, [])
+    return None if fn is None else int(fn())
+
+
+def peak_bytes():
+    """The most pinned bytes live in this process at any moment so far (the report's
+    ``totals.peak_live_bytes``), or None when pinguard is not loaded."""
+    fn = _api("pinguard_peak_bytes", ctypes.c_uint64, [])
     return None if fn is None else int(fn())
 
 

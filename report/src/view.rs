@@ -1,6 +1,7 @@
 //! A borrowed, partial view of a report for readers that fold many reports together: strings point
-//! into the file's bytes and the sections a merge does not need (`live`, `events`, `timeline`,
-//! `modules`) are skipped, not built.
+//! into the file's bytes and the sections a merge does not need (`live`, `events`, `modules`) are
+//! skipped, not built. The timeline (bounded by the library) is read: peaks of processes alive at
+//! the same time are added from it.
 
 use crate::{Addr, Frame, Reason, Totals};
 use serde::Deserialize;
@@ -23,6 +24,9 @@ pub struct ReportView<'a> {
     pub callsites: Vec<CallsiteView<'a>>,
     #[serde(default)]
     pub callsites_folded: crate::Folded,
+    /// `[unix_ms, live_bytes]` points, oldest first.
+    #[serde(default)]
+    pub timeline: Vec<(u64, u64)>,
 }
 
 #[derive(Deserialize)]

@@ -218,10 +218,11 @@ pub fn field(line: &str, key: &str) -> i64 {
         .unwrap()
 }
 
+/// The reports in `dir`: its `*.json` files but `pinguard run`'s record of the run
+/// (`pinguard-run.<pid>.json`), which is not a report.
 pub fn reports_in(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect())
-        .unwrap_or_default();
+    let report = |p: &PathBuf| p.extension().is_some_and(|e| e == "json") && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pinguard-run."));
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(report).collect()).unwrap_or_default();
     v.sort();
     v
 }
