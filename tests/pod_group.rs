@@ -105,29 +105,37 @@ impl Pod {
 
     /// `pod_member ARGS` as a member of this group, in a PID namespace of its own.
     fn spawn(&self, args: &[&str]) -> Member {
+        self.spawn_in(true, args)
+    }
+
+    /// `pod_member ARGS` as a member of this group, in a PID namespace of its own (`own`) or in
+    /// the test's, always below an `unshare`.
+    fn spawn_in(&self, own: bool, args: &[&str]) -> Member {
         let f = fixtures();
         let inner = program(&prog(), Some(f.lib.as_os_str()));
         let mut cmd = Command::new("unshare");
         // --kill-child: a member outlives no test that failed half-way.
-        cmd.args(["--pid", "--fork", "--kill-child", "--mount-proc", "--"]).arg(inner.get_program()).args(inner.get_args()).args(args);
+        let ns: &[&str] = if own { &["--pid", "--mount-proc"] } else { &[] };
+        cmd.args(ns).args(["--fork", "--kill-child", "--"]).arg(inner.get_program()).args(inner.get_args()).args(args);
         clear_pinguard_env(&mut cmd);
         for (k, v) in inner.get_envs() {
             if let Some(v) = v {
                 cmd.env(k, v);
             }
         }
+        let reports = fresh_dir("pod");
         let mut child = cmd
             .env("PINGUARD_GROUP", &self.name)
             .env("PINGUARD_GROUP_BUDGET", BUDGET.to_string())
             .env("PINGUARD_DEPTH", "0")
-            .env("PINGUARD_REPORT", fresh_dir("pod").join("r.%p.json"))
+            .env("PINGUARD_REPORT", reports.join("r.%p.json"))
             .env("EMU_SHARED_COUNTER", &self.counter)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());
-        Member { unshare: child, out }
+        Member { unshare: child, out, reports }
     }
 }
 
@@ -141,6 +149,8 @@ impl Drop for Pod {
 struct Member {
     unshare: Child,
     out: BufReader<ChildStdout>,
+    /// Where its report goes.
+    reports: PathBuf,
 }
 
 impl Member {
@@ -281,7 +291,7 @@ fn a_sigkilled_member_in_another_pid_namespace_is_reclaimed_within_the_rescan_in
     // The runtime's count keeps a SIGKILLed process's bytes (the kernel freed them): the
     // holder's alone until the kill, then the filler's.
     assert_eq!(before as u64, HELD, "the filler got nothing while the holder lived");
-    assert_eq!(pod.counted().0 as u64, HELD + MORE, "the filler's 512 KiB came after the kill");
+    assert_eq!(pod.counted().1 as u64, HELD + MORE, "the filler's 512 KiB came after the kill");
     assert_eq!(pod.header().used, 0);
 }
 
@@ -315,4 +325,47 @@ fn an_exec_d_member_keeps_one_slot_and_one_semaphore() {
     // old share went back at exec) and holds the old image's slot and semaphore.
     let holder = holder_is_kept(&pod, "exec", 250);
     reclaimed_at_join(&pod, holder, "exec");
+}
+
+#[test]
+fn a_member_denied_semaphores_is_told_alive_by_its_pid_in_its_own_pid_namespace_only() {
+    if !pid_namespaces() {
+        return;
+    }
+    let pod = Pod::new("nosem");
+    // A sandbox answers the semaphore calls with EPERM: the member joins without one, says so,
+    // and is judged by its pid. In the test's PID namespace: kept while it lives...
+    let mut holder = pod.spawn_in(false, &["hold", &HELD.to_string(), "nosem"]);
+    assert_eq!(holder.line(), "ready rc=0");
+    let mut filler = pod.spawn_in(false, &["fill", &MORE.to_string(), "250"]);
+    let (got, _, _) = filled(&filler.line());
+    assert!(filler.finish().success());
+    assert!(!got, "the live holder without a semaphore was taken for dead");
+    let reports = holder.reports.clone();
+    assert!(holder.finish().success());
+    let report = reports_in(&reports).pop().expect("the holder's report");
+    let liveness = read_json(&report)["group"]["liveness"].as_str().unwrap_or_default().to_string();
+    assert!(liveness.starts_with("pid (System V semaphores unavailable") && liveness.contains("not permitted"), "{liveness:?}");
+    // ...and reclaimed, from its PID namespace, once SIGKILLed.
+    let mut holder = pod.spawn_in(false, &["hold", &HELD.to_string(), "nosem"]);
+    assert_eq!(holder.line(), "ready rc=0");
+    holder.kill();
+    forget_killed(&pod, HELD);
+    let mut next = pod.spawn_in(false, &["fill", &MORE.to_string(), "2000"]);
+    let (got, tries, _) = filled(&next.line());
+    assert!(next.finish().success());
+    assert!(got && tries == 1, "reclaimed by its pid at the next join (got={got}, tries={tries})");
+    // From another PID namespace nothing proves it dead: never reclaimed (the documented limit).
+    // The test keeps the holder's namespace open: a namespace that ended gives its number to the
+    // next one, whose members then read the pid in the right place (and find it gone).
+    let mut holder = pod.spawn(&["hold", &HELD.to_string(), "nosem"]);
+    assert_eq!(holder.line(), "ready rc=0");
+    let _ns = std::fs::File::open(format!("/proc/{}/ns/pid", holder.pid())).unwrap();
+    holder.kill();
+    forget_killed(&pod, HELD);
+    let mut other = pod.spawn(&["fill", &MORE.to_string(), "250"]);
+    let (got, _, _) = filled(&other.line());
+    assert!(other.finish().success());
+    assert!(!got, "a member nobody can prove dead keeps its share");
+    assert!(pod.counted().1 as u64 <= BUDGET, "{:?}", pod.counted());
 }

@@ -4,19 +4,28 @@
  * maximum, counted by the runtimes themselves.
  *
  *   hold SIZE [HOW]   pins SIZE bytes with cudaHostAlloc, prints "ready rc=RC", then:
- *                       (none)      holds them until a line on stdin, and exits
+ *                       (none)      holds them until a line on stdin, frees them and exits
  *                       closeall    closes every descriptor it has (close_range, stdio too) and
  *                                   sleeps until killed
  *                       threadexit  starts a thread that sleeps until the process is killed, and
  *                                   ends the main thread (the one that joined) with pthread_exit
+ *                       nosem       as (none), under a seccomp filter installed before the
+ *                                   first pin that answers every System V semaphore call with
+ *                                   EPERM, as a sandbox that denies them would
  *                       exec        pins SIZE bytes, then execs itself as "hold SIZE" (the new
  *                                   image pins SIZE bytes again and holds them)
  *   fill SIZE MS      tries cudaHostAlloc(SIZE) every 2 ms until it succeeds or MS milliseconds
  *                     pass; prints "got=G tries=N at_ms=T" (T: CLOCK_MONOTONIC milliseconds of
- *                     the success, or of giving up) and holds what it got until stdin closes
+ *                     the success, or of giving up) and holds what it got until stdin closes (then frees it)
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <sys/prctl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,8 +60,36 @@ static void *sleeper(void *arg) {
     return NULL;
 }
 
+#if defined(__x86_64__)
+#define ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* semget, semop, semtimedop and semctl answer EPERM from now on (kept across exec). */
+static void deny_semaphores(void) {
+    struct sock_filter filter[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_semget, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_semop, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_semtimedop, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_semctl, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog prog = {.len = sizeof filter / sizeof filter[0], .filter = filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
+        perror("pod_member: seccomp");
+        exit(2);
+    }
+}
+
 static int hold(size_t size, const char *how) {
     void *p = NULL;
+    if (!strcmp(how, "nosem")) deny_semaphores();
     int rc = cudaHostAlloc(&p, size, 0);
     printf("ready rc=%d\n", rc);
     fflush(stdout);
@@ -68,6 +105,7 @@ static int hold(size_t size, const char *how) {
     }
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 3;
+    if (rc == 0) cudaFreeHost(p); /* off the runtimes' count */
     return 0;
 }
 
@@ -91,6 +129,7 @@ static int fill(size_t size, double ms) {
     char line[16];
     while (fgets(line, sizeof line, stdin)) {
     }
+    if (got) cudaFreeHost(p);
     return 0;
 }
 
@@ -117,6 +156,6 @@ int main(int argc, char **argv) {
         return hold(strtoul(argv[2], NULL, 0), how);
     }
     if (!strcmp(mode, "fill") && argc > 3) return fill(strtoul(argv[2], NULL, 0), atof(argv[3]));
-    fprintf(stderr, "usage: pod_member hold SIZE [closeall|threadexit|exec] | fill SIZE MS\n");
+    fprintf(stderr, "usage: pod_member hold SIZE [closeall|threadexit|nosem|exec] | fill SIZE MS\n");
     return 2;
 }
