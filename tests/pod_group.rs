@@ -88,18 +88,7 @@ impl Pod {
         v
     }
     fn remove(&self) {
-        if let Ok(b) = std::fs::read(self.path()) {
-            if b.len() == layout::SIZE {
-                let key = i32::from_ne_bytes(b[std::mem::offset_of!(Header, sem_key)..][..4].try_into().unwrap());
-                // SAFETY: no pointers; the set is this test's group's.
-                unsafe {
-                    let id = libc::semget(key, 0, 0);
-                    if key != 0 && id >= 0 {
-                        libc::semctl(id, 0, libc::IPC_RMID);
-                    }
-                }
-            }
-        }
+        remove_semaphores(&self.path());
         let _ = std::fs::remove_file(self.path());
     }
 
@@ -263,8 +252,13 @@ fn a_live_member_in_another_pid_namespace_keeps_its_share() {
     let pod = Pod::new("live");
     // 400 ms of refusals: four looks for room at least (one per 100 ms while the group is full).
     let holder = holder_is_kept(&pod, "", 400);
+    let key = pod.header().sem_key;
     assert!(holder.finish().success());
     assert_eq!(pod.header().used, 0, "the holder left");
+    // The last member to leave removed the set: nothing of the group is left in the IPC namespace.
+    assert_eq!(pod.header().sem_key, 0);
+    // SAFETY: no pointers.
+    assert_eq!(unsafe { libc::semget(key, 0, 0) }, -1, "the set {key:#x} is gone");
 }
 
 #[test]

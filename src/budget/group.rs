@@ -717,6 +717,23 @@ impl Locked {
         }
     }
 
+    /// The last member to leave removes the group's semaphore set (a set outlives its
+    /// processes, until its IPC namespace ends): the next to join makes a new one. Only a member
+    /// in the set's namespace can; a member that holds a semaphore has a slot.
+    fn remove_set_if_empty(&mut self) {
+        let (key, ns) = (self.h().sem_key, self.h().sem_ipc_ns);
+        if key == 0 || ns != here().ipc_ns || self.h().members.iter().any(|m| m.pid != 0) {
+            return;
+        }
+        match Set::open(key) {
+            Ok(set) => set.remove(),
+            Err(libc::ENOENT) => {}
+            Err(_) => return, // denied to this member (a sandbox): left to the next to leave
+        }
+        let h = self.h_mut();
+        (h.sem_key, h.sem_ipc_ns) = (0, 0);
+    }
+
     /// Makes slot `i`, the previous image's, this image's with a share of 0.
     fn take_over(&mut self, i: usize, pid: u32) {
         let bytes = self.h().members[i].bytes;
@@ -1357,6 +1374,7 @@ pub fn leave() {
     if l.owns(i) {
         l.vacate(i);
         let_go_semaphore();
+        l.remove_set_if_empty();
     }
 }
 
