@@ -1038,6 +1038,7 @@ fn forget_previous_image(h: Shared) {
     let mut exe = [0u8; layout::EXE_BYTES];
     exe_name(&mut exe);
     let _ = IMAGE_EXE.set(exe);
+    here(); // read now, not under the lock that taking the slot over holds
     IMAGE_PID.store(pid, Ordering::Relaxed);
     IMAGE_TICKS.store(ticks, Ordering::Relaxed);
     FORGET.store(true, Ordering::Relaxed);

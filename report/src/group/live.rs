@@ -217,3 +217,63 @@ fn random_key(attempt: u32) -> i32 {
     }
     ((v & 0x7fff_ffff) | 1) as i32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HERE: Here = Here { ipc_ns: 10, pid_ns: 20 };
+
+    fn seen(sem_key: i32, ipc_ns: u64, pid_ns: u64) -> Seen {
+        Seen { pid: 1, start_ticks: 500, sem_key, ipc_ns, pid_ns }
+    }
+
+    #[test]
+    fn the_semaphore_decides_where_it_can_be_read_the_pid_only_in_its_own_namespace() {
+        let no_proc = |_| panic!("the pid is not to be read");
+        // A semaphore in this IPC namespace: its value decides, whatever the PID namespace.
+        assert_eq!(judge(&seen(7, 10, 99), HERE, |_| Some(1), no_proc), Verdict::Alive);
+        assert_eq!(judge(&seen(7, 10, 99), HERE, |_| Some(0), no_proc), Verdict::Gone);
+        // The set removed: the pid, from the member's own PID namespace only.
+        assert_eq!(judge(&seen(7, 10, 20), HERE, |_| None, |_| Proc::Gone), Verdict::Gone);
+        assert_eq!(judge(&seen(7, 10, 99), HERE, |_| None, no_proc), Verdict::Unknown);
+        // No semaphore, or one in another IPC namespace: the pid, in the same PID namespace.
+        let no_sem = |_| panic!("the semaphore is not to be read");
+        assert_eq!(judge(&seen(0, 10, 20), HERE, no_sem, |_| Proc::Started(500)), Verdict::Alive);
+        assert_eq!(judge(&seen(7, 11, 20), HERE, no_sem, |_| Proc::Started(501)), Verdict::Gone);
+        assert_eq!(judge(&seen(0, 10, 20), HERE, no_sem, |_| Proc::Unknown), Verdict::Unknown);
+        assert_eq!(judge(&seen(7, 11, 21), HERE, no_sem, no_proc), Verdict::Unknown);
+        // Namespaces this process cannot read match nothing.
+        assert_eq!(judge(&seen(7, 0, 0), Here::default(), no_sem, no_proc), Verdict::Unknown);
+    }
+
+    #[test]
+    fn a_held_semaphore_drops_to_zero_when_its_holder_ends() {
+        let set = match Set::create() {
+            Ok(s) => s,
+            Err(e) => return eprintln!("NOT RUN: no System V semaphores here (errno {e})"),
+        };
+        let opened = Set::open(set.key).unwrap();
+        assert_eq!(opened.id, set.id);
+        // SAFETY: the child only makes system calls before `_exit`.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let ok = set.hold(3).is_ok() && set.value(3) == Ok(1);
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child forked above.
+        unsafe { libc::waitpid(child, &mut status, 0) };
+        assert_eq!(status, 0, "the child held the semaphore");
+        assert_eq!(set.value(3), Ok(0), "undone when the child ended");
+        set.hold(5).unwrap();
+        let mut all = [0u16; MAX_MEMBERS];
+        set.values(&mut all).unwrap();
+        assert_eq!((all[3], all[5]), (0, 1));
+        set.let_go(5).unwrap();
+        assert_eq!(set.value(5), Ok(0));
+        set.remove();
+        assert_eq!(Set::open(set.key), Err(libc::ENOENT));
+    }
+}
