@@ -204,8 +204,9 @@ impl Set {
 /// clock and pid mixed; never 0 (IPC_PRIVATE) or negative.
 fn random_key(attempt: u32) -> i32 {
     let mut b = [0u8; 4];
+    // The system call, not glibc's `getrandom` (2.25): the library and CLI need at most glibc 2.17.
     // SAFETY: `b` is valid for 4 bytes; GRND_NONBLOCK: it never waits.
-    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), 4, libc::GRND_NONBLOCK) } == 4;
+    let got = unsafe { libc::syscall(libc::SYS_getrandom, b.as_mut_ptr(), 4usize, libc::GRND_NONBLOCK) } == 4;
     let mut v = u32::from_ne_bytes(b);
     if !got {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
