@@ -54,15 +54,34 @@ impl Here {
 }
 
 /// The inode of a namespace file (`/proc/self/ns/ipc`): two processes in one namespace read the
-/// same, processes in two namespaces alive at once never do. 0 when it cannot be read.
+/// same, processes in two namespaces alive at once never do. 0 when it cannot be read. Read with
+/// `readlink` (`ipc:[4026531839]`): no descriptor, and a symbol every glibc since 2.17 has.
 pub fn ns_inode(path: &CStr) -> u64 {
-    // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `path` is NUL-terminated and `st` a valid out-pointer.
-    if unsafe { libc::stat(path.as_ptr(), &mut st) } != 0 {
+    let mut buf = [0u8; 64];
+    // SAFETY: `path` is NUL-terminated and `buf` is valid for its length.
+    let n = unsafe { libc::readlink(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n <= 0 || n as usize >= buf.len() {
         return 0;
     }
-    st.st_ino as u64
+    parse_ns_link(&buf[..n as usize])
+}
+
+/// The number in a namespace link's text, `TYPE:[NUMBER]`; 0 for anything else.
+fn parse_ns_link(link: &[u8]) -> u64 {
+    let Some(open) = link.iter().position(|&b| b == b'[') else { return 0 };
+    let digits = &link[open + 1..];
+    let Some(close) = digits.iter().position(|&b| b == b']') else { return 0 };
+    let mut v: u64 = 0;
+    for &b in &digits[..close] {
+        if !b.is_ascii_digit() {
+            return 0;
+        }
+        v = match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(b - b'0'))) {
+            Some(v) => v,
+            None => return 0,
+        };
+    }
+    v
 }
 
 /// What a member slot says of its process, read from the ledger.
@@ -246,6 +265,18 @@ mod tests {
         assert_eq!(judge(&seen(7, 11, 21), HERE, no_sem, no_proc), Verdict::Unknown);
         // Namespaces this process cannot read match nothing.
         assert_eq!(judge(&seen(7, 0, 0), Here::default(), no_sem, no_proc), Verdict::Unknown);
+    }
+
+    #[test]
+    fn a_namespace_is_the_number_in_its_link() {
+        assert_eq!(parse_ns_link(b"ipc:[4026531839]"), 4026531839);
+        assert_eq!(parse_ns_link(b"pid:[]"), 0);
+        assert_eq!(parse_ns_link(b"pid:[12x]"), 0);
+        assert_eq!(parse_ns_link(b"garbage"), 0);
+        assert_eq!(parse_ns_link(b"pid:[99999999999999999999999]"), 0);
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0);
+        assert_eq!(ns_inode(c"/proc/self/ns/pid"), ino, "the link's number is the file's inode");
     }
 
     #[test]
