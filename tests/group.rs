@@ -27,6 +27,7 @@ impl Group {
 }
 impl Drop for Group {
     fn drop(&mut self) {
+        remove_semaphores(&self.path());
         let _ = std::fs::remove_file(self.path());
     }
 }
@@ -109,6 +110,11 @@ fn a_reused_pid_is_not_mistaken_for_the_member() {
     b[members + 8..members + 16].copy_from_slice(&1u64.to_ne_bytes()); // start_ticks
     b[members + 16..members + 24].copy_from_slice(&(90u64 * 1024).to_ne_bytes()); // bytes
     b[used..used + 8].copy_from_slice(&(90u64 * 1024).to_ne_bytes());
+    // Recorded in this PID namespace (where the pid can be checked), holding no semaphore.
+    use std::os::unix::fs::MetadataExt;
+    let pid_ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    let at = members + std::mem::offset_of!(layout::Member, pid_ns);
+    b[at..at + 8].copy_from_slice(&pid_ns.to_ne_bytes());
     std::fs::write(g.path(), &b).unwrap();
     let r = run("scenario", &["cuda_alloc:65536"], &env);
     assert_eq!(r.rc("cuda_alloc:65536"), 0, "the stale entry is reclaimed: {}", r.stderr);

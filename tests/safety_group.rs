@@ -70,6 +70,7 @@ impl Group {
 }
 impl Drop for Group {
     fn drop(&mut self) {
+        remove_semaphores(&self.path());
         self.remove_all();
     }
 }

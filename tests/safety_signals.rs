@@ -269,6 +269,7 @@ impl Group {
 }
 impl Drop for Group {
     fn drop(&mut self) {
+        remove_semaphores(&pinguard_report::group::path(&self.0));
         let _ = std::fs::remove_file(pinguard_report::group::path(&self.0));
     }
 }

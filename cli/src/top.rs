@@ -2,7 +2,7 @@
 //! files: processes by pinned bytes, budget use, refusals.
 
 use crate::out::table;
-use pinguard_report::group::{self as layout, Header};
+use pinguard_report::group::{self as layout, live, Header};
 use pinguard_report::units::format_bytes;
 use std::path::Path;
 
@@ -39,9 +39,13 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
     let h: Header = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Header) };
     let budget = (h.budget != u64::MAX).then_some(h.budget);
     let mut rows = Vec::new();
-    for m in h.members.iter().filter(|m| m.pid != 0) {
+    let here = live::Here::read();
+    for (i, m) in h.members.iter().enumerate().filter(|(_, m)| m.pid != 0) {
         let end = m.exe.iter().position(|&b| b == 0).unwrap_or(m.exe.len());
-        let alive = layout::start_ticks(m.pid) == Some(m.start_ticks);
+        // As the members judge each other: a member seen from another PID namespace without a
+        // semaphore this process can read is not called gone.
+        let value = |key| live::Set::open(key).ok()?.value(i).ok();
+        let alive = live::judge(&layout::seen(m), here, value, layout::proc_of) != live::Verdict::Gone;
         rows.push(Row {
             pid: m.pid,
             exe: String::from_utf8_lossy(&m.exe[..end]).into_owned(),

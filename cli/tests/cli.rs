@@ -320,6 +320,7 @@ fn top_shows_a_group_and_a_metrics_directory() {
     holder.wait().unwrap();
     let (text_out, _) = text(&pinguard(&["top", "--group", &name, "--once"]));
     assert!(text_out.contains("gone"), "a SIGKILLed member shows as gone: {text_out}");
+    remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
 
     let dir = fresh_dir("topm");
@@ -661,6 +662,7 @@ fn top_shows_the_host_reserve() {
     let (text_out, _) = text(&pinguard(&["top", "--group", &name, "--once"]));
     holder.kill().unwrap();
     holder.wait().unwrap();
+    remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
     assert!(text_out.lines().next().unwrap().contains("; host reserve 1.00 MiB, lowest available "), "{text_out}");
     let header = text_out.lines().find(|l| l.trim_start().starts_with("PID")).unwrap();

@@ -3,10 +3,14 @@
 //! CLI's `pinguard top --group` reads it. All members of a group run on one host and one
 //! architecture; the version, size and magic guard against anything else.
 
+pub mod live;
+
 pub const MAGIC: [u8; 8] = *b"PGGROUP\0";
 /// 3 since the host reserve's shared reading and counts (`host_*`) joined the header and the
-/// members. A ledger of another version is refused (`check`): its members run on their own budgets.
-pub const VERSION: u32 = 3;
+/// members; 4 since members are told alive by a semaphore each (`sem_key`, `ipc_ns`, `pid_ns`,
+/// `serial`). A ledger of another version is refused (`check`): its members run on their own
+/// budgets.
+pub const VERSION: u32 = 4;
 pub const MAX_MEMBERS: usize = 256;
 pub const EXE_BYTES: usize = 32;
 /// At most one look for dead members per this many milliseconds when the group is full.
@@ -65,6 +69,15 @@ pub struct Header {
     /// The group's bytes released since the latest reading: room again only once a reading
     /// shows it (a `munlock` of pages that stay resident gives the host nothing back).
     pub host_released: u64,
+    /// The System V semaphore set with one semaphore per member slot (`live`): its key (0: none
+    /// yet; the first member to join creates it), changed under the lock.
+    pub sem_key: i32,
+    pub _pad2: u32,
+    /// The IPC namespace the set lives in (the inode of its creator's `/proc/self/ns/ipc`): only
+    /// members in that namespace can reach it.
+    pub sem_ipc_ns: u64,
+    /// Joins since the ledger was created: each member's `serial`.
+    pub joins: u64,
     pub members: [Member; MAX_MEMBERS],
 }
 
@@ -85,6 +98,16 @@ pub struct Member {
     /// anyway); updated without the lock, like `denied`.
     pub host_reserve: u64,
     pub exe: [u8; EXE_BYTES],
+    /// The header's `joins` when this member joined: a slot emptied and taken again between a
+    /// look for dead members and the burial is not mistaken for the one found dead.
+    pub serial: u64,
+    /// The member's IPC and PID namespaces (inodes of `/proc/PID/ns/ipc` and `.../pid`).
+    pub ipc_ns: u64,
+    pub pid_ns: u64,
+    /// The set (`Header::sem_key` when it joined) in which the member holds its slot's semaphore
+    /// (0: none; it is then told alive by its pid, from its own PID namespace only).
+    pub sem_key: i32,
+    pub _pad2: u32,
 }
 
 pub const SIZE: usize = std::mem::size_of::<Header>();
@@ -109,14 +132,23 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the process's start time from its main thread's `stat`; `None` when it is gone. The
-/// task path, not `/proc/PID/stat`: qemu-user answers a process's reads of its own
-/// `/proc/PID/stat` with a made-up file (start time 0), so under emulation a member would record
-/// a start time that every other member reads differently, and be reclaimed as dead. For the CLI:
-/// the library reads the same file with raw system calls (no cancellation point, no allocation)
-/// and parses it with `parse_start_ticks`.
-pub fn start_ticks(pid: u32) -> Option<u64> {
-    parse_start_ticks(&std::fs::read(format!("/proc/{pid}/task/{pid}/stat")).ok()?)
+/// What `/proc` says of `pid` (its start time, read from its main thread's `stat`), for
+/// `live::judge` in the CLI. The task path, not `/proc/PID/stat`: qemu-user answers a process's
+/// reads of its own `/proc/PID/stat` with a made-up file (start time 0), so under emulation a
+/// member would record a start time that every other member reads differently, and be reclaimed
+/// as dead. The library reads the same file with raw system calls (no cancellation point, no
+/// allocation) and parses it with `parse_start_ticks`.
+pub fn proc_of(pid: u32) -> live::Proc {
+    match std::fs::read(format!("/proc/{pid}/task/{pid}/stat")) {
+        Ok(b) => parse_start_ticks(&b).map_or(live::Proc::Unknown, live::Proc::Started),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => live::Proc::Gone,
+        Err(_) => live::Proc::Unknown,
+    }
+}
+
+/// What member `m` says of its process, for `live::judge`.
+pub fn seen(m: &Member) -> live::Seen {
+    live::Seen { pid: m.pid, start_ticks: m.start_ticks, sem_key: m.sem_key, ipc_ns: m.ipc_ns, pid_ns: m.pid_ns }
 }
 
 /// The start time (field 22) of a `/proc/PID/stat` line, or of its first part: the field ends

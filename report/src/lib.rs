@@ -301,6 +301,11 @@ pub struct Group {
     /// went without the group (`totals.group_unavailable_count`).
     #[serde(default)]
     pub lock_timeouts: u64,
+    /// How the other members tell this process alive: `semaphore` (its slot's semaphore in the
+    /// group's System V set, from any PID namespace), or `pid (WHY)` (its pid and start time,
+    /// only from its own PID namespace). Absent before it joined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub liveness: Option<String>,
 }
 
 /// The host reserve (`PINGUARD_HOST_RESERVE`): present in a report once a reserve was in force.

@@ -3,10 +3,13 @@
 //!
 //! A process-shared robust mutex guards the group's total and each member's share: a member
 //! killed while holding it is detected by the next locker (`EOWNERDEAD`), and a member killed at
-//! any other time is found by a later look for dead members (its pid is gone, or belongs to a
-//! process that started at another time) and its bytes go back to the group. A look reads every
-//! member's `/proc` entry, so it is rationed: once when a process joins, and, while the group is
-//! full, once per `RESCAN_MS` for the whole group.
+//! any other time is found by a later look for dead members and its bytes go back to the group.
+//! A member holds its slot's semaphore in the group's System V set (`SEM_UNDO`: the kernel lowers
+//! it when the process ends), so a look tells the living from the dead in any PID namespace;
+//! without one (another IPC namespace, semaphores denied) by its pid and start time, from its
+//! own PID namespace only, and from elsewhere it is never taken for dead (`live::judge`). A look
+//! is rationed: once when a process joins, and, while the group is full, once per `RESCAN_MS`
+//! for the whole group.
 //!
 //! The counters are exact: `used` is the sum of the members' shares, a reservation that would
 //! pass `u64::MAX` is refused (never saturated), and a release takes back exactly what it names,
@@ -17,10 +20,11 @@
 
 use super::{host, Refused};
 use crate::runtime::{kernel, sys};
+use pinguard_report::group::live::{self, Here, Proc, Set, Verdict};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 static MAP: AtomicPtr<Header> = AtomicPtr::new(std::ptr::null_mut());
 static SLOT: AtomicUsize = AtomicUsize::new(NOT_JOINED);
@@ -310,19 +314,7 @@ fn monotonic_ms() -> u64 {
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
 
-/// What `/proc` says of a member's pid.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Proc {
-    /// A process with this start time has the pid.
-    Started(u64),
-    /// No process has the pid.
-    Gone,
-    /// The entry could not be read (this process is out of descriptors, say): no verdict, and a
-    /// member is never taken for dead without one.
-    Unknown,
-}
-
-/// The start time of process `pid` (see `layout::start_ticks`), read with raw system calls into
+/// The start time of process `pid` (see `layout::proc_of`), read with raw system calls into
 /// a stack buffer: no cancellation point, no allocation (it runs under the group lock).
 fn start_ticks(pid: u32) -> Proc {
     let mut path = [0u8; 48];
@@ -414,6 +406,88 @@ static FORGET: AtomicBool = AtomicBool::new(false);
 /// This image's pid and start time, for that.
 static IMAGE_PID: AtomicU32 = AtomicU32::new(0);
 static IMAGE_TICKS: AtomicU64 = AtomicU64::new(0);
+/// This image's executable's name, for the slot it takes over from the previous image.
+static IMAGE_EXE: std::sync::OnceLock<[u8; layout::EXE_BYTES]> = std::sync::OnceLock::new();
+
+/// This process's IPC and PID namespaces (0: not read yet; read again in a fork child, which a
+/// `clone` may have put in new ones).
+static IPC_NS: AtomicU64 = AtomicU64::new(0);
+static PID_NS: AtomicU64 = AtomicU64::new(0);
+/// The set and slot in which this process holds a semaphore (-1: none): what `leave` lowers.
+static HELD_ID: AtomicI32 = AtomicI32::new(-1);
+static HELD_SLOT: AtomicUsize = AtomicUsize::new(0);
+/// Why this process holds no semaphore though it joined (0: it holds one, or has not joined):
+/// an errno of `semget`/`semop` (a sandbox denying them, the kernel's limit on sets), or one of
+/// `NO_SEM_*`. Its liveness is then told by its pid (`Snapshot::liveness`).
+static NO_SEM: AtomicI32 = AtomicI32::new(0);
+const NO_SEM_OTHER_NS: i32 = -1;
+const NO_SEM_NS_UNKNOWN: i32 = -2;
+
+/// This process's namespaces, read once (a `stat` of each `/proc/self/ns` file, no descriptor).
+fn here() -> Here {
+    let ipc = IPC_NS.load(Ordering::Relaxed);
+    if ipc != 0 {
+        return Here { ipc_ns: ipc, pid_ns: PID_NS.load(Ordering::Relaxed) };
+    }
+    let h = Here::read();
+    PID_NS.store(h.pid_ns, Ordering::Relaxed);
+    IPC_NS.store(h.ipc_ns, Ordering::Relaxed);
+    h
+}
+
+/// Raises slot `i`'s semaphore for this process (`SEM_UNDO`), in the group's set, creating the
+/// set when there is none in this IPC namespace. Under the lock, before the slot is written: a
+/// look that reads the slot then finds the semaphore raised. The set's key, or 0 (none held:
+/// `NO_SEM` says why).
+fn hold_semaphore(l: &mut Locked, i: usize, here: Here) -> i32 {
+    let why = match open_or_create_set(l, here) {
+        Ok(set) => match set.hold(i) {
+            Ok(()) => {
+                HELD_SLOT.store(i, Ordering::Relaxed);
+                HELD_ID.store(set.id, Ordering::Relaxed);
+                NO_SEM.store(0, Ordering::Relaxed);
+                return set.key;
+            }
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    NO_SEM.store(why, Ordering::Relaxed);
+    0
+}
+
+fn open_or_create_set(l: &mut Locked, here: Here) -> Result<Set, c_int> {
+    if here.ipc_ns == 0 {
+        return Err(NO_SEM_NS_UNKNOWN);
+    }
+    let (key, ns) = (l.h().sem_key, l.h().sem_ipc_ns);
+    if key != 0 && ns != here.ipc_ns {
+        return Err(NO_SEM_OTHER_NS);
+    }
+    if key != 0 {
+        match Set::open(key) {
+            Ok(set) => return Ok(set),
+            // Removed (`ipcrm`), or its namespace ended and another got its number: a new set.
+            // Members that hold a semaphore in the old one keep its key in their slots.
+            Err(libc::ENOENT) | Err(libc::EIDRM) | Err(libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let set = Set::create()?;
+    let h = l.h_mut();
+    h.sem_key = set.key;
+    h.sem_ipc_ns = here.ipc_ns;
+    Ok(set)
+}
+
+/// Lowers the semaphore this process holds (leaving, or joining again in another slot), so that
+/// the slot's next member is not taken for alive on its account.
+fn let_go_semaphore() {
+    let id = HELD_ID.swap(-1, Ordering::Relaxed);
+    if id >= 0 {
+        let _ = Set { id, key: 0 }.let_go(HELD_SLOT.load(Ordering::Relaxed));
+    }
+}
 
 /// One call's wait for the lock: every taking of it in the call shares one deadline.
 struct Wait {
@@ -622,18 +696,62 @@ impl Locked {
         Ok(())
     }
 
-    /// Empties every slot with this image's pid and start time: the previous image's.
-    fn forget_image(&mut self) -> u64 {
+    /// The previous image's slot (this image's pid and start time): its share goes back to the
+    /// group, and this image takes the slot over with a share of 0. The semaphore the previous
+    /// image raised is still raised (`SEM_UNDO` adjustments survive `execve`), so it is this
+    /// image's: a new slot would leave it raised for as long as the process lives.
+    fn forget_image(&mut self) {
         let (pid, ticks) = (IMAGE_PID.load(Ordering::Relaxed), IMAGE_TICKS.load(Ordering::Relaxed));
-        let mut freed = 0u64;
+        // Pid 1 of two containers can start in the same clock tick: the PID namespace tells them apart.
+        let pid_ns = here().pid_ns;
         for i in 0..MAX_MEMBERS {
             let m = &self.h().members[i];
-            if m.pid == pid && m.start_ticks == ticks && !(i == SLOT.load(Ordering::Relaxed) && self.owns(i)) {
-                freed = freed.saturating_add(m.bytes);
+            if m.pid != pid || m.start_ticks != ticks || m.pid_ns != pid_ns || (i == SLOT.load(Ordering::Relaxed) && self.owns(i)) {
+                continue;
+            }
+            if SLOT.load(Ordering::Relaxed) == NOT_JOINED {
+                self.take_over(i, pid);
+            } else {
                 self.vacate(i);
             }
         }
-        freed
+    }
+
+    /// The last member to leave removes the group's semaphore set (a set outlives its
+    /// processes, until its IPC namespace ends): the next to join makes a new one. Only a member
+    /// in the set's namespace can; a member that holds a semaphore has a slot.
+    fn remove_set_if_empty(&mut self) {
+        let (key, ns) = (self.h().sem_key, self.h().sem_ipc_ns);
+        if key == 0 || ns != here().ipc_ns || self.h().members.iter().any(|m| m.pid != 0) {
+            return;
+        }
+        match Set::open(key) {
+            Ok(set) => set.remove(),
+            Err(libc::ENOENT) => {}
+            Err(_) => return, // denied to this member (a sandbox): left to the next to leave
+        }
+        let h = self.h_mut();
+        (h.sem_key, h.sem_ipc_ns) = (0, 0);
+    }
+
+    /// Makes slot `i`, the previous image's, this image's with a share of 0.
+    fn take_over(&mut self, i: usize, pid: u32) {
+        let bytes = self.h().members[i].bytes;
+        let used = self.h().used.checked_sub(bytes).unwrap_or_else(|| self.sum_of_shares().saturating_sub(bytes));
+        let exe = IMAGE_EXE.get().copied().unwrap_or([0; layout::EXE_BYTES]);
+        let here = here();
+        let h = self.h_mut();
+        h.used = used;
+        let m = &mut h.members[i];
+        (m.bytes, m.peak, m.denied, m.downgraded, m.host_reserve, m.exe) = (0, 0, 0, 0, 0, exe);
+        if m.sem_key != 0 && m.ipc_ns == here.ipc_ns {
+            if let Ok(set) = Set::open(m.sem_key) {
+                HELD_SLOT.store(i, Ordering::Relaxed);
+                HELD_ID.store(set.id, Ordering::Relaxed);
+            }
+        }
+        MY_PID.store(pid, Ordering::Relaxed);
+        SLOT.store(i, Ordering::Relaxed);
     }
 
     /// The ledger, for as long as the lock is held and this borrow lasts.
@@ -681,9 +799,9 @@ impl Locked {
             Some(Scan::Room) => self.h_mut().room_scans = self.h().room_scans.wrapping_add(1),
         }
         let mut freed = 0u64;
-        for &(i, pid, ticks) in &dead.found[..dead.n] {
+        for &(i, pid, ticks, serial) in &dead.found[..dead.n] {
             let m = &self.h().members[i as usize];
-            if m.pid == pid && m.start_ticks == ticks {
+            if m.pid == pid && m.start_ticks == ticks && m.serial == serial {
                 freed = freed.saturating_add(m.bytes);
                 self.vacate(i as usize);
             }
@@ -706,39 +824,46 @@ impl Locked {
     }
 }
 
-/// Members found gone by a look at `/proc`, made without the lock: slot, pid and start time, so
-/// that only a slot still held by that very process is emptied (`Locked::bury`). Bounded: more
+/// Members found gone by a look made without the lock: slot, pid, start time and join serial,
+/// so that only a slot still held by that very member is emptied (`Locked::bury`). Bounded: more
 /// dead members than this wait for the next look.
 struct Dead {
     why: Option<Scan>,
     n: usize,
-    found: [(u16, u32, u64); Dead::MAX],
+    found: [(u16, u32, u64, u64); Dead::MAX],
 }
 
 impl Dead {
     const MAX: usize = 16;
 
     fn none() -> Dead {
-        Dead { why: None, n: 0, found: [(0, 0, 0); Dead::MAX] }
+        Dead { why: None, n: 0, found: [(0, 0, 0, 0); Dead::MAX] }
     }
 
-    /// Reads every member's `/proc` entry (the ledger's fields read one at a time, without the
-    /// lock: a slot that changes meanwhile is not emptied, as `bury` checks it again).
+    /// Judges every member (`live::judge`): the ledger's fields read one at a time, without the
+    /// lock, each slot before its semaphore (a slot that changes meanwhile is not emptied, as
+    /// `bury` checks it again). One reading of every semaphore first spares the living a call
+    /// each: a member whose semaphore was raised then is not looked at again.
     fn look(h: Shared, why: Scan) -> Dead {
         let mut d = Dead { why: Some(why), ..Dead::none() };
         let me = SLOT.load(Ordering::Relaxed);
+        let here = here();
+        let mut raised = [0u16; MAX_MEMBERS];
+        let set = h.set_here(here).filter(|s| s.values(&mut raised).is_ok());
         for i in 0..MAX_MEMBERS {
-            let (pid, ticks) = h.member_id(i);
-            if pid == 0 || (i == me && pid == MY_PID.load(Ordering::Relaxed)) {
+            let (seen, serial) = h.member_seen(i);
+            if seen.pid == 0 || (i == me && seen.pid == MY_PID.load(Ordering::Relaxed)) {
                 continue;
             }
-            let dead = match start_ticks(pid) {
-                Proc::Gone => true,
-                Proc::Started(t) => t != ticks,
-                Proc::Unknown => false,
+            if set.is_some_and(|s| s.key == seen.sem_key && raised[i] > 0) {
+                continue;
+            }
+            let value = |key: i32| match set.filter(|s| s.key == key) {
+                Some(s) => s.value(i).ok(),
+                None => Set::open(key).ok()?.value(i).ok(),
             };
-            if dead {
-                d.found[d.n] = (i as u16, pid, ticks);
+            if live::judge(&seen, here, value, start_ticks) == Verdict::Gone {
+                d.found[d.n] = (i as u16, seen.pid, seen.start_ticks, serial);
                 d.n += 1;
                 if d.n == Dead::MAX {
                     break;
@@ -764,14 +889,38 @@ impl Shared {
         unsafe { AtomicU64::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }.load(Ordering::Relaxed)
     }
 
+    /// The `u32` field at `offset`, read without the lock.
+    fn u32_at(self, offset: usize) -> u32 {
+        assert!(offset % 4 == 0 && offset + 4 <= layout::SIZE);
+        // SAFETY: an aligned u32 inside the published ledger mapping, as in `u64_at`.
+        unsafe { AtomicU32::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u32>()) }.load(Ordering::Relaxed)
+    }
+
     /// Member `i`'s pid and start time, read without the lock (each atomically; together they
     /// may be of two members, which `Locked::bury` tells apart).
     fn member_id(self, i: usize) -> (u32, u64) {
-        let at = member_at(i, std::mem::offset_of!(Member, pid));
-        assert!(at % 4 == 0 && at + 4 <= layout::SIZE);
-        // SAFETY: an aligned u32 inside the published ledger mapping, as in `u64_at`.
-        let pid = unsafe { AtomicU32::from_ptr(self.0.as_ptr().cast::<u8>().add(at).cast::<u32>()) }.load(Ordering::Relaxed);
-        (pid, self.u64_at(member_at(i, std::mem::offset_of!(Member, start_ticks))))
+        use std::mem::offset_of;
+        (self.u32_at(member_at(i, offset_of!(Member, pid))), self.u64_at(member_at(i, offset_of!(Member, start_ticks))))
+    }
+
+    /// What member `i`'s slot says of its process, and its join serial, read without the lock.
+    fn member_seen(self, i: usize) -> (live::Seen, u64) {
+        use std::mem::offset_of;
+        let (pid, start_ticks) = self.member_id(i);
+        // Pairs with the joiner's fence before it writes the pid: the rest is the same member's.
+        std::sync::atomic::fence(Ordering::Acquire);
+        let sem_key = self.u32_at(member_at(i, offset_of!(Member, sem_key))) as i32;
+        let ipc_ns = self.u64_at(member_at(i, offset_of!(Member, ipc_ns)));
+        let pid_ns = self.u64_at(member_at(i, offset_of!(Member, pid_ns)));
+        (live::Seen { pid, start_ticks, sem_key, ipc_ns, pid_ns }, self.u64_at(member_at(i, offset_of!(Member, serial))))
+    }
+
+    /// The group's semaphore set, when it lives in this process's IPC namespace.
+    fn set_here(self, here: Here) -> Option<Set> {
+        use std::mem::offset_of;
+        let key = self.u32_at(offset_of!(Header, sem_key)) as i32;
+        let ns = self.u64_at(offset_of!(Header, sem_ipc_ns));
+        (key != 0 && here.ipc_ns != 0 && ns == here.ipc_ns).then(|| Set::open(key).ok()).flatten()
     }
 }
 
@@ -886,6 +1035,10 @@ fn forget_previous_image(h: Shared) {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
     let Proc::Started(ticks) = start_ticks(pid) else { return };
+    let mut exe = [0u8; layout::EXE_BYTES];
+    exe_name(&mut exe);
+    let _ = IMAGE_EXE.set(exe);
+    here(); // read now, not under the lock that taking the slot over holds
     IMAGE_PID.store(pid, Ordering::Relaxed);
     IMAGE_TICKS.store(ticks, Ordering::Relaxed);
     FORGET.store(true, Ordering::Relaxed);
@@ -925,11 +1078,13 @@ enum Seat {
     Join,
 }
 
-/// What a join needs, read before the lock: this process's start time and executable's name.
+/// What a join needs, read before the lock: this process's start time, executable's name and
+/// namespaces.
 struct Joining {
     pid: u32,
     ticks: Proc,
     exe: [u8; layout::EXE_BYTES],
+    here: Here,
 }
 
 impl Joining {
@@ -938,7 +1093,7 @@ impl Joining {
         let pid = unsafe { libc::getpid() } as u32;
         let mut exe = [0u8; layout::EXE_BYTES];
         exe_name(&mut exe);
-        Joining { pid, ticks: start_ticks(pid), exe }
+        Joining { pid, ticks: start_ticks(pid), exe, here: here() }
     }
 }
 
@@ -957,12 +1112,19 @@ fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
         SLOT.store(NO_SLOT, Ordering::Relaxed);
         return Seat::Out(true);
     };
+    let_go_semaphore(); // a slot that was taken from us
+    let sem_key = hold_semaphore(l, i, j.here);
+    let serial = l.h().joins.wrapping_add(1);
+    l.h_mut().joins = serial;
     let m: &mut Member = &mut l.h_mut().members[i];
     // SAFETY: `Member` is plain data; all zeroes is a free slot.
     *m = unsafe { std::mem::zeroed() };
-    m.pid = j.pid;
+    (m.serial, m.sem_key, m.ipc_ns, m.pid_ns) = (serial, sem_key, j.here.ipc_ns, j.here.pid_ns);
     m.start_ticks = ticks;
     m.exe = j.exe;
+    // The pid last: a look that finds it finds the rest, and the semaphore raised.
+    std::sync::atomic::fence(Ordering::Release);
+    m.pid = j.pid;
     MY_PID.store(j.pid, Ordering::Relaxed);
     SLOT.store(i, Ordering::Relaxed);
     l.settle(); // what was pinned while the ledger could not be reached
@@ -1115,6 +1277,7 @@ fn warn_unverified() {
 }
 
 fn log_freed(freed: u64) {
+    warn_no_semaphore();
     if freed > 0 {
         let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
         tracing::info!("group: reclaimed {freed} bytes of members that are gone");
@@ -1224,6 +1387,8 @@ pub fn leave() {
     let Ok(mut l) = Locked::new(h, &mut Wait::new()) else { return };
     if l.owns(i) {
         l.vacate(i);
+        let_go_semaphore();
+        l.remove_set_if_empty();
     }
 }
 
@@ -1235,6 +1400,10 @@ pub fn after_fork_child() {
     PENDING_ADD.store(0, Ordering::Relaxed);
     PENDING_RELEASE.store(0, Ordering::Relaxed);
     FORGET.store(false, Ordering::Relaxed);
+    // A fork child holds none of its parent's semaphores (its undo list is its own).
+    HELD_ID.store(-1, Ordering::Relaxed);
+    NO_SEM.store(0, Ordering::Relaxed);
+    IPC_NS.store(0, Ordering::Relaxed);
 }
 
 pub fn limited() -> bool {
@@ -1257,6 +1426,9 @@ pub struct Snapshot {
     pub unreachable: bool,
     /// This process's waits for the lock that ran out.
     pub lock_timeouts: u64,
+    /// How the other members tell this one alive: `semaphore`, or `pid (WHY)` (only from its own
+    /// PID namespace); `None` before it joined.
+    pub liveness: Option<String>,
 }
 
 /// The group's figures: under the lock when it is free, else read without it (figures of one
@@ -1289,7 +1461,39 @@ pub fn snapshot() -> Option<Snapshot> {
         host_reserve_count: stopped,
         unreachable,
         lock_timeouts: TIMEOUTS.load(Ordering::Relaxed),
+        liveness: liveness(),
     })
+}
+
+/// How this member is told alive (`Snapshot::liveness`).
+fn liveness() -> Option<String> {
+    if SLOT.load(Ordering::Relaxed) >= MAX_MEMBERS {
+        return None;
+    }
+    if HELD_ID.load(Ordering::Relaxed) >= 0 {
+        return Some("semaphore".into());
+    }
+    Some(format!("pid ({})", no_semaphore_reason(NO_SEM.load(Ordering::Relaxed))))
+}
+
+fn no_semaphore_reason(why: i32) -> String {
+    match why {
+        NO_SEM_OTHER_NS => "the group's semaphore set is in another IPC namespace".into(),
+        NO_SEM_NS_UNKNOWN => "this process's IPC namespace cannot be read".into(),
+        0 => "no semaphore held".into(),
+        e => format!("System V semaphores unavailable: {}", std::io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// Once, when the kernel or a sandbox refused this member a semaphore (not merely another IPC
+/// namespace): called with the lock let go.
+fn warn_no_semaphore() {
+    static ONCE: AtomicBool = AtomicBool::new(false);
+    let why = NO_SEM.load(Ordering::Relaxed);
+    if why > 0 && !ONCE.swap(true, Ordering::Relaxed) {
+        let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
+        tracing::warn!("group: {}; other members tell this one alive by its pid, only from its own PID namespace", no_semaphore_reason(why));
+    }
 }
 
 #[cfg(test)]

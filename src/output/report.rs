@@ -311,6 +311,7 @@ fn gather(cfg: &Config) -> Figures {
             host_reserve_count: g.host_reserve_count,
             unreachable: g.unreachable,
             lock_timeouts: g.lock_timeouts,
+            liveness: g.liveness,
         }),
         host: host(),
         cgroup: cgroup(),

@@ -284,6 +284,28 @@ pub fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> Output {
     }
 }
 
+/// Removes the System V semaphore set a group ledger at `ledger` names (a test's group ends with
+/// its ledger; the set would otherwise outlive it in the host's IPC namespace).
+pub fn remove_semaphores(ledger: &str) {
+    use pinguard_report::group::{Header, SIZE};
+    let Ok(b) = std::fs::read(ledger) else { return };
+    if b.len() != SIZE {
+        return;
+    }
+    let at = std::mem::offset_of!(Header, sem_key);
+    let key = i32::from_ne_bytes(b[at..at + 4].try_into().unwrap());
+    if key == 0 {
+        return;
+    }
+    // SAFETY: no pointers; the set is the test's group's (found by the key its ledger holds).
+    unsafe {
+        let id = libc::semget(key, 0, 0);
+        if id >= 0 {
+            libc::semctl(id, 0, libc::IPC_RMID);
+        }
+    }
+}
+
 /// The `churn` program in the group `group`: keeps 64 KiB pinned (of a 100 KiB group budget)
 /// until killed; returns once it said it is ready.
 pub fn spawn_churn_holder(group: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
