@@ -86,9 +86,10 @@ make_image() {
     local root=$tmp/rootfs f
     mkdir -p "$root"/{fx,ctl,tmp,proc,sys,dev,etc,bin}
     cp "$tmp/fx"/{pin_hold,scenario,libcudart.so,libascendcl.so} "$root/fx/"
+    cp "$cli" "$root/fx/pinguard"
     cp -L /bin/sh "$root/bin/sh"
     # ldd's lines: "name => /path (address)" or "/path (address)".
-    for f in $(ldd /bin/sh "$root/fx/pin_hold" "$root/fx/scenario" "$lib" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
+    for f in $(ldd /bin/sh "$root/fx/pin_hold" "$root/fx/scenario" "$root/fx/pinguard" "$lib" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
         [[ $f == "$tmp"/* || $f == "$lib" ]] && continue
         mkdir -p "$root$(dirname "$f")" && cp -L "$f" "$root$f"
     done
@@ -486,6 +487,36 @@ check_oom() {
     check_gone "the OOM-killed container" "$t0" oom-0 worker "$(row infer-0 worker-a $((24 * MiB)))"
 }
 
+# pinguard doctor inside a container with a memory limit: it finds the container's limit and, with
+# --probe, measures that the limit counts mlock and the (emulated, mlocking) runtimes' pins.
+check_doctor() {
+    local out rc
+    out=$(pm run --rm --network none --cap-add IPC_LOCK --memory 256m -e LD_LIBRARY_PATH=/fx "$image" \
+        /fx/pinguard doctor --probe --probe-size 8Mi 2>&1)
+    rc=$?
+    say "pinguard doctor --probe in a container with --memory 256m (exit $rc):"
+    sed 's/^/    /' <<<"$out"
+    if [[ $rc == 0 ]] && grep -q '^limit: *256 MiB' <<<"$out" && grep -q '^  mlock  *counted by the limit' <<<"$out"; then
+        pass "doctor: in a container with --memory 256m it finds the 256 MiB limit and measures that it counts mlock and cudaHostAlloc (exit 0)"
+    else
+        fail "doctor: expected the 256 MiB limit, mlock counted and exit 0 in a container with --memory 256m (exit $rc)"
+    fi
+}
+
+# The cgroup reserve in a container: under --memory 64m with a 24 MiB reserve, 24 MiB fit and 16
+# more (which fit the limit, but not the reserve's headroom) are refused with the runtime's code.
+check_cgroup_reserve() {
+    local out
+    mapfile -t c < <(common)
+    out=$(pm run --rm --hostname reserve-0 "${c[@]}" --memory 64m -e PINGUARD_CGROUP_RESERVE=24Mi "$image" \
+        /fx/pin_hold - 24 16 2>&1)
+    if grep -qx 'alloc 24 MiB rc=0' <<<"$out" && grep -qx 'alloc 16 MiB rc=2' <<<"$out"; then
+        pass "cgroup reserve: under --memory 64m, PINGUARD_CGROUP_RESERVE=24Mi lets 24 MiB pin and refuses 16 MiB more (cudaErrorMemoryAllocation) before the OOM killer"
+    else
+        fail "cgroup reserve: expected 24 MiB pinned and 16 MiB refused under --memory 64m with a 24 MiB reserve: $(tr '\n' ' ' <<<"$out" | cut -c1-400)"
+    fi
+}
+
 main() {
     [[ $(id -u) == 0 ]] || not_run "needs root (rootful podman, a spec in /etc/cdi)"
     tmp=$(mktemp -d /tmp/pinguard-containers.XXXXXX) || not_run "no temporary folder"
@@ -519,6 +550,8 @@ main() {
     check_exit
     check_oom
     touch "$tmp/ctl/a.stop"
+    check_doctor
+    check_cgroup_reserve
 }
 
 main
