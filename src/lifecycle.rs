@@ -115,6 +115,12 @@ fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
         return Some(cfg);
     }
     crate::runtime::workstack::run(t, || crate::output::reporter::restart_if_forked(cfg));
+    // Metrics wanted and no thread yet: the first pinning call that can start one does, at its
+    // entry, outside every lock of pinguard's; until then every hooked call comes this way, so
+    // that the steady path never looks (one load per call cost the CUDA pair 5 instructions).
+    if crate::output::reporter::metrics_waiting(cfg) && !(pinning && start_metrics(t, cfg)) {
+        return Some(cfg);
+    }
     HOOKS_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
     Some(cfg)
 }
@@ -224,7 +230,7 @@ fn announce() {
 }
 
 /// When the process first counts something (and again in a fork child): its settings' problems,
-/// and the metrics thread asked for (started by `start_pending_reporter`).
+/// and the metrics written at once (`reporter::on_activity`).
 fn first_count() {
     announce();
     if let Some(cfg) = CONFIG.get() {
@@ -232,20 +238,20 @@ fn first_count() {
     }
 }
 
-/// At the end of a hooked call, when `reporter::pending`: starts the metrics thread, unless this
-/// is a `vfork` child or the call runs inside a signal handler (creating a thread allocates in the C library, which the
-/// handler may have interrupted); a later call starts it then. errno is the caller's again.
+/// Starts the metrics thread from a pinning call's entry, unless this is a `vfork` child or the
+/// call runs inside a signal handler (creating a thread allocates in the C library, which the
+/// handler may have interrupted): then a later call does. errno is the caller's again.
 #[cold]
 #[inline(never)]
-pub fn start_pending_reporter(t: &Thread) {
-    let Some(cfg) = CONFIG.get() else { return };
-    let e = t.errno();
-    // Not in a `vfork` child (the parent's memory, another process), and asked on the caller's
-    // stack: the walk looks for a signal frame above this one.
-    if owns_state() && !signals::in_handler() {
-        let _ = std::panic::catch_unwind(|| crate::runtime::workstack::run(t, || crate::output::reporter::start_pending(cfg)));
+fn start_metrics(t: &Thread, cfg: &'static Config) -> bool {
+    // Asked on the caller's stack: the walk looks for a signal frame above this one.
+    if !owns_state() || signals::in_handler() {
+        return false;
     }
+    let e = t.errno();
+    let _ = std::panic::catch_unwind(|| crate::runtime::workstack::run(t, || crate::output::reporter::start_metrics(cfg)));
     t.set_errno(e);
+    true
 }
 
 /// Whether `family` is intercepted, answerable before pinguard has started (the first `dlsym` of

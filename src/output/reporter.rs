@@ -1,8 +1,9 @@
 //! Snapshots while the process runs: a background thread rewrites the report every
 //! `PINGUARD_INTERVAL`, and on `PINGUARD_SIGNAL`, and the metrics file every metrics interval
 //! (`metrics::interval_ms`). For the report the thread starts with pinguard; for the metrics
-//! alone, at the end of the first hooked call after the process first counted something
-//! (`on_activity`, `start_pending`): a process that pins nothing gets no thread.
+//! alone, at the entry of the process's first pinning call (`start_metrics`): a process that
+//! makes none gets no thread. It writes no metrics file until the process has counted something
+//! (`metrics::write`), and is woken to write one at once when it first does (`on_activity`).
 //!
 //! No descriptor lives longer than one report write: the process may close every descriptor
 //! (`close_range`, as daemons and launchers do) and reuse the numbers, and a fork child's
@@ -27,9 +28,8 @@ static SEEN: AtomicU32 = AtomicU32::new(0);
 static RESTART: AtomicBool = AtomicBool::new(false);
 /// Set once this process has its thread (cleared in a fork child): never two.
 static STARTED: AtomicBool = AtomicBool::new(false);
-/// Metrics are wanted and the process counted something, but no thread runs yet: the end of the
-/// hooked call starts one (`start_pending`), outside every lock of pinguard's.
-static PENDING: AtomicBool = AtomicBool::new(false);
+/// The process counted something for the first time: the thread writes the metrics at once.
+static ACTIVE_NOW: AtomicBool = AtomicBool::new(false);
 /// How often the thread looks for a disposition set behind every wrapper (the raw system call).
 const RECHECK_MS: u64 = 1000;
 
@@ -76,25 +76,25 @@ fn wait(seen: u32, timeout: Option<Duration>) {
 }
 
 /// When the process first counts something (`ledger::on_first_count`, maybe under a lock of
-/// the ledger's): only a flag, for `start_pending`.
+/// the ledger's): a flag and a futex wake (no allocation, no lock), so that the metrics file
+/// appears at once rather than an interval later.
 pub fn on_activity(cfg: &Config) {
-    if cfg.metrics.is_some() && !STARTED.load(Ordering::Relaxed) {
-        PENDING.store(true, Ordering::Release);
+    if cfg.metrics.is_some() {
+        ACTIVE_NOW.store(true, Ordering::Release);
+        // SAFETY: FUTEX_WAKE on a static word; wakes the thread if it waits, else does nothing.
+        unsafe { libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, 0usize, 0usize, 0u32) };
     }
 }
 
-/// Whether a thread is waiting to be started (one load, at the end of every hooked call).
-#[inline(always)]
-pub fn pending() -> bool {
-    PENDING.load(Ordering::Relaxed)
+/// Metrics are wanted and this process has no thread yet (after start-up, or in a fork child).
+pub fn metrics_waiting(cfg: &Config) -> bool {
+    cfg.metrics.is_some() && !STARTED.load(Ordering::Relaxed)
 }
 
-/// Starts the metrics thread `on_activity` asked for; the caller holds none of pinguard's locks
-/// and is not inside a signal handler (creating a thread allocates in the C library).
-pub fn start_pending(cfg: &'static Config) {
-    if PENDING.swap(false, Ordering::AcqRel) {
-        spawn(cfg);
-    }
+/// Starts the thread for the metrics; the caller holds none of pinguard's locks and is not inside
+/// a signal handler (creating a thread allocates in the C library).
+pub fn start_metrics(cfg: &'static Config) {
+    spawn(cfg);
 }
 
 fn spawn(cfg: &'static Config) {
@@ -134,6 +134,9 @@ fn run(cfg: &'static Config) {
         if let (Some(_), Some(f)) = (recheck, RECHECK.get()) {
             f();
         }
+        if ACTIVE_NOW.swap(false, Ordering::AcqRel) {
+            metrics_due = metrics_every.map(|_| Instant::now());
+        }
         let now_word = WAKE.load(Ordering::Acquire);
         let reason = if now_word != SEEN.load(Ordering::Relaxed) {
             // Signals that arrive while this report is written make one more report, not one each.
@@ -172,7 +175,7 @@ fn run(cfg: &'static Config) {
 /// closed or created here: the child's descriptors are all its own.
 pub fn after_fork_child(cfg: Option<&Config>) {
     STARTED.store(false, Ordering::Relaxed);
-    PENDING.store(false, Ordering::Relaxed);
+    ACTIVE_NOW.store(false, Ordering::Relaxed);
     if !cfg.is_some_and(wanted) {
         return;
     }

@@ -180,17 +180,6 @@ impl Drop for PutBack<'_> {
     }
 }
 
-impl Drop for Hook {
-    /// The end of a hooked call, every guard of pinguard's let go: the metrics thread, once the
-    /// process has counted something, starts here (`reporter::on_activity`).
-    #[inline(always)]
-    fn drop(&mut self) {
-        if crate::output::reporter::pending() {
-            lifecycle::start_pending_reporter(self.t);
-        }
-    }
-}
-
 impl Hook {
     /// `None`: pass the call straight through (nested call, pinguard disabled, family off).
     /// Inlined into each hook, so that `from` is the hook's frame.
