@@ -28,8 +28,10 @@ static SEEN: AtomicU32 = AtomicU32::new(0);
 static RESTART: AtomicBool = AtomicBool::new(false);
 /// Set once this process has its thread (cleared in a fork child): never two.
 static STARTED: AtomicBool = AtomicBool::new(false);
-/// The process counted something for the first time: the thread writes the metrics at once.
+/// The process counted something for the first time: the thread writes the metrics soon.
 static ACTIVE_NOW: AtomicBool = AtomicBool::new(false);
+/// How long after the first count the first metrics file is written.
+const FIRST_WRITE_DELAY_MS: u64 = 20;
 /// How often the thread looks for a disposition set behind every wrapper (the raw system call).
 const RECHECK_MS: u64 = 1000;
 
@@ -135,7 +137,10 @@ fn run(cfg: &'static Config) {
             f();
         }
         if ACTIVE_NOW.swap(false, Ordering::AcqRel) {
-            metrics_due = metrics_every.map(|_| Instant::now());
+            // Woken from inside the first counted call, before its figures are all in: the file
+            // is written once that call is over (microseconds; a later write corrects a call that
+            // was descheduled longer).
+            metrics_due = metrics_every.map(|_| Instant::now() + Duration::from_millis(FIRST_WRITE_DELAY_MS));
         }
         let now_word = WAKE.load(Ordering::Acquire);
         let reason = if now_word != SEEN.load(Ordering::Relaxed) {
