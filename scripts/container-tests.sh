@@ -6,7 +6,8 @@
 # budget) with PID namespaces of their own; a container has a memory limit; node_exporter (as
 # `nobody`) exports the metrics files and Prometheus scrapes it every second, and PromQL over
 # Prometheus' HTTP API must give each pinning container's bytes with its pod labels, and nothing
-# for it two scrape intervals after it ends (normal exit, SIGKILL, OOM kill).
+# for it two scrape intervals after it ends (normal exit, SIGKILL, OOM kill). Then docs/deploy.md
+# itself: every ```sh block of the walk-through, run in order by scripts/walkthrough.sh.
 #
 #   scripts/container-tests.sh
 #
@@ -517,6 +518,19 @@ check_cgroup_reserve() {
     fi
 }
 
+# docs/deploy.md's own commands, every ```sh block in order, in namespaces of their own
+# (scripts/walkthrough.sh says how); its PASS and FAIL lines count as this suite's.
+check_walkthrough() {
+    local rc
+    scripts/walkthrough.sh "$tmp/walk" "$tmp/rootfs" "$lib" "$cli" 2>&1 | tee "$tmp/walkthrough.log"
+    rc=${PIPESTATUS[0]}
+    passed=$((passed + $(grep -c '^PASS:' "$tmp/walkthrough.log")))
+    failed=$((failed + $(grep -c '^FAIL:' "$tmp/walkthrough.log")))
+    if [[ $rc != 0 ]] && ! grep -q '^FAIL:' "$tmp/walkthrough.log"; then
+        fail "walkthrough: scripts/walkthrough.sh exited $rc without a FAIL line"
+    fi
+}
+
 main() {
     [[ $(id -u) == 0 ]] || not_run "needs root (rootful podman, a spec in /etc/cdi)"
     tmp=$(mktemp -d /tmp/pinguard-containers.XXXXXX) || not_run "no temporary folder"
@@ -552,6 +566,7 @@ main() {
     touch "$tmp/ctl/a.stop"
     check_doctor
     check_cgroup_reserve
+    check_walkthrough
 }
 
 main
