@@ -51,7 +51,7 @@ fi
 work=$1 rootfs=$2 lib=$3 cli=$4
 run=$work/run
 image=localhost/pinguard-walkthrough:latest
-passed=0 failed=0 skipped=0
+passed=0 failed=0 skipped=0 pod_started=$(($(date +%s%N) / 1000000))
 umask 022
 
 say() { printf '%s\n' "$*"; }
@@ -188,12 +188,24 @@ wait_for() {
 }
 
 promql() { curl -s http://localhost:9090/api/v1/query --data-urlencode "query=$1"; }
-pod_series() { promql 'sum by (namespace, pod) (pinguard_process_pinned_bytes)' | grep -q '"pod":"inference"'; }
-pod_files() { ls /var/lib/node_exporter/textfile | grep -q 'pinguard\..*\.prom$' && grep -qs 'container="loader"' /var/lib/node_exporter/textfile/*.prom && grep -qs 'container="server"' /var/lib/node_exporter/textfile/*.prom; }
+pod_series() { promql 'sum by (namespace, pod) (pinguard_process_pinned_bytes)' | grep -q '"pod":"inference"},"value":\[[0-9.]*,"8388608"\]'; }
+# Whether the metrics files show the pod's server and loader with 4 MiB pinned each.
+pod_files() {
+    local c
+    for c in server loader; do
+        grep -qsE "^pinguard_process_pinned_bytes\{[^}]*container=\"$c\"[^}]*\} 4194304\$" /var/lib/node_exporter/textfile/*.prom || return 1
+    done
+}
 
 before() { # TEXT
     case $1 in
-    *'localhost:9100/metrics'*) wait_for 20 pod_files ;;
+    *'localhost:9100/metrics'*)
+        # The page does not say how soon a file shows a pin; the suite says how soon it did.
+        if wait_for 30 pod_files; then
+            say "walkthrough: the pod's metrics files showed each container's 4 MiB $(since "$pod_started") s after the pod's block started"
+        else
+            say "walkthrough: the pod's metrics files did not show each container's 4 MiB within $(since "$pod_started") s"
+        fi ;;
     *'localhost:9090/api/v1/query'*) wait_for 30 pod_series ;;
     esac
 }
@@ -227,8 +239,8 @@ expect() { # TEXT OUTPUT
         grep -q '"pod":"inference"},"value":\[[0-9.]*,"8388608"\]' <<<"$out" ||
             why="Prometheus does not give the pod inference's 8 MiB" ;;
     *'pinguard top --metrics'*)
-        grep -q server <<<"$out" && grep -q loader <<<"$out" ||
-            why="pinguard top does not show the pod's server and loader" ;;
+        [[ $(grep -cE '^ *1 +pin_hold +4\.00 MiB ' <<<"$out") == 2 ]] ||
+            why="pinguard top does not show the pod's two processes (pid 1 each) with 4 MiB each" ;;
     esac
     [[ -z $why ]]
 }
@@ -262,15 +274,32 @@ run_block() { # FILE -> output in $work/out, status
     case $(cat "$file") in
     'prometheus-node-exporter '*)
         # A session of its own, so that the server and the shell around it end together.
-        (cd "$run" && exec setsid "${nobody[@]}" bash "$script") >"$work/out" 2>&1 &
+        (cd "$run" && exec setsid "${nobody[@]}" bash "$script") >"$work/node_exporter.log" 2>&1 &
         ne_pid=$!
+        : >"$work/out"
         wait_for 20 curl -sf http://localhost:9100/metrics && kill -0 "$ne_pid" ;;
     *'/etc/ld.so.preload')
         podman run --rm -v /opt/pinguard:/opt/pinguard:ro "$image" /bin/sh -ec "$(cat "$script")
 exec /fx/command" >"$work/out" 2>&1 ;;
     *)
+        [[ $(cat "$file") == *'--name inference-server'* ]] && pod_started=$(now)
         (cd "$run" && timeout 300 bash -e -o pipefail "$script") >"$work/out" 2>&1 ;;
     esac
+}
+
+# "N commands" of a block: its lines but comments and continuations.
+commands() {
+    local n
+    n=$(grep -c -v -e '^#' -e '^ ' -e '^$' <<<"$1")
+    ((n == 1)) && echo "1 command" || echo "$n commands"
+}
+
+# A block's output, indented, its first 12 lines.
+show() {
+    [[ -s $1 ]] || return 0
+    head -12 "$1" | cut -c1-200 | sed 's/^/    /'
+    (($(wc -l <"$1") > 12)) && say "    ($(wc -l <"$1") lines)"
+    return 0
 }
 
 walk() {
@@ -281,7 +310,7 @@ walk() {
         where="block $n ($page:$line, \"$heading\")"
         case $what in
         skip) skipped=$((skipped + 1)); say "NOT RUN: walkthrough $where: $why_not: $first" ;;
-        other) ;;
+        other) say "walkthrough $where: $why_not" ;;
         file) cp "$work/blocks/$n.$lang" "$why_not" && say "walkthrough $where: written to $why_not" ||
             fail "walkthrough $where: cannot write $why_not" ;;
         run)
@@ -292,8 +321,9 @@ walk() {
             elif ! expect "$text" "$(cat "$work/out")"; then
                 fail "walkthrough $where: $first: ran, but $why ($(since "$t0") s): $(tail -3 "$work/out" | tr '\n' ' ' | cut -c1-300)"
             else
-                pass "walkthrough $where: $first ($(grep -c -v -e '^#' -e '^ ' -e '^$' <<<"$text") commands, $(since "$t0") s)"
+                pass "walkthrough $where: $first ($(commands "$text"), $(since "$t0") s)"
             fi
+            show "$work/out"
             [[ $text == *'promtool check config /etc/prometheus/prometheus.yml'* ]] && check_alert_rules ;;
         esac
     done <"$work/blocks/blocks.tsv"
