@@ -14,7 +14,8 @@
 # Every check prints one PASS or FAIL line. Where the suite cannot run (not root, no podman, podman
 # cannot start a container here) it prints one `NOT RUN: <why>` line and exits 0, or 1 with
 # PINGUARD_REQUIRE_CONTAINERS=1 (CI). Exit status: 1 when a check failed. Installs podman, runc,
-# prometheus, prometheus-node-exporter and curl with apt-get when they are missing.
+# prometheus (and promtool), prometheus-node-exporter, curl and iproute2 with apt-get when they are
+# missing.
 #
 # Needs root: rootful podman, a spec in /etc/cdi. This host's root may lack CAP_SYS_RESOURCE (runc
 # cannot set podman's default ulimits above the hard limits, so containers.conf says
@@ -59,7 +60,9 @@ install_missing() {
     command -v prometheus >/dev/null || need+=(prometheus)
     command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
     command -v curl >/dev/null || need+=(curl)
-    command -v setpriv >/dev/null || need+=(util-linux)
+    command -v setpriv >/dev/null && command -v unshare >/dev/null || need+=(util-linux)
+    command -v ip >/dev/null || need+=(iproute2) # the walk-through's network namespace
+    command -v promtool >/dev/null || need+=(prometheus)
     command -v python3 >/dev/null || need+=(python3)
     command -v cc >/dev/null || need+=(gcc libc6-dev)
     ((${#need[@]})) || return 0

@@ -221,10 +221,10 @@ expect() { # TEXT OUTPUT
             why="the image $tag does not run pinguard: $(tail -1 "$work/version.out")" ;;
     *'ld.so.preload'*'IMAGE COMMAND'* | *'/etc/ld.so.preload'*)
         grep -qx 'env -i: pinguard counted 4194304 bytes' <<<"$out" ||
-            why="a process started with env -i is not reached by /etc/ld.so.preload" ;;
+            why="/etc/ld.so.preload did not bring pinguard into a process started with env -i, or pinguard counted no 4 MiB" ;;
     *'podman run --rm --device pinguard.dev/preload=default IMAGE COMMAND'*)
         grep -qx 'own environment: pinguard counted 4194304 bytes' <<<"$out" ||
-            why="the device did not preload pinguard into the container" ;;
+            why="the device did not preload pinguard into the container, or pinguard counted no 4 MiB" ;;
     *'--name inference-server'*)
         wait_for 20 sh -c 'podman logs inference-server | grep -qx holding && podman logs inference-loader | grep -qx holding' ||
             why="the pod's containers did not start pinning: $(podman logs inference-loader 2>&1 | tail -2 | tr '\n' ' ')"
@@ -242,6 +242,9 @@ expect() { # TEXT OUTPUT
         [[ $(grep -cE '^ *1 +pin_hold +4\.00 MiB ' <<<"$out") == 2 ]] ||
             why="pinguard top does not show the pod's two processes (pid 1 each) with 4 MiB each" ;;
     esac
+    # After part 1 every container asking for the device has PINGUARD_HOST_RESERVE=16Gi.
+    [[ $why == *pinguard*counted* || $why == *refused* ]] &&
+        why+=" (the spec's host reserve is 16 GiB; available now: $(awk '/^MemAvailable/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo))"
     [[ -z $why ]]
 }
 
