@@ -188,7 +188,8 @@ wait_for() {
 }
 
 promql() { curl -s http://localhost:9090/api/v1/query --data-urlencode "query=$1"; }
-pod_series() { promql 'sum by (namespace, pod) (pinguard_process_pinned_bytes)' | grep -q '"pod":"inference"},"value":\[[0-9.]*,"8388608"\]'; }
+# (No `| grep -q` under pipefail: grep's early exit can fail the writer with SIGPIPE.)
+pod_series() { grep -q '"pod":"inference"},"value":\[[0-9.]*,"8388608"\]' <<<"$(promql 'sum by (namespace, pod) (pinguard_process_pinned_bytes)')"; }
 # Whether the metrics files show the pod's server and loader with 4 MiB pinned each.
 pod_files() {
     local c
@@ -226,10 +227,10 @@ expect() { # TEXT OUTPUT
         grep -qx 'own environment: pinguard counted 4194304 bytes' <<<"$out" ||
             why="the device did not preload pinguard into the container, or pinguard counted no 4 MiB" ;;
     *'--name inference-server'*)
-        wait_for 20 sh -c 'podman logs inference-server | grep -qx holding && podman logs inference-loader | grep -qx holding' ||
+        wait_for 20 sh -c 'podman logs inference-server | grep -x holding && podman logs inference-loader | grep -x holding' ||
             why="the pod's containers did not start pinning: $(podman logs inference-loader 2>&1 | tail -2 | tr '\n' ' ')"
-        [[ -n $why ]] || { podman logs inference-server 2>&1 | grep -qx 'alloc 4 MiB rc=0' &&
-            podman logs inference-loader 2>&1 | grep -qx 'alloc 4 MiB rc=0'; } ||
+        [[ -n $why ]] || { grep -qx 'alloc 4 MiB rc=0' <<<"$(podman logs inference-server 2>&1)" &&
+            grep -qx 'alloc 4 MiB rc=0' <<<"$(podman logs inference-loader 2>&1)"; } ||
             why="a container of the pod was refused its 4 MiB: $(podman logs inference-server 2>&1 | grep alloc), $(podman logs inference-loader 2>&1 | grep alloc)" ;;
     *'localhost:9100/metrics'*)
         grep -q '^pinguard_process_pinned_bytes{.*container="server".*pod="inference".*} 4.194304e+06' <<<"$out" &&
