@@ -6,14 +6,16 @@
 # budget) with PID namespaces of their own; a container has a memory limit; node_exporter (as
 # `nobody`) exports the metrics files and Prometheus scrapes it every second, and PromQL over
 # Prometheus' HTTP API must give each pinning container's bytes with its pod labels, and nothing
-# for it two scrape intervals after it ends (normal exit, SIGKILL, OOM kill).
+# for it two scrape intervals after it ends (normal exit, SIGKILL, OOM kill). Then docs/deploy.md
+# itself: every ```sh block of the walk-through, run in order by scripts/walkthrough.sh.
 #
 #   scripts/container-tests.sh
 #
 # Every check prints one PASS or FAIL line. Where the suite cannot run (not root, no podman, podman
 # cannot start a container here) it prints one `NOT RUN: <why>` line and exits 0, or 1 with
 # PINGUARD_REQUIRE_CONTAINERS=1 (CI). Exit status: 1 when a check failed. Installs podman, runc,
-# prometheus, prometheus-node-exporter and curl with apt-get when they are missing.
+# prometheus (and promtool), prometheus-node-exporter, curl and iproute2 with apt-get when they are
+# missing.
 #
 # Needs root: rootful podman, a spec in /etc/cdi. This host's root may lack CAP_SYS_RESOURCE (runc
 # cannot set podman's default ulimits above the hard limits, so containers.conf says
@@ -58,7 +60,9 @@ install_missing() {
     command -v prometheus >/dev/null || need+=(prometheus)
     command -v prometheus-node-exporter >/dev/null || need+=(prometheus-node-exporter)
     command -v curl >/dev/null || need+=(curl)
-    command -v setpriv >/dev/null || need+=(util-linux)
+    command -v setpriv >/dev/null && command -v unshare >/dev/null || need+=(util-linux)
+    command -v ip >/dev/null || need+=(iproute2) # the walk-through's network namespace
+    command -v promtool >/dev/null || need+=(prometheus)
     command -v python3 >/dev/null || need+=(python3)
     command -v cc >/dev/null || need+=(gcc libc6-dev)
     ((${#need[@]})) || return 0
@@ -517,6 +521,19 @@ check_cgroup_reserve() {
     fi
 }
 
+# docs/deploy.md's own commands, every ```sh block in order, in namespaces of their own
+# (scripts/walkthrough.sh says how); its PASS and FAIL lines count as this suite's.
+check_walkthrough() {
+    local rc
+    scripts/walkthrough.sh "$tmp/walk" "$tmp/rootfs" "$lib" "$cli" 2>&1 | tee "$tmp/walkthrough.log"
+    rc=${PIPESTATUS[0]}
+    passed=$((passed + $(grep -c '^PASS:' "$tmp/walkthrough.log")))
+    failed=$((failed + $(grep -c '^FAIL:' "$tmp/walkthrough.log")))
+    if [[ $rc != 0 ]] && ! grep -q '^FAIL:' "$tmp/walkthrough.log"; then
+        fail "walkthrough: scripts/walkthrough.sh exited $rc without a FAIL line"
+    fi
+}
+
 main() {
     [[ $(id -u) == 0 ]] || not_run "needs root (rootful podman, a spec in /etc/cdi)"
     tmp=$(mktemp -d /tmp/pinguard-containers.XXXXXX) || not_run "no temporary folder"
@@ -552,6 +569,7 @@ main() {
     touch "$tmp/ctl/a.stop"
     check_doctor
     check_cgroup_reserve
+    check_walkthrough
 }
 
 main
