@@ -243,9 +243,9 @@ expect() { # TEXT OUTPUT
         [[ $(grep -cE '^ *1 +pin_hold +4\.00 MiB ' <<<"$out") == 2 ]] ||
             why="pinguard top does not show the pod's two processes (pid 1 each) with 4 MiB each" ;;
     esac
-    # After part 1 every container asking for the device has PINGUARD_HOST_RESERVE=16Gi.
+    # After part 1 every container asking for the device has PINGUARD_HOST_RESERVE=10% (of MemTotal).
     [[ $why == *pinguard*counted* || $why == *refused* ]] &&
-        why+=" (the spec's host reserve is 16 GiB; available now: $(awk '/^MemAvailable/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo))"
+        why+=" (the spec's host reserve is 10% of MemTotal; available now: $(awk '/^MemAvailable/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo))"
     [[ -z $why ]]
 }
 
