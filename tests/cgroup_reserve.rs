@@ -289,12 +289,20 @@ fn the_metrics_show_the_cgroup_reserve() {
     let stopped = |t: &str| t.lines().any(|l| l.starts_with("pinguard_cgroup_reserve_stopped_total{") && l.ends_with(" 1"));
     until("the metrics after every call", || prom().and_then(|p| std::fs::read_to_string(p).ok()).is_some_and(|t| stopped(&t)));
     let text = std::fs::read_to_string(prom().unwrap()).unwrap();
+    // `pinguard top` over the folder shows the calls the reserve stopped and the lowest headroom.
+    let top = pinguard_cli(&["top".as_ref(), "--metrics".as_ref(), dir.as_os_str(), "--once".as_ref()]);
+    let top = String::from_utf8_lossy(&top.stdout).into_owned();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"\n").unwrap();
     child.wait().unwrap();
     assert!(stdout.contains("cuda_alloc:16777216 rc=2") || stdout.lines().filter(|l| l.contains(" rc=2")).count() == 1, "{stdout}");
     for (name, v) in [("pinguard_cgroup_reserve_bytes", 40 * MIB), ("pinguard_cgroup_limit_bytes", 64 * MIB)] {
         assert!(text.lines().any(|l| l.starts_with(&format!("{name}{{")) && l.ends_with(&format!(" {v}"))), "{name} {v} in:\n{text}");
     }
+    assert!(top.lines().next().is_some_and(|l| l.contains("; lowest cgroup headroom ")), "{top}");
+    let header = top.lines().find(|l| l.trim_start().starts_with("PID")).unwrap_or_else(|| panic!("{top}"));
+    let row = top.lines().find(|l| l.contains("scenario")).unwrap_or_else(|| panic!("{top}"));
+    let end = header.find("CGROUP-RESERVE").unwrap_or_else(|| panic!("{top}")) + "CGROUP-RESERVE".len();
+    assert_eq!(row[..end].rsplit(' ').next(), Some("1"), "{top}");
     let headroom = text.lines().find(|l| l.starts_with("pinguard_cgroup_lowest_headroom_bytes{")).unwrap_or_else(|| panic!("{text}"));
     let h: u64 = headroom.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(h < 64 * MIB - 16 * MIB, "{headroom}");

@@ -15,6 +15,9 @@ struct Row {
     downgraded: u64,
     /// Calls the host reserve stopped; `None` where the source does not say.
     host_reserve: Option<u64>,
+    /// Calls the cgroup reserve stopped; `None` where the source does not say (the group's
+    /// ledger keeps no cgroup figures).
+    cgroup_reserve: Option<u64>,
     budget: Option<u64>,
     note: String,
 }
@@ -54,6 +57,7 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
             denied: m.denied,
             downgraded: m.downgraded,
             host_reserve: (h.host_reserve > 0).then_some(m.host_reserve),
+            cgroup_reserve: None,
             budget,
             note: if alive { String::new() } else { "gone (reclaimed when room is needed)".into() },
         });
@@ -86,13 +90,14 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut rows = Vec::new();
     let mut lowest: Option<u64> = None;
+    let mut headroom: Option<u64> = None;
     for e in rd.filter_map(|e| e.ok()) {
         let p = e.path();
         if p.extension().is_none_or(|x| x != "prom") {
             continue;
         }
         let Ok(text) = std::fs::read_to_string(&p) else { continue };
-        let mut row = Row { pid: 0, exe: String::new(), pinned: 0, peak: 0, denied: 0, downgraded: 0, host_reserve: None, budget: None, note: String::new() };
+        let mut row = Row { pid: 0, exe: String::new(), pinned: 0, peak: 0, denied: 0, downgraded: 0, host_reserve: None, cgroup_reserve: None, budget: None, note: String::new() };
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let Some((series, value)) = line.rsplit_once(' ') else { continue };
             let Ok(v) = value.parse::<f64>() else { continue };
@@ -110,6 +115,8 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                 "pinguard_downgraded_total" => row.downgraded += v as u64,
                 "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v as u64),
                 "pinguard_host_lowest_available_bytes" => lowest = Some(lowest.map_or(v as u64, |l| l.min(v as u64))),
+                "pinguard_cgroup_reserve_stopped_total" => row.cgroup_reserve = Some(v as u64),
+                "pinguard_cgroup_lowest_headroom_bytes" => headroom = Some(headroom.map_or(v as u64, |l| l.min(v as u64))),
                 _ => {}
             }
         }
@@ -122,6 +129,10 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     if let Some(l) = lowest {
         head.push_str(&format!("; lowest host memory available {}", format_bytes(l)));
     }
+    if let Some(h) = headroom {
+        // The least over the files: each process reads its own cgroup's.
+        head.push_str(&format!("; lowest cgroup headroom {}", format_bytes(h)));
+    }
     Ok((head, rows))
 }
 
@@ -130,6 +141,11 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
     let mut t = vec![["PID", "EXE", "PINNED", "PEAK", "BUDGET USE", "DENIED", "DOWNGRADED", ""].map(String::from).to_vec()];
     let mut right = vec![true, false, true, true, true, true, true, false];
     let host = rows.iter().any(|r| r.host_reserve.is_some());
+    let cgroup = rows.iter().any(|r| r.cgroup_reserve.is_some());
+    if cgroup {
+        t[0].insert(7, "CGROUP-RESERVE".into());
+        right.insert(7, true);
+    }
     if host {
         t[0].insert(7, "HOST-RESERVE".into());
         right.insert(7, true);
@@ -145,8 +161,12 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
             r.downgraded.to_string(),
             r.note.clone(),
         ];
+        let shown = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+        if cgroup {
+            row.insert(7, shown(r.cgroup_reserve));
+        }
         if host {
-            row.insert(7, r.host_reserve.map(|n| n.to_string()).unwrap_or_else(|| "-".into()));
+            row.insert(7, shown(r.host_reserve));
         }
         t.push(row);
     }
