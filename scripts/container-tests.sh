@@ -26,7 +26,10 @@ cd "$(dirname "$0")/.." || exit 2
 now() { echo $(($(date +%s%N) / 1000000)); } # milliseconds
 started=$(now)
 
-scrape_s=1           # Prometheus' scrape interval
+scrape_s=5           # Prometheus' scrape interval: at least 3 x PINGUARD_INTERVAL + 5 s, so that a
+                     # series whose writer's death only the file's age proves (an OOM kill racing
+                     # the kernel's robust-list walk: docs/design.md, "Metrics") still goes within
+                     # two scrape intervals
 interval=1s          # PINGUARD_INTERVAL in the containers: a live process rewrites its file this often
 kns=pinguard-ci      # the Kubernetes namespace the containers claim (PINGUARD_NAMESPACE)
 MiB=$((1 << 20))
