@@ -10,7 +10,7 @@
 //! cannot be read) turns the reserve off, with one line on stderr: a bad reading never refuses a
 //! call.
 
-use super::floor::{Floor, Reading, Snapshot, Source};
+use super::floor::{Floor, Reading, Source};
 use crate::runtime::cgroup::{self, WHYS};
 use pinguard_report::vars;
 
@@ -32,28 +32,9 @@ pub fn init(reserve: Option<u64>, errors: &mut Vec<String>) {
     FLOOR.init(reserve, errors)
 }
 
+/// The floor itself: `on`, `reserve`, `problem`, `snapshot`, `available_now` (the host reserve
+/// keeps wrappers of its own because the group's ledger reads it by name).
 #[inline(always)]
-pub fn on() -> bool {
-    FLOOR.on()
-}
-
-pub fn reserve() -> Option<u64> {
-    FLOOR.reserve()
-}
-
 pub fn floor() -> &'static Floor {
     &FLOOR
-}
-
-pub fn problem() -> Option<&'static str> {
-    FLOOR.problem()
-}
-
-pub fn snapshot() -> Option<Snapshot> {
-    FLOOR.snapshot()
-}
-
-/// The cgroup's headroom as the latest reading and the calls since count it.
-pub fn available_now(used: u64) -> u64 {
-    FLOOR.available_now(used)
 }

@@ -39,7 +39,7 @@ pub fn limited() -> bool {
 /// Whether a floor (the host reserve, the cgroup reserve) is in force.
 #[inline(always)]
 fn floors_on() -> bool {
-    host::on() || cgroup::on()
+    host::on() || cgroup::floor().on()
 }
 
 /// Which limit refused a reservation.
@@ -189,7 +189,7 @@ fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
             return Err(if limit == COUNT_ONLY { floor_refusal(usize::from(!host::on()), cur) } else { Refused::Budget });
         };
         // A group member's host reserve is the group's shared reading, checked under its lock.
-        let floors = [(host::floor(), host::on() && !group::seated()), (cgroup::floor(), cgroup::on())];
+        let floors = [(host::floor(), host::on() && !group::seated()), (cgroup::floor(), cgroup::floor().on())];
         for (i, (f, active)) in floors.into_iter().enumerate() {
             if !active {
                 continue;
@@ -238,7 +238,7 @@ fn against(f: &floor::Floor, cur: u64, next: u64, fresh: &mut bool) -> Step {
 fn floor_refusal(i: usize, cur: u64) -> Refused {
     match i {
         0 => Refused::Host { available: host::available_now(cur) },
-        _ => Refused::Cgroup { headroom: cgroup::available_now(cur) },
+        _ => Refused::Cgroup { headroom: cgroup::floor().available_now(cur) },
     }
 }
 
@@ -276,7 +276,7 @@ fn release_process(bytes: u64) {
     if host::on() {
         host::floor().released(bytes);
     }
-    if cgroup::on() {
+    if cgroup::floor().on() {
         cgroup::floor().released(bytes);
     }
     // Every release matches a reservation of the same size (`Reservation`, a live record), so this

@@ -82,7 +82,7 @@ fn who(cfg: &Config, group: Option<&str>) -> String {
 /// Settings that could not be used: those rejected at start-up, and a reserve a bad reading
 /// turned off since.
 fn config_errors(cfg: &Config) -> u64 {
-    cfg.errors.len() as u64 + u64::from(budget::host::problem().is_some()) + u64::from(budget::cgroup::problem().is_some())
+    cfg.errors.len() as u64 + u64::from(budget::host::problem().is_some()) + u64::from(budget::cgroup::floor().problem().is_some())
 }
 
 fn render(cfg: &Config, me: &Writer) -> String {
@@ -120,8 +120,8 @@ fn render(cfg: &Config, me: &Writer) -> String {
         family("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", one(h.lowest));
         family("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", one(t.host_reserve_count));
     }
-    if let Some(c) = budget::cgroup::snapshot() {
-        if let Some(r) = budget::cgroup::reserve() {
+    if let Some(c) = budget::cgroup::floor().snapshot() {
+        if let Some(r) = budget::cgroup::floor().reserve() {
             family("pinguard_cgroup_reserve_bytes", "gauge", "The cgroup reserve in force: the floor pins keep the memory cgroup's headroom above.", one(r));
         }
         family("pinguard_cgroup_limit_bytes", "gauge", "The tightest memory limit on the process's cgroup path, as read when the reserve was set up.", one(c.total));

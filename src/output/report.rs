@@ -69,13 +69,13 @@ fn config(cfg: &Config) -> schema::Config {
         depth: cfg.depth,
         py_depth: cfg.py_depth,
         hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
-        errors: cfg.errors.iter().cloned().chain(budget::host::problem().map(str::to_string)).chain(budget::cgroup::problem().map(str::to_string)).collect(),
+        errors: cfg.errors.iter().cloned().chain(budget::host::problem().map(str::to_string)).chain(budget::cgroup::floor().problem().map(str::to_string)).collect(),
         report_template: files::template().0,
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
         downgrade_match: cfg.downgrade_match.as_ref().map(|_| patterns(cfg)),
         host_reserve_bytes: budget::host::reserve(),
-        cgroup_reserve_bytes: budget::cgroup::reserve(),
+        cgroup_reserve_bytes: budget::cgroup::floor().reserve(),
     }
 }
 
@@ -427,7 +427,7 @@ fn host() -> Option<schema::Host> {
 
 /// The cgroup reserve's figures, once one was in force.
 fn cgroup() -> Option<schema::Cgroup> {
-    budget::cgroup::snapshot().map(|c| schema::Cgroup {
+    budget::cgroup::floor().snapshot().map(|c| schema::Cgroup {
         path: crate::runtime::cgroup::path().unwrap_or_default().to_string(),
         reserve_bytes: c.reserve,
         limit_bytes: c.total,
@@ -540,7 +540,7 @@ pub fn write_exit(cfg: &Config) {
         Err(e) => format!("report not written: {e}"),
     };
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
-    let floors = Floors { host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)), cgroup: budget::cgroup::snapshot().map(|c| (c.reserve, c.lowest)) };
+    let floors = Floors { host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)), cgroup: budget::cgroup::floor().snapshot().map(|c| (c.reserve, c.lowest)) };
     let line = exit_line(std::process::id(), &t, &budget, warn, floors, &whereto);
     log::write_stderr(&with_group_unavailable(line, t.group_unavailable_count, group.as_deref()));
 }

@@ -415,7 +415,7 @@ impl Hook {
                 (Limit::CgroupReserve, _) => format!(
                     "would leave the cgroup {} of headroom, below the reserve of {}",
                     format_bytes(w.over.cgroup_headroom().unwrap_or(0).saturating_sub(w.bytes)),
-                    limit(budget::cgroup::reserve())
+                    limit(budget::cgroup::floor().reserve())
                 ),
                 (Limit::GroupBudget, Some(g)) => format!("goes over group {}'s budget of {}", g.name, limit(g.budget)),
                 (Limit::GroupUnavailable, g) => format!(
