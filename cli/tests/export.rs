@@ -336,3 +336,61 @@ fn bad_inputs_and_empty_weights_get_one_line_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no callsite has refused bytes"), "{o:?}");
 }
+
+#[test]
+fn a_killed_processs_state_is_exported_with_the_reports_figures() {
+    let Some(cmd) = pprof_command() else {
+        reader(false, "go tool pprof (golang-go)");
+        return;
+    };
+    let dir = fresh_dir("export-killed");
+    let held = Held::start(&dir, &["cuda_alloc:65536", "cuda_alloc:8192"], &[]);
+    let pid = held.pid();
+    held.kill();
+    assert!(std::fs::read_dir(&dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".state")), "SIGKILL leaves the state");
+    let runs = [dir.clone(), workload_run("export-with-killed")];
+    let m = merged(&runs);
+    assert!(m["per_process"].as_array().unwrap().iter().any(|p| p["reason"] == "killed" && p["pid"] == pid), "{m}");
+    let file = export("pprof", &[], &runs);
+    let (total, _) = top(&run_pprof(&cmd, &["-top", "-unit=B", "-sample_index=live"], &file));
+    assert_eq!(total, m["totals"]["live_bytes"].as_u64().unwrap());
+    assert!(total >= (64 + 8) * 1024 + (2048 + 512 + 256 + 64) * 1024, "{total}");
+    let killed: u64 = traces(&run_pprof(&cmd, &["-traces", "-unit=B", "-sample_index=live"], &file)).iter().filter(|s| s.1["reason"] == "killed").map(|s| s.0).sum();
+    assert_eq!(killed, (64 + 8) * 1024, "the killed process's samples say so");
+    let folded = std::fs::read_to_string(export("folded", &[], &runs)).unwrap();
+    let sum_folded: u64 = folded.lines().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(sum_folded, total);
+}
+
+/// Gives callsite `i` of a report these Python frames (function, file, line), innermost first,
+/// as the library writes them for a Python caller.
+fn with_py_frames(p: &Path, i: usize, frames: &[(&str, &str, u32)]) {
+    let mut r: Value = read_json(p);
+    r["callsites"][i]["py_frames"] = frames.iter().map(|(s, f, l)| serde_json::json!({"addr": "0x0", "module": f, "offset": null, "symbol": s, "file": f, "line": l})).collect::<Vec<_>>().into();
+    std::fs::write(p, serde_json::to_vec(&r).unwrap()).unwrap();
+}
+
+#[test]
+fn python_frames_are_functions_of_their_own_marked_py() {
+    let dir = workload_run("export-py");
+    let report = reports_in(&dir)[0].clone();
+    with_py_frames(&report, 0, &[("load_weights", "/srv/train.py", 12), ("main", "/srv/train.py", 88)]);
+    let r = read_json(&report);
+    let live = r["callsites"][0]["live_bytes"].as_u64().unwrap();
+    let folded = std::fs::read_to_string(export("folded", &[], &[dir.clone()])).unwrap();
+    assert!(folded.lines().any(|l| l.starts_with("main [py];load_weights [py];") && l.ends_with(&format!(" {live}"))), "{folded}");
+    let speedscope: Value = serde_json::from_slice(&std::fs::read(export("speedscope", &[], &[dir.clone()])).unwrap()).unwrap();
+    assert!(speedscope["shared"]["frames"].as_array().unwrap().iter().any(|f| f["name"] == "load_weights [py]" && f["file"] == "/srv/train.py" && f["line"] == 12), "{speedscope}");
+    let Some(cmd) = pprof_command() else {
+        reader(false, "go tool pprof (golang-go)");
+        return;
+    };
+    let file = export("pprof", &[], &[dir.clone()]);
+    let (_, rows) = top(&run_pprof(&cmd, &["-top", "-cum", "-lines", "-unit=B", "-sample_index=live"], &file));
+    let cum = run_pprof(&cmd, &["-top", "-cum", "-lines", "-unit=B", "-sample_index=live"], &file);
+    assert!(cum.lines().any(|l| l.contains(&format!(" {live}B")) && l.ends_with("load_weights [py] /srv/train.py:12")), "{cum}");
+    assert!(rows.iter().all(|r| !r.1.contains("[py]") || r.0 == 0), "Python frames hold nothing themselves: {rows:?}");
+    // Told apart by their system name too (`-symbolize=none -raw` lists the functions).
+    let raw = run_pprof(&cmd, &["-raw"], &file);
+    assert!(raw.contains("py:load_weights"), "{raw}");
+}
