@@ -66,8 +66,10 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
     for &(t, v) in &r.timeline {
         out.push(counter("pinned bytes", pid, us(t, origin), v));
     }
+    // The timeline's coarse clock can read past the write: the limits last as long as it.
+    let end = [Some(pr.write_unix_ms), r.timeline.last().map(|t| t.0), r.events.last().map(|e| e.unix_ms)].into_iter().flatten().max().unwrap_or(0);
     for (what, bytes) in limits(p) {
-        for t in [pr.start_unix_ms, pr.write_unix_ms] {
+        for t in [pr.start_unix_ms, end] {
             out.push(counter(what, pid, us(t, origin), bytes));
         }
     }
