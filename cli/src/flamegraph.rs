@@ -1,7 +1,7 @@
 //! `pinguard flamegraph`: merged callsites as a flame graph (inferno), weighted by live bytes,
 //! peak bytes or allocation count.
 
-use crate::merge::{demangle, Merged};
+use crate::merge::{demangle, Merged, Site};
 use pinguard_report::Frame;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -11,7 +11,8 @@ pub enum Metric {
     Allocs,
 }
 
-fn name(f: &Frame) -> String {
+/// A frame's name in a stack: its demangled function, else `module+0xoffset`, else its address.
+pub fn name(f: &Frame) -> String {
     let n = match (&f.symbol, &f.module, &f.offset) {
         (Some(s), _, _) => demangle(s),
         (None, Some(m), Some(o)) => format!("{}+{:#x}", crate::merge::basename(m), o.0),
@@ -37,18 +38,26 @@ pub fn folded(m: &Merged, metric: Metric) -> Vec<String> {
                 Metric::Peak => c.peak_live_bytes,
                 Metric::Allocs => c.alloc_count,
             };
-            if w == 0 {
-                return None;
-            }
-            // Python frames from the outermost, then the native code the innermost one called:
-            // the native frames up to the first one in the interpreter itself.
-            let mut parts: Vec<String> = c.py_frames.iter().rev().map(|f| format!("{} [py]", name(f))).collect();
-            let native = if c.py_frames.is_empty() { c.frames.len() } else { c.frames.iter().position(in_interpreter).unwrap_or(c.frames.len()) };
-            parts.extend(c.frames[..native].iter().rev().map(name));
-            parts.push(format!("[{}]", c.apis.iter().cloned().collect::<Vec<_>>().join(",")));
-            Some(format!("{} {w}", parts.join(";")))
+            (w != 0).then(|| format!("{} {w}", stack(c).join(";")))
         })
         .collect()
+}
+
+/// A callsite's frames as a flame graph names them, root first: Python frames from the outermost
+/// (`name [py]`), then the native code the innermost one called (the native frames up to the
+/// first one in the interpreter itself), then the entry points (`[cudaHostAlloc]`).
+pub fn stack(c: &Site) -> Vec<String> {
+    let mut parts: Vec<String> = c.py_frames.iter().rev().map(|f| format!("{} [py]", name(f))).collect();
+    parts.extend(native_frames(c).iter().rev().map(name));
+    parts.push(format!("[{}]", c.apis.iter().cloned().collect::<Vec<_>>().join(",")));
+    parts
+}
+
+/// The native frames a flame graph shows, innermost first: all of them outside Python, else the
+/// ones the innermost Python frame called (up to the first in the interpreter).
+pub fn native_frames(c: &Site) -> &[Frame] {
+    let native = if c.py_frames.is_empty() { c.frames.len() } else { c.frames.iter().position(in_interpreter).unwrap_or(c.frames.len()) };
+    &c.frames[..native]
 }
 
 pub fn render(m: &Merged, metric: Metric, out: &std::path::Path) -> Result<(), String> {

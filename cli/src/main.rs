@@ -10,6 +10,7 @@ mod check;
 mod diff;
 mod doctor;
 mod doctor_probe;
+mod export;
 mod flamegraph;
 mod input;
 mod merge;
@@ -251,6 +252,33 @@ enum Cmd {
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
+    /// Write the merged reports in another tool's format: pprof (go tool pprof, Pyroscope, Parca),
+    /// perfetto (Chrome trace-event JSON for the Perfetto UI and chrome://tracing), speedscope,
+    /// or folded stacks (inferno, flamegraph.pl, Pyroscope).
+    ///
+    /// pprof carries every figure per callsite and process (sample types live, peak, calls,
+    /// refused bytes, refused calls; labels process, host, api, reason); perfetto carries each
+    /// process's pinned bytes over time, its limits, and every refusal and downgrade with its
+    /// callsite; speedscope and folded carry the figure --weight names.
+    #[command(after_help = EXIT_READ)]
+    Export {
+        /// The format to write.
+        #[arg(long, value_enum)]
+        format: export::Format,
+        /// What speedscope's and folded stacks' widths show (pprof and perfetto carry all).
+        #[arg(long, value_enum, default_value = "live")]
+        weight: export::Weight,
+        /// Where to write it; `-` (the default) for standard output.
+        #[arg(short, long, value_name = "FILE", default_value = "-")]
+        output: PathBuf,
+        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+        /// stderr); exit 2 only when none can be read.
+        #[arg(long)]
+        keep_going: bool,
+        /// Report files (*.json, *.state) and folders to scan for them.
+        #[arg(required = true, value_name = "FILES|DIRS")]
+        inputs: Vec<PathBuf>,
+    },
     /// A live view of a group (its shared ledger) or a directory of metrics files: processes by
     /// pinned bytes, budget use, refusals.
     #[command(after_help = EXIT_TOP)]
@@ -408,6 +436,16 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pinguard flamegraph: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Cmd::Export { format, weight, output, keep_going, inputs } => {
+            let Ok(d) = export::load(&inputs, keep_going) else { return ExitCode::from(2) };
+            match export::render(&d, format, weight).and_then(|bytes| export::write(&bytes, &output)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("pinguard export: {e}");
                     ExitCode::from(2)
                 }
             }

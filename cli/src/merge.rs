@@ -116,7 +116,7 @@ fn frames_label(frames: &[Frame]) -> String {
 /// library versions).
 pub type SiteKey = (u64, u64);
 
-fn site_key(frames: &[FrameView<'_>], py_frames: &[FrameView<'_>]) -> SiteKey {
+pub fn site_key(frames: &[FrameView<'_>], py_frames: &[FrameView<'_>]) -> SiteKey {
     let mut a = std::hash::DefaultHasher::new();
     let mut b = std::hash::DefaultHasher::new();
     b.write_u64(0x9e37_79b9_7f4a_7c15);
@@ -542,22 +542,34 @@ impl Merged {
 
 /// Reads all inputs into one merged, sorted view, parsing on every core.
 pub fn merge_inputs(inputs: &[std::path::PathBuf], keep_going: bool) -> Result<Merged, ()> {
-    let parts = crate::input::parallel(inputs, keep_going, Merged::default, |m, path, bytes| {
+    merge_inputs_with(inputs, keep_going, |_, _, _| Ok(())).map(|(m, _)| m)
+}
+
+/// `merge_inputs`, also handing each report (its path, bytes and parsed view) to `each`, for
+/// readers that need more of it than the merge keeps (`export`: events, modules, timelines).
+pub fn merge_inputs_with<T: Send>(
+    inputs: &[std::path::PathBuf],
+    keep_going: bool,
+    each: impl Fn(&std::path::Path, &[u8], &ReportView<'_>) -> Result<T, String> + Sync,
+) -> Result<(Merged, Vec<T>), ()> {
+    let parts = crate::input::parallel(inputs, keep_going, || (Merged::default(), Vec::new()), |(m, extra), path, bytes| {
         if crate::record::is_record(bytes) {
             m.runs.push(crate::record::parse(bytes)?);
             return Ok(());
         }
         let view = ReportView::parse(bytes).map_err(|e| e.0)?;
+        extra.push(each(path, bytes, &view)?);
         m.add(path, &view);
         Ok(())
     })?;
     let mut it = parts.into_iter();
-    let mut m = it.next().unwrap_or_default();
-    for p in it {
+    let (mut m, mut extras) = it.next().unwrap_or_default();
+    for (p, e) in it {
         m.absorb(p);
+        extras.extend(e);
     }
     m.finish();
-    Ok(m)
+    Ok((m, extras))
 }
 
 #[cfg(test)]
