@@ -1,0 +1,87 @@
+//! AddressSanitizer and pinguard in one process, in the order ASan demands (its runtime first in
+//! `LD_PRELOAD`, pinguard after it): both start, pinning through the CUDA runtime is tracked and
+//! held to the budget, ASan's own findings and exit status stand, and what ASan does to `mlock`
+//! (gcc's runtime makes it a no-op that returns 0) is what pinguard and the kernel both report.
+
+mod common;
+#[path = "common/asan.rs"]
+mod asan_fixture;
+
+use asan_fixture::asan;
+use common::*;
+use std::ffi::OsString;
+use std::time::Duration;
+
+fn preload_asan_first(runtime: &std::path::Path) -> OsString {
+    let mut v = runtime.as_os_str().to_owned();
+    v.push(":");
+    v.push(&fixtures().lib);
+    v
+}
+
+/// `asan_pin STEPS` with ASan's runtime then pinguard preloaded, reports in a fresh folder.
+fn run_asan_pin(steps: &[&str], env: &[(&str, &str)]) -> Option<Run> {
+    let a = asan()?;
+    let dir = fresh_dir("asan");
+    let mut cmd = command_in(&a.prog, &dir, false);
+    cmd.env("LD_PRELOAD", preload_asan_first(&a.runtime)).args(steps);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Some(Run::from_output(run_bounded(&mut cmd, Duration::from_secs(60)), dir))
+}
+
+#[test]
+fn the_pair_loads_into_a_program_built_without_asan() {
+    let Some(a) = asan() else { return };
+    // Before: pinguard's constructor reached ASan's __tls_get_addr, which started ASan, whose
+    // dlsym(RTLD_NEXT) came back into pinguard before ASan could call anything: SIGSEGV.
+    for prog in ["/bin/true", "/bin/echo"] {
+        let dir = fresh_dir("asan-plain");
+        let mut cmd = command_in(std::path::Path::new(prog), &dir, false);
+        cmd.env("LD_PRELOAD", preload_asan_first(&a.runtime)).arg("loaded");
+        let out = run_bounded(&mut cmd, Duration::from_secs(60));
+        assert!(out.status.success(), "{prog}: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[test]
+fn an_asan_program_is_tracked_and_held_to_its_budget() {
+    let Some(r) = run_asan_pin(&["cuda:4", "cuda:4", "vmlck"], &[("PINGUARD_BUDGET", "6MiB"), ("ASAN_OPTIONS", "detect_leaks=0")]) else { return };
+    assert!(r.success(), "{:?}\n{}\n{}", r.out.status, r.stdout, r.stderr);
+    assert!(!r.stderr.contains("AddressSanitizer"), "{}", r.stderr);
+    // The second allocation would take the process past 6 MiB: the runtime's own error for it.
+    assert!(r.stdout.contains("cuda 4 MiB rc=0\ncuda 4 MiB rc=2\n"), "{}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["live_bytes"], 4 << 20, "{rep}");
+    assert_eq!(rep["totals"]["denied_count"], 1, "{rep}");
+    assert_eq!(rep["apis"]["cudaHostAlloc"]["alloc_count"], 1, "{rep}");
+}
+
+#[test]
+fn asan_swallows_mlock_and_pinguard_claims_no_locked_pages() {
+    let Some(r) = run_asan_pin(&["mlock:2", "vmlck", "cuda:1", "vmlck"], &[("ASAN_OPTIONS", "detect_leaks=0")]) else { return };
+    assert!(r.success(), "{:?}\n{}\n{}", r.out.status, r.stdout, r.stderr);
+    // gcc's ASan intercepts the mlock family and returns 0 without locking (it would pin its
+    // shadow memory too): the kernel counts nothing locked, even for the emulated runtime's own
+    // mlock of the CUDA allocation.
+    assert!(r.stdout.contains("mlock 2 MiB rc=0\nvmlck=0\n"), "{}", r.stdout);
+    assert!(r.stdout.contains("cuda 1 MiB rc=0\nvmlck=0\n"), "{}", r.stdout);
+    let rep = r.report();
+    // The program's mlock went to ASan, never to pinguard: no locked bytes claimed.
+    assert!(rep["apis"].get("mlock").is_none(), "{rep}");
+    assert_eq!(rep["kernel"]["vm_lck_bytes"], 0, "{rep}");
+    // The CUDA allocation is pinguard's to count (a real driver pins without mlock).
+    assert_eq!(rep["totals"]["live_bytes"], 1 << 20, "{rep}");
+}
+
+#[test]
+fn asan_findings_and_exit_status_stand() {
+    let Some(r) = run_asan_pin(&["cuda:1", "uaf"], &[]) else { return };
+    assert_eq!(r.out.status.code(), Some(1), "ASan's exit status\n{}", r.stderr);
+    assert!(r.stderr.contains("ERROR: AddressSanitizer: heap-use-after-free"), "{}", r.stderr);
+    assert!(r.stderr.contains("asan_pin.c"), "ASan names the line\n{}", r.stderr);
+    assert!(!r.stdout.contains("exit"), "{}", r.stdout);
+    let code = run_asan_pin(&["uaf"], &[("ASAN_OPTIONS", "exitcode=42")]).unwrap();
+    assert_eq!(code.out.status.code(), Some(42), "{}", code.stderr);
+}

@@ -1,0 +1,49 @@
+//! The AddressSanitizer fixture, shared by tests/asan.rs and the CLI's tests: gcc's ASan runtime
+//! and `tests/progs/asan_pin.c` built with it, linked with the emulated CUDA runtime.
+
+use crate::common::{aarch64, cc, fixtures, root};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub struct Asan {
+    /// The runtime's file (`libasan.so`, a link to `libasan.so.N`).
+    pub runtime: PathBuf,
+    /// `asan_pin`, built with `-fsanitize=address`.
+    pub prog: PathBuf,
+}
+
+/// The fixture, or `None` after a printed SKIPPED line where this machine has no ASan runtime and
+/// neither `PINGUARD_REQUIRE_ASAN` nor `PGTEST_REQUIRE_ALL` (set by `.ci/run`, which installs
+/// it) asks for one.
+pub fn asan() -> Option<&'static Asan> {
+    static A: OnceLock<Option<Asan>> = OnceLock::new();
+    A.get_or_init(build).as_ref()
+}
+
+fn skip(why: &str) -> Option<Asan> {
+    let required = std::env::var_os("PINGUARD_REQUIRE_ASAN").is_some() || std::env::var_os("PGTEST_REQUIRE_ALL").is_some();
+    assert!(!required, "AddressSanitizer is required here: {why}");
+    eprintln!("SKIPPED: {why}; .ci/run installs it");
+    None
+}
+
+fn build() -> Option<Asan> {
+    if aarch64() {
+        // Not a missing package: ASan's shadow memory does not map under qemu-aarch64.
+        eprintln!("SKIPPED: AddressSanitizer under qemu-aarch64 (its shadow memory does not map there)");
+        return None;
+    }
+    let out = Command::new("cc").arg("-print-file-name=libasan.so").output().ok()?;
+    let runtime = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    // gcc prints the bare name back when it has no such file.
+    if !runtime.is_absolute() || !runtime.exists() {
+        return skip("no AddressSanitizer runtime (libasan.so) for cc");
+    }
+    let dir = fixtures().dir.clone();
+    let prog = dir.join("asan_pin");
+    let src = root().join("tests/progs/asan_pin.c");
+    let (p, s, l) = (prog.to_string_lossy(), src.to_string_lossy(), dir.to_string_lossy());
+    cc(&["-g", "-O1", "-Wall", "-fsanitize=address", "-fno-omit-frame-pointer", "-o", &p, &s, "-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+    Some(Asan { runtime, prog })
+}
