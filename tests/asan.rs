@@ -19,29 +19,35 @@ fn preload_asan_first(runtime: &std::path::Path) -> OsString {
     v
 }
 
-/// `asan_pin STEPS` with ASan's runtime then pinguard preloaded, reports in a fresh folder.
-fn run_asan_pin(steps: &[&str], env: &[(&str, &str)]) -> Option<Run> {
+/// `prog ARGS` with ASan's runtime then pinguard preloaded, reports in a fresh folder.
+fn run_preloaded(prog: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Option<Run> {
     let a = asan()?;
     let dir = fresh_dir("asan");
-    let mut cmd = command_in(&a.prog, &dir, false);
-    cmd.env("LD_PRELOAD", preload_asan_first(&a.runtime)).args(steps);
+    let mut cmd = program(prog, Some(&preload_asan_first(&a.runtime)));
+    cmd.current_dir(&dir).args(args);
+    clear_pinguard_env(&mut cmd);
+    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
     for (k, v) in env {
         cmd.env(k, v);
     }
     Some(Run::from_output(run_bounded(&mut cmd, Duration::from_secs(60)), dir))
 }
 
+/// `asan_pin STEPS`, preloaded as above.
+fn run_asan_pin(steps: &[&str], env: &[(&str, &str)]) -> Option<Run> {
+    run_preloaded(&asan()?.prog, steps, env)
+}
+
 #[test]
 fn the_pair_loads_into_a_program_built_without_asan() {
-    let Some(a) = asan() else { return };
     // Before: pinguard's constructor reached ASan's __tls_get_addr, which started ASan, whose
     // dlsym(RTLD_NEXT) came back into pinguard before ASan could call anything: SIGSEGV.
-    for prog in ["/bin/true", "/bin/echo"] {
-        let dir = fresh_dir("asan-plain");
-        let mut cmd = command_in(std::path::Path::new(prog), &dir, false);
-        cmd.env("LD_PRELOAD", preload_asan_first(&a.runtime)).arg("loaded");
-        let out = run_bounded(&mut cmd, Duration::from_secs(60));
-        assert!(out.status.success(), "{prog}: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    let Some(r) = run_preloaded(&fixtures().dir.join("scenario"), &["cuda_alloc:4096"], &[]) else { return };
+    assert!(r.success(), "{:?}\n{}\n{}", r.out.status, r.stdout, r.stderr);
+    assert_eq!(r.report()["totals"]["live_bytes"], 4096, "{}", r.report());
+    if !aarch64() {
+        let r = run_preloaded(std::path::Path::new("/bin/true"), &[], &[]).unwrap();
+        assert!(r.success(), "/bin/true: {:?}\n{}", r.out.status, r.stderr);
     }
 }
 

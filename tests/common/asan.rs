@@ -7,7 +7,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 pub struct Asan {
-    /// The runtime's file (`libasan.so`, a link to `libasan.so.N`).
+    /// The runtime as `LD_PRELOAD` names it: its file (`libasan.so`, a link to `libasan.so.N`),
+    /// or under qemu-aarch64 its soname.
     pub runtime: PathBuf,
     /// `asan_pin`, built with `-fsanitize=address`.
     pub prog: PathBuf,
@@ -29,17 +30,16 @@ fn skip(why: &str) -> Option<Asan> {
 }
 
 fn build() -> Option<Asan> {
-    if aarch64() {
-        // Not a missing package: ASan's shadow memory does not map under qemu-aarch64.
-        eprintln!("SKIPPED: AddressSanitizer under qemu-aarch64 (its shadow memory does not map there)");
-        return None;
-    }
-    let out = Command::new("cc").arg("-print-file-name=libasan.so").output().ok()?;
+    let compiler = if aarch64() { "aarch64-linux-gnu-gcc" } else { "cc" };
+    let out = Command::new(compiler).arg("-print-file-name=libasan.so").output().ok()?;
     let runtime = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     // gcc prints the bare name back when it has no such file.
     if !runtime.is_absolute() || !runtime.exists() {
-        return skip("no AddressSanitizer runtime (libasan.so) for cc");
+        return skip(&format!("no AddressSanitizer runtime (libasan.so) for {compiler}"));
     }
+    // qemu-aarch64 finds the guest's libraries under /usr/aarch64-linux-gnu, not where the
+    // cross compiler keeps its runtime: the guest's loader takes a name it can search for.
+    let runtime = if aarch64() { PathBuf::from(std::fs::read_link(&runtime).ok()?.file_name()?) } else { runtime };
     let dir = fixtures().dir.clone();
     let prog = dir.join("asan_pin");
     let src = root().join("tests/progs/asan_pin.c");
