@@ -68,19 +68,23 @@ fn an_asan_program_is_tracked_and_held_to_its_budget() {
 
 #[test]
 fn asan_swallows_mlock_and_pinguard_claims_no_locked_pages() {
-    let Some(r) = run_asan_pin(&["mlock:2", "vmlck", "cuda:1", "vmlck"], &[]) else { return };
+    let Some(r) = run_asan_pin(&["mlock:2", "vmlck", "cuda:1", "vmlck", "mmap_locked:1", "vmlck"], &[]) else { return };
     assert!(r.success(), "{:?}\n{}\n{}", r.out.status, r.stdout, r.stderr);
-    // gcc's ASan intercepts the mlock family and returns 0 without locking (it would pin its
-    // shadow memory too): the kernel counts nothing locked, even for the emulated runtime's own
-    // mlock of the CUDA allocation.
+    // gcc's ASan intercepts the mlock family and returns 0 without locking: the kernel counts
+    // nothing locked, even for the emulated runtime's own mlock of the CUDA allocation.
     assert!(r.stdout.contains("mlock 2 MiB rc=0\nvmlck=0\n"), "{}", r.stdout);
     assert!(r.stdout.contains("cuda 1 MiB rc=0\nvmlck=0\n"), "{}", r.stdout);
+    // mmap(MAP_LOCKED) does lock: ASan's mmap passes it on (to pinguard's, then libc's).
+    assert!(r.stdout.contains("mmap_locked 1 MiB ok=1\nvmlck=1024\n"), "{}", r.stdout);
     let rep = r.report();
-    // The program's mlock went to ASan, never to pinguard: no locked bytes claimed.
+    // The program's mlock went to ASan, never to pinguard: no locked bytes claimed for it; the
+    // locked mapping is counted, as the kernel counts it.
     assert!(rep["apis"].get("mlock").is_none(), "{rep}");
-    assert_eq!(rep["kernel"]["vm_lck_bytes"], 0, "{rep}");
+    assert_eq!(rep["apis"]["mmap"]["live_bytes"], 1 << 20, "{rep}");
+    assert_eq!(rep["kernel"]["vm_lck_bytes"], 1 << 20, "{rep}");
     // The CUDA allocation is pinguard's to count (a real driver pins without mlock).
-    assert_eq!(rep["totals"]["live_bytes"], 1 << 20, "{rep}");
+    assert_eq!(rep["apis"]["cudaHostAlloc"]["live_bytes"], 1 << 20, "{rep}");
+    assert_eq!(rep["totals"]["live_bytes"], 2 << 20, "{rep}");
 }
 
 #[test]
