@@ -88,6 +88,19 @@ fn asan_swallows_mlock_and_pinguard_claims_no_locked_pages() {
 }
 
 #[test]
+fn a_program_with_asan_linked_in_needs_only_pinguard_preloaded() {
+    let Some(a) = asan() else { return };
+    let dir = fresh_dir("asan-static");
+    let mut cmd = command_in(&a.prog_static, &dir, true);
+    cmd.args(["cuda:4", "mlock:1", "vmlck", "uaf"]).env("ASAN_OPTIONS", "detect_leaks=0");
+    let r = Run::from_output(run_bounded(&mut cmd, Duration::from_secs(60)), dir);
+    // ASan starts from the program's .preinit_array and asks pinguard's dlsym at once.
+    assert_eq!(r.out.status.code(), Some(1), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("cuda 4 MiB rc=0\nmlock 1 MiB rc=0\nvmlck=0\n"), "{}", r.stdout);
+    assert!(r.stderr.contains("ERROR: AddressSanitizer: heap-use-after-free"), "{}", r.stderr);
+}
+
+#[test]
 fn asan_findings_and_exit_status_stand() {
     let Some(r) = run_asan_pin(&["cuda:1", "uaf"], &[]) else { return };
     assert_eq!(r.out.status.code(), Some(1), "ASan's exit status\n{}", r.stderr);

@@ -12,6 +12,9 @@ pub struct Asan {
     pub runtime: PathBuf,
     /// `asan_pin`, built with `-fsanitize=address`.
     pub prog: PathBuf,
+    /// The same with the runtime linked into the program (`-static-libasan`): nothing to preload
+    /// but pinguard, and ASan starts inside the program, before any constructor.
+    pub prog_static: PathBuf,
 }
 
 /// The fixture, or `None` after a printed SKIPPED line where this machine has no ASan runtime and
@@ -44,6 +47,11 @@ fn build() -> Option<Asan> {
     let prog = dir.join("asan_pin");
     let src = root().join("tests/progs/asan_pin.c");
     let (p, s, l) = (prog.to_string_lossy(), src.to_string_lossy(), dir.to_string_lossy());
-    cc(&["-g", "-O1", "-Wall", "-fsanitize=address", "-fno-omit-frame-pointer", "-o", &p, &s, "-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
-    Some(Asan { runtime, prog })
+    let link = ["-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"];
+    let asan = ["-g", "-O1", "-Wall", "-fsanitize=address", "-fno-omit-frame-pointer"];
+    cc(&[&asan[..], &["-o", &p, &s], &link[..]].concat());
+    let prog_static = dir.join("asan_pin_static");
+    let ps = prog_static.to_string_lossy();
+    cc(&[&asan[..], &["-static-libasan", "-o", &ps, &s], &link[..]].concat());
+    Some(Asan { runtime, prog, prog_static })
 }
