@@ -393,6 +393,37 @@ fn unreachable_by_preload(cmd: &std::ffi::OsStr) -> Option<String> {
     Some(format!("{} is statically linked: there is no dynamic loader in it to load pinguard (LD_PRELOAD); processes it starts that are dynamically linked are still watched", path.display()))
 }
 
+/// Whether a preload entry names an AddressSanitizer runtime (gcc's `libasan.so.N`, clang's
+/// `libclang_rt.asan-ARCH.so`).
+fn is_asan_runtime(entry: &[u8]) -> bool {
+    let file = entry.rsplit(|&c| c == b'/').next().unwrap_or(entry);
+    file.starts_with(b"libasan.so") || (file.starts_with(b"libclang_rt.asan") && file.ends_with(b".so"))
+}
+
+/// The AddressSanitizer runtime the program `cmd` runs needs (its `DT_NEEDED` entry, a soname the
+/// loader finds as it would for the program itself), when it is built with one.
+fn sanitizer_runtime(cmd: &std::ffi::OsStr) -> Option<String> {
+    let path = resolve(cmd)?;
+    let elf = pinguard_report::elf::Elf::open(path.to_str()?)?;
+    elf.needed().into_iter().find(|n| is_asan_runtime(n.as_bytes()))
+}
+
+/// The command's `LD_PRELOAD`: pinguard, then what the user preloads. AddressSanitizer refuses to
+/// start unless its runtime is the first object after the program ("ASan runtime does not come
+/// first"), so an ASan runtime (the program's, or one the user preloads, which wins) goes first,
+/// pinguard right after it. glibc separates entries with colons or spaces.
+fn preload_list(lib: &Path, sanitizer: Option<&str>, old: Option<&std::ffi::OsStr>) -> OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let old = old.map(|o| o.as_bytes()).unwrap_or_default();
+    let entries: Vec<&[u8]> = old.split(|&c| c == b':' || c == b' ').filter(|e| !e.is_empty()).collect();
+    let users_asan = entries.iter().find(|e| is_asan_runtime(e)).copied();
+    let asan = users_asan.or(sanitizer.map(str::as_bytes));
+    let mut list: Vec<&[u8]> = asan.into_iter().collect();
+    list.push(lib.as_os_str().as_bytes());
+    list.extend(entries.iter().filter(|e| !is_asan_runtime(e)));
+    OsString::from_vec(list.join(&b':'))
+}
+
 /// Makes the run's folder, so that a run always leaves one (with its record) and a folder that
 /// cannot be made stops the run before the command starts: `access` on an ancestor does not tell
 /// (root may write anywhere, but not create a directory under /proc).
@@ -436,15 +467,11 @@ pub fn run(o: Options) -> i32 {
     if let Some(why) = &unreachable {
         eprintln!("pinguard run: {why}");
     }
-    let preload = match std::env::var_os("LD_PRELOAD") {
-        Some(old) if !old.is_empty() => {
-            let mut v = lib.clone().into_os_string();
-            v.push(":");
-            v.push(old);
-            v
-        }
-        _ => lib.clone().into_os_string(),
-    };
+    let sanitizer = sanitizer_runtime(&o.cmd[0]);
+    let preload = preload_list(&lib, sanitizer.as_deref(), std::env::var_os("LD_PRELOAD").as_deref());
+    if let Some(rt) = &sanitizer {
+        eprintln!("pinguard run: {} is built with AddressSanitizer ({rt}): its runtime is preloaded first, pinguard after it", o.cmd[0].to_string_lossy());
+    }
     let mut cmd = Command::new(&o.cmd[0]);
     cmd.args(&o.cmd[1..]).env("LD_PRELOAD", preload).env(pinguard_report::vars::REPORT.name, &template_abs);
     for (k, v) in &o.env {
@@ -823,5 +850,20 @@ mod tests {
         assert_eq!(signal_name(9), "SIGKILL");
         assert_eq!(signal_name(15), "SIGTERM");
         assert_eq!(signal_name(77), "signal 77");
+    }
+
+    #[test]
+    fn an_asan_runtime_goes_first_in_the_preload_list() {
+        let lib = Path::new("/opt/pg/libpinguard.so");
+        let list = |asan: Option<&str>, old: Option<&str>| preload_list(lib, asan, old.map(std::ffi::OsStr::new)).into_string().unwrap();
+        assert_eq!(list(None, None), "/opt/pg/libpinguard.so");
+        assert_eq!(list(None, Some("")), "/opt/pg/libpinguard.so");
+        assert_eq!(list(None, Some("libx.so libz.so")), "/opt/pg/libpinguard.so:libx.so:libz.so");
+        assert_eq!(list(Some("libasan.so.8"), None), "libasan.so.8:/opt/pg/libpinguard.so");
+        assert_eq!(list(Some("libasan.so.8"), Some("libx.so")), "libasan.so.8:/opt/pg/libpinguard.so:libx.so");
+        // The user's own runtime, wherever it was in the list, is the one that goes first.
+        assert_eq!(list(Some("libasan.so.8"), Some("libx.so:/usr/lib/libasan.so.6")), "/usr/lib/libasan.so.6:/opt/pg/libpinguard.so:libx.so");
+        assert_eq!(list(None, Some("libx.so /c/libclang_rt.asan-x86_64.so")), "/c/libclang_rt.asan-x86_64.so:/opt/pg/libpinguard.so:libx.so");
+        assert!(!is_asan_runtime(b"/lib/libasan_helper.txt") && !is_asan_runtime(b"libhwasan.so.0"));
     }
 }

@@ -11,7 +11,9 @@ const SHT_SYMTAB: u32 = 2;
 const SHT_STRTAB: u32 = 3;
 const SHT_NOTE: u32 = 7;
 const SHT_NOBITS: u32 = 8;
+const SHT_DYNAMIC: u32 = 6;
 const SHT_DYNSYM: u32 = 11;
+const DT_NEEDED: u64 = 1;
 const SHF_COMPRESSED: u64 = 0x800;
 const STT_FUNC: u8 = 2;
 const STT_GNU_IFUNC: u8 = 10;
@@ -98,6 +100,27 @@ impl Elf {
             }
             None
         })
+    }
+
+    /// The libraries the object names as needed (`DT_NEEDED`), as written there (sonames such as
+    /// `libasan.so.8`), in order; empty for a statically linked program. Read from the `.dynamic`
+    /// section and the string table it links to, each at most `TABLE_MAX` bytes.
+    pub fn needed(&self) -> Vec<String> {
+        let Some(dynamic) = self.sections.iter().find(|s| s.kind == SHT_DYNAMIC) else { return Vec::new() };
+        let strtab = self.sections.get(dynamic.link as usize).filter(|s| s.kind == SHT_STRTAB);
+        let (Some(entries), Some(names)) = (
+            read_at(&self.file, dynamic.offset, dynamic.size.min(TABLE_MAX)),
+            strtab.and_then(|s| read_at(&self.file, s.offset, s.size.min(TABLE_MAX))),
+        ) else {
+            return Vec::new();
+        };
+        entries
+            .chunks_exact(16)
+            .map(|e| (u64_at(e, 0), u64_at(e, 8)))
+            .take_while(|&(tag, _)| tag != 0)
+            .filter(|&(tag, _)| tag == DT_NEEDED)
+            .filter_map(|(_, at)| c_str(&names, usize::try_from(at).ok()?))
+            .collect()
     }
 
     /// The bytes a DWARF reader would have to look through: the debug sections (compressed ones
@@ -252,6 +275,17 @@ pub(crate) mod tests {
         let lo = u64::from_str_radix(line.split('-').next().unwrap(), 16).unwrap();
         let off = u64::from_str_radix(line.split_whitespace().nth(2).unwrap(), 16).unwrap();
         lo - off
+    }
+
+    #[test]
+    fn needed_lists_the_libraries_this_program_links() {
+        let needed = Elf::open(&this_program()).unwrap().needed();
+        assert!(needed.iter().any(|n| n.starts_with("libc.so")), "{needed:?}");
+        // The loader's own answer for this process names each of them.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        for n in &needed {
+            assert!(maps.lines().any(|l| l.ends_with(&format!("/{n}"))), "{n} not mapped");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! another interposer's listed later). docs/field-notes.md, "Interposing `dlsym`".
 
 use crate::runtime::objects::for_each_object;
-use std::ffi::{c_char, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
@@ -19,7 +19,11 @@ pub(crate) static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 static STATE: AtomicU8 = AtomicU8::new(0);
 
 /// Finds the real functions once. Safe to call from the very first `dlsym` of the process,
-/// before pinguard's constructor: it only walks the loaded objects' symbol tables.
+/// before pinguard's constructor, and from inside AddressSanitizer's start-up: its runtime asks
+/// `dlsym(RTLD_NEXT, ...)` for each function it intercepts, through pinguard's trampoline, while
+/// its own `__tls_get_addr` (which it intercepts) has nothing to call yet. So this touches no
+/// thread-local variable, allocates nothing and calls nothing such a runtime intercepts: one
+/// `dl_iterate_phdr` pass reading symbol tables in memory, then libc's `dlsym`.
 pub fn init() {
     if STATE.load(Ordering::Acquire) == 2 {
         return;
@@ -30,21 +34,80 @@ pub fn init() {
         }
         return;
     }
-    let libc_dlsym = find_in_libc(b"dlsym");
-    let libc_dlvsym = find_in_libc(b"dlvsym");
-    if libc_dlsym != 0 {
-        // SAFETY: `libc_dlsym` is libc's non-zero default-version `dlsym`, whose C signature is `DlsymFn`.
-        let f: DlsymFn = unsafe { std::mem::transmute(libc_dlsym) };
+    let found = scan_at_start();
+    if found.dlsym != 0 {
+        let own = |a: usize| found.own.0 <= a && a < found.own.1;
+        // SAFETY: `found.dlsym` is libc's non-zero default-version `dlsym`, whose C signature is `DlsymFn`.
+        let f: DlsymFn = unsafe { std::mem::transmute(found.dlsym) };
         // Called from here, RTLD_NEXT means "after pinguard".
         // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
-        REAL_DLSYM.store(if next != 0 && !crate::runtime::objects::is_own(next) { next } else { libc_dlsym }, Ordering::Release);
+        REAL_DLSYM.store(if next != 0 && !own(next) { next } else { found.dlsym }, Ordering::Release);
         // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlvsym".as_ptr()) } as usize;
-        let v = if next != 0 && !crate::runtime::objects::is_own(next) { next } else { libc_dlvsym };
-        REAL_DLVSYM.store(v, Ordering::Release);
+        REAL_DLVSYM.store(if next != 0 && !own(next) { next } else { found.dlvsym }, Ordering::Release);
     }
     STATE.store(2, Ordering::Release);
+}
+
+/// What `init` needs from the loaded objects.
+#[derive(Default)]
+struct AtStart {
+    dlsym: usize,
+    dlvsym: usize,
+    /// pinguard's own object's lowest and highest address.
+    own: (usize, usize),
+}
+
+/// libc's `dlsym` and `dlvsym` and pinguard's own range, read inside `dl_iterate_phdr`'s
+/// callback: unlike `for_each_object`, no fork gate (a thread-local counter) and no list. The
+/// callback only reads mapped tables, so holding the loader's lock meanwhile is brief; it runs
+/// once per process, at its first `dlsym`, before a fork could be waiting on the gate.
+fn scan_at_start() -> AtStart {
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the `&mut AtStart` passed below, live for the whole walk.
+        let at = unsafe { &mut *(data as *mut AtStart) };
+        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
+        let info = unsafe { &*info };
+        let base = info.dlpi_addr as usize;
+        let (mut start, mut end, mut dynamic) = (usize::MAX, 0usize, 0usize);
+        for i in 0..info.dlpi_phnum as usize {
+            // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
+            let ph = unsafe { &*info.dlpi_phdr.add(i) };
+            match ph.p_type {
+                libc::PT_DYNAMIC => dynamic = base + ph.p_vaddr as usize,
+                libc::PT_LOAD => {
+                    start = start.min(base + ph.p_vaddr as usize);
+                    end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
+                }
+                _ => {}
+            }
+        }
+        let probe = scan_at_start as *const () as usize;
+        if start <= probe && probe < end {
+            at.own = (start, end);
+        }
+        // SAFETY: a non-null `dlpi_name` is the loader's NUL-terminated name of the object.
+        let libc_like = !info.dlpi_name.is_null() && is_libc(unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes());
+        if libc_like && at.dlsym == 0 {
+            // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
+            at.dlsym = unsafe { elf_lookup(base, dynamic, b"dlsym") }.unwrap_or(0);
+            // SAFETY: as above.
+            at.dlvsym = unsafe { elf_lookup(base, dynamic, b"dlvsym") }.unwrap_or(0);
+        }
+        0
+    }
+    let mut at = AtStart::default();
+    // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut at`, an
+    // `AtStart` that `cb` casts back to exactly that type, for the whole call.
+    unsafe { libc::dl_iterate_phdr(Some(cb), &mut at as *mut AtStart as *mut c_void) };
+    at
+}
+
+/// libc (or, before glibc 2.34, libdl, where `dlsym` lived).
+fn is_libc(path: &[u8]) -> bool {
+    let file = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
+    file.starts_with(b"libc.so") || file.starts_with(b"libdl.so")
 }
 
 /// `dlsym` as if pinguard did not export one; the caller seen by the loader is pinguard.
@@ -85,12 +148,11 @@ pub fn lookup_loaded(name: &CStr) -> usize {
 }
 
 /// The default-version definition of `name` in libc (or, before glibc 2.34, libdl).
+#[cfg(test)]
 fn find_in_libc(name: &[u8]) -> usize {
     let mut found = 0usize;
     for_each_object(|o| {
-        let n = o.name.to_bytes();
-        let file = n.rsplit(|&c| c == b'/').next().unwrap_or(n);
-        if found == 0 && (file.starts_with(b"libc.so") || file.starts_with(b"libdl.so")) {
+        if found == 0 && is_libc(o.name.to_bytes()) {
             // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
             found = unsafe { elf_lookup(o.base, o.dynamic, name) }.unwrap_or(0);
         }
@@ -455,5 +517,16 @@ mod tests {
         assert_eq!(found, [Some(libc::getpid as *const () as usize)]);
         assert_eq!(find_in_libc(b"getpid"), libc::getpid as *const () as usize);
         assert_eq!(find_in_libc(b"no_such_function_in_libc"), 0);
+    }
+
+    #[test]
+    fn the_start_up_scan_finds_libc_and_pinguard() {
+        let at = scan_at_start();
+        assert_ne!(at.dlsym, 0);
+        assert_eq!(at.dlsym, find_in_libc(b"dlsym"));
+        assert_eq!(at.dlvsym, find_in_libc(b"dlvsym"));
+        let probe = scan_at_start as *const () as usize;
+        assert!(at.own.0 <= probe && probe < at.own.1, "{:x?} holds {probe:x}", at.own);
+        assert_eq!(at.own, crate::runtime::objects::own_range());
     }
 }
