@@ -223,8 +223,10 @@ const FIELDS: [(&Var, Set); 21] = [
     (&vars::LABELS, labels),
 ];
 
+type Leave = fn(&mut Config);
+
 /// What a rejected value leaves, where that is neither its registry default nor unset.
-const REJECTED: [(&Var, fn(&mut Config)); 1] = [(&vars::DOWNGRADE_MATCH, |c| c.downgrade_match = Some(Vec::new()))];
+const REJECTED: [(&Var, Leave); 1] = [(&vars::DOWNGRADE_MATCH, |c| c.downgrade_match = Some(Vec::new()))];
 
 /// A downward-API label, when set to something.
 fn label(c: &mut Config, name: &str, v: Value) {
