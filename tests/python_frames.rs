@@ -143,7 +143,7 @@ fn the_warn_line_names_the_python_function() {
     let r = run_script(&python, &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_POLICY", "warn")]);
     let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
     for (api, size, function) in [("cudaHostAlloc", "1.00 MiB", "load_weights"), ("mlock", "4.00 KiB", "lock_key")] {
-        let want = format!("{api} of {size} goes over the budget of 512 KiB at {function} (py_frames.py:{});", marker(function));
+        let want = format!("{api} of {size} goes over the budget of 512 KiB at {function} (py_frames.py:{}) <- <module> (py_frames.py:{});", marker(function), marker(&format!("call:{function}")));
         let n = warnings.iter().filter(|l| l.contains(&want)).count();
         assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
     }
@@ -182,5 +182,31 @@ fn one_helper_from_four_callers_is_four_callsites_each_with_its_whole_stack() {
         }
         assert_eq!((s[0]["alloc_count"].as_u64(), s[0]["denied_count"].as_u64()), (Some(allocs), Some(denied)), "{caller}: {ctx}");
         assert!(!s[0]["frames"].as_array().unwrap().is_empty(), "{caller}: the native stack too: {ctx}");
+    }
+}
+
+/// The `warn` line of a Python callsite names its caller too: the three paths through one helper
+/// are three lines that say which path each is (the report names each by as many callers as it
+/// takes; the line, written inside the call, by one).
+#[test]
+fn the_warn_line_names_the_python_caller_of_a_shared_helper() {
+    let Some((version, python)) = pythons().into_iter().next() else {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
+        return;
+    };
+    let script = root().join("tests/progs/py_paths.py");
+    let at = |name: &str| {
+        let text = std::fs::read_to_string(&script).unwrap();
+        format!("{name} (py_paths.py:{})", text.lines().position(|l| l.ends_with(&format!("# at:{name}"))).unwrap() + 1)
+    };
+    let rt = fixtures().dir.join("libcudart.so");
+    let r = run(python.to_str().unwrap(), &[script.to_str().unwrap(), rt.to_str().unwrap()], &[("PINGUARD_BUDGET", "32K"), ("PINGUARD_POLICY", "warn")]);
+    assert!(r.success() && r.stdout.contains("done"), "{}\n{}", r.stdout, r.stderr);
+    let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
+    for caller in ["load_weights", "fill_cache", "warm_up", "grow_cache"] {
+        let want = format!(" at {} <- {};", at("cuda_pin"), at(caller));
+        let n = warnings.iter().filter(|l| l.contains(&want)).count();
+        assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
     }
 }
