@@ -132,3 +132,27 @@ fn a_downgraded_call_shows_its_python_stack_in_report() {
     let end = block.find("\n\n").unwrap_or(block.len());
     assert!(block[..end].contains("    #1 grow_cache ") && block[..end].contains("  native:\n"), "{rep}");
 }
+
+#[test]
+fn a_callsite_that_holds_memory_and_was_refused_says_both() {
+    if !have("python3", "a CPython program pinning through ctypes") {
+        return;
+    }
+    // 1 MiB of weights and 12 cache entries of 256 KiB fill the 4 MiB: the 13th is refused, and
+    // so are the warm-up's and the growth's calls after it.
+    let (out, _, dir) = run_script("py-paths-full", 16, &["--budget", "4M"]);
+    assert!(out.contains("cache full"), "{out}");
+    let o = pinguard(&["report", dir.to_str().unwrap()]);
+    let (rep, _) = text(&o);
+    assert!(o.status.success(), "{rep}");
+    let head = "3145728 bytes (3.00 MiB) in 12 allocations from 1 process, through cudaHostAlloc:\n  and 1 call refused\n  Python:\n    #0 cuda_pin ";
+    let at_block = rep.find(head).expect(&rep);
+    assert!(rep[at_block..].lines().nth(4).is_some_and(|l| l.starts_with("    #1 fill_cache ")), "{rep}");
+    let refused: Vec<&str> = rep.split("\n\n").filter(|b| b.starts_with("1 call refused (nothing live) from 1 process, through cudaHostAlloc:\n  Python:\n    #0 cuda_pin ")).collect();
+    for caller in ["warm_up", "grow_cache"] {
+        let n = refused.iter().filter(|b| b.lines().nth(3).is_some_and(|l| l.starts_with(&format!("    #1 {caller} ")))).count();
+        assert_eq!(n, 1, "{caller}: {rep}");
+    }
+    let rows = rows_after(&rep, "CALLSITE");
+    assert_eq!(rows.len(), 4, "{rep}");
+}

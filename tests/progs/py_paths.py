@@ -25,7 +25,11 @@ def load_weights():
 
 def fill_cache():
     for _ in range(cache_entries):
-        cuda_pin(256 << 10)  # at:fill_cache
+        try:
+            cuda_pin(256 << 10)  # at:fill_cache
+        except MemoryError:
+            print("cache full")  # a cache fills until memory runs out
+            return
 
 
 def warm_up():
@@ -38,9 +42,9 @@ def grow_cache():
 
 load_weights()
 fill_cache()
-warm_up()
-try:
-    grow_cache()
-except MemoryError as e:
-    print("refused:", e)
+for step in (warm_up, grow_cache):
+    try:
+        step()
+    except MemoryError as e:
+        print("refused:", e)
 print("done")
