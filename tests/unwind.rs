@@ -148,6 +148,25 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
 }
 
 #[test]
+fn a_stack_address_where_a_return_address_belongs_ends_the_walk() {
+    // Issue 34, item 4: a walk never reports an address outside every object's code as a frame.
+    // The stub's call-frame information is right, but its return-address slot holds an address
+    // on the stack, as libffi's frame read through the frame-pointer fallback did.
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["stackret"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{prog}: {}", r.stderr);
+        let rep = r.report();
+        let cs = site(&rep, "corrupt_target");
+        for f in cs["frames"].as_array().unwrap() {
+            assert!(f["module"].is_string(), "{prog}: a frame in no loaded object's code: {f}");
+        }
+        assert_eq!(symbols(cs), ["corrupt_target", "stack_ra_call"], "{prog}");
+        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+    }
+}
+
+#[test]
 fn an_object_opened_by_a_relative_path_is_named() {
     let dir = build();
     let out_dir = fresh_dir("unwind-relative");

@@ -6,6 +6,8 @@
  *                            hostile frame pointer (unmapped, off-stack loop, on-stack loop),
  *                            then walks a healthy stack again
  *   unwind turns N           one leaf pins and frees from two callers in turn, N times each
+ *   unwind stackret          calls through a stub whose unwind information finds a stack address
+ *                            where its return address belongs, then walks a healthy stack again
  * Prints "STATS {...}" with what it allocated. */
 #include <dlfcn.h>
 #include <stdint.h>
@@ -77,6 +79,39 @@ __asm__(".text\n.globl corrupt_call\n.type corrupt_call,%function\ncorrupt_call:
 #error "corrupt_call: x86-64 or aarch64 only"
 #endif
 
+/* stack_ra_call(fn): calls fn with the stub's return address, which its call-frame information
+ * describes correctly, replaced by an address on the stack (the stub's own frame); restores it
+ * before returning. An unwinder that trusts the slot gets a "return address" that is no code. */
+void stack_ra_call(void (*fn)(void));
+#if defined(__x86_64__)
+__asm__(".text\n.globl stack_ra_call\n.type stack_ra_call,@function\nstack_ra_call:\n"
+        "  .cfi_startproc\n"
+        "  push %rbx\n  .cfi_adjust_cfa_offset 8\n  .cfi_offset %rbx, -16\n"
+        "  mov 8(%rsp), %rbx\n"
+        "  mov %rsp, 8(%rsp)\n"
+        "  call *%rdi\n"
+        "  mov %rbx, 8(%rsp)\n"
+        "  pop %rbx\n  .cfi_adjust_cfa_offset -8\n  .cfi_restore %rbx\n"
+        "  ret\n"
+        "  .cfi_endproc\n"
+        ".size stack_ra_call, .-stack_ra_call\n");
+#elif defined(__aarch64__)
+__asm__(".text\n.globl stack_ra_call\n.type stack_ra_call,%function\nstack_ra_call:\n"
+        "  .cfi_startproc\n"
+        "  stp x29, x30, [sp, #-32]!\n  .cfi_def_cfa_offset 32\n  .cfi_offset x29, -32\n  .cfi_offset x30, -24\n"
+        "  str x19, [sp, #16]\n  .cfi_offset x19, -16\n"
+        "  mov x29, sp\n"
+        "  mov x19, x30\n"
+        "  mov x9, sp\n  str x9, [sp, #8]\n"
+        "  blr x0\n"
+        "  str x19, [sp, #8]\n"
+        "  ldr x19, [sp, #16]\n  .cfi_restore x19\n"
+        "  ldp x29, x30, [sp], #32\n  .cfi_restore x29\n  .cfi_restore x30\n  .cfi_def_cfa_offset 0\n"
+        "  ret\n"
+        "  .cfi_endproc\n"
+        ".size stack_ra_call, .-stack_ra_call\n");
+#endif
+
 typedef int (*entry_fn)(size_t);
 
 static int run_plugin(const char *dir, const char *name, size_t n, const char *snapshot) {
@@ -116,8 +151,11 @@ int main(int argc, char **argv) {
         corrupt_call(corrupt_target, stack_loop);
         sink += (int)stack_loop[2];
         level_a(4096); /* a healthy walk afterwards */
+    } else if (!strcmp(mode, "stackret")) {
+        stack_ra_call(corrupt_target);
+        level_a(4096);
     } else {
-        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | turns N\n");
+        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | stackret | turns N\n");
         return 2;
     }
     printf("STATS {\"allocated\": %lu, \"calls\": %lu}\n", allocated, calls);
