@@ -167,6 +167,27 @@ fn a_stack_address_where_a_return_address_belongs_ends_the_walk() {
 }
 
 #[test]
+fn a_walk_through_a_broken_frame_does_not_cut_later_walks_short() {
+    // Issue 34, item 4: framehop caches its frame-pointer fallback for an address whose rule it
+    // failed to evaluate, here libffi-like code reached with a garbage rbp. The later healthy
+    // walk through the same return address found a stack address there and stopped; it is
+    // walked again with a fresh rule cache.
+    if aarch64() {
+        return; // the stubs are x86-64 assembly
+    }
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["poison"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{prog}: {}", r.stderr);
+        let rep = r.report();
+        let broken = symbols(site(&rep, "corrupt_target"));
+        assert!(broken.starts_with(&["corrupt_target".to_string(), "garbage_fp_call".to_string()]), "{prog}: {broken:?}");
+        assert!(!broken.contains(&"main".to_string()), "{prog}: {broken:?}");
+        assert_prefix(site(&rep, "poison_target"), &["poison_target", "rbp_frame_call", "main"]);
+    }
+}
+
+#[test]
 fn an_object_opened_by_a_relative_path_is_named() {
     let dir = build();
     let out_dir = fresh_dir("unwind-relative");

@@ -237,12 +237,19 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
             return Some(n);
         }
         let (mut n, mut missed) = local.walk_from(from, out, &[], false);
-        if missed && local.loads != loader_counts() {
+        if missed.is_some() && local.loads != loader_counts() {
             WANTED.fetch_add(1, Ordering::AcqRel);
             local.refresh();
             (n, missed) = local.walk_from(from, out, &[], false);
         }
-        if !missed {
+        if missed.is_some_and(|a| a >= local.stack_bottom && a < local.stack_top) {
+            // A stack address where a return address belongs: a rule the cache took from an
+            // earlier walk through a broken frame (framehop caches its frame-pointer fallback
+            // where evaluating a rule failed) may have read it. Once more with a fresh cache.
+            local.cache = Cache::new();
+            (n, missed) = local.walk_from(from, out, &[], false);
+        }
+        if missed.is_none() {
             local.remember(from, &out[..n], out.len());
         }
         Some(n)
@@ -451,11 +458,11 @@ impl Local {
         self.hit = 0;
     }
 
-    /// Returns the frames written and whether the walk stopped at an address in no known
-    /// object's code (which it does not write: a garbage return address, or code a `dlopen`
-    /// mapped since the tables were built). The words at `garbled` (sorted) read as garbage, and
+    /// Returns the frames written and the address in no known object's code the walk stopped
+    /// at, if it did (not written: a garbage return address, or code a `dlopen` mapped since the
+    /// tables were built). The words at `garbled` (sorted) read as garbage, and
     /// `test` walks use the scratch rule cache (`remember`).
-    fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64], test: bool) -> (usize, bool) {
+    fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64], test: bool) -> (usize, Option<u64>) {
         let (lo, hi) = (from.sp, self.stack_top);
         let reads = &mut self.reads;
         reads.clear();
@@ -496,13 +503,13 @@ impl Local {
             if !(addr >= last.0 && addr < last.1) {
                 match range_in(ranges, addr) {
                     Some(r) => last = r,
-                    None => return (n, true),
+                    None => return (n, Some(addr)),
                 }
             }
             out[n] = a;
             n += 1;
         }
-        (n, false)
+        (n, None)
     }
 }
 
