@@ -251,6 +251,20 @@ pub fn site_key(frames: &[FrameView<'_>], py_frames: &[FrameView<'_>]) -> SiteKe
     (a.finish(), b.finish())
 }
 
+/// Each line's peak in one process's report. Stacks the process counted apart but that show as
+/// one line (the same Python frames over several native paths) each have their own peak, and
+/// nothing says whether they were held at the same time: their sum, but never more than the
+/// process's own peak, nor less than the largest of theirs (issue 34, item 4).
+fn site_peaks(r: &ReportView<'_>, keys: &[SiteKey]) -> HashMap<SiteKey, std::cell::Cell<Option<u64>>> {
+    let mut sums: HashMap<SiteKey, (u64, u64)> = HashMap::new();
+    for (c, key) in r.callsites.iter().zip(keys) {
+        let e = sums.entry(*key).or_default();
+        *e = (e.0.saturating_add(c.peak_live_bytes), e.1.max(c.peak_live_bytes));
+    }
+    let process = r.totals.peak_live_bytes;
+    sums.into_iter().map(|(k, (sum, most))| (k, std::cell::Cell::new(Some(sum.min(process).max(most))))).collect()
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Site {
     #[serde(skip)]
@@ -268,7 +282,7 @@ pub struct Site {
     pub apis: BTreeSet<String>,
     pub live_bytes: u64,
     pub live_count: u64,
-    /// The sum of each process's peak at this callsite.
+    /// The sum of each process's peak at this callsite (`site_peaks`).
     pub peak_live_bytes: u64,
     pub alloc_count: u64,
     pub alloc_bytes: u64,
@@ -515,8 +529,10 @@ impl Merged {
             write_unix_ms: r.process.write_unix_ms,
             timeline: reduce(&r.timeline),
         });
-        for c in &r.callsites {
-            let s = self.site(site_key(&c.frames, &c.py_frames), || {
+        let keys: Vec<SiteKey> = r.callsites.iter().map(|c| site_key(&c.frames, &c.py_frames)).collect();
+        let peaks = site_peaks(r, &keys);
+        for (c, &key) in r.callsites.iter().zip(&keys) {
+            let s = self.site(key, || {
                 (c.frames.iter().map(FrameView::to_frame).collect(), c.py_frames.iter().map(FrameView::to_frame).collect())
             });
             for a in &c.apis {
@@ -527,7 +543,8 @@ impl Merged {
             s.add_figures(Figures {
                 live: c.live_bytes,
                 live_count: c.live_count,
-                peak: c.peak_live_bytes,
+                // The line's peak for this process, added once (with its first stack).
+                peak: peaks.get(&key).and_then(|p| p.take()).unwrap_or(0),
                 allocs: c.alloc_count,
                 alloc_bytes: c.alloc_bytes,
                 denied: c.denied_count,
