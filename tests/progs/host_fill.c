@@ -1,13 +1,16 @@
 /* The host reserve's fill test: THREADS threads pin SIZE bytes at a time through the CUDA runtime
  * until one of their calls is refused (or MAX calls each), wait for each other, hold what they
  * pinned for HOLD_MS milliseconds (so that other processes of a group see it), then release it.
- *   host_fill THREADS SIZE MAX HOLD_MS
+ *   host_fill THREADS SIZE MAX HOLD_MS [START_FILE]
+ * With START_FILE, the threads start only once that file exists (at most 30 s): processes started
+ * one after another then pin at the same moment, each with a reading taken before the others'.
  * Prints STATS {"pinned":CALLS,"refused":CALLS,"rc":FIRST_REFUSAL_CODE}. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 int cudaHostAlloc(void **, size_t, unsigned);
 int cudaFreeHost(void *);
@@ -43,12 +46,16 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 5) { fprintf(stderr, "usage: host_fill THREADS SIZE MAX HOLD_MS\n"); return 2; }
+    if (argc < 5) { fprintf(stderr, "usage: host_fill THREADS SIZE MAX HOLD_MS [START_FILE]\n"); return 2; }
     int threads = atoi(argv[1]);
     size = strtoul(argv[2], NULL, 0);
     max_calls = atoi(argv[3]);
     long hold_ms = atol(argv[4]);
     if (threads < 1 || threads > 64) return 2;
+    if (argc > 5) {
+        struct timespec tick = {0, 1000000L};
+        for (int i = 0; i < 30000 && access(argv[5], F_OK) != 0; i++) nanosleep(&tick, NULL);
+    }
     pthread_barrier_init(&filled, NULL, (unsigned)threads + 1);
     pthread_t t[64];
     for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)i);
