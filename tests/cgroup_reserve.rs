@@ -311,9 +311,9 @@ fn the_metrics_show_the_cgroup_reserve() {
 /// `count` members of one `PINGUARD_GROUP`, each `host_fill` with `threads` threads pinning
 /// `size` bytes at a time, started one by one in `groups` (member `i` in `groups[i % len]`) and
 /// let go at the same moment once all run: each takes its start-up reading before any member
-/// pins. Returns each member's run, and what `pinguard top --group` showed while they ran (each
-/// output that names a cgroup reserve).
-fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size: u64, max: usize, env: &[(&str, &str)]) -> (Vec<Run>, Vec<String>) {
+/// pins. Returns each member's run, and what `pinguard top --group` showed once every member had
+/// filled, while they held what they pinned.
+fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size: u64, max: usize, env: &[(&str, &str)]) -> (Vec<Run>, String) {
     let name = format!("test-cres-{}-{tag}", std::process::id());
     let ledger = pinguard_report::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
@@ -322,8 +322,8 @@ fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size
     let mut env: Vec<(&str, &str)> = env.to_vec();
     env.extend([("PINGUARD_GROUP", name.as_str()), ("PINGUARD_DEPTH", "4")]);
     let (threads, size, max) = (threads.to_string(), size.to_string(), max.to_string());
-    let args = [threads.as_str(), &size, &max, "800", go.to_str().unwrap()];
-    let mut children: Vec<_> = (0..count)
+    let args = [threads.as_str(), &size, &max, "0", go.to_str().unwrap()];
+    let children: Vec<_> = (0..count)
         .map(|i| {
             let g = groups[i % groups.len()];
             let c = g.command(&dir, "host_fill", &args, &env).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
@@ -335,20 +335,15 @@ fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size
         .collect();
     std::thread::sleep(std::time::Duration::from_millis(300));
     std::fs::write(&go, "").unwrap();
-    // The members fill, then hold what they pinned (800 ms): `top` reads the ledger meanwhile.
-    let mut tops = Vec::new();
-    while children.iter_mut().all(|c| c.try_wait().unwrap().is_none()) {
-        let o = pinguard_cli(&["top".as_ref(), "--group".as_ref(), name.as_ref(), "--once".as_ref()]);
-        let text = String::from_utf8_lossy(&o.stdout).into_owned();
-        if text.contains("cgroup reserve") {
-            tops.push(text);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    // The members fill, then hold what they pinned until `go` goes: `top` reads the ledger then.
+    until("every member filled", || children.iter().all(|c| go.with_extension(c.id().to_string()).exists()));
+    let o = pinguard_cli(&["top".as_ref(), "--group".as_ref(), name.as_ref(), "--once".as_ref()]);
+    let top = String::from_utf8_lossy(&o.stdout).into_owned();
+    std::fs::remove_file(&go).unwrap();
     let runs: Vec<Run> = children.into_iter().map(|c| Run::from_output(c.wait_with_output().unwrap(), dir.clone())).collect();
     remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
-    (runs, tops)
+    (runs, top)
 }
 
 /// The number in `top`'s column `col` of each member's row.
@@ -373,7 +368,7 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
     for policy in ["error", "downgrade"] {
         let Some(g) = Group::top(&format!("members-{policy}"), Some(limit)) else { return };
         let env = [("PINGUARD_CGROUP_RESERVE", "192Mi"), ("PINGUARD_POLICY", policy)];
-        let (runs, tops) = race_members(&format!("one-{policy}"), &[&g], 3, 4, size, 24, &env);
+        let (runs, top) = race_members(&format!("one-{policy}"), &[&g], 3, 4, size, 24, &env);
         for r in &runs {
             assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         }
@@ -387,11 +382,16 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
         let total = |k: &str| reps.iter().map(|r| r["totals"][k].as_u64().unwrap()).sum::<u64>();
         if policy == "error" {
             assert_eq!(sum(&runs, "refused"), 12, "each thread ends with one refusal");
-            assert_eq!((total("denied_count"), total("cgroup_reserve_count")), (12, 12));
+            assert_eq!(total("denied_count"), 12);
+            // A lock held past its bound on this loaded machine also refuses (its own count).
+            assert_eq!(total("cgroup_reserve_count") + total("group_unavailable_count"), 12);
         } else {
             assert_eq!(sum(&runs, "refused"), 0, "downgraded calls succeed");
             assert!(total("downgraded_count") > 0, "calls past the floor got pageable memory");
-            assert_eq!(total("cgroup_reserve_count"), total("downgraded_count"));
+            // A lock held past its bound on this loaded machine also downgrades (its own count).
+            let why = [total("cgroup_reserve_count"), total("group_unavailable_count")];
+            assert_eq!(why[0] + why[1], total("downgraded_count"), "cgroup reserve, group unreachable: {why:?}");
+            assert!(why[0] > 0);
         }
         let stderr: Vec<&str> = runs.iter().map(|r| r.stderr.as_str()).collect();
         for rep in &reps {
@@ -400,8 +400,7 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
             assert!(c["cgroup_lowest_headroom_bytes"].as_u64().unwrap() < reserve + 2 * size, "{c}");
         }
         // `pinguard top --group` shows the cgroup's shared reserve and each member's stopped calls.
-        let top = tops.iter().rfind(|t| column(t, "CGROUP-RESERVE").iter().sum::<u64>() == total("cgroup_reserve_count"));
-        let top = top.unwrap_or_else(|| panic!("no `top` while the members held their pins showed their {} stopped calls: {tops:?}", total("cgroup_reserve_count")));
+        assert_eq!(column(&top, "CGROUP-RESERVE").iter().sum::<u64>(), total("cgroup_reserve_count"), "{top}");
         let head = top.lines().next().unwrap();
         assert!(head.contains("; cgroup reserve 192 MiB of 256 MiB (3 members), lowest headroom "), "{top}");
         let lowest = head.rsplit("lowest headroom ").next().unwrap();
@@ -417,7 +416,7 @@ fn members_of_a_group_in_two_cgroups_each_stop_at_their_own_floor() {
     let Some(small) = Group::top("pod-small", Some(reserve + 48 * MIB)) else { return };
     let Some(large) = Group::top("pod-large", Some(reserve + 112 * MIB)) else { return };
     let env = [("PINGUARD_CGROUP_RESERVE", "128Mi")];
-    let (runs, tops) = race_members("two", &[&small, &large], 4, 2, size, 40, &env);
+    let (runs, top) = race_members("two", &[&small, &large], 4, 2, size, 40, &env);
     for r in &runs {
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     }
@@ -429,6 +428,7 @@ fn members_of_a_group_in_two_cgroups_each_stop_at_their_own_floor() {
         assert!(max + 2 * size > room, "{}: stopped at {} MiB, far above its floor at {} MiB", g.0.display(), max / MIB, room / MIB);
     }
     // Two shared readings, two members each, each cgroup with its own limit.
-    let head = tops.last().map(|t| t.lines().next().unwrap().to_string()).unwrap_or_default();
-    assert!(head.contains("; cgroup reserve 128 MiB of 176 MiB (2 members), lowest headroom ") && head.contains("; cgroup reserve 128 MiB of 240 MiB (2 members), lowest headroom "), "{tops:?}");
+    let head = top.lines().next().unwrap_or("");
+    assert!(head.contains("; cgroup reserve 128 MiB of 176 MiB (2 members), lowest headroom ") && head.contains("; cgroup reserve 128 MiB of 240 MiB (2 members), lowest headroom "), "{top}");
+    assert_eq!(column(&top, "CGROUP-RESERVE"), vec![2; 4], "{top}");
 }

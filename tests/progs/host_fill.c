@@ -4,6 +4,8 @@
  *   host_fill THREADS SIZE MAX HOLD_MS [START_FILE]
  * With START_FILE, the threads start only once that file exists (at most 30 s): processes started
  * one after another then pin at the same moment, each with a reading taken before the others'.
+ * Once filled, the process then writes START_FILE.PID and holds until START_FILE is removed (at
+ * most 30 s) instead of for HOLD_MS: the test looks at the group while every member holds.
  * Prints STATS {"pinned":CALLS,"refused":CALLS,"rc":FIRST_REFUSAL_CODE}. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -60,8 +62,17 @@ int main(int argc, char **argv) {
     pthread_t t[64];
     for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)i);
     pthread_barrier_wait(&filled);
-    struct timespec ts = {hold_ms / 1000, (hold_ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    if (argc > 5) {
+        char mark[4096];
+        snprintf(mark, sizeof mark, "%s.%d", argv[5], (int)getpid());
+        FILE *f = fopen(mark, "w");
+        if (f) fclose(f);
+        struct timespec tick = {0, 1000000L};
+        for (int i = 0; i < 30000 && access(argv[5], F_OK) == 0; i++) nanosleep(&tick, NULL);
+    } else {
+        struct timespec ts = {hold_ms / 1000, (hold_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     pthread_barrier_wait(&filled);
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
     long p = 0, r = 0;
