@@ -1041,19 +1041,16 @@ impl Shared {
 }
 
 impl Locked {
-    /// The bytes of the members in cgroup entry `k` (`None`: every member), and how many of them
-    /// are of calls in flight.
-    fn shares(&self, k: Option<usize>) -> (u64, u64) {
+    /// The members in cgroup entry `k` (`None`: every member): a scan of the slots under the
+    /// lock, arithmetic only (256 slots).
+    fn in_entry(&self, k: Option<usize>) -> impl Iterator<Item = usize> + '_ {
         let h = self.h();
-        let (mut used, mut flying) = (0u64, 0u64);
-        for i in 0..MAX_MEMBERS {
-            if h.members[i].pid == 0 || k.is_some_and(|k| h.ext[i].cgroup as usize != k + 1) {
-                continue;
-            }
-            used = used.saturating_add(h.members[i].bytes);
-            flying = flying.saturating_add(self.ledger.in_flight(i).load(Ordering::Relaxed));
-        }
-        (if k.is_none() { h.used } else { used }, flying)
+        (0..MAX_MEMBERS).filter(move |&i| h.members[i].pid != 0 && k.is_none_or(|k| h.ext[i].cgroup as usize == k + 1))
+    }
+
+    /// The bytes of the members in cgroup entry `k`.
+    fn cgroup_used(&self, k: usize) -> u64 {
+        self.in_entry(Some(k)).fold(0u64, |a, i| a.saturating_add(self.h().members[i].bytes))
     }
 
     /// The members' bytes a reading started now reflects: theirs less their calls in flight
@@ -1061,7 +1058,11 @@ impl Locked {
     /// its pages charged by then). Counted before the file is read: a call that lands in between
     /// is in the file and not in the settled bytes, which errs on the side of the floor.
     fn settled_now(&self, k: Option<usize>) -> u64 {
-        let (used, flying) = self.shares(k);
+        let used = match k {
+            Some(k) => self.cgroup_used(k),
+            None => self.h().used,
+        };
+        let flying = self.in_entry(k).fold(0u64, |a, i| a.saturating_add(self.ledger.in_flight(i).load(Ordering::Relaxed)));
         used.saturating_sub(flying)
     }
 
@@ -1103,7 +1104,7 @@ impl Locked {
 
     fn cgroup_figures(&self, k: usize) -> Figures {
         let c = &self.h().cgroups[k];
-        Figures { available: c.available, settled: c.settled, read_ms: c.read_ms, released: c.released, used: self.shares(Some(k)).0 }
+        Figures { available: c.available, settled: c.settled, read_ms: c.read_ms, released: c.released, used: self.cgroup_used(k) }
     }
 
     /// Whether the cgroup reserve `reserve` (this member's) lets member `i`'s cgroup have `bytes`
