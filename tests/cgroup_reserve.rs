@@ -311,16 +311,17 @@ fn the_metrics_show_the_cgroup_reserve() {
 /// `count` members of one `PINGUARD_GROUP`, each `host_fill` with `threads` threads pinning
 /// `size` bytes at a time, started one by one in `groups` (member `i` in `groups[i % len]`) and
 /// let go at the same moment once all run: each takes its start-up reading before any member
-/// pins. Returns each member's run, and what `pinguard top --group` showed once every member had
-/// filled, while they held what they pinned.
-fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size: u64, max: usize, env: &[(&str, &str)]) -> (Vec<Run>, String) {
+/// pins. Returns each member's run, what `pinguard top --group` showed once every member had
+/// filled, while they held what they pinned, and their metrics files then (`PINGUARD_METRICS`).
+fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size: u64, max: usize, env: &[(&str, &str)]) -> (Vec<Run>, String, Vec<String>) {
     let name = format!("test-cres-{}-{tag}", std::process::id());
     let ledger = pinguard_report::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
     let dir = fresh_dir(&format!("cres-{tag}"));
     let go = dir.join("go");
+    let metrics = dir.join("m.%p.prom");
     let mut env: Vec<(&str, &str)> = env.to_vec();
-    env.extend([("PINGUARD_GROUP", name.as_str()), ("PINGUARD_DEPTH", "4")]);
+    env.extend([("PINGUARD_GROUP", name.as_str()), ("PINGUARD_DEPTH", "4"), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")]);
     let (threads, size, max) = (threads.to_string(), size.to_string(), max.to_string());
     let args = [threads.as_str(), &size, &max, "0", go.to_str().unwrap()];
     let children: Vec<_> = (0..count)
@@ -339,11 +340,22 @@ fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size
     until("every member filled", || children.iter().all(|c| go.with_extension(c.id().to_string()).exists()));
     let o = pinguard_cli(&["top".as_ref(), "--group".as_ref(), name.as_ref(), "--once".as_ref()]);
     let top = String::from_utf8_lossy(&o.stdout).into_owned();
+    // Each member's metrics file, once written after its last call (every 100 ms).
+    let prom = |c: &std::process::Child| std::fs::read_to_string(dir.join(format!("m.{}.prom", c.id()))).unwrap_or_default();
+    // Three intervals: every file was written after the member's last call.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    until("every member's metrics", || children.iter().all(|c| prom(c).contains("pinguard_group_members{")));
+    let proms = children.iter().map(prom).collect();
     std::fs::remove_file(&go).unwrap();
     let runs: Vec<Run> = children.into_iter().map(|c| Run::from_output(c.wait_with_output().unwrap(), dir.clone())).collect();
     remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
-    (runs, top)
+    (runs, top, proms)
+}
+
+/// The value of metric `name` in a metrics file's text.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with(&format!("{name}{{"))).and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
 /// The number in `top`'s column `col` of each member's row.
@@ -368,7 +380,7 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
     for policy in ["error", "downgrade"] {
         let Some(g) = Group::top(&format!("members-{policy}"), Some(limit)) else { return };
         let env = [("PINGUARD_CGROUP_RESERVE", "192Mi"), ("PINGUARD_POLICY", policy)];
-        let (runs, top) = race_members(&format!("one-{policy}"), &[&g], 3, 4, size, 24, &env);
+        let (runs, top, proms) = race_members(&format!("one-{policy}"), &[&g], 3, 4, size, 24, &env);
         for r in &runs {
             assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         }
@@ -405,6 +417,12 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
         assert!(head.contains("; cgroup reserve 192 MiB of 256 MiB (3 members), lowest headroom "), "{top}");
         let lowest = head.rsplit("lowest headroom ").next().unwrap();
         assert!(lowest.ends_with(" MiB") && lowest.trim_end_matches(" MiB").parse::<f64>().unwrap() < 200.0, "{top}");
+        // And every member's metrics file: the cgroup's shared reserve, lowest headroom and calls.
+        for p in &proms {
+            assert_eq!(metric(p, "pinguard_group_cgroup_reserve_bytes"), Some(reserve), "{p}");
+            assert!(metric(p, "pinguard_group_cgroup_lowest_headroom_bytes").is_some_and(|l| l < reserve + 2 * size), "{p}");
+            assert_eq!(metric(p, "pinguard_group_cgroup_reserve_stopped_calls"), Some(total("cgroup_reserve_count")), "{p}");
+        }
     }
 }
 
@@ -416,7 +434,7 @@ fn members_of_a_group_in_two_cgroups_each_stop_at_their_own_floor() {
     let Some(small) = Group::top("pod-small", Some(reserve + 48 * MIB)) else { return };
     let Some(large) = Group::top("pod-large", Some(reserve + 112 * MIB)) else { return };
     let env = [("PINGUARD_CGROUP_RESERVE", "128Mi")];
-    let (runs, top) = race_members("two", &[&small, &large], 4, 2, size, 40, &env);
+    let (runs, top, _) = race_members("two", &[&small, &large], 4, 2, size, 40, &env);
     for r in &runs {
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     }
