@@ -450,3 +450,60 @@ fn members_of_a_group_in_two_cgroups_each_stop_at_their_own_floor() {
     assert!(head.contains("; cgroup reserve 128 MiB of 176 MiB (2 members), lowest headroom ") && head.contains("; cgroup reserve 128 MiB of 240 MiB (2 members), lowest headroom "), "{top}");
     assert_eq!(column(&top, "CGROUP-RESERVE"), vec![2; 4], "{top}");
 }
+
+/// cgroup v2 stand-ins for a group's members: two containers of one pod whose limit is the pod's
+/// (their own levels have none) share the pod's reading, a container of another pod has its own.
+/// The stand-in files are bind-mounted as in `stand_in_v2_files_give_the_pods_headroom`; each
+/// member pins once and waits while `pinguard top --group` reads the ledger.
+#[test]
+fn stand_in_v2_members_share_their_pods_reading() {
+    if !v1_ok() {
+        return;
+    }
+    let dir = fresh_dir("cres-v2-group");
+    let cg = dir.join("cg");
+    for (pod, limit) in [("pod-a", 256 * MIB), ("pod-b", 512 * MIB)] {
+        for ctr in ["", "/ctr-1", "/ctr-2"] {
+            let d = cg.join(format!("{pod}{ctr}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let max = if ctr.is_empty() { limit.to_string() } else { "max".into() };
+            for (f, text) in [("memory.max", max), ("memory.current", (100 * MIB).to_string()), ("memory.stat", "inactive_file 0\n".into())] {
+                std::fs::write(d.join(f), text + "\n").unwrap();
+            }
+        }
+    }
+    std::fs::write(dir.join("mountinfo"), format!("60 40 0:26 / {} rw - cgroup2 cgroup2 rw\n", cg.display())).unwrap();
+    let name = format!("test-cres-{}-v2", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let f = fixtures();
+    let member = |path: &str| {
+        let file = dir.join(format!("cgroup{}", path.replace('/', "-")));
+        std::fs::write(&file, format!("0::{path}\n")).unwrap();
+        let script = format!("mount --bind {} /proc/$$/cgroup && mount --bind {}/mountinfo /proc/$$/mountinfo && exec env LD_PRELOAD=\"$0\" \"$@\"", file.display(), dir.display());
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "sh", "-c", &script]).arg(&f.lib).arg(f.dir.join("scenario")).args(["cuda_alloc:8388608", "wait_stdin:0"]);
+        clear_pinguard_env(&mut cmd);
+        cmd.env_remove("LD_PRELOAD").env("PINGUARD_REPORT", dir.join("report.%p.json")).env("PINGUARD_CGROUP_RESERVE", "32Mi").env("PINGUARD_GROUP", &name);
+        let mut c = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut text = String::new();
+        while !text.ends_with("waiting\n") {
+            assert!(std::io::BufRead::read_line(&mut out, &mut text).unwrap() > 0, "{text}");
+        }
+        assert!(text.contains("cuda_alloc:8388608 rc=0"), "{text}");
+        (c, out)
+    };
+    let members = [member("/pod-a/ctr-1"), member("/pod-a/ctr-2"), member("/pod-b/ctr-1")];
+    let o = pinguard_cli(&["top".as_ref(), "--group".as_ref(), name.as_ref(), "--once".as_ref()]);
+    let top = String::from_utf8_lossy(&o.stdout).into_owned();
+    for (mut c, _out) in members {
+        std::io::Write::write_all(&mut c.stdin.take().unwrap(), b"\n").unwrap();
+        assert!(c.wait().unwrap().success());
+    }
+    remove_semaphores(&ledger);
+    let _ = std::fs::remove_file(&ledger);
+    let head = top.lines().next().unwrap_or("");
+    assert!(head.contains("; cgroup reserve 32.0 MiB of 256 MiB (2 members), lowest headroom 156 MiB"), "{top}");
+    assert!(head.contains("; cgroup reserve 32.0 MiB of 512 MiB (1 member), lowest headroom 412 MiB"), "{top}");
+}
