@@ -1062,7 +1062,8 @@ impl Locked {
             Some(k) => self.cgroup_used(k),
             None => self.h().used,
         };
-        let flying = self.in_entry(k).fold(0u64, |a, i| a.saturating_add(self.ledger.in_flight(i).load(Ordering::Relaxed)));
+        // Acquire, paired with `landed`: a call seen landed has its pages in the file read next.
+        let flying = self.in_entry(k).fold(0u64, |a, i| a.saturating_add(self.ledger.in_flight(i).load(Ordering::Acquire)));
         used.saturating_sub(flying)
     }
 
@@ -1595,7 +1596,7 @@ pub fn landed(bytes: u64) {
     let Some(h) = header() else { return };
     let i = SLOT.load(Ordering::Relaxed);
     if bytes > 0 && i < MAX_MEMBERS && h.member_id(i).0 == MY_PID.load(Ordering::Relaxed) {
-        let _ = h.in_flight(i).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| Some(f.saturating_sub(bytes)));
+        let _ = h.in_flight(i).fetch_update(Ordering::Release, Ordering::Relaxed, |f| Some(f.saturating_sub(bytes)));
     }
 }
 
