@@ -354,7 +354,7 @@ pub fn exit_report_from_exit_call() {
 static FORK_WAS_INSIDE: AtomicBool = AtomicBool::new(false);
 
 /// A module with state a fork child must not inherit half-changed: `hold` takes its locks before
-/// the fork; `let_go` releases them after it, in the parent (`false`) or, having first forgotten
+/// the fork; `let_go` lets go of them after it, in the parent (`false`) or, having first forgotten
 /// the parent's state, in the child (`true`). `let_go` may only run after `hold` on the same
 /// thread, in a fork handler.
 struct ForkState {
@@ -378,12 +378,12 @@ static FORK_STATES: &[ForkState] = &[
     fork_state(crate::capture::unwind::hold, crate::capture::unwind::release),
     fork_state(crate::capture::python::hold, crate::capture::python::release),
     fork_state(crate::runtime::gate::close, crate::runtime::gate::reopen),
-    fork_state(callsite::lock_all, callsite::unlock_all),
-    fork_state(ledger::lock_all, ledger::unlock_all),
-    fork_state(crate::accounting::physical::hold, crate::accounting::physical::release),
-    fork_state(crate::accounting::pools::hold, crate::accounting::pools::release),
-    ForkState { unmaps: true, ..fork_state(crate::accounting::arena::hold, crate::accounting::arena::release) },
-    fork_state(crate::runtime::heap::hold, crate::runtime::heap::release),
+    fork_state(callsite::hold, callsite::let_go),
+    fork_state(ledger::hold, ledger::let_go),
+    fork_state(crate::accounting::physical::hold, crate::accounting::physical::let_go),
+    fork_state(crate::accounting::pools::hold, crate::accounting::pools::let_go),
+    ForkState { unmaps: true, ..fork_state(crate::accounting::arena::hold, crate::accounting::arena::let_go) },
+    fork_state(crate::runtime::heap::hold, crate::runtime::heap::let_go),
 ];
 
 extern "C" fn fork_prepare() {
@@ -407,7 +407,7 @@ fn let_go_after_fork(child: bool) {
         unsafe { (m.let_go)(child) };
     }
     // SAFETY: as above: `fork_prepare` took the report lock on this thread.
-    unsafe { report::release(child) };
+    unsafe { report::let_go(child) };
 }
 
 extern "C" fn fork_parent() {

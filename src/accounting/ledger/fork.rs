@@ -6,18 +6,18 @@ use super::events::{Bounded, EVENTS, TIMELINE, TIMELINE_MS};
 use super::first_count::TOUCHED;
 use super::levels::{Levels, OWN_LEVELS, LEVELS};
 use super::live::{LIVE, OVER};
-use super::locked_pages::{LOCKED, LOCKED_ANY};
+use super::locked_pages::{LOCKED_PAGES, LOCKED_ANY};
 use crate::runtime::guard;
 use crate::runtime::lock;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Fork support: take every lock of the ledger so the child inherits none held.
-pub fn lock_all() {
+pub fn hold() {
     for s in &LIVE {
         lock::hold(s);
     }
-    lock::hold(&LOCKED);
+    lock::hold(&LOCKED_PAGES);
     lock::hold(&EVENTS);
     lock::hold(&TIMELINE);
     lock::hold(&FREE);
@@ -25,17 +25,17 @@ pub fn lock_all() {
 }
 
 /// # Safety
-/// Only after `lock_all` on this thread. With `clear` (the child), the ledger starts empty:
+/// Only after `hold` on this thread. With `clear` (the child), the ledger starts empty:
 /// pinned memory and `mlock` locks are not inherited across `fork`.
-pub unsafe fn unlock_all(clear: bool) {
+pub unsafe fn let_go(clear: bool) {
     if clear {
-        // SAFETY: `lock_all` holds every one of these locks (the caller's contract), and the fork
+        // SAFETY: `hold` took every one of these locks (the caller's contract), and the fork
         // child has no other thread: the data behind them is this thread's alone.
         unsafe {
             for s in &LIVE {
                 (*s.data_ptr()).forget();
             }
-            *LOCKED.data_ptr() = None;
+            *LOCKED_PAGES.data_ptr() = None;
             *EVENTS.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
             *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
             *FREE.data_ptr() = Vec::new();
@@ -45,22 +45,22 @@ pub unsafe fn unlock_all(clear: bool) {
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
     }
-    // SAFETY: each of these locks is held by `lock_all` on this thread (the caller's contract),
-    // released once here, in the parent or in the child as `clear` says.
+    // SAFETY: each of these locks was taken by `hold` on this thread (the caller's contract),
+    // let go of once here, in the parent or in the child as `clear` says.
     unsafe {
-        lock::release(&FREE, clear);
-        lock::release(&OVER, clear);
+        lock::let_go(&FREE, clear);
+        lock::let_go(&OVER, clear);
         for s in &LIVE {
-            if clear { lock::release_in_child(s) } else { lock::release_in_parent(s) }
+            if clear { lock::let_go_in_child(s) } else { lock::let_go_in_parent(s) }
         }
         if clear {
-            lock::release_in_child(&LOCKED);
-            lock::release_in_child(&EVENTS);
-            lock::release_in_child(&TIMELINE);
+            lock::let_go_in_child(&LOCKED_PAGES);
+            lock::let_go_in_child(&EVENTS);
+            lock::let_go_in_child(&TIMELINE);
         } else {
-            lock::release_in_parent(&LOCKED);
-            lock::release_in_parent(&EVENTS);
-            lock::release_in_parent(&TIMELINE);
+            lock::let_go_in_parent(&LOCKED_PAGES);
+            lock::let_go_in_parent(&EVENTS);
+            lock::let_go_in_parent(&TIMELINE);
         }
     }
 }

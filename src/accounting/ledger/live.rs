@@ -2,7 +2,7 @@
 //! tables that hold them by address (sharded, in the state file) and the registrations over
 //! memory that is already pinned.
 
-use super::locked_pages::locked;
+use super::locked_pages::locked_pages;
 use crate::api::Api;
 use crate::accounting::callsite::Callsite;
 use crate::accounting::addr_map::AddrMap;
@@ -135,7 +135,7 @@ pub fn live_records() -> Vec<(usize, Live)> {
         v.reserve(map.len());
         v.extend(map.iter().map(|(a, &l)| (a, l)));
     }
-    let g = locked();
+    let g = locked_pages();
     v.extend(g.ranges.iter().map(|(s, e, l)| (s, Live { size: (e - s) as u64, ..*l })));
     drop(g);
     v.extend(OVER.lock().iter().copied());

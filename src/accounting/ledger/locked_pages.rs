@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 /// handler interrupted pinguard, a locked stack growing, `MCL_FUTURE`) is found by `check`: one
 /// read of `VmLck`, and only when it differs from the view, a walk of `/proc/self/smaps` that
 /// makes the view the kernel's.
-pub struct Locked {
+pub struct LockedPages {
     pub ranges: RangeSet<Live>,
     /// The `mlockall(MCL_FUTURE)` in force: later mappings the kernel locks by itself are its.
     pub future: Option<Live>,
@@ -40,7 +40,7 @@ impl Synced {
     }
 }
 
-impl Locked {
+impl LockedPages {
     /// Adds `[s, e)`, a gap of the view, for `live`'s call, with the live figures. The budget is
     /// the caller's.
     pub fn add(&mut self, t: &Thread, s: usize, e: usize, live: Live, now: u64) {
@@ -159,39 +159,39 @@ impl Locked {
     }
 }
 
-pub(super) static LOCKED: Mutex<Option<Locked>> = Mutex::new(None);
+pub(super) static LOCKED_PAGES: Mutex<Option<LockedPages>> = Mutex::new(None);
 /// Lets `munmap` and `mmap(MAP_FIXED)` skip the lock while nothing is locked.
 pub(super) static LOCKED_ANY: AtomicBool = AtomicBool::new(false);
 
-pub struct LockedGuard(MutexGuard<'static, Option<Locked>>);
+pub struct LockedPagesGuard(MutexGuard<'static, Option<LockedPages>>);
 
-impl std::ops::Deref for LockedGuard {
-    type Target = Locked;
-    fn deref(&self) -> &Locked {
-        self.0.as_ref().expect("initialised in locked()")
+impl std::ops::Deref for LockedPagesGuard {
+    type Target = LockedPages;
+    fn deref(&self) -> &LockedPages {
+        self.0.as_ref().expect("initialised in locked_pages()")
     }
 }
 
-impl std::ops::DerefMut for LockedGuard {
-    fn deref_mut(&mut self) -> &mut Locked {
-        self.0.as_mut().expect("initialised in locked()")
+impl std::ops::DerefMut for LockedPagesGuard {
+    fn deref_mut(&mut self) -> &mut LockedPages {
+        self.0.as_mut().expect("initialised in locked_pages()")
     }
 }
 
-impl Drop for LockedGuard {
+impl Drop for LockedPagesGuard {
     fn drop(&mut self) {
-        let l = self.0.as_ref().expect("initialised in locked()");
+        let l = self.0.as_ref().expect("initialised in locked_pages()");
         LOCKED_ANY.store(!l.ranges.is_empty() || l.future.is_some(), Relaxed);
     }
 }
 
-pub fn locked() -> LockedGuard {
+pub fn locked_pages() -> LockedPagesGuard {
     // Interned now, before the lock, if not yet: a walk attributes pages nobody claims to it, and
     // the callsite table's lock comes before the view's in the fork handlers' order.
     crate::accounting::callsite::empty();
-    let mut g = LOCKED.lock();
-    g.get_or_insert_with(|| Locked { ranges: RangeSet::default(), future: None, skew: 0 });
-    LockedGuard(g)
+    let mut g = LOCKED_PAGES.lock();
+    g.get_or_insert_with(|| LockedPages { ranges: RangeSet::default(), future: None, skew: 0 });
+    LockedPagesGuard(g)
 }
 
 pub fn locked_any() -> bool {
@@ -229,7 +229,7 @@ pub(super) fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::ac
 /// differs. Call on a thread inside pinguard (`Reentry`), with the locking family's hooks on.
 /// Returns what changed, for the caller to tell the budget.
 pub fn reconcile_locked(t: &Thread) -> Synced {
-    locked().check(t, crate::runtime::clock::coarse_unix_ms(), |_, _| None)
+    locked_pages().check(t, crate::runtime::clock::coarse_unix_ms(), |_, _| None)
 }
 
 /// Set once a runtime pinned with `mlock` inside its own tracked call (the emulated runtimes do;

@@ -28,10 +28,10 @@ pub use count::{count_alloc, count_denied, count_denied_out_of_scope, count_down
 pub use events::{events, timeline, timeline_now};
 pub use figures::{apis, live_bytes, totals};
 pub use first_count::{on_first_count, touched};
-pub use fork::{lock_all, unlock_all};
+pub use fork::{hold, let_go};
 pub use levels::{alloc_live, live_delta, live_release, use_levels};
 pub use live::{insert, insert_over, live_at, live_records, take, take_over, Backing, Live};
-pub use locked_pages::{locked, locked_any, reconcile_locked, LockedGuard, Synced};
+pub use locked_pages::{locked_pages, locked_any, reconcile_locked, LockedPagesGuard, Synced};
 /// Only the hooks call it, and the builds without hooks (unit tests, fuzzing) have none.
 #[cfg(not(any(test, feature = "fuzzing")))]
 pub use locked_pages::note_runtime_lock;
