@@ -35,14 +35,14 @@ pub fn hold() {
 
 /// # Safety
 /// Only in the fork handlers, after `hold`.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     FORK_WAITING.store(false, Ordering::SeqCst);
     if child {
         // SAFETY: after `hold`, in the child's handler (this function's contract).
-        unsafe { crate::runtime::lock::release_in_child(&WRITING) }
+        unsafe { crate::runtime::lock::let_go_in_child(&WRITING) }
     } else {
         // SAFETY: after `hold`, in the parent's handler (this function's contract).
-        unsafe { crate::runtime::lock::release_in_parent(&WRITING) }
+        unsafe { crate::runtime::lock::let_go_in_parent(&WRITING) }
     }
 }
 
