@@ -1,7 +1,7 @@
 //! One level's live figures and peak (the process, an entry point, a callsite), kept so that
 //! threads pinning at the same time write no common cache line.
 //!
-//! Each level is split into stripes. A thread writes the stripe of its slot (`ledger::Block`):
+//! Each level is split into stripes. A thread writes the stripe of its slot (`ledger::blocks::Block`):
 //! the first `K - 1` slots own theirs and write it with plain stores; later slots share the last
 //! stripe with atomic adds. A figure is the sum over the stripes, exact whenever no call is in
 //! flight.
