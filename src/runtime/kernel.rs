@@ -214,7 +214,7 @@ fn over_rlimit(base: u64, more: u64) -> bool {
 
 /// Whether every page of `[start, end)` (page-aligned) is mapped: `msync(MS_ASYNC)` answers
 /// ENOMEM for a hole, and since Linux 2.6.19 does nothing else.
-fn mapped(start: usize, end: usize) -> bool {
+pub fn mapped(start: usize, end: usize) -> bool {
     // SAFETY: MS_ASYNC only checks the range; no memory is read or written.
     raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) }) != Err(libc::ENOMEM)
 }
