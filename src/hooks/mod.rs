@@ -76,6 +76,98 @@ macro_rules! slots {
 }
 pub(crate) use slots;
 
+/// A symbol name as the loader takes it; `name` ends in its NUL (a compile error otherwise).
+pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
+    match std::ffi::CStr::from_bytes_with_nul(name.as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("a symbol name has no interior NUL and ends in one"),
+    }
+}
+
+/// One API family's table: each row is one entry point, declared once, as
+///
+/// ```text
+/// /// What it does.
+/// fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+/// ```
+///
+/// (its name, its C signature, the body that hands it to `track`). The family's first line names
+/// its `api::Family` and the code a call gets when no real function can be found. Each row makes
+///
+/// - a module named after the symbol: `Fn` (the C type), `REAL` (the real function found by name,
+///   the one cache of it that every caller shares) and `bind` (the `SLOTS` wrappers handed out in
+///   place of a real function that `cuGetProcAddress` or `dlsym(handle, ...)` found, which may
+///   differ from the one found by name: another copy of the runtime, another ABI version);
+/// - the exported `extern "C-unwind"` function.
+///
+/// and the table as a whole `FAMILY`, `EXPORTS` (its names, in order) and `redirect`, the wrapper
+/// for a function of the family that `dlsym(handle, name)` found. The body is
+/// `unsafe fn(real: Fn, args...) -> ret`: `real` is the real function, the arguments the C
+/// caller's, under its contract.
+macro_rules! hooks {
+    (
+        family $family:ident, missing $missing:expr;
+        $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty => $body:path; )*
+    ) => {
+        $(
+            #[allow(non_snake_case)]
+            #[doc = concat!("`", stringify!($name), "`'s C type, real function and slot wrappers.")]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                use std::sync::atomic::{AtomicUsize, Ordering};
+                pub type Fn = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
+                pub static REAL: $crate::runtime::resolve::Real =
+                    $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
+                static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
+                $crate::hooks::hooks!(@slot s0 0 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s1 1 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s2 2 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s3 3 $body, ($($arg: $ty),*) -> $ret);
+                /// The wrapper bound to `real`, a function of this type found another way.
+                pub fn bind(real: usize) -> Option<usize> {
+                    let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
+                    $crate::hooks::bind(&REALS, &wrappers, real)
+                }
+            }
+
+            $(#[doc = $doc])*
+            #[no_mangle]
+            pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
+                // SAFETY: `Fn` is the row's C signature, the type of the symbol `REAL` names.
+                match unsafe { $name::REAL.get::<$name::Fn>() } {
+                    // SAFETY: `f` is the real function of this name, given the C caller's
+                    // arguments under its contract, which are what the body asks for.
+                    Some(f) => unsafe { $body(f, $($arg),*) },
+                    None => $missing,
+                }
+            }
+        )*
+
+        pub const FAMILY: $crate::api::Family = $crate::api::Family::$family;
+
+        /// The table's entry points, as exported.
+        #[allow(dead_code)]
+        pub const EXPORTS: &[&str] = &[$(stringify!($name)),*];
+
+        /// The wrapper for a function `dlsym(handle, name)` found, if the table has `name`:
+        /// `Some(None)` when every slot is taken.
+        pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
+            let name = name.to_bytes();
+            $( if name == stringify!($name).as_bytes() { return Some($name::bind(real)); } )*
+            None
+        }
+    };
+    (@slot $s:ident $i:literal $body:path, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        unsafe extern "C-unwind" fn $s($($arg: $ty),*) -> $ret {
+            // SAFETY: `bind` hands out this wrapper only once its slot holds a real `Fn`, never
+            // changed after; the arguments are the C caller's, under that function's contract.
+            unsafe { $body(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), $($arg),*) }
+        }
+    };
+}
+pub(crate) use hooks;
+
 /// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
 /// other functions (the caller then gets the real function, untracked, and a warning).
 pub fn bind(reals: &[AtomicUsize; SLOTS], wrappers: &[usize; SLOTS], real: usize) -> Option<usize> {
