@@ -38,44 +38,6 @@ pub(crate) use real;
 
 pub const SLOTS: usize = 4;
 
-/// Defines `SLOTS` wrappers around `$body`, each bound to its own real function pointer, and
-/// `bind(real) -> Option<wrapper address>`.
-macro_rules! slots {
-    ($name:ident, $fnty:ty, $body:path, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
-        pub mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            use std::sync::atomic::{AtomicUsize, Ordering};
-            static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
-            unsafe extern "C-unwind" fn s0($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            unsafe extern "C-unwind" fn s1($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            unsafe extern "C-unwind" fn s2($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            unsafe extern "C-unwind" fn s3($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            pub fn bind(real: usize) -> Option<usize> {
-                let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
-                $crate::hooks::bind(&REALS, &wrappers, real)
-            }
-        }
-    };
-}
-pub(crate) use slots;
-
 /// A symbol name as the loader takes it; `name` ends in its NUL (a compile error otherwise).
 pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
     match std::ffi::CStr::from_bytes_with_nul(name.as_bytes()) {
