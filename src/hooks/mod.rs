@@ -109,8 +109,7 @@ macro_rules! hooks {
         pub const FAMILY: $crate::api::Family = $crate::api::Family::$family;
 
         /// The table's entry points, as exported.
-        #[allow(dead_code)]
-        pub const EXPORTS: &[&str] = &[$(stringify!($name)),*];
+        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
         /// The wrapper for a function `dlsym(handle, name)` found, if the table has `name`:
         /// `Some(None)` when every slot is taken.
@@ -129,6 +128,69 @@ macro_rules! hooks {
     };
 }
 pub(crate) use hooks;
+
+/// The table of entry points whose bodies are written by hand (libc's, the loader's, the signal
+/// functions'): each row `fn name(args) -> ret => body;` makes the module `name` (`Fn`, its C
+/// type, or the one `real` gives, `REAL`, the real function found by name, the one cache of it
+/// that every caller shares, and `get`) and the exported `extern "C"` function, which hands its
+/// arguments to `body` (`unsafe fn(args) -> ret`, under the C function's contract). A row with no
+/// body declares a function exported by hand (a naked trampoline); the compiler checks that it
+/// has the row's type. The table as a whole makes `NAMES` and `redirect`: pinguard's export for
+/// a function `dlsym(handle, name)` found, when it is the one pinguard forwards to.
+macro_rules! hand_hooks {
+    (
+        $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $(, real $fnty:ty)? $(=> $body:path)?; )*
+    ) => {
+        $(
+            #[allow(non_snake_case, dead_code)]
+            #[doc = concat!("`", stringify!($name), "`'s C type and real function.")]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                pub type Fn = $crate::hooks::hand_hooks!(@fnty [$($fnty)?] ($($ty),*) -> $ret);
+                pub static REAL: $crate::runtime::resolve::Real =
+                    $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
+                /// The real function, found by name the first time any caller asks.
+                #[inline(always)]
+                pub fn get() -> Option<Fn> {
+                    // SAFETY: `Fn` is the C type of the symbol `REAL` names.
+                    unsafe { REAL.get::<Fn>() }
+                }
+                /// The export has the row's type (this fails to compile otherwise).
+                const _: unsafe extern "C" fn($($ty),*) -> $ret = super::$name;
+            }
+            $crate::hooks::hand_hooks!(@export [$($body)?] $(#[doc = $doc])* fn $name($($arg: $ty),*) -> $ret);
+        )*
+
+        /// The table's entry points, as exported.
+        #[allow(dead_code)]
+        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// pinguard's own export for `name` when `real`, the function `dlsym(handle, name)` found,
+        /// is the one found by name (`Some(None)` when it is another).
+        #[allow(dead_code)]
+        pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
+            let name = name.to_bytes();
+            $( if name == stringify!($name).as_bytes() {
+                return Some(($name::REAL.addr() == Some(real)).then_some($name as *const () as usize));
+            } )*
+            None
+        }
+    };
+    (@fnty [] ($($ty:ty),*) -> $ret:ty) => { unsafe extern "C" fn($($ty),*) -> $ret };
+    (@fnty [$fnty:ty] ($($ty:ty),*) -> $ret:ty) => { $fnty };
+    (@export [] $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty) => {};
+    (@export [$body:path] $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        $(#[doc = $doc])*
+        #[no_mangle]
+        #[allow(unused_unsafe)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the C caller's arguments, under the function's contract, which is the body's.
+            unsafe { $body($($arg),*) }
+        }
+    };
+}
+pub(crate) use hand_hooks;
 
 /// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
 /// other functions (the caller then gets the real function, untracked, and a warning).
