@@ -9,6 +9,7 @@
 //! `answer`, and when it has nothing to say restore the registers and *jump* to the real function,
 //! which then sees the original caller. docs/field-notes.md, "Interposing `dlsym`".
 
+use super::hand_hooks;
 use crate::api::Family;
 use crate::runtime::dl;
 use crate::hooks::{acl, cuda_driver, cuda_runtime, libc_lock};
@@ -156,6 +157,13 @@ pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, versio
         answer = sym dlvsym_answer,
         real = sym dl::REAL_DLVSYM,
     )
+}
+
+hand_hooks! {
+    /// A symbol by name (the trampolines above).
+    fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+    /// A symbol by name and version (the trampolines above).
+    fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
 }
 
 /// Non-null: the trampoline returns it. Null: the trampoline hands the call to the real function.
