@@ -39,113 +39,89 @@ unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
     (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
 }
 
-unsafe fn malloc_physical(f: aclrtMallocPhysical::Fn, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+unsafe fn malloc_physical(real: aclrtMallocPhysical::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(handle, size, prop, flags) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_physical(Api::AclrtMallocPhysical, handle, size, host, rejected, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(handle, size, prop, flags) })
+            h.create_physical(Api::AclrtMallocPhysical, handle, size, host, rejected, SUCCESS, MEMORY_ALLOCATION, move || real.call())
         }
     }
 }
 
-unsafe fn free_physical(f: aclrtFreePhysical::Fn, handle: u64) -> c_int {
+unsafe fn free_physical(real: aclrtFreePhysical::Call, handle: u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(handle) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, || unsafe { f(handle) }),
+        None => real.call(),
+        Some(h) => h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn map_mem(f: aclrtMapMem::Fn, ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+unsafe fn map_mem(real: aclrtMapMem::Call, ptr: *mut c_void, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, offset, handle, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.map_physical(Api::AclrtMapMem, ptr as usize, size, handle, SUCCESS, || unsafe { f(ptr, size, offset, handle, flags) }),
+        None => real.call(),
+        Some(h) => h.map_physical(Api::AclrtMapMem, ptr as usize, size, handle, SUCCESS, move || real.call()),
     }
 }
 
 /// `aclrtUnmapMem` names the mapping by its start alone.
-unsafe fn unmap_mem(f: aclrtUnmapMem::Fn, ptr: *mut c_void) -> c_int {
+unsafe fn unmap_mem(real: aclrtUnmapMem::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn retain(f: aclrtMemRetainAllocationHandle::Fn, ptr: *mut c_void, handle: *mut u64) -> c_int {
+unsafe fn retain(real: aclrtMemRetainAllocationHandle::Call, _ptr: *mut c_void, handle: *mut u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, handle) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.retain_physical(Api::AclrtMemRetainAllocationHandle, handle, SUCCESS, || unsafe { f(ptr, handle) }),
+        None => real.call(),
+        Some(h) => h.retain_physical(Api::AclrtMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn malloc_host(f: aclrtMallocHost::Fn, ptr: *mut *mut c_void, size: usize) -> c_int {
+unsafe fn malloc_host(real: aclrtMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, move || real.call()),
     }
 }
 
-unsafe fn malloc_host_with_cfg(f: aclrtMallocHostWithCfg::Fn, ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
+unsafe fn malloc_host_with_cfg(real: aclrtMallocHostWithCfg::Call, ptr: *mut *mut c_void, size: u64, _cfg: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, cfg) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size, cfg) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, move || real.call()),
     }
 }
 
 /// Always a mapped registration (it returns the device address), so never downgraded.
-unsafe fn host_register(f: aclrtHostRegister::Fn, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
+unsafe fn host_register(real: aclrtHostRegister::Call, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, ty, dev) },
+        None => real.call(),
         Some(h) => {
             let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || unsafe { f(ptr, size, ty, dev) })
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, move || real.call())
         }
     }
 }
 
-unsafe fn host_register_v2(f: aclrtHostRegisterV2::Fn, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
+unsafe fn host_register_v2(real: aclrtHostRegisterV2::Call, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, flag) },
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || {
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            unsafe { f(ptr, size, flag) }
-        }),
+        None => real.call(),
+        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, move || real.call()),
     }
 }
 
-unsafe fn free_host(f: aclrtFreeHost::Fn, ptr: *mut c_void) -> c_int {
+unsafe fn free_host(real: aclrtFreeHost::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn host_unregister(f: aclrtHostUnregister::Fn, ptr: *mut c_void) -> c_int {
+unsafe fn host_unregister(real: aclrtHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, move || real.call()),
     }
 }
 

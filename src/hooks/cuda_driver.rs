@@ -26,10 +26,6 @@ const ALLOC_FLAGS: c_uint = 0x7;
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
 const REGISTER_FLAGS: c_uint = 0xf;
 
-/// `cuMemGetDefaultMemPool`, `cuMemGetMemPool` (and the runtime's): a pool out, a `CUmemLocation`
-/// (`{int type; int id}`), a `CUmemAllocationType`.
-pub(crate) type PoolOfFn = unsafe extern "C-unwind" fn(*mut u64, *const c_int, c_int) -> c_int;
-
 /// Whether a location and allocation type name pinned host memory.
 pub(crate) unsafe fn location_host(location: *const c_int, ty: c_int) -> bool {
     if location.is_null() {
@@ -39,91 +35,75 @@ pub(crate) unsafe fn location_host(location: *const c_int, ty: c_int) -> bool {
     ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&unsafe { location.read_unaligned() })
 }
 
-unsafe fn pool_of(f: PoolOfFn, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn pool_of(real: cuMemGetMemPool::Call, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, location, ty) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
             let host = unsafe { location_host(location, ty) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(api, pool, host, false, SUCCESS, driver_pool_attr, || unsafe { f(pool, location, ty) })
+            h.pool_handed_out(api, pool, host, false, SUCCESS, driver_pool_attr, move || real.call())
         }
     }
 }
 
-unsafe fn default_pool(f: PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn default_pool(real: cuMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(f, Api::CuMemGetDefaultMemPool, pool, location, ty) }
+    unsafe { pool_of(real, Api::CuMemGetDefaultMemPool, pool, location, ty) }
 }
 
-unsafe fn current_pool(f: PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn current_pool(real: cuMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(f, Api::CuMemGetMemPool, pool, location, ty) }
+    unsafe { pool_of(real, Api::CuMemGetMemPool, pool, location, ty) }
 }
 /// `cuMemPoolGetAttribute` and `cudaMemPoolGetAttribute`.
 pub(crate) type PoolAttrFn = unsafe extern "C-unwind" fn(u64, c_int, *mut c_void) -> c_int;
 
-unsafe fn host_alloc(f: cuMemHostAlloc::Fn, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_alloc(real: cuMemHostAlloc::Call, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pp, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size, flags) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, move || real.call()),
     }
 }
 
-unsafe fn alloc_host_v2(f: cuMemAllocHost_v2::Fn, pp: *mut *mut c_void, size: usize) -> c_int {
+unsafe fn alloc_host_v2(real: cuMemAllocHost_v2::Call, pp: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pp, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, move || real.call()),
     }
 }
 
-unsafe fn alloc_host_legacy(f: cuMemAllocHost::Fn, pp: *mut *mut c_void, size: c_uint) -> c_int {
+unsafe fn alloc_host_legacy(real: cuMemAllocHost::Call, pp: *mut *mut c_void, size: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pp, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, move || real.call()),
     }
 }
 
-unsafe fn register_v2(f: cuMemHostRegister_v2::Fn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn register_v2(real: cuMemHostRegister_v2::Call, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(p, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(p, size, flags) }),
+        None => real.call(),
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, move || real.call()),
     }
 }
 
-unsafe fn register_legacy(f: cuMemHostRegister::Fn, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn register_legacy(real: cuMemHostRegister::Call, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(p, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(p, size, flags) }),
+        None => real.call(),
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, move || real.call()),
     }
 }
 
-unsafe fn free_host(f: cuMemFreeHost::Fn, p: *mut c_void) -> c_int {
+unsafe fn free_host(real: cuMemFreeHost::Call, p: *mut c_void) -> c_int {
     match Hook::enter_release(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(p) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::CuMemFreeHost, p, &[Api::CuMemHostAlloc, Api::CuMemAllocHostV2, Api::CuMemAllocHost], SUCCESS, || unsafe { f(p) }),
+        None => real.call(),
+        Some(h) => h.release(Api::CuMemFreeHost, p, &[Api::CuMemHostAlloc, Api::CuMemAllocHostV2, Api::CuMemAllocHost], SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn host_unregister(f: cuMemHostUnregister::Fn, p: *mut c_void) -> c_int {
+unsafe fn host_unregister(real: cuMemHostUnregister::Call, p: *mut c_void) -> c_int {
     match Hook::enter_release(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(p) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::CuMemHostUnregister, p, &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister], SUCCESS, || unsafe { f(p) }),
+        None => real.call(),
+        Some(h) => h.release(Api::CuMemHostUnregister, p, &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister], SUCCESS, move || real.call()),
     }
 }
 
@@ -166,110 +146,89 @@ fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     pool_attr(unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() }, pool, attr)
 }
 
-unsafe fn pool_create(f: cuMemPoolCreate::Fn, pool: *mut u64, props: *const c_void) -> c_int {
+unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, props) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
             let host = unsafe { pool_props_host(props) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, SUCCESS, driver_pool_attr, || unsafe { f(pool, props) })
+            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, SUCCESS, driver_pool_attr, move || real.call())
         }
     }
 }
 
-unsafe fn pool_destroy(f: cuMemPoolDestroy::Fn, pool: u64) -> c_int {
+unsafe fn pool_destroy(real: cuMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(pool) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, SUCCESS, driver_pool_attr, || unsafe { f(pool) }),
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, SUCCESS, driver_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn pool_trim(f: cuMemPoolTrimTo::Fn, pool: u64, keep: usize) -> c_int {
+unsafe fn pool_trim(real: cuMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, keep) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, SUCCESS, driver_pool_attr, || unsafe { f(pool, keep) }),
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, SUCCESS, driver_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn pool_alloc(f: cuMemAllocFromPoolAsync::Fn, dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+unsafe fn pool_alloc(real: cuMemAllocFromPoolAsync::Call, dptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(dptr, size, pool, stream) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, SUCCESS, OUT_OF_MEMORY, driver_pool_attr, || unsafe { f(dptr, size, pool, stream) }),
+        None => real.call(),
+        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, SUCCESS, OUT_OF_MEMORY, driver_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn free_async(f: cuMemFreeAsync::Fn, dptr: usize, stream: *mut c_void) -> c_int {
+unsafe fn free_async(real: cuMemFreeAsync::Call, dptr: usize, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(dptr, stream) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, SUCCESS, driver_pool_attr, || unsafe { f(dptr, stream) }),
+        None => real.call(),
+        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, SUCCESS, driver_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn mem_create(f: cuMemCreate::Fn, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+unsafe fn mem_create(real: cuMemCreate::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(handle, size, prop, flags) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_physical(Api::CuMemCreate, handle, size, host, rejected, SUCCESS, OUT_OF_MEMORY, || unsafe { f(handle, size, prop, flags) })
+            h.create_physical(Api::CuMemCreate, handle, size, host, rejected, SUCCESS, OUT_OF_MEMORY, move || real.call())
         }
     }
 }
 
-unsafe fn mem_release(f: cuMemRelease::Fn, handle: u64) -> c_int {
+unsafe fn mem_release(real: cuMemRelease::Call, handle: u64) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(handle) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release_physical(Api::CuMemRelease, handle, SUCCESS, || unsafe { f(handle) }),
+        None => real.call(),
+        Some(h) => h.release_physical(Api::CuMemRelease, handle, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn mem_map(f: cuMemMap::Fn, ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+unsafe fn mem_map(real: cuMemMap::Call, ptr: u64, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, offset, handle, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.map_physical(Api::CuMemMap, ptr as usize, size, handle, SUCCESS, || unsafe { f(ptr, size, offset, handle, flags) }),
+        None => real.call(),
+        Some(h) => h.map_physical(Api::CuMemMap, ptr as usize, size, handle, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn mem_unmap(f: cuMemUnmap::Fn, ptr: u64, size: usize) -> c_int {
+unsafe fn mem_unmap(real: cuMemUnmap::Call, ptr: u64, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.unmap_physical(Api::CuMemUnmap, ptr as usize, size.max(1), SUCCESS, || unsafe { f(ptr, size) }),
+        None => real.call(),
+        Some(h) => h.unmap_physical(Api::CuMemUnmap, ptr as usize, size.max(1), SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn mem_retain(f: cuMemRetainAllocationHandle::Fn, handle: *mut u64, addr: *mut c_void) -> c_int {
+unsafe fn mem_retain(real: cuMemRetainAllocationHandle::Call, handle: *mut u64, _addr: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(handle, addr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.retain_physical(Api::CuMemRetainAllocationHandle, handle, SUCCESS, || unsafe { f(handle, addr) }),
+        None => real.call(),
+        Some(h) => h.retain_physical(Api::CuMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
     }
 }
 
 /// `cuGetProcAddress`: the driver's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// driver's own.
-unsafe fn get_proc(f: cuGetProcAddress::Fn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int {
-    // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-    let rc = unsafe { f(symbol, pfn, version, flags) };
+unsafe fn get_proc(real: cuGetProcAddress::Call, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, _flags: u64) -> c_int {
+    let rc = real.call();
     if rc == SUCCESS {
         // SAFETY: `symbol` and `pfn` are the C caller's: a C string and an out-pointer the driver
         // has just written (`wrap_proc` checks for null).
@@ -278,9 +237,8 @@ unsafe fn get_proc(f: cuGetProcAddress::Fn, symbol: *const c_char, pfn: *mut *mu
     rc
 }
 
-unsafe fn get_proc_v2(f: cuGetProcAddress_v2::Fn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
-    // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-    let rc = unsafe { f(symbol, pfn, version, flags, status) };
+unsafe fn get_proc_v2(real: cuGetProcAddress_v2::Call, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, _flags: u64, _status: *mut c_int) -> c_int {
+    let rc = real.call();
     if rc == SUCCESS {
         // SAFETY: as in `get_proc`.
         unsafe { wrap_proc(symbol, pfn, version) };

@@ -27,120 +27,98 @@ fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     super::cuda_driver::pool_attr(unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
 }
 
-unsafe fn pool_of(f: super::cuda_driver::PoolOfFn, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn pool_of(real: cudaMemGetMemPool::Call, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, location, ty) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
             let host = unsafe { super::cuda_driver::location_host(location, ty) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(api, pool, host, false, SUCCESS, runtime_pool_attr, || unsafe { f(pool, location, ty) })
+            h.pool_handed_out(api, pool, host, false, SUCCESS, runtime_pool_attr, move || real.call())
         }
     }
 }
 
-unsafe fn default_pool(f: super::cuda_driver::PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn default_pool(real: cudaMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(f, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
+    unsafe { pool_of(real, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
 }
 
-unsafe fn current_pool(f: super::cuda_driver::PoolOfFn, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn current_pool(real: cudaMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(f, Api::CudaMemGetMemPool, pool, location, ty) }
+    unsafe { pool_of(real, Api::CudaMemGetMemPool, pool, location, ty) }
 }
 
-unsafe fn pool_create(f: cudaMemPoolCreate::Fn, pool: *mut u64, props: *const c_void) -> c_int {
+unsafe fn pool_create(real: cudaMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, props) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, SUCCESS, runtime_pool_attr, || unsafe { f(pool, props) })
+            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, SUCCESS, runtime_pool_attr, move || real.call())
         }
     }
 }
 
-unsafe fn pool_destroy(f: cudaMemPoolDestroy::Fn, pool: u64) -> c_int {
+unsafe fn pool_destroy(real: cudaMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(pool) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, SUCCESS, runtime_pool_attr, || unsafe { f(pool) }),
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, SUCCESS, runtime_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn pool_trim(f: cudaMemPoolTrimTo::Fn, pool: u64, keep: usize) -> c_int {
+unsafe fn pool_trim(real: cudaMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, keep) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, SUCCESS, runtime_pool_attr, || unsafe { f(pool, keep) }),
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, SUCCESS, runtime_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn pool_alloc(f: cudaMallocFromPoolAsync::Fn, ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+unsafe fn pool_alloc(real: cudaMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, pool, stream) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, SUCCESS, MEMORY_ALLOCATION, runtime_pool_attr, || unsafe { f(ptr, size, pool, stream) }),
+        None => real.call(),
+        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, SUCCESS, MEMORY_ALLOCATION, runtime_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn free_async(f: cudaFreeAsync::Fn, ptr: usize, stream: *mut c_void) -> c_int {
+unsafe fn free_async(real: cudaFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, stream) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, SUCCESS, runtime_pool_attr, || unsafe { f(ptr, stream) }),
+        None => real.call(),
+        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, SUCCESS, runtime_pool_attr, move || real.call()),
     }
 }
 
-unsafe fn host_alloc(f: cudaHostAlloc::Fn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_alloc(real: cudaHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size, flags) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, move || real.call()),
     }
 }
 
-unsafe fn malloc_host(f: cudaMallocHost::Fn, ptr: *mut *mut c_void, size: usize) -> c_int {
+unsafe fn malloc_host(real: cudaMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, move || real.call()),
     }
 }
 
-unsafe fn host_register(f: cudaHostRegister::Fn, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_register(real: cudaHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, || unsafe { f(ptr, size, flags) }),
+        None => real.call(),
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, move || real.call()),
     }
 }
 
-unsafe fn free_host(f: cudaFreeHost::Fn, ptr: *mut c_void) -> c_int {
+unsafe fn free_host(real: cudaFreeHost::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::CudaFreeHost, ptr, &[Api::CudaHostAlloc, Api::CudaMallocHost], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::CudaFreeHost, ptr, &[Api::CudaHostAlloc, Api::CudaMallocHost], SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn host_unregister(f: cudaHostUnregister::Fn, ptr: *mut c_void) -> c_int {
+unsafe fn host_unregister(real: cudaHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Cuda) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::CudaHostUnregister, ptr, &[Api::CudaHostRegister], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::CudaHostUnregister, ptr, &[Api::CudaHostRegister], SUCCESS, move || real.call()),
     }
 }
 

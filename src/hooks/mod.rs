@@ -46,6 +46,60 @@ pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
     }
 }
 
+/// A call a C caller made to a runtime entry point, bound to the real function: what a hook's
+/// body makes, at most once, or hands to `track` to make. Only the tables' exports and slot
+/// wrappers build one, so calling it is the call the C caller asked for.
+#[derive(Clone, Copy)]
+pub struct Call<F, A> {
+    real: F,
+    args: A,
+}
+
+impl<F: Invoke<A>, A: Copy> Call<F, A> {
+    /// # Safety
+    /// `real` is the real function whose C type `F` is, and `args` the C caller's arguments,
+    /// under its contract.
+    #[inline(always)]
+    pub unsafe fn new(real: F, args: A) -> Self {
+        Call { real, args }
+    }
+
+    /// The call, as the C caller made it.
+    #[inline(always)]
+    pub fn call(self) -> F::Out {
+        // SAFETY: `new`'s caller promised a real function and its C caller's arguments.
+        unsafe { self.real.invoke(self.args) }
+    }
+}
+
+/// A C function type, called with its arguments as a tuple.
+pub trait Invoke<A> {
+    type Out;
+    /// # Safety
+    /// The function's own contract.
+    unsafe fn invoke(self, args: A) -> Self::Out;
+}
+
+macro_rules! invoke {
+    ($($a:ident),*) => {
+        impl<R, $($a),*> Invoke<($($a,)*)> for unsafe extern "C-unwind" fn($($a),*) -> R {
+            type Out = R;
+            #[inline(always)]
+            #[allow(non_snake_case)]
+            unsafe fn invoke(self, ($($a,)*): ($($a,)*)) -> R {
+                // SAFETY: the caller keeps the function's contract.
+                unsafe { self($($a),*) }
+            }
+        }
+    };
+}
+invoke!(A1);
+invoke!(A1, A2);
+invoke!(A1, A2, A3);
+invoke!(A1, A2, A3, A4);
+invoke!(A1, A2, A3, A4, A5);
+invoke!(A1, A2, A3, A4, A5, A6);
+
 /// One API family's table: each row is one entry point, declared once, as
 ///
 /// ```text
@@ -64,8 +118,8 @@ pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
 ///
 /// and the table as a whole `FAMILY`, `EXPORTS` (its names, in order) and `redirect`, the wrapper
 /// for a function of the family that `dlsym(handle, name)` found. The body is
-/// `unsafe fn(real: Fn, args...) -> ret`: `real` is the real function, the arguments the C
-/// caller's, under its contract.
+/// `unsafe fn(real: Call, args...) -> ret`: `real` makes the C caller's call of the real
+/// function, the arguments are the C caller's, under its contract.
 macro_rules! hooks {
     (
         family $family:ident, missing $missing:expr;
@@ -79,6 +133,8 @@ macro_rules! hooks {
                 use super::*;
                 use std::sync::atomic::{AtomicUsize, Ordering};
                 pub type Fn = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
+                /// A call of this entry point, bound to the real function.
+                pub type Call = $crate::hooks::Call<Fn, ($($ty,)*)>;
                 pub static REAL: $crate::runtime::resolve::Real =
                     $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
                 static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
@@ -100,7 +156,7 @@ macro_rules! hooks {
                 match unsafe { $name::REAL.get::<$name::Fn>() } {
                     // SAFETY: `f` is the real function of this name, given the C caller's
                     // arguments under its contract, which are what the body asks for.
-                    Some(f) => unsafe { $body(f, $($arg),*) },
+                    Some(f) => unsafe { $body($name::Call::new(f, ($($arg,)*)), $($arg),*) },
                     None => $missing,
                 }
             }
@@ -123,7 +179,7 @@ macro_rules! hooks {
         unsafe extern "C-unwind" fn $s($($arg: $ty),*) -> $ret {
             // SAFETY: `bind` hands out this wrapper only once its slot holds a real `Fn`, never
             // changed after; the arguments are the C caller's, under that function's contract.
-            unsafe { $body(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe { $body(Call::new(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), ($($arg,)*)), $($arg),*) }
         }
     };
 }
