@@ -1,10 +1,15 @@
 //! The exported entry points, one file per API family. Each hook translates its API's arguments
 //! and codes and hands the call to `track::Hook`; no accounting lives here.
 //!
-//! Every entry point has a body taking the real function as its first argument. The exported
-//! symbol resolves the real function by name; the *slot wrappers* carry a real function pointer
-//! handed out by `cuGetProcAddress` or `dlsym(handle, ...)`, which may differ from the one found
-//! by name (another copy of the runtime, another ABI version).
+//! Each entry point is declared once, as a row of its family's table (`hooks!` for the runtimes,
+//! `hand_hooks!` for libc's, the loader's and the signal functions, whose bodies are written by
+//! hand): the row makes the export, the one cache of the real function found by name, and, for
+//! the runtimes, the *slot wrappers* that carry a real function pointer handed out by
+//! `cuGetProcAddress` or `dlsym(handle, ...)`, which may differ from the one found by name
+//! (another copy of the runtime, another ABI version). `dlsym` finds a name's family by the
+//! tables (`dlsym::TABLES`); `scripts/exports.py` reads the rows for the export list that
+//! `tests/load.rs` and `scripts/release.sh` check. A new family is one table and one line in
+//! `dlsym::TABLES`.
 //!
 //! The runtimes' entry points are `extern "C-unwind"`: a real runtime may reach a cancellation
 //! point inside its call (its lazy start opens and reads driver files), and a thread cancelled
@@ -24,7 +29,8 @@ pub mod signal;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Declares the real function behind a hook: `real!("name")` gives a `&'static Real`.
+/// A real function that no table declares (one a hook asks, not one it replaces):
+/// `real!("name")` gives a `&'static Real`.
 macro_rules! real {
     ($name:literal) => {{
         static REAL: $crate::runtime::resolve::Real = $crate::runtime::resolve::Real::new(
