@@ -144,6 +144,17 @@ macro_rules! hooks {
                 pub static REAL: $crate::runtime::resolve::Real =
                     $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
                 static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
+                /// The body, given the real function: the export and the slot wrappers call it
+                /// with the function in a register, and it is the body's one caller, so the
+                /// `Call` never leaves registers.
+                ///
+                /// # Safety
+                /// `f` is the real function of this type, given the C caller's arguments under
+                /// its contract.
+                pub unsafe fn run(f: Fn, $($arg: $ty),*) -> $ret {
+                    // SAFETY: this function's own contract is `Call::new`'s.
+                    unsafe { $body(Call::new(f, ($($arg,)*)), $($arg),*) }
+                }
                 $crate::hooks::hooks!(@slot s0 0 $body, ($($arg: $ty),*) -> $ret);
                 $crate::hooks::hooks!(@slot s1 1 $body, ($($arg: $ty),*) -> $ret);
                 $crate::hooks::hooks!(@slot s2 2 $body, ($($arg: $ty),*) -> $ret);
@@ -162,7 +173,7 @@ macro_rules! hooks {
                 match unsafe { $name::REAL.get::<$name::Fn>() } {
                     // SAFETY: `f` is the real function of this name, given the C caller's
                     // arguments under its contract, which are what the body asks for.
-                    Some(f) => unsafe { $body($name::Call::new(f, ($($arg,)*)), $($arg),*) },
+                    Some(f) => unsafe { $name::run(f, $($arg),*) },
                     None => $missing,
                 }
             }
@@ -185,7 +196,7 @@ macro_rules! hooks {
         unsafe extern "C-unwind" fn $s($($arg: $ty),*) -> $ret {
             // SAFETY: `bind` hands out this wrapper only once its slot holds a real `Fn`, never
             // changed after; the arguments are the C caller's, under that function's contract.
-            unsafe { $body(Call::new(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), ($($arg,)*)), $($arg),*) }
+            unsafe { run(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), $($arg),*) }
         }
     };
 }
