@@ -22,6 +22,20 @@ fn sys_ret(r: libc::c_long) -> c_int {
     r as c_int
 }
 
+/// A closure making the C caller's call: libc's function of that name, or, where libc has none
+/// (an old glibc without `mlock2`), the system call it wraps.
+macro_rules! real_or_syscall {
+    ($name:ident($($a:expr),*), $sys:expr) => {
+        || match $name::get() {
+            // SAFETY: `f` is libc's function of this name, given the C caller's arguments under
+            // its contract.
+            Some(f) => unsafe { f($($a),*) },
+            // SAFETY: the system call the function wraps, with the same arguments.
+            None => sys_ret(unsafe { libc::syscall($sys $(, $a)*) }),
+        }
+    };
+}
+
 #[inline]
 fn nested() {
     let t = guard::here();
@@ -35,12 +49,7 @@ fn nested() {
 }
 
 unsafe fn lock(addr: *const c_void, len: size_t) -> c_int {
-    let real = || match mlock::get() {
-        // SAFETY: `f` is libc's `mlock`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len) },
-        // SAFETY: the system call `mlock` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlock, addr, len) }),
-    };
+    let real = real_or_syscall!(mlock(addr, len), libc::SYS_mlock);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -51,12 +60,7 @@ unsafe fn lock(addr: *const c_void, len: size_t) -> c_int {
 }
 
 unsafe fn lock2(addr: *const c_void, len: size_t, flags: c_int) -> c_int {
-    let real = || match mlock2::get() {
-        // SAFETY: `f` is libc's `mlock2`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len, flags) },
-        // SAFETY: the system call `mlock2` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) }),
-    };
+    let real = real_or_syscall!(mlock2(addr, len, flags), libc::SYS_mlock2);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -67,12 +71,7 @@ unsafe fn lock2(addr: *const c_void, len: size_t, flags: c_int) -> c_int {
 }
 
 unsafe fn unlock(addr: *const c_void, len: size_t) -> c_int {
-    let real = || match munlock::get() {
-        // SAFETY: `f` is libc's `munlock`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len) },
-        // SAFETY: the system call `munlock` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_munlock, addr, len) }),
-    };
+    let real = real_or_syscall!(munlock(addr, len), libc::SYS_munlock);
     match Hook::enter(Family::Mlock) {
         None => real(),
         Some(h) => h.lock_call(|h| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0)),
@@ -80,12 +79,7 @@ unsafe fn unlock(addr: *const c_void, len: size_t) -> c_int {
 }
 
 unsafe fn lock_all(flags: c_int) -> c_int {
-    let real = || match mlockall::get() {
-        // SAFETY: `f` is libc's `mlockall`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(flags) },
-        // SAFETY: the system call `mlockall` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlockall, flags) }),
-    };
+    let real = real_or_syscall!(mlockall(flags), libc::SYS_mlockall);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -96,12 +90,7 @@ unsafe fn lock_all(flags: c_int) -> c_int {
 }
 
 unsafe fn unlock_all() -> c_int {
-    let real = || match munlockall::get() {
-        // SAFETY: `f` is libc's `munlockall`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f() },
-        // SAFETY: the system call `munlockall` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_munlockall) }),
-    };
+    let real = real_or_syscall!(munlockall(), libc::SYS_munlockall);
     match Hook::enter(Family::Mlock) {
         None => real(),
         Some(h) => h.lock_call_own_stack(|h| h.munlockall(real)),
@@ -183,12 +172,7 @@ unsafe fn munmap_hooked(addr: *mut c_void, len: size_t) -> c_int {
 
 #[inline(never)]
 unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
-    let real = || match munmap::get() {
-        // SAFETY: `f` is libc's `munmap`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len) },
-        // SAFETY: the system call `munmap` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }),
-    };
+    let real = real_or_syscall!(munmap(addr, len), libc::SYS_munmap);
     if !ledger::locked_any() {
         return real();
     }
