@@ -53,8 +53,8 @@ pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
 }
 
 /// A call a C caller made to a runtime entry point, bound to the real function: what a hook's
-/// body makes, at most once, or hands to `track` to make. Only the tables' exports and slot
-/// wrappers build one, so calling it is the call the C caller asked for.
+/// body makes, at most once, or hands to `track` to make. Only the tables' rows build one (in
+/// `run`, from the export or a slot wrapper), so calling it is the call the C caller asked for.
 #[derive(Clone, Copy)]
 pub struct Call<F, A> {
     real: F,
@@ -116,13 +116,14 @@ invoke!(A1, A2, A3, A4, A5, A6);
 /// (its name, its C signature, the body that hands it to `track`). The family's first line names
 /// its `api::Family` and the code a call gets when no real function can be found. Each row makes
 ///
-/// - a module named after the symbol: `Fn` (the C type), `REAL` (the real function found by name,
-///   the one cache of it that every caller shares) and `bind` (the `SLOTS` wrappers handed out in
+/// - a module named after the symbol: `Fn` (the C type), `Call` (a call of it), `REAL` (the real
+///   function found by name, the one cache of it that every caller shares), `run` (the body's one
+///   caller) and `bind` (the `SLOTS` wrappers handed out in
 ///   place of a real function that `cuGetProcAddress` or `dlsym(handle, ...)` found, which may
 ///   differ from the one found by name: another copy of the runtime, another ABI version);
 /// - the exported `extern "C-unwind"` function.
 ///
-/// and the table as a whole `FAMILY`, `EXPORTS` (its names, in order) and `redirect`, the wrapper
+/// and the table as a whole `FAMILY`, `NAMES` (its names, in order) and `redirect`, the wrapper
 /// for a function of the family that `dlsym(handle, name)` found. The body is
 /// `unsafe fn(real: Call, args...) -> ret`: `real` makes the C caller's call of the real
 /// function, the arguments are the C caller's, under its contract.
