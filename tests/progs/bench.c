@@ -6,7 +6,11 @@
  *   bench report N SITES          N live allocations over SITES callsites, then one report
  *   bench mlockfail MAPS N        ns per failing mlock: N calls over RLIMIT_MEMLOCK (64 KiB,
  *                                 CAP_IPC_LOCK dropped) in a process with MAPS more mappings
- * BENCH_FRAMES sets the loop's depth (default 32). For `scale`: BENCH_SITES=2 gives the second
+ * BENCH_FRAMES sets the loop's depth (default 32). For `pairs`: BENCH_MAIN_FIRST=1 has the main
+ * thread make one pair from the same callsite before the workers start (as a program whose main
+ * thread pinned before its pin-memory thread did); BENCH_SHORT=K makes each worker a chain of
+ * threads of K pairs each, one starting when the last has ended (threads that start and end).
+ * BENCH_MALLOC=1 makes the cuda kind a malloc/free pair of the same size (for a heap tracer). For `scale`: BENCH_SITES=2 gives the second
  * thread a callsite of its own (at PINGUARD_DEPTH 32), BENCH_SITES=3 alternates the two and
  * prints the shared callsite's scaling over the separate one's, BENCH_TRACE=1 prints each round's
  * times on stderr. BENCH_MAPS=1 makes `pairs` print its /proc/self/maps on stderr (to place the
@@ -44,6 +48,7 @@ static long rss_kb(void) {
 
 static const char *kind;
 static long n;
+static int use_malloc;
 
 /* The loop runs under BENCH_FRAMES frames of its own (default 32), as in a real program, so a
  * walk at PINGUARD_DEPTH=32 has 32 frames to walk. */
@@ -61,6 +66,17 @@ static void *pairs(void *arg) {
     return NULL;
 }
 
+/* A worker made of short-lived threads: N pairs in all, K per thread, one thread after another. */
+static long total_n, per_thread;
+static void *chain(void *arg) {
+    for (long done = 0; done < total_n; done += per_thread) {
+        pthread_t t;
+        pthread_create(&t, NULL, pairs, arg);
+        pthread_join(t, NULL);
+    }
+    return NULL;
+}
+
 /* A second callsite for the same loop: walked 32 frames deep, it differs from `nest(32)`'s only
  * in its outermost frame, so the work per call is the same. */
 __attribute__((noinline)) static void outer_alt(void) {
@@ -72,7 +88,10 @@ static void loop(void) {
     char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     page[0] = 1;
     for (long i = 0; i < n; i++) {
-        if (kind[0] == 'c') {
+        if (use_malloc) {
+            void *volatile p = malloc(4096);
+            free(p);
+        } else if (kind[0] == 'c') {
             void *p;
             cudaHostAlloc(&p, 4096, 0);
             cudaFreeHost(p);
@@ -200,11 +219,28 @@ int main(int argc, char **argv) {
         kind = argv[2];
         int threads = atoi(argv[3]);
         n = atol(argv[4]);
+        if (threads < 1 || threads > 16) return 2;
+        use_malloc = getenv("BENCH_MALLOC") != NULL;
         pthread_t t[16];
+        void *(*worker)(void *) = pairs;
+        if (getenv("BENCH_MAIN_FIRST")) { /* one pair from the main thread, same callsite */
+            long keep = n;
+            n = 1;
+            pairs(NULL);
+            n = keep;
+        }
+        if (getenv("BENCH_SHORT")) {
+            per_thread = atol(getenv("BENCH_SHORT"));
+            if (per_thread < 1 || per_thread > n) return 2;
+            total_n = n;
+            n = per_thread;
+            worker = chain;
+        }
         double t0 = now();
-        for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, pairs, NULL);
+        for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
         for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
         double el = now() - t0;
+        if (worker == chain) n = total_n;
         /* ns per pair per thread, and pairs per second in all */
         printf("%.1f %.0f\n", el * 1e9 / n, threads * n / el);
         if (getenv("BENCH_MAPS")) { /* where things are, for tracing tools */
