@@ -126,12 +126,17 @@ impl<const K: usize> Level<K> {
         self.live_in(s, owned, bytes, count)
     }
 
+    /// The sign is tested first, so that each way (and each of owned and shared) is a straight
+    /// line: a release never reaches the peak's checks.
     #[inline(always)]
     fn live_in(&self, s: &Stripe, owned: bool, bytes: i64, count: i64) {
-        let now = s.bytes.add(bytes, owned);
-        s.count.add(count, owned);
         if bytes > 0 {
+            let now = s.bytes.add(bytes, owned);
+            s.count.add(count, owned);
             self.raised(s, owned, now);
+        } else {
+            s.bytes.add(bytes, owned);
+            s.count.add(count, owned);
         }
     }
 
