@@ -39,7 +39,17 @@ pub struct Stripe {
     high: AtomicI64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
+    /// On the last stripe only, the level's sums that found no new peak (`recheck`); in the
+    /// stripe's padding,
+    /// past what the state file's readers know.
+    sums: AtomicU64,
 }
+
+/// A level's highs are lowered on its first sum that finds no new peak and on every this many
+/// such after: threads that take
+/// turns without ever holding at once keep the bound above the peak whatever is done, and
+/// lowering their highs on every sum would add shared writes to the sums they already make.
+const LOWER_EVERY: u64 = 64;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const STRIPE: Stripe = Stripe {
@@ -48,6 +58,7 @@ const STRIPE: Stripe = Stripe {
     high: AtomicI64::new(0),
     alloc_count: AtomicU64::new(0),
     alloc_bytes: AtomicU64::new(0),
+    sums: AtomicU64::new(0),
 };
 
 /// `repr(C)`: levels live in the state file, whose readers know this layout
@@ -182,12 +193,13 @@ impl<const K: usize> Level<K> {
         }
     }
 
-    /// A new peak is possible: sum the stripes. Then every stripe's high comes down to what it
-    /// holds, whichever thread owns it, so that the bound is the live figure again and the calls
-    /// after this one, from any thread, skip the sum. Without this, a stripe whose thread pinned
-    /// once and went quiet (a main thread before its pin-memory thread starts, a worker that
-    /// ended) kept the bound above the peak for good, and every call of every other thread summed
-    /// the stripes (about 225 instructions a pair over the three levels).
+    /// A new peak is possible: sum the stripes. Then (on the level's first sum that finds none,
+    /// and every `LOWER_EVERY`th such) the stripes' highs come down to what they hold, whichever thread owns
+    /// them, so that the bound is the live figure again and the calls after
+    /// this one, from any thread, skip the sum. Without this, a stripe whose thread pinned once
+    /// and went quiet (a main thread before its pin-memory thread starts, a worker that ended)
+    /// kept the bound above the peak for good, and every call of every other thread summed the
+    /// stripes (about 225 instructions a pair over the three levels).
     #[cold]
     #[inline(never)]
     fn recheck(&self) {
@@ -197,17 +209,25 @@ impl<const K: usize> Level<K> {
             // threads move their stripes can exceed it, the true figure cannot.
             total = total.min(reserved as i64);
         }
+        let was = self.peak.load(Relaxed) as i64;
         raise(&self.peak, total);
-        for s in &self.stripes {
-            let (high, held) = (s.high.load(Relaxed), s.bytes.load(Relaxed).max(0));
-            if held < high && s.high.compare_exchange(high, held, Relaxed, Relaxed).is_ok() {
-                self.bound.fetch_sub(high - held, Relaxed);
-                // Its owner may have pinned within the old high at this moment, without seeing
-                // it lowered (a plain store, then a load): read again, and raise it back.
-                let again = s.bytes.load(Relaxed);
-                if again > held {
-                    self.lift(s, again);
-                }
+        if total <= was && self.stripes[K - 1].sums.fetch_add(1, Relaxed) % LOWER_EVERY == 0 {
+            for s in &self.stripes {
+                self.lower(s);
+            }
+        }
+    }
+
+    /// Brings a stripe's high down to what it holds.
+    fn lower(&self, s: &Stripe) {
+        let (high, held) = (s.high.load(Relaxed), s.bytes.load(Relaxed).max(0));
+        if held < high && s.high.compare_exchange(high, held, Relaxed, Relaxed).is_ok() {
+            self.bound.fetch_sub(high - held, Relaxed);
+            // Its owner may have pinned within the old high at this moment, without seeing it
+            // lowered (a plain store, then a load): read again, and raise it back.
+            let again = s.bytes.load(Relaxed);
+            if again > held {
+                self.lift(s, again);
             }
         }
     }
@@ -292,6 +312,7 @@ impl<const K: usize> Level<K> {
             }
             s.alloc_count.store(0, Relaxed);
             s.alloc_bytes.store(0, Relaxed);
+            s.sums.store(0, Relaxed);
         }
         self.bound.store(0, Relaxed);
         self.peak.store(0, Relaxed);
@@ -354,18 +375,37 @@ mod tests {
 
     #[test]
     fn a_quiet_stripes_high_is_lowered_by_the_next_thread_that_sums() {
-        // Slot 0 (a main thread) pins and releases once, then only slot 1 (its worker) pins: the
-        // first sum brings slot 0's high down, and the worker's later pairs sum nothing.
+        // Slot 0 (a main thread) pins and releases once, then only slot 1 (its worker) pins: its
+        // first sum brings slot 0's high down, and its later pairs sum nothing.
         let l: Level<4> = Level::NEW;
         l.live(0, 4096, 1);
         l.live(0, -4096, -1);
         l.live(1, 4096, 1);
         assert_eq!(l.bound.load(Relaxed), 4096);
-        l.live(1, -4096, -1);
-        l.live(1, 4096, 1);
-        assert!(l.bound.load(Relaxed) <= l.peak.load(Relaxed) as i64, "the worker's pairs would sum every time");
+        for _ in 0..10 {
+            l.live(1, -4096, -1);
+            l.live(1, 4096, 1);
+        }
+        assert_eq!(l.stripes[3].sums.load(Relaxed), 1, "the worker's pairs would sum every time");
         // Slot 0 pinning again within what its high was is still seen: 8192 at once.
         l.live(0, 4096, 1);
         assert_eq!(l.peak(), 8192);
+    }
+
+    #[test]
+    fn threads_taking_turns_lower_the_highs_on_one_sum_in_many() {
+        // Slots 0 and 1 pin in turn and never at once: every pin can be a new peak as far as the
+        // bound knows, but only the first sum and every LOWER_EVERY-th lower the highs (writes
+        // to the other thread's stripe).
+        let l: Level<4> = Level::NEW;
+        for _ in 0..LOWER_EVERY {
+            for slot in 0..2 {
+                l.live(slot, 4096, 1);
+                l.live(slot, -4096, -1);
+            }
+        }
+        assert_eq!(l.peak(), 4096);
+        assert!(l.stripes[3].sums.load(Relaxed) > LOWER_EVERY, "every pin after the first should sum");
+        assert_eq!((l.stripes[0].high.load(Relaxed), l.stripes[1].high.load(Relaxed)), (4096, 4096));
     }
 }
