@@ -10,9 +10,10 @@
 //! two threads can do). Instead every stripe keeps `high`, at least the most it has held, and the
 //! level keeps `bound`, the sum of the highs, which is never below the live figure. A call that
 //! raises its stripe checks `bound` against the peak: at or below it, no new peak is possible and
-//! nothing shared is written. Above it, the thread sums the stripes, raises the peak, and brings
-//! every stripe's high down to what the stripe holds (a stripe of a thread that went quiet too),
-//! so that the calls after it, from any thread, are back under the peak. The
+//! nothing shared is written. Above it, the thread sums the stripes and raises the peak; a sum
+//! that finds no new peak (a level's first such, then one in `LOWER_EVERY`) also brings every
+//! stripe's high down to what the stripe holds (a stripe of a thread that went quiet too), so
+//! that the calls after it, from any thread, are back under the peak. The
 //! peak is therefore exact when one thread at a time changes the level (any single-threaded
 //! program); with threads pinning at the same moment, it is the sum of the stripes as read, off
 //! by at most the calls in flight, and never above the process budget when one is set.
