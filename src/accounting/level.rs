@@ -212,7 +212,7 @@ impl<const K: usize> Level<K> {
         }
         let was = self.peak.load(Relaxed) as i64;
         raise(&self.peak, total);
-        if total <= was && self.stripes[K - 1].sums.fetch_add(1, Relaxed) % LOWER_EVERY == 0 {
+        if total <= was && self.stripes[K - 1].sums.fetch_add(1, Relaxed).is_multiple_of(LOWER_EVERY) {
             for s in &self.stripes {
                 self.lower(s);
             }
