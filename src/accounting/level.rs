@@ -12,7 +12,8 @@
 //! raises its stripe checks `bound` against the peak: at or below it, no new peak is possible and
 //! nothing shared is written. Above it, the thread sums the stripes and raises the peak; a sum
 //! that finds no new peak (a level's first such, then one in `LOWER_EVERY`) also brings every
-//! stripe's high down to what the stripe holds (a stripe of a thread that went quiet too), so
+//! stripe's high down to what the stripe holds (a stripe of a thread that went quiet too, with a
+//! fence on every thread so that no owner's pin in flight is lost: `lower_all`), so
 //! that the calls after it, from any thread, are back under the peak. The
 //! peak is therefore exact when one thread at a time changes the level (any single-threaded
 //! program); with threads pinning at the same moment, it is the sum of the stripes as read, off
@@ -160,6 +161,9 @@ impl<const K: usize> Level<K> {
     /// shared paths differ on purpose: merged, the steady path took a jump more per level.)
     #[inline(always)]
     fn raised(&self, s: &Stripe, owned: bool, now: i64) {
+        // The figure is stored before the high is read, in program order: `lower_all`'s fence on
+        // every thread relies on it (no instruction; the compiler keeps the order).
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
         if now > s.high.load(Relaxed) {
             if owned {
                 self.lift_owned(s, now);
@@ -213,21 +217,38 @@ impl<const K: usize> Level<K> {
         let was = self.peak.load(Relaxed) as i64;
         raise(&self.peak, total);
         if total <= was && self.stripes[K - 1].sums.fetch_add(1, Relaxed).is_multiple_of(LOWER_EVERY) {
-            for s in &self.stripes {
-                self.lower(s);
-            }
+            self.lower_all();
         }
     }
 
-    /// Brings a stripe's high down to what it holds.
-    fn lower(&self, s: &Stripe) {
-        let (high, held) = (s.high.load(Relaxed), s.bytes.load(Relaxed).max(0));
-        if held < high && s.high.compare_exchange(high, held, Relaxed, Relaxed).is_ok() {
-            self.bound.fetch_sub(high - held, Relaxed);
-            // Its owner may have pinned within the old high at this moment, without seeing it
-            // lowered (a plain store, then a load): read again, and raise it back.
+    /// Brings every stripe's high down to what it holds. An owner may be pinning within its old
+    /// high at this moment: it stores its figure, then reads its high, with no fence between (its
+    /// fast path), so it may read the old high while this thread has not yet seen its figure.
+    /// A fence on every running thread of the process, after the highs are lowered, settles it:
+    /// each owner either reads its high lowered (and raises it itself) or has its figure read
+    /// here (and raised back). Where no such fence can be had, nothing is lowered: the peak
+    /// stays exact, and threads that took turns keep summing.
+    #[cold]
+    #[inline(never)]
+    fn lower_all(&self) {
+        if !crate::runtime::kernel::fence_all_threads() {
+            return;
+        }
+        let mut held = [-1i64; K];
+        for (s, h) in self.stripes.iter().zip(held.iter_mut()) {
+            let (high, now) = (s.high.load(Relaxed), s.bytes.load(Relaxed).max(0));
+            if now < high && s.high.compare_exchange(high, now, Relaxed, Relaxed).is_ok() {
+                self.bound.fetch_sub(high - now, Relaxed);
+                *h = now;
+            }
+        }
+        if held.iter().all(|&h| h < 0) {
+            return;
+        }
+        crate::runtime::kernel::fence_all_threads();
+        for (s, &h) in self.stripes.iter().zip(held.iter()) {
             let again = s.bytes.load(Relaxed);
-            if again > held {
+            if h >= 0 && again > h {
                 self.lift(s, again);
             }
         }
