@@ -1168,6 +1168,7 @@ fn stacks_shown_as_one_line_do_not_sum_a_processes_peaks() {
     assert_eq!(peak(&[&both]), 512 * kib);
     // Two processes: each one's peak, added.
     assert_eq!(peak(&[&one, &both]), 768 * kib);
+}
 
 /// Issue 33: `pinguard top --group` shows the cgroup reserve each cgroup's members share (from
 /// the ledger's version 5 readings), and reads a version 4 ledger (the previous pinguard's),
