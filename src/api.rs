@@ -7,10 +7,11 @@ pub enum Family {
     CudaDriver,
     Acl,
     Mlock,
+    Hip,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock];
+    pub const ALL: [Family; 5] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock, Family::Hip];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -18,6 +19,7 @@ impl Family {
             Family::CudaDriver => "cuda-driver",
             Family::Acl => "acl",
             Family::Mlock => "mlock",
+            Family::Hip => "hip",
         }
     }
 
@@ -94,4 +96,18 @@ apis! {
     Munlock = "munlock";
     Munlockall = "munlockall";
     Munmap = "munmap";
+    HipHostMalloc = "hipHostMalloc";
+    HipHostAlloc = "hipHostAlloc";
+    HipExtHostAlloc = "hipExtHostAlloc";
+    HipMallocHost = "hipMallocHost";
+    HipMemAllocHost = "hipMemAllocHost";
+    HipHostFree = "hipHostFree";
+    HipFreeHost = "hipFreeHost";
+    HipHostRegister = "hipHostRegister";
+    HipHostUnregister = "hipHostUnregister";
+    HipMemPoolCreate = "hipMemPoolCreate";
+    HipMallocFromPoolAsync = "hipMallocFromPoolAsync";
+    HipFreeAsync = "hipFreeAsync";
+    HipMemPoolTrimTo = "hipMemPoolTrimTo";
+    HipMemPoolDestroy = "hipMemPoolDestroy";
 }

@@ -135,10 +135,10 @@ pub const SIGNAL: Var = Var {
 
 pub const HOOKS: Var = Var {
     name: "PINGUARD_HOOKS",
-    meaning: "families to intercept, a comma list of `cuda`, `cuda-driver`, `acl`, `mlock`, or `all`; the others pass through untouched (and their `dlsym`/`cuGetProcAddress` redirection is off)",
+    meaning: "families to intercept, a comma list of `cuda`, `cuda-driver`, `acl`, `mlock`, `hip`, or `all`; the others pass through untouched (and their `dlsym`/`cuGetProcAddress`/`hipGetProcAddress` redirection is off)",
     default: Some("all"),
     unset: "all",
-    forms: "a comma list of cuda, cuda-driver, acl, mlock, or all",
+    forms: "a comma list of cuda, cuda-driver, acl, mlock, hip, or all",
     fallback: "hooking all of them",
 };
 

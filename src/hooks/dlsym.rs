@@ -11,7 +11,7 @@
 
 use crate::api::Family;
 use crate::runtime::dl;
-use crate::hooks::{acl, cuda_driver, cuda_runtime, libc_lock};
+use crate::hooks::{acl, cuda_driver, cuda_runtime, hip, libc_lock};
 use std::ffi::{c_char, c_void, CStr};
 
 #[cfg(target_arch = "x86_64")]
@@ -183,6 +183,8 @@ fn family_of(name: &[u8]) -> Option<Family> {
         Some(Family::CudaDriver)
     } else if name.starts_with(b"aclrt") {
         Some(Family::Acl)
+    } else if name.starts_with(b"hip") {
+        Some(Family::Hip)
     } else if name.starts_with(b"mlock") || name.starts_with(b"munlock") || name.starts_with(b"mmap") || name == b"munmap" || name == b"mremap" {
         Some(Family::Mlock)
     } else {
@@ -213,6 +215,7 @@ fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_cha
         Family::CudaDriver => cuda_driver::redirect(cname, real),
         Family::Acl => acl::redirect(cname, real),
         Family::Mlock => libc_lock::redirect(cname, real),
+        Family::Hip => hip::redirect(cname, real),
     };
     match wrapped {
         Some(Some(w)) if w != real => {
