@@ -26,7 +26,7 @@ for a in "${archs[@]}"; do
     rustup target list --installed | grep -q "^$a-unknown-linux-gnu$" || rustup target add "$a-unknown-linux-gnu"
 done
 
-allowed='^(cuda|cu|aclrt)[A-Za-z0-9_]+$|^(mlock|mlock2|munlock|mlockall|munlockall|mmap|mmap64|munmap|mremap|dlsym|dlvsym|dlclose|_exit|_Exit|sigaction|__sigaction|signal|bsd_signal|ssignal|sysv_signal|__sysv_signal|sigset|sigignore|siginterrupt)$|^pinguard_(write_report|report_path|live_bytes|peak_bytes|version)$'
+allowed='^(cuda|cu|aclrt|hip)[A-Za-z0-9_]+$|^(mlock|mlock2|munlock|mlockall|munlockall|mmap|mmap64|munmap|mremap|dlsym|dlvsym|dlclose|_exit|_Exit|sigaction|__sigaction|signal|bsd_signal|ssignal|sysv_signal|__sysv_signal|sigset|sigignore|siginterrupt)$|^pinguard_(write_report|report_path|live_bytes|peak_bytes|version)$'
 fail=0
 check() { # name, ok?, detail
     if [ "$2" = 1 ]; then echo "PASS $1: $3"; else echo "FAIL $1: $3"; fail=1; fi

@@ -35,7 +35,7 @@ fn programs() -> &'static (PathBuf, Option<PathBuf>) {
         a.extend(["-o", &d("hip"), &s("progs/hip.c"), "-L", &d("emu"), "-Wl,-rpath,$ORIGIN/emu"].map(String::from));
         a.extend(link.map(String::from));
         cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
-        let real = std::path::Path::new(REAL_LIB).exists().then(|| {
+        let real = (real_expected() && std::path::Path::new(REAL_LIB).exists()).then(|| {
             let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
             a.extend(["-o", &d("hip_real"), &s("progs/hip.c")].map(String::from));
             a.extend(link.map(String::from));
@@ -44,6 +44,11 @@ fn programs() -> &'static (PathBuf, Option<PathBuf>) {
         });
         (dir.join("hip"), real)
     })
+}
+
+/// Debian ships the runtime for amd64 only; the aarch64 runs (under qemu) have none to load.
+fn real_expected() -> bool {
+    cfg!(target_arch = "x86_64") && !aarch64()
 }
 
 fn hip(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -230,8 +235,8 @@ fn hooks_without_hip_pass_through_untracked() {
 #[test]
 fn the_real_library_answers_unchanged_under_pinguard() {
     let Some(real) = programs().1.clone() else {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{REAL_LIB} is required here (.ci/run installs libamdhip64-5)");
-        eprintln!("SKIPPED: {REAL_LIB} is not installed; .ci/run installs it");
+        assert!(!real_expected() || std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{REAL_LIB} is required here (.ci/run installs libamdhip64-5)");
+        eprintln!("SKIPPED: {REAL_LIB} is not installed (Debian's amd64 package libamdhip64-5); .ci/run installs it");
         return;
     };
     // The functions 5.2.3 has (hipExtHostAlloc and hipGetProcAddress it has not).

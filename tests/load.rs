@@ -43,6 +43,9 @@ fn only_hooks_and_the_c_api_are_exported() {
         "cuMemFreeAsync", "cuMemFreeAsync_ptsz", "cudaMemPoolCreate", "cudaMemPoolDestroy", "cudaMemPoolTrimTo",
         "cudaMallocFromPoolAsync", "cudaMallocFromPoolAsync_ptsz", "cudaFreeAsync", "cudaFreeAsync_ptsz",
         "cuMemGetDefaultMemPool", "cuMemGetMemPool", "cudaMemGetDefaultMemPool", "cudaMemGetMemPool", "dlsym", "dlvsym", "dlclose", "_exit", "_Exit", "mremap",
+        "hipHostMalloc", "hipHostAlloc", "hipExtHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostFree", "hipFreeHost",
+        "hipHostRegister", "hipHostUnregister", "hipMemPoolCreate", "hipMemPoolDestroy", "hipMemPoolTrimTo",
+        "hipMallocFromPoolAsync", "hipFreeAsync", "hipGetProcAddress",
         // Signal dispositions (hooks/signal.rs): the report signal's is followed.
         "sigaction", "__sigaction", "signal", "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal", "sigset",
         "sigignore", "siginterrupt",
