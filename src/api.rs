@@ -13,14 +13,9 @@ pub enum Family {
 impl Family {
     pub const ALL: [Family; 5] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock, Family::Hip];
 
+    /// As `PINGUARD_HOOKS` names it: the registry's list, in this enum's order.
     pub fn name(self) -> &'static str {
-        match self {
-            Family::Cuda => "cuda",
-            Family::CudaDriver => "cuda-driver",
-            Family::Acl => "acl",
-            Family::Mlock => "mlock",
-            Family::Hip => "hip",
-        }
+        pinguard_report::vars::FAMILIES[self as usize]
     }
 
     pub fn bit(self) -> u8 {

@@ -22,7 +22,7 @@ pub fn config(vars: &[(String, Option<String>)]) {
         assert!(!e.contains('\n'), "a config error spans lines: {e:?}");
         assert!(e.starts_with("PINGUARD_"), "a config error does not name its variable: {e:?}");
     }
-    assert!(c.depth <= crate::runtime::config::MAX_DEPTH);
+    assert!(c.depth <= pinguard_report::vars::MAX_DEPTH);
     assert!(c.hooks != 0);
     if let Some(t) = &c.report {
         let expanded = crate::output::files::expand(&crate::output::files::with_pid(t));

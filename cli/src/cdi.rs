@@ -3,7 +3,7 @@
 //! and CRI-O through their CDI support) gets the library mounted read-only and preloaded, without
 //! rebuilding its image; the runtimes read the spec from /etc/cdi or /var/run/cdi.
 
-use pinguard_report::{group, units, vars};
+use pinguard_report::vars;
 use serde_json::{json, Value};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -36,24 +36,13 @@ pub fn env_pair(s: &str) -> Result<(String, String), String> {
     Ok((k.to_string(), v.to_string()))
 }
 
-/// The value of a pinguard variable checked as the library will read it, where the CLI knows the
-/// forms: a spec applied to every container of a node should not carry a value each of them
-/// rejects.
+/// The value of a pinguard variable checked by its own parser, as the library will read it: a
+/// spec applied to every container of a node should not carry a value each of them rejects.
 fn check_value(key: &str, value: &str) -> Result<(), String> {
-    let size = [vars::BUDGET.name, vars::GROUP_BUDGET.name, vars::HOST_RESERVE.name];
-    let bad = |forms: &str| format!("--env {key}={value}: expected {forms}");
-    if size.contains(&key) {
-        units::parse_size_spec(value).map_err(|e| format!("{}; {e}", bad(units::SIZE_FORMS)))?;
-    } else if key == vars::GROUP.name && !group::valid_name(value) {
-        return Err(bad(vars::GROUP.forms));
-    } else if key == vars::POLICY.name && !["error", "downgrade", "warn"].contains(&value) {
-        return Err(bad(vars::POLICY.forms));
-    } else if key == vars::INTERVAL.name {
-        units::parse_duration_ms(value).map_err(|_| bad(units::DURATION_FORMS))?;
-    } else if key == vars::METRICS.name || key == vars::REPORT.name {
-        units::check_template(value).map_err(|e| format!("{}: {e}", bad(vars::METRICS.forms)))?;
+    match vars::find(key) {
+        Some(var) => var.check(value).map_err(|e| format!("--env {key}={value}: {e}")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The extra settings: no variable twice, none the spec sets itself, no unknown `PINGUARD_`

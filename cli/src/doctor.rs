@@ -3,7 +3,7 @@
 //! path this process can reach and says whether the cgroup's count moved by it.
 
 use pinguard_report::cgroup::{self, Place, Version};
-use pinguard_report::units::{self, format_bytes};
+use pinguard_report::units::format_bytes;
 use pinguard_report::vars;
 use serde::Serialize;
 
@@ -126,24 +126,19 @@ fn rlimit_memlock() -> Rlimit {
     Rlimit { soft_bytes: b(r.rlim_cur), hard_bytes: b(r.rlim_max) }
 }
 
-/// The library's own message for a value it would reject, for the variables whose forms the
-/// report crate's parsers define; names that are not pinguard's get its "did you mean".
+/// The library's own message for a value it would reject, from the variable's registry parser
+/// (a list's first bad entry; a percentage is not resolved here); names that are not pinguard's
+/// get a line of their own.
 fn setting_error(name: &str, value: &str) -> Option<String> {
     let Some(var) = vars::find(name) else {
         return Some(format!("{name} is not a pinguard variable; ignored"));
     };
-    let checked: Result<(), String> = match var.name {
-        n if [vars::BUDGET.name, vars::HOST_RESERVE.name, vars::GROUP_BUDGET.name].contains(&n) => units::parse_size_spec(value).map(drop),
-        n if n == vars::INTERVAL.name => units::parse_duration_ms(value).map(drop),
-        n if n == vars::SIGNAL.name => units::parse_signal(value).map(drop),
-        n if n == vars::DOWNGRADE_MATCH.name => units::parse_patterns(value).map(drop),
-        n if n == vars::POLICY.name => ["error", "downgrade", "warn"].contains(&value.trim()).then_some(()).ok_or_else(|| "unknown policy".to_string()),
-        n if [vars::DEPTH.name, vars::PY_DEPTH.name].contains(&n) => {
-            value.trim().parse::<u32>().ok().filter(|d| *d <= vars::MAX_DEPTH).map(drop).ok_or_else(|| "not a depth".to_string())
-        }
-        _ => Ok(()),
+    let why = match var.parse(Some(value)) {
+        Ok(vars::Value::Labels(_, bad)) => bad.into_iter().next()?,
+        Ok(_) => return None,
+        Err(why) => why,
     };
-    checked.err().map(|why| format!("{}={value:?}: {why}; expected {}; {}", var.name, var.forms, var.fallback))
+    Some(var.rejected(Some(value), &why))
 }
 
 fn settings() -> Vec<Setting> {

@@ -11,6 +11,7 @@ mod diff;
 mod doctor;
 mod doctor_probe;
 mod export;
+mod flags;
 mod flamegraph;
 mod input;
 mod merge;
@@ -56,10 +57,6 @@ struct Cli {
     command: Cmd,
 }
 
-fn size(s: &str) -> Result<String, String> {
-    units::parse_size_spec(s).map(|_| s.to_string()).map_err(|e| format!("{e}; expected {} or N%", units::SIZE_FORMS))
-}
-
 fn bytes(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| format!("{e}; expected {}", units::SIZE_FORMS))
 }
@@ -71,14 +68,6 @@ fn count(s: &str) -> Result<u64, String> {
         return Err("negative counts are not allowed".into());
     }
     t.parse().map_err(|_| "expected a whole number of calls, such as 0 or 10".into())
-}
-
-fn patterns(s: &str) -> Result<String, String> {
-    units::parse_patterns(s).map(|_| s.to_string())
-}
-
-fn signal(s: &str) -> Result<String, String> {
-    pinguard_report::units::parse_signal(s).map(|_| s.to_string())
 }
 
 fn duration(s: &str) -> Result<String, String> {
@@ -113,46 +102,19 @@ enum Cmd {
     /// passed on to CMD.
     #[command(after_help = EXIT_RUN)]
     Run {
-        /// Cap on live pinned bytes per process (PINGUARD_BUDGET): 512Mi, 8Gi, 1.5GiB, 10%; 0 lets
-        /// nothing be pinned (every pinning call gets the policy).
-        #[arg(long, value_parser = size, allow_hyphen_values = true)]
-        budget: Option<String>,
-        /// A floor under the host's available memory (PINGUARD_HOST_RESERVE): a pinning call that
-        /// would take MemAvailable below it gets the policy, as over the budget. 8G, 10% (of
-        /// MemTotal).
-        #[arg(long, value_parser = size, allow_hyphen_values = true)]
-        host_reserve: Option<String>,
-        /// A floor under the headroom of the command's memory cgroup before its OOM killer
-        /// (PINGUARD_CGROUP_RESERVE): a pinning call that would take it below gets the policy.
-        /// 2Gi, 10% (of the tightest cgroup limit).
-        #[arg(long, value_parser = size, allow_hyphen_values = true)]
-        cgroup_reserve: Option<String>,
-        /// Under downgrade, downgrade only callsites matching these glob patterns
-        /// (PINGUARD_DOWNGRADE_MATCH), e.g. '*torch/utils/data/_utils/pin_memory.py'.
-        #[arg(long, value_name = "PATTERNS", value_parser = patterns)]
-        downgrade_match: Option<String>,
+        /// The options that set a variable (`flags::FLAGS`).
+        #[command(flatten)]
+        vars: flags::VarOptions,
         /// One budget for the command and all its descendants together: a group named after this
         /// run (PINGUARD_GROUP=run-<start time>-<pid>, PINGUARD_GROUP_BUDGET): 2Gi, 10%.
-        #[arg(long, value_parser = size, allow_hyphen_values = true, value_name = "SIZE")]
+        #[arg(long, value_parser = flags::ByRegistry(&vars::GROUP_BUDGET), allow_hyphen_values = true, value_name = "SIZE")]
         group_budget: Option<String>,
-        /// What an over-budget call gets (PINGUARD_POLICY).
-        #[arg(long, value_parser = ["error", "downgrade", "warn"])]
-        policy: Option<String>,
         /// Report path template (PINGUARD_REPORT): %p pid, %e executable, %h host, %t start
         /// time; checked before CMD starts. Default: this run's own folder,
         /// pinguard-reports/<start time>-<pid>/%e.%p.json, under the temporary directory when
         /// the working directory is not writable.
         #[arg(long)]
         report: Option<String>,
-        /// Frames per stack, 0 to 128 (PINGUARD_DEPTH).
-        #[arg(long, value_parser = clap::value_parser!(u32).range(0..=128))]
-        depth: Option<u32>,
-        /// Also rewrite the reports periodically (PINGUARD_INTERVAL): 500ms, 30s.
-        #[arg(long, value_parser = duration)]
-        interval: Option<String>,
-        /// Also write a report when this signal arrives (PINGUARD_SIGNAL): USR1, SIGUSR2, 10.
-        #[arg(long, value_parser = signal)]
-        signal: Option<String>,
         /// The preload library (default: libpinguard.so beside this binary).
         #[arg(long)]
         lib: Option<PathBuf>,
@@ -374,33 +336,8 @@ fn main() -> ExitCode {
             }
             ExitCode::from(f.exit_status)
         }
-        Cmd::Run { budget, host_reserve, cgroup_reserve, group_budget, downgrade_match, policy, report, depth, interval, signal, lib, cmd } => {
-            let mut env = Vec::new();
-            if let Some(b) = budget {
-                env.push((vars::BUDGET.name, b));
-            }
-            if let Some(r) = host_reserve {
-                env.push((vars::HOST_RESERVE.name, r));
-            }
-            if let Some(r) = cgroup_reserve {
-                env.push((vars::CGROUP_RESERVE.name, r));
-            }
-            if let Some(m) = downgrade_match {
-                env.push((vars::DOWNGRADE_MATCH.name, m));
-            }
-            if let Some(p) = policy {
-                env.push((vars::POLICY.name, p));
-            }
-            if let Some(d) = depth {
-                env.push((vars::DEPTH.name, d.to_string()));
-            }
-            if let Some(i) = interval {
-                env.push((vars::INTERVAL.name, i));
-            }
-            if let Some(s) = signal {
-                env.push((vars::SIGNAL.name, s));
-            }
-            let code = run::run(run::Options { env, report, group_budget, lib, cmd });
+        Cmd::Run { vars, group_budget, report, lib, cmd } => {
+            let code = run::run(run::Options { env: vars.0, report, group_budget, lib, cmd });
             ExitCode::from(code.clamp(0, 255) as u8)
         }
         Cmd::Report { top, json, sort, keep_going, inputs } => {

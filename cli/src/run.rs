@@ -141,7 +141,7 @@ fn report_template(given: Option<&str>, cwd: &Path, folder: &str) -> Result<(Pat
     if t.ends_with('/') {
         return Err(format!("--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"));
     }
-    pinguard_report::units::check_template(t).map_err(|e| format!("--report {t}: {e}; expected {}", pinguard_report::vars::REPORT.forms))?;
+    pinguard_report::vars::REPORT.check(t).map_err(|e| format!("--report {t}: {e}"))?;
     let abs = absolute(cwd, t);
     // The library would write `DIR.PID` beside it, not into it.
     if !t.contains('%') && abs.is_dir() {
@@ -299,15 +299,10 @@ pub struct TheCommand {
 }
 
 /// `PINGUARD_DISABLE` in `run`'s own environment switches the library off in the command, as the
-/// library reads it (`1`, `true`, `yes`).
+/// library reads it (`1`, `true`, `yes`: the registry's switch).
 fn disabled_here() -> bool {
-    std::env::var_os(pinguard_report::vars::DISABLE.name).is_some_and(|v| matches!(v.to_string_lossy().trim(), "1" | "true" | "yes"))
-}
-
-/// The option of `run` that sets each variable, to name it when it would have no effect.
-fn option_for(var: &str) -> String {
-    let flag = var.strip_prefix("PINGUARD_").unwrap_or(var).to_ascii_lowercase().replace('_', "-");
-    format!("--{flag}")
+    use std::os::unix::ffi::OsStrExt;
+    std::env::var_os(pinguard_report::vars::DISABLE.name).is_some_and(|v| pinguard_report::vars::switch(v.as_bytes()) == Some(true))
 }
 
 /// Refuses options that would silently do nothing: the library is off in the command.
@@ -315,7 +310,7 @@ fn refuse_when_disabled(o: &Options) -> Result<(), String> {
     if !disabled_here() {
         return Ok(());
     }
-    let mut given: Vec<String> = o.env.iter().map(|(k, _)| option_for(k)).collect();
+    let mut given: Vec<String> = o.env.iter().filter_map(|(k, _)| crate::flags::option_for(k)).collect();
     if o.report.is_some() {
         given.push("--report".into());
     }

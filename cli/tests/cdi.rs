@@ -211,6 +211,9 @@ fn bad_options_get_one_line_and_exit_2() {
         &["--env", "PINGUARD_GROUP_BUDGET=lots"],
         &["--env", "PINGUARD_GROUP=no/slash"],
         &["--env", "PINGUARD_POLICY=panic"],
+        // Every pinguard variable is checked by its own parser (issue 35, item 4).
+        &["--env", "PINGUARD_DEPTH=999"],
+        &["--env", "PINGUARD_HOOKS=opencl"],
         &["--env", "LD_PRELOAD=/other.so"],
         &["--env", "NOEQUALS"],
         &["--env", "1X=2"],

@@ -144,6 +144,8 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
         .env("LD_LIBRARY_PATH", &f.dir)
         .env("PINGUARD_BUDGET", "8 gigs")
         .env("PINGUARD_GROUP_BUDGET", "8Gi")
+        .env("PINGUARD_POLICY", " Warn")
+        .env("PINGUARD_HOOKS", "cuda,opencl")
         .output()
         .unwrap();
     if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unshare") {
@@ -164,6 +166,11 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
     assert!(budget["error"].as_str().unwrap().contains("running without a budget"), "{budget}");
     let group = settings.iter().find(|s| s["name"] == "PINGUARD_GROUP_BUDGET").unwrap();
     assert!(group.get("error").is_none(), "{group}");
+    // Every variable as the library reads it (its registry parser): any case of a policy is one.
+    let policy = settings.iter().find(|s| s["name"] == "PINGUARD_POLICY").unwrap();
+    assert!(policy.get("error").is_none(), "{policy}");
+    let hooks = settings.iter().find(|s| s["name"] == "PINGUARD_HOOKS").unwrap();
+    assert_eq!(hooks["error"], "PINGUARD_HOOKS=\"cuda,opencl\": unknown family \"opencl\"; expected a comma list of cuda, cuda-driver, acl, mlock, or all; hooking all of them", "{hooks}");
 }
 
 #[test]

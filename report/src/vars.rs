@@ -1,8 +1,11 @@
-//! Every `PINGUARD_*` variable, declared once: its name, its accepted forms, what an unset one
-//! means, and what a rejected value falls back to. The library's parser (`Config::from_vars`) and
-//! its early switches read their names, forms and defaults from here, `pinguard run` sets
-//! variables by these names, and the README's variable table is this table (`table`, checked by
-//! a test).
+//! Every `PINGUARD_*` variable, declared once: its name, its parser and the parser's bounds, its
+//! accepted forms, what an unset one means, and what a rejected value falls back to. The library
+//! (`Config::from_vars`, and its early switches) parses each variable with its entry's parser and
+//! says what it rejects in the one shape `Var::rejected` writes; `pinguard run` and `pinguard cdi`
+//! check the values they pass on with the same parsers; the README's variable table is this table
+//! (`table`, checked by a test).
+
+use crate::units::{self, SizeSpec};
 
 /// One variable.
 #[derive(Debug)]
@@ -19,6 +22,10 @@ pub struct Var {
     pub forms: &'static str,
     /// What a rejected value falls back to, as its message says.
     pub fallback: &'static str,
+    /// How a value is read, with its bounds.
+    pub parse: Parse,
+    /// The variable without which this one means nothing: set alone, it is a configuration error.
+    pub needs: Option<&'static Var>,
 }
 
 /// The report path template an unset `PINGUARD_REPORT` stands for.
@@ -34,6 +41,8 @@ pub const BUDGET: Var = Var {
     unset: "none: track only",
     forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the memory limit",
     fallback: "running without a budget",
+    parse: Parse::Size(Of::MemoryLimit),
+    needs: None,
 };
 
 pub const HOST_RESERVE: Var = Var {
@@ -43,6 +52,8 @@ pub const HOST_RESERVE: Var = Var {
     unset: "none",
     forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of MemTotal",
     fallback: "running without a host reserve",
+    parse: Parse::Size(Of::MemTotal),
+    needs: None,
 };
 
 pub const CGROUP_RESERVE: Var = Var {
@@ -52,6 +63,8 @@ pub const CGROUP_RESERVE: Var = Var {
     unset: "none",
     forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the cgroup's memory limit",
     fallback: "running without a cgroup reserve",
+    parse: Parse::Size(Of::CgroupLimit),
+    needs: None,
 };
 
 pub const POLICY: Var = Var {
@@ -61,6 +74,8 @@ pub const POLICY: Var = Var {
     unset: "`error`",
     forms: "error, downgrade or warn",
     fallback: "using error",
+    parse: Parse::OneOf { names: &POLICIES, why: "unknown policy" },
+    needs: None,
 };
 
 pub const REPORT: Var = Var {
@@ -72,6 +87,8 @@ pub const REPORT: Var = Var {
     unset: "`pinguard.%e.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
     forms: "a path with %p, %e, %h, %t, %n or %%",
     fallback: "using pinguard.%e.%p.json",
+    parse: Parse::Template,
+    needs: None,
 };
 
 pub const DOWNGRADE_MATCH: Var = Var {
@@ -81,6 +98,8 @@ pub const DOWNGRADE_MATCH: Var = Var {
     unset: "every call pageable memory can serve",
     forms: "a comma list of glob patterns such as *torch/utils/data/_utils/pin_memory.py",
     fallback: "nothing is downgraded (refused as under error)",
+    parse: Parse::Patterns,
+    needs: None,
 };
 
 pub const DEPTH: Var = Var {
@@ -90,6 +109,8 @@ pub const DEPTH: Var = Var {
     unset: "32",
     forms: "a whole number from 0 to 128",
     fallback: "using 32",
+    parse: Parse::Count { min: 0, max: MAX_DEPTH as u64, why: "not a frame count" },
+    needs: None,
 };
 
 pub const PY_DEPTH: Var = Var {
@@ -99,6 +120,8 @@ pub const PY_DEPTH: Var = Var {
     unset: "32",
     forms: "a whole number from 0 to 128",
     fallback: "using 32",
+    parse: Parse::Count { min: 0, max: MAX_DEPTH as u64, why: "not a frame count" },
+    needs: None,
 };
 
 /// The callsites an unset `PINGUARD_MAX_CALLSITES` stands for.
@@ -113,6 +136,8 @@ pub const MAX_CALLSITES: Var = Var {
     unset: "1024",
     forms: "a whole number from 1 to 1048576",
     fallback: "using 1024",
+    parse: Parse::Count { min: 1, max: MAX_MAX_CALLSITES as u64, why: "not a callsite count" },
+    needs: None,
 };
 
 pub const INTERVAL: Var = Var {
@@ -122,6 +147,8 @@ pub const INTERVAL: Var = Var {
     unset: "off",
     forms: crate::units::DURATION_FORMS,
     fallback: "no periodic report",
+    parse: Parse::Duration,
+    needs: None,
 };
 
 pub const SIGNAL: Var = Var {
@@ -131,6 +158,8 @@ pub const SIGNAL: Var = Var {
     unset: "off",
     forms: "a signal such as SIGUSR2, USR2 or 12",
     fallback: "no report on a signal",
+    parse: Parse::Signal,
+    needs: None,
 };
 
 pub const HOOKS: Var = Var {
@@ -140,6 +169,8 @@ pub const HOOKS: Var = Var {
     unset: "all",
     forms: "a comma list of cuda, cuda-driver, acl, mlock, hip, or all",
     fallback: "hooking all of them",
+    parse: Parse::Names { names: &FAMILIES, noun: "family" },
+    needs: None,
 };
 
 pub const LOG: Var = Var {
@@ -149,6 +180,8 @@ pub const LOG: Var = Var {
     unset: "`warn`",
     forms: "a filter such as warn, info or pinguard=debug",
     fallback: "using warn",
+    parse: Parse::Filter,
+    needs: None,
 };
 
 pub const DISABLE: Var = Var {
@@ -158,6 +191,8 @@ pub const DISABLE: Var = Var {
     unset: "off",
     forms: "1 or 0",
     fallback: "pinguard stays enabled",
+    parse: Parse::Switch,
+    needs: None,
 };
 
 pub const GROUP: Var = Var {
@@ -167,6 +202,8 @@ pub const GROUP: Var = Var {
     unset: "none",
     forms: "up to 64 letters, digits, '.', '_' or '-'",
     fallback: "no group budget",
+    parse: Parse::GroupName,
+    needs: None,
 };
 
 pub const GROUP_BUDGET: Var = Var {
@@ -176,6 +213,8 @@ pub const GROUP_BUDGET: Var = Var {
     unset: "none: the group is only counted",
     forms: BUDGET.forms,
     fallback: "no group budget",
+    parse: Parse::Size(Of::MemoryLimit),
+    needs: Some(&GROUP),
 };
 
 /// How often a process rewrites its metrics file when `PINGUARD_INTERVAL` is unset or longer: the
@@ -190,6 +229,8 @@ pub const METRICS: Var = Var {
     unset: "off",
     forms: "a path with %p, %e, %h, %t, %n or %%",
     fallback: "no metrics file",
+    parse: Parse::Template,
+    needs: None,
 };
 
 pub const NAMESPACE: Var = Var {
@@ -199,6 +240,8 @@ pub const NAMESPACE: Var = Var {
     unset: "no label",
     forms: "any text",
     fallback: "no namespace label",
+    parse: Parse::Text,
+    needs: None,
 };
 
 pub const POD: Var = Var {
@@ -208,6 +251,8 @@ pub const POD: Var = Var {
     unset: "no label",
     forms: "any text",
     fallback: "no pod label",
+    parse: Parse::Text,
+    needs: None,
 };
 
 pub const CONTAINER: Var = Var {
@@ -217,6 +262,8 @@ pub const CONTAINER: Var = Var {
     unset: "no label",
     forms: "any text",
     fallback: "no container label",
+    parse: Parse::Text,
+    needs: None,
 };
 
 pub const LABELS: Var = Var {
@@ -226,6 +273,8 @@ pub const LABELS: Var = Var {
     unset: "none",
     forms: "a comma list of name=value, names of letters, digits and _ (not starting with a digit or __, not pid, pidns, exe, api, group, namespace, pod, container or container_id)",
     fallback: "that entry is left out",
+    parse: Parse::Labels,
+    needs: None,
 };
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
@@ -244,6 +293,263 @@ pub fn table() -> String {
         t.push_str(&format!("| `{}` | {} | {} |\n", v.name, v.meaning, v.unset));
     }
     t
+}
+
+/// What a `N%` size is a percentage of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Of {
+    /// The cgroup memory limit, else `MemTotal`.
+    MemoryLimit,
+    /// The host's `MemTotal`.
+    MemTotal,
+    /// The tightest cgroup memory limit on the process's path.
+    CgroupLimit,
+}
+
+impl Of {
+    /// Why a percentage cannot be taken when there is no such total.
+    pub fn missing(self) -> &'static str {
+        match self {
+            Of::MemoryLimit => "no memory limit or MemTotal to take a percentage of",
+            Of::MemTotal => "no MemTotal in /proc/meminfo to take a percentage of",
+            Of::CgroupLimit => "no cgroup memory limit to take a percentage of",
+        }
+    }
+}
+
+/// How a variable's value is read: each entry's one parser, with its bounds.
+#[derive(Clone, Copy, Debug)]
+pub enum Parse {
+    /// `1`, `true`, `yes` or `0`, empty, `false`, `no` (`switch`).
+    Switch,
+    /// A size (`units::parse_size_spec`), or `N%` of what `Of` names.
+    Size(Of),
+    /// One of these names, in any case: `Value::Index` into them.
+    OneOf { names: &'static [&'static str], why: &'static str },
+    /// A whole number from `min` to `max`.
+    Count { min: u64, max: u64, why: &'static str },
+    /// A comma list of glob patterns.
+    Patterns,
+    /// A path template (`units::check_template`).
+    Template,
+    /// A duration (`units::parse_duration_ms`).
+    Duration,
+    /// A signal that can be caught safely (`units::parse_signal`).
+    Signal,
+    /// A comma list of these names, or `all`: `Value::Bits`, a bit per name (`names_switch`).
+    Names { names: &'static [&'static str], noun: &'static str },
+    /// A `tracing` filter.
+    Filter,
+    /// A group name (`group::valid_name`), trimmed.
+    GroupName,
+    /// Any text.
+    Text,
+    /// A comma list of `name=value` metrics labels (`label_entry`).
+    Labels,
+}
+
+/// A value its variable's parser took.
+#[derive(Clone, Debug)]
+pub enum Value {
+    Switch(bool),
+    Size(SizeSpec),
+    Index(usize),
+    Count(u64),
+    Patterns(Vec<glob::Pattern>),
+    Text(String),
+    Ms(u64),
+    Signal(i32),
+    Bits(u32),
+    /// The good entries, and one reason per rejected entry (each a configuration error of its
+    /// own, the others being used).
+    Labels(Vec<(String, String)>, Vec<String>),
+}
+
+impl Parse {
+    /// The one reason a parser gives for every value it rejects, where it has one.
+    fn one_reason(self) -> Option<&'static str> {
+        match self {
+            Parse::Switch => Some("not a switch"),
+            Parse::OneOf { why, .. } | Parse::Count { why, .. } => Some(why),
+            Parse::GroupName => Some("not a group name"),
+            _ => None,
+        }
+    }
+
+    /// Reads `value` (`None`: not UTF-8), or says why not.
+    pub fn parse(self, value: Option<&str>) -> Result<Value, String> {
+        let Some(v) = value else { return Err(self.one_reason().unwrap_or("not UTF-8").into()) };
+        self.parse_str(v).map_err(|e| self.one_reason().map_or(e, str::to_string))
+    }
+
+    fn parse_str(self, v: &str) -> Result<Value, String> {
+        Ok(match self {
+            Parse::Switch => Value::Switch(switch(v.as_bytes()).ok_or("")?),
+            Parse::Size(_) => Value::Size(units::parse_size_spec(v)?),
+            Parse::OneOf { names, .. } => Value::Index(names.iter().position(|n| n.eq_ignore_ascii_case(v.trim())).ok_or("")?),
+            Parse::Count { min, max, .. } => Value::Count(v.trim().parse().ok().filter(|n| (min..=max).contains(n)).ok_or("")?),
+            Parse::Patterns => Value::Patterns(units::parse_patterns(v)?),
+            Parse::Template => Value::Text(units::check_template(v).map(|()| v.to_string())?),
+            Parse::Duration => Value::Ms(units::parse_duration_ms(v)?),
+            Parse::Signal => Value::Signal(units::parse_signal(v)?),
+            Parse::Names { names, noun } => Value::Bits(names_switch(v.as_bytes(), names).map_err(|e| match e {
+                Some(item) => format!("unknown {noun} {:?}", String::from_utf8_lossy(item)),
+                None => format!("names no {noun}"),
+            })?),
+            Parse::Filter => Value::Text(v.parse::<tracing_subscriber::filter::Targets>().map(|_| v.to_string()).map_err(|e| e.to_string())?),
+            Parse::GroupName => Value::Text(Some(v.trim()).filter(|n| crate::group::valid_name(n)).ok_or("")?.to_string()),
+            Parse::Text => Value::Text(v.to_string()),
+            Parse::Labels => labels(v),
+        })
+    }
+}
+
+impl Parse {
+    /// A value this parser rejects (`None`: it takes any UTF-8 text), for the tests that every
+    /// entry rejects in the one shape, here and in the CLI.
+    pub fn bad_example(self) -> Option<String> {
+        Some(match self {
+            Parse::Switch => "maybe".into(),
+            Parse::Size(_) => "12Q".into(),
+            Parse::OneOf { .. } => "explode".into(),
+            Parse::Count { max, .. } => (max + 1).to_string(),
+            Parse::Patterns => "a[".into(),
+            Parse::Template => "%q.json".into(),
+            Parse::Duration => "soon".into(),
+            Parse::Signal => "SIGKILL".into(),
+            Parse::Names { .. } => "cuda,opencl".into(),
+            Parse::Filter => "pinguard=loud".into(),
+            Parse::GroupName => "no/slash".into(),
+            Parse::Labels => "9x=1".into(),
+            Parse::Text => return None,
+        })
+    }
+}
+
+impl Var {
+    /// Reads this variable's value (`None`: not UTF-8), or says why not.
+    pub fn parse(&self, value: Option<&str>) -> Result<Value, String> {
+        self.parse.parse(value)
+    }
+
+    /// Why a value is rejected and what is accepted: what `pinguard run` says of an option that
+    /// sets this variable, as the library says it of the variable (`rejected`).
+    pub fn expected(&self, why: &str) -> String {
+        // One line, whatever the value or a parser's message holds.
+        let why: String = why.chars().flat_map(|ch| if ch.is_control() { ch.escape_debug().collect::<Vec<_>>() } else { vec![ch] }).collect();
+        format!("{why}; expected {}", self.forms)
+    }
+
+    /// The one line a rejected value gets (`None`: not UTF-8): the variable, the value, why, the
+    /// forms accepted, and what is used instead.
+    pub fn rejected(&self, value: Option<&str>, why: &str) -> String {
+        let shown = match value {
+            Some(v) => format!("{v:?}"),
+            None => "(not UTF-8)".to_string(),
+        };
+        format!("{}={shown}: {}; {}", self.name, self.expected(why), self.fallback)
+    }
+
+    /// `value` as this variable's parser takes it, or the message an option setting it gets; a
+    /// list with a bad entry is refused whole.
+    pub fn check(&self, value: &str) -> Result<(), String> {
+        match self.parse(Some(value)) {
+            Ok(Value::Labels(_, bad)) if !bad.is_empty() => Err(self.expected(&bad[0])),
+            Ok(_) => Ok(()),
+            Err(why) => Err(self.expected(&why)),
+        }
+    }
+}
+
+/// What an over-budget call gets (`PINGUARD_POLICY`), named as `POLICIES` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Policy {
+    Error,
+    Downgrade,
+    Warn,
+}
+
+/// The policies' names, in `Policy::ALL`'s order.
+pub const POLICIES: [&str; 3] = ["error", "downgrade", "warn"];
+
+impl Policy {
+    pub const ALL: [Policy; 3] = [Policy::Error, Policy::Downgrade, Policy::Warn];
+
+    pub fn name(self) -> &'static str {
+        POLICIES[self as usize]
+    }
+}
+
+/// The families `PINGUARD_HOOKS` names, a bit each in this order (the library's `Family`).
+pub const FAMILIES: [&str; 5] = ["cuda", "cuda-driver", "acl", "mlock", "hip"];
+
+/// A switch's value: on, off, or `None` when it is no switch. Without allocating: the hooks ask
+/// before pinguard has started, and must answer as the configuration does.
+pub fn switch(v: &[u8]) -> Option<bool> {
+    match v.trim_ascii() {
+        b"1" | b"true" | b"yes" => Some(true),
+        b"0" | b"" | b"false" | b"no" => Some(false),
+        _ => None,
+    }
+}
+
+/// A comma list of `names` (any case) or `all`: a bit per name, or the first item that names
+/// none (`Err(None)`: nothing named at all). Without allocating, as `switch`.
+pub fn names_switch<'a>(v: &'a [u8], names: &[&str]) -> Result<u32, Option<&'a [u8]>> {
+    let mut bits = 0u32;
+    for item in v.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
+        if item.is_empty() {
+            continue;
+        }
+        if item.eq_ignore_ascii_case(b"all") {
+            bits |= (1 << names.len()) - 1;
+            continue;
+        }
+        match names.iter().position(|n| n.as_bytes().eq_ignore_ascii_case(item)) {
+            Some(i) => bits |= 1 << i,
+            None => return Err(Some(item)),
+        }
+    }
+    if bits == 0 {
+        return Err(None);
+    }
+    Ok(bits)
+}
+
+/// The labels pinguard writes itself: `PINGUARD_LABELS` may not set them.
+pub const OWN_LABELS: &[&str] = &["pid", "pidns", "exe", "api", "group", "namespace", "pod", "container", "container_id"];
+
+/// `PINGUARD_LABELS`: its good entries, and why each other one is left out.
+fn labels(v: &str) -> Value {
+    let (mut good, mut bad) = (Vec::new(), Vec::new());
+    for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match label_entry(entry, &good) {
+            Ok(kv) => good.push(kv),
+            Err(why) => bad.push(format!("entry {entry:?}: {why}")),
+        }
+    }
+    Value::Labels(good, bad)
+}
+
+/// One `PINGUARD_LABELS` entry, `name=value`, checked against Prometheus' rules for a label name
+/// (`[a-zA-Z_][a-zA-Z0-9_]*`, `__` reserved), pinguard's own labels and the labels already taken.
+fn label_entry(entry: &str, taken: &[(String, String)]) -> Result<(String, String), String> {
+    let Some((name, value)) = entry.split_once('=') else { return Err("no '=' between a name and a value".into()) };
+    let name = name.trim();
+    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("{name:?} is not a label name"));
+    }
+    if name.starts_with("__") {
+        return Err(format!("{name:?} starts with __, which Prometheus reserves"));
+    }
+    if OWN_LABELS.contains(&name) {
+        return Err(format!("{name:?} is one of pinguard's own labels"));
+    }
+    if taken.iter().any(|(n, _)| n == name) {
+        return Err(format!("{name:?} is given twice"));
+    }
+    Ok((name.to_string(), value.to_string()))
 }
 
 #[cfg(test)]
@@ -280,5 +586,65 @@ mod tests {
         assert!(DEPTH.meaning.contains(&format!("0 to {MAX_DEPTH}")) && DEPTH.forms.ends_with(&MAX_DEPTH.to_string()));
         assert_eq!(MAX_CALLSITES.default, Some(DEFAULT_MAX_CALLSITES.to_string().as_str()));
         assert!(MAX_CALLSITES.fallback.ends_with(&DEFAULT_MAX_CALLSITES.to_string()) && MAX_CALLSITES.forms.ends_with(&MAX_MAX_CALLSITES.to_string()));
+    }
+
+    #[test]
+    fn every_parser_rejects_a_bad_value_in_the_one_shape() {
+        let mut rejecting = 0;
+        for v in ALL {
+            if let Some(d) = v.default {
+                assert!(v.parse(Some(d)).is_ok(), "{}'s default {d:?} is rejected by its own parser", v.name);
+            }
+            // Not UTF-8: every parser refuses it, with a reason.
+            let why = v.parse(None).expect_err(v.name);
+            assert_eq!(v.rejected(None, &why), format!("{}=(not UTF-8): {why}; expected {}; {}", v.name, v.forms, v.fallback));
+            let Some(bad) = v.parse.bad_example() else { continue };
+            rejecting += 1;
+            let why = match v.parse(Some(&bad)) {
+                Err(why) => why,
+                Ok(Value::Labels(_, bad)) if bad.len() == 1 => bad[0].clone(),
+                Ok(got) => panic!("{}={bad:?} is taken: {got:?}", v.name),
+            };
+            assert!(!why.is_empty() && !why.contains('\n'), "{}: {why:?}", v.name);
+            let line = v.rejected(Some(&bad), &why);
+            assert_eq!(line, format!("{}={bad:?}: {why}; expected {}; {}", v.name, v.forms, v.fallback));
+            // An option setting the variable is refused in the same words, less the fallback.
+            let said = v.check(&bad).expect_err(v.name);
+            assert!(line.contains(&format!(": {said}; ")), "{line}\n{said}");
+        }
+        assert_eq!(rejecting, ALL.len() - 3, "all but the three labels taking any text");
+    }
+
+    #[test]
+    fn bounds_and_names_are_the_ones_the_forms_say() {
+        for v in ALL {
+            match v.parse {
+                Parse::Count { min, max, .. } => {
+                    assert_eq!(v.forms, format!("a whole number from {min} to {max}"), "{}", v.name);
+                    assert!(v.meaning.contains(&format!("{min} to {max}")), "{}", v.name);
+                    assert!(v.parse(Some(&min.to_string())).is_ok() && v.parse(Some(&max.to_string())).is_ok(), "{}", v.name);
+                    assert!(min == 0 || v.parse(Some(&(min - 1).to_string())).is_err(), "{}", v.name);
+                }
+                Parse::OneOf { names, .. } | Parse::Names { names, .. } => {
+                    for n in names {
+                        assert!(v.forms.contains(n) && v.meaning.contains(&format!("`{n}`")), "{}: {n}", v.name);
+                        assert!(v.parse(Some(&n.to_uppercase())).is_ok(), "{}: {n}", v.name);
+                    }
+                }
+                Parse::Size(_) => assert!(v.forms.starts_with(crate::units::SIZE_FORMS), "{}", v.name),
+                _ => {}
+            }
+        }
+        assert!(Policy::ALL.iter().enumerate().all(|(i, p)| *p as usize == i && p.name() == POLICIES[i]));
+        assert!(matches!(POLICY.parse(Some(" Downgrade ")), Ok(Value::Index(1))));
+    }
+
+    #[test]
+    fn a_switch_and_a_name_list_read_as_before() {
+        assert_eq!([" 1 ", "yes", "", "no", "2"].map(|v| switch(v.as_bytes())), [Some(true), Some(true), Some(false), Some(false), None]);
+        assert_eq!(names_switch(b"CUDA , mlock", &FAMILIES), Ok(0b1001));
+        assert_eq!(names_switch(b"all,acl", &FAMILIES), Ok(0b11111));
+        assert_eq!(names_switch(b"cuda,opencl", &FAMILIES), Err(Some(&b"opencl"[..])));
+        assert_eq!(names_switch(b" , ", &FAMILIES), Err(None));
     }
 }

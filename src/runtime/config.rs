@@ -2,27 +2,10 @@
 //! listed in the report's `config.errors`, and the setting falls back to its default.
 
 use crate::api::Family;
-use pinguard_report::units::{self, check_template, parse_patterns, parse_signal, SizeSpec};
+use pinguard_report::units::SizeSpec;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Policy {
-    Error,
-    Downgrade,
-    Warn,
-}
-
-impl Policy {
-    pub fn name(self) -> &'static str {
-        match self {
-            Policy::Error => "error",
-            Policy::Downgrade => "downgrade",
-            Policy::Warn => "warn",
-        }
-    }
-}
-
-pub use pinguard_report::vars::{DEFAULT_TEMPLATE, MAX_DEPTH};
-use pinguard_report::vars::{self, Var};
+pub use pinguard_report::vars::{Policy, DEFAULT_TEMPLATE};
+use pinguard_report::vars::{self, Of, Value, Var};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -87,14 +70,70 @@ pub trait System {
     fn cgroup_limit(&self) -> Option<u64> {
         None
     }
+    /// What a `N%` size is a percentage of.
+    fn total(&self, of: Of) -> Option<u64> {
+        match of {
+            Of::MemoryLimit => self.memory_limit(),
+            Of::MemTotal => self.mem_total(),
+            Of::CgroupLimit => self.cgroup_limit(),
+        }
+    }
 }
 
 impl Config {
     /// Reads the configuration from `vars` (name, value; a value that is not UTF-8 is `None`).
     /// Every variable is parsed, set or not: an unset one as its registry default
-    /// (`pinguard_report::vars`), so that default is written in one place.
+    /// (`pinguard_report::vars`), so that default is written in one place; each with its
+    /// registry entry's parser, and a rejected one in the registry's one shape (`Var::rejected`).
     pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
-        let mut c = Config {
+        let mut c = Config::blank();
+        let given = |var: &Var| vars.iter().find(|(n, _)| n == var.name).map(|(_, v)| v.as_deref());
+        for (var, set) in FIELDS {
+            if let Some(value) = given(var).or(var.default.map(Some)) {
+                let taken = c.read(var, set, value, sys);
+                // Alone, it means nothing (a rejected value has its own line already).
+                if let Some(need) = var.needs.filter(|need| taken && given(need).is_none()) {
+                    c.errors.push(format!("{} is set without {}; ignored", var.name, need.name));
+                }
+            }
+        }
+        for (name, value) in vars {
+            if name.starts_with("PINGUARD_") && vars::find(name).is_none() {
+                let near = vars::ALL.iter().min_by_key(|k| edit_distance(k.name, name)).map(|k| k.name).unwrap_or("");
+                let shown = value.as_deref().unwrap_or("(not UTF-8)");
+                c.errors.push(format!("{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored", name.escape_debug()));
+            }
+        }
+        c
+    }
+
+    /// Parses and stores one variable's value: whether it was taken. A rejected one gets its
+    /// line, and the value it falls back to; a list's bad entries get one line each.
+    fn read(&mut self, var: &Var, set: Set, value: Option<&str>, sys: &dyn System) -> bool {
+        match var.parse(value).and_then(|v| resolve(v, var, sys)) {
+            Ok(v) => {
+                if let Value::Labels(_, bad) = &v {
+                    self.errors.extend(bad.iter().map(|why| var.rejected(value, why)));
+                }
+                set(self, v);
+                true
+            }
+            Err(why) => {
+                self.errors.push(var.rejected(value, &why));
+                if let Some(left) = REJECTED.iter().find(|(v, _)| v.name == var.name).map(|(_, left)| left) {
+                    left(self);
+                } else if let Some(instead) = var.default {
+                    let applied = var.parse(Some(instead)).and_then(|v| resolve(v, var, sys)).map(|v| set(self, v));
+                    debug_assert!(applied.is_ok(), "{}'s fallback {instead:?} is rejected by its own parser", var.name);
+                }
+                false
+            }
+        }
+    }
+
+    /// Every setting unset, before the variables (and their defaults) are read.
+    fn blank() -> Config {
+        Config {
             budget: None,
             host_reserve: None,
             cgroup_reserve: None,
@@ -114,274 +153,106 @@ impl Config {
             metrics: None,
             labels: Vec::new(),
             errors: Vec::new(),
-        };
-        let get = |var: &Var| match vars.iter().find(|(n, _)| n == var.name) {
-            Some((_, v)) => Some(v.as_deref()),
-            None => var.default.map(Some),
-        };
-        let bad = |c: &mut Config, var: &Var, value: Option<&str>, why: &str| {
-            let shown = match value {
-                Some(v) => format!("{v:?}"),
-                None => "(not UTF-8)".to_string(),
-            };
-            // One line, whatever the value or a parser's message holds.
-            let why: String = why.chars().flat_map(|ch| if ch.is_control() { ch.escape_debug().collect::<Vec<_>>() } else { vec![ch] }).collect();
-            c.errors.push(format!("{}={shown}: {why}; expected {}; {}", var.name, var.forms, var.fallback));
-        };
-
-        if let Some(v) = get(&vars::DISABLE) {
-            match v.map(|v| disable_switch(v.as_bytes())) {
-                Some(Some(off)) => c.disabled = off,
-                _ => bad(&mut c, &vars::DISABLE, v, "not a switch"),
-            }
         }
-        // A size, or a percentage of the memory limit.
-        // The value's fallback when it is rejected: the registry's default, where there is one.
-        let fallback = |c: &mut Config, var: &Var, apply: &dyn Fn(&mut Config, &str) -> bool| {
-            if let Some(d) = var.default {
-                let applied = apply(c, d);
-                debug_assert!(applied, "{}'s default {d:?} is rejected by its own parser", var.name);
-            }
-        };
-        // A size, or a percentage of what `of` gives (`None`: there is nothing, for the reason `none`).
-        let size = |c: &mut Config, var: &Var, v: Option<&str>, of: Option<u64>, none: &str| -> Option<u64> {
-            match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_size_spec) {
-                Ok(SizeSpec::Bytes(b)) => Some(b),
-                Ok(SizeSpec::Percent(p)) => match of {
-                    Some(total) => Some((total as f64 * p / 100.0) as u64),
-                    None => {
-                        bad(c, var, v, none);
-                        None
-                    }
-                },
-                Err(e) => {
-                    bad(c, var, v, &e);
-                    None
-                }
-            }
-        };
-        // A size, or a percentage of the memory limit.
-        let budget = |c: &mut Config, var: &Var, v: Option<&str>| -> Option<u64> {
-            size(c, var, v, sys.memory_limit(), "no memory limit or MemTotal to take a percentage of")
-        };
-        if let Some(v) = get(&vars::BUDGET) {
-            c.budget = budget(&mut c, &vars::BUDGET, v);
-        }
-        if let Some(v) = get(&vars::HOST_RESERVE) {
-            c.host_reserve = size(&mut c, &vars::HOST_RESERVE, v, sys.mem_total(), "no MemTotal in /proc/meminfo to take a percentage of");
-            // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
-            c.host_reserve = c.host_reserve.map(|r| r.min(u64::MAX - 1));
-        }
-        if let Some(v) = get(&vars::CGROUP_RESERVE) {
-            c.cgroup_reserve = size(&mut c, &vars::CGROUP_RESERVE, v, sys.cgroup_limit(), "no cgroup memory limit to take a percentage of");
-            c.cgroup_reserve = c.cgroup_reserve.map(|r| r.min(u64::MAX - 1));
-        }
-        let policy = |c: &mut Config, v: &str| {
-            c.policy = match v.trim().to_ascii_lowercase().as_str() {
-                "error" => Policy::Error,
-                "downgrade" => Policy::Downgrade,
-                "warn" => Policy::Warn,
-                _ => return false,
-            };
-            true
-        };
-        if let Some(v) = get(&vars::POLICY) {
-            if !v.is_some_and(|v| policy(&mut c, v)) {
-                bad(&mut c, &vars::POLICY, v, "unknown policy");
-                fallback(&mut c, &vars::POLICY, &policy);
-            }
-        }
-        if let Some(v) = get(&vars::DOWNGRADE_MATCH) {
-            match v.map(parse_patterns) {
-                Some(Ok(p)) => c.downgrade_match = Some(p),
-                Some(Err(e)) => {
-                    bad(&mut c, &vars::DOWNGRADE_MATCH, v, &e);
-                    c.downgrade_match = Some(Vec::new());
-                }
-                None => {
-                    bad(&mut c, &vars::DOWNGRADE_MATCH, v, "not UTF-8");
-                    c.downgrade_match = Some(Vec::new());
-                }
-            }
-        }
-        if let Some(v) = get(&vars::REPORT) {
-            match v.map(check_template) {
-                Some(Ok(())) => c.report = v.map(str::to_string),
-                Some(Err(e)) => bad(&mut c, &vars::REPORT, v, &e),
-                None => bad(&mut c, &vars::REPORT, v, "not UTF-8"),
-            }
-        }
-        let frames = |v: &str| v.trim().parse::<u32>().ok().filter(|&d| d <= MAX_DEPTH);
-        let depth = |c: &mut Config, v: &str| frames(v).map(|d| c.depth = d).is_some();
-        if let Some(v) = get(&vars::DEPTH) {
-            if !v.is_some_and(|v| depth(&mut c, v)) {
-                bad(&mut c, &vars::DEPTH, v, "not a frame count");
-                fallback(&mut c, &vars::DEPTH, &depth);
-            }
-        }
-        let py_depth = |c: &mut Config, v: &str| frames(v).map(|d| c.py_depth = d).is_some();
-        if let Some(v) = get(&vars::PY_DEPTH) {
-            if !v.is_some_and(|v| py_depth(&mut c, v)) {
-                bad(&mut c, &vars::PY_DEPTH, v, "not a frame count");
-                fallback(&mut c, &vars::PY_DEPTH, &py_depth);
-            }
-        }
-        let max_callsites = |c: &mut Config, v: &str| {
-            v.trim().parse::<usize>().ok().filter(|n| (1..=vars::MAX_MAX_CALLSITES).contains(n)).map(|n| c.max_callsites = n).is_some()
-        };
-        if let Some(v) = get(&vars::MAX_CALLSITES) {
-            if !v.is_some_and(|v| max_callsites(&mut c, v)) {
-                bad(&mut c, &vars::MAX_CALLSITES, v, "not a callsite count");
-                fallback(&mut c, &vars::MAX_CALLSITES, &max_callsites);
-            }
-        }
-        if let Some(v) = get(&vars::INTERVAL) {
-            match v.ok_or_else(|| "not UTF-8".to_string()).and_then(units::parse_duration_ms) {
-                Ok(ms) => c.interval_ms = Some(ms),
-                Err(e) => bad(&mut c, &vars::INTERVAL, v, &e),
-            }
-        }
-        if let Some(v) = get(&vars::SIGNAL) {
-            match v.map(parse_signal) {
-                Some(Ok(s)) => c.signal = Some(s),
-                Some(Err(e)) => bad(&mut c, &vars::SIGNAL, v, &e),
-                None => bad(&mut c, &vars::SIGNAL, v, "not UTF-8"),
-            }
-        }
-        let hooks = |c: &mut Config, v: &str| parse_hooks(v).map(|h| c.hooks = h).is_ok();
-        if let Some(v) = get(&vars::HOOKS) {
-            match v.map(parse_hooks) {
-                Some(Ok(h)) => c.hooks = h,
-                Some(Err(e)) => bad(&mut c, &vars::HOOKS, v, &e),
-                None => bad(&mut c, &vars::HOOKS, v, "not UTF-8"),
-            }
-            if c.hooks == 0 {
-                fallback(&mut c, &vars::HOOKS, &hooks);
-            }
-        }
-        let log = |c: &mut Config, v: &str| v.parse::<tracing_subscriber::filter::Targets>().map(|_| c.log = v.to_string()).is_ok();
-        if let Some(v) = get(&vars::LOG) {
-            match v.map(|s| s.parse::<tracing_subscriber::filter::Targets>()) {
-                Some(Ok(_)) => c.log = v.unwrap_or_default().to_string(),
-                Some(Err(e)) => bad(&mut c, &vars::LOG, v, &e.to_string()),
-                None => bad(&mut c, &vars::LOG, v, "not UTF-8"),
-            }
-            if c.log.is_empty() {
-                fallback(&mut c, &vars::LOG, &log);
-            }
-        }
-        if let Some(v) = get(&vars::GROUP) {
-            match v.map(str::trim) {
-                Some(n) if pinguard_report::group::valid_name(n) => c.group = Some(n.to_string()),
-                _ => bad(&mut c, &vars::GROUP, v, "not a group name"),
-            }
-        }
-        if let Some(v) = get(&vars::GROUP_BUDGET) {
-            c.group_budget = budget(&mut c, &vars::GROUP_BUDGET, v);
-            if c.group.is_none() && !c.errors.iter().any(|e| e.starts_with(vars::GROUP.name)) {
-                c.errors.push(format!("{} is set without {}; ignored", vars::GROUP_BUDGET.name, vars::GROUP.name));
-            }
-        }
-        if let Some(v) = get(&vars::METRICS) {
-            match v.map(check_template) {
-                Some(Ok(())) => c.metrics = v.map(str::to_string),
-                Some(Err(e)) => bad(&mut c, &vars::METRICS, v, &e),
-                None => bad(&mut c, &vars::METRICS, v, "not UTF-8"),
-            }
-        }
-        for (var, label) in [(&vars::NAMESPACE, "namespace"), (&vars::POD, "pod"), (&vars::CONTAINER, "container")] {
-            match get(var) {
-                Some(Some(v)) if !v.is_empty() => c.labels.push((label.to_string(), v.to_string())),
-                Some(None) => bad(&mut c, var, None, "not UTF-8"),
-                _ => {}
-            }
-        }
-        match get(&vars::LABELS) {
-            Some(Some(v)) => {
-                for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-                    match label_entry(entry, &c.labels) {
-                        Ok(kv) => c.labels.push(kv),
-                        Err(why) => bad(&mut c, &vars::LABELS, Some(v), &format!("entry {entry:?}: {why}")),
-                    }
-                }
-            }
-            Some(None) => bad(&mut c, &vars::LABELS, None, "not UTF-8"),
-            None => {}
-        }
-        for (name, value) in vars {
-            if name.starts_with("PINGUARD_") && vars::find(name).is_none() {
-                let near = vars::ALL.iter().min_by_key(|k| edit_distance(k.name, name)).map(|k| k.name).unwrap_or("");
-                let shown = value.as_deref().unwrap_or("(not UTF-8)");
-                c.errors.push(format!("{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored", name.escape_debug()));
-            }
-        }
-        c
     }
 }
 
-/// The labels pinguard writes itself: `PINGUARD_LABELS` may not set them.
-pub const OWN_LABELS: &[&str] = &["pid", "pidns", "exe", "api", "group", "namespace", "pod", "container", "container_id"];
-
-/// One `PINGUARD_LABELS` entry, `name=value`, checked against Prometheus' rules for a label name
-/// (`[a-zA-Z_][a-zA-Z0-9_]*`, `__` reserved) and against the labels already taken.
-fn label_entry(entry: &str, taken: &[(String, String)]) -> Result<(String, String), String> {
-    let Some((name, value)) = entry.split_once('=') else { return Err("no '=' between a name and a value".into()) };
-    let name = name.trim();
-    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
-    if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(format!("{name:?} is not a label name"));
+/// A size's percentage taken of the total its variable names, as bytes.
+fn resolve(v: Value, var: &Var, sys: &dyn System) -> Result<Value, String> {
+    match (v, var.parse) {
+        (Value::Size(SizeSpec::Percent(p)), vars::Parse::Size(of)) => match sys.total(of) {
+            Some(total) => Ok(Value::Size(SizeSpec::Bytes((total as f64 * p / 100.0) as u64))),
+            None => Err(of.missing().to_string()),
+        },
+        (v, _) => Ok(v),
     }
-    if name.starts_with("__") {
-        return Err(format!("{name:?} starts with __, which Prometheus reserves"));
-    }
-    if OWN_LABELS.contains(&name) {
-        return Err(format!("{name:?} is one of pinguard's own labels"));
-    }
-    if taken.iter().any(|(n, _)| n == name) {
-        return Err(format!("{name:?} is given twice"));
-    }
-    Ok((name.to_string(), value.to_string()))
 }
 
-fn parse_hooks(s: &str) -> Result<u8, String> {
-    hooks_switch(s.as_bytes()).map_err(|e| match e {
-        Some(item) => format!("unknown family {:?}", String::from_utf8_lossy(item)),
-        None => "names no family".into(),
-    })
+/// Stores a value its variable's parser took (and `resolve` resolved). The helpers below give
+/// an empty value for another kind of value: an entry whose parser does not fit its field, which
+/// the tests of every variable's default and values catch.
+type Set = fn(&mut Config, Value);
+
+fn bytes(v: Value) -> Option<u64> {
+    match v {
+        Value::Size(SizeSpec::Bytes(b)) => Some(b),
+        _ => None,
+    }
+}
+
+fn text(v: Value) -> Option<String> {
+    match v {
+        Value::Text(t) => Some(t),
+        _ => None,
+    }
+}
+
+fn count(v: Value) -> u64 {
+    match v {
+        Value::Count(n) => n,
+        _ => 0,
+    }
+}
+
+/// Where each variable's value goes, in the order they are read: the switch first, then the
+/// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
+/// that order. Every variable once (checked by a test).
+const FIELDS: [(&Var, Set); 21] = [
+    (&vars::DISABLE, |c, v| c.disabled = matches!(v, Value::Switch(true))),
+    (&vars::BUDGET, |c, v| c.budget = bytes(v)),
+    // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
+    (&vars::HOST_RESERVE, |c, v| c.host_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))),
+    (&vars::CGROUP_RESERVE, |c, v| c.cgroup_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))),
+    (&vars::POLICY, |c, v| c.policy = if let Value::Index(i) = v { Policy::ALL[i] } else { Policy::Error }),
+    (&vars::DOWNGRADE_MATCH, |c, v| c.downgrade_match = if let Value::Patterns(p) = v { Some(p) } else { None }),
+    (&vars::REPORT, |c, v| c.report = text(v)),
+    (&vars::DEPTH, |c, v| c.depth = count(v) as u32),
+    (&vars::PY_DEPTH, |c, v| c.py_depth = count(v) as u32),
+    (&vars::MAX_CALLSITES, |c, v| c.max_callsites = count(v) as usize),
+    (&vars::INTERVAL, |c, v| c.interval_ms = if let Value::Ms(ms) = v { Some(ms) } else { None }),
+    (&vars::SIGNAL, |c, v| c.signal = if let Value::Signal(s) = v { Some(s) } else { None }),
+    (&vars::HOOKS, |c, v| c.hooks = if let Value::Bits(b) = v { b as u8 } else { 0 }),
+    // An empty filter is taken, and means the default.
+    (&vars::LOG, |c, v| c.log = text(v).filter(|l| !l.is_empty()).unwrap_or_else(|| vars::LOG.default.unwrap_or_default().to_string())),
+    (&vars::GROUP, |c, v| c.group = text(v)),
+    (&vars::GROUP_BUDGET, |c, v| c.group_budget = bytes(v)),
+    (&vars::METRICS, |c, v| c.metrics = text(v)),
+    (&vars::NAMESPACE, |c, v| label(c, "namespace", v)),
+    (&vars::POD, |c, v| label(c, "pod", v)),
+    (&vars::CONTAINER, |c, v| label(c, "container", v)),
+    (&vars::LABELS, labels),
+];
+
+type Leave = fn(&mut Config);
+
+/// What a rejected value leaves, where that is neither its registry default nor unset.
+const REJECTED: [(&Var, Leave); 1] = [(&vars::DOWNGRADE_MATCH, |c| c.downgrade_match = Some(Vec::new()))];
+
+/// A downward-API label, when set to something.
+fn label(c: &mut Config, name: &str, v: Value) {
+    if let Some(t) = text(v).filter(|t| !t.is_empty()) {
+        c.labels.push((name.to_string(), t));
+    }
+}
+
+/// `PINGUARD_LABELS`' good entries (`Config::read` has listed the bad ones).
+fn labels(c: &mut Config, v: Value) {
+    if let Value::Labels(good, _) = v {
+        c.labels.extend(good);
+    }
 }
 
 /// `PINGUARD_DISABLE`'s value: whether it switches pinguard off; `None` when it is no switch
 /// (pinguard then stays enabled). Without allocating: the hooks also ask before pinguard has
 /// started (`early_hooks_enabled`), and both must answer alike.
 pub fn disable_switch(v: &[u8]) -> Option<bool> {
-    match v.trim_ascii() {
-        b"1" | b"true" | b"yes" => Some(true),
-        b"0" | b"" | b"false" | b"no" => Some(false),
-        _ => None,
-    }
+    vars::switch(v)
 }
 
 /// `PINGUARD_HOOKS`' value: the families it names, or the first item that names none
 /// (`Err(None)`: no family at all); on either error every family is hooked. Without allocating.
 pub fn hooks_switch(v: &[u8]) -> Result<u8, Option<&[u8]>> {
-    let mut bits = 0u8;
-    for item in v.split(|&c| c == b',').map(<[u8]>::trim_ascii) {
-        if item.is_empty() {
-            continue;
-        }
-        if item.eq_ignore_ascii_case(b"all") {
-            bits |= Family::ALL.iter().fold(0, |m, f| m | f.bit());
-            continue;
-        }
-        match Family::ALL.iter().find(|f| f.name().as_bytes().eq_ignore_ascii_case(item)) {
-            Some(f) => bits |= f.bit(),
-            None => return Err(Some(item)),
-        }
-    }
-    if bits == 0 {
-        return Err(None);
-    }
-    Ok(bits)
+    vars::names_switch(v, &vars::FAMILIES).map(|bits| bits as u8)
 }
 
 /// Whether pinguard is switched off, from `PINGUARD_DISABLE`'s raw value, as `Config` decides.
@@ -566,5 +437,28 @@ mod tests {
         assert_eq!(c.hooks, Config::default().hooks);
         assert!(c.errors.iter().any(|e| e.contains("did you mean PINGUARD_BUDGET")));
         assert!(c.errors.iter().all(|e| !e.contains('\n')));
+    }
+
+    #[test]
+    fn every_variable_has_one_place_in_the_configuration() {
+        for var in vars::ALL {
+            assert_eq!(FIELDS.iter().filter(|(v, _)| v.name == var.name).count(), 1, "{}", var.name);
+        }
+        assert_eq!(FIELDS.len(), vars::ALL.len());
+        // `GROUP_BUDGET` is read after the variable it needs.
+        let at = |name: &str| FIELDS.iter().position(|(v, _)| v.name == name);
+        for (var, _) in FIELDS {
+            if let Some(need) = var.needs {
+                assert!(at(need.name) < at(var.name), "{} before {}", need.name, var.name);
+            }
+        }
+    }
+
+    #[test]
+    fn every_family_is_named_by_the_registry() {
+        assert_eq!(Family::ALL.len(), vars::FAMILIES.len());
+        for (i, f) in Family::ALL.into_iter().enumerate() {
+            assert_eq!((f.name(), f.bit()), (vars::FAMILIES[i], 1 << i));
+        }
     }
 }
