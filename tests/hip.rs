@@ -257,3 +257,31 @@ fn the_real_library_answers_unchanged_under_pinguard() {
         assert_eq!(rep["totals"]["denied_count"], 0, "{route}: the budget never answered for the runtime");
     }
 }
+
+/// `pinguard doctor --probe` pins through `hipHostMalloc` where a HIP runtime loads, and says what
+/// the real one answers without a device.
+#[test]
+fn doctor_probes_hip_host_malloc() {
+    let emu = programs().0.parent().unwrap().join("emu");
+    let doctor = |lib_path: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(cli());
+        cmd.args(["doctor", "--probe", "--probe-size", "1Mi", "--json"]);
+        clear_pinguard_env(&mut cmd);
+        cmd.env_remove("LD_PRELOAD");
+        match lib_path {
+            Some(p) => cmd.env("LD_LIBRARY_PATH", p),
+            None => cmd.env_remove("LD_LIBRARY_PATH"),
+        };
+        let o = cmd.output().unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        v["probes"].as_array().unwrap().iter().find(|p| p["path"] == "hipHostMalloc").cloned().unwrap_or_else(|| panic!("no hipHostMalloc probe: {v}"))
+    };
+    let p = doctor(Some(&emu));
+    assert!(p["note"].is_null(), "the emulated runtime pins: {p}");
+    assert_eq!(p["bytes"], 1 << 20);
+    // /dev/kfd: an AMD device's compute interface, where the real runtime would pin.
+    if programs().1.is_some() && !std::path::Path::new("/dev/kfd").exists() {
+        let p = doctor(None);
+        assert_eq!(p["note"], "could not pin: hipHostMalloc returned 101", "no device: hipErrorInvalidDevice");
+    }
+}
