@@ -285,3 +285,54 @@ fn doctor_probes_hip_host_malloc() {
         assert_eq!(p["note"], "could not pin: hipHostMalloc returned 101", "no device: hipErrorInvalidDevice");
     }
 }
+
+/// The group budget and the host reserve hold HIP's calls as CUDA's: refused with
+/// hipErrorOutOfMemory, the runtime never called, counted under the limit that stopped them.
+#[test]
+fn group_budget_and_host_reserve_refuse_hip_calls() {
+    let group = format!("test-hip-{}", std::process::id());
+    let ledger = pinguard_report::group::path(&group);
+    let _ = std::fs::remove_file(&ledger);
+    let ops = ["malloc:8192", "malloc:65536", "register:65536:0"];
+    let r = hip("export", &ops, &[("PINGUARD_GROUP", &group), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")]);
+    remove_semaphores(&ledger);
+    let _ = std::fs::remove_file(&ledger);
+    assert_eq!(rcs(&r, &ops), vec![0, 2, 2], "{}", r.stdout);
+    assert_eq!(r.stats()["hip"]["alloc_calls"], 1);
+    let rep = r.report();
+    assert!(rep.get("group").is_some(), "{rep}");
+    assert_eq!(api(&rep, "hipHostMalloc")["denied_count"], 1);
+    assert_eq!(api(&rep, "hipHostRegister")["denied_count"], 1);
+
+    // A reserve of all the host's memory: nothing may be pinned.
+    let r = hip("dlsym", &["malloc:8192"], &[("PINGUARD_HOST_RESERVE", "100%")]);
+    assert_eq!(r.rc("malloc:8192"), 2, "{}", r.stdout);
+    assert_eq!(r.stats()["hip"]["alloc_calls"], 0);
+    let t = &r.report()["totals"];
+    assert_eq!(t["host_reserve_count"], 1, "{t}");
+}
+
+/// A Python program reaching HIP through ctypes (`dlsym(handle)`): its callsite names the Python
+/// function that pinned, as CUDA's do.
+#[test]
+fn python_callsites_name_the_function_calling_hip() {
+    if !have("/usr/bin/python3", "the Python frames of a HIP callsite") {
+        return;
+    }
+    let lib = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
+    let script = r#"import ctypes, sys
+hip = ctypes.CDLL(sys.argv[1])
+def pin_staging_buffer():
+    p = ctypes.c_void_p()
+    rc = hip.hipHostMalloc(ctypes.byref(p), ctypes.c_size_t(8192), 0)
+    print('rc=%d' % rc)
+pin_staging_buffer()
+"#;
+    let r = run("/usr/bin/python3", &["-c", script, lib.to_str().unwrap()], &[]);
+    assert!(r.success() && r.stdout.contains("rc=0"), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    let sites = rep["callsites"].as_array().unwrap();
+    let site = sites.iter().find(|c| c["apis"].as_array().unwrap().iter().any(|a| a == "hipHostMalloc")).unwrap_or_else(|| panic!("no hipHostMalloc callsite: {rep}"));
+    let first = &site["py_frames"][0];
+    assert_eq!(first["symbol"], "pin_staging_buffer", "{site}");
+}
