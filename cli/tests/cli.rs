@@ -1107,3 +1107,65 @@ fn flamegraph_to_standard_output() {
     assert!(out.contains("load_model_weights"), "{out}");
     assert!(!cwd.join("-").exists(), "a file named '-' was written");
 }
+
+/// Issue 34, item 4: one Python line pinning 256 KiB at a time through ctypes, from twelve stack
+/// depths (`ctypes_depths_script`), under `pinguard run`: `report` shows one callsite whose
+/// peak is 256 KiB. The walk used to end in a stack address after libffi's frame, one callsite
+/// per depth, and `report` (which matches callsites by their Python frames) summed their peaks.
+#[test]
+fn a_ctypes_call_path_reports_its_true_peak() {
+    if !have("python3", "ctypes") {
+        return;
+    }
+    let f = fixtures();
+    let dir = fresh_dir("ctypes-peak");
+    let script = ctypes_depths_script(f.dir.join("libcudart.so").to_str().unwrap(), 2);
+    let t = dir.join("%e.%p.json");
+    let o = pinguard(&["run", "--lib", f.lib.to_str().unwrap(), "--report", t.to_str().unwrap(), "--", "python3", "-c", &script]);
+    assert!(o.status.success(), "{o:?}");
+    let d = dir.to_str().unwrap();
+    let v: Value = serde_json::from_slice(&pinguard(&["report", "--json", d]).stdout).unwrap();
+    let pins: Vec<&Value> = v["callsites"].as_array().unwrap().iter().filter(|c| c["apis"][0] == "cudaMallocHost").collect();
+    assert_eq!(pins.len(), 1, "{v:#}");
+    assert_eq!(pins[0]["alloc_count"], 24, "{v:#}");
+    assert_eq!(pins[0]["peak_live_bytes"], 262144, "{v:#}");
+    let (out, _) = text(&pinguard(&["report", "--sort", "peak", d]));
+    let mut table = out.lines().skip_while(|l| !l.contains("CALLSITE"));
+    let (header, row) = (table.next().expect(&out), table.next().expect(&out));
+    let peak_end = header.find(" PEAK").expect(header) + " PEAK".len();
+    assert!(row.contains("cudaMallocHost") && row[..peak_end].ends_with(" 256 KiB"), "{out}");
+}
+
+/// Issue 34, item 4: stacks of one process that `report` shows as one line (the same Python
+/// frames over two native paths) were pinned one after the other, as the process's own peak
+/// shows: the line's peak is at most that, not the sum of theirs. Across processes the peaks
+/// still add up, one per process.
+#[test]
+fn stacks_shown_as_one_line_do_not_sum_a_processes_peaks() {
+    let dir = fresh_dir("one-line-peak");
+    let kib = 1u64 << 10;
+    let (a, b): (&[(&str, &str, u32)], &[(&str, &str, u32)]) = (&[("ffi_call_unix64", "unix64.S", 100)], &[("ffi_call_unix64", "unix64.S", 100), ("ffi_call", "ffi64.c", 700)]);
+    let one = synthetic(&dir, "one.json", 51, &[(a, 0, 256 * kib), (b, 0, 256 * kib)], 0, 0, 0);
+    let line = [("pin", "/srv/load.py", 7u32), ("<module>", "/srv/load.py", 12)];
+    with_py_frames(&one, 0, &line);
+    with_py_frames(&one, 1, &line);
+    patch(&one, &[("/totals/peak_live_bytes", (256 * kib).into())]);
+    let peak = |files: &[&Path]| {
+        let mut args = vec!["report", "--json"];
+        args.extend(files.iter().map(|p| p.to_str().unwrap()));
+        let v: Value = serde_json::from_slice(&pinguard(&args).stdout).unwrap();
+        assert_eq!(v["callsites"].as_array().unwrap().len(), 1, "{v:#}");
+        v["callsites"][0]["peak_live_bytes"].as_u64().unwrap()
+    };
+    assert_eq!(peak(&[&one]), 256 * kib);
+    let (out, _) = text(&pinguard(&["report", "--sort", "peak", one.to_str().unwrap()]));
+    let row = out.lines().find(|l| l.contains("pin (load.py:7)")).expect(&out);
+    assert!(row.contains(" 256 KiB ") && !row.contains("512 KiB"), "{out}");
+    // Held at the same time, as a process peak of 512 KiB says: the sum.
+    let both = dir.join("both.json");
+    std::fs::copy(&one, &both).unwrap();
+    patch(&both, &[("/process/pid", 52.into()), ("/totals/peak_live_bytes", (512 * kib).into())]);
+    assert_eq!(peak(&[&both]), 512 * kib);
+    // Two processes: each one's peak, added.
+    assert_eq!(peak(&[&one, &both]), 768 * kib);
+}
