@@ -123,6 +123,22 @@ fn rejected_calls_get_the_runtimes_own_codes() {
     }
 }
 
+/// Arguments the runtime rejects get its answer whatever the budget: unknown flags and both
+/// coherences at once reach the runtime (hipErrorInvalidValue), not the budget's refusal.
+#[test]
+fn calls_the_runtime_rejects_get_its_answer_over_the_budget() {
+    for route in ROUTES {
+        let ops = ["malloc:32768:256", "malloc:32768:3221225472", "ext:32768:3221225472", "register:32768:16"];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
+        assert_eq!(rcs(&r, &ops), vec![1, 1, 1, 1], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["failed_calls"], 4, "{route}: the runtime answered each: {s}");
+        let t = &r.report()["totals"];
+        assert_eq!(t["denied_count"], 0, "{route}: {t}");
+        assert_eq!(t["downgraded_count"], 0, "{route}");
+    }
+}
+
 /// `error`: over the budget, every entry point gets hipErrorOutOfMemory and the runtime is never
 /// called; what fits is admitted.
 #[test]

@@ -38,6 +38,18 @@ type GetProcFn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_
 /// What `hipHostFree` and `hipFreeHost` release: every host allocation, whichever name made it.
 const FREES: [Api; 5] = [Api::HipHostMalloc, Api::HipHostAlloc, Api::HipExtHostAlloc, Api::HipMallocHost, Api::HipMemAllocHost];
 
+/// `hipHostMallocCoherent` and `hipHostMallocNonCoherent`: the runtime refuses both at once.
+const COHERENCE: c_uint = 0x4000_0000 | 0x8000_0000;
+
+/// An allocation's flags: device-mapped or not, or a combination the runtime rejects (unknown
+/// bits, both coherences), whose answer is the runtime's whatever the budget.
+fn alloc_request(flags: c_uint) -> Request {
+    match Request::from_flags(flags, ALLOC_FLAGS, MAPPED) {
+        _ if flags & COHERENCE == COHERENCE => Request::Rejected,
+        r => r,
+    }
+}
+
 /// A registration is device-mapped whatever its flags (`hipHostRegisterDefault`: "Memory is Mapped
 /// and Portable"): never pageable in its place.
 fn register_request(flags: c_uint) -> Request {
@@ -52,7 +64,7 @@ unsafe fn alloc_as(api: Api, f: AllocFn, ptr: *mut *mut c_void, size: usize, fla
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size, flags) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(api, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, OUT_OF_MEMORY, || unsafe { f(ptr, size, flags) }),
+        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), SUCCESS, OUT_OF_MEMORY, || unsafe { f(ptr, size, flags) }),
     }
 }
 
