@@ -1168,4 +1168,58 @@ fn stacks_shown_as_one_line_do_not_sum_a_processes_peaks() {
     assert_eq!(peak(&[&both]), 512 * kib);
     // Two processes: each one's peak, added.
     assert_eq!(peak(&[&one, &both]), 768 * kib);
+
+/// Issue 33: `pinguard top --group` shows the cgroup reserve each cgroup's members share (from
+/// the ledger's version 5 readings), and reads a version 4 ledger (the previous pinguard's),
+/// saying that it holds no cgroup figures. The ledger is this test's own, with itself as member.
+#[test]
+fn top_shows_a_groups_cgroup_reserve_and_reads_a_version_4_ledger() {
+    use pinguard_report::group::{self as layout, live, Header};
+    const MIB: u64 = 1 << 20;
+    let name = format!("clitopcg-{}", std::process::id());
+    let ledger = layout::path(&name);
+    let live::Proc::Started(ticks) = layout::proc_of(std::process::id()) else { panic!("no start time") };
+    // SAFETY: an all-zero `Header` is valid (plain integers and bytes; the mutex is never used).
+    let mut h = unsafe { Box::<Header>::new_zeroed().assume_init() };
+    let here = live::Here::read();
+    (h.magic, h.version, h.header_size, h.total_size) = (layout::MAGIC, layout::VERSION, layout::SIZE as u32, layout::SIZE as u64);
+    (h.budget, h.used, h.peak) = (u64::MAX, 3 * MIB, 3 * MIB);
+    let m = &mut h.members[0];
+    (m.pid, m.start_ticks, m.bytes, m.peak, m.ipc_ns, m.pid_ns) = (std::process::id(), ticks, 3 * MIB, 3 * MIB, here.ipc_ns, here.pid_ns);
+    m.exe[..8].copy_from_slice(b"cli-test");
+    (h.ext[0].cgroup, h.ext[0].cgroup_reserve) = (1, 3);
+    let c = &mut h.cgroups[0];
+    (c.dev, c.ino, c.limit, c.reserve, c.lowest) = (1, 2, 256 * MIB, 192 * MIB, 64 * MIB + MIB / 2);
+    // SAFETY: the header's bytes, for as long as `h` lives.
+    let bytes = unsafe { std::slice::from_raw_parts((&*h as *const Header).cast::<u8>(), layout::SIZE) }.to_vec();
+    let top = |b: &[u8]| {
+        std::fs::write(&ledger, b).unwrap();
+        let o = pinguard(&["top", "--group", &name, "--once"]);
+        let _ = std::fs::remove_file(&ledger);
+        assert!(o.status.success(), "{o:?}");
+        text(&o).0
+    };
+    let out = top(&bytes);
+    let head = out.lines().next().unwrap();
+    assert!(head.ends_with(", 1 member; cgroup reserve 192 MiB of 256 MiB (1 member), lowest headroom 64.5 MiB"), "{out}");
+    let header = out.lines().find(|l| l.trim_start().starts_with("PID")).unwrap();
+    let row = out.lines().find(|l| l.contains("cli-test")).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(cell(header, row, "CGROUP-RESERVE"), "3", "{out}");
+
+    // The same ledger as version 4 wrote it: the first `SIZE_V4` bytes.
+    let mut v4 = bytes[..layout::SIZE_V4].to_vec();
+    v4[8..12].copy_from_slice(&4u32.to_ne_bytes());
+    v4[12..16].copy_from_slice(&(layout::SIZE_V4 as u32).to_ne_bytes());
+    v4[16..24].copy_from_slice(&(layout::SIZE_V4 as u64).to_ne_bytes());
+    let out = top(&v4);
+    assert!(out.lines().next().unwrap().ends_with(", 1 member; a version 4 ledger: no cgroup reserve figures"), "{out}");
+    assert!(!out.contains("CGROUP-RESERVE") && out.lines().any(|l| l.contains("cli-test") && l.contains("3.00 MiB")), "{out}");
+    // Another version: one line naming it, exit status 2.
+    let mut v3 = v4.clone();
+    v3[8..12].copy_from_slice(&3u32.to_ne_bytes());
+    std::fs::write(&ledger, &v3).unwrap();
+    let o = pinguard(&["top", "--group", &name, "--once"]);
+    let _ = std::fs::remove_file(&ledger);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(text(&o).1.trim_end(), format!("pinguard top: {ledger}: has version 3, this pinguard uses 5"));
 }

@@ -1,6 +1,6 @@
 //! The locking family's accounting: `mlock`, `mlock2`, `munlock`, `munmap`, `mremap`,
 //! `mmap(MAP_LOCKED)`, `mlockall`, `munlockall`. Pages are counted as the kernel counts them: a
-//! page locked twice is locked once, and the kernel's `VmLck` is the truth (`ledger::Locked`).
+//! page locked twice is locked once, and the kernel's `VmLck` is the truth (`ledger::locked_pages`).
 //!
 //! Every call here holds the view's lock from before the real call to after its bookkeeping, so
 //! hooked calls change the kernel's state and the view in the same order.
@@ -21,7 +21,7 @@ use crate::budget;
 use crate::accounting::callsite::Callsite;
 use crate::runtime::config::Policy;
 use crate::runtime::kernel;
-use crate::accounting::ledger::{self, Backing, LockedGuard};
+use crate::accounting::ledger::{self, Backing, LockedPagesGuard};
 use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
@@ -127,13 +127,13 @@ impl Hook {
     #[allow(clippy::too_many_arguments)]
     fn admit_lock(
         &self,
-        locked: &mut LockedGuard,
+        locked: &mut LockedPagesGuard,
         later: &WarnLater,
         api: Api,
         site: &'static Callsite,
         req: Request,
         bytes: u64,
-        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
         if let Some(r) = budget::reserve(bytes) {
@@ -149,13 +149,13 @@ impl Hook {
     #[inline(never)]
     fn admit_lock_refused(
         &self,
-        locked: &mut LockedGuard,
+        locked: &mut LockedPagesGuard,
         later: &WarnLater,
         api: Api,
         site: &'static Callsite,
         req: Request,
         mut bytes: u64,
-        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
         let kernel = kernel::vm_lck();
@@ -198,7 +198,7 @@ impl Hook {
         self.scope_ahead(site);
         // Before the view's guard: a `warn` line waits until the view is let go.
         let later = WarnLater::new(&self);
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         let mut gaps = locked.ranges.gaps(start, end);
         // The view thinks some of these pages locked: cheap evidence that it may be stale (a
@@ -292,7 +292,7 @@ impl Hook {
     /// changed the view: on pinguard's own stack.
     #[cold]
     #[inline(never)]
-    fn recheck(&self, locked: &mut LockedGuard, now: u64) -> bool {
+    fn recheck(&self, locked: &mut LockedPagesGuard, now: u64) -> bool {
         self.work(|| quiet(|| walked(locked.check(self.t, now, |_, _| None))).unwrap_or(false))
     }
 
@@ -302,7 +302,7 @@ impl Hook {
     #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
-    fn lock_failed(&self, locked: &mut LockedGuard, reservation: budget::Reservation, gaps: &Gaps, api: Api, site: &'static Callsite, span: (usize, usize), err: c_int, now: u64) {
+    fn lock_failed(&self, locked: &mut LockedPagesGuard, reservation: budget::Reservation, gaps: &Gaps, api: Api, site: &'static Callsite, span: (usize, usize), err: c_int, now: u64) {
         let (start, end) = span;
         self.work(|| {
             drop(reservation);
@@ -311,7 +311,7 @@ impl Hook {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn lock_failed_here(&self, locked: &mut LockedGuard, gaps: &Gaps, api: Api, site: &'static Callsite, start: usize, end: usize, err: c_int, now: u64) {
+    fn lock_failed_here(&self, locked: &mut LockedPagesGuard, gaps: &Gaps, api: Api, site: &'static Callsite, start: usize, end: usize, err: c_int, now: u64) {
         let mut added = 0;
         if partial(err) && mlock_changed(gaps) {
             walked(locked.sync(self.t, now, |s, e| {
@@ -334,7 +334,7 @@ impl Hook {
         let (Some((start, end)), true) = (span, ledger::locked_any()) else {
             return real();
         };
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let rc = real();
         let err = self.errno();
         let now = self.now();
@@ -358,7 +358,7 @@ impl Hook {
     /// it reached any the view holds. On pinguard's own stack.
     #[cold]
     #[inline(never)]
-    fn unlock_failed(&self, locked: &mut LockedGuard, start: usize, end: usize, now: u64) {
+    fn unlock_failed(&self, locked: &mut LockedPagesGuard, start: usize, end: usize, now: u64) {
         self.work(|| {
             quiet(|| {
                 let held = uncovered(start, end, locked.ranges.gaps(start, end));
@@ -390,7 +390,7 @@ impl Hook {
         let Some(site) = quiet(|| self.site()) else { return real(flags) };
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         let decided = quiet(|| {
             self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
@@ -460,7 +460,7 @@ impl Hook {
             return real(); // the kernel's EINVAL; nothing changes
         }
         let later = WarnLater::new(&self);
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         let held = locked.ranges.covered(old, old_end);
         let owner = locked.ranges.at(old_end.saturating_sub(1)).or_else(|| locked.ranges.at(old)).copied();
@@ -544,7 +544,7 @@ impl Hook {
         let Some(site) = quiet(|| self.site()) else { return real() };
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
@@ -640,7 +640,7 @@ impl Hook {
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let rc = real();
         let err = self.errno();
         if rc == 0 {
