@@ -375,8 +375,8 @@ const fn fork_state(hold: fn(), let_go: unsafe fn(bool)) -> ForkState {
 /// A new module with fork state is one line here.
 static FORK_STATES: &[ForkState] = &[
     // Before the gate: the unwinder builds its tables through the gate, holding its lock.
-    fork_state(crate::capture::unwind::hold, crate::capture::unwind::release),
-    fork_state(crate::capture::python::hold, crate::capture::python::release),
+    fork_state(crate::capture::unwind::hold, crate::capture::unwind::let_go),
+    fork_state(crate::capture::python::hold, crate::capture::python::let_go),
     fork_state(crate::runtime::gate::close, crate::runtime::gate::reopen),
     fork_state(callsite::hold, callsite::let_go),
     fork_state(ledger::hold, ledger::let_go),

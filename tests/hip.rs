@@ -352,3 +352,30 @@ pin_staging_buffer()
     let first = &site["py_frames"][0];
     assert_eq!(first["symbol"], "pin_staging_buffer", "{site}");
 }
+
+/// Every row of HIP's table, looked up with `dlsym(handle, name)` in the emulated runtime, lands in
+/// pinguard with pinguard preloaded and in the runtime without.
+#[test]
+fn every_hip_row_is_redirected_through_a_handle() {
+    let f = fixtures();
+    let exe = programs().0.parent().unwrap().join("dlsym_table");
+    let src = root().join("tests/progs/dlsym_table.c");
+    cc(&["-g", "-O1", "-Wall", "-o", exe.to_str().unwrap(), src.to_str().unwrap(), "-ldl"]);
+    let out = std::process::Command::new("python3").arg(root().join("scripts/exports.py")).arg("--families").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix("hip ")).collect();
+    assert_eq!(names.len(), 15, "{names:?}");
+    let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
+    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, "libamdhip64.so.5")] {
+        let out = program(&exe, preload).arg(&runtime).args(&names).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
+        assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names);
+        for (name, found) in answers {
+            assert_eq!(found, holder, "dlsym(handle, {name}) with pinguard {}", preload.is_some());
+        }
+    }
+}

@@ -170,6 +170,30 @@ fn a_stack_address_where_a_return_address_belongs_ends_the_walk() {
 }
 
 #[test]
+fn code_outside_every_object_is_a_frame_and_its_callers_follow() {
+    // A JIT's code (Julia's `ccall`, LuaJIT's FFI) calling a runtime lies in no object: its
+    // return address is a frame without a module, and the walk goes on to its callers, so two
+    // callers stay two callsites. Only a stack address, or no page at all, ends a walk.
+    if aarch64() || !cfg!(target_arch = "x86_64") {
+        return; // the stub is x86-64 machine code
+    }
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["jit"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{prog}: {}", r.stderr);
+        let rep = r.report();
+        for (caller, size) in [("jit_a", 4096), ("jit_b", 8192)] {
+            let cs = rep["callsites"].as_array().unwrap().iter().find(|c| c["frames"].as_array().unwrap().iter().any(|f| f["symbol"] == caller)).unwrap_or_else(|| panic!("{prog}: no callsite through {caller}: {rep:#}"));
+            let frames = cs["frames"].as_array().unwrap();
+            assert!(frames[0]["module"].is_null(), "{prog}: the JIT frame first: {cs:#}");
+            assert_eq!(frames[1]["symbol"], caller, "{prog}: {cs:#}");
+            assert!(frames.iter().any(|f| f["symbol"] == "main"), "{prog}: the walk goes on to main: {cs:#}");
+            assert_eq!(cs["live_bytes"], size, "{prog}: {cs:#}");
+        }
+    }
+}
+
+#[test]
 fn a_walk_through_a_broken_frame_does_not_cut_later_walks_short() {
     // Issue 34, item 4: framehop caches its frame-pointer fallback for an address whose rule it
     // failed to evaluate, here libffi-like code reached with a garbage rbp. The later healthy

@@ -1137,8 +1137,8 @@ impl Locked {
         }
         let used = |k: usize| h.members.iter().zip(h.ext.iter()).any(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1);
         let k = (0..layout::MAX_CGROUPS).find(|&k| (h.cgroups[k].dev, h.cgroups[k].ino) == (0, 0) || !used(k))?;
-        // SAFETY: `Cgroup` is plain data; all zeroes is a free entry.
         let c = &mut self.h_mut().cgroups[k];
+        // SAFETY: `Cgroup` is plain data; all zeroes is a free entry.
         *c = unsafe { std::mem::zeroed() };
         (c.dev, c.ino, c.lowest) = (dev, ino, u64::MAX);
         Some(k)

@@ -323,9 +323,9 @@ pub fn hold() {
 
 /// # Safety
 /// Only after `hold`, in the fork handlers.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
-    unsafe { crate::runtime::lock::release(&SHARED, child) }
+    unsafe { crate::runtime::lock::let_go(&SHARED, child) }
 }
 
 impl Local {
@@ -458,9 +458,9 @@ impl Local {
         self.hit = 0;
     }
 
-    /// Returns the frames written and the address in no known object's code the walk stopped
-    /// at, if it did (not written: a garbage return address, or code a `dlopen` mapped since the
-    /// tables were built). The words at `garbled` (sorted) read as garbage, and
+    /// Returns the frames written and the first address in no known object's code, if any: a
+    /// frame all the same (a JIT's code, or code a `dlopen` mapped since the tables were built),
+    /// unless it lies on this thread's stack, where the walk stops without writing it. The words at `garbled` (sorted) read as garbage, and
     /// `test` walks use the scratch rule cache (`remember`).
     fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64], test: bool) -> (usize, Option<u64>) {
         let (lo, hi) = (from.sp, self.stack_top);
@@ -481,8 +481,8 @@ impl Local {
         let cache = if test { self.scratch.get_or_insert_with(Cache::new) } else { &mut self.cache };
         let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), cache, &mut read_stack);
         let (own_lo, own_hi) = crate::runtime::objects::own_range();
-        let ranges = &self.ranges;
-        let (mut n, mut in_own) = (0usize, true);
+        let (ranges, stack) = (&self.ranges, (self.stack_bottom, self.stack_top));
+        let (mut n, mut in_own, mut missed) = (0usize, true, None);
         // Neighbouring frames are mostly in one object: the last one's range first.
         let mut last = (0u64, 0u64);
         for _ in 0..MAX_VISITED {
@@ -503,14 +503,28 @@ impl Local {
             if !(addr >= last.0 && addr < last.1) {
                 match range_in(ranges, addr) {
                     Some(r) => last = r,
-                    None => return (n, Some(addr)),
+                    // A word of this thread's stack where a return address belongs: never a
+                    // frame, and nothing past it can be trusted.
+                    None if addr >= stack.0 && addr < stack.1 => return (n, Some(addr)),
+                    // Garbage: no page there. One system call, on this rare path only.
+                    None if !page_mapped(addr) => return (n, Some(addr)),
+                    // Code outside every object (a JIT's, or one a `dlopen` mapped since the
+                    // tables were built): a frame all the same, as its callers are.
+                    None => missed = missed.or(Some(addr)),
                 }
             }
             out[n] = a;
             n += 1;
         }
-        (n, None)
+        (n, missed)
     }
+}
+
+/// Whether the page holding `addr` is mapped at all (the kernel's answer, errno kept).
+fn page_mapped(addr: u64) -> bool {
+    let page = crate::runtime::sys::page_size();
+    let start = addr as usize & !(page - 1);
+    crate::runtime::kernel::mapped(start, start + page)
 }
 
 /// The range of `ranges` (sorted, disjoint) that holds `addr`.

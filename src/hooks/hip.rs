@@ -4,7 +4,7 @@
 //! C enum, passed as `int`. Its codes and flags are CUDA's where both have them
 //! (docs/field-notes.md, "AMD's HIP runtime").
 
-use super::{real, slots};
+use super::{hooks, real};
 use crate::api::{Api, Family};
 use crate::track::{Hook, Request};
 use std::ffi::{c_char, CStr};
@@ -24,16 +24,6 @@ const ALLOC_FLAGS: c_uint = 0x7 | 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
 /// `hipHostRegisterPortable | Mapped | IoMemory | hipExtHostRegisterCoarseGrained`.
 const REGISTER_FLAGS: c_uint = 0xf;
 
-type AllocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize, c_uint) -> c_int;
-type MallocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
-type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, usize, c_uint) -> c_int;
-type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
-type PoolCreateFn = unsafe extern "C-unwind" fn(*mut u64, *const c_void) -> c_int;
-type PoolFn = unsafe extern "C-unwind" fn(u64) -> c_int;
-type PoolTrimFn = unsafe extern "C-unwind" fn(u64, usize) -> c_int;
-type PoolAllocFn = unsafe extern "C-unwind" fn(*mut usize, usize, u64, *mut c_void) -> c_int;
-type FreeAsyncFn = unsafe extern "C-unwind" fn(usize, *mut c_void) -> c_int;
-type GetProcFn = unsafe extern "C-unwind" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> c_int;
 
 /// What `hipHostFree` and `hipFreeHost` release: every host allocation, whichever name made it.
 const FREES: [Api; 5] = [Api::HipHostMalloc, Api::HipHostAlloc, Api::HipExtHostAlloc, Api::HipMallocHost, Api::HipMemAllocHost];
@@ -59,83 +49,66 @@ fn register_request(flags: c_uint) -> Request {
     }
 }
 
-unsafe fn alloc_as(api: Api, f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+fn alloc_as(api: Api, real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), SUCCESS, OUT_OF_MEMORY, || unsafe { f(ptr, size, flags) }),
+        None => real.call(),
+        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), SUCCESS, OUT_OF_MEMORY, move || real.call()),
     }
 }
 
-unsafe fn malloc_as(api: Api, f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
+fn malloc_as(api: Api, real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(api, ptr, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(ptr, size) }),
+        None => real.call(),
+        Some(h) => h.alloc(api, ptr, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, move || real.call()),
     }
 }
 
-unsafe fn free_as(api: Api, f: FreeFn, ptr: *mut c_void) -> c_int {
+fn free_as(api: Api, real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(api, ptr, &FREES, SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(api, ptr, &FREES, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn host_malloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { alloc_as(Api::HipHostMalloc, f, ptr, size, flags) }
+unsafe fn host_malloc(real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    alloc_as(Api::HipHostMalloc, real, ptr, size, flags)
 }
 
-unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { alloc_as(Api::HipHostAlloc, f, ptr, size, flags) }
+unsafe fn host_alloc(real: hipHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    alloc_as(Api::HipHostAlloc, real, ptr, size, flags)
 }
 
-unsafe fn ext_host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { alloc_as(Api::HipExtHostAlloc, f, ptr, size, flags) }
+unsafe fn ext_host_alloc(real: hipExtHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    alloc_as(Api::HipExtHostAlloc, real, ptr, size, flags)
 }
 
-unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { malloc_as(Api::HipMallocHost, f, ptr, size) }
+unsafe fn malloc_host(real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    malloc_as(Api::HipMallocHost, real, ptr, size)
 }
 
-unsafe fn mem_alloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { malloc_as(Api::HipMemAllocHost, f, ptr, size) }
+unsafe fn mem_alloc_host(real: hipMemAllocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    malloc_as(Api::HipMemAllocHost, real, ptr, size)
 }
 
-unsafe fn host_free(f: FreeFn, ptr: *mut c_void) -> c_int {
-    // SAFETY: the C caller's argument, passed on.
-    unsafe { free_as(Api::HipHostFree, f, ptr) }
+unsafe fn host_free(real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
+    free_as(Api::HipHostFree, real, ptr)
 }
 
-unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
-    // SAFETY: the C caller's argument, passed on.
-    unsafe { free_as(Api::HipFreeHost, f, ptr) }
+unsafe fn free_host(real: hipFreeHost::Call, ptr: *mut c_void) -> c_int {
+    free_as(Api::HipFreeHost, real, ptr)
 }
 
-unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_register(real: hipHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::HipHostRegister, ptr, size, register_request(flags), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(ptr, size, flags) }),
+        None => real.call(),
+        Some(h) => h.register(Api::HipHostRegister, ptr, size, register_request(flags), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, move || real.call()),
     }
 }
 
-unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
+unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::HipHostUnregister, ptr, &[Api::HipHostRegister], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::HipHostUnregister, ptr, &[Api::HipHostRegister], SUCCESS, move || real.call()),
     }
 }
 
@@ -146,63 +119,52 @@ fn pool_attr(pool: u64, attr: i32) -> Option<u64> {
     super::cuda_driver::pool_attr(unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
 }
 
-unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> c_int {
+unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, props) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `hipMemPoolProps`, whose first 16 bytes
             // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
             // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, SUCCESS, pool_attr, || unsafe { f(pool, props) })
+                h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, SUCCESS, pool_attr, move || real.call())
         }
     }
 }
 
-unsafe fn pool_destroy(f: PoolFn, pool: u64) -> c_int {
+unsafe fn pool_destroy(real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(pool) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, SUCCESS, pool_attr, || unsafe { f(pool) }),
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, SUCCESS, pool_attr, move || real.call()),
     }
 }
 
-unsafe fn pool_trim(f: PoolTrimFn, pool: u64, keep: usize) -> c_int {
+unsafe fn pool_trim(real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(pool, keep) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, SUCCESS, pool_attr, || unsafe { f(pool, keep) }),
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, SUCCESS, pool_attr, move || real.call()),
     }
 }
 
-unsafe fn pool_alloc(f: PoolAllocFn, ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int {
+unsafe fn pool_alloc(real: hipMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, pool, stream) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc_from_pool(Api::HipMallocFromPoolAsync, ptr, size, pool, SUCCESS, OUT_OF_MEMORY, pool_attr, || unsafe { f(ptr, size, pool, stream) }),
+        None => real.call(),
+        Some(h) => h.alloc_from_pool(Api::HipMallocFromPoolAsync, ptr, size, pool, SUCCESS, OUT_OF_MEMORY, pool_attr, move || real.call()),
     }
 }
 
-unsafe fn free_async(f: FreeAsyncFn, ptr: usize, stream: *mut c_void) -> c_int {
+unsafe fn free_async(real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Hip) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, stream) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.free_to_pool(Api::HipFreeAsync, ptr, SUCCESS, pool_attr, || unsafe { f(ptr, stream) }),
+        None => real.call(),
+        Some(h) => h.free_to_pool(Api::HipFreeAsync, ptr, SUCCESS, pool_attr, move || real.call()),
     }
 }
 
 /// `hipGetProcAddress`: the runtime's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// runtime's own.
-unsafe fn get_proc(f: GetProcFn, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int {
-    // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-    let rc = unsafe { f(symbol, pfn, version, flags, status) };
+unsafe fn get_proc(real: hipGetProcAddress::Call, symbol: *const c_char, pfn: *mut *mut c_void, _version: c_int, _flags: u64, _status: *mut c_int) -> c_int {
+    let rc = real.call();
     // SAFETY: `pfn` is checked for null before it is read; on success the runtime wrote it.
     if rc != SUCCESS || symbol.is_null() || pfn.is_null() || unsafe { (*pfn).is_null() } || !crate::lifecycle::hooks_enabled(Family::Hip) {
         return rc;
@@ -217,76 +179,36 @@ unsafe fn get_proc(f: GetProcFn, symbol: *const c_char, pfn: *mut *mut c_void, v
     rc
 }
 
-slots!(host_malloc_slots, AllocFn, host_malloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int);
-slots!(host_alloc_slots, AllocFn, host_alloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int);
-slots!(ext_host_alloc_slots, AllocFn, ext_host_alloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int);
-slots!(malloc_host_slots, MallocFn, malloc_host, (ptr: *mut *mut c_void, size: usize) -> c_int);
-slots!(mem_alloc_host_slots, MallocFn, mem_alloc_host, (ptr: *mut *mut c_void, size: usize) -> c_int);
-slots!(host_free_slots, FreeFn, host_free, (ptr: *mut c_void) -> c_int);
-slots!(free_host_slots, FreeFn, free_host, (ptr: *mut c_void) -> c_int);
-slots!(host_register_slots, RegisterFn, host_register, (ptr: *mut c_void, size: usize, flags: c_uint) -> c_int);
-slots!(host_unregister_slots, FreeFn, host_unregister, (ptr: *mut c_void) -> c_int);
-slots!(pool_create_slots, PoolCreateFn, pool_create, (pool: *mut u64, props: *const c_void) -> c_int);
-slots!(pool_destroy_slots, PoolFn, pool_destroy, (pool: u64) -> c_int);
-slots!(pool_trim_slots, PoolTrimFn, pool_trim, (pool: u64, keep: usize) -> c_int);
-slots!(pool_alloc_slots, PoolAllocFn, pool_alloc, (ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int);
-slots!(free_async_slots, FreeAsyncFn, free_async, (ptr: usize, stream: *mut c_void) -> c_int);
-slots!(get_proc_slots, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int);
-
-/// The wrapper for a HIP function `dlsym(handle, name)` or `hipGetProcAddress` returned, if `name`
-/// is one. The `_spt` names (per-thread default stream) have the same types.
-pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
-    Some(match name.to_bytes() {
-        b"hipHostMalloc" => host_malloc_slots::bind(real),
-        b"hipHostAlloc" => host_alloc_slots::bind(real),
-        b"hipExtHostAlloc" => ext_host_alloc_slots::bind(real),
-        b"hipMallocHost" => malloc_host_slots::bind(real),
-        b"hipMemAllocHost" => mem_alloc_host_slots::bind(real),
-        b"hipHostFree" => host_free_slots::bind(real),
-        b"hipFreeHost" => free_host_slots::bind(real),
-        b"hipHostRegister" => host_register_slots::bind(real),
-        b"hipHostUnregister" => host_unregister_slots::bind(real),
-        b"hipMemPoolCreate" => pool_create_slots::bind(real),
-        b"hipMemPoolDestroy" => pool_destroy_slots::bind(real),
-        b"hipMemPoolTrimTo" => pool_trim_slots::bind(real),
-        b"hipMallocFromPoolAsync" | b"hipMallocFromPoolAsync_spt" => pool_alloc_slots::bind(real),
-        b"hipFreeAsync" | b"hipFreeAsync_spt" => free_async_slots::bind(real),
-        b"hipGetProcAddress" | b"hipGetProcAddress_spt" => get_proc_slots::bind(real),
-        _ => return None,
-    })
+hooks! {
+    family Hip, missing NOT_INITIALIZED;
+    /// Pinned host memory, `flags` saying portable, mapped, write-combined, NUMA, coherence.
+    fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_malloc;
+    /// The same, under its deprecated name.
+    fn hipHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+    /// The same, the name ROCm 6.3 moved to.
+    fn hipExtHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => ext_host_alloc;
+    /// Pinned host memory, default flags (deprecated).
+    fn hipMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => malloc_host;
+    /// The same, the driver-style name (deprecated).
+    fn hipMemAllocHost(ptr: *mut *mut c_void, size: usize) -> c_int => mem_alloc_host;
+    /// Frees what any of the five allocation names gave.
+    fn hipHostFree(ptr: *mut c_void) -> c_int => host_free;
+    /// The same, under its deprecated name.
+    fn hipFreeHost(ptr: *mut c_void) -> c_int => free_host;
+    /// Pins (and maps for the device) memory the caller owns.
+    fn hipHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int => host_register;
+    /// Unpins what `hipHostRegister` pinned.
+    fn hipHostUnregister(ptr: *mut c_void) -> c_int => host_unregister;
+    /// A memory pool, perhaps of pinned host memory (6.x).
+    fn hipMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => pool_create;
+    /// A pool's end: its memory goes back.
+    fn hipMemPoolDestroy(pool: u64) -> c_int => pool_destroy;
+    /// A pool gives back what it holds beyond `keep` bytes.
+    fn hipMemPoolTrimTo(pool: u64, keep: usize) -> c_int => pool_trim;
+    /// An allocation from a pool, which may grow it.
+    fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    /// An allocation back to its pool.
+    fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => free_async;
+    /// Any HIP function by name (6.1+): tracked names answer with pinguard's wrappers.
+    fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc;
 }
-
-/// The exported entry point `$name`: the real function found by name, handed to `$body`.
-macro_rules! export {
-    ($name:ident, $fnty:ty, $body:path, ($($arg:ident : $ty:ty),*)) => {
-        #[no_mangle]
-        pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> c_int {
-            static REAL: $crate::runtime::resolve::Real = $crate::runtime::resolve::Real::new(
-                // SAFETY: a function's name has no interior NUL and gets one appended.
-                unsafe { CStr::from_bytes_with_nul_unchecked(concat!(stringify!($name), "\0").as_bytes()) },
-            );
-            // SAFETY: `$fnty` is the C type of the function of this name.
-            match unsafe { REAL.get::<$fnty>() } {
-                // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-                Some(f) => unsafe { $body(f, $($arg),*) },
-                None => NOT_INITIALIZED,
-            }
-        }
-    };
-}
-
-export!(hipHostMalloc, AllocFn, host_malloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint));
-export!(hipHostAlloc, AllocFn, host_alloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint));
-export!(hipExtHostAlloc, AllocFn, ext_host_alloc, (ptr: *mut *mut c_void, size: usize, flags: c_uint));
-export!(hipMallocHost, MallocFn, malloc_host, (ptr: *mut *mut c_void, size: usize));
-export!(hipMemAllocHost, MallocFn, mem_alloc_host, (ptr: *mut *mut c_void, size: usize));
-export!(hipHostFree, FreeFn, host_free, (ptr: *mut c_void));
-export!(hipFreeHost, FreeFn, free_host, (ptr: *mut c_void));
-export!(hipHostRegister, RegisterFn, host_register, (ptr: *mut c_void, size: usize, flags: c_uint));
-export!(hipHostUnregister, FreeFn, host_unregister, (ptr: *mut c_void));
-export!(hipMemPoolCreate, PoolCreateFn, pool_create, (pool: *mut u64, props: *const c_void));
-export!(hipMemPoolDestroy, PoolFn, pool_destroy, (pool: u64));
-export!(hipMemPoolTrimTo, PoolTrimFn, pool_trim, (pool: u64, keep: usize));
-export!(hipMallocFromPoolAsync, PoolAllocFn, pool_alloc, (ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void));
-export!(hipFreeAsync, FreeAsyncFn, free_async, (ptr: usize, stream: *mut c_void));
-export!(hipGetProcAddress, GetProcFn, get_proc, (symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int));

@@ -90,13 +90,3 @@ pub unsafe fn let_go<T>(m: &Mutex<T>, child: bool) {
         unsafe { let_go_in_parent(m) }
     }
 }
-
-/// `let_go`'s former name, left for the capture stage's two fork handlers until they call
-/// `let_go`: then this goes, and "release" is only ever pinned memory's.
-///
-/// # Safety
-/// As `let_go`.
-pub unsafe fn release<T>(m: &Mutex<T>, child: bool) {
-    // SAFETY: `let_go`'s contract, which is this function's.
-    unsafe { let_go(m, child) }
-}

@@ -10,12 +10,15 @@
  *                            where its return address belongs, then walks a healthy stack again
  *   unwind poison            (x86-64) walks through a libffi-like frame (found from rbp + 32) with
  *                            a garbage rbp, then through the same frame healthy
+ *   unwind jit               (x86-64) pins from two callers through a stub in an anonymous
+ *                            executable page, as JIT-compiled code (Julia, LuaJIT) calls a runtime
  * Prints "STATS {...}" with what it allocated. */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 extern int cudaHostAlloc(void **p, size_t n, unsigned int flags);
 extern int cudaFreeHost(void *p);
@@ -155,6 +158,31 @@ __attribute__((noinline)) void poison_target(void) {
     sink++;
 }
 
+#if defined(__x86_64__)
+typedef int (*host_alloc_fn)(void **, size_t, unsigned int);
+static host_alloc_fn jit_stub;
+/* push rbp; mov rbp, rsp; movabs rax, cudaHostAlloc; call rax; pop rbp; ret */
+static host_alloc_fn make_jit_stub(void) {
+    unsigned char code[] = {0x55, 0x48, 0x89, 0xe5, 0x48, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xd0, 0x5d, 0xc3};
+    uint64_t target = (uint64_t)(uintptr_t)&cudaHostAlloc;
+    memcpy(code + 6, &target, 8);
+    void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) { perror("mmap"); exit(3); }
+    memcpy(m, code, sizeof code);
+    return (host_alloc_fn)m;
+}
+__attribute__((noinline)) void jit_a(void) {
+    void *p = 0;
+    if (jit_stub(&p, 4096, 0) == 0) { allocated += 4096; calls++; }
+    sink++;
+}
+__attribute__((noinline)) void jit_b(void) {
+    void *p = 0;
+    if (jit_stub(&p, 8192, 0) == 0) { allocated += 8192; calls++; }
+    sink++;
+}
+#endif
+
 typedef int (*entry_fn)(size_t);
 
 static int run_plugin(const char *dir, const char *name, size_t n, const char *snapshot) {
@@ -197,11 +225,17 @@ int main(int argc, char **argv) {
     } else if (!strcmp(mode, "poison")) {
         rbp_frame_call((void (*)(void *))garbage_fp_call, (void *)corrupt_target);
         rbp_frame_call((void (*)(void *))poison_target, 0);
+#if defined(__x86_64__)
+    } else if (!strcmp(mode, "jit")) {
+        jit_stub = make_jit_stub();
+        jit_a();
+        jit_b();
+#endif
     } else if (!strcmp(mode, "stackret")) {
         stack_ra_call(corrupt_target);
         level_a(4096);
     } else {
-        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | stackret | poison | turns N\n");
+        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | stackret | poison | jit | turns N\n");
         return 2;
     }
     printf("STATS {\"allocated\": %lu, \"calls\": %lu}\n", allocated, calls);
