@@ -12,7 +12,7 @@
 use super::hand_hooks;
 use crate::api::Family;
 use crate::runtime::dl;
-use crate::hooks::{acl, cuda_driver, cuda_runtime, libc_lock};
+use crate::hooks::{acl, cuda_driver, cuda_runtime, hip, libc_lock};
 use std::ffi::{c_char, c_void, CStr};
 
 #[cfg(target_arch = "x86_64")]
@@ -188,10 +188,11 @@ type Redirect = fn(&CStr, usize) -> Option<Option<usize>>;
 
 /// Every family's table (its names and its redirection), and whose hooks it is: a new family is
 /// one line here.
-const TABLES: [(Family, &[&str], Redirect); 4] = [
+const TABLES: [(Family, &[&str], Redirect); 5] = [
     (cuda_runtime::FAMILY, cuda_runtime::NAMES, cuda_runtime::redirect),
     (cuda_driver::FAMILY, cuda_driver::NAMES, cuda_driver::redirect),
     (acl::FAMILY, acl::NAMES, acl::redirect),
+    (hip::FAMILY, hip::NAMES, hip::redirect),
     (Family::Mlock, libc_lock::NAMES, libc_lock::redirect),
 ];
 

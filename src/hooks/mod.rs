@@ -24,6 +24,7 @@ pub mod cuda_runtime;
 pub mod dlsym;
 pub mod dlclose;
 pub mod exit;
+pub mod hip;
 pub mod libc_lock;
 pub mod signal;
 
