@@ -173,3 +173,35 @@ fn the_exit_line_counts_over_budget_calls_and_allocations_in_the_right_number() 
     let s = summary(&r);
     assert!(s.contains("4.00 KiB pinned in 1 allocation at exit (peak 4.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: "), "{s}");
 }
+
+/// Refused calls past the events' bound (10,000): each callsite still has the bytes it was
+/// refused, and so has the folded aggregate's line, whatever the events kept.
+#[test]
+fn refused_bytes_per_callsite_outlast_the_dropped_events() {
+    let n = 10_050u64;
+    let r = run("refusals", &[&n.to_string()], &[("PINGUARD_BUDGET", "4K")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(&format!("refused={n}")), "{}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["events_dropped"], n - 10_000);
+    let site = rep["callsites"].as_array().unwrap().iter().find(|c| top_symbol(c) == "ask").unwrap().clone();
+    assert_eq!(site["denied_count"], n);
+    assert_eq!(site["denied_bytes"], n * 8192);
+    assert_eq!(site["downgraded_bytes"], 0);
+    assert_eq!(rep["totals"]["denied_bytes"], n * 8192);
+    let kept: u64 = rep["events"].as_array().unwrap().iter().filter(|e| e["callsite"] == site["id"]).map(|e| e["size"].as_u64().unwrap()).sum();
+    assert_eq!(kept, 10_000 * 8192, "the events are bounded; the callsite's bytes are not");
+}
+
+/// Under `downgrade` the bytes served unpinned are the callsite's too.
+#[test]
+fn downgraded_bytes_per_callsite_are_in_the_report() {
+    let r = run("refusals", &["3"], &[("PINGUARD_BUDGET", "4K"), ("PINGUARD_POLICY", "downgrade")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("refused=0"), "{}", r.stdout);
+    let rep = r.report();
+    let site = rep["callsites"].as_array().unwrap().iter().find(|c| top_symbol(c) == "ask").unwrap().clone();
+    assert_eq!(site["downgraded_count"], 3);
+    assert_eq!(site["downgraded_bytes"], 3 * 8192);
+    assert_eq!(site["denied_bytes"], 0);
+}

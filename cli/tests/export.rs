@@ -394,3 +394,36 @@ fn python_frames_are_functions_of_their_own_marked_py() {
     let raw = run_pprof(&cmd, &["-raw"], &file);
     assert!(raw.contains("py:load_weights"), "{raw}");
 }
+
+/// More refusals than a process keeps events for (10,000): pprof's refused bytes are the
+/// callsites' own `denied_bytes`, not the short sum of the events kept, and so are `folded`'s and
+/// `pinguard report`'s.
+#[test]
+fn refused_bytes_are_the_callsites_own_when_events_were_dropped() {
+    let f = fixtures();
+    let dir = fresh_dir("export-refusals");
+    let n = 10_050u64;
+    let exe = f.dir.join("refusals");
+    let o = pinguard(&["run", "--lib", f.lib.to_str().unwrap(), "--budget", "4K", "--report", dir.join("%e.%p.json").to_str().unwrap(), "--", exe.to_str().unwrap(), &n.to_string()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("refused={n}")), "{o:?}");
+    let r = read_json(&reports_in(&dir)[0]);
+    assert_eq!(r["events_dropped"], n - 10_000);
+    let want: u64 = r["callsites"].as_array().unwrap().iter().map(|c| c["denied_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(want, n * 8192);
+    let runs = [dir.clone()];
+    let folded = std::fs::read_to_string(export("folded", &["--weight", "refused"], &runs)).unwrap();
+    let sum_folded: u64 = folded.lines().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(sum_folded, want, "{folded}");
+    let text = String::from_utf8_lossy(&pinguard(&["report", dir.to_str().unwrap()]).stdout).into_owned();
+    assert!(text.contains(&format!("{n} calls refused for 78.5 MiB (nothing live)")), "{text}");
+    let Some(cmd) = pprof_command() else {
+        reader(false, "go tool pprof (golang-go)");
+        return;
+    };
+    let file = export("pprof", &[], &runs);
+    let (total, _) = top(&run_pprof(&cmd, &["-top", "-unit=B", "-sample_index=refused"], &file));
+    assert_eq!(total, want);
+    let raw = run_pprof(&cmd, &["-raw"], &file);
+    assert!(!raw.contains("refused bytes are short"), "{raw}");
+}
