@@ -378,6 +378,8 @@ fn figures(c: &callsite::Callsite) -> schema::Callsite {
         denied_count: c.denied_count.load(Ordering::Relaxed),
         downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
         over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
+        denied_bytes: Some(c.denied_bytes.load(Ordering::Relaxed)),
+        downgraded_bytes: Some(c.downgraded_bytes.load(Ordering::Relaxed)),
     }
 }
 
@@ -400,6 +402,8 @@ fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
             downgraded_count: g(&f.downgraded_count),
             over_budget_count: g(&f.over_budget_count),
             apis: api_names(g(&f.apis)),
+            denied_bytes: Some(g(&f.denied_bytes)),
+            downgraded_bytes: Some(g(&f.downgraded_bytes)),
         }
     });
     let sites: Vec<&'static callsite::Callsite> = callsite::all()
@@ -626,6 +630,8 @@ mod tests {
             denied_count,
             downgraded_count: 0,
             over_budget_count: 0,
+            denied_bytes: Some(denied_count * 8192),
+            downgraded_bytes: Some(0),
         }
     }
 
@@ -676,7 +682,7 @@ mod tests {
     fn beyond_the_most_listed_idle_callsites_are_folded_live_ones_never() {
         let mut f = figures();
         f.max_callsites = 2;
-        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, ..Default::default() };
+        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, denied_bytes: Some(0), downgraded_bytes: Some(0), ..Default::default() };
         f.callsites = vec![
             site(1, 0, 4096, 1, 0),
             site(2, 4096, 4096, 1, 0), // live: kept whatever the cap
@@ -688,7 +694,7 @@ mod tests {
         let r = shape(Reason::Exit, f);
         let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![5, 2, 3, 4]);
-        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], ..Default::default() };
+        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], denied_bytes: Some(2 * 8192), downgraded_bytes: Some(0), ..Default::default() };
         assert_eq!(r.callsites_folded, want);
     }
 
