@@ -588,6 +588,10 @@ pub struct Report {
     pub events_dropped: u64,
     /// `[unix_ms, live_bytes]` pairs, oldest first.
     pub timeline: Vec<(u64, u64)>,
+    /// Per entry point, `[unix_ms, live_bytes]` of that entry point: at each timeline point its
+    /// call made, and at the last point (issue 37; absent from reports written before).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timeline_apis: BTreeMap<String, Vec<(u64, u64)>>,
     #[serde(default)]
     pub timeline_dropped: u64,
 }

@@ -477,6 +477,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         events: Vec::new(),
         events_dropped: 0,
         timeline: Vec::new(),
+        timeline_apis: BTreeMap::new(),
         timeline_dropped: 0,
     })
 }

@@ -11,6 +11,7 @@ use crate::runtime::lock::{Mutex, MutexGuard};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
 use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
@@ -121,6 +122,8 @@ pub struct Figures {
     pub events: Vec<schema::Event>,
     pub events_dropped: u64,
     pub timeline: Vec<(u64, u64)>,
+    /// Each entry point's points (`timeline_apis`).
+    pub timeline_apis: BTreeMap<String, Vec<(u64, u64)>>,
     pub timeline_dropped: u64,
 }
 
@@ -175,6 +178,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         events: f.events,
         events_dropped: f.events_dropped,
         timeline: f.timeline,
+        timeline_apis: f.timeline_apis,
         timeline_dropped: f.timeline_dropped,
     }
 }
@@ -196,7 +200,7 @@ fn gather(cfg: &Config) -> Figures {
     let status = kernel::status();
     ledger::timeline_now();
     let mut totals = ledger::totals();
-    let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
+    let apis: Vec<(String, schema::ApiStats)> = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
     // Short of memory, a report that could not be finished would end the program: it leaves out
@@ -273,7 +277,8 @@ fn gather(cfg: &Config) -> Figures {
             cgroup_headroom_bytes: e.over.cgroup_headroom(),
         })
         .collect();
-    let (timeline, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    let (points, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    let (timeline, timeline_apis) = timelines(&points, &apis);
     if partial {
         errors.push("pinguard was short of memory at this report: it is partial (callsites, live records, events and the timeline left out)".to_string());
     } else if !names {
@@ -334,8 +339,30 @@ fn gather(cfg: &Config) -> Figures {
         events,
         events_dropped,
         timeline,
+        timeline_apis,
         timeline_dropped,
     }
+}
+
+/// The timeline as a report writes it: the process's points, and each entry point's (the points
+/// its own calls made), each of those ending at the last point with its figure at the write.
+fn timelines(points: &[ledger::Point], apis: &[(String, schema::ApiStats)]) -> (Vec<(u64, u64)>, BTreeMap<String, Vec<(u64, u64)>>) {
+    let mut per_api: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    for p in points {
+        if let Some(a) = p.api {
+            per_api.entry(a.name().to_string()).or_default().push((p.unix_ms, p.api_live));
+        }
+    }
+    if let Some(last) = points.last() {
+        for (name, s) in apis {
+            let v = per_api.entry(name.clone()).or_default();
+            match v.last_mut() {
+                Some(b) if b.0 >= last.unix_ms => b.1 = s.live_bytes,
+                _ => v.push((last.unix_ms, s.live_bytes)),
+            }
+        }
+    }
+    (points.iter().map(|p| (p.unix_ms, p.live)).collect(), per_api)
 }
 
 /// Address space a report needs beyond its lists to name frames: the symbol and line tables of
@@ -658,6 +685,7 @@ mod tests {
             events: Vec::new(),
             events_dropped: 0,
             timeline: Vec::new(),
+            timeline_apis: BTreeMap::new(),
             timeline_dropped: 0,
         }
     }
