@@ -681,6 +681,22 @@ fn newer_version(schema: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// Refused bytes sum where every part has them; one part without them (a report written
+    /// before) makes the sum unknown rather than short.
+    #[test]
+    fn folded_refused_bytes_sum_only_when_every_part_has_them() {
+        let part = |n: u64, bytes: Option<u64>| Folded { count: 1, denied_count: n, denied_bytes: bytes, downgraded_bytes: bytes.map(|_| 0), ..Default::default() };
+        let mut f = Folded::default();
+        f.add(&part(2, Some(8192)));
+        f.add(&part(1, Some(4096)));
+        f.add(&Folded::default());
+        assert_eq!((f.count, f.denied_bytes, f.downgraded_bytes), (2, Some(12288), Some(0)));
+        f.add(&part(1, None));
+        assert_eq!((f.denied_count, f.denied_bytes), (4, None));
+        f.add(&part(1, Some(1)));
+        assert_eq!(f.denied_bytes, None);
+    }
+
     #[test]
     fn other_files_are_told_from_damaged_reports() {
         for other in [&b""[..], b"  \n", br#"{"model": "llama"}"#, br#"{"schema": "heaptrack.v3"}"#, br#"[1, 2]"#, b"\x7fELF\x01", b"key = value"] {

@@ -59,13 +59,21 @@ pub(super) fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Ca
 /// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
 /// The point also takes `api`'s live bytes: the call that made it moved them, so that entry
 /// point's track has a point wherever the process's has one for its call.
-#[inline]
+#[inline(always)]
 pub(super) fn timeline_tick(now: u64, api: Api) {
     let last = TIMELINE_MS.load(Relaxed);
-    if now <= last || TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
-        return;
+    if now > last {
+        tick(now, last, api);
     }
-    push_point(Point { unix_ms: now, live: live_bytes(), api: Some(api), api_live: super::levels::levels().apis[api as usize].bytes() });
+}
+
+/// Out of the hooked call's line: once a millisecond at most.
+#[cold]
+#[inline(never)]
+fn tick(now: u64, last: u64, api: Api) {
+    if TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
+        push_point(Point { unix_ms: now, live: live_bytes(), api: Some(api), api_live: super::levels::levels().apis[api as usize].bytes() });
+    }
 }
 
 pub(super) fn push_point(p: Point) {
