@@ -344,10 +344,13 @@ fn gather(cfg: &Config) -> Figures {
     }
 }
 
+/// `[unix_ms, live_bytes]` points, oldest first.
+type Series = Vec<(u64, u64)>;
+
 /// The timeline as a report writes it: the process's points, and each entry point's (the points
 /// its own calls made), each of those ending at the last point with its figure at the write.
-fn timelines(points: &[ledger::Point], apis: &[(String, schema::ApiStats)]) -> (Vec<(u64, u64)>, BTreeMap<String, Vec<(u64, u64)>>) {
-    let mut per_api: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+fn timelines(points: &[ledger::Point], apis: &[(String, schema::ApiStats)]) -> (Series, BTreeMap<String, Series>) {
+    let mut per_api: BTreeMap<String, Series> = BTreeMap::new();
     for p in points {
         if let Some(a) = p.api {
             per_api.entry(a.name().to_string()).or_default().push((p.unix_ms, p.api_live));
