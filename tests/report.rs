@@ -173,3 +173,65 @@ fn the_exit_line_counts_over_budget_calls_and_allocations_in_the_right_number() 
     let s = summary(&r);
     assert!(s.contains("4.00 KiB pinned in 1 allocation at exit (peak 4.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: "), "{s}");
 }
+
+/// Refused calls past the events' bound (10,000): each callsite still has the bytes it was
+/// refused, and so has the folded aggregate's line, whatever the events kept.
+#[test]
+fn refused_bytes_per_callsite_outlast_the_dropped_events() {
+    let n = 10_050u64;
+    let r = run("refusals", &[&n.to_string()], &[("PINGUARD_BUDGET", "4K")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains(&format!("refused={n}")), "{}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["events_dropped"], n - 10_000);
+    let site = rep["callsites"].as_array().unwrap().iter().find(|c| top_symbol(c) == "ask").unwrap().clone();
+    assert_eq!(site["denied_count"], n);
+    assert_eq!(site["denied_bytes"], n * 8192);
+    assert_eq!(site["downgraded_bytes"], 0);
+    assert_eq!(rep["totals"]["denied_bytes"], n * 8192);
+    let kept: u64 = rep["events"].as_array().unwrap().iter().filter(|e| e["callsite"] == site["id"]).map(|e| e["size"].as_u64().unwrap()).sum();
+    assert_eq!(kept, 10_000 * 8192, "the events are bounded; the callsite's bytes are not");
+}
+
+/// Under `downgrade` the bytes served unpinned are the callsite's too.
+#[test]
+fn downgraded_bytes_per_callsite_are_in_the_report() {
+    let r = run("refusals", &["3"], &[("PINGUARD_BUDGET", "4K"), ("PINGUARD_POLICY", "downgrade")]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("refused=0"), "{}", r.stdout);
+    let rep = r.report();
+    let site = rep["callsites"].as_array().unwrap().iter().find(|c| top_symbol(c) == "ask").unwrap().clone();
+    assert_eq!(site["downgraded_count"], 3);
+    assert_eq!(site["downgraded_bytes"], 3 * 8192);
+    assert_eq!(site["denied_bytes"], 0);
+}
+
+/// Each entry point has a timeline of its own (`timeline_apis`): a point at every timeline point
+/// its call made, with its live bytes then, and one at the last point with its figure at exit.
+#[test]
+fn each_entry_point_has_its_own_timeline() {
+    let r = run("api_steps", &[], &[]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("rc=0,0,0,0,0"), "{}", r.stdout);
+    let rep = r.report();
+    let k = 1024u64;
+    let series = |api: &str| -> Vec<(u64, u64)> {
+        let v = rep["timeline_apis"][api].as_array().unwrap_or_else(|| panic!("no timeline for {api}: {rep}"));
+        v.iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap())).collect()
+    };
+    let (host_alloc, malloc_host) = (series("cudaHostAlloc"), series("cudaMallocHost"));
+    let values = |s: &[(u64, u64)]| s.iter().map(|p| p.1).collect::<Vec<_>>();
+    // cudaHostAlloc's calls and the release of its first record, then its figure at exit.
+    assert_eq!(values(&host_alloc), [8 * k, 16 * k, 8 * k, 8 * k], "{rep}");
+    assert_eq!(values(&malloc_host), [16 * k, 0, 0], "{rep}");
+    assert_eq!(rep["timeline_apis"].as_object().unwrap().len(), 2, "{rep}");
+    // Every point is at a point of the process's timeline, whose figure is the entry points' sum.
+    let timeline: Vec<(u64, u64)> = rep["timeline"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap())).collect();
+    assert_eq!(timeline.iter().map(|p| p.1).collect::<Vec<_>>(), [8 * k, 24 * k, 32 * k, 24 * k, 8 * k, 8 * k], "{rep}");
+    for s in [&host_alloc, &malloc_host] {
+        assert!(s.iter().all(|p| timeline.iter().any(|t| t.0 == p.0)), "{s:?} {timeline:?}");
+        assert_eq!(s.last().unwrap().0, timeline.last().unwrap().0);
+    }
+    assert_eq!(host_alloc.last().unwrap().1, rep["apis"]["cudaHostAlloc"]["live_bytes"].as_u64().unwrap());
+    assert_eq!(malloc_host.last().unwrap().1, rep["apis"]["cudaMallocHost"]["live_bytes"].as_u64().unwrap());
+}

@@ -234,3 +234,39 @@ fn a_fork_child_that_pins_does_not_print_its_parents_bad_settings_again() {
     let n = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_BUDGET")).count();
     assert_eq!(n, 1, "{}", r.stderr);
 }
+
+/// A running process's state carries each callsite's refused bytes, past the events' bound (a
+/// state has no events at all): `pinguard report --json` shows them as the exit report would.
+#[test]
+fn a_states_callsites_carry_their_refused_bytes() {
+    if aarch64() {
+        return;
+    }
+    let f = fixtures();
+    let dir = fresh_dir("state_refusals");
+    let n = 10_050u64;
+    let mut child = program(&f.dir.join("refusals"), Some(f.lib.as_os_str()))
+        .args([n.to_string().as_str(), "hold"])
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", dir.join("report.%p.json"))
+        .env("PINGUARD_BUDGET", "4K")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.as_mut().unwrap());
+    let (mut refused, mut ready) = (String::new(), String::new());
+    out.read_line(&mut refused).unwrap();
+    out.read_line(&mut ready).unwrap();
+    assert_eq!((refused.trim(), ready.trim()), (format!("refused={n}").as_str(), "ready"));
+    let o = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["per_process"][0]["reason"], "running", "{v}");
+    let site = v["callsites"].as_array().unwrap().iter().find(|c| c["denied_count"] == n).unwrap_or_else(|| panic!("{v}")).clone();
+    assert_eq!(site["denied_bytes"], n * 8192);
+    assert_eq!(v["totals"]["denied_bytes"], n * 8192);
+}

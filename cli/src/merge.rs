@@ -289,9 +289,17 @@ pub struct Site {
     pub denied_count: u64,
     pub downgraded_count: u64,
     pub over_budget_count: u64,
+    /// Bytes refused and downgraded here: `None` when a report merged in predates them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub denied_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub downgraded_bytes: Option<u64>,
     pub processes: usize,
     #[serde(skip)]
     seen: BTreeSet<u32>,
+    /// Whether any figures were added (the bytes of none are known: none).
+    #[serde(skip)]
+    figured: bool,
 }
 
 /// A callsite's summed figures, as one report or one partial merge has them.
@@ -304,6 +312,8 @@ struct Figures {
     denied: u64,
     downgraded: u64,
     over_budget: u64,
+    denied_bytes: Option<u64>,
+    downgraded_bytes: Option<u64>,
 }
 
 impl Site {
@@ -316,6 +326,9 @@ impl Site {
         self.denied_count += f.denied;
         self.downgraded_count += f.downgraded;
         self.over_budget_count += f.over_budget;
+        let first = !std::mem::replace(&mut self.figured, true);
+        let sum = |a: Option<u64>, b: Option<u64>| if first { b } else { pinguard_report::add_known(a, b) };
+        (self.denied_bytes, self.downgraded_bytes) = (sum(self.denied_bytes, f.denied_bytes), sum(self.downgraded_bytes, f.downgraded_bytes));
     }
 }
 
@@ -550,6 +563,8 @@ impl Merged {
                 denied: c.denied_count,
                 downgraded: c.downgraded_count,
                 over_budget: c.over_budget_count,
+                denied_bytes: c.denied_bytes,
+                downgraded_bytes: c.downgraded_bytes,
             });
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
@@ -587,6 +602,8 @@ impl Merged {
                 denied: o.denied_count,
                 downgraded: o.downgraded_count,
                 over_budget: o.over_budget_count,
+                denied_bytes: o.denied_bytes,
+                downgraded_bytes: o.downgraded_bytes,
             });
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();

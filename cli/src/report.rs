@@ -118,13 +118,17 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
     s
 }
 
-/// `2 calls refused, 1 downgraded`: what the budgets turned away at the callsite, if anything.
+/// `2 calls refused for 8.00 MiB, 1 downgraded for 4.00 MiB`: what the budgets turned away at the
+/// callsite, if anything (the bytes where the reports have them).
 fn turned_away(c: &crate::merge::Site) -> Option<String> {
-    let parts: Vec<String> = [(c.denied_count, "refused"), (c.downgraded_count, "downgraded")]
+    let parts: Vec<String> = [(c.denied_count, c.denied_bytes, "refused"), (c.downgraded_count, c.downgraded_bytes, "downgraded")]
         .into_iter()
-        .filter(|&(n, _)| n > 0)
+        .filter(|&(n, _, _)| n > 0)
         .enumerate()
-        .map(|(i, (n, what))| if i == 0 { format!("{} {what}", count(n, "call", "calls")) } else { format!("{n} {what}") })
+        .map(|(i, (n, bytes, what))| {
+            let calls = if i == 0 { format!("{} {what}", count(n, "call", "calls")) } else { format!("{n} {what}") };
+            bytes.map_or(calls.clone(), |b| format!("{calls} for {}", format_bytes(b)))
+        })
         .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
 }

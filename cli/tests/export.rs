@@ -394,3 +394,74 @@ fn python_frames_are_functions_of_their_own_marked_py() {
     let raw = run_pprof(&cmd, &["-raw"], &file);
     assert!(raw.contains("py:load_weights"), "{raw}");
 }
+
+/// More refusals than a process keeps events for (10,000): pprof's refused bytes are the
+/// callsites' own `denied_bytes`, not the short sum of the events kept, and so are `folded`'s and
+/// `pinguard report`'s.
+#[test]
+fn refused_bytes_are_the_callsites_own_when_events_were_dropped() {
+    let f = fixtures();
+    let dir = fresh_dir("export-refusals");
+    let n = 10_050u64;
+    let exe = f.dir.join("refusals");
+    let o = pinguard(&["run", "--lib", f.lib.to_str().unwrap(), "--budget", "4K", "--report", dir.join("%e.%p.json").to_str().unwrap(), "--", exe.to_str().unwrap(), &n.to_string()]);
+    assert!(o.status.success(), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("refused={n}")), "{o:?}");
+    let r = read_json(&reports_in(&dir)[0]);
+    assert_eq!(r["events_dropped"], n - 10_000);
+    let want: u64 = r["callsites"].as_array().unwrap().iter().map(|c| c["denied_bytes"].as_u64().unwrap()).sum();
+    assert_eq!(want, n * 8192);
+    let runs = [dir.clone()];
+    let folded = std::fs::read_to_string(export("folded", &["--weight", "refused"], &runs)).unwrap();
+    let sum_folded: u64 = folded.lines().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(sum_folded, want, "{folded}");
+    let text = String::from_utf8_lossy(&pinguard(&["report", dir.to_str().unwrap()]).stdout).into_owned();
+    assert!(text.contains(&format!("{n} calls refused for 78.5 MiB (nothing live)")), "{text}");
+    let Some(cmd) = pprof_command() else {
+        reader(false, "go tool pprof (golang-go)");
+        return;
+    };
+    let file = export("pprof", &[], &runs);
+    let (total, _) = top(&run_pprof(&cmd, &["-top", "-unit=B", "-sample_index=refused"], &file));
+    assert_eq!(total, want);
+    let raw = run_pprof(&cmd, &["-raw"], &file);
+    assert!(!raw.contains("refused bytes are short"), "{raw}");
+}
+
+/// A counter track per process and entry point (`pinned bytes cudaHostAlloc`), point for point
+/// the report's `timeline_apis`; a report written before them has the process's track only.
+#[test]
+fn perfetto_draws_a_counter_track_per_process_and_entry_point() {
+    let f = fixtures();
+    let dir = fresh_dir("export-api-tracks");
+    let exe = f.dir.join("api_steps");
+    let o = pinguard(&["run", "--lib", f.lib.to_str().unwrap(), "--report", dir.join("%e.%p.json").to_str().unwrap(), "--", exe.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    let path = reports_in(&dir)[0].clone();
+    let r = read_json(&path);
+    let pid = r["process"]["pid"].as_u64().unwrap();
+    let apis = r["timeline_apis"].as_object().expect("the report's per-entry-point timelines");
+    assert_eq!(apis.len(), 2, "{r}");
+    let trace = |dir: &Path| -> (u64, Vec<Value>) {
+        let doc: Value = serde_json::from_slice(&std::fs::read(export("perfetto", &[], &[dir.to_path_buf()])).unwrap()).unwrap();
+        (doc["otherData"]["origin_unix_ms"].as_str().unwrap().parse().unwrap(), doc["traceEvents"].as_array().unwrap().clone())
+    };
+    let (origin, events) = trace(&dir);
+    let track = |events: &[Value], name: &str| -> Vec<(u64, u64)> {
+        events.iter().filter(|e| e["ph"] == "C" && e["pid"] == pid && e["name"] == name).map(|e| (e["ts"].as_u64().unwrap(), e["args"]["bytes"].as_u64().unwrap())).collect()
+    };
+    for (api, points) in apis {
+        let want: Vec<(u64, u64)> = points.as_array().unwrap().iter().map(|p| ((p[0].as_u64().unwrap() - origin) * 1000, p[1].as_u64().unwrap())).collect();
+        assert_eq!(track(&events, &format!("pinned bytes {api}")), want, "{api}");
+    }
+    let per_api = |events: &[Value]| events.iter().filter(|e| e["ph"] == "C" && e["name"].as_str().unwrap().starts_with("pinned bytes ")).count();
+    assert_eq!(per_api(&events), apis.values().map(|v| v.as_array().unwrap().len()).sum::<usize>());
+    // The same report as an older pinguard wrote it: the process's track, and no other.
+    let old = fresh_dir("export-api-tracks-old");
+    let mut r_old = r.clone();
+    r_old.as_object_mut().unwrap().remove("timeline_apis");
+    std::fs::write(old.join(path.file_name().unwrap()), serde_json::to_vec(&r_old).unwrap()).unwrap();
+    let (_, events) = trace(&old);
+    assert_eq!(per_api(&events), 0);
+    assert_eq!(track(&events, "pinned bytes").len(), r["timeline"].as_array().unwrap().len());
+}

@@ -83,7 +83,7 @@ fn one_helper_called_from_three_places_is_three_named_callsites_in_run_report_an
         let denied = &row[..header.find("DENIED").unwrap() + "DENIED".len()];
         assert_eq!(denied.trim_start().split_whitespace().last(), Some(if caller == "grow_cache" { "1" } else { "0" }), "{row}");
     }
-    let refused = rep.find("1 call refused (nothing live) from 1 process, through cudaHostAlloc:").expect(&rep);
+    let refused = rep.find("1 call refused for 64.0 MiB (nothing live) from 1 process, through cudaHostAlloc:").expect(&rep);
     let block = &rep[refused..];
     let block = &block[..block[1..].find("\n\n").map_or(block.len(), |i| i + 1)];
     let py_paths = script().display().to_string();
@@ -145,10 +145,10 @@ fn a_callsite_that_holds_memory_and_was_refused_says_both() {
     let o = pinguard(&["report", dir.to_str().unwrap()]);
     let (rep, _) = text(&o);
     assert!(o.status.success(), "{rep}");
-    let head = "3145728 bytes (3.00 MiB) in 12 allocations from 1 process, through cudaHostAlloc:\n  and 1 call refused\n  Python:\n    #0 cuda_pin ";
+    let head = "3145728 bytes (3.00 MiB) in 12 allocations from 1 process, through cudaHostAlloc:\n  and 1 call refused for 256 KiB\n  Python:\n    #0 cuda_pin ";
     let at_block = rep.find(head).expect(&rep);
     assert!(rep[at_block..].lines().nth(4).is_some_and(|l| l.starts_with("    #1 fill_cache ")), "{rep}");
-    let refused: Vec<&str> = rep.split("\n\n").filter(|b| b.starts_with("1 call refused (nothing live) from 1 process, through cudaHostAlloc:\n  Python:\n    #0 cuda_pin ")).collect();
+    let refused: Vec<&str> = rep.split("\n\n").filter(|b| b.starts_with("1 call refused for ") && b.contains(" (nothing live) from 1 process, through cudaHostAlloc:\n  Python:\n    #0 cuda_pin ")).collect();
     for caller in ["warm_up", "grow_cache"] {
         let n = refused.iter().filter(|b| b.lines().nth(3).is_some_and(|l| l.starts_with(&format!("    #1 {caller} ")))).count();
         assert_eq!(n, 1, "{caller}: {rep}");

@@ -392,6 +392,18 @@ pub struct Callsite {
     /// Calls pinned over the budget under `warn` (absent from reports before it was added).
     #[serde(default)]
     pub over_budget_count: u64,
+    /// Bytes of the calls refused here (issue 37; `None` in reports written before): unlike the
+    /// events' sizes, never short when events were dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_bytes: Option<u64>,
+    /// Bytes served unpinned here instead (`None` in reports written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downgraded_bytes: Option<u64>,
+}
+
+/// `a + b` where both are known: a sum with a figure missing is unknown.
+pub fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    Some(a?.saturating_add(b?))
 }
 
 /// Callsites folded into one aggregate: how many, and their figures summed (none has anything
@@ -408,6 +420,11 @@ pub struct Folded {
     /// The entry points any of them called.
     #[serde(default)]
     pub apis: Vec<String>,
+    /// As a callsite's (`None` in reports written before, or when a part of the sum lacks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub denied_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub downgraded_bytes: Option<u64>,
 }
 
 impl Folded {
@@ -426,11 +443,20 @@ impl Folded {
             downgraded_count: c.downgraded_count,
             over_budget_count: c.over_budget_count,
             apis: c.apis.clone(),
+            denied_bytes: c.denied_bytes,
+            downgraded_bytes: c.downgraded_bytes,
         });
     }
 
     /// Takes in another aggregate (of this process, or of another when reports are merged).
     pub fn add(&mut self, o: &Folded) {
+        // An empty aggregate's bytes are known (none), whatever its fields say.
+        let sum = |a: Option<u64>, b: Option<u64>| match (self.is_empty(), o.is_empty()) {
+            (true, _) => b,
+            (_, true) => a,
+            _ => add_known(a, b),
+        };
+        (self.denied_bytes, self.downgraded_bytes) = (sum(self.denied_bytes, o.denied_bytes), sum(self.downgraded_bytes, o.downgraded_bytes));
         self.count += o.count;
         self.alloc_count += o.alloc_count;
         self.alloc_bytes += o.alloc_bytes;
@@ -562,6 +588,10 @@ pub struct Report {
     pub events_dropped: u64,
     /// `[unix_ms, live_bytes]` pairs, oldest first.
     pub timeline: Vec<(u64, u64)>,
+    /// Per entry point, `[unix_ms, live_bytes]` of that entry point: at each timeline point its
+    /// call made, and at the last point (issue 37; absent from reports written before).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub timeline_apis: BTreeMap<String, Vec<(u64, u64)>>,
     #[serde(default)]
     pub timeline_dropped: u64,
 }
@@ -650,6 +680,22 @@ fn newer_version(schema: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Refused bytes sum where every part has them; one part without them (a report written
+    /// before) makes the sum unknown rather than short.
+    #[test]
+    fn folded_refused_bytes_sum_only_when_every_part_has_them() {
+        let part = |n: u64, bytes: Option<u64>| Folded { count: 1, denied_count: n, denied_bytes: bytes, downgraded_bytes: bytes.map(|_| 0), ..Default::default() };
+        let mut f = Folded::default();
+        f.add(&part(2, Some(8192)));
+        f.add(&part(1, Some(4096)));
+        f.add(&Folded::default());
+        assert_eq!((f.count, f.denied_bytes, f.downgraded_bytes), (2, Some(12288), Some(0)));
+        f.add(&part(1, None));
+        assert_eq!((f.denied_count, f.denied_bytes), (4, None));
+        f.add(&part(1, Some(1)));
+        assert_eq!(f.denied_bytes, None);
+    }
 
     #[test]
     fn other_files_are_told_from_damaged_reports() {

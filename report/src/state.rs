@@ -19,8 +19,9 @@ use std::collections::BTreeMap;
 
 pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
 /// 4 since `group_unavailable_count` joined the per-thread counters (`with_total_counters!`), 5
-/// since `cgroup_reserve_count` did.
-pub const VERSION: u32 = 5;
+/// since `cgroup_reserve_count` did, 6 since a callsite and the folded aggregate keep their
+/// refused and downgraded bytes (a version 5 file has other bytes, or padding, there).
+pub const VERSION: u32 = 6;
 /// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
 pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
 /// The file name's ending, in place of the report's `.json`.
@@ -114,6 +115,9 @@ pub mod site {
     pub const DOWNGRADED: usize = 56;
     /// Added within version 2, in what was padding before `LEVEL`: an older file reads 0.
     pub const OVER_BUDGET: usize = 72;
+    /// Since version 6.
+    pub const DENIED_BYTES: usize = 80;
+    pub const DOWNGRADED_BYTES: usize = 88;
     pub const LEVEL: usize = 128;
     pub const PY_SEP: char = '\u{1f}';
 }
@@ -130,7 +134,10 @@ pub mod folded {
     pub const PEAK: usize = 48;
     /// A bit per entry point, as a callsite's `APIS`.
     pub const APIS: usize = 56;
-    pub const SIZE: usize = 64;
+    /// Since version 6.
+    pub const DENIED_BYTES: usize = 64;
+    pub const DOWNGRADED_BYTES: usize = 72;
+    pub const SIZE: usize = 80;
 }
 
 /// A slot of a live-allocation table: the address (0: empty), then the record (`ledger::Live`).
@@ -415,6 +422,8 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             denied_count,
             downgraded_count,
             over_budget_count,
+            denied_bytes: Some(f(site::DENIED_BYTES)),
+            downgraded_bytes: Some(f(site::DOWNGRADED_BYTES)),
         });
     }
     callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
@@ -468,6 +477,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         events: Vec::new(),
         events_dropped: 0,
         timeline: Vec::new(),
+        timeline_apis: BTreeMap::new(),
         timeline_dropped: 0,
     })
 }
@@ -485,6 +495,8 @@ fn folded(img: &Image, at: u64, apis: &[String]) -> crate::Folded {
         denied_count: f(folded::DENIED),
         downgraded_count: f(folded::DOWNGRADED),
         over_budget_count: f(folded::OVER_BUDGET),
+        denied_bytes: Some(f(folded::DENIED_BYTES)),
+        downgraded_bytes: Some(f(folded::DOWNGRADED_BYTES)),
         apis: apis.iter().enumerate().filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0).map(|(_, n)| n.clone()).collect(),
     }
 }

@@ -65,6 +65,10 @@ pub struct CallsiteView<'a> {
     pub downgraded_count: u64,
     #[serde(default)]
     pub over_budget_count: u64,
+    #[serde(default)]
+    pub denied_bytes: Option<u64>,
+    #[serde(default)]
+    pub downgraded_bytes: Option<u64>,
 }
 
 #[derive(Deserialize)]

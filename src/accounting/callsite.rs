@@ -41,6 +41,9 @@ pub struct Callsite {
     pub apis: AtomicU64,
     /// Calls pinned over the budget under `warn`.
     pub over_budget_count: AtomicU64,
+    /// Bytes of the refused and downgraded calls (the slow path's; in what was padding).
+    pub denied_bytes: AtomicU64,
+    pub downgraded_bytes: AtomicU64,
     /// Live bytes and count, their peak, allocations: striped by thread (`level`).
     pub level: Level<4>,
     /// Set once the `warn` policy has logged this callsite.
@@ -69,6 +72,7 @@ const _: () = {
     assert!(offset_of!(Callsite, py_at) == s::PY && offset_of!(Callsite, py_len) == s::PY_LEN);
     assert!(offset_of!(Callsite, denied_count) == s::DENIED && offset_of!(Callsite, downgraded_count) == s::DOWNGRADED);
     assert!(offset_of!(Callsite, over_budget_count) == s::OVER_BUDGET);
+    assert!(offset_of!(Callsite, denied_bytes) == s::DENIED_BYTES && offset_of!(Callsite, downgraded_bytes) == s::DOWNGRADED_BYTES);
     assert!(offset_of!(Callsite, level) == s::LEVEL && offset_of!(Callsite, apis) == s::APIS);
     assert!(Api::COUNT <= 64, "a bit per entry point in `apis`");
 };
@@ -347,6 +351,8 @@ fn fresh(len: usize) -> &'static Callsite {
         denied_count: AtomicU64::new(0),
         downgraded_count: AtomicU64::new(0),
         over_budget_count: AtomicU64::new(0),
+        denied_bytes: AtomicU64::new(0),
+        downgraded_bytes: AtomicU64::new(0),
         level: Level::NEW,
         warned: AtomicBool::new(false),
         gen: AtomicU32::new(1),
@@ -374,6 +380,8 @@ pub struct Folded {
     pub peak_live_bytes: AtomicU64,
     /// A bit per `Api` any of them called.
     pub apis: AtomicU64,
+    pub denied_bytes: AtomicU64,
+    pub downgraded_bytes: AtomicU64,
 }
 
 const _: () = {
@@ -382,6 +390,7 @@ const _: () = {
     assert!(offset_of!(Folded, count) == f::COUNT && offset_of!(Folded, alloc_count) == f::ALLOC_COUNT);
     assert!(offset_of!(Folded, alloc_bytes) == f::ALLOC_BYTES && offset_of!(Folded, denied_count) == f::DENIED);
     assert!(offset_of!(Folded, downgraded_count) == f::DOWNGRADED && offset_of!(Folded, over_budget_count) == f::OVER_BUDGET);
+    assert!(offset_of!(Folded, denied_bytes) == f::DENIED_BYTES && offset_of!(Folded, downgraded_bytes) == f::DOWNGRADED_BYTES);
     assert!(offset_of!(Folded, peak_live_bytes) == f::PEAK && offset_of!(Folded, apis) == f::APIS && size_of::<Folded>() == f::SIZE);
 };
 
@@ -407,6 +416,8 @@ fn folded_record() -> &'static Folded {
         over_budget_count: z(),
         peak_live_bytes: z(),
         apis: z(),
+        denied_bytes: z(),
+        downgraded_bytes: z(),
     });
     let p = f as *const Folded as *mut Folded;
     match FOLDED.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
@@ -435,6 +446,8 @@ fn absorb(cs: &Callsite) {
     f.denied_count.fetch_add(take(&cs.denied_count), Ordering::Relaxed);
     f.downgraded_count.fetch_add(take(&cs.downgraded_count), Ordering::Relaxed);
     f.over_budget_count.fetch_add(take(&cs.over_budget_count), Ordering::Relaxed);
+    f.denied_bytes.fetch_add(take(&cs.denied_bytes), Ordering::Relaxed);
+    f.downgraded_bytes.fetch_add(take(&cs.downgraded_bytes), Ordering::Relaxed);
     f.apis.fetch_or(take(&cs.apis), Ordering::Relaxed);
 }
 

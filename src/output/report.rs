@@ -11,6 +11,7 @@ use crate::runtime::lock::{Mutex, MutexGuard};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
 use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
@@ -121,6 +122,8 @@ pub struct Figures {
     pub events: Vec<schema::Event>,
     pub events_dropped: u64,
     pub timeline: Vec<(u64, u64)>,
+    /// Each entry point's points (`timeline_apis`).
+    pub timeline_apis: BTreeMap<String, Vec<(u64, u64)>>,
     pub timeline_dropped: u64,
 }
 
@@ -175,6 +178,7 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
         events: f.events,
         events_dropped: f.events_dropped,
         timeline: f.timeline,
+        timeline_apis: f.timeline_apis,
         timeline_dropped: f.timeline_dropped,
     }
 }
@@ -196,7 +200,7 @@ fn gather(cfg: &Config) -> Figures {
     let status = kernel::status();
     ledger::timeline_now();
     let mut totals = ledger::totals();
-    let apis = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
+    let apis: Vec<(String, schema::ApiStats)> = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
     let mut closed_modules: Vec<schema::Module> = Vec::new();
     // Short of memory, a report that could not be finished would end the program: it leaves out
@@ -273,7 +277,8 @@ fn gather(cfg: &Config) -> Figures {
             cgroup_headroom_bytes: e.over.cgroup_headroom(),
         })
         .collect();
-    let (timeline, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    let (points, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    let (timeline, timeline_apis) = timelines(&points, &apis);
     if partial {
         errors.push("pinguard was short of memory at this report: it is partial (callsites, live records, events and the timeline left out)".to_string());
     } else if !names {
@@ -334,8 +339,33 @@ fn gather(cfg: &Config) -> Figures {
         events,
         events_dropped,
         timeline,
+        timeline_apis,
         timeline_dropped,
     }
+}
+
+/// `[unix_ms, live_bytes]` points, oldest first.
+type Series = Vec<(u64, u64)>;
+
+/// The timeline as a report writes it: the process's points, and each entry point's (the points
+/// its own calls made), each of those ending at the last point with its figure at the write.
+fn timelines(points: &[ledger::Point], apis: &[(String, schema::ApiStats)]) -> (Series, BTreeMap<String, Series>) {
+    let mut per_api: BTreeMap<String, Series> = BTreeMap::new();
+    for p in points {
+        if let Some(a) = p.api {
+            per_api.entry(a.name().to_string()).or_default().push((p.unix_ms, p.api_live));
+        }
+    }
+    if let Some(last) = points.last() {
+        for (name, s) in apis {
+            let v = per_api.entry(name.clone()).or_default();
+            match v.last_mut() {
+                Some(b) if b.0 >= last.unix_ms => b.1 = s.live_bytes,
+                _ => v.push((last.unix_ms, s.live_bytes)),
+            }
+        }
+    }
+    (points.iter().map(|p| (p.unix_ms, p.live)).collect(), per_api)
 }
 
 /// Address space a report needs beyond its lists to name frames: the symbol and line tables of
@@ -378,6 +408,8 @@ fn figures(c: &callsite::Callsite) -> schema::Callsite {
         denied_count: c.denied_count.load(Ordering::Relaxed),
         downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
         over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
+        denied_bytes: Some(c.denied_bytes.load(Ordering::Relaxed)),
+        downgraded_bytes: Some(c.downgraded_bytes.load(Ordering::Relaxed)),
     }
 }
 
@@ -400,6 +432,8 @@ fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
             downgraded_count: g(&f.downgraded_count),
             over_budget_count: g(&f.over_budget_count),
             apis: api_names(g(&f.apis)),
+            denied_bytes: Some(g(&f.denied_bytes)),
+            downgraded_bytes: Some(g(&f.downgraded_bytes)),
         }
     });
     let sites: Vec<&'static callsite::Callsite> = callsite::all()
@@ -626,6 +660,8 @@ mod tests {
             denied_count,
             downgraded_count: 0,
             over_budget_count: 0,
+            denied_bytes: Some(denied_count * 8192),
+            downgraded_bytes: Some(0),
         }
     }
 
@@ -652,6 +688,7 @@ mod tests {
             events: Vec::new(),
             events_dropped: 0,
             timeline: Vec::new(),
+            timeline_apis: BTreeMap::new(),
             timeline_dropped: 0,
         }
     }
@@ -676,7 +713,7 @@ mod tests {
     fn beyond_the_most_listed_idle_callsites_are_folded_live_ones_never() {
         let mut f = figures();
         f.max_callsites = 2;
-        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, ..Default::default() };
+        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, denied_bytes: Some(0), downgraded_bytes: Some(0), ..Default::default() };
         f.callsites = vec![
             site(1, 0, 4096, 1, 0),
             site(2, 4096, 4096, 1, 0), // live: kept whatever the cap
@@ -688,7 +725,7 @@ mod tests {
         let r = shape(Reason::Exit, f);
         let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![5, 2, 3, 4]);
-        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], ..Default::default() };
+        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], denied_bytes: Some(2 * 8192), downgraded_bytes: Some(0), ..Default::default() };
         assert_eq!(r.callsites_folded, want);
     }
 

@@ -145,7 +145,7 @@ pub fn fixtures() -> &'static Fixtures {
             a.extend(link);
             cc(&a);
         }
-        for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads"] {
+        for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads", "refusals", "api_steps"] {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));
             a.extend(["-o", &o, &f]);

@@ -77,8 +77,15 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Whether the report has its callsites' refused bytes (`denied_bytes`, since issue 37): a
+    /// report written before has only its events' sizes, short by the events it dropped.
+    fn has_refused_bytes(&self) -> bool {
+        let f = &self.report.callsites_folded;
+        self.report.callsites.iter().all(|c| c.denied_bytes.is_some()) && (f.is_empty() || f.denied_bytes.is_some())
+    }
+
     /// Bytes and calls refused per callsite id, from the report's events (`Denied`); events of
-    /// callsites the report folded are under `None`.
+    /// callsites the report folded are under `None`. Only for a report without `denied_bytes`.
     fn refused(&self) -> HashMap<Option<u32>, (u64, u64)> {
         let ids: std::collections::HashSet<u32> = self.report.callsites.iter().map(|c| c.id).collect();
         let mut out: HashMap<Option<u32>, (u64, u64)> = HashMap::new();
@@ -93,7 +100,7 @@ impl Proc {
     /// This report's figures at its `i`th callsite.
     pub fn values(&self, i: usize, refused: &HashMap<Option<u32>, (u64, u64)>) -> Values {
         let c = &self.report.callsites[i];
-        let (refused, _) = refused.get(&Some(c.id)).copied().unwrap_or_default();
+        let refused = c.denied_bytes.unwrap_or_else(|| refused.get(&Some(c.id)).map_or(0, |r| r.0));
         Values { live: c.live_bytes, peak: c.peak_live_bytes, calls: c.alloc_count, refused, refused_calls: c.denied_count }
     }
 
@@ -112,7 +119,8 @@ pub struct Data {
     pub values: Vec<Values>,
     /// The callsites the processes folded (`PINGUARD_MAX_CALLSITES`), as one entry.
     pub folded: Values,
-    /// Events the processes could not keep (their refused bytes are missing from `refused`).
+    /// Events that processes without per-callsite refused bytes (reports written before them)
+    /// could not keep: their refused bytes are missing from `refused`.
     pub events_dropped: u64,
 }
 
@@ -130,8 +138,11 @@ impl Data {
             for (i, &s) in p.sites.iter().enumerate() {
                 values[s].add(&p.values(i, &refused));
             }
-            folded.refused += refused.get(&None).map_or(0, |r| r.0);
-            events_dropped += p.report.events_dropped;
+            let from_events = refused.get(&None).map_or(0, |r| r.0);
+            folded.refused += if p.has_refused_bytes() { p.report.callsites_folded.denied_bytes.unwrap_or(0) } else { from_events };
+            if !p.has_refused_bytes() {
+                events_dropped += p.report.events_dropped;
+            }
         }
         Data { merged, procs, values, folded, events_dropped }
     }

@@ -1,6 +1,7 @@
 //! Chrome's trace-event JSON (the "JSON Object Format" of the Trace Event Format), which the
 //! Perfetto UI, its trace processor and chrome://tracing open: per process a counter track of
-//! pinned bytes over time (its timeline) and its limits as counters, and an instant event per
+//! pinned bytes over time (its timeline), one per entry point (`timeline_apis`), and its limits
+//! as counters, and an instant event per
 //! refusal, downgrade and over-budget call with its callsite.
 
 use super::{Data, Proc};
@@ -65,6 +66,13 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
     out.push(json!({ "name": "thread_name", "ph": "M", "pid": pid, "tid": pid, "args": { "name": "refused, downgraded and over-budget calls" } }));
     for &(t, v) in &r.timeline {
         out.push(counter("pinned bytes", pid, us(t, origin), v));
+    }
+    // A track per entry point, where the report has them (`timeline_apis`, since issue 37).
+    for (api, points) in &r.timeline_apis {
+        let name = format!("pinned bytes {api}");
+        for &(t, v) in points {
+            out.push(counter(&name, pid, us(t, origin), v));
+        }
     }
     // The timeline's coarse clock can read past the write: the limits last as long as it.
     let end = [Some(pr.write_unix_ms), r.timeline.last().map(|t| t.0), r.events.last().map(|e| e.unix_ms)].into_iter().flatten().max().unwrap_or(0);

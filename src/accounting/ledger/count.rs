@@ -75,6 +75,7 @@ pub(super) fn denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, 
     add(&m.apis[api as usize].denied_count, 1);
     over.count(m);
     site.denied_count.fetch_add(1, Relaxed);
+    site.denied_bytes.fetch_add(bytes, Relaxed);
     site.note_api(api);
     event_with(EventKind::Denied, api, bytes, site, over, out_of_scope);
 }
@@ -88,6 +89,7 @@ pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u6
     add(&m.apis[api as usize].downgraded_count, 1);
     over.count(m);
     site.downgraded_count.fetch_add(1, Relaxed);
+    site.downgraded_bytes.fetch_add(bytes, Relaxed);
     site.note_api(api);
     event_with(EventKind::Downgraded, api, bytes, site, over, false);
 }

@@ -31,7 +31,18 @@ pub(super) struct Bounded<T> {
 }
 
 pub(super) static EVENTS: Mutex<Bounded<EventRec>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
-pub(super) static TIMELINE: Mutex<Bounded<(u64, u64)>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
+/// A point of the timeline: the process's live bytes at `unix_ms`, and the entry point whose call
+/// made the point with its own live bytes then (issue 37: a track per entry point).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    pub unix_ms: u64,
+    pub live: u64,
+    /// `None` for the point a report adds at its write.
+    pub api: Option<Api>,
+    pub api_live: u64,
+}
+
+pub(super) static TIMELINE: Mutex<Bounded<Point>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
 pub(super) static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
 pub(super) fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, over: Over, out_of_scope: bool) {
@@ -46,20 +57,35 @@ pub(super) fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Ca
 
 /// One point per millisecond at most: the lock is taken at most a thousand times a second however
 /// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
-#[inline]
-pub(super) fn timeline_tick(now: u64) {
+/// The point also takes `api`'s live bytes: the call that made it moved them, so that entry
+/// point's track has a point wherever the process's has one for its call.
+#[inline(always)]
+pub(super) fn timeline_tick(now: u64, api: Api) {
     let last = TIMELINE_MS.load(Relaxed);
-    if now <= last || TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
-        return;
+    if now > last {
+        tick(now, last, api);
     }
-    push_point(now, live_bytes());
 }
 
-pub(super) fn push_point(now: u64, live: u64) {
+/// Out of the hooked call's line: once a millisecond at most.
+#[cold]
+#[inline(never)]
+fn tick(now: u64, last: u64, api: Api) {
+    if TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
+        push_point(Point { unix_ms: now, live: live_bytes(), api: Some(api), api_live: super::levels::levels().apis[api as usize].bytes() });
+    }
+}
+
+pub(super) fn push_point(p: Point) {
     let mut t = TIMELINE.lock();
     if let Some(back) = t.items.back_mut() {
-        if back.0 >= now {
-            back.1 = live;
+        if back.unix_ms >= p.unix_ms {
+            // Same millisecond (or a racing thread's later one): one point, the latest total; an
+            // entry point's reading stays with its own (a point has room for one).
+            back.live = p.live;
+            if p.api.is_some() && (back.api.is_none() || back.api == p.api) {
+                (back.api, back.api_live) = (p.api, p.api_live);
+            }
             return;
         }
     }
@@ -67,11 +93,11 @@ pub(super) fn push_point(now: u64, live: u64) {
         t.items.pop_front();
         t.dropped += 1;
     }
-    t.items.push_back((now, live));
+    t.items.push_back(p);
 }
 
 pub fn timeline_now() {
-    push_point(crate::runtime::clock::unix_ms(), live_bytes());
+    push_point(Point { unix_ms: crate::runtime::clock::unix_ms(), live: live_bytes(), api: None, api_live: 0 });
 }
 
 pub fn events() -> (Vec<EventRec>, u64) {
@@ -85,7 +111,7 @@ pub fn events() -> (Vec<EventRec>, u64) {
     )
 }
 
-pub fn timeline() -> (Vec<(u64, u64)>, u64) {
+pub fn timeline() -> (Vec<Point>, u64) {
     let t = TIMELINE.lock();
     (t.items.iter().copied().collect(), t.dropped)
 }

@@ -41,7 +41,7 @@ pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, cou
     levels().total.live(slot, bytes, count);
     levels().apis[api as usize].live(slot, bytes, count);
     site.level.live(slot, bytes, count);
-    timeline_tick(now_ms);
+    timeline_tick(now_ms, api);
 }
 
 /// A successful pinning call of `bytes` new pinned bytes, now live: `count_alloc` and
@@ -58,7 +58,7 @@ pub fn alloc_live(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now
     levels.apis[api as usize].alloc_live(slot, bytes);
     site.level.alloc_live(slot, bytes);
     site.note_api(api);
-    timeline_tick(now_ms);
+    timeline_tick(now_ms, api);
 }
 
 /// A pinned record of `bytes` released: `live_delta` of minus its bytes and one allocation,
@@ -70,5 +70,5 @@ pub fn live_release(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, n
     levels.total.release(slot, bytes);
     levels.apis[api as usize].release(slot, bytes);
     site.level.release(slot, bytes);
-    timeline_tick(now_ms);
+    timeline_tick(now_ms, api);
 }
