@@ -1041,6 +1041,17 @@ impl Shared {
 }
 
 impl Locked {
+    /// A floor's refusal, unless other members' calls in flight count against it and no room
+    /// scan ran in this call or the last interval (`room_scan_due`): then a scan first.
+    fn refuse_or_scan(&mut self, i: usize, done: &mut Done, why: Refused) -> Next {
+        let others = self.in_entry(None).filter(|&j| j != i).any(|j| self.ledger.in_flight(j).load(Ordering::Acquire) > 0);
+        if others && !done.room && self.room_scan_due() {
+            done.room = true;
+            return Next::Scan;
+        }
+        Next::Refused(why)
+    }
+
     /// The members in cgroup entry `k` (`None`: every member): a scan of the slots under the
     /// lock, arithmetic only (256 slots).
     fn in_entry(&self, k: Option<usize>) -> impl Iterator<Item = usize> + '_ {
@@ -1401,6 +1412,10 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
         let mut l = match floors(l, i, bytes, force, &mut done, &mut pending) {
             Next::Book(l) => l,
             Next::Again => continue,
+            Next::Scan => {
+                dead = Dead::look(h, Scan::Room);
+                continue;
+            }
             Next::Refused(why) => {
                 log_freed(freed);
                 return Err(why);
@@ -1431,6 +1446,9 @@ enum Next {
     Book(Locked),
     /// A reading was taken (the lock let go): decide again.
     Again,
+    /// Short, while other members have calls in flight: look for dead members first (the lock
+    /// let go), since a member killed inside a call leaves its bytes in flight for good.
+    Scan,
     Refused(Refused),
 }
 
@@ -1462,7 +1480,7 @@ fn floors(mut l: Locked, i: usize, bytes: u64, force: bool, done: &mut Done, p: 
                 }
                 return Next::Again;
             }
-            Room::Short(available) => return Next::Refused(Refused::Host { available }),
+            Room::Short(available) => return l.refuse_or_scan(i, done, Refused::Host { available }),
         }
     }
     if let Some(reserve) = cgroup::floor().reserve() {
@@ -1485,7 +1503,7 @@ fn floors(mut l: Locked, i: usize, bytes: u64, force: bool, done: &mut Done, p: 
                 }
                 return Next::Again;
             }
-            Room::Short(headroom) => return Next::Refused(Refused::Cgroup { headroom }),
+            Room::Short(headroom) => return l.refuse_or_scan(i, done, Refused::Cgroup { headroom }),
         }
     }
     Next::Book(l)

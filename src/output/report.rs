@@ -202,66 +202,113 @@ fn gather(cfg: &Config) -> Figures {
     let mut totals = ledger::totals();
     let apis: Vec<(String, schema::ApiStats)> = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
     let mut sym = Symbolizer::new();
-    let mut closed_modules: Vec<schema::Module> = Vec::new();
     // Short of memory, a report that could not be finished would end the program: it leaves out
     // what needs room (the lists), or only the frames' names (the costly part), saying so. The
     // lists are bounded by about the callsite cap.
     let partial = heap::short() || !heap::room(room_for(callsite::max()));
     let mut names = !partial && heap::room(NAMING_ROOM);
-    let mut errors = Vec::new();
     let (named, folded) = if partial { (Vec::new(), schema::Folded::default()) } else { listed() };
     if names {
         // All at once, so that each module's files are read once and then let go.
         sym.name_all(named.iter().flat_map(|c| c.native().iter().copied()));
     }
+    let mut closed_modules: Vec<schema::Module> = Vec::new();
     let callsites: Vec<schema::Callsite> = named
         .into_iter()
         .map(|c| {
             names = names && !heap::short();
-            let mut frames = Vec::new();
-            let closed = c.closed.lock();
-            for &a in c.native() {
-                match closed.iter().flat_map(|cl| &cl.frames).find(|(ca, _)| *ca == a) {
-                    Some((_, named)) => frames.extend_from_slice(named),
-                    None if names => frames.extend_from_slice(sym.frames(a)),
-                    None => frames.push(unnamed(&sym, a, &mut closed_modules)),
-                }
-            }
-            for cl in closed.iter() {
-                if !closed_modules.iter().any(|m: &schema::Module| m.path == cl.module.path && m.base == cl.module.base) {
-                    closed_modules.push(cl.module.clone());
-                }
-            }
-            drop(closed);
-            let mut py_frames = Vec::new();
-            for &id in c.python() {
-                crate::capture::python::frame(id, |f| {
-                    py_frames.push(schema::Frame {
-                        addr: schema::Addr(0),
-                        module: Some(f.file.clone()),
-                        offset: None,
-                        symbol: Some(f.function.clone()),
-                        file: Some(f.file.clone()),
-                        line: Some(f.line),
-                    })
-                });
-            }
-            schema::Callsite { frames, py_frames, ..figures(c) }
+            let frames = native_frames(c, names, &mut sym, &mut closed_modules);
+            schema::Callsite { frames, py_frames: py_frames(c), ..figures(c) }
         })
         .collect();
-    // Physical allocations of the virtual-memory APIs are listed under their handles.
-    // So are host memory pools, each at its reserved memory.
+    let live = if partial { Vec::new() } else { live_figures() };
+    let (events, events_dropped) = if partial { (Vec::new(), 0) } else { report_events(cfg) };
+    let (points, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    let (timeline, timeline_apis) = timelines(&points, &apis);
+    totals.out_of_memory_count = heap::failures();
+    let mut config = config(cfg);
+    config.errors.extend(memory_errors(partial, names, totals.out_of_memory_count));
+    Figures {
+        now,
+        process: process(now),
+        config,
+        totals,
+        apis,
+        kernel: schema::Kernel {
+            vm_lck_bytes: status.vm_lck,
+            vm_pin_bytes: status.vm_pin,
+            rlimit_memlock_bytes: kernel::rlimit_memlock(),
+            smaps_walk_count: kernel::smaps_walks(),
+        },
+        group: group_figures(),
+        host: host(),
+        cgroup: cgroup(),
+        modules: merged_modules(sym.modules(), closed_modules),
+        callsites,
+        folded,
+        max_callsites: callsite::max(),
+        live,
+        events,
+        events_dropped,
+        timeline,
+        timeline_apis,
+        timeline_dropped,
+    }
+}
+
+/// A callsite's native frames, named (`names`), or as their closed module left them, or as
+/// addresses and modules; the modules of closed objects it went through join `closed_modules`.
+fn native_frames(c: &callsite::Callsite, names: bool, sym: &mut Symbolizer, closed_modules: &mut Vec<schema::Module>) -> Vec<schema::Frame> {
+    let mut frames = Vec::new();
+    let closed = c.closed.lock();
+    for &a in c.native() {
+        match closed.iter().flat_map(|cl| &cl.frames).find(|(ca, _)| *ca == a) {
+            Some((_, named)) => frames.extend_from_slice(named),
+            None if names => frames.extend_from_slice(sym.frames(a)),
+            None => frames.push(unnamed(sym, a, closed_modules)),
+        }
+    }
+    for cl in closed.iter() {
+        if !closed_modules.iter().any(|m: &schema::Module| m.path == cl.module.path && m.base == cl.module.base) {
+            closed_modules.push(cl.module.clone());
+        }
+    }
+    frames
+}
+
+fn py_frames(c: &callsite::Callsite) -> Vec<schema::Frame> {
+    let mut py_frames = Vec::new();
+    for &id in c.python() {
+        crate::capture::python::frame(id, |f| {
+            py_frames.push(schema::Frame {
+                addr: schema::Addr(0),
+                module: Some(f.file.clone()),
+                offset: None,
+                symbol: Some(f.function.clone()),
+                file: Some(f.file.clone()),
+                line: Some(f.line),
+            })
+        });
+    }
+    py_frames
+}
+
+/// The live records; physical allocations of the virtual-memory APIs are listed under their
+/// handles, and so are host memory pools, each at its reserved memory.
+fn live_figures() -> Vec<(u64, LiveFigures)> {
     let physical = crate::accounting::physical::records().into_iter().chain(crate::accounting::pools::records()).map(|(h, l)| (h as usize, l));
-    let live = if partial { Vec::new() } else { ledger::live_records() };
-    let live = live
+    ledger::live_records()
         .into_iter()
         .chain(physical)
         .map(|(addr, l)| {
             let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id(), tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
             (addr as u64, f)
         })
-        .collect();
-    let (events, events_dropped) = if partial { (Vec::new(), 0) } else { ledger::events() };
+        .collect()
+}
+
+fn report_events(cfg: &Config) -> (Vec<schema::Event>, u64) {
+    let (events, dropped) = ledger::events();
     let events = events
         .into_iter()
         .map(|e| schema::Event {
@@ -277,71 +324,53 @@ fn gather(cfg: &Config) -> Figures {
             cgroup_headroom_bytes: e.over.cgroup_headroom(),
         })
         .collect();
-    let (points, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
-    let (timeline, timeline_apis) = timelines(&points, &apis);
+    (events, dropped)
+}
+
+/// What a report short of memory left out, and the calls that passed through untracked.
+fn memory_errors(partial: bool, names: bool, out_of_memory: u64) -> Vec<String> {
+    let mut errors = Vec::new();
     if partial {
         errors.push("pinguard was short of memory at this report: it is partial (callsites, live records, events and the timeline left out)".to_string());
     } else if !names {
         errors.push("pinguard was short of memory at this report: frames are not named (addresses and modules only)".to_string());
     }
-    totals.out_of_memory_count = heap::failures();
-    if totals.out_of_memory_count > 0 {
+    if out_of_memory > 0 {
         errors.push(format!(
             "pinguard was refused memory {}: pinning calls made while it was short passed through untracked (untracked_count)",
-            count(totals.out_of_memory_count, "time", "times")
+            count(out_of_memory, "time", "times")
         ));
     }
-    let mut config = config(cfg);
-    config.errors.extend(errors);
-    Figures {
-        now,
-        process: process(now),
-        config,
-        totals,
-        apis,
-        kernel: schema::Kernel {
-            vm_lck_bytes: status.vm_lck,
-            vm_pin_bytes: status.vm_pin,
-            rlimit_memlock_bytes: kernel::rlimit_memlock(),
-            smaps_walk_count: kernel::smaps_walks(),
-        },
-        group: crate::budget::group::snapshot().map(|g| schema::Group {
-            name: g.name,
-            budget_bytes: g.budget,
-            used_bytes: g.used,
-            peak_bytes: g.peak,
-            members: g.members as u64,
-            host_reserve_bytes: g.host_reserve,
-            host_lowest_available_bytes: g.host_lowest_available,
-            host_reserve_count: g.host_reserve_count,
-            cgroup_reserve_bytes: g.cgroup_reserve,
-            cgroup_lowest_headroom_bytes: g.cgroup_lowest_headroom,
-            cgroup_reserve_count: g.cgroup_reserve_count,
-            unreachable: g.unreachable,
-            lock_timeouts: g.lock_timeouts,
-            liveness: g.liveness,
-        }),
-        host: host(),
-        cgroup: cgroup(),
-        modules: {
-            let mut m = sym.modules();
-            for c in closed_modules {
-                if !m.iter().any(|k| k.path == c.path && k.base == c.base) {
-                    m.push(c);
-                }
-            }
-            m
-        },
-        callsites,
-        folded,
-        max_callsites: callsite::max(),
-        live,
-        events,
-        events_dropped,
-        timeline,
-        timeline_apis,
-        timeline_dropped,
+    errors
+}
+
+fn group_figures() -> Option<schema::Group> {
+    crate::budget::group::snapshot().map(|g| schema::Group {
+        name: g.name,
+        budget_bytes: g.budget,
+        used_bytes: g.used,
+        peak_bytes: g.peak,
+        members: g.members as u64,
+        host_reserve_bytes: g.host_reserve,
+        host_lowest_available_bytes: g.host_lowest_available,
+        host_reserve_count: g.host_reserve_count,
+        cgroup_reserve_bytes: g.cgroup_reserve,
+        cgroup_lowest_headroom_bytes: g.cgroup_lowest_headroom,
+        cgroup_reserve_count: g.cgroup_reserve_count,
+        unreachable: g.unreachable,
+        lock_timeouts: g.lock_timeouts,
+        liveness: g.liveness,
+    })
+}
+
+/// The loaded modules, then those of closed objects that callsites went through.
+fn merged_modules(mut m: Vec<schema::Module>, closed: Vec<schema::Module>) -> Vec<schema::Module> {
+    for c in closed {
+        if !m.iter().any(|k| k.path == c.path && k.base == c.base) {
+            m.push(c);
+        }
     }
+    m
 }
 
 /// `[unix_ms, live_bytes]` points, oldest first.
