@@ -1374,28 +1374,10 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
         };
         freed += l.bury(&dead);
         dead = Dead::none();
-        let i = match seat(&mut l, joining.as_ref()) {
-            Seat::In(i) => i,
-            Seat::Join if !done.joined => {
-                drop(l);
-                joining = Some(Joining::read());
-                dead = Dead::look(h, Scan::Join);
-                done.joined = true;
-                continue;
-            }
-            Seat::Out(now) => {
-                drop(l);
-                if now {
-                    let _nc = sys::NoCancel::new();
-                    tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
-                }
-                return Ok(());
-            }
-            Seat::Unverified | Seat::Join => {
-                drop(l);
-                warn_unverified();
-                return Err(Refused::Group);
-            }
+        let (mut l, i) = match take_seat(l, h, &mut joining, &mut dead, &mut done) {
+            Ok(seat) => seat,
+            Err(Round::Again) => continue,
+            Err(Round::Answer(a)) => return a,
         };
         let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
         if !force && !fits(&l) {
@@ -1430,6 +1412,45 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
         drop(l);
         log_freed(freed);
         return Ok(());
+    }
+}
+
+/// What `reserve_in` does when this process has no slot to decide in.
+enum Round {
+    /// Joining was prepared (the lock let go): take the lock again.
+    Again,
+    /// The call's answer, decided without the group.
+    Answer(Result<(), Refused>),
+}
+
+/// This process's slot in the ledger `l` holds, the lock kept; else what to do instead (the lock
+/// let go): prepare joining once (reading this process's identity and looking for dead members
+/// without the lock), or go on alone when the group is full, or refuse when this process cannot
+/// prove who it is.
+fn take_seat(l: Locked, h: Shared, joining: &mut Option<Joining>, dead: &mut Dead, done: &mut Done) -> Result<(Locked, usize), Round> {
+    let mut l = l;
+    match seat(&mut l, joining.as_ref()) {
+        Seat::In(i) => Ok((l, i)),
+        Seat::Join if !done.joined => {
+            drop(l);
+            *joining = Some(Joining::read());
+            *dead = Dead::look(h, Scan::Join);
+            done.joined = true;
+            Err(Round::Again)
+        }
+        Seat::Out(now) => {
+            drop(l);
+            if now {
+                let _nc = sys::NoCancel::new();
+                tracing::warn!("group: all {MAX_MEMBERS} member slots are taken; this process uses its own budget only");
+            }
+            Err(Round::Answer(Ok(())))
+        }
+        Seat::Unverified | Seat::Join => {
+            drop(l);
+            warn_unverified();
+            Err(Round::Answer(Err(Refused::Group)))
+        }
     }
 }
 
