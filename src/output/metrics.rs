@@ -85,80 +85,111 @@ fn config_errors(cfg: &Config) -> u64 {
     cfg.errors.len() as u64 + u64::from(budget::host::problem().is_some()) + u64::from(budget::cgroup::floor().problem().is_some())
 }
 
+/// The text being written, and the labels every sample of this process carries.
+struct Families {
+    s: String,
+    who: String,
+}
+
+impl Families {
+    fn family(&mut self, name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>) {
+        let _ = writeln!(self.s, "# HELP {name} {help}");
+        let _ = writeln!(self.s, "# TYPE {name} {kind}");
+        for (labels, v) in samples {
+            let _ = writeln!(self.s, "{name}{{{labels}}} {v}");
+        }
+    }
+
+    /// A family of one sample, this process's.
+    fn one(&mut self, name: &str, kind: &str, help: &str, v: u64) {
+        let samples = vec![(self.who.clone(), v)];
+        self.family(name, kind, help, samples);
+    }
+}
+
 fn render(cfg: &Config, me: &Writer) -> String {
     let g = group::snapshot();
     let who = who(cfg, g.as_ref().map(|g| g.name.as_str()));
+    let mut f = Families { s: me.line(), who };
+    process_families(&mut f, cfg);
+    host_families(&mut f);
+    cgroup_families(&mut f);
+    if let Some(g) = g {
+        group_families(&mut f, &g);
+    }
+    f.s
+}
+
+fn process_families(f: &mut Families, cfg: &Config) {
     let apis = ledger::apis();
     let t = ledger::totals();
-    let mut s = me.line();
-    let mut family = |name: &str, kind: &str, help: &str, samples: Vec<(String, u64)>| {
-        let _ = writeln!(s, "# HELP {name} {help}");
-        let _ = writeln!(s, "# TYPE {name} {kind}");
-        for (labels, v) in samples {
-            let _ = writeln!(s, "{name}{{{labels}}} {v}");
-        }
+    let by_api = |who: &str, get: &dyn Fn(&pinguard_report::ApiStats) -> u64| -> Vec<(String, u64)> {
+        apis.iter().map(|(a, st)| (format!("{who},api=\"{}\"", a.name()), get(st))).collect()
     };
-    let by_api = |f: &dyn Fn(&pinguard_report::ApiStats) -> u64| -> Vec<(String, u64)> {
-        apis.iter().map(|(a, st)| (format!("{who},api=\"{}\"", a.name()), f(st))).collect()
-    };
-    let one = |v: u64| vec![(who.clone(), v)];
-    family("pinguard_pinned_bytes", "gauge", "Pinned bytes live now, by entry point.", by_api(&|a| a.live_bytes));
-    family("pinguard_pinned_peak_bytes", "gauge", "Most pinned bytes live at once, by entry point.", by_api(&|a| a.peak_live_bytes));
-    family("pinguard_denied_total", "counter", "Calls refused by the budget, by entry point.", by_api(&|a| a.denied_count));
-    family("pinguard_downgraded_total", "counter", "Calls served with pageable memory instead, by entry point.", by_api(&|a| a.downgraded_count));
-    family("pinguard_process_pinned_bytes", "gauge", "Pinned bytes live now in the process.", one(t.live_bytes));
-    family("pinguard_process_pinned_peak_bytes", "gauge", "Most pinned bytes live at once in the process.", one(t.peak_live_bytes));
-    family("pinguard_config_errors", "gauge", "Settings that could not be used (the report's config.errors).", one(config_errors(cfg)));
+    let w = f.who.clone();
+    f.family("pinguard_pinned_bytes", "gauge", "Pinned bytes live now, by entry point.", by_api(&w, &|a| a.live_bytes));
+    f.family("pinguard_pinned_peak_bytes", "gauge", "Most pinned bytes live at once, by entry point.", by_api(&w, &|a| a.peak_live_bytes));
+    f.family("pinguard_denied_total", "counter", "Calls refused by the budget, by entry point.", by_api(&w, &|a| a.denied_count));
+    f.family("pinguard_downgraded_total", "counter", "Calls served with pageable memory instead, by entry point.", by_api(&w, &|a| a.downgraded_count));
+    f.one("pinguard_process_pinned_bytes", "gauge", "Pinned bytes live now in the process.", t.live_bytes);
+    f.one("pinguard_process_pinned_peak_bytes", "gauge", "Most pinned bytes live at once in the process.", t.peak_live_bytes);
+    f.one("pinguard_config_errors", "gauge", "Settings that could not be used (the report's config.errors).", config_errors(cfg));
     if let Some(b) = budget::limit() {
-        family("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", one(b));
+        f.one("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", b);
     }
-    if let Some(h) = budget::host::snapshot() {
-        if let Some(r) = budget::host::reserve() {
-            family("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", one(r));
-        }
-        family("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", one(h.available));
-        family("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", one(h.lowest));
-        family("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", one(t.host_reserve_count));
+}
+
+fn host_families(f: &mut Families) {
+    let Some(h) = budget::host::snapshot() else { return };
+    if let Some(r) = budget::host::reserve() {
+        f.one("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", r);
     }
-    if let Some(c) = budget::cgroup::floor().snapshot() {
-        if let Some(r) = budget::cgroup::floor().reserve() {
-            family("pinguard_cgroup_reserve_bytes", "gauge", "The cgroup reserve in force: the floor pins keep the memory cgroup's headroom above.", one(r));
-        }
-        family("pinguard_cgroup_limit_bytes", "gauge", "The tightest memory limit on the process's cgroup path, as read when the reserve was set up.", one(c.total));
-        family("pinguard_cgroup_headroom_bytes", "gauge", "The memory cgroup's headroom before its OOM killer at the latest reading for the reserve.", one(c.available));
-        family("pinguard_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom read for the cgroup reserve.", one(c.lowest));
-        family("pinguard_cgroup_reserve_stopped_total", "counter", "Pinning calls the cgroup reserve stopped (refused, downgraded, or pinned anyway under warn).", one(t.cgroup_reserve_count));
+    f.one("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", h.available);
+    f.one("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", h.lowest);
+    let stopped = ledger::totals().host_reserve_count;
+    f.one("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", stopped);
+}
+
+fn cgroup_families(f: &mut Families) {
+    let Some(c) = budget::cgroup::floor().snapshot() else { return };
+    if let Some(r) = budget::cgroup::floor().reserve() {
+        f.one("pinguard_cgroup_reserve_bytes", "gauge", "The cgroup reserve in force: the floor pins keep the memory cgroup's headroom above.", r);
     }
-    if let Some(g) = g {
-        // The group's own figures, written alike by every member: `max by (group)` reads them.
-        family("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live (the same in every member's file).", one(g.used));
-        family("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once (the same in every member's file).", one(g.peak));
-        family("pinguard_group_members", "gauge", "Processes in the group (the same in every member's file).", one(g.members as u64));
-        family(
-            "pinguard_group_unavailable_total",
-            "counter",
-            "This process's pinning calls answered by the policy (refused, downgraded, or pinned anyway under warn) because the group's ledger could not be reached in time.",
-            one(t.group_unavailable_count),
-        );
-        if let Some(b) = g.budget {
-            family("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget (the same in every member's file).", one(b));
-        }
-        if let Some(r) = g.host_reserve {
-            family("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", one(r));
-            if let Some(l) = g.host_lowest_available {
-                family("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", one(l));
-            }
-            family("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", one(g.host_reserve_count));
-        }
-        if let Some(r) = g.cgroup_reserve {
-            family("pinguard_group_cgroup_reserve_bytes", "gauge", "The largest cgroup reserve a member in this process's cgroup applies (the group's shared reading of that cgroup).", one(r));
-            if let Some(l) = g.cgroup_lowest_headroom {
-                family("pinguard_group_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom a member in this process's cgroup read for the reserve.", one(l));
-            }
-            family("pinguard_group_cgroup_reserve_stopped_calls", "gauge", "Pinning calls the cgroup reserve stopped, summed over the members in the group now.", one(g.cgroup_reserve_count));
-        }
+    f.one("pinguard_cgroup_limit_bytes", "gauge", "The tightest memory limit on the process's cgroup path, as read when the reserve was set up.", c.total);
+    f.one("pinguard_cgroup_headroom_bytes", "gauge", "The memory cgroup's headroom before its OOM killer at the latest reading for the reserve.", c.available);
+    f.one("pinguard_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom read for the cgroup reserve.", c.lowest);
+    let stopped = ledger::totals().cgroup_reserve_count;
+    f.one("pinguard_cgroup_reserve_stopped_total", "counter", "Pinning calls the cgroup reserve stopped (refused, downgraded, or pinned anyway under warn).", stopped);
+}
+
+/// The group's own figures, written alike by every member: `max by (group)` reads them.
+fn group_families(f: &mut Families, g: &group::Snapshot) {
+    f.one("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live (the same in every member's file).", g.used);
+    f.one("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once (the same in every member's file).", g.peak);
+    f.one("pinguard_group_members", "gauge", "Processes in the group (the same in every member's file).", g.members as u64);
+    f.one(
+        "pinguard_group_unavailable_total",
+        "counter",
+        "This process's pinning calls answered by the policy (refused, downgraded, or pinned anyway under warn) because the group's ledger could not be reached in time.",
+        ledger::totals().group_unavailable_count,
+    );
+    if let Some(b) = g.budget {
+        f.one("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget (the same in every member's file).", b);
     }
-    s
+    if let Some(r) = g.host_reserve {
+        f.one("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", r);
+        if let Some(l) = g.host_lowest_available {
+            f.one("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", l);
+        }
+        f.one("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", g.host_reserve_count);
+    }
+    if let Some(r) = g.cgroup_reserve {
+        f.one("pinguard_group_cgroup_reserve_bytes", "gauge", "The largest cgroup reserve a member in this process's cgroup applies (the group's shared reading of that cgroup).", r);
+        if let Some(l) = g.cgroup_lowest_headroom {
+            f.one("pinguard_group_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom a member in this process's cgroup read for the reserve.", l);
+        }
+        f.one("pinguard_group_cgroup_reserve_stopped_calls", "gauge", "Pinning calls the cgroup reserve stopped, summed over the members in the group now.", g.cgroup_reserve_count);
+    }
 }
 
 /// This process's liveness file (`textfile::live_name`): a process-shared robust mutex in a
