@@ -2,7 +2,7 @@
 
 use super::{real, slots};
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, Request};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
@@ -11,6 +11,8 @@ const SUCCESS: c_int = 0;
 const MEMORY_ALLOCATION: c_int = 207001;
 /// `ACL_ERROR_INVALID_PARAM`: what the runtime answers for memory registered twice.
 const INVALID_PARAM: c_int = 100000;
+/// ACL's answers (`aclError`): memory registered twice is an invalid parameter to it.
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: MEMORY_ALLOCATION, already: INVALID_PARAM };
 /// `ACL_ERROR_UNINITIALIZE`, when no runtime can be found behind the hook.
 const UNINITIALIZE: c_int = 100001;
 /// `ACL_HOST_REG_MAPPED` for `aclrtHostRegisterV2`: the device maps the page, so it must be pinned.
@@ -58,8 +60,9 @@ unsafe fn malloc_physical(f: MallocPhysicalFn, handle: *mut u64, size: usize, pr
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
+            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_physical(Api::AclrtMallocPhysical, handle, size, host, rejected, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(handle, size, prop, flags) })
+            h.create_physical(Api::AclrtMallocPhysical, handle, size, req, CODES, || unsafe { f(handle, size, prop, flags) })
         }
     }
 }
@@ -106,7 +109,7 @@ unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int 
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size) }),
+        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, CODES, || unsafe { f(ptr, size) }),
     }
 }
 
@@ -115,7 +118,7 @@ unsafe fn malloc_host_with_cfg(f: MallocCfgFn, ptr: *mut *mut c_void, size: u64,
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size, cfg) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size, cfg) }),
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, CODES, || unsafe { f(ptr, size, cfg) }),
     }
 }
 
@@ -127,7 +130,7 @@ unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, d
         Some(h) => {
             let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || unsafe { f(ptr, size, ty, dev) })
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, CODES, || unsafe { f(ptr, size, ty, dev) })
         }
     }
 }
@@ -136,7 +139,7 @@ unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u
     match Hook::enter(Family::Acl) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size, flag) },
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, || {
+        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), CODES, || {
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
             unsafe { f(ptr, size, flag) }
         }),

@@ -8,7 +8,7 @@
 
 use super::{real, slots};
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -25,6 +25,8 @@ const DEVICEMAP: c_uint = 2;
 const ALLOC_FLAGS: c_uint = 0x7;
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
 const REGISTER_FLAGS: c_uint = 0xf;
+/// The driver's answers (`CUresult`).
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: OUT_OF_MEMORY, already: ALREADY_REGISTERED };
 
 type HostAllocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize, c_uint) -> c_int;
 type AllocHostFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
@@ -63,7 +65,7 @@ unsafe fn pool_of(f: PoolOfFn, api: Api, pool: *mut u64, location: *const c_int,
             // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
             let host = unsafe { location_host(location, ty) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(api, pool, host, false, SUCCESS, driver_pool_attr, || unsafe { f(pool, location, ty) })
+            h.pool_handed_out(api, pool, host, false, POOLS, || unsafe { f(pool, location, ty) })
         }
     }
 }
@@ -86,7 +88,7 @@ unsafe fn host_alloc(f: HostAllocFn, pp: *mut *mut c_void, size: usize, flags: c
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(pp, size, flags) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size, flags) }),
+        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), CODES, || unsafe { f(pp, size, flags) }),
     }
 }
 
@@ -95,7 +97,7 @@ unsafe fn alloc_host_v2(f: AllocHostFn, pp: *mut *mut c_void, size: usize) -> c_
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(pp, size) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size) }),
+        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, CODES, || unsafe { f(pp, size) }),
     }
 }
 
@@ -104,7 +106,7 @@ unsafe fn alloc_host_legacy(f: AllocHostLegacyFn, pp: *mut *mut c_void, size: c_
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(pp, size) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, || unsafe { f(pp, size) }),
+        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, CODES, || unsafe { f(pp, size) }),
     }
 }
 
@@ -113,7 +115,7 @@ unsafe fn register_v2(f: RegisterFn, p: *mut c_void, size: usize, flags: c_uint)
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(p, size, flags) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(p, size, flags) }),
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), CODES, || unsafe { f(p, size, flags) }),
     }
 }
 
@@ -122,7 +124,7 @@ unsafe fn register_legacy(f: RegisterFn, p: *mut c_void, size: usize, flags: c_u
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(p, size, flags) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, || unsafe { f(p, size, flags) }),
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), CODES, || unsafe { f(p, size, flags) }),
     }
 }
 
@@ -178,6 +180,9 @@ pub(crate) fn pool_attr(get: Option<PoolAttrFn>, pool: u64, attr: i32) -> Option
     (unsafe { get(pool, attr, &mut v as *mut u64 as *mut c_void) } == SUCCESS).then_some(v)
 }
 
+/// The driver's pool calls: its codes, and `cuMemPoolGetAttribute`.
+const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: driver_pool_attr };
+
 fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `cuMemPoolGetAttribute`.
     pool_attr(unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() }, pool, attr)
@@ -191,7 +196,7 @@ unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> 
             // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
             let host = unsafe { pool_props_host(props) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, SUCCESS, driver_pool_attr, || unsafe { f(pool, props) })
+            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, || unsafe { f(pool, props) })
         }
     }
 }
@@ -201,7 +206,7 @@ unsafe fn pool_destroy(f: PoolFn, pool: u64) -> c_int {
         // SAFETY: `f` is the real function, given the C caller's argument under its contract.
         None => unsafe { f(pool) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, SUCCESS, driver_pool_attr, || unsafe { f(pool) }),
+        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, || unsafe { f(pool) }),
     }
 }
 
@@ -210,7 +215,7 @@ unsafe fn pool_trim(f: PoolTrimFn, pool: u64, keep: usize) -> c_int {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(pool, keep) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, SUCCESS, driver_pool_attr, || unsafe { f(pool, keep) }),
+        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, || unsafe { f(pool, keep) }),
     }
 }
 
@@ -219,7 +224,7 @@ unsafe fn pool_alloc(f: PoolAllocFn, dptr: *mut usize, size: usize, pool: u64, s
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(dptr, size, pool, stream) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, SUCCESS, OUT_OF_MEMORY, driver_pool_attr, || unsafe { f(dptr, size, pool, stream) }),
+        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, POOLS, || unsafe { f(dptr, size, pool, stream) }),
     }
 }
 
@@ -228,7 +233,7 @@ unsafe fn free_async(f: FreeAsyncFn, dptr: usize, stream: *mut c_void) -> c_int 
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(dptr, stream) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, SUCCESS, driver_pool_attr, || unsafe { f(dptr, stream) }),
+        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, POOLS, || unsafe { f(dptr, stream) }),
     }
 }
 
@@ -239,8 +244,9 @@ unsafe fn mem_create(f: MemCreateFn, handle: *mut u64, size: usize, prop: *const
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
+            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_physical(Api::CuMemCreate, handle, size, host, rejected, SUCCESS, OUT_OF_MEMORY, || unsafe { f(handle, size, prop, flags) })
+            h.create_physical(Api::CuMemCreate, handle, size, req, CODES, || unsafe { f(handle, size, prop, flags) })
         }
     }
 }

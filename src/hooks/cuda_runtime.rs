@@ -3,7 +3,7 @@
 
 use super::{real, slots};
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -14,6 +14,8 @@ const MEMORY_ALLOCATION: c_int = 2;
 const INITIALIZATION_ERROR: c_int = 3;
 /// `cudaErrorHostMemoryAlreadyRegistered`.
 const ALREADY_REGISTERED: c_int = 712;
+/// The runtime's answers (`cudaError_t`).
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: MEMORY_ALLOCATION, already: ALREADY_REGISTERED };
 /// `cudaHostAllocMapped` and `cudaHostRegisterMapped`: the device needs the page, so pageable
 /// memory cannot stand in for it.
 const MAPPED: c_uint = 2;
@@ -37,6 +39,9 @@ fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     super::cuda_driver::pool_attr(unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
 }
 
+/// The runtime's pool calls: its codes, and `cudaMemPoolGetAttribute`.
+const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: runtime_pool_attr };
+
 unsafe fn pool_of(f: super::cuda_driver::PoolOfFn, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     match Hook::enter(Family::Cuda) {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
@@ -45,7 +50,7 @@ unsafe fn pool_of(f: super::cuda_driver::PoolOfFn, api: Api, pool: *mut u64, loc
             // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
             let host = unsafe { super::cuda_driver::location_host(location, ty) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(api, pool, host, false, SUCCESS, runtime_pool_attr, || unsafe { f(pool, location, ty) })
+            h.pool_handed_out(api, pool, host, false, POOLS, || unsafe { f(pool, location, ty) })
         }
     }
 }
@@ -68,7 +73,7 @@ unsafe fn pool_create(f: PoolCreateFn, pool: *mut u64, props: *const c_void) -> 
             // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
             // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, SUCCESS, runtime_pool_attr, || unsafe { f(pool, props) })
+            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, || unsafe { f(pool, props) })
         }
     }
 }
@@ -78,7 +83,7 @@ unsafe fn pool_destroy(f: PoolFn, pool: u64) -> c_int {
         // SAFETY: `f` is the real function, given the C caller's argument under its contract.
         None => unsafe { f(pool) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, SUCCESS, runtime_pool_attr, || unsafe { f(pool) }),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, || unsafe { f(pool) }),
     }
 }
 
@@ -87,7 +92,7 @@ unsafe fn pool_trim(f: PoolTrimFn, pool: u64, keep: usize) -> c_int {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(pool, keep) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, SUCCESS, runtime_pool_attr, || unsafe { f(pool, keep) }),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, || unsafe { f(pool, keep) }),
     }
 }
 
@@ -96,7 +101,7 @@ unsafe fn pool_alloc(f: PoolAllocFn, ptr: *mut usize, size: usize, pool: u64, st
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size, pool, stream) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, SUCCESS, MEMORY_ALLOCATION, runtime_pool_attr, || unsafe { f(ptr, size, pool, stream) }),
+        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, POOLS, || unsafe { f(ptr, size, pool, stream) }),
     }
 }
 
@@ -105,7 +110,7 @@ unsafe fn free_async(f: FreeAsyncFn, ptr: usize, stream: *mut c_void) -> c_int {
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, stream) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, SUCCESS, runtime_pool_attr, || unsafe { f(ptr, stream) }),
+        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, POOLS, || unsafe { f(ptr, stream) }),
     }
 }
 
@@ -114,7 +119,7 @@ unsafe fn host_alloc(f: AllocFn, ptr: *mut *mut c_void, size: usize, flags: c_ui
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size, flags) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size, flags) }),
+        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), CODES, || unsafe { f(ptr, size, flags) }),
     }
 }
 
@@ -123,7 +128,7 @@ unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int 
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, || unsafe { f(ptr, size) }),
+        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, CODES, || unsafe { f(ptr, size) }),
     }
 }
 
@@ -132,7 +137,7 @@ unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: usize, flags: c_u
         // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
         None => unsafe { f(ptr, size, flags) },
         // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, || unsafe { f(ptr, size, flags) }),
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), CODES, || unsafe { f(ptr, size, flags) }),
     }
 }
 
