@@ -70,6 +70,7 @@ impl Drop for WarnLater<'_> {
 mod locking;
 mod physical;
 mod pools;
+pub use locking::MmapArgs;
 pub use pools::PoolApi;
 mod scope;
 
