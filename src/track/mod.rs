@@ -284,11 +284,18 @@ impl Hook {
     /// and a failure still counts as one.
     pub(crate) fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
         if rc != ok {
-            let err = self.errno();
-            quiet(|| ledger::count_failed(self.t, api));
-            self.set_errno(err);
+            self.errno_kept(|| quiet(|| ledger::count_failed(self.t, api)));
         }
         rc
+    }
+
+    /// Runs pinguard's own `f` (a record, a `warn` line), the caller's `errno` as it was before.
+    #[inline(always)]
+    pub(crate) fn errno_kept<T>(&self, f: impl FnOnce() -> T) -> T {
+        let err = self.errno();
+        let out = f();
+        self.set_errno(err);
+        out
     }
 
     /// Makes the real call and records its answer: `record` (under `quiet`) sees what it
@@ -465,8 +472,7 @@ impl Hook {
     }
 
     fn write_warning(&self, w: OverBudget) {
-        let err = self.errno();
-        let _ = quiet(|| {
+        let _ = self.errno_kept(|| quiet(|| {
             let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
             let what = match (w.over.limit(), budget::group::snapshot()) {
                 (Limit::HostReserve, _) => format!(
@@ -489,8 +495,7 @@ impl Hook {
             };
             let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();
             tracing::warn!("{} of {} {what}{at}; allowed (policy warn; logged once per callsite)", w.api.name(), format_bytes(w.bytes));
-        });
-        self.set_errno(err);
+        }));
     }
 
     /// The budget's answer for a call that no pageable memory can stand in for (the device maps
@@ -499,10 +504,7 @@ impl Hook {
     /// will reject).
     fn pinned_only(&self, admission: Admission) -> Option<Option<budget::Reservation>> {
         match admission {
-            Admission::Refuse | Admission::Downgrade(_) => {
-                self.set_errno(self.entry_errno);
-                None
-            }
+            Admission::Refuse | Admission::Downgrade(_) => self.answer(None),
             Admission::Pin(r) => Some(Some(r)),
             Admission::Pass => Some(None),
         }
