@@ -308,51 +308,66 @@ impl Hook {
         let ask = Ask { api, site, req: Request::Pageable, later: &later };
         let mut locked = ledger::locked();
         let span = Span { start, end, now: self.now() };
-        let (reservation, gaps) = match self.mlock_decide(&mut locked, &ask, span) {
-            Ok(go) => go,
-            Err(why) => return self.not_locked(locked, why, &ask, real),
-        };
-        // Kept when the pages were locked; given back when not (a walk then takes whatever the
-        // kernel locked before it failed).
-        self.call_holding(locked, real, |&rc, err, locked| match rc {
-            0 => self.mlocked(locked, reservation, &gaps, &ask, span.now),
-            _ => self.lock_failed(locked, reservation, &gaps, &ask, span, err),
-        })
-    }
-
-    /// `mlock`'s decision under the view's guard: the pages of `span` not locked yet (after a walk
-    /// where the view looks stale) and what the budget holds for them, or why nothing is locked.
-    #[inline(always)]
-    fn mlock_decide(&self, locked: &mut LockedGuard, ask: &Ask, span: Span) -> Result<(budget::Reservation, Gaps), NotLocked> {
-        let Span { start, end, now } = span;
         let mut gaps = locked.ranges.gaps(start, end);
-        // The view thinks some of these pages locked: cheap evidence that it may be stale (a
-        // freed block unmapped by glibc, its address handed out again).
-        if total(&gaps) < (end - start) as u64 && self.recheck(locked, now) {
-            gaps = locked.ranges.gaps(start, end);
-        }
-        let new = total(&gaps);
-        if new == 0 {
-            rare();
-            return Err(NotLocked::Untracked); // every page is locked already
-        }
+        let new = self.mlock_new(&mut locked, span, &mut gaps);
         // The gaps counted again after a walk, kept outside the call that may unwind: only the
         // small decision crosses `quiet`.
         let mut fresh = None;
-        let recount = |l: &LockedGuard| {
-            let g = l.ranges.gaps(start, end);
-            let n = total(&g);
-            fresh = Some(g);
-            (n > 0).then_some(n)
-        };
-        let decided = quiet(|| self.admit_lock(locked, ask, new, recount, |n| kernel::mlock_rejected(start, end, n)));
-        let reservation = settle(decided)?;
-        if reservation.bytes() == 0 {
-            rare();
-            reservation.commit(); // nothing held: nothing to give back
-            return Err(NotLocked::Untracked);
+        let decided = (new > 0).then(|| {
+            quiet(|| {
+                let recount = |l: &LockedGuard| {
+                    let g = l.ranges.gaps(start, end);
+                    let n = total(&g);
+                    fresh = Some(g);
+                    (n > 0).then_some(n)
+                };
+                self.admit_lock(&mut locked, &ask, new, recount, |n| kernel::mlock_rejected(start, end, n))
+            })
+        });
+        if let Some(g) = fresh {
+            gaps = g;
         }
-        Ok((reservation, fresh.unwrap_or(gaps)))
+        let reservation = match decided.map(settle) {
+            Some(Ok(r)) if r.bytes() > 0 => r,
+            None => return self.not_locked(locked, NotLocked::Untracked, &ask, real), // every page is locked already
+            Some(Ok(r)) => {
+                r.commit(); // nothing held: nothing to give back
+                return self.not_locked(locked, NotLocked::Untracked, &ask, real);
+            }
+            Some(Err(why)) => return self.not_locked(locked, why, &ask, real),
+        };
+        // Kept when the pages were locked; given back when not (a walk then takes whatever the
+        // kernel locked before it failed). Written out here, not through `call_holding` or a
+        // helper taking `Ask`: either cost the steady pair about 60 instructions (callgrind).
+        let rc = real();
+        let err = self.errno();
+        if rc == 0 {
+            let new = reservation.bytes();
+            reservation.commit();
+            quiet(|| {
+                for &(s, e) in &gaps {
+                    locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), span.now);
+                }
+                ledger::count_alloc(self.t, api, site, new);
+            });
+        } else {
+            self.lock_failed(&mut locked, reservation, &gaps, &ask, span, err);
+        }
+        drop(locked);
+        self.set_errno(err);
+        rc
+    }
+
+    /// The bytes of `span` the view holds unlocked (`gaps`), counted again after a walk where the
+    /// view looks stale.
+    #[inline(always)]
+    fn mlock_new(&self, locked: &mut LockedGuard, span: Span, gaps: &mut Gaps) -> u64 {
+        // The view thinks some of these pages locked: cheap evidence that it may be stale (a
+        // freed block unmapped by glibc, its address handed out again).
+        if total(gaps) < (span.end - span.start) as u64 && self.recheck(locked, span.now) {
+            *gaps = locked.ranges.gaps(span.start, span.end);
+        }
+        total(gaps)
     }
 
     /// The answer of an `mlock` or `mlockall` that records no new lock, the view let go first.
@@ -370,17 +385,6 @@ impl Hook {
                 self.answer(0)
             }
         }
-    }
-
-    /// A successful `mlock` of `gaps`: its reservation kept, its pages recorded.
-    #[inline(always)]
-    fn mlocked(&self, locked: &mut LockedGuard, reservation: budget::Reservation, gaps: &Gaps, ask: &Ask, now: u64) {
-        let new = reservation.bytes();
-        reservation.commit();
-        for &(s, e) in gaps {
-            locked.add(self.t, s, e, self.live(ask.api, 0, ask.site, Backing::Pinned), now);
-        }
-        ledger::count_alloc(self.t, ask.api, ask.site, new);
     }
 
     /// Whether a comparison with the kernel (`VmLck`, and a walk of `smaps` where they differ)
@@ -430,11 +434,13 @@ impl Hook {
         self.call_holding(ledger::locked(), real, |rc, err, locked| {
             let now = self.now();
             if ok(rc) {
-                let removed = locked.cut(self.t, start, end, now);
-                if removed > 0 {
-                    budget::release(removed);
-                    ledger::count_release(self.t);
-                }
+                quiet(|| {
+                    let removed = locked.cut(self.t, start, end, now);
+                    if removed > 0 {
+                        budget::release(removed);
+                        ledger::count_release(self.t);
+                    }
+                });
             } else if api == Api::Munlock && partial(err) {
                 self.unlock_failed(locked, start, end, now);
             }
@@ -476,18 +482,20 @@ impl Hook {
             Err(why) => return self.mmap_not_locked(locked, why, &ask, m.flags, real),
         };
         self.call_holding(locked, || real(m.flags), |&p, _, locked| {
-            if p == libc::MAP_FAILED {
-                drop(reservation);
-                ledger::count_failed(self.t, api);
-                return;
-            }
-            let start = p as usize;
-            // The kernel handed out these pages: whatever the view had there is gone, replaced
-            // by MAP_FIXED or unmapped behind pinguard's back.
-            budget::release(locked.cut(self.t, start, start + rounded, now));
-            locked.add(self.t, start, start + rounded, self.live(api, 0, site, Backing::Pinned), now);
-            reservation.commit();
-            ledger::count_alloc(self.t, api, site, bytes);
+            quiet(|| {
+                if p == libc::MAP_FAILED {
+                    drop(reservation);
+                    ledger::count_failed(self.t, api);
+                    return;
+                }
+                let start = p as usize;
+                // The kernel handed out these pages: whatever the view had there is gone,
+                // replaced by MAP_FIXED or unmapped behind pinguard's back.
+                budget::release(locked.cut(self.t, start, start + rounded, now));
+                locked.add(self.t, start, start + rounded, self.live(api, 0, site, Backing::Pinned), now);
+                reservation.commit();
+                ledger::count_alloc(self.t, api, site, bytes);
+            });
         })
     }
 
@@ -532,9 +540,11 @@ impl Hook {
                 return self.fail(libc::MAP_FAILED, err);
             }
         };
-        self.call_holding(locked, real, |&r, _, locked| match r == libc::MAP_FAILED {
-            true => self.remap_failed(locked, m, reservation, now),
-            false => self.remapped(locked, m, held, r as usize, reservation),
+        self.call_holding(locked, real, |&r, _, locked| {
+            quiet(|| match r == libc::MAP_FAILED {
+                true => self.remap_failed(locked, m, reservation, now),
+                false => self.remapped(locked, m, held, r as usize, reservation),
+            });
         })
     }
 
@@ -623,11 +633,13 @@ impl Hook {
             Err(why) => return self.not_locked(locked, why, &ask, real),
         };
         self.call_holding(locked, real, |&rc, _, locked| {
-            drop(reservation); // the walk takes what the kernel actually locked
-            match rc {
-                0 => self.mlockall_done(locked, &ask, flags, now),
-                _ => ledger::count_failed(self.t, api),
-            }
+            quiet(|| {
+                drop(reservation); // the walk takes what the kernel actually locked
+                match rc {
+                    0 => self.mlockall_done(locked, &ask, flags, now),
+                    _ => ledger::count_failed(self.t, api),
+                }
+            });
         })
     }
 
@@ -688,13 +700,14 @@ impl Hook {
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
         self.call_holding(ledger::locked(), real, |&rc, _, locked| {
-            if rc != 0 {
-                return;
-            }
-            let removed = locked.clear(self.t, self.now());
-            if removed > 0 {
-                budget::release(removed);
-                ledger::count_release(self.t);
+            if rc == 0 {
+                quiet(|| {
+                    let removed = locked.clear(self.t, self.now());
+                    if removed > 0 {
+                        budget::release(removed);
+                        ledger::count_release(self.t);
+                    }
+                });
             }
         })
     }
