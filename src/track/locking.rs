@@ -293,14 +293,11 @@ impl Hook {
 
     /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
     pub fn lock_range(self, api: Api, addr: usize, len: usize, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
-        let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
+        let span = page_span(addr, len, page_size()).filter(|_| len > 0 && flags & !MLOCK_ONFAULT == 0);
+        let Some((start, end)) = span else {
             rare();
-            return self.untracked(api, 0, real());
+            return self.untracked(api, 0, real()); // nothing to lock, or the kernel's EINVAL
         };
-        if flags & !MLOCK_ONFAULT != 0 {
-            rare();
-            return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
-        }
         let Some(site) = quiet(|| self.site()) else { return real() };
         self.scope_ahead(site);
         // Before the view's guard: a `warn` line waits until the view is let go.
@@ -310,8 +307,7 @@ impl Hook {
         let span = Span { start, end, now: self.now() };
         let mut gaps = locked.ranges.gaps(start, end);
         let new = self.mlock_new(&mut locked, span, &mut gaps);
-        // The gaps counted again after a walk, kept outside the call that may unwind: only the
-        // small decision crosses `quiet`.
+        // The gaps counted again after a walk, kept outside `quiet`: only the decision crosses it.
         let mut fresh = None;
         let decided = (new > 0).then(|| {
             quiet(|| {
