@@ -531,10 +531,7 @@ impl Hook {
         let held = Held { bytes, owner, now };
         let reservation = match self.remap_growth(&mut locked, &later, m, held) {
             Ok(r) => r,
-            Err(err) => {
-                drop(locked);
-                return self.fail(libc::MAP_FAILED, err);
-            }
+            Err(err) => return self.fail_unlocked(locked, libc::MAP_FAILED, err),
         };
         self.call_holding(locked, real, |&r, _, locked| {
             quiet(|| match r == libc::MAP_FAILED {
@@ -542,6 +539,13 @@ impl Hook {
                 false => self.remapped(locked, m, held, r as usize, reservation),
             });
         })
+    }
+
+    /// A failure pinguard answers itself (`Hook::fail`), the view let go first.
+    #[cold]
+    fn fail_unlocked<R>(&self, view: LockedGuard, rc: R, errno: c_int) -> R {
+        drop(view);
+        self.fail(rc, errno)
     }
 
     /// The budget's decision for the part a wholly or partly locked mapping grows by.
