@@ -430,17 +430,20 @@ impl Hook {
         self.call_holding(ledger::locked(), real, |rc, err, locked| {
             let now = self.now();
             if ok(rc) {
-                quiet(|| {
-                    let removed = locked.cut(self.t, start, end, now);
-                    if removed > 0 {
-                        budget::release(removed);
-                        ledger::count_release(self.t);
-                    }
-                });
+                quiet(|| self.unlocked(locked.cut(self.t, start, end, now)));
             } else if api == Api::Munlock && partial(err) {
                 self.unlock_failed(locked, start, end, now);
             }
         })
+    }
+
+    /// `removed` locked bytes the view no longer holds: they go back to the budget.
+    #[inline(always)]
+    fn unlocked(&self, removed: u64) {
+        if removed > 0 {
+            budget::release(removed);
+            ledger::count_release(self.t);
+        }
     }
 
     /// A failed munlock of `[start, end)` still unlocked the mappings before the first hole, if
@@ -701,13 +704,7 @@ impl Hook {
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
         self.call_holding(ledger::locked(), real, |&rc, _, locked| {
             if rc == 0 {
-                quiet(|| {
-                    let removed = locked.clear(self.t, self.now());
-                    if removed > 0 {
-                        budget::release(removed);
-                        ledger::count_release(self.t);
-                    }
-                });
+                quiet(|| self.unlocked(locked.clear(self.t, self.now())));
             }
         })
     }
