@@ -10,6 +10,7 @@ cflags=(-O1 -g -fPIC -Wall -pthread)
 cc "${cflags[@]}" -shared -o "$out/libcudart.so" tests/emul/cudart.c -Wl,-soname,libcudart.so
 cc "${cflags[@]}" -shared -o "$out/libascendcl.so" tests/emul/ascendcl.c -Wl,-soname,libascendcl.so
 cc "${cflags[@]}" -shared -o "$out/libcuda.so.1" tests/emul/cuda_driver.c -Wl,-soname,libcuda.so.1
+cc "${cflags[@]}" -shared -o "$out/libamdhip64.so.5" tests/emul/hip.c -Wl,-soname,libamdhip64.so.5
 cc "${cflags[@]}" -shared -o "$out/layered/libcudart.so" tests/emul/cudart_layered.c -Wl,-soname,libcudart.so -Wl,-rpath,'$ORIGIN/..' -ldl
 link=(-L"$out" -Wl,-rpath,'$ORIGIN' -lcudart -lascendcl -ldl)
 cc "${cflags[@]}" -shared -o "$out/libframework.so" tests/progs/framework.c "${link[@]}"

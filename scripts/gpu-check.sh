@@ -13,10 +13,20 @@
 #   scripts/gpu-check.sh [LIB]             on a machine with an NVIDIA GPU
 #   scripts/gpu-check.sh --dry-run [LIB]   the same checks on the CPU, against the emulated
 #                                          runtime of tests/emul (needs a C compiler)
+#   scripts/gpu-check.sh --hip [LIB]       on a machine with an AMD GPU: PyTorch for ROCm through the
+#                                          same checks, and HIP's own entry points (check 8)
+#   scripts/gpu-check.sh --hip --dry-run [LIB]   check 8 against the emulated libamdhip64.so.5
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dry=0
-if [ "${1:-}" = --dry-run ]; then dry=1; shift; fi
+hip=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        --dry-run) dry=1; shift ;;
+        --hip) hip=(--hip); shift ;;
+        *) break ;;
+    esac
+done
 lib=${1:-}
 if [ -z "$lib" ]; then
     for c in target/release-artifacts/x86_64/libpinguard.so target/release/libpinguard.so; do
@@ -29,7 +39,17 @@ if [ -z "$lib" ] || [ ! -f "$lib" ]; then
 fi
 if [ $dry = 1 ]; then
     emul=$(scripts/build-fixtures.sh 2>/dev/null)
-    exec timeout 470 python3 scripts/gpu_check.py --backend emul --emul-dir "$emul" --lib "$lib" --timeout 90
+    exec timeout 470 python3 scripts/gpu_check.py --backend emul --emul-dir "$emul" --lib "$lib" --timeout 90 ${hip[@]+"${hip[@]}"}
+fi
+if ((${#hip[@]})); then
+    # PyTorch for ROCm answers torch.cuda.* over HIP; torch.version.hip names the runtime.
+    python3 -c "import torch, sys; sys.exit(0 if torch.version.hip and torch.cuda.is_available() else 1)" 2>/dev/null || {
+        echo "gpu-check: PyTorch for ROCm with an AMD device is needed for --hip (or add --dry-run)" >&2
+        exit 2
+    }
+    rocm-smi --showproductname 2>/dev/null | sed -n 's/^GPU\[[0-9]*\].*Card [Ss]eries: */# gpu: /p' || true
+    python3 -c "import torch; print('# torch', torch.__version__, 'hip', torch.version.hip)"
+    exec timeout 470 python3 scripts/gpu_check.py --backend torch --lib "$lib" --timeout 90 --hip
 fi
 python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || {
     echo "gpu-check: PyTorch with a CUDA device is needed here (or use --dry-run)" >&2

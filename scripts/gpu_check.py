@@ -7,6 +7,9 @@ PASS/FAIL/SKIP with the figures; exit status 1 if any check fails.
 
 Backends:
   torch  the real thing: PyTorch's CachingHostAllocator over NVIDIA's runtime and driver.
+  --hip  an AMD device: PyTorch for ROCm (the same DataLoader checks over libamdhip64), and the HIP
+         runtime's own entry points through ctypes (check 8); with emul, check 8 alone against the
+         emulated libamdhip64.so.5.
   emul   --dry-run: the same checks on the CPU, against the emulated runtime of tests/emul (real
          mmap + mlock). A small caching host allocator written here stands in for PyTorch's: it
          pins through libframework.so (a C library linking the runtime, as libtorch does), rounds
@@ -241,11 +244,75 @@ def child_driver(emul_dir):
     return out
 
 
+def child_hip(emul_dir):
+    """Check 8: the HIP runtime's host memory, through dlsym(handle) (ctypes) and, where the
+    runtime has it, hipGetProcAddress, with pinguard's live figure read before, during and after:
+    hipHostMalloc, hipExtHostAlloc, hipHostRegister, and a host pool where the runtime takes host
+    locations (ROCm 6.x)."""
+    import ctypes
+    hip = ctypes.CDLL(os.path.join(emul_dir, "libamdhip64.so.5") if emul_dir else "libamdhip64.so")
+    live = ctypes.CDLL(None).pinguard_live_bytes
+    live.restype = ctypes.c_uint64
+    size = 4 << 20
+    out = {}
+    ver = ctypes.c_int(0)
+    if hasattr(hip, "hipRuntimeGetVersion"):
+        hip.hipRuntimeGetVersion(ctypes.byref(ver))
+    out["runtime_version"] = ver.value
+    p = ctypes.c_void_p()
+
+    def measure(name, alloc, free):
+        before = live()
+        rc = alloc()
+        if rc != 0:
+            out[name + "_rc"] = rc
+            return
+        during = live()
+        free()
+        out[name] = [during - before, live() - before]
+
+    measure("hipHostMalloc", lambda: hip.hipHostMalloc(ctypes.byref(p), ctypes.c_size_t(size), 0), lambda: hip.hipHostFree(p))
+    if hasattr(hip, "hipExtHostAlloc"):
+        measure("hipExtHostAlloc", lambda: hip.hipExtHostAlloc(ctypes.byref(p), ctypes.c_size_t(size), 0), lambda: hip.hipFreeHost(p))
+    buf = ctypes.create_string_buffer(size)
+    measure("hipHostRegister", lambda: hip.hipHostRegister(buf, ctypes.c_size_t(size), 0), lambda: hip.hipHostUnregister(buf))
+    if hasattr(hip, "hipGetProcAddress"):
+        fn, status = ctypes.c_void_p(), ctypes.c_int(0)
+        rc = hip.hipGetProcAddress(b"hipHostMalloc", ctypes.byref(fn), 603, ctypes.c_uint64(0), ctypes.byref(status))
+        if rc == 0 and fn.value:
+            f = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint)(fn.value)
+            measure("hipGetProcAddress", lambda: f(ctypes.byref(p), size, 0), lambda: hip.hipHostFree(p))
+        else:
+            out["hipGetProcAddress_rc"] = rc
+    props = (ctypes.c_int * 22)(1, 0, 2, 0)  # hipMemPoolProps: pinned, no handle types, {host, 0}
+    pool, d = ctypes.c_void_p(), ctypes.c_void_p()
+    before = live()
+    rc = hip.hipMemPoolCreate(ctypes.byref(pool), props)
+    if rc == 0:
+        rc = hip.hipMallocFromPoolAsync(ctypes.byref(d), ctypes.c_size_t(1 << 20), pool, None)
+        reserved = ctypes.c_uint64(0)
+        hip.hipMemPoolGetAttribute(pool, 5, ctypes.byref(reserved))  # hipMemPoolAttrReservedMemCurrent
+        during = live()
+        if rc == 0:
+            hip.hipFreeAsync(d, None)
+        if hasattr(hip, "hipStreamSynchronize"):
+            hip.hipStreamSynchronize(None)
+        hip.hipMemPoolTrimTo(pool, ctypes.c_size_t(0))
+        hip.hipMemPoolDestroy(pool)
+        out["pool"] = [reserved.value, during - before, live() - before]
+    else:
+        out["pool_rc"] = rc
+    out["size"] = size
+    return out
+
+
 def child(args):
     snapshot = os.environ.get("GPU_CHECK_SNAPSHOT")
     try:
         if args.child == "driver":
             out = child_driver(args.emul_dir if args.backend == "emul" else "")
+        elif args.child == "hip":
+            out = child_hip(args.emul_dir if args.backend == "emul" else "")
         else:
             out = child_torch(args.child) if args.backend == "torch" else child_emul(args.child, args.emul_dir)
         out["ok"] = True
@@ -318,8 +385,32 @@ class Checks:
             return []
         return [f.get("symbol") or "?" for f in cs[0].get("frames", [])]
 
+    def hip(self):
+        """Check 8: each HIP entry point counted while held and gone after its release."""
+        r, rep, snap, err = self.run("hip", mode="hip")
+        if not r["ok"]:
+            self.check("8 HIP host memory", False, "%s %s" % (r.get("error"), err))
+            return
+        size = r["size"]
+        for name in ("hipHostMalloc", "hipExtHostAlloc", "hipHostRegister", "hipGetProcAddress"):
+            if name in r:
+                added, left = r[name]
+                self.check("8 %s tracked" % name, added == size and left == 0, "%d bytes held, %d counted, %d left after release" % (size, added, left))
+            else:
+                self.line("SKIP", "8 %s" % name, "the runtime (version %d) answered %s" % (r["runtime_version"], r.get(name + "_rc", "that it has no such function")))
+        if "pool" in r:
+            reserved, added, left = r["pool"]
+            self.check("8 HIP host pool tracked", added == reserved and left == 0, "%d bytes reserved, %d counted, %d left after trim and destroy" % (reserved, added, left))
+        else:
+            self.line("SKIP", "8 HIP host pool", "hipMemPoolCreate at a host location answered %s (5.x has no host location)" % r.get("pool_rc"))
+
     def all(self):
         a = self.args
+        if a.hip and a.backend == "emul":
+            print("# gpu-check: HIP, dry run against the emulated libamdhip64.so.5, library %s" % a.lib, flush=True)
+            self.hip()
+            print("# gpu-check: %s" % ("all checks passed" if not self.failed else "%d check(s) failed" % self.failed), flush=True)
+            return 1 if self.failed else 0
         allocator = "CachingHostAllocator" if a.backend == "torch" else "framework_pin"
         print("# gpu-check: backend %s%s, library %s" % (a.backend, " (dry run, emulated runtime)" if a.backend == "emul" else "", a.lib), flush=True)
 
@@ -362,15 +453,19 @@ class Checks:
             self.check("3 downgrade: pinned bytes never above the budget", t["peak_live_bytes"] <= budget,
                        "peak %d of %d" % (t["peak_live_bytes"], budget))
 
-        # 4. The cudaHostRegister path of PyTorch's allocator.
+        # 4. The cudaHostRegister path of PyTorch's allocator (hipHostRegister on ROCm).
+        register = "hipHostRegister" if a.hip else "cudaHostRegister"
         r, rep, snap, err = self.run("register", env={"PYTORCH_CUDA_ALLOC_CONF": "pinned_use_cuda_host_register:True"})
-        reg = ((snap or {}).get("apis") or {}).get("cudaHostRegister", {})
+        reg = ((snap or {}).get("apis") or {}).get(register, {})
         key, cur, _ = self.pinned_of(r.get("stats", {}))
         self.check("4 pinned_use_cuda_host_register: tracked", r["ok"] and reg.get("alloc_count", 0) > 0 and reg.get("live_bytes") == cur,
-                   "cudaHostRegister: %s calls, %s bytes live; framework %s" % (reg.get("alloc_count", 0), reg.get("live_bytes"), cur) if r["ok"] else "%s %s" % (r.get("error"), err))
+                   "%s: %s calls, %s bytes live; framework %s" % (register, reg.get("alloc_count", 0), reg.get("live_bytes"), cur) if r["ok"] else "%s %s" % (r.get("error"), err))
 
         # 5. CuPy's pinned pool and a JAX array in pinned host memory (the driver path).
         for mod in ("cupy", "jax"):
+            if a.hip:
+                self.line("SKIP", "5 %s" % mod, "CUDA only here")
+                continue
             if a.backend != "torch":
                 self.line("SKIP", "5 %s" % mod, "dry run: needs the real runtime")
                 continue
@@ -384,8 +479,10 @@ class Checks:
                        "%d bytes live through %s (held %s)" % (live, ", ".join(apis) or "nothing", r.get("held")) if r["ok"] else "%s %s" % (r.get("error"), err))
 
         # 7. The driver's newer host paths: cuMemCreate at a host location, a host memory pool.
-        r = self.run("driver", mode="driver")[0]
-        if not r["ok"]:
+        r = {"ok": False, "error": "CUDA only"} if a.hip else self.run("driver", mode="driver")[0]
+        if a.hip:
+            self.hip()
+        elif not r["ok"]:
             self.check("7 driver host paths", False, "%s" % r.get("error"))
         else:
             if "vmm_size" in r:
@@ -420,6 +517,7 @@ def main():
     ap.add_argument("--backend", choices=("torch", "emul"), default="torch")
     ap.add_argument("--emul-dir", default="", help="the emulated runtimes (backend emul)")
     ap.add_argument("--timeout", type=int, default=120, help="seconds per child")
+    ap.add_argument("--hip", action="store_true", help="an AMD device (PyTorch for ROCm) or, with emul, the emulated HIP runtime")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -428,7 +526,7 @@ def main():
         print("gpu-check: --lib %r is not a file" % args.lib, file=sys.stderr)
         return 2
     args.lib = os.path.abspath(args.lib)
-    if args.backend == "emul" and not os.path.isfile(os.path.join(args.emul_dir, "libframework.so")):
+    if args.backend == "emul" and not os.path.isfile(os.path.join(args.emul_dir, "libamdhip64.so.5" if args.hip else "libframework.so")):
         print("gpu-check: --emul-dir %r has no emulated runtime (scripts/build-fixtures.sh builds one)" % args.emul_dir, file=sys.stderr)
         return 2
     return Checks(args).all()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the library and the CLI for x86-64 and aarch64 against glibc 2.17 (cargo-zigbuild), so
 # that they run in old CUDA and CANN images, and checks each artifact: the newest GLIBC_ version
-# its dynamic symbols need is at most 2.17, the library exports only the hooks and the C API, and
-# the file is for the right architecture. Artifacts land in target/release-artifacts/ARCH/, and a
-# tarball per architecture (bin/pinguard, lib/libpinguard.so, include/pinguard.h) beside them.
+# its dynamic symbols need is at most 2.17, the library exports exactly the hooks its tables in
+# src/hooks/ declare and the C API (scripts/exports.py), and the file is for the right
+# architecture. Artifacts land in target/release-artifacts/ARCH/, and a tarball per architecture
+# (bin/pinguard, lib/libpinguard.so, include/pinguard.h) beside them.
 # Needs cargo-zigbuild and ziglang (installed here when missing) and the rustup targets.
 #   scripts/release.sh [ARCH...]      (default: x86_64 aarch64)
 set -euo pipefail
@@ -26,7 +27,8 @@ for a in "${archs[@]}"; do
     rustup target list --installed | grep -q "^$a-unknown-linux-gnu$" || rustup target add "$a-unknown-linux-gnu"
 done
 
-allowed='^(cuda|cu|aclrt)[A-Za-z0-9_]+$|^(mlock|mlock2|munlock|mlockall|munlockall|mmap|mmap64|munmap|mremap|dlsym|dlvsym|dlclose|_exit|_Exit|sigaction|__sigaction|signal|bsd_signal|ssignal|sysv_signal|__sysv_signal|sigset|sigignore|siginterrupt)$|^pinguard_(write_report|report_path|live_bytes|peak_bytes|version)$'
+# The exports the tables in src/hooks/ and include/pinguard.h declare (see scripts/exports.py).
+declared=$(python3 scripts/exports.py | sort)
 fail=0
 check() { # name, ok?, detail
     if [ "$2" = 1 ]; then echo "PASS $1: $3"; else echo "FAIL $1: $3"; fail=1; fi
@@ -45,8 +47,12 @@ for arch in "${archs[@]}"; do
         m=$(readelf -h "$f" | sed -n 's/ *Machine: *//p')
         check "$f architecture" "$([[ $m == *"$machine"* ]] && echo 1 || echo 0)" "$m"
     done
-    extra=$(nm -D --defined-only "$out/libpinguard.so" | awk '{print $3}' | sed 's/@.*//' | grep -Ev "$allowed" | tr '\n' ' ' || true)
-    check "$out/libpinguard.so exports" "$([ -z "$extra" ] && echo 1 || echo 0)" "${extra:-hooks and the C API only ($(nm -D --defined-only "$out/libpinguard.so" | wc -l) symbols)}"
+    exported=$(nm -D --defined-only "$out/libpinguard.so" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+    extra=$(comm -23 <(echo "$exported") <(echo "$declared") | tr '\n' ' ')
+    missing=$(comm -13 <(echo "$exported") <(echo "$declared") | tr '\n' ' ')
+    detail="the declared hooks and C API ($(echo "$exported" | wc -l) symbols)"
+    [ -z "$extra$missing" ] || detail="${extra:+not declared: $extra}${missing:+declared, not exported: $missing}"
+    check "$out/libpinguard.so exports" "$([ -z "$extra$missing" ] && echo 1 || echo 0)" "$detail"
     name=pinguard-$version-$arch-linux-gnu
     stage=$(mktemp -d)
     mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/include"

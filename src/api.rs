@@ -7,10 +7,11 @@ pub enum Family {
     CudaDriver,
     Acl,
     Mlock,
+    Hip,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock];
+    pub const ALL: [Family; 5] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock, Family::Hip];
 
     /// As `PINGUARD_HOOKS` names it: the registry's list, in this enum's order.
     pub fn name(self) -> &'static str {
@@ -90,4 +91,18 @@ apis! {
     Munlock = "munlock";
     Munlockall = "munlockall";
     Munmap = "munmap";
+    HipHostMalloc = "hipHostMalloc";
+    HipHostAlloc = "hipHostAlloc";
+    HipExtHostAlloc = "hipExtHostAlloc";
+    HipMallocHost = "hipMallocHost";
+    HipMemAllocHost = "hipMemAllocHost";
+    HipHostFree = "hipHostFree";
+    HipFreeHost = "hipFreeHost";
+    HipHostRegister = "hipHostRegister";
+    HipHostUnregister = "hipHostUnregister";
+    HipMemPoolCreate = "hipMemPoolCreate";
+    HipMallocFromPoolAsync = "hipMallocFromPoolAsync";
+    HipFreeAsync = "hipFreeAsync";
+    HipMemPoolTrimTo = "hipMemPoolTrimTo";
+    HipMemPoolDestroy = "hipMemPoolDestroy";
 }

@@ -353,57 +353,70 @@ pub fn exit_report_from_exit_call() {
 /// from inside a hooked call); restored after the fork. Written under the report lock.
 static FORK_WAS_INSIDE: AtomicBool = AtomicBool::new(false);
 
+/// A module with state a fork child must not inherit half-changed: `hold` takes its locks before
+/// the fork; `let_go` lets go of them after it, in the parent (`false`) or, having first forgotten
+/// the parent's state, in the child (`true`). `let_go` may only run after `hold` on the same
+/// thread, in a fork handler.
+struct ForkState {
+    hold: fn(),
+    let_go: unsafe fn(bool),
+    /// The child's `let_go` unmaps state that the others' forget pointers into: it comes after
+    /// every other module's.
+    unmaps: bool,
+}
+
+const fn fork_state(hold: fn(), let_go: unsafe fn(bool)) -> ForkState {
+    ForkState { hold, let_go, unmaps: false }
+}
+
+/// The fork protocol, after the report lock (`fork_prepare`): taken in this order, let go of in
+/// reverse. The order is the locks' order everywhere else: a module's lock comes after every lock
+/// its holders may hold while taking it (the heap's last, since every other holder may allocate).
+/// A new module with fork state is one line here.
+static FORK_STATES: &[ForkState] = &[
+    // Before the gate: the unwinder builds its tables through the gate, holding its lock.
+    fork_state(crate::capture::unwind::hold, crate::capture::unwind::let_go),
+    fork_state(crate::capture::python::hold, crate::capture::python::let_go),
+    fork_state(crate::runtime::gate::close, crate::runtime::gate::reopen),
+    fork_state(callsite::hold, callsite::let_go),
+    fork_state(ledger::hold, ledger::let_go),
+    fork_state(crate::accounting::physical::hold, crate::accounting::physical::let_go),
+    fork_state(crate::accounting::pools::hold, crate::accounting::pools::let_go),
+    ForkState { unmaps: true, ..fork_state(crate::accounting::arena::hold, crate::accounting::arena::let_go) },
+    fork_state(crate::runtime::heap::hold, crate::runtime::heap::let_go),
+];
+
 extern "C" fn fork_prepare() {
     // Inside pinguard from here to the parent's or child's handler: the locks below are held, and
     // a signal handler's hooked call on this thread must pass through rather than wait for them.
     let was = guard::mark_inside();
     report::hold();
     FORK_WAS_INSIDE.store(was, Ordering::Relaxed);
-    crate::capture::unwind::hold();
-    crate::capture::python::hold();
-    crate::runtime::gate::close();
-    callsite::lock_all();
-    ledger::lock_all();
-    crate::accounting::physical::hold();
-    crate::accounting::pools::hold();
-    crate::accounting::arena::hold();
-    crate::runtime::heap::hold();
+    for m in FORK_STATES {
+        (m.hold)();
+    }
+}
+
+/// Every module's `let_go`, in reverse of `fork_prepare`'s order; in the child, those that unmap
+/// state last. Then the report lock.
+fn let_go_after_fork(child: bool) {
+    let rev = FORK_STATES.iter().rev();
+    for m in rev.clone().filter(|m| !(child && m.unmaps)).chain(rev.filter(|m| child && m.unmaps)) {
+        // SAFETY: pthread runs the parent's and the child's handler only after `fork_prepare`,
+        // on the forking thread, which took every module's locks in `hold` (`let_go`'s contract).
+        unsafe { (m.let_go)(child) };
+    }
+    // SAFETY: as above: `fork_prepare` took the report lock on this thread.
+    unsafe { report::let_go(child) };
 }
 
 extern "C" fn fork_parent() {
-    // SAFETY: pthread runs this handler only after `fork_prepare` took every one of these locks
-    // on this thread, as each `release`/`unlock_all` requires.
-    unsafe {
-        crate::runtime::heap::release(false);
-        crate::accounting::arena::release(false);
-        crate::accounting::physical::release(false);
-        crate::accounting::pools::release(false);
-        ledger::unlock_all(false);
-        callsite::unlock_all(false);
-        crate::runtime::gate::reopen_in_parent();
-        crate::capture::unwind::release(false);
-        crate::capture::python::release(false);
-        report::release(false);
-    }
+    let_go_after_fork(false);
     guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
 }
 
 extern "C" fn fork_child() {
-    // SAFETY: as in `fork_parent`: `fork_prepare` took these locks on this (the forking) thread,
-    // and this is the child's fork handler.
-    unsafe {
-        crate::runtime::heap::release(true);
-        crate::accounting::physical::release(true);
-        crate::accounting::pools::release(true);
-        ledger::unlock_all(true);
-        callsite::unlock_all(true);
-        // Last: the resets above forget every pointer into the parent's state first.
-        crate::accounting::arena::release(true);
-        crate::runtime::gate::reopen_in_child();
-        crate::capture::unwind::release(true);
-        crate::capture::python::release(true);
-        report::release(true);
-    }
+    let_go_after_fork(true);
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     signals::after_fork_child();
     budget::reset();

@@ -307,3 +307,203 @@ fn the_metrics_show_the_cgroup_reserve() {
     let h: u64 = headroom.rsplit(' ').next().unwrap().parse().unwrap();
     assert!(h < 64 * MIB - 16 * MIB, "{headroom}");
 }
+
+/// `count` members of one `PINGUARD_GROUP`, each `host_fill` with `threads` threads pinning
+/// `size` bytes at a time, started one by one in `groups` (member `i` in `groups[i % len]`) and
+/// let go at the same moment once all run: each takes its start-up reading before any member
+/// pins. Returns each member's run, what `pinguard top --group` showed once every member had
+/// filled, while they held what they pinned, and their metrics files then (`PINGUARD_METRICS`).
+fn race_members(tag: &str, groups: &[&Group], count: usize, threads: usize, size: u64, max: usize, env: &[(&str, &str)]) -> (Vec<Run>, String, Vec<String>) {
+    let name = format!("test-cres-{}-{tag}", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let dir = fresh_dir(&format!("cres-{tag}"));
+    let go = dir.join("go");
+    let metrics = dir.join("m.%p.prom");
+    let mut env: Vec<(&str, &str)> = env.to_vec();
+    env.extend([("PINGUARD_GROUP", name.as_str()), ("PINGUARD_DEPTH", "4"), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")]);
+    let (threads, size, max) = (threads.to_string(), size.to_string(), max.to_string());
+    let args = [threads.as_str(), &size, &max, "0", go.to_str().unwrap()];
+    let children: Vec<_> = (0..count)
+        .map(|i| {
+            let g = groups[i % groups.len()];
+            let c = g.command(&dir, "host_fill", &args, &env).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+            // One at a time into the group, then waiting at the gate (its reading taken).
+            let exe = |pid: u32| std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|p| p.ends_with("host_fill"));
+            until("the member running", || exe(c.id()));
+            c
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&go, "").unwrap();
+    // The members fill, then hold what they pinned until `go` goes: `top` reads the ledger then.
+    until("every member filled", || children.iter().all(|c| go.with_extension(c.id().to_string()).exists()));
+    let o = pinguard_cli(&["top".as_ref(), "--group".as_ref(), name.as_ref(), "--once".as_ref()]);
+    let top = String::from_utf8_lossy(&o.stdout).into_owned();
+    // Each member's metrics file, once written after its last call (every 100 ms).
+    let prom = |c: &std::process::Child| std::fs::read_to_string(dir.join(format!("m.{}.prom", c.id()))).unwrap_or_default();
+    // Three intervals: every file was written after the member's last call.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    until("every member's metrics", || children.iter().all(|c| prom(c).contains("pinguard_group_members{")));
+    let proms = children.iter().map(prom).collect();
+    std::fs::remove_file(&go).unwrap();
+    let runs: Vec<Run> = children.into_iter().map(|c| Run::from_output(c.wait_with_output().unwrap(), dir.clone())).collect();
+    remove_semaphores(&ledger);
+    let _ = std::fs::remove_file(&ledger);
+    (runs, top, proms)
+}
+
+/// The value of metric `name` in a metrics file's text.
+fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find(|l| l.starts_with(&format!("{name}{{"))).and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+/// The number in `top`'s column `col` of each member's row.
+fn column(top: &str, col: &str) -> Vec<u64> {
+    let header = top.lines().find(|l| l.trim_start().starts_with("PID")).unwrap_or_else(|| panic!("{top}"));
+    let end = header.find(col).unwrap_or_else(|| panic!("{top}")) + col.len();
+    top.lines().filter(|l| l.contains("host_fill")).map(|r| r[..end].rsplit(' ').next().unwrap().parse().unwrap()).collect()
+}
+
+fn sum(runs: &[Run], key: &str) -> u64 {
+    runs.iter().map(|r| r.stats()[key].as_u64().unwrap()).sum()
+}
+
+/// Three members of a group in one cgroup, four threads each, let go at the same moment with
+/// readings of the same headroom: together they stop at the cgroup's floor, within one call (and
+/// the processes' own pages), under `error` and under `downgrade`. Each member's own reading
+/// would let it take the whole headroom; only the group's shared reading, counting the other
+/// members' calls in flight, keeps them from taking it three times over.
+#[test]
+fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
+    let (limit, reserve, size) = (256 * MIB, 192 * MIB, 4 * MIB);
+    for policy in ["error", "downgrade"] {
+        let Some(g) = Group::top(&format!("members-{policy}"), Some(limit)) else { return };
+        let env = [("PINGUARD_CGROUP_RESERVE", "192Mi"), ("PINGUARD_POLICY", policy)];
+        let (runs, top, proms) = race_members(&format!("one-{policy}"), &[&g], 3, 4, size, 24, &env);
+        for r in &runs {
+            assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        }
+        let max = g.figure("memory.max_usage_in_bytes");
+        let floor = limit - reserve;
+        eprintln!("{policy}: the cgroup's highest usage {max} bytes, floor at {floor}");
+        assert!(max <= floor + size + 2 * MIB, "{policy}: the members took the cgroup to {} MiB, past the floor at {} MiB by more than one call", max / MIB, floor / MIB);
+        assert!(max + 2 * size > floor, "{policy}: the members stopped far above the floor ({} MiB of {}): the test proves nothing", max / MIB, floor / MIB);
+        let reps: Vec<Value> = reports_in(&runs[0].report_dir).iter().map(|p| read_json(p)).collect();
+        assert_eq!(reps.len(), 3);
+        let total = |k: &str| reps.iter().map(|r| r["totals"][k].as_u64().unwrap()).sum::<u64>();
+        if policy == "error" {
+            assert_eq!(sum(&runs, "refused"), 12, "each thread ends with one refusal");
+            assert_eq!(total("denied_count"), 12);
+            // A lock held past its bound on this loaded machine also refuses (its own count).
+            assert_eq!(total("cgroup_reserve_count") + total("group_unavailable_count"), 12);
+        } else {
+            assert_eq!(sum(&runs, "refused"), 0, "downgraded calls succeed");
+            assert!(total("downgraded_count") > 0, "calls past the floor got pageable memory");
+            // A lock held past its bound on this loaded machine also downgrades (its own count).
+            let why = [total("cgroup_reserve_count"), total("group_unavailable_count")];
+            assert_eq!(why[0] + why[1], total("downgraded_count"), "cgroup reserve, group unreachable: {why:?}");
+            assert!(why[0] > 0);
+        }
+        let stderr: Vec<&str> = runs.iter().map(|r| r.stderr.as_str()).collect();
+        for rep in &reps {
+            let c = &rep["group"];
+            assert_eq!(c["cgroup_reserve_bytes"], reserve, "{c}\n{}\n{stderr:?}", rep["config"]);
+            assert!(c["cgroup_lowest_headroom_bytes"].as_u64().unwrap() < reserve + 2 * size, "{c}");
+        }
+        // `pinguard top --group` shows the cgroup's shared reserve and each member's stopped calls.
+        assert_eq!(column(&top, "CGROUP-RESERVE").iter().sum::<u64>(), total("cgroup_reserve_count"), "{top}");
+        let head = top.lines().next().unwrap();
+        assert!(head.contains("; cgroup reserve 192 MiB of 256 MiB (3 members), lowest headroom "), "{top}");
+        let lowest = head.rsplit("lowest headroom ").next().unwrap();
+        assert!(lowest.ends_with(" MiB") && lowest.trim_end_matches(" MiB").parse::<f64>().unwrap() < 200.0, "{top}");
+        // And every member's metrics file: the cgroup's shared reserve, lowest headroom and calls.
+        for p in &proms {
+            assert_eq!(metric(p, "pinguard_group_cgroup_reserve_bytes"), Some(reserve), "{p}");
+            assert!(metric(p, "pinguard_group_cgroup_lowest_headroom_bytes").is_some_and(|l| l < reserve + 2 * size), "{p}");
+            assert_eq!(metric(p, "pinguard_group_cgroup_reserve_stopped_calls"), Some(total("cgroup_reserve_count")), "{p}");
+        }
+    }
+}
+
+/// Members of one group in two cgroups with different limits (two containers of one pod, say):
+/// each cgroup's members share that cgroup's floor, and each stops at its own, not the other's.
+#[test]
+fn members_of_a_group_in_two_cgroups_each_stop_at_their_own_floor() {
+    let (reserve, size) = (128 * MIB, 4 * MIB);
+    let Some(small) = Group::top("pod-small", Some(reserve + 48 * MIB)) else { return };
+    let Some(large) = Group::top("pod-large", Some(reserve + 112 * MIB)) else { return };
+    let env = [("PINGUARD_CGROUP_RESERVE", "128Mi")];
+    let (runs, top, _) = race_members("two", &[&small, &large], 4, 2, size, 40, &env);
+    for r in &runs {
+        assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    }
+    assert_eq!(sum(&runs, "refused"), 8, "each thread ends with one refusal");
+    for (g, room) in [(&small, 48 * MIB), (&large, 112 * MIB)] {
+        let max = g.figure("memory.max_usage_in_bytes");
+        eprintln!("{}: the cgroup's highest usage {max} bytes, floor at {room}", g.0.display());
+        assert!(max <= room + size + 2 * MIB, "{}: {} MiB, past its floor at {} MiB", g.0.display(), max / MIB, room / MIB);
+        assert!(max + 2 * size > room, "{}: stopped at {} MiB, far above its floor at {} MiB", g.0.display(), max / MIB, room / MIB);
+    }
+    // Two shared readings, two members each, each cgroup with its own limit.
+    let head = top.lines().next().unwrap_or("");
+    assert!(head.contains("; cgroup reserve 128 MiB of 176 MiB (2 members), lowest headroom ") && head.contains("; cgroup reserve 128 MiB of 240 MiB (2 members), lowest headroom "), "{top}");
+    assert_eq!(column(&top, "CGROUP-RESERVE"), vec![2; 4], "{top}");
+}
+
+/// cgroup v2 stand-ins for a group's members: two containers of one pod whose limit is the pod's
+/// (their own levels have none) share the pod's reading, a container of another pod has its own.
+/// The stand-in files are bind-mounted as in `stand_in_v2_files_give_the_pods_headroom`; each
+/// member pins once and waits while `pinguard top --group` reads the ledger.
+#[test]
+fn stand_in_v2_members_share_their_pods_reading() {
+    if !v1_ok() {
+        return;
+    }
+    let dir = fresh_dir("cres-v2-group");
+    let cg = dir.join("cg");
+    for (pod, limit) in [("pod-a", 256 * MIB), ("pod-b", 512 * MIB)] {
+        for ctr in ["", "/ctr-1", "/ctr-2"] {
+            let d = cg.join(format!("{pod}{ctr}"));
+            std::fs::create_dir_all(&d).unwrap();
+            let max = if ctr.is_empty() { limit.to_string() } else { "max".into() };
+            for (f, text) in [("memory.max", max), ("memory.current", (100 * MIB).to_string()), ("memory.stat", "inactive_file 0\n".into())] {
+                std::fs::write(d.join(f), text + "\n").unwrap();
+            }
+        }
+    }
+    std::fs::write(dir.join("mountinfo"), format!("60 40 0:26 / {} rw - cgroup2 cgroup2 rw\n", cg.display())).unwrap();
+    let name = format!("test-cres-{}-v2", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let f = fixtures();
+    let member = |path: &str| {
+        let file = dir.join(format!("cgroup{}", path.replace('/', "-")));
+        std::fs::write(&file, format!("0::{path}\n")).unwrap();
+        let script = format!("mount --bind {} /proc/$$/cgroup && mount --bind {}/mountinfo /proc/$$/mountinfo && exec env LD_PRELOAD=\"$0\" \"$@\"", file.display(), dir.display());
+        let mut cmd = Command::new("unshare");
+        cmd.args(["-m", "sh", "-c", &script]).arg(&f.lib).arg(f.dir.join("scenario")).args(["cuda_alloc:8388608", "wait_stdin:0"]);
+        clear_pinguard_env(&mut cmd);
+        cmd.env_remove("LD_PRELOAD").env("PINGUARD_REPORT", dir.join("report.%p.json")).env("PINGUARD_CGROUP_RESERVE", "32Mi").env("PINGUARD_GROUP", &name);
+        let mut c = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut out = std::io::BufReader::new(c.stdout.take().unwrap());
+        let mut text = String::new();
+        while !text.ends_with("waiting\n") {
+            assert!(std::io::BufRead::read_line(&mut out, &mut text).unwrap() > 0, "{text}");
+        }
+        assert!(text.contains("cuda_alloc:8388608 rc=0"), "{text}");
+        (c, out)
+    };
+    let members = [member("/pod-a/ctr-1"), member("/pod-a/ctr-2"), member("/pod-b/ctr-1")];
+    let o = pinguard_cli(&["top".as_ref(), "--group".as_ref(), name.as_ref(), "--once".as_ref()]);
+    let top = String::from_utf8_lossy(&o.stdout).into_owned();
+    for (mut c, _out) in members {
+        std::io::Write::write_all(&mut c.stdin.take().unwrap(), b"\n").unwrap();
+        assert!(c.wait().unwrap().success());
+    }
+    remove_semaphores(&ledger);
+    let _ = std::fs::remove_file(&ledger);
+    let head = top.lines().next().unwrap_or("");
+    assert!(head.contains("; cgroup reserve 32.0 MiB of 256 MiB (2 members), lowest headroom 156 MiB"), "{top}");
+    assert!(head.contains("; cgroup reserve 32.0 MiB of 512 MiB (1 member), lowest headroom 412 MiB"), "{top}");
+}

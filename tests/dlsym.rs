@@ -27,3 +27,37 @@ fn dlsym_answers_as_glibc_in_every_preload_order() {
         }
     }
 }
+
+/// Every entry point a family's table declares (read by `scripts/exports.py`), looked up through
+/// a handle of its runtime, is pinguard's: a runtime's name gets its wrapper, libc's its export.
+/// Without pinguard each answer is the runtime's own, so every name was really looked up.
+#[test]
+fn every_table_row_is_redirected_through_a_handle() {
+    let f = fixtures();
+    let exe = f.dir.join("dlsym_table");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/progs/dlsym_table.c");
+    cc(&["-g", "-O1", "-Wall", "-o", exe.to_str().unwrap(), src, "-ldl"]);
+    let out = std::process::Command::new("python3").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/exports.py")).arg("--families").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = String::from_utf8(out.stdout).unwrap();
+    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    for (family, runtime, file) in [
+        ("cuda_runtime", f.dir.join("libcudart.so").to_str().unwrap().to_string(), "libcudart.so"),
+        ("cuda_driver", f.dir.join("libcuda.so.1").to_str().unwrap().to_string(), "libcuda.so.1"),
+        ("acl", f.dir.join("libascendcl.so").to_str().unwrap().to_string(), "libascendcl.so"),
+        ("libc_lock", "libc.so.6".to_string(), "libc.so.6"),
+    ] {
+        let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix(family)?.strip_prefix(' ')).collect();
+        assert!(names.len() >= 9, "{family}: {names:?}");
+        for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, file)] {
+            let out = program(&exe, preload).arg(&runtime).args(&names).output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{family}: {text}{}", String::from_utf8_lossy(&out.stderr));
+            let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
+            assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names, "{family}");
+            for (name, found) in answers {
+                assert_eq!(found, holder, "{family}: dlsym(handle, {name}) with pinguard {}", preload.is_some());
+            }
+        }
+    }
+}

@@ -40,3 +40,32 @@ print("direct", rt.cudaHostAlloc(ctypes.byref(buf), 4096, 0), me.pinguard_live_b
     assert_eq!(npu["frames"][0]["symbol"], "framework_pin_npu");
     assert!(npu["frames"][0]["module"].as_str().unwrap().ends_with("libframework.so"));
 }
+
+#[test]
+fn walks_through_libffi_never_end_in_a_stack_address_and_stay_one_callsite() {
+    // Issue 34, item 4: the walk's test walks (`unwind::Local::remember`, with the frame pointer
+    // garbled) left libffi's frame-pointer fallback in the rule cache, and every later fresh walk
+    // ended after two frames, in an address on the stack: one callsite per stack depth, each
+    // with the whole 256 KiB as its peak.
+    let f = fixtures();
+    let script = ctypes_depths_script(f.dir.join("libcudart.so").to_str().unwrap(), 2);
+    let r = run("/usr/bin/env", &["python3", "-c", &script], &[]);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["alloc_count"], 24);
+    assert_eq!(rep["totals"]["peak_live_bytes"], 262144);
+    let cs = rep["callsites"].as_array().unwrap();
+    let pretty = || serde_json::to_string_pretty(cs).unwrap();
+    for c in cs {
+        for fr in c["frames"].as_array().unwrap() {
+            assert!(fr["module"].is_string(), "a frame in no loaded object: {fr}\n{}", pretty());
+        }
+    }
+    let pins: Vec<_> = cs.iter().filter(|c| c["apis"][0] == "cudaMallocHost").collect();
+    assert_eq!(pins.len(), 1, "one call path, one callsite: {}", pretty());
+    assert_eq!(pins[0]["alloc_count"], 24);
+    assert_eq!(pins[0]["peak_live_bytes"], 262144);
+    // The walk went on through ctypes and the interpreter, to the process's start.
+    let symbols: Vec<&str> = pins[0]["frames"].as_array().unwrap().iter().filter_map(|f| f["symbol"].as_str()).collect();
+    assert!(symbols.contains(&"ffi_call") && symbols.iter().any(|s| s.contains("main")), "{symbols:?}");
+}

@@ -143,7 +143,69 @@ fn the_warn_line_names_the_python_function() {
     let r = run_script(&python, &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_POLICY", "warn")]);
     let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
     for (api, size, function) in [("cudaHostAlloc", "1.00 MiB", "load_weights"), ("mlock", "4.00 KiB", "lock_key")] {
-        let want = format!("{api} of {size} goes over the budget of 512 KiB at {function} (py_frames.py:{});", marker(function));
+        let want = format!("{api} of {size} goes over the budget of 512 KiB at {function} (py_frames.py:{}) <- <module> (py_frames.py:{});", marker(function), marker(&format!("call:{function}")));
+        let n = warnings.iter().filter(|l| l.contains(&want)).count();
+        assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
+    }
+}
+
+/// Issue 34, item 3, the library's half: one helper reached from four callers is four callsites,
+/// each with its whole Python stack, the refused call's (the program's out-of-memory error) too.
+/// The merge and the names are the CLI's (cli/tests/python_paths.rs).
+#[test]
+fn one_helper_from_four_callers_is_four_callsites_each_with_its_whole_stack() {
+    let Some((version, python)) = pythons().into_iter().next() else {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
+        return;
+    };
+    let script = root().join("tests/progs/py_paths.py");
+    let line = |name: &str| {
+        let text = std::fs::read_to_string(&script).unwrap();
+        text.lines().position(|l| l.ends_with(&format!("# at:{name}"))).unwrap() as u64 + 1
+    };
+    let rt = fixtures().dir.join("libcudart.so");
+    let r = run(python.to_str().unwrap(), &[script.to_str().unwrap(), rt.to_str().unwrap()], &[("PINGUARD_BUDGET", "4M")]);
+    assert!(r.success() && r.stdout.contains("refused: cudaHostAlloc of 67108864 bytes: error 2"), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    let ctx = format!("CPython {version}: {}", serde_json::to_string_pretty(&rep["callsites"]).unwrap());
+    let sites = sites_at(&rep, "cuda_pin");
+    assert_eq!(sites.len(), 4, "{ctx}");
+    for (caller, allocs, denied) in [("load_weights", 1, 0), ("fill_cache", 2, 0), ("warm_up", 1, 0), ("grow_cache", 0, 1)] {
+        let s: Vec<_> = sites.iter().filter(|c| py(c).get(1).is_some_and(|f| f.0 == caller)).collect();
+        assert_eq!(s.len(), 1, "{caller}: {ctx}");
+        let frames = py(s[0]);
+        let want = [("cuda_pin", line("cuda_pin")), (caller, line(caller)), ("<module>", 0)];
+        assert_eq!(frames.len(), 3, "{caller}: {ctx}");
+        for (f, (name, at)) in frames.iter().zip(want) {
+            assert!(f.0 == name && f.1.ends_with("py_paths.py") && (at == 0 || f.2 == at), "{caller}: {frames:?}");
+        }
+        assert_eq!((s[0]["alloc_count"].as_u64(), s[0]["denied_count"].as_u64()), (Some(allocs), Some(denied)), "{caller}: {ctx}");
+        assert!(!s[0]["frames"].as_array().unwrap().is_empty(), "{caller}: the native stack too: {ctx}");
+    }
+}
+
+/// The `warn` line of a Python callsite names its caller too: the three paths through one helper
+/// are three lines that say which path each is (the report names each by as many callers as it
+/// takes; the line, written inside the call, by one).
+#[test]
+fn the_warn_line_names_the_python_caller_of_a_shared_helper() {
+    let Some((version, python)) = pythons().into_iter().next() else {
+        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
+        return;
+    };
+    let script = root().join("tests/progs/py_paths.py");
+    let at = |name: &str| {
+        let text = std::fs::read_to_string(&script).unwrap();
+        format!("{name} (py_paths.py:{})", text.lines().position(|l| l.ends_with(&format!("# at:{name}"))).unwrap() + 1)
+    };
+    let rt = fixtures().dir.join("libcudart.so");
+    let r = run(python.to_str().unwrap(), &[script.to_str().unwrap(), rt.to_str().unwrap()], &[("PINGUARD_BUDGET", "32K"), ("PINGUARD_POLICY", "warn")]);
+    assert!(r.success() && r.stdout.contains("done"), "{}\n{}", r.stdout, r.stderr);
+    let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
+    for caller in ["load_weights", "fill_cache", "warm_up", "grow_cache"] {
+        let want = format!(" at {} <- {};", at("cuda_pin"), at(caller));
         let n = warnings.iter().filter(|l| l.contains(&want)).count();
         assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
     }

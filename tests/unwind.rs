@@ -130,6 +130,11 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
         let bad: Vec<&Value> = sites.iter().filter(|c| c["frames"][0]["symbol"] != "level_c").collect();
         assert_eq!(bad.iter().map(|c| c["alloc_count"].as_u64().unwrap()).sum::<u64>(), 3, "{}", serde_json::to_string_pretty(&bad).unwrap());
         for c in &bad {
+            // Issue 34, item 4: the walk stops at the garbage return address, which is in no
+            // object's code, rather than reporting it as a frame.
+            for f in c["frames"].as_array().unwrap() {
+                assert!(f["module"].is_string(), "a frame in no loaded object's code: {f}");
+            }
             let got = symbols(c);
             assert!(!got.contains(&"main".to_string()), "the walk went past a garbage return address: {got:?}");
             assert!(got.is_empty() || got[0] == "corrupt_target", "{got:?}");
@@ -139,6 +144,73 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
         }
         // The healthy walk after the corrupt ones is whole (no poisoned rule cache).
         assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+    }
+}
+
+#[test]
+fn a_stack_address_where_a_return_address_belongs_ends_the_walk() {
+    // Issue 34, item 4: a walk never reports an address outside every object's code as a frame.
+    // The stub's call-frame information is right, but its return-address slot holds an address
+    // on the stack, as libffi's frame read through the frame-pointer fallback did.
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["stackret"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{prog}: {}", r.stderr);
+        let rep = r.report();
+        let cs = site(&rep, "corrupt_target");
+        for f in cs["frames"].as_array().unwrap() {
+            assert!(f["module"].is_string(), "{prog}: a frame in no loaded object's code: {f}");
+        }
+        // On aarch64 framehop may refuse the stub's frame itself (as in the corrupt walks above).
+        if cfg!(target_arch = "x86_64") && !aarch64() {
+            assert_eq!(symbols(cs), ["corrupt_target", "stack_ra_call"], "{prog}");
+        }
+        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+    }
+}
+
+#[test]
+fn code_outside_every_object_is_a_frame_and_its_callers_follow() {
+    // A JIT's code (Julia's `ccall`, LuaJIT's FFI) calling a runtime lies in no object: its
+    // return address is a frame without a module, and the walk goes on to its callers, so two
+    // callers stay two callsites. Only a stack address, or no page at all, ends a walk.
+    if aarch64() || !cfg!(target_arch = "x86_64") {
+        return; // the stub is x86-64 machine code
+    }
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["jit"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{prog}: {}", r.stderr);
+        let rep = r.report();
+        for (caller, size) in [("jit_a", 4096), ("jit_b", 8192)] {
+            let cs = rep["callsites"].as_array().unwrap().iter().find(|c| c["frames"].as_array().unwrap().iter().any(|f| f["symbol"] == caller)).unwrap_or_else(|| panic!("{prog}: no callsite through {caller}: {rep:#}"));
+            let frames = cs["frames"].as_array().unwrap();
+            assert!(frames[0]["module"].is_null(), "{prog}: the JIT frame first: {cs:#}");
+            assert_eq!(frames[1]["symbol"], caller, "{prog}: {cs:#}");
+            assert!(frames.iter().any(|f| f["symbol"] == "main"), "{prog}: the walk goes on to main: {cs:#}");
+            assert_eq!(cs["live_bytes"], size, "{prog}: {cs:#}");
+        }
+    }
+}
+
+#[test]
+fn a_walk_through_a_broken_frame_does_not_cut_later_walks_short() {
+    // Issue 34, item 4: framehop caches its frame-pointer fallback for an address whose rule it
+    // failed to evaluate, here libffi-like code reached with a garbage rbp. The later healthy
+    // walk through the same return address found a stack address there and stopped; it is
+    // walked again with a fresh rule cache.
+    if aarch64() {
+        return; // the stubs are x86-64 assembly
+    }
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["poison"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{prog}: {}", r.stderr);
+        let rep = r.report();
+        let broken = symbols(site(&rep, "corrupt_target"));
+        assert!(broken.starts_with(&["corrupt_target".to_string(), "garbage_fp_call".to_string()]), "{prog}: {broken:?}");
+        assert!(!broken.contains(&"main".to_string()), "{prog}: {broken:?}");
+        assert_prefix(site(&rep, "poison_target"), &["poison_target", "rbp_frame_call", "main"]);
     }
 }
 

@@ -1,6 +1,6 @@
 //! `pinguard diff OLD NEW`: per-callsite change of live and peak pinned bytes between two runs.
 
-use crate::merge::{site_label, Merged, Site, SiteKey};
+use crate::merge::{labels, name_of, with_processes, Merged, Name, Site, SiteKey};
 use crate::out::table;
 use pinguard_report::units::format_bytes;
 use std::collections::HashMap;
@@ -50,28 +50,35 @@ impl Growth {
     }
 }
 
-/// Every callsite of either run, with its figures in each (`None`: not in that run).
-fn pairs<'a>(old: &'a Merged, new: &'a Merged) -> Vec<(Option<&'a Site>, Option<&'a Site>)> {
+/// Every callsite of either run, with its figures in each (`None`: not in that run), and its name
+/// among the callsites of both runs (one run alone may not have the sibling it is told from).
+fn pairs<'a>(old: &'a Merged, new: &'a Merged) -> Vec<(Option<&'a Site>, Option<&'a Site>, Name)> {
     let olds: HashMap<SiteKey, &Site> = old.callsites.iter().map(|s| (s.key, s)).collect();
     let news: HashMap<SiteKey, &Site> = new.callsites.iter().map(|s| (s.key, s)).collect();
+    let mut names = labels(new.callsites.iter().chain(&old.callsites));
     let mut keys: Vec<SiteKey> = olds.keys().chain(news.keys()).copied().collect();
     keys.sort();
     keys.dedup();
-    keys.into_iter().map(|k| (olds.get(&k).copied(), news.get(&k).copied())).collect()
+    keys.into_iter().map(|k| (olds.get(&k).copied(), news.get(&k).copied(), names.remove(&k).unwrap_or_default())).collect()
+}
+
+/// The callsite named as `pairs` says, with how many processes share it.
+fn named(site: &Site, name: Name) -> String {
+    with_processes(site, name_of(site, name))
 }
 
 /// A line per callsite whose live or peak pinned bytes grew by more than `limit`.
 pub fn growth_violations(old: &Merged, new: &Merged, limit: Growth) -> Vec<String> {
     let empty = Site::default();
     let mut v = Vec::new();
-    for (o, n) in pairs(old, new) {
+    for (o, n, name) in pairs(old, new) {
         let (os, ns) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
         for (what, a, b) in [("live", os.live_bytes, ns.live_bytes), ("peak", os.peak_live_bytes, ns.peak_live_bytes)] {
             if b > a && limit.exceeded(a, b - a) {
                 let site = if n.is_some() { ns } else { os };
                 v.push(format!(
                     "pinguard diff: {}: {what} pinned bytes grew by {} ({} -> {}), more than --fail-on-growth {}",
-                    site_label(site),
+                    named(site, name),
                     signed((b - a) as i128),
                     format_bytes(a),
                     format_bytes(b),
@@ -86,7 +93,7 @@ pub fn growth_violations(old: &Merged, new: &Merged, limit: Growth) -> Vec<Strin
 pub fn render(old: &Merged, new: &Merged) -> String {
     let empty = Site::default();
     let mut rows: Vec<(i128, i128, Vec<String>)> = Vec::new();
-    for (o, n) in pairs(old, new) {
+    for (o, n, name) in pairs(old, new) {
         let (os, ns) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
         let dl = ns.live_bytes as i128 - os.live_bytes as i128;
         let dp = ns.peak_live_bytes as i128 - os.peak_live_bytes as i128;
@@ -109,7 +116,7 @@ pub fn render(old: &Merged, new: &Merged) -> String {
                 format!("{} -> {}", format_bytes(os.live_bytes), format_bytes(ns.live_bytes)),
                 signed(dp),
                 status.to_string(),
-                site_label(site),
+                named(site, name),
             ],
         ));
     }

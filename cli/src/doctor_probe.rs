@@ -1,5 +1,6 @@
 //! `pinguard doctor --probe`: pins a bounded amount through each path this process can reach
-//! (`mlock`; `cudaHostAlloc`, `cudaHostRegister` and `aclrtMallocHost` where a runtime loads) and
+//! (`mlock`; `cudaHostAlloc`, `cudaHostRegister`, `aclrtMallocHost` and `hipHostMalloc` where a
+//! runtime loads) and
 //! says whether the cgroup's usage and the host's `MemAvailable` moved by it. Pages a driver
 //! allocates itself are often not charged to the cgroup; user pages locked or registered are.
 
@@ -195,16 +196,37 @@ fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
     })
 }
 
+/// `hipHostMalloc` (AMD's HIP runtime): without a device it answers an error (5.2.3:
+/// `hipErrorInvalidDevice`, 101), said in the probe's note.
+fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
+    let Some(lib) = Lib::open(&[c"libamdhip64.so.7", c"libamdhip64.so.6", c"libamdhip64.so.5", c"libamdhip64.so"]) else {
+        return not_probed("hipHostMalloc", bytes, "not probed: no HIP runtime (libamdhip64.so) loads here".into());
+    };
+    let (Some(a), Some(f)) = (lib.sym(c"hipHostMalloc"), lib.sym(c"hipHostFree")) else {
+        return not_probed("hipHostMalloc", bytes, "not probed: libamdhip64.so has no hipHostMalloc".into());
+    };
+    // SAFETY: the HIP runtime's own symbols, with their documented signatures.
+    let (alloc, free) = unsafe { (std::mem::transmute::<*mut c_void, Alloc>(a), std::mem::transmute::<*mut c_void, Free>(f)) };
+    measure("hipHostMalloc", place, bytes, &move |n| {
+        let mut p = std::ptr::null_mut();
+        // SAFETY: hipHostMalloc writes the new pointer into `p`; flags 0 is hipHostMallocDefault.
+        let rc = unsafe { alloc(&mut p, n as usize, 0) };
+        // SAFETY: `p` came from hipHostMalloc above and is freed once.
+        if rc == 0 { Ok(Box::new(move || unsafe { free(p); }) as Release) } else { Err(format!("hipHostMalloc returned {rc}")) }
+    })
+}
+
 /// Every path, unless the cgroup is too close to its limit for a probe to be harmless.
 pub fn run_all(cgroup: Option<&CgroupFacts>, bytes: u64) -> Vec<Probe> {
     if let Some(h) = cgroup.and_then(|c| c.headroom_bytes).filter(|&h| h < 4 * bytes) {
         let why = format!("not probed: the cgroup's headroom ({}) is below 4 times the probe ({})", format_bytes(h), format_bytes(bytes));
-        return ["mlock", "cudaHostAlloc", "cudaHostRegister", "aclrtMallocHost"].into_iter().map(|p| not_probed(p, bytes, why.clone())).collect();
+        return ["mlock", "cudaHostAlloc", "cudaHostRegister", "aclrtMallocHost", "hipHostMalloc"].into_iter().map(|p| not_probed(p, bytes, why.clone())).collect();
     }
     let place = cgroup.map(|c| &c.place);
     let mut out = vec![measure("mlock", place, bytes, &pin_mlock)];
     out.extend(cuda_probes(place, bytes));
     out.push(acl_probe(place, bytes));
+    out.push(hip_probe(place, bytes));
     out
 }
 

@@ -83,8 +83,8 @@ enum Cmd {
     #[command(after_help = EXIT_DOCTOR)]
     Doctor {
         /// Pin a bounded amount through each path this process can reach (mlock; cudaHostAlloc,
-        /// cudaHostRegister, aclrtMallocHost where a runtime loads) and say whether the cgroup
-        /// counted it.
+        /// cudaHostRegister, aclrtMallocHost, hipHostMalloc where a runtime loads) and say whether
+        /// the cgroup counted it.
         #[arg(long)]
         probe: bool,
         /// How much each probe pins (held for a moment, three times per path).

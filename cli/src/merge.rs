@@ -3,7 +3,7 @@
 
 use pinguard_report::view::{FrameView, ReportView};
 use pinguard_report::{Frame, Totals};
-use std::hash::Hasher;
+use std::hash::{Hash, Hasher};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 
@@ -42,10 +42,108 @@ pub fn frame_label(f: &Frame) -> String {
     }
 }
 
-/// A short name for the callsite: its innermost Python frame's function and file:line when it has
-/// Python frames (the code people wrote), else its first native frame's.
+/// The callsite's name: its innermost frame, then the callers the merge found it takes to tell
+/// it from the other callsites with that frame (`Site::name`).
 pub fn short_label(site: &Site) -> String {
-    frames_label(if site.py_frames.is_empty() { &site.frames } else { &site.py_frames })
+    name_of(site, site.name)
+}
+
+/// The callsite named by the frames `name` says.
+pub fn name_of(site: &Site, name: Name) -> String {
+    let frames = named_frames(site);
+    let k = name.frames.clamp(1, frames.len().max(1));
+    let mut parts: Vec<String> = Vec::with_capacity(SHOWN_CALLERS + 2);
+    parts.push(frames.first().map_or_else(|| "(no stack)".into(), frame_short));
+    let from = if name.shorten && k > SHOWN_CALLERS + 1 {
+        parts.push("...".into());
+        k - SHOWN_CALLERS
+    } else {
+        1
+    };
+    parts.extend(frames[from.min(k)..k].iter().map(frame_short));
+    parts.join(" <- ")
+}
+
+/// How much of its stack names a callsite: its first `frames` frames (the innermost alone when
+/// 0 or 1), the callers between the innermost and the last `SHOWN_CALLERS` of them left out
+/// (`... <-`) when `shorten`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Name {
+    pub frames: usize,
+    pub shorten: bool,
+}
+
+/// The frames a callsite is named by: its Python ones when it has any (as `site_key` matches it).
+fn named_frames(site: &Site) -> &[Frame] {
+    if site.py_frames.is_empty() {
+        &site.frames
+    } else {
+        &site.py_frames
+    }
+}
+
+/// Callers shown in a name before the ones between are left out (`... <-`).
+const SHOWN_CALLERS: usize = 2;
+
+/// How to name each of `sites`, by key: its innermost frame, then its callers up to the first
+/// that no other callsite with the same frames so far has (`cuda_pin (serve.py:7) <-
+/// load_weights (serve.py:12)`), as PyTorch's memory snapshot and memray tell stacks apart; the
+/// callers between the innermost and that one are left out past `SHOWN_CALLERS` when the name
+/// stays unique without them. Only callsites that share their innermost frame are in the map (the
+/// others are named by it alone), and frames are compared by their hashes: names are written
+/// only for the callsites shown. A callsite given twice (the same one in two runs) counts once.
+pub fn labels<'a>(sites: impl IntoIterator<Item = &'a Site>) -> HashMap<SiteKey, Name> {
+    let mut by_first: HashMap<u64, Vec<&Site>> = HashMap::new();
+    let mut keys = std::collections::HashSet::new();
+    for s in sites.into_iter().filter(|s| keys.insert(s.key)) {
+        by_first.entry(named_frames(s).first().map_or(0, frame_hash)).or_default().push(s);
+    }
+    let mut out = HashMap::new();
+    for group in by_first.into_values().filter(|g| g.len() > 1) {
+        out.extend(distinguish(&group));
+    }
+    out
+}
+
+/// A frame's identity, as `site_key` takes it, in one word: callsites whose innermost frames
+/// have the same one cannot be told apart by that frame alone.
+fn frame_hash(f: &Frame) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    match (&f.symbol, &f.module, f.offset) {
+        (Some(s), _, _) => (1u8, s, &f.file, f.line).hash(&mut h),
+        (None, Some(m), Some(o)) => (2u8, basename(m), o.0).hash(&mut h),
+        _ => (3u8, f.addr.0).hash(&mut h),
+    }
+    h.finish()
+}
+
+/// Names for callsites that share their innermost frame: each up to the frame after the longest
+/// run of frames it shares with another (sorted, a callsite's nearest are its neighbours).
+fn distinguish(group: &[&Site]) -> Vec<(SiteKey, Name)> {
+    let mut seqs: Vec<(Vec<u64>, SiteKey)> = group.iter().map(|s| (named_frames(s).iter().map(frame_hash).collect(), s.key)).collect();
+    seqs.sort();
+    let common = |a: &[u64], b: &[u64]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
+    let mut named: Vec<(SiteKey, Name)> = Vec::with_capacity(seqs.len());
+    // What a shortened name shows: the innermost frame and the last `SHOWN_CALLERS` of its `k`.
+    let mut shown: HashMap<(u64, &[u64]), usize> = HashMap::new();
+    for (i, (seq, key)) in seqs.iter().enumerate() {
+        let before = i.checked_sub(1).map_or(0, |j| common(seq, &seqs[j].0));
+        let after = seqs.get(i + 1).map_or(0, |n| common(seq, &n.0));
+        let k = (before.max(after) + 1).clamp(1, seq.len().max(1));
+        let shorten = k > SHOWN_CALLERS + 1;
+        if shorten {
+            *shown.entry((seq[0], &seq[k - SHOWN_CALLERS..k])).or_default() += 1;
+        }
+        named.push((*key, Name { frames: k, shorten }));
+    }
+    // A shortened name that another callsite also got is written out whole.
+    for ((_, name), (seq, _)) in named.iter_mut().zip(&seqs) {
+        let k = name.frames;
+        if name.shorten && shown[&(seq[0], &seq[k - SHOWN_CALLERS..k])] > 1 {
+            name.shorten = false;
+        }
+    }
+    named
 }
 
 /// What the host reserve did, for a summary line: empty when no report had one in force.
@@ -85,26 +183,22 @@ pub fn tail_cells(c: &Site) -> Vec<String> {
     ]
 }
 
-/// `short_label`, saying when processes share the callsite (a DataLoader's workers and their
-/// parent all run `pin (workers.py:4)`), for lists without a PROCS column.
-pub fn site_label(site: &Site) -> String {
+/// `name` (`name_of`), saying when processes share the callsite (a DataLoader's workers and
+/// their parent all run `pin (workers.py:4)`), for lists without a PROCS column.
+pub fn with_processes(site: &Site, name: String) -> String {
     match site.processes {
-        0 | 1 => short_label(site),
-        n => format!("{} in {n} processes", short_label(site)),
+        0 | 1 => name,
+        n => format!("{name} in {n} processes"),
     }
 }
 
-fn frames_label(frames: &[Frame]) -> String {
-    match frames.first() {
-        None => "(no stack)".into(),
-        Some(f) => {
-            let sym = f.symbol.as_deref().map(demangle);
-            match (sym, &f.file, f.line) {
-                (Some(s), Some(file), Some(line)) => format!("{s} ({}:{line})", basename(file)),
-                (Some(s), _, _) => s,
-                _ => frame_label(f),
-            }
-        }
+/// A frame in a name: `function (file:line)` with the file's base name, else as `frame_label`.
+fn frame_short(f: &Frame) -> String {
+    let sym = f.symbol.as_deref().map(demangle);
+    match (sym, &f.file, f.line) {
+        (Some(s), Some(file), Some(line)) => format!("{s} ({}:{line})", basename(file)),
+        (Some(s), _, _) => s,
+        _ => frame_label(f),
     }
 }
 
@@ -157,6 +251,20 @@ pub fn site_key(frames: &[FrameView<'_>], py_frames: &[FrameView<'_>]) -> SiteKe
     (a.finish(), b.finish())
 }
 
+/// Each line's peak in one process's report. Stacks the process counted apart but that show as
+/// one line (the same Python frames over several native paths) each have their own peak, and
+/// nothing says whether they were held at the same time: their sum, but never more than the
+/// process's own peak, nor less than the largest of theirs (issue 34, item 4).
+fn site_peaks(r: &ReportView<'_>, keys: &[SiteKey]) -> HashMap<SiteKey, std::cell::Cell<Option<u64>>> {
+    let mut sums: HashMap<SiteKey, (u64, u64)> = HashMap::new();
+    for (c, key) in r.callsites.iter().zip(keys) {
+        let e = sums.entry(*key).or_default();
+        *e = (e.0.saturating_add(c.peak_live_bytes), e.1.max(c.peak_live_bytes));
+    }
+    let process = r.totals.peak_live_bytes;
+    sums.into_iter().map(|(k, (sum, most))| (k, std::cell::Cell::new(Some(sum.min(process).max(most))))).collect()
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Site {
     #[serde(skip)]
@@ -164,10 +272,17 @@ pub struct Site {
     pub frames: Vec<Frame>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub py_frames: Vec<Frame>,
+    /// Its name (`short_label`), in `report --json` only: the innermost frame and the callers that
+    /// tell it from the other callsites.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub label: String,
+    /// How much of its stack names it among the merged callsites (`labels`), set by `sort`.
+    #[serde(skip)]
+    pub name: Name,
     pub apis: BTreeSet<String>,
     pub live_bytes: u64,
     pub live_count: u64,
-    /// The sum of each process's peak at this callsite.
+    /// The sum of each process's peak at this callsite (`site_peaks`).
     pub peak_live_bytes: u64,
     pub alloc_count: u64,
     pub alloc_bytes: u64,
@@ -414,8 +529,10 @@ impl Merged {
             write_unix_ms: r.process.write_unix_ms,
             timeline: reduce(&r.timeline),
         });
-        for c in &r.callsites {
-            let s = self.site(site_key(&c.frames, &c.py_frames), || {
+        let keys: Vec<SiteKey> = r.callsites.iter().map(|c| site_key(&c.frames, &c.py_frames)).collect();
+        let peaks = site_peaks(r, &keys);
+        for (c, &key) in r.callsites.iter().zip(&keys) {
+            let s = self.site(key, || {
                 (c.frames.iter().map(FrameView::to_frame).collect(), c.py_frames.iter().map(FrameView::to_frame).collect())
             });
             for a in &c.apis {
@@ -426,7 +543,8 @@ impl Merged {
             s.add_figures(Figures {
                 live: c.live_bytes,
                 live_count: c.live_count,
-                peak: c.peak_live_bytes,
+                // The line's peak for this process, added once (with its first stack).
+                peak: peaks.get(&key).and_then(|p| p.take()).unwrap_or(0),
                 allocs: c.alloc_count,
                 alloc_bytes: c.alloc_bytes,
                 denied: c.denied_count,
@@ -529,8 +647,13 @@ impl Merged {
         }
     }
 
-    /// Callsites by live bytes, then peak, then allocations; processes by report path.
+    /// Callsites by live bytes, then peak, then allocations, each named (`labels`); processes by
+    /// report path.
     pub fn sort(&mut self) {
+        let mut names = labels(&self.callsites);
+        for c in &mut self.callsites {
+            c.name = names.remove(&c.key).unwrap_or_default();
+        }
         self.callsites.sort_by(|a, b| {
             (b.live_bytes, b.peak_live_bytes, b.alloc_count, a.key).cmp(&(a.live_bytes, a.peak_live_bytes, a.alloc_count, b.key))
         });
@@ -587,6 +710,62 @@ mod tests {
             assert!(step.1 >= v, "{at}: {} < {v}", step.1);
         }
         assert_eq!(reduce(&t[..100]), t[..100].to_vec());
+    }
+
+    /// A callsite whose Python stack is these (function, line) frames of serve.py, innermost first.
+    fn py_site(frames: &[(&str, u32)]) -> Site {
+        let py: Vec<FrameView> = frames
+            .iter()
+            .map(|&(f, l)| FrameView { addr: pinguard_report::Addr(0), module: None, offset: None, symbol: Some(f.into()), file: Some("/srv/serve.py".into()), line: Some(l) })
+            .collect();
+        Site { key: site_key(&[], &py), py_frames: py.iter().map(FrameView::to_frame).collect(), ..Site::default() }
+    }
+
+    #[test]
+    fn callsites_are_named_by_the_frames_that_tell_them_apart() {
+        let pin = ("cuda_pin", 7);
+        let sites = [
+            py_site(&[pin, ("load_weights", 12), ("main", 40)]),
+            py_site(&[pin, ("fill_cache", 20), ("main", 41)]),
+            // Apart only four callers out: the callers between are left out.
+            py_site(&[pin, ("pin_many", 30), ("batch", 33), ("epoch", 50), ("train", 60), ("main", 42)]),
+            py_site(&[pin, ("pin_many", 30), ("batch", 33), ("epoch", 50), ("evaluate", 70), ("main", 43)]),
+            // Its own innermost frame: that alone.
+            py_site(&[("lock_key", 90), ("main", 44)]),
+            // The same stack as the first, another run's copy: named once, the same.
+            py_site(&[pin, ("load_weights", 12), ("main", 40)]),
+        ];
+        let names = labels(&sites);
+        let name = |i: usize| name_of(&sites[i], names.get(&sites[i].key).copied().unwrap_or_default());
+        assert_eq!(name(0), "cuda_pin (serve.py:7) <- load_weights (serve.py:12)");
+        assert_eq!(name(1), "cuda_pin (serve.py:7) <- fill_cache (serve.py:20)");
+        assert_eq!(name(2), "cuda_pin (serve.py:7) <- ... <- epoch (serve.py:50) <- train (serve.py:60)");
+        assert_eq!(name(3), "cuda_pin (serve.py:7) <- ... <- epoch (serve.py:50) <- evaluate (serve.py:70)");
+        assert_eq!(name(4), "lock_key (serve.py:90)");
+        assert_eq!(name(5), name(0));
+        // One stack a prefix of another (a recursion cut at PINGUARD_PY_DEPTH): the shorter is
+        // named whole, the longer up to the frame the shorter lacks.
+        let cut = [py_site(&[pin, ("recurse", 3), ("recurse", 3)]), py_site(&[pin, ("recurse", 3)])];
+        let names = labels(&cut);
+        assert_eq!(name_of(&cut[0], names[&cut[0].key]), "cuda_pin (serve.py:7) <- recurse (serve.py:3) <- recurse (serve.py:3)");
+        assert_eq!(name_of(&cut[1], names[&cut[1].key]), "cuda_pin (serve.py:7) <- recurse (serve.py:3)");
+    }
+
+    #[test]
+    fn a_shortened_name_another_callsite_also_gets_is_written_out_whole() {
+        let pin = ("cuda_pin", 7);
+        // Apart at their second frame from their sibling with the other second frame, and at their
+        // fifth from the one with the same: shortened, the names would be the same two twice.
+        let sites = [
+            py_site(&[pin, ("a", 1), ("q", 2), ("x", 3), ("y", 4)]),
+            py_site(&[pin, ("b", 1), ("q", 2), ("x", 3), ("y", 4)]),
+            py_site(&[pin, ("a", 1), ("q", 2), ("x", 3), ("z", 4)]),
+            py_site(&[pin, ("b", 1), ("q", 2), ("x", 3), ("z", 4)]),
+        ];
+        let names = labels(&sites);
+        let all: BTreeSet<String> = sites.iter().map(|s| name_of(s, names[&s.key])).collect();
+        assert_eq!(all.len(), 4, "{all:?}");
+        assert_eq!(name_of(&sites[1], names[&sites[1].key]), "cuda_pin (serve.py:7) <- b (serve.py:1) <- q (serve.py:2) <- x (serve.py:3) <- y (serve.py:4)");
     }
 
     #[test]

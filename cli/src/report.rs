@@ -1,5 +1,6 @@
 //! `pinguard report`: the top callsites of any number of reports, then a LeakSanitizer-style block
-//! per callsite still holding pinned memory, then one summary line.
+//! per callsite still holding pinned memory, one per callsite whose calls were refused or
+//! downgraded, then one summary line.
 
 use crate::merge::{frame_label, Merged};
 use crate::out::{count, table};
@@ -82,19 +83,23 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
             count(c.processes as u64, "process", "processes"),
             c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
-        if !c.py_frames.is_empty() {
-            s.push_str("  Python:\n");
-            for (i, f) in c.py_frames.iter().enumerate() {
-                s.push_str(&format!("    #{i} {}\n", frame_label(f)));
-            }
-            s.push_str("  native:\n");
+        if let Some(turned) = turned_away(c) {
+            s.push_str(&format!("  and {turned}\n"));
         }
-        if c.frames.is_empty() {
-            s.push_str("    (no stack: PINGUARD_DEPTH=0)\n");
-        }
-        for (i, f) in c.frames.iter().enumerate() {
-            s.push_str(&format!("    #{i} {:#x} in {}\n", f.addr.0, frame_label(f)));
-        }
+        stack_block(&mut s, c);
+    }
+    // A call refused (the program's out-of-memory error) or downgraded holds nothing, but where it
+    // came from is what its owner looks for: its stack, as a live callsite's.
+    let mut refused: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes == 0 && turned_away(c).is_some()).take(top).collect();
+    refused.sort_by_key(|c| std::cmp::Reverse((c.denied_count, c.downgraded_count)));
+    for c in refused {
+        s.push_str(&format!(
+            "\n{} (nothing live) from {}, through {}:\n",
+            turned_away(c).unwrap_or_default(),
+            count(c.processes as u64, "process", "processes"),
+            c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        stack_block(&mut s, c);
     }
     let t = &m.totals;
     s.push_str(&format!(
@@ -111,6 +116,34 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
         crate::merge::host_clause(m),
     ));
     s
+}
+
+/// `2 calls refused, 1 downgraded`: what the budgets turned away at the callsite, if anything.
+fn turned_away(c: &crate::merge::Site) -> Option<String> {
+    let parts: Vec<String> = [(c.denied_count, "refused"), (c.downgraded_count, "downgraded")]
+        .into_iter()
+        .filter(|&(n, _)| n > 0)
+        .enumerate()
+        .map(|(i, (n, what))| if i == 0 { format!("{} {what}", count(n, "call", "calls")) } else { format!("{n} {what}") })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(", "))
+}
+
+/// A callsite's stack, whole: its Python frames first when it has any, then its native frames.
+fn stack_block(s: &mut String, c: &crate::merge::Site) {
+    if !c.py_frames.is_empty() {
+        s.push_str("  Python:\n");
+        for (i, f) in c.py_frames.iter().enumerate() {
+            s.push_str(&format!("    #{i} {}\n", frame_label(f)));
+        }
+        s.push_str("  native:\n");
+    }
+    if c.frames.is_empty() {
+        s.push_str("    (no stack: PINGUARD_DEPTH=0)\n");
+    }
+    for (i, f) in c.frames.iter().enumerate() {
+        s.push_str(&format!("    #{i} {:#x} in {}\n", f.addr.0, frame_label(f)));
+    }
 }
 
 /// The settings processes could not use, before anything else: a budget that was not in force
@@ -181,6 +214,13 @@ pub fn folded_line(f: &pinguard_report::Folded) -> Option<String> {
     Some(line)
 }
 
+/// The callsite with its name set, as `short_label` gives it.
+fn named(c: &crate::merge::Site) -> crate::merge::Site {
+    let mut c = c.clone();
+    c.label = crate::merge::short_label(&c);
+    c
+}
+
 pub fn json(m: &Merged, top: usize) -> String {
     #[derive(serde::Serialize)]
     struct Out<'a> {
@@ -189,7 +229,7 @@ pub fn json(m: &Merged, top: usize) -> String {
         totals: &'a pinguard_report::Totals,
         #[serde(skip_serializing_if = "Option::is_none")]
         host: Option<crate::merge::HostLine>,
-        callsites: Vec<&'a crate::merge::Site>,
+        callsites: Vec<crate::merge::Site>,
         #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
         callsites_folded: &'a pinguard_report::Folded,
         per_process: &'a [crate::merge::ProcessLine],
@@ -202,7 +242,8 @@ pub fn json(m: &Merged, top: usize) -> String {
         processes: m.processes,
         totals: &m.totals,
         host: m.host,
-        callsites: m.callsites.iter().take(top).collect(),
+        // Each named, as the table names it (`label`), beside its whole stack.
+        callsites: m.callsites.iter().take(top).map(named).collect(),
         callsites_folded: &m.callsites_folded,
         per_process: &m.per_process,
         config_errors: &m.config_errors,

@@ -15,8 +15,8 @@ struct Row {
     downgraded: u64,
     /// Calls the host reserve stopped; `None` where the source does not say.
     host_reserve: Option<u64>,
-    /// Calls the cgroup reserve stopped; `None` where the source does not say (the group's
-    /// ledger keeps no cgroup figures).
+    /// Calls the cgroup reserve stopped; `None` where the source does not say (no member of the
+    /// group applies one, or a version 4 ledger, which keeps no cgroup figures).
     cgroup_reserve: Option<u64>,
     budget: Option<u64>,
     note: String,
@@ -36,10 +36,8 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         std::io::ErrorKind::NotFound => format!("no group {name:?} on this host ({path} does not exist)"),
         _ => format!("{path}: {e}"),
     })?;
-    layout::check(&bytes).map_err(|e| format!("{path}: {e}"))?;
-    // SAFETY: `layout::check` verified the length is exactly `size_of::<Header>()`; the read is
-    // unaligned, and `Header` is plain integers and bytes, valid for any bit pattern.
-    let h: Header = unsafe { std::ptr::read_unaligned(bytes.as_ptr() as *const Header) };
+    let h = layout::read(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    let cgroups = h.cgroups.iter().any(|c| c.reserve > 0);
     let budget = (h.budget != u64::MAX).then_some(h.budget);
     let mut rows = Vec::new();
     let here = live::Here::read();
@@ -57,7 +55,7 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
             denied: m.denied,
             downgraded: m.downgraded,
             host_reserve: (h.host_reserve > 0).then_some(m.host_reserve),
-            cgroup_reserve: None,
+            cgroup_reserve: cgroups.then_some(h.ext[i].cgroup_reserve),
             budget,
             note: if alive { String::new() } else { "gone (reclaimed when room is needed)".into() },
         });
@@ -77,7 +75,31 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         };
         head.push_str(&format!("; host reserve {}, lowest available {lowest}", format_bytes(h.host_reserve)));
     }
+    head.push_str(&cgroup_figures(&h));
     Ok((head, rows))
+}
+
+/// The cgroup reserve of each cgroup the group's members share a reading of: its reserve, the
+/// tightest limit on the path and the lowest headroom a member there read.
+fn cgroup_figures(h: &Header) -> String {
+    if h.version == 4 {
+        return "; a version 4 ledger: no cgroup reserve figures".into();
+    }
+    let mut out = String::new();
+    for (k, c) in h.cgroups.iter().enumerate().filter(|(_, c)| c.reserve > 0) {
+        let n = h.members.iter().zip(h.ext.iter()).filter(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1).count() as u64;
+        if n == 0 {
+            continue; // its members have left
+        }
+        let lowest = if c.lowest == u64::MAX { "none read yet".to_string() } else { format_bytes(c.lowest) };
+        out.push_str(&format!(
+            "; cgroup reserve {} of {} ({}), lowest headroom {lowest}",
+            format_bytes(c.reserve),
+            format_bytes(c.limit),
+            crate::out::count(n, "member", "members")
+        ));
+    }
+    out
 }
 
 /// The group's line as `top` heads it, and whether a member still runs (for `run`'s summary).

@@ -1107,3 +1107,120 @@ fn flamegraph_to_standard_output() {
     assert!(out.contains("load_model_weights"), "{out}");
     assert!(!cwd.join("-").exists(), "a file named '-' was written");
 }
+
+/// Issue 34, item 4: one Python line pinning 256 KiB at a time through ctypes, from twelve stack
+/// depths (`ctypes_depths_script`), under `pinguard run`: `report` shows one callsite whose
+/// peak is 256 KiB. The walk used to end in a stack address after libffi's frame, one callsite
+/// per depth, and `report` (which matches callsites by their Python frames) summed their peaks.
+#[test]
+fn a_ctypes_call_path_reports_its_true_peak() {
+    if !have("python3", "ctypes") {
+        return;
+    }
+    let f = fixtures();
+    let dir = fresh_dir("ctypes-peak");
+    let script = ctypes_depths_script(f.dir.join("libcudart.so").to_str().unwrap(), 2);
+    let t = dir.join("%e.%p.json");
+    let o = pinguard(&["run", "--lib", f.lib.to_str().unwrap(), "--report", t.to_str().unwrap(), "--", "python3", "-c", &script]);
+    assert!(o.status.success(), "{o:?}");
+    let d = dir.to_str().unwrap();
+    let v: Value = serde_json::from_slice(&pinguard(&["report", "--json", d]).stdout).unwrap();
+    let pins: Vec<&Value> = v["callsites"].as_array().unwrap().iter().filter(|c| c["apis"][0] == "cudaMallocHost").collect();
+    assert_eq!(pins.len(), 1, "{v:#}");
+    assert_eq!(pins[0]["alloc_count"], 24, "{v:#}");
+    assert_eq!(pins[0]["peak_live_bytes"], 262144, "{v:#}");
+    let (out, _) = text(&pinguard(&["report", "--sort", "peak", d]));
+    let mut table = out.lines().skip_while(|l| !l.contains("CALLSITE"));
+    let (header, row) = (table.next().expect(&out), table.next().expect(&out));
+    let peak_end = header.find(" PEAK").expect(header) + " PEAK".len();
+    assert!(row.contains("cudaMallocHost") && row[..peak_end].ends_with(" 256 KiB"), "{out}");
+}
+
+/// Issue 34, item 4: stacks of one process that `report` shows as one line (the same Python
+/// frames over two native paths) were pinned one after the other, as the process's own peak
+/// shows: the line's peak is at most that, not the sum of theirs. Across processes the peaks
+/// still add up, one per process.
+#[test]
+fn stacks_shown_as_one_line_do_not_sum_a_processes_peaks() {
+    let dir = fresh_dir("one-line-peak");
+    let kib = 1u64 << 10;
+    let (a, b): (&[(&str, &str, u32)], &[(&str, &str, u32)]) = (&[("ffi_call_unix64", "unix64.S", 100)], &[("ffi_call_unix64", "unix64.S", 100), ("ffi_call", "ffi64.c", 700)]);
+    let one = synthetic(&dir, "one.json", 51, &[(a, 0, 256 * kib), (b, 0, 256 * kib)], 0, 0, 0);
+    let line = [("pin", "/srv/load.py", 7u32), ("<module>", "/srv/load.py", 12)];
+    with_py_frames(&one, 0, &line);
+    with_py_frames(&one, 1, &line);
+    patch(&one, &[("/totals/peak_live_bytes", (256 * kib).into())]);
+    let peak = |files: &[&Path]| {
+        let mut args = vec!["report", "--json"];
+        args.extend(files.iter().map(|p| p.to_str().unwrap()));
+        let v: Value = serde_json::from_slice(&pinguard(&args).stdout).unwrap();
+        assert_eq!(v["callsites"].as_array().unwrap().len(), 1, "{v:#}");
+        v["callsites"][0]["peak_live_bytes"].as_u64().unwrap()
+    };
+    assert_eq!(peak(&[&one]), 256 * kib);
+    let (out, _) = text(&pinguard(&["report", "--sort", "peak", one.to_str().unwrap()]));
+    let row = out.lines().find(|l| l.contains("pin (load.py:7)")).expect(&out);
+    assert!(row.contains(" 256 KiB ") && !row.contains("512 KiB"), "{out}");
+    // Held at the same time, as a process peak of 512 KiB says: the sum.
+    let both = dir.join("both.json");
+    std::fs::copy(&one, &both).unwrap();
+    patch(&both, &[("/process/pid", 52.into()), ("/totals/peak_live_bytes", (512 * kib).into())]);
+    assert_eq!(peak(&[&both]), 512 * kib);
+    // Two processes: each one's peak, added.
+    assert_eq!(peak(&[&one, &both]), 768 * kib);
+}
+
+/// Issue 33: `pinguard top --group` shows the cgroup reserve each cgroup's members share (from
+/// the ledger's version 5 readings), and reads a version 4 ledger (the previous pinguard's),
+/// saying that it holds no cgroup figures. The ledger is this test's own, with itself as member.
+#[test]
+fn top_shows_a_groups_cgroup_reserve_and_reads_a_version_4_ledger() {
+    use pinguard_report::group::{self as layout, live, Header};
+    const MIB: u64 = 1 << 20;
+    let name = format!("clitopcg-{}", std::process::id());
+    let ledger = layout::path(&name);
+    let live::Proc::Started(ticks) = layout::proc_of(std::process::id()) else { panic!("no start time") };
+    // SAFETY: an all-zero `Header` is valid (plain integers and bytes; the mutex is never used).
+    let mut h = unsafe { Box::<Header>::new_zeroed().assume_init() };
+    let here = live::Here::read();
+    (h.magic, h.version, h.header_size, h.total_size) = (layout::MAGIC, layout::VERSION, layout::SIZE as u32, layout::SIZE as u64);
+    (h.budget, h.used, h.peak) = (u64::MAX, 3 * MIB, 3 * MIB);
+    let m = &mut h.members[0];
+    (m.pid, m.start_ticks, m.bytes, m.peak, m.ipc_ns, m.pid_ns) = (std::process::id(), ticks, 3 * MIB, 3 * MIB, here.ipc_ns, here.pid_ns);
+    m.exe[..8].copy_from_slice(b"cli-test");
+    (h.ext[0].cgroup, h.ext[0].cgroup_reserve) = (1, 3);
+    let c = &mut h.cgroups[0];
+    (c.dev, c.ino, c.limit, c.reserve, c.lowest) = (1, 2, 256 * MIB, 192 * MIB, 64 * MIB + MIB / 2);
+    // SAFETY: the header's bytes, for as long as `h` lives.
+    let bytes = unsafe { std::slice::from_raw_parts((&*h as *const Header).cast::<u8>(), layout::SIZE) }.to_vec();
+    let top = |b: &[u8]| {
+        std::fs::write(&ledger, b).unwrap();
+        let o = pinguard(&["top", "--group", &name, "--once"]);
+        let _ = std::fs::remove_file(&ledger);
+        assert!(o.status.success(), "{o:?}");
+        text(&o).0
+    };
+    let out = top(&bytes);
+    let head = out.lines().next().unwrap();
+    assert!(head.ends_with(", 1 member; cgroup reserve 192 MiB of 256 MiB (1 member), lowest headroom 64.5 MiB"), "{out}");
+    let header = out.lines().find(|l| l.trim_start().starts_with("PID")).unwrap();
+    let row = out.lines().find(|l| l.contains("cli-test")).unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(cell(header, row, "CGROUP-RESERVE"), "3", "{out}");
+
+    // The same ledger as version 4 wrote it: the first `SIZE_V4` bytes.
+    let mut v4 = bytes[..layout::SIZE_V4].to_vec();
+    v4[8..12].copy_from_slice(&4u32.to_ne_bytes());
+    v4[12..16].copy_from_slice(&(layout::SIZE_V4 as u32).to_ne_bytes());
+    v4[16..24].copy_from_slice(&(layout::SIZE_V4 as u64).to_ne_bytes());
+    let out = top(&v4);
+    assert!(out.lines().next().unwrap().ends_with(", 1 member; a version 4 ledger: no cgroup reserve figures"), "{out}");
+    assert!(!out.contains("CGROUP-RESERVE") && out.lines().any(|l| l.contains("cli-test") && l.contains("3.00 MiB")), "{out}");
+    // Another version: one line naming it, exit status 2.
+    let mut v3 = v4.clone();
+    v3[8..12].copy_from_slice(&3u32.to_ne_bytes());
+    std::fs::write(&ledger, &v3).unwrap();
+    let o = pinguard(&["top", "--group", &name, "--once"]);
+    let _ = std::fs::remove_file(&ledger);
+    assert_eq!(o.status.code(), Some(2));
+    assert_eq!(text(&o).1.trim_end(), format!("pinguard top: {ledger}: has version 3, this pinguard uses 5"));
+}

@@ -8,10 +8,16 @@ pub mod live;
 pub const MAGIC: [u8; 8] = *b"PGGROUP\0";
 /// 3 since the host reserve's shared reading and counts (`host_*`) joined the header and the
 /// members; 4 since members are told alive by a semaphore each (`sem_key`, `ipc_ns`, `pid_ns`,
-/// `serial`). A ledger of another version is refused (`check`): its members run on their own
-/// budgets.
-pub const VERSION: u32 = 4;
+/// `serial`); 5 since the cgroup reserve's shared readings (`cgroups`) and each member's calls in
+/// flight and cgroup (`ext`) follow the members, a version 4 ledger being the first `SIZE_V4`
+/// bytes of it. The library refuses a ledger of another version (`check`): its members run on
+/// their own budgets. Readers (`pinguard top`) read version 4 too (`read`), without the cgroup
+/// figures.
+pub const VERSION: u32 = 5;
 pub const MAX_MEMBERS: usize = 256;
+/// The most cgroups whose reserve the group keeps a shared reading of (members in more cgroups
+/// than this keep readings of their own).
+pub const MAX_CGROUPS: usize = 16;
 pub const EXE_BYTES: usize = 32;
 /// At most one look for dead members per this many milliseconds when the group is full.
 pub const RESCAN_MS: u64 = 100;
@@ -79,8 +85,52 @@ pub struct Header {
     /// Joins since the ledger was created: each member's `serial`.
     pub joins: u64,
     pub members: [Member; MAX_MEMBERS],
+    /// Version 5 on: each member's figures that version 4 did not have, by slot.
+    pub ext: [MemberExt; MAX_MEMBERS],
+    /// The cgroup reserve's shared readings, one per limiting cgroup (`Cgroup`).
+    pub cgroups: [Cgroup; MAX_CGROUPS],
 }
 
+/// A member's figures beyond version 4's `Member` (emptied with its slot).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct MemberExt {
+    /// The member's `cgroups` entry plus one (0: none yet, or the table was full: its own
+    /// reading then decides), set under the lock by its readings.
+    pub cgroup: u32,
+    pub _pad: u32,
+    /// Bytes of its share whose calls have not returned yet: booked under the lock, taken off
+    /// atomically when the call returns. A reading counts them as not in the figure it reads, so
+    /// that members pinning at once each count the others' calls in flight.
+    pub in_flight: u64,
+    /// Pinning calls the cgroup reserve stopped; updated without the lock, like `host_reserve`.
+    pub cgroup_reserve: u64,
+}
+
+/// The cgroup reserve (`PINGUARD_CGROUP_RESERVE`) as the group's members in one cgroup apply it:
+/// the shared reading of the headroom of the level whose headroom is least (the one a pin would
+/// exhaust first), keyed by that level's folder (device and inode), so that members in the same
+/// cgroup share one floor and members in others (two containers of a pod) each have their own.
+/// The fields as the header's `host_*` for the host reserve, counted over this cgroup's members.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Cgroup {
+    /// The limiting level's folder (`st_dev`, `st_ino`); both 0: a free entry.
+    pub dev: u64,
+    pub ino: u64,
+    /// The tightest limit on the path at the latest reading, for `pinguard top`.
+    pub limit: u64,
+    /// The largest reserve a member in this cgroup applies (0: none yet).
+    pub reserve: u64,
+    /// The headroom at the latest reading, the members' bytes it reflects, its time
+    /// (`CLOCK_MONOTONIC` ms, 0: none yet), the lowest headroom any member read (`u64::MAX`: none),
+    /// and the bytes released since (room only once a reading shows it).
+    pub available: u64,
+    pub settled: u64,
+    pub read_ms: u64,
+    pub lowest: u64,
+    pub released: u64,
+}
 #[repr(C)]
 pub struct Member {
     /// 0: a free slot.
@@ -111,18 +161,20 @@ pub struct Member {
 }
 
 pub const SIZE: usize = std::mem::size_of::<Header>();
+/// A version 4 ledger's size: everything before `ext`.
+pub const SIZE_V4: usize = std::mem::offset_of!(Header, ext);
 
 /// Checks a mapped file's header: the reason it cannot be used, if any.
 pub fn check(bytes: &[u8]) -> Result<(), String> {
-    if bytes.len() != SIZE {
-        return Err(format!("is {} bytes, expected {SIZE}", bytes.len()));
-    }
-    if bytes[..8] != MAGIC {
+    if bytes.len() < 24 || bytes[..8] != MAGIC {
         return Err("is not a pinguard group ledger (bad magic)".into());
     }
     let version = u32::from_ne_bytes(bytes[8..12].try_into().unwrap());
     if version != VERSION {
         return Err(format!("has version {version}, this pinguard uses {VERSION}"));
+    }
+    if bytes.len() != SIZE {
+        return Err(format!("is {} bytes, expected {SIZE}", bytes.len()));
     }
     let header_size = u32::from_ne_bytes(bytes[12..16].try_into().unwrap());
     let total = u64::from_ne_bytes(bytes[16..24].try_into().unwrap());
@@ -130,6 +182,29 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
         return Err("was written by a pinguard with another layout".into());
     }
     Ok(())
+}
+
+/// A ledger's header as a reader (`pinguard top`) sees it: version 5 as it is, version 4 with
+/// no `ext` or `cgroups` (all zero: no cgroup figures), anything else refused with the reason.
+pub fn read(bytes: &[u8]) -> Result<Box<Header>, String> {
+    let version = (bytes.len() >= 12 && bytes[..8] == MAGIC).then(|| u32::from_ne_bytes(bytes[8..12].try_into().unwrap()));
+    let len = match version {
+        Some(4) => SIZE_V4,
+        _ => {
+            check(bytes)?;
+            SIZE
+        }
+    };
+    if bytes.len() != len || u64::from_ne_bytes(bytes[16..24].try_into().unwrap()) as usize != len {
+        return Err(format!("is {} bytes, expected {len} for a version 4 ledger", bytes.len()));
+    }
+    // SAFETY: an all-zero `Header` is valid (plain integers, bytes and a mutex that is never
+    // used from this copy); `len` bytes fit it (`SIZE_V4 < SIZE`), and the copy is bytewise.
+    unsafe {
+        let mut h = Box::<Header>::new_zeroed();
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), h.as_mut_ptr().cast::<u8>(), len);
+        Ok(h.assume_init())
+    }
 }
 
 /// What `/proc` says of `pid` (its start time, read from its main thread's `stat`), for
@@ -176,7 +251,42 @@ pub fn parse_start_ticks(stat: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_start_ticks;
+    use super::*;
+
+    fn why(r: Result<Box<Header>, String>) -> String {
+        r.err().expect("refused")
+    }
+
+    /// A ledger of `len` bytes with this version, as a member writes it.
+    fn ledger(version: u32, len: usize) -> Vec<u8> {
+        let mut b = vec![0u8; len];
+        b[..8].copy_from_slice(&MAGIC);
+        b[8..12].copy_from_slice(&version.to_ne_bytes());
+        b[12..16].copy_from_slice(&(len as u32).to_ne_bytes());
+        b[16..24].copy_from_slice(&(len as u64).to_ne_bytes());
+        let used = std::mem::offset_of!(Header, used);
+        b[used..used + 8].copy_from_slice(&7u64.to_ne_bytes());
+        b
+    }
+
+    #[test]
+    fn readers_take_versions_4_and_5_and_name_what_they_cannot() {
+        assert_eq!(SIZE_V4 % 8, 0);
+        assert!(SIZE > SIZE_V4);
+        let h = read(&ledger(5, SIZE)).unwrap();
+        assert_eq!((h.version, h.used), (5, 7));
+        // Version 4: its figures, and no cgroup ones.
+        let mut v4 = ledger(4, SIZE_V4);
+        let m = std::mem::offset_of!(Header, members) + std::mem::offset_of!(Member, pid);
+        v4[m..m + 4].copy_from_slice(&42u32.to_ne_bytes());
+        let h = read(&v4).unwrap();
+        assert_eq!((h.version, h.used, h.members[0].pid), (4, 7, 42));
+        assert!(h.ext.iter().all(|e| e.cgroup == 0 && e.cgroup_reserve == 0) && h.cgroups.iter().all(|c| c.reserve == 0));
+        assert_eq!(check(&v4).unwrap_err(), "has version 4, this pinguard uses 5", "the library does not join it");
+        assert_eq!(why(read(&ledger(3, SIZE_V4))), "has version 3, this pinguard uses 5");
+        assert_eq!(why(read(&v4[..100])), format!("is 100 bytes, expected {SIZE_V4} for a version 4 ledger"));
+        assert_eq!(why(read(&ledger(5, SIZE_V4))), format!("is {SIZE_V4} bytes, expected {SIZE}"));
+    }
 
     #[test]
     fn start_ticks_are_field_22_counted_from_the_last_parenthesis() {

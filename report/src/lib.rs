@@ -293,6 +293,18 @@ pub struct Group {
     /// Pinning calls of all members that the host reserve stopped (as `totals.host_reserve_count`).
     #[serde(default)]
     pub host_reserve_count: u64,
+    /// The cgroup reserve as this process's cgroup's members share it: the largest
+    /// `PINGUARD_CGROUP_RESERVE` a member in the cgroup applies, and the lowest headroom any of
+    /// them read (absent: this member has no shared reading: no reserve, or more cgroups in the
+    /// group than the ledger keeps readings of).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_reserve_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup_lowest_headroom_bytes: Option<u64>,
+    /// Pinning calls of all members that the cgroup reserve stopped (as
+    /// `totals.cgroup_reserve_count`), whichever cgroup they are in.
+    #[serde(default)]
+    pub cgroup_reserve_count: u64,
     /// The ledger's lock was held when the report was written (a report never waits for it):
     /// the figures were read without it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]

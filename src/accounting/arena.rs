@@ -434,7 +434,7 @@ pub fn hold() {
 /// child lets go of it (its range becomes unmapped reserve again, so a stale pointer faults
 /// instead of writing into the parent's state) and starts its own at its first allocation. Every
 /// holder of an arena pointer resets it in its own fork handler.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     if child {
         // SAFETY: `hold` locked ARENA and forgot its guard, and the child has no other thread: this
         // is the only reference to the data.
@@ -448,10 +448,10 @@ pub unsafe fn release(child: bool) {
         a.grows = false;
         a.complete = true;
         // SAFETY: after `hold`, in the child's handler (this function's contract).
-        unsafe { crate::runtime::lock::release_in_child(&ARENA) };
+        unsafe { crate::runtime::lock::let_go_in_child(&ARENA) };
     } else {
         // SAFETY: after `hold`, in the parent's handler (this function's contract).
-        unsafe { crate::runtime::lock::release_in_parent(&ARENA) };
+        unsafe { crate::runtime::lock::let_go_in_parent(&ARENA) };
     }
 }
 

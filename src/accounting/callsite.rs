@@ -654,7 +654,7 @@ pub fn all() -> Vec<&'static Callsite> {
 }
 
 /// Fork support: hold every shard across `fork()` so the child never inherits a held lock.
-pub fn lock_all() {
+pub fn hold() {
     lock::hold(&FOLDING);
     lock::hold(&MODULES);
     lock::hold(&RETIRED);
@@ -665,8 +665,8 @@ pub fn lock_all() {
 }
 
 /// # Safety
-/// Only after `lock_all` on this thread.
-pub unsafe fn unlock_all(clear: bool) {
+/// Only after `hold` on this thread.
+pub unsafe fn let_go(clear: bool) {
     if clear {
         NEXT_ID.store(0, Ordering::Relaxed);
         // The forking thread's cache points at the parent's callsites, with the parent's figures.
@@ -682,35 +682,35 @@ pub unsafe fn unlock_all(clear: bool) {
         if clear {
             // The callsites themselves stay allocated (live records of other threads that no
             // longer exist in the child may point at them); only the index is forgotten.
-            // SAFETY: `lock_all` holds the shard's lock on this thread, so nothing else reaches the
+            // SAFETY: `hold` holds the shard's lock on this thread, so nothing else reaches the
             // data; `clear` is the fork child's handler, where the lock is reset.
             unsafe {
                 *shard.data_ptr() = None;
-                lock::release_in_child(shard);
+                lock::let_go_in_child(shard);
             }
         } else {
-            // SAFETY: `lock_all` took this shard's lock on this thread (this function's contract).
-            unsafe { lock::release_in_parent(shard) };
+            // SAFETY: `hold` took this shard's lock on this thread (this function's contract).
+            unsafe { lock::let_go_in_parent(shard) };
         }
     }
     if clear {
-        // SAFETY: as for the shards above: all held by `lock_all`, in the child's handler.
+        // SAFETY: as for the shards above: all held by `hold`, in the child's handler.
         unsafe {
             *RETIRED.data_ptr() = Vec::new();
-            lock::release_in_child(&RETIRED);
+            lock::let_go_in_child(&RETIRED);
             *MODULES.data_ptr() = Vec::new();
-            lock::release_in_child(&MODULES);
+            lock::let_go_in_child(&MODULES);
             *LIMBO.data_ptr() = std::collections::VecDeque::new();
-            lock::release_in_child(&LIMBO);
-            lock::release_in_child(&FOLDING);
+            lock::let_go_in_child(&LIMBO);
+            lock::let_go_in_child(&FOLDING);
         }
     } else {
-        // SAFETY: `lock_all` took these locks on this thread (this function's contract).
+        // SAFETY: `hold` took these locks on this thread (this function's contract).
         unsafe {
-            lock::release_in_parent(&RETIRED);
-            lock::release_in_parent(&MODULES);
-            lock::release_in_parent(&LIMBO);
-            lock::release_in_parent(&FOLDING);
+            lock::let_go_in_parent(&RETIRED);
+            lock::let_go_in_parent(&MODULES);
+            lock::let_go_in_parent(&LIMBO);
+            lock::let_go_in_parent(&FOLDING);
         }
     }
 }

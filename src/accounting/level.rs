@@ -1,7 +1,7 @@
 //! One level's live figures and peak (the process, an entry point, a callsite), kept so that
 //! threads pinning at the same time write no common cache line.
 //!
-//! Each level is split into stripes. A thread writes the stripe of its slot (`ledger::Block`):
+//! Each level is split into stripes. A thread writes the stripe of its slot (`ledger::blocks::Block`):
 //! the first `K - 1` slots own theirs and write it with plain stores; later slots share the last
 //! stripe with atomic adds. A figure is the sum over the stripes, exact whenever no call is in
 //! flight.
@@ -10,7 +10,11 @@
 //! two threads can do). Instead every stripe keeps `high`, at least the most it has held, and the
 //! level keeps `bound`, the sum of the highs, which is never below the live figure. A call that
 //! raises its stripe checks `bound` against the peak: at or below it, no new peak is possible and
-//! nothing shared is written. Above it, the thread sums the stripes and raises the peak. The
+//! nothing shared is written. Above it, the thread sums the stripes and raises the peak; a sum
+//! that finds no new peak (a level's first such, then one in `LOWER_EVERY`) also brings every
+//! stripe's high down to what the stripe holds (a stripe of a thread that went quiet too, with a
+//! fence on every thread so that no owner's pin in flight is lost: `lower_all`), so
+//! that the calls after it, from any thread, are back under the peak. The
 //! peak is therefore exact when one thread at a time changes the level (any single-threaded
 //! program); with threads pinning at the same moment, it is the sum of the stripes as read, off
 //! by at most the calls in flight, and never above the process budget when one is set.
@@ -37,7 +41,17 @@ pub struct Stripe {
     high: AtomicI64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
+    /// On the last stripe only, the level's sums that found no new peak (`recheck`); in the
+    /// stripe's padding,
+    /// past what the state file's readers know.
+    sums: AtomicU64,
 }
+
+/// A level's highs are lowered on its first sum that finds no new peak and on every this many
+/// such after: threads that take
+/// turns without ever holding at once keep the bound above the peak whatever is done, and
+/// lowering their highs on every sum would add shared writes to the sums they already make.
+const LOWER_EVERY: u64 = 64;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const STRIPE: Stripe = Stripe {
@@ -46,6 +60,7 @@ const STRIPE: Stripe = Stripe {
     high: AtomicI64::new(0),
     alloc_count: AtomicU64::new(0),
     alloc_bytes: AtomicU64::new(0),
+    sums: AtomicU64::new(0),
 };
 
 /// `repr(C)`: levels live in the state file, whose readers know this layout
@@ -124,54 +139,117 @@ impl<const K: usize> Level<K> {
         self.live_in(s, owned, bytes, count)
     }
 
+    /// The sign is tested first, so that each way (and each of owned and shared) is a straight
+    /// line: a release never reaches the peak's checks.
     #[inline(always)]
     fn live_in(&self, s: &Stripe, owned: bool, bytes: i64, count: i64) {
-        let now = s.bytes.add(bytes, owned);
-        s.count.add(count, owned);
         if bytes > 0 {
+            let now = s.bytes.add(bytes, owned);
+            s.count.add(count, owned);
             self.raised(s, owned, now);
+        } else {
+            s.bytes.add(bytes, owned);
+            s.count.add(count, owned);
         }
     }
 
     /// The stripe `s` went up to `now`: its high and the level's bound follow, and a new peak is
-    /// checked for.
+    /// checked for. The high moves with a locked instruction even on an owned stripe: `recheck`
+    /// lowers highs from other threads, and a plain store here could undo a lowering after the
+    /// bound had followed it (the bound would then stay below the sum of the highs). Only a
+    /// stripe going above its high pays for it, never a steady pin-and-release. (The owned and
+    /// shared paths differ on purpose: merged, the steady path took a jump more per level.)
     #[inline(always)]
     fn raised(&self, s: &Stripe, owned: bool, now: i64) {
-        let high = s.high.load(Relaxed);
-        if now > high {
-            let old = if owned {
-                s.high.store(now, Relaxed);
-                high
+        // The figure is stored before the high is read, in program order: `lower_all`'s fence on
+        // every thread relies on it (no instruction; the compiler keeps the order).
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        if now > s.high.load(Relaxed) {
+            if owned {
+                self.lift_owned(s, now);
             } else {
-                s.high.fetch_max(now, Relaxed)
-            };
-            if now > old {
-                self.bound.fetch_add(now - old, Relaxed);
+                self.lift(s, now);
             }
         }
         if self.bound.load(Relaxed) > self.peak.load(Relaxed) as i64 {
-            self.recheck(s, owned);
+            self.recheck();
         }
     }
 
-    /// A new peak is possible: sum the stripes. An owned stripe far below its own high lowers it,
-    /// so that a level whose threads took turns does not sum on every call for ever.
+    /// `lift`, from the stripe's owner (the same work, a separate body: see `raised`).
     #[cold]
     #[inline(never)]
-    fn recheck(&self, own: &Stripe, owned: bool) {
+    fn lift_owned(&self, s: &Stripe, now: i64) {
+        let high = s.high.load(Relaxed);
+        if now > high && s.high.compare_exchange(high, now, Relaxed, Relaxed).is_ok() {
+            self.bound.fetch_add(now - high, Relaxed);
+        } else {
+            self.lift(s, now);
+        }
+    }
+
+    /// Raises a stripe's high to `now`, and the bound with it.
+    #[cold]
+    #[inline(never)]
+    fn lift(&self, s: &Stripe, now: i64) {
+        let old = s.high.fetch_max(now, Relaxed);
+        if now > old {
+            self.bound.fetch_add(now - old, Relaxed);
+        }
+    }
+
+    /// A new peak is possible: sum the stripes. Then (on the level's first sum that finds none,
+    /// and every `LOWER_EVERY`th such) the stripes' highs come down to what they hold, whichever thread owns
+    /// them, so that the bound is the live figure again and the calls after
+    /// this one, from any thread, skip the sum. Without this, a stripe whose thread pinned once
+    /// and went quiet (a main thread before its pin-memory thread starts, a worker that ended)
+    /// kept the bound above the peak for good, and every call of every other thread summed the
+    /// stripes (about 225 instructions a pair over the three levels).
+    #[cold]
+    #[inline(never)]
+    fn recheck(&self) {
         let mut total: i64 = self.stripes.iter().map(|s| s.bytes.load(Relaxed)).sum();
         if let Some(reserved) = CEILING.get().and_then(|f| f()) {
             // What the budget has handed out bounds what can be live; a sum read while other
             // threads move their stripes can exceed it, the true figure cannot.
             total = total.min(reserved as i64);
         }
+        let was = self.peak.load(Relaxed) as i64;
         raise(&self.peak, total);
-        if owned {
-            let live = own.bytes.load(Relaxed).max(0);
-            let high = own.high.load(Relaxed);
-            if live < high / 2 {
-                self.bound.fetch_sub(high - live, Relaxed);
-                own.high.store(live, Relaxed);
+        if total <= was && self.stripes[K - 1].sums.fetch_add(1, Relaxed).is_multiple_of(LOWER_EVERY) {
+            self.lower_all();
+        }
+    }
+
+    /// Brings every stripe's high down to what it holds. An owner may be pinning within its old
+    /// high at this moment: it stores its figure, then reads its high, with no fence between (its
+    /// fast path), so it may read the old high while this thread has not yet seen its figure.
+    /// A fence on every running thread of the process, after the highs are lowered, settles it:
+    /// each owner either reads its high lowered (and raises it itself) or has its figure read
+    /// here (and raised back). Where no such fence can be had, nothing is lowered: the peak
+    /// stays exact, and threads that took turns keep summing.
+    #[cold]
+    #[inline(never)]
+    fn lower_all(&self) {
+        if !crate::runtime::kernel::fence_all_threads() {
+            return;
+        }
+        let mut held = [-1i64; K];
+        for (s, h) in self.stripes.iter().zip(held.iter_mut()) {
+            let (high, now) = (s.high.load(Relaxed), s.bytes.load(Relaxed).max(0));
+            if now < high && s.high.compare_exchange(high, now, Relaxed, Relaxed).is_ok() {
+                self.bound.fetch_sub(high - now, Relaxed);
+                *h = now;
+            }
+        }
+        if held.iter().all(|&h| h < 0) {
+            return;
+        }
+        crate::runtime::kernel::fence_all_threads();
+        for (s, &h) in self.stripes.iter().zip(held.iter()) {
+            let again = s.bytes.load(Relaxed);
+            if h >= 0 && again > h {
+                self.lift(s, again);
             }
         }
     }
@@ -256,6 +334,7 @@ impl<const K: usize> Level<K> {
             }
             s.alloc_count.store(0, Relaxed);
             s.alloc_bytes.store(0, Relaxed);
+            s.sums.store(0, Relaxed);
         }
         self.bound.store(0, Relaxed);
         self.peak.store(0, Relaxed);
@@ -314,5 +393,41 @@ mod tests {
         l.live(0, 10, 1); // bound still above the peak: sums, and slot 0 lowers its high to 10
         assert_eq!(l.bound.load(Relaxed), 20);
         assert_eq!(l.peak(), 1000);
+    }
+
+    #[test]
+    fn a_quiet_stripes_high_is_lowered_by_the_next_thread_that_sums() {
+        // Slot 0 (a main thread) pins and releases once, then only slot 1 (its worker) pins: its
+        // first sum brings slot 0's high down, and its later pairs sum nothing.
+        let l: Level<4> = Level::NEW;
+        l.live(0, 4096, 1);
+        l.live(0, -4096, -1);
+        l.live(1, 4096, 1);
+        assert_eq!(l.bound.load(Relaxed), 4096);
+        for _ in 0..10 {
+            l.live(1, -4096, -1);
+            l.live(1, 4096, 1);
+        }
+        assert_eq!(l.stripes[3].sums.load(Relaxed), 1, "the worker's pairs would sum every time");
+        // Slot 0 pinning again within what its high was is still seen: 8192 at once.
+        l.live(0, 4096, 1);
+        assert_eq!(l.peak(), 8192);
+    }
+
+    #[test]
+    fn threads_taking_turns_lower_the_highs_on_one_sum_in_many() {
+        // Slots 0 and 1 pin in turn and never at once: every pin can be a new peak as far as the
+        // bound knows, but only the first sum and every LOWER_EVERY-th lower the highs (writes
+        // to the other thread's stripe).
+        let l: Level<4> = Level::NEW;
+        for _ in 0..LOWER_EVERY {
+            for slot in 0..2 {
+                l.live(slot, 4096, 1);
+                l.live(slot, -4096, -1);
+            }
+        }
+        assert_eq!(l.peak(), 4096);
+        assert!(l.stripes[3].sums.load(Relaxed) > LOWER_EVERY, "every pin after the first should sum");
+        assert_eq!((l.stripes[0].high.load(Relaxed), l.stripes[1].high.load(Relaxed)), (4096, 4096));
     }
 }

@@ -111,11 +111,11 @@ pub fn hold() {
 /// # Safety
 /// Only in the fork handlers, after `hold`. In the child the table starts empty: the runtime's
 /// pools are not the child's.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     if child {
         // SAFETY: `hold` took the lock on this thread and the child has no other thread.
         unsafe { *TABLE.data_ptr() = None };
     }
     // SAFETY: `hold` took the lock on this thread (the caller's contract).
-    unsafe { lock::release(&TABLE, child) };
+    unsafe { lock::let_go(&TABLE, child) };
 }

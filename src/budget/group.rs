@@ -18,7 +18,7 @@
 //! Everything here runs inside hooked calls: no cancellation point (raw system calls for `/proc`,
 //! cancellation disabled while the lock is held) and no allocation under the lock.
 
-use super::{host, Refused};
+use super::{cgroup, host, Refused};
 use crate::runtime::{kernel, sys};
 use pinguard_report::group::live::{self, Here, Proc, Set, Verdict};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
@@ -693,6 +693,10 @@ impl Locked {
             let h = self.h_mut();
             h.host_released = h.host_released.saturating_add(bytes);
         }
+        if let Some(k) = self.entry_of(i).filter(|&k| self.h().cgroups[k].reserve > 0) {
+            let c = &mut self.h_mut().cgroups[k];
+            c.released = c.released.saturating_add(bytes);
+        }
         Ok(())
     }
 
@@ -740,6 +744,7 @@ impl Locked {
         let used = self.h().used.checked_sub(bytes).unwrap_or_else(|| self.sum_of_shares().saturating_sub(bytes));
         let exe = IMAGE_EXE.get().copied().unwrap_or([0; layout::EXE_BYTES]);
         let here = here();
+        self.clear_ext(i);
         let h = self.h_mut();
         h.used = used;
         let m = &mut h.members[i];
@@ -778,10 +783,19 @@ impl Locked {
         let bytes = self.h().members[i].bytes;
         // SAFETY: `Member` is plain data; all zeroes is a free slot.
         self.h_mut().members[i] = unsafe { std::mem::zeroed() };
+        self.clear_ext(i);
         self.h_mut().used = match self.h().used.checked_sub(bytes) {
             Some(u) => u,
             None => self.sum_of_shares(), // a ledger someone edited: back to the truth
         };
+    }
+
+    /// Empties slot `i`'s figures beyond version 4's (`in_flight` atomically: its member may be
+    /// taking bytes off it now, and then takes off none that are not its own).
+    fn clear_ext(&mut self, i: usize) {
+        let e = &mut self.h_mut().ext[i];
+        (e.cgroup, e.cgroup_reserve) = (0, 0);
+        self.ledger.in_flight(i).store(0, Ordering::Relaxed);
     }
 
     /// Whether slot `i` is still this process's (a member wrongly taken for dead, or a second
@@ -924,69 +938,148 @@ impl Shared {
     }
 }
 
-/// A reading of `/proc/meminfo` for the group's host reserve, taken with the lock let go: what
-/// the ledger said when it was started, and what the file said.
-struct Reading {
-    /// The group's reading when it was started (time, `MemAvailable`, settled bytes): another
-    /// member's reading installed since is used instead.
-    was: (u64, u64, u64),
-    /// The group's bytes the reading reflects (`Locked::host_room`).
-    settled: u64,
-    /// `host_released` when it was started: releases since stay counted.
-    released: u64,
-    /// `MemAvailable`, once read.
+/// A shared reading as a decision needs it: the host's (the header's `host_*`) or a cgroup's
+/// (`layout::Cgroup`), with the bytes of the members it counts.
+#[derive(Clone, Copy)]
+struct Figures {
     available: u64,
+    settled: u64,
+    read_ms: u64,
+    released: u64,
+    /// The bytes of the members the reading is for (the group's, or its cgroup's members').
+    used: u64,
 }
 
-/// What the host reserve says of `bytes` more for the group.
-enum Room {
-    Fits,
-    /// No: the host's available memory as counted for the refusal.
-    Short(u64),
-    /// A reading is due first: the lock is to be let go while the file is read.
-    Read,
-}
-
-impl Locked {
-    /// Whether the host reserve `reserve` (this member's) lets the group have `bytes` more: the
-    /// group's bytes stay at or below what the shared reading settled plus the headroom it left.
-    /// A reading is asked for (`Room::Read`) when it is due, and before a refusal, unless one
-    /// was taken for this call (`fresh`).
-    fn host_room(&self, bytes: u64, reserve: u64, fresh: bool) -> Room {
-        let Some(next) = self.h().used.checked_add(bytes) else { return Room::Short(self.host_available_now()) };
-        if !fresh && self.host_due(reserve) {
+impl Figures {
+    /// Whether `bytes` more keep above `reserve`: a reading is asked for (`Room::Read`) when it
+    /// is due, and before a refusal, unless one was taken for this call (`fresh`). The refusal
+    /// gives the figure as the reading and the calls since count it.
+    fn room(&self, bytes: u64, reserve: u64, fresh: bool) -> Room {
+        let Some(next) = self.used.checked_add(bytes) else { return Room::Short(self.now()) };
+        if !fresh && self.due(reserve) {
             return Room::Read;
         }
-        if next <= host::cap_of(self.h().host_settled, self.h().host_available, reserve).saturating_sub(self.h().host_released) {
+        if next <= host::cap_of(self.settled, self.available, reserve).saturating_sub(self.released) {
             return Room::Fits;
         }
         if !fresh {
             return Room::Read;
         }
-        Room::Short(self.host_available_now())
+        Room::Short(self.now())
     }
 
-    /// The group's reading is older than `host::READING_MS` (or from a clock that is not ours),
-    /// or the group's bytes moved by more than a `host::MOVE_SHARE`th of the headroom it left.
-    fn host_due(&self, reserve: u64) -> bool {
-        let h = self.h();
+    /// The reading is older than `host::READING_MS` (or from a clock that is not ours), or the
+    /// members' bytes moved by more than a `host::MOVE_SHARE`th of the headroom it left.
+    fn due(&self, reserve: u64) -> bool {
         let now = monotonic_ms();
-        let age = now.saturating_sub(h.host_read_ms);
-        let slack = h.host_available.saturating_sub(reserve) / host::MOVE_SHARE;
-        let moved = h.used.abs_diff(h.host_settled) > slack || h.host_released > slack;
-        h.host_read_ms == 0 || age >= host::READING_MS || h.host_read_ms > now || moved
+        let slack = self.available.saturating_sub(reserve) / host::MOVE_SHARE;
+        let moved = self.used.abs_diff(self.settled) > slack || self.released > slack;
+        self.read_ms == 0 || now.saturating_sub(self.read_ms) >= host::READING_MS || self.read_ms > now || moved
     }
 
-    /// What a reading started now needs of the ledger: the group's bytes it will reflect (the
-    /// group's total less this member's calls in flight: other members' calls in flight cannot
-    /// be told apart, and count as landed). Settled bytes first, then the file: a call that
-    /// lands in between is in the file and not in the settled bytes, which errs on the side of
-    /// the floor.
-    fn start_reading(&self, i: usize) -> Reading {
-        let share = self.h().members[i].bytes;
-        let settled = self.h().used.saturating_sub(share).saturating_add(host::settled(share));
+    fn now(&self) -> u64 {
+        self.settled.saturating_add(self.available).saturating_sub(self.used).saturating_sub(self.released)
+    }
+}
+
+/// A reading for a shared floor, taken with the lock let go: what the ledger said when it was
+/// started, and what the file said.
+struct Reading {
+    /// The shared reading when this one was started (time, figure, settled bytes): another
+    /// member's reading installed since is used instead.
+    was: (u64, u64, u64),
+    /// The members' bytes the reading reflects (`Locked::settled_now`).
+    settled: u64,
+    /// The shared `released` when it was started: releases since stay counted.
+    released: u64,
+    /// The figure, once read.
+    available: u64,
+}
+
+impl Reading {
+    fn start(f: Figures, settled: u64) -> Reading {
+        Reading { was: (f.read_ms, f.available, f.settled), settled, released: f.released, available: 0 }
+    }
+}
+
+/// A reading of the cgroup's headroom for the group's cgroup reserve: for the member's entry
+/// when it was started (`None`: it had none), and what was read.
+struct CgReading {
+    entry: Option<usize>,
+    r: Reading,
+    head: Option<crate::runtime::cgroup::Headroom>,
+}
+
+/// What a shared floor says of `bytes` more.
+enum Room {
+    Fits,
+    /// No: the figure as counted for the refusal.
+    Short(u64),
+    /// A reading is due first: the lock is to be let go while the file is read.
+    Read,
+}
+
+/// Where each member's figures beyond version 4's are (`layout::MemberExt`).
+fn ext_at(i: usize, field: usize) -> usize {
+    std::mem::offset_of!(Header, ext) + i.min(MAX_MEMBERS - 1) * std::mem::size_of::<layout::MemberExt>() + field
+}
+
+impl Shared {
+    /// The `u64` at `offset` (an `offset_of!`, `member_at`, `ext_at`), to change atomically: the
+    /// fields members change without the lock.
+    fn atomic_u64(self, offset: usize) -> &'static AtomicU64 {
+        assert!(offset % 8 == 0 && offset + 8 <= layout::SIZE);
+        // SAFETY: an aligned u64 inside the published ledger mapping, which is never unmapped;
+        // every process changes it atomically.
+        unsafe { AtomicU64::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
+    }
+
+    /// Member `i`'s calls in flight (`MemberExt::in_flight`).
+    fn in_flight(self, i: usize) -> &'static AtomicU64 {
+        self.atomic_u64(ext_at(i, std::mem::offset_of!(layout::MemberExt, in_flight)))
+    }
+}
+
+impl Locked {
+    /// The members in cgroup entry `k` (`None`: every member): a scan of the slots under the
+    /// lock, arithmetic only (256 slots).
+    fn in_entry(&self, k: Option<usize>) -> impl Iterator<Item = usize> + '_ {
         let h = self.h();
-        Reading { was: (h.host_read_ms, h.host_available, h.host_settled), settled, released: h.host_released, available: 0 }
+        (0..MAX_MEMBERS).filter(move |&i| h.members[i].pid != 0 && k.is_none_or(|k| h.ext[i].cgroup as usize == k + 1))
+    }
+
+    /// The bytes of the members in cgroup entry `k`.
+    fn cgroup_used(&self, k: usize) -> u64 {
+        self.in_entry(Some(k)).fold(0u64, |a, i| a.saturating_add(self.h().members[i].bytes))
+    }
+
+    /// The members' bytes a reading started now reflects: theirs less their calls in flight
+    /// (each member books a call's bytes as in flight and takes them off when the call returns,
+    /// its pages charged by then). Counted before the file is read: a call that lands in between
+    /// is in the file and not in the settled bytes, which errs on the side of the floor.
+    fn settled_now(&self, k: Option<usize>) -> u64 {
+        let used = match k {
+            Some(k) => self.cgroup_used(k),
+            None => self.h().used,
+        };
+        // Acquire, paired with `landed`: a call seen landed has its pages in the file read next.
+        let flying = self.in_entry(k).fold(0u64, |a, i| a.saturating_add(self.ledger.in_flight(i).load(Ordering::Acquire)));
+        used.saturating_sub(flying)
+    }
+
+    fn host_figures(&self) -> Figures {
+        let h = self.h();
+        Figures { available: h.host_available, settled: h.host_settled, read_ms: h.host_read_ms, released: h.host_released, used: h.used }
+    }
+
+    /// Whether the host reserve `reserve` (this member's) lets the group have `bytes` more: the
+    /// group's bytes stay at or below what the shared reading settled plus the headroom it left.
+    fn host_room(&self, bytes: u64, reserve: u64, fresh: bool) -> Room {
+        self.host_figures().room(bytes, reserve, fresh)
+    }
+
+    fn start_reading(&self) -> Reading {
+        Reading::start(self.host_figures(), self.settled_now(None))
     }
 
     /// Installs reading `r` (the lock was let go while it was taken), unless another member
@@ -1005,10 +1098,80 @@ impl Locked {
         h.host_read_ms = monotonic_ms().max(1);
     }
 
-    /// The host's available memory as the group's reading and the group's calls since count it.
-    fn host_available_now(&self) -> u64 {
+    /// Member `i`'s cgroup entry.
+    fn entry_of(&self, i: usize) -> Option<usize> {
+        (self.h().ext[i].cgroup as usize).checked_sub(1).filter(|&k| k < layout::MAX_CGROUPS)
+    }
+
+    fn cgroup_figures(&self, k: usize) -> Figures {
+        let c = &self.h().cgroups[k];
+        Figures { available: c.available, settled: c.settled, read_ms: c.read_ms, released: c.released, used: self.cgroup_used(k) }
+    }
+
+    /// Whether the cgroup reserve `reserve` (this member's) lets member `i`'s cgroup have `bytes`
+    /// more: as `host_room`, over the members whose readings name the same cgroup. A member
+    /// without an entry reads first; after that (`fresh`) its own reading decides (`cgroup_shared`).
+    fn cgroup_room(&self, i: usize, bytes: u64, reserve: u64, fresh: bool) -> Room {
+        match self.entry_of(i) {
+            Some(k) => self.cgroup_figures(k).room(bytes, reserve, fresh),
+            None if fresh => Room::Fits,
+            None => Room::Read,
+        }
+    }
+
+    fn start_cgroup_reading(&self, i: usize) -> CgReading {
+        let entry = self.entry_of(i);
+        let r = match entry {
+            Some(k) => Reading::start(self.cgroup_figures(k), self.settled_now(Some(k))),
+            None => Reading { was: (0, 0, 0), settled: 0, released: 0, available: 0 },
+        };
+        CgReading { entry, r, head: None }
+    }
+
+    /// The entry for the cgroup folder `(dev, ino)`: its own, else a free one (never used, or
+    /// no member's any more), emptied for it. `None`: the table is full.
+    fn entry_for(&mut self, dev: u64, ino: u64) -> Option<usize> {
         let h = self.h();
-        h.host_settled.saturating_add(h.host_available).saturating_sub(h.used).saturating_sub(h.host_released)
+        if let Some(k) = h.cgroups.iter().position(|c| (c.dev, c.ino) == (dev, ino)) {
+            return Some(k);
+        }
+        let used = |k: usize| h.members.iter().zip(h.ext.iter()).any(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1);
+        let k = (0..layout::MAX_CGROUPS).find(|&k| (h.cgroups[k].dev, h.cgroups[k].ino) == (0, 0) || !used(k))?;
+        let c = &mut self.h_mut().cgroups[k];
+        // SAFETY: `Cgroup` is plain data; all zeroes is a free entry.
+        *c = unsafe { std::mem::zeroed() };
+        (c.dev, c.ino, c.lowest) = (dev, ino, u64::MAX);
+        Some(k)
+    }
+
+    /// Installs cgroup reading `c` for member `i` (the lock was let go while it was taken):
+    /// into the entry of the folder it names, which becomes the member's. Whether the decision
+    /// may now be made (`false`: the member's entry changed, so the reading was started for
+    /// another; `last` installs it anyway, with the bytes settled now).
+    fn install_cgroup(&mut self, i: usize, c: CgReading, reserve: u64, last: bool) -> bool {
+        let Some(head) = c.head else { return true };
+        let Some(k) = Some((head.dev, head.ino)).filter(|&id| id != (0, 0)).and_then(|(d, n)| self.entry_for(d, n)) else {
+            self.h_mut().ext[i].cgroup = 0; // no shared reading: its own decides
+            return true;
+        };
+        let mut r = c.r;
+        if c.entry != Some(k) {
+            self.h_mut().ext[i].cgroup = k as u32 + 1; // its share counts here from now on
+            if !last {
+                return false;
+            }
+            let f = self.cgroup_figures(k);
+            r = Reading::start(f, self.settled_now(Some(k)));
+        }
+        let e = &mut self.h_mut().cgroups[k];
+        (e.limit, e.reserve, e.lowest) = (head.limit, e.reserve.max(reserve), e.lowest.min(head.bytes));
+        if (e.read_ms, e.available, e.settled) == r.was {
+            e.available = head.bytes;
+            e.settled = r.settled;
+            e.released = e.released.saturating_sub(r.released);
+            e.read_ms = monotonic_ms().max(1);
+        }
+        true
     }
 }
 
@@ -1116,6 +1279,7 @@ fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
     let sem_key = hold_semaphore(l, i, j.here);
     let serial = l.h().joins.wrapping_add(1);
     l.h_mut().joins = serial;
+    l.clear_ext(i);
     let m: &mut Member = &mut l.h_mut().members[i];
     // SAFETY: `Member` is plain data; all zeroes is a free slot.
     *m = unsafe { std::mem::zeroed() };
@@ -1159,7 +1323,7 @@ fn reserve_on_own_stack(h: Shared, bytes: u64, force: bool) -> Result<(), Refuse
 /// bytes are booked later (`Locked::settle`).
 #[cold]
 fn out_of_reach(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
-    if !force && (h.budget() != u64::MAX || host::reserve().is_some()) {
+    if !force && (h.budget() != u64::MAX || host::reserve().is_some() || cgroup::floor().reserve().is_some()) {
         return Err(Refused::GroupUnavailable);
     }
     match PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_add(bytes)) {
@@ -1168,14 +1332,19 @@ fn out_of_reach(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
     }
 }
 
-/// The lets-go a reservation may make: a join's reads, a room look, a reading. Each happens at
-/// most once, so a reservation takes the lock at most four times, all within one `Wait`. A join
-/// reads only once the lock was had: a process that cannot reach the ledger reads nothing.
+/// The lets-go a reservation may make: a join's reads, a room look, a reading of the host's
+/// memory, at most once each, and at most two of the cgroup's (the second when the first found
+/// the member in another cgroup than its reading was started for), so a reservation takes the
+/// lock at most six times, all within one `Wait`. A join reads only once the lock was had: a
+/// process that cannot reach the ledger reads nothing.
 #[derive(Default)]
 struct Done {
     joined: bool,
     room: bool,
     read: bool,
+    cgroup_reads: u8,
+    /// A cgroup reading taken in this call decides (a refusal needs no other).
+    cgroup_fresh: bool,
 }
 
 #[inline(never)]
@@ -1184,7 +1353,7 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
     let mut done = Done::default();
     let mut joining = None;
     let mut dead = Dead::none();
-    let mut reading = None;
+    let mut pending = Pending::default();
     let mut freed = 0;
     loop {
         let mut l = match Locked::new(h, &mut w) {
@@ -1217,10 +1386,6 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
                 return Err(Refused::Group);
             }
         };
-        let reserve = host::reserve().filter(|_| !force);
-        if let (Some(r), Some(reserve)) = (reading.take(), reserve) {
-            l.install(r, reserve);
-        }
         let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
         if !force && !fits(&l) {
             if !done.room && l.room_scan_due() {
@@ -1233,39 +1398,97 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
             log_freed(freed);
             return Err(Refused::Group);
         }
-        if let Some(reserve) = reserve.filter(|_| host::on()) {
-            match l.host_room(bytes, reserve, done.read) {
-                Room::Fits => {}
-                Room::Read => {
-                    let mut r = l.start_reading(i);
-                    drop(l);
-                    done.read = true;
-                    match kernel::host_memory() {
-                        Ok(m) => {
-                            host::noted(m.available);
-                            r.available = m.available;
-                            reading = Some(r);
-                        }
-                        // A file that could not be used turns the reserve off (`host::on`): it
-                        // refuses nothing.
-                        Err(why) => host::turn_off(why),
-                    }
-                    continue;
-                }
-                Room::Short(available) => {
-                    drop(l);
-                    log_freed(freed);
-                    return Err(Refused::Host { available });
-                }
+        let mut l = match floors(l, i, bytes, force, &mut done, &mut pending) {
+            Next::Book(l) => l,
+            Next::Again => continue,
+            Next::Refused(why) => {
+                log_freed(freed);
+                return Err(why);
             }
-        }
+        };
         if !l.book(i, bytes) {
             return Err(Refused::Group);
         }
+        // In flight until the call returns (`landed`): other members' readings meanwhile count
+        // these bytes as not yet in the figures they read.
+        h.in_flight(i).fetch_add(bytes, Ordering::Relaxed);
         drop(l);
         log_freed(freed);
         return Ok(());
     }
+}
+
+/// Readings taken with the lock let go, installed at the next taking of it.
+#[derive(Default)]
+struct Pending {
+    host: Option<Reading>,
+    cgroup: Option<CgReading>,
+}
+
+/// What the floors say of a reservation.
+enum Next {
+    /// It fits them all: book it (the lock still held).
+    Book(Locked),
+    /// A reading was taken (the lock let go): decide again.
+    Again,
+    Refused(Refused),
+}
+
+/// The floors' say on `bytes` more for member `i` (none with `force`): the host reserve over the
+/// group's bytes, then the cgroup reserve over the bytes of the members in this member's cgroup,
+/// each against its shared reading, read afresh (with the lock let go) when due and before a
+/// refusal. A reading that cannot be used turns its reserve off: it refuses nothing.
+fn floors(mut l: Locked, i: usize, bytes: u64, force: bool, done: &mut Done, p: &mut Pending) -> Next {
+    if force {
+        return Next::Book(l);
+    }
+    if let Some(reserve) = host::reserve() {
+        if let Some(r) = p.host.take() {
+            l.install(r, reserve);
+        }
+        match l.host_room(bytes, reserve, done.read) {
+            Room::Fits => {}
+            Room::Read => {
+                let mut r = l.start_reading();
+                drop(l);
+                done.read = true;
+                match kernel::host_memory() {
+                    Ok(m) => {
+                        host::noted(m.available);
+                        r.available = m.available;
+                        p.host = Some(r);
+                    }
+                    Err(why) => host::turn_off(why),
+                }
+                return Next::Again;
+            }
+            Room::Short(available) => return Next::Refused(Refused::Host { available }),
+        }
+    }
+    if let Some(reserve) = cgroup::floor().reserve() {
+        if let Some(c) = p.cgroup.take() {
+            done.cgroup_fresh = l.install_cgroup(i, c, reserve, done.cgroup_reads >= 2);
+        }
+        match l.cgroup_room(i, bytes, reserve, done.cgroup_fresh) {
+            Room::Fits => {}
+            Room::Read => {
+                let mut c = l.start_cgroup_reading(i);
+                drop(l);
+                done.cgroup_reads += 1;
+                match crate::runtime::cgroup::headroom() {
+                    Ok(head) => {
+                        cgroup::floor().noted(head.bytes);
+                        c.head = Some(head);
+                        p.cgroup = Some(c);
+                    }
+                    Err(why) => cgroup::floor().turn_off(why as usize),
+                }
+                return Next::Again;
+            }
+            Room::Short(headroom) => return Next::Refused(Refused::Cgroup { headroom }),
+        }
+    }
+    Next::Book(l)
 }
 
 fn warn_unverified() {
@@ -1357,6 +1580,34 @@ pub fn seated() -> bool {
     SLOT.load(Ordering::Relaxed) < MAX_MEMBERS && !MAP.load(Ordering::Relaxed).is_null()
 }
 
+/// Whether this process holds a slot with a shared cgroup reading: the group's reading for its
+/// cgroup then decides the cgroup reserve, under the group's lock, and its own cap is not needed.
+#[inline]
+pub fn cgroup_shared() -> bool {
+    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return false };
+    i < MAX_MEMBERS && h.u32_at(ext_at(i, std::mem::offset_of!(layout::MemberExt, cgroup))) != 0
+}
+
+/// A call whose reservation this member booked returned (pinned, or failed and given back):
+/// its bytes are no longer in flight. Saturating: bytes booked while the ledger was out of reach
+/// were never in flight.
+#[inline]
+pub fn landed(bytes: u64) {
+    let Some(h) = header() else { return };
+    let i = SLOT.load(Ordering::Relaxed);
+    if bytes > 0 && i < MAX_MEMBERS && h.member_id(i).0 == MY_PID.load(Ordering::Relaxed) {
+        let _ = h.in_flight(i).fetch_update(Ordering::Release, Ordering::Relaxed, |f| Some(f.saturating_sub(bytes)));
+    }
+}
+
+/// A call the cgroup reserve stopped (refused, downgraded or, under `warn`, pinned anyway).
+pub fn note_cgroup_reserve() {
+    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return };
+    if i < MAX_MEMBERS && h.member_id(i).0 == MY_PID.load(Ordering::Relaxed) {
+        h.atomic_u64(ext_at(i, std::mem::offset_of!(layout::MemberExt, cgroup_reserve))).fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 fn note(field: impl Fn(*mut Member) -> *mut u64) {
     let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return };
     if i < MAX_MEMBERS {
@@ -1422,6 +1673,12 @@ pub struct Snapshot {
     pub host_lowest_available: Option<u64>,
     /// Calls the host reserve stopped, summed over the members in the group now.
     pub host_reserve_count: u64,
+    /// The largest cgroup reserve a member in this process's cgroup applies, and the lowest
+    /// headroom any of them read (`None`: no shared cgroup reading for this process).
+    pub cgroup_reserve: Option<u64>,
+    pub cgroup_lowest_headroom: Option<u64>,
+    /// Calls the cgroup reserve stopped, summed over the members in the group now.
+    pub cgroup_reserve_count: u64,
     /// The ledger's lock was held: the figures were read without it.
     pub unreachable: bool,
     /// This process's waits for the lock that ran out.
@@ -1448,6 +1705,8 @@ pub fn snapshot() -> Option<Snapshot> {
     let stopped = live().map(|i| h.u64_at(member_at(i, offset_of!(Member, host_reserve)))).fold(0u64, u64::saturating_add);
     let (budget, used, peak) = (h.budget(), h.u64_at(offset_of!(Header, used)), h.u64_at(offset_of!(Header, peak)));
     let (reserve, lowest) = (h.u64_at(offset_of!(Header, host_reserve)), h.u64_at(offset_of!(Header, host_lowest_available)));
+    let cg_stopped = live().map(|i| h.u64_at(ext_at(i, offset_of!(layout::MemberExt, cgroup_reserve)))).fold(0u64, u64::saturating_add);
+    let (cg_reserve, cg_lowest) = cgroup_figures(h);
     let unreachable = locked.is_none();
     drop(locked);
     Some(Snapshot {
@@ -1459,10 +1718,24 @@ pub fn snapshot() -> Option<Snapshot> {
         host_reserve: (reserve != 0).then_some(reserve),
         host_lowest_available: (lowest != u64::MAX).then_some(lowest),
         host_reserve_count: stopped,
+        cgroup_reserve: cg_reserve,
+        cgroup_lowest_headroom: cg_lowest,
+        cgroup_reserve_count: cg_stopped,
         unreachable,
         lock_timeouts: TIMEOUTS.load(Ordering::Relaxed),
         liveness: liveness(),
     })
+}
+
+/// This process's cgroup's shared reserve and lowest headroom, read without the lock.
+fn cgroup_figures(h: Shared) -> (Option<u64>, Option<u64>) {
+    use std::mem::offset_of;
+    let i = SLOT.load(Ordering::Relaxed);
+    let k = if i < MAX_MEMBERS { h.u32_at(ext_at(i, offset_of!(layout::MemberExt, cgroup))) as usize } else { 0 };
+    let Some(k) = k.checked_sub(1).filter(|&k| k < layout::MAX_CGROUPS) else { return (None, None) };
+    let at = |f: usize| h.u64_at(offset_of!(Header, cgroups) + k * std::mem::size_of::<layout::Cgroup>() + f);
+    let (reserve, lowest) = (at(offset_of!(layout::Cgroup, reserve)), at(offset_of!(layout::Cgroup, lowest)));
+    ((reserve != 0).then_some(reserve), (reserve != 0 && lowest != u64::MAX).then_some(lowest))
 }
 
 /// How this member is told alive (`Snapshot::liveness`).

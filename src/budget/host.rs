@@ -10,7 +10,7 @@ use super::floor::{Floor, Reading, Snapshot, Source};
 use crate::runtime::kernel::{self, BadMeminfo};
 use pinguard_report::vars;
 
-pub use super::floor::{cap_of, settled, MOVE_SHARE, READING_MS};
+pub use super::floor::{cap_of, MOVE_SHARE, READING_MS};
 
 const BAD: [BadMeminfo; 3] = [BadMeminfo::Unreadable, BadMeminfo::NoAvailable, BadMeminfo::AboveTotal];
 const WHYS: [&str; 3] = [BAD[0].why(), BAD[1].why(), BAD[2].why()];

@@ -91,15 +91,21 @@ impl Reservation {
         self.bytes
     }
 
-    /// The call pinned the bytes: they stay counted until `release`.
+    /// The call pinned the bytes: they stay counted until `release`, and are no longer in flight
+    /// for the group's readings.
+    #[inline]
     pub fn commit(self) {
+        group::landed(self.bytes);
         std::mem::forget(self);
     }
 }
 
 impl Drop for Reservation {
     fn drop(&mut self) {
+        // Given back first: a reading between the two counts the bytes as in flight, not as in
+        // the figure it reads, which errs on the side of the floor.
         release(self.bytes);
+        group::landed(self.bytes);
     }
 }
 
@@ -188,8 +194,9 @@ fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
             // Past the budget, or (floors alone) past what any host has.
             return Err(if limit == COUNT_ONLY { floor_refusal(usize::from(!host::on()), cur) } else { Refused::Budget });
         };
-        // A group member's host reserve is the group's shared reading, checked under its lock.
-        let floors = [(host::floor(), host::on() && !group::seated()), (cgroup::floor(), cgroup::floor().on())];
+        // A group member's host reserve is the group's shared reading, checked under its lock; so
+        // is its cgroup reserve once the group keeps a reading of its cgroup.
+        let floors = [(host::floor(), host::on() && !group::seated()), (cgroup::floor(), cgroup::floor().on() && !group::cgroup_shared())];
         for (i, (f, active)) in floors.into_iter().enumerate() {
             if !active {
                 continue;
@@ -245,7 +252,10 @@ fn floor_refusal(i: usize, cur: u64) -> Refused {
 /// Takes `bytes` whatever the limit (what the kernel reports after `mlockall`): exact, never
 /// saturating; a sum past `u64::MAX` takes nothing.
 pub fn force(bytes: u64) {
-    let _ = force_checked(bytes);
+    // Locked already: never in flight.
+    if force_checked(bytes) {
+        group::landed(bytes);
+    }
 }
 
 fn force_checked(bytes: u64) -> bool {

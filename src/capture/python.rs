@@ -476,9 +476,9 @@ pub fn hold() {
 
 /// # Safety
 /// Only after `hold`, in the fork handlers.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
-    unsafe { crate::runtime::lock::release(&TABLE, child) }
+    unsafe { crate::runtime::lock::let_go(&TABLE, child) }
 }
 
 #[cfg(test)]

@@ -33,7 +33,8 @@ static WANTED: AtomicU64 = AtomicU64::new(1);
 struct Shared {
     generation: u64,
     tables: Tables,
-    /// Sorted address ranges of the objects in `tables`, for telling a miss.
+    /// Sorted address ranges of the executable segments of the objects in `tables`: a return
+    /// address lies in one, and a walk stops at a frame that does not (`walk_from`).
     ranges: Vec<(u64, u64)>,
     /// The loader's (adds, subs) when `tables` was built.
     loads: (u64, u64),
@@ -51,6 +52,12 @@ struct Local {
     ranges: Vec<(u64, u64)>,
     loads: (u64, u64),
     cache: Cache,
+    /// The rule cache of `remember`'s test walks, made on the first. Not `cache`: where a rule
+    /// cannot be cached (libffi's `ffi_call_unix64`, whose frame is found from the frame pointer
+    /// plus 32), framehop caches its frame-pointer fallback when evaluating it fails, and a
+    /// garbled frame pointer makes it fail. In `cache`, every later walk through that address
+    /// would take the fallback and end in a stack address (issue 34, item 4; docs/field-notes.md).
+    scratch: Option<Cache>,
     /// The highest address of this thread's stack (0: unknown, the walk is not attempted).
     stack_top: u64,
     stack_bottom: u64,
@@ -229,13 +236,20 @@ pub fn walk(from: Regs, out: &mut [usize]) -> Option<usize> {
         if let Some(n) = local.recall(from, out) {
             return Some(n);
         }
-        let (mut n, mut missed) = local.walk_from(from, out, &[]);
-        if missed && local.loads != loader_counts() {
+        let (mut n, mut missed) = local.walk_from(from, out, &[], false);
+        if missed.is_some() && local.loads != loader_counts() {
             WANTED.fetch_add(1, Ordering::AcqRel);
             local.refresh();
-            (n, missed) = local.walk_from(from, out, &[]);
+            (n, missed) = local.walk_from(from, out, &[], false);
         }
-        if !missed {
+        if missed.is_some_and(|a| a >= local.stack_bottom && a < local.stack_top) {
+            // A stack address where a return address belongs: a rule the cache took from an
+            // earlier walk through a broken frame (framehop caches its frame-pointer fallback
+            // where evaluating a rule failed) may have read it. Once more with a fresh cache.
+            local.cache = Cache::new();
+            (n, missed) = local.walk_from(from, out, &[], false);
+        }
+        if missed.is_none() {
             local.remember(from, &out[..n], out.len());
         }
         Some(n)
@@ -309,9 +323,9 @@ pub fn hold() {
 
 /// # Safety
 /// Only after `hold`, in the fork handlers.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
-    unsafe { crate::runtime::lock::release(&SHARED, child) }
+    unsafe { crate::runtime::lock::let_go(&SHARED, child) }
 }
 
 impl Local {
@@ -323,6 +337,7 @@ impl Local {
             ranges: Vec::new(),
             loads: (0, 0),
             cache: Cache::new(),
+            scratch: None,
             stack_top: top,
             stack_bottom: bottom,
             reads: Vec::new(),
@@ -362,8 +377,7 @@ impl Local {
     }
 
     fn range_of(&self, addr: u64) -> Option<(u64, u64)> {
-        let i = self.ranges.partition_point(|r| r.0 <= addr);
-        (i > 0 && addr < self.ranges[i - 1].1).then(|| self.ranges[i - 1])
+        range_in(&self.ranges, addr)
     }
 
     /// The memo of an earlier walk of `depth` frames from the same registers whose stack words
@@ -416,14 +430,14 @@ impl Local {
         loose.dedup();
         let mut other = vec![0usize; depth];
         let garbage = Regs { fp: from.fp ^ GARBAGE, ..from };
-        let (n, _) = self.walk_from(garbage, &mut other, &loose);
+        let (n, _) = self.walk_from(garbage, &mut other, &loose, true);
         let same = |a: &[(u64, u64)], b: &[(u64, u64)], loose: &[u64]| {
             a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.0 == q.0 && (p.1 == q.1 || loose.binary_search(&p.0).is_ok()))
         };
         let (fp_free, kept) = if other[..n] == *frames && same(&self.reads, &reads, &loose) {
             (true, reads.iter().filter(|r| loose.binary_search(&r.0).is_err()).copied().collect::<Vec<_>>())
         } else {
-            let (n, _) = self.walk_from(garbage, &mut other, &[]);
+            let (n, _) = self.walk_from(garbage, &mut other, &[], true);
             (other[..n] == *frames && self.reads == reads, reads.clone())
         };
         // Every word read lies in `[sp, stack_top)` (`walk_from`), and a thread's stack is far
@@ -444,9 +458,11 @@ impl Local {
         self.hit = 0;
     }
 
-    /// Returns the frames written and whether some address lay in no known object.
-    /// The words at `garbled` (sorted) read as garbage (`remember`).
-    fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64]) -> (usize, bool) {
+    /// Returns the frames written and the first address in no known object's code, if any: a
+    /// frame all the same (a JIT's code, or code a `dlopen` mapped since the tables were built),
+    /// unless it lies on this thread's stack, where the walk stops without writing it. The words at `garbled` (sorted) read as garbage, and
+    /// `test` walks use the scratch rule cache (`remember`).
+    fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64], test: bool) -> (usize, Option<u64>) {
         let (lo, hi) = (from.sp, self.stack_top);
         let reads = &mut self.reads;
         reads.clear();
@@ -462,9 +478,13 @@ impl Local {
             reads.push((addr, v));
             Ok(v)
         };
-        let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), &mut self.cache, &mut read_stack);
+        let cache = if test { self.scratch.get_or_insert_with(Cache::new) } else { &mut self.cache };
+        let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), cache, &mut read_stack);
         let (own_lo, own_hi) = crate::runtime::objects::own_range();
-        let (mut n, mut missed, mut in_own) = (0usize, false, true);
+        let (ranges, stack) = (&self.ranges, (self.stack_bottom, self.stack_top));
+        let (mut n, mut in_own, mut missed) = (0usize, true, None);
+        // Neighbouring frames are mostly in one object: the last one's range first.
+        let mut last = (0u64, 0u64);
         for _ in 0..MAX_VISITED {
             let addr = match frames.next() {
                 Ok(Some(f)) => f.address(),
@@ -480,27 +500,38 @@ impl Local {
             if n == out.len() {
                 break;
             }
+            if !(addr >= last.0 && addr < last.1) {
+                match range_in(ranges, addr) {
+                    Some(r) => last = r,
+                    // A word of this thread's stack where a return address belongs: never a
+                    // frame, and nothing past it can be trusted.
+                    None if addr >= stack.0 && addr < stack.1 => return (n, Some(addr)),
+                    // Garbage: no page there. One system call, on this rare path only.
+                    None if !page_mapped(addr) => return (n, Some(addr)),
+                    // Code outside every object (a JIT's, or one a `dlopen` mapped since the
+                    // tables were built): a frame all the same, as its callers are.
+                    None => missed = missed.or(Some(addr)),
+                }
+            }
             out[n] = a;
             n += 1;
         }
-        drop(frames);
-        // Neighbouring frames are mostly in one object: try the last one's range first.
-        let mut last = (0u64, 0u64);
-        for &a in &out[..n] {
-            let a = a as u64;
-            if a >= last.0 && a < last.1 {
-                continue;
-            }
-            match self.range_of(a) {
-                Some(r) => last = r,
-                None => {
-                    missed = true;
-                    break;
-                }
-            }
-        }
         (n, missed)
     }
+}
+
+/// Whether the page holding `addr` is mapped at all (the kernel's answer, errno kept).
+fn page_mapped(addr: u64) -> bool {
+    let page = crate::runtime::sys::page_size();
+    let start = addr as usize & !(page - 1);
+    crate::runtime::kernel::mapped(start, start + page)
+}
+
+/// The range of `ranges` (sorted, disjoint) that holds `addr`.
+#[inline]
+fn range_in(ranges: &[(u64, u64)], addr: u64) -> Option<(u64, u64)> {
+    let i = ranges.partition_point(|r| r.0 <= addr);
+    (i > 0 && addr < ranges[i - 1].1).then(|| ranges[i - 1])
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -598,6 +629,8 @@ struct Found {
     hdr: Option<(u64, u64)>,
     /// `[start, end)` of every loaded segment, for bounding `.eh_frame`.
     segments: Vec<(u64, u64)>,
+    /// `[start, end)` of every executable loaded segment: where its return addresses lie.
+    code: Vec<(u64, u64)>,
 }
 
 /// Builds the tables for every loaded object.
@@ -618,7 +651,7 @@ fn scan(generation: u64) -> Shared {
             // SAFETY: not null, so the loader's NUL-terminated name of the object.
             unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
         };
-        let mut f = Found { name, start: u64::MAX, end: 0, bias, text: None, hdr: None, segments: Vec::new() };
+        let mut f = Found { name, start: u64::MAX, end: 0, bias, text: None, hdr: None, segments: Vec::new(), code: Vec::new() };
         for i in 0..info.dlpi_phnum as usize {
             // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
             let ph = unsafe { &*info.dlpi_phdr.add(i) };
@@ -628,6 +661,9 @@ fn scan(generation: u64) -> Shared {
                     f.start = f.start.min(s);
                     f.end = f.end.max(e);
                     f.segments.push((s, e));
+                    if ph.p_flags & libc::PF_X != 0 {
+                        f.code.push((s, e));
+                    }
                     if ph.p_flags & libc::PF_X != 0 && f.text.is_none() {
                         f.text = Some((ph.p_vaddr, ph.p_vaddr + ph.p_memsz));
                     }
@@ -651,7 +687,7 @@ fn scan(generation: u64) -> Shared {
     let mut tables = Tables::new();
     let mut ranges = Vec::with_capacity(objects.len());
     for o in objects {
-        ranges.push((o.start, o.end));
+        ranges.extend_from_slice(&o.code);
         // SAFETY: the loader reported `o` just above, so it is mapped; a later `dlclose` bumps
         // `WANTED`, so these tables are rebuilt before another object's code can use those addresses.
         if let Some(module) = unsafe { module(&o) } {
@@ -803,6 +839,7 @@ mod tests {
             text: None,
             hdr: Some((start, start + hdr_len)),
             segments: vec![(start, start + 64)],
+            code: Vec::new(),
         }
     }
 

@@ -1,9 +1,8 @@
 //! Huawei Ascend ACL (`libascendcl`): host allocation and registration. `aclError` is `int`.
 
-use super::{real, slots};
+use super::hooks;
 use crate::api::{Api, Family};
 use crate::track::{Codes, Hook, Request};
-use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
 const SUCCESS: c_int = 0;
@@ -22,17 +21,6 @@ const REG_FLAGS: u32 = 0x1000_0002;
 /// `ACL_HOST_REGISTER_MAPPED`, the one `aclrtHostRegisterType`.
 const REGISTER_MAPPED: c_int = 0;
 
-type MallocFn = unsafe extern "C-unwind" fn(*mut *mut c_void, usize) -> c_int;
-type MallocCfgFn = unsafe extern "C-unwind" fn(*mut *mut c_void, u64, *mut c_void) -> c_int;
-type RegisterFn = unsafe extern "C-unwind" fn(*mut c_void, u64, c_int, *mut *mut c_void) -> c_int;
-type RegisterV2Fn = unsafe extern "C-unwind" fn(*mut c_void, u64, u32) -> c_int;
-type FreeFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
-/// `aclrtDrvMemHandle` is an opaque pointer: passed and stored as a 64-bit word.
-type MallocPhysicalFn = unsafe extern "C-unwind" fn(*mut u64, usize, *const c_void, u64) -> c_int;
-type FreePhysicalFn = unsafe extern "C-unwind" fn(u64) -> c_int;
-type MapMemFn = unsafe extern "C-unwind" fn(*mut c_void, usize, usize, u64, u64) -> c_int;
-type UnmapMemFn = unsafe extern "C-unwind" fn(*mut c_void) -> c_int;
-type RetainFn = unsafe extern "C-unwind" fn(*mut c_void, *mut u64) -> c_int;
 
 /// `ACL_MEM_ALLOCATION_TYPE_PINNED`, `aclrtPhysicalMemProp::allocationType` (at byte 4).
 const ALLOCATION_PINNED: u32 = 0;
@@ -53,254 +41,116 @@ unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
     (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
 }
 
-unsafe fn malloc_physical(f: MallocPhysicalFn, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+unsafe fn malloc_physical(real: aclrtMallocPhysical::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(handle, size, prop, flags) },
+        None => real.call(),
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
             let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.create_physical(Api::AclrtMallocPhysical, handle, size, req, CODES, || unsafe { f(handle, size, prop, flags) })
+            h.create_physical(Api::AclrtMallocPhysical, handle, size, req, CODES, move || real.call())
         }
     }
 }
 
-unsafe fn free_physical(f: FreePhysicalFn, handle: u64) -> c_int {
+unsafe fn free_physical(real: aclrtFreePhysical::Call, handle: u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(handle) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, || unsafe { f(handle) }),
+        None => real.call(),
+        Some(h) => h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn map_mem(f: MapMemFn, ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
+unsafe fn map_mem(real: aclrtMapMem::Call, ptr: *mut c_void, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, offset, handle, flags) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.map_physical(Api::AclrtMapMem, ptr as usize, size, handle, SUCCESS, || unsafe { f(ptr, size, offset, handle, flags) }),
+        None => real.call(),
+        Some(h) => h.map_physical(Api::AclrtMapMem, ptr as usize, size, handle, SUCCESS, move || real.call()),
     }
 }
 
 /// `aclrtUnmapMem` names the mapping by its start alone.
-unsafe fn unmap_mem(f: UnmapMemFn, ptr: *mut c_void) -> c_int {
+unsafe fn unmap_mem(real: aclrtUnmapMem::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's argument under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn retain(f: RetainFn, ptr: *mut c_void, handle: *mut u64) -> c_int {
+unsafe fn retain(real: aclrtMemRetainAllocationHandle::Call, _ptr: *mut c_void, handle: *mut u64) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, handle) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.retain_physical(Api::AclrtMemRetainAllocationHandle, handle, SUCCESS, || unsafe { f(ptr, handle) }),
+        None => real.call(),
+        Some(h) => h.retain_physical(Api::AclrtMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn malloc_host(f: MallocFn, ptr: *mut *mut c_void, size: usize) -> c_int {
+unsafe fn malloc_host(real: aclrtMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, CODES, || unsafe { f(ptr, size) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, CODES, move || real.call()),
     }
 }
 
-unsafe fn malloc_host_with_cfg(f: MallocCfgFn, ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
+unsafe fn malloc_host_with_cfg(real: aclrtMallocHostWithCfg::Call, ptr: *mut *mut c_void, size: u64, _cfg: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, cfg) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, CODES, || unsafe { f(ptr, size, cfg) }),
+        None => real.call(),
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, CODES, move || real.call()),
     }
 }
 
 /// Always a mapped registration (it returns the device address), so never downgraded.
-unsafe fn host_register(f: RegisterFn, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
+unsafe fn host_register(real: aclrtHostRegister::Call, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, ty, dev) },
+        None => real.call(),
         Some(h) => {
             let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, CODES, || unsafe { f(ptr, size, ty, dev) })
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, CODES, move || real.call())
         }
     }
 }
 
-unsafe fn host_register_v2(f: RegisterV2Fn, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
+unsafe fn host_register_v2(real: aclrtHostRegisterV2::Call, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr, size, flag) },
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), CODES, || {
-            // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-            unsafe { f(ptr, size, flag) }
-        }),
+        None => real.call(),
+        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), CODES, move || real.call()),
     }
 }
 
-unsafe fn free_host(f: FreeFn, ptr: *mut c_void) -> c_int {
+unsafe fn free_host(real: aclrtFreeHost::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, move || real.call()),
     }
 }
 
-unsafe fn host_unregister(f: FreeFn, ptr: *mut c_void) -> c_int {
+unsafe fn host_unregister(real: aclrtHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Acl) {
-        // SAFETY: `f` is the real function, given the C caller's arguments under its contract.
-        None => unsafe { f(ptr) },
-        // SAFETY: as above: the hook makes that same call, at most once, before it returns.
-        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, || unsafe { f(ptr) }),
+        None => real.call(),
+        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, move || real.call()),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int {
-    // SAFETY: `MallocFn` is the C type of `aclrtMallocHost`.
-    match unsafe { real!("aclrtMallocHost").get::<MallocFn>() } {
-        // SAFETY: `f` is the real `aclrtMallocHost`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { malloc_host(f, ptr, size) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int {
-    // SAFETY: `MallocCfgFn` is the C type of `aclrtMallocHostWithCfg`.
-    match unsafe { real!("aclrtMallocHostWithCfg").get::<MallocCfgFn>() } {
-        // SAFETY: `f` is the real `aclrtMallocHostWithCfg`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { malloc_host_with_cfg(f, ptr, size, cfg) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
-    // SAFETY: `RegisterFn` is the C type of `aclrtHostRegister`.
-    match unsafe { real!("aclrtHostRegister").get::<RegisterFn>() } {
-        // SAFETY: `f` is the real `aclrtHostRegister`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { host_register(f, ptr, size, ty, dev) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int {
-    // SAFETY: `RegisterV2Fn` is the C type of `aclrtHostRegisterV2`.
-    match unsafe { real!("aclrtHostRegisterV2").get::<RegisterV2Fn>() } {
-        // SAFETY: `f` is the real `aclrtHostRegisterV2`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { host_register_v2(f, ptr, size, flag) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtFreeHost(ptr: *mut c_void) -> c_int {
-    // SAFETY: `FreeFn` is the C type of `aclrtFreeHost`.
-    match unsafe { real!("aclrtFreeHost").get::<FreeFn>() } {
-        // SAFETY: `f` is the real `aclrtFreeHost`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { free_host(f, ptr) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtHostUnregister(ptr: *mut c_void) -> c_int {
-    // SAFETY: `FreeFn` is the C type of `aclrtHostUnregister`.
-    match unsafe { real!("aclrtHostUnregister").get::<FreeFn>() } {
-        // SAFETY: `f` is the real `aclrtHostUnregister`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { host_unregister(f, ptr) },
-        None => UNINITIALIZE,
-    }
-}
-
-slots!(malloc_host_slots, MallocFn, malloc_host, (ptr: *mut *mut c_void, size: usize) -> c_int);
-slots!(malloc_host_with_cfg_slots, MallocCfgFn, malloc_host_with_cfg, (ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int);
-slots!(host_register_slots, RegisterFn, host_register, (ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int);
-slots!(host_register_v2_slots, RegisterV2Fn, host_register_v2, (ptr: *mut c_void, size: u64, flag: u32) -> c_int);
-slots!(free_host_slots, FreeFn, free_host, (ptr: *mut c_void) -> c_int);
-slots!(host_unregister_slots, FreeFn, host_unregister, (ptr: *mut c_void) -> c_int);
-slots!(malloc_physical_slots, MallocPhysicalFn, malloc_physical, (handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int);
-slots!(free_physical_slots, FreePhysicalFn, free_physical, (handle: u64) -> c_int);
-slots!(map_mem_slots, MapMemFn, map_mem, (ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int);
-slots!(unmap_mem_slots, UnmapMemFn, unmap_mem, (ptr: *mut c_void) -> c_int);
-slots!(retain_slots, RetainFn, retain, (ptr: *mut c_void, handle: *mut u64) -> c_int);
-
-/// The wrapper for an ACL function `dlsym(handle, name)` returned (torch_npu's look-up of the
-/// newer entry points), if `name` is one.
-pub fn redirect(name: &CStr, real: usize) -> Option<Option<usize>> {
-    Some(match name.to_bytes() {
-        b"aclrtMallocHost" => malloc_host_slots::bind(real),
-        b"aclrtMallocHostWithCfg" => malloc_host_with_cfg_slots::bind(real),
-        b"aclrtHostRegister" => host_register_slots::bind(real),
-        b"aclrtHostRegisterV2" => host_register_v2_slots::bind(real),
-        b"aclrtFreeHost" => free_host_slots::bind(real),
-        b"aclrtHostUnregister" => host_unregister_slots::bind(real),
-        b"aclrtMallocPhysical" => malloc_physical_slots::bind(real),
-        b"aclrtFreePhysical" => free_physical_slots::bind(real),
-        b"aclrtMapMem" => map_mem_slots::bind(real),
-        b"aclrtUnmapMem" => unmap_mem_slots::bind(real),
-        b"aclrtMemRetainAllocationHandle" => retain_slots::bind(real),
-        _ => return None,
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtMallocPhysical(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
-    // SAFETY: `MallocPhysicalFn` is the C type of `aclrtMallocPhysical`.
-    match unsafe { real!("aclrtMallocPhysical").get::<MallocPhysicalFn>() } {
-        // SAFETY: `f` is the real `aclrtMallocPhysical`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { malloc_physical(f, handle, size, prop, flags) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtFreePhysical(handle: u64) -> c_int {
-    // SAFETY: `FreePhysicalFn` is the C type of `aclrtFreePhysical`.
-    match unsafe { real!("aclrtFreePhysical").get::<FreePhysicalFn>() } {
-        // SAFETY: `f` is the real `aclrtFreePhysical`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { free_physical(f, handle) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtMapMem(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int {
-    // SAFETY: `MapMemFn` is the C type of `aclrtMapMem`.
-    match unsafe { real!("aclrtMapMem").get::<MapMemFn>() } {
-        // SAFETY: `f` is the real `aclrtMapMem`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { map_mem(f, ptr, size, offset, handle, flags) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtUnmapMem(ptr: *mut c_void) -> c_int {
-    // SAFETY: `UnmapMemFn` is the C type of `aclrtUnmapMem`.
-    match unsafe { real!("aclrtUnmapMem").get::<UnmapMemFn>() } {
-        // SAFETY: `f` is the real `aclrtUnmapMem`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { unmap_mem(f, ptr) },
-        None => UNINITIALIZE,
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C-unwind" fn aclrtMemRetainAllocationHandle(ptr: *mut c_void, handle: *mut u64) -> c_int {
-    // SAFETY: `RetainFn` is the C type of `aclrtMemRetainAllocationHandle`.
-    match unsafe { real!("aclrtMemRetainAllocationHandle").get::<RetainFn>() } {
-        // SAFETY: `f` is the real `aclrtMemRetainAllocationHandle`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { retain(f, ptr, handle) },
-        None => UNINITIALIZE,
-    }
+hooks! {
+    family Acl, missing UNINITIALIZE;
+    /// Pinned host memory.
+    fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => malloc_host;
+    /// Pinned host memory with a configuration (torch_npu finds it with `dlsym`).
+    fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int => malloc_host_with_cfg;
+    /// Pins and maps memory the caller owns, giving its device address.
+    fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int => host_register;
+    /// Pins memory the caller owns, `flag` saying mapped or pinned.
+    fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int => host_register_v2;
+    /// Frees what `aclrtMallocHost` gave.
+    fn aclrtFreeHost(ptr: *mut c_void) -> c_int => free_host;
+    /// Unpins what `aclrtHostRegister` pinned.
+    fn aclrtHostUnregister(ptr: *mut c_void) -> c_int => host_unregister;
+    /// Physical memory for virtual mappings (`aclrtDrvMemHandle`, an opaque pointer, passed as
+    /// a 64-bit word), perhaps pinned host memory.
+    fn aclrtMallocPhysical(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => malloc_physical;
+    /// A handle of `aclrtMallocPhysical` goes (its memory once unmapped).
+    fn aclrtFreePhysical(handle: u64) -> c_int => free_physical;
+    /// Maps physical memory at a reserved address.
+    fn aclrtMapMem(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => map_mem;
+    /// Unmaps the mapping that starts at `ptr`.
+    fn aclrtUnmapMem(ptr: *mut c_void) -> c_int => unmap_mem;
+    /// One more handle on mapped physical memory.
+    fn aclrtMemRetainAllocationHandle(ptr: *mut c_void, handle: *mut u64) -> c_int => retain;
 }

@@ -4,14 +4,16 @@
 //! in no known object instead (see `unwind`). The callsites with frames in the object are named
 //! before it goes (see `unload`).
 
+use super::hand_hooks;
 use std::os::raw::{c_int, c_void};
 
-type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+hand_hooks! {
+    /// Unloads an object, once nothing else holds it.
+    fn dlclose(handle: *mut c_void) -> c_int => close;
+}
 
-#[no_mangle]
-pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> c_int {
-    // SAFETY: `DlcloseFn` is the C type of `dlclose`.
-    let Some(real) = (unsafe { super::real!("dlclose").get::<DlcloseFn>() }) else {
+unsafe fn close(handle: *mut c_void) -> c_int {
+    let Some(real) = dlclose::get() else {
         return -1;
     };
     // pinguard's own look-ups close what they opened with RTLD_NOLOAD: nothing is unloaded then.

@@ -9,9 +9,10 @@
 //! `answer`, and when it has nothing to say restore the registers and *jump* to the real function,
 //! which then sees the original caller. docs/field-notes.md, "Interposing `dlsym`".
 
+use super::hand_hooks;
 use crate::api::Family;
 use crate::runtime::dl;
-use crate::hooks::{acl, cuda_driver, cuda_runtime, libc_lock};
+use crate::hooks::{acl, cuda_driver, cuda_runtime, hip, libc_lock};
 use std::ffi::{c_char, c_void, CStr};
 
 #[cfg(target_arch = "x86_64")]
@@ -158,6 +159,13 @@ pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, versio
     )
 }
 
+hand_hooks! {
+    /// A symbol by name (the trampolines above).
+    fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void;
+    /// A symbol by name and version (the trampolines above).
+    fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void;
+}
+
 /// Non-null: the trampoline returns it. Null: the trampoline hands the call to the real function.
 /// Also where the real functions get found, on the very first `dlsym` of the process.
 extern "C" fn dlsym_answer(handle: *mut c_void, name: *const c_char, _caller: *const c_void) -> *mut c_void {
@@ -176,18 +184,21 @@ extern "C" fn dlvsym_answer(handle: *mut c_void, name: *const c_char, version: *
     .unwrap_or(std::ptr::null_mut())
 }
 
-fn family_of(name: &[u8]) -> Option<Family> {
-    if name.starts_with(b"cuda") {
-        Some(Family::Cuda)
-    } else if name.starts_with(b"cuMem") || name.starts_with(b"cuGetProcAddress") {
-        Some(Family::CudaDriver)
-    } else if name.starts_with(b"aclrt") {
-        Some(Family::Acl)
-    } else if name.starts_with(b"mlock") || name.starts_with(b"munlock") || name.starts_with(b"mmap") || name == b"munmap" || name == b"mremap" {
-        Some(Family::Mlock)
-    } else {
-        None
-    }
+type Redirect = fn(&CStr, usize) -> Option<Option<usize>>;
+
+/// Every family's table (its names and its redirection), and whose hooks it is: a new family is
+/// one line here.
+const TABLES: [(Family, &[&str], Redirect); 5] = [
+    (cuda_runtime::FAMILY, cuda_runtime::NAMES, cuda_runtime::redirect),
+    (cuda_driver::FAMILY, cuda_driver::NAMES, cuda_driver::redirect),
+    (acl::FAMILY, acl::NAMES, acl::redirect),
+    (hip::FAMILY, hip::NAMES, hip::redirect),
+    (Family::Mlock, libc_lock::NAMES, libc_lock::redirect),
+];
+
+/// The table that has `name`, and its family.
+fn table_of(name: &[u8]) -> Option<(Family, Redirect)> {
+    TABLES.iter().find(|t| t.1.iter().any(|n| n.as_bytes() == name)).map(|t| (t.0, t.2))
 }
 
 fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_char>) -> *mut c_void {
@@ -197,7 +208,7 @@ fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_cha
     }
     // SAFETY: `name` is non-null (checked above) and dlsym's contract makes it a NUL-terminated string.
     let cname = unsafe { CStr::from_ptr(name) };
-    let Some(family) = family_of(cname.to_bytes()) else { return none };
+    let Some((family, redirect)) = table_of(cname.to_bytes()) else { return none };
     if !crate::lifecycle::hooks_enabled(family) {
         return none;
     }
@@ -208,13 +219,7 @@ fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_cha
     if real == 0 {
         return none; // the real function repeats the search and sets dlerror()
     }
-    let wrapped = match family {
-        Family::Cuda => cuda_runtime::redirect(cname, real),
-        Family::CudaDriver => cuda_driver::redirect(cname, real),
-        Family::Acl => acl::redirect(cname, real),
-        Family::Mlock => libc_lock::redirect(cname, real),
-    };
-    match wrapped {
+    match redirect(cname, real) {
         Some(Some(w)) if w != real => {
             // SAFETY: dlerror has no preconditions; it only clears this thread's pending loader error.
             unsafe { libc::dlerror() }; // no stale error from earlier calls survives a success

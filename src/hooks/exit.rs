@@ -3,31 +3,21 @@
 //! pinguard's state only (a `vfork` child calls `_exit` in its parent's memory: see
 //! `lifecycle::exit_report_from_exit_call`).
 
+use super::hand_hooks;
 use crate::lifecycle;
-use crate::runtime::resolve::Real;
 use std::os::raw::c_int;
-
-type ExitFn = unsafe extern "C" fn(c_int) -> !;
-
-fn real_exit() -> &'static Real {
-    super::real!("_exit")
-}
-
-fn real_upper_exit() -> &'static Real {
-    super::real!("_Exit")
-}
 
 /// Finds both real functions at start-up: a `vfork` child must not run the loader's look-up in
 /// its parent's memory.
 pub fn prepare() {
-    let _ = real_exit().addr();
-    let _ = real_upper_exit().addr();
+    let _ = _exit::REAL.addr();
+    let _ = _Exit::REAL.addr();
 }
 
-unsafe fn finish(status: c_int, real: &'static Real) -> ! {
+/// The exit report, then the real function `real` gives (the system call when there is none).
+fn finish(status: c_int, real: fn() -> Option<unsafe extern "C" fn(c_int) -> !>) -> ! {
     lifecycle::exit_report_from_exit_call();
-    // SAFETY: `real` is one of `real_exit`/`real_upper_exit`, both of type `ExitFn`.
-    match unsafe { real.get::<ExitFn>() } {
+    match real() {
         // SAFETY: `f` is the real exit function; any status is valid.
         Some(f) => unsafe { f(status) },
         None => loop {
@@ -37,14 +27,17 @@ unsafe fn finish(status: c_int, real: &'static Real) -> ! {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn _exit(status: c_int) -> ! {
-    // SAFETY: `real_exit()` names `_exit`, an `ExitFn`.
-    unsafe { finish(status, real_exit()) }
+fn exit_lower(status: c_int) -> ! {
+    finish(status, _exit::get)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
-    // SAFETY: `real_upper_exit()` names `_Exit`, an `ExitFn`.
-    unsafe { finish(status, real_upper_exit()) }
+fn exit_upper(status: c_int) -> ! {
+    finish(status, _Exit::get)
+}
+
+hand_hooks! {
+    /// Ends the process without `atexit` handlers.
+    fn _exit(status: c_int) -> ! => exit_lower;
+    /// The same, by its C99 name.
+    fn _Exit(status: c_int) -> ! => exit_upper;
 }

@@ -10,23 +10,30 @@
 //! through and is counted in `untracked_count`; the kernel's `VmLck` still sees its pages, and the
 //! next comparison with the kernel takes them into the view.
 
-use super::real;
+use super::hand_hooks;
 use crate::api::{Api, Family};
 use crate::runtime::guard;
 use crate::accounting::ledger;
 use crate::track::{Hook, MmapArgs};
 use libc::{c_int, c_void, off_t, size_t};
 
-type LockFn = unsafe extern "C" fn(*const c_void, size_t) -> c_int;
-type Lock2Fn = unsafe extern "C" fn(*const c_void, size_t, c_int) -> c_int;
-type AllFn = unsafe extern "C" fn(c_int) -> c_int;
-type NoneFn = unsafe extern "C" fn() -> c_int;
-type MmapFn = unsafe extern "C" fn(*mut c_void, size_t, c_int, c_int, c_int, off_t) -> *mut c_void;
-type MunmapFn = unsafe extern "C" fn(*mut c_void, size_t) -> c_int;
-type MremapFn = unsafe extern "C" fn(*mut c_void, size_t, size_t, c_int, ...) -> *mut c_void;
 
 fn sys_ret(r: libc::c_long) -> c_int {
     r as c_int
+}
+
+/// A closure making the C caller's call: libc's function of that name, or, where libc has none
+/// (an old glibc without `mlock2`), the system call it wraps.
+macro_rules! real_or_syscall {
+    ($name:ident($($a:expr),*), $sys:expr) => {
+        || match $name::get() {
+            // SAFETY: `f` is libc's function of this name, given the C caller's arguments under
+            // its contract.
+            Some(f) => unsafe { f($($a),*) },
+            // SAFETY: the system call the function wraps, with the same arguments.
+            None => sys_ret(unsafe { libc::syscall($sys $(, $a)*) }),
+        }
+    };
 }
 
 #[inline]
@@ -41,15 +48,8 @@ fn nested() {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
-    // SAFETY: `LockFn` is the C type of `mlock`.
-    let real = || match unsafe { real!("mlock").get::<LockFn>() } {
-        // SAFETY: `f` is libc's `mlock`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len) },
-        // SAFETY: the system call `mlock` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlock, addr, len) }),
-    };
+unsafe fn lock(addr: *const c_void, len: size_t) -> c_int {
+    let real = real_or_syscall!(mlock(addr, len), libc::SYS_mlock);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -59,15 +59,8 @@ pub unsafe extern "C" fn mlock(addr: *const c_void, len: size_t) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) -> c_int {
-    // SAFETY: `Lock2Fn` is the C type of `mlock2`.
-    let real = || match unsafe { real!("mlock2").get::<Lock2Fn>() } {
-        // SAFETY: `f` is libc's `mlock2`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len, flags) },
-        // SAFETY: the system call `mlock2` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlock2, addr, len, flags) }),
-    };
+unsafe fn lock2(addr: *const c_void, len: size_t, flags: c_int) -> c_int {
+    let real = real_or_syscall!(mlock2(addr, len, flags), libc::SYS_mlock2);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -77,30 +70,16 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: size_t, flags: c_int) 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn munlock(addr: *const c_void, len: size_t) -> c_int {
-    // SAFETY: `LockFn` is the C type of `munlock`.
-    let real = || match unsafe { real!("munlock").get::<LockFn>() } {
-        // SAFETY: `f` is libc's `munlock`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len) },
-        // SAFETY: the system call `munlock` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_munlock, addr, len) }),
-    };
+unsafe fn unlock(addr: *const c_void, len: size_t) -> c_int {
+    let real = real_or_syscall!(munlock(addr, len), libc::SYS_munlock);
     match Hook::enter(Family::Mlock) {
         None => real(),
         Some(h) => h.lock_call(|h| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0)),
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
-    // SAFETY: `AllFn` is the C type of `mlockall`.
-    let real = || match unsafe { real!("mlockall").get::<AllFn>() } {
-        // SAFETY: `f` is libc's `mlockall`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(flags) },
-        // SAFETY: the system call `mlockall` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_mlockall, flags) }),
-    };
+unsafe fn lock_all(flags: c_int) -> c_int {
+    let real = real_or_syscall!(mlockall(flags), libc::SYS_mlockall);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -110,15 +89,8 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn munlockall() -> c_int {
-    // SAFETY: `NoneFn` is the C type of `munlockall`.
-    let real = || match unsafe { real!("munlockall").get::<NoneFn>() } {
-        // SAFETY: `f` is libc's `munlockall`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f() },
-        // SAFETY: the system call `munlockall` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_munlockall) }),
-    };
+unsafe fn unlock_all() -> c_int {
+    let real = real_or_syscall!(munlockall(), libc::SYS_munlockall);
     match Hook::enter(Family::Mlock) {
         None => real(),
         Some(h) => h.lock_call_own_stack(|h| h.munlockall(real)),
@@ -126,8 +98,7 @@ pub unsafe extern "C" fn munlockall() -> c_int {
 }
 
 unsafe fn real_mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    // SAFETY: `MmapFn` is the C type of `mmap`.
-    match unsafe { real!("mmap").get::<MmapFn>() } {
+    match mmap::get() {
         // SAFETY: `f` is libc's `mmap`, given our caller's arguments under its contract.
         Some(f) => unsafe { f(addr, len, prot, flags, fd, off) },
         None => {
@@ -148,8 +119,7 @@ unsafe fn mmap_hooked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int,
     let locking = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
     if !locking && !replacing {
-        // SAFETY: `MmapFn` is the C type of `mmap`.
-        if let Some(f) = unsafe { real!("mmap").get::<MmapFn>() } {
+        if let Some(f) = mmap::get() {
             // SAFETY: `f` is libc's `mmap`, given our caller's arguments under its contract.
             return unsafe { f(addr, len, prot, flags, fd, off) };
         }
@@ -188,26 +158,11 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    // SAFETY: the C caller's arguments, under `mmap`'s contract.
-    unsafe { mmap_hooked(addr, len, prot, flags, fd, off) }
-}
-
-/// On 64-bit glibc `mmap64` is the same function under a second name; programs built with
-/// `_FILE_OFFSET_BITS=64` or calling it by name arrive here.
-#[no_mangle]
-pub unsafe extern "C" fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
-    // SAFETY: the C caller's arguments, under `mmap`'s contract.
-    unsafe { mmap_hooked(addr, len, prot, flags, fd, off) }
-}
-
-/// Like `mmap`: while nothing is locked, a jump to libc's function.
-#[no_mangle]
-pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
+/// Like `mmap`'s: while nothing is locked, a jump to libc's function.
+#[inline(always)]
+unsafe fn munmap_hooked(addr: *mut c_void, len: size_t) -> c_int {
     if !ledger::locked_any() {
-        // SAFETY: `MunmapFn` is the C type of `munmap`.
-        if let Some(f) = unsafe { real!("munmap").get::<MunmapFn>() } {
+        if let Some(f) = munmap::get() {
             // SAFETY: `f` is libc's `munmap`, given the C caller's arguments under its contract.
             return unsafe { f(addr, len) };
         }
@@ -218,13 +173,7 @@ pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
 
 #[inline(never)]
 unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
-    // SAFETY: `MunmapFn` is the C type of `munmap`.
-    let real = || match unsafe { real!("munmap").get::<MunmapFn>() } {
-        // SAFETY: `f` is libc's `munmap`, given the C caller's arguments under its contract.
-        Some(f) => unsafe { f(addr, len) },
-        // SAFETY: the system call `munmap` wraps, with the same arguments.
-        None => sys_ret(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }),
-    };
+    let real = real_or_syscall!(munmap(addr, len), libc::SYS_munmap);
     if !ledger::locked_any() {
         return real();
     }
@@ -235,8 +184,7 @@ unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
 }
 
 unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
-    // SAFETY: `MremapFn` is the C type of `mremap`.
-    match unsafe { real!("mremap").get::<MremapFn>() } {
+    match mremap::get() {
         // SAFETY: `f` is libc's `mremap`, given our caller's arguments under its contract.
         Some(f) => unsafe { f(old, old_size, new_size, flags, new_addr) },
         // SAFETY: the system call `mremap` wraps, with the same arguments.
@@ -247,16 +195,12 @@ unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flag
     }
 }
 
-/// `mremap(old, old_size, new_size, flags, ... /* new_address */)`. C declares it variadic; on
-/// the ABIs pinguard supports (x86-64 System V, AArch64 AAPCS64 on Linux) a variadic pointer
-/// argument travels in the same register as a fixed fifth one, so the fifth parameter reads
-/// `new_address` when the caller passed it and is ignored, as by the kernel, when MREMAP_FIXED is
-/// not set. The real function is called as the variadic function it is.
-#[no_mangle]
-pub unsafe extern "C" fn mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+/// Like `mmap`'s: while nothing is locked, a jump to libc's function (glibc's `realloc` calls
+/// its own `mremap`, so this one is hot too).
+#[inline(always)]
+unsafe fn mremap_hooked(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
     if !ledger::locked_any() {
-        // SAFETY: `MremapFn` is the C type of `mremap`.
-        if let Some(f) = unsafe { real!("mremap").get::<MremapFn>() } {
+        if let Some(f) = mremap::get() {
             // SAFETY: `f` is libc's `mremap`, given the C caller's arguments under its contract.
             return unsafe { f(old, old_size, new_size, flags, new_addr) };
         }
@@ -278,19 +222,29 @@ unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, f
     }
 }
 
-/// `dlsym(libc_handle, "mlock")` and friends: pinguard's own export when the loader found the same
-/// function pinguard forwards to.
-pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
-    let (ours, by_name): (usize, Option<usize>) = match name.to_bytes() {
-        b"mlock" => (mlock as *const () as usize, real!("mlock").addr()),
-        b"mlock2" => (mlock2 as *const () as usize, real!("mlock2").addr()),
-        b"munlock" => (munlock as *const () as usize, real!("munlock").addr()),
-        b"mlockall" => (mlockall as *const () as usize, real!("mlockall").addr()),
-        b"munlockall" => (munlockall as *const () as usize, real!("munlockall").addr()),
-        b"mmap" | b"mmap64" => (mmap as *const () as usize, real!("mmap").addr()),
-        b"munmap" => (munmap as *const () as usize, real!("munmap").addr()),
-        b"mremap" => (mremap as *const () as usize, real!("mremap").addr()),
-        _ => return None,
-    };
-    Some((by_name == Some(real)).then_some(ours))
+hand_hooks! {
+    /// Locks the pages of a range.
+    fn mlock(addr: *const c_void, len: size_t) -> c_int => lock;
+    /// The same, `MLOCK_ONFAULT` in `flags` locking pages as they fault in.
+    fn mlock2(addr: *const c_void, len: size_t, flags: c_int) -> c_int => lock2;
+    /// Unlocks the pages of a range.
+    fn munlock(addr: *const c_void, len: size_t) -> c_int => unlock;
+    /// Locks every mapped page, or (`MCL_FUTURE`) every page to come.
+    fn mlockall(flags: c_int) -> c_int => lock_all;
+    /// Unlocks every page.
+    fn munlockall() -> c_int => unlock_all;
+    /// A mapping, locked with `MAP_LOCKED`; over locked pages with `MAP_FIXED`.
+    fn mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void => mmap_hooked;
+    /// On 64-bit glibc `mmap` under a second name (programs built with `_FILE_OFFSET_BITS=64`
+    /// or calling it by name): handled as `mmap`, forwarded to libc's `mmap`.
+    fn mmap64(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void => mmap_hooked;
+    /// The pages of a range go, locked ones with them.
+    fn munmap(addr: *mut c_void, len: size_t) -> c_int => munmap_hooked;
+    /// `mremap(old, old_size, new_size, flags, ... /* new_address */)`. C declares it variadic;
+    /// on the ABIs pinguard supports (x86-64 System V, AArch64 AAPCS64 on Linux) a variadic
+    /// pointer argument travels in the same register as a fixed fifth one, so the fifth
+    /// parameter reads `new_address` when the caller passed it and is ignored, as by the kernel,
+    /// when MREMAP_FIXED is not set. The real function is called as the variadic function it is.
+    fn mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void,
+        real unsafe extern "C" fn(*mut c_void, size_t, size_t, c_int, ...) -> *mut c_void => mremap_hooked;
 }

@@ -1,10 +1,15 @@
 //! The exported entry points, one file per API family. Each hook translates its API's arguments
 //! and codes and hands the call to `track::Hook`; no accounting lives here.
 //!
-//! Every entry point has a body taking the real function as its first argument. The exported
-//! symbol resolves the real function by name; the *slot wrappers* carry a real function pointer
-//! handed out by `cuGetProcAddress` or `dlsym(handle, ...)`, which may differ from the one found
-//! by name (another copy of the runtime, another ABI version).
+//! Each entry point is declared once, as a row of its family's table (`hooks!` for the runtimes,
+//! `hand_hooks!` for libc's, the loader's and the signal functions, whose bodies are written by
+//! hand): the row makes the export, the one cache of the real function found by name, and, for
+//! the runtimes, the *slot wrappers* that carry a real function pointer handed out by
+//! `cuGetProcAddress` or `dlsym(handle, ...)`, which may differ from the one found by name
+//! (another copy of the runtime, another ABI version). `dlsym` finds a name's family by the
+//! tables (`dlsym::TABLES`); `scripts/exports.py` reads the rows for the export list that
+//! `tests/load.rs` and `scripts/release.sh` check. A new family is one table and one line in
+//! `dlsym::TABLES`.
 //!
 //! The runtimes' entry points are `extern "C-unwind"`: a real runtime may reach a cancellation
 //! point inside its call (its lazy start opens and reads driver files), and a thread cancelled
@@ -19,12 +24,14 @@ pub mod cuda_runtime;
 pub mod dlsym;
 pub mod dlclose;
 pub mod exit;
+pub mod hip;
 pub mod libc_lock;
 pub mod signal;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Declares the real function behind a hook: `real!("name")` gives a `&'static Real`.
+/// A real function that no table declares (one a hook asks, not one it replaces):
+/// `real!("name")` gives a `&'static Real`.
 macro_rules! real {
     ($name:literal) => {{
         static REAL: $crate::runtime::resolve::Real = $crate::runtime::resolve::Real::new(
@@ -38,43 +45,227 @@ pub(crate) use real;
 
 pub const SLOTS: usize = 4;
 
-/// Defines `SLOTS` wrappers around `$body`, each bound to its own real function pointer, and
-/// `bind(real) -> Option<wrapper address>`.
-macro_rules! slots {
-    ($name:ident, $fnty:ty, $body:path, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
-        pub mod $name {
-            #[allow(unused_imports)]
-            use super::*;
-            use std::sync::atomic::{AtomicUsize, Ordering};
-            static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
-            unsafe extern "C-unwind" fn s0($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[0].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            unsafe extern "C-unwind" fn s1($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[1].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            unsafe extern "C-unwind" fn s2($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[2].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            unsafe extern "C-unwind" fn s3($($arg: $ty),*) -> $ret {
-                // SAFETY: `bind` hands out this wrapper only once its slot holds a real `$fnty`,
-                // never changed after; the arguments are the C caller's, under that function's contract.
-                unsafe { $body(std::mem::transmute::<usize, $fnty>(REALS[3].load(Ordering::Relaxed)), $($arg),*) }
-            }
-            pub fn bind(real: usize) -> Option<usize> {
-                let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
-                $crate::hooks::bind(&REALS, &wrappers, real)
+/// A symbol name as the loader takes it; `name` ends in its NUL (a compile error otherwise).
+pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
+    match std::ffi::CStr::from_bytes_with_nul(name.as_bytes()) {
+        Ok(c) => c,
+        Err(_) => panic!("a symbol name has no interior NUL and ends in one"),
+    }
+}
+
+/// A call a C caller made to a runtime entry point, bound to the real function: what a hook's
+/// body makes, at most once, or hands to `track` to make. Only the tables' rows build one (in
+/// `run`, from the export or a slot wrapper), so calling it is the call the C caller asked for.
+#[derive(Clone, Copy)]
+pub struct Call<F, A> {
+    real: F,
+    args: A,
+}
+
+impl<F: Invoke<A>, A: Copy> Call<F, A> {
+    /// # Safety
+    /// `real` is the real function whose C type `F` is, and `args` the C caller's arguments,
+    /// under its contract.
+    #[inline(always)]
+    pub unsafe fn new(real: F, args: A) -> Self {
+        Call { real, args }
+    }
+
+    /// The call, as the C caller made it.
+    #[inline(always)]
+    pub fn call(self) -> F::Out {
+        // SAFETY: `new`'s caller promised a real function and its C caller's arguments.
+        unsafe { self.real.invoke(self.args) }
+    }
+}
+
+/// A C function type, called with its arguments as a tuple.
+pub trait Invoke<A> {
+    type Out;
+    /// # Safety
+    /// The function's own contract.
+    unsafe fn invoke(self, args: A) -> Self::Out;
+}
+
+macro_rules! invoke {
+    ($($a:ident),*) => {
+        impl<R, $($a),*> Invoke<($($a,)*)> for unsafe extern "C-unwind" fn($($a),*) -> R {
+            type Out = R;
+            #[inline(always)]
+            #[allow(non_snake_case)]
+            unsafe fn invoke(self, ($($a,)*): ($($a,)*)) -> R {
+                // SAFETY: the caller keeps the function's contract.
+                unsafe { self($($a),*) }
             }
         }
     };
 }
-pub(crate) use slots;
+invoke!(A1);
+invoke!(A1, A2);
+invoke!(A1, A2, A3);
+invoke!(A1, A2, A3, A4);
+invoke!(A1, A2, A3, A4, A5);
+invoke!(A1, A2, A3, A4, A5, A6);
+
+/// One API family's table: each row is one entry point, declared once, as
+///
+/// ```text
+/// /// What it does.
+/// fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+/// ```
+///
+/// (its name, its C signature, the body that hands it to `track`). The family's first line names
+/// its `api::Family` and the code a call gets when no real function can be found. Each row makes
+///
+/// - a module named after the symbol: `Fn` (the C type), `Call` (a call of it), `REAL` (the real
+///   function found by name, the one cache of it that every caller shares), `run` (the body's one
+///   caller) and `bind` (the `SLOTS` wrappers handed out in
+///   place of a real function that `cuGetProcAddress` or `dlsym(handle, ...)` found, which may
+///   differ from the one found by name: another copy of the runtime, another ABI version);
+/// - the exported `extern "C-unwind"` function.
+///
+/// and the table as a whole `FAMILY`, `NAMES` (its names, in order) and `redirect`, the wrapper
+/// for a function of the family that `dlsym(handle, name)` found. The body is
+/// `unsafe fn(real: Call, args...) -> ret`: `real` makes the C caller's call of the real
+/// function, the arguments are the C caller's, under its contract.
+macro_rules! hooks {
+    (
+        family $family:ident, missing $missing:expr;
+        $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty => $body:path; )*
+    ) => {
+        $(
+            #[allow(non_snake_case)]
+            #[doc = concat!("`", stringify!($name), "`'s C type, real function and slot wrappers.")]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                use std::sync::atomic::{AtomicUsize, Ordering};
+                pub type Fn = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
+                /// A call of this entry point, bound to the real function.
+                pub type Call = $crate::hooks::Call<Fn, ($($ty,)*)>;
+                pub static REAL: $crate::runtime::resolve::Real =
+                    $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
+                static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
+                /// The body, given the real function: the export and the slot wrappers call it
+                /// with the function in a register, and it is the body's one caller, so the
+                /// `Call` never leaves registers.
+                ///
+                /// # Safety
+                /// `f` is the real function of this type, given the C caller's arguments under
+                /// its contract.
+                pub unsafe fn run(f: Fn, $($arg: $ty),*) -> $ret {
+                    // SAFETY: this function's own contract is `Call::new`'s.
+                    unsafe { $body(Call::new(f, ($($arg,)*)), $($arg),*) }
+                }
+                $crate::hooks::hooks!(@slot s0 0 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s1 1 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s2 2 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s3 3 $body, ($($arg: $ty),*) -> $ret);
+                /// The wrapper bound to `real`, a function of this type found another way.
+                pub fn bind(real: usize) -> Option<usize> {
+                    let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
+                    $crate::hooks::bind(&REALS, &wrappers, real)
+                }
+            }
+
+            $(#[doc = $doc])*
+            #[no_mangle]
+            pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
+                // SAFETY: `Fn` is the row's C signature, the type of the symbol `REAL` names.
+                match unsafe { $name::REAL.get::<$name::Fn>() } {
+                    // SAFETY: `f` is the real function of this name, given the C caller's
+                    // arguments under its contract, which are what the body asks for.
+                    Some(f) => unsafe { $name::run(f, $($arg),*) },
+                    None => $missing,
+                }
+            }
+        )*
+
+        pub const FAMILY: $crate::api::Family = $crate::api::Family::$family;
+
+        /// The table's entry points, as exported.
+        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// The wrapper for a function `dlsym(handle, name)` found, if the table has `name`:
+        /// `Some(None)` when every slot is taken.
+        pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
+            let name = name.to_bytes();
+            $( if name == stringify!($name).as_bytes() { return Some($name::bind(real)); } )*
+            None
+        }
+    };
+    (@slot $s:ident $i:literal $body:path, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        unsafe extern "C-unwind" fn $s($($arg: $ty),*) -> $ret {
+            // SAFETY: `bind` hands out this wrapper only once its slot holds a real `Fn`, never
+            // changed after; the arguments are the C caller's, under that function's contract.
+            unsafe { run(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), $($arg),*) }
+        }
+    };
+}
+pub(crate) use hooks;
+
+/// The table of entry points whose bodies are written by hand (libc's, the loader's, the signal
+/// functions'): each row `fn name(args) -> ret => body;` makes the module `name` (`Fn`, its C
+/// type, or the one `real` gives, `REAL`, the real function found by name, the one cache of it
+/// that every caller shares, and `get`) and the exported `extern "C"` function, which hands its
+/// arguments to `body` (`unsafe fn(args) -> ret`, under the C function's contract). A row with no
+/// body declares a function exported by hand (a naked trampoline); the compiler checks that it
+/// has the row's type. The table as a whole makes `NAMES` and `redirect`: pinguard's export for
+/// a function `dlsym(handle, name)` found, when it is the one pinguard forwards to.
+macro_rules! hand_hooks {
+    (
+        $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $(, real $fnty:ty)? $(=> $body:path)?; )*
+    ) => {
+        $(
+            #[allow(non_snake_case, dead_code)]
+            #[doc = concat!("`", stringify!($name), "`'s C type and real function.")]
+            pub mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+                pub type Fn = $crate::hooks::hand_hooks!(@fnty [$($fnty)?] ($($ty),*) -> $ret);
+                pub static REAL: $crate::runtime::resolve::Real =
+                    $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
+                /// The real function, found by name the first time any caller asks.
+                #[inline(always)]
+                pub fn get() -> Option<Fn> {
+                    // SAFETY: `Fn` is the C type of the symbol `REAL` names.
+                    unsafe { REAL.get::<Fn>() }
+                }
+                /// The export has the row's type (this fails to compile otherwise).
+                const _: unsafe extern "C" fn($($ty),*) -> $ret = super::$name;
+            }
+            $crate::hooks::hand_hooks!(@export [$($body)?] $(#[doc = $doc])* fn $name($($arg: $ty),*) -> $ret);
+        )*
+
+        /// The table's entry points, as exported.
+        #[allow(dead_code)]
+        pub const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        /// pinguard's own export for `name` when `real`, the function `dlsym(handle, name)` found,
+        /// is the one found by name (`Some(None)` when it is another).
+        #[allow(dead_code)]
+        pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
+            let name = name.to_bytes();
+            $( if name == stringify!($name).as_bytes() {
+                return Some(($name::REAL.addr() == Some(real)).then_some($name as *const () as usize));
+            } )*
+            None
+        }
+    };
+    (@fnty [] ($($ty:ty),*) -> $ret:ty) => { unsafe extern "C" fn($($ty),*) -> $ret };
+    (@fnty [$fnty:ty] ($($ty:ty),*) -> $ret:ty) => { $fnty };
+    (@export [] $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty) => {};
+    (@export [$body:path] $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+        $(#[doc = $doc])*
+        #[no_mangle]
+        #[allow(unused_unsafe)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
+            // SAFETY: the C caller's arguments, under the function's contract, which is the body's.
+            unsafe { $body($($arg),*) }
+        }
+    };
+}
+pub(crate) use hand_hooks;
 
 /// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
 /// other functions (the caller then gets the real function, untracked, and a warning).

@@ -23,13 +23,13 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+use super::hand_hooks;
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 type Action = libc::sigaction;
-type SigactionFn = unsafe extern "C" fn(c_int, *const Action, *mut Action) -> c_int;
 
 /// glibc's historical no-op flag, which its `sysv_signal` sets (the kernel drops it).
 const SA_INTERRUPT: c_int = 0x2000_0000;
@@ -173,14 +173,9 @@ impl Drop for Writer {
 
 // ---- The real functions ----------------------------------------------------------------------
 
-fn real_sigaction() -> &'static crate::runtime::resolve::Real {
-    super::real!("sigaction")
-}
-
 /// The real `sigaction`: the kernel's dispositions, through libc (which adds its restorer).
 fn kernel(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    // SAFETY: the symbol is libc's `sigaction`, whose type this is.
-    match unsafe { real_sigaction().get::<SigactionFn>() } {
+    match sigaction::get() {
         // SAFETY: `f` is libc's `sigaction`; the pointers are the caller's, as they would be
         // passed to it.
         Some(f) => unsafe { f(sig, act, old) },
@@ -194,7 +189,7 @@ fn kernel(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
 /// Finds the real function now, at start-up, so that no hook ever looks one up from inside a
 /// signal handler (the look-up is not async-signal-safe).
 pub fn prepare() {
-    let _ = real_sigaction().addr();
+    let _ = sigaction::REAL.addr();
 }
 
 // ---- Installing ------------------------------------------------------------------------------
@@ -537,18 +532,6 @@ fn signal_frame_above() -> bool {
 
 // ---- The exported entry points ---------------------------------------------------------------
 
-#[no_mangle]
-pub unsafe extern "C" fn sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    // SAFETY: the C caller keeps `sigaction(2)`'s contract, which is `set`'s.
-    unsafe { set(sig, act, old) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
-    // SAFETY: the C caller keeps `sigaction(2)`'s contract, which is `set`'s.
-    unsafe { set(sig, act, old) }
-}
-
 /// An action with `h`, `flags` and a mask of `also` (or none).
 fn action(h: libc::sighandler_t, flags: c_int, also: Option<c_int>) -> Action {
     // SAFETY: an all-zero `sigaction` is valid; the set functions take valid pointers.
@@ -595,39 +578,13 @@ fn install(sig: c_int, h: libc::sighandler_t, make: impl FnOnce() -> Action) -> 
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    bsd(sig, h)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    bsd(sig, h)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    bsd(sig, h)
-}
-
 /// glibc's `sysv_signal`: one-shot, not deferred, not restarting.
 fn sysv(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
     install(sig, h, || action(h, (libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT) & !libc::SA_RESTART, None))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    sysv(sig, h)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    sysv(sig, h)
-}
-
 /// glibc's System V `sigset`.
-#[no_mangle]
-pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
+fn hold_or_set(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
     if disp == libc::SIG_ERR || index(sig).is_none() {
         return einval(libc::SIG_ERR);
     }
@@ -669,14 +626,12 @@ pub unsafe extern "C" fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::s
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn sigignore(sig: c_int) -> c_int {
+fn ignore(sig: c_int) -> c_int {
     // SAFETY: a temporary action and a null `old`, valid for the call.
     unsafe { set(sig, &action(libc::SIG_IGN, 0, None), std::ptr::null_mut()) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
+fn set_interrupt(sig: c_int, interrupt: c_int) -> c_int {
     if index(sig).is_none() {
         return einval(-1);
     }
@@ -700,4 +655,28 @@ pub unsafe extern "C" fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int {
     } else {
         0
     }
+}
+
+hand_hooks! {
+    /// Sets or reads a disposition: the report signal's is followed (see `set`), every other is
+    /// the kernel's.
+    fn sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int => set;
+    /// glibc's internal name for `sigaction`.
+    fn __sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int => set;
+    /// BSD semantics: the signal blocked in its handler, restarting calls.
+    fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    /// The same as `signal`.
+    fn bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    /// The same as `signal`.
+    fn ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    /// System V semantics: one-shot, not deferred, not restarting.
+    fn sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => sysv;
+    /// glibc's internal name for `sysv_signal`.
+    fn __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => sysv;
+    /// System V: a handler, or `SIG_HOLD` to block the signal.
+    fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t => hold_or_set;
+    /// Ignores a signal.
+    fn sigignore(sig: c_int) -> c_int => ignore;
+    /// Whether the signal's handler interrupts system calls rather than restarting them.
+    fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int => set_interrupt;
 }

@@ -150,6 +150,13 @@ fn render(cfg: &Config, me: &Writer) -> String {
             }
             family("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", one(g.host_reserve_count));
         }
+        if let Some(r) = g.cgroup_reserve {
+            family("pinguard_group_cgroup_reserve_bytes", "gauge", "The largest cgroup reserve a member in this process's cgroup applies (the group's shared reading of that cgroup).", one(r));
+            if let Some(l) = g.cgroup_lowest_headroom {
+                family("pinguard_group_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom a member in this process's cgroup read for the reserve.", one(l));
+            }
+            family("pinguard_group_cgroup_reserve_stopped_calls", "gauge", "Pinning calls the cgroup reserve stopped, summed over the members in the group now.", one(g.cgroup_reserve_count));
+        }
     }
     s
 }

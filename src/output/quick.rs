@@ -18,20 +18,24 @@ use std::os::raw::c_int;
 /// call: the function is then named by module and offset.
 const SYMTAB_MAX_BYTES: u64 = 32 << 20;
 
-/// A callsite's short name, as `pinguard report` names it: its innermost Python frame
-/// (`function (file.py:LINE)`) when it has Python frames, else its innermost native frame
-/// (`function`, `module+0xOFFSET`, or the bare address); `None` for a callsite without frames.
-/// Takes Python's frame table, the fork gate and the loader's lock: never under a lock of
-/// pinguard's.
+/// A callsite's short name: its innermost Python frame and that frame's caller
+/// (`cuda_pin (serve.py:7) <- load_weights (serve.py:12)`) when it has Python frames, so that the
+/// paths through one helper read apart (`pinguard report`, which sees them all, adds as many
+/// callers as it takes); else its innermost native frame (`function`, `module+0xOFFSET`, or the
+/// bare address); `None` for a callsite without frames. Takes Python's frame table, the fork gate
+/// and the loader's lock: never under a lock of pinguard's.
 pub fn short_label(site: &Callsite) -> Option<String> {
-    if let Some(&id) = site.python().first() {
-        let mut label = None;
-        crate::capture::python::frame(id, |f| label = Some(format!("{} ({}:{})", f.function, basename(&f.file), f.line)));
-        if label.is_some() {
-            return label;
-        }
+    let mut label: Option<String> = None;
+    for &id in site.python().iter().take(2) {
+        crate::capture::python::frame(id, |f| {
+            let frame = format!("{} ({}:{})", f.function, basename(&f.file), f.line);
+            label = Some(match label.take() {
+                Some(inner) => format!("{inner} <- {frame}"),
+                None => frame,
+            });
+        });
     }
-    site.native().first().map(|&addr| native_label(addr))
+    label.or_else(|| site.native().first().map(|&addr| native_label(addr)))
 }
 
 /// The return address `addr`'s function, else its module and offset, else the address.

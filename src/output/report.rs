@@ -35,14 +35,14 @@ pub fn hold() {
 
 /// # Safety
 /// Only in the fork handlers, after `hold`.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     FORK_WAITING.store(false, Ordering::SeqCst);
     if child {
         // SAFETY: after `hold`, in the child's handler (this function's contract).
-        unsafe { crate::runtime::lock::release_in_child(&WRITING) }
+        unsafe { crate::runtime::lock::let_go_in_child(&WRITING) }
     } else {
         // SAFETY: after `hold`, in the parent's handler (this function's contract).
-        unsafe { crate::runtime::lock::release_in_parent(&WRITING) }
+        unsafe { crate::runtime::lock::let_go_in_parent(&WRITING) }
     }
 }
 
@@ -309,6 +309,9 @@ fn gather(cfg: &Config) -> Figures {
             host_reserve_bytes: g.host_reserve,
             host_lowest_available_bytes: g.host_lowest_available,
             host_reserve_count: g.host_reserve_count,
+            cgroup_reserve_bytes: g.cgroup_reserve,
+            cgroup_lowest_headroom_bytes: g.cgroup_lowest_headroom,
+            cgroup_reserve_count: g.cgroup_reserve_count,
             unreachable: g.unreachable,
             lock_timeouts: g.lock_timeouts,
             liveness: g.liveness,

@@ -39,11 +39,15 @@ pub const WHYS: [&str; 3] = [
     "cannot be read (a limited level's usage or limit)",
 ];
 
-/// One reading: the headroom and the tightest limit on the path.
+/// One reading: the headroom and the tightest limit on the path, and which level's folder leaves
+/// the least headroom (device and inode; both 0 where it cannot be examined): members of a group
+/// whose readings name the same folder share one floor (`budget::group`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Headroom {
     pub bytes: u64,
     pub limit: u64,
+    pub dev: u64,
+    pub ino: u64,
 }
 
 /// Finds the memory hierarchy (allocates: start-up only). False where there is none.
@@ -169,10 +173,14 @@ pub fn headroom() -> Result<Headroom, Bad> {
     let mut best: Option<Headroom> = None;
     loop {
         if let Some((room, limit)) = level(&dir, m.version)? {
-            best = Some(match best {
-                None => Headroom { bytes: room, limit },
-                Some(b) => Headroom { bytes: b.bytes.min(room), limit: b.limit.min(limit) },
-            });
+            // The deepest of the levels with the least room names the floor.
+            if best.is_none_or(|b| room < b.bytes) {
+                let mut c = [0u8; 4096];
+                let id = dir.with(b".", &mut c).and_then(sys::path_id).map_or((0, 0), |f| (f.dev, f.ino));
+                best = Some(Headroom { bytes: room, limit: best.map_or(limit, |b| b.limit.min(limit)), dev: id.0, ino: id.1 });
+            } else if let Some(b) = best.as_mut() {
+                b.limit = b.limit.min(limit);
+            }
         }
         match dir.b[..dir.len].iter().rposition(|&c| c == b'/') {
             Some(i) if dir.len > floor && i >= floor => dir.len = i,

@@ -59,6 +59,15 @@ pub fn close() {
     }
 }
 
+/// `fork`'s parent (`false`) or child (`true`) handler.
+pub fn reopen(child: bool) {
+    if child {
+        reopen_in_child()
+    } else {
+        reopen_in_parent()
+    }
+}
+
 pub fn reopen_in_parent() {
     CLOSED.store(false, Ordering::SeqCst);
 }

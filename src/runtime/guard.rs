@@ -13,7 +13,7 @@ pub struct Thread {
     tid: Cell<u32>,
     errno: Cell<*mut c_int>,
     /// The counter block this thread writes, null until its first count. Opaque here: the
-    /// accounting stage owns the type (`ledger::Block`) and is the only one to cast it back.
+    /// accounting stage owns the type (`ledger::blocks::Block`) and is the only one to cast it back.
     pub(crate) counters: Cell<*const ()>,
     /// Calls since the last look for a Python interpreter (`python::known`).
     pub(crate) python_calls: Cell<u32>,

@@ -394,7 +394,7 @@ pub fn hold() {
 
 /// # Safety
 /// Only after `hold`, in the fork handlers.
-pub unsafe fn release(child: bool) {
+pub unsafe fn let_go(child: bool) {
     // SAFETY: after `hold`, in the fork handler `child` names (this function's contract).
-    unsafe { lock::release(&HEAP, child) };
+    unsafe { lock::let_go(&HEAP, child) };
 }

@@ -214,9 +214,34 @@ fn over_rlimit(base: u64, more: u64) -> bool {
 
 /// Whether every page of `[start, end)` (page-aligned) is mapped: `msync(MS_ASYNC)` answers
 /// ENOMEM for a hole, and since Linux 2.6.19 does nothing else.
-fn mapped(start: usize, end: usize) -> bool {
+pub fn mapped(start: usize, end: usize) -> bool {
     // SAFETY: MS_ASYNC only checks the range; no memory is read or written.
     raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) }) != Err(libc::ENOMEM)
+}
+
+/// A full memory barrier on every running thread of this process (`membarrier`, private
+/// expedited, Linux 4.14 on): what a rare path does so that the hot path on the other threads
+/// needs none. The process registers on first use (and again in a fork child, whose new address
+/// space may not be registered: the kernel answers EPERM). `false` where the kernel or a sandbox
+/// refuses it, then for good.
+pub fn fence_all_threads() -> bool {
+    const EXPEDITED: c_int = 1 << 3; // MEMBARRIER_CMD_PRIVATE_EXPEDITED
+    const REGISTER: c_int = 1 << 4; // MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED
+    static REFUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if REFUSED.load(std::sync::atomic::Ordering::Relaxed) {
+        return false;
+    }
+    // SAFETY: membarrier takes no pointers; these commands only order memory.
+    let call = |cmd: c_int| raw(|| unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) });
+    let ok = match call(EXPEDITED) {
+        Ok(_) => true,
+        Err(libc::EPERM) => call(REGISTER).is_ok() && call(EXPEDITED).is_ok(),
+        Err(_) => false,
+    };
+    if !ok {
+        REFUSED.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    ok
 }
 
 /// Whether any mapping in `[start, end)` (page-aligned) is locked: `msync(MS_INVALIDATE)` goes

@@ -59,33 +59,34 @@ impl FutexRaw {
 pub type Mutex<T> = lock_api::Mutex<FutexRaw, T>;
 pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, FutexRaw, T>;
 
-/// Fork support for a static mutex: held from `prepare` to the parent's or the child's handler.
+/// Fork support for a static mutex: held from `prepare` to the parent's or the child's handler,
+/// which lets go of it (`let_go`: the fork handlers' word; a "release" is pinned memory's).
 pub fn hold<T>(m: &'static Mutex<T>) {
     std::mem::forget(m.lock());
 }
 
 /// # Safety
 /// Only after `hold` on this mutex, in the fork handlers.
-pub unsafe fn release_in_parent<T>(m: &Mutex<T>) {
+pub unsafe fn let_go_in_parent<T>(m: &Mutex<T>) {
     // SAFETY: the caller's `hold` locked `m` and forgot the guard, so this thread owns the lock.
     unsafe { m.force_unlock() };
 }
 
 /// # Safety
 /// Only after `hold` on this mutex, in the fork child's handler.
-pub unsafe fn release_in_child<T>(m: &Mutex<T>) {
+pub unsafe fn let_go_in_child<T>(m: &Mutex<T>) {
     // SAFETY: the caller's `hold` locked `m`, and the child has no other thread that could hold it.
     unsafe { m.raw() }.reset();
 }
 
 /// # Safety
 /// Only after `hold` on this mutex, in the fork handlers: the parent's or (`child`) the child's.
-pub unsafe fn release<T>(m: &Mutex<T>, child: bool) {
+pub unsafe fn let_go<T>(m: &Mutex<T>, child: bool) {
     if child {
         // SAFETY: after `hold`, in the child's handler (this function's contract).
-        unsafe { release_in_child(m) }
+        unsafe { let_go_in_child(m) }
     } else {
         // SAFETY: after `hold`, in a fork handler (this function's contract).
-        unsafe { release_in_parent(m) }
+        unsafe { let_go_in_parent(m) }
     }
 }

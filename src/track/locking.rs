@@ -1,6 +1,6 @@
 //! The locking family's accounting: `mlock`, `mlock2`, `munlock`, `munmap`, `mremap`,
 //! `mmap(MAP_LOCKED)`, `mlockall`, `munlockall`. Pages are counted as the kernel counts them: a
-//! page locked twice is locked once, and the kernel's `VmLck` is the truth (`ledger::Locked`).
+//! page locked twice is locked once, and the kernel's `VmLck` is the truth (`ledger::locked_pages`).
 //!
 //! Every call here holds the view's lock from before the real call to after its bookkeeping, so
 //! hooked calls change the kernel's state and the view in the same order.
@@ -21,7 +21,7 @@ use crate::budget;
 use crate::accounting::callsite::Callsite;
 use crate::runtime::config::Policy;
 use crate::runtime::kernel;
-use crate::accounting::ledger::{self, Backing, LockedGuard};
+use crate::accounting::ledger::{self, Backing, LockedPagesGuard};
 use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
@@ -241,10 +241,10 @@ impl Hook {
     /// `Err(errno)`: the kernel's answer, to return without calling it.
     fn admit_lock(
         &self,
-        locked: &mut LockedGuard,
+        locked: &mut LockedPagesGuard,
         ask: &Ask,
         bytes: u64,
-        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
         if let Some(r) = budget::reserve(bytes) {
@@ -259,10 +259,10 @@ impl Hook {
     #[inline(never)]
     fn admit_lock_refused(
         &self,
-        locked: &mut LockedGuard,
+        locked: &mut LockedPagesGuard,
         ask: &Ask,
         mut bytes: u64,
-        recount: impl FnOnce(&LockedGuard) -> Option<u64>,
+        recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
         let kernel = kernel::vm_lck();
@@ -303,7 +303,7 @@ impl Hook {
         // Before the view's guard: a `warn` line waits until the view is let go.
         let later = WarnLater::new(&self);
         let ask = Ask { api, site, req: Request::Pageable, later: &later };
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let span = Span { start, end, now: self.now() };
         let mut gaps = locked.ranges.gaps(start, end);
         let new = self.mlock_new(&mut locked, span, &mut gaps);
@@ -311,7 +311,7 @@ impl Hook {
         let mut fresh = None;
         let decided = (new > 0).then(|| {
             quiet(|| {
-                let recount = |l: &LockedGuard| {
+                let recount = |l: &LockedPagesGuard| {
                     let g = l.ranges.gaps(start, end);
                     let n = total(&g);
                     fresh = Some(g);
@@ -357,7 +357,7 @@ impl Hook {
     /// The bytes of `span` the view holds unlocked (`gaps`), counted again after a walk where the
     /// view looks stale.
     #[inline(always)]
-    fn mlock_new(&self, locked: &mut LockedGuard, span: Span, gaps: &mut Gaps) -> u64 {
+    fn mlock_new(&self, locked: &mut LockedPagesGuard, span: Span, gaps: &mut Gaps) -> u64 {
         // The view thinks some of these pages locked: cheap evidence that it may be stale (a
         // freed block unmapped by glibc, its address handed out again).
         if total(gaps) < (span.end - span.start) as u64 && self.recheck(locked, span.now) {
@@ -369,7 +369,7 @@ impl Hook {
     /// The answer of an `mlock` or `mlockall` that records no new lock, the view let go first.
     #[cold]
     #[inline(never)]
-    fn not_locked(&self, view: LockedGuard, why: NotLocked, ask: &Ask, real: impl FnOnce() -> c_int) -> c_int {
+    fn not_locked(&self, view: LockedPagesGuard, why: NotLocked, ask: &Ask, real: impl FnOnce() -> c_int) -> c_int {
         drop(view);
         match why {
             NotLocked::Untracked => self.untracked(ask.api, 0, real()),
@@ -387,7 +387,7 @@ impl Hook {
     /// changed the view: on pinguard's own stack.
     #[cold]
     #[inline(never)]
-    fn recheck(&self, locked: &mut LockedGuard, now: u64) -> bool {
+    fn recheck(&self, locked: &mut LockedPagesGuard, now: u64) -> bool {
         self.work(|| quiet(|| walked(locked.check(self.t, now, |_, _| None))).unwrap_or(false))
     }
 
@@ -396,14 +396,14 @@ impl Hook {
     /// refused the call up front: `RLIMIT_MEMLOCK`). On pinguard's own stack.
     #[cold]
     #[inline(never)]
-    fn lock_failed(&self, locked: &mut LockedGuard, reservation: budget::Reservation, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
+    fn lock_failed(&self, locked: &mut LockedPagesGuard, reservation: budget::Reservation, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
         self.work(|| {
             drop(reservation);
             let _ = quiet(|| self.lock_failed_here(locked, gaps, ask, span, err));
         })
     }
 
-    fn lock_failed_here(&self, locked: &mut LockedGuard, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
+    fn lock_failed_here(&self, locked: &mut LockedPagesGuard, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
         let (api, site) = (ask.api, ask.site);
         let mut added = 0;
         if partial(err) && mlock_changed(gaps) {
@@ -427,7 +427,7 @@ impl Hook {
         let (Some((start, end)), true) = (span, ledger::locked_any()) else {
             return real();
         };
-        self.call_holding(ledger::locked(), real, |rc, err, locked| {
+        self.call_holding(ledger::locked_pages(), real, |rc, err, locked| {
             let now = self.now();
             if ok(rc) {
                 quiet(|| self.unlocked(locked.cut(self.t, start, end, now)));
@@ -450,7 +450,7 @@ impl Hook {
     /// it reached any the view holds. On pinguard's own stack.
     #[cold]
     #[inline(never)]
-    fn unlock_failed(&self, locked: &mut LockedGuard, start: usize, end: usize, now: u64) {
+    fn unlock_failed(&self, locked: &mut LockedPagesGuard, start: usize, end: usize, now: u64) {
         self.work(|| {
             quiet(|| {
                 let held = uncovered(start, end, locked.ranges.gaps(start, end));
@@ -473,7 +473,7 @@ impl Hook {
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
         let ask = Ask { api, site, req: Request::Pageable, later: &later };
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         let rejected = |_| kernel::mmap_rejected(m.addr, m.len, m.prot, m.flags, m.fd, m.off, page);
         let reservation = match settle(quiet(|| self.admit_lock(&mut locked, &ask, bytes, |_| Some(bytes), rejected))) {
@@ -502,7 +502,7 @@ impl Hook {
     /// refusal is the kernel's EAGAIN (over `RLIMIT_MEMLOCK`), a downgrade the same mapping
     /// without the lock.
     #[cold]
-    fn mmap_not_locked(&self, view: LockedGuard, why: NotLocked, ask: &Ask, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
+    fn mmap_not_locked(&self, view: LockedPagesGuard, why: NotLocked, ask: &Ask, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
         drop(view);
         match why {
             NotLocked::Untracked | NotLocked::Plain => real(flags),
@@ -527,7 +527,7 @@ impl Hook {
             return real(); // the kernel's EINVAL; nothing changes
         };
         let later = WarnLater::new(&self);
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         let bytes = locked.ranges.covered(m.old, m.old_end);
         let owner = locked.ranges.at(m.old_end.saturating_sub(1)).or_else(|| locked.ranges.at(m.old)).copied();
@@ -546,14 +546,14 @@ impl Hook {
 
     /// A failure pinguard answers itself (`Hook::fail`), the view let go first.
     #[cold]
-    fn fail_unlocked<R>(&self, view: LockedGuard, rc: R, errno: c_int) -> R {
+    fn fail_unlocked<R>(&self, view: LockedPagesGuard, rc: R, errno: c_int) -> R {
         drop(view);
         self.fail(rc, errno)
     }
 
     /// The budget's decision for the part a wholly or partly locked mapping grows by.
     /// `Err(errno)`: the call's answer, without calling the kernel.
-    fn remap_growth(&self, locked: &mut LockedGuard, later: &WarnLater, m: Remap, held: Held) -> Result<budget::Reservation, c_int> {
+    fn remap_growth(&self, locked: &mut LockedPagesGuard, later: &WarnLater, m: Remap, held: Held) -> Result<budget::Reservation, c_int> {
         let (Some(o), true) = (held.owner, held.bytes > 0 && m.new_len > m.old_len) else {
             return Ok(budget::Reservation::none());
         };
@@ -569,7 +569,7 @@ impl Hook {
 
     /// A failed `mremap`: its reservation goes back; `MREMAP_FIXED` may have unmapped the target
     /// before failing.
-    fn remap_failed(&self, locked: &mut LockedGuard, m: Remap, reservation: budget::Reservation, now: u64) {
+    fn remap_failed(&self, locked: &mut LockedPagesGuard, m: Remap, reservation: budget::Reservation, now: u64) {
         drop(reservation);
         if m.flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(m.new_addr, m.new_addr + m.new_len) > 0 {
             walked(locked.sync(self.t, now, |_, _| None));
@@ -578,7 +578,7 @@ impl Hook {
 
     /// A successful `mremap` to `r`: the locks move with the pages, the part it shrank by is
     /// unlocked, and the part it grew by is locked when the whole mapping was.
-    fn remapped(&self, locked: &mut LockedGuard, m: Remap, held: Held, r: usize, reservation: budget::Reservation) {
+    fn remapped(&self, locked: &mut LockedPagesGuard, m: Remap, held: Held, r: usize, reservation: budget::Reservation) {
         let (old, now) = (m.old, held.now);
         let mut released = 0;
         if m.new_len < m.old_len {
@@ -605,7 +605,7 @@ impl Hook {
 
     /// A mapping moved to `r` (with MREMAP_DONTUNMAP the old pages stay, unlocked): its locks go
     /// along, and whatever the view had at `r` is gone. The bytes released.
-    fn remap_moved(&self, locked: &mut LockedGuard, m: Remap, r: usize, now: u64) -> u64 {
+    fn remap_moved(&self, locked: &mut LockedPagesGuard, m: Remap, r: usize, now: u64) -> u64 {
         let (old, keep) = (m.old, m.old_len.min(m.new_len));
         let pieces = locked.ranges.take(old, old + keep, |l, b, c| {
             ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, now);
@@ -629,7 +629,7 @@ impl Hook {
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
         let ask = Ask { api, site, req: Request::Pageable, later: &later };
-        let mut locked = ledger::locked();
+        let mut locked = ledger::locked_pages();
         let now = self.now();
         let reservation = match settle(quiet(|| self.mlockall_decide(&mut locked, &ask, flags))) {
             Ok(r) => r,
@@ -647,7 +647,7 @@ impl Hook {
     }
 
     /// `mlockall`'s budget decision, under the view's guard.
-    fn mlockall_decide(&self, locked: &mut LockedGuard, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
+    fn mlockall_decide(&self, locked: &mut LockedPagesGuard, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
         if flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn {
@@ -690,7 +690,7 @@ impl Hook {
     }
 
     /// A successful `mlockall`: what it locked is found in the kernel's mappings.
-    fn mlockall_done(&self, locked: &mut LockedGuard, ask: &Ask, flags: c_int, now: u64) {
+    fn mlockall_done(&self, locked: &mut LockedPagesGuard, ask: &Ask, flags: c_int, now: u64) {
         let mut added = 0;
         walked(locked.sync(self.t, now, |s, e| {
             added += (e - s) as u64;
@@ -702,7 +702,7 @@ impl Hook {
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
-        self.call_holding(ledger::locked(), real, |&rc, _, locked| {
+        self.call_holding(ledger::locked_pages(), real, |&rc, _, locked| {
             if rc == 0 {
                 quiet(|| self.unlocked(locked.clear(self.t, self.now())));
             }

@@ -141,10 +141,12 @@ pub(crate) fn over(why: budget::Refused) -> Over {
     }
 }
 
-/// A call the host reserve stopped, in the group's shared page too (for `pinguard top`).
+/// A call the host or cgroup reserve stopped, in the group's shared page too (for `pinguard top`).
 fn note_host_reserve(over: Over) {
-    if over.limit() == Limit::HostReserve {
-        budget::group::note_host_reserve();
+    match over.limit() {
+        Limit::HostReserve => budget::group::note_host_reserve(),
+        Limit::CgroupReserve => budget::group::note_cgroup_reserve(),
+        _ => {}
     }
 }
 

@@ -499,3 +499,26 @@ pub fn until(what: &str, mut ok: impl FnMut() -> bool) {
     }
 }
 
+/// The same function through prototypes with more and more ignored arguments: the System V ABI
+/// passes those on the stack, so libffi calls the hook from a new stack depth each time, through
+/// the same return addresses. Each depth is a fresh walk through libffi's `ffi_call_unix64`,
+/// whose return address is unwound from its frame pointer (CFA = rbp + 32). `rounds` passes
+/// over the twelve prototypes, each pin freed before the next (issue 34, item 4).
+pub fn ctypes_depths_script(cudart: &str, rounds: usize) -> String {
+    format!(
+        r#"
+import ctypes
+rt = ctypes.CDLL({cudart:?})
+rt.cudaFreeHost.argtypes = [ctypes.c_void_p]
+def proto(extra):
+    p = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, *[ctypes.c_long] * extra)
+    return p(("cudaMallocHost", rt))
+fns = [(proto(4 + 2 * k), [0] * (4 + 2 * k)) for k in range(12)]
+for _ in range({rounds}):
+    for fn, extra in fns:
+        buf = ctypes.c_void_p()
+        assert fn(ctypes.byref(buf), 262144, *extra) == 0
+        assert rt.cudaFreeHost(buf) == 0
+"#
+    )
+}

@@ -2,11 +2,21 @@
  *   bench pairs  KIND THREADS N   ns per allocate/release pair (KIND: cuda, mlock, mmap)
  *   bench scale  KIND N ROUNDS    two threads on one callsite: the median over ROUNDS of two
  *                                 threads' throughput over one thread's, phases back to back
+ *                                 (BENCH_THREADS=T: the main thread and T-1 workers).
+ *                                 BENCH_ALTERNATE=1 (cuda): rounds alternate between the hooked
+ *                                 entry points and the runtime's own, found with dlsym in
+ *                                 libcudart.so itself (so that a preloaded library is passed
+ *                                 by): prints the medians of the tracked and untracked rounds'
+ *                                 scaling and of each neighbouring pair's tracked/untracked
  *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
  *   bench report N SITES          N live allocations over SITES callsites, then one report
  *   bench mlockfail MAPS N        ns per failing mlock: N calls over RLIMIT_MEMLOCK (64 KiB,
  *                                 CAP_IPC_LOCK dropped) in a process with MAPS more mappings
- * BENCH_FRAMES sets the loop's depth (default 32). For `scale`: BENCH_SITES=2 gives the second
+ * BENCH_FRAMES sets the loop's depth (default 32). For `pairs`: BENCH_MAIN_FIRST=1 has the main
+ * thread make one pair from the same callsite before the workers start (as a program whose main
+ * thread pinned before its pin-memory thread did); BENCH_SHORT=K makes each worker a chain of
+ * threads of K pairs each, one starting when the last has ended (threads that start and end).
+ * BENCH_MALLOC=1 makes the cuda kind a malloc/free pair of the same size (for a heap tracer). For `scale`: BENCH_SITES=2 gives the second
  * thread a callsite of its own (at PINGUARD_DEPTH 32), BENCH_SITES=3 alternates the two and
  * prints the shared callsite's scaling over the separate one's, BENCH_TRACE=1 prints each round's
  * times on stderr. BENCH_MAPS=1 makes `pairs` print its /proc/self/maps on stderr (to place the
@@ -44,6 +54,12 @@ static long rss_kb(void) {
 
 static const char *kind;
 static long n;
+static int use_malloc;
+/* The runtime's own entry points, past any preloaded library (BENCH_ALTERNATE), and whether the
+ * phase running now calls them. */
+static int (*real_alloc)(void **, size_t, unsigned);
+static int (*real_free)(void *);
+static volatile int untracked;
 
 /* The loop runs under BENCH_FRAMES frames of its own (default 32), as in a real program, so a
  * walk at PINGUARD_DEPTH=32 has 32 frames to walk. */
@@ -61,6 +77,17 @@ static void *pairs(void *arg) {
     return NULL;
 }
 
+/* A worker made of short-lived threads: N pairs in all, K per thread, one thread after another. */
+static long total_n, per_thread;
+static void *chain(void *arg) {
+    for (long done = 0; done < total_n; done += per_thread) {
+        pthread_t t;
+        pthread_create(&t, NULL, pairs, arg);
+        pthread_join(t, NULL);
+    }
+    return NULL;
+}
+
 /* A second callsite for the same loop: walked 32 frames deep, it differs from `nest(32)`'s only
  * in its outermost frame, so the work per call is the same. */
 __attribute__((noinline)) static void outer_alt(void) {
@@ -72,7 +99,14 @@ static void loop(void) {
     char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     page[0] = 1;
     for (long i = 0; i < n; i++) {
-        if (kind[0] == 'c') {
+        if (untracked) {
+            void *p;
+            real_alloc(&p, 4096, 0);
+            real_free(p);
+        } else if (use_malloc) {
+            void *volatile p = malloc(4096);
+            free(p);
+        } else if (kind[0] == 'c') {
             void *p;
             cudaHostAlloc(&p, 4096, 0);
             cudaFreeHost(p);
@@ -91,7 +125,7 @@ static void loop(void) {
  * Each round's two phases are a few milliseconds apart, so the machine's slow spells (seconds
  * long) hit both alike; the median of the rounds' ratios is the scaling. */
 static pthread_barrier_t go, done;
-static int rounds, frames = 32;
+static int rounds, frames = 32, nthreads = 2;
 static void *scale_worker(void *arg) {
     (void)arg;
     const char *sites = getenv("BENCH_SITES");
@@ -117,14 +151,25 @@ static int cmp(const void *a, const void *b) {
 }
 static void scale(void) {
     double ratio[256];
-    pthread_t w;
-    pthread_barrier_init(&go, NULL, 2);
-    pthread_barrier_init(&done, NULL, 2);
+    pthread_t w[16];
+    const char *th = getenv("BENCH_THREADS");
+    if (th) nthreads = atoi(th);
+    if (nthreads < 2 || nthreads > 16) exit(2);
+    pthread_barrier_init(&go, NULL, nthreads);
+    pthread_barrier_init(&done, NULL, nthreads);
     const char *f = getenv("BENCH_FRAMES");
     if (f) frames = atoi(f);
-    pthread_create(&w, NULL, scale_worker, NULL);
+    int alternate = getenv("BENCH_ALTERNATE") != NULL;
+    if (alternate) {
+        void *rt = dlopen("libcudart.so", RTLD_LAZY | RTLD_NOLOAD);
+        real_alloc = rt ? (int (*)(void **, size_t, unsigned))dlsym(rt, "cudaHostAlloc") : NULL;
+        real_free = rt ? (int (*)(void *))dlsym(rt, "cudaFreeHost") : NULL;
+        if (!real_alloc || !real_free) exit(3);
+    }
+    for (int i = 0; i < nthreads - 1; i++) pthread_create(&w[i], NULL, scale_worker, NULL);
     phase(); /* first walks and look-ups: not the steady cost */
     for (int r = 0; r < rounds; r++) {
+        untracked = alternate && r % 2;
         double t0 = now();
         phase();
         double one = now() - t0;
@@ -133,10 +178,24 @@ static void scale(void) {
         phase();
         pthread_barrier_wait(&done);
         double two = now() - t0;
-        ratio[r] = 2 * one / two;
+        ratio[r] = nthreads * one / two;
         if (getenv("BENCH_TRACE")) fprintf(stderr, "round %d one %.3f ms two %.3f ms ratio %.3f\n", r, one * 1e3, two * 1e3, ratio[r]);
     }
-    pthread_join(w, NULL);
+    for (int i = 0; i < nthreads - 1; i++) pthread_join(w[i], NULL);
+    if (alternate) { /* even rounds tracked, odd ones not */
+        double t[128], u[128], k[128];
+        int m = 0;
+        for (int r = 0; r + 1 < rounds && m < 128; r += 2, m++) {
+            t[m] = ratio[r];
+            u[m] = ratio[r + 1];
+            k[m] = ratio[r] / ratio[r + 1];
+        }
+        qsort(t, m, sizeof *t, cmp);
+        qsort(u, m, sizeof *u, cmp);
+        qsort(k, m, sizeof *k, cmp);
+        printf("%.3f %.3f %.3f\n", t[m / 2], u[m / 2], k[m / 2]);
+        return;
+    }
     const char *sites = getenv("BENCH_SITES");
     if (sites && atoi(sites) == 3) {
         /* The worker pins from the main thread's callsite in even rounds and from its own in
@@ -200,11 +259,28 @@ int main(int argc, char **argv) {
         kind = argv[2];
         int threads = atoi(argv[3]);
         n = atol(argv[4]);
+        if (threads < 1 || threads > 16) return 2;
+        use_malloc = getenv("BENCH_MALLOC") != NULL;
         pthread_t t[16];
+        void *(*worker)(void *) = pairs;
+        if (getenv("BENCH_MAIN_FIRST")) { /* one pair from the main thread, same callsite */
+            long keep = n;
+            n = 1;
+            pairs(NULL);
+            n = keep;
+        }
+        if (getenv("BENCH_SHORT")) {
+            per_thread = atol(getenv("BENCH_SHORT"));
+            if (per_thread < 1 || per_thread > n) return 2;
+            total_n = n;
+            n = per_thread;
+            worker = chain;
+        }
         double t0 = now();
-        for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, pairs, NULL);
+        for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
         for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
         double el = now() - t0;
+        if (worker == chain) n = total_n;
         /* ns per pair per thread, and pairs per second in all */
         printf("%.1f %.0f\n", el * 1e9 / n, threads * n / el);
         if (getenv("BENCH_MAPS")) { /* where things are, for tracing tools */

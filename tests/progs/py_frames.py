@@ -46,8 +46,8 @@ def recurse(n):
     recurse(n - 1)
 
 
-load_weights()
-lock_key()
+load_weights()  # at:call:load_weights
+lock_key()  # at:call:lock_key
 threads = [threading.Thread(target=loader_thread) for _ in range(2)]
 for t in threads:
     t.start()

@@ -1,0 +1,91 @@
+//! The last events (refusals, downgrades, calls over budget) and the live bytes' timeline,
+//! both bounded.
+
+use super::figures::live_bytes;
+use super::over::Over;
+use crate::api::Api;
+use crate::accounting::callsite::Callsite;
+use crate::runtime::lock::Mutex;
+use pinguard_report::EventKind;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub struct EventRec {
+    pub unix_ms: u64,
+    pub kind: EventKind,
+    pub api: Api,
+    pub size: u64,
+    pub callsite: u32,
+    pub live_bytes: u64,
+    /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH`.
+    pub out_of_scope: bool,
+    pub over: Over,
+}
+
+pub(super) const MAX_EVENTS: usize = 10_000;
+pub(super) const MAX_TIMELINE: usize = 10_000;
+
+pub(super) struct Bounded<T> {
+    pub(super) items: VecDeque<T>,
+    pub(super) dropped: u64,
+}
+
+pub(super) static EVENTS: Mutex<Bounded<EventRec>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
+pub(super) static TIMELINE: Mutex<Bounded<(u64, u64)>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
+pub(super) static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
+
+pub(super) fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, over: Over, out_of_scope: bool) {
+    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id(), live_bytes: live_bytes(), out_of_scope, over };
+    let mut e = EVENTS.lock();
+    if e.items.len() >= MAX_EVENTS {
+        e.items.pop_front();
+        e.dropped += 1;
+    }
+    e.items.push_back(rec);
+}
+
+/// One point per millisecond at most: the lock is taken at most a thousand times a second however
+/// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
+#[inline]
+pub(super) fn timeline_tick(now: u64) {
+    let last = TIMELINE_MS.load(Relaxed);
+    if now <= last || TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_err() {
+        return;
+    }
+    push_point(now, live_bytes());
+}
+
+pub(super) fn push_point(now: u64, live: u64) {
+    let mut t = TIMELINE.lock();
+    if let Some(back) = t.items.back_mut() {
+        if back.0 >= now {
+            back.1 = live;
+            return;
+        }
+    }
+    if t.items.len() >= MAX_TIMELINE {
+        t.items.pop_front();
+        t.dropped += 1;
+    }
+    t.items.push_back((now, live));
+}
+
+pub fn timeline_now() {
+    push_point(crate::runtime::clock::unix_ms(), live_bytes());
+}
+
+pub fn events() -> (Vec<EventRec>, u64) {
+    let e = EVENTS.lock();
+    (
+        e.items
+            .iter()
+            .map(|r| EventRec { unix_ms: r.unix_ms, kind: r.kind, api: r.api, size: r.size, callsite: r.callsite, live_bytes: r.live_bytes, out_of_scope: r.out_of_scope, over: r.over })
+            .collect(),
+        e.dropped,
+    )
+}
+
+pub fn timeline() -> (Vec<(u64, u64)>, u64) {
+    let t = TIMELINE.lock();
+    (t.items.iter().copied().collect(), t.dropped)
+}

@@ -1,0 +1,38 @@
+//! What is pinned right now and what happened so far, one file per role:
+//!
+//! - `live`: the live records (allocations, registrations, locked ranges) and their tables;
+//! - `blocks`: each thread's block of event counters;
+//! - `levels`: live bytes and counts and their peaks, and the moves in and out of them;
+//! - `count`: the event counters' updates;
+//! - `first_count`: whether anything was counted yet;
+//! - `over`: which limit a call went over;
+//! - `locked_pages`: the locking family's view of the locked pages, kept in line with the kernel;
+//! - `figures`: the process's and each entry point's figures, read out;
+//! - `events`: the last events and the timeline;
+//! - `fork`: the ledger's locks across `fork`, and the child's empty ledger.
+//!
+//! Hooks never touch this directly; `track` turns each hooked call into these records.
+
+mod blocks;
+mod count;
+mod events;
+mod figures;
+mod first_count;
+mod fork;
+mod levels;
+mod live;
+mod locked_pages;
+mod over;
+
+pub use count::{count_alloc, count_denied, count_denied_out_of_scope, count_downgraded, count_failed, count_over_budget, count_release, count_unknown_release, count_untracked, downgraded_live_delta};
+pub use events::{events, timeline, timeline_now};
+pub use figures::{apis, live_bytes, totals};
+pub use first_count::{on_first_count, touched};
+pub use fork::{hold, let_go};
+pub use levels::{alloc_live, live_delta, live_release, use_levels};
+pub use live::{insert, insert_over, live_at, live_records, take, take_over, Backing, Live};
+pub use locked_pages::{locked_pages, locked_any, reconcile_locked, LockedPagesGuard, Synced};
+/// Only the hooks call it, and the builds without hooks (unit tests, fuzzing) have none.
+#[cfg(not(any(test, feature = "fuzzing")))]
+pub use locked_pages::note_runtime_lock;
+pub use over::Over;

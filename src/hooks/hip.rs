@@ -1,0 +1,219 @@
+//! AMD's HIP runtime (`libamdhip64.so`): `hipHostMalloc` and its older names, `hipExtHostAlloc`,
+//! `hipHostFree`/`hipFreeHost`, `hipHostRegister`/`hipHostUnregister`, host-located memory pools,
+//! and `hipGetProcAddress` (HIP 6.1+), through which newer programs reach them. `hipError_t` is a
+//! C enum, passed as `int`. Its codes and flags are CUDA's where both have them
+//! (docs/field-notes.md, "AMD's HIP runtime").
+
+use super::{hooks, real};
+use crate::api::{Api, Family};
+use crate::track::{Codes, Hook, PoolApi, Request};
+use std::ffi::{c_char, CStr};
+use std::os::raw::{c_int, c_uint, c_void};
+
+const SUCCESS: c_int = 0;
+/// `hipErrorOutOfMemory` (= `hipErrorMemoryAllocation`).
+const OUT_OF_MEMORY: c_int = 2;
+/// `hipErrorNotInitialized`, when no runtime (or no such function in it) is behind the hook.
+const NOT_INITIALIZED: c_int = 3;
+/// `hipErrorHostMemoryAlreadyRegistered`.
+const ALREADY_REGISTERED: c_int = 712;
+/// The runtime's answers (`hipError_t`): CUDA's numbers.
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: OUT_OF_MEMORY, already: ALREADY_REGISTERED };
+/// `hipHostMallocMapped`: the device needs the page, so pageable memory cannot stand in for it.
+const MAPPED: c_uint = 0x2;
+/// `hipHostMallocPortable | Mapped | WriteCombined | NumaUser | Coherent | NonCoherent`.
+const ALLOC_FLAGS: c_uint = 0x7 | 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
+/// `hipHostRegisterPortable | Mapped | IoMemory | hipExtHostRegisterCoarseGrained`.
+const REGISTER_FLAGS: c_uint = 0xf;
+
+
+/// What `hipHostFree` and `hipFreeHost` release: every host allocation, whichever name made it.
+const FREES: [Api; 5] = [Api::HipHostMalloc, Api::HipHostAlloc, Api::HipExtHostAlloc, Api::HipMallocHost, Api::HipMemAllocHost];
+
+/// `hipHostMallocCoherent` and `hipHostMallocNonCoherent`: the runtime refuses both at once.
+const COHERENCE: c_uint = 0x4000_0000 | 0x8000_0000;
+
+/// An allocation's flags: device-mapped or not, or a combination the runtime rejects (unknown
+/// bits, both coherences), whose answer is the runtime's whatever the budget.
+fn alloc_request(flags: c_uint) -> Request {
+    match Request::from_flags(flags, ALLOC_FLAGS, MAPPED) {
+        _ if flags & COHERENCE == COHERENCE => Request::Rejected,
+        r => r,
+    }
+}
+
+/// A registration is device-mapped whatever its flags (`hipHostRegisterDefault`: "Memory is Mapped
+/// and Portable"): never pageable in its place.
+fn register_request(flags: c_uint) -> Request {
+    match Request::from_flags(flags, REGISTER_FLAGS, MAPPED) {
+        Request::Rejected => Request::Rejected,
+        _ => Request::Mapped,
+    }
+}
+
+fn alloc_as(api: Api, real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), CODES, move || real.call()),
+    }
+}
+
+fn malloc_as(api: Api, real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.alloc(api, ptr, size, Request::Pageable, CODES, move || real.call()),
+    }
+}
+
+fn free_as(api: Api, real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
+    match Hook::enter_release(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.release(api, ptr, &FREES, SUCCESS, move || real.call()),
+    }
+}
+
+unsafe fn host_malloc(real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    alloc_as(Api::HipHostMalloc, real, ptr, size, flags)
+}
+
+unsafe fn host_alloc(real: hipHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    alloc_as(Api::HipHostAlloc, real, ptr, size, flags)
+}
+
+unsafe fn ext_host_alloc(real: hipExtHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+    alloc_as(Api::HipExtHostAlloc, real, ptr, size, flags)
+}
+
+unsafe fn malloc_host(real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    malloc_as(Api::HipMallocHost, real, ptr, size)
+}
+
+unsafe fn mem_alloc_host(real: hipMemAllocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    malloc_as(Api::HipMemAllocHost, real, ptr, size)
+}
+
+unsafe fn host_free(real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
+    free_as(Api::HipHostFree, real, ptr)
+}
+
+unsafe fn free_host(real: hipFreeHost::Call, ptr: *mut c_void) -> c_int {
+    free_as(Api::HipFreeHost, real, ptr)
+}
+
+unsafe fn host_register(real: hipHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.register(Api::HipHostRegister, ptr, size, register_request(flags), CODES, move || real.call()),
+    }
+}
+
+unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_int {
+    match Hook::enter_release(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.release(Api::HipHostUnregister, ptr, &[Api::HipHostRegister], SUCCESS, move || real.call()),
+    }
+}
+
+/// `hipMemPoolGetAttribute` with `hipMemPoolAttrReservedMemCurrent` (5) or `UsedMemCurrent` (7):
+/// CUDA's attribute numbers and value type.
+fn pool_attr(pool: u64, attr: i32) -> Option<u64> {
+    // SAFETY: `PoolAttrFn` is the C type of `hipMemPoolGetAttribute`.
+    super::cuda_driver::pool_attr(unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
+}
+
+/// The runtime's pool calls: its codes, and `hipMemPoolGetAttribute`.
+const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: pool_attr };
+
+unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => {
+            // SAFETY: `props` is the C caller's, null or a `hipMemPoolProps`, whose first 16 bytes
+            // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
+            // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
+            let host = unsafe { super::cuda_driver::pool_props_host(props) };
+                h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || real.call())
+        }
+    }
+}
+
+unsafe fn pool_destroy(real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || real.call()),
+    }
+}
+
+unsafe fn pool_trim(real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || real.call()),
+    }
+}
+
+unsafe fn pool_alloc(real: hipMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.alloc_from_pool(Api::HipMallocFromPoolAsync, ptr, size, pool, POOLS, move || real.call()),
+    }
+}
+
+unsafe fn free_async(real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.free_to_pool(Api::HipFreeAsync, ptr, POOLS, move || real.call()),
+    }
+}
+
+/// `hipGetProcAddress`: the runtime's answer, with pinguard's wrapper in place of the real function
+/// for the names it tracks. Everything else (status, other symbols, version choice) is the
+/// runtime's own.
+unsafe fn get_proc(real: hipGetProcAddress::Call, symbol: *const c_char, pfn: *mut *mut c_void, _version: c_int, _flags: u64, _status: *mut c_int) -> c_int {
+    let rc = real.call();
+    // SAFETY: `pfn` is checked for null before it is read; on success the runtime wrote it.
+    if rc != SUCCESS || symbol.is_null() || pfn.is_null() || unsafe { (*pfn).is_null() } || !crate::lifecycle::hooks_enabled(Family::Hip) {
+        return rc;
+    }
+    // SAFETY: `symbol` is not null, so the caller's NUL-terminated name.
+    let name = unsafe { CStr::from_ptr(symbol) };
+    // SAFETY: `pfn` is not null and the runtime has just written it.
+    if let Some(Some(w)) = redirect(name, unsafe { *pfn } as usize) {
+        // SAFETY: `pfn` is the caller's out-pointer, not null (checked above).
+        unsafe { *pfn = w as *mut c_void };
+    }
+    rc
+}
+
+hooks! {
+    family Hip, missing NOT_INITIALIZED;
+    /// Pinned host memory, `flags` saying portable, mapped, write-combined, NUMA, coherence.
+    fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_malloc;
+    /// The same, under its deprecated name.
+    fn hipHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+    /// The same, the name ROCm 6.3 moved to.
+    fn hipExtHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => ext_host_alloc;
+    /// Pinned host memory, default flags (deprecated).
+    fn hipMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => malloc_host;
+    /// The same, the driver-style name (deprecated).
+    fn hipMemAllocHost(ptr: *mut *mut c_void, size: usize) -> c_int => mem_alloc_host;
+    /// Frees what any of the five allocation names gave.
+    fn hipHostFree(ptr: *mut c_void) -> c_int => host_free;
+    /// The same, under its deprecated name.
+    fn hipFreeHost(ptr: *mut c_void) -> c_int => free_host;
+    /// Pins (and maps for the device) memory the caller owns.
+    fn hipHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int => host_register;
+    /// Unpins what `hipHostRegister` pinned.
+    fn hipHostUnregister(ptr: *mut c_void) -> c_int => host_unregister;
+    /// A memory pool, perhaps of pinned host memory (6.x).
+    fn hipMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => pool_create;
+    /// A pool's end: its memory goes back.
+    fn hipMemPoolDestroy(pool: u64) -> c_int => pool_destroy;
+    /// A pool gives back what it holds beyond `keep` bytes.
+    fn hipMemPoolTrimTo(pool: u64, keep: usize) -> c_int => pool_trim;
+    /// An allocation from a pool, which may grow it.
+    fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    /// An allocation back to its pool.
+    fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => free_async;
+    /// Any HIP function by name (6.1+): tracked names answer with pinguard's wrappers.
+    fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc;
+}

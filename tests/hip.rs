@@ -1,0 +1,381 @@
+//! AMD's HIP runtime (`PINGUARD_HOOKS=hip`): every host-pinned entry point through every route a
+//! program takes (the exports, `dlsym(handle, name)`, `hipGetProcAddress`), under each policy,
+//! against the emulated `libamdhip64.so.5` (tests/emul/hip.c) and its own counters; and the real
+//! Debian library (5.2.3), loaded beside pinguard on a machine without an AMD device, answering
+//! exactly as it does without pinguard.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+const ROUTES: [&str; 3] = ["export", "dlsym", "proc"];
+/// Where the real library lives on Debian (package libamdhip64-5).
+const REAL_LIB: &str = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5";
+
+/// The test program linked with the emulated runtime (`hip`), and with the real one (`hip_real`,
+/// when the system has it).
+fn programs() -> &'static (PathBuf, Option<PathBuf>) {
+    static P: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = fixtures().dir.join("hip");
+        std::fs::create_dir_all(dir.join("emu")).unwrap();
+        let src = root().join("tests");
+        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
+        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
+        let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
+        let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+        a.extend(["-shared", "-o", &d("emu/libamdhip64.so.5"), &s("emul/hip.c"), "-Wl,-soname,libamdhip64.so.5"].map(String::from));
+        cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        // --no-as-needed: the program's references are weak (5.2.3 lacks some names), which alone
+        // would not keep the library linked.
+        let link = ["-Wl,--no-as-needed", "-l:libamdhip64.so.5", "-ldl"];
+        let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+        a.extend(["-o", &d("hip"), &s("progs/hip.c"), "-L", &d("emu"), "-Wl,-rpath,$ORIGIN/emu"].map(String::from));
+        a.extend(link.map(String::from));
+        cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
+        let real = (real_expected() && std::path::Path::new(REAL_LIB).exists()).then(|| {
+            let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
+            a.extend(["-o", &d("hip_real"), &s("progs/hip.c")].map(String::from));
+            a.extend(link.map(String::from));
+            cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
+            dir.join("hip_real")
+        });
+        (dir.join("hip"), real)
+    })
+}
+
+/// Debian ships the runtime for amd64 only; the aarch64 runs (under qemu) have none to load.
+fn real_expected() -> bool {
+    cfg!(target_arch = "x86_64") && !aarch64()
+}
+
+fn hip(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
+    let path = programs().0.to_string_lossy().into_owned();
+    let mut env = env.to_vec();
+    env.push(("HIP_ROUTE", route));
+    let r = run(&path, ops, &env);
+    assert!(r.success(), "{route}: {}\n{}", r.stdout, r.stderr);
+    r
+}
+
+fn rcs(r: &Run, ops: &[&str]) -> Vec<i64> {
+    ops.iter().map(|op| r.rc(op)).collect()
+}
+
+fn api<'a>(rep: &'a Value, name: &str) -> &'a Value {
+    &rep["apis"][name]
+}
+
+/// Every allocation name, every free name, registration and a host pool: counted exactly as the
+/// runtime counts, through each route; memory from any allocation name is freed by either free.
+#[test]
+fn every_entry_point_counts_exactly_through_each_route() {
+    let ops = [
+        "malloc:8192", "alloc:4096:1", "ext:12288:4", "mallochost:4096", "memallochost:4096", "register:8192:2",
+        "pool:2", "pool_alloc:6:4096", "touch:0", "flags:0",
+    ];
+    let frees = ["free:0", "freehost:1", "free:2", "freehost:3", "free:4", "unregister:5", "free_async:7", "destroy:6"];
+    for route in ROUTES {
+        let r = hip(route, &ops, &[]);
+        assert!(rcs(&r, &ops).iter().all(|&rc| rc == 0), "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["emulated"], 1);
+        assert_eq!(s["hip"]["outstanding_bytes"], 8192 + 4096 + 12288 + 4096 + 4096 + 8192 + 2 * 1048576, "{route}: {s}");
+        assert_eq!(s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"], "{route}: pinguard counts what the runtime pinned");
+        let rep = r.report();
+        for (name, bytes) in [("hipHostMalloc", 8192), ("hipHostAlloc", 4096), ("hipExtHostAlloc", 12288), ("hipMallocHost", 4096), ("hipMemAllocHost", 4096), ("hipHostRegister", 8192)] {
+            assert_eq!(api(&rep, name)["alloc_count"], 1, "{route} {name}: {}", rep["apis"]);
+            assert_eq!(api(&rep, name)["live_bytes"], bytes, "{route} {name}");
+        }
+        assert_eq!(api(&rep, "hipMemPoolCreate")["live_bytes"], 2 * 1048576, "{route}: the host pool's reserve");
+        assert_eq!(rep["config"]["hooks"].as_array().unwrap().iter().filter(|h| *h == "hip").count(), 1);
+
+        let all: Vec<&str> = ops.iter().chain(frees.iter()).copied().collect();
+        let r = hip(route, &all, &[]);
+        assert!(rcs(&r, &frees).iter().all(|&rc| rc == 0), "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["outstanding_bytes"], 0, "{route}: {s}");
+        assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
+        let t = &r.report()["totals"];
+        assert_eq!(t["live_bytes"], 0, "{route}: {t}");
+        assert_eq!(t["unknown_release_count"], 0, "{route}: each free found its allocation, whichever name made it");
+        assert_eq!(t["release_count"], s["hip"]["release_calls"], "{route}");
+    }
+}
+
+/// Calls the runtime rejects get its own codes, and its counters and pinguard's agree: a second
+/// registration (712), a registration of memory hipHostMalloc pinned (712), flags it does not know
+/// (hipErrorInvalidValue), a free of a pointer it never gave out (hipErrorInvalidValue).
+#[test]
+fn rejected_calls_get_the_runtimes_own_codes() {
+    for route in ROUTES {
+        let ops = ["register:8192:0", "register_slot:0:0", "malloc:4096", "register_slot:1:0", "malloc:4096:256", "malloc:4096:3221225472", "register:4096:16", "free_raw:0"];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "1M")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 712, 0, 712, 1, 1, 1, 1], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["failed_calls"], 6, "{route}: every rejection came from the runtime: {s}");
+        assert_eq!(s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"], "{route}");
+        let rep = r.report();
+        assert_eq!(rep["totals"]["unknown_release_count"], 1, "{route}");
+        assert_eq!(rep["totals"]["denied_count"], 0, "{route}");
+    }
+}
+
+/// Arguments the runtime rejects get its answer whatever the budget: unknown flags and both
+/// coherences at once reach the runtime (hipErrorInvalidValue), not the budget's refusal.
+#[test]
+fn calls_the_runtime_rejects_get_its_answer_over_the_budget() {
+    for route in ROUTES {
+        let ops = ["malloc:32768:256", "malloc:32768:3221225472", "ext:32768:3221225472", "register:32768:16"];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
+        assert_eq!(rcs(&r, &ops), vec![1, 1, 1, 1], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["failed_calls"], 4, "{route}: the runtime answered each: {s}");
+        let t = &r.report()["totals"];
+        assert_eq!(t["denied_count"], 0, "{route}: {t}");
+        assert_eq!(t["downgraded_count"], 0, "{route}");
+    }
+}
+
+/// `error`: over the budget, every entry point gets hipErrorOutOfMemory and the runtime is never
+/// called; what fits is admitted.
+#[test]
+fn error_policy_refuses_with_hip_error_out_of_memory() {
+    for route in ROUTES {
+        let ops = ["malloc:32768", "alloc:32768", "ext:32768", "mallochost:32768", "memallochost:32768", "register:32768:0", "malloc:8192"];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
+        assert_eq!(rcs(&r, &ops), vec![2, 2, 2, 2, 2, 2, 0], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["alloc_calls"], 1, "{route}: only the call that fits reached the runtime");
+        assert_eq!(s["hip"]["failed_calls"], 0, "{route}");
+        let rep = r.report();
+        assert_eq!(rep["totals"]["denied_count"], 6, "{route}");
+        assert_eq!(rep["totals"]["live_bytes"], 8192, "{route}");
+        let events = rep["events"].as_array().unwrap();
+        let names: Vec<&str> = events.iter().filter(|e| e["kind"] == "denied").map(|e| e["api"].as_str().unwrap()).collect();
+        assert_eq!(names, ["hipHostMalloc", "hipHostAlloc", "hipExtHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostRegister"], "{route}");
+    }
+}
+
+/// `downgrade`: allocations pageable memory can serve get it, usable and freed by either free
+/// without reaching the runtime; device-mapped ones (`hipHostMallocMapped`, every registration)
+/// are refused with the runtime's code.
+#[test]
+fn downgrade_policy_serves_pageable_memory_that_hip_host_free_takes_back() {
+    for route in ROUTES {
+        let ops = [
+            "malloc:32768", "alloc:32768", "ext:32768:4", "mallochost:32768", "memallochost:32768",
+            "malloc:32768:2", "register:32768:0", "touch:0", "touch:4",
+            "free:0", "freehost:1", "free:2", "free:3", "freehost:4",
+        ];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["alloc_calls"], 0, "{route}: the runtime never saw them: {s}");
+        assert_eq!(s["hip"]["release_calls"], 0, "{route}");
+        assert_eq!(s["hip"]["failed_calls"], 0, "{route}");
+        let t = &r.report()["totals"];
+        assert_eq!(t["downgraded_count"], 5, "{route}: {t}");
+        assert_eq!(t["downgraded_bytes"], 5 * 32768, "{route}");
+        assert_eq!(t["downgraded_live_bytes"], 0, "{route}");
+        assert_eq!(t["denied_count"], 2, "{route}");
+        assert_eq!(t["unknown_release_count"], 0, "{route}");
+    }
+}
+
+/// `PINGUARD_DOWNGRADE_MATCH` scopes HIP's downgrades as CUDA's: a callsite outside it is refused.
+#[test]
+fn downgrade_match_scopes_hip_downgrades() {
+    let env = |m| [("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade"), ("PINGUARD_DOWNGRADE_MATCH", m)];
+    let r = hip("export", &["malloc:32768"], &env("alloc_op"));
+    assert_eq!(r.rc("malloc:32768"), 0, "{}", r.stdout);
+    assert_eq!(api(&r.report(), "hipHostMalloc")["downgraded_count"], 1);
+    let r = hip("export", &["malloc:32768"], &env("nowhere_in_this_stack"));
+    assert_eq!(r.rc("malloc:32768"), 2, "{}", r.stdout);
+    assert_eq!(api(&r.report(), "hipHostMalloc")["denied_count"], 1);
+    assert_eq!(r.stats()["hip"]["alloc_calls"], 0);
+}
+
+/// `warn`: everything goes through, counted over the budget, one warning per callsite.
+#[test]
+fn warn_policy_lets_hip_calls_through() {
+    let ops = ["malloc:32768", "malloc:32768", "register:32768:0"];
+    let r = hip("export", &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")]);
+    assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{}", r.stdout);
+    let s = r.stats();
+    assert_eq!(s["hip"]["alloc_calls"], 3);
+    assert_eq!(s["pinguard_live_bytes"], 3 * 32768);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["over_budget_count"], 3);
+    assert_eq!(api(&rep, "hipHostMalloc")["alloc_count"], 2, "{}", rep["apis"]);
+    assert_eq!(api(&rep, "hipHostRegister")["alloc_count"], 1);
+    let warnings = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).count();
+    assert_eq!(warnings, 2, "two callsites: {}", r.stderr);
+}
+
+/// A host pool's reserve goes through the budget: a growth past it is refused with the runtime's
+/// code; a device pool is never counted.
+#[test]
+fn host_pools_are_budgeted_and_device_pools_ignored() {
+    for route in ROUTES {
+        let ops = ["pool:2", "pool_alloc:0:1048576", "pool_alloc:0:3145728", "pool:1", "pool_alloc:2:1048576"];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "3M")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 2, 0, 0], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["pinguard_live_bytes"], 2 * 1048576, "{route}: the host pool's one chunk: {s}");
+        let rep = r.report();
+        assert_eq!(rep["totals"]["denied_count"], 1, "{route}");
+        assert_eq!(api(&rep, "hipMallocFromPoolAsync")["denied_count"], 1, "{route}: {}", rep["apis"]);
+    }
+}
+
+/// `PINGUARD_HOOKS` without `hip`: every route answers the runtime's own functions, untracked.
+#[test]
+fn hooks_without_hip_pass_through_untracked() {
+    for route in ROUTES {
+        let r = hip(route, &["malloc:8192", "register:8192:0"], &[("PINGUARD_HOOKS", "cuda,cuda-driver,acl"), ("PINGUARD_BUDGET", "4K")]);
+        assert_eq!(rcs(&r, &["malloc:8192", "register:8192:0"]), vec![0, 0], "{route}: no budget applies: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["alloc_calls"], 2, "{route}");
+        assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
+        let r = hip(route, &["malloc:8192"], &[("PINGUARD_HOOKS", "hip"), ("PINGUARD_BUDGET", "4K")]);
+        assert_eq!(r.rc("malloc:8192"), 2, "{route}: hip alone is hooked");
+    }
+}
+
+/// The real libamdhip64.so.5 (Debian's 5.2.3) beside pinguard, with no AMD device: pinguard finds
+/// its functions and passes every call through; each answer is the runtime's own, the same as
+/// without pinguard, and nothing is counted as pinned.
+#[test]
+fn the_real_library_answers_unchanged_under_pinguard() {
+    let Some(real) = programs().1.clone() else {
+        assert!(!real_expected() || std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{REAL_LIB} is required here (.ci/run installs libamdhip64-5)");
+        eprintln!("SKIPPED: {REAL_LIB} is not installed (Debian's amd64 package libamdhip64-5); .ci/run installs it");
+        return;
+    };
+    // The functions 5.2.3 has (hipExtHostAlloc and hipGetProcAddress it has not).
+    let ops = ["malloc:8192", "alloc:4096:1", "mallochost:4096", "memallochost:4096", "register:8192:0", "free_raw:0", "unregister:4", "pool:1", "malloc:4096:256"];
+    for route in ["export", "dlsym"] {
+        let dir = fresh_dir("hip-real");
+        let bare = run_bounded(command_in(&real, &dir, false).args(ops).env("HIP_ROUTE", route), std::time::Duration::from_secs(60));
+        let under = run_bounded(command_in(&real, &dir, true).args(ops).env("HIP_ROUTE", route).env("PINGUARD_BUDGET", "1G"), std::time::Duration::from_secs(60));
+        let (bare, under) = (Run::from_output(bare, dir.clone()), Run::from_output(under, dir.clone()));
+        assert!(bare.success() && under.success(), "{route}: {}\n{}\n{}", bare.stdout, under.stdout, under.stderr);
+        let answers = |r: &Run| rcs(r, &ops);
+        assert!(answers(&bare).iter().all(|&rc| rc > 0), "{route}: without a device the runtime refuses: {}", bare.stdout);
+        assert_eq!(answers(&under), answers(&bare), "{route}: pinguard changed the runtime's answers:\n{}\n{}", bare.stdout, under.stdout);
+        assert_eq!(under.stats()["pinguard_live_bytes"], 0, "{route}");
+        let rep = under.report();
+        let failed: i64 = ["hipHostMalloc", "hipHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostRegister"].iter().map(|a| api(&rep, a)["failed_count"].as_i64().unwrap()).sum();
+        assert_eq!(failed, 6, "{route}: each allocation reached the real runtime and failed there: {}", rep["apis"]);
+        assert_eq!(rep["totals"]["denied_count"], 0, "{route}: the budget never answered for the runtime");
+    }
+}
+
+/// `pinguard doctor --probe` pins through `hipHostMalloc` where a HIP runtime loads, and says what
+/// the real one answers without a device.
+#[test]
+fn doctor_probes_hip_host_malloc() {
+    let emu = programs().0.parent().unwrap().join("emu");
+    let doctor = |lib_path: Option<&std::path::Path>| {
+        let mut cmd = std::process::Command::new(cli());
+        cmd.args(["doctor", "--probe", "--probe-size", "1Mi", "--json"]);
+        clear_pinguard_env(&mut cmd);
+        cmd.env_remove("LD_PRELOAD");
+        match lib_path {
+            Some(p) => cmd.env("LD_LIBRARY_PATH", p),
+            None => cmd.env_remove("LD_LIBRARY_PATH"),
+        };
+        let o = cmd.output().unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
+        v["probes"].as_array().unwrap().iter().find(|p| p["path"] == "hipHostMalloc").cloned().unwrap_or_else(|| panic!("no hipHostMalloc probe: {v}"))
+    };
+    let p = doctor(Some(&emu));
+    assert!(p["note"].is_null(), "the emulated runtime pins: {p}");
+    assert_eq!(p["bytes"], 1 << 20);
+    // /dev/kfd: an AMD device's compute interface, where the real runtime would pin.
+    if programs().1.is_some() && !std::path::Path::new("/dev/kfd").exists() {
+        let p = doctor(None);
+        assert_eq!(p["note"], "could not pin: hipHostMalloc returned 101", "no device: hipErrorInvalidDevice");
+    }
+}
+
+/// The group budget and the host reserve hold HIP's calls as CUDA's: refused with
+/// hipErrorOutOfMemory, the runtime never called, counted under the limit that stopped them.
+#[test]
+fn group_budget_and_host_reserve_refuse_hip_calls() {
+    let group = format!("test-hip-{}", std::process::id());
+    let ledger = pinguard_report::group::path(&group);
+    let _ = std::fs::remove_file(&ledger);
+    let ops = ["malloc:8192", "malloc:65536", "register:65536:0"];
+    let r = hip("export", &ops, &[("PINGUARD_GROUP", &group), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")]);
+    remove_semaphores(&ledger);
+    let _ = std::fs::remove_file(&ledger);
+    assert_eq!(rcs(&r, &ops), vec![0, 2, 2], "{}", r.stdout);
+    assert_eq!(r.stats()["hip"]["alloc_calls"], 1);
+    let rep = r.report();
+    assert!(rep.get("group").is_some(), "{rep}");
+    assert_eq!(api(&rep, "hipHostMalloc")["denied_count"], 1);
+    assert_eq!(api(&rep, "hipHostRegister")["denied_count"], 1);
+
+    // A reserve of all the host's memory: nothing may be pinned.
+    let r = hip("dlsym", &["malloc:8192"], &[("PINGUARD_HOST_RESERVE", "100%")]);
+    assert_eq!(r.rc("malloc:8192"), 2, "{}", r.stdout);
+    assert_eq!(r.stats()["hip"]["alloc_calls"], 0);
+    let t = &r.report()["totals"];
+    assert_eq!(t["host_reserve_count"], 1, "{t}");
+}
+
+/// A Python program reaching HIP through ctypes (`dlsym(handle)`): its callsite names the Python
+/// function that pinned, as CUDA's do.
+#[test]
+fn python_callsites_name_the_function_calling_hip() {
+    if !have("/usr/bin/python3", "the Python frames of a HIP callsite") {
+        return;
+    }
+    let lib = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
+    let script = r#"import ctypes, sys
+hip = ctypes.CDLL(sys.argv[1])
+def pin_staging_buffer():
+    p = ctypes.c_void_p()
+    rc = hip.hipHostMalloc(ctypes.byref(p), ctypes.c_size_t(8192), 0)
+    print('rc=%d' % rc)
+pin_staging_buffer()
+"#;
+    let r = run("/usr/bin/python3", &["-c", script, lib.to_str().unwrap()], &[]);
+    assert!(r.success() && r.stdout.contains("rc=0"), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    let sites = rep["callsites"].as_array().unwrap();
+    let site = sites.iter().find(|c| c["apis"].as_array().unwrap().iter().any(|a| a == "hipHostMalloc")).unwrap_or_else(|| panic!("no hipHostMalloc callsite: {rep}"));
+    let first = &site["py_frames"][0];
+    assert_eq!(first["symbol"], "pin_staging_buffer", "{site}");
+}
+
+/// Every row of HIP's table, looked up with `dlsym(handle, name)` in the emulated runtime, lands in
+/// pinguard with pinguard preloaded and in the runtime without.
+#[test]
+fn every_hip_row_is_redirected_through_a_handle() {
+    let f = fixtures();
+    let exe = programs().0.parent().unwrap().join("dlsym_table");
+    let src = root().join("tests/progs/dlsym_table.c");
+    cc(&["-g", "-O1", "-Wall", "-o", exe.to_str().unwrap(), src.to_str().unwrap(), "-ldl"]);
+    let out = std::process::Command::new("python3").arg(root().join("scripts/exports.py")).arg("--families").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix("hip ")).collect();
+    assert_eq!(names.len(), 15, "{names:?}");
+    let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
+    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, "libamdhip64.so.5")] {
+        let out = program(&exe, preload).arg(&runtime).args(&names).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
+        assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names);
+        for (name, found) in answers {
+            assert_eq!(found, holder, "dlsym(handle, {name}) with pinguard {}", preload.is_some());
+        }
+    }
+}
