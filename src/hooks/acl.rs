@@ -2,7 +2,7 @@
 
 use super::hooks;
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, Request};
 use std::os::raw::{c_int, c_void};
 
 const SUCCESS: c_int = 0;
@@ -10,6 +10,8 @@ const SUCCESS: c_int = 0;
 const MEMORY_ALLOCATION: c_int = 207001;
 /// `ACL_ERROR_INVALID_PARAM`: what the runtime answers for memory registered twice.
 const INVALID_PARAM: c_int = 100000;
+/// ACL's answers (`aclError`): memory registered twice is an invalid parameter to it.
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: MEMORY_ALLOCATION, already: INVALID_PARAM };
 /// `ACL_ERROR_UNINITIALIZE`, when no runtime can be found behind the hook.
 const UNINITIALIZE: c_int = 100001;
 /// `ACL_HOST_REG_MAPPED` for `aclrtHostRegisterV2`: the device maps the page, so it must be pinned.
@@ -45,7 +47,8 @@ unsafe fn malloc_physical(real: aclrtMallocPhysical::Call, handle: *mut u64, siz
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
-            h.create_physical(Api::AclrtMallocPhysical, handle, size, host, rejected, SUCCESS, MEMORY_ALLOCATION, move || real.call())
+            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
+            h.create_physical(Api::AclrtMallocPhysical, handle, size, req, CODES, move || real.call())
         }
     }
 }
@@ -82,14 +85,14 @@ unsafe fn retain(real: aclrtMemRetainAllocationHandle::Call, _ptr: *mut c_void, 
 unsafe fn malloc_host(real: aclrtMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, move || real.call()),
+        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, CODES, move || real.call()),
     }
 }
 
 unsafe fn malloc_host_with_cfg(real: aclrtMallocHostWithCfg::Call, ptr: *mut *mut c_void, size: u64, _cfg: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, move || real.call()),
+        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, CODES, move || real.call()),
     }
 }
 
@@ -99,7 +102,7 @@ unsafe fn host_register(real: aclrtHostRegister::Call, ptr: *mut c_void, size: u
         None => real.call(),
         Some(h) => {
             let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, move || real.call())
+            h.register(Api::AclrtHostRegister, ptr, size as usize, req, CODES, move || real.call())
         }
     }
 }
@@ -107,7 +110,7 @@ unsafe fn host_register(real: aclrtHostRegister::Call, ptr: *mut c_void, size: u
 unsafe fn host_register_v2(real: aclrtHostRegisterV2::Call, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), SUCCESS, MEMORY_ALLOCATION, INVALID_PARAM, move || real.call()),
+        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), CODES, move || real.call()),
     }
 }
 

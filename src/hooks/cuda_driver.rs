@@ -8,7 +8,7 @@
 
 use super::{hooks, real};
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -25,6 +25,8 @@ const DEVICEMAP: c_uint = 2;
 const ALLOC_FLAGS: c_uint = 0x7;
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
 const REGISTER_FLAGS: c_uint = 0xf;
+/// The driver's answers (`CUresult`).
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: OUT_OF_MEMORY, already: ALREADY_REGISTERED };
 
 /// Whether a location and allocation type name pinned host memory.
 pub(crate) unsafe fn location_host(location: *const c_int, ty: c_int) -> bool {
@@ -41,7 +43,7 @@ unsafe fn pool_of(real: cuMemGetMemPool::Call, api: Api, pool: *mut u64, locatio
         Some(h) => {
             // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
             let host = unsafe { location_host(location, ty) };
-            h.pool_handed_out(api, pool, host, false, SUCCESS, driver_pool_attr, move || real.call())
+            h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
         }
     }
 }
@@ -61,35 +63,35 @@ pub(crate) type PoolAttrFn = unsafe extern "C-unwind" fn(u64, c_int, *mut c_void
 unsafe fn host_alloc(real: cuMemHostAlloc::Call, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, move || real.call()),
+        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), CODES, move || real.call()),
     }
 }
 
 unsafe fn alloc_host_v2(real: cuMemAllocHost_v2::Call, pp: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, move || real.call()),
+        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, CODES, move || real.call()),
     }
 }
 
 unsafe fn alloc_host_legacy(real: cuMemAllocHost::Call, pp: *mut *mut c_void, size: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, SUCCESS, OUT_OF_MEMORY, move || real.call()),
+        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, CODES, move || real.call()),
     }
 }
 
 unsafe fn register_v2(real: cuMemHostRegister_v2::Call, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, move || real.call()),
+        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), CODES, move || real.call()),
     }
 }
 
 unsafe fn register_legacy(real: cuMemHostRegister::Call, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, move || real.call()),
+        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), CODES, move || real.call()),
     }
 }
 
@@ -141,6 +143,9 @@ pub(crate) fn pool_attr(get: Option<PoolAttrFn>, pool: u64, attr: i32) -> Option
     (unsafe { get(pool, attr, &mut v as *mut u64 as *mut c_void) } == SUCCESS).then_some(v)
 }
 
+/// The driver's pool calls: its codes, and `cuMemPoolGetAttribute`.
+const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: driver_pool_attr };
+
 fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `cuMemPoolGetAttribute`.
     pool_attr(unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() }, pool, attr)
@@ -152,7 +157,7 @@ unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
             let host = unsafe { pool_props_host(props) };
-            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, SUCCESS, driver_pool_attr, move || real.call())
+            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, move || real.call())
         }
     }
 }
@@ -160,28 +165,28 @@ unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const
 unsafe fn pool_destroy(real: cuMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, SUCCESS, driver_pool_attr, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, move || real.call()),
     }
 }
 
 unsafe fn pool_trim(real: cuMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, SUCCESS, driver_pool_attr, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, move || real.call()),
     }
 }
 
 unsafe fn pool_alloc(real: cuMemAllocFromPoolAsync::Call, dptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, SUCCESS, OUT_OF_MEMORY, driver_pool_attr, move || real.call()),
+        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, POOLS, move || real.call()),
     }
 }
 
 unsafe fn free_async(real: cuMemFreeAsync::Call, dptr: usize, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, SUCCESS, driver_pool_attr, move || real.call()),
+        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, POOLS, move || real.call()),
     }
 }
 
@@ -191,7 +196,8 @@ unsafe fn mem_create(real: cuMemCreate::Call, handle: *mut u64, size: usize, pro
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
-            h.create_physical(Api::CuMemCreate, handle, size, host, rejected, SUCCESS, OUT_OF_MEMORY, move || real.call())
+            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
+            h.create_physical(Api::CuMemCreate, handle, size, req, CODES, move || real.call())
         }
     }
 }

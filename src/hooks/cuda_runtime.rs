@@ -3,7 +3,7 @@
 
 use super::{hooks, real};
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, PoolApi, Request};
 use std::os::raw::{c_int, c_uint, c_void};
 
 const SUCCESS: c_int = 0;
@@ -13,6 +13,8 @@ const MEMORY_ALLOCATION: c_int = 2;
 const INITIALIZATION_ERROR: c_int = 3;
 /// `cudaErrorHostMemoryAlreadyRegistered`.
 const ALREADY_REGISTERED: c_int = 712;
+/// The runtime's answers (`cudaError_t`).
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: MEMORY_ALLOCATION, already: ALREADY_REGISTERED };
 /// `cudaHostAllocMapped` and `cudaHostRegisterMapped`: the device needs the page, so pageable
 /// memory cannot stand in for it.
 const MAPPED: c_uint = 2;
@@ -27,13 +29,16 @@ fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     super::cuda_driver::pool_attr(unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
 }
 
+/// The runtime's pool calls: its codes, and `cudaMemPoolGetAttribute`.
+const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: runtime_pool_attr };
+
 unsafe fn pool_of(real: cudaMemGetMemPool::Call, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
         Some(h) => {
             // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
             let host = unsafe { super::cuda_driver::location_host(location, ty) };
-            h.pool_handed_out(api, pool, host, false, SUCCESS, runtime_pool_attr, move || real.call())
+            h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
         }
     }
 }
@@ -54,7 +59,7 @@ unsafe fn pool_create(real: cudaMemPoolCreate::Call, pool: *mut u64, props: *con
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
-            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, SUCCESS, runtime_pool_attr, move || real.call())
+            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || real.call())
         }
     }
 }
@@ -62,49 +67,49 @@ unsafe fn pool_create(real: cudaMemPoolCreate::Call, pool: *mut u64, props: *con
 unsafe fn pool_destroy(real: cudaMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, SUCCESS, runtime_pool_attr, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, move || real.call()),
     }
 }
 
 unsafe fn pool_trim(real: cudaMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, SUCCESS, runtime_pool_attr, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, move || real.call()),
     }
 }
 
 unsafe fn pool_alloc(real: cudaMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, SUCCESS, MEMORY_ALLOCATION, runtime_pool_attr, move || real.call()),
+        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, POOLS, move || real.call()),
     }
 }
 
 unsafe fn free_async(real: cudaFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, SUCCESS, runtime_pool_attr, move || real.call()),
+        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, POOLS, move || real.call()),
     }
 }
 
 unsafe fn host_alloc(real: cudaHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, move || real.call()),
+        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), CODES, move || real.call()),
     }
 }
 
 unsafe fn malloc_host(real: cudaMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, SUCCESS, MEMORY_ALLOCATION, move || real.call()),
+        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, CODES, move || real.call()),
     }
 }
 
 unsafe fn host_register(real: cudaHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), SUCCESS, MEMORY_ALLOCATION, ALREADY_REGISTERED, move || real.call()),
+        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), CODES, move || real.call()),
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::{hooks, real};
 use crate::api::{Api, Family};
-use crate::track::{Hook, Request};
+use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -17,6 +17,8 @@ const OUT_OF_MEMORY: c_int = 2;
 const NOT_INITIALIZED: c_int = 3;
 /// `hipErrorHostMemoryAlreadyRegistered`.
 const ALREADY_REGISTERED: c_int = 712;
+/// The runtime's answers (`hipError_t`): CUDA's numbers.
+const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: OUT_OF_MEMORY, already: ALREADY_REGISTERED };
 /// `hipHostMallocMapped`: the device needs the page, so pageable memory cannot stand in for it.
 const MAPPED: c_uint = 0x2;
 /// `hipHostMallocPortable | Mapped | WriteCombined | NumaUser | Coherent | NonCoherent`.
@@ -52,14 +54,14 @@ fn register_request(flags: c_uint) -> Request {
 fn alloc_as(api: Api, real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), SUCCESS, OUT_OF_MEMORY, move || real.call()),
+        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), CODES, move || real.call()),
     }
 }
 
 fn malloc_as(api: Api, real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.alloc(api, ptr, size, Request::Pageable, SUCCESS, OUT_OF_MEMORY, move || real.call()),
+        Some(h) => h.alloc(api, ptr, size, Request::Pageable, CODES, move || real.call()),
     }
 }
 
@@ -101,7 +103,7 @@ unsafe fn free_host(real: hipFreeHost::Call, ptr: *mut c_void) -> c_int {
 unsafe fn host_register(real: hipHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.register(Api::HipHostRegister, ptr, size, register_request(flags), SUCCESS, OUT_OF_MEMORY, ALREADY_REGISTERED, move || real.call()),
+        Some(h) => h.register(Api::HipHostRegister, ptr, size, register_request(flags), CODES, move || real.call()),
     }
 }
 
@@ -119,6 +121,9 @@ fn pool_attr(pool: u64, attr: i32) -> Option<u64> {
     super::cuda_driver::pool_attr(unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
 }
 
+/// The runtime's pool calls: its codes, and `hipMemPoolGetAttribute`.
+const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: pool_attr };
+
 unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
@@ -127,7 +132,7 @@ unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *cons
             // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
             // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
-                h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, SUCCESS, pool_attr, move || real.call())
+                h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || real.call())
         }
     }
 }
@@ -135,28 +140,28 @@ unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *cons
 unsafe fn pool_destroy(real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, SUCCESS, pool_attr, move || real.call()),
+        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || real.call()),
     }
 }
 
 unsafe fn pool_trim(real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, SUCCESS, pool_attr, move || real.call()),
+        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || real.call()),
     }
 }
 
 unsafe fn pool_alloc(real: hipMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.alloc_from_pool(Api::HipMallocFromPoolAsync, ptr, size, pool, SUCCESS, OUT_OF_MEMORY, pool_attr, move || real.call()),
+        Some(h) => h.alloc_from_pool(Api::HipMallocFromPoolAsync, ptr, size, pool, POOLS, move || real.call()),
     }
 }
 
 unsafe fn free_async(real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.free_to_pool(Api::HipFreeAsync, ptr, SUCCESS, pool_attr, move || real.call()),
+        Some(h) => h.free_to_pool(Api::HipFreeAsync, ptr, POOLS, move || real.call()),
     }
 }
 

@@ -14,7 +14,7 @@ use super::hand_hooks;
 use crate::api::{Api, Family};
 use crate::runtime::guard;
 use crate::accounting::ledger;
-use crate::track::Hook;
+use crate::track::{Hook, MmapArgs};
 use libc::{c_int, c_void, off_t, size_t};
 
 
@@ -147,8 +147,9 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
         // SAFETY: our caller's arguments, under `mmap`'s contract; the hook passes its flags, at
         // most without MAP_LOCKED, which changes no mapping.
         Some(h) if locking_flag => {
+            let m = MmapArgs { addr: addr as usize, len, prot, flags, fd, off };
             // SAFETY: as above.
-            h.lock_call_own_stack(|h| h.mmap_locked(addr as usize, len, prot, flags, fd, off, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) }))
+            h.lock_call_own_stack(|h| h.mmap_locked(m, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) }))
         }
         Some(h) => h.lock_call(|h| {
             // SAFETY: our caller's arguments, under `mmap`'s contract.

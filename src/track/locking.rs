@@ -86,6 +86,121 @@ fn munlock_changed(held: &Gaps) -> bool {
     }
 }
 
+/// What a locking call's budget decision is made of, besides the bytes.
+struct Ask<'a, 'h> {
+    api: Api,
+    site: &'static Callsite,
+    req: Request,
+    /// Where a `warn` line waits until the view's guard is let go.
+    later: &'a WarnLater<'h>,
+}
+
+/// A range a call locks: its pages `[start, end)`, and the call's clock.
+#[derive(Clone, Copy)]
+struct Span {
+    start: usize,
+    end: usize,
+    now: u64,
+}
+
+/// Why a locking call records no new lock: what it answers once the view's guard is let go.
+enum NotLocked {
+    /// Nothing new to lock: the kernel answers, a failure counted.
+    Untracked,
+    /// pinguard's own work failed: the kernel answers, as if pinguard were not there.
+    Plain,
+    /// The kernel would reject the call: its `errno`, without calling it.
+    Rejected(c_int),
+    /// Over the budget.
+    Refused,
+    /// Over the budget, served without the lock (`downgrade`): these bytes, this limit.
+    Downgraded(u64, Over),
+}
+
+/// The budget's decision (`admit_lock`'s, `None` where pinguard's own work failed), as what the
+/// call holds for its lock or why it records none.
+#[inline(always)]
+fn settle(decided: Option<Result<Lock, c_int>>) -> Result<budget::Reservation, NotLocked> {
+    match decided {
+        None => Err(NotLocked::Plain),
+        Some(Ok(Lock::Pin(r))) => Ok(r),
+        Some(Err(err)) => {
+            rare();
+            Err(NotLocked::Rejected(err))
+        }
+        Some(Ok(Lock::Refuse)) => {
+            rare();
+            Err(NotLocked::Refused)
+        }
+        Some(Ok(Lock::Downgrade(n, over))) => {
+            rare();
+            Err(NotLocked::Downgraded(n, over))
+        }
+    }
+}
+
+/// What `mlockall(MCL_CURRENT)` will lock: every lockable mapping not locked yet (a walk of the
+/// mappings, only when a budget needs the figure).
+fn mlockall_estimate(flags: c_int) -> u64 {
+    let mut bytes = 0u64;
+    if flags & libc::MCL_CURRENT != 0 && budget::limited() {
+        kernel::for_each_vma(|v| {
+            if v.lockable && !v.locked {
+                bytes += (v.end - v.start) as u64;
+            }
+        });
+    }
+    bytes
+}
+
+/// `mmap`'s arguments, for the kernel's answer to a call pinguard would refuse.
+#[derive(Clone, Copy)]
+pub struct MmapArgs {
+    pub addr: usize,
+    pub len: usize,
+    pub prot: c_int,
+    pub flags: c_int,
+    pub fd: c_int,
+    pub off: i64,
+}
+
+/// A valid `mremap`'s arguments, lengths rounded to pages.
+#[derive(Clone, Copy)]
+struct Remap {
+    old: usize,
+    old_len: usize,
+    old_end: usize,
+    new_len: usize,
+    new_addr: usize,
+    flags: c_int,
+}
+
+impl Remap {
+    /// `None` for arguments the kernel rejects (EINVAL), which change nothing.
+    fn new(old: usize, old_size: usize, new_size: usize, flags: c_int, new_addr: usize) -> Option<Remap> {
+        let page = page_size();
+        let round = |n: usize| n.checked_add(page - 1).map(|v| v & !(page - 1));
+        let known = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
+        let (old_len, new_len) = (round(old_size)?, round(new_size)?);
+        let old_end = old.checked_add(old_len)?;
+        let bad = flags & !known != 0 || (flags & libc::MREMAP_FIXED != 0 && flags & libc::MREMAP_MAYMOVE == 0);
+        if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
+            return None;
+        }
+        Some(Remap { old, old_len, old_end, new_len, new_addr, flags })
+    }
+}
+
+/// What the view held of a remapped mapping before the call.
+#[derive(Clone, Copy)]
+struct Held {
+    /// Its locked bytes.
+    bytes: u64,
+    /// The record of its last (else first) page, which a growth is recorded under.
+    owner: Option<ledger::Live>,
+    now: u64,
+}
+
 impl Hook {
     /// Runs a locking call's tracked path `f` (`lock_range`, `unlock_range`), the thread marked
     /// as inside one (`nested` counts a call a signal handler makes meanwhile), on the caller's
@@ -124,14 +239,10 @@ impl Hook {
     /// the policy only warns, the kernel's own answer where it would reject the call anyway
     /// (`rejected`, asked only here: never for a call that goes through); then the policy.
     /// `Err(errno)`: the kernel's answer, to return without calling it.
-    #[allow(clippy::too_many_arguments)]
     fn admit_lock(
         &self,
         locked: &mut LockedPagesGuard,
-        later: &WarnLater,
-        api: Api,
-        site: &'static Callsite,
-        req: Request,
+        ask: &Ask,
         bytes: u64,
         recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
@@ -139,21 +250,17 @@ impl Hook {
         if let Some(r) = budget::reserve(bytes) {
             return Ok(Lock::Pin(r));
         }
-        self.work(|| self.admit_lock_refused(locked, later, api, site, req, bytes, recount, rejected))
+        self.work(|| self.admit_lock_refused(locked, ask, bytes, recount, rejected))
     }
 
     /// `admit_lock` once the reservation failed: `VmLck`, maybe a walk of `smaps`, the kernel's
     /// answer, the policy (on pinguard's own stack).
-    #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
     fn admit_lock_refused(
         &self,
         locked: &mut LockedPagesGuard,
-        later: &WarnLater,
-        api: Api,
-        site: &'static Callsite,
-        req: Request,
+        ask: &Ask,
         mut bytes: u64,
         recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
@@ -171,11 +278,11 @@ impl Hook {
         }
         if self.cfg.policy != Policy::Warn {
             if let Some(err) = rejected(bytes) {
-                ledger::count_failed(self.t, api);
+                ledger::count_failed(self.t, ask.api);
                 return Err(err);
             }
         }
-        Ok(match self.admit_or_hold(api, bytes, site, req, Some(later)) {
+        Ok(match self.admit_or_hold(ask.api, bytes, ask.site, ask.req, Some(ask.later)) {
             Admission::Pin(r) => Lock::Pin(r),
             // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
             Admission::Pass => Lock::Pin(budget::Reservation::none()),
@@ -186,106 +293,94 @@ impl Hook {
 
     /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
     pub fn lock_range(self, api: Api, addr: usize, len: usize, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
-        let Some((start, end)) = page_span(addr, len, page_size()).filter(|_| len > 0) else {
+        let span = page_span(addr, len, page_size()).filter(|_| len > 0 && flags & !MLOCK_ONFAULT == 0);
+        let Some((start, end)) = span else {
             rare();
-            return self.untracked(api, 0, real());
+            return self.untracked(api, 0, real()); // nothing to lock, or the kernel's EINVAL
         };
-        if flags & !MLOCK_ONFAULT != 0 {
-            rare();
-            return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
-        }
         let Some(site) = quiet(|| self.site()) else { return real() };
         self.scope_ahead(site);
         // Before the view's guard: a `warn` line waits until the view is let go.
         let later = WarnLater::new(&self);
+        let ask = Ask { api, site, req: Request::Pageable, later: &later };
         let mut locked = ledger::locked_pages();
-        let now = self.now();
+        let span = Span { start, end, now: self.now() };
         let mut gaps = locked.ranges.gaps(start, end);
-        // The view thinks some of these pages locked: cheap evidence that it may be stale (a
-        // freed block unmapped by glibc, its address handed out again).
-        if total(&gaps) < (end - start) as u64 && self.recheck(&mut locked, now) {
-            gaps = locked.ranges.gaps(start, end);
-        }
-        let new = total(&gaps);
-        if new == 0 {
-            rare();
-            drop(locked);
-            return self.untracked(api, 0, real()); // every page is locked already
-        }
-        // The gaps counted again after a walk, kept outside the call that may unwind: only the
-        // small decision crosses `quiet`.
+        let new = self.mlock_new(&mut locked, span, &mut gaps);
+        // The gaps counted again after a walk, kept outside `quiet`: only the decision crosses it.
         let mut fresh = None;
-        let decided = quiet(|| {
-            self.admit_lock(
-                &mut locked,
-                &later,
-                api,
-                site,
-                Request::Pageable,
-                new,
-                |l| {
+        let decided = (new > 0).then(|| {
+            quiet(|| {
+                let recount = |l: &LockedPagesGuard| {
                     let g = l.ranges.gaps(start, end);
                     let n = total(&g);
                     fresh = Some(g);
                     (n > 0).then_some(n)
-                },
-                |n| kernel::mlock_rejected(start, end, n),
-            )
+                };
+                self.admit_lock(&mut locked, &ask, new, recount, |n| kernel::mlock_rejected(start, end, n))
+            })
         });
-        let Some(decided) = decided else {
-            drop(locked);
-            return real();
-        };
         if let Some(g) = fresh {
             gaps = g;
         }
-        let reservation = match decided {
-            Err(err) => {
-                rare();
-                drop(locked);
-                self.set_errno(err);
-                return -1;
-            }
-            Ok(Lock::Pin(r)) if r.bytes() == 0 => {
-                rare();
+        let reservation = match decided.map(settle) {
+            Some(Ok(r)) if r.bytes() > 0 => r,
+            None => return self.not_locked(locked, NotLocked::Untracked, &ask, real), // every page is locked already
+            Some(Ok(r)) => {
                 r.commit(); // nothing held: nothing to give back
-                drop(locked);
-                return self.untracked(api, 0, real());
+                return self.not_locked(locked, NotLocked::Untracked, &ask, real);
             }
-            Ok(Lock::Refuse) => {
-                rare();
-                drop(locked);
-                self.set_errno(libc::ENOMEM);
-                return -1;
-            }
-            Ok(Lock::Downgrade(n, over)) => {
-                rare();
-                drop(locked);
-                self.work(|| quiet(|| self.downgraded(api, site, n, over)));
-                self.set_errno(self.entry_errno);
-                return 0;
-            }
-            Ok(Lock::Pin(r)) => r,
+            Some(Err(why)) => return self.not_locked(locked, why, &ask, real),
         };
-        let new = reservation.bytes();
+        // Kept when the pages were locked; given back when not (a walk then takes whatever the
+        // kernel locked before it failed). Written out here, not through `call_holding` or a
+        // helper taking `Ask`: either cost the steady pair about 60 instructions (callgrind).
         let rc = real();
         let err = self.errno();
-        // Kept when the pages were locked; given back when not (a walk then takes whatever the
-        // kernel locked before it failed).
         if rc == 0 {
+            let new = reservation.bytes();
             reservation.commit();
             quiet(|| {
                 for &(s, e) in &gaps {
-                    locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), now);
+                    locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), span.now);
                 }
                 ledger::count_alloc(self.t, api, site, new);
             });
         } else {
-            self.lock_failed(&mut locked, reservation, &gaps, api, site, (start, end), err, now);
+            self.lock_failed(&mut locked, reservation, &gaps, &ask, span, err);
         }
         drop(locked);
         self.set_errno(err);
         rc
+    }
+
+    /// The bytes of `span` the view holds unlocked (`gaps`), counted again after a walk where the
+    /// view looks stale.
+    #[inline(always)]
+    fn mlock_new(&self, locked: &mut LockedPagesGuard, span: Span, gaps: &mut Gaps) -> u64 {
+        // The view thinks some of these pages locked: cheap evidence that it may be stale (a
+        // freed block unmapped by glibc, its address handed out again).
+        if total(gaps) < (span.end - span.start) as u64 && self.recheck(locked, span.now) {
+            *gaps = locked.ranges.gaps(span.start, span.end);
+        }
+        total(gaps)
+    }
+
+    /// The answer of an `mlock` or `mlockall` that records no new lock, the view let go first.
+    #[cold]
+    #[inline(never)]
+    fn not_locked(&self, view: LockedPagesGuard, why: NotLocked, ask: &Ask, real: impl FnOnce() -> c_int) -> c_int {
+        drop(view);
+        match why {
+            NotLocked::Untracked => self.untracked(ask.api, 0, real()),
+            NotLocked::Plain => real(),
+            NotLocked::Rejected(err) => self.fail(-1, err),
+            NotLocked::Refused => self.fail(-1, libc::ENOMEM),
+            NotLocked::Downgraded(n, over) => {
+                self.work(|| quiet(|| self.downgraded(ask.api, ask.site, n, over)));
+                self.answer(0)
+            }
+        }
     }
 
     /// Whether a comparison with the kernel (`VmLck`, and a walk of `smaps` where they differ)
@@ -299,23 +394,21 @@ impl Hook {
     /// A failed `mlock` of `gaps` in `span`: its reservation goes back whole, and the kernel may
     /// have locked the pages before a hole in the range (asked cheaply first, since it mostly
     /// refused the call up front: `RLIMIT_MEMLOCK`). On pinguard's own stack.
-    #[allow(clippy::too_many_arguments)]
     #[cold]
     #[inline(never)]
-    fn lock_failed(&self, locked: &mut LockedPagesGuard, reservation: budget::Reservation, gaps: &Gaps, api: Api, site: &'static Callsite, span: (usize, usize), err: c_int, now: u64) {
-        let (start, end) = span;
+    fn lock_failed(&self, locked: &mut LockedPagesGuard, reservation: budget::Reservation, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
         self.work(|| {
             drop(reservation);
-            let _ = quiet(|| self.lock_failed_here(locked, gaps, api, site, start, end, err, now));
+            let _ = quiet(|| self.lock_failed_here(locked, gaps, ask, span, err));
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn lock_failed_here(&self, locked: &mut LockedPagesGuard, gaps: &Gaps, api: Api, site: &'static Callsite, start: usize, end: usize, err: c_int, now: u64) {
+    fn lock_failed_here(&self, locked: &mut LockedPagesGuard, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
+        let (api, site) = (ask.api, ask.site);
         let mut added = 0;
         if partial(err) && mlock_changed(gaps) {
-            walked(locked.sync(self.t, now, |s, e| {
-                (s >= start && e <= end).then(|| {
+            walked(locked.sync(self.t, span.now, |s, e| {
+                (s >= span.start && e <= span.end).then(|| {
                     added += (e - s) as u64;
                     (api, site)
                 })
@@ -334,24 +427,23 @@ impl Hook {
         let (Some((start, end)), true) = (span, ledger::locked_any()) else {
             return real();
         };
-        let mut locked = ledger::locked_pages();
-        let rc = real();
-        let err = self.errno();
-        let now = self.now();
-        if ok(&rc) {
-            quiet(|| {
-                let removed = locked.cut(self.t, start, end, now);
-                if removed > 0 {
-                    budget::release(removed);
-                    ledger::count_release(self.t);
-                }
-            });
-        } else if api == Api::Munlock && partial(err) {
-            self.unlock_failed(&mut locked, start, end, now);
+        self.call_holding(ledger::locked_pages(), real, |rc, err, locked| {
+            let now = self.now();
+            if ok(rc) {
+                quiet(|| self.unlocked(locked.cut(self.t, start, end, now)));
+            } else if api == Api::Munlock && partial(err) {
+                self.unlock_failed(locked, start, end, now);
+            }
+        })
+    }
+
+    /// `removed` locked bytes the view no longer holds: they go back to the budget.
+    #[inline(always)]
+    fn unlocked(&self, removed: u64) {
+        if removed > 0 {
+            budget::release(removed);
+            ledger::count_release(self.t);
         }
-        drop(locked);
-        self.set_errno(err);
-        rc
     }
 
     /// A failed munlock of `[start, end)` still unlocked the mappings before the first hole, if
@@ -370,167 +462,159 @@ impl Hook {
     }
 
     /// `mmap` with `MAP_LOCKED`. `real` takes the flags so the downgrade can drop `MAP_LOCKED`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn mmap_locked(
-        self,
-        addr: usize,
-        len: usize,
-        prot: c_int,
-        flags: c_int,
-        fd: c_int,
-        off: i64,
-        real: impl Fn(c_int) -> *mut c_void,
-    ) -> *mut c_void {
+    pub fn mmap_locked(self, m: MmapArgs, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
         let api = Api::Mmap;
         let page = page_size();
-        let Some((_, rounded)) = page_span(0, len, page).filter(|_| len > 0) else {
-            return real(flags);
+        let Some((_, rounded)) = page_span(0, m.len, page).filter(|_| m.len > 0) else {
+            return real(m.flags);
         };
         let bytes = rounded as u64;
-        let Some(site) = quiet(|| self.site()) else { return real(flags) };
+        let Some(site) = quiet(|| self.site()) else { return real(m.flags) };
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
+        let ask = Ask { api, site, req: Request::Pageable, later: &later };
         let mut locked = ledger::locked_pages();
         let now = self.now();
-        let decided = quiet(|| {
-            self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(bytes), |_| {
-                kernel::mmap_rejected(addr, len, prot, flags, fd, off, page)
-            })
-        });
-        let reservation = match decided {
-            None => {
-                drop(locked);
-                return real(flags);
-            }
-            Some(Err(err)) => {
-                drop(locked);
-                self.set_errno(err);
-                return libc::MAP_FAILED;
-            }
-            Some(Ok(Lock::Refuse)) => {
-                drop(locked);
-                self.set_errno(libc::EAGAIN);
-                return libc::MAP_FAILED;
-            }
-            Some(Ok(Lock::Downgrade(_, over))) => {
-                drop(locked);
-                let p = real(flags & !libc::MAP_LOCKED);
-                let err = self.errno();
-                if p != libc::MAP_FAILED {
-                    quiet(|| self.downgraded(api, site, bytes, over));
-                }
-                self.set_errno(err);
-                return p;
-            }
-            Some(Ok(Lock::Pin(r))) => r,
+        let rejected = |_| kernel::mmap_rejected(m.addr, m.len, m.prot, m.flags, m.fd, m.off, page);
+        let reservation = match settle(quiet(|| self.admit_lock(&mut locked, &ask, bytes, |_| Some(bytes), rejected))) {
+            Ok(r) => r,
+            Err(why) => return self.mmap_not_locked(locked, why, &ask, m.flags, real),
         };
-        let p = real(flags);
-        let err = self.errno();
-        quiet(|| {
-            if p != libc::MAP_FAILED {
+        self.call_holding(locked, || real(m.flags), |&p, _, locked| {
+            quiet(|| {
+                if p == libc::MAP_FAILED {
+                    drop(reservation);
+                    ledger::count_failed(self.t, api);
+                    return;
+                }
                 let start = p as usize;
-                // The kernel handed out these pages: whatever the view had there is gone, replaced
-                // by MAP_FIXED or unmapped behind pinguard's back.
+                // The kernel handed out these pages: whatever the view had there is gone,
+                // replaced by MAP_FIXED or unmapped behind pinguard's back.
                 budget::release(locked.cut(self.t, start, start + rounded, now));
                 locked.add(self.t, start, start + rounded, self.live(api, 0, site, Backing::Pinned), now);
                 reservation.commit();
                 ledger::count_alloc(self.t, api, site, bytes);
-            } else {
-                drop(reservation);
-                ledger::count_failed(self.t, api);
-            }
-        });
-        drop(locked);
-        self.set_errno(err);
-        p
+            });
+        })
+    }
+
+    /// The answer of an `mmap(MAP_LOCKED)` that records no new lock, the view let go first: a
+    /// refusal is the kernel's EAGAIN (over `RLIMIT_MEMLOCK`), a downgrade the same mapping
+    /// without the lock.
+    #[cold]
+    fn mmap_not_locked(&self, view: LockedPagesGuard, why: NotLocked, ask: &Ask, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
+        drop(view);
+        match why {
+            NotLocked::Untracked | NotLocked::Plain => real(flags),
+            NotLocked::Rejected(err) => self.fail(libc::MAP_FAILED, err),
+            NotLocked::Refused => self.fail(libc::MAP_FAILED, libc::EAGAIN),
+            NotLocked::Downgraded(bytes, over) => self.call(
+                || real(flags & !libc::MAP_LOCKED),
+                |&p, _| {
+                    if p != libc::MAP_FAILED {
+                        self.downgraded(ask.api, ask.site, bytes, over);
+                    }
+                },
+            ),
+        }
     }
 
     /// `mremap`. The kernel keeps the lock on the pages it moves, locks the part a locked mapping
     /// grows by (new locked memory: the budget decides, and a refusal is the kernel's EAGAIN for a
     /// growth over `RLIMIT_MEMLOCK`), and unlocks the part it shrinks by.
-    #[allow(clippy::too_many_arguments)]
     pub fn mremap(self, old: usize, old_size: usize, new_size: usize, flags: c_int, new_addr: usize, real: impl FnOnce() -> *mut c_void) -> *mut c_void {
-        let page = page_size();
-        let round = |n: usize| n.checked_add(page - 1).map(|v| v & !(page - 1));
-        let known = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
-        let (Some(old_len), Some(new_len)) = (round(old_size), round(new_size)) else { return real() };
-        let bad = flags & !known != 0 || (flags & libc::MREMAP_FIXED != 0 && flags & libc::MREMAP_MAYMOVE == 0);
-        let Some(old_end) = old.checked_add(old_len) else { return real() };
-        if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
+        let Some(m) = Remap::new(old, old_size, new_size, flags, new_addr) else {
             return real(); // the kernel's EINVAL; nothing changes
-        }
+        };
         let later = WarnLater::new(&self);
         let mut locked = ledger::locked_pages();
         let now = self.now();
-        let held = locked.ranges.covered(old, old_end);
-        let owner = locked.ranges.at(old_end.saturating_sub(1)).or_else(|| locked.ranges.at(old)).copied();
-        let grow = match owner {
-            Some(_) if held > 0 && new_len > old_len => (new_len - old_len) as u64,
-            _ => 0,
+        let bytes = locked.ranges.covered(m.old, m.old_end);
+        let owner = locked.ranges.at(m.old_end.saturating_sub(1)).or_else(|| locked.ranges.at(m.old)).copied();
+        let held = Held { bytes, owner, now };
+        let reservation = match self.remap_growth(&mut locked, &later, m, held) {
+            Ok(r) => r,
+            Err(err) => return self.fail_unlocked(locked, libc::MAP_FAILED, err),
         };
-        let mut reservation = budget::Reservation::none();
-        if let (true, Some(o)) = (grow > 0, owner) {
-            let decided = quiet(|| self.admit_lock(&mut locked, &later, o.api, o.site, Request::Mapped, grow, |_| Some(grow), |_| None));
-            match decided {
-                Some(Ok(Lock::Pin(r))) => reservation = r,
-                Some(Ok(_)) => {
-                    drop(locked);
-                    self.set_errno(libc::EAGAIN);
-                    return libc::MAP_FAILED;
-                }
-                Some(Err(err)) => {
-                    drop(locked);
-                    self.set_errno(err);
-                    return libc::MAP_FAILED;
-                }
-                None => {}
-            }
+        self.call_holding(locked, real, |&r, _, locked| {
+            quiet(|| match r == libc::MAP_FAILED {
+                true => self.remap_failed(locked, m, reservation, now),
+                false => self.remapped(locked, m, held, r as usize, reservation),
+            });
+        })
+    }
+
+    /// A failure pinguard answers itself (`Hook::fail`), the view let go first.
+    #[cold]
+    fn fail_unlocked<R>(&self, view: LockedPagesGuard, rc: R, errno: c_int) -> R {
+        drop(view);
+        self.fail(rc, errno)
+    }
+
+    /// The budget's decision for the part a wholly or partly locked mapping grows by.
+    /// `Err(errno)`: the call's answer, without calling the kernel.
+    fn remap_growth(&self, locked: &mut LockedPagesGuard, later: &WarnLater, m: Remap, held: Held) -> Result<budget::Reservation, c_int> {
+        let (Some(o), true) = (held.owner, held.bytes > 0 && m.new_len > m.old_len) else {
+            return Ok(budget::Reservation::none());
+        };
+        let grow = (m.new_len - m.old_len) as u64;
+        let ask = Ask { api: o.api, site: o.site, req: Request::Mapped, later };
+        match quiet(|| self.admit_lock(locked, &ask, grow, |_| Some(grow), |_| None)) {
+            Some(Ok(Lock::Pin(r))) => Ok(r),
+            Some(Ok(_)) => Err(libc::EAGAIN),
+            Some(Err(err)) => Err(err),
+            None => Ok(budget::Reservation::none()),
         }
-        let r = real();
-        let err = self.errno();
-        quiet(|| {
-            if r == libc::MAP_FAILED {
-                drop(reservation);
-                // MREMAP_FIXED may have unmapped the target before failing.
-                if flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(new_addr, new_addr + new_len) > 0 {
-                    walked(locked.sync(self.t, now, |_, _| None));
-                }
-                return;
-            }
-            let r = r as usize;
-            let mut released = 0;
-            if new_len < old_len {
-                released += locked.cut(self.t, old + new_len, old_end, now);
-            }
-            if r != old {
-                // Moved (with MREMAP_DONTUNMAP the old pages stay, unlocked): the locks go along.
-                let keep = old_len.min(new_len);
-                let pieces = locked.ranges.take(old, old + keep, |l, b, c| {
-                    ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, now);
-                });
-                released += locked.cut(self.t, r, r + new_len, now); // what the view had there is gone
-                for (s, e, l) in pieces {
-                    locked.add(self.t, s - old + r, e - old + r, l, now);
-                }
-            } else if new_len > old_len {
-                released += locked.cut(self.t, old_end, old + new_len, now);
-            }
-            budget::release(released);
-            let uniform = held == 0 || held == old_len as u64;
-            if let (true, true, Some(o)) = (reservation.bytes() > 0, uniform, owner) {
-                // The whole mapping was locked: so is the part it grew by.
-                locked.add(self.t, r + old_len, r + new_len, o, now);
-                ledger::count_alloc(self.t, o.api, o.site, reservation.bytes());
-                reservation.commit();
-            }
-            if !uniform && (r != old || new_len > old_len) {
-                // The view had part of one mapping locked: the kernel knows what became of it.
-                walked(locked.sync(self.t, now, |_, _| None));
-            }
+    }
+
+    /// A failed `mremap`: its reservation goes back; `MREMAP_FIXED` may have unmapped the target
+    /// before failing.
+    fn remap_failed(&self, locked: &mut LockedPagesGuard, m: Remap, reservation: budget::Reservation, now: u64) {
+        drop(reservation);
+        if m.flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(m.new_addr, m.new_addr + m.new_len) > 0 {
+            walked(locked.sync(self.t, now, |_, _| None));
+        }
+    }
+
+    /// A successful `mremap` to `r`: the locks move with the pages, the part it shrank by is
+    /// unlocked, and the part it grew by is locked when the whole mapping was.
+    fn remapped(&self, locked: &mut LockedPagesGuard, m: Remap, held: Held, r: usize, reservation: budget::Reservation) {
+        let (old, now) = (m.old, held.now);
+        let mut released = 0;
+        if m.new_len < m.old_len {
+            released += locked.cut(self.t, old + m.new_len, m.old_end, now);
+        }
+        if r != old {
+            released += self.remap_moved(locked, m, r, now);
+        } else if m.new_len > m.old_len {
+            released += locked.cut(self.t, m.old_end, old + m.new_len, now);
+        }
+        budget::release(released);
+        let uniform = held.bytes == 0 || held.bytes == m.old_len as u64;
+        if let (true, true, Some(o)) = (reservation.bytes() > 0, uniform, held.owner) {
+            // The whole mapping was locked: so is the part it grew by.
+            locked.add(self.t, r + m.old_len, r + m.new_len, o, now);
+            ledger::count_alloc(self.t, o.api, o.site, reservation.bytes());
+            reservation.commit();
+        }
+        if !uniform && (r != old || m.new_len > m.old_len) {
+            // The view had part of one mapping locked: the kernel knows what became of it.
+            walked(locked.sync(self.t, now, |_, _| None));
+        }
+    }
+
+    /// A mapping moved to `r` (with MREMAP_DONTUNMAP the old pages stay, unlocked): its locks go
+    /// along, and whatever the view had at `r` is gone. The bytes released.
+    fn remap_moved(&self, locked: &mut LockedPagesGuard, m: Remap, r: usize, now: u64) -> u64 {
+        let (old, keep) = (m.old, m.old_len.min(m.new_len));
+        let pieces = locked.ranges.take(old, old + keep, |l, b, c| {
+            ledger::live_delta(self.t, l.api, l.site, -(b as i64), c, now);
         });
-        drop(locked);
-        self.set_errno(err);
-        r
+        let released = locked.cut(self.t, r, r + m.new_len, now);
+        for (s, e, l) in pieces {
+            locked.add(self.t, s - old + r, e - old + r, l, now);
+        }
+        released
     }
 
     /// `mlockall`: the pages it locks are found in the kernel's mappings afterwards and recorded
@@ -544,116 +628,84 @@ impl Hook {
         let Some(site) = quiet(|| self.site()) else { return real() };
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
+        let ask = Ask { api, site, req: Request::Pageable, later: &later };
         let mut locked = ledger::locked_pages();
         let now = self.now();
+        let reservation = match settle(quiet(|| self.mlockall_decide(&mut locked, &ask, flags))) {
+            Ok(r) => r,
+            Err(why) => return self.not_locked(locked, why, &ask, real),
+        };
+        self.call_holding(locked, real, |&rc, _, locked| {
+            quiet(|| {
+                drop(reservation); // the walk takes what the kernel actually locked
+                match rc {
+                    0 => self.mlockall_done(locked, &ask, flags, now),
+                    _ => ledger::count_failed(self.t, api),
+                }
+            });
+        })
+    }
+
+    /// `mlockall`'s budget decision, under the view's guard.
+    fn mlockall_decide(&self, locked: &mut LockedPagesGuard, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
-        let blank_cheque = flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn;
-        // What MCL_CURRENT will lock: every lockable mapping not locked yet (a walk of the
-        // mappings, only when a budget needs the figure).
-        let estimate = || -> u64 {
-            let mut bytes = 0u64;
-            if flags & libc::MCL_CURRENT != 0 && budget::limited() {
-                kernel::for_each_vma(|v| {
-                    if v.lockable && !v.locked {
-                        bytes += (v.end - v.start) as u64;
-                    }
-                });
+        if flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn {
+            return self.blank_cheque(ask, flags);
+        }
+        // The kernel refuses it up front (over RLIMIT_MEMLOCK, or EPERM) having changed
+        // nothing: its answer, without the walk the estimate costs (asked first only where
+        // the estimate is a walk).
+        if flags & libc::MCL_CURRENT != 0 && budget::limited() {
+            if let Some(err) = kernel::mlockall_rejected(flags) {
+                ledger::count_failed(self.t, ask.api);
+                return Err(err);
             }
-            bytes
-        };
-        let decided = quiet(|| {
-            if blank_cheque {
-                if let Some(err) = kernel::mlockall_rejected(flags) {
-                    ledger::count_failed(self.t, api);
-                    return Err(err);
-                }
-                let bytes = estimate();
-                let over = blank_cheque_over();
-                return Ok(match self.cfg.policy {
-                    Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes, over),
-                    Policy::Downgrade => {
-                        self.denied_out_of_scope(api, site, bytes, over);
-                        Lock::Refuse
-                    }
-                    _ => {
-                        self.denied(api, site, bytes, over);
-                        Lock::Refuse
-                    }
-                });
+        }
+        let bytes = mlockall_estimate(flags);
+        self.admit_lock(locked, ask, bytes, |_| Some(mlockall_estimate(flags)), |_| kernel::mlockall_rejected(flags))
+    }
+
+    /// `mlockall(MCL_FUTURE)` under a budget: the kernel's answer where it rejects the call, else
+    /// a refusal, or under a `downgrade` that covers the callsite a success that locks nothing.
+    fn blank_cheque(&self, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
+        if let Some(err) = kernel::mlockall_rejected(flags) {
+            ledger::count_failed(self.t, ask.api);
+            return Err(err);
+        }
+        let (api, site) = (ask.api, ask.site);
+        let bytes = mlockall_estimate(flags);
+        let over = blank_cheque_over();
+        Ok(match self.cfg.policy {
+            Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes, over),
+            Policy::Downgrade => {
+                self.denied_out_of_scope(api, site, bytes, over);
+                Lock::Refuse
             }
-            // The kernel refuses it up front (over RLIMIT_MEMLOCK, or EPERM) having changed
-            // nothing: its answer, without the walk the estimate costs (asked first only where
-            // the estimate is a walk).
-            if flags & libc::MCL_CURRENT != 0 && budget::limited() {
-                if let Some(err) = kernel::mlockall_rejected(flags) {
-                    ledger::count_failed(self.t, api);
-                    return Err(err);
-                }
+            _ => {
+                self.denied(api, site, bytes, over);
+                Lock::Refuse
             }
-            let bytes = estimate();
-            self.admit_lock(&mut locked, &later, api, site, Request::Pageable, bytes, |_| Some(estimate()), |_| kernel::mlockall_rejected(flags))
-        });
-        let reservation = match decided {
-            None => {
-                drop(locked);
-                return real();
-            }
-            Some(Err(err)) => {
-                drop(locked);
-                self.set_errno(err);
-                return -1;
-            }
-            Some(Ok(Lock::Refuse)) => {
-                drop(locked);
-                self.set_errno(libc::ENOMEM);
-                return -1;
-            }
-            Some(Ok(Lock::Downgrade(bytes, over))) => {
-                drop(locked);
-                quiet(|| self.downgraded(api, site, bytes, over));
-                self.set_errno(self.entry_errno);
-                return 0;
-            }
-            Some(Ok(Lock::Pin(r))) => r,
-        };
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
-            drop(reservation); // the walk takes what the kernel actually locked
-            if rc == 0 {
-                let mut added = 0;
-                walked(locked.sync(self.t, now, |s, e| {
-                    added += (e - s) as u64;
-                    Some((api, site))
-                }));
-                // mlockall without MCL_FUTURE ends an earlier one's.
-                locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(api, 0, site, Backing::Pinned));
-                ledger::count_alloc(self.t, api, site, added);
-            } else {
-                ledger::count_failed(self.t, api);
-            }
-        });
-        drop(locked);
-        self.set_errno(err);
-        rc
+        })
+    }
+
+    /// A successful `mlockall`: what it locked is found in the kernel's mappings.
+    fn mlockall_done(&self, locked: &mut LockedPagesGuard, ask: &Ask, flags: c_int, now: u64) {
+        let mut added = 0;
+        walked(locked.sync(self.t, now, |s, e| {
+            added += (e - s) as u64;
+            Some((ask.api, ask.site))
+        }));
+        // mlockall without MCL_FUTURE ends an earlier one's.
+        locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(ask.api, 0, ask.site, Backing::Pinned));
+        ledger::count_alloc(self.t, ask.api, ask.site, added);
     }
 
     pub fn munlockall(self, real: impl FnOnce() -> c_int) -> c_int {
-        let mut locked = ledger::locked_pages();
-        let rc = real();
-        let err = self.errno();
-        if rc == 0 {
-            quiet(|| {
-                let removed = locked.clear(self.t, self.now());
-                if removed > 0 {
-                    budget::release(removed);
-                    ledger::count_release(self.t);
-                }
-            });
-        }
-        drop(locked);
-        self.set_errno(err);
-        rc
+        self.call_holding(ledger::locked_pages(), real, |&rc, _, locked| {
+            if rc == 0 {
+                quiet(|| self.unlocked(locked.clear(self.t, self.now())));
+            }
+        })
     }
 }

@@ -70,6 +70,8 @@ impl Drop for WarnLater<'_> {
 mod locking;
 mod physical;
 mod pools;
+pub use locking::MmapArgs;
+pub use pools::PoolApi;
 mod scope;
 
 /// What a pinning call asks for, as far as the budget decision is concerned.
@@ -95,6 +97,27 @@ impl Request {
             Request::Pageable
         }
     }
+}
+
+/// A family's answers in its API's own codes: success, which tells the runtime's answers apart,
+/// and those pinguard gives itself without calling the runtime. One constant per family (CUDA
+/// runtime, CUDA driver, ACL), passed whole.
+#[derive(Clone, Copy)]
+pub struct Codes<R> {
+    pub ok: R,
+    /// Out of memory: a refusal over the budget.
+    pub oom: R,
+    /// Memory registered twice (the second registration of memory `downgrade` left unpinned).
+    pub already: R,
+}
+
+/// A registration's arguments, as the budget and the ledger see them.
+#[derive(Clone, Copy)]
+struct Registration {
+    api: Api,
+    addr: usize,
+    bytes: u64,
+    req: Request,
 }
 
 pub(crate) enum Admission {
@@ -263,10 +286,59 @@ impl Hook {
     /// and a failure still counts as one.
     pub(crate) fn untracked<R: PartialEq>(&self, api: Api, ok: R, rc: R) -> R {
         if rc != ok {
-            let err = self.errno();
-            quiet(|| ledger::count_failed(self.t, api));
-            self.set_errno(err);
+            self.errno_kept(|| quiet(|| ledger::count_failed(self.t, api)));
         }
+        rc
+    }
+
+    /// Runs pinguard's own `f` (a record, a `warn` line), the caller's `errno` as it was before.
+    #[inline(always)]
+    pub(crate) fn errno_kept<T>(&self, f: impl FnOnce() -> T) -> T {
+        let err = self.errno();
+        let out = f();
+        self.set_errno(err);
+        out
+    }
+
+    /// Makes the real call and records its answer: `record` (under `quiet`) sees what it
+    /// returned and the `errno` it left, which is the `errno` the caller sees afterwards, whatever
+    /// the record did to it.
+    #[inline(always)]
+    pub(crate) fn call<R>(&self, real: impl FnOnce() -> R, record: impl FnOnce(&R, c_int)) -> R {
+        let rc = real();
+        let err = self.errno();
+        quiet(|| record(&rc, err));
+        self.set_errno(err);
+        rc
+    }
+
+    /// `call` under `guard` (the locked-page view's), held through the record and let go before
+    /// the caller's `errno` is put back (letting it go may be a system call). `record` runs as
+    /// it is, putting `quiet` around what may panic itself: on the locking family's steady path,
+    /// a `quiet` around the whole record kept it out of line (about 25 instructions an `mlock`
+    /// pair, callgrind).
+    #[inline(always)]
+    pub(crate) fn call_holding<G, R>(&self, mut guard: G, real: impl FnOnce() -> R, record: impl FnOnce(&R, c_int, &mut G)) -> R {
+        let rc = real();
+        let err = self.errno();
+        record(&rc, err, &mut guard);
+        drop(guard);
+        self.set_errno(err);
+        rc
+    }
+
+    /// An answer pinguard gives without calling the runtime (a refusal, a downgrade), with
+    /// `errno` as the program left it on entry.
+    #[inline(always)]
+    pub(crate) fn answer<R>(&self, rc: R) -> R {
+        self.set_errno(self.entry_errno);
+        rc
+    }
+
+    /// A failure pinguard answers itself, with the `errno` the kernel would have set.
+    #[inline(always)]
+    pub(crate) fn fail<R>(&self, rc: R, errno: c_int) -> R {
+        self.set_errno(errno);
         rc
     }
 
@@ -405,8 +477,7 @@ impl Hook {
     }
 
     fn write_warning(&self, w: OverBudget) {
-        let err = self.errno();
-        let _ = quiet(|| {
+        let _ = self.errno_kept(|| quiet(|| {
             let limit = |b: Option<u64>| b.map_or_else(|| "none".to_string(), format_bytes);
             let what = match (w.over.limit(), budget::group::snapshot()) {
                 (Limit::HostReserve, _) => format!(
@@ -429,8 +500,7 @@ impl Hook {
             };
             let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();
             tracing::warn!("{} of {} {what}{at}; allowed (policy warn; logged once per callsite)", w.api.name(), format_bytes(w.bytes));
-        });
-        self.set_errno(err);
+        }));
     }
 
     /// The budget's answer for a call that no pageable memory can stand in for (the device maps
@@ -439,10 +509,7 @@ impl Hook {
     /// will reject).
     fn pinned_only(&self, admission: Admission) -> Option<Option<budget::Reservation>> {
         match admission {
-            Admission::Refuse | Admission::Downgrade(_) => {
-                self.set_errno(self.entry_errno);
-                None
-            }
+            Admission::Refuse | Admission::Downgrade(_) => self.answer(None),
             Admission::Pin(r) => Some(Some(r)),
             Admission::Pass => Some(None),
         }
@@ -524,123 +591,90 @@ impl Hook {
     }
 
     /// `cudaHostAlloc` and friends: the runtime writes the new pointer to `out`.
-    pub fn alloc<R: Copy + PartialEq>(
-        self,
-        api: Api,
-        out: *mut *mut c_void,
-        size: usize,
-        req: Request,
-        ok: R,
-        oom: R,
-        real: impl FnOnce() -> R,
-    ) -> R {
+    pub fn alloc<R: Copy + PartialEq>(self, api: Api, out: *mut *mut c_void, size: usize, req: Request, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
         if out.is_null() || size == 0 {
-            return self.untracked(api, ok, real()); // the runtime's own answer; nothing gets pinned
+            return self.untracked(api, codes.ok, real()); // the runtime's own answer; nothing gets pinned
         }
         let bytes = size as u64;
         let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
             return real();
         };
         let reservation = match admission {
-            Admission::Refuse => {
-                self.set_errno(self.entry_errno);
-                return oom;
-            }
-            Admission::Downgrade(over) => {
-                let Some(p) = pageable::alloc(size) else {
-                    quiet(|| self.denied(api, site, bytes, over));
-                    self.set_errno(self.entry_errno);
-                    return oom;
-                };
-                // SAFETY: `out` is not null (checked on entry) and the caller passed it for the
-                // runtime to write the new pointer to.
-                unsafe { *out = p };
-                quiet(|| self.record_downgraded(api, p as usize, bytes, site, Backing::Pageable, over));
-                self.set_errno(self.entry_errno);
-                return ok;
-            }
+            Admission::Refuse => return self.answer(codes.oom),
+            Admission::Downgrade(over) => return self.alloc_pageable(api, out, bytes, site, over, codes),
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
         // If `real` unwinds (a cancellation point inside the runtime), the reservation goes back.
-        let rc = real();
-        let err = self.errno();
-        // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
-        let p = if rc == ok { unsafe { (*out) as usize } } else { 0 };
-        quiet(|| match p {
-            0 if rc != ok => ledger::count_failed(self.t, api),
-            0 => {}
-            p => self.pinned(api, p, bytes, site, reservation),
-        });
-        self.set_errno(err);
-        rc
+        self.call(real, |&rc, _| {
+            // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
+            let p = if rc == codes.ok { unsafe { (*out) as usize } } else { 0 };
+            match p {
+                0 if rc != codes.ok => ledger::count_failed(self.t, api),
+                0 => {}
+                p => self.pinned(api, p, bytes, site, reservation),
+            }
+        })
     }
 
-    /// `cudaHostRegister` and friends: pins memory the caller already owns. `already` is the
-    /// API's answer for memory registered twice.
-    #[allow(clippy::too_many_arguments)]
-    pub fn register<R: Copy + PartialEq>(
-        self,
-        api: Api,
-        addr: *mut c_void,
-        size: usize,
-        req: Request,
-        ok: R,
-        oom: R,
-        already: R,
-        real: impl FnOnce() -> R,
-    ) -> R {
+    /// An allocation over the budget served with pinguard's own pageable memory (`downgrade`).
+    fn alloc_pageable<R: Copy>(&self, api: Api, out: *mut *mut c_void, bytes: u64, site: &'static Callsite, over: Over, codes: Codes<R>) -> R {
+        let Some(p) = pageable::alloc(bytes as usize) else {
+            quiet(|| self.denied(api, site, bytes, over));
+            return self.answer(codes.oom);
+        };
+        // SAFETY: `out` is not null (checked on entry) and the caller passed it for the runtime
+        // to write the new pointer to.
+        unsafe { *out = p };
+        quiet(|| self.record_downgraded(api, p as usize, bytes, site, Backing::Pageable, over));
+        self.answer(codes.ok)
+    }
+
+    /// `cudaHostRegister` and friends: pins memory the caller already owns. `codes.already` is
+    /// the API's answer for memory registered twice.
+    pub fn register<R: Copy + PartialEq>(self, api: Api, addr: *mut c_void, size: usize, req: Request, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
         if addr.is_null() || size == 0 {
-            return self.untracked(api, ok, real());
+            return self.untracked(api, codes.ok, real());
         }
         // A pointer with a live record is never recorded twice in its table. Downgraded: the
         // runtime never saw it, and answers as it would have had the first call pinned, without
         // pinning it now. Pinned: the runtime answers (CUDA refuses memory it pinned already;
         // ACL maps it for the device), and a registration it accepts adds only the bytes the
         // record did not cover (`register_over`).
-        match quiet(|| ledger::live_at(addr as usize)).flatten() {
+        let reg = Registration { api, addr: addr as usize, bytes: size as u64, req };
+        match quiet(|| ledger::live_at(reg.addr)).flatten() {
             Some(l) if l.downgraded() => {
                 quiet(|| ledger::count_failed(self.t, api));
-                self.set_errno(self.entry_errno);
-                return already;
+                return self.answer(codes.already);
             }
-            Some(l) => return self.register_over(api, addr as usize, size as u64, l.size, req, ok, oom, real),
+            Some(l) => return self.register_over(reg, l.size, codes, real),
             None => {}
         }
-        let bytes = size as u64;
-        let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
+        let Some((site, admission)) = quiet(|| self.decide(api, reg.bytes, req)) else {
             return real();
         };
         let reservation = match admission {
-            Admission::Refuse => {
-                self.set_errno(self.entry_errno);
-                return oom;
-            }
+            Admission::Refuse => return self.answer(codes.oom),
             Admission::Downgrade(over) => {
-                quiet(|| self.record_downgraded(api, addr as usize, bytes, site, Backing::Unpinned, over));
-                self.set_errno(self.entry_errno);
-                return ok;
+                quiet(|| self.record_downgraded(api, reg.addr, reg.bytes, site, Backing::Unpinned, over));
+                return self.answer(codes.ok);
             }
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
-        let rc = real();
-        let err = self.errno();
-        quiet(|| match rc == ok {
+        self.call(real, |&rc, _| match rc == codes.ok {
             false => ledger::count_failed(self.t, api),
-            true => self.pinned(api, addr as usize, bytes, site, reservation),
-        });
-        self.set_errno(err);
-        rc
+            true => self.pinned(api, reg.addr, reg.bytes, site, reservation),
+        })
     }
 
-    /// A registration of `bytes` at `addr`, where a pinned record of `covered` bytes starts
-    /// already: pinned bytes are pages, so only the bytes past that record are new, and only they
-    /// go through the budget. The registration is kept apart (`ledger::insert_over`), so that each
-    /// release, in either order, takes exactly its own record.
-    #[allow(clippy::too_many_arguments)]
+    /// A registration of `reg.bytes` at `reg.addr`, where a pinned record of `covered` bytes
+    /// starts already: pinned bytes are pages, so only the bytes past that record are new, and
+    /// only they go through the budget. The registration is kept apart (`ledger::insert_over`),
+    /// so that each release, in either order, takes exactly its own record.
     #[cold]
-    fn register_over<R: Copy + PartialEq>(self, api: Api, addr: usize, bytes: u64, covered: u64, req: Request, ok: R, oom: R, real: impl FnOnce() -> R) -> R {
+    fn register_over<R: Copy + PartialEq>(self, reg: Registration, covered: u64, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
+        let Registration { api, addr, bytes, req } = reg;
         let extra = bytes.saturating_sub(covered);
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
@@ -650,10 +684,7 @@ impl Hook {
             return real();
         };
         let reservation = match admission {
-            Admission::Refuse => {
-                self.set_errno(self.entry_errno);
-                return oom;
-            }
+            Admission::Refuse => return self.answer(codes.oom),
             Admission::Downgrade(over) => {
                 // The new part stays unpinned; the runtime is not called, as for any downgraded
                 // registration.
@@ -662,16 +693,13 @@ impl Hook {
                     self.downgraded(api, site, extra, over);
                     ledger::downgraded_live_delta(self.t, extra as i64);
                 });
-                self.set_errno(self.entry_errno);
-                return ok;
+                return self.answer(codes.ok);
             }
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
-            if rc != ok {
+        self.call(real, |&rc, _| {
+            if rc != codes.ok {
                 ledger::count_failed(self.t, api);
                 return;
             }
@@ -679,9 +707,7 @@ impl Hook {
             ledger::insert_over(addr, self.live(api, extra, site, Backing::Pinned));
             ledger::count_alloc(self.t, api, site, extra);
             ledger::live_delta(self.t, api, site, extra as i64, 1, self.now());
-        });
-        self.set_errno(err);
-        rc
+        })
     }
 
     /// A release with no record of its kind at the address: a registration over already-pinned
@@ -693,16 +719,12 @@ impl Hook {
         if let Some(l) = quiet(|| ledger::take_over(addr, |a| frees.contains(&a))).flatten() {
             return self.release_over(api, addr, l, ok, real);
         }
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
+        self.call(real, |&rc, _| {
             ledger::count_unknown_release(self.t, api);
             if rc != ok {
                 ledger::count_failed(self.t, api);
             }
-        });
-        self.set_errno(err);
-        rc
+        })
     }
 
     /// The release of a registration over already-pinned memory (`register_over`): like any
@@ -714,12 +736,9 @@ impl Hook {
                 self.gone(&l);
                 ledger::count_release(self.t);
             });
-            self.set_errno(self.entry_errno);
-            return ok;
+            return self.answer(ok);
         }
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
+        self.call(real, |&rc, _| {
             if rc == ok {
                 self.gone(&l);
                 ledger::count_release(self.t);
@@ -727,9 +746,7 @@ impl Hook {
                 ledger::insert_over(addr, l);
                 ledger::count_failed(self.t, api);
             }
-        });
-        self.set_errno(err);
-        rc
+        })
     }
 
     /// `cudaFreeHost`, `cudaHostUnregister` and friends. `frees` says which entry points' records
@@ -757,17 +774,13 @@ impl Hook {
                     self.gone(&l);
                     ledger::count_release(self.t);
                 });
-                self.set_errno(self.entry_errno);
-                ok
+                self.answer(ok)
             }
             Some(l) => {
                 // Should `real` unwind (a cancellation point inside the runtime), the record goes
                 // back: the runtime still holds the memory.
                 let back = PutBack(addr as usize, &l);
-                let rc = real();
-                let err = self.errno();
-                back.disarm();
-                quiet(|| {
+                let rc = self.call(real, |&rc, _| {
                     if rc == ok {
                         self.gone(&l);
                         ledger::count_release(self.t);
@@ -776,11 +789,10 @@ impl Hook {
                         ledger::count_failed(self.t, api);
                     }
                 });
-                self.set_errno(err);
+                back.disarm();
                 rc
             }
             None => self.release_unknown(api, addr as usize, frees, ok, real),
         }
     }
-
 }

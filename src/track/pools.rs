@@ -5,7 +5,7 @@
 //! else its size (the pool's rounding up to its own granule is counted as it comes). The device
 //! maps pool memory, so `downgrade` refuses as `error` does. Device pools pass through.
 
-use super::{quiet, Hook, Request};
+use super::{quiet, Codes, Hook, Request};
 use crate::accounting::ledger::{self, Backing};
 use crate::accounting::pools;
 use crate::api::Api;
@@ -16,6 +16,14 @@ use crate::budget;
 pub const RESERVED_MEM_CURRENT: i32 = 5;
 pub const USED_MEM_CURRENT: i32 = 7;
 
+/// A runtime's pool calls (the driver's or the runtime's): its answers, and how it reads a pool's
+/// attribute (`read(pool, attribute)`).
+#[derive(Clone, Copy)]
+pub struct PoolApi<R> {
+    pub codes: Codes<R>,
+    pub read: fn(u64, i32) -> Option<u64>,
+}
+
 impl Hook {
     /// A pool handed to the program: made by it (`made`: `cuMemPoolCreate`, `cudaMemPoolCreate`)
     /// or a location's default or current pool (CUDA 13's `cuMemGetDefaultMemPool`,
@@ -23,25 +31,13 @@ impl Hook {
     /// at whatever it reserves already; one known already stays as it is, unless it was just made
     /// (a record under a reused handle is one whose end pinguard missed). The runtime writes the
     /// pool's handle to `pool`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn pool_handed_out<R: Copy + PartialEq>(
-        self,
-        api: Api,
-        pool: *mut u64,
-        host: bool,
-        made: bool,
-        ok: R,
-        read: impl Fn(u64, i32) -> Option<u64>,
-        real: impl FnOnce() -> R,
-    ) -> R {
+    pub fn pool_handed_out<R: Copy + PartialEq>(self, api: Api, pool: *mut u64, host: bool, made: bool, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
         if pool.is_null() || !host {
-            return self.untracked(api, ok, real());
+            return self.untracked(api, rt.codes.ok, real());
         }
         let site = quiet(|| self.site());
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
-            if rc != ok {
+        self.call(real, |&rc, _| {
+            if rc != rt.codes.ok {
                 ledger::count_failed(self.t, api);
                 return;
             }
@@ -54,32 +50,18 @@ impl Hook {
                     self.pool_gone(old.size, &old);
                 }
             }
-            self.pool_moved(h, &read, 0);
-        });
-        self.set_errno(err);
-        rc
+            self.pool_moved(h, &rt.read, 0);
+        })
     }
 
     /// An allocation of `size` bytes from `pool`; the runtime writes its address to `out`.
-    /// `read(pool, attribute)` asks the runtime for a pool attribute.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alloc_from_pool<R: Copy + PartialEq>(
-        self,
-        api: Api,
-        out: *mut usize,
-        size: usize,
-        pool: u64,
-        ok: R,
-        oom: R,
-        read: impl Fn(u64, i32) -> Option<u64>,
-        real: impl FnOnce() -> R,
-    ) -> R {
+    pub fn alloc_from_pool<R: Copy + PartialEq>(self, api: Api, out: *mut usize, size: usize, pool: u64, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
         let tracked = !out.is_null() && size > 0 && quiet(|| pools::get(pool)).flatten().is_some();
         if !tracked {
-            return self.untracked(api, ok, real());
+            return self.untracked(api, rt.codes.ok, real());
         }
         // What the call may add to the pool's reserved memory: nothing if it has room.
-        let room = match (read(pool, RESERVED_MEM_CURRENT), read(pool, USED_MEM_CURRENT)) {
+        let room = match ((rt.read)(pool, RESERVED_MEM_CURRENT), (rt.read)(pool, USED_MEM_CURRENT)) {
             (Some(r), Some(u)) => r.saturating_sub(u),
             _ => 0,
         };
@@ -88,12 +70,10 @@ impl Hook {
         let Some((site, admission)) = quiet(|| self.decide(api, expect, Request::Mapped)) else {
             return real();
         };
-        let Some(reservation) = self.pinned_only(admission) else { return oom };
-        let rc = real();
-        let err = self.errno();
+        let Some(reservation) = self.pinned_only(admission) else { return rt.codes.oom };
         let paid = reservation.as_ref().map_or(0, |r| r.bytes());
-        quiet(|| {
-            if rc != ok {
+        self.call(real, |&rc, _| {
+            if rc != rt.codes.ok {
                 ledger::count_failed(self.t, api);
                 return;
             }
@@ -104,38 +84,30 @@ impl Hook {
             let addr = unsafe { out.read_unaligned() };
             pools::allocated(pool, addr);
             ledger::count_alloc(self.t, api, site, bytes);
-            self.pool_moved(pool, &read, paid);
-        });
-        self.set_errno(err);
-        rc
+            self.pool_moved(pool, &rt.read, paid);
+        })
     }
 
     /// The allocation at `addr` freed back to its pool.
-    pub fn free_to_pool<R: Copy + PartialEq>(self, api: Api, addr: usize, ok: R, read: impl Fn(u64, i32) -> Option<u64>, real: impl FnOnce() -> R) -> R {
+    pub fn free_to_pool<R: Copy + PartialEq>(self, api: Api, addr: usize, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
         let Some(pool) = quiet(|| pools::freed(addr)).flatten() else {
-            return self.untracked(api, ok, real()); // a device pool's, or one pinguard never saw
+            return self.untracked(api, rt.codes.ok, real()); // a device pool's, or one pinguard never saw
         };
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
-            if rc == ok {
+        self.call(real, |&rc, _| {
+            if rc == rt.codes.ok {
                 ledger::count_release(self.t);
-                self.pool_moved(pool, &read, 0);
+                self.pool_moved(pool, &rt.read, 0);
             } else {
                 pools::allocated(pool, addr);
                 ledger::count_failed(self.t, api);
             }
-        });
-        self.set_errno(err);
-        rc
+        })
     }
 
     /// A trim or a destruction of `pool` (`destroy`): its reserved memory read again after it.
-    pub fn shrink_pool<R: Copy + PartialEq>(self, api: Api, pool: u64, destroy: bool, ok: R, read: impl Fn(u64, i32) -> Option<u64>, real: impl FnOnce() -> R) -> R {
-        let rc = real();
-        let err = self.errno();
-        quiet(|| {
-            if rc != ok {
+    pub fn shrink_pool<R: Copy + PartialEq>(self, api: Api, pool: u64, destroy: bool, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
+        self.call(real, |&rc, _| {
+            if rc != rt.codes.ok {
                 ledger::count_failed(self.t, api);
                 return;
             }
@@ -145,10 +117,8 @@ impl Hook {
             if destroy {
                 pools::destroyed(pool);
             }
-            self.pool_moved(pool, &read, 0);
-        });
-        self.set_errno(err);
-        rc
+            self.pool_moved(pool, &rt.read, 0);
+        })
     }
 
     /// Reads the pool's reserved memory and moves its figures and the budget by the change;
