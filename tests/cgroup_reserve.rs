@@ -507,3 +507,66 @@ fn stand_in_v2_members_share_their_pods_reading() {
     assert!(head.contains("; cgroup reserve 32.0 MiB of 256 MiB (2 members), lowest headroom 156 MiB"), "{top}");
     assert!(head.contains("; cgroup reserve 32.0 MiB of 512 MiB (1 member), lowest headroom 412 MiB"), "{top}");
 }
+
+/// A child killed when dropped, so that a failed assertion leaves no member sleeping in a group.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A member killed (SIGKILL) inside a pinning call leaves its bytes booked in flight in the
+/// ledger, though the kernel gave its pages back: another member's floor refusal must first look
+/// for dead members, not hold the cgroup's floor raised by those bytes for good. Member B joins
+/// first (a small pin, then it waits), so no join of B's buries A; A takes 96 MiB in a call the
+/// runtime holds (`EMU_SLOW_MS`) and is killed there; B's 96 MiB then fit the 128 MiB reserve of
+/// the 256 MiB limit only if A's bytes are no longer counted.
+#[test]
+fn a_member_killed_inside_a_call_does_not_hold_the_floor_raised() {
+    let Some(g) = Group::top("deadflight", Some(256 * MIB)) else { return };
+    let name = format!("test-cres-{}-deadflight", std::process::id());
+    let ledger = pinguard_report::group::path(&name);
+    let _ = std::fs::remove_file(&ledger);
+    let dir = fresh_dir("cres-deadflight");
+    let mark = dir.join("inside");
+    let big = (96 * MIB).to_string();
+    let env = [("PINGUARD_CGROUP_RESERVE", "128Mi"), ("PINGUARD_GROUP", name.as_str())];
+    let piped = std::process::Stdio::piped;
+    let b_ops = ["cuda_alloc:4096", "wait_stdin:0", &format!("cuda_alloc:{big}"), "sleep_ms:300", &format!("cuda_alloc:{big}")];
+    let mut b = Killed(g.command(&dir, "scenario", &b_ops, &env).stdin(piped()).stdout(piped()).stderr(piped()).spawn().unwrap());
+    let mut b_out = std::io::BufReader::new(b.0.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.ends_with("waiting\n") {
+        assert!(std::io::BufRead::read_line(&mut b_out, &mut text).unwrap() > 0, "{text}");
+    }
+    assert!(text.contains("cuda_alloc:4096 rc=0"), "B joined the group with a first pin: {text}");
+    let slow = [("EMU_SLOW_MS", "60000"), ("EMU_SLOW_MARK", mark.to_str().unwrap())];
+    let a_env: Vec<(&str, &str)> = env.iter().chain(slow.iter()).copied().collect();
+    let mut a = Killed(g.command(&dir, "scenario", &[&format!("cuda_alloc:{big}")], &a_env).stdout(piped()).stderr(piped()).spawn().unwrap());
+    until("A inside its pinning call", || mark.exists());
+    assert!(g.figure("memory.usage_in_bytes") >= 96 * MIB, "A's pages are charged while it is inside the call");
+    a.0.kill().unwrap();
+    let status = a.0.wait().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9));
+    assert!(g.figure("memory.usage_in_bytes") < 64 * MIB, "A's pages went back with A");
+    std::io::Write::write_all(&mut b.0.stdin.take().unwrap(), b"\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut b_out, &mut rest).unwrap();
+    assert!(b.0.wait().unwrap().success(), "{rest}");
+    remove_semaphores(&ledger);
+    let _ = std::fs::remove_file(&ledger);
+    let rcs: Vec<i64> = rest.lines().filter(|l| l.starts_with("cuda_alloc:")).map(|l| field(l, "rc")).collect();
+    // With A's bytes gone one of B's two calls fits (the first, once its refusal found A dead);
+    // counted still, both are refused by the cgroup reserve.
+    assert_eq!(rcs.len(), 2, "{rest}");
+    assert!(rcs.contains(&0), "B's calls {rcs:?}: the killed member's bytes in flight still count against the floor\n{rest}");
+    assert_eq!(rcs[0], 0, "the first refusal looks for dead members before it decides: {rcs:?}");
+    // B's second call is refused by the reserve for B's own bytes (A, killed, wrote no report).
+    let reps = reports_in(&dir);
+    assert_eq!(reps.len(), 1, "{reps:?}");
+    let rep = read_json(&reps[0]);
+    assert_eq!(rep["totals"]["cgroup_reserve_count"], 1, "{}", rep["totals"]);
+}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 struct entry {
@@ -285,6 +286,23 @@ static void maybe_driver_io(void) {
     }
 }
 
+/* EMU_SLOW_MS=N: an allocation that pinned its memory holds it N ms before it returns (a runtime
+ * busy with the device), first creating the file EMU_SLOW_MARK names if set, so that a test knows
+ * the call is inside the runtime with its pages charged (and can kill the process there). */
+static void maybe_slow(void) {
+    const char *ms = getenv("EMU_SLOW_MS");
+    long n = ms ? atol(ms) : 0;
+    if (n <= 0) return;
+    const char *mark = getenv("EMU_SLOW_MARK");
+    if (mark && *mark) {
+        int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+        if (fd >= 0) close(fd);
+    }
+    struct timespec ts = {n / 1000, (n % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
 static int emu_pin_alloc(size_t size, void **out) {
     maybe_driver_io();
     if (inject_failure()) return -1;
@@ -303,6 +321,7 @@ static int emu_pin_alloc(size_t size, void **out) {
     if (mlock(p, len) != 0) { munmap(p, len); bump_outstanding(-(int64_t)size, -1); return -1; }
     table_insert((uintptr_t)p, size, size, 1);
     __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
+    maybe_slow();
     *out = p;
     return 0;
 }
