@@ -148,18 +148,23 @@ unsafe extern "C" fn free_local(p: *mut c_void) {
 /// or given whole, in a signal handler too, and a fork child finds each slot full or empty.
 static SPARE: [std::sync::atomic::AtomicPtr<Local>; 4] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 4];
 
-/// An ended thread's walker made this thread's, for a stack `[bottom, top)`: what was the other
-/// thread's own (its stack, its memos of walks on that stack) goes, what holds for any thread (the
-/// tables of its generation, its rule caches) stays.
+/// An ended thread's walker made this thread's, for a stack `[bottom, top)`: what holds for any
+/// thread (the tables of its generation, its rule caches) stays. Its memos stay where this
+/// thread's stack is the mapping the other thread's was (glibc hands an ended thread's stack to the
+/// next thread it starts): a memo only reads words between its start frame, which must lie on this
+/// thread's stack to match, and the top, now this stack's top; and a memo is a function of the
+/// registers, the generation and the words it reads, whichever thread reads them. Else they go.
 fn spare(bottom: u64, top: u64) -> Option<Box<Local>> {
     SPARE.iter().find_map(|slot| {
         let p = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: a slot holds null or a walker `free_local` gave up (from `Box::into_raw`), and the
         // swap took it out of the slot: this thread owns it alone now.
         let mut local = (!p.is_null()).then(|| unsafe { Box::from_raw(p) })?;
+        if (local.stack_bottom, local.stack_top) != (bottom, top) {
+            local.memos.clear();
+        }
         local.stack_bottom = bottom;
         local.stack_top = top;
-        local.memos.clear();
         local.reads.clear();
         local.hit = usize::MAX;
         Some(local)
