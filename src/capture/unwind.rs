@@ -22,7 +22,7 @@ use crate::runtime::lock::Mutex;
 use framehop::{ExplicitModuleSectionInfo, MayAllocateDuringUnwind, Module, Unwinder};
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 type Tables = framehop::UnwinderNative<&'static [u8], MayAllocateDuringUnwind>;
 type Cache = framehop::CacheNative<MayAllocateDuringUnwind>;
@@ -126,15 +126,13 @@ unsafe extern "C" fn free_local(p: *mut c_void) {
     if w.local.get() == p as *mut Local {
         w.local.set(std::ptr::null_mut());
     }
-    // SAFETY: `p` came from `Box::into_raw` in `make_local` and is handed to this destructor once.
-    let local = unsafe { Box::from_raw(p as *mut Local) };
-    for slot in &SPARE {
-        match slot.compare_exchange(std::ptr::null_mut(), p as *mut Local, Ordering::AcqRel, Ordering::Relaxed) {
-            Ok(_) => return std::mem::forget(local),
-            Err(_) => continue,
-        }
+    let p = p as *mut Local;
+    let empty = |slot: &AtomicPtr<Local>| slot.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    if !SPARE.iter().any(empty) {
+        // SAFETY: `p` came from `Box::into_raw` in `make_local` and is handed to this destructor
+        // once; no slot took it.
+        drop(unsafe { Box::from_raw(p) });
     }
-    drop(local);
 }
 
 /// Walkers of ended threads, for the next threads to start (`spare`): a new thread's first walks
@@ -143,10 +141,10 @@ unsafe extern "C" fn free_local(p: *mut c_void) {
 /// the DWARF rule of every frame twice or three times into them: the walk and `remember`'s test
 /// walks), which threads of 1,000 pairs each pay 30 times a pair. A rule cache holds rules by
 /// code address and table generation, the same for every thread, so an ended thread's is as good
-/// as new, and warm. At most `SPARE.len()` wait here: bounded memory, a few hundred KiB at most
-/// (a walker's caches and buffers); the rest are freed. Atomic swaps, no lock: a slot is taken
+/// as new, and warm. At most `SPARE.len()` wait here (a walker's caches and buffers: some tens of KiB
+/// each at 32 frames); the rest are freed. Atomic swaps, no lock: a slot is taken
 /// or given whole, in a signal handler too, and a fork child finds each slot full or empty.
-static SPARE: [std::sync::atomic::AtomicPtr<Local>; 4] = [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; 4];
+static SPARE: [AtomicPtr<Local>; 4] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 4];
 
 /// An ended thread's walker made this thread's, for a stack `[bottom, top)`: what holds for any
 /// thread (the tables of its generation, its rule caches) stays. Its memos stay where this
