@@ -94,6 +94,25 @@ fn callers_taking_turns_keep_their_own_callsites() {
 }
 
 #[test]
+fn threads_on_an_ended_threads_stack_keep_their_own_callsites() {
+    // A thread that ends leaves its walker, with its remembered walks, to the next thread to
+    // start; glibc gives that thread the same stack, where the same start registers recur with
+    // another caller above them. Threads alternating between the leaf's two callers, each on the
+    // stack the one before it ended on, must count for their own caller every time.
+    let dir = build();
+    for prog in ["unwind", "unwind_fp"] {
+        let r = run(&dir.join(prog).to_string_lossy(), &["thread_turns", "20"], &[("PINGUARD_DEPTH", "32")]);
+        assert!(r.success(), "{}", r.stderr);
+        let rep = r.report();
+        let sites: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "turn_leaf").collect();
+        let mut by_caller: Vec<(String, u64)> = sites.iter().map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap())).collect();
+        by_caller.sort();
+        assert_eq!(by_caller, [("turn_x".to_string(), 1000), ("turn_y".to_string(), 1000)], "{prog}");
+        assert!(symbols(sites[0]).contains(&"turn_thread".to_string()), "{prog}: {:?}", symbols(sites[0]));
+    }
+}
+
+#[test]
 fn objects_opened_and_closed_after_start_up() {
     let dir = build();
     let snap = fresh_dir("unwind-snapshot").join("snapshot.json");

@@ -5,7 +5,7 @@
 //! Why not libgcc's unwinder (`backtrace`): about 2.9 µs for 32 frames, and the loader's lock on
 //! every walk. A walk here takes no lock and writes no shared memory: each thread keeps its own
 //! copy of the object list and its own rule cache, and refreshes them when the process-wide
-//! generation moves. It moves on `dlclose` (our hook) and when a return address lies in no known
+//! generation moves. A thread that ends leaves them to the next one to start (`SPARE`). It moves on `dlclose` (our hook) and when a return address lies in no known
 //! object while the loader's load count has changed (a `dlopen`; `dlopen` itself is not hooked,
 //! because glibc resolves `$ORIGIN` and namespaces from its caller's address).
 //!
@@ -22,7 +22,7 @@ use crate::runtime::lock::Mutex;
 use framehop::{ExplicitModuleSectionInfo, MayAllocateDuringUnwind, Module, Unwinder};
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 type Tables = framehop::UnwinderNative<&'static [u8], MayAllocateDuringUnwind>;
 type Cache = framehop::CacheNative<MayAllocateDuringUnwind>;
@@ -126,8 +126,47 @@ unsafe extern "C" fn free_local(p: *mut c_void) {
     if w.local.get() == p as *mut Local {
         w.local.set(std::ptr::null_mut());
     }
-    // SAFETY: `p` came from `Box::into_raw` in `make_local` and is handed to this destructor once.
-    drop(unsafe { Box::from_raw(p as *mut Local) });
+    let p = p as *mut Local;
+    let empty = |slot: &AtomicPtr<Local>| slot.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    if !SPARE.iter().any(empty) {
+        // SAFETY: `p` came from `Box::into_raw` in `make_local` and is handed to this destructor
+        // once; no slot took it.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// Walkers of ended threads, for the next threads to start (`spare`): a new thread's first walks
+/// with a fresh walker cost about 30,000 instructions more at 32 frames than with a used one
+/// (copying the object tables, allocating and zeroing two rule caches of 509 entries, and parsing
+/// the DWARF rule of every frame twice or three times into them: the walk and `remember`'s test
+/// walks), which threads of 1,000 pairs each pay 30 times a pair. A rule cache holds rules by
+/// code address and table generation, the same for every thread, so an ended thread's is as good
+/// as new, and warm. At most `SPARE.len()` wait here (a walker's caches and buffers: some tens of KiB
+/// each at 32 frames); the rest are freed. Atomic swaps, no lock: a slot is taken
+/// or given whole, in a signal handler too, and a fork child finds each slot full or empty.
+static SPARE: [AtomicPtr<Local>; 4] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 4];
+
+/// An ended thread's walker made this thread's, for a stack `[bottom, top)`: what holds for any
+/// thread (the tables of its generation, its rule caches) stays. Its memos stay where this
+/// thread's stack is the mapping the other thread's was (glibc hands an ended thread's stack to the
+/// next thread it starts): a memo only reads words between its start frame, which must lie on this
+/// thread's stack to match, and the top, now this stack's top; and a memo is a function of the
+/// registers, the generation and the words it reads, whichever thread reads them. Else they go.
+fn spare(bottom: u64, top: u64) -> Option<Box<Local>> {
+    SPARE.iter().find_map(|slot| {
+        let p = slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: a slot holds null or a walker `free_local` gave up (from `Box::into_raw`), and the
+        // swap took it out of the slot: this thread owns it alone now.
+        let mut local = (!p.is_null()).then(|| unsafe { Box::from_raw(p) })?;
+        if (local.stack_bottom, local.stack_top) != (bottom, top) {
+            local.memos.clear();
+        }
+        local.stack_bottom = bottom;
+        local.stack_top = top;
+        local.reads.clear();
+        local.hit = usize::MAX;
+        Some(local)
+    })
 }
 
 /// This thread's walker, made on first use. `None`: its stack is unknown.
@@ -152,7 +191,8 @@ fn make_local(w: &Walker, sp: u64) -> Option<&'static mut Local> {
 }
 
 fn make_local_here(w: &Walker, sp: u64) -> Option<&'static mut Local> {
-    let p = Box::into_raw(Box::new(Local::new(sp)?));
+    let (bottom, top) = thread_stack(sp)?;
+    let p = Box::into_raw(spare(bottom, top).unwrap_or_else(|| Box::new(Local::new(bottom, top))));
     w.local.set(p);
     let key = KEY.get_or_init(|| {
         let mut key = 0;
@@ -329,9 +369,8 @@ pub unsafe fn let_go(child: bool) {
 }
 
 impl Local {
-    fn new(sp: u64) -> Option<Local> {
-        let (bottom, top) = thread_stack(sp)?;
-        Some(Local {
+    fn new(bottom: u64, top: u64) -> Local {
+        Local {
             generation: 0,
             tables: Tables::new(),
             ranges: Vec::new(),
@@ -343,7 +382,7 @@ impl Local {
             reads: Vec::new(),
             memos: Vec::new(),
             hit: usize::MAX,
-        })
+        }
     }
 
     #[inline(always)]
@@ -591,14 +630,58 @@ fn stack_pointer() -> u64 {
 /// handler that interrupted `malloc`. A stack that grows later (the main thread's) only ends
 /// walks from below the mapping early; words are never read outside `[sp, top)`.
 fn thread_stack(sp: u64) -> Option<(u64, u64)> {
-    let maps = crate::runtime::sys::read_file(c"/proc/self/maps")?;
-    maps.split(|&b| b == b'\n').find_map(|line| {
-        let range = line.split(|&b| b == b' ').next()?;
-        let dash = range.iter().position(|&b| b == b'-')?;
-        let hex = |b: &[u8]| u64::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok();
-        let (lo, hi) = (hex(&range[..dash])?, hex(&range[dash + 1..])?);
-        (lo <= sp && sp < hi).then_some((lo, hi))
-    })
+    stack_in_maps(&crate::runtime::sys::read_file(c"/proc/self/maps")?, sp)
+}
+
+/// The `[start, end)` of the line of `maps` (`/proc/self/maps`' text, its lines in the order of
+/// their start addresses) whose range holds `sp`. Every new thread's first walk runs this: a
+/// binary search over the text's bytes, each step a `memchr` to the next line's start and the
+/// parse of its start address, a few hundred instructions, where checking each line took about
+/// 10,000 at 60 lines (and splitting the text and checking it as UTF-8, 65,000 before that).
+fn stack_in_maps(maps: &[u8], sp: u64) -> Option<(u64, u64)> {
+    let start = |at: usize| hex_prefix(&maps[at..]).map(|(v, _)| v);
+    // `lo`: a line's start at or below `sp`; no line starting at or past `hi` starts at or below it.
+    let (mut lo, mut hi) = (0, maps.len());
+    start(0).filter(|&v| v <= sp)?;
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        let from = &maps[mid - 1..hi - 1];
+        // SAFETY: `from` is a live slice; memchr reads at most `from.len()` bytes of it.
+        let nl = unsafe { libc::memchr(from.as_ptr() as *const c_void, b'\n' as c_int, from.len()) };
+        if nl.is_null() {
+            hi = mid; // no line starts in [mid, hi)
+            continue;
+        }
+        let next = nl as usize - maps.as_ptr() as usize + 1; // in [mid, hi)
+        match start(next) {
+            Some(v) if v <= sp => lo = next,
+            _ => hi = next,
+        }
+    }
+    let (first, n) = hex_prefix(&maps[lo..])?;
+    let (end, _) = (maps.get(lo + n) == Some(&b'-')).then(|| hex_prefix(&maps[lo + n + 1..]))??;
+    (first <= sp && sp < end).then_some((first, end))
+}
+
+/// The lowercase hex number at the start of `b` and the bytes it takes; `None` where `b` does not
+/// start with one or it has more than 16 digits.
+#[inline]
+fn hex_prefix(b: &[u8]) -> Option<(u64, usize)> {
+    let mut v = 0u64;
+    let mut n = 0;
+    while let Some(&c) = b.get(n) {
+        let d = match c {
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            _ => break,
+        };
+        if n == 16 {
+            return None;
+        }
+        v = v << 4 | d as u64;
+        n += 1;
+    }
+    (n > 0).then_some((v, n))
 }
 
 /// The loader's (adds, subs) counters: they move on every `dlopen`/`dlclose` that maps or unmaps.
@@ -825,6 +908,53 @@ mod tests {
             assert_eq!(decode(enc, &bytes[..size - 1]), None, "{enc:#x}");
         }
         assert_eq!(decode(0x03, &[]), None);
+    }
+
+    #[test]
+    fn the_stack_line_of_the_maps() {
+        let maps = b"55d0c0a00000-55d0c0a21000 r--p 00000000 08:01 123 /usr/bin/x\n\
+7f00aa000000-7f00aa800000 rw-p 00000000 00:00 0 \n\
+7ffc1000f000-7ffc10030000 rw-p 00000000 00:00 0                          [stack]\n\
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]";
+        assert_eq!(stack_in_maps(maps, 0x7f00aa000000), Some((0x7f00aa000000, 0x7f00aa800000)));
+        assert_eq!(stack_in_maps(maps, 0x7f00aa7ffff8), Some((0x7f00aa000000, 0x7f00aa800000)));
+        assert_eq!(stack_in_maps(maps, 0x7f00aa800000), None);
+        assert_eq!(stack_in_maps(maps, 0x7ffc1002fff0), Some((0x7ffc1000f000, 0x7ffc10030000)));
+        assert_eq!(stack_in_maps(maps, 0xffffffffff600008), Some((0xffffffffff600000, 0xffffffffff601000)));
+        assert_eq!(stack_in_maps(maps, 0x1000), None);
+        assert_eq!(stack_in_maps(b"", 0x1000), None);
+        // A broken line is never read as a range.
+        assert_eq!(stack_in_maps(b"10-\n", 0x18), None);
+        assert_eq!(stack_in_maps(b"08-10 x\n10-\n", 0x18), None);
+        assert_eq!(stack_in_maps(b"08-10 x\n10-20 x\n", 0x18), Some((0x10, 0x20)));
+        assert_eq!(stack_in_maps(b"10000000000000000-20000000000000000 x\n", 0x1_8000_0000_0000_000), None);
+    }
+
+    #[test]
+    fn every_line_of_long_maps_is_found() {
+        let mut maps = String::new();
+        for i in 0..300u64 {
+            let lo = 0x7f00_0000_0000 + i * 0x10_0000;
+            // Lines of different lengths, as names make them.
+            maps += &format!("{:x}-{:x} rw-p 00000000 00:00 0 {}\n", lo, lo + 0x8000, "x".repeat((i * 7 % 50) as usize));
+        }
+        for i in 0..300u64 {
+            let lo = 0x7f00_0000_0000 + i * 0x10_0000;
+            assert_eq!(stack_in_maps(maps.as_bytes(), lo), Some((lo, lo + 0x8000)), "{i}");
+            assert_eq!(stack_in_maps(maps.as_bytes(), lo + 0x7ff8), Some((lo, lo + 0x8000)), "{i}");
+            // In the gap after the range: none.
+            assert_eq!(stack_in_maps(maps.as_bytes(), lo + 0x8000), None, "{i}");
+        }
+        assert_eq!(stack_in_maps(maps.as_bytes(), 0x1000), None);
+        assert_eq!(stack_in_maps(maps.trim_end().as_bytes(), 0x7f00_0000_0000 + 299 * 0x10_0000 + 8), Some((0x7f00_0000_0000 + 299 * 0x10_0000, 0x7f00_0000_0000 + 299 * 0x10_0000 + 0x8000)));
+    }
+
+    #[test]
+    fn this_threads_stack_is_found() {
+        let x = 0u64;
+        let sp = &x as *const u64 as u64;
+        let (lo, hi) = thread_stack(sp).expect("this thread's stack is in the maps");
+        assert!(lo <= sp && sp < hi);
     }
 
     /// `.eh_frame_hdr` of `hdr_len` bytes at the start of a 64-byte segment, saying (udata8,

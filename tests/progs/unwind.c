@@ -6,6 +6,9 @@
  *                            hostile frame pointer (unmapped, off-stack loop, on-stack loop),
  *                            then walks a healthy stack again
  *   unwind turns N           one leaf pins and frees from two callers in turn, N times each
+ *   unwind thread_turns N    the same from threads started one after another (each on the
+ *                            stack the one before it ended on), 50 pairs a thread, N threads a
+ *                            caller
  *   unwind stackret          calls through a stub whose unwind information finds a stack address
  *                            where its return address belongs, then walks a healthy stack again
  *   unwind poison            (x86-64) walks through a libffi-like frame (found from rbp + 32) with
@@ -14,6 +17,7 @@
  *                            executable page, as JIT-compiled code (Julia, LuaJIT) calls a runtime
  * Prints "STATS {...}" with what it allocated. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +50,11 @@ __attribute__((noinline)) void turn_leaf(void) {
 }
 __attribute__((noinline)) void turn_x(void) { turn_leaf(); sink++; }
 __attribute__((noinline)) void turn_y(void) { turn_leaf(); sink += 2; }
+
+static void *turn_thread(void *caller) {
+    for (int i = 0; i < 50; i++) ((void (*)(void))caller)();
+    return NULL;
+}
 
 __attribute__((noinline)) void corrupt_target(void) {
     void *p = 0;
@@ -212,6 +221,12 @@ int main(int argc, char **argv) {
         run_plugin(argv[2], "libplug_b.so", 12288, NULL);
     } else if (!strcmp(mode, "turns") && argc > 2) {
         for (int i = 0; i < atoi(argv[2]); i++) { turn_x(); turn_y(); }
+    } else if (!strcmp(mode, "thread_turns") && argc > 2) {
+        /* Joined before the next starts: glibc gives the next thread the same stack. */
+        for (int i = 0; i < 2 * atoi(argv[2]); i++) {
+            pthread_t t;
+            if (pthread_create(&t, NULL, turn_thread, (void *)(i % 2 ? turn_y : turn_x)) || pthread_join(t, NULL)) return 3;
+        }
     } else if (!strcmp(mode, "corrupt")) {
         static uintptr_t heap_loop[4];
         uintptr_t stack_loop[4];
@@ -235,7 +250,7 @@ int main(int argc, char **argv) {
         stack_ra_call(corrupt_target);
         level_a(4096);
     } else {
-        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | stackret | poison | jit | turns N\n");
+        fprintf(stderr, "usage: unwind chain | plugins DIR SNAPSHOT | corrupt | stackret | poison | jit | turns N | thread_turns N\n");
         return 2;
     }
     printf("STATS {\"allocated\": %lu, \"calls\": %lu}\n", allocated, calls);
