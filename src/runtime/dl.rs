@@ -75,10 +75,12 @@ fn scan_at_start() -> AtStart {
             // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
             let ph = unsafe { &*info.dlpi_phdr.add(i) };
             match ph.p_type {
-                libc::PT_DYNAMIC => dynamic = base + ph.p_vaddr as usize,
+                // Wrapping: a panic here, inside the loader's callback, would abort the process.
+                libc::PT_DYNAMIC => dynamic = base.wrapping_add(ph.p_vaddr as usize),
                 libc::PT_LOAD => {
-                    start = start.min(base + ph.p_vaddr as usize);
-                    end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
+                    let at = base.wrapping_add(ph.p_vaddr as usize);
+                    start = start.min(at);
+                    end = end.max(at.wrapping_add(ph.p_memsz as usize));
                 }
                 _ => {}
             }
