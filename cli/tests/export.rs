@@ -15,11 +15,12 @@ fn pinguard(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_pinguard")).args(args).output().unwrap()
 }
 
-/// A reader this test needs: present, or (where `PINGUARD_REQUIRE_EXPORT_TOOLS` is unset) a
+/// A reader this test needs: present, or (where `PGTEST_REQUIRE_EXPORT_TOOLS` is unset) a
 /// skip said on stderr. CI sets the variable, so a missing reader fails there.
 fn reader(found: bool, what: &str) -> bool {
     if !found {
-        assert!(std::env::var_os("PINGUARD_REQUIRE_EXPORT_TOOLS").is_none(), "{what} is required (PINGUARD_REQUIRE_EXPORT_TOOLS is set)");
+        let required = ["PGTEST_REQUIRE_EXPORT_TOOLS", "PGTEST_REQUIRE_ALL"].iter().any(|v| std::env::var_os(v).is_some());
+        assert!(!required, "{what} is required (PGTEST_REQUIRE_EXPORT_TOOLS or PGTEST_REQUIRE_ALL is set)");
         eprintln!("SKIPPED: {what} is not installed; .ci/run installs it");
     }
     found

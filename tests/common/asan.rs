@@ -18,7 +18,7 @@ pub struct Asan {
 }
 
 /// The fixture, or `None` after a printed SKIPPED line where this machine has no ASan runtime and
-/// neither `PINGUARD_REQUIRE_ASAN` nor `PGTEST_REQUIRE_ALL` (set by `.ci/run`, which installs
+/// neither `PGTEST_REQUIRE_ASAN` nor `PGTEST_REQUIRE_ALL` (set by `.ci/run`, which installs
 /// it) asks for one.
 pub fn asan() -> Option<&'static Asan> {
     static A: OnceLock<Option<Asan>> = OnceLock::new();
@@ -26,7 +26,7 @@ pub fn asan() -> Option<&'static Asan> {
 }
 
 fn skip(why: &str) -> Option<Asan> {
-    let required = std::env::var_os("PINGUARD_REQUIRE_ASAN").is_some() || std::env::var_os("PGTEST_REQUIRE_ALL").is_some();
+    let required = std::env::var_os("PGTEST_REQUIRE_ASAN").is_some() || std::env::var_os("PGTEST_REQUIRE_ALL").is_some();
     assert!(!required, "AddressSanitizer is required here: {why}");
     eprintln!("SKIPPED: {why}; .ci/run installs it");
     None
