@@ -119,7 +119,7 @@ invoke!(A1, A2, A3, A4, A5, A6);
 ///
 /// - a module named after the symbol: `Fn` (the C type), `Call` (a call of it), `REAL` (the real
 ///   function found by name, the one cache of it that every caller shares), `run` (the body's one
-///   caller) and `bind` (the `SLOTS` wrappers handed out in
+///   caller), `first` (the export's call while `REAL` is unknown: the look-up, out of line) and `bind` (the `SLOTS` wrappers handed out in
 ///   place of a real function that `cuGetProcAddress` or `dlsym(handle, ...)` found, which may
 ///   differ from the one found by name: another copy of the runtime, another ABI version);
 /// - the exported `extern "C-unwind"` function.
