@@ -119,7 +119,7 @@ invoke!(A1, A2, A3, A4, A5, A6);
 ///
 /// - a module named after the symbol: `Fn` (the C type), `Call` (a call of it), `REAL` (the real
 ///   function found by name, the one cache of it that every caller shares), `run` (the body's one
-///   caller) and `bind` (the `SLOTS` wrappers handed out in
+///   caller), `first` (the export's call while `REAL` is unknown: the look-up, out of line) and `bind` (the `SLOTS` wrappers handed out in
 ///   place of a real function that `cuGetProcAddress` or `dlsym(handle, ...)` found, which may
 ///   differ from the one found by name: another copy of the runtime, another ABI version);
 /// - the exported `extern "C-unwind"` function.
@@ -157,6 +157,24 @@ macro_rules! hooks {
                     // SAFETY: this function's own contract is `Call::new`'s.
                     unsafe { $body(Call::new(f, ($($arg,)*)), $($arg),*) }
                 }
+                /// The export's call while `REAL` is not yet found: the look-up, then the body.
+                /// Out of line, so that the export's steady path saves no registers (a look-up
+                /// inline kept the arguments in callee-saved ones, pushed and popped on every
+                /// call: 7 instructions a `cudaHostAlloc`, callgrind).
+                ///
+                /// # Safety
+                /// The C caller's arguments, under this entry point's contract.
+                #[cold]
+                #[inline(never)]
+                pub unsafe fn first($($arg: $ty),*) -> $ret {
+                    // SAFETY: `Fn` is the row's C signature, the type of the symbol `REAL` names.
+                    match unsafe { REAL.get::<Fn>() } {
+                        // SAFETY: `f` is the real function of this name, given the C caller's
+                        // arguments under its contract, which are what the body asks for.
+                        Some(f) => unsafe { run(f, $($arg),*) },
+                        None => $missing,
+                    }
+                }
                 $crate::hooks::hooks!(@slot s0 0 $body, ($($arg: $ty),*) -> $ret);
                 $crate::hooks::hooks!(@slot s1 1 $body, ($($arg: $ty),*) -> $ret);
                 $crate::hooks::hooks!(@slot s2 2 $body, ($($arg: $ty),*) -> $ret);
@@ -171,12 +189,12 @@ macro_rules! hooks {
             $(#[doc = $doc])*
             #[no_mangle]
             pub unsafe extern "C-unwind" fn $name($($arg: $ty),*) -> $ret {
-                // SAFETY: `Fn` is the row's C signature, the type of the symbol `REAL` names.
-                match unsafe { $name::REAL.get::<$name::Fn>() } {
-                    // SAFETY: `f` is the real function of this name, given the C caller's
-                    // arguments under its contract, which are what the body asks for.
-                    Some(f) => unsafe { $name::run(f, $($arg),*) },
-                    None => $missing,
+                match $name::REAL.known() {
+                    // SAFETY: `a` is the address of the symbol `REAL` names, whose C type is the
+                    // row's signature `Fn`; the arguments are the C caller's, under its contract.
+                    Some(a) => unsafe { $name::run(std::mem::transmute::<usize, $name::Fn>(a), $($arg),*) },
+                    // SAFETY: the C caller's arguments, under this entry point's contract.
+                    None => unsafe { $name::first($($arg),*) },
                 }
             }
         )*

@@ -28,6 +28,17 @@ impl Real {
         self.resolve()
     }
 
+    /// The real function if a call found it already (no look-up): for an export whose first
+    /// call goes to a cold function of its own, so that the steady path keeps the caller's
+    /// arguments in their registers and tail-calls the body.
+    #[inline(always)]
+    pub fn known(&self) -> Option<usize> {
+        match self.addr.load(Ordering::Relaxed) {
+            0 => None,
+            a => Some(a),
+        }
+    }
+
     /// The first call's look-up, out of line so that every later call is a load and a jump.
     #[cold]
     #[inline(never)]
