@@ -482,3 +482,18 @@ fn the_state_file_names_hip_mem_create_at_its_callsite() {
     let site = sites.iter().find(|c| c["live_bytes"] == 65536).unwrap_or_else(|| panic!("{v}"));
     assert_eq!(site["apis"], serde_json::json!(["hipMemCreate"]), "{site}");
 }
+
+/// Before ROCm 6, `hipMemAllocationProp` had another layout (5.2.3's: `compressionType` first,
+/// `location` at byte 4) and only device locations: whatever its bytes 0 and 8 hold, a
+/// `hipMemCreate` of a runtime older than 7 passes through uncounted, even over the budget.
+#[test]
+fn hip_mem_create_of_older_runtimes_passes_through() {
+    let ops = ["vmm_create_old:65536:2", "vmm_create_old:65536:3", "vmm_release:0", "vmm_release:1"];
+    for route in ROUTES {
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("EMU_HIP_VERSION", "50221153")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["pinguard_live_bytes"].as_i64(), s["hip"]["failed_calls"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
+        assert!(reports_in(&r.report_dir).is_empty(), "{route}: nothing tracked, nothing to report");
+    }
+}

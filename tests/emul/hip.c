@@ -112,9 +112,23 @@ hipError_t hipFreeAsync(void *ptr, hipStream_t stream) {
  * int id}` at 8: Device 1, Host 2, HostNuma 3, HostNumaCurrent 4). Host-located memory is real
  * (emul_core's phys_*), counted as pinned; a device-located one is a handle only. */
 typedef void *hipMemGenericAllocationHandle_t;
+
+/* HIP_VERSION's encoding (major * 10000000 + minor * 100000 + patch): 7.0.0 unless
+ * EMU_HIP_VERSION says otherwise. Below 6, hipMemAllocationProp has 5.2.3's layout:
+ * {unsigned char compressionType; hipMemLocation location (at 4); int requestedHandleType (12);
+ * int type (16); unsigned short usage; void *win32HandleMetaData}, device locations only. */
+static int version(void) { return getenv("EMU_HIP_VERSION") ? atoi(getenv("EMU_HIP_VERSION")) : 70000000; }
+hipError_t hipRuntimeGetVersion(int *runtimeVersion) {
+    if (!runtimeVersion) return fail(hipErrorInvalidValue);
+    *runtimeVersion = version();
+    return hipSuccess;
+}
+
 hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size, const void *prop, unsigned long long flags) {
     if (!handle || !prop || size == 0 || flags != 0) return fail(hipErrorInvalidValue);
-    int type = *(const int *)prop, loc = *(const int *)((const char *)prop + 8);
+    int old = version() < 60000000;
+    int type = *(const int *)((const char *)prop + (old ? 16 : 0)), loc = *(const int *)((const char *)prop + (old ? 4 : 8));
+    if (old && loc != 1) return fail(hipErrorInvalidValue);
     if (type != 1 || loc < 1 || loc > 4) return fail(hipErrorInvalidValue);
     uint64_t h;
     if (phys_create(size, loc != 1, &h) != 0) return fail(hipErrorOutOfMemory);
@@ -163,6 +177,7 @@ hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uin
         {"hipMemCreate", (void *)hipMemCreate}, {"hipMemRelease", (void *)hipMemRelease},
         {"hipMemAddressReserve", (void *)hipMemAddressReserve}, {"hipMemAddressFree", (void *)hipMemAddressFree},
         {"hipMemMap", (void *)hipMemMap}, {"hipMemUnmap", (void *)hipMemUnmap},
+        {"hipRuntimeGetVersion", (void *)hipRuntimeGetVersion},
     };
     (void)hipVersion; (void)flags;
     if (!symbol || !*symbol || !pfn) return fail(hipErrorInvalidValue);

@@ -15,6 +15,8 @@
  *   free_async:SLOT  trim:POOL_SLOT:KEEP  destroy:POOL_SLOT  touch:SLOT (writes every byte)
  *   flags:SLOT (hipHostGetFlags: does the runtime know the pointer?)
  *   vmm_create:SIZE:LOCATION_TYPE (hipMemCreate, pinned; the slot holds the handle)
+ *   vmm_create_old:SIZE:DEVICE_ID (the same with 5.2.3's hipMemAllocationProp, compressionType 1,
+ *   at the device DEVICE_ID)
  *   vmm_reserve:SIZE (hipMemAddressReserve)  vmm_map:VA_SLOT:HANDLE_SLOT (hipMemMap, whole handle)
  *   vmm_unmap:VA_SLOT (hipMemUnmap)  vmm_release:HANDLE_SLOT (hipMemRelease)
  *   hold:0 (prints "ready", then waits for the end of its input: the state file is read meanwhile)
@@ -172,6 +174,14 @@ static int vmm_op(const char *op, long a, long b, int *slot) {
     void *p = NULL;
     if (strcmp(op, "vmm_create") == 0) {
         int prop[8] = {1, 0, (int)b, 0};
+        vmm_create_fn f = (vmm_create_fn)fn("hipMemCreate");
+        int rc = f ? f(&p, (size_t)a, prop, 0) : -100;
+        if (rc == 0) *slot = put(p, (size_t)a);
+        return rc;
+    }
+    if (strcmp(op, "vmm_create_old") == 0) {
+        /* Bytes 0 and 8 read as 1 and DEVICE_ID: ROCm 6+'s `type` and `location.type`. */
+        int prop[8] = {1, 1, (int)b, 0, 1};
         vmm_create_fn f = (vmm_create_fn)fn("hipMemCreate");
         int rc = f ? f(&p, (size_t)a, prop, 0) : -100;
         if (rc == 0) *slot = put(p, (size_t)a);
