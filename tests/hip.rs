@@ -271,6 +271,16 @@ fn the_real_library_answers_unchanged_under_pinguard() {
         let failed: i64 = ["hipHostMalloc", "hipHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostRegister"].iter().map(|a| api(&rep, a)["failed_count"].as_i64().unwrap()).sum();
         assert_eq!(failed, 6, "{route}: each allocation reached the real runtime and failed there: {}", rep["apis"]);
         assert_eq!(rep["totals"]["denied_count"], 0, "{route}: the budget never answered for the runtime");
+
+        // 5.2.3's hipMemCreate takes device locations only: over a small budget, whatever the
+        // prop's bytes, its answers are its own.
+        let vmm = ["vmm_create_old:65536:2", "vmm_create:65536:2", "vmm_create:65536:1"];
+        let bare = run_bounded(command_in(&real, &dir, false).args(vmm).env("HIP_ROUTE", route), std::time::Duration::from_secs(60));
+        let under = run_bounded(command_in(&real, &dir, true).args(vmm).env("HIP_ROUTE", route).env("PINGUARD_BUDGET", "16K"), std::time::Duration::from_secs(60));
+        let (bare, under) = (Run::from_output(bare, dir.clone()), Run::from_output(under, dir.clone()));
+        assert!(bare.success() && under.success(), "{route}: {}\n{}\n{}", bare.stdout, under.stdout, under.stderr);
+        assert_eq!(rcs(&under, &vmm), rcs(&bare, &vmm), "{route}: hipMemCreate's answers changed:\n{}\n{}", bare.stdout, under.stdout);
+        assert!(under.stderr.contains("; 0 denied"), "{route}: the budget never answered: {}", under.stderr);
     }
 }
 
