@@ -108,6 +108,7 @@ apis! {
     HipMemRelease = "hipMemRelease";
     HipMemMap = "hipMemMap";
     HipMemUnmap = "hipMemUnmap";
+    HipMemRetainAllocationHandle = "hipMemRetainAllocationHandle";
     // Past the 64th: a callsite's bit for it is in the second word (tests/hip.rs reads it back).
     HipMemCreate = "hipMemCreate";
 }

@@ -375,7 +375,7 @@ fn every_hip_row_is_redirected_through_a_handle() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows = String::from_utf8(out.stdout).unwrap();
     let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix("hip ")).collect();
-    assert_eq!(names.len(), 19, "{names:?}");
+    assert_eq!(names.len(), 20, "{names:?}");
     let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
     let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
     for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, "libamdhip64.so.5")] {
@@ -420,6 +420,24 @@ fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
         let t = &r.report()["totals"];
         assert_eq!(t["live_bytes"], 0, "{route}: {t}");
         assert_eq!(t["unknown_release_count"], 0, "{route}");
+    }
+}
+
+/// A handle retained from the mapped address holds the memory after the creating handle is
+/// released and the range unmapped: counted until that handle is released too.
+#[test]
+fn a_retained_hip_handle_keeps_the_memory_counted() {
+    let ops = ["vmm_create:65536:2", "vmm_reserve:65536", "vmm_map:1:0", "vmm_retain:1", "vmm_release:0", "vmm_unmap:1"];
+    for route in ROUTES {
+        let r = hip(route, &ops, &[]);
+        assert_eq!(rcs(&r, &ops), vec![0; 6], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(65536), Some(65536)), "{route}: {s}");
+        let all: Vec<&str> = ops.iter().copied().chain(["vmm_release:2"]).collect();
+        let r = hip(route, &all, &[]);
+        assert_eq!(r.rc("vmm_release:2"), 0, "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
     }
 }
 

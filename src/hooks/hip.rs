@@ -230,6 +230,13 @@ unsafe fn mem_unmap(real: hipMemUnmap::Call, ptr: *mut c_void, size: usize) -> c
     }
 }
 
+unsafe fn mem_retain(real: hipMemRetainAllocationHandle::Call, handle: *mut u64, _addr: *mut c_void) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.retain_physical(Api::HipMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
+    }
+}
+
 /// `hipGetProcAddress`: the runtime's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// runtime's own.
@@ -287,6 +294,8 @@ hooks! {
     fn hipMemMap(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => mem_map;
     /// Unmaps a range `hipMemMap` mapped.
     fn hipMemUnmap(ptr: *mut c_void, size: usize) -> c_int => mem_unmap;
+    /// One more handle on mapped physical memory.
+    fn hipMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => mem_retain;
     /// Any HIP function by name (6.1+): tracked names answer with pinguard's wrappers.
     fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc;
 }

@@ -161,6 +161,12 @@ hipError_t hipMemUnmap(void *ptr, size_t size) {
     if (!size || phys_unmap((uintptr_t)ptr, size) != 0) return fail(hipErrorInvalidValue);
     return hipSuccess;
 }
+hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_t *handle, void *addr) {
+    uint64_t h;
+    if (!handle || phys_retain((uintptr_t)addr, &h) != 0) return fail(hipErrorInvalidValue);
+    *handle = (hipMemGenericAllocationHandle_t)(uintptr_t)h;
+    return hipSuccess;
+}
 
 /* hipGetProcAddress (6.1+): the library's own function for a name, or hipErrorInvalidValue with
  * HIP_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1). A table, not dlsym: the route is tested on its own. */
@@ -178,6 +184,7 @@ hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uin
         {"hipMemAddressReserve", (void *)hipMemAddressReserve}, {"hipMemAddressFree", (void *)hipMemAddressFree},
         {"hipMemMap", (void *)hipMemMap}, {"hipMemUnmap", (void *)hipMemUnmap},
         {"hipRuntimeGetVersion", (void *)hipRuntimeGetVersion},
+        {"hipMemRetainAllocationHandle", (void *)hipMemRetainAllocationHandle},
     };
     (void)hipVersion; (void)flags;
     if (!symbol || !*symbol || !pfn) return fail(hipErrorInvalidValue);

@@ -19,6 +19,7 @@
  *   at the device DEVICE_ID)
  *   vmm_reserve:SIZE (hipMemAddressReserve)  vmm_map:VA_SLOT:HANDLE_SLOT (hipMemMap, whole handle)
  *   vmm_unmap:VA_SLOT (hipMemUnmap)  vmm_release:HANDLE_SLOT (hipMemRelease)
+ *   vmm_retain:VA_SLOT (hipMemRetainAllocationHandle; the slot holds the handle)
  *   hold:0 (prints "ready", then waits for the end of its input: the state file is read meanwhile)
  */
 #define _GNU_SOURCE
@@ -44,6 +45,7 @@ typedef int (*vmm_create_fn)(void **, size_t, const void *, unsigned long long);
 typedef int (*vmm_reserve_fn)(void **, size_t, size_t, void *, unsigned long long);
 typedef int (*vmm_map_fn)(void *, size_t, size_t, void *, unsigned long long);
 typedef int (*vmm_unmap_fn)(void *, size_t);
+typedef int (*vmm_retain_fn)(void **, void *);
 
 /* The exports the program links against (weak: 5.2.3 has neither hipExtHostAlloc nor
  * hipGetProcAddress, and the real library has no emu_hip_stats). */
@@ -69,6 +71,7 @@ int hipMemRelease(void *) WEAK;
 int hipMemAddressReserve(void **, size_t, size_t, void *, unsigned long long) WEAK;
 int hipMemMap(void *, size_t, size_t, void *, unsigned long long) WEAK;
 int hipMemUnmap(void *, size_t) WEAK;
+int hipMemRetainAllocationHandle(void **, void *) WEAK;
 void emu_hip_stats(struct emu_stats *) WEAK;
 static const struct { const char *name; void *fn; } exports[] = {
     {"hipHostMalloc", (void *)hipHostMalloc}, {"hipHostAlloc", (void *)hipHostAlloc},
@@ -81,6 +84,7 @@ static const struct { const char *name; void *fn; } exports[] = {
     {"hipFreeAsync", (void *)hipFreeAsync}, {"hipMemCreate", (void *)hipMemCreate},
     {"hipMemRelease", (void *)hipMemRelease}, {"hipMemAddressReserve", (void *)hipMemAddressReserve},
     {"hipMemMap", (void *)hipMemMap}, {"hipMemUnmap", (void *)hipMemUnmap},
+    {"hipMemRetainAllocationHandle", (void *)hipMemRetainAllocationHandle},
 };
 
 static void *lib;
@@ -196,6 +200,12 @@ static int vmm_op(const char *op, long a, long b, int *slot) {
     if (strcmp(op, "vmm_map") == 0) {
         vmm_map_fn f = (vmm_map_fn)fn("hipMemMap");
         return f ? f(slots[a], slot_size[b], 0, slots[b], 0) : -100;
+    }
+    if (strcmp(op, "vmm_retain") == 0) {
+        vmm_retain_fn f = (vmm_retain_fn)fn("hipMemRetainAllocationHandle");
+        int rc = f ? f(&p, slots[a]) : -100;
+        if (rc == 0) *slot = put(p, slot_size[a]);
+        return rc;
     }
     if (strcmp(op, "vmm_unmap") == 0) {
         vmm_unmap_fn f = (vmm_unmap_fn)fn("hipMemUnmap");
