@@ -235,10 +235,11 @@ fn host_pools_are_budgeted_and_device_pools_ignored() {
 #[test]
 fn hooks_without_hip_pass_through_untracked() {
     for route in ROUTES {
-        let r = hip(route, &["malloc:8192", "register:8192:0"], &[("PINGUARD_HOOKS", "cuda,cuda-driver,acl"), ("PINGUARD_BUDGET", "4K")]);
-        assert_eq!(rcs(&r, &["malloc:8192", "register:8192:0"]), vec![0, 0], "{route}: no budget applies: {}", r.stdout);
+        let ops = ["malloc:8192", "register:8192:0", "vmm_create:8192:2"];
+        let r = hip(route, &ops, &[("PINGUARD_HOOKS", "cuda,cuda-driver,acl"), ("PINGUARD_BUDGET", "4K")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: no budget applies: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["hip"]["alloc_calls"], 2, "{route}");
+        assert_eq!(s["hip"]["alloc_calls"], 3, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
         let r = hip(route, &["malloc:8192"], &[("PINGUARD_HOOKS", "hip"), ("PINGUARD_BUDGET", "4K")]);
         assert_eq!(r.rc("malloc:8192"), 2, "{route}: hip alone is hooked");
