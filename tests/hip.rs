@@ -235,10 +235,11 @@ fn host_pools_are_budgeted_and_device_pools_ignored() {
 #[test]
 fn hooks_without_hip_pass_through_untracked() {
     for route in ROUTES {
-        let r = hip(route, &["malloc:8192", "register:8192:0"], &[("PINGUARD_HOOKS", "cuda,cuda-driver,acl"), ("PINGUARD_BUDGET", "4K")]);
-        assert_eq!(rcs(&r, &["malloc:8192", "register:8192:0"]), vec![0, 0], "{route}: no budget applies: {}", r.stdout);
+        let ops = ["malloc:8192", "register:8192:0", "vmm_create:8192:2"];
+        let r = hip(route, &ops, &[("PINGUARD_HOOKS", "cuda,cuda-driver,acl"), ("PINGUARD_BUDGET", "4K")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: no budget applies: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["hip"]["alloc_calls"], 2, "{route}");
+        assert_eq!(s["hip"]["alloc_calls"], 3, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
         let r = hip(route, &["malloc:8192"], &[("PINGUARD_HOOKS", "hip"), ("PINGUARD_BUDGET", "4K")]);
         assert_eq!(r.rc("malloc:8192"), 2, "{route}: hip alone is hooked");
@@ -271,6 +272,16 @@ fn the_real_library_answers_unchanged_under_pinguard() {
         let failed: i64 = ["hipHostMalloc", "hipHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostRegister"].iter().map(|a| api(&rep, a)["failed_count"].as_i64().unwrap()).sum();
         assert_eq!(failed, 6, "{route}: each allocation reached the real runtime and failed there: {}", rep["apis"]);
         assert_eq!(rep["totals"]["denied_count"], 0, "{route}: the budget never answered for the runtime");
+
+        // 5.2.3's hipMemCreate takes device locations only: over a small budget, whatever the
+        // prop's bytes, its answers are its own.
+        let vmm = ["vmm_create_old:65536:2", "vmm_create:65536:2", "vmm_create:65536:1"];
+        let bare = run_bounded(command_in(&real, &dir, false).args(vmm).env("HIP_ROUTE", route), std::time::Duration::from_secs(60));
+        let under = run_bounded(command_in(&real, &dir, true).args(vmm).env("HIP_ROUTE", route).env("PINGUARD_BUDGET", "16K"), std::time::Duration::from_secs(60));
+        let (bare, under) = (Run::from_output(bare, dir.clone()), Run::from_output(under, dir.clone()));
+        assert!(bare.success() && under.success(), "{route}: {}\n{}\n{}", bare.stdout, under.stdout, under.stderr);
+        assert_eq!(rcs(&under, &vmm), rcs(&bare, &vmm), "{route}: hipMemCreate's answers changed:\n{}\n{}", bare.stdout, under.stdout);
+        assert!(under.stderr.contains("; 0 denied"), "{route}: the budget never answered: {}", under.stderr);
     }
 }
 
@@ -365,7 +376,7 @@ fn every_hip_row_is_redirected_through_a_handle() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows = String::from_utf8(out.stdout).unwrap();
     let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix("hip ")).collect();
-    assert_eq!(names.len(), 15, "{names:?}");
+    assert_eq!(names.len(), 20, "{names:?}");
     let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
     let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
     for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, "libamdhip64.so.5")] {
@@ -377,5 +388,141 @@ fn every_hip_row_is_redirected_through_a_handle() {
         for (name, found) in answers {
             assert_eq!(found, holder, "dlsym(handle, {name}) with pinguard {}", preload.is_some());
         }
+    }
+}
+
+/// The virtual-memory API at ROCm 7's host locations (host 2, host NUMA 3): physical memory
+/// counted from `hipMemCreate` until both `hipMemRelease` and `hipMemUnmap`, as `cuMemCreate`'s;
+/// device-located memory (1) and a location the runtime rejects (9) pass through uncounted.
+/// Through each route, the callsite names `hipMemCreate` (an entry point past the 64th).
+#[test]
+fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
+    let ops = [
+        "vmm_create:65536:2", "vmm_create:65536:1", "vmm_create:65536:3", "vmm_reserve:65536",
+        "vmm_map:3:0", "touch:3", "vmm_release:0", "vmm_release:2", "vmm_release:1", "vmm_create:65536:9",
+    ];
+    for route in ROUTES {
+        let r = hip(route, &ops, &[]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["hip"]["outstanding_bytes"], 65536, "{route}: released but still mapped: {s}");
+        assert_eq!(s["pinguard_live_bytes"], 65536, "{route}: counted until unmapped too: {s}");
+        let rep = r.report();
+        assert_eq!(api(&rep, "hipMemCreate")["alloc_count"], 2, "{route}: the two host ones: {}", rep["apis"]);
+        assert_eq!(api(&rep, "hipMemCreate")["live_bytes"], 65536, "{route}");
+        let sites = rep["callsites"].as_array().unwrap();
+        assert!(sites.iter().any(|c| c["apis"].as_array().unwrap().iter().any(|a| a == "hipMemCreate")), "{route}: {sites:?}");
+
+        let all: Vec<&str> = ops.iter().copied().chain(["vmm_unmap:3"]).collect();
+        let r = hip(route, &all, &[]);
+        assert_eq!(r.rc("vmm_unmap:3"), 0, "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
+        let t = &r.report()["totals"];
+        assert_eq!(t["live_bytes"], 0, "{route}: {t}");
+        assert_eq!(t["unknown_release_count"], 0, "{route}");
+    }
+}
+
+/// A handle retained from the mapped address holds the memory after the creating handle is
+/// released and the range unmapped: counted until that handle is released too.
+#[test]
+fn a_retained_hip_handle_keeps_the_memory_counted() {
+    let ops = ["vmm_create:65536:2", "vmm_reserve:65536", "vmm_map:1:0", "vmm_retain:1", "vmm_release:0", "vmm_unmap:1"];
+    for route in ROUTES {
+        let r = hip(route, &ops, &[]);
+        assert_eq!(rcs(&r, &ops), vec![0; 6], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(65536), Some(65536)), "{route}: {s}");
+        let all: Vec<&str> = ops.iter().copied().chain(["vmm_release:2"]).collect();
+        let r = hip(route, &all, &[]);
+        assert_eq!(r.rc("vmm_release:2"), 0, "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
+    }
+}
+
+/// Over the budget, a host-located `hipMemCreate` is refused with hipErrorOutOfMemory under
+/// `error` and under `downgrade` alike (the device maps physical memory: pageable memory cannot
+/// stand in for it), the runtime never called; device-located ones and what fits go through, and
+/// a location the runtime rejects gets its answer.
+#[test]
+fn error_and_downgrade_refuse_host_located_hip_mem_create() {
+    let ops = ["vmm_create:65536:2", "vmm_create:65536:4", "vmm_create:65536:1", "vmm_create:8192:2", "vmm_create:65536:9"];
+    for policy in ["error", "downgrade"] {
+        for route in ROUTES {
+            let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)]);
+            assert_eq!(rcs(&r, &ops), vec![2, 2, 0, 0, 1], "{policy} {route}: {}", r.stdout);
+            let s = r.stats();
+            assert_eq!(s["hip"]["failed_calls"], 1, "{policy} {route}: only the bad location reached the runtime and failed: {s}");
+            assert_eq!(s["pinguard_live_bytes"], 8192, "{policy} {route}: {s}");
+            let rep = r.report();
+            assert_eq!(api(&rep, "hipMemCreate")["denied_count"], 2, "{policy} {route}: {}", rep["apis"]);
+            assert_eq!(rep["totals"]["downgraded_count"], 0, "{policy} {route}");
+            let denied: Vec<&str> = rep["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "denied").map(|e| e["api"].as_str().unwrap()).collect();
+            assert_eq!(denied, ["hipMemCreate", "hipMemCreate"], "{policy} {route}");
+        }
+    }
+}
+
+/// `warn`: a host-located `hipMemCreate` over the budget goes through, counted over the budget.
+#[test]
+fn warn_policy_lets_hip_mem_create_through() {
+    for route in ROUTES {
+        let ops = ["vmm_create:65536:2"];
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")]);
+        assert_eq!(rcs(&r, &ops), vec![0], "{route}: {}", r.stdout);
+        assert_eq!(r.stats()["pinguard_live_bytes"], 65536, "{route}");
+        let rep = r.report();
+        assert_eq!(rep["totals"]["over_budget_count"], 1, "{route}");
+        assert_eq!(api(&rep, "hipMemCreate")["alloc_count"], 1, "{route}");
+    }
+}
+
+/// A running process's state file names `hipMemCreate` at its callsite: the entry point's bit is
+/// past the 64th, in the second word of the state's per-callsite bits.
+#[test]
+fn the_state_file_names_hip_mem_create_at_its_callsite() {
+    use std::io::BufRead;
+    use std::process::Stdio;
+    let dir = fresh_dir("hip_vmm_state");
+    let mut child = program(&programs().0, Some(fixtures().lib.as_os_str()))
+        .args(["vmm_create:65536:2", "hold:0"])
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", dir.join("report.%p.json"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.as_mut().unwrap());
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the program ended before holding");
+    }
+    let o = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
+    drop(child.stdin.take());
+    assert!(child.wait().unwrap().success());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["per_process"][0]["reason"], "running", "{v}");
+    let sites = v["callsites"].as_array().unwrap();
+    let site = sites.iter().find(|c| c["live_bytes"] == 65536).unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(site["apis"], serde_json::json!(["hipMemCreate"]), "{site}");
+}
+
+/// Before ROCm 6, `hipMemAllocationProp` had another layout (5.2.3's: `compressionType` first,
+/// `location` at byte 4) and only device locations: whatever its bytes 0 and 8 hold, a
+/// `hipMemCreate` of a runtime older than 7 passes through uncounted, even over the budget.
+#[test]
+fn hip_mem_create_of_older_runtimes_passes_through() {
+    let ops = ["vmm_create_old:65536:2", "vmm_create_old:65536:3", "vmm_release:0", "vmm_release:1"];
+    for route in ROUTES {
+        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("EMU_HIP_VERSION", "50221153")]);
+        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0], "{route}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!((s["pinguard_live_bytes"].as_i64(), s["hip"]["failed_calls"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
+        assert!(reports_in(&r.report_dir).is_empty(), "{route}: nothing tracked, nothing to report");
     }
 }

@@ -20,8 +20,13 @@ use std::collections::BTreeMap;
 pub const MAGIC: [u8; 8] = *b"PGSTATE\x01";
 /// 4 since `group_unavailable_count` joined the per-thread counters (`with_total_counters!`), 5
 /// since `cgroup_reserve_count` did, 6 since a callsite and the folded aggregate keep their
-/// refused and downgraded bytes (a version 5 file has other bytes, or padding, there).
-pub const VERSION: u32 = 6;
+/// refused and downgraded bytes (a version 5 file has other bytes, or padding, there), 7 since a
+/// callsite and the folded aggregate keep `API_WORDS` words of entry-point bits, not one (the
+/// fields after them moved).
+pub const VERSION: u32 = 7;
+/// Words of a bit per entry point (`Info::apis`'s order) in a callsite and the folded aggregate:
+/// room for `API_WORDS * 64` entry points.
+pub const API_WORDS: usize = 2;
 /// Written as a `u64`: a reader on a machine of the other byte order sees it reversed.
 pub const ENDIAN: u64 = 0x0102_0304_0506_0708;
 /// The file name's ending, in place of the report's `.json`.
@@ -103,7 +108,7 @@ pub mod block {
 pub mod site {
     pub const NEXT: usize = 0;
     pub const ID: usize = 8;
-    /// A bit per entry point (`Info::apis`'s order), 64 of them.
+    /// `API_WORDS` words, a bit per entry point (`Info::apis`'s order), as `super::api_names` reads them.
     pub const APIS: usize = 64;
     pub const FRAMES: usize = 16;
     pub const NFRAMES: usize = 24;
@@ -113,11 +118,11 @@ pub mod site {
     pub const PY_LEN: usize = 40;
     pub const DENIED: usize = 48;
     pub const DOWNGRADED: usize = 56;
-    /// Added within version 2, in what was padding before `LEVEL`: an older file reads 0.
-    pub const OVER_BUDGET: usize = 72;
-    /// Since version 6.
-    pub const DENIED_BYTES: usize = 80;
-    pub const DOWNGRADED_BYTES: usize = 88;
+    /// Since version 7 after the second word of `APIS` (72 in versions 2 to 6).
+    pub const OVER_BUDGET: usize = APIS + super::API_WORDS * 8;
+    /// Since version 6 (80 and 88 there).
+    pub const DENIED_BYTES: usize = OVER_BUDGET + 8;
+    pub const DOWNGRADED_BYTES: usize = DENIED_BYTES + 8;
     pub const LEVEL: usize = 128;
     pub const PY_SEP: char = '\u{1f}';
 }
@@ -132,12 +137,12 @@ pub mod folded {
     pub const DOWNGRADED: usize = 32;
     pub const OVER_BUDGET: usize = 40;
     pub const PEAK: usize = 48;
-    /// A bit per entry point, as a callsite's `APIS`.
+    /// `API_WORDS` words, a bit per entry point, as a callsite's `APIS`.
     pub const APIS: usize = 56;
-    /// Since version 6.
-    pub const DENIED_BYTES: usize = 64;
-    pub const DOWNGRADED_BYTES: usize = 72;
-    pub const SIZE: usize = 80;
+    /// Since version 6 (64 and 72 there, before `APIS` had its second word).
+    pub const DENIED_BYTES: usize = APIS + super::API_WORDS * 8;
+    pub const DOWNGRADED_BYTES: usize = DENIED_BYTES + 8;
+    pub const SIZE: usize = DOWNGRADED_BYTES + 8;
 }
 
 /// A slot of a live-allocation table: the address (0: empty), then the record (`ledger::Live`).
@@ -408,12 +413,11 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             .map(|b| b.chunks_exact(8).flat_map(|c| names.frames(u64::from_ne_bytes(c.try_into().expect("8 bytes")))).collect())
             .unwrap_or_default();
         let py_frames = img.text(f(site::PY), f(site::PY_LEN)).map(|t| py_frames(&t)).unwrap_or_default();
-        let bits = img.u64_at(off + site::APIS).unwrap_or(0);
         callsites.push(Callsite {
             id,
             frames,
             py_frames,
-            apis: info.apis.iter().enumerate().filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0).map(|(_, n)| n.clone()).collect(),
+            apis: api_names(&img, off + site::APIS, &info.apis),
             live_bytes: l.live_bytes(),
             live_count: l.live_count(),
             peak_live_bytes: l.peak(),
@@ -486,7 +490,6 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
 fn folded(img: &Image, at: u64, apis: &[String]) -> crate::Folded {
     let Some(off) = (at != 0).then(|| img.at(at, folded::SIZE)).flatten() else { return crate::Folded::default() };
     let f = |o: usize| img.u64_at(off + o).unwrap_or(0);
-    let bits = f(folded::APIS);
     crate::Folded {
         count: f(folded::COUNT),
         alloc_count: f(folded::ALLOC_COUNT),
@@ -497,8 +500,14 @@ fn folded(img: &Image, at: u64, apis: &[String]) -> crate::Folded {
         over_budget_count: f(folded::OVER_BUDGET),
         denied_bytes: Some(f(folded::DENIED_BYTES)),
         downgraded_bytes: Some(f(folded::DOWNGRADED_BYTES)),
-        apis: apis.iter().enumerate().filter(|(i, _)| *i < 64 && bits & (1u64 << i) != 0).map(|(_, n)| n.clone()).collect(),
+        apis: api_names(img, off + folded::APIS, apis),
     }
+}
+
+/// The entry points whose bits are set in the `API_WORDS` words at `off`.
+fn api_names(img: &Image, off: usize, apis: &[String]) -> Vec<String> {
+    let words: Vec<u64> = (0..API_WORDS).map(|w| img.u64_at(off + w * 8).unwrap_or(0)).collect();
+    apis.iter().enumerate().filter(|(i, _)| words.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0)).map(|(_, n)| n.clone()).collect()
 }
 
 /// The process address of the object at file offset `off`.
@@ -554,8 +563,8 @@ mod tests {
     fn anything_else_is_refused_with_a_reason() {
         assert!(read(b"{}", false, 0).unwrap_err().0.contains("no state header"));
         let mut b = MAGIC.to_vec();
-        b.extend_from_slice(&7u32.to_ne_bytes());
-        assert!(read(&b, false, 0).unwrap_err().0.contains("another version"));
+        b.extend_from_slice(&(VERSION - 1).to_ne_bytes());
+        assert!(read(&b, false, 0).unwrap_err().0.contains("another version (6)"), "a version 6 file's callsites have one word of entry points");
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_ne_bytes());
         assert!(read(&b, false, 0).is_err(), "a truncated header is an error, not a panic");

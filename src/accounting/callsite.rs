@@ -37,8 +37,8 @@ pub struct Callsite {
     py_len: AtomicUsize,
     pub denied_count: AtomicU64,
     pub downgraded_count: AtomicU64,
-    /// Bit per `Api` this callsite called.
-    pub apis: AtomicU64,
+    /// Bit per `Api` this callsite called (`Api as usize` bit of the words).
+    pub apis: ApiBits,
     /// Calls pinned over the budget under `warn`.
     pub over_budget_count: AtomicU64,
     /// Bytes of the refused and downgraded calls (the slow path's; in what was padding).
@@ -74,8 +74,22 @@ const _: () = {
     assert!(offset_of!(Callsite, over_budget_count) == s::OVER_BUDGET);
     assert!(offset_of!(Callsite, denied_bytes) == s::DENIED_BYTES && offset_of!(Callsite, downgraded_bytes) == s::DOWNGRADED_BYTES);
     assert!(offset_of!(Callsite, level) == s::LEVEL && offset_of!(Callsite, apis) == s::APIS);
-    assert!(Api::COUNT <= 64, "a bit per entry point in `apis`");
+    assert!(Api::COUNT <= API_BITS, "a bit per entry point in `apis`: widen `state::API_WORDS`");
 };
+
+/// A bit per entry point, in the state file's words (`state::API_WORDS`).
+pub type ApiBits = [AtomicU64; pinguard_report::state::API_WORDS];
+const API_BITS: usize = pinguard_report::state::API_WORDS * 64;
+
+/// The words' bits as plain values.
+pub fn api_bits(a: &ApiBits) -> [u64; pinguard_report::state::API_WORDS] {
+    std::array::from_fn(|w| a[w].load(Ordering::Relaxed))
+}
+
+/// Whether `api`'s bit is set in `bits`.
+pub fn has_api(bits: &[u64], api: Api) -> bool {
+    bits.get(api as usize / 64).is_some_and(|w| w & (1u64 << (api as u32 % 64)) != 0)
+}
 
 // SAFETY: the raw pointers point at immutable data that lives as long as the process (the
 // arena, or leaked heap memory); everything mutable is atomic or behind a lock.
@@ -136,9 +150,10 @@ impl Callsite {
     }
 
     pub fn note_api(&self, api: Api) {
-        let bit = 1u64 << api as u32;
-        if self.apis.load(Ordering::Relaxed) & bit == 0 {
-            self.apis.fetch_or(bit, Ordering::Relaxed);
+        // One word's load, and an atomic or the first time only (the hot path's cost).
+        let (word, bit) = (&self.apis[api as usize / 64], 1u64 << (api as u32 % 64));
+        if word.load(Ordering::Relaxed) & bit == 0 {
+            word.fetch_or(bit, Ordering::Relaxed);
         }
     }
 }
@@ -321,7 +336,7 @@ fn slot(frames: &[usize], py: &[u8]) -> &'static Callsite {
     cs.py_len.store(py.len(), Ordering::Release);
     cs.warned.store(false, Ordering::Relaxed);
     cs.scope.store(0, Ordering::Relaxed);
-    cs.apis.store(0, Ordering::Relaxed);
+    cs.apis.iter().for_each(|w| w.store(0, Ordering::Relaxed));
     cs.seen.store(UNSEEN, Ordering::Relaxed);
     cs.closed.lock().clear();
     cs.id.store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
@@ -343,7 +358,7 @@ fn fresh(len: usize) -> &'static Callsite {
     let cs: &'static Callsite = crate::accounting::arena::leak(Callsite {
         state_next: AtomicU64::new(0),
         id: AtomicU32::new(0),
-        apis: AtomicU64::new(0),
+        apis: [const { AtomicU64::new(0) }; pinguard_report::state::API_WORDS],
         frames_at: buffer::<usize>(cap),
         frames_len: AtomicUsize::new(0),
         py_at: AtomicPtr::new(std::ptr::null_mut()),
@@ -379,7 +394,7 @@ pub struct Folded {
     /// The highest peak of any folded callsite.
     pub peak_live_bytes: AtomicU64,
     /// A bit per `Api` any of them called.
-    pub apis: AtomicU64,
+    pub apis: ApiBits,
     pub denied_bytes: AtomicU64,
     pub downgraded_bytes: AtomicU64,
 }
@@ -415,7 +430,7 @@ fn folded_record() -> &'static Folded {
         downgraded_count: z(),
         over_budget_count: z(),
         peak_live_bytes: z(),
-        apis: z(),
+        apis: [const { AtomicU64::new(0) }; pinguard_report::state::API_WORDS],
         denied_bytes: z(),
         downgraded_bytes: z(),
     });
@@ -448,7 +463,9 @@ fn absorb(cs: &Callsite) {
     f.over_budget_count.fetch_add(take(&cs.over_budget_count), Ordering::Relaxed);
     f.denied_bytes.fetch_add(take(&cs.denied_bytes), Ordering::Relaxed);
     f.downgraded_bytes.fetch_add(take(&cs.downgraded_bytes), Ordering::Relaxed);
-    f.apis.fetch_or(take(&cs.apis), Ordering::Relaxed);
+    for (to, from) in f.apis.iter().zip(&cs.apis) {
+        to.fetch_or(take(from), Ordering::Relaxed);
+    }
 }
 
 /// Folded slots waiting to be reused: (slot, `FOLDS` when it was folded, coarse ms then), oldest

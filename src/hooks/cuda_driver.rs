@@ -117,7 +117,7 @@ const LOCATION_HOST: [i32; 3] = [2, 3, 4];
 
 /// Whether a `CUmemAllocationProp` asks for pinned host memory, and whether the call is one the
 /// driver rejects anyway (`flags` is reserved and must be 0).
-unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
+pub(crate) unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
     if prop.is_null() {
         return (false, true);
     }

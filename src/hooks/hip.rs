@@ -9,6 +9,7 @@ use crate::api::{Api, Family};
 use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicI32, Ordering};
 
 const SUCCESS: c_int = 0;
 /// `hipErrorOutOfMemory` (= `hipErrorMemoryAllocation`).
@@ -165,6 +166,77 @@ unsafe fn free_async(real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void)
     }
 }
 
+/// ROCm 7.0 in `hipRuntimeGetVersion`'s encoding (HIP_VERSION: major * 10^7 + minor * 10^5 +
+/// patch): the first runtime whose `hipMemCreate` takes host locations.
+const HOST_LOCATIONS_SINCE: c_int = 70_000_000;
+/// The runtime's version, asked once: 0 not yet, -1 no answer.
+static RUNTIME_VERSION: AtomicI32 = AtomicI32::new(0);
+
+type VersionFn = unsafe extern "C-unwind" fn(*mut c_int) -> c_int;
+
+/// Whether the runtime's `hipMemCreate` knows host locations. An older one (5.2.3's
+/// `hipMemAllocationProp` has another layout: docs/field-notes.md) has device memory only, which
+/// passes through whatever its bytes are; so does a runtime that does not say its version.
+fn host_locations() -> bool {
+    let mut v = RUNTIME_VERSION.load(Ordering::Relaxed);
+    if v == 0 {
+        // SAFETY: `VersionFn` is the C type of `hipRuntimeGetVersion(int*)`.
+        let get = unsafe { real!("hipRuntimeGetVersion").get::<VersionFn>() };
+        let mut answer: c_int = 0;
+        // SAFETY: the real function, with a live out-pointer to an `int`.
+        let ok = get.is_some_and(|f| unsafe { f(&mut answer) } == SUCCESS && answer > 0);
+        v = if ok { answer } else { -1 };
+        RUNTIME_VERSION.store(v, Ordering::Relaxed);
+    }
+    v >= HOST_LOCATIONS_SINCE
+}
+
+/// `hipMemCreate`: physical memory, counted when its location is the host's (ROCm 7's
+/// `hipMemLocationTypeHost`, `HostNuma`, `HostNumaCurrent`); device memory passes through. A
+/// physical allocation is mapped for the device, so `downgrade` refuses it as `error` does.
+unsafe fn mem_create(real: hipMemCreate::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) if !host_locations() => h.create_physical(Api::HipMemCreate, handle, size, None, CODES, move || real.call()),
+        Some(h) => {
+            // SAFETY: `prop` is the C caller's, null or a `hipMemAllocationProp`, whose layout
+            // since ROCm 6 is `CUmemAllocationProp`'s (`type` at byte 0, `location.type` at 8,
+            // the same numbers: docs/field-notes.md), and `flags` must be 0 as CUDA's.
+            let (host, rejected) = unsafe { super::cuda_driver::host_prop(prop, flags) };
+            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
+            h.create_physical(Api::HipMemCreate, handle, size, req, CODES, move || real.call())
+        }
+    }
+}
+
+unsafe fn mem_release(real: hipMemRelease::Call, handle: u64) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.release_physical(Api::HipMemRelease, handle, SUCCESS, move || real.call()),
+    }
+}
+
+unsafe fn mem_map(real: hipMemMap::Call, ptr: *mut c_void, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.map_physical(Api::HipMemMap, ptr as usize, size, handle, SUCCESS, move || real.call()),
+    }
+}
+
+unsafe fn mem_unmap(real: hipMemUnmap::Call, ptr: *mut c_void, size: usize) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.unmap_physical(Api::HipMemUnmap, ptr as usize, size.max(1), SUCCESS, move || real.call()),
+    }
+}
+
+unsafe fn mem_retain(real: hipMemRetainAllocationHandle::Call, handle: *mut u64, _addr: *mut c_void) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.retain_physical(Api::HipMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
+    }
+}
+
 /// `hipGetProcAddress`: the runtime's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// runtime's own.
@@ -214,6 +286,16 @@ hooks! {
     fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
     /// An allocation back to its pool.
     fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => free_async;
+    /// Physical memory for the virtual-memory API, at a host location in ROCm 7 (counted).
+    fn hipMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => mem_create;
+    /// A handle of `hipMemCreate` goes (its memory once unmapped).
+    fn hipMemRelease(handle: u64) -> c_int => mem_release;
+    /// Maps physical memory at a reserved address.
+    fn hipMemMap(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => mem_map;
+    /// Unmaps a range `hipMemMap` mapped.
+    fn hipMemUnmap(ptr: *mut c_void, size: usize) -> c_int => mem_unmap;
+    /// One more handle on mapped physical memory.
+    fn hipMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => mem_retain;
     /// Any HIP function by name (6.1+): tracked names answer with pinguard's wrappers.
     fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc;
 }

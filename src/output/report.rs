@@ -423,12 +423,12 @@ fn unnamed(sym: &Symbolizer, addr: usize, modules: &mut Vec<schema::Module>) -> 
 
 /// A callsite's figures, without its frames.
 fn figures(c: &callsite::Callsite) -> schema::Callsite {
-    let bits = c.apis.load(Ordering::Relaxed);
+    let bits = callsite::api_bits(&c.apis);
     schema::Callsite {
         id: c.id(),
         frames: Vec::new(),
         py_frames: Vec::new(),
-        apis: api_names(bits),
+        apis: api_names(&bits),
         live_bytes: c.level.bytes(),
         live_count: c.level.count(),
         peak_live_bytes: c.level.peak(),
@@ -442,8 +442,8 @@ fn figures(c: &callsite::Callsite) -> schema::Callsite {
     }
 }
 
-fn api_names(bits: u64) -> Vec<String> {
-    crate::api::Api::ALL.iter().filter(|a| bits & (1u64 << **a as u32) != 0).map(|a| a.name().to_string()).collect()
+fn api_names(bits: &[u64]) -> Vec<String> {
+    crate::api::Api::ALL.iter().filter(|&&a| callsite::has_api(bits, a)).map(|a| a.name().to_string()).collect()
 }
 
 /// The callsites the report lists (each then named: symbolizing is the costly part): those that
@@ -460,7 +460,7 @@ fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
             denied_count: g(&f.denied_count),
             downgraded_count: g(&f.downgraded_count),
             over_budget_count: g(&f.over_budget_count),
-            apis: api_names(g(&f.apis)),
+            apis: api_names(&callsite::api_bits(&f.apis)),
             denied_bytes: Some(g(&f.denied_bytes)),
             downgraded_bytes: Some(g(&f.downgraded_bytes)),
         }

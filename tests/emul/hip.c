@@ -107,6 +107,67 @@ hipError_t hipFreeAsync(void *ptr, hipStream_t stream) {
     return hipSuccess;
 }
 
+/* The virtual-memory API with ROCm 7's host locations: hipMemAllocationProp is laid out as
+ * CUmemAllocationProp since 6.x (`type` at 0, hipMemAllocationTypePinned 1; `location {int type;
+ * int id}` at 8: Device 1, Host 2, HostNuma 3, HostNumaCurrent 4). Host-located memory is real
+ * (emul_core's phys_*), counted as pinned; a device-located one is a handle only. */
+typedef void *hipMemGenericAllocationHandle_t;
+
+/* HIP_VERSION's encoding (major * 10000000 + minor * 100000 + patch): 7.0.0 unless
+ * EMU_HIP_VERSION says otherwise. Below 6, hipMemAllocationProp has 5.2.3's layout:
+ * {unsigned char compressionType; hipMemLocation location (at 4); int requestedHandleType (12);
+ * int type (16); unsigned short usage; void *win32HandleMetaData}, device locations only. */
+static int version(void) { return getenv("EMU_HIP_VERSION") ? atoi(getenv("EMU_HIP_VERSION")) : 70000000; }
+hipError_t hipRuntimeGetVersion(int *runtimeVersion) {
+    if (!runtimeVersion) return fail(hipErrorInvalidValue);
+    *runtimeVersion = version();
+    return hipSuccess;
+}
+
+hipError_t hipMemCreate(hipMemGenericAllocationHandle_t *handle, size_t size, const void *prop, unsigned long long flags) {
+    if (!handle || !prop || size == 0 || flags != 0) return fail(hipErrorInvalidValue);
+    int old = version() < 60000000;
+    int type = *(const int *)((const char *)prop + (old ? 16 : 0)), loc = *(const int *)((const char *)prop + (old ? 4 : 8));
+    if (old && loc != 1) return fail(hipErrorInvalidValue);
+    if (type != 1 || loc < 1 || loc > 4) return fail(hipErrorInvalidValue);
+    uint64_t h;
+    if (phys_create(size, loc != 1, &h) != 0) return fail(hipErrorOutOfMemory);
+    *handle = (hipMemGenericAllocationHandle_t)(uintptr_t)h;
+    return hipSuccess;
+}
+hipError_t hipMemRelease(hipMemGenericAllocationHandle_t handle) {
+    if (phys_release((uint64_t)(uintptr_t)handle) != 0) return fail(hipErrorInvalidValue);
+    return hipSuccess;
+}
+hipError_t hipMemAddressReserve(void **ptr, size_t size, size_t alignment, void *addr, unsigned long long flags) {
+    (void)alignment; (void)addr; (void)flags;
+    void *p = ptr && size ? vm_reserve(size) : NULL;
+    if (!p) return fail(hipErrorInvalidValue);
+    *ptr = p;
+    return hipSuccess;
+}
+hipError_t hipMemAddressFree(void *ptr, size_t size) {
+    if (!ptr || munmap(ptr, size) != 0) return fail(hipErrorInvalidValue);
+    return hipSuccess;
+}
+hipError_t hipMemMap(void *ptr, size_t size, size_t offset, hipMemGenericAllocationHandle_t handle, unsigned long long flags) {
+    if (flags != 0) return fail(hipErrorInvalidValue);
+    int r = phys_map((uintptr_t)ptr, size, offset, (uint64_t)(uintptr_t)handle);
+    if (r == 1) return fail(hipErrorInvalidValue);
+    if (r != 0) return fail(hipErrorOutOfMemory);
+    return hipSuccess;
+}
+hipError_t hipMemUnmap(void *ptr, size_t size) {
+    if (!size || phys_unmap((uintptr_t)ptr, size) != 0) return fail(hipErrorInvalidValue);
+    return hipSuccess;
+}
+hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_t *handle, void *addr) {
+    uint64_t h;
+    if (!handle || phys_retain((uintptr_t)addr, &h) != 0) return fail(hipErrorInvalidValue);
+    *handle = (hipMemGenericAllocationHandle_t)(uintptr_t)h;
+    return hipSuccess;
+}
+
 /* hipGetProcAddress (6.1+): the library's own function for a name, or hipErrorInvalidValue with
  * HIP_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1). A table, not dlsym: the route is tested on its own. */
 hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uint64_t flags, int *symbolStatus) {
@@ -119,6 +180,11 @@ hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uin
         {"hipMemPoolCreate", (void *)hipMemPoolCreate}, {"hipMemPoolDestroy", (void *)hipMemPoolDestroy},
         {"hipMemPoolTrimTo", (void *)hipMemPoolTrimTo}, {"hipMallocFromPoolAsync", (void *)hipMallocFromPoolAsync},
         {"hipFreeAsync", (void *)hipFreeAsync}, {"hipGetProcAddress", (void *)hipGetProcAddress},
+        {"hipMemCreate", (void *)hipMemCreate}, {"hipMemRelease", (void *)hipMemRelease},
+        {"hipMemAddressReserve", (void *)hipMemAddressReserve}, {"hipMemAddressFree", (void *)hipMemAddressFree},
+        {"hipMemMap", (void *)hipMemMap}, {"hipMemUnmap", (void *)hipMemUnmap},
+        {"hipRuntimeGetVersion", (void *)hipRuntimeGetVersion},
+        {"hipMemRetainAllocationHandle", (void *)hipMemRetainAllocationHandle},
     };
     (void)hipVersion; (void)flags;
     if (!symbol || !*symbol || !pfn) return fail(hipErrorInvalidValue);

@@ -14,6 +14,13 @@
  *   pool:LOCATION_TYPE (hipMemPoolCreate, pinned)  pool_alloc:POOL_SLOT:SIZE
  *   free_async:SLOT  trim:POOL_SLOT:KEEP  destroy:POOL_SLOT  touch:SLOT (writes every byte)
  *   flags:SLOT (hipHostGetFlags: does the runtime know the pointer?)
+ *   vmm_create:SIZE:LOCATION_TYPE (hipMemCreate, pinned; the slot holds the handle)
+ *   vmm_create_old:SIZE:DEVICE_ID (the same with 5.2.3's hipMemAllocationProp, compressionType 1,
+ *   at the device DEVICE_ID)
+ *   vmm_reserve:SIZE (hipMemAddressReserve)  vmm_map:VA_SLOT:HANDLE_SLOT (hipMemMap, whole handle)
+ *   vmm_unmap:VA_SLOT (hipMemUnmap)  vmm_release:HANDLE_SLOT (hipMemRelease)
+ *   vmm_retain:VA_SLOT (hipMemRetainAllocationHandle; the slot holds the handle)
+ *   hold:0 (prints "ready", then waits for the end of its input: the state file is read meanwhile)
  */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
@@ -34,6 +41,11 @@ typedef int (*trim_fn)(void *, size_t);
 typedef int (*pool_alloc_fn)(void **, size_t, void *, void *);
 typedef int (*free_async_fn)(void *, void *);
 typedef int (*proc_fn)(const char *, void **, int, uint64_t, int *);
+typedef int (*vmm_create_fn)(void **, size_t, const void *, unsigned long long);
+typedef int (*vmm_reserve_fn)(void **, size_t, size_t, void *, unsigned long long);
+typedef int (*vmm_map_fn)(void *, size_t, size_t, void *, unsigned long long);
+typedef int (*vmm_unmap_fn)(void *, size_t);
+typedef int (*vmm_retain_fn)(void **, void *);
 
 /* The exports the program links against (weak: 5.2.3 has neither hipExtHostAlloc nor
  * hipGetProcAddress, and the real library has no emu_hip_stats). */
@@ -54,6 +66,12 @@ int hipMemPoolTrimTo(void *, size_t) WEAK;
 int hipMallocFromPoolAsync(void **, size_t, void *, void *) WEAK;
 int hipFreeAsync(void *, void *) WEAK;
 int hipGetProcAddress(const char *, void **, int, uint64_t, int *) WEAK;
+int hipMemCreate(void **, size_t, const void *, unsigned long long) WEAK;
+int hipMemRelease(void *) WEAK;
+int hipMemAddressReserve(void **, size_t, size_t, void *, unsigned long long) WEAK;
+int hipMemMap(void *, size_t, size_t, void *, unsigned long long) WEAK;
+int hipMemUnmap(void *, size_t) WEAK;
+int hipMemRetainAllocationHandle(void **, void *) WEAK;
 void emu_hip_stats(struct emu_stats *) WEAK;
 static const struct { const char *name; void *fn; } exports[] = {
     {"hipHostMalloc", (void *)hipHostMalloc}, {"hipHostAlloc", (void *)hipHostAlloc},
@@ -63,7 +81,10 @@ static const struct { const char *name; void *fn; } exports[] = {
     {"hipHostUnregister", (void *)hipHostUnregister}, {"hipHostGetFlags", (void *)hipHostGetFlags},
     {"hipMemPoolCreate", (void *)hipMemPoolCreate}, {"hipMemPoolDestroy", (void *)hipMemPoolDestroy},
     {"hipMemPoolTrimTo", (void *)hipMemPoolTrimTo}, {"hipMallocFromPoolAsync", (void *)hipMallocFromPoolAsync},
-    {"hipFreeAsync", (void *)hipFreeAsync},
+    {"hipFreeAsync", (void *)hipFreeAsync}, {"hipMemCreate", (void *)hipMemCreate},
+    {"hipMemRelease", (void *)hipMemRelease}, {"hipMemAddressReserve", (void *)hipMemAddressReserve},
+    {"hipMemMap", (void *)hipMemMap}, {"hipMemUnmap", (void *)hipMemUnmap},
+    {"hipMemRetainAllocationHandle", (void *)hipMemRetainAllocationHandle},
 };
 
 static void *lib;
@@ -151,7 +172,56 @@ static int pool_op(const char *op, long a, long b, int *slot) {
     return f ? f(slots[a]) : -100;
 }
 
+/* The virtual-memory calls: ROCm 6+'s hipMemAllocationProp (32 bytes; `type` at 0, `location
+ * {type, id}` at 8), a handle or a reserved range per slot. */
+static int vmm_op(const char *op, long a, long b, int *slot) {
+    void *p = NULL;
+    if (strcmp(op, "vmm_create") == 0) {
+        int prop[8] = {1, 0, (int)b, 0};
+        vmm_create_fn f = (vmm_create_fn)fn("hipMemCreate");
+        int rc = f ? f(&p, (size_t)a, prop, 0) : -100;
+        if (rc == 0) *slot = put(p, (size_t)a);
+        return rc;
+    }
+    if (strcmp(op, "vmm_create_old") == 0) {
+        /* Bytes 0 and 8 read as 1 and DEVICE_ID: ROCm 6+'s `type` and `location.type`. */
+        int prop[8] = {1, 1, (int)b, 0, 1};
+        vmm_create_fn f = (vmm_create_fn)fn("hipMemCreate");
+        int rc = f ? f(&p, (size_t)a, prop, 0) : -100;
+        if (rc == 0) *slot = put(p, (size_t)a);
+        return rc;
+    }
+    if (strcmp(op, "vmm_reserve") == 0) {
+        vmm_reserve_fn f = (vmm_reserve_fn)fn("hipMemAddressReserve");
+        int rc = f ? f(&p, (size_t)a, 0, NULL, 0) : -100;
+        if (rc == 0) *slot = put(p, (size_t)a);
+        return rc;
+    }
+    if (strcmp(op, "vmm_map") == 0) {
+        vmm_map_fn f = (vmm_map_fn)fn("hipMemMap");
+        return f ? f(slots[a], slot_size[b], 0, slots[b], 0) : -100;
+    }
+    if (strcmp(op, "vmm_retain") == 0) {
+        vmm_retain_fn f = (vmm_retain_fn)fn("hipMemRetainAllocationHandle");
+        int rc = f ? f(&p, slots[a]) : -100;
+        if (rc == 0) *slot = put(p, slot_size[a]);
+        return rc;
+    }
+    if (strcmp(op, "vmm_unmap") == 0) {
+        vmm_unmap_fn f = (vmm_unmap_fn)fn("hipMemUnmap");
+        return f ? f(slots[a], slot_size[a]) : -100;
+    }
+    return ptr_op("hipMemRelease", slots[a]);
+}
+
 static int run_op(const char *op, long a, long b, int *slot) {
+    if (strncmp(op, "vmm_", 4) == 0) return vmm_op(op, a, b, slot);
+    if (strcmp(op, "hold") == 0) {
+        printf("ready\n");
+        fflush(stdout);
+        while (getchar() != EOF) {}
+        return 0;
+    }
     if (strcmp(op, "malloc") == 0) return alloc_op("hipHostMalloc", a, b, slot);
     if (strcmp(op, "alloc") == 0) return alloc_op("hipHostAlloc", a, b, slot);
     if (strcmp(op, "ext") == 0) return alloc_op("hipExtHostAlloc", a, b, slot);
