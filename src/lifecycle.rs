@@ -314,6 +314,9 @@ fn exit_report() {
         let _ = std::panic::catch_unwind(|| report::write_exit(cfg));
     } else {
         report::exiting();
+        // Nothing was counted: the state file (made when a hook or the C API first needed it)
+        // holds nothing to read, and a process that pins nothing leaves nothing behind.
+        crate::accounting::arena::remove_file();
     }
     let _ = std::panic::catch_unwind(|| {
         // No metrics write can start now (the exit report is decided): the file goes, the

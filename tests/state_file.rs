@@ -270,3 +270,15 @@ fn a_states_callsites_carry_their_refused_bytes() {
     assert_eq!(site["denied_bytes"], n * 8192);
     assert_eq!(v["totals"]["denied_bytes"], n * 8192);
 }
+
+#[test]
+fn a_process_that_pins_nothing_leaves_neither_state_nor_report() {
+    // The program asks pinguard's C API for its live bytes and makes a runtime call that pins
+    // nothing (0 bytes): the state file made for them holds nothing, and goes at exit.
+    let r = run("scenario", &["cuda_alloc:0"], &[]);
+    assert!(r.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("pinguard_live_bytes\":0"), "{}", r.stdout);
+    let left: Vec<_> = std::fs::read_dir(&r.report_dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "a process that pinned nothing left {left:?}");
+    assert!(pinguard_lines(&r.stderr).is_empty(), "{}", r.stderr);
+}
