@@ -11,7 +11,13 @@ pub enum Family {
 }
 
 impl Family {
-    pub const ALL: [Family; 5] = [Family::Cuda, Family::CudaDriver, Family::Acl, Family::Mlock, Family::Hip];
+    pub const ALL: [Family; 5] = [
+        Family::Cuda,
+        Family::CudaDriver,
+        Family::Acl,
+        Family::Mlock,
+        Family::Hip,
+    ];
 
     /// As `PINGUARD_HOOKS` names it: the registry's list, in this enum's order.
     pub fn name(self) -> &'static str {

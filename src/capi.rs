@@ -1,9 +1,9 @@
 //! The C API declared in `include/pinguard.h`.
 
-use crate::runtime::guard::{self, Reentry};
 use crate::accounting::ledger;
 use crate::lifecycle;
 use crate::output::report;
+use crate::runtime::guard::{self, Reentry};
 use pinguard_report::Reason;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -13,14 +13,24 @@ use std::path::Path;
 /// Returns 0 on success, -1 on failure (pinguard disabled, unwritable path).
 #[no_mangle]
 pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
-    let Some(_r) = Reentry::enter() else { return -1 };
+    let Some(_r) = Reentry::enter() else {
+        return -1;
+    };
     let e = guard::errno();
     let rc = std::panic::catch_unwind(|| {
         let Some(cfg) = lifecycle::ensure_init(_r.thread()) else {
             return -1;
         };
         // SAFETY: not null, so a NUL-terminated path (the C API's contract, `pinguard.h`).
-        let p = if path.is_null() { None } else { Some(unsafe { CStr::from_ptr(path) }.to_string_lossy().into_owned()) };
+        let p = if path.is_null() {
+            None
+        } else {
+            Some(
+                unsafe { CStr::from_ptr(path) }
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        };
         match report::write(cfg, Reason::Request, p.as_deref().map(Path::new)) {
             Ok(_) => 0,
             Err(msg) => {
@@ -39,7 +49,9 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
 /// or -1 when pinguard is disabled or the process is setuid.
 #[no_mangle]
 pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> isize {
-    let Some(_r) = Reentry::enter() else { return -1 };
+    let Some(_r) = Reentry::enter() else {
+        return -1;
+    };
     let e = guard::errno();
     let rc = std::panic::catch_unwind(|| {
         if lifecycle::ensure_init(_r.thread()).is_none() || crate::runtime::kernel::secure_mode() {
@@ -73,7 +85,8 @@ pub extern "C" fn pinguard_live_bytes() -> u64 {
         let t = r.thread();
         let e = t.errno();
         let _ = std::panic::catch_unwind(|| {
-            let on = lifecycle::ensure_init(t).is_some_and(|c| c.hooks & crate::api::Family::Mlock.bit() != 0);
+            let on = lifecycle::ensure_init(t)
+                .is_some_and(|c| c.hooks & crate::api::Family::Mlock.bit() != 0);
             if on {
                 let d = ledger::reconcile_locked(t);
                 crate::budget::adjust(d.removed, d.added);

@@ -20,7 +20,10 @@ pub fn config(vars: &[(String, Option<String>)]) {
     let c = Config::from_vars(vars, &FixedMemory);
     for e in &c.errors {
         assert!(!e.contains('\n'), "a config error spans lines: {e:?}");
-        assert!(e.starts_with("PINGUARD_"), "a config error does not name its variable: {e:?}");
+        assert!(
+            e.starts_with("PINGUARD_"),
+            "a config error does not name its variable: {e:?}"
+        );
     }
     assert!(c.depth <= pinguard_report::vars::MAX_DEPTH);
     assert!(c.hooks != 0);

@@ -1,13 +1,13 @@
 //! Start, fork and exit: when pinguard sets itself up, what a fork child inherits, and the report
 //! at exit.
 
-use crate::runtime::config::Config;
-use pinguard_report::vars;
-use crate::runtime::guard::{self, Reentry, Thread};
 use crate::accounting::{callsite, ledger};
 use crate::budget;
 use crate::output::report;
+use crate::runtime::config::Config;
+use crate::runtime::guard::{self, Reentry, Thread};
 use crate::runtime::{kernel, log};
+use pinguard_report::vars;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -34,10 +34,12 @@ const OFF: u8 = 3;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static CONFIG: OnceLock<Config> = OnceLock::new();
 /// `CONFIG`'s value once `STATE` is `READY` (null before, and when pinguard is off), in one load.
-static READY_CONFIG: std::sync::atomic::AtomicPtr<Config> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static READY_CONFIG: std::sync::atomic::AtomicPtr<Config> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 /// The same for hooked calls (`hooks_ready`), null again in a fork child until its first hooked
 /// call has restarted the report thread.
-static HOOKS_CONFIG: std::sync::atomic::AtomicPtr<Config> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static HOOKS_CONFIG: std::sync::atomic::AtomicPtr<Config> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// The process whose memory holds pinguard's state: the one that started it, or a fork child
 /// (set in its fork handler). A `vfork` child shares that memory but is another process.
@@ -132,7 +134,10 @@ fn init_once() -> Option<&'static Config> {
             READY => return CONFIG.get(),
             OFF => return None,
             UNINIT => {
-                if STATE.compare_exchange(UNINIT, RUNNING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if STATE
+                    .compare_exchange(UNINIT, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
                     // Set-up reads files and may wait: a cancellation requested meanwhile waits
                     // for the application's own next cancellation point.
                     let _nc = crate::runtime::sys::NoCancel::new();
@@ -155,7 +160,8 @@ fn init() -> bool {
     let vars: Vec<(String, Option<String>)> = std::env::vars_os()
         .filter_map(|(k, v)| {
             let k = k.into_string().ok()?;
-            k.starts_with("PINGUARD_").then(|| (k, v.into_string().ok()))
+            k.starts_with("PINGUARD_")
+                .then(|| (k, v.into_string().ok()))
         })
         .collect();
     let mut cfg = Config::from_vars(&vars, &kernel::Host);
@@ -180,7 +186,9 @@ fn init() -> bool {
     crate::output::files::init_template(cfg.report.as_deref());
     crate::runtime::objects::own_range();
     let _ = CONFIG.set(cfg);
-    let Some(cfg) = CONFIG.get() else { return false };
+    let Some(cfg) = CONFIG.get() else {
+        return false;
+    };
     crate::runtime::heap::on_short(heap_short);
     ledger::on_first_count(first_count);
     crate::output::metrics::forget_previous_image(cfg);
@@ -249,7 +257,9 @@ fn start_metrics(t: &Thread, cfg: &'static Config) -> bool {
         return false;
     }
     let e = t.errno();
-    let _ = std::panic::catch_unwind(|| crate::runtime::workstack::run(t, || crate::output::reporter::start_metrics(cfg)));
+    let _ = std::panic::catch_unwind(|| {
+        crate::runtime::workstack::run(t, || crate::output::reporter::start_metrics(cfg))
+    });
     t.set_errno(e);
     true
 }
@@ -261,7 +271,11 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
-        _ => crate::runtime::config::early_hooks_enabled(env(vars::DISABLE.name), env(vars::HOOKS.name), family),
+        _ => crate::runtime::config::early_hooks_enabled(
+            env(vars::DISABLE.name),
+            env(vars::HOOKS.name),
+            family,
+        ),
     }
 }
 
@@ -303,7 +317,10 @@ extern "C" fn at_exit() {
 /// own pinguard's state (a `vfork` child, or a child of a raw `clone`), whose flags, report and
 /// group share would be its parent's.
 fn exit_report() {
-    if STATE.load(Ordering::Acquire) != READY || !owns_state() || EXIT_DONE.swap(true, Ordering::AcqRel) {
+    if STATE.load(Ordering::Acquire) != READY
+        || !owns_state()
+        || EXIT_DONE.swap(true, Ordering::AcqRel)
+    {
         return;
     }
     // Writing reads and writes files: never a cancellation point inside pinguard.
@@ -335,7 +352,11 @@ fn exit_report() {
 /// own work on this thread is caught before (`Reentry`).
 pub fn exit_report_from_exit_call() {
     let Some(_r) = Reentry::enter() else { return };
-    if STATE.load(Ordering::Acquire) != READY || !owns_state() || EXIT_DONE.load(Ordering::Acquire) || !ledger::touched() {
+    if STATE.load(Ordering::Acquire) != READY
+        || !owns_state()
+        || EXIT_DONE.load(Ordering::Acquire)
+        || !ledger::touched()
+    {
         return;
     }
     // The line below and the report are I/O: no cancellation acted on inside pinguard (the
@@ -369,7 +390,11 @@ struct ForkState {
 }
 
 const fn fork_state(hold: fn(), let_go: unsafe fn(bool)) -> ForkState {
-    ForkState { hold, let_go, unmaps: false }
+    ForkState {
+        hold,
+        let_go,
+        unmaps: false,
+    }
 }
 
 /// The fork protocol, after the report lock (`fork_prepare`): taken in this order, let go of in
@@ -383,9 +408,21 @@ static FORK_STATES: &[ForkState] = &[
     fork_state(crate::runtime::gate::close, crate::runtime::gate::reopen),
     fork_state(callsite::hold, callsite::let_go),
     fork_state(ledger::hold, ledger::let_go),
-    fork_state(crate::accounting::physical::hold, crate::accounting::physical::let_go),
-    fork_state(crate::accounting::pools::hold, crate::accounting::pools::let_go),
-    ForkState { unmaps: true, ..fork_state(crate::accounting::arena::hold, crate::accounting::arena::let_go) },
+    fork_state(
+        crate::accounting::physical::hold,
+        crate::accounting::physical::let_go,
+    ),
+    fork_state(
+        crate::accounting::pools::hold,
+        crate::accounting::pools::let_go,
+    ),
+    ForkState {
+        unmaps: true,
+        ..fork_state(
+            crate::accounting::arena::hold,
+            crate::accounting::arena::let_go,
+        )
+    },
     fork_state(crate::runtime::heap::hold, crate::runtime::heap::let_go),
 ];
 
@@ -404,7 +441,11 @@ extern "C" fn fork_prepare() {
 /// state last. Then the report lock.
 fn let_go_after_fork(child: bool) {
     let rev = FORK_STATES.iter().rev();
-    for m in rev.clone().filter(|m| !(child && m.unmaps)).chain(rev.filter(|m| child && m.unmaps)) {
+    for m in rev
+        .clone()
+        .filter(|m| !(child && m.unmaps))
+        .chain(rev.filter(|m| child && m.unmaps))
+    {
         // SAFETY: pthread runs the parent's and the child's handler only after `fork_prepare`,
         // on the forking thread, which took every module's locks in `hold` (`let_go`'s contract).
         unsafe { (m.let_go)(child) };

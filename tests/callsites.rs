@@ -15,14 +15,27 @@ fn build() -> std::path::PathBuf {
         .get_or_init(|| {
             let out = fixtures().dir.join("many_stacks");
             let src = root().join("tests/progs/many_stacks.c");
-            cc(&["-g", "-O1", "-fno-omit-frame-pointer", "-Wall", "-o", &out.to_string_lossy(), &src.to_string_lossy()]);
+            cc(&[
+                "-g",
+                "-O1",
+                "-fno-omit-frame-pointer",
+                "-Wall",
+                "-o",
+                &out.to_string_lossy(),
+                &src.to_string_lossy(),
+            ]);
             out
         })
         .clone()
 }
 
 fn with_ext(dir: &std::path::Path, ext: &str) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == ext)).collect();
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
     v.sort();
     v
 }
@@ -34,7 +47,12 @@ fn wait_peak(child: std::process::Child) -> (i32, u64) {
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: waits for the test's own child, writing into the locals above.
     let r = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut ru) };
-    assert_eq!(r, child.id() as i32, "wait4: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        r,
+        child.id() as i32,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
     (status, ru.ru_maxrss as u64 * 1024)
 }
 
@@ -48,12 +66,21 @@ fn distinct_stacks_with_nothing_live_are_folded_and_everything_stays_bounded() {
     let (n, keep) = (65_536u64, 3u64);
     let dir = fresh_dir("many_stacks");
     let mut cmd = command_in(&build(), &dir, true);
-    cmd.args([n.to_string(), keep.to_string()]).env("PINGUARD_HOOKS", "mlock");
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    cmd.args([n.to_string(), keep.to_string()])
+        .env("PINGUARD_HOOKS", "mlock");
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
-    assert!(line.starts_with("ready") && line.contains("failures=0"), "{line:?}");
+    assert!(
+        line.starts_with("ready") && line.contains("failures=0"),
+        "{line:?}"
+    );
 
     // The state file while the process still runs, before its exit report replaces it.
     let states = with_ext(&dir, "state");
@@ -66,7 +93,10 @@ fn distinct_stacks_with_nothing_live_are_folded_and_everything_stays_bounded() {
     let stderr = child.stderr.take().unwrap();
     let (status, peak) = wait_peak(child);
     let stderr = std::io::read_to_string(stderr).unwrap();
-    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status:#x}\n{stderr}");
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status:#x}\n{stderr}"
+    );
 
     let reports = with_ext(&dir, "json");
     assert_eq!(reports.len(), 1, "{reports:?}\n{stderr}");
@@ -81,28 +111,65 @@ fn distinct_stacks_with_nothing_live_are_folded_and_everything_stays_bounded() {
     assert_eq!(totals["alloc_count"].as_u64(), Some(n + keep), "{totals}");
     let sites = r["callsites"].as_array().unwrap();
     let folded = &r["callsites_folded"];
-    let folded_count = folded["count"].as_u64().unwrap_or_else(|| panic!("no callsites_folded in the report: {folded}"));
-    assert!(folded_count > 0 && sites.len() as u64 + folded_count == n + keep, "{} listed, {folded}", sites.len());
+    let folded_count = folded["count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no callsites_folded in the report: {folded}"));
+    assert!(
+        folded_count > 0 && sites.len() as u64 + folded_count == n + keep,
+        "{} listed, {folded}",
+        sites.len()
+    );
     // Exact totals: the listed callsites and the aggregate add up to the process's figures.
-    let listed: u64 = sites.iter().map(|s| s["alloc_count"].as_u64().unwrap()).sum();
-    assert_eq!(listed + folded["alloc_count"].as_u64().unwrap(), n + keep, "{folded}");
-    let bytes: u64 = sites.iter().map(|s| s["alloc_bytes"].as_u64().unwrap()).sum();
-    assert_eq!(bytes + folded["alloc_bytes"].as_u64().unwrap(), totals["alloc_bytes"].as_u64().unwrap());
+    let listed: u64 = sites
+        .iter()
+        .map(|s| s["alloc_count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        listed + folded["alloc_count"].as_u64().unwrap(),
+        n + keep,
+        "{folded}"
+    );
+    let bytes: u64 = sites
+        .iter()
+        .map(|s| s["alloc_bytes"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        bytes + folded["alloc_bytes"].as_u64().unwrap(),
+        totals["alloc_bytes"].as_u64().unwrap()
+    );
     assert_eq!(folded["peak_live_bytes"].as_u64(), Some(4096), "{folded}");
 
     // Every live allocation keeps a callsite of its own, named by its own function.
     let live = r["live"].as_array().unwrap();
     assert_eq!(live.len() as u64, keep, "{live:?}");
-    let mut ids: Vec<u64> = live.iter().map(|l| l["callsite"].as_u64().unwrap()).collect();
+    let mut ids: Vec<u64> = live
+        .iter()
+        .map(|l| l["callsite"].as_u64().unwrap())
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len() as u64, keep, "{live:?}");
     let mut names = Vec::new();
     for id in ids {
-        let site: &Value = sites.iter().find(|s| s["id"].as_u64() == Some(id)).unwrap_or_else(|| panic!("live callsite {id} is not listed"));
-        assert_eq!((site["live_count"].as_u64(), site["live_bytes"].as_u64()), (Some(1), Some(4096)), "{site}");
-        let keeper = site["frames"].as_array().unwrap().iter().find_map(|f| f["symbol"].as_str().filter(|s| s.starts_with("keep")));
-        names.push(keeper.unwrap_or_else(|| panic!("no keepN frame in {site}")).to_string());
+        let site: &Value = sites
+            .iter()
+            .find(|s| s["id"].as_u64() == Some(id))
+            .unwrap_or_else(|| panic!("live callsite {id} is not listed"));
+        assert_eq!(
+            (site["live_count"].as_u64(), site["live_bytes"].as_u64()),
+            (Some(1), Some(4096)),
+            "{site}"
+        );
+        let keeper = site["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find_map(|f| f["symbol"].as_str().filter(|s| s.starts_with("keep")));
+        names.push(
+            keeper
+                .unwrap_or_else(|| panic!("no keepN frame in {site}"))
+                .to_string(),
+        );
     }
     names.sort();
     assert_eq!(names, ["keep0", "keep1", "keep2"]);
@@ -111,7 +178,12 @@ fn distinct_stacks_with_nothing_live_are_folded_and_everything_stays_bounded() {
     for d in [&dir, &kept] {
         let text = pinguard_cli(&["report".as_ref(), d.as_os_str()]);
         let text = String::from_utf8_lossy(&text.stdout);
-        assert!(text.contains(&format!("{} callsites folded", folded_count)) || d == &kept && text.contains("callsites folded"), "{}:\n{text}", d.display());
+        assert!(
+            text.contains(&format!("{} callsites folded", folded_count))
+                || d == &kept && text.contains("callsites folded"),
+            "{}:\n{text}",
+            d.display()
+        );
     }
 }
 
@@ -122,20 +194,51 @@ fn the_cap_is_a_variable_and_a_folded_stack_that_comes_back_counts_anew() {
     let (n, keep, max) = (2_000u64, 3u64, 64u64);
     let dir = fresh_dir("many_stacks_cap");
     let mut cmd = command_in(&build(), &dir, true);
-    cmd.args([n.to_string(), keep.to_string(), "2".into()]).env("PINGUARD_HOOKS", "mlock").env("PINGUARD_MAX_CALLSITES", max.to_string());
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    cmd.args([n.to_string(), keep.to_string(), "2".into()])
+        .env("PINGUARD_HOOKS", "mlock")
+        .env("PINGUARD_MAX_CALLSITES", max.to_string());
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     child.stdin.take().unwrap().write_all(b"\n").unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let reports = with_ext(&dir, "json");
     let r = read_json(&reports[0]);
     let (sites, folded) = (r["callsites"].as_array().unwrap(), &r["callsites_folded"]);
     assert!(sites.len() as u64 <= max + keep, "{} listed", sites.len());
-    assert_eq!(sites.iter().filter(|s| s["live_count"] == 1).count() as u64, keep);
-    let listed: u64 = sites.iter().map(|s| s["alloc_count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        sites.iter().filter(|s| s["live_count"] == 1).count() as u64,
+        keep
+    );
+    let listed: u64 = sites
+        .iter()
+        .map(|s| s["alloc_count"].as_u64().unwrap())
+        .sum();
     assert_eq!(r["totals"]["alloc_count"].as_u64(), Some(2 * n + keep));
-    assert_eq!(listed + folded["alloc_count"].as_u64().unwrap(), 2 * n + keep, "{folded}");
+    assert_eq!(
+        listed + folded["alloc_count"].as_u64().unwrap(),
+        2 * n + keep,
+        "{folded}"
+    );
     // More folded than there are stacks: the ones that came back were folded again.
-    assert!(folded["count"].as_u64().unwrap() + sites.len() as u64 > n + keep, "{folded}");
-    assert!(folded["apis"].as_array().unwrap().iter().any(|a| a == "mlock"), "{folded}");
+    assert!(
+        folded["count"].as_u64().unwrap() + sites.len() as u64 > n + keep,
+        "{folded}"
+    );
+    assert!(
+        folded["apis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|a| a == "mlock"),
+        "{folded}"
+    );
 }

@@ -18,19 +18,43 @@ fn each_bad_variable_gets_one_line_and_a_fallback() {
         ("PINGUARD_BUGDET", "1G", "did you mean PINGUARD_BUDGET"),
     ];
     for (var, value, fallback) in cases {
-        let r = run("scenario", &["cuda_alloc:4096", "mlock:0:1"], &[(var, value)]);
-        assert!(r.success(), "{var}={value}: the process must run\n{}", r.stderr);
+        let r = run(
+            "scenario",
+            &["cuda_alloc:4096", "mlock:0:1"],
+            &[(var, value)],
+        );
+        assert!(
+            r.success(),
+            "{var}={value}: the process must run\n{}",
+            r.stderr
+        );
         assert_eq!(r.rc("cuda_alloc:4096"), 0, "{var}={value}");
-        let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains(var)).collect();
-        assert_eq!(lines.len(), 1, "{var}={value}: want one line, got:\n{}", r.stderr);
-        assert!(lines[0].contains(value) && lines[0].contains(fallback), "{var}: {}", lines[0]);
+        let lines: Vec<_> = pinguard_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| l.contains(var))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{var}={value}: want one line, got:\n{}",
+            r.stderr
+        );
+        assert!(
+            lines[0].contains(value) && lines[0].contains(fallback),
+            "{var}: {}",
+            lines[0]
+        );
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
         let rep = r.report();
         let errors = rep["config"]["errors"].as_array().unwrap();
         assert_eq!(errors.len(), 1, "{var}: {errors:?}");
         assert!(errors[0].as_str().unwrap().contains(var));
         // The fallback is in force: the default policy, depth, hooks and no budget.
-        assert_eq!(rep["config"]["budget_bytes"], serde_json::Value::Null, "{var}");
+        assert_eq!(
+            rep["config"]["budget_bytes"],
+            serde_json::Value::Null,
+            "{var}"
+        );
         assert_eq!(rep["config"]["policy"], "error", "{var}");
         assert_eq!(rep["config"]["depth"], 32, "{var}");
         assert_eq!(rep["config"]["hooks"].as_array().unwrap().len(), 5, "{var}"); // every family, HIP too
@@ -40,32 +64,75 @@ fn each_bad_variable_gets_one_line_and_a_fallback() {
 
 #[test]
 fn bad_report_template_falls_back_to_the_default_in_the_working_directory() {
-    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", "%q/x.json")]);
+    let r = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[("PINGUARD_REPORT", "%q/x.json")],
+    );
     assert!(r.success());
     let lines = pinguard_lines(&r.stderr);
-    assert!(lines.iter().any(|l| l.contains("PINGUARD_REPORT") && l.contains("unknown escape \"%q\"")), "{}", r.stderr);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("PINGUARD_REPORT") && l.contains("unknown escape \"%q\"")),
+        "{}",
+        r.stderr
+    );
     let pid = r.out.status.code().map(|_| ()).and(Some(()));
     assert!(pid.is_some());
     let files = reports_in(&r.report_dir);
     assert_eq!(files.len(), 1, "{files:?}");
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with("pinguard.scenario.") && name.ends_with(".json"), "{name}");
+    assert!(
+        name.starts_with("pinguard.scenario.") && name.ends_with(".json"),
+        "{name}"
+    );
 }
 
 #[test]
 fn budget_forms() {
     // Kubernetes' binary forms (`8Gi`) too: a manifest's size must never turn the cap off.
-    let forms = [("1048576", 1048576u64), ("512K", 524288), ("1.5MiB", 1572864), ("2m", 2097152), ("64Ki", 64 << 10), ("3Mi", 3 << 20), ("8Gi", 8 << 30), ("1Ti", 1 << 40), ("1.5Gi", 3 << 29)];
+    let forms = [
+        ("1048576", 1048576u64),
+        ("512K", 524288),
+        ("1.5MiB", 1572864),
+        ("2m", 2097152),
+        ("64Ki", 64 << 10),
+        ("3Mi", 3 << 20),
+        ("8Gi", 8 << 30),
+        ("1Ti", 1 << 40),
+        ("1.5Gi", 3 << 29),
+    ];
     for (value, bytes) in forms {
         let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", value)]);
         assert_eq!(r.report()["config"]["budget_bytes"], bytes, "{value}");
-        assert!(pinguard_lines(&r.stderr).iter().all(|l| !l.contains("PINGUARD_BUDGET")), "{}", r.stderr);
+        assert!(
+            pinguard_lines(&r.stderr)
+                .iter()
+                .all(|l| !l.contains("PINGUARD_BUDGET")),
+            "{}",
+            r.stderr
+        );
     }
     // The group budget and the host reserve take the same forms (issue 32).
     let group = format!("forms-{}", std::process::id());
-    let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_GROUP", &group), ("PINGUARD_GROUP_BUDGET", "8Gi"), ("PINGUARD_HOST_RESERVE", "1Mi")]);
+    let r = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[
+            ("PINGUARD_GROUP", &group),
+            ("PINGUARD_GROUP_BUDGET", "8Gi"),
+            ("PINGUARD_HOST_RESERVE", "1Mi"),
+        ],
+    );
     let _ = std::fs::remove_file(format!("/dev/shm/pinguard.group.{group}"));
-    assert!(pinguard_lines(&r.stderr).iter().all(|l| !l.contains("PINGUARD_")), "{}", r.stderr);
+    assert!(
+        pinguard_lines(&r.stderr)
+            .iter()
+            .all(|l| !l.contains("PINGUARD_")),
+        "{}",
+        r.stderr
+    );
     assert_eq!(r.report()["config"]["host_reserve_bytes"], 1u64 << 20);
     assert_eq!(r.report()["group"]["budget_bytes"], 8u64 << 30);
     assert_eq!(r.report()["config"]["errors"].as_array().unwrap().len(), 0);
@@ -76,15 +143,36 @@ fn budget_forms() {
 
 #[test]
 fn a_pinning_process_prints_each_bad_setting_once_when_it_first_pins() {
-    let ops = ["cuda_alloc:4096", "acl_malloc:4096", "mlock:0:1", "cuda_alloc:4096"];
-    let r = run("scenario", &ops, &[("PINGUARD_BUDGET", "-1"), ("PINGUARD_POLICY", "explode")]);
+    let ops = [
+        "cuda_alloc:4096",
+        "acl_malloc:4096",
+        "mlock:0:1",
+        "cuda_alloc:4096",
+    ];
+    let r = run(
+        "scenario",
+        &ops,
+        &[("PINGUARD_BUDGET", "-1"), ("PINGUARD_POLICY", "explode")],
+    );
     assert!(r.success(), "{}", r.stderr);
     for var in ["PINGUARD_BUDGET", "PINGUARD_POLICY"] {
-        let n = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains(var)).count();
+        let n = pinguard_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| l.contains(var))
+            .count();
         assert_eq!(n, 1, "{var}: want one line:\n{}", r.stderr);
     }
     let rep = r.report();
-    let errors: Vec<&str> = rep["config"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    let errors: Vec<&str> = rep["config"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
     assert_eq!(errors.len(), 2, "{errors:?}");
-    assert!(errors.iter().any(|e| e.contains("PINGUARD_BUDGET")) && errors.iter().any(|e| e.contains("PINGUARD_POLICY")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("PINGUARD_BUDGET"))
+            && errors.iter().any(|e| e.contains("PINGUARD_POLICY")),
+        "{errors:?}"
+    );
 }

@@ -18,12 +18,22 @@ fn dlsym_answers_as_glibc_in_every_preload_order() {
         ("wrapper alone", wrap.clone()),
     ] {
         for _ in 0..3 {
-            let out = program(&f.dir.join("dlsym_check"), Some(preload.as_ref())).output().unwrap();
+            let out = program(&f.dir.join("dlsym_check"), Some(preload.as_ref()))
+                .output()
+                .unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "{label}:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{label}:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             assert!(!stdout.contains("BAD"), "{label}:\n{stdout}");
             let expected = if preload.contains("libwrap") { 14 } else { 11 };
-            assert_eq!(stdout.lines().filter(|l| l.ends_with(" ok")).count(), expected, "{label}:\n{stdout}");
+            assert_eq!(
+                stdout.lines().filter(|l| l.ends_with(" ok")).count(),
+                expected,
+                "{label}:\n{stdout}"
+            );
         }
     }
 }
@@ -36,27 +46,76 @@ fn every_table_row_is_redirected_through_a_handle() {
     let f = fixtures();
     let exe = f.dir.join("dlsym_table");
     let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/progs/dlsym_table.c");
-    cc(&["-g", "-O1", "-Wall", "-o", exe.to_str().unwrap(), src, "-ldl"]);
-    let out = std::process::Command::new("python3").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/exports.py")).arg("--families").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    cc(&[
+        "-g",
+        "-O1",
+        "-Wall",
+        "-o",
+        exe.to_str().unwrap(),
+        src,
+        "-ldl",
+    ]);
+    let out = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/exports.py"))
+        .arg("--families")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows = String::from_utf8(out.stdout).unwrap();
     let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
     for (family, runtime, file) in [
-        ("cuda_runtime", f.dir.join("libcudart.so").to_str().unwrap().to_string(), "libcudart.so"),
-        ("cuda_driver", f.dir.join("libcuda.so.1").to_str().unwrap().to_string(), "libcuda.so.1"),
-        ("acl", f.dir.join("libascendcl.so").to_str().unwrap().to_string(), "libascendcl.so"),
+        (
+            "cuda_runtime",
+            f.dir.join("libcudart.so").to_str().unwrap().to_string(),
+            "libcudart.so",
+        ),
+        (
+            "cuda_driver",
+            f.dir.join("libcuda.so.1").to_str().unwrap().to_string(),
+            "libcuda.so.1",
+        ),
+        (
+            "acl",
+            f.dir.join("libascendcl.so").to_str().unwrap().to_string(),
+            "libascendcl.so",
+        ),
         ("libc_lock", "libc.so.6".to_string(), "libc.so.6"),
     ] {
-        let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix(family)?.strip_prefix(' ')).collect();
+        let names: Vec<&str> = rows
+            .lines()
+            .filter_map(|l| l.strip_prefix(family)?.strip_prefix(' '))
+            .collect();
         assert!(names.len() >= 9, "{family}: {names:?}");
         for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, file)] {
-            let out = program(&exe, preload).arg(&runtime).args(&names).output().unwrap();
+            let out = program(&exe, preload)
+                .arg(&runtime)
+                .args(&names)
+                .output()
+                .unwrap();
             let text = String::from_utf8_lossy(&out.stdout);
-            assert!(out.status.success(), "{family}: {text}{}", String::from_utf8_lossy(&out.stderr));
-            let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
-            assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names, "{family}");
+            assert!(
+                out.status.success(),
+                "{family}: {text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let answers: Vec<(&str, &str)> =
+                text.lines().filter_map(|l| l.split_once(' ')).collect();
+            assert_eq!(
+                answers.iter().map(|a| a.0).collect::<Vec<_>>(),
+                names,
+                "{family}"
+            );
             for (name, found) in answers {
-                assert_eq!(found, holder, "{family}: dlsym(handle, {name}) with pinguard {}", preload.is_some());
+                assert_eq!(
+                    found,
+                    holder,
+                    "{family}: dlsym(handle, {name}) with pinguard {}",
+                    preload.is_some()
+                );
             }
         }
     }

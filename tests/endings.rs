@@ -25,17 +25,44 @@ fn progs() -> &'static Path {
     BUILT.get_or_init(|| {
         let f = fixtures();
         let lib_dir = f.dir.to_string_lossy().into_owned();
-        for prog in ["end_pinners", "end_signals", "end_dispositions", "end_handler", "end_midwrite"] {
+        for prog in [
+            "end_pinners",
+            "end_signals",
+            "end_dispositions",
+            "end_handler",
+            "end_midwrite",
+        ] {
             let out = f.dir.join(prog).to_string_lossy().into_owned();
-            let src = root().join(format!("tests/progs/{prog}.c")).to_string_lossy().into_owned();
-            cc(&["-g", "-O1", "-Wall", "-pthread", "-rdynamic", "-o", &out, &src, "-L", &lib_dir, "-Wl,-rpath,$ORIGIN", "-lcudart", "-ldl"]);
+            let src = root()
+                .join(format!("tests/progs/{prog}.c"))
+                .to_string_lossy()
+                .into_owned();
+            cc(&[
+                "-g",
+                "-O1",
+                "-Wall",
+                "-pthread",
+                "-rdynamic",
+                "-o",
+                &out,
+                &src,
+                "-L",
+                &lib_dir,
+                "-Wl,-rpath,$ORIGIN",
+                "-lcudart",
+                "-ldl",
+            ]);
         }
         f.dir.clone()
     })
 }
 
 fn libcudart() -> String {
-    fixtures().dir.join("libcudart.so").to_string_lossy().into_owned()
+    fixtures()
+        .dir
+        .join("libcudart.so")
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// The signals whose default action ends the process, by name as reports name them.
@@ -53,13 +80,20 @@ const FATAL: [(i32, &str); 10] = [
 ];
 
 fn signame(sig: i32) -> &'static str {
-    FATAL.iter().find(|(s, _)| *s == sig).map_or("?", |(_, n)| n)
+    FATAL
+        .iter()
+        .find(|(s, _)| *s == sig)
+        .map_or("?", |(_, n)| n)
 }
 
 /// `prog` (a program of this file, or a path) in `dir`, pinguard preloaded or not, reports going
 /// to `dir` (`report.%p.json`), on a clean `PINGUARD_*`/`EMU_*` environment.
 fn command(prog: &str, args: &[&str], dir: &Path, preload: bool) -> Command {
-    let path = if prog.contains('/') { PathBuf::from(prog) } else { progs().join(prog) };
+    let path = if prog.contains('/') {
+        PathBuf::from(prog)
+    } else {
+        progs().join(prog)
+    };
     let mut cmd = command_in(&path, dir, preload);
     cmd.args(args);
     cmd
@@ -76,7 +110,10 @@ fn python(script: &str, dir: &Path, preload: bool) -> Command {
 /// the machine's own limit stands.
 fn cores_here() -> bool {
     static HERE: OnceLock<bool> = OnceLock::new();
-    *HERE.get_or_init(|| std::fs::read_to_string("/proc/sys/kernel/core_pattern").is_ok_and(|p| p.starts_with("core") && !p.contains('/')))
+    *HERE.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/kernel/core_pattern")
+            .is_ok_and(|p| p.starts_with("core") && !p.contains('/'))
+    })
 }
 
 /// The child starts from a known signal state whatever the test harness inherited: every
@@ -91,7 +128,14 @@ fn signal_state(cmd: &mut Command, ignored: &'static [i32], blocked: &'static [i
         cmd.pre_exec(move || {
             for s in 1..32 {
                 if s != libc::SIGKILL && s != libc::SIGSTOP {
-                    libc::signal(s, if ignored.contains(&s) { libc::SIG_IGN } else { libc::SIG_DFL });
+                    libc::signal(
+                        s,
+                        if ignored.contains(&s) {
+                            libc::SIG_IGN
+                        } else {
+                            libc::SIG_DFL
+                        },
+                    );
                 }
             }
             let mut set: libc::sigset_t = std::mem::zeroed();
@@ -129,7 +173,13 @@ struct Ended {
 impl Proc {
     fn spawn(cmd: &mut Command) -> Proc {
         // Its own process group: a hung child and anything it started are killed together.
-        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .unwrap();
         let (tx, lines) = mpsc::channel();
         let out = child.stdout.take().unwrap();
         std::thread::spawn(move || {
@@ -147,7 +197,12 @@ impl Proc {
             let _ = err.read_to_end(&mut s);
             let _ = tx.send(String::from_utf8_lossy(&s).into_owned());
         });
-        Proc { child, lines, seen: Vec::new(), stderr }
+        Proc {
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr,
+        }
     }
 
     fn pid(&self) -> u32 {
@@ -171,7 +226,10 @@ impl Proc {
                     // SAFETY: signals the test's own child's process group.
                     unsafe { libc::kill(-pid, libc::SIGKILL) };
                     let end = self.end();
-                    panic!("no {prefix:?} line ({e:?}): status {:?}\nstdout:\n{}\nstderr:\n{}", end.status, end.stdout, end.stderr);
+                    panic!(
+                        "no {prefix:?} line ({e:?}): status {:?}\nstdout:\n{}\nstderr:\n{}",
+                        end.status, end.stdout, end.stderr
+                    );
                 }
             }
         }
@@ -198,22 +256,35 @@ impl Proc {
                 // SAFETY: as in `wait_line`.
                 unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
                 let s = self.child.wait().unwrap();
-                let err = self.stderr.recv_timeout(Duration::from_secs(5)).unwrap_or_default();
+                let err = self
+                    .stderr
+                    .recv_timeout(Duration::from_secs(5))
+                    .unwrap_or_default();
                 panic!("pid {pid} still running after {LIMIT:?} (now {s:?}); stdout so far:\n{}\nstderr:\n{err}", self.seen.join("\n"));
             }
             std::thread::sleep(Duration::from_millis(5));
         };
         // The readers end at EOF, which a grandchild that still holds the pipes puts off: it gets
         // a while to finish, then it is killed.
-        let stderr = self.stderr.recv_timeout(Duration::from_secs(10)).unwrap_or_else(|_| {
-            // SAFETY: the group the test's own child led; only its leftovers are in it.
-            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
-            self.stderr.recv_timeout(Duration::from_secs(10)).unwrap_or_default()
-        });
+        let stderr = self
+            .stderr
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| {
+                // SAFETY: the group the test's own child led; only its leftovers are in it.
+                unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+                self.stderr
+                    .recv_timeout(Duration::from_secs(10))
+                    .unwrap_or_default()
+            });
         while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
             self.seen.push(l);
         }
-        Ended { status, pid, stdout: self.seen.join("\n"), stderr }
+        Ended {
+            status,
+            pid,
+            stdout: self.seen.join("\n"),
+            stderr,
+        }
     }
 }
 
@@ -222,25 +293,44 @@ fn report_json(dir: &Path) -> Result<Value, String> {
     let o = pinguard_cli(&[OsStr::new("report"), OsStr::new("--json"), dir.as_os_str()]);
     let err = String::from_utf8_lossy(&o.stderr);
     if !o.status.success() {
-        return Err(format!("`pinguard report --json` exited {:?}: {err}\nin the directory: {}", o.status, listing(dir)));
+        return Err(format!(
+            "`pinguard report --json` exited {:?}: {err}\nin the directory: {}",
+            o.status,
+            listing(dir)
+        ));
     }
-    serde_json::from_slice(&o.stdout).map_err(|e| format!("`pinguard report --json` printed no JSON ({e}): {err}"))
+    serde_json::from_slice(&o.stdout)
+        .map_err(|e| format!("`pinguard report --json` printed no JSON ({e}): {err}"))
 }
 
 fn listing(dir: &Path) -> String {
-    let mut names: Vec<String> =
-        std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect()).unwrap_or_default();
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
     names.sort();
     names.join(" ")
 }
 
 /// The one `per_process` line of `pid`.
 fn process_line(rep: &Value, pid: u32) -> Result<&Value, String> {
-    let lines: Vec<&Value> = rep["per_process"].as_array().map(|a| a.iter().filter(|p| p["pid"] == pid).collect()).unwrap_or_default();
+    let lines: Vec<&Value> = rep["per_process"]
+        .as_array()
+        .map(|a| a.iter().filter(|p| p["pid"] == pid).collect())
+        .unwrap_or_default();
     match lines.as_slice() {
         [one] => Ok(one),
-        [] => Err(format!("pid {pid} is not in per_process: {}", rep["per_process"])),
-        many => Err(format!("pid {pid} is in per_process {} times (counted twice): {many:?}", many.len())),
+        [] => Err(format!(
+            "pid {pid} is not in per_process: {}",
+            rep["per_process"]
+        )),
+        many => Err(format!(
+            "pid {pid} is in per_process {} times (counted twice): {many:?}",
+            many.len()
+        )),
     }
 }
 
@@ -256,7 +346,13 @@ fn named_signal(line: &Value) -> Option<String> {
 
 /// What `pinguard report` makes of a process that `sig` ended: it is there, `"killed"` (its
 /// state) or `"fatal_signal"` (its report, naming `sig`), with exactly these live figures.
-fn check_death(dir: &Path, pid: u32, sig: i32, live_bytes: u64, live_count: u64) -> Result<(), String> {
+fn check_death(
+    dir: &Path,
+    pid: u32,
+    sig: i32,
+    live_bytes: u64,
+    live_count: u64,
+) -> Result<(), String> {
     let rep = report_json(dir)?;
     let line = process_line(&rep, pid)?;
     match line["reason"].as_str() {
@@ -264,20 +360,34 @@ fn check_death(dir: &Path, pid: u32, sig: i32, live_bytes: u64, live_count: u64)
         Some("fatal_signal") => {
             let named = named_signal(line);
             if named.as_deref() != Some(signame(sig)) {
-                return Err(format!("a fatal_signal report naming {named:?}, not {}: {line}", signame(sig)));
+                return Err(format!(
+                    "a fatal_signal report naming {named:?}, not {}: {line}",
+                    signame(sig)
+                ));
             }
         }
-        other => return Err(format!("reason {other:?}, not killed or fatal_signal: {line}")),
+        other => {
+            return Err(format!(
+                "reason {other:?}, not killed or fatal_signal: {line}"
+            ))
+        }
     }
     let t = &line["totals"];
     if t["live_bytes"] != live_bytes || t["live_count"] != live_count {
-        return Err(format!("live {} bytes in {} allocations, not {live_bytes} in {live_count}: {line}", t["live_bytes"], t["live_count"]));
+        return Err(format!(
+            "live {} bytes in {} allocations, not {live_bytes} in {live_count}: {line}",
+            t["live_bytes"], t["live_count"]
+        ));
     }
     Ok(())
 }
 
 fn state_files(dir: &Path) -> Vec<String> {
-    listing(dir).split(' ').filter(|n| n.ends_with(".state")).map(str::to_string).collect()
+    listing(dir)
+        .split(' ')
+        .filter(|n| n.ends_with(".state"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Core files are large and say nothing the exit status did not.
@@ -292,7 +402,13 @@ fn differing(with: &str, without: &str) -> String {
     let (a, b): (Vec<&str>, Vec<&str>) = (with.lines().collect(), without.lines().collect());
     let mut d: Vec<String> = (0..a.len().max(b.len()))
         .filter(|&i| a.get(i) != b.get(i))
-        .map(|i| format!("  under pinguard: {:?}\n  without:        {:?}", a.get(i), b.get(i)))
+        .map(|i| {
+            format!(
+                "  under pinguard: {:?}\n  without:        {:?}",
+                a.get(i),
+                b.get(i)
+            )
+        })
         .collect();
     d.truncate(20);
     d.join("\n")
@@ -300,7 +416,12 @@ fn differing(with: &str, without: &str) -> String {
 
 /// Panics with every failure at once: which signals fail says more than the first.
 fn all_passed(what: &str, failures: Vec<String>) {
-    assert!(failures.is_empty(), "{what}: {} failed:\n\n{}", failures.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{what}: {} failed:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
 
 /// A small generator for the random moments; the seed is printed so that a failure can be rerun
@@ -308,9 +429,16 @@ fn all_passed(what: &str, failures: Vec<String>) {
 struct Rng(u64);
 impl Rng {
     fn new(what: &str) -> Rng {
-        let seed = std::env::var("PGTEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1
-        });
+        let seed = std::env::var("PGTEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as u64
+                    | 1
+            });
         eprintln!("{what}: PGTEST_SEED={seed}");
         Rng(seed)
     }
@@ -329,7 +457,8 @@ const PINNERS_MAX_SIZE: i64 = 98304;
 const PINNERS_THREADS: i64 = 4;
 
 #[test]
-fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_the_runtimes_count() {
+fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_the_runtimes_count()
+{
     let mut rng = Rng::new("kill -9");
     let mut failures = Vec::new();
     let mut seen_text = false;
@@ -345,10 +474,21 @@ fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_t
         std::thread::sleep(Duration::from_millis(delay));
         p.signal(libc::SIGKILL);
         let end = p.finish();
-        assert_eq!(end.status.signal(), Some(libc::SIGKILL), "round {round}: {}", end.stderr);
+        assert_eq!(
+            end.status.signal(),
+            Some(libc::SIGKILL),
+            "round {round}: {}",
+            end.stderr
+        );
         let emu = emu_stats_file(&counts, "cuda").expect("the runtime's counts (EMU_STATS_FILE)");
-        let (emu_bytes, emu_count) = (emu["outstanding_bytes"].as_i64().unwrap(), emu["outstanding_count"].as_i64().unwrap());
-        assert!(emu_count >= PINNERS_THREADS && emu["alloc_calls"].as_i64().unwrap() >= PINNERS_THREADS, "round {round}: {emu}");
+        let (emu_bytes, emu_count) = (
+            emu["outstanding_bytes"].as_i64().unwrap(),
+            emu["outstanding_count"].as_i64().unwrap(),
+        );
+        assert!(
+            emu_count >= PINNERS_THREADS && emu["alloc_calls"].as_i64().unwrap() >= PINNERS_THREADS,
+            "round {round}: {emu}"
+        );
         let what = format!("round {round} (end_pinners {seed}, killed {delay} ms after it started pinning; the runtime held {emu_bytes} bytes in {emu_count})");
         let checked = (|| -> Result<(), String> {
             let rep = report_json(&dir)?;
@@ -356,26 +496,40 @@ fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_t
             if line["reason"] != "killed" {
                 return Err(format!("reason {}, not killed: {line}", line["reason"]));
             }
-            let (bytes, count) = (line["totals"]["live_bytes"].as_i64().unwrap_or(-1), line["totals"]["live_count"].as_i64().unwrap_or(-1));
+            let (bytes, count) = (
+                line["totals"]["live_bytes"].as_i64().unwrap_or(-1),
+                line["totals"]["live_count"].as_i64().unwrap_or(-1),
+            );
             // Each thread may be inside one call, which the runtime may have counted and pinguard
             // not yet (or the reverse).
-            if (bytes - emu_bytes).abs() > PINNERS_THREADS * PINNERS_MAX_SIZE || (count - emu_count).abs() > PINNERS_THREADS {
-                return Err(format!("pinguard's state says {bytes} bytes in {count} allocations: {line}"));
+            if (bytes - emu_bytes).abs() > PINNERS_THREADS * PINNERS_MAX_SIZE
+                || (count - emu_count).abs() > PINNERS_THREADS
+            {
+                return Err(format!(
+                    "pinguard's state says {bytes} bytes in {count} allocations: {line}"
+                ));
             }
             let top = &rep["callsites"][0];
             let frames = top["frames"].as_array().cloned().unwrap_or_default();
             let named = frames.iter().any(|f| {
                 f["symbol"].as_str().is_some_and(|s| s.contains("pin_loop"))
-                    && f["file"].as_str().is_some_and(|s| s.ends_with("end_pinners.c"))
+                    && f["file"]
+                        .as_str()
+                        .is_some_and(|s| s.ends_with("end_pinners.c"))
                     && f["line"].as_u64().is_some_and(|l| l > 0)
             });
             if !named {
-                return Err(format!("the top callsite is not symbolised to pin_loop in end_pinners.c:LINE: {top}"));
+                return Err(format!(
+                    "the top callsite is not symbolised to pin_loop in end_pinners.c:LINE: {top}"
+                ));
             }
             if round % 10 == 0 {
                 let o = pinguard_cli(&[OsStr::new("report"), dir.as_os_str()]);
                 let text = String::from_utf8_lossy(&o.stdout);
-                if !o.status.success() || !text.contains("pin_loop") || !text.contains("end_pinners.c:") {
+                if !o.status.success()
+                    || !text.contains("pin_loop")
+                    || !text.contains("end_pinners.c:")
+                {
                     return Err(format!("`pinguard report` (text) exited {:?} without pin_loop end_pinners.c:LINE:\n{text}{}", o.status, String::from_utf8_lossy(&o.stderr)));
                 }
                 seen_text = true;
@@ -417,21 +571,39 @@ fn ends_by(sig: i32, mode: &str) -> Result<(), String> {
         }
         let end = p.finish();
         // The figures expected of pinguard are the runtime's own.
-        let emu = emu_stats_file(&dir.join("emu"), "cuda").expect("the runtime's counts (EMU_STATS_FILE)");
-        assert_eq!((emu["outstanding_bytes"].as_u64(), emu["outstanding_count"].as_u64()), (Some(SIGNALS_LIVE.0), Some(SIGNALS_LIVE.1)), "{name} {mode}");
+        let emu = emu_stats_file(&dir.join("emu"), "cuda")
+            .expect("the runtime's counts (EMU_STATS_FILE)");
+        assert_eq!(
+            (
+                emu["outstanding_bytes"].as_u64(),
+                emu["outstanding_count"].as_u64()
+            ),
+            (Some(SIGNALS_LIVE.0), Some(SIGNALS_LIVE.1)),
+            "{name} {mode}"
+        );
         (end, dir)
     };
     let (bare, bare_dir) = run(false);
     if bare.status.signal() != Some(sig) {
-        return Err(format!("{name} {mode}: without pinguard the program ended {:?}, not by {name}:\n{}", bare.status, bare.stderr));
+        return Err(format!(
+            "{name} {mode}: without pinguard the program ended {:?}, not by {name}:\n{}",
+            bare.status, bare.stderr
+        ));
     }
     let (end, dir) = run(true);
     let result = (|| {
         if end.status.signal() != Some(sig) {
-            return Err(format!("ended {:?}, not by {name} (as without pinguard: {:?})", end.status, bare.status));
+            return Err(format!(
+                "ended {:?}, not by {name} (as without pinguard: {:?})",
+                end.status, bare.status
+            ));
         }
         if end.status.core_dumped() != bare.status.core_dumped() {
-            return Err(format!("core dumped: {} under pinguard, {} without", end.status.core_dumped(), bare.status.core_dumped()));
+            return Err(format!(
+                "core dumped: {} under pinguard, {} without",
+                end.status.core_dumped(),
+                bare.status.core_dumped()
+            ));
         }
         check_death(&dir, end.pid, sig, SIGNALS_LIVE.0, SIGNALS_LIVE.1)
     })()
@@ -443,23 +615,38 @@ fn ends_by(sig: i32, mode: &str) -> Result<(), String> {
 
 #[test]
 fn every_fatal_signal_sent_from_outside_ends_the_process_as_before_and_leaves_its_figures() {
-    let failures: Vec<String> = FATAL.iter().filter_map(|&(sig, _)| ends_by(sig, "wait").err()).collect();
+    let failures: Vec<String> = FATAL
+        .iter()
+        .filter_map(|&(sig, _)| ends_by(sig, "wait").err())
+        .collect();
     all_passed("signals sent from outside", failures);
 }
 
 #[test]
 fn every_fatal_signal_raised_from_inside_ends_the_process_as_before_and_leaves_its_figures() {
-    let failures: Vec<String> = FATAL.iter().filter_map(|&(sig, _)| ends_by(sig, "raise").err()).collect();
+    let failures: Vec<String> = FATAL
+        .iter()
+        .filter_map(|&(sig, _)| ends_by(sig, "raise").err())
+        .collect();
     all_passed("signals raised from inside", failures);
 }
 
 #[test]
 fn real_faults_end_the_process_as_before_and_leave_its_figures() {
-    let mut faults = vec![libc::SIGSEGV, libc::SIGBUS, libc::SIGILL, libc::SIGPIPE, libc::SIGABRT];
+    let mut faults = vec![
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGPIPE,
+        libc::SIGABRT,
+    ];
     if !aarch64() {
         faults.push(libc::SIGFPE); // aarch64 divides by zero without a trap
     }
-    let failures: Vec<String> = faults.into_iter().filter_map(|sig| ends_by(sig, "fault").err()).collect();
+    let failures: Vec<String> = faults
+        .into_iter()
+        .filter_map(|sig| ends_by(sig, "fault").err())
+        .collect();
     all_passed("real faults", failures);
 }
 
@@ -469,10 +656,20 @@ fn real_faults_end_the_process_as_before_and_leave_its_figures() {
 fn the_dispositions_a_program_finds_at_start_are_the_ones_it_inherited() {
     // Everything at the default; then what nohup and a shell's background job leave (ignored),
     // with two signals blocked.
-    const IGNORED: [i32; 5] = [libc::SIGHUP, libc::SIGINT, libc::SIGQUIT, libc::SIGPIPE, libc::SIGUSR1];
+    const IGNORED: [i32; 5] = [
+        libc::SIGHUP,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGPIPE,
+        libc::SIGUSR1,
+    ];
     const BLOCKED: [i32; 2] = [libc::SIGTERM, libc::SIGUSR2];
-    let inherited: [(&str, &'static [i32], &'static [i32]); 2] = [("default", &[], &[]), ("ignored", &IGNORED, &BLOCKED)];
-    let envs: [&[(&str, &str)]; 2] = [&[], &[("PINGUARD_SIGNAL", "USR2"), ("PINGUARD_INTERVAL", "1s")]];
+    let inherited: [(&str, &'static [i32], &'static [i32]); 2] =
+        [("default", &[], &[]), ("ignored", &IGNORED, &BLOCKED)];
+    let envs: [&[(&str, &str)]; 2] = [
+        &[],
+        &[("PINGUARD_SIGNAL", "USR2"), ("PINGUARD_INTERVAL", "1s")],
+    ];
     let mut failures = Vec::new();
     for (what, ignored, blocked) in inherited {
         let dir = fresh_dir("dispositions");
@@ -481,28 +678,63 @@ fn the_dispositions_a_program_finds_at_start_are_the_ones_it_inherited() {
             signal_state(&mut cmd, ignored, blocked);
             cmd.envs(env.iter().copied());
             let end = Proc::spawn(&mut cmd).finish();
-            assert_eq!(end.status.code(), Some(0), "{what} {env:?} preload={preload}: {}\n{}", end.stdout, end.stderr);
+            assert_eq!(
+                end.status.code(),
+                Some(0),
+                "{what} {env:?} preload={preload}: {}\n{}",
+                end.stdout,
+                end.stderr
+            );
             end
         };
         let bare = go(false, &[]);
         // So that both runs cannot agree on something wrong.
         let lines: Vec<&str> = bare.stdout.lines().collect();
         let want: &[&str] = if what == "default" {
-            &["start blocked=0", "start 2: DFL flags=0 mask=0", "start 12: DFL flags=0 mask=0", "start 15: DFL flags=0 mask=0"]
+            &[
+                "start blocked=0",
+                "start 2: DFL flags=0 mask=0",
+                "start 12: DFL flags=0 mask=0",
+                "start 15: DFL flags=0 mask=0",
+            ]
         } else {
-            &["start blocked=0x4800", "start 2: IGN flags=0 mask=0", "start 12: DFL flags=0 mask=0", "start 15: DFL flags=0 mask=0", "raised 2", "raised 1"]
+            &[
+                "start blocked=0x4800",
+                "start 2: IGN flags=0 mask=0",
+                "start 12: DFL flags=0 mask=0",
+                "start 15: DFL flags=0 mask=0",
+                "raised 2",
+                "raised 1",
+            ]
         };
         for w in want {
-            assert!(lines.contains(w), "{what}: no {w:?} without pinguard:\n{}", bare.stdout);
+            assert!(
+                lines.contains(w),
+                "{what}: no {w:?} without pinguard:\n{}",
+                bare.stdout
+            );
         }
         assert_eq!(lines.last(), Some(&"survived"));
-        let start: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("start ")).collect();
-        let pinned: Vec<&str> = lines.iter().filter_map(|l| l.strip_prefix("pinned ")).collect();
-        assert_eq!(start, pinned, "{what}: pinning changed the dispositions without pinguard");
+        let start: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("start "))
+            .collect();
+        let pinned: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("pinned "))
+            .collect();
+        assert_eq!(
+            start, pinned,
+            "{what}: pinning changed the dispositions without pinguard"
+        );
         for env in envs {
             let r = go(true, env);
             if r.stdout != bare.stdout {
-                failures.push(format!("{what} {env:?}: what the program found under pinguard differs:\n{}\n{}", differing(&r.stdout, &bare.stdout), r.stderr));
+                failures.push(format!(
+                    "{what} {env:?}: what the program found under pinguard differs:\n{}\n{}",
+                    differing(&r.stdout, &bare.stdout),
+                    r.stderr
+                ));
             }
             let reps = reports_in(&dir);
             assert_eq!(reps.len(), 1, "{what} {env:?}: one exit report: {reps:?}");
@@ -538,29 +770,66 @@ fn cpython_finds_sigint_and_sigterm_as_without_pinguard() {
         let mut cmd = python(&script, &dir, preload);
         signal_state(&mut cmd, &[], &[]);
         let end = Proc::spawn(&mut cmd).finish();
-        assert_eq!(end.status.code(), Some(0), "preload={preload}: {}\n{}", end.stdout, end.stderr);
+        assert_eq!(
+            end.status.code(),
+            Some(0),
+            "preload={preload}: {}\n{}",
+            end.stdout,
+            end.stderr
+        );
         end
     };
     let bare = go(false);
     let r = go(true);
-    assert!(r.stdout == bare.stdout, "what CPython found under pinguard differs:\n{}\n{}", differing(&r.stdout, &bare.stdout), r.stderr);
+    assert!(
+        r.stdout == bare.stdout,
+        "what CPython found under pinguard differs:\n{}\n{}",
+        differing(&r.stdout, &bare.stdout),
+        r.stderr
+    );
     let lines: Vec<&str> = r.stdout.lines().collect();
-    assert_eq!(lines.iter().filter(|l| **l == "int_default True").count(), 2, "{}", r.stdout);
-    assert_eq!(lines.iter().filter(|l| **l == "term_dfl True").count(), 2, "{}", r.stdout);
+    assert_eq!(
+        lines.iter().filter(|l| **l == "int_default True").count(),
+        2,
+        "{}",
+        r.stdout
+    );
+    assert_eq!(
+        lines.iter().filter(|l| **l == "term_dfl True").count(),
+        2,
+        "{}",
+        r.stdout
+    );
 }
 
 // ---- Python's endings ----------------------------------------------------------------------
 
 #[test]
 fn python_keyboard_interrupt_abort_and_segfault_leave_the_figures() {
-    if !have("python3", "CPython's KeyboardInterrupt exit, os.abort and ctypes") || aarch64() {
+    if !have(
+        "python3",
+        "CPython's KeyboardInterrupt exit, os.abort and ctypes",
+    ) || aarch64()
+    {
         return;
     }
     let cases = [
-        ("uncaught KeyboardInterrupt from SIGINT", "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)", libc::SIGINT),
-        ("raise KeyboardInterrupt", "raise KeyboardInterrupt", libc::SIGINT),
+        (
+            "uncaught KeyboardInterrupt from SIGINT",
+            "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(60)",
+            libc::SIGINT,
+        ),
+        (
+            "raise KeyboardInterrupt",
+            "raise KeyboardInterrupt",
+            libc::SIGINT,
+        ),
         ("os.abort()", "os.abort()", libc::SIGABRT),
-        ("a segfault through ctypes", "ctypes.string_at(0)", libc::SIGSEGV),
+        (
+            "a segfault through ctypes",
+            "ctypes.string_at(0)",
+            libc::SIGSEGV,
+        ),
     ];
     let mut failures = Vec::new();
     for (what, ending, sig) in cases {
@@ -583,11 +852,22 @@ fn python_keyboard_interrupt_abort_and_segfault_leave_the_figures() {
         };
         let (bare, bare_dir) = go(false);
         remove_cores(&bare_dir);
-        assert_eq!(bare.status.signal(), Some(sig), "{what}: CPython without pinguard ended {:?}\n{}", bare.status, bare.stderr);
+        assert_eq!(
+            bare.status.signal(),
+            Some(sig),
+            "{what}: CPython without pinguard ended {:?}\n{}",
+            bare.status,
+            bare.stderr
+        );
         let (end, dir) = go(true);
         let r = (|| {
-            if end.status.signal() != Some(sig) || end.status.core_dumped() != bare.status.core_dumped() {
-                return Err(format!("ended {:?}, without pinguard {:?}", end.status, bare.status));
+            if end.status.signal() != Some(sig)
+                || end.status.core_dumped() != bare.status.core_dumped()
+            {
+                return Err(format!(
+                    "ended {:?}, without pinguard {:?}",
+                    end.status, bare.status
+                ));
             }
             check_death(&dir, end.pid, sig, 12288, 2)
         })();
@@ -635,10 +915,21 @@ fn multiprocessing_pool_terminate_leaves_each_workers_figures() {
         let dir = fresh_dir(&format!("pool-{method}"));
         let file = dir.join("pool_script.py");
         std::fs::write(&file, &script).unwrap();
-        let mut cmd = command("/usr/bin/env", &["python3", file.to_str().unwrap(), method], &dir, true);
+        let mut cmd = command(
+            "/usr/bin/env",
+            &["python3", file.to_str().unwrap(), method],
+            &dir,
+            true,
+        );
         signal_state(&mut cmd, &[], &[]);
         let end = Proc::spawn(&mut cmd).finish();
-        assert_eq!(end.status.code(), Some(0), "{method}: {}\n{}", end.stdout, end.stderr);
+        assert_eq!(
+            end.status.code(),
+            Some(0),
+            "{method}: {}\n{}",
+            end.stdout,
+            end.stderr
+        );
         let workers: Vec<u32> = end
             .stdout
             .lines()
@@ -650,7 +941,10 @@ fn multiprocessing_pool_terminate_leaves_each_workers_figures() {
         assert_eq!(workers.len(), 2);
         for pid in workers {
             if let Err(e) = check_death(&dir, pid, libc::SIGTERM, 12288, 2) {
-                failures.push(format!("{method}: worker {pid}: {e}\nstderr:\n{}", end.stderr));
+                failures.push(format!(
+                    "{method}: worker {pid}: {e}\nstderr:\n{}",
+                    end.stderr
+                ));
             }
         }
     }
@@ -661,7 +955,12 @@ fn multiprocessing_pool_terminate_leaves_each_workers_figures() {
 
 /// The program (or script) prints "ready", is sent SIGTERM, and its own handler ends it
 /// normally: its handler ran, one report with reason "exit", nothing left behind.
-fn own_handler_ends_normally(what: &str, mut cmd: Command, dir: &Path, live_bytes: u64) -> Result<(), String> {
+fn own_handler_ends_normally(
+    what: &str,
+    mut cmd: Command,
+    dir: &Path,
+    live_bytes: u64,
+) -> Result<(), String> {
     signal_state(&mut cmd, &[], &[]);
     let mut p = Proc::spawn(&mut cmd);
     p.wait_line("ready");
@@ -676,11 +975,21 @@ fn own_handler_ends_normally(what: &str, mut cmd: Command, dir: &Path, live_byte
         }
         let files = reports_in(dir);
         if files.len() != 1 {
-            return Err(format!("{} reports, not one: {}", files.len(), listing(dir)));
+            return Err(format!(
+                "{} reports, not one: {}",
+                files.len(),
+                listing(dir)
+            ));
         }
         let rep = read_json(&files[0]);
-        if rep["reason"] != "exit" || rep["totals"]["live_bytes"] != live_bytes || rep["process"]["pid"] != end.pid {
-            return Err(format!("reason {} pid {} live_bytes {}, not exit/{}/{live_bytes}", rep["reason"], rep["process"]["pid"], rep["totals"]["live_bytes"], end.pid));
+        if rep["reason"] != "exit"
+            || rep["totals"]["live_bytes"] != live_bytes
+            || rep["process"]["pid"] != end.pid
+        {
+            return Err(format!(
+                "reason {} pid {} live_bytes {}, not exit/{}/{live_bytes}",
+                rep["reason"], rep["process"]["pid"], rep["totals"]["live_bytes"], end.pid
+            ));
         }
         let states = state_files(dir);
         if !states.is_empty() {
@@ -692,7 +1001,12 @@ fn own_handler_ends_normally(what: &str, mut cmd: Command, dir: &Path, live_byte
         }
         Ok(())
     })();
-    r.map_err(|e| format!("{what}: {e}\nstdout:\n{}\nstderr:\n{}", end.stdout, end.stderr))
+    r.map_err(|e| {
+        format!(
+            "{what}: {e}\nstdout:\n{}\nstderr:\n{}",
+            end.stdout, end.stderr
+        )
+    })
 }
 
 #[test]
@@ -701,7 +1015,9 @@ fn a_programs_own_sigterm_handler_runs_and_the_exit_report_is_normal() {
     for mode in ["flag", "exit"] {
         let dir = fresh_dir("own-handler");
         let cmd = command("end_handler", &[mode], &dir, true);
-        failures.extend(own_handler_ends_normally(&format!("end_handler {mode}"), cmd, &dir, 73728).err());
+        failures.extend(
+            own_handler_ends_normally(&format!("end_handler {mode}"), cmd, &dir, 73728).err(),
+        );
     }
     if have("python3", "a Python SIGTERM handler") && !aarch64() {
         let script = format!(
@@ -718,7 +1034,15 @@ fn a_programs_own_sigterm_handler_runs_and_the_exit_report_is_normal() {
             libcudart()
         );
         let dir = fresh_dir("own-handler-py");
-        failures.extend(own_handler_ends_normally("Python's handler calling sys.exit", python(&script, &dir, true), &dir, 8192).err());
+        failures.extend(
+            own_handler_ends_normally(
+                "Python's handler calling sys.exit",
+                python(&script, &dir, true),
+                &dir,
+                8192,
+            )
+            .err(),
+        );
     }
     all_passed("own SIGTERM handlers", failures);
 }
@@ -734,7 +1058,17 @@ fn a_process_killed_while_writing_a_report_is_read_whole() {
     const N: u64 = 30000;
     let mut rng = Rng::new("mid-write");
     let mut failures = Vec::new();
-    for (round, sig) in [libc::SIGKILL, libc::SIGKILL, libc::SIGTERM, libc::SIGTERM, libc::SIGKILL, libc::SIGKILL].into_iter().enumerate() {
+    for (round, sig) in [
+        libc::SIGKILL,
+        libc::SIGKILL,
+        libc::SIGTERM,
+        libc::SIGTERM,
+        libc::SIGKILL,
+        libc::SIGKILL,
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let dir = fresh_dir("midwrite");
         let mut cmd = command("end_midwrite", &[&N.to_string()], &dir, true);
         cmd.env("EMU_NO_PIN", "1").env("PINGUARD_INTERVAL", "1ms");
@@ -745,7 +1079,10 @@ fn a_process_killed_while_writing_a_report_is_read_whole() {
         if round % 2 == 1 {
             let deadline = Instant::now() + LIMIT;
             while reports_in(&dir).is_empty() {
-                assert!(Instant::now() < deadline, "round {round}: no interval report in {LIMIT:?}");
+                assert!(
+                    Instant::now() < deadline,
+                    "round {round}: no interval report in {LIMIT:?}"
+                );
                 std::thread::sleep(Duration::from_millis(2));
             }
             after = "the first report";
@@ -754,12 +1091,22 @@ fn a_process_killed_while_writing_a_report_is_read_whole() {
         std::thread::sleep(Duration::from_millis(delay));
         p.signal(sig);
         let end = p.finish();
-        let what = format!("round {round}: {} {delay} ms after {after}", if sig == libc::SIGKILL { "SIGKILL" } else { "SIGTERM" });
+        let what = format!(
+            "round {round}: {} {delay} ms after {after}",
+            if sig == libc::SIGKILL {
+                "SIGKILL"
+            } else {
+                "SIGTERM"
+            }
+        );
         let r = (|| {
             if end.status.signal() != Some(sig) {
                 return Err(format!("ended {:?}", end.status));
             }
-            for name in listing(&dir).split(' ').filter(|n| n.ends_with(".json") && !n.starts_with('.')) {
+            for name in listing(&dir)
+                .split(' ')
+                .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
+            {
                 let bytes = std::fs::read(dir.join(name)).unwrap();
                 if let Err(e) = serde_json::from_slice::<Value>(&bytes) {
                     return Err(format!("{name} is not whole ({} bytes): {e}", bytes.len()));
@@ -767,20 +1114,36 @@ fn a_process_killed_while_writing_a_report_is_read_whole() {
             }
             let text = pinguard_cli(&[OsStr::new("report"), dir.as_os_str()]);
             if !text.status.success() {
-                return Err(format!("`pinguard report` exited {:?}: {}\nin the directory: {}", text.status, String::from_utf8_lossy(&text.stderr), listing(&dir)));
+                return Err(format!(
+                    "`pinguard report` exited {:?}: {}\nin the directory: {}",
+                    text.status,
+                    String::from_utf8_lossy(&text.stderr),
+                    listing(&dir)
+                ));
             }
             let rep = report_json(&dir)?;
             if rep["processes"] != 1 {
-                return Err(format!("{} processes, not one: {}", rep["processes"], rep["per_process"]));
+                return Err(format!(
+                    "{} processes, not one: {}",
+                    rep["processes"], rep["per_process"]
+                ));
             }
             let line = process_line(&rep, end.pid)?;
             // Its state as it died, its report on the way out, or a snapshot written whole after
             // the last pin: any of them, as long as the figures are the ones at the death.
-            if !matches!(line["reason"].as_str(), Some("killed" | "fatal_signal" | "interval")) {
+            if !matches!(
+                line["reason"].as_str(),
+                Some("killed" | "fatal_signal" | "interval")
+            ) {
                 return Err(format!("reason {}: {line}", line["reason"]));
             }
             if line["totals"]["live_bytes"] != N * 64 || line["totals"]["live_count"] != N {
-                return Err(format!("live {} bytes in {} allocations, not {} in {N}: {line}", line["totals"]["live_bytes"], line["totals"]["live_count"], N * 64));
+                return Err(format!(
+                    "live {} bytes in {} allocations, not {} in {N}: {line}",
+                    line["totals"]["live_bytes"],
+                    line["totals"]["live_count"],
+                    N * 64
+                ));
             }
             Ok(())
         })();

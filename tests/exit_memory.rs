@@ -27,7 +27,9 @@ fn bulk_source() -> String {
         for m in 0..20_000 {
             s.push_str(&format!(" int m{t}_{m};"));
         }
-        s.push_str(&format!(" }};\nint bulk_use{t}(struct bulk{t} *p) {{ return p->m{t}_0; }}\n"));
+        s.push_str(&format!(
+            " }};\nint bulk_use{t}(struct bulk{t} *p) {{ return p->m{t}_0; }}\n"
+        ));
     }
     s.push_str("int bulk_sink;\n");
     s
@@ -50,15 +52,46 @@ fn build() -> (PathBuf, PathBuf, PathBuf) {
         let tmp = f.dir.join("libbulk_debug.so.tmp");
         std::fs::write(&src, &text).unwrap();
         let d = f.dir.to_string_lossy().into_owned();
-        cc(&["-g", "-O1", "-fPIC", "-shared", "-o", &tmp.to_string_lossy(), &src.to_string_lossy(), "-L", &d, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+        cc(&[
+            "-g",
+            "-O1",
+            "-fPIC",
+            "-shared",
+            "-o",
+            &tmp.to_string_lossy(),
+            &src.to_string_lossy(),
+            "-L",
+            &d,
+            "-Wl,-rpath,$ORIGIN",
+            "-lcudart",
+        ]);
         std::fs::rename(&tmp, &lib).unwrap();
     }
     let prog = f.dir.join("deep_debug");
     let d = f.dir.to_string_lossy().into_owned();
-    let main = root().join("tests/progs/deep_debug.c").to_string_lossy().into_owned();
-    cc(&["-g", "-O1", "-o", &prog.to_string_lossy(), &main, "-L", &d, "-Wl,-rpath,$ORIGIN", "-lbulk_debug", "-lcudart"]);
+    let main = root()
+        .join("tests/progs/deep_debug.c")
+        .to_string_lossy()
+        .into_owned();
+    cc(&[
+        "-g",
+        "-O1",
+        "-o",
+        &prog.to_string_lossy(),
+        &main,
+        "-L",
+        &d,
+        "-Wl,-rpath,$ORIGIN",
+        "-lbulk_debug",
+        "-lcudart",
+    ]);
     let peak_rss = f.dir.join("peak_rss");
-    cc(&["-O1", "-o", &peak_rss.to_string_lossy(), &root().join("tests/progs/peak_rss.c").to_string_lossy()]);
+    cc(&[
+        "-O1",
+        "-o",
+        &peak_rss.to_string_lossy(),
+        &root().join("tests/progs/peak_rss.c").to_string_lossy(),
+    ]);
     (src, prog, peak_rss)
 }
 
@@ -93,7 +126,11 @@ fn measure(peak_rss: &Path, prog: &Path, dir: &Path, preload: bool) -> Measured 
 
 fn cli_output(args: &[&std::ffi::OsStr]) -> String {
     let out = pinguard_cli(args);
-    assert!(out.status.success(), "pinguard {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "pinguard {args:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -121,19 +158,42 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
         with.wall_us / 1000,
         (with.wall_us - without.wall_us) / 1000
     );
-    assert!(extra <= BOUND_KIB, "the exit report added {extra} KiB to the peak (bound {BOUND_KIB} KiB)\n{}", with.stderr);
+    assert!(
+        extra <= BOUND_KIB,
+        "the exit report added {extra} KiB to the peak (bound {BOUND_KIB} KiB)\n{}",
+        with.stderr
+    );
 
     // The report itself names the library's functions, and lists the library with its build id.
     let files = reports_in(&dir);
     assert_eq!(files.len(), 1, "{}", with.stderr);
     let rep = read_json(&files[0]);
-    let site = rep["callsites"].as_array().unwrap().iter().find(|c| c["live_bytes"] == 65536).expect("the live callsite");
-    let symbols: Vec<&str> = site["frames"].as_array().unwrap().iter().filter_map(|f| f["symbol"].as_str()).collect();
+    let site = rep["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["live_bytes"] == 65536)
+        .expect("the live callsite");
+    let symbols: Vec<&str> = site["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["symbol"].as_str())
+        .collect();
     for d in 0..=DEPTH {
-        assert!(symbols.contains(&format!("bulk_chain_{d}").as_str()), "bulk_chain_{d} not among {symbols:?}");
+        assert!(
+            symbols.contains(&format!("bulk_chain_{d}").as_str()),
+            "bulk_chain_{d} not among {symbols:?}"
+        );
     }
     let modules = rep["modules"].as_array().unwrap();
-    assert!(modules.iter().any(|m| m["path"].as_str().unwrap().ends_with("/libbulk_debug.so") && m["build_id"].is_string()), "{modules:?}");
+    assert!(
+        modules.iter().any(
+            |m| m["path"].as_str().unwrap().ends_with("/libbulk_debug.so")
+                && m["build_id"].is_string()
+        ),
+        "{modules:?}"
+    );
 
     // `pinguard report` names every frame by function, file and line, innermost first.
     let text = cli_output(&["report".as_ref(), files[0].as_os_str()]);
@@ -141,14 +201,34 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
     let mut at = 0;
     for d in (0..=DEPTH).rev() {
         let want = format!(" in bulk_chain_{d} {file}:{}\n", chain_line(d));
-        let found = text[at..].find(&want).unwrap_or_else(|| panic!("no frame {want:?} after byte {at} in:\n{text}"));
+        let found = text[at..]
+            .find(&want)
+            .unwrap_or_else(|| panic!("no frame {want:?} after byte {at} in:\n{text}"));
         at += found + want.len();
     }
-    assert!(text.contains(&format!(" in main {}:", root().join("tests/progs/deep_debug.c").display())), "{text}");
-    let json: serde_json::Value = serde_json::from_str(&cli_output(&["report".as_ref(), "--json".as_ref(), files[0].as_os_str()])).unwrap();
+    assert!(
+        text.contains(&format!(
+            " in main {}:",
+            root().join("tests/progs/deep_debug.c").display()
+        )),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&cli_output(&[
+        "report".as_ref(),
+        "--json".as_ref(),
+        files[0].as_os_str(),
+    ]))
+    .unwrap();
     let frames = json["callsites"][0]["frames"].as_array().unwrap();
     let top = &frames[0];
-    assert_eq!((top["symbol"].as_str(), top["line"].as_u64()), (Some(format!("bulk_chain_{DEPTH}").as_str()), Some(chain_line(DEPTH) as u64)), "{top}");
+    assert_eq!(
+        (top["symbol"].as_str(), top["line"].as_u64()),
+        (
+            Some(format!("bulk_chain_{DEPTH}").as_str()),
+            Some(chain_line(DEPTH) as u64)
+        ),
+        "{top}"
+    );
 
     // A file on disk that is not the module the process loaded (another build id) names nothing
     // more than the report has.
@@ -161,7 +241,12 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
     let moved = dir.join("other.json");
     std::fs::write(&moved, serde_json::to_vec(&other).unwrap()).unwrap();
     let text = cli_output(&["report".as_ref(), moved.as_os_str()]);
-    assert!(!text.contains(&format!("{file}:")), "named from a file that is not the module:\n{text}");
-    assert!(text.contains(&format!(" in bulk_chain_{DEPTH} (libbulk_debug.so+0x")), "{text}");
+    assert!(
+        !text.contains(&format!("{file}:")),
+        "named from a file that is not the module:\n{text}"
+    );
+    assert!(
+        text.contains(&format!(" in bulk_chain_{DEPTH} (libbulk_debug.so+0x")),
+        "{text}"
+    );
 }
-

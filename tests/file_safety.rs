@@ -24,10 +24,15 @@ fn a_setuid_process_writes_no_report_where_the_environment_says() {
         eprintln!("skipped: needs root and setpriv to make a setuid program (CI has both)");
         return;
     }
-    let libdir = ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/lib64"]
-        .into_iter()
-        .find(|d| std::path::Path::new(d).join("libc.so.6").exists())
-        .expect("a system library directory");
+    let libdir = [
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib64",
+        "/lib64",
+    ]
+    .into_iter()
+    .find(|d| std::path::Path::new(d).join("libc.so.6").exists())
+    .expect("a system library directory");
     let name = format!("libpinguard-securetest-{}.so", std::process::id());
     let copy = SystemCopy(std::path::Path::new(libdir).join(&name));
     std::fs::copy(&fixtures().lib, &copy.0).unwrap();
@@ -39,9 +44,19 @@ fn a_setuid_process_writes_no_report_where_the_environment_says() {
     let prog = dir.join("capi");
     let out_dir = dir.join("out");
     std::fs::create_dir(&out_dir).unwrap();
-    let ok = Command::new("cc").args(["-o", prog.to_str().unwrap()]).arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/capi.c")).status().unwrap();
+    let ok = Command::new("cc")
+        .args(["-o", prog.to_str().unwrap()])
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/progs/capi.c"))
+        .status()
+        .unwrap();
     assert!(ok.success());
-    let chmod = |p: &std::path::Path, mode: &str| assert!(Command::new("chmod").args([mode, p.to_str().unwrap()]).status().unwrap().success());
+    let chmod = |p: &std::path::Path, mode: &str| {
+        assert!(Command::new("chmod")
+            .args([mode, p.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success())
+    };
     chmod(&copy.0, "4755");
     chmod(&prog, "4755");
     chmod(&dir, "755");
@@ -55,9 +70,19 @@ fn a_setuid_process_writes_no_report_where_the_environment_says() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stdout.contains("live=8192"), "pinguard was loaded into the setuid process: {stdout}\n{stderr}");
-    assert!(stdout.contains("write=-1"), "the C API with the template refuses too: {stdout}");
-    assert_eq!(std::fs::read_dir(&out_dir).unwrap().count(), 0, "nothing written where the environment said");
+    assert!(
+        stdout.contains("live=8192"),
+        "pinguard was loaded into the setuid process: {stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.contains("write=-1"),
+        "the C API with the template refuses too: {stdout}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&out_dir).unwrap().count(),
+        0,
+        "nothing written where the environment said"
+    );
     assert!(stderr.contains("secure-mode"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -68,7 +93,9 @@ fn processes_writing_one_path_never_leave_a_torn_file() {
     let dir = fresh_dir("same-path");
     let path = dir.join("shared.json");
     let op = format!("report:{}", path.display());
-    let args: Vec<&str> = std::iter::once("cuda_alloc:4096").chain(std::iter::repeat(op.as_str()).take(40)).collect();
+    let args: Vec<&str> = std::iter::once("cuda_alloc:4096")
+        .chain(std::iter::repeat(op.as_str()).take(40))
+        .collect();
     let spawn = || {
         Command::new(f.dir.join("scenario"))
             .args(&args)
@@ -84,7 +111,8 @@ fn processes_writing_one_path_never_leave_a_torn_file() {
     loop {
         let done = a.try_wait().unwrap().is_some() && b.try_wait().unwrap().is_some();
         if let Ok(text) = std::fs::read(&path) {
-            let r: serde_json::Value = serde_json::from_slice(&text).unwrap_or_else(|e| panic!("torn read #{reads}: {e}"));
+            let r: serde_json::Value =
+                serde_json::from_slice(&text).unwrap_or_else(|e| panic!("torn read #{reads}: {e}"));
             assert_eq!(r["reason"], "request");
             pids.insert(r["process"]["pid"].as_u64().unwrap());
             reads += 1;
@@ -94,9 +122,16 @@ fn processes_writing_one_path_never_leave_a_torn_file() {
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert!(reads > 20, "the file was read while being rewritten ({reads} reads)");
+    assert!(
+        reads > 20,
+        "the file was read while being rewritten ({reads} reads)"
+    );
     assert_eq!(pids.len(), 2, "both processes wrote it");
-    let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).filter(|n| n.to_string_lossy().ends_with(".tmp")).collect();
+    let leftovers: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+        .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
@@ -107,7 +142,14 @@ fn a_host_name_with_slashes_stays_one_path_component() {
     if aarch64() {
         return; // the host name is set in a namespace of the test's own, before qemu
     }
-    let probe = Command::new("unshare").args(["--uts", "python3", "-c", "import socket; socket.sethostname('x')"]).output();
+    let probe = Command::new("unshare")
+        .args([
+            "--uts",
+            "python3",
+            "-c",
+            "import socket; socket.sethostname('x')",
+        ])
+        .output();
     if !probe.is_ok_and(|o| o.status.success()) {
         eprintln!("NOT RUN: needs root, unshare --uts and python3 (CI has them)");
         return;
@@ -123,11 +165,31 @@ fn a_host_name_with_slashes_stays_one_path_component() {
         .current_dir(&dir)
         .env("PINGUARD_REPORT", dir.join("sub/%h.%p.json"));
     let out = run_bounded(&mut cmd, Duration::from_secs(60));
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let top: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(top, vec![std::ffi::OsString::from("sub")], "nothing outside the report folder");
-    let names: Vec<String> = std::fs::read_dir(dir.join("sub")).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        top,
+        vec![std::ffi::OsString::from("sub")],
+        "nothing outside the report folder"
+    );
+    let names: Vec<String> = std::fs::read_dir(dir.join("sub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     assert_eq!(names.len(), 1, "{names:?}");
-    assert!(names[0].ends_with(".json") && !names[0].starts_with('.'), "{names:?}");
-    assert!(names[0].contains("escaped"), "the host name is kept, made safe: {names:?}");
+    assert!(
+        names[0].ends_with(".json") && !names[0].starts_with('.'),
+        "{names:?}"
+    );
+    assert!(
+        names[0].contains("escaped"),
+        "the host name is kept, made safe: {names:?}"
+    );
 }

@@ -5,7 +5,6 @@ mod common;
 use common::*;
 use std::time::Duration;
 
-
 #[test]
 fn two_hundred_forks_while_threads_pin_and_write_reports() {
     let f = fixtures();
@@ -19,11 +18,21 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
         Duration::from_secs(240),
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let line = stdout.lines().find_map(|l| l.strip_prefix("STATS ")).unwrap();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("STATS "))
+        .unwrap();
     let s: serde_json::Value = serde_json::from_str(line).unwrap();
     assert_eq!(s["hung"], 0, "{s}");
-    assert_eq!(s["bad"], 0, "a child saw a non-empty ledger or broken hooks: {s}");
+    assert_eq!(
+        s["bad"], 0,
+        "a child saw a non-empty ledger or broken hooks: {s}"
+    );
     // The parent's counters hold its own work only: its allocations, none of its children's.
     let files = reports_in(&dir);
     let parent_pid = out.status.code().map(|_| ());
@@ -42,15 +51,32 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
             by_exit += 1; // allocated, released, allocated again, exit()
         } else {
             // allocated and released, _exit(): only what the child itself did
-            assert_eq!((t["alloc_count"].clone(), t["release_count"].clone(), t["live_bytes"].clone()), (1.into(), 1.into(), 0.into()), "{}", p.display());
+            assert_eq!(
+                (
+                    t["alloc_count"].clone(),
+                    t["release_count"].clone(),
+                    t["live_bytes"].clone()
+                ),
+                (1.into(), 1.into(), 0.into()),
+                "{}",
+                p.display()
+            );
             by_underscore_exit += 1;
         }
     }
     let parent = parent.expect("the parent's exit report");
     assert_eq!(parent["totals"]["live_bytes"], 65536);
     assert_eq!(s["parent_live"], 65536);
-    assert_eq!((by_exit, by_underscore_exit), (20, 180), "every child writes its own report");
-    assert_eq!(read_json(&explicit)["reason"], "request", "the report thread's last file is complete");
+    assert_eq!(
+        (by_exit, by_underscore_exit),
+        (20, 180),
+        "every child writes its own report"
+    );
+    assert_eq!(
+        read_json(&explicit)["reason"],
+        "request",
+        "the report thread's last file is complete"
+    );
 }
 
 fn exits(mode: &str) -> Run {
@@ -67,8 +93,14 @@ fn every_way_out_writes_exactly_one_complete_report() {
         assert_eq!(files.len(), 1, "{mode}: {files:?}");
         let rep = r.report();
         assert_eq!(rep["reason"], "exit", "{mode}");
-        assert!(rep["totals"]["live_bytes"].as_u64().unwrap() >= 8192, "{mode}");
-        let summaries = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("at exit")).count();
+        assert!(
+            rep["totals"]["live_bytes"].as_u64().unwrap() >= 8192,
+            "{mode}"
+        );
+        let summaries = pinguard_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| l.contains("at exit"))
+            .count();
         assert_eq!(summaries, 1, "{mode}: {}", r.stderr);
     }
 }
@@ -77,7 +109,11 @@ fn every_way_out_writes_exactly_one_complete_report() {
 fn exit_from_a_signal_handler_skips_the_report_instead_of_risking_a_hang() {
     let r = exits("signal-exit");
     assert!(reports_in(&r.report_dir).is_empty());
-    assert!(r.stderr.contains("_exit called from a signal handler"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("_exit called from a signal handler"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -58,12 +58,23 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
     for c in children {
         let out = c.wait_with_output().unwrap();
         assert!(out.status.success());
-        let line = String::from_utf8_lossy(&out.stdout).lines().find_map(|l| l.strip_prefix("STATS ").map(str::to_string)).unwrap();
-        refused += serde_json::from_str::<serde_json::Value>(&line).unwrap()["refused"].as_i64().unwrap();
+        let line = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("STATS ").map(str::to_string))
+            .unwrap();
+        refused += serde_json::from_str::<serde_json::Value>(&line).unwrap()["refused"]
+            .as_i64()
+            .unwrap();
     }
     let c = std::fs::read(&counter).unwrap();
-    let (now, max) = (i64::from_ne_bytes(c[0..8].try_into().unwrap()), i64::from_ne_bytes(c[8..16].try_into().unwrap()));
-    assert!(max <= budget, "the group's runtimes held {max} bytes at once, over the {budget}-byte budget");
+    let (now, max) = (
+        i64::from_ne_bytes(c[0..8].try_into().unwrap()),
+        i64::from_ne_bytes(c[8..16].try_into().unwrap()),
+    );
+    assert!(
+        max <= budget,
+        "the group's runtimes held {max} bytes at once, over the {budget}-byte budget"
+    );
     assert!(max > budget / 2, "the budget was never approached ({max})");
     assert!(refused > 0, "nothing refused: the test proves nothing");
     assert_eq!(now, 0);
@@ -79,26 +90,43 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
     assert_eq!(denied, refused, "every refusal was the group budget's");
 }
 
-
 #[test]
 fn a_member_killed_with_sigkill_has_its_bytes_reclaimed() {
     let g = Group::new("kill");
-    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "100K")];
+    let env = [
+        ("PINGUARD_GROUP", g.0.as_str()),
+        ("PINGUARD_GROUP_BUDGET", "100K"),
+    ];
     let (mut holder, _out) = spawn_churn_holder(&g.0); // keeps 64 KiB pinned
     let r = run("scenario", &["cuda_alloc:65536"], &env);
-    assert_eq!(r.rc("cuda_alloc:65536"), 2, "the live holder's 64 KiB leave no room");
+    assert_eq!(
+        r.rc("cuda_alloc:65536"),
+        2,
+        "the live holder's 64 KiB leave no room"
+    );
     holder.kill().unwrap(); // SIGKILL: no exit handler runs
     holder.wait().unwrap();
-    assert!(g.used() >= 65536, "the dead member's bytes are still booked");
+    assert!(
+        g.used() >= 65536,
+        "the dead member's bytes are still booked"
+    );
     let r = run("scenario", &["cuda_alloc:65536"], &env);
-    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the next member reclaims them: {}", r.stderr);
+    assert_eq!(
+        r.rc("cuda_alloc:65536"),
+        0,
+        "the next member reclaims them: {}",
+        r.stderr
+    );
     assert_eq!(g.used(), 0, "and leaves at exit");
 }
 
 #[test]
 fn a_reused_pid_is_not_mistaken_for_the_member() {
     let g = Group::new("reuse");
-    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "100K")];
+    let env = [
+        ("PINGUARD_GROUP", g.0.as_str()),
+        ("PINGUARD_GROUP_BUDGET", "100K"),
+    ];
     let r = run("scenario", &["cuda_alloc:4096"], &env); // creates the ledger
     assert_eq!(r.rc("cuda_alloc:4096"), 0);
     // A member entry whose pid is alive (this test's) but whose start time is not its own: the
@@ -117,7 +145,12 @@ fn a_reused_pid_is_not_mistaken_for_the_member() {
     b[at..at + 8].copy_from_slice(&pid_ns.to_ne_bytes());
     std::fs::write(g.path(), &b).unwrap();
     let r = run("scenario", &["cuda_alloc:65536"], &env);
-    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the stale entry is reclaimed: {}", r.stderr);
+    assert_eq!(
+        r.rc("cuda_alloc:65536"),
+        0,
+        "the stale entry is reclaimed: {}",
+        r.stderr
+    );
     assert_eq!(g.used(), 0);
 }
 
@@ -129,27 +162,60 @@ fn a_bad_ledger_is_refused_and_the_process_runs_on_its_own_budget() {
     versioned[..8].copy_from_slice(&layout::MAGIC);
     versioned[8..12].copy_from_slice(&7u32.to_ne_bytes());
     let garbage: Vec<u8> = (0..good_size).map(|i| (i * 7919 % 251) as u8).collect();
-    for (what, bytes, why) in [("short", vec![1u8; 100], "is 100 bytes"), ("version", versioned, "version 7"), ("garbage", garbage, "bad magic")] {
+    for (what, bytes, why) in [
+        ("short", vec![1u8; 100], "is 100 bytes"),
+        ("version", versioned, "version 7"),
+        ("garbage", garbage, "bad magic"),
+    ] {
         std::fs::write(g.path(), &bytes).unwrap();
-        let r = run("scenario", &["cuda_alloc:65536"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")]);
-        assert_eq!(r.rc("cuda_alloc:65536"), 0, "{what}: the group budget is not in force");
-        let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_GROUP=")).collect();
+        let r = run(
+            "scenario",
+            &["cuda_alloc:65536"],
+            &[
+                ("PINGUARD_GROUP", &g.0),
+                ("PINGUARD_GROUP_BUDGET", "16K"),
+                ("PINGUARD_BUDGET", "1M"),
+            ],
+        );
+        assert_eq!(
+            r.rc("cuda_alloc:65536"),
+            0,
+            "{what}: the group budget is not in force"
+        );
+        let lines: Vec<_> = pinguard_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| l.contains("PINGUARD_GROUP="))
+            .collect();
         assert_eq!(lines.len(), 1, "{what}: {}", r.stderr);
-        assert!(lines[0].contains(why) && lines[0].contains("process budget only"), "{what}: {}", lines[0]);
+        assert!(
+            lines[0].contains(why) && lines[0].contains("process budget only"),
+            "{what}: {}",
+            lines[0]
+        );
         let rep = r.report();
         assert!(rep.get("group").is_none());
         assert_eq!(rep["config"]["budget_bytes"], 1 << 20);
-        assert_eq!(std::fs::read(g.path()).unwrap(), bytes, "{what}: the file is left alone");
+        assert_eq!(
+            std::fs::read(g.path()).unwrap(),
+            bytes,
+            "{what}: the file is left alone"
+        );
     }
 }
 
 #[test]
 fn metrics_file_parses_with_a_real_prometheus_parser() {
     let python = ["/usr/bin/python3", "python3"].into_iter().find(|p| {
-        Command::new(p).args(["-c", "import prometheus_client"]).output().is_ok_and(|o| o.status.success())
+        Command::new(p)
+            .args(["-c", "import prometheus_client"])
+            .output()
+            .is_ok_and(|o| o.status.success())
     });
     let Some(python) = python else {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "prometheus_client is required here");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "prometheus_client is required here"
+        );
         eprintln!("SKIPPED: no Python with prometheus_client (.ci/run installs python3-prometheus-client)");
         return;
     };
@@ -159,12 +225,29 @@ fn metrics_file_parses_with_a_real_prometheus_parser() {
     // The file lives as long as its process: read while it waits, once it shows every call.
     let held = Held::start(
         &fresh_dir("metrics-report"),
-        &["cuda_alloc:8192", "acl_malloc:4096", "cuda_alloc:65536", "mlock:0:1"],
-        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M"), ("PINGUARD_BUDGET", "32K"), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")],
+        &[
+            "cuda_alloc:8192",
+            "acl_malloc:4096",
+            "cuda_alloc:65536",
+            "mlock:0:1",
+        ],
+        &[
+            ("PINGUARD_GROUP", &g.0),
+            ("PINGUARD_GROUP_BUDGET", "1M"),
+            ("PINGUARD_BUDGET", "32K"),
+            ("PINGUARD_METRICS", metrics.to_str().unwrap()),
+            ("PINGUARD_INTERVAL", "100ms"),
+        ],
     );
     let file = dir.join(format!("m.{}.prom", held.pid()));
-    until("the metrics after every call", || std::fs::read_to_string(&file).is_ok_and(|t| t.contains("api=\"mlock\"} 4096")));
-    let files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect();
+    until("the metrics after every call", || {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("api=\"mlock\"} 4096"))
+    });
+    let files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "prom"))
+        .collect();
     assert_eq!(files.len(), 1, "{files:?}");
     let script = r#"
 import sys, json
@@ -175,19 +258,40 @@ for fam in text_string_to_metric_families(open(sys.argv[1]).read()):
         out.setdefault(fam.name + ":" + fam.type, []).append([s.name, s.labels, s.value])
 print(json.dumps(out))
 "#;
-    let out = Command::new(python).args(["-c", script]).arg(&files[0]).output().unwrap();
-    assert!(out.status.success(), "the parser rejected the file: {}\n{}", String::from_utf8_lossy(&out.stderr), std::fs::read_to_string(&files[0]).unwrap());
+    let out = Command::new(python)
+        .args(["-c", script])
+        .arg(&files[0])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the parser rejected the file: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(&files[0]).unwrap()
+    );
     let fams: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let value = |fam: &str, api: Option<&str>| -> f64 {
-        fams[fam].as_array().unwrap_or_else(|| panic!("no {fam}: {fams}")).iter()
+        fams[fam]
+            .as_array()
+            .unwrap_or_else(|| panic!("no {fam}: {fams}"))
+            .iter()
             .find(|s| api.is_none_or(|a| s[1]["api"] == a))
-            .map(|s| { assert!(s[1]["pid"].is_string() && s[1]["exe"] == "scenario"); s[2].as_f64().unwrap() })
+            .map(|s| {
+                assert!(s[1]["pid"].is_string() && s[1]["exe"] == "scenario");
+                s[2].as_f64().unwrap()
+            })
             .unwrap_or_else(|| panic!("no {fam} for {api:?}"))
     };
-    assert_eq!(value("pinguard_pinned_bytes:gauge", Some("cudaHostAlloc")), 8192.0);
+    assert_eq!(
+        value("pinguard_pinned_bytes:gauge", Some("cudaHostAlloc")),
+        8192.0
+    );
     assert_eq!(value("pinguard_pinned_bytes:gauge", Some("mlock")), 4096.0);
     assert_eq!(value("pinguard_denied:counter", Some("cudaHostAlloc")), 1.0);
-    assert_eq!(value("pinguard_downgraded:counter", Some("aclrtMallocHost")), 0.0);
+    assert_eq!(
+        value("pinguard_downgraded:counter", Some("aclrtMallocHost")),
+        0.0
+    );
     assert_eq!(value("pinguard_budget_bytes:gauge", None), 32768.0);
     assert_eq!(value("pinguard_process_pinned_bytes:gauge", None), 16384.0);
     assert_eq!(value("pinguard_group_budget_bytes:gauge", None), 1048576.0);

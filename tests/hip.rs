@@ -26,13 +26,32 @@ fn programs() -> &'static (PathBuf, Option<PathBuf>) {
         let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
         let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
         let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        a.extend(["-shared", "-o", &d("emu/libamdhip64.so.5"), &s("emul/hip.c"), "-Wl,-soname,libamdhip64.so.5"].map(String::from));
+        a.extend(
+            [
+                "-shared",
+                "-o",
+                &d("emu/libamdhip64.so.5"),
+                &s("emul/hip.c"),
+                "-Wl,-soname,libamdhip64.so.5",
+            ]
+            .map(String::from),
+        );
         cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
         // --no-as-needed: the program's references are weak (5.2.3 lacks some names), which alone
         // would not keep the library linked.
         let link = ["-Wl,--no-as-needed", "-l:libamdhip64.so.5", "-ldl"];
         let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        a.extend(["-o", &d("hip"), &s("progs/hip.c"), "-L", &d("emu"), "-Wl,-rpath,$ORIGIN/emu"].map(String::from));
+        a.extend(
+            [
+                "-o",
+                &d("hip"),
+                &s("progs/hip.c"),
+                "-L",
+                &d("emu"),
+                "-Wl,-rpath,$ORIGIN/emu",
+            ]
+            .map(String::from),
+        );
         a.extend(link.map(String::from));
         cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
         let real = (real_expected() && std::path::Path::new(REAL_LIB).exists()).then(|| {
@@ -73,34 +92,93 @@ fn api<'a>(rep: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn every_entry_point_counts_exactly_through_each_route() {
     let ops = [
-        "malloc:8192", "alloc:4096:1", "ext:12288:4", "mallochost:4096", "memallochost:4096", "register:8192:2",
-        "pool:2", "pool_alloc:6:4096", "touch:0", "flags:0",
+        "malloc:8192",
+        "alloc:4096:1",
+        "ext:12288:4",
+        "mallochost:4096",
+        "memallochost:4096",
+        "register:8192:2",
+        "pool:2",
+        "pool_alloc:6:4096",
+        "touch:0",
+        "flags:0",
     ];
-    let frees = ["free:0", "freehost:1", "free:2", "freehost:3", "free:4", "unregister:5", "free_async:7", "destroy:6"];
+    let frees = [
+        "free:0",
+        "freehost:1",
+        "free:2",
+        "freehost:3",
+        "free:4",
+        "unregister:5",
+        "free_async:7",
+        "destroy:6",
+    ];
     for route in ROUTES {
         let r = hip(route, &ops, &[]);
-        assert!(rcs(&r, &ops).iter().all(|&rc| rc == 0), "{route}: {}", r.stdout);
+        assert!(
+            rcs(&r, &ops).iter().all(|&rc| rc == 0),
+            "{route}: {}",
+            r.stdout
+        );
         let s = r.stats();
         assert_eq!(s["hip"]["emulated"], 1);
-        assert_eq!(s["hip"]["outstanding_bytes"], 8192 + 4096 + 12288 + 4096 + 4096 + 8192 + 2 * 1048576, "{route}: {s}");
-        assert_eq!(s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"], "{route}: pinguard counts what the runtime pinned");
+        assert_eq!(
+            s["hip"]["outstanding_bytes"],
+            8192 + 4096 + 12288 + 4096 + 4096 + 8192 + 2 * 1048576,
+            "{route}: {s}"
+        );
+        assert_eq!(
+            s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"],
+            "{route}: pinguard counts what the runtime pinned"
+        );
         let rep = r.report();
-        for (name, bytes) in [("hipHostMalloc", 8192), ("hipHostAlloc", 4096), ("hipExtHostAlloc", 12288), ("hipMallocHost", 4096), ("hipMemAllocHost", 4096), ("hipHostRegister", 8192)] {
-            assert_eq!(api(&rep, name)["alloc_count"], 1, "{route} {name}: {}", rep["apis"]);
+        for (name, bytes) in [
+            ("hipHostMalloc", 8192),
+            ("hipHostAlloc", 4096),
+            ("hipExtHostAlloc", 12288),
+            ("hipMallocHost", 4096),
+            ("hipMemAllocHost", 4096),
+            ("hipHostRegister", 8192),
+        ] {
+            assert_eq!(
+                api(&rep, name)["alloc_count"],
+                1,
+                "{route} {name}: {}",
+                rep["apis"]
+            );
             assert_eq!(api(&rep, name)["live_bytes"], bytes, "{route} {name}");
         }
-        assert_eq!(api(&rep, "hipMemPoolCreate")["live_bytes"], 2 * 1048576, "{route}: the host pool's reserve");
-        assert_eq!(rep["config"]["hooks"].as_array().unwrap().iter().filter(|h| *h == "hip").count(), 1);
+        assert_eq!(
+            api(&rep, "hipMemPoolCreate")["live_bytes"],
+            2 * 1048576,
+            "{route}: the host pool's reserve"
+        );
+        assert_eq!(
+            rep["config"]["hooks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| *h == "hip")
+                .count(),
+            1
+        );
 
         let all: Vec<&str> = ops.iter().chain(frees.iter()).copied().collect();
         let r = hip(route, &all, &[]);
-        assert!(rcs(&r, &frees).iter().all(|&rc| rc == 0), "{route}: {}", r.stdout);
+        assert!(
+            rcs(&r, &frees).iter().all(|&rc| rc == 0),
+            "{route}: {}",
+            r.stdout
+        );
         let s = r.stats();
         assert_eq!(s["hip"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
         let t = &r.report()["totals"];
         assert_eq!(t["live_bytes"], 0, "{route}: {t}");
-        assert_eq!(t["unknown_release_count"], 0, "{route}: each free found its allocation, whichever name made it");
+        assert_eq!(
+            t["unknown_release_count"], 0,
+            "{route}: each free found its allocation, whichever name made it"
+        );
         assert_eq!(t["release_count"], s["hip"]["release_calls"], "{route}");
     }
 }
@@ -111,12 +189,32 @@ fn every_entry_point_counts_exactly_through_each_route() {
 #[test]
 fn rejected_calls_get_the_runtimes_own_codes() {
     for route in ROUTES {
-        let ops = ["register:8192:0", "register_slot:0:0", "malloc:4096", "register_slot:1:0", "malloc:4096:256", "malloc:4096:3221225472", "register:4096:16", "free_raw:0"];
+        let ops = [
+            "register:8192:0",
+            "register_slot:0:0",
+            "malloc:4096",
+            "register_slot:1:0",
+            "malloc:4096:256",
+            "malloc:4096:3221225472",
+            "register:4096:16",
+            "free_raw:0",
+        ];
         let r = hip(route, &ops, &[("PINGUARD_BUDGET", "1M")]);
-        assert_eq!(rcs(&r, &ops), vec![0, 712, 0, 712, 1, 1, 1, 1], "{route}: {}", r.stdout);
+        assert_eq!(
+            rcs(&r, &ops),
+            vec![0, 712, 0, 712, 1, 1, 1, 1],
+            "{route}: {}",
+            r.stdout
+        );
         let s = r.stats();
-        assert_eq!(s["hip"]["failed_calls"], 6, "{route}: every rejection came from the runtime: {s}");
-        assert_eq!(s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"], "{route}");
+        assert_eq!(
+            s["hip"]["failed_calls"], 6,
+            "{route}: every rejection came from the runtime: {s}"
+        );
+        assert_eq!(
+            s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"],
+            "{route}"
+        );
         let rep = r.report();
         assert_eq!(rep["totals"]["unknown_release_count"], 1, "{route}");
         assert_eq!(rep["totals"]["denied_count"], 0, "{route}");
@@ -128,11 +226,23 @@ fn rejected_calls_get_the_runtimes_own_codes() {
 #[test]
 fn calls_the_runtime_rejects_get_its_answer_over_the_budget() {
     for route in ROUTES {
-        let ops = ["malloc:32768:256", "malloc:32768:3221225472", "ext:32768:3221225472", "register:32768:16"];
-        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
+        let ops = [
+            "malloc:32768:256",
+            "malloc:32768:3221225472",
+            "ext:32768:3221225472",
+            "register:32768:16",
+        ];
+        let r = hip(
+            route,
+            &ops,
+            &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")],
+        );
         assert_eq!(rcs(&r, &ops), vec![1, 1, 1, 1], "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["hip"]["failed_calls"], 4, "{route}: the runtime answered each: {s}");
+        assert_eq!(
+            s["hip"]["failed_calls"], 4,
+            "{route}: the runtime answered each: {s}"
+        );
         let t = &r.report()["totals"];
         assert_eq!(t["denied_count"], 0, "{route}: {t}");
         assert_eq!(t["downgraded_count"], 0, "{route}");
@@ -144,18 +254,49 @@ fn calls_the_runtime_rejects_get_its_answer_over_the_budget() {
 #[test]
 fn error_policy_refuses_with_hip_error_out_of_memory() {
     for route in ROUTES {
-        let ops = ["malloc:32768", "alloc:32768", "ext:32768", "mallochost:32768", "memallochost:32768", "register:32768:0", "malloc:8192"];
+        let ops = [
+            "malloc:32768",
+            "alloc:32768",
+            "ext:32768",
+            "mallochost:32768",
+            "memallochost:32768",
+            "register:32768:0",
+            "malloc:8192",
+        ];
         let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
-        assert_eq!(rcs(&r, &ops), vec![2, 2, 2, 2, 2, 2, 0], "{route}: {}", r.stdout);
+        assert_eq!(
+            rcs(&r, &ops),
+            vec![2, 2, 2, 2, 2, 2, 0],
+            "{route}: {}",
+            r.stdout
+        );
         let s = r.stats();
-        assert_eq!(s["hip"]["alloc_calls"], 1, "{route}: only the call that fits reached the runtime");
+        assert_eq!(
+            s["hip"]["alloc_calls"], 1,
+            "{route}: only the call that fits reached the runtime"
+        );
         assert_eq!(s["hip"]["failed_calls"], 0, "{route}");
         let rep = r.report();
         assert_eq!(rep["totals"]["denied_count"], 6, "{route}");
         assert_eq!(rep["totals"]["live_bytes"], 8192, "{route}");
         let events = rep["events"].as_array().unwrap();
-        let names: Vec<&str> = events.iter().filter(|e| e["kind"] == "denied").map(|e| e["api"].as_str().unwrap()).collect();
-        assert_eq!(names, ["hipHostMalloc", "hipHostAlloc", "hipExtHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostRegister"], "{route}");
+        let names: Vec<&str> = events
+            .iter()
+            .filter(|e| e["kind"] == "denied")
+            .map(|e| e["api"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "hipHostMalloc",
+                "hipHostAlloc",
+                "hipExtHostAlloc",
+                "hipMallocHost",
+                "hipMemAllocHost",
+                "hipHostRegister"
+            ],
+            "{route}"
+        );
     }
 }
 
@@ -166,14 +307,37 @@ fn error_policy_refuses_with_hip_error_out_of_memory() {
 fn downgrade_policy_serves_pageable_memory_that_hip_host_free_takes_back() {
     for route in ROUTES {
         let ops = [
-            "malloc:32768", "alloc:32768", "ext:32768:4", "mallochost:32768", "memallochost:32768",
-            "malloc:32768:2", "register:32768:0", "touch:0", "touch:4",
-            "free:0", "freehost:1", "free:2", "free:3", "freehost:4",
+            "malloc:32768",
+            "alloc:32768",
+            "ext:32768:4",
+            "mallochost:32768",
+            "memallochost:32768",
+            "malloc:32768:2",
+            "register:32768:0",
+            "touch:0",
+            "touch:4",
+            "free:0",
+            "freehost:1",
+            "free:2",
+            "free:3",
+            "freehost:4",
         ];
-        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0], "{route}: {}", r.stdout);
+        let r = hip(
+            route,
+            &ops,
+            &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")],
+        );
+        assert_eq!(
+            rcs(&r, &ops),
+            vec![0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0],
+            "{route}: {}",
+            r.stdout
+        );
         let s = r.stats();
-        assert_eq!(s["hip"]["alloc_calls"], 0, "{route}: the runtime never saw them: {s}");
+        assert_eq!(
+            s["hip"]["alloc_calls"], 0,
+            "{route}: the runtime never saw them: {s}"
+        );
         assert_eq!(s["hip"]["release_calls"], 0, "{route}");
         assert_eq!(s["hip"]["failed_calls"], 0, "{route}");
         let t = &r.report()["totals"];
@@ -188,7 +352,13 @@ fn downgrade_policy_serves_pageable_memory_that_hip_host_free_takes_back() {
 /// `PINGUARD_DOWNGRADE_MATCH` scopes HIP's downgrades as CUDA's: a callsite outside it is refused.
 #[test]
 fn downgrade_match_scopes_hip_downgrades() {
-    let env = |m| [("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade"), ("PINGUARD_DOWNGRADE_MATCH", m)];
+    let env = |m| {
+        [
+            ("PINGUARD_BUDGET", "16K"),
+            ("PINGUARD_POLICY", "downgrade"),
+            ("PINGUARD_DOWNGRADE_MATCH", m),
+        ]
+    };
     let r = hip("export", &["malloc:32768"], &env("alloc_op"));
     assert_eq!(r.rc("malloc:32768"), 0, "{}", r.stdout);
     assert_eq!(api(&r.report(), "hipHostMalloc")["downgraded_count"], 1);
@@ -202,16 +372,28 @@ fn downgrade_match_scopes_hip_downgrades() {
 #[test]
 fn warn_policy_lets_hip_calls_through() {
     let ops = ["malloc:32768", "malloc:32768", "register:32768:0"];
-    let r = hip("export", &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")]);
+    let r = hip(
+        "export",
+        &ops,
+        &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")],
+    );
     assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{}", r.stdout);
     let s = r.stats();
     assert_eq!(s["hip"]["alloc_calls"], 3);
     assert_eq!(s["pinguard_live_bytes"], 3 * 32768);
     let rep = r.report();
     assert_eq!(rep["totals"]["over_budget_count"], 3);
-    assert_eq!(api(&rep, "hipHostMalloc")["alloc_count"], 2, "{}", rep["apis"]);
+    assert_eq!(
+        api(&rep, "hipHostMalloc")["alloc_count"],
+        2,
+        "{}",
+        rep["apis"]
+    );
     assert_eq!(api(&rep, "hipHostRegister")["alloc_count"], 1);
-    let warnings = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).count();
+    let warnings = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("over the budget"))
+        .count();
     assert_eq!(warnings, 2, "two callsites: {}", r.stderr);
 }
 
@@ -220,14 +402,29 @@ fn warn_policy_lets_hip_calls_through() {
 #[test]
 fn host_pools_are_budgeted_and_device_pools_ignored() {
     for route in ROUTES {
-        let ops = ["pool:2", "pool_alloc:0:1048576", "pool_alloc:0:3145728", "pool:1", "pool_alloc:2:1048576"];
+        let ops = [
+            "pool:2",
+            "pool_alloc:0:1048576",
+            "pool_alloc:0:3145728",
+            "pool:1",
+            "pool_alloc:2:1048576",
+        ];
         let r = hip(route, &ops, &[("PINGUARD_BUDGET", "3M")]);
         assert_eq!(rcs(&r, &ops), vec![0, 0, 2, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["pinguard_live_bytes"], 2 * 1048576, "{route}: the host pool's one chunk: {s}");
+        assert_eq!(
+            s["pinguard_live_bytes"],
+            2 * 1048576,
+            "{route}: the host pool's one chunk: {s}"
+        );
         let rep = r.report();
         assert_eq!(rep["totals"]["denied_count"], 1, "{route}");
-        assert_eq!(api(&rep, "hipMallocFromPoolAsync")["denied_count"], 1, "{route}: {}", rep["apis"]);
+        assert_eq!(
+            api(&rep, "hipMallocFromPoolAsync")["denied_count"],
+            1,
+            "{route}: {}",
+            rep["apis"]
+        );
     }
 }
 
@@ -236,12 +433,28 @@ fn host_pools_are_budgeted_and_device_pools_ignored() {
 fn hooks_without_hip_pass_through_untracked() {
     for route in ROUTES {
         let ops = ["malloc:8192", "register:8192:0", "vmm_create:8192:2"];
-        let r = hip(route, &ops, &[("PINGUARD_HOOKS", "cuda,cuda-driver,acl"), ("PINGUARD_BUDGET", "4K")]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: no budget applies: {}", r.stdout);
+        let r = hip(
+            route,
+            &ops,
+            &[
+                ("PINGUARD_HOOKS", "cuda,cuda-driver,acl"),
+                ("PINGUARD_BUDGET", "4K"),
+            ],
+        );
+        assert_eq!(
+            rcs(&r, &ops),
+            vec![0, 0, 0],
+            "{route}: no budget applies: {}",
+            r.stdout
+        );
         let s = r.stats();
         assert_eq!(s["hip"]["alloc_calls"], 3, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let r = hip(route, &["malloc:8192"], &[("PINGUARD_HOOKS", "hip"), ("PINGUARD_BUDGET", "4K")]);
+        let r = hip(
+            route,
+            &["malloc:8192"],
+            &[("PINGUARD_HOOKS", "hip"), ("PINGUARD_BUDGET", "4K")],
+        );
         assert_eq!(r.rc("malloc:8192"), 2, "{route}: hip alone is hooked");
     }
 }
@@ -252,36 +465,129 @@ fn hooks_without_hip_pass_through_untracked() {
 #[test]
 fn the_real_library_answers_unchanged_under_pinguard() {
     let Some(real) = programs().1.clone() else {
-        assert!(!real_expected() || std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{REAL_LIB} is required here (.ci/run installs libamdhip64-5)");
+        assert!(
+            !real_expected() || std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "{REAL_LIB} is required here (.ci/run installs libamdhip64-5)"
+        );
         eprintln!("SKIPPED: {REAL_LIB} is not installed (Debian's amd64 package libamdhip64-5); .ci/run installs it");
         return;
     };
     // The functions 5.2.3 has (hipExtHostAlloc and hipGetProcAddress it has not).
-    let ops = ["malloc:8192", "alloc:4096:1", "mallochost:4096", "memallochost:4096", "register:8192:0", "free_raw:0", "unregister:4", "pool:1", "malloc:4096:256"];
+    let ops = [
+        "malloc:8192",
+        "alloc:4096:1",
+        "mallochost:4096",
+        "memallochost:4096",
+        "register:8192:0",
+        "free_raw:0",
+        "unregister:4",
+        "pool:1",
+        "malloc:4096:256",
+    ];
     for route in ["export", "dlsym"] {
         let dir = fresh_dir("hip-real");
-        let bare = run_bounded(command_in(&real, &dir, false).args(ops).env("HIP_ROUTE", route), std::time::Duration::from_secs(60));
-        let under = run_bounded(command_in(&real, &dir, true).args(ops).env("HIP_ROUTE", route).env("PINGUARD_BUDGET", "1G"), std::time::Duration::from_secs(60));
-        let (bare, under) = (Run::from_output(bare, dir.clone()), Run::from_output(under, dir.clone()));
-        assert!(bare.success() && under.success(), "{route}: {}\n{}\n{}", bare.stdout, under.stdout, under.stderr);
+        let bare = run_bounded(
+            command_in(&real, &dir, false)
+                .args(ops)
+                .env("HIP_ROUTE", route),
+            std::time::Duration::from_secs(60),
+        );
+        let under = run_bounded(
+            command_in(&real, &dir, true)
+                .args(ops)
+                .env("HIP_ROUTE", route)
+                .env("PINGUARD_BUDGET", "1G"),
+            std::time::Duration::from_secs(60),
+        );
+        let (bare, under) = (
+            Run::from_output(bare, dir.clone()),
+            Run::from_output(under, dir.clone()),
+        );
+        assert!(
+            bare.success() && under.success(),
+            "{route}: {}\n{}\n{}",
+            bare.stdout,
+            under.stdout,
+            under.stderr
+        );
         let answers = |r: &Run| rcs(r, &ops);
-        assert!(answers(&bare).iter().all(|&rc| rc > 0), "{route}: without a device the runtime refuses: {}", bare.stdout);
-        assert_eq!(answers(&under), answers(&bare), "{route}: pinguard changed the runtime's answers:\n{}\n{}", bare.stdout, under.stdout);
+        assert!(
+            answers(&bare).iter().all(|&rc| rc > 0),
+            "{route}: without a device the runtime refuses: {}",
+            bare.stdout
+        );
+        assert_eq!(
+            answers(&under),
+            answers(&bare),
+            "{route}: pinguard changed the runtime's answers:\n{}\n{}",
+            bare.stdout,
+            under.stdout
+        );
         assert_eq!(under.stats()["pinguard_live_bytes"], 0, "{route}");
         let rep = under.report();
-        let failed: i64 = ["hipHostMalloc", "hipHostAlloc", "hipMallocHost", "hipMemAllocHost", "hipHostRegister"].iter().map(|a| api(&rep, a)["failed_count"].as_i64().unwrap()).sum();
-        assert_eq!(failed, 6, "{route}: each allocation reached the real runtime and failed there: {}", rep["apis"]);
-        assert_eq!(rep["totals"]["denied_count"], 0, "{route}: the budget never answered for the runtime");
+        let failed: i64 = [
+            "hipHostMalloc",
+            "hipHostAlloc",
+            "hipMallocHost",
+            "hipMemAllocHost",
+            "hipHostRegister",
+        ]
+        .iter()
+        .map(|a| api(&rep, a)["failed_count"].as_i64().unwrap())
+        .sum();
+        assert_eq!(
+            failed, 6,
+            "{route}: each allocation reached the real runtime and failed there: {}",
+            rep["apis"]
+        );
+        assert_eq!(
+            rep["totals"]["denied_count"], 0,
+            "{route}: the budget never answered for the runtime"
+        );
 
         // 5.2.3's hipMemCreate takes device locations only: over a small budget, whatever the
         // prop's bytes, its answers are its own.
-        let vmm = ["vmm_create_old:65536:2", "vmm_create:65536:2", "vmm_create:65536:1"];
-        let bare = run_bounded(command_in(&real, &dir, false).args(vmm).env("HIP_ROUTE", route), std::time::Duration::from_secs(60));
-        let under = run_bounded(command_in(&real, &dir, true).args(vmm).env("HIP_ROUTE", route).env("PINGUARD_BUDGET", "16K"), std::time::Duration::from_secs(60));
-        let (bare, under) = (Run::from_output(bare, dir.clone()), Run::from_output(under, dir.clone()));
-        assert!(bare.success() && under.success(), "{route}: {}\n{}\n{}", bare.stdout, under.stdout, under.stderr);
-        assert_eq!(rcs(&under, &vmm), rcs(&bare, &vmm), "{route}: hipMemCreate's answers changed:\n{}\n{}", bare.stdout, under.stdout);
-        assert!(under.stderr.contains("; 0 denied"), "{route}: the budget never answered: {}", under.stderr);
+        let vmm = [
+            "vmm_create_old:65536:2",
+            "vmm_create:65536:2",
+            "vmm_create:65536:1",
+        ];
+        let bare = run_bounded(
+            command_in(&real, &dir, false)
+                .args(vmm)
+                .env("HIP_ROUTE", route),
+            std::time::Duration::from_secs(60),
+        );
+        let under = run_bounded(
+            command_in(&real, &dir, true)
+                .args(vmm)
+                .env("HIP_ROUTE", route)
+                .env("PINGUARD_BUDGET", "16K"),
+            std::time::Duration::from_secs(60),
+        );
+        let (bare, under) = (
+            Run::from_output(bare, dir.clone()),
+            Run::from_output(under, dir.clone()),
+        );
+        assert!(
+            bare.success() && under.success(),
+            "{route}: {}\n{}\n{}",
+            bare.stdout,
+            under.stdout,
+            under.stderr
+        );
+        assert_eq!(
+            rcs(&under, &vmm),
+            rcs(&bare, &vmm),
+            "{route}: hipMemCreate's answers changed:\n{}\n{}",
+            bare.stdout,
+            under.stdout
+        );
+        assert!(
+            under.stderr.contains("; 0 denied"),
+            "{route}: the budget never answered: {}",
+            under.stderr
+        );
     }
 }
 
@@ -301,7 +607,13 @@ fn doctor_probes_hip_host_malloc() {
         };
         let o = cmd.output().unwrap();
         let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"));
-        v["probes"].as_array().unwrap().iter().find(|p| p["path"] == "hipHostMalloc").cloned().unwrap_or_else(|| panic!("no hipHostMalloc probe: {v}"))
+        v["probes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["path"] == "hipHostMalloc")
+            .cloned()
+            .unwrap_or_else(|| panic!("no hipHostMalloc probe: {v}"))
     };
     let p = doctor(Some(&emu));
     assert!(p["note"].is_null(), "the emulated runtime pins: {p}");
@@ -309,7 +621,10 @@ fn doctor_probes_hip_host_malloc() {
     // /dev/kfd: an AMD device's compute interface, where the real runtime would pin.
     if programs().1.is_some() && !std::path::Path::new("/dev/kfd").exists() {
         let p = doctor(None);
-        assert_eq!(p["note"], "could not pin: hipHostMalloc returned 101", "no device: hipErrorInvalidDevice");
+        assert_eq!(
+            p["note"], "could not pin: hipHostMalloc returned 101",
+            "no device: hipErrorInvalidDevice"
+        );
     }
 }
 
@@ -321,7 +636,15 @@ fn group_budget_and_host_reserve_refuse_hip_calls() {
     let ledger = pinguard_report::group::path(&group);
     let _ = std::fs::remove_file(&ledger);
     let ops = ["malloc:8192", "malloc:65536", "register:65536:0"];
-    let r = hip("export", &ops, &[("PINGUARD_GROUP", &group), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")]);
+    let r = hip(
+        "export",
+        &ops,
+        &[
+            ("PINGUARD_GROUP", &group),
+            ("PINGUARD_GROUP_BUDGET", "16K"),
+            ("PINGUARD_BUDGET", "1M"),
+        ],
+    );
     remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
     assert_eq!(rcs(&r, &ops), vec![0, 2, 2], "{}", r.stdout);
@@ -332,7 +655,11 @@ fn group_budget_and_host_reserve_refuse_hip_calls() {
     assert_eq!(api(&rep, "hipHostRegister")["denied_count"], 1);
 
     // A reserve of all the host's memory: nothing may be pinned.
-    let r = hip("dlsym", &["malloc:8192"], &[("PINGUARD_HOST_RESERVE", "100%")]);
+    let r = hip(
+        "dlsym",
+        &["malloc:8192"],
+        &[("PINGUARD_HOST_RESERVE", "100%")],
+    );
     assert_eq!(r.rc("malloc:8192"), 2, "{}", r.stdout);
     assert_eq!(r.stats()["hip"]["alloc_calls"], 0);
     let t = &r.report()["totals"];
@@ -355,11 +682,29 @@ def pin_staging_buffer():
     print('rc=%d' % rc)
 pin_staging_buffer()
 "#;
-    let r = run("/usr/bin/python3", &["-c", script, lib.to_str().unwrap()], &[]);
-    assert!(r.success() && r.stdout.contains("rc=0"), "{}\n{}", r.stdout, r.stderr);
+    let r = run(
+        "/usr/bin/python3",
+        &["-c", script, lib.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        r.success() && r.stdout.contains("rc=0"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     let rep = r.report();
     let sites = rep["callsites"].as_array().unwrap();
-    let site = sites.iter().find(|c| c["apis"].as_array().unwrap().iter().any(|a| a == "hipHostMalloc")).unwrap_or_else(|| panic!("no hipHostMalloc callsite: {rep}"));
+    let site = sites
+        .iter()
+        .find(|c| {
+            c["apis"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "hipHostMalloc")
+        })
+        .unwrap_or_else(|| panic!("no hipHostMalloc callsite: {rep}"));
     let first = &site["py_frames"][0];
     assert_eq!(first["symbol"], "pin_staging_buffer", "{site}");
 }
@@ -371,22 +716,57 @@ fn every_hip_row_is_redirected_through_a_handle() {
     let f = fixtures();
     let exe = programs().0.parent().unwrap().join("dlsym_table");
     let src = root().join("tests/progs/dlsym_table.c");
-    cc(&["-g", "-O1", "-Wall", "-o", exe.to_str().unwrap(), src.to_str().unwrap(), "-ldl"]);
-    let out = std::process::Command::new("python3").arg(root().join("scripts/exports.py")).arg("--families").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    cc(&[
+        "-g",
+        "-O1",
+        "-Wall",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-ldl",
+    ]);
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/exports.py"))
+        .arg("--families")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let rows = String::from_utf8(out.stdout).unwrap();
-    let names: Vec<&str> = rows.lines().filter_map(|l| l.strip_prefix("hip ")).collect();
+    let names: Vec<&str> = rows
+        .lines()
+        .filter_map(|l| l.strip_prefix("hip "))
+        .collect();
     assert_eq!(names.len(), 20, "{names:?}");
     let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
     let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
-    for (preload, holder) in [(Some(f.lib.as_os_str()), lib_name.as_str()), (None, "libamdhip64.so.5")] {
-        let out = program(&exe, preload).arg(&runtime).args(&names).output().unwrap();
+    for (preload, holder) in [
+        (Some(f.lib.as_os_str()), lib_name.as_str()),
+        (None, "libamdhip64.so.5"),
+    ] {
+        let out = program(&exe, preload)
+            .arg(&runtime)
+            .args(&names)
+            .output()
+            .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
         assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names);
         for (name, found) in answers {
-            assert_eq!(found, holder, "dlsym(handle, {name}) with pinguard {}", preload.is_some());
+            assert_eq!(
+                found,
+                holder,
+                "dlsym(handle, {name}) with pinguard {}",
+                preload.is_some()
+            );
         }
     }
 }
@@ -398,26 +778,64 @@ fn every_hip_row_is_redirected_through_a_handle() {
 #[test]
 fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
     let ops = [
-        "vmm_create:65536:2", "vmm_create:65536:1", "vmm_create:65536:3", "vmm_reserve:65536",
-        "vmm_map:3:0", "touch:3", "vmm_release:0", "vmm_release:2", "vmm_release:1", "vmm_create:65536:9",
+        "vmm_create:65536:2",
+        "vmm_create:65536:1",
+        "vmm_create:65536:3",
+        "vmm_reserve:65536",
+        "vmm_map:3:0",
+        "touch:3",
+        "vmm_release:0",
+        "vmm_release:2",
+        "vmm_release:1",
+        "vmm_create:65536:9",
     ];
     for route in ROUTES {
         let r = hip(route, &ops, &[]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1], "{route}: {}", r.stdout);
+        assert_eq!(
+            rcs(&r, &ops),
+            vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            "{route}: {}",
+            r.stdout
+        );
         let s = r.stats();
-        assert_eq!(s["hip"]["outstanding_bytes"], 65536, "{route}: released but still mapped: {s}");
-        assert_eq!(s["pinguard_live_bytes"], 65536, "{route}: counted until unmapped too: {s}");
+        assert_eq!(
+            s["hip"]["outstanding_bytes"], 65536,
+            "{route}: released but still mapped: {s}"
+        );
+        assert_eq!(
+            s["pinguard_live_bytes"], 65536,
+            "{route}: counted until unmapped too: {s}"
+        );
         let rep = r.report();
-        assert_eq!(api(&rep, "hipMemCreate")["alloc_count"], 2, "{route}: the two host ones: {}", rep["apis"]);
+        assert_eq!(
+            api(&rep, "hipMemCreate")["alloc_count"],
+            2,
+            "{route}: the two host ones: {}",
+            rep["apis"]
+        );
         assert_eq!(api(&rep, "hipMemCreate")["live_bytes"], 65536, "{route}");
         let sites = rep["callsites"].as_array().unwrap();
-        assert!(sites.iter().any(|c| c["apis"].as_array().unwrap().iter().any(|a| a == "hipMemCreate")), "{route}: {sites:?}");
+        assert!(
+            sites.iter().any(|c| c["apis"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a == "hipMemCreate")),
+            "{route}: {sites:?}"
+        );
 
         let all: Vec<&str> = ops.iter().copied().chain(["vmm_unmap:3"]).collect();
         let r = hip(route, &all, &[]);
         assert_eq!(r.rc("vmm_unmap:3"), 0, "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
+        assert_eq!(
+            (
+                s["hip"]["outstanding_bytes"].as_i64(),
+                s["pinguard_live_bytes"].as_i64()
+            ),
+            (Some(0), Some(0)),
+            "{route}: {s}"
+        );
         let t = &r.report()["totals"];
         assert_eq!(t["live_bytes"], 0, "{route}: {t}");
         assert_eq!(t["unknown_release_count"], 0, "{route}");
@@ -428,17 +846,38 @@ fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
 /// released and the range unmapped: counted until that handle is released too.
 #[test]
 fn a_retained_hip_handle_keeps_the_memory_counted() {
-    let ops = ["vmm_create:65536:2", "vmm_reserve:65536", "vmm_map:1:0", "vmm_retain:1", "vmm_release:0", "vmm_unmap:1"];
+    let ops = [
+        "vmm_create:65536:2",
+        "vmm_reserve:65536",
+        "vmm_map:1:0",
+        "vmm_retain:1",
+        "vmm_release:0",
+        "vmm_unmap:1",
+    ];
     for route in ROUTES {
         let r = hip(route, &ops, &[]);
         assert_eq!(rcs(&r, &ops), vec![0; 6], "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(65536), Some(65536)), "{route}: {s}");
+        assert_eq!(
+            (
+                s["hip"]["outstanding_bytes"].as_i64(),
+                s["pinguard_live_bytes"].as_i64()
+            ),
+            (Some(65536), Some(65536)),
+            "{route}: {s}"
+        );
         let all: Vec<&str> = ops.iter().copied().chain(["vmm_release:2"]).collect();
         let r = hip(route, &all, &[]);
         assert_eq!(r.rc("vmm_release:2"), 0, "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!((s["hip"]["outstanding_bytes"].as_i64(), s["pinguard_live_bytes"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
+        assert_eq!(
+            (
+                s["hip"]["outstanding_bytes"].as_i64(),
+                s["pinguard_live_bytes"].as_i64()
+            ),
+            (Some(0), Some(0)),
+            "{route}: {s}"
+        );
     }
 }
 
@@ -448,18 +887,47 @@ fn a_retained_hip_handle_keeps_the_memory_counted() {
 /// a location the runtime rejects gets its answer.
 #[test]
 fn error_and_downgrade_refuse_host_located_hip_mem_create() {
-    let ops = ["vmm_create:65536:2", "vmm_create:65536:4", "vmm_create:65536:1", "vmm_create:8192:2", "vmm_create:65536:9"];
+    let ops = [
+        "vmm_create:65536:2",
+        "vmm_create:65536:4",
+        "vmm_create:65536:1",
+        "vmm_create:8192:2",
+        "vmm_create:65536:9",
+    ];
     for policy in ["error", "downgrade"] {
         for route in ROUTES {
-            let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)]);
-            assert_eq!(rcs(&r, &ops), vec![2, 2, 0, 0, 1], "{policy} {route}: {}", r.stdout);
+            let r = hip(
+                route,
+                &ops,
+                &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)],
+            );
+            assert_eq!(
+                rcs(&r, &ops),
+                vec![2, 2, 0, 0, 1],
+                "{policy} {route}: {}",
+                r.stdout
+            );
             let s = r.stats();
-            assert_eq!(s["hip"]["failed_calls"], 1, "{policy} {route}: only the bad location reached the runtime and failed: {s}");
+            assert_eq!(
+                s["hip"]["failed_calls"], 1,
+                "{policy} {route}: only the bad location reached the runtime and failed: {s}"
+            );
             assert_eq!(s["pinguard_live_bytes"], 8192, "{policy} {route}: {s}");
             let rep = r.report();
-            assert_eq!(api(&rep, "hipMemCreate")["denied_count"], 2, "{policy} {route}: {}", rep["apis"]);
+            assert_eq!(
+                api(&rep, "hipMemCreate")["denied_count"],
+                2,
+                "{policy} {route}: {}",
+                rep["apis"]
+            );
             assert_eq!(rep["totals"]["downgraded_count"], 0, "{policy} {route}");
-            let denied: Vec<&str> = rep["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "denied").map(|e| e["api"].as_str().unwrap()).collect();
+            let denied: Vec<&str> = rep["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|e| e["kind"] == "denied")
+                .map(|e| e["api"].as_str().unwrap())
+                .collect();
             assert_eq!(denied, ["hipMemCreate", "hipMemCreate"], "{policy} {route}");
         }
     }
@@ -470,7 +938,11 @@ fn error_and_downgrade_refuse_host_located_hip_mem_create() {
 fn warn_policy_lets_hip_mem_create_through() {
     for route in ROUTES {
         let ops = ["vmm_create:65536:2"];
-        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")]);
+        let r = hip(
+            route,
+            &ops,
+            &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")],
+        );
         assert_eq!(rcs(&r, &ops), vec![0], "{route}: {}", r.stdout);
         assert_eq!(r.stats()["pinguard_live_bytes"], 65536, "{route}");
         let rep = r.report();
@@ -499,7 +971,10 @@ fn the_state_file_names_hip_mem_create_at_its_callsite() {
     let mut line = String::new();
     while line.trim() != "ready" {
         line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "the program ended before holding");
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "the program ended before holding"
+        );
     }
     let o = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
     drop(child.stdin.take());
@@ -508,7 +983,10 @@ fn the_state_file_names_hip_mem_create_at_its_callsite() {
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["per_process"][0]["reason"], "running", "{v}");
     let sites = v["callsites"].as_array().unwrap();
-    let site = sites.iter().find(|c| c["live_bytes"] == 65536).unwrap_or_else(|| panic!("{v}"));
+    let site = sites
+        .iter()
+        .find(|c| c["live_bytes"] == 65536)
+        .unwrap_or_else(|| panic!("{v}"));
     assert_eq!(site["apis"], serde_json::json!(["hipMemCreate"]), "{site}");
 }
 
@@ -517,12 +995,31 @@ fn the_state_file_names_hip_mem_create_at_its_callsite() {
 /// `hipMemCreate` of a runtime older than 7 passes through uncounted, even over the budget.
 #[test]
 fn hip_mem_create_of_older_runtimes_passes_through() {
-    let ops = ["vmm_create_old:65536:2", "vmm_create_old:65536:3", "vmm_release:0", "vmm_release:1"];
+    let ops = [
+        "vmm_create_old:65536:2",
+        "vmm_create_old:65536:3",
+        "vmm_release:0",
+        "vmm_release:1",
+    ];
     for route in ROUTES {
-        let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K"), ("EMU_HIP_VERSION", "50221153")]);
+        let r = hip(
+            route,
+            &ops,
+            &[("PINGUARD_BUDGET", "16K"), ("EMU_HIP_VERSION", "50221153")],
+        );
         assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!((s["pinguard_live_bytes"].as_i64(), s["hip"]["failed_calls"].as_i64()), (Some(0), Some(0)), "{route}: {s}");
-        assert!(reports_in(&r.report_dir).is_empty(), "{route}: nothing tracked, nothing to report");
+        assert_eq!(
+            (
+                s["pinguard_live_bytes"].as_i64(),
+                s["hip"]["failed_calls"].as_i64()
+            ),
+            (Some(0), Some(0)),
+            "{route}: {s}"
+        );
+        assert!(
+            reports_in(&r.report_dir).is_empty(),
+            "{route}: nothing tracked, nothing to report"
+        );
     }
 }

@@ -9,10 +9,21 @@ fn every_hook_passes_through_and_counts_exactly_without_a_budget() {
     let r = run(
         "scenario",
         &[
-            "cuda_alloc:8192", "cuda_malloc:4096", "cuda_register:16384", "acl_malloc:12288",
-            "acl_malloc_cfg:4096", "acl_register:8192", "acl_register2:4096:268435456",
-            "cuda_free:0", "cuda_unregister:2", "acl_free:4", "acl_unregister:6",
-            "mlock:0:4", "mlock2:8:2", "munlock:0:1", "mmap_locked:8192",
+            "cuda_alloc:8192",
+            "cuda_malloc:4096",
+            "cuda_register:16384",
+            "acl_malloc:12288",
+            "acl_malloc_cfg:4096",
+            "acl_register:8192",
+            "acl_register2:4096:268435456",
+            "cuda_free:0",
+            "cuda_unregister:2",
+            "acl_free:4",
+            "acl_unregister:6",
+            "mlock:0:4",
+            "mlock2:8:2",
+            "munlock:0:1",
+            "mmap_locked:8192",
         ],
         &[],
     );
@@ -22,12 +33,16 @@ fn every_hook_passes_through_and_counts_exactly_without_a_budget() {
     }
     let s = r.stats();
     // Left live: cuda_malloc 4096, acl_malloc 12288, acl_register 8192, mlock 3+2 pages, mmap 2 pages.
-    let runtime_live = s["cuda"]["outstanding_bytes"].as_i64().unwrap() + s["acl"]["outstanding_bytes"].as_i64().unwrap();
+    let runtime_live = s["cuda"]["outstanding_bytes"].as_i64().unwrap()
+        + s["acl"]["outstanding_bytes"].as_i64().unwrap();
     assert_eq!(runtime_live, 4096 + 12288 + 8192);
     assert_eq!(s["cuda"]["alloc_calls"], 3);
     assert_eq!(s["acl"]["alloc_calls"], 4);
     let locked = (3 + 2 + 2) * 4096;
-    assert_eq!(s["pinguard_live_bytes"].as_i64().unwrap(), runtime_live + locked);
+    assert_eq!(
+        s["pinguard_live_bytes"].as_i64().unwrap(),
+        runtime_live + locked
+    );
 
     let rep = r.report();
     let t = &rep["totals"];
@@ -45,14 +60,25 @@ fn every_hook_passes_through_and_counts_exactly_without_a_budget() {
     assert_eq!(rep["apis"]["aclrtHostRegister"]["live_bytes"], 8192);
     assert_eq!(rep["apis"]["aclrtHostRegisterV2"]["live_bytes"], 0);
     assert_eq!(rep["apis"]["mmap"]["live_bytes"], 8192);
-    assert_eq!(rep["totals"]["peak_live_bytes"].as_i64().unwrap() >= t["live_bytes"].as_i64().unwrap(), true);
+    assert_eq!(
+        rep["totals"]["peak_live_bytes"].as_i64().unwrap() >= t["live_bytes"].as_i64().unwrap(),
+        true
+    );
 }
 
 #[test]
 fn failed_unknown_and_double_releases_leave_counters_exact() {
     let r = run(
         "scenario",
-        &["cuda_alloc:4096", "cuda_alloc:4096", "cuda_alloc:4096", "cuda_free:0", "cuda_free:0", "cuda_free_raw:0x1000", "cuda_alloc:4096:99"],
+        &[
+            "cuda_alloc:4096",
+            "cuda_alloc:4096",
+            "cuda_alloc:4096",
+            "cuda_free:0",
+            "cuda_free:0",
+            "cuda_free_raw:0x1000",
+            "cuda_alloc:4096:99",
+        ],
         &[("EMU_FAIL_EVERY", "2")],
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
@@ -82,7 +108,11 @@ fn errno_survives_a_successful_hooked_call() {
 
 #[test]
 fn hooks_switched_off_pass_through_untracked() {
-    let r = run("scenario", &["cuda_alloc:4096", "acl_malloc:4096", "mlock:0:1"], &[("PINGUARD_HOOKS", "acl")]);
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096", "acl_malloc:4096", "mlock:0:1"],
+        &[("PINGUARD_HOOKS", "acl")],
+    );
     assert!(r.success());
     let rep = r.report();
     assert_eq!(rep["totals"]["alloc_count"], 1);
@@ -94,7 +124,11 @@ fn hooks_switched_off_pass_through_untracked() {
 
 #[test]
 fn disabled_means_untouched() {
-    let r = run("scenario", &["cuda_alloc:4096", "mlock:0:1"], &[("PINGUARD_DISABLE", "1"), ("PINGUARD_BUDGET", "0")]);
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096", "mlock:0:1"],
+        &[("PINGUARD_DISABLE", "1"), ("PINGUARD_BUDGET", "0")],
+    );
     assert!(r.success());
     assert_eq!(r.rc("cuda_alloc:4096"), 0);
     assert_eq!(r.stats()["pinguard_live_bytes"], 0);

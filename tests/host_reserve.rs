@@ -29,7 +29,13 @@ fn can_fake_meminfo() -> bool {
         let f = dir.join("meminfo");
         std::fs::write(&f, "probe\n").unwrap();
         Command::new("unshare")
-            .args(["-m", "--", "sh", "-c", r#"mount --bind "$0" /proc/meminfo && cat /proc/meminfo"#])
+            .args([
+                "-m",
+                "--",
+                "sh",
+                "-c",
+                r#"mount --bind "$0" /proc/meminfo && cat /proc/meminfo"#,
+            ])
             .arg(&f)
             .output()
             .is_ok_and(|o| o.status.success() && o.stdout == b"probe\n")
@@ -69,7 +75,11 @@ impl Host {
         let dir = fresh_dir(tag);
         let meminfo = dir.join("meminfo");
         std::fs::write(&meminfo, text).unwrap();
-        Host { dir, meminfo, base_kb: BASE_KB }
+        Host {
+            dir,
+            meminfo,
+            base_kb: BASE_KB,
+        }
     }
 
     /// The most the runtimes ever held pinned at once, by their own count.
@@ -100,14 +110,24 @@ impl Host {
             c
         };
         let mut cmd = Command::new("unshare");
-        cmd.args(["-m", "--", "sh", "-c", r#"mount --bind "$0" /proc/meminfo && exec "$@""#]).arg(&self.meminfo);
-        cmd.arg(inner.get_program()).args(inner.get_args()).args(args);
+        cmd.args([
+            "-m",
+            "--",
+            "sh",
+            "-c",
+            r#"mount --bind "$0" /proc/meminfo && exec "$@""#,
+        ])
+        .arg(&self.meminfo);
+        cmd.arg(inner.get_program())
+            .args(inner.get_args())
+            .args(args);
         cmd.current_dir(&self.dir);
         clear_pinguard_env(&mut cmd);
         cmd.env_remove("LD_PRELOAD");
         cmd.env("PINGUARD_REPORT", self.dir.join("report.%p.json"));
         if !frozen {
-            cmd.env("EMU_MEMINFO", &self.meminfo).env("EMU_MEMINFO_BASE_KB", self.base_kb.to_string());
+            cmd.env("EMU_MEMINFO", &self.meminfo)
+                .env("EMU_MEMINFO_BASE_KB", self.base_kb.to_string());
         }
         for (k, v) in env {
             cmd.env(k, v);
@@ -116,19 +136,29 @@ impl Host {
     }
 
     fn run(&self, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let out = run_bounded(&mut self.command(prog, args, env, false), std::time::Duration::from_secs(60));
+        let out = run_bounded(
+            &mut self.command(prog, args, env, false),
+            std::time::Duration::from_secs(60),
+        );
         Run::from_output(out, self.dir.clone())
     }
 
     fn run_frozen(&self, prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let out = run_bounded(&mut self.command(prog, args, env, true), std::time::Duration::from_secs(60));
+        let out = run_bounded(
+            &mut self.command(prog, args, env, true),
+            std::time::Duration::from_secs(60),
+        );
         Run::from_output(out, self.dir.clone())
     }
 }
 
 /// Every operation's return code, in order (`scenario` prints one line per operation).
 fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout.lines().filter(|l| l.contains(" rc=")).map(|l| field(l, "rc")).collect()
+    r.stdout
+        .lines()
+        .filter(|l| l.contains(" rc="))
+        .map(|l| field(l, "rc"))
+        .collect()
 }
 
 fn reserve_leaving(headroom: u64) -> String {
@@ -150,7 +180,11 @@ fn threads_racing_to_the_floor_stop_within_one_call_of_it() {
     let reserve = BASE - headroom;
     // Eight threads, each call reading a driver file inside the runtime (EMU_DRIVER_IO): many
     // calls in flight at every reading.
-    let env = [("PINGUARD_HOST_RESERVE", reserve.to_string()), ("PINGUARD_DEPTH", "4".into()), ("EMU_DRIVER_IO", "1".into())];
+    let env = [
+        ("PINGUARD_HOST_RESERVE", reserve.to_string()),
+        ("PINGUARD_DEPTH", "4".into()),
+        ("EMU_DRIVER_IO", "1".into()),
+    ];
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let r = h.run("host_fill", &["8", &size.to_string(), "1000", "0"], &env);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
@@ -161,7 +195,10 @@ fn threads_racing_to_the_floor_stop_within_one_call_of_it() {
     // Tighter than the contract: one process that releases nothing while it fills stops exactly
     // at the floor, because a reading's cap counts only the calls that had landed (a cap from
     // the bytes reserved, in flight included, overshot by up to five calls here).
-    assert!(max <= headroom, "{max} bytes pinned at once, past the {headroom} bytes of headroom");
+    assert!(
+        max <= headroom,
+        "{max} bytes pinned at once, past the {headroom} bytes of headroom"
+    );
     assert!(max + 8 * size > headroom, "the threads stopped far above the floor ({max} of {headroom} bytes pinned): the test proves nothing");
     assert_eq!(s["refused"], 8, "each thread ends with one refusal: {s}");
     assert_eq!(s["rc"], 2, "the runtime's own out-of-memory code");
@@ -170,7 +207,13 @@ fn threads_racing_to_the_floor_stop_within_one_call_of_it() {
     assert_eq!(rep["totals"]["host_reserve_count"], 8);
     assert_eq!(rep["totals"]["denied_count"], 8);
     assert_eq!(rep["totals"]["alloc_count"], s["pinned"]);
-    assert!(events_of(&rep).iter().all(|e| e["reason"] == "host_reserve" && e["kind"] == "denied"), "{}", rep["events"]);
+    assert!(
+        events_of(&rep)
+            .iter()
+            .all(|e| e["reason"] == "host_reserve" && e["kind"] == "denied"),
+        "{}",
+        rep["events"]
+    );
 }
 
 #[test]
@@ -180,7 +223,14 @@ fn a_refusal_lifts_when_memory_is_released() {
     }
     let h = Host::new("host-lift");
     let reserve = reserve_leaving(MIB);
-    let ops = ["cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288", "cuda_free:0", "cuda_alloc:524288", "cuda_alloc:4096"];
+    let ops = [
+        "cuda_alloc:524288",
+        "cuda_alloc:524288",
+        "cuda_alloc:524288",
+        "cuda_free:0",
+        "cuda_alloc:524288",
+        "cuda_alloc:4096",
+    ];
     let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve)]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert_eq!(rcs(&r), vec![0, 0, 2, 0, 0, 2], "{}", r.stdout);
@@ -198,38 +248,99 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
     let reserve = reserve_leaving(512 * KIB);
     // error: every family gets its own out-of-memory answer, and the runtime is never called.
     let h = Host::new("host-error");
-    let ops = ["cuda_alloc:524288", "cuda_alloc:4096", "acl_malloc:4096", "mlock:0:1"];
+    let ops = [
+        "cuda_alloc:524288",
+        "cuda_alloc:4096",
+        "acl_malloc:4096",
+        "mlock:0:1",
+    ];
     let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve)]);
-    assert_eq!(rcs(&r), vec![0, 2, 207001, -1], "{}\n{}", r.stdout, r.stderr);
-    let line = r.stdout.lines().find(|l| l.starts_with("mlock:0:1 ")).unwrap();
+    assert_eq!(
+        rcs(&r),
+        vec![0, 2, 207001, -1],
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("mlock:0:1 "))
+        .unwrap();
     assert_eq!(field(line, "errno"), libc::ENOMEM as i64);
     let s = r.stats();
-    assert_eq!((s["cuda"]["alloc_calls"].as_i64(), s["cuda"]["failed_calls"].as_i64(), s["acl"]["alloc_calls"].as_i64()), (Some(1), Some(0), Some(0)), "{s}");
-    assert_eq!(s["vmlck"], 524288, "the runtime's own pages, and not the refused mlock's");
+    assert_eq!(
+        (
+            s["cuda"]["alloc_calls"].as_i64(),
+            s["cuda"]["failed_calls"].as_i64(),
+            s["acl"]["alloc_calls"].as_i64()
+        ),
+        (Some(1), Some(0), Some(0)),
+        "{s}"
+    );
+    assert_eq!(
+        s["vmlck"], 524288,
+        "the runtime's own pages, and not the refused mlock's"
+    );
     assert_eq!(r.report()["totals"]["host_reserve_count"], 3);
 
     // downgrade: pageable memory, which the runtime never sees and the host reserve does not count.
     let h = Host::new("host-downgrade");
-    let r = h.run("scenario", &["cuda_alloc:524288", "cuda_alloc:65536", "cuda_free:1"], &[("PINGUARD_HOST_RESERVE", &reserve), ("PINGUARD_POLICY", "downgrade")]);
+    let r = h.run(
+        "scenario",
+        &["cuda_alloc:524288", "cuda_alloc:65536", "cuda_free:1"],
+        &[
+            ("PINGUARD_HOST_RESERVE", &reserve),
+            ("PINGUARD_POLICY", "downgrade"),
+        ],
+    );
     assert_eq!(rcs(&r), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
-    assert_eq!(s["cuda"]["alloc_calls"], 1, "the downgraded call is not the runtime's: {s}");
+    assert_eq!(
+        s["cuda"]["alloc_calls"], 1,
+        "the downgraded call is not the runtime's: {s}"
+    );
     assert_eq!(h.max_pinned(), 512 * KIB);
     let rep = r.report();
-    assert_eq!((rep["totals"]["downgraded_count"].as_u64(), rep["totals"]["host_reserve_count"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (
+            rep["totals"]["downgraded_count"].as_u64(),
+            rep["totals"]["host_reserve_count"].as_u64()
+        ),
+        (Some(1), Some(1))
+    );
     let e = &events_of(&rep)[0];
-    assert_eq!((e["kind"].as_str(), e["reason"].as_str()), (Some("downgraded"), Some("host_reserve")));
+    assert_eq!(
+        (e["kind"].as_str(), e["reason"].as_str()),
+        (Some("downgraded"), Some("host_reserve"))
+    );
 
     // warn: pinned anyway, counted, and one line that names the host reserve (a host of
     // 100.5 MiB, for round figures).
     let h = Host::with_base("host-warn", 100 * 1024 + 512);
-    let r = h.run("scenario", &["cuda_alloc:524288", "cuda_alloc:65536", "cuda_alloc:65536"], &[("PINGUARD_HOST_RESERVE", "100M"), ("PINGUARD_POLICY", "warn")]);
+    let r = h.run(
+        "scenario",
+        &["cuda_alloc:524288", "cuda_alloc:65536", "cuda_alloc:65536"],
+        &[
+            ("PINGUARD_HOST_RESERVE", "100M"),
+            ("PINGUARD_POLICY", "warn"),
+        ],
+    );
     assert_eq!(rcs(&r), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.stats()["cuda"]["alloc_calls"], 3);
     assert_eq!(h.max_pinned(), 640 * KIB);
     let rep = r.report();
-    assert_eq!((rep["totals"]["over_budget_count"].as_u64(), rep["totals"]["host_reserve_count"].as_u64()), (Some(2), Some(2)));
-    let warned: Vec<&str> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(
+        (
+            rep["totals"]["over_budget_count"].as_u64(),
+            rep["totals"]["host_reserve_count"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    let warned: Vec<&str> = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("warning:"))
+        .collect();
     assert_eq!(warned.len(), 1, "once per callsite: {}", r.stderr);
     assert!(
         warned[0].contains("cudaHostAlloc of 64.0 KiB would leave the host 99.9 MiB available, below the reserve of 100 MiB at main; allowed (policy warn"),
@@ -252,14 +363,24 @@ fn two_processes_of_a_group_share_the_headroom() {
     let reserve = (BASE - headroom).to_string();
     // Single-threaded members: a reading counts the other member's call in flight, if any, as
     // landed, so together they may pass the floor by that one call, never more.
-    let env = [("PINGUARD_HOST_RESERVE", reserve.as_str()), ("PINGUARD_GROUP", group.as_str()), ("PINGUARD_DEPTH", "4"), ("EMU_DRIVER_IO", "1")];
+    let env = [
+        ("PINGUARD_HOST_RESERVE", reserve.as_str()),
+        ("PINGUARD_GROUP", group.as_str()),
+        ("PINGUARD_DEPTH", "4"),
+        ("EMU_DRIVER_IO", "1"),
+    ];
     let children: Vec<_> = (0..2)
         .map(|_| {
-            h.command("host_fill", &["1", &size.to_string(), "1000", "300"], &env, false)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
+            h.command(
+                "host_fill",
+                &["1", &size.to_string(), "1000", "300"],
+                &env,
+                false,
+            )
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
         })
         .collect();
     let mut pinned = 0;
@@ -277,14 +398,25 @@ fn two_processes_of_a_group_share_the_headroom() {
     remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
     assert!(BASE - max + size >= BASE - headroom, "together the members held {max} bytes at once, more than one call past the {headroom} bytes of headroom");
-    assert!(pinned * size + 4 * size > headroom, "the members stopped far above the floor ({pinned} calls pinned): the test proves nothing");
+    assert!(
+        pinned * size + 4 * size > headroom,
+        "the members stopped far above the floor ({pinned} calls pinned): the test proves nothing"
+    );
     assert_eq!(refused, 2, "each member ends with one refusal");
     let mut stopped = 0;
     for p in reports_in(&h.dir) {
         let rep = read_json(&p);
         assert_eq!(rep["group"]["name"], group.as_str());
         assert_eq!(rep["group"]["host_reserve_bytes"], BASE - headroom);
-        assert!(rep["group"]["host_lowest_available_bytes"].as_u64().unwrap() + size >= BASE - headroom, "{}", rep["group"]);
+        assert!(
+            rep["group"]["host_lowest_available_bytes"]
+                .as_u64()
+                .unwrap()
+                + size
+                >= BASE - headroom,
+            "{}",
+            rep["group"]
+        );
         stopped += rep["totals"]["host_reserve_count"].as_u64().unwrap();
     }
     assert_eq!(stopped, 2);
@@ -292,9 +424,15 @@ fn two_processes_of_a_group_share_the_headroom() {
     if let (Some(b), false) = (ledger_bytes, aarch64()) {
         use pinguard_report::group::Header;
         let at = |off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().unwrap());
-        assert_eq!(at(std::mem::offset_of!(Header, host_reserve)), BASE - headroom);
+        assert_eq!(
+            at(std::mem::offset_of!(Header, host_reserve)),
+            BASE - headroom
+        );
         let lowest = at(std::mem::offset_of!(Header, host_lowest_available));
-        assert!(lowest + size >= BASE - headroom && lowest < BASE, "lowest available {lowest}");
+        assert!(
+            lowest + size >= BASE - headroom && lowest < BASE,
+            "lowest available {lowest}"
+        );
     }
 }
 
@@ -303,23 +441,59 @@ fn a_meminfo_that_cannot_be_used_turns_the_reserve_off_with_one_line() {
     if !can_fake_meminfo() {
         return;
     }
-    let ops = ["cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288"];
+    let ops = [
+        "cuda_alloc:524288",
+        "cuda_alloc:524288",
+        "cuda_alloc:524288",
+    ];
     for (tag, text, why) in [
-        ("host-garbage", "\u{1}\u{2} garbage, not meminfo\nMemAvailable: lots kB\n", "MemAvailable"),
-        ("host-no-available", "MemTotal:        1048576 kB\nMemFree:          524288 kB\n", "MemAvailable"),
+        (
+            "host-garbage",
+            "\u{1}\u{2} garbage, not meminfo\nMemAvailable: lots kB\n",
+            "MemAvailable",
+        ),
+        (
+            "host-no-available",
+            "MemTotal:        1048576 kB\nMemFree:          524288 kB\n",
+            "MemAvailable",
+        ),
     ] {
         let h = Host::with_text(tag, text);
         let r = h.run_frozen("scenario", &ops, &[("PINGUARD_HOST_RESERVE", "1G")]);
-        assert_eq!(rcs(&r), vec![0, 0, 0], "{tag}: never a refusal from a bad reading\n{}\n{}", r.stdout, r.stderr);
+        assert_eq!(
+            rcs(&r),
+            vec![0, 0, 0],
+            "{tag}: never a refusal from a bad reading\n{}\n{}",
+            r.stdout,
+            r.stderr
+        );
         let lines = pinguard_lines(&r.stderr);
-        let about: Vec<&&str> = lines.iter().filter(|l| l.contains("PINGUARD_HOST_RESERVE")).collect();
+        let about: Vec<&&str> = lines
+            .iter()
+            .filter(|l| l.contains("PINGUARD_HOST_RESERVE"))
+            .collect();
         assert_eq!(about.len(), 1, "{tag}: one line\n{}", r.stderr);
-        assert!(about[0].contains("/proc/meminfo") && about[0].contains(why), "{tag}: {}", about[0]);
+        assert!(
+            about[0].contains("/proc/meminfo") && about[0].contains(why),
+            "{tag}: {}",
+            about[0]
+        );
         let rep = r.report();
         assert!(rep["config"]["host_reserve_bytes"].is_null(), "{tag}");
-        assert!(rep["config"]["errors"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().contains("/proc/meminfo")), "{tag}: {}", rep["config"]);
+        assert!(
+            rep["config"]["errors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e.as_str().unwrap().contains("/proc/meminfo")),
+            "{tag}: {}",
+            rep["config"]
+        );
         assert_eq!(rep["totals"]["denied_count"], 0);
-        assert!(rep.get("host").is_none(), "{tag}: no reserve was ever in force");
+        assert!(
+            rep.get("host").is_none(),
+            "{tag}: no reserve was ever in force"
+        );
     }
 
     // A process that pins nothing says nothing, bad reading or not.
@@ -332,16 +506,52 @@ fn a_meminfo_that_cannot_be_used_turns_the_reserve_off_with_one_line() {
     let reserve = reserve_leaving(MIB);
     let r = h.run_frozen(
         "scenario",
-        &["cuda_alloc:524288", "clobber:HOST_MEMINFO", "sleep_ms:250", "cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288"],
-        &[("PINGUARD_HOST_RESERVE", &reserve), ("HOST_MEMINFO", h.meminfo.to_str().unwrap())],
+        &[
+            "cuda_alloc:524288",
+            "clobber:HOST_MEMINFO",
+            "sleep_ms:250",
+            "cuda_alloc:524288",
+            "cuda_alloc:524288",
+            "cuda_alloc:524288",
+        ],
+        &[
+            ("PINGUARD_HOST_RESERVE", &reserve),
+            ("HOST_MEMINFO", h.meminfo.to_str().unwrap()),
+        ],
     );
-    assert_eq!(rcs(&r), vec![0, 0, 0, 0, 0, 0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        rcs(&r),
+        vec![0, 0, 0, 0, 0, 0],
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     let lines = pinguard_lines(&r.stderr);
-    assert_eq!(lines.iter().filter(|l| l.contains("PINGUARD_HOST_RESERVE")).count(), 1, "{}", r.stderr);
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.contains("PINGUARD_HOST_RESERVE"))
+            .count(),
+        1,
+        "{}",
+        r.stderr
+    );
     let rep = r.report();
     assert!(rep["config"]["host_reserve_bytes"].is_null());
-    assert!(rep["config"]["errors"].as_array().unwrap().iter().any(|e| e.as_str().unwrap().contains("/proc/meminfo")), "{}", rep["config"]);
-    assert_eq!(rep["host"]["reserve_bytes"], BASE - MIB, "the reserve was in force until then");
+    assert!(
+        rep["config"]["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e.as_str().unwrap().contains("/proc/meminfo")),
+        "{}",
+        rep["config"]
+    );
+    assert_eq!(
+        rep["host"]["reserve_bytes"],
+        BASE - MIB,
+        "the reserve was in force until then"
+    );
 }
 
 #[test]
@@ -356,18 +566,51 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     // calls, while the file is read.
     let mut cmd = h.command(
         "scenario",
-        &["cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288", "wait_stdin:0"],
-        &[("PINGUARD_HOST_RESERVE", &reserve.to_string()), ("PINGUARD_METRICS", metrics.to_str().unwrap()), ("PINGUARD_INTERVAL", "100ms")],
+        &[
+            "cuda_alloc:524288",
+            "cuda_alloc:524288",
+            "cuda_alloc:524288",
+            "wait_stdin:0",
+        ],
+        &[
+            ("PINGUARD_HOST_RESERVE", &reserve.to_string()),
+            ("PINGUARD_METRICS", metrics.to_str().unwrap()),
+            ("PINGUARD_INTERVAL", "100ms"),
+        ],
         false,
     );
-    let mut child = cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut stdout = String::new();
     while !stdout.ends_with("waiting\n") {
-        assert!(std::io::BufRead::read_line(&mut out, &mut stdout).unwrap() > 0, "{stdout}");
+        assert!(
+            std::io::BufRead::read_line(&mut out, &mut stdout).unwrap() > 0,
+            "{stdout}"
+        );
     }
-    let prom = || -> Vec<PathBuf> { std::fs::read_dir(&h.dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "prom")).collect() };
-    until("the metrics after every call", || prom().first().and_then(|p| std::fs::read_to_string(p).ok()).is_some_and(|t| t.contains("pinguard_host_reserve_stopped_total{") && t.lines().any(|l| l.starts_with("pinguard_host_reserve_stopped_total{") && l.ends_with(" 1"))));
+    let prom = || -> Vec<PathBuf> {
+        std::fs::read_dir(&h.dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "prom"))
+            .collect()
+    };
+    until("the metrics after every call", || {
+        prom()
+            .first()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .is_some_and(|t| {
+                t.contains("pinguard_host_reserve_stopped_total{")
+                    && t.lines().any(|l| {
+                        l.starts_with("pinguard_host_reserve_stopped_total{") && l.ends_with(" 1")
+                    })
+            })
+    });
     let prom = prom();
     let text = std::fs::read_to_string(&prom[0]).unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), b"\n").unwrap();
@@ -380,12 +623,30 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     assert_eq!(rep["config"]["host_reserve_bytes"], reserve);
     assert_eq!(rep["totals"]["host_reserve_count"], 1);
     let host = &rep["host"];
-    assert_eq!((host["reserve_bytes"].as_u64(), host["total_bytes"].as_u64()), (Some(reserve), Some(BASE)), "{host}");
-    assert_eq!(host["lowest_available_bytes"], reserve, "read afresh before the refusal: {host}");
+    assert_eq!(
+        (host["reserve_bytes"].as_u64(), host["total_bytes"].as_u64()),
+        (Some(reserve), Some(BASE)),
+        "{host}"
+    );
+    assert_eq!(
+        host["lowest_available_bytes"], reserve,
+        "read afresh before the refusal: {host}"
+    );
     assert!(host["readings"].as_u64().unwrap() >= 2, "{host}");
     let e = &events_of(&rep)[0];
-    assert_eq!((e["kind"].as_str(), e["reason"].as_str(), e["host_available_bytes"].as_u64()), (Some("denied"), Some("host_reserve"), Some(reserve)), "{e}");
-    let exit = pinguard_lines(&r.stderr).into_iter().find(|l| l.contains("at exit")).unwrap_or_else(|| panic!("{}", r.stderr));
+    assert_eq!(
+        (
+            e["kind"].as_str(),
+            e["reason"].as_str(),
+            e["host_available_bytes"].as_u64()
+        ),
+        (Some("denied"), Some("host_reserve"), Some(reserve)),
+        "{e}"
+    );
+    let exit = pinguard_lines(&r.stderr)
+        .into_iter()
+        .find(|l| l.contains("at exit"))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
     assert!(exit.contains("; 1 denied, 0 downgraded; 1 stopped by the host reserve of 1023 MiB (lowest available 1023 MiB); report: "), "{exit}");
     assert!(!prom[0].exists(), "the metrics file went with its process");
     for (name, v) in [
@@ -393,17 +654,31 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
         ("pinguard_host_lowest_available_bytes", reserve),
         ("pinguard_host_reserve_stopped_total", 1),
     ] {
-        assert!(text.lines().any(|l| l.starts_with(&format!("{name}{{")) && l.ends_with(&format!(" {v}"))), "{name} {v} in:\n{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("{name}{{")) && l.ends_with(&format!(" {v}"))),
+            "{name} {v} in:\n{text}"
+        );
     }
-    assert!(text.contains("# TYPE pinguard_host_available_bytes gauge"), "{text}");
+    assert!(
+        text.contains("# TYPE pinguard_host_available_bytes gauge"),
+        "{text}"
+    );
     // And as a Prometheus parser reads it, where one is installed (tests/group.rs requires it).
     let script = "import sys\nfrom prometheus_client.parser import text_string_to_metric_families\nfor f in text_string_to_metric_families(open(sys.argv[1]).read()):\n    for s in f.samples: print(f.type, s.name, int(s.value))";
     let copy = h.dir.join("metrics-copy.txt");
     std::fs::write(&copy, &text).unwrap();
-    if let Ok(out) = Command::new("/usr/bin/python3").args(["-c", script]).arg(&copy).output() {
+    if let Ok(out) = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .arg(&copy)
+        .output()
+    {
         if out.status.success() {
             let parsed = String::from_utf8_lossy(&out.stdout);
-            for want in [format!("gauge pinguard_host_reserve_bytes {reserve}"), "counter pinguard_host_reserve_stopped_total 1".into()] {
+            for want in [
+                format!("gauge pinguard_host_reserve_bytes {reserve}"),
+                "counter pinguard_host_reserve_stopped_total 1".into(),
+            ] {
                 assert!(parsed.lines().any(|l| l == want), "{want} in:\n{parsed}");
             }
         }
@@ -415,17 +690,41 @@ fn the_strictest_of_budget_and_reserve_refuses_first() {
     if !can_fake_meminfo() {
         return;
     }
-    let ops = ["cuda_alloc:262144", "cuda_alloc:262144", "cuda_alloc:262144"];
+    let ops = [
+        "cuda_alloc:262144",
+        "cuda_alloc:262144",
+        "cuda_alloc:262144",
+    ];
     // A budget smaller than the headroom: the budget refuses, with the ordinary reason.
     let h = Host::new("host-budget-first");
-    let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve_leaving(MIB)), ("PINGUARD_BUDGET", "256K")]);
+    let r = h.run(
+        "scenario",
+        &ops,
+        &[
+            ("PINGUARD_HOST_RESERVE", &reserve_leaving(MIB)),
+            ("PINGUARD_BUDGET", "256K"),
+        ],
+    );
     assert_eq!(rcs(&r), vec![0, 2, 2], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["totals"]["host_reserve_count"], 0);
-    assert!(events_of(&rep).iter().all(|e| e["reason"] == "budget" && e.get("host_available_bytes").is_none()), "{}", rep["events"]);
+    assert!(
+        events_of(&rep)
+            .iter()
+            .all(|e| e["reason"] == "budget" && e.get("host_available_bytes").is_none()),
+        "{}",
+        rep["events"]
+    );
     // A headroom smaller than the budget: the reserve refuses.
     let h = Host::new("host-reserve-first");
-    let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve_leaving(512 * KIB)), ("PINGUARD_BUDGET", "4M")]);
+    let r = h.run(
+        "scenario",
+        &ops,
+        &[
+            ("PINGUARD_HOST_RESERVE", &reserve_leaving(512 * KIB)),
+            ("PINGUARD_BUDGET", "4M"),
+        ],
+    );
     assert_eq!(rcs(&r), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["totals"]["host_reserve_count"], 1);
@@ -440,7 +739,15 @@ fn a_percentage_is_of_memtotal() {
     }
     // MemTotal 1 GiB, 99.9% of it: 1,072,668,082 bytes, leaving about 1 MiB of the available GiB.
     let h = Host::new("host-percent");
-    let r = h.run("scenario", &["cuda_alloc:524288", "cuda_alloc:524288", "cuda_alloc:524288"], &[("PINGUARD_HOST_RESERVE", "99.9%")]);
+    let r = h.run(
+        "scenario",
+        &[
+            "cuda_alloc:524288",
+            "cuda_alloc:524288",
+            "cuda_alloc:524288",
+        ],
+        &[("PINGUARD_HOST_RESERVE", "99.9%")],
+    );
     let want = (BASE as f64 * 99.9 / 100.0) as u64;
     assert_eq!(r.report()["config"]["host_reserve_bytes"], want);
     assert_eq!(rcs(&r), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
@@ -458,14 +765,33 @@ fn releasing_and_pinning_again_does_not_walk_below_the_floor() {
     let h = Host::new("host-sticky");
     let reserve = reserve_leaving(MIB);
     // Slot i is cycle i's allocation (a refused one leaves it empty: freeing NULL is a no-op).
-    let ops: Vec<String> = (0..6).flat_map(|i| ["cuda_alloc:524288".to_string(), format!("cuda_free:{i}")]).collect();
+    let ops: Vec<String> = (0..6)
+        .flat_map(|i| ["cuda_alloc:524288".to_string(), format!("cuda_free:{i}")])
+        .collect();
     let ops: Vec<&str> = ops.iter().map(String::as_str).collect();
-    let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve), ("EMU_MEMINFO_STICKY", "1")]);
+    let r = h.run(
+        "scenario",
+        &ops,
+        &[
+            ("PINGUARD_HOST_RESERVE", &reserve),
+            ("EMU_MEMINFO_STICKY", "1"),
+        ],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     // The stand-in's count is what was ever taken from the host: never more than the headroom
     // and one call.
-    assert!(h.max_pinned() <= MIB + 512 * KIB, "{} bytes taken from a headroom of {MIB}:\n{}", h.max_pinned(), r.stdout);
+    assert!(
+        h.max_pinned() <= MIB + 512 * KIB,
+        "{} bytes taken from a headroom of {MIB}:\n{}",
+        h.max_pinned(),
+        r.stdout
+    );
     let allocs: Vec<i64> = rcs(&r).into_iter().step_by(2).collect();
-    assert_eq!(allocs.iter().filter(|&&rc| rc == 0).count(), 2, "{}", r.stdout);
+    assert_eq!(
+        allocs.iter().filter(|&&rc| rc == 0).count(),
+        2,
+        "{}",
+        r.stdout
+    );
     assert!(allocs[2..].iter().all(|&rc| rc == 2), "{}", r.stdout);
 }

@@ -8,7 +8,12 @@ use std::process::Command;
 #[test]
 fn processes_that_pin_nothing_are_untouched() {
     let f = fixtures();
-    for cmd in [&["true"][..], &["ls", "/"], &["python3", "-c", "pass"], &["sh", "-c", "true | cat"]] {
+    for cmd in [
+        &["true"][..],
+        &["ls", "/"],
+        &["python3", "-c", "pass"],
+        &["sh", "-c", "true | cat"],
+    ] {
         let dir = fresh_dir("quiet");
         let out = Command::new(cmd[0])
             .args(&cmd[1..])
@@ -18,7 +23,11 @@ fn processes_that_pin_nothing_are_untouched() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{cmd:?}: {out:?}");
-        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{cmd:?} printed on stderr");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "",
+            "{cmd:?} printed on stderr"
+        );
         let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
         assert!(files.is_empty(), "{cmd:?} left files: {files:?}");
     }
@@ -32,7 +41,11 @@ fn declared_exports() -> Vec<(String, String)> {
         .arg("--families")
         .output()
         .expect("python3");
-    assert!(out.status.success(), "exports.py: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exports.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -46,17 +59,42 @@ fn declared_exports() -> Vec<(String, String)> {
 #[test]
 fn only_hooks_and_the_c_api_are_exported() {
     let f = fixtures();
-    let out = Command::new("nm").args(["-D", "--defined-only"]).arg(&f.lib).output().expect("nm (binutils)");
+    let out = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&f.lib)
+        .output()
+        .expect("nm (binutils)");
     let text = String::from_utf8_lossy(&out.stdout);
-    let names: Vec<&str> = text.lines().filter_map(|l| l.split_whitespace().nth(2)).map(|n| n.split('@').next().unwrap()).collect();
+    let names: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .map(|n| n.split('@').next().unwrap())
+        .collect();
     // The list comes from the tables, one row per entry point, and the header.
     let declared = declared_exports();
     let allowed: Vec<&str> = declared.iter().map(|(_, n)| n.as_str()).collect();
-    for (family, some) in [("cuda_runtime", "cudaHostAlloc"), ("cuda_driver", "cuGetProcAddress_v2"), ("acl", "aclrtMallocHost"), ("hip", "hipHostMalloc"), ("libc_lock", "mmap64"), ("signal", "sigaction"), ("dlsym", "dlsym"), ("exit", "_Exit"), ("dlclose", "dlclose"), ("capi", "pinguard_version")] {
-        assert!(declared.iter().any(|(t, n)| t == family && n == some), "{some} not read from the {family} table: {declared:?}");
+    for (family, some) in [
+        ("cuda_runtime", "cudaHostAlloc"),
+        ("cuda_driver", "cuGetProcAddress_v2"),
+        ("acl", "aclrtMallocHost"),
+        ("hip", "hipHostMalloc"),
+        ("libc_lock", "mmap64"),
+        ("signal", "sigaction"),
+        ("dlsym", "dlsym"),
+        ("exit", "_Exit"),
+        ("dlclose", "dlclose"),
+        ("capi", "pinguard_version"),
+    ] {
+        assert!(
+            declared.iter().any(|(t, n)| t == family && n == some),
+            "{some} not read from the {family} table: {declared:?}"
+        );
     }
     for n in &names {
-        assert!(allowed.contains(n), "unexpected export {n} (not a row of any table in src/hooks/, nor in pinguard.h)");
+        assert!(
+            allowed.contains(n),
+            "unexpected export {n} (not a row of any table in src/hooks/, nor in pinguard.h)"
+        );
     }
     for a in &allowed {
         assert!(names.contains(a), "{a} is declared but not exported");
@@ -68,17 +106,42 @@ fn the_c_api_works_from_c() {
     let f = fixtures();
     let dir = fresh_dir("capi");
     let explicit = dir.join("asked.json");
-    let r = run(f.dir.join("capi").to_str().unwrap(), &[explicit.to_str().unwrap()], &[]);
+    let r = run(
+        f.dir.join("capi").to_str().unwrap(),
+        &[explicit.to_str().unwrap()],
+        &[],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains(&format!("version={}", env!("CARGO_PKG_VERSION"))), "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains(&format!("version={}", env!("CARGO_PKG_VERSION"))),
+        "{}",
+        r.stdout
+    );
     assert!(r.stdout.contains("live=8192"), "{}", r.stdout);
-    assert!(r.stdout.contains("write=0 errno=77"), "errno must survive: {}", r.stdout);
+    assert!(
+        r.stdout.contains("write=0 errno=77"),
+        "errno must survive: {}",
+        r.stdout
+    );
     assert!(r.stdout.contains("write_bad=-1"), "{}", r.stdout);
     assert!(r.stdout.contains("live_after=0"), "{}", r.stdout);
     // The path it gives is the one the exit report went to; a short buffer gets the length.
-    let said = r.stdout.lines().find_map(|l| l.strip_prefix("path=")).unwrap();
-    assert_eq!(std::path::Path::new(said), reports_in(&r.report_dir)[0].as_path());
-    assert!(r.stdout.contains(&format!("path_len={} short=\"{}\"", said.len(), &said[..3])), "{}", r.stdout);
+    let said = r
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("path="))
+        .unwrap();
+    assert_eq!(
+        std::path::Path::new(said),
+        reports_in(&r.report_dir)[0].as_path()
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("path_len={} short=\"{}\"", said.len(), &said[..3])),
+        "{}",
+        r.stdout
+    );
     let asked = read_json(&explicit);
     assert_eq!(asked["reason"], "request");
     assert_eq!(asked["totals"]["live_bytes"], 8192);
@@ -107,7 +170,10 @@ fn bad_settings_are_not_printed_by_processes_that_pin_nothing() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("pinguard"), "a process that pins nothing printed:\n{stderr}");
+    assert!(
+        !stderr.contains("pinguard"),
+        "a process that pins nothing printed:\n{stderr}"
+    );
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(files.is_empty(), "left files: {files:?}");
 }

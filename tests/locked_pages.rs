@@ -18,9 +18,28 @@ fn progs() -> &'static PathBuf {
         let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
         let i = format!("-I{}", inc.display());
         for prog in ["lock_seq", "lock_args", "lock_signal"] {
-            cc(&["-g", "-O1", "-Wall", "-pthread", &i, "-o", &d(prog), &s(&format!("{prog}.c"))]);
+            cc(&[
+                "-g",
+                "-O1",
+                "-Wall",
+                "-pthread",
+                &i,
+                "-o",
+                &d(prog),
+                &s(&format!("{prog}.c")),
+            ]);
         }
-        cc(&["-g", "-O1", "-Wall", "-fPIC", "-shared", "-o", &d("liblock_shim.so"), &s("lock_shim.c"), "-ldl"]);
+        cc(&[
+            "-g",
+            "-O1",
+            "-Wall",
+            "-fPIC",
+            "-shared",
+            "-o",
+            &d("liblock_shim.so"),
+            &s("lock_shim.c"),
+            "-ldl",
+        ]);
         dir
     })
 }
@@ -43,7 +62,11 @@ fn steps(r: &Run) -> Vec<Step> {
         .filter(|l| l.starts_with("step="))
         .map(|l| Step {
             line: l.to_string(),
-            op: l.split_whitespace().find_map(|w| w.strip_prefix("op=")).unwrap().to_string(),
+            op: l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("op="))
+                .unwrap()
+                .to_string(),
             rc: field(l, "rc"),
             vmlck: field(l, "vmlck"),
             live: field(l, "live"),
@@ -61,13 +84,21 @@ fn sequence(seed: u32, steps_n: u32, mode: &str, env: &[(&str, &str)]) -> (Run, 
     let r = run(&prog("lock_seq"), &["seq", &seed, &n, mode], &env);
     assert!(r.success(), "seed {seed}: {}\n{}", r.stdout, r.stderr);
     let s = steps(&r);
-    assert!(s.len() as u32 > steps_n, "seed {seed}: every step printed: {}", r.stdout);
+    assert!(
+        s.len() as u32 > steps_n,
+        "seed {seed}: every step printed: {}",
+        r.stdout
+    );
     for st in &s {
         assert!(st.vmlck >= 0 && st.live >= 0, "seed {seed}: {}", st.line);
         assert_eq!(st.live, st.vmlck, "seed {seed} {mode}: pinguard's live bytes differ from VmLck after\n{}\n(the run so far:\n{})",
             st.line, s.iter().take_while(|x| !std::ptr::eq(*x, st)).map(|x| x.line.as_str()).collect::<Vec<_>>().join("\n"));
         if st.op == "child" {
-            assert_eq!(st.vmlck, 0, "a fork child inherits no locked pages: {}", st.line);
+            assert_eq!(
+                st.vmlck, 0,
+                "a fork child inherits no locked pages: {}",
+                st.line
+            );
         }
     }
     (r, s)
@@ -83,15 +114,36 @@ fn live_locked_bytes_equal_vmlck_after_every_step_of_random_sequences() {
     let mut all = Vec::new();
     for seed in 1..=6 {
         let (_, s) = sequence(seed, 300, "all", &[]);
-        assert!(s.iter().any(|s| s.vmlck > 0), "seed {seed} locked something");
+        assert!(
+            s.iter().any(|s| s.vmlck > 0),
+            "seed {seed} locked something"
+        );
         all.extend(s);
     }
     let ok = succeeded(all.iter());
     for op in [
-        "map_locked", "mlock", "mlock2_onfault", "munlock", "munmap", "mremap_grow", "mremap_shrink", "mremap_move",
-        "madvise", "mprotect", "fork", "malloc_lock", "free", "realloc", "mlockall", "munlockall", "child",
+        "map_locked",
+        "mlock",
+        "mlock2_onfault",
+        "munlock",
+        "munmap",
+        "mremap_grow",
+        "mremap_shrink",
+        "mremap_move",
+        "madvise",
+        "mprotect",
+        "fork",
+        "malloc_lock",
+        "free",
+        "realloc",
+        "mlockall",
+        "munlockall",
+        "child",
     ] {
-        assert!(ok.contains(op), "no successful {op} in the sequences: {ok:?}");
+        assert!(
+            ok.contains(op),
+            "no successful {op} in the sequences: {ok:?}"
+        );
     }
 }
 
@@ -110,13 +162,23 @@ fn the_sequence_fixture_runs_clean_without_pinguard() {
     let children: Vec<_> = (1..=32u32)
         .map(|seed| {
             let mut cmd = program(&path, None);
-            cmd.args(["seq", &seed.to_string(), "2000", "all"]).current_dir(&dir).stdout(std::process::Stdio::null());
-            (seed, cmd.stderr(std::process::Stdio::piped()).spawn().unwrap())
+            cmd.args(["seq", &seed.to_string(), "2000", "all"])
+                .current_dir(&dir)
+                .stdout(std::process::Stdio::null());
+            (
+                seed,
+                cmd.stderr(std::process::Stdio::piped()).spawn().unwrap(),
+            )
         })
         .collect();
     for (seed, child) in children {
         let out = child.wait_with_output().unwrap();
-        assert!(out.status.success(), "seed {seed}: lock_seq seq {seed} 2000 all without pinguard: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "seed {seed}: lock_seq seq {seed} 2000 all without pinguard: {:?}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -127,7 +189,11 @@ fn reports_show_the_locked_bytes_the_kernel_shows() {
     for seed in 21..=23 {
         let (r, _) = sequence(seed, 200, "all", &[]);
         let rep = r.report();
-        assert_eq!(rep["totals"]["live_bytes"], rep["kernel"]["vm_lck_bytes"], "seed {seed}: {}", rep["totals"]);
+        assert_eq!(
+            rep["totals"]["live_bytes"], rep["kernel"]["vm_lck_bytes"],
+            "seed {seed}: {}",
+            rep["totals"]
+        );
     }
 }
 
@@ -138,13 +204,34 @@ fn hooked_calls_alone_never_drift_from_the_kernel() {
     let mut all = Vec::new();
     for seed in 11..=14 {
         let (r, s) = sequence(seed, 300, "hooks", &[("PINGUARD_LOG", "pinguard=debug")]);
-        let drift: Vec<&str> = r.stderr.lines().filter(|l| l.contains("locked pages drifted")).collect();
-        assert!(drift.is_empty(), "seed {seed}: the view drifted under hooked calls only:\n{}", drift.join("\n"));
+        let drift: Vec<&str> = r
+            .stderr
+            .lines()
+            .filter(|l| l.contains("locked pages drifted"))
+            .collect();
+        assert!(
+            drift.is_empty(),
+            "seed {seed}: the view drifted under hooked calls only:\n{}",
+            drift.join("\n")
+        );
         all.extend(s);
     }
     let ok = succeeded(all.iter());
-    for op in ["map_locked", "mlock", "mlock2_onfault", "munlock", "munmap", "mremap_grow", "mremap_shrink", "mremap_move", "fork"] {
-        assert!(ok.contains(op), "no successful {op} in the sequences: {ok:?}");
+    for op in [
+        "map_locked",
+        "mlock",
+        "mlock2_onfault",
+        "munlock",
+        "munmap",
+        "mremap_grow",
+        "mremap_shrink",
+        "mremap_move",
+        "fork",
+    ] {
+        assert!(
+            ok.contains(op),
+            "no successful {op} in the sequences: {ok:?}"
+        );
     }
 }
 
@@ -154,9 +241,17 @@ fn hooked_calls_alone_never_drift_from_the_kernel() {
 fn freed_mlocked_malloc_blocks_do_not_hold_the_budget() {
     let mib = 1 << 20;
     let (lo, hi) = (mib.to_string(), (2 * mib).to_string());
-    let r = run(&prog("lock_seq"), &["freeloop", "20", &lo, &hi], &[("PINGUARD_BUDGET", "4M")]);
+    let r = run(
+        &prog("lock_seq"),
+        &["freeloop", "20", &lo, &hi],
+        &[("PINGUARD_BUDGET", "4M")],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let iters: Vec<&str> = r.stdout.lines().filter(|l| l.starts_with("iter=")).collect();
+    let iters: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("iter="))
+        .collect();
     assert_eq!(iters.len(), 20, "{}", r.stdout);
     for l in iters {
         assert_eq!(field(l, "vmlck_before"), 0, "{l}");
@@ -164,7 +259,11 @@ fn freed_mlocked_malloc_blocks_do_not_hold_the_budget() {
         assert!(field(l, "vmlck_after") >= field(l, "len"), "{l}");
     }
     let s = steps(&r);
-    assert!(s.iter().all(|s| s.live == 0 && s.vmlck == 0), "{}", r.stdout);
+    assert!(
+        s.iter().all(|s| s.live == 0 && s.vmlck == 0),
+        "{}",
+        r.stdout
+    );
 }
 
 /// A refusal is issued only when what the kernel has locked plus the request exceeds the budget.
@@ -172,7 +271,11 @@ fn freed_mlocked_malloc_blocks_do_not_hold_the_budget() {
 fn refusals_only_when_vmlck_plus_the_request_exceeds_the_budget() {
     let mib = 1 << 20;
     let (lo, hi) = ((3 * mib).to_string(), (5 * mib).to_string());
-    let r = run(&prog("lock_seq"), &["freeloop", "12", &lo, &hi], &[("PINGUARD_BUDGET", "4M")]);
+    let r = run(
+        &prog("lock_seq"),
+        &["freeloop", "12", &lo, &hi],
+        &[("PINGUARD_BUDGET", "4M")],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let (mut granted, mut refused) = (0, 0);
     for l in r.stdout.lines().filter(|l| l.starts_with("iter=")) {
@@ -194,16 +297,35 @@ fn rejected_lock_arguments_get_the_kernels_own_answer() {
     let path = progs().join("lock_args");
     let dir = fresh_dir("lock_args_bare");
     let bare = program(&path, None).current_dir(&dir).output().unwrap();
-    assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
-    let want: Vec<String> = String::from_utf8_lossy(&bare.stdout).lines().map(String::from).collect();
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    let want: Vec<String> = String::from_utf8_lossy(&bare.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
     assert!(want.len() > 20, "{want:?}");
-    for (budget, policy) in [("0", "error"), ("0", "downgrade"), ("0", "warn"), ("1G", "error")] {
-        let r = run(&prog("lock_args"), &[], &[("PINGUARD_BUDGET", budget), ("PINGUARD_POLICY", policy)]);
+    for (budget, policy) in [
+        ("0", "error"),
+        ("0", "downgrade"),
+        ("0", "warn"),
+        ("1G", "error"),
+    ] {
+        let r = run(
+            &prog("lock_args"),
+            &[],
+            &[("PINGUARD_BUDGET", budget), ("PINGUARD_POLICY", policy)],
+        );
         assert!(r.success(), "{budget} {policy}: {}\n{}", r.stdout, r.stderr);
         let got: Vec<&str> = r.stdout.lines().collect();
         assert_eq!(got.len(), want.len(), "{budget} {policy}:\n{}", r.stdout);
         for (w, g) in want.iter().zip(got) {
-            assert_eq!(w, g, "PINGUARD_BUDGET={budget} PINGUARD_POLICY={policy}: the kernel answers `{w}`");
+            assert_eq!(
+                w, g,
+                "PINGUARD_BUDGET={budget} PINGUARD_POLICY={policy}: the kernel answers `{w}`"
+            );
         }
     }
 }
@@ -227,14 +349,26 @@ fn lock_calls_nested_in_pinguard_pass_through_and_are_counted() {
     cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"));
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(field(stdout.lines().next().unwrap(), "handled"), 100, "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        field(stdout.lines().next().unwrap(), "handled"),
+        100,
+        "{stdout}"
+    );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1, "{reports:?}");
     let rep = read_json(&reports[0]);
     // The handler alternates mlock and munlock: 50 pinning calls nested in pinguard's mlock.
     assert_eq!(rep["totals"]["untracked_count"], 50, "{}", rep["totals"]);
-    assert_eq!(rep["apis"]["mlock"]["alloc_count"], 100, "the main thread's own calls are tracked: {}", rep["apis"]);
+    assert_eq!(
+        rep["apis"]["mlock"]["alloc_count"], 100,
+        "the main thread's own calls are tracked: {}",
+        rep["apis"]
+    );
 }
 
 /// issue 15, item 3: a 10 kHz `SIGALRM` handler locks and unlocks while the main thread only
@@ -244,7 +378,17 @@ fn lock_calls_nested_in_pinguard_pass_through_and_are_counted() {
 fn lock_calls_from_a_signal_handler_leave_the_heap_intact() {
     for i in 0..40 {
         let r = run(&prog("lock_signal"), &["heap", "800000"], &[]);
-        assert!(r.success(), "run {i}: status {:?}\n{}\n{}", r.out.status, r.stdout, r.stderr);
-        assert!(field(r.stdout.lines().next().unwrap(), "handled") > 0, "run {i}: the handler ran: {}", r.stdout);
+        assert!(
+            r.success(),
+            "run {i}: status {:?}\n{}\n{}",
+            r.out.status,
+            r.stdout,
+            r.stderr
+        );
+        assert!(
+            field(r.stdout.lines().next().unwrap(), "handled") > 0,
+            "run {i}: the handler ran: {}",
+            r.stdout
+        );
     }
 }

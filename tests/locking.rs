@@ -5,7 +5,11 @@ mod common;
 use common::*;
 
 fn checkpoints(r: &Run) -> Vec<(i64, i64)> {
-    r.stdout.lines().filter(|l| l.starts_with("vmlck=")).map(|l| (field(l, "vmlck"), field(l, "live"))).collect()
+    r.stdout
+        .lines()
+        .filter(|l| l.starts_with("vmlck="))
+        .map(|l| (field(l, "vmlck"), field(l, "live")))
+        .collect()
 }
 
 #[test]
@@ -13,16 +17,26 @@ fn union_semantics_follow_vmlck() {
     let r = run(
         "scenario",
         &[
-            "mlock:0:8", "vmlck",          // 8 pages
-            "mlock:4:8", "vmlck",          // overlaps 4: adds 4
-            "mlock:2:2", "vmlck",          // inside: adds nothing
-            "mlock2:20:3", "vmlck",        // disjoint: adds 3
-            "munlock:3:2", "vmlck",        // splits the first range
-            "munmap:10:12", "vmlck",       // unmaps the tail of one range and part of another
-            "mmap_locked:12288", "vmlck",  // 3 more pages
-            "munmap_slot:0", "vmlck",      // and gone
-            "munlock:0:256", "vmlck",      // fails at the hole left by munmap, after unlocking 0..10
-            "munlock:22:1", "vmlck",       // the last page
+            "mlock:0:8",
+            "vmlck", // 8 pages
+            "mlock:4:8",
+            "vmlck", // overlaps 4: adds 4
+            "mlock:2:2",
+            "vmlck", // inside: adds nothing
+            "mlock2:20:3",
+            "vmlck", // disjoint: adds 3
+            "munlock:3:2",
+            "vmlck", // splits the first range
+            "munmap:10:12",
+            "vmlck", // unmaps the tail of one range and part of another
+            "mmap_locked:12288",
+            "vmlck", // 3 more pages
+            "munmap_slot:0",
+            "vmlck", // and gone
+            "munlock:0:256",
+            "vmlck", // fails at the hole left by munmap, after unlocking 0..10
+            "munlock:22:1",
+            "vmlck", // the last page
         ],
         &[],
     );
@@ -33,9 +47,16 @@ fn union_semantics_follow_vmlck() {
     assert_eq!(cps.len(), expected.len());
     for (i, ((vmlck, live), want)) in cps.iter().zip(expected).enumerate() {
         assert_eq!(*vmlck, want * page, "VmLck at checkpoint {i}: {cps:?}");
-        assert_eq!(*live, *vmlck, "pinguard vs VmLck at checkpoint {i}: {cps:?}");
+        assert_eq!(
+            *live, *vmlck,
+            "pinguard vs VmLck at checkpoint {i}: {cps:?}"
+        );
     }
-    assert_eq!(r.rc("munlock:0:256"), -1, "the kernel refuses a range with a hole");
+    assert_eq!(
+        r.rc("munlock:0:256"),
+        -1,
+        "the kernel refuses a range with a hole"
+    );
     let rep = r.report();
     assert_eq!(rep["totals"]["live_bytes"], 0);
     assert_eq!(rep["totals"]["peak_live_bytes"], 15 * page);
@@ -46,7 +67,11 @@ fn union_semantics_follow_vmlck() {
 #[test]
 fn mlockall_is_one_entry_measured_from_vmlck() {
     // MCL_CURRENT | MCL_ONFAULT: locks the mappings without faulting them all in.
-    let r = run("scenario", &["mlockall:5", "vmlck", "munlockall", "vmlck"], &[]);
+    let r = run(
+        "scenario",
+        &["mlockall:5", "vmlck", "munlockall", "vmlck"],
+        &[],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     if r.rc("mlockall:5") != 0 {
         // Over RLIMIT_MEMLOCK on this machine: the failure is what must be counted.
@@ -66,8 +91,15 @@ fn mlockall_is_one_entry_measured_from_vmlck() {
 fn lock_fail() -> String {
     static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        let out = fixtures().dir.join("lock_fail").to_string_lossy().into_owned();
-        let src = root().join("tests/progs/lock_fail.c").to_string_lossy().into_owned();
+        let out = fixtures()
+            .dir
+            .join("lock_fail")
+            .to_string_lossy()
+            .into_owned();
+        let src = root()
+            .join("tests/progs/lock_fail.c")
+            .to_string_lossy()
+            .into_owned();
         let inc = format!("-I{}", root().join("include").display());
         cc(&["-g", "-O1", "-Wall", &inc, "-o", &out, &src]);
         out
@@ -86,23 +118,65 @@ fn failed_locking_calls_that_change_nothing_read_no_mappings() {
     let prog = lock_fail();
     let mut walks = Vec::new();
     for (n, budget) in [("10", ""), ("100", ""), ("10", "1G"), ("100", "1G")] {
-        let bare = program(std::path::Path::new(&prog), None).args(["2000", n]).output().unwrap();
-        assert!(bare.status.success(), "{}", String::from_utf8_lossy(&bare.stderr));
+        let bare = program(std::path::Path::new(&prog), None)
+            .args(["2000", n])
+            .output()
+            .unwrap();
+        assert!(
+            bare.status.success(),
+            "{}",
+            String::from_utf8_lossy(&bare.stderr)
+        );
         // Under a budget, `mlockall` needs an estimate of what it would lock (a walk), unless the
         // kernel refuses it up front.
-        let env: &[(&str, &str)] = if budget.is_empty() { &[] } else { &[("PINGUARD_BUDGET", budget)] };
+        let env: &[(&str, &str)] = if budget.is_empty() {
+            &[]
+        } else {
+            &[("PINGUARD_BUDGET", budget)]
+        };
         let r = run(&prog, &["2000", n], env);
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-        let without_live = |s: &str| s.lines().map(|l| l.split(" live=").next().unwrap().to_string()).collect::<Vec<_>>();
+        let without_live = |s: &str| {
+            s.lines()
+                .map(|l| l.split(" live=").next().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
         let want = without_live(&String::from_utf8_lossy(&bare.stdout));
-        assert_eq!(without_live(&r.stdout), want, "the calls answer as without pinguard");
-        assert!(want.iter().any(|l| l == &format!("over calls={n} rc=-1 errno=12")), "{want:?}");
-        assert!(want.iter().any(|l| l == "partial calls=1 rc=-1 errno=12"), "{want:?}");
+        assert_eq!(
+            without_live(&r.stdout),
+            want,
+            "the calls answer as without pinguard"
+        );
+        assert!(
+            want.iter()
+                .any(|l| l == &format!("over calls={n} rc=-1 errno=12")),
+            "{want:?}"
+        );
+        assert!(
+            want.iter().any(|l| l == "partial calls=1 rc=-1 errno=12"),
+            "{want:?}"
+        );
         let cps = checkpoints(&r);
-        assert_eq!(cps.iter().map(|c| c.0 / 4096).collect::<Vec<_>>(), [1, 1, 3, 1], "VmLck in pages: {}", r.stdout);
-        assert!(cps.iter().all(|(vmlck, live)| vmlck == live), "pinguard's live bytes follow VmLck: {}", r.stdout);
-        walks.push(r.report()["kernel"]["smaps_walk_count"].as_u64().expect("kernel.smaps_walk_count"));
+        assert_eq!(
+            cps.iter().map(|c| c.0 / 4096).collect::<Vec<_>>(),
+            [1, 1, 3, 1],
+            "VmLck in pages: {}",
+            r.stdout
+        );
+        assert!(
+            cps.iter().all(|(vmlck, live)| vmlck == live),
+            "pinguard's live bytes follow VmLck: {}",
+            r.stdout
+        );
+        walks.push(
+            r.report()["kernel"]["smaps_walk_count"]
+                .as_u64()
+                .expect("kernel.smaps_walk_count"),
+        );
     }
     assert_eq!((walks[0], walks[2]), (walks[1], walks[3]), "reads of /proc/self/smaps with 10 and with 100 rounds of failing calls, without a budget and with one");
-    assert!(walks[0] <= 3 && walks[2] <= 3, "the two calls that changed pages walk, the others none: {walks:?}");
+    assert!(
+        walks[0] <= 3 && walks[2] <= 3,
+        "the two calls that changed pages walk, the others none: {walks:?}"
+    );
 }

@@ -17,7 +17,14 @@ fn progs() -> &'static PathBuf {
         let src = root().join("tests/progs");
         for prog in ["mem_limits", "deny_syscall"] {
             let (o, s) = (dir.join(prog), src.join(format!("{prog}.c")));
-            cc(&["-g", "-O1", "-Wall", "-o", &o.to_string_lossy(), &s.to_string_lossy()]);
+            cc(&[
+                "-g",
+                "-O1",
+                "-Wall",
+                "-o",
+                &o.to_string_lossy(),
+                &s.to_string_lossy(),
+            ]);
         }
         dir
     })
@@ -29,7 +36,12 @@ fn both(path: &PathBuf, args: &[&str], limit_kb: Option<u64>) -> (Run, Run) {
     both_with(path, args, limit_kb, &[])
 }
 
-fn both_with(path: &PathBuf, args: &[&str], limit_kb: Option<u64>, env: &[(&str, &str)]) -> (Run, Run) {
+fn both_with(
+    path: &PathBuf,
+    args: &[&str],
+    limit_kb: Option<u64>,
+    env: &[(&str, &str)],
+) -> (Run, Run) {
     let run = |preload: bool| {
         let dir = fresh_dir("mem_limits");
         let mut cmd = command_in(path, &dir, preload);
@@ -39,7 +51,10 @@ fn both_with(path: &PathBuf, args: &[&str], limit_kb: Option<u64>, env: &[(&str,
             // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
             unsafe {
                 cmd.pre_exec(move || {
-                    let r = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+                    let r = libc::rlimit {
+                        rlim_cur: bytes,
+                        rlim_max: bytes,
+                    };
                     if libc::setrlimit(libc::RLIMIT_AS, &r) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -53,12 +68,26 @@ fn both_with(path: &PathBuf, args: &[&str], limit_kb: Option<u64>, env: &[(&str,
 }
 
 fn same(without: &Run, with: &Run, what: &str) {
-    assert_eq!(with.out.status, without.out.status, "{what}: exit status\nwith pinguard, stderr:\n{}", with.stderr);
-    assert_eq!(with.stdout, without.stdout, "{what}: stdout\nwith pinguard, stderr:\n{}", with.stderr);
+    assert_eq!(
+        with.out.status, without.out.status,
+        "{what}: exit status\nwith pinguard, stderr:\n{}",
+        with.stderr
+    );
+    assert_eq!(
+        with.stdout, without.stdout,
+        "{what}: stdout\nwith pinguard, stderr:\n{}",
+        with.stderr
+    );
 }
 
 fn errors(report: &serde_json::Value) -> String {
-    report["config"]["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect::<Vec<_>>().join("\n")
+    report["config"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -66,21 +95,42 @@ fn a_program_under_a_small_ulimit_v_runs_as_without_pinguard_and_gets_a_report()
     let prog = progs().join("mem_limits");
     // The program's size with pinguard loaded, before its exit report: the limits start there.
     let probe = both(&prog, &["plain"], None).1;
-    let vm_kb: u64 = probe.stderr.lines().find_map(|l| l.strip_prefix("VmSize ")).expect("VmSize line").trim().parse().unwrap();
+    let vm_kb: u64 = probe
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize "))
+        .expect("VmSize line")
+        .trim()
+        .parse()
+        .unwrap();
     // Up to 48 MiB of room: naming frames at exit once needed more (the library's own line
     // tables), and every allocation failing in it aborted the program.
     for extra_mib in [1, 4, 8, 16, 24, 32, 48] {
         let limit = vm_kb + extra_mib * 1024;
         let (without, with) = both(&prog, &["plain"], Some(limit));
         let what = format!("ulimit -v {limit} ({extra_mib} MiB over its size with pinguard)");
-        assert!(without.out.status.success(), "{what}: fails even without pinguard: {}", without.stderr);
+        assert!(
+            without.out.status.success(),
+            "{what}: fails even without pinguard: {}",
+            without.stderr
+        );
         same(&without, &with, &what);
         let r = with.report();
         let t = &r["totals"];
-        let (tracked, untracked) = (t["alloc_count"].as_u64().unwrap(), t["untracked_count"].as_u64().unwrap());
-        assert!(tracked <= 1 && tracked + untracked >= 1, "{what}: the mlock was counted, tracked or passed through: {t}");
+        let (tracked, untracked) = (
+            t["alloc_count"].as_u64().unwrap(),
+            t["untracked_count"].as_u64().unwrap(),
+        );
+        assert!(
+            tracked <= 1 && tracked + untracked >= 1,
+            "{what}: the mlock was counted, tracked or passed through: {t}"
+        );
         if t["out_of_memory_count"].as_u64().unwrap_or(0) > 0 {
-            assert!(errors(&r).contains("refused memory"), "{what}: the report says what was left out:\n{}", errors(&r));
+            assert!(
+                errors(&r).contains("refused memory"),
+                "{what}: the report says what was left out:\n{}",
+                errors(&r)
+            );
         }
     }
 }
@@ -91,58 +141,121 @@ fn a_sandbox_that_denies_mremap_changes_nothing() {
     let prog = dir.join("deny_syscall");
     let target = dir.join("mem_limits");
     let (without, with) = both(&prog, &["mremap", &target.to_string_lossy(), "plain"], None);
-    assert!(without.out.status.success(), "fails even without pinguard: {}", without.stderr);
+    assert!(
+        without.out.status.success(),
+        "fails even without pinguard: {}",
+        without.stderr
+    );
     same(&without, &with, "mremap denied");
     let r = with.report();
     assert_eq!(r["totals"]["alloc_count"], 1, "{}", r["totals"]);
-    assert_eq!(r["totals"]["out_of_memory_count"], 0, "a denied mremap is worked around, nothing is left out");
+    assert_eq!(
+        r["totals"]["out_of_memory_count"], 0,
+        "a denied mremap is worked around, nothing is left out"
+    );
 }
 
 #[test]
 fn pinning_calls_made_while_pinguard_is_out_of_memory_pass_through_counted() {
     let prog = progs().join("mem_limits");
     let (without, with) = both(&prog, &["squeeze", "512"], None);
-    assert!(without.stdout.contains("locked 4096 of 4096"), "{}{}", without.stdout, without.stderr);
+    assert!(
+        without.stdout.contains("locked 4096 of 4096"),
+        "{}{}",
+        without.stdout,
+        without.stderr
+    );
     same(&without, &with, "RLIMIT_AS lowered by the program");
     let r = with.report();
     let t = &r["totals"];
     let n = |k: &str| t[k].as_u64().unwrap();
-    assert!(n("out_of_memory_count") > 0, "pinguard ran short (4,096 new callsites in 512 KiB): {t}");
-    assert!(n("untracked_count") > 0, "calls made while short passed through, counted: {t}");
+    assert!(
+        n("out_of_memory_count") > 0,
+        "pinguard ran short (4,096 new callsites in 512 KiB): {t}"
+    );
+    assert!(
+        n("untracked_count") > 0,
+        "calls made while short passed through, counted: {t}"
+    );
     // Every mlock and munlock is either tracked or counted as passed through.
-    assert_eq!(n("alloc_count") + n("release_count") + n("untracked_count"), 2 * 4096, "{t}");
+    assert_eq!(
+        n("alloc_count") + n("release_count") + n("untracked_count"),
+        2 * 4096,
+        "{t}"
+    );
     let e = errors(&r);
-    assert!(e.contains("refused memory") && e.contains("untracked"), "the report says what was left out:\n{e}");
-    assert!(e.contains("short of memory at this report"), "and that it is itself cut short:\n{e}");
+    assert!(
+        e.contains("refused memory") && e.contains("untracked"),
+        "the report says what was left out:\n{e}"
+    );
+    assert!(
+        e.contains("short of memory at this report"),
+        "and that it is itself cut short:\n{e}"
+    );
 }
 
 #[test]
 fn snapshots_written_while_pinguard_is_out_of_memory_change_nothing() {
     let prog = progs().join("mem_limits");
     // A report every 2 ms from the report thread while the program squeezes its own limit.
-    let (without, with) = both_with(&prog, &["squeeze", "512"], None, &[("PINGUARD_INTERVAL", "2ms")]);
-    same(&without, &with, "RLIMIT_AS lowered by the program, with interval reports");
+    let (without, with) = both_with(
+        &prog,
+        &["squeeze", "512"],
+        None,
+        &[("PINGUARD_INTERVAL", "2ms")],
+    );
+    same(
+        &without,
+        &with,
+        "RLIMIT_AS lowered by the program, with interval reports",
+    );
     let r = with.report();
     assert_eq!(r["reason"], "exit");
-    assert!(r["totals"]["out_of_memory_count"].as_u64().unwrap() > 0, "{}", r["totals"]);
-    assert!(errors(&r).contains("short of memory at this report"), "{}", errors(&r));
+    assert!(
+        r["totals"]["out_of_memory_count"].as_u64().unwrap() > 0,
+        "{}",
+        r["totals"]
+    );
+    assert!(
+        errors(&r).contains("short of memory at this report"),
+        "{}",
+        errors(&r)
+    );
 }
 
 #[test]
 fn tracking_resumes_once_memory_is_back() {
     let prog = progs().join("mem_limits");
     let (without, with) = both(&prog, &["squeeze", "512", "relax"], None);
-    assert!(without.stdout.contains("locked 4160 of 4160"), "{}{}", without.stdout, without.stderr);
+    assert!(
+        without.stdout.contains("locked 4160 of 4160"),
+        "{}{}",
+        without.stdout,
+        without.stderr
+    );
     same(&without, &with, "RLIMIT_AS lowered, then put back");
     let r = with.report();
     let t = &r["totals"];
     let n = |k: &str| t[k].as_u64().unwrap();
-    assert!(n("out_of_memory_count") > 0 && n("untracked_count") > 0, "{t}");
-    assert_eq!(n("alloc_count") + n("release_count") + n("untracked_count"), 2 * 4160, "{t}");
+    assert!(
+        n("out_of_memory_count") > 0 && n("untracked_count") > 0,
+        "{t}"
+    );
+    assert_eq!(
+        n("alloc_count") + n("release_count") + n("untracked_count"),
+        2 * 4160,
+        "{t}"
+    );
     // The 64 calls made after the limit was put back are all tracked, from their one callsite,
     // and the exit report, with room again, is whole.
     let sites = r["callsites"].as_array().unwrap();
-    assert!(sites.iter().any(|c| c["alloc_count"] == 64), "a callsite with the 64 calls: {sites:?}");
+    assert!(
+        sites.iter().any(|c| c["alloc_count"] == 64),
+        "a callsite with the 64 calls: {sites:?}"
+    );
     let e = errors(&r);
-    assert!(e.contains("refused memory") && !e.contains("at this report"), "{e}");
+    assert!(
+        e.contains("refused memory") && !e.contains("at this report"),
+        "{e}"
+    );
 }

@@ -22,9 +22,24 @@ fn prog() -> PathBuf {
         .get_or_init(|| {
             let f = fixtures();
             let o = f.dir.join("pod_member").to_string_lossy().into_owned();
-            let src = root().join("tests/progs/pod_member.c").to_string_lossy().into_owned();
+            let src = root()
+                .join("tests/progs/pod_member.c")
+                .to_string_lossy()
+                .into_owned();
             let libdir = f.dir.to_string_lossy().into_owned();
-            cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+            cc(&[
+                "-g",
+                "-O1",
+                "-Wall",
+                "-pthread",
+                "-o",
+                &o,
+                &src,
+                "-L",
+                &libdir,
+                "-Wl,-rpath,$ORIGIN",
+                "-lcudart",
+            ]);
             PathBuf::from(o)
         })
         .clone()
@@ -33,9 +48,15 @@ fn prog() -> PathBuf {
 /// Whether this machine can give a process a PID namespace of its own; else the tests say why
 /// and pass, unless `PGTEST_REQUIRE_ALL` is set.
 fn pid_namespaces() -> bool {
-    let ok = Command::new("unshare").args(["--pid", "--fork", "--mount-proc", "true"]).output().is_ok_and(|o| o.status.success());
+    let ok = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !ok {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "unshare --pid --fork --mount-proc must work here (root)");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "unshare --pid --fork --mount-proc must work here (root)"
+        );
         eprintln!("NOT RUN: unshare --pid --fork --mount-proc does not work here (needs root and util-linux)");
     }
     ok
@@ -68,12 +89,21 @@ impl Pod {
     }
     /// Each member's slot, share and semaphore key.
     fn members(&self) -> Vec<(usize, u64, i32)> {
-        self.header().members.iter().enumerate().filter(|(_, m)| m.pid != 0).map(|(i, m)| (i, m.bytes, m.sem_key)).collect()
+        self.header()
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.pid != 0)
+            .map(|(i, m)| (i, m.bytes, m.sem_key))
+            .collect()
     }
     /// The runtimes' pinned bytes now and the most ever, all members together.
     fn counted(&self) -> (i64, i64) {
         let c = std::fs::read(&self.counter).unwrap();
-        (i64::from_ne_bytes(c[0..8].try_into().unwrap()), i64::from_ne_bytes(c[8..16].try_into().unwrap()))
+        (
+            i64::from_ne_bytes(c[0..8].try_into().unwrap()),
+            i64::from_ne_bytes(c[8..16].try_into().unwrap()),
+        )
     }
     /// The values of the group's semaphores, read by key in this (the pod's) IPC namespace.
     fn semaphores(&self) -> Vec<u16> {
@@ -81,10 +111,17 @@ impl Pod {
         assert_ne!(key, 0, "the group has a semaphore set");
         // SAFETY: no pointers.
         let id = unsafe { libc::semget(key, 0, 0) };
-        assert!(id >= 0, "the set exists: {}", std::io::Error::last_os_error());
+        assert!(
+            id >= 0,
+            "the set exists: {}",
+            std::io::Error::last_os_error()
+        );
         let mut v = vec![0u16; layout::MAX_MEMBERS];
         // SAFETY: GETALL writes MAX_MEMBERS unsigned shorts (the set's size) into `v`.
-        assert_eq!(unsafe { libc::semctl(id, 0, libc::GETALL, v.as_mut_ptr()) }, 0);
+        assert_eq!(
+            unsafe { libc::semctl(id, 0, libc::GETALL, v.as_mut_ptr()) },
+            0
+        );
         v
     }
     fn remove(&self) {
@@ -105,7 +142,11 @@ impl Pod {
         let mut cmd = Command::new("unshare");
         // --kill-child: a member outlives no test that failed half-way.
         let ns: &[&str] = if own { &["--pid", "--mount-proc"] } else { &[] };
-        cmd.args(ns).args(["--fork", "--kill-child", "--"]).arg(inner.get_program()).args(inner.get_args()).args(args);
+        cmd.args(ns)
+            .args(["--fork", "--kill-child", "--"])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .args(args);
         clear_pinguard_env(&mut cmd);
         for (k, v) in inner.get_envs() {
             if let Some(v) = v {
@@ -124,7 +165,11 @@ impl Pod {
             .spawn()
             .unwrap();
         let out = BufReader::new(child.stdout.take().unwrap());
-        Member { unshare: child, out, reports }
+        Member {
+            unshare: child,
+            out,
+            reports,
+        }
     }
 }
 
@@ -152,7 +197,8 @@ impl Member {
     fn pid(&self) -> u32 {
         let u = self.unshare.id();
         for _ in 0..500 {
-            let kids = std::fs::read_to_string(format!("/proc/{u}/task/{u}/children")).unwrap_or_default();
+            let kids =
+                std::fs::read_to_string(format!("/proc/{u}/task/{u}/children")).unwrap_or_default();
             if let Some(p) = kids.split_whitespace().next() {
                 return p.parse().unwrap();
             }
@@ -161,7 +207,10 @@ impl Member {
         panic!("unshare {u} has no child");
     }
     fn pid_ns(&self) -> String {
-        std::fs::read_link(format!("/proc/{}/ns/pid", self.pid())).unwrap().to_string_lossy().into_owned()
+        std::fs::read_link(format!("/proc/{}/ns/pid", self.pid()))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
     }
     /// SIGKILL to the member itself; returns CLOCK_MONOTONIC milliseconds once it is gone.
     fn kill(mut self) -> f64 {
@@ -185,7 +234,10 @@ impl Drop for Member {
 }
 
 fn monotonic_ms() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as f64 * 1e3 + ts.tv_nsec as f64 / 1e6
@@ -193,7 +245,10 @@ fn monotonic_ms() -> f64 {
 
 /// `got=G tries=N at_ms=T` of `fill`.
 fn filled(line: &str) -> (bool, u64, f64) {
-    let v: Vec<&str> = line.split_whitespace().map(|kv| kv.split_once('=').unwrap_or_else(|| panic!("{line:?}")).1).collect();
+    let v: Vec<&str> = line
+        .split_whitespace()
+        .map(|kv| kv.split_once('=').unwrap_or_else(|| panic!("{line:?}")).1)
+        .collect();
     (v[0] == "1", v[1].parse().unwrap(), v[2].parse().unwrap())
 }
 
@@ -212,13 +267,34 @@ fn holder_is_kept(pod: &Pod, how: &str, ms: u64) -> Member {
     assert!(!got, "{how}: the live holder (another PID namespace) was taken for dead and its share given away after {tries} tries");
     assert!(tries > 10, "{how}: the filler kept trying ({tries})");
     let (_, max) = pod.counted();
-    assert!(max as u64 <= BUDGET, "{how}: the pod's runtimes held {max} bytes at once, over the {BUDGET}-byte budget");
-    assert_eq!(max as u64, HELD, "{how}: the holder's bytes, counted by the runtime");
-    let (slot, share, key) = members.iter().copied().find(|m| m.1 > 0).unwrap_or_else(|| panic!("{how}: no share: {members:?}"));
-    assert_eq!(share, HELD, "{how}: the holder keeps its share: {members:?}");
-    assert_eq!(key, pod.header().sem_key, "{how}: the holder holds a semaphore of the group's set");
+    assert!(
+        max as u64 <= BUDGET,
+        "{how}: the pod's runtimes held {max} bytes at once, over the {BUDGET}-byte budget"
+    );
+    assert_eq!(
+        max as u64, HELD,
+        "{how}: the holder's bytes, counted by the runtime"
+    );
+    let (slot, share, key) = members
+        .iter()
+        .copied()
+        .find(|m| m.1 > 0)
+        .unwrap_or_else(|| panic!("{how}: no share: {members:?}"));
+    assert_eq!(
+        share, HELD,
+        "{how}: the holder keeps its share: {members:?}"
+    );
+    assert_eq!(
+        key,
+        pod.header().sem_key,
+        "{how}: the holder holds a semaphore of the group's set"
+    );
     assert_eq!(sems[slot], 1, "{how}: its semaphore is raised");
-    assert_eq!(sems.iter().map(|&v| v as usize).sum::<usize>(), 1, "{how}: and only its, once the filler left: {members:?}");
+    assert_eq!(
+        sems.iter().map(|&v| v as usize).sum::<usize>(),
+        1,
+        "{how}: and only its, once the filler left: {members:?}"
+    );
     holder
 }
 
@@ -232,7 +308,11 @@ fn reclaimed_at_join(pod: &Pod, holder: Member, how: &str) {
     assert!(next.finish().success());
     assert!(got && tries == 1, "{how}: the killed holder's share comes back when a member joins (got={got}, tries={tries})");
     assert_eq!(pod.header().used, 0, "{how}: every share back");
-    assert!(pod.counted().1 as u64 <= BUDGET, "{how}: {:?}", pod.counted());
+    assert!(
+        pod.counted().1 as u64 <= BUDGET,
+        "{how}: {:?}",
+        pod.counted()
+    );
 }
 
 /// Takes a SIGKILLed member's bytes off the runtimes' count: the kernel freed them, and the
@@ -258,7 +338,11 @@ fn a_live_member_in_another_pid_namespace_keeps_its_share() {
     // The last member to leave removed the set: nothing of the group is left in the IPC namespace.
     assert_eq!(pod.header().sem_key, 0);
     // SAFETY: no pointers.
-    assert_eq!(unsafe { libc::semget(key, 0, 0) }, -1, "the set {key:#x} is gone");
+    assert_eq!(
+        unsafe { libc::semget(key, 0, 0) },
+        -1,
+        "the set {key:#x} is gone"
+    );
 }
 
 #[test]
@@ -276,16 +360,33 @@ fn a_sigkilled_member_in_another_pid_namespace_is_reclaimed_within_the_rescan_in
     let killed = holder.kill();
     let (got, tries, at) = filled(&filler.line());
     assert!(filler.finish().success());
-    assert!(got, "the killed holder's share never came back ({tries} tries)");
+    assert!(
+        got,
+        "the killed holder's share never came back ({tries} tries)"
+    );
     let after = at - killed;
     eprintln!("reclaimed {after:.0} ms after the holder was gone ({tries} tries)");
-    assert!(after >= -1.0, "the share came back before the holder died ({after:.0} ms)");
+    assert!(
+        after >= -1.0,
+        "the share came back before the holder died ({after:.0} ms)"
+    );
     // Documented: within RESCAN_MS of a member needing room; the rest is a loaded machine's slack.
-    assert!(after <= (layout::RESCAN_MS * 3) as f64, "reclaimed {after:.0} ms after the kill (RESCAN_MS {})", layout::RESCAN_MS);
+    assert!(
+        after <= (layout::RESCAN_MS * 3) as f64,
+        "reclaimed {after:.0} ms after the kill (RESCAN_MS {})",
+        layout::RESCAN_MS
+    );
     // The runtime's count keeps a SIGKILLed process's bytes (the kernel freed them): the
     // holder's alone until the kill, then the filler's.
-    assert_eq!(before as u64, HELD, "the filler got nothing while the holder lived");
-    assert_eq!(pod.counted().1 as u64, HELD + MORE, "the filler's 512 KiB came after the kill");
+    assert_eq!(
+        before as u64, HELD,
+        "the filler got nothing while the holder lived"
+    );
+    assert_eq!(
+        pod.counted().1 as u64,
+        HELD + MORE,
+        "the filler's 512 KiB came after the kill"
+    );
     assert_eq!(pod.header().used, 0);
 }
 
@@ -334,12 +435,22 @@ fn a_member_denied_semaphores_is_told_alive_by_its_pid_in_its_own_pid_namespace_
     let mut filler = pod.spawn_in(false, &["fill", &MORE.to_string(), "250"]);
     let (got, _, _) = filled(&filler.line());
     assert!(filler.finish().success());
-    assert!(!got, "the live holder without a semaphore was taken for dead");
+    assert!(
+        !got,
+        "the live holder without a semaphore was taken for dead"
+    );
     let reports = holder.reports.clone();
     assert!(holder.finish().success());
     let report = reports_in(&reports).pop().expect("the holder's report");
-    let liveness = read_json(&report)["group"]["liveness"].as_str().unwrap_or_default().to_string();
-    assert!(liveness.starts_with("pid (System V semaphores unavailable") && liveness.contains("not permitted"), "{liveness:?}");
+    let liveness = read_json(&report)["group"]["liveness"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        liveness.starts_with("pid (System V semaphores unavailable")
+            && liveness.contains("not permitted"),
+        "{liveness:?}"
+    );
     // ...and reclaimed, from its PID namespace, once SIGKILLed.
     let mut holder = pod.spawn_in(false, &["hold", &HELD.to_string(), "nosem"]);
     assert_eq!(holder.line(), "ready rc=0");
@@ -348,7 +459,10 @@ fn a_member_denied_semaphores_is_told_alive_by_its_pid_in_its_own_pid_namespace_
     let mut next = pod.spawn_in(false, &["fill", &MORE.to_string(), "2000"]);
     let (got, tries, _) = filled(&next.line());
     assert!(next.finish().success());
-    assert!(got && tries == 1, "reclaimed by its pid at the next join (got={got}, tries={tries})");
+    assert!(
+        got && tries == 1,
+        "reclaimed by its pid at the next join (got={got}, tries={tries})"
+    );
     // From another PID namespace nothing proves it dead: never reclaimed (the documented limit).
     // The test keeps the holder's namespace open: a namespace that ended gives its number to the
     // next one, whose members then read the pid in the right place (and find it gone).

@@ -10,12 +10,20 @@ use serde_json::Value;
 const MIB: i64 = 1 << 20;
 
 fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout.lines().filter(|l| l.contains(" rc=")).map(|l| field(l, "rc")).collect()
+    r.stdout
+        .lines()
+        .filter(|l| l.contains(" rc="))
+        .map(|l| field(l, "rc"))
+        .collect()
 }
 
 /// The runtime's own figures: the driver's for `cuda`, the runtime's for `cudart`.
 fn own<'a>(s: &'a Value, family: &str) -> &'a Value {
-    &s[if family == "cudart" { "cudart" } else { "driver" }]
+    &s[if family == "cudart" {
+        "cudart"
+    } else {
+        "driver"
+    }]
 }
 
 fn live_after(family: &str, route: &str, ops: &[&str], env: &[(&str, &str)]) -> (Run, Value) {
@@ -31,26 +39,40 @@ fn live_after(family: &str, route: &str, ops: &[&str], env: &[(&str, &str)]) -> 
 /// gives it back; after every step pinguard's live figure is the runtime's own.
 #[test]
 fn a_host_pool_is_pinned_as_far_as_it_reserves_memory() {
-    for (family, routes) in [("cuda", &["export", "dlsym", "gpa", "gpa_ptsz", "ptsz"][..]), ("cudart", &["export", "dlsym", "ptsz"][..])] {
+    for (family, routes) in [
+        ("cuda", &["export", "dlsym", "gpa", "gpa_ptsz", "ptsz"][..]),
+        ("cudart", &["export", "dlsym", "ptsz"][..]),
+    ] {
         for route in routes {
             let steps: &[(&str, i64)] = &[
                 ("pool_create:host", 0),
-                ("pool_alloc:p0:1048576", 2 * MIB),  // a first chunk
-                ("pool_alloc:p0:524288", 2 * MIB),   // fits in it
-                ("pool_alloc:p0:3145728", 6 * MIB),  // a chunk of its own, 4 MiB
-                ("pool_free:a0", 6 * MIB),           // freed memory stays reserved
+                ("pool_alloc:p0:1048576", 2 * MIB), // a first chunk
+                ("pool_alloc:p0:524288", 2 * MIB),  // fits in it
+                ("pool_alloc:p0:3145728", 6 * MIB), // a chunk of its own, 4 MiB
+                ("pool_free:a0", 6 * MIB),          // freed memory stays reserved
                 ("pool_free:a1", 6 * MIB),
-                ("pool_trim:p0:0", 4 * MIB),         // the empty chunk goes
+                ("pool_trim:p0:0", 4 * MIB), // the empty chunk goes
                 ("pool_free:a2", 4 * MIB),
                 ("pool_destroy:p0", 0),
             ];
             for n in 1..=steps.len() {
                 let ops: Vec<&str> = steps[..n].iter().map(|(op, _)| *op).collect();
                 let (r, s) = live_after(family, route, &ops, &[]);
-                assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route} {ops:?}: {}", r.stdout);
+                assert!(
+                    rcs(&r).iter().all(|&rc| rc == 0),
+                    "{family} {route} {ops:?}: {}",
+                    r.stdout
+                );
                 let want = steps[n - 1].1;
-                assert_eq!(own(&s, family)["outstanding_bytes"], want, "{family} {route} {ops:?}: the runtime's own figure: {s}");
-                assert_eq!(s["pinguard_live_bytes"], want, "{family} {route} {ops:?}: {s}");
+                assert_eq!(
+                    own(&s, family)["outstanding_bytes"],
+                    want,
+                    "{family} {route} {ops:?}: the runtime's own figure: {s}"
+                );
+                assert_eq!(
+                    s["pinguard_live_bytes"], want,
+                    "{family} {route} {ops:?}: {s}"
+                );
             }
         }
     }
@@ -61,19 +83,51 @@ fn a_host_pool_is_pinned_as_far_as_it_reserves_memory() {
 #[test]
 fn the_report_shows_the_pool_and_its_allocations() {
     for family in ["cuda", "cudart"] {
-        let (create, alloc) = if family == "cuda" { ("cuMemPoolCreate", "cuMemAllocFromPoolAsync") } else { ("cudaMemPoolCreate", "cudaMallocFromPoolAsync") };
-        let (r, _) = live_after(family, "export", &["pool_create:numa", "pool_alloc:p0:1048576", "pool_alloc:p0:4096"], &[]);
+        let (create, alloc) = if family == "cuda" {
+            ("cuMemPoolCreate", "cuMemAllocFromPoolAsync")
+        } else {
+            ("cudaMemPoolCreate", "cudaMallocFromPoolAsync")
+        };
+        let (r, _) = live_after(
+            family,
+            "export",
+            &[
+                "pool_create:numa",
+                "pool_alloc:p0:1048576",
+                "pool_alloc:p0:4096",
+            ],
+            &[],
+        );
         let rep = r.report();
-        assert_eq!(rep["apis"][alloc]["alloc_count"], 2, "{family}: {}", rep["apis"]);
+        assert_eq!(
+            rep["apis"][alloc]["alloc_count"], 2,
+            "{family}: {}",
+            rep["apis"]
+        );
         assert_eq!(rep["apis"][alloc]["alloc_bytes"], MIB + 4096);
         assert_eq!(rep["apis"][create]["live_bytes"], 2 * MIB, "{family}");
         assert_eq!(rep["totals"]["live_bytes"], 2 * MIB);
         assert_eq!(rep["totals"]["live_count"], 1, "one pool");
-        let pools: Vec<&Value> = rep["live"].as_array().unwrap().iter().filter(|l| l["api"] == create).collect();
+        let pools: Vec<&Value> = rep["live"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["api"] == create)
+            .collect();
         assert_eq!(pools.len(), 1);
         assert_eq!(pools[0]["size"], 2 * MIB);
 
-        let (r, _) = live_after(family, "export", &["pool_create:host", "pool_alloc:p0:1048576", "pool_free:a0", "pool_destroy:p0"], &[]);
+        let (r, _) = live_after(
+            family,
+            "export",
+            &[
+                "pool_create:host",
+                "pool_alloc:p0:1048576",
+                "pool_free:a0",
+                "pool_destroy:p0",
+            ],
+            &[],
+        );
         let t = &r.report()["totals"];
         assert_eq!(t["live_bytes"], 0, "{family}: {t}");
         assert_eq!(t["live_count"], 0);
@@ -88,9 +142,17 @@ fn the_report_shows_the_pool_and_its_allocations() {
 #[test]
 fn a_destroyed_pool_stays_pinned_until_its_last_allocation_is_freed() {
     for family in ["cuda", "cudart"] {
-        let base = ["pool_create:host", "pool_alloc:p0:1048576", "pool_destroy:p0"];
+        let base = [
+            "pool_create:host",
+            "pool_alloc:p0:1048576",
+            "pool_destroy:p0",
+        ];
         let (_, s) = live_after(family, "export", &base, &[]);
-        assert_eq!(own(&s, family)["outstanding_bytes"], 2 * MIB, "{family}: {s}");
+        assert_eq!(
+            own(&s, family)["outstanding_bytes"],
+            2 * MIB,
+            "{family}: {s}"
+        );
         assert_eq!(s["pinguard_live_bytes"], 2 * MIB, "{family}: {s}");
         let mut ops = base.to_vec();
         ops.push("pool_free:a0");
@@ -104,10 +166,23 @@ fn a_destroyed_pool_stays_pinned_until_its_last_allocation_is_freed() {
 #[test]
 fn device_pools_are_never_counted() {
     for family in ["cuda", "cudart"] {
-        let (r, s) = live_after(family, "export", &["pool_create:device", "pool_alloc:p0:1048576", "pool_free:a0", "pool_destroy:p0"], &[("PINGUARD_BUDGET", "1M")]);
+        let (r, s) = live_after(
+            family,
+            "export",
+            &[
+                "pool_create:device",
+                "pool_alloc:p0:1048576",
+                "pool_free:a0",
+                "pool_destroy:p0",
+            ],
+            &[("PINGUARD_BUDGET", "1M")],
+        );
         assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family}: {}", r.stdout);
         assert_eq!(s["pinguard_live_bytes"], 0, "{family}");
-        assert!(reports_in(&r.report_dir).is_empty(), "{family}: nothing was tracked");
+        assert!(
+            reports_in(&r.report_dir).is_empty(),
+            "{family}: nothing was tracked"
+        );
     }
 }
 
@@ -123,18 +198,36 @@ fn budgets_apply_to_what_an_allocation_may_add() {
             let (r, s) = live_after(
                 family,
                 "export",
-                &["pool_create:host", "pool_alloc:p0:1048576", "pool_alloc:p0:524288", "pool_alloc:p0:3145728"],
+                &[
+                    "pool_create:host",
+                    "pool_alloc:p0:1048576",
+                    "pool_alloc:p0:524288",
+                    "pool_alloc:p0:3145728",
+                ],
                 &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", policy)],
             );
             assert_eq!(rcs(&r), vec![0, 0, 0, 2], "{family} {policy}: {}", r.stdout);
-            assert_eq!(own(&s, family)["alloc_calls"], 2, "{family} {policy}: the refused call never reached the runtime");
+            assert_eq!(
+                own(&s, family)["alloc_calls"],
+                2,
+                "{family} {policy}: the refused call never reached the runtime"
+            );
             assert_eq!(own(&s, family)["outstanding_bytes"], 2 * MIB);
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB);
             let t = &r.report()["totals"];
             assert_eq!(t["denied_count"], 1, "{family} {policy}: {t}");
             assert_eq!(t["downgraded_count"], 0);
         }
-        let (r, s) = live_after(family, "export", &["pool_create:host", "pool_alloc:p0:1048576", "pool_alloc:p0:3145728"], &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", "warn")]);
+        let (r, s) = live_after(
+            family,
+            "export",
+            &[
+                "pool_create:host",
+                "pool_alloc:p0:1048576",
+                "pool_alloc:p0:3145728",
+            ],
+            &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", "warn")],
+        );
         assert_eq!(rcs(&r), vec![0, 0, 0]);
         assert_eq!(s["pinguard_live_bytes"], 6 * MIB);
         assert_eq!(r.report()["totals"]["over_budget_count"], 1);
@@ -145,21 +238,65 @@ fn budgets_apply_to_what_an_allocation_may_add() {
 /// moment the program gets it, through every route; a device location's never.
 #[test]
 fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
-    for (family, routes) in [("cuda", &["export", "dlsym", "gpa"][..]), ("cudart", &["export", "dlsym"][..])] {
+    for (family, routes) in [
+        ("cuda", &["export", "dlsym", "gpa"][..]),
+        ("cudart", &["export", "dlsym"][..]),
+    ] {
         for route in routes {
-            let (r, s) = live_after(family, route, &["pool_default:host", "pool_alloc:p0:1048576", "pool_current:numa", "pool_alloc:p1:4096"], &[]);
-            assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route}: {}", r.stdout);
-            assert_eq!(own(&s, family)["outstanding_bytes"], 4 * MIB, "{family} {route}: {s}");
+            let (r, s) = live_after(
+                family,
+                route,
+                &[
+                    "pool_default:host",
+                    "pool_alloc:p0:1048576",
+                    "pool_current:numa",
+                    "pool_alloc:p1:4096",
+                ],
+                &[],
+            );
+            assert!(
+                rcs(&r).iter().all(|&rc| rc == 0),
+                "{family} {route}: {}",
+                r.stdout
+            );
+            assert_eq!(
+                own(&s, family)["outstanding_bytes"],
+                4 * MIB,
+                "{family} {route}: {s}"
+            );
             assert_eq!(s["pinguard_live_bytes"], 4 * MIB, "{family} {route}: {s}");
 
             // A pool made current for a host location and got back: one pool, counted once.
-            let (r, s) = live_after(family, route, &["pool_create:host", "pool_set:host:p0", "pool_current:host", "pool_alloc:p1:1048576"], &[]);
-            assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route}: {}", r.stdout);
+            let (r, s) = live_after(
+                family,
+                route,
+                &[
+                    "pool_create:host",
+                    "pool_set:host:p0",
+                    "pool_current:host",
+                    "pool_alloc:p1:1048576",
+                ],
+                &[],
+            );
+            assert!(
+                rcs(&r).iter().all(|&rc| rc == 0),
+                "{family} {route}: {}",
+                r.stdout
+            );
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB, "{family} {route}: {s}");
             assert_eq!(r.report()["totals"]["live_count"], 1, "{family} {route}");
 
-            let (r, s) = live_after(family, route, &["pool_default:device", "pool_alloc:p0:1048576"], &[]);
-            assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family} {route}: {}", r.stdout);
+            let (r, s) = live_after(
+                family,
+                route,
+                &["pool_default:device", "pool_alloc:p0:1048576"],
+                &[],
+            );
+            assert!(
+                rcs(&r).iter().all(|&rc| rc == 0),
+                "{family} {route}: {}",
+                r.stdout
+            );
             assert_eq!(s["pinguard_live_bytes"], 0, "{family} {route}");
         }
     }

@@ -30,15 +30,26 @@ print("direct", rt.cudaHostAlloc(ctypes.byref(buf), 4096, 0), me.pinguard_live_b
     );
     let r = run("/usr/bin/env", &["python3", "-c", &script], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    assert!(r.stdout.contains("pinned True True 73728"), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("pinned True True 73728"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     assert!(r.stdout.contains("unpin 0 8192"), "{}", r.stdout);
     assert!(r.stdout.contains("direct 0 12288"), "{}", r.stdout);
     let rep = r.report();
     assert_eq!(rep["totals"]["live_bytes"], 12288);
     let cs = rep["callsites"].as_array().unwrap();
-    let npu = cs.iter().find(|c| c["apis"][0] == "aclrtMallocHost").unwrap();
+    let npu = cs
+        .iter()
+        .find(|c| c["apis"][0] == "aclrtMallocHost")
+        .unwrap();
     assert_eq!(npu["frames"][0]["symbol"], "framework_pin_npu");
-    assert!(npu["frames"][0]["module"].as_str().unwrap().ends_with("libframework.so"));
+    assert!(npu["frames"][0]["module"]
+        .as_str()
+        .unwrap()
+        .ends_with("libframework.so"));
 }
 
 #[test]
@@ -58,14 +69,29 @@ fn walks_through_libffi_never_end_in_a_stack_address_and_stay_one_callsite() {
     let pretty = || serde_json::to_string_pretty(cs).unwrap();
     for c in cs {
         for fr in c["frames"].as_array().unwrap() {
-            assert!(fr["module"].is_string(), "a frame in no loaded object: {fr}\n{}", pretty());
+            assert!(
+                fr["module"].is_string(),
+                "a frame in no loaded object: {fr}\n{}",
+                pretty()
+            );
         }
     }
-    let pins: Vec<_> = cs.iter().filter(|c| c["apis"][0] == "cudaMallocHost").collect();
+    let pins: Vec<_> = cs
+        .iter()
+        .filter(|c| c["apis"][0] == "cudaMallocHost")
+        .collect();
     assert_eq!(pins.len(), 1, "one call path, one callsite: {}", pretty());
     assert_eq!(pins[0]["alloc_count"], 24);
     assert_eq!(pins[0]["peak_live_bytes"], 262144);
     // The walk went on through ctypes and the interpreter, to the process's start.
-    let symbols: Vec<&str> = pins[0]["frames"].as_array().unwrap().iter().filter_map(|f| f["symbol"].as_str()).collect();
-    assert!(symbols.contains(&"ffi_call") && symbols.iter().any(|s| s.contains("main")), "{symbols:?}");
+    let symbols: Vec<&str> = pins[0]["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f["symbol"].as_str())
+        .collect();
+    assert!(
+        symbols.contains(&"ffi_call") && symbols.iter().any(|s| s.contains("main")),
+        "{symbols:?}"
+    );
 }

@@ -14,7 +14,10 @@ fn pythons() -> Vec<(String, PathBuf)> {
     if let Ok(out) = Command::new("pyenv").arg("root").output() {
         let root = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         if let Ok(dir) = std::fs::read_dir(root.join("versions")) {
-            let mut v: Vec<PathBuf> = dir.filter_map(|e| e.ok()).map(|e| e.path().join("bin/python3")).collect();
+            let mut v: Vec<PathBuf> = dir
+                .filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin/python3"))
+                .collect();
             v.sort();
             candidates.extend(v);
         }
@@ -24,9 +27,17 @@ fn pythons() -> Vec<(String, PathBuf)> {
     }
     let mut found: Vec<(String, PathBuf)> = Vec::new();
     for c in candidates {
-        let Ok(out) = Command::new(&c).args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).output() else { continue };
+        let Ok(out) = Command::new(&c)
+            .args(["-c", "import sys; print('%d.%d' % sys.version_info[:2])"])
+            .output()
+        else {
+            continue;
+        };
         let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        if out.status.success() && ["3.11", "3.12", "3.13"].contains(&v.as_str()) && !found.iter().any(|(f, _)| *f == v) {
+        if out.status.success()
+            && ["3.11", "3.12", "3.13"].contains(&v.as_str())
+            && !found.iter().any(|(f, _)| *f == v)
+        {
             found.push((v, c));
         }
     }
@@ -37,7 +48,10 @@ fn pythons() -> Vec<(String, PathBuf)> {
 /// The line of the `# at:NAME` marker in the script.
 fn marker(name: &str) -> u64 {
     let text = std::fs::read_to_string(root().join("tests/progs/py_frames.py")).unwrap();
-    text.lines().position(|l| l.contains(&format!("# at:{name}"))).unwrap_or_else(|| panic!("no marker {name}")) as u64 + 1
+    text.lines()
+        .position(|l| l.contains(&format!("# at:{name}")))
+        .unwrap_or_else(|| panic!("no marker {name}")) as u64
+        + 1
 }
 
 fn py(c: &Value) -> Vec<(String, String, u64)> {
@@ -45,14 +59,25 @@ fn py(c: &Value) -> Vec<(String, String, u64)> {
         .as_array()
         .map(|a| {
             a.iter()
-                .map(|f| (f["symbol"].as_str().unwrap_or("").to_string(), f["file"].as_str().unwrap_or("").to_string(), f["line"].as_u64().unwrap_or(0)))
+                .map(|f| {
+                    (
+                        f["symbol"].as_str().unwrap_or("").to_string(),
+                        f["file"].as_str().unwrap_or("").to_string(),
+                        f["line"].as_u64().unwrap_or(0),
+                    )
+                })
                 .collect()
         })
         .unwrap_or_default()
 }
 
 fn sites_at<'a>(rep: &'a Value, function: &str) -> Vec<&'a Value> {
-    rep["callsites"].as_array().unwrap().iter().filter(|c| py(c).first().is_some_and(|f| f.0 == function)).collect()
+    rep["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| py(c).first().is_some_and(|f| f.0 == function))
+        .collect()
 }
 
 fn run_script(python: &PathBuf, env: &[(&str, &str)]) -> Run {
@@ -60,10 +85,19 @@ fn run_script(python: &PathBuf, env: &[(&str, &str)]) -> Run {
     let script = root().join("tests/progs/py_frames.py");
     let r = run(
         python.to_str().unwrap(),
-        &[script.to_str().unwrap(), f.dir.join("libcudart.so").to_str().unwrap(), f.dir.join("libframework.so").to_str().unwrap()],
+        &[
+            script.to_str().unwrap(),
+            f.dir.join("libcudart.so").to_str().unwrap(),
+            f.dir.join("libframework.so").to_str().unwrap(),
+        ],
         env,
     );
-    assert!(r.success() && r.stdout.contains("done"), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.success() && r.stdout.contains("done"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     r
 }
 
@@ -71,15 +105,24 @@ fn run_script(python: &PathBuf, env: &[(&str, &str)]) -> Run {
 fn callsites_name_the_python_code_on_every_version_found() {
     let found = pythons();
     if found.is_empty() {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "no CPython 3.11, 3.12 or 3.13 found"
+        );
         eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
         return;
     }
-    eprintln!("CPython versions tested: {:?}", found.iter().map(|f| &f.0).collect::<Vec<_>>());
+    eprintln!(
+        "CPython versions tested: {:?}",
+        found.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
     for (version, python) in &found {
         let r = run_script(python, &[]);
         let rep = r.report();
-        let ctx = format!("CPython {version}: {}", serde_json::to_string_pretty(&rep["callsites"]).unwrap());
+        let ctx = format!(
+            "CPython {version}: {}",
+            serde_json::to_string_pretty(&rep["callsites"]).unwrap()
+        );
         assert_eq!(rep["config"]["py_depth"], 32, "{ctx}");
 
         // The runtime through dlsym(handle), and libc's mlock through the global scope.
@@ -87,18 +130,33 @@ fn callsites_name_the_python_code_on_every_version_found() {
             let s = sites_at(&rep, function);
             assert_eq!(s.len(), 1, "{function}: {ctx}");
             let frames = py(s[0]);
-            assert!(frames[0].1.ends_with("py_frames.py") && frames[0].2 == marker(function), "{function}: {frames:?} ({ctx})");
+            assert!(
+                frames[0].1.ends_with("py_frames.py") && frames[0].2 == marker(function),
+                "{function}: {frames:?} ({ctx})"
+            );
             assert_eq!(frames[1].0, "<module>", "{ctx}");
             assert_eq!(s[0]["apis"][0], api, "{ctx}");
         }
         // Two Python threads through a native library: the function, then the thread's target.
         let batches = sites_at(&rep, "pin_batch");
-        assert_eq!(batches.iter().map(|c| c["alloc_count"].as_u64().unwrap()).sum::<u64>(), 8, "{ctx}");
+        assert_eq!(
+            batches
+                .iter()
+                .map(|c| c["alloc_count"].as_u64().unwrap())
+                .sum::<u64>(),
+            8,
+            "{ctx}"
+        );
         for c in &batches {
             let frames = py(c);
             assert_eq!(frames[0].2, marker("pin_batch"), "{ctx}");
             assert_eq!(frames[1].0, "loader_thread", "{ctx}");
-            assert!(frames.iter().any(|f| f.0 == "Thread.run" && f.1.ends_with("threading.py")), "{frames:?}");
+            assert!(
+                frames
+                    .iter()
+                    .any(|f| f.0 == "Thread.run" && f.1.ends_with("threading.py")),
+                "{frames:?}"
+            );
             assert_eq!(c["frames"][0]["symbol"], "framework_pin", "{ctx}");
         }
         // A recursion deeper than the limit is cut at PINGUARD_PY_DEPTH frames.
@@ -109,14 +167,26 @@ fn callsites_name_the_python_code_on_every_version_found() {
         assert!(frames.iter().all(|f| f.0 == "recurse"), "{frames:?}");
         assert_eq!(frames[0].2, marker("recurse"), "{ctx}");
         // A native thread in a Python process: no Python frames.
-        let native: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["alloc_bytes"] == 20480).collect();
+        let native: Vec<&Value> = rep["callsites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["alloc_bytes"] == 20480)
+            .collect();
         assert_eq!(native.len(), 1, "{ctx}");
         assert!(native[0].get("py_frames").is_none(), "{ctx}");
         assert_eq!(native[0]["frames"][0]["symbol"], "framework_pin", "{ctx}");
 
         // PINGUARD_PY_DEPTH=0: no Python frames anywhere, the same figures.
         let off = run_script(python, &[("PINGUARD_PY_DEPTH", "0")]).report();
-        assert!(off["callsites"].as_array().unwrap().iter().all(|c| c.get("py_frames").is_none()), "{version}");
+        assert!(
+            off["callsites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c.get("py_frames").is_none()),
+            "{version}"
+        );
         assert_eq!(off["totals"]["alloc_count"], rep["totals"]["alloc_count"]);
     }
 }
@@ -126,26 +196,51 @@ fn a_process_without_python_gets_no_python_frames() {
     let r = run("scenario", &["cuda_alloc:4096", "mlock:0:1"], &[]);
     assert!(r.success(), "{}", r.stderr);
     let rep = r.report();
-    assert!(rep["callsites"].as_array().unwrap().iter().all(|c| c.get("py_frames").is_none()));
-    assert_eq!(pinguard_lines(&r.stderr).len(), 1, "only the summary line: {}", r.stderr);
+    assert!(rep["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c.get("py_frames").is_none()));
+    assert_eq!(
+        pinguard_lines(&r.stderr).len(),
+        1,
+        "only the summary line: {}",
+        r.stderr
+    );
 }
 
 #[test]
 fn the_warn_line_names_the_python_function() {
     let Some((version, python)) = pythons().into_iter().next() else {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "no CPython 3.11, 3.12 or 3.13 found"
+        );
         eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
         return;
     };
     // The 1 MiB of load_weights goes over 512 KiB, and so does every later call, each callsite
     // named once: through the runtime, and through libc's mlock (whose line waits until the
     // locked-page view is let go).
-    let r = run_script(&python, &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_POLICY", "warn")]);
-    let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
-    for (api, size, function) in [("cudaHostAlloc", "1.00 MiB", "load_weights"), ("mlock", "4.00 KiB", "lock_key")] {
+    let r = run_script(
+        &python,
+        &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_POLICY", "warn")],
+    );
+    let warnings: Vec<_> = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("over the budget"))
+        .collect();
+    for (api, size, function) in [
+        ("cudaHostAlloc", "1.00 MiB", "load_weights"),
+        ("mlock", "4.00 KiB", "lock_key"),
+    ] {
         let want = format!("{api} of {size} goes over the budget of 512 KiB at {function} (py_frames.py:{}) <- <module> (py_frames.py:{});", marker(function), marker(&format!("call:{function}")));
         let n = warnings.iter().filter(|l| l.contains(&want)).count();
-        assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
+        assert_eq!(
+            n, 1,
+            "CPython {version}: want one line with\n  {want}\nin\n{}",
+            r.stderr
+        );
     }
 }
 
@@ -155,33 +250,75 @@ fn the_warn_line_names_the_python_function() {
 #[test]
 fn one_helper_from_four_callers_is_four_callsites_each_with_its_whole_stack() {
     let Some((version, python)) = pythons().into_iter().next() else {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "no CPython 3.11, 3.12 or 3.13 found"
+        );
         eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
         return;
     };
     let script = root().join("tests/progs/py_paths.py");
     let line = |name: &str| {
         let text = std::fs::read_to_string(&script).unwrap();
-        text.lines().position(|l| l.ends_with(&format!("# at:{name}"))).unwrap() as u64 + 1
+        text.lines()
+            .position(|l| l.ends_with(&format!("# at:{name}")))
+            .unwrap() as u64
+            + 1
     };
     let rt = fixtures().dir.join("libcudart.so");
-    let r = run(python.to_str().unwrap(), &[script.to_str().unwrap(), rt.to_str().unwrap()], &[("PINGUARD_BUDGET", "4M")]);
-    assert!(r.success() && r.stdout.contains("refused: cudaHostAlloc of 67108864 bytes: error 2"), "{}\n{}", r.stdout, r.stderr);
+    let r = run(
+        python.to_str().unwrap(),
+        &[script.to_str().unwrap(), rt.to_str().unwrap()],
+        &[("PINGUARD_BUDGET", "4M")],
+    );
+    assert!(
+        r.success()
+            && r.stdout
+                .contains("refused: cudaHostAlloc of 67108864 bytes: error 2"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     let rep = r.report();
-    let ctx = format!("CPython {version}: {}", serde_json::to_string_pretty(&rep["callsites"]).unwrap());
+    let ctx = format!(
+        "CPython {version}: {}",
+        serde_json::to_string_pretty(&rep["callsites"]).unwrap()
+    );
     let sites = sites_at(&rep, "cuda_pin");
     assert_eq!(sites.len(), 4, "{ctx}");
-    for (caller, allocs, denied) in [("load_weights", 1, 0), ("fill_cache", 2, 0), ("warm_up", 1, 0), ("grow_cache", 0, 1)] {
-        let s: Vec<_> = sites.iter().filter(|c| py(c).get(1).is_some_and(|f| f.0 == caller)).collect();
+    for (caller, allocs, denied) in [
+        ("load_weights", 1, 0),
+        ("fill_cache", 2, 0),
+        ("warm_up", 1, 0),
+        ("grow_cache", 0, 1),
+    ] {
+        let s: Vec<_> = sites
+            .iter()
+            .filter(|c| py(c).get(1).is_some_and(|f| f.0 == caller))
+            .collect();
         assert_eq!(s.len(), 1, "{caller}: {ctx}");
         let frames = py(s[0]);
-        let want = [("cuda_pin", line("cuda_pin")), (caller, line(caller)), ("<module>", 0)];
+        let want = [
+            ("cuda_pin", line("cuda_pin")),
+            (caller, line(caller)),
+            ("<module>", 0),
+        ];
         assert_eq!(frames.len(), 3, "{caller}: {ctx}");
         for (f, (name, at)) in frames.iter().zip(want) {
-            assert!(f.0 == name && f.1.ends_with("py_paths.py") && (at == 0 || f.2 == at), "{caller}: {frames:?}");
+            assert!(
+                f.0 == name && f.1.ends_with("py_paths.py") && (at == 0 || f.2 == at),
+                "{caller}: {frames:?}"
+            );
         }
-        assert_eq!((s[0]["alloc_count"].as_u64(), s[0]["denied_count"].as_u64()), (Some(allocs), Some(denied)), "{caller}: {ctx}");
-        assert!(!s[0]["frames"].as_array().unwrap().is_empty(), "{caller}: the native stack too: {ctx}");
+        assert_eq!(
+            (s[0]["alloc_count"].as_u64(), s[0]["denied_count"].as_u64()),
+            (Some(allocs), Some(denied)),
+            "{caller}: {ctx}"
+        );
+        assert!(
+            !s[0]["frames"].as_array().unwrap().is_empty(),
+            "{caller}: the native stack too: {ctx}"
+        );
     }
 }
 
@@ -191,22 +328,47 @@ fn one_helper_from_four_callers_is_four_callsites_each_with_its_whole_stack() {
 #[test]
 fn the_warn_line_names_the_python_caller_of_a_shared_helper() {
     let Some((version, python)) = pythons().into_iter().next() else {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "no CPython 3.11, 3.12 or 3.13 found");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "no CPython 3.11, 3.12 or 3.13 found"
+        );
         eprintln!("SKIPPED: no CPython 3.11, 3.12 or 3.13 found");
         return;
     };
     let script = root().join("tests/progs/py_paths.py");
     let at = |name: &str| {
         let text = std::fs::read_to_string(&script).unwrap();
-        format!("{name} (py_paths.py:{})", text.lines().position(|l| l.ends_with(&format!("# at:{name}"))).unwrap() + 1)
+        format!(
+            "{name} (py_paths.py:{})",
+            text.lines()
+                .position(|l| l.ends_with(&format!("# at:{name}")))
+                .unwrap()
+                + 1
+        )
     };
     let rt = fixtures().dir.join("libcudart.so");
-    let r = run(python.to_str().unwrap(), &[script.to_str().unwrap(), rt.to_str().unwrap()], &[("PINGUARD_BUDGET", "32K"), ("PINGUARD_POLICY", "warn")]);
-    assert!(r.success() && r.stdout.contains("done"), "{}\n{}", r.stdout, r.stderr);
-    let warnings: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("over the budget")).collect();
+    let r = run(
+        python.to_str().unwrap(),
+        &[script.to_str().unwrap(), rt.to_str().unwrap()],
+        &[("PINGUARD_BUDGET", "32K"), ("PINGUARD_POLICY", "warn")],
+    );
+    assert!(
+        r.success() && r.stdout.contains("done"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let warnings: Vec<_> = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("over the budget"))
+        .collect();
     for caller in ["load_weights", "fill_cache", "warm_up", "grow_cache"] {
         let want = format!(" at {} <- {};", at("cuda_pin"), at(caller));
         let n = warnings.iter().filter(|l| l.contains(&want)).count();
-        assert_eq!(n, 1, "CPython {version}: want one line with\n  {want}\nin\n{}", r.stderr);
+        assert_eq!(
+            n, 1,
+            "CPython {version}: want one line with\n  {want}\nin\n{}",
+            r.stderr
+        );
     }
 }

@@ -7,7 +7,11 @@ use common::*;
 use serde_json::Value;
 
 fn sum(v: &Value) -> i64 {
-    v.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()).sum()
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_i64().unwrap())
+        .sum()
 }
 
 fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
@@ -20,10 +24,19 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
     let max = s["combined_max"].as_i64().unwrap();
-    assert!(max <= budget, "the runtimes held {max} bytes at once, over the {budget}-byte budget");
-    assert!(max > budget / 2, "the budget was never approached ({max} of {budget}): the test proves nothing");
+    assert!(
+        max <= budget,
+        "the runtimes held {max} bytes at once, over the {budget}-byte budget"
+    );
+    assert!(
+        max > budget / 2,
+        "the budget was never approached ({max} of {budget}): the test proves nothing"
+    );
     assert_eq!(s["combined"], 0);
-    assert_eq!(s["probe"], 0, "a budget-sized allocation must fit at the end: a reservation leaked");
+    assert_eq!(
+        s["probe"], 0,
+        "a budget-sized allocation must fit at the end: a reservation leaked"
+    );
     let rep = r.report();
     let t = &rep["totals"];
     let ok = sum(&s["ok"]);
@@ -32,15 +45,36 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
     let runtime_failed = sum(&s["runtime_failed"]);
     assert!(refused > 0, "nothing was refused: the test proves nothing");
     // The probe's allocation and release (by the CUDA runtime, after the threads) count too.
-    assert_eq!(t["alloc_count"].as_i64().unwrap(), ok + 1, "every successful call counted once");
-    assert_eq!(t["alloc_count"].as_i64().unwrap(), sum(&s["runtime_alloc"]) + s["ok"][3].as_i64().unwrap());
-    assert_eq!(t["release_count"].as_i64().unwrap(), sum(&s["released"]) + 1);
-    assert_eq!(t["release_count"].as_i64().unwrap(), sum(&s["runtime_release"]) + s["released"][3].as_i64().unwrap());
+    assert_eq!(
+        t["alloc_count"].as_i64().unwrap(),
+        ok + 1,
+        "every successful call counted once"
+    );
+    assert_eq!(
+        t["alloc_count"].as_i64().unwrap(),
+        sum(&s["runtime_alloc"]) + s["ok"][3].as_i64().unwrap()
+    );
+    assert_eq!(
+        t["release_count"].as_i64().unwrap(),
+        sum(&s["released"]) + 1
+    );
+    assert_eq!(
+        t["release_count"].as_i64().unwrap(),
+        sum(&s["runtime_release"]) + s["released"][3].as_i64().unwrap()
+    );
     // The probe's own injected failures (if any) are the runtime's, after the threads.
     let probe_failures = s["probe_failures"].as_i64().unwrap();
-    assert_eq!(t["denied_count"].as_i64().unwrap() + runtime_failed - probe_failures, refused, "each refusal is pinguard's or the runtime's");
+    assert_eq!(
+        t["denied_count"].as_i64().unwrap() + runtime_failed - probe_failures,
+        refused,
+        "each refusal is pinguard's or the runtime's"
+    );
     assert_eq!(t["failed_count"].as_i64().unwrap(), runtime_failed);
-    assert_eq!(runtime_failed, sum(&s["injected"]), "the runtimes failed only where told to");
+    assert_eq!(
+        runtime_failed,
+        sum(&s["injected"]),
+        "the runtimes failed only where told to"
+    );
     match fail_rate {
         Some(_) => assert!(runtime_failed > 0),
         None => assert_eq!(runtime_failed, 0),
@@ -49,8 +83,16 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
     assert_eq!(t["live_count"], 0);
     assert!(t["peak_live_bytes"].as_i64().unwrap() <= budget);
     assert_eq!(s["pinguard_live_bytes"], 0);
-    for api in ["cudaHostAlloc", "cuMemHostAlloc", "aclrtMallocHost", "mlock"] {
-        assert!(rep["apis"][api]["alloc_count"].as_i64().unwrap() > 0, "{api} was exercised");
+    for api in [
+        "cudaHostAlloc",
+        "cuMemHostAlloc",
+        "aclrtMallocHost",
+        "mlock",
+    ] {
+        assert!(
+            rep["apis"][api]["alloc_count"].as_i64().unwrap() > 0,
+            "{api} was exercised"
+        );
     }
 }
 

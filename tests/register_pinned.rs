@@ -11,7 +11,11 @@ use common::*;
 const MIB: i64 = 1 << 20;
 
 fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout.lines().filter(|l| l.contains(" rc=")).map(|l| field(l, "rc")).collect()
+    r.stdout
+        .lines()
+        .filter(|l| l.contains(" rc="))
+        .map(|l| field(l, "rc"))
+        .collect()
 }
 
 #[test]
@@ -19,18 +23,37 @@ fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
     // Two 4 MiB blocks under a 9 MiB budget: charged twice, the second registration would not fit.
     let orders: [&[&str]; 2] = [
         // unregister, then free (torch_npu's order)
-        &["acl_unregister:0", "acl_free:0", "acl_unregister:1", "acl_free:1"],
+        &[
+            "acl_unregister:0",
+            "acl_free:0",
+            "acl_unregister:1",
+            "acl_free:1",
+        ],
         // free while still registered, then unregister
-        &["acl_free:0", "acl_unregister:0", "acl_free:1", "acl_unregister:1"],
+        &[
+            "acl_free:0",
+            "acl_unregister:0",
+            "acl_free:1",
+            "acl_unregister:1",
+        ],
     ];
     for ends in orders {
-        let mut ops = vec!["acl_malloc_cfg:4194304", "acl_register2_slot:0:2", "acl_malloc_cfg:4194304", "acl_register2_slot:1:2"];
+        let mut ops = vec![
+            "acl_malloc_cfg:4194304",
+            "acl_register2_slot:0:2",
+            "acl_malloc_cfg:4194304",
+            "acl_register2_slot:1:2",
+        ];
         ops.extend_from_slice(ends);
         let r = run("scenario", &ops, &[("PINGUARD_BUDGET", "9M")]);
         assert!(r.success(), "{}", r.stderr);
         assert!(rcs(&r).iter().all(|&rc| rc == 0), "{ends:?}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["acl"]["max_outstanding_bytes"], 8 * MIB, "the runtime's own figure: {s}");
+        assert_eq!(
+            s["acl"]["max_outstanding_bytes"],
+            8 * MIB,
+            "the runtime's own figure: {s}"
+        );
         assert_eq!(s["acl"]["outstanding_bytes"], 0);
         assert_eq!(s["pinguard_live_bytes"], 0, "{ends:?}");
         let rep = r.report();
@@ -39,8 +62,14 @@ fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
         assert_eq!(t["alloc_bytes"], 8 * MIB, "{ends:?}: {t}");
         assert_eq!(t["live_bytes"], 0);
         assert_eq!(t["live_count"], 0);
-        assert_eq!(t["unknown_release_count"], 0, "{ends:?}: each release found its own record");
-        assert_eq!(t["denied_count"], 0, "{ends:?}: the budget was charged once per block");
+        assert_eq!(
+            t["unknown_release_count"], 0,
+            "{ends:?}: each release found its own record"
+        );
+        assert_eq!(
+            t["denied_count"], 0,
+            "{ends:?}: the budget was charged once per block"
+        );
         assert_eq!(t["release_count"], 4);
         assert_eq!(rep["apis"]["aclrtHostRegisterV2"]["alloc_count"], 2);
         assert_eq!(rep["apis"]["aclrtHostRegisterV2"]["alloc_bytes"], 0);
@@ -51,16 +80,36 @@ fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
 /// registration adding nothing; a killed process's figures say the same.
 #[test]
 fn a_registration_over_a_block_is_live_with_no_bytes_of_its_own() {
-    let r = run("scenario", &["acl_malloc_cfg:4194304", "acl_register_slot:0"], &[]);
+    let r = run(
+        "scenario",
+        &["acl_malloc_cfg:4194304", "acl_register_slot:0"],
+        &[],
+    );
     assert!(r.success(), "{}", r.stderr);
     assert_eq!(rcs(&r), vec![0, 0]);
     assert_eq!(r.stats()["pinguard_live_bytes"], 4 * MIB);
     let rep = r.report();
     assert_eq!(rep["totals"]["live_bytes"], 4 * MIB);
     assert_eq!(rep["totals"]["live_count"], 2);
-    let sizes: Vec<(String, i64)> = rep["live"].as_array().unwrap().iter().map(|l| (l["api"].as_str().unwrap().to_string(), l["size"].as_i64().unwrap())).collect();
-    assert!(sizes.contains(&("aclrtMallocHostWithCfg".to_string(), 4 * MIB)), "{sizes:?}");
-    assert!(sizes.contains(&("aclrtHostRegister".to_string(), 0)), "{sizes:?}");
+    let sizes: Vec<(String, i64)> = rep["live"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            (
+                l["api"].as_str().unwrap().to_string(),
+                l["size"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(
+        sizes.contains(&("aclrtMallocHostWithCfg".to_string(), 4 * MIB)),
+        "{sizes:?}"
+    );
+    assert!(
+        sizes.contains(&("aclrtHostRegister".to_string(), 0)),
+        "{sizes:?}"
+    );
 }
 
 /// CUDA refuses to register memory it pinned (`cudaErrorHostMemoryAlreadyRegistered`, 712):
@@ -85,7 +134,17 @@ fn cuda_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that_on() 
 /// allocated: passed on, nothing counted for it.
 #[test]
 fn the_driver_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that_on() {
-    let r = run("vmm", &["export", "cuda", "host_alloc:1048576", "host_register:a0", "host_free:a0"], &[("PINGUARD_BUDGET", "1M")]);
+    let r = run(
+        "vmm",
+        &[
+            "export",
+            "cuda",
+            "host_alloc:1048576",
+            "host_register:a0",
+            "host_free:a0",
+        ],
+        &[("PINGUARD_BUDGET", "1M")],
+    );
     assert!(r.success(), "{}", r.stderr);
     assert_eq!(rcs(&r), vec![0, 712, 0], "{}", r.stdout);
     let s = r.stats();

@@ -15,26 +15,69 @@ fn workload_report_has_every_key_and_names_the_callers() {
     let r = run("workload", &[], &[("PINGUARD_BUDGET", "3M")]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
-    for key in ["schema", "reason", "process", "config", "totals", "apis", "kernel", "modules", "callsites", "live", "events", "timeline"] {
+    for key in [
+        "schema",
+        "reason",
+        "process",
+        "config",
+        "totals",
+        "apis",
+        "kernel",
+        "modules",
+        "callsites",
+        "live",
+        "events",
+        "timeline",
+    ] {
         assert!(rep.get(key).is_some(), "missing {key}");
     }
     assert_eq!(rep["schema"], "pinguard.report.v1");
     assert_eq!(rep["reason"], "exit");
-    for key in ["pid", "ppid", "exe", "cmdline", "hostname", "start_unix_ms", "write_unix_ms"] {
+    for key in [
+        "pid",
+        "ppid",
+        "exe",
+        "cmdline",
+        "hostname",
+        "start_unix_ms",
+        "write_unix_ms",
+    ] {
         assert!(rep["process"].get(key).is_some(), "missing process.{key}");
     }
-    assert!(rep["process"]["exe"].as_str().unwrap().ends_with("/workload"));
+    assert!(rep["process"]["exe"]
+        .as_str()
+        .unwrap()
+        .ends_with("/workload"));
     for key in ["budget_bytes", "policy", "depth", "hooks", "errors"] {
         assert!(rep["config"].get(key).is_some(), "missing config.{key}");
     }
     for key in [
-        "live_bytes", "live_count", "peak_live_bytes", "alloc_count", "alloc_bytes", "release_count", "failed_count",
-        "denied_count", "denied_bytes", "downgraded_count", "downgraded_bytes", "downgraded_live_bytes",
-        "over_budget_count", "unknown_release_count",
+        "live_bytes",
+        "live_count",
+        "peak_live_bytes",
+        "alloc_count",
+        "alloc_bytes",
+        "release_count",
+        "failed_count",
+        "denied_count",
+        "denied_bytes",
+        "downgraded_count",
+        "downgraded_bytes",
+        "downgraded_live_bytes",
+        "over_budget_count",
+        "unknown_release_count",
     ] {
-        assert!(rep["totals"][key].is_u64(), "totals.{key} is not an integer");
+        assert!(
+            rep["totals"][key].is_u64(),
+            "totals.{key} is not an integer"
+        );
     }
-    for key in ["vm_lck_bytes", "vm_pin_bytes", "rlimit_memlock_bytes", "smaps_walk_count"] {
+    for key in [
+        "vm_lck_bytes",
+        "vm_pin_bytes",
+        "rlimit_memlock_bytes",
+        "smaps_walk_count",
+    ] {
         assert!(rep["kernel"].get(key).is_some(), "missing kernel.{key}");
     }
 
@@ -42,7 +85,10 @@ fn workload_report_has_every_key_and_names_the_callers() {
     // its 4 MiB request is refused.
     let t = &rep["totals"];
     let kib = 1024;
-    assert_eq!(t["live_bytes"], 2048 * kib + 512 * kib + 256 * kib + 64 * kib);
+    assert_eq!(
+        t["live_bytes"],
+        2048 * kib + 512 * kib + 256 * kib + 64 * kib
+    );
     assert_eq!(t["live_count"], 5);
     assert_eq!(t["alloc_count"], 2 + 100 + 2 + 1);
     assert_eq!(t["release_count"], 100);
@@ -53,29 +99,48 @@ fn workload_report_has_every_key_and_names_the_callers() {
 
     // Callsites: sorted by live bytes, first frame in the caller, no pinguard frame anywhere.
     let cs = rep["callsites"].as_array().unwrap();
-    let live: Vec<u64> = cs.iter().map(|c| c["live_bytes"].as_u64().unwrap()).collect();
+    let live: Vec<u64> = cs
+        .iter()
+        .map(|c| c["live_bytes"].as_u64().unwrap())
+        .collect();
     assert!(live.windows(2).all(|w| w[0] >= w[1]), "{live:?}");
     assert_eq!(top_symbol(&cs[0]), "load_model_weights");
     assert_eq!(cs[0]["live_bytes"], 2048 * kib);
     assert_eq!(cs[0]["live_count"], 2);
     assert_eq!(cs[0]["apis"], serde_json::json!(["cudaHostAlloc"]));
-    assert!(cs[0]["frames"][0]["file"].as_str().unwrap().ends_with("workload.c"));
+    assert!(cs[0]["frames"][0]["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("workload.c"));
     assert!(cs[0]["frames"][0]["line"].as_u64().unwrap() > 0);
     let names: Vec<String> = cs.iter().map(top_symbol).collect();
-    for f in ["pin_batches", "npu_staging", "lock_key_material", "grow_kv_cache"] {
-        assert!(names.iter().any(|n| n == f), "no callsite in {f}: {names:?}");
+    for f in [
+        "pin_batches",
+        "npu_staging",
+        "lock_key_material",
+        "grow_kv_cache",
+    ] {
+        assert!(
+            names.iter().any(|n| n == f),
+            "no callsite in {f}: {names:?}"
+        );
     }
     let batches = cs.iter().find(|c| top_symbol(c) == "pin_batches").unwrap();
     assert_eq!(batches["peak_live_bytes"], 256 * kib);
     assert_eq!(batches["alloc_count"], 100);
     for c in cs {
         for fr in c["frames"].as_array().unwrap() {
-            assert!(!fr["module"].as_str().unwrap_or("").contains("libpinguard"), "pinguard frame in {c}");
+            assert!(
+                !fr["module"].as_str().unwrap_or("").contains("libpinguard"),
+                "pinguard frame in {c}"
+            );
             assert!(fr["addr"].as_str().unwrap().starts_with("0x"));
         }
     }
     let modules = rep["modules"].as_array().unwrap();
-    assert!(modules.iter().any(|m| m["path"].as_str().unwrap().ends_with("/workload") && m["build_id"].is_string()));
+    assert!(modules
+        .iter()
+        .any(|m| m["path"].as_str().unwrap().ends_with("/workload") && m["build_id"].is_string()));
 
     // The refusal is an event pointing at grow_kv_cache's callsite.
     let ev = &rep["events"][0];
@@ -88,15 +153,31 @@ fn workload_report_has_every_key_and_names_the_callers() {
     // Live allocations name their callsite, thread and API.
     let live = rep["live"].as_array().unwrap();
     assert_eq!(live.len(), 5);
-    assert!(live.iter().all(|l| l["tid"].as_u64().unwrap() > 0 && cs.iter().any(|c| c["id"] == l["callsite"])));
+    assert!(live
+        .iter()
+        .all(|l| l["tid"].as_u64().unwrap() > 0 && cs.iter().any(|c| c["id"] == l["callsite"])));
     assert!(!rep["timeline"].as_array().unwrap().is_empty());
-    assert_eq!(rep["timeline"].as_array().unwrap().last().unwrap()[1], t["live_bytes"]);
+    assert_eq!(
+        rep["timeline"].as_array().unwrap().last().unwrap()[1],
+        t["live_bytes"]
+    );
 
     // One summary line at exit.
-    let summary: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("at exit")).collect();
+    let summary: Vec<_> = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("at exit"))
+        .collect();
     assert_eq!(summary.len(), 1, "{}", r.stderr);
-    assert!(summary[0].contains("2.81 MiB pinned in 5 allocations"), "{}", summary[0]);
-    assert!(summary[0].contains("budget 3.00 MiB") && summary[0].contains("1 denied"), "{}", summary[0]);
+    assert!(
+        summary[0].contains("2.81 MiB pinned in 5 allocations"),
+        "{}",
+        summary[0]
+    );
+    assert!(
+        summary[0].contains("budget 3.00 MiB") && summary[0].contains("1 denied"),
+        "{}",
+        summary[0]
+    );
     assert!(summary[0].contains("report: "), "{}", summary[0]);
 }
 
@@ -106,13 +187,29 @@ fn report_files_are_private_atomic_and_never_written_through_a_symlink() {
     let template = dir.join("deep/er/%e-%p-%%.json");
     let decoy = dir.join("decoy.txt");
     std::fs::write(&decoy, "keep me").unwrap();
-    let r0 = run("scenario", &["mlock:0:1"], &[("PINGUARD_REPORT", template.to_str().unwrap())]);
+    let r0 = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[("PINGUARD_REPORT", template.to_str().unwrap())],
+    );
     let out_dir = dir.join("deep/er");
-    let files: Vec<_> = std::fs::read_dir(&out_dir).unwrap().map(|e| e.unwrap().path()).collect();
-    assert_eq!(files.len(), 1, "exactly the report, no temporary left: {files:?}");
+    let files: Vec<_> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(
+        files.len(),
+        1,
+        "exactly the report, no temporary left: {files:?}"
+    );
     let name = files[0].file_name().unwrap().to_string_lossy().into_owned();
-    assert!(name.starts_with("scenario-") && name.ends_with("-%.json"), "{name}");
-    let pid: u32 = name["scenario-".len()..name.len() - "-%.json".len()].parse().unwrap();
+    assert!(
+        name.starts_with("scenario-") && name.ends_with("-%.json"),
+        "{name}"
+    );
+    let pid: u32 = name["scenario-".len()..name.len() - "-%.json".len()]
+        .parse()
+        .unwrap();
     assert_eq!(read_json(&files[0])["process"]["pid"], pid);
     let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
@@ -125,7 +222,10 @@ fn report_files_are_private_atomic_and_never_written_through_a_symlink() {
     let r = run(capi.to_str().unwrap(), &[fixed.to_str().unwrap()], &[]);
     assert!(r.success() && r.stdout.contains("write=0"), "{}", r.stdout);
     assert_eq!(std::fs::read_to_string(&decoy).unwrap(), "keep me");
-    assert!(!std::fs::symlink_metadata(&fixed).unwrap().file_type().is_symlink());
+    assert!(!std::fs::symlink_metadata(&fixed)
+        .unwrap()
+        .file_type()
+        .is_symlink());
     assert_eq!(read_json(&fixed)["schema"], "pinguard.report.v1");
 }
 
@@ -136,7 +236,11 @@ fn default_report_falls_back_to_the_temp_dir_when_the_working_directory_is_read_
     let tmp = fresh_dir("tmp");
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     // Root ignores directory permissions: use a directory that cannot be written even by root.
-    let cwd = if unsafe { libc_geteuid() } == 0 { std::path::PathBuf::from("/proc/self") } else { ro.clone() };
+    let cwd = if unsafe { libc_geteuid() } == 0 {
+        std::path::PathBuf::from("/proc/self")
+    } else {
+        ro.clone()
+    };
     let out = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()))
         .arg("mlock:0:1")
         .current_dir(&cwd)
@@ -147,7 +251,11 @@ fn default_report_falls_back_to_the_temp_dir_when_the_working_directory_is_read_
     assert!(out.status.success());
     let files = reports_in(&tmp);
     assert_eq!(files.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(files[0].file_name().unwrap().to_string_lossy().starts_with("pinguard.scenario."));
+    assert!(files[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .starts_with("pinguard.scenario."));
 }
 
 extern "C" {
@@ -158,18 +266,29 @@ extern "C" {
 #[test]
 fn the_exit_line_counts_over_budget_calls_and_allocations_in_the_right_number() {
     let summary = |r: &Run| -> String {
-        let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("at exit")).collect();
+        let lines: Vec<_> = pinguard_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| l.contains("at exit"))
+            .collect();
         assert_eq!(lines.len(), 1, "{}", r.stderr);
         lines[0].to_string()
     };
     // Under `warn`, three calls over a 16 KiB budget: all pinned, each counted over budget.
-    let r = run("scenario", &["cuda_alloc:32768", "cuda_alloc:32768", "acl_malloc:32768"], &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")]);
+    let r = run(
+        "scenario",
+        &["cuda_alloc:32768", "cuda_alloc:32768", "acl_malloc:32768"],
+        &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")],
+    );
     assert!(r.success(), "{}", r.stderr);
     let s = summary(&r);
     assert!(s.contains("96.0 KiB pinned in 3 allocations at exit (peak 96.0 KiB, budget 16.0 KiB); 0 denied, 0 downgraded, 3 over budget; report: "), "{s}");
     assert_eq!(r.report()["totals"]["over_budget_count"], 3);
     // One allocation is one allocation; no over-budget count where the policy cannot have any.
-    let r = run("scenario", &["cuda_alloc:4096"], &[("PINGUARD_BUDGET", "16K")]);
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096"],
+        &[("PINGUARD_BUDGET", "16K")],
+    );
     let s = summary(&r);
     assert!(s.contains("4.00 KiB pinned in 1 allocation at exit (peak 4.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: "), "{s}");
 }
@@ -184,23 +303,49 @@ fn refused_bytes_per_callsite_outlast_the_dropped_events() {
     assert!(r.stdout.contains(&format!("refused={n}")), "{}", r.stdout);
     let rep = r.report();
     assert_eq!(rep["events_dropped"], n - 10_000);
-    let site = rep["callsites"].as_array().unwrap().iter().find(|c| top_symbol(c) == "ask").unwrap().clone();
+    let site = rep["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| top_symbol(c) == "ask")
+        .unwrap()
+        .clone();
     assert_eq!(site["denied_count"], n);
     assert_eq!(site["denied_bytes"], n * 8192);
     assert_eq!(site["downgraded_bytes"], 0);
     assert_eq!(rep["totals"]["denied_bytes"], n * 8192);
-    let kept: u64 = rep["events"].as_array().unwrap().iter().filter(|e| e["callsite"] == site["id"]).map(|e| e["size"].as_u64().unwrap()).sum();
-    assert_eq!(kept, 10_000 * 8192, "the events are bounded; the callsite's bytes are not");
+    let kept: u64 = rep["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["callsite"] == site["id"])
+        .map(|e| e["size"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        kept,
+        10_000 * 8192,
+        "the events are bounded; the callsite's bytes are not"
+    );
 }
 
 /// Under `downgrade` the bytes served unpinned are the callsite's too.
 #[test]
 fn downgraded_bytes_per_callsite_are_in_the_report() {
-    let r = run("refusals", &["3"], &[("PINGUARD_BUDGET", "4K"), ("PINGUARD_POLICY", "downgrade")]);
+    let r = run(
+        "refusals",
+        &["3"],
+        &[("PINGUARD_BUDGET", "4K"), ("PINGUARD_POLICY", "downgrade")],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("refused=0"), "{}", r.stdout);
     let rep = r.report();
-    let site = rep["callsites"].as_array().unwrap().iter().find(|c| top_symbol(c) == "ask").unwrap().clone();
+    let site = rep["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| top_symbol(c) == "ask")
+        .unwrap()
+        .clone();
     assert_eq!(site["downgraded_count"], 3);
     assert_eq!(site["downgraded_bytes"], 3 * 8192);
     assert_eq!(site["denied_bytes"], 0);
@@ -216,8 +361,12 @@ fn each_entry_point_has_its_own_timeline() {
     let rep = r.report();
     let k = 1024u64;
     let series = |api: &str| -> Vec<(u64, u64)> {
-        let v = rep["timeline_apis"][api].as_array().unwrap_or_else(|| panic!("no timeline for {api}: {rep}"));
-        v.iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap())).collect()
+        let v = rep["timeline_apis"][api]
+            .as_array()
+            .unwrap_or_else(|| panic!("no timeline for {api}: {rep}"));
+        v.iter()
+            .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()))
+            .collect()
     };
     let (host_alloc, malloc_host) = (series("cudaHostAlloc"), series("cudaMallocHost"));
     let values = |s: &[(u64, u64)]| s.iter().map(|p| p.1).collect::<Vec<_>>();
@@ -226,12 +375,32 @@ fn each_entry_point_has_its_own_timeline() {
     assert_eq!(values(&malloc_host), [16 * k, 0, 0], "{rep}");
     assert_eq!(rep["timeline_apis"].as_object().unwrap().len(), 2, "{rep}");
     // Every point is at a point of the process's timeline, whose figure is the entry points' sum.
-    let timeline: Vec<(u64, u64)> = rep["timeline"].as_array().unwrap().iter().map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap())).collect();
-    assert_eq!(timeline.iter().map(|p| p.1).collect::<Vec<_>>(), [8 * k, 24 * k, 32 * k, 24 * k, 8 * k, 8 * k], "{rep}");
+    let timeline: Vec<(u64, u64)> = rep["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        timeline.iter().map(|p| p.1).collect::<Vec<_>>(),
+        [8 * k, 24 * k, 32 * k, 24 * k, 8 * k, 8 * k],
+        "{rep}"
+    );
     for s in [&host_alloc, &malloc_host] {
-        assert!(s.iter().all(|p| timeline.iter().any(|t| t.0 == p.0)), "{s:?} {timeline:?}");
+        assert!(
+            s.iter().all(|p| timeline.iter().any(|t| t.0 == p.0)),
+            "{s:?} {timeline:?}"
+        );
         assert_eq!(s.last().unwrap().0, timeline.last().unwrap().0);
     }
-    assert_eq!(host_alloc.last().unwrap().1, rep["apis"]["cudaHostAlloc"]["live_bytes"].as_u64().unwrap());
-    assert_eq!(malloc_host.last().unwrap().1, rep["apis"]["cudaMallocHost"]["live_bytes"].as_u64().unwrap());
+    assert_eq!(
+        host_alloc.last().unwrap().1,
+        rep["apis"]["cudaHostAlloc"]["live_bytes"].as_u64().unwrap()
+    );
+    assert_eq!(
+        malloc_host.last().unwrap().1,
+        rep["apis"]["cudaMallocHost"]["live_bytes"]
+            .as_u64()
+            .unwrap()
+    );
 }

@@ -22,7 +22,18 @@ fn prog() -> &'static Path {
         let out = f.dir.join("run_ending");
         let src = root().join("tests/progs/run_ending.c");
         let lib_dir = f.dir.to_string_lossy().into_owned();
-        cc(&["-g", "-O1", "-Wall", "-o", out.to_str().unwrap(), src.to_str().unwrap(), "-L", &lib_dir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+        cc(&[
+            "-g",
+            "-O1",
+            "-Wall",
+            "-o",
+            out.to_str().unwrap(),
+            src.to_str().unwrap(),
+            "-L",
+            &lib_dir,
+            "-Wl,-rpath,$ORIGIN",
+            "-lcudart",
+        ]);
         out
     })
 }
@@ -35,12 +46,22 @@ fn pinguard_bin() -> PathBuf {
     let bin = exe.parent().unwrap().parent().unwrap().join("pinguard");
     let built = std::fs::metadata(&bin)
         .and_then(|m| m.modified())
-        .unwrap_or_else(|_| panic!("{} is missing: run `cargo build --workspace` first", bin.display()));
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is missing: run `cargo build --workspace` first",
+                bin.display()
+            )
+        });
     for dir in ["cli/src", "report/src"] {
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let e = e.unwrap();
             let changed = e.metadata().unwrap().modified().unwrap();
-            assert!(changed <= built, "{} is older than {}: run `cargo build --workspace` first", bin.display(), e.path().display());
+            assert!(
+                changed <= built,
+                "{} is older than {}: run `cargo build --workspace` first",
+                bin.display(),
+                e.path().display()
+            );
         }
     }
     bin
@@ -58,7 +79,13 @@ fn skip() -> bool {
 /// reach, or the build's own), on a clean `PINGUARD_*` environment.
 fn run_with(bin: &Path, lib: &Path, dir: &Path, flags: &[&str], cmd: &[&str]) -> Command {
     let mut c = Command::new(bin);
-    c.current_dir(dir).arg("run").arg("--lib").arg(lib).args(flags).arg("--").args(cmd);
+    c.current_dir(dir)
+        .arg("run")
+        .arg("--lib")
+        .arg(lib)
+        .args(flags)
+        .arg("--")
+        .args(cmd);
     for (k, _) in std::env::vars() {
         if k.starts_with("PINGUARD_") || k.starts_with("EMU_") {
             c.env_remove(k);
@@ -85,7 +112,9 @@ fn line_of<'a>(err: &'a str, what: &str) -> &'a str {
 /// Whether the library left the state of a process that died without its report (item 1 of the
 /// same issue, landing beside this): the command's line then says what that state held.
 fn has_state(dir: &Path) -> bool {
-    std::fs::read_dir(dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".state"))
+    std::fs::read_dir(dir)
+        .unwrap()
+        .any(|e| e.unwrap().file_name().to_string_lossy().ends_with(".state"))
 }
 
 fn kill(pid: i32, sig: i32) {
@@ -96,14 +125,22 @@ fn kill(pid: i32, sig: i32) {
 /// `pinguard run` started with its output piped, once the program under it has pinned: returns
 /// it, its stdout and the program's pid.
 fn start(cmd: &mut Command) -> (Child, BufReader<ChildStdout>, i32) {
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     loop {
         line.clear();
         if out.read_line(&mut line).unwrap() == 0 {
             let o = child.wait_with_output().unwrap();
-            panic!("the program never said it pinned ({:?}):\n{}", o.status, String::from_utf8_lossy(&o.stderr));
+            panic!(
+                "the program never said it pinned ({:?}):\n{}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         if let Some(p) = line.trim().strip_prefix("pinned pid=") {
             return (child, out, p.parse().unwrap());
@@ -113,7 +150,12 @@ fn start(cmd: &mut Command) -> (Child, BufReader<ChildStdout>, i32) {
 
 /// Waits for `run` to end, with a deadline: a hang (a signal never forwarded) fails the test
 /// instead of hanging it. Returns its status and stderr.
-fn finish(mut child: Child, _out: BufReader<ChildStdout>, prog_pid: i32, limit: Duration) -> (ExitStatus, String) {
+fn finish(
+    mut child: Child,
+    _out: BufReader<ChildStdout>,
+    prog_pid: i32,
+    limit: Duration,
+) -> (ExitStatus, String) {
     let t0 = Instant::now();
     let status = loop {
         if let Some(s) = child.try_wait().unwrap() {
@@ -123,12 +165,20 @@ fn finish(mut child: Child, _out: BufReader<ChildStdout>, prog_pid: i32, limit: 
             kill(prog_pid, libc::SIGKILL);
             kill(child.id() as i32, libc::SIGKILL);
             let o = child.wait_with_output().unwrap();
-            panic!("pinguard run had not ended after {limit:?}:\n{}", String::from_utf8_lossy(&o.stderr));
+            panic!(
+                "pinguard run had not ended after {limit:?}:\n{}",
+                String::from_utf8_lossy(&o.stderr)
+            );
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut err = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(!err.contains("panicked"), "{err}");
     (status, err)
 }
@@ -137,7 +187,11 @@ fn finish(mut child: Child, _out: BufReader<ChildStdout>, prog_pid: i32, limit: 
 fn wait_for_report(dir: &Path) {
     let t0 = Instant::now();
     while reports_in(dir).is_empty() {
-        assert!(t0.elapsed() < Duration::from_secs(60), "no interval report in {} after a minute", dir.display());
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no interval report in {} after a minute",
+            dir.display()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -153,39 +207,76 @@ fn a_command_killed_by_sigkill_is_said_to_be_killed_never_to_have_pinned_nothing
     // (where it does) says what it held; without one, `run` says that nothing was left, not that
     // nothing was pinned.
     let dir = fresh_dir("run-killed");
-    let o = run_in(&dir, &["--report", &template(&dir)], &[p, MIB3, "raise:9"]).output().unwrap();
-    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = run_in(&dir, &["--report", &template(&dir)], &[p, MIB3, "raise:9"])
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
     assert_eq!(o.status.code(), Some(137), "{err}");
-    let pid = out.trim().strip_prefix("pinned pid=").unwrap_or_else(|| panic!("{out}"));
-    assert!(!err.contains("nothing was pinned"), "the command pinned 3 MiB:\n{err}");
-    let line = line_of(&err, &format!("pid {pid} (run_ending, the command): killed by SIGKILL;"));
+    let pid = out
+        .trim()
+        .strip_prefix("pinned pid=")
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        !err.contains("nothing was pinned"),
+        "the command pinned 3 MiB:\n{err}"
+    );
+    let line = line_of(
+        &err,
+        &format!("pid {pid} (run_ending, the command): killed by SIGKILL;"),
+    );
     if has_state(&dir) {
-        assert!(line.contains(&format!("its last state: 3.00 MiB pinned by {SITE}")), "{err}");
+        assert!(
+            line.contains(&format!("its last state: 3.00 MiB pinned by {SITE}")),
+            "{err}"
+        );
     } else {
         assert!(line.contains("it left no report or state under"), "{err}");
     }
 
     // Killed from outside (as the OOM killer does) after an interval report: what it held then.
     let dir = fresh_dir("run-killed-interval");
-    let (child, out, pid) = start(&mut run_in(&dir, &["--interval", "100ms", "--report", &template(&dir)], &[p, MIB3, "wait"]));
+    let (child, out, pid) = start(&mut run_in(
+        &dir,
+        &["--interval", "100ms", "--report", &template(&dir)],
+        &[p, MIB3, "wait"],
+    ));
     wait_for_report(&dir);
     kill(pid, libc::SIGKILL);
     let (status, err) = finish(child, out, pid, Duration::from_secs(60));
     assert_eq!(status.code(), Some(137), "{err}");
-    let line = line_of(&err, &format!("pid {pid} (run_ending, the command): killed by SIGKILL; "));
-    assert!(line.contains(&format!("its last state: 3.00 MiB pinned by {SITE}")), "{err}");
+    let line = line_of(
+        &err,
+        &format!("pid {pid} (run_ending, the command): killed by SIGKILL; "),
+    );
+    assert!(
+        line.contains(&format!("its last state: 3.00 MiB pinned by {SITE}")),
+        "{err}"
+    );
 
     // A descendant killed the same way while the command goes on to exit 5: each gets its line.
     let dir = fresh_dir("run-killed-child");
-    let mut cmd = run_in(&dir, &["--interval", "100ms", "--report", &template(&dir)], &["sh", "-c", "\"$0\" 1048576 wait; exit 5", p]);
+    let mut cmd = run_in(
+        &dir,
+        &["--interval", "100ms", "--report", &template(&dir)],
+        &["sh", "-c", "\"$0\" 1048576 wait; exit 5", p],
+    );
     let (child, out, pid) = start(&mut cmd);
     wait_for_report(&dir);
     kill(pid, libc::SIGKILL);
     let (status, err) = finish(child, out, pid, Duration::from_secs(60));
     assert_eq!(status.code(), Some(5), "{err}");
     let line = line_of(&err, &format!("pid {pid} (run_ending): "));
-    assert!(line.contains(&format!("its last state: 1.00 MiB pinned by {SITE}")), "{err}");
-    line_of(&err, "(sh, the command): exited with status 5; it left no report");
+    assert!(
+        line.contains(&format!("its last state: 1.00 MiB pinned by {SITE}")),
+        "{err}"
+    );
+    line_of(
+        &err,
+        "(sh, the command): exited with status 5; it left no report",
+    );
     assert!(!err.contains("nothing was pinned"), "{err}");
 }
 
@@ -206,16 +297,27 @@ fn a_report_template_that_cannot_work_stops_run_before_the_command_starts() {
         ("adir", "is a directory"),
         ("", "empty"),
     ] {
-        let o = run_in(&dir, &["--report", t], &["sh", "-c", "touch ran"]).output().unwrap();
+        let o = run_in(&dir, &["--report", t], &["sh", "-c", "touch ran"])
+            .output()
+            .unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "--report {t:?}: {err}");
         let lines: Vec<&str> = err.lines().collect();
         assert_eq!(lines.len(), 1, "--report {t:?}: one line: {err}");
-        assert!(lines[0].starts_with("pinguard run: ") && lines[0].contains(why), "--report {t:?}: {err}");
+        assert!(
+            lines[0].starts_with("pinguard run: ") && lines[0].contains(why),
+            "--report {t:?}: {err}"
+        );
         assert!(!dir.join("ran").exists(), "--report {t:?}: the command ran");
     }
     // A template the library accepts, in a directory still to be made, runs.
-    let o = run_in(&dir, &["--report", "new/%h/%e.%p.json"], &["sh", "-c", "touch ran"]).output().unwrap();
+    let o = run_in(
+        &dir,
+        &["--report", "new/%h/%e.%p.json"],
+        &["sh", "-c", "touch ran"],
+    )
+    .output()
+    .unwrap();
     assert!(o.status.success() && dir.join("ran").exists(), "{o:?}");
 }
 
@@ -230,24 +332,47 @@ impl Unprivileged {
     fn new() -> Option<Unprivileged> {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
-        if root && !have("setpriv", "to check unwritable directories as an unprivileged user") {
+        if root
+            && !have(
+                "setpriv",
+                "to check unwritable directories as an unprivileged user",
+            )
+        {
             return None;
         }
-        let base = std::env::temp_dir().join(format!("pinguard-run-endings-{}", std::process::id()));
+        let base =
+            std::env::temp_dir().join(format!("pinguard-run-endings-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         std::fs::create_dir_all(&base).unwrap();
         let u = Unprivileged {
-            prefix: if root { ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"].map(String::from).to_vec() } else { Vec::new() },
+            prefix: if root {
+                [
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                ]
+                .map(String::from)
+                .to_vec()
+            } else {
+                Vec::new()
+            },
             base,
         };
         let f = fixtures();
-        for (from, to) in [(pinguard_bin(), "pinguard"), (f.lib.clone(), "libpinguard.so"), (prog().to_path_buf(), "run_ending"), (f.dir.join("libcudart.so"), "libcudart.so")] {
+        for (from, to) in [
+            (pinguard_bin(), "pinguard"),
+            (f.lib.clone(), "libpinguard.so"),
+            (prog().to_path_buf(), "run_ending"),
+            (f.dir.join("libcudart.so"), "libcudart.so"),
+        ] {
             std::fs::copy(&from, u.base.join(to)).unwrap();
         }
         for (sub, mode) in [(".", 0o755), ("ro", 0o555), ("tmp", 0o777)] {
             let d = u.base.join(sub);
             std::fs::create_dir_all(&d).unwrap();
-            std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap();
+            std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .unwrap();
         }
         Some(u)
     }
@@ -259,7 +384,10 @@ impl Unprivileged {
             return inner;
         }
         let mut c = Command::new(&self.prefix[0]);
-        c.args(&self.prefix[1..]).arg(inner.get_program()).args(inner.get_args()).current_dir(self.base.join(cwd));
+        c.args(&self.prefix[1..])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .current_dir(self.base.join(cwd));
         for (k, v) in inner.get_envs() {
             match v {
                 Some(v) => c.env(k, v),
@@ -284,11 +412,21 @@ fn an_unwritable_report_directory_stops_run_and_the_default_falls_back_as_the_li
     let Some(u) = Unprivileged::new() else { return };
     let b = u.base.display().to_string();
     let marker = format!("touch {b}/tmp/ran");
-    let o = u.run(".", &["--report", &format!("{b}/ro/sub/%e.%p.json")], &["sh", "-c", &marker]).output().unwrap();
+    let o = u
+        .run(
+            ".",
+            &["--report", &format!("{b}/ro/sub/%e.%p.json")],
+            &["sh", "-c", &marker],
+        )
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains(&format!("{b}/ro is not writable (permission denied)")), "{err}");
+    assert!(
+        err.contains(&format!("{b}/ro is not writable (permission denied)")),
+        "{err}"
+    );
     assert!(!u.base.join("tmp/ran").exists(), "the command ran");
 
     // The default template, in a working directory it cannot write: the temporary directory, as
@@ -297,10 +435,18 @@ fn an_unwritable_report_directory_stops_run_and_the_default_falls_back_as_the_li
     let o = cmd.env("TMPDIR", u.base.join("tmp")).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    line_of(&err, &format!("{b}/ro is not writable (permission denied); reports go to {b}/tmp/pinguard-reports"));
+    line_of(
+        &err,
+        &format!(
+            "{b}/ro is not writable (permission denied); reports go to {b}/tmp/pinguard-reports"
+        ),
+    );
     line_of(&err, &format!("(run_ending, the command): exited with status 0; 3.00 MiB still pinned at exit by {SITE}"));
     // In the run's own folder there.
-    let runs: Vec<_> = std::fs::read_dir(u.base.join("tmp/pinguard-reports")).unwrap().map(|e| e.unwrap().path()).collect();
+    let runs: Vec<_> = std::fs::read_dir(u.base.join("tmp/pinguard-reports"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     assert_eq!(runs.len(), 1, "{err}");
     assert_eq!(reports_in(&runs[0]).len(), 1, "{err}");
 }
@@ -311,7 +457,11 @@ fn a_signal_to_run_itself_reaches_the_command_and_run_exits_with_its_status() {
         return;
     }
     let p = prog().to_str().unwrap();
-    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT"), (libc::SIGHUP, "SIGHUP")] {
+    for (sig, name) in [
+        (libc::SIGTERM, "SIGTERM"),
+        (libc::SIGINT, "SIGINT"),
+        (libc::SIGHUP, "SIGHUP"),
+    ] {
         let dir = fresh_dir("run-signalled");
         let mut cmd = run_in(&dir, &["--report", &template(&dir)], &[p, MIB3, "wait"]);
         // `run` keeps an ignored signal ignored (`nohup pinguard run`), so a test started under
@@ -331,12 +481,21 @@ fn a_signal_to_run_itself_reaches_the_command_and_run_exits_with_its_status() {
         let (status, err) = finish(child, out, pid, Duration::from_secs(60));
         // An exit status, not a death: `run` outlived the signal, and passes on the command's.
         assert_eq!(status.code(), Some(128 + sig), "{name}: {status:?}\n{err}");
-        let line = line_of(&err, &format!("pid {pid} (run_ending, the command): killed by {name};"));
-        assert!(!err.contains("nothing was pinned"), "{name}: the command pinned 3 MiB:\n{err}");
+        let line = line_of(
+            &err,
+            &format!("pid {pid} (run_ending, the command): killed by {name};"),
+        );
+        assert!(
+            !err.contains("nothing was pinned"),
+            "{name}: the command pinned 3 MiB:\n{err}"
+        );
         if reports_in(&dir).is_empty() && !has_state(&dir) {
             assert!(line.contains("it left no report or state under"), "{err}");
         } else {
-            assert!(line.contains(&format!("its last state: 3.00 MiB pinned by {SITE}")), "{err}");
+            assert!(
+                line.contains(&format!("its last state: 3.00 MiB pinned by {SITE}")),
+                "{err}"
+            );
         }
     }
 }

@@ -14,21 +14,48 @@ fn build() -> std::path::PathBuf {
 fn build_once() -> std::path::PathBuf {
     let f = fixtures();
     let out = f.dir.join("cancel");
-    let (o, src, lib) = (out.to_string_lossy().into_owned(), root().join("tests/progs/cancel.c"), f.dir.to_string_lossy().into_owned());
-    cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src.to_string_lossy(), "-L", &lib, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+    let (o, src, lib) = (
+        out.to_string_lossy().into_owned(),
+        root().join("tests/progs/cancel.c"),
+        f.dir.to_string_lossy().into_owned(),
+    );
+    cc(&[
+        "-g",
+        "-O1",
+        "-Wall",
+        "-pthread",
+        "-o",
+        &o,
+        &src.to_string_lossy(),
+        "-L",
+        &lib,
+        "-Wl,-rpath,$ORIGIN",
+        "-lcudart",
+    ]);
     out
 }
 
-fn outcome(path: &std::path::Path, args: &[&str], preload: bool, env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+fn outcome(
+    path: &std::path::Path,
+    args: &[&str],
+    preload: bool,
+    env: &[(&str, &str)],
+) -> (Option<i32>, String, String) {
     let f = fixtures();
     let dir = fresh_dir("cancel");
     let mut cmd = program(path, preload.then_some(f.lib.as_os_str()));
-    cmd.args(args).current_dir(&dir).env("PINGUARD_REPORT", dir.join("r.%p.json"));
+    cmd.args(args)
+        .current_dir(&dir)
+        .env("PINGUARD_REPORT", dir.join("r.%p.json"));
     for (k, v) in env {
         cmd.env(k, v);
     }
     let out = cmd.output().unwrap();
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// mlockall, munlockall and a partly failing mlock (which make pinguard read /proc) are no
@@ -38,11 +65,24 @@ fn cancellation_never_acts_inside_pinguards_own_work() {
     let prog = build();
     let bare = outcome(&prog, &["locking"], false, &[]);
     assert_eq!(bare.0, Some(0), "{bare:?}");
-    assert_eq!(bare.1.trim(), "cancelled=1 steps=15", "without pinguard: {bare:?}");
+    assert_eq!(
+        bare.1.trim(),
+        "cancelled=1 steps=15",
+        "without pinguard: {bare:?}"
+    );
     for budget in ["", "1G"] {
-        let env: &[(&str, &str)] = if budget.is_empty() { &[] } else { &[("PINGUARD_BUDGET", budget)] };
+        let env: &[(&str, &str)] = if budget.is_empty() {
+            &[]
+        } else {
+            &[("PINGUARD_BUDGET", budget)]
+        };
         let r = outcome(&prog, &["locking"], true, env);
-        assert_eq!((r.0, r.1.as_str()), (bare.0, bare.1.as_str()), "budget {budget:?}: {}", r.2);
+        assert_eq!(
+            (r.0, r.1.as_str()),
+            (bare.0, bare.1.as_str()),
+            "budget {budget:?}: {}",
+            r.2
+        );
     }
 }
 
@@ -54,8 +94,16 @@ fn cancellation_inside_the_runtime_unwinds_through_the_hook() {
     let env = [("EMU_DRIVER_IO", "1")];
     let bare = outcome(&prog, &["runtime"], false, &env);
     assert_eq!(bare.0, Some(0), "{bare:?}");
-    assert!(bare.1.contains("cancelled=1 steps=1") && bare.1.contains("after rc=0"), "without pinguard: {bare:?}");
-    let r = outcome(&prog, &["runtime"], true, &[("EMU_DRIVER_IO", "1"), ("PINGUARD_BUDGET", "1M")]);
+    assert!(
+        bare.1.contains("cancelled=1 steps=1") && bare.1.contains("after rc=0"),
+        "without pinguard: {bare:?}"
+    );
+    let r = outcome(
+        &prog,
+        &["runtime"],
+        true,
+        &[("EMU_DRIVER_IO", "1"), ("PINGUARD_BUDGET", "1M")],
+    );
     assert_eq!((r.0, r.1.as_str()), (bare.0, bare.1.as_str()), "{}", r.2);
 }
 
@@ -66,7 +114,16 @@ fn a_release_cancelled_inside_the_runtime_keeps_its_record() {
     let prog = build();
     let env = [("EMU_DRIVER_IO", "1")];
     let bare = outcome(&prog, &["free"], false, &env);
-    assert_eq!(bare.1.trim(), "alloc rc=0 cancelled=1 steps=1 free rc=0 again rc=0", "without pinguard: {bare:?}");
-    let r = outcome(&prog, &["free"], true, &[("EMU_DRIVER_IO", "1"), ("PINGUARD_BUDGET", "1M")]);
+    assert_eq!(
+        bare.1.trim(),
+        "alloc rc=0 cancelled=1 steps=1 free rc=0 again rc=0",
+        "without pinguard: {bare:?}"
+    );
+    let r = outcome(
+        &prog,
+        &["free"],
+        true,
+        &[("EMU_DRIVER_IO", "1"), ("PINGUARD_BUDGET", "1M")],
+    );
     assert_eq!((r.0, r.1.as_str()), (bare.0, bare.1.as_str()), "{}", r.2);
 }

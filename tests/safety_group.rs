@@ -18,9 +18,24 @@ fn prog() -> PathBuf {
         .get_or_init(|| {
             let f = fixtures();
             let o = f.dir.join("group_safety").to_string_lossy().into_owned();
-            let src = root().join("tests/progs/group_safety.c").to_string_lossy().into_owned();
+            let src = root()
+                .join("tests/progs/group_safety.c")
+                .to_string_lossy()
+                .into_owned();
             let libdir = f.dir.to_string_lossy().into_owned();
-            cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+            cc(&[
+                "-g",
+                "-O1",
+                "-Wall",
+                "-pthread",
+                "-o",
+                &o,
+                &src,
+                "-L",
+                &libdir,
+                "-Wl,-rpath,$ORIGIN",
+                "-lcudart",
+            ]);
             PathBuf::from(o)
         })
         .clone()
@@ -65,7 +80,12 @@ impl Group {
         unsafe { std::ptr::read_unaligned(b.as_ptr() as *const Header) }
     }
     fn members(&self) -> Vec<(u32, u64)> {
-        self.header().members.iter().filter(|m| m.pid != 0).map(|m| (m.pid, m.bytes)).collect()
+        self.header()
+            .members
+            .iter()
+            .filter(|m| m.pid != 0)
+            .map(|m| (m.pid, m.bytes))
+            .collect()
     }
 }
 impl Drop for Group {
@@ -74,8 +94,6 @@ impl Drop for Group {
         self.remove_all();
     }
 }
-
-
 
 #[test]
 fn an_exec_d_member_starts_with_a_share_of_zero() {
@@ -107,9 +125,16 @@ fn an_exec_d_member_starts_with_a_share_of_zero() {
     child.stdin.take().unwrap().write_all(b"done\n").unwrap();
     assert!(child.wait().unwrap().success());
     assert_eq!(lines[0], "first rc=0");
-    assert_eq!(lines[1], "second rc=0", "the new image is refused: the old image's share is still booked ({lines:?})");
+    assert_eq!(
+        lines[1], "second rc=0",
+        "the new image is refused: the old image's share is still booked ({lines:?})"
+    );
     assert_eq!(lines[2], "ready");
-    assert_eq!(members, vec![(pid, 1536 * 1024)], "one member, the new image, with its own share only");
+    assert_eq!(
+        members,
+        vec![(pid, 1536 * 1024)],
+        "one member, the new image, with its own share only"
+    );
     assert_eq!(used, 1536 * 1024);
     assert_eq!(g.header().used, 0, "and it leaves at exit");
 }
@@ -123,13 +148,32 @@ fn a_member_killed_while_creating_the_ledger_leaves_no_file() {
     // the file exists and before it is published, the moment a kill leaves most behind.
     let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
     clear_pinguard_env(&mut cmd);
-    let out = cmd.args(["fsize", &g.0]).env("PINGUARD_REPORT", fresh_dir("fsize").join("r.%p.json")).output().unwrap();
-    assert_eq!(out.status.signal(), Some(libc_sigxfsz()), "killed while sizing the ledger: {out:?}");
-    assert_eq!(g.files(), Vec::<String>::new(), "nothing of the ledger is left behind");
+    let out = cmd
+        .args(["fsize", &g.0])
+        .env("PINGUARD_REPORT", fresh_dir("fsize").join("r.%p.json"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.signal(),
+        Some(libc_sigxfsz()),
+        "killed while sizing the ledger: {out:?}"
+    );
+    assert_eq!(
+        g.files(),
+        Vec::<String>::new(),
+        "nothing of the ledger is left behind"
+    );
     // And the next member creates the ledger as if nothing had happened.
-    let r = run("scenario", &["cuda_alloc:4096"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")]);
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096"],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
+    );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
-    assert_eq!(g.files(), vec![g.path().rsplit_once('/').unwrap().1.to_string()]);
+    assert_eq!(
+        g.files(),
+        vec![g.path().rsplit_once('/').unwrap().1.to_string()]
+    );
 }
 
 fn libc_sigxfsz() -> i32 {
@@ -151,11 +195,22 @@ fn stale_temporary_ledgers_of_dead_creators_are_removed() {
         let file = std::fs::File::create(p).unwrap();
         file.set_modified(old).unwrap();
     }
-    let r = run("scenario", &["cuda_alloc:4096"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")]);
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096"],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
+    );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
     assert!(std::path::Path::new(&g.path()).exists());
-    assert!(!std::path::Path::new(&stale).exists(), "the dead creator's file is removed: {:?}", g.files());
-    assert!(std::path::Path::new(&live).exists(), "a live creator's file is left alone");
+    assert!(
+        !std::path::Path::new(&stale).exists(),
+        "the dead creator's file is removed: {:?}",
+        g.files()
+    );
+    assert!(
+        std::path::Path::new(&live).exists(),
+        "a live creator's file is left alone"
+    );
 }
 
 #[test]
@@ -186,8 +241,15 @@ fn a_full_group_looks_for_dead_members_a_bounded_number_of_times() {
     let mut refused = 0;
     for m in &mut members {
         let mut line = String::new();
-        BufReader::new(m.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
-        refused += line.trim().strip_prefix("refused=").unwrap_or_else(|| panic!("{line:?}")).parse::<usize>().unwrap();
+        BufReader::new(m.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        refused += line
+            .trim()
+            .strip_prefix("refused=")
+            .unwrap_or_else(|| panic!("{line:?}"))
+            .parse::<usize>()
+            .unwrap();
     }
     let elapsed_ms = start.elapsed().as_millis() as u64;
     let during = g.header();
@@ -199,16 +261,30 @@ fn a_full_group_looks_for_dead_members_a_bounded_number_of_times() {
     }
     holder.kill().unwrap();
     holder.wait().unwrap();
-    assert_eq!(refused, PROCS * CALLS, "every call was over the group budget");
-    assert_eq!(during.members.iter().filter(|m| m.pid != 0).count(), PROCS + 1, "all were members at once");
+    assert_eq!(
+        refused,
+        PROCS * CALLS,
+        "every call was over the group budget"
+    );
+    assert_eq!(
+        during.members.iter().filter(|m| m.pid != 0).count(),
+        PROCS + 1,
+        "all were members at once"
+    );
     let joins = during.join_scans - before.join_scans;
     let rooms = during.room_scans - before.room_scans;
     eprintln!("{PROCS} members, {refused} refused calls in {elapsed_ms} ms: {joins} looks for dead members at join, {rooms} for room");
-    assert!(joins <= PROCS as u64, "{joins} looks at join for {PROCS} processes");
+    assert!(
+        joins <= PROCS as u64,
+        "{joins} looks at join for {PROCS} processes"
+    );
     // Group-wide, at most one look for room per interval, however many members and calls (the
     // bound grows with the time taken, so a slow machine cannot fail it).
     let bound = 2 + elapsed_ms / layout::RESCAN_MS;
-    assert!(rooms <= bound, "{rooms} looks for room in {elapsed_ms} ms (at most {bound}) for {refused} refused calls");
+    assert!(
+        rooms <= bound,
+        "{rooms} looks for room in {elapsed_ms} ms (at most {bound}) for {refused} refused calls"
+    );
 }
 
 #[test]
@@ -218,11 +294,25 @@ fn a_thread_cancelled_inside_a_group_reservation_is_cancelled_not_aborted() {
     // The worker's first pinning call joins the group, which reads the holder's /proc entry, and
     // each refused one may look for dead members: with a cancellation pending, a cancellation
     // point there would unwind through pinguard.
-    let r = run(prog().to_str().unwrap(), &["cancel", "50"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")]);
+    let r = run(
+        prog().to_str().unwrap(),
+        &["cancel", "50"],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")],
+    );
     holder.kill().unwrap();
     holder.wait().unwrap();
-    assert!(r.success(), "the process died: {:?}\n{}", r.out.status, r.stderr);
-    assert!(r.stdout.contains("canceled=1 refused=50"), "{}\n{}", r.stdout, r.stderr);
+    assert!(
+        r.success(),
+        "the process died: {:?}\n{}",
+        r.out.status,
+        r.stderr
+    );
+    assert!(
+        r.stdout.contains("canceled=1 refused=50"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
 }
 
 #[test]
@@ -235,26 +325,61 @@ fn a_request_whose_sum_overflows_leaves_the_group_counters_exact() {
         let dir = fresh_dir("overflow");
         let report = dir.join("mid.json");
         let report_op = format!("report:{}", report.display());
-        let ops = ["cuda_alloc:524288", &huge_bad_flags, &huge, "cuda_alloc:524288:1", "cuda_alloc:4096", &report_op];
-        let r = run("scenario", &ops, &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M"), ("PINGUARD_POLICY", policy)]);
+        let ops = [
+            "cuda_alloc:524288",
+            &huge_bad_flags,
+            &huge,
+            "cuda_alloc:524288:1",
+            "cuda_alloc:4096",
+            &report_op,
+        ];
+        let r = run(
+            "scenario",
+            &ops,
+            &[
+                ("PINGUARD_GROUP", &g.0),
+                ("PINGUARD_GROUP_BUDGET", "1M"),
+                ("PINGUARD_POLICY", policy),
+            ],
+        );
         assert!(r.success(), "{policy}: {}", r.stderr);
         assert_eq!(r.rc("cuda_alloc:524288"), 0, "{policy}");
-        assert_eq!(r.rc(&huge_bad_flags), 1, "{policy}: the runtime's own answer");
-        assert_eq!(r.rc("cuda_alloc:524288:1"), 0, "{policy}: the rest of the budget is there");
+        assert_eq!(
+            r.rc(&huge_bad_flags),
+            1,
+            "{policy}: the runtime's own answer"
+        );
+        assert_eq!(
+            r.rc("cuda_alloc:524288:1"),
+            0,
+            "{policy}: the rest of the budget is there"
+        );
         let used = read_json(&report)["group"]["used_bytes"].as_u64().unwrap();
         match policy {
             "error" => {
-                assert_eq!(r.rc("cuda_alloc:4096"), 2, "{policy}: the group is full, and knows it");
+                assert_eq!(
+                    r.rc("cuda_alloc:4096"),
+                    2,
+                    "{policy}: the group is full, and knows it"
+                );
                 assert_eq!(used, 1 << 20, "{policy}");
             }
             "downgrade" => assert_eq!(used, 1 << 20, "{policy}: the 4 KiB were downgraded"),
-            _ => assert_eq!(used, (1 << 20) + 4096, "{policy}: the live bytes, no more, no less"),
+            _ => assert_eq!(
+                used,
+                (1 << 20) + 4096,
+                "{policy}: the live bytes, no more, no less"
+            ),
         }
         assert_eq!(g.header().used, 0, "{policy}: the member left");
     }
     // The case: nothing else live, the huge request, then the whole budget.
     let g = Group::new("overflow-alone");
-    let r = run("scenario", &[&huge, "cuda_alloc:1048576"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")]);
+    let r = run(
+        "scenario",
+        &[&huge, "cuda_alloc:1048576"],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
+    );
     assert_ne!(r.rc(&huge), 0);
     assert_eq!(r.rc("cuda_alloc:1048576"), 0, "{}", r.stderr);
 }
@@ -263,17 +388,36 @@ fn a_request_whose_sum_overflows_leaves_the_group_counters_exact() {
 fn a_ledger_other_users_can_write_is_refused() {
     use std::os::unix::fs::PermissionsExt;
     let g = Group::new("mode");
-    let env = [("PINGUARD_GROUP", g.0.as_str()), ("PINGUARD_GROUP_BUDGET", "16K"), ("PINGUARD_BUDGET", "1M")];
+    let env = [
+        ("PINGUARD_GROUP", g.0.as_str()),
+        ("PINGUARD_GROUP_BUDGET", "16K"),
+        ("PINGUARD_BUDGET", "1M"),
+    ];
     let r = run("scenario", &["cuda_alloc:4096"], &env);
     assert_eq!(r.rc("cuda_alloc:4096"), 0);
-    assert_eq!(std::fs::metadata(g.path()).unwrap().permissions().mode() & 0o777, 0o600, "created private");
+    assert_eq!(
+        std::fs::metadata(g.path()).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "created private"
+    );
     // Anyone who may write the file may set the budget or the shares: not a ledger to trust.
     std::fs::set_permissions(g.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let r = run("scenario", &["cuda_alloc:65536"], &env);
-    assert_eq!(r.rc("cuda_alloc:65536"), 0, "the group budget is not in force");
-    let lines: Vec<_> = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_GROUP=")).collect();
+    assert_eq!(
+        r.rc("cuda_alloc:65536"),
+        0,
+        "the group budget is not in force"
+    );
+    let lines: Vec<_> = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("PINGUARD_GROUP="))
+        .collect();
     assert_eq!(lines.len(), 1, "{}", r.stderr);
-    assert!(lines[0].contains("writable by other users") && lines[0].contains("process budget only"), "{}", lines[0]);
+    assert!(
+        lines[0].contains("writable by other users") && lines[0].contains("process budget only"),
+        "{}",
+        lines[0]
+    );
     assert!(r.report().get("group").is_none());
 }
 
@@ -281,16 +425,32 @@ fn a_ledger_other_users_can_write_is_refused() {
 fn a_member_that_cannot_read_proc_takes_no_share_and_escapes_no_budget() {
     let g = Group::new("nofile");
     let (mut holder, _out) = spawn_churn_holder(&g.0); // 64 KiB of 100 KiB
-    // With no descriptor left, /proc cannot be read: that says nothing of the holder (before, it
-    // was taken for dead and its share given away) nor of this process's own start time (before,
-    // it joined with start time 0 and would have been taken for dead by the next look).
-    let r = run(prog().to_str().unwrap(), &["nofile"], &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")]);
-    let holder_share = g.members().into_iter().find(|m| m.0 == holder.id()).map(|m| m.1);
+                                                       // With no descriptor left, /proc cannot be read: that says nothing of the holder (before, it
+                                                       // was taken for dead and its share given away) nor of this process's own start time (before,
+                                                       // it joined with start time 0 and would have been taken for dead by the next look).
+    let r = run(
+        prog().to_str().unwrap(),
+        &["nofile"],
+        &[("PINGUARD_GROUP", &g.0), ("PINGUARD_DEPTH", "0")],
+    );
+    let holder_share = g
+        .members()
+        .into_iter()
+        .find(|m| m.0 == holder.id())
+        .map(|m| m.1);
     holder.kill().unwrap();
     holder.wait().unwrap();
     assert!(r.success(), "{}", r.stderr);
-    assert!(r.stdout.contains("starved=2 big=2 small=0"), "{}\n{}", r.stdout, r.stderr);
-    assert!(holder_share.is_some_and(|b| b >= 65536), "the holder keeps its share: {holder_share:?}");
+    assert!(
+        r.stdout.contains("starved=2 big=2 small=0"),
+        "{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        holder_share.is_some_and(|b| b >= 65536),
+        "the holder keeps its share: {holder_share:?}"
+    );
 }
 
 /// tests/progs/ledger_lock.c, built once.
@@ -298,8 +458,15 @@ fn ledger_lock() -> PathBuf {
     static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BUILT
         .get_or_init(|| {
-            let o = fixtures().dir.join("ledger_lock").to_string_lossy().into_owned();
-            let src = root().join("tests/progs/ledger_lock.c").to_string_lossy().into_owned();
+            let o = fixtures()
+                .dir
+                .join("ledger_lock")
+                .to_string_lossy()
+                .into_owned();
+            let src = root()
+                .join("tests/progs/ledger_lock.c")
+                .to_string_lossy()
+                .into_owned();
             cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src]);
             PathBuf::from(o)
         })
@@ -334,14 +501,17 @@ impl Lines {
         Lines(rx)
     }
     fn next(&self, what: &str) -> String {
-        self.0.recv_timeout(std::time::Duration::from_secs(10)).unwrap_or_else(|_| panic!("no answer in 10 s to {what}: it hangs"))
+        self.0
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no answer in 10 s to {what}: it hangs"))
     }
 }
 
 /// Whether process `pid` is stopped (state `T` in its `stat`).
 fn stopped(pid: u32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
 }
 
 /// `rc=RC ms=MS`, as the `steps` mode answers each call.
@@ -373,7 +543,14 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     env(&mut cmd);
     // Its metrics are read before it exits (the file goes with it): rewritten often.
     cmd.env("PINGUARD_INTERVAL", "200ms");
-    let mut member = Reaped(cmd.arg("steps").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap());
+    let mut member = Reaped(
+        cmd.arg("steps")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut stdin = member.0.stdin.take().unwrap();
     let out = Lines::of(&mut member.0);
     let mut step = |s: &str| -> (i64, i64) {
@@ -384,7 +561,14 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     // And one that pins, then exits while the ledger is locked.
     let mut cmd = program(&prog(), Some(f.lib.as_os_str()));
     env(&mut cmd);
-    let mut leaver = Reaped(cmd.arg("steps").stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap());
+    let mut leaver = Reaped(
+        cmd.arg("steps")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     let mut leaver_in = leaver.0.stdin.take().unwrap();
     let leaver_out = Lines::of(&mut leaver.0);
     writeln!(leaver_in, "alloc 131072").unwrap();
@@ -393,7 +577,13 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
 
     // Another process takes the ledger's lock and stops holding it.
     let offset = std::mem::offset_of!(Header, mutex).to_string();
-    let mut holder = Reaped(std::process::Command::new(ledger_lock()).args([&g.path(), &offset]).stdout(Stdio::piped()).spawn().unwrap());
+    let mut holder = Reaped(
+        std::process::Command::new(ledger_lock())
+            .args([&g.path(), &offset])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let held = Lines::of(&mut holder.0);
     assert_eq!(held.next("locking the ledger"), "locked");
     let t = std::time::Instant::now();
@@ -408,14 +598,21 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let t = std::time::Instant::now();
     let o = run_bounded(&mut cmd, std::time::Duration::from_secs(10));
     assert!(o.status.success(), "{o:?}");
-    assert!(t.elapsed().as_millis() < 2000, "/bin/true took {:?}", t.elapsed());
+    assert!(
+        t.elapsed().as_millis() < 2000,
+        "/bin/true took {:?}",
+        t.elapsed()
+    );
     eprintln!("/bin/true in the stopped group: {:?}", t.elapsed());
 
     // (b) The member's calls are answered within the bound, by the policy (error: refused), and
     // its release is not lost; a new process is refused the same way.
     for i in 0..3 {
         let (rc, ms) = step("alloc 65536");
-        assert_eq!(rc, 2, "call {i}: refused, the group's budget cannot be checked");
+        assert_eq!(
+            rc, 2,
+            "call {i}: refused, the group's budget cannot be checked"
+        );
         assert!(ms <= CALL_MS, "call {i} waited {ms} ms");
         eprintln!("refused call {i} in the stopped group: {ms} ms");
     }
@@ -425,22 +622,45 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
     env(&mut cmd);
     let newcomer = dir.join("newcomer.json");
-    let o = run_bounded(cmd.args(["cuda_alloc:4096", &format!("report:{}", newcomer.display())]), std::time::Duration::from_secs(10));
+    let o = run_bounded(
+        cmd.args(["cuda_alloc:4096", &format!("report:{}", newcomer.display())]),
+        std::time::Duration::from_secs(10),
+    );
     let r = Run::from_output(o, dir.clone());
     assert_eq!(r.rc("cuda_alloc:4096"), 2, "{}", r.stderr);
-    assert_eq!(read_json(&newcomer)["events"][0]["reason"], "group_unavailable", "{}", r.stderr);
+    assert_eq!(
+        read_json(&newcomer)["events"][0]["reason"],
+        "group_unavailable",
+        "{}",
+        r.stderr
+    );
     // Other policies answer the same way, and say why.
     for (policy, rc, kind) in [("downgrade", 0, "downgraded"), ("warn", 0, "over_budget")] {
         let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
         env(&mut cmd);
         let report = dir.join(format!("{policy}.json"));
-        let o = run_bounded(cmd.env("PINGUARD_POLICY", policy).args(["cuda_alloc:4096", &format!("report:{}", report.display())]), std::time::Duration::from_secs(10));
+        let o = run_bounded(
+            cmd.env("PINGUARD_POLICY", policy)
+                .args(["cuda_alloc:4096", &format!("report:{}", report.display())]),
+            std::time::Duration::from_secs(10),
+        );
         let r = Run::from_output(o, dir.clone());
         assert_eq!(r.rc("cuda_alloc:4096"), rc, "{policy}: {}", r.stderr);
         let e = &read_json(&report)["events"][0];
-        assert_eq!((e["kind"].as_str(), e["reason"].as_str()), (Some(kind), Some("group_unavailable")), "{policy}: {}", r.stderr);
+        assert_eq!(
+            (e["kind"].as_str(), e["reason"].as_str()),
+            (Some(kind), Some("group_unavailable")),
+            "{policy}: {}",
+            r.stderr
+        );
         if policy == "warn" {
-            assert!(pinguard_lines(&r.stderr).iter().any(|l| l.contains("group_unavailable") && l.contains("allowed")), "{}", r.stderr);
+            assert!(
+                pinguard_lines(&r.stderr)
+                    .iter()
+                    .any(|l| l.contains("group_unavailable") && l.contains("allowed")),
+                "{}",
+                r.stderr
+            );
         }
     }
     // A member's exit does not wait past the bound either; its share stays booked until it is
@@ -448,9 +668,17 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let t = std::time::Instant::now();
     writeln!(leaver_in, "exit").unwrap();
     assert!(leaver.0.wait().unwrap().success());
-    assert!(t.elapsed().as_millis() < 2000, "the exit took {:?}", t.elapsed());
+    assert!(
+        t.elapsed().as_millis() < 2000,
+        "the exit took {:?}",
+        t.elapsed()
+    );
     eprintln!("a member's exit in the stopped group: {:?}", t.elapsed());
-    assert_eq!(g.header().used, 262144 + 131072, "nothing was booked past the lock, and the budget held");
+    assert_eq!(
+        g.header().used,
+        262144 + 131072,
+        "nothing was booked past the lock, and the budget held"
+    );
 
     // (c) Continued, the holder lets go: the member's calls go through again, the release it
     // made meanwhile is applied, and the figures are exact.
@@ -461,22 +689,42 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     assert_eq!(rc, 0, "the group is back");
     assert!(ms <= CALL_MS, "{ms} ms");
     let h = g.header();
-    assert_eq!(h.used, 65536 + 131072, "the release made while the ledger was locked is applied");
+    assert_eq!(
+        h.used,
+        65536 + 131072,
+        "the release made while the ledger was locked is applied"
+    );
     let mut members = g.members();
     members.sort();
     let mut want = vec![(member.0.id(), 65536), (leaver.0.id(), 131072)];
     want.sort();
     assert_eq!(members, want);
     assert_eq!(step("free 4").0, 0);
-    assert_eq!(step("alloc 1048576").0, 0, "the whole budget is there again (the leaver found gone)");
+    assert_eq!(
+        step("alloc 1048576").0,
+        0,
+        "the whole budget is there again (the leaver found gone)"
+    );
     assert_eq!(g.header().used, 1 << 20);
     assert_eq!(g.members(), vec![(member.0.id(), 1 << 20)]);
     // What the refused calls got is in the metrics while the member runs.
     let prom = dir.join(format!("m.{}.prom", member.0.id()));
-    let unavailable = |text: &str| text.lines().find(|l| l.starts_with("pinguard_group_unavailable_total{")).map(str::to_string);
+    let unavailable = |text: &str| {
+        text.lines()
+            .find(|l| l.starts_with("pinguard_group_unavailable_total{"))
+            .map(str::to_string)
+    };
     let t = std::time::Instant::now();
-    while !std::fs::read_to_string(&prom).ok().and_then(|p| unavailable(&p)).is_some_and(|l| l.ends_with(" 3")) {
-        assert!(t.elapsed().as_secs() < 20, "{:?}", std::fs::read_to_string(&prom));
+    while !std::fs::read_to_string(&prom)
+        .ok()
+        .and_then(|p| unavailable(&p))
+        .is_some_and(|l| l.ends_with(" 3"))
+    {
+        assert!(
+            t.elapsed().as_secs() < 20,
+            "{:?}",
+            std::fs::read_to_string(&prom)
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     writeln!(stdin, "exit").unwrap();
@@ -490,11 +738,27 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
 
     // What the refused calls got is in the report and the exit line; the metrics file is gone.
     let report = read_json(&dir.join(format!("r.{pid}.json")));
-    let reasons: Vec<_> = report["events"].as_array().unwrap().iter().map(|e| (e["kind"].as_str().unwrap(), e["reason"].as_str().unwrap())).collect();
-    assert_eq!(reasons, vec![("denied", "group_unavailable"); 3], "{}", report["events"]);
+    let reasons: Vec<_> = report["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![("denied", "group_unavailable"); 3],
+        "{}",
+        report["events"]
+    );
     assert_eq!(report["totals"]["group_unavailable_count"], 3);
     assert_eq!(report["totals"]["denied_count"], 3);
     assert!(!prom.exists(), "the metrics file went with its process");
-    let exit = pinguard_lines(&stderr).into_iter().find(|l| l.starts_with(&format!("pinguard[{pid}]:"))).unwrap_or_else(|| panic!("{stderr}"));
-    assert!(exit.contains("3 denied") && exit.contains("3 of them group_unavailable"), "{exit}");
+    let exit = pinguard_lines(&stderr)
+        .into_iter()
+        .find(|l| l.starts_with(&format!("pinguard[{pid}]:")))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(
+        exit.contains("3 denied") && exit.contains("3 of them group_unavailable"),
+        "{exit}"
+    );
 }

@@ -8,15 +8,27 @@ use common::*;
 use serde_json::Value;
 
 fn rcs(r: &Run) -> Vec<(String, i64)> {
-    r.stdout.lines().filter(|l| l.contains(" rc=")).map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc"))).collect()
+    r.stdout
+        .lines()
+        .filter(|l| l.contains(" rc="))
+        .map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc")))
+        .collect()
 }
 
 fn rc_of(r: &Run, op: &str) -> i64 {
-    rcs(r).into_iter().find(|(o, _)| o.starts_with(op)).map(|(_, rc)| rc).unwrap_or_else(|| panic!("no {op} in {}\n{}", r.stdout, r.stderr))
+    rcs(r)
+        .into_iter()
+        .find(|(o, _)| o.starts_with(op))
+        .map(|(_, rc)| rc)
+        .unwrap_or_else(|| panic!("no {op} in {}\n{}", r.stdout, r.stderr))
 }
 
 fn downgrade(patterns: &str) -> Vec<(&'static str, String)> {
-    vec![("PINGUARD_BUDGET", "4K".into()), ("PINGUARD_POLICY", "downgrade".into()), ("PINGUARD_DOWNGRADE_MATCH", patterns.into())]
+    vec![
+        ("PINGUARD_BUDGET", "4K".into()),
+        ("PINGUARD_POLICY", "downgrade".into()),
+        ("PINGUARD_DOWNGRADE_MATCH", patterns.into()),
+    ]
 }
 
 fn scoped(ops: &[&str], env: &[(&'static str, String)]) -> Run {
@@ -32,13 +44,30 @@ const OPS: [&str; 3] = ["framework:1048576", "direct:1048576", "deep:1048576"];
 /// downgraded, the program's own refused with the runtime's code (2).
 #[test]
 fn a_native_symbol_or_module_puts_a_callsite_in_scope() {
-    for pattern in ["framework_pin", "libframework.so", "*/libframework.so", "framework_p?n"] {
+    for pattern in [
+        "framework_pin",
+        "libframework.so",
+        "*/libframework.so",
+        "framework_p?n",
+    ] {
         let r = scoped(&OPS[..2], &downgrade(pattern));
-        assert_eq!(rc_of(&r, "framework"), 0, "{pattern}: downgraded: {}", r.stdout);
+        assert_eq!(
+            rc_of(&r, "framework"),
+            0,
+            "{pattern}: downgraded: {}",
+            r.stdout
+        );
         assert_eq!(rc_of(&r, "direct"), 2, "{pattern}: refused");
         let t = &r.report()["totals"];
-        assert_eq!((t["downgraded_count"].as_i64(), t["denied_count"].as_i64()), (Some(1), Some(1)), "{pattern}: {t}");
-        assert_eq!(t["live_bytes"], 0, "nothing pinned: one downgraded, one refused");
+        assert_eq!(
+            (t["downgraded_count"].as_i64(), t["denied_count"].as_i64()),
+            (Some(1), Some(1)),
+            "{pattern}: {t}"
+        );
+        assert_eq!(
+            t["live_bytes"], 0,
+            "nothing pinned: one downgraded, one refused"
+        );
     }
 }
 
@@ -48,7 +77,11 @@ fn a_match_in_a_deep_frame_counts() {
     let r = scoped(&OPS, &downgrade("deep_b"));
     assert_eq!(rc_of(&r, "framework"), 2, "{}", r.stdout);
     assert_eq!(rc_of(&r, "direct"), 2);
-    assert_eq!(rc_of(&r, "deep"), 0, "deep_a -> deep_b -> deep_c -> direct_pin: in scope");
+    assert_eq!(
+        rc_of(&r, "deep"),
+        0,
+        "deep_a -> deep_b -> deep_c -> direct_pin: in scope"
+    );
 }
 
 /// Without a match every over-budget call is refused with the API's code, and each refusal's
@@ -60,16 +93,31 @@ fn no_match_refuses_and_the_report_says_which_scope_applied() {
         assert_eq!(rc, 2, "{op}: {}", r.stdout);
     }
     let rep = r.report();
-    assert_eq!(rep["config"]["downgrade_match"], serde_json::json!(["nothing_like_this", "*torch/utils/data/*"]));
+    assert_eq!(
+        rep["config"]["downgrade_match"],
+        serde_json::json!(["nothing_like_this", "*torch/utils/data/*"])
+    );
     assert_eq!(rep["totals"]["denied_count"], 3);
     assert_eq!(rep["totals"]["downgraded_count"], 0);
-    let denied: Vec<&Value> = rep["events"].as_array().unwrap().iter().filter(|e| e["kind"] == "denied").collect();
+    let denied: Vec<&Value> = rep["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "denied")
+        .collect();
     assert_eq!(denied.len(), 3);
     for e in denied {
-        assert_eq!(e["downgrade_match"], serde_json::json!(["nothing_like_this", "*torch/utils/data/*"]), "{e}");
+        assert_eq!(
+            e["downgrade_match"],
+            serde_json::json!(["nothing_like_this", "*torch/utils/data/*"]),
+            "{e}"
+        );
     }
     // Without the variable, `downgrade` serves every one, as before.
-    let plain = vec![("PINGUARD_BUDGET", "4K".to_string()), ("PINGUARD_POLICY", "downgrade".to_string())];
+    let plain = vec![
+        ("PINGUARD_BUDGET", "4K".to_string()),
+        ("PINGUARD_POLICY", "downgrade".to_string()),
+    ];
     let r = scoped(&OPS, &plain);
     assert!(rcs(&r).iter().all(|(_, rc)| *rc == 0), "{}", r.stdout);
     assert!(r.report()["config"].get("downgrade_match").is_none());
@@ -81,7 +129,13 @@ fn a_bad_pattern_downgrades_nothing() {
     let r = scoped(&OPS[..1], &downgrade("[framework"));
     assert_eq!(rc_of(&r, "framework"), 2, "{}", r.stdout);
     let lines = pinguard_lines(&r.stderr);
-    assert!(lines.iter().any(|l| l.contains("PINGUARD_DOWNGRADE_MATCH=\"[framework\"") && l.contains("nothing is downgraded")), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("PINGUARD_DOWNGRADE_MATCH=\"[framework\"")
+                && l.contains("nothing is downgraded")),
+        "{lines:?}"
+    );
 }
 
 /// The scope applies to the group budget's refusals as well.
@@ -132,22 +186,40 @@ fn python_frames_put_the_pin_memory_thread_in_scope() {
     let f = fixtures();
     let (dir, main) = python_tree();
     let rt = f.dir.join("libcudart.so");
-    let args = [main.to_str().unwrap(), rt.to_str().unwrap(), dir.to_str().unwrap()];
+    let args = [
+        main.to_str().unwrap(),
+        rt.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    ];
     let python = |env: &[(&'static str, String)]| {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let r = run("/usr/bin/env", &[&["python3"][..], &args[..]].concat(), &env);
+        let r = run(
+            "/usr/bin/env",
+            &[&["python3"][..], &args[..]].concat(),
+            &env,
+        );
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         r
     };
     for pattern in ["*torch/utils/data/_utils/pin_memory.py", "pin"] {
         let r = python(&downgrade(pattern));
-        assert_eq!(rc_of(&r, "pin_memory"), 0, "{pattern}: downgraded: {}", r.stdout);
+        assert_eq!(
+            rc_of(&r, "pin_memory"),
+            0,
+            "{pattern}: downgraded: {}",
+            r.stdout
+        );
         assert_eq!(rc_of(&r, "load_weights"), 2, "{pattern}: refused");
     }
     let mut env = downgrade("*torch/utils/data/_utils/pin_memory.py");
     env.push(("PINGUARD_PY_DEPTH", "0".into()));
     let r = python(&env);
-    assert_eq!(rc_of(&r, "pin_memory"), 2, "Python frames off: no Python file to match: {}", r.stdout);
+    assert_eq!(
+        rc_of(&r, "pin_memory"),
+        2,
+        "Python frames off: no Python file to match: {}",
+        r.stdout
+    );
 }
 
 /// The locking family is scoped too: an `mlock` from a matching callsite succeeds without
@@ -159,11 +231,19 @@ fn locking_calls_are_scoped_too() {
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let r = run("scenario", &["mlock:0:4"], &env);
         assert!(r.success(), "{}", r.stderr);
-        let line = r.stdout.lines().find(|l| l.starts_with("mlock:0:4 ")).unwrap();
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("mlock:0:4 "))
+            .unwrap();
         assert_eq!(field(line, "rc"), want, "{pattern}: {line}");
         let t = &r.report()["totals"];
         let (downgraded, denied) = if want == 0 { (1, 0) } else { (0, 1) };
-        assert_eq!((t["downgraded_count"].as_i64(), t["denied_count"].as_i64()), (Some(downgraded), Some(denied)), "{pattern}: {t}");
+        assert_eq!(
+            (t["downgraded_count"].as_i64(), t["denied_count"].as_i64()),
+            (Some(downgraded), Some(denied)),
+            "{pattern}: {t}"
+        );
         assert_eq!(t["live_bytes"], 0, "{pattern}: nothing locked");
     }
 }

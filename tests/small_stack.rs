@@ -17,7 +17,19 @@ fn prog() -> &'static Path {
         let out = f.dir.join("small_stack");
         let src = root().join("tests/progs/small_stack.c");
         let lib_dir = f.dir.to_string_lossy().into_owned();
-        cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &out.to_string_lossy(), &src.to_string_lossy(), "-L", &lib_dir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+        cc(&[
+            "-g",
+            "-O1",
+            "-Wall",
+            "-pthread",
+            "-o",
+            &out.to_string_lossy(),
+            &src.to_string_lossy(),
+            "-L",
+            &lib_dir,
+            "-Wl,-rpath,$ORIGIN",
+            "-lcudart",
+        ]);
         out
     })
 }
@@ -25,7 +37,11 @@ fn prog() -> &'static Path {
 /// Runs `small_stack ARGS` with pinguard preloaded or not; every symbol bound at start, so that
 /// the loader's lazy binding (which saves the vector registers on the stack, kilobytes of it) is
 /// no part of what a call is measured to need.
-fn small_stack(args: &[&str], env: &[(&str, &str)], preload: bool) -> (Option<i32>, String, String) {
+fn small_stack(
+    args: &[&str],
+    env: &[(&str, &str)],
+    preload: bool,
+) -> (Option<i32>, String, String) {
     let dir = fresh_dir("small_stack");
     let mut cmd = command_in(prog(), &dir, preload);
     cmd.args(args).env("LD_BIND_NOW", "1");
@@ -34,7 +50,11 @@ fn small_stack(args: &[&str], env: &[(&str, &str)], preload: bool) -> (Option<i3
     }
     let out = run_bounded(&mut cmd, std::time::Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&dir);
-    (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -58,7 +78,11 @@ fn small_stacks_that_pin_run_as_without_pinguard() {
 /// The bytes of a painted 256 KiB stack that `small_stack measure WHERE KIND` touched.
 fn used(place: &str, kind: &str, preload: bool, env: &[(&str, &str)]) -> i64 {
     let (rc, out, err) = small_stack(&["measure", place, kind], env, preload);
-    assert_eq!(rc, Some(0), "measure {place} {kind} (preload {preload}): {out} {err}");
+    assert_eq!(
+        rc,
+        Some(0),
+        "measure {place} {kind} (preload {preload}): {out} {err}"
+    );
     field(out.lines().next().unwrap_or(""), "used")
 }
 
@@ -69,7 +93,10 @@ fn used(place: &str, kind: &str, preload: bool, env: &[(&str, &str)]) -> i64 {
 /// unoptimised size (about 9.6 KiB; 20 KiB and more before pinguard's own stack): that build is
 /// held to 12 KiB.
 fn limit(kind: &str) -> i64 {
-    let unoptimised = fixtures().lib.components().any(|c| c.as_os_str() == "debug");
+    let unoptimised = fixtures()
+        .lib
+        .components()
+        .any(|c| c.as_os_str() == "debug");
     if unoptimised && kind == "cuda" {
         12 * 1024
     } else {
@@ -95,7 +122,10 @@ fn a_hooked_call_takes_at_most_4_kib_of_the_callers_stack() {
             worst = worst.max(added);
         }
     }
-    assert!(worst > 0, "the measurement saw pinguard take no stack at all: the painting is not measuring");
+    assert!(
+        worst > 0,
+        "the measurement saw pinguard take no stack at all: the painting is not measuring"
+    );
 }
 
 /// The static TLS of the library, which glibc carves out of the top of every thread's stack: at
@@ -104,7 +134,10 @@ fn a_hooked_call_takes_at_most_4_kib_of_the_callers_stack() {
 #[test]
 fn static_tls_is_a_few_hundred_bytes() {
     let lib = fixtures().lib.to_string_lossy().into_owned();
-    let out = Command::new("readelf").args(["-lW", &lib]).output().expect("readelf (binutils) is needed");
+    let out = Command::new("readelf")
+        .args(["-lW", &lib])
+        .output()
+        .expect("readelf (binutils) is needed");
     let text = String::from_utf8_lossy(&out.stdout);
     let memsz = text
         .lines()

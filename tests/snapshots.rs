@@ -9,13 +9,21 @@ use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
 }
 
-fn spawn_churn(env: &[(&str, &str)], dir: &std::path::Path) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+fn spawn_churn(
+    env: &[(&str, &str)],
+    dir: &std::path::Path,
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
     let f = fixtures();
     let mut cmd = program(&f.dir.join("churn"), Some(f.lib.as_os_str()));
-    cmd.current_dir(dir).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.current_dir(dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -30,7 +38,10 @@ fn spawn_churn(env: &[(&str, &str)], dir: &std::path::Path) -> (std::process::Ch
 fn wait_for(mut f: impl FnMut() -> bool, what: &str) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -40,7 +51,13 @@ fn sigkill_leaves_the_last_complete_interval_snapshot() {
     let dir = fresh_dir("kill");
     let interval = 300u64;
     let template = dir.join("r.%p.json");
-    let (mut child, _out) = spawn_churn(&[("PINGUARD_INTERVAL", "300ms"), ("PINGUARD_REPORT", template.to_str().unwrap())], &dir);
+    let (mut child, _out) = spawn_churn(
+        &[
+            ("PINGUARD_INTERVAL", "300ms"),
+            ("PINGUARD_REPORT", template.to_str().unwrap()),
+        ],
+        &dir,
+    );
     let path = dir.join(format!("r.{}.json", child.id()));
     wait_for(|| path.exists(), "the first snapshot");
     std::thread::sleep(Duration::from_millis(1200));
@@ -52,10 +69,17 @@ fn sigkill_leaves_the_last_complete_interval_snapshot() {
     let written = rep["process"]["write_unix_ms"].as_u64().unwrap();
     // No older than one interval, plus the time the write in progress at the kill took (a debug
     // build on a loaded machine: allow 300 ms).
-    assert!(killed_at.saturating_sub(written) <= interval + 300, "snapshot is {} ms old", killed_at - written);
+    assert!(
+        killed_at.saturating_sub(written) <= interval + 300,
+        "snapshot is {} ms old",
+        killed_at - written
+    );
     assert_eq!(rep["totals"]["live_bytes"].as_u64().unwrap() % 4096, 0);
     assert!(rep["totals"]["live_bytes"].as_u64().unwrap() >= 65536);
-    assert!(rep["totals"]["alloc_count"].as_u64().unwrap() > 10, "the churn was running");
+    assert!(
+        rep["totals"]["alloc_count"].as_u64().unwrap() > 10,
+        "the churn was running"
+    );
     // Only finished files carry the report's name.
     assert_eq!(reports_in(&dir).len(), 1);
 }
@@ -64,7 +88,13 @@ fn sigkill_leaves_the_last_complete_interval_snapshot() {
 fn report_signal_writes_a_snapshot_and_the_applications_handler_still_runs() {
     let dir = fresh_dir("sig");
     let template = dir.join("r.json"); // no %p: the pid is added
-    let (mut child, mut out) = spawn_churn(&[("PINGUARD_SIGNAL", "SIGUSR2"), ("PINGUARD_REPORT", template.to_str().unwrap())], &dir);
+    let (mut child, mut out) = spawn_churn(
+        &[
+            ("PINGUARD_SIGNAL", "SIGUSR2"),
+            ("PINGUARD_REPORT", template.to_str().unwrap()),
+        ],
+        &dir,
+    );
     let path = dir.join(format!("r.{}.json", child.id()));
     // The application installed its handler in main, through the hooked `sigaction`: pinguard's
     // handler stays in front and chains to it.
@@ -80,8 +110,15 @@ fn report_signal_writes_a_snapshot_and_the_applications_handler_still_runs() {
     assert!(status.success());
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
-    assert!(rest.contains("usr2=1"), "the application's handler must see the signal: {rest:?}");
-    assert_eq!(read_json(&path)["reason"], "exit", "the exit report replaces the snapshot");
+    assert!(
+        rest.contains("usr2=1"),
+        "the application's handler must see the signal: {rest:?}"
+    );
+    assert_eq!(
+        read_json(&path)["reason"],
+        "exit",
+        "the exit report replaces the snapshot"
+    );
 }
 
 #[test]
@@ -90,19 +127,34 @@ fn forked_and_execd_children_write_their_own_reports() {
     let dir = fresh_dir("family");
     let template = dir.join("out.json");
     let scenario = f.dir.join("scenario");
-    let r = run("family", &[scenario.to_str().unwrap(), "mlock:0:3"], &[("PINGUARD_REPORT", template.to_str().unwrap())]);
+    let r = run(
+        "family",
+        &[scenario.to_str().unwrap(), "mlock:0:3"],
+        &[("PINGUARD_REPORT", template.to_str().unwrap())],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let pid_of = |tag: &str| -> u64 {
-        let line = r.stdout.lines().find(|l| l.starts_with(tag)).unwrap_or_else(|| panic!("{tag}: {}", r.stdout));
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(tag))
+            .unwrap_or_else(|| panic!("{tag}: {}", r.stdout));
         field(line, "pid") as u64
     };
     let (parent, forked, execd) = (pid_of("parent"), pid_of("forked"), pid_of("exec"));
     let files = reports_in(&dir);
     assert_eq!(files.len(), 3, "{files:?}");
-    for (pid, live, exe) in [(parent, 8192, "family"), (forked, 4096, "family"), (execd, 3 * 4096, "scenario")] {
+    for (pid, live, exe) in [
+        (parent, 8192, "family"),
+        (forked, 4096, "family"),
+        (execd, 3 * 4096, "scenario"),
+    ] {
         let rep = read_json(&dir.join(format!("out.{pid}.json")));
         assert_eq!(rep["process"]["pid"], pid);
-        assert_eq!(rep["totals"]["live_bytes"], live, "pid {pid}: a child's ledger starts empty");
+        assert_eq!(
+            rep["totals"]["live_bytes"], live,
+            "pid {pid}: a child's ledger starts empty"
+        );
         assert!(rep["process"]["exe"].as_str().unwrap().ends_with(exe));
     }
     let child = read_json(&dir.join(format!("out.{forked}.json")));

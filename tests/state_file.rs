@@ -13,15 +13,35 @@ fn build() -> std::path::PathBuf {
         .get_or_init(|| {
             let f = fixtures();
             let out = f.dir.join("state_fork");
-            let (o, src, lib) = (out.to_string_lossy().into_owned(), root().join("tests/progs/state_fork.c"), f.dir.to_string_lossy().into_owned());
-            cc(&["-g", "-O1", "-Wall", "-o", &o, &src.to_string_lossy(), "-L", &lib, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+            let (o, src, lib) = (
+                out.to_string_lossy().into_owned(),
+                root().join("tests/progs/state_fork.c"),
+                f.dir.to_string_lossy().into_owned(),
+            );
+            cc(&[
+                "-g",
+                "-O1",
+                "-Wall",
+                "-o",
+                &o,
+                &src.to_string_lossy(),
+                "-L",
+                &lib,
+                "-Wl,-rpath,$ORIGIN",
+                "-lcudart",
+            ]);
             out
         })
         .clone()
 }
 
 fn states_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(dir).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "state")).collect();
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "state"))
+        .collect();
     v.sort();
     v
 }
@@ -29,7 +49,11 @@ fn states_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// `pinguard report --json DIR`'s line for each process, by pid.
 fn per_process(dir: &std::path::Path) -> Vec<Value> {
     let out = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     v["per_process"].as_array().unwrap().clone()
 }
@@ -42,24 +66,60 @@ fn a_fork_child_killed_leaves_its_own_state_and_the_parent_its_report() {
     let r = run(build().to_str().unwrap(), &["fork"], &[]);
     assert!(r.success(), "{}", r.stderr);
     assert!(r.stdout.contains("signalled=1 sig=9"), "{}", r.stdout);
-    let child: u32 = r.stdout.split("child=").nth(1).unwrap().split_whitespace().next().unwrap().parse().unwrap();
+    let child: u32 = r
+        .stdout
+        .split("child=")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
     let states = states_in(&r.report_dir);
-    assert_eq!(states.len(), 1, "only the killed child leaves a state: {states:?}");
+    assert_eq!(
+        states.len(),
+        1,
+        "only the killed child leaves a state: {states:?}"
+    );
     let text = pinguard_cli(&["report".as_ref(), r.report_dir.as_os_str()]);
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("2 reports, 1 of them killed (read from the state left behind)"), "{text}");
-    assert!(text.contains("main (state_fork.c:") || text.contains("pin (state_fork.c:"), "named from the module list: {text}");
-    assert!(states[0].to_string_lossy().ends_with(&format!("report.{child}.state")), "{states:?}");
+    assert!(
+        text.contains("2 reports, 1 of them killed (read from the state left behind)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("main (state_fork.c:") || text.contains("pin (state_fork.c:"),
+        "named from the module list: {text}"
+    );
+    assert!(
+        states[0]
+            .to_string_lossy()
+            .ends_with(&format!("report.{child}.state")),
+        "{states:?}"
+    );
     let procs = per_process(&r.report_dir);
     assert_eq!(procs.len(), 2, "{procs:?}");
     for p in &procs {
-        let (reason, live, count) = (p["reason"].as_str().unwrap(), &p["totals"]["live_bytes"], &p["totals"]["live_count"]);
+        let (reason, live, count) = (
+            p["reason"].as_str().unwrap(),
+            &p["totals"]["live_bytes"],
+            &p["totals"]["live_count"],
+        );
         if p["pid"] == child {
             // The child's own three, none of the parent's two.
-            assert_eq!((reason, live.as_u64(), count.as_u64()), ("killed", Some(3 * 8192), Some(3)), "{p}");
+            assert_eq!(
+                (reason, live.as_u64(), count.as_u64()),
+                ("killed", Some(3 * 8192), Some(3)),
+                "{p}"
+            );
             assert_eq!(p["totals"]["alloc_count"], 3, "{p}");
         } else {
-            assert_eq!((reason, live.as_u64(), count.as_u64()), ("exit", Some(2 * 4096), Some(2)), "{p}");
+            assert_eq!(
+                (reason, live.as_u64(), count.as_u64()),
+                ("exit", Some(2 * 4096), Some(2)),
+                "{p}"
+            );
         }
     }
 }
@@ -94,7 +154,9 @@ fn a_running_process_reads_as_running_and_a_normal_exit_leaves_no_state() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     assert_eq!(line.trim(), "ready");
     let procs = per_process(&dir);
     assert_eq!(procs.len(), 1, "{procs:?}");
@@ -102,7 +164,10 @@ fn a_running_process_reads_as_running_and_a_normal_exit_leaves_no_state() {
     assert_eq!(procs[0]["totals"]["live_bytes"], 8192);
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
-    assert!(states_in(&dir).is_empty(), "the exit report replaces the state");
+    assert!(
+        states_in(&dir).is_empty(),
+        "the exit report replaces the state"
+    );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1);
     assert_eq!(read_json(&reports[0])["reason"], "exit");
@@ -120,14 +185,29 @@ fn a_report_folder_that_cannot_be_made_changes_nothing_but_the_report() {
         .env("PINGUARD_REPORT", dir.join("file/sub/report.%p.json"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("signalled=1 sig=9"), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("report not written"), "{stderr}");
-    assert!(stderr.contains("8.00 KiB pinned in 2 allocations"), "the figures are kept in memory: {stderr}");
-    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("file")], "nothing else written");
+    assert!(
+        stderr.contains("8.00 KiB pinned in 2 allocations"),
+        "the figures are kept in memory: {stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("file")],
+        "nothing else written"
+    );
 }
 
 #[test]
@@ -137,8 +217,14 @@ fn an_image_replaced_by_exec_leaves_no_state_for_a_death() {
     }
     let r = run(build().to_str().unwrap(), &["exec"], &[]);
     assert!(r.success(), "{}", r.stderr);
-    assert!(states_in(&r.report_dir).is_empty(), "the new image (same pid, same start) removed the old image's state");
-    assert!(reports_in(&r.report_dir).is_empty(), "neither image wrote a report");
+    assert!(
+        states_in(&r.report_dir).is_empty(),
+        "the new image (same pid, same start) removed the old image's state"
+    );
+    assert!(
+        reports_in(&r.report_dir).is_empty(),
+        "neither image wrote a report"
+    );
 }
 
 /// A file size limit below the state's first piece: without a state, the program runs as without
@@ -152,7 +238,10 @@ fn a_file_size_limit_below_the_state_never_costs_the_program_its_life() {
     // SAFETY: setrlimit in the child between fork and exec touches only the child.
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
-            let lim = libc::rlimit { rlim_cur: 64 << 10, rlim_max: 64 << 10 };
+            let lim = libc::rlimit {
+                rlim_cur: 64 << 10,
+                rlim_max: 64 << 10,
+            };
             if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -163,7 +252,14 @@ fn a_file_size_limit_below_the_state_never_costs_the_program_its_life() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
     assert!(String::from_utf8_lossy(&out.stdout).contains("signalled=1 sig=9"));
-    assert!(states_in(&dir).is_empty(), "no state file left: {:?}", std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect::<Vec<_>>());
+    assert!(
+        states_in(&dir).is_empty(),
+        "no state file left: {:?}",
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect::<Vec<_>>()
+    );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1, "the parent's report: {stderr}");
     assert_eq!(read_json(&reports[0])["totals"]["live_bytes"], 8192);
@@ -184,7 +280,13 @@ fn a_corrupt_state_is_read_in_bounded_time_without_a_panic() {
     // The file offset of a process address, from the header's piece list.
     let off_of = |b: &[u8], a: u64| {
         (0..pinguard_report::state::PIECES)
-            .map(|i| (word(b, header::PIECES + i * 24), word(b, header::PIECES + i * 24 + 8), word(b, header::PIECES + i * 24 + 16)))
+            .map(|i| {
+                (
+                    word(b, header::PIECES + i * 24),
+                    word(b, header::PIECES + i * 24 + 8),
+                    word(b, header::PIECES + i * 24 + 16),
+                )
+            })
             .find(|&(at, len, _)| a >= at && a < at + len)
             .map(|(at, _, off)| (off + a - at) as usize)
             .expect("an address in a piece")
@@ -201,8 +303,15 @@ fn a_corrupt_state_is_read_in_bounded_time_without_a_panic() {
     let t = std::time::Instant::now();
     let out = pinguard_cli(&["report".as_ref(), "--json".as_ref(), bad.as_os_str()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success() && !stderr.contains("panicked"), "{stderr}");
-    assert!(t.elapsed() < std::time::Duration::from_secs(20), "took {:?}", t.elapsed());
+    assert!(
+        out.status.success() && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["per_process"][0]["reason"], "killed");
 }
@@ -215,23 +324,38 @@ fn a_fifo_at_the_state_path_never_holds_up_a_program() {
     }
     let f = fixtures();
     let dir = fresh_dir("state_fifo");
-    let script = format!("mkfifo \"$D/report.$$.state\" && exec {} idle", build().display());
+    let script = format!(
+        "mkfifo \"$D/report.$$.state\" && exec {} idle",
+        build().display()
+    );
     let mut cmd = std::process::Command::new("timeout");
     cmd.args(["20", "sh", "-c", &script])
         .env("D", &dir)
         .env("LD_PRELOAD", &f.lib)
         .env("PINGUARD_REPORT", dir.join("report.%p.json"));
     let out = cmd.output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "timeout's 124 means the program hung: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "timeout's 124 means the program hung: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
 fn a_fork_child_that_pins_does_not_print_its_parents_bad_settings_again() {
     // The parent pins (and prints the bad setting), forks; the child pins too.
-    let r = run(build().to_str().unwrap(), &["fork"], &[("PINGUARD_BUDGET", "-1")]);
+    let r = run(
+        build().to_str().unwrap(),
+        &["fork"],
+        &[("PINGUARD_BUDGET", "-1")],
+    );
     assert!(r.success(), "{}", r.stderr);
     assert!(r.stdout.contains("signalled=1 sig=9"), "{}", r.stdout);
-    let n = pinguard_lines(&r.stderr).into_iter().filter(|l| l.contains("PINGUARD_BUDGET")).count();
+    let n = pinguard_lines(&r.stderr)
+        .into_iter()
+        .filter(|l| l.contains("PINGUARD_BUDGET"))
+        .count();
     assert_eq!(n, 1, "{}", r.stderr);
 }
 
@@ -259,14 +383,23 @@ fn a_states_callsites_carry_their_refused_bytes() {
     let (mut refused, mut ready) = (String::new(), String::new());
     out.read_line(&mut refused).unwrap();
     out.read_line(&mut ready).unwrap();
-    assert_eq!((refused.trim(), ready.trim()), (format!("refused={n}").as_str(), "ready"));
+    assert_eq!(
+        (refused.trim(), ready.trim()),
+        (format!("refused={n}").as_str(), "ready")
+    );
     let o = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["per_process"][0]["reason"], "running", "{v}");
-    let site = v["callsites"].as_array().unwrap().iter().find(|c| c["denied_count"] == n).unwrap_or_else(|| panic!("{v}")).clone();
+    let site = v["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["denied_count"] == n)
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone();
     assert_eq!(site["denied_bytes"], n * 8192);
     assert_eq!(v["totals"]["denied_bytes"], n * 8192);
 }
@@ -278,7 +411,14 @@ fn a_process_that_pins_nothing_leaves_neither_state_nor_report() {
     let r = run("scenario", &["cuda_alloc:0"], &[]);
     assert!(r.success(), "{}", r.stderr);
     assert!(r.stdout.contains("pinguard_live_bytes\":0"), "{}", r.stdout);
-    let left: Vec<_> = std::fs::read_dir(&r.report_dir).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
-    assert!(left.is_empty(), "a process that pinned nothing left {left:?}");
+    let left: Vec<_> = std::fs::read_dir(&r.report_dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "a process that pinned nothing left {left:?}"
+    );
     assert!(pinguard_lines(&r.stderr).is_empty(), "{}", r.stderr);
 }

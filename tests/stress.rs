@@ -7,12 +7,22 @@ use common::*;
 #[test]
 fn eight_threads_never_exceed_the_budget_and_counters_end_exact() {
     let budget: i64 = 512 * 1024;
-    let r = run("stress", &["8", "10000"], &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_DEPTH", "8")]);
+    let r = run(
+        "stress",
+        &["8", "10000"],
+        &[("PINGUARD_BUDGET", "512K"), ("PINGUARD_DEPTH", "8")],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
     let max = s["cuda_max"].as_i64().unwrap();
-    assert!(max <= budget, "the runtime held {max} bytes at once, over the {budget}-byte budget");
-    assert!(max > budget / 2, "the budget was never approached ({max}): the test proves nothing");
+    assert!(
+        max <= budget,
+        "the runtime held {max} bytes at once, over the {budget}-byte budget"
+    );
+    assert!(
+        max > budget / 2,
+        "the budget was never approached ({max}): the test proves nothing"
+    );
     let refused = s["refused"].as_i64().unwrap();
     assert!(refused > 0, "nothing was refused: the test proves nothing");
     let rep = r.report();
@@ -35,17 +45,33 @@ fn eight_threads_never_exceed_the_budget_and_counters_end_exact() {
 
 #[test]
 fn mixed_runtimes_race_under_downgrade() {
-    let r = run("stress", &["8", "3000", "mixed"], &[("PINGUARD_BUDGET", "256K"), ("PINGUARD_POLICY", "downgrade")]);
+    let r = run(
+        "stress",
+        &["8", "3000", "mixed"],
+        &[
+            ("PINGUARD_BUDGET", "256K"),
+            ("PINGUARD_POLICY", "downgrade"),
+        ],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
-    assert_eq!(s["refused"], 0, "downgrade refuses nothing that is not device-mapped");
+    assert_eq!(
+        s["refused"], 0,
+        "downgrade refuses nothing that is not device-mapped"
+    );
     let rep = r.report();
     let t = &rep["totals"];
     assert!(s["cuda_max"].as_i64().unwrap() + s["acl_max"].as_i64().unwrap() <= 2 * 256 * 1024);
     assert!(t["peak_live_bytes"].as_i64().unwrap() <= 256 * 1024);
     assert!(t["downgraded_count"].as_i64().unwrap() > 0);
-    assert_eq!(t["alloc_count"].as_i64().unwrap() + t["downgraded_count"].as_i64().unwrap(), 24_000);
-    assert_eq!(t["alloc_count"].as_i64().unwrap(), s["cuda_alloc"].as_i64().unwrap() + s["acl_alloc"].as_i64().unwrap());
+    assert_eq!(
+        t["alloc_count"].as_i64().unwrap() + t["downgraded_count"].as_i64().unwrap(),
+        24_000
+    );
+    assert_eq!(
+        t["alloc_count"].as_i64().unwrap(),
+        s["cuda_alloc"].as_i64().unwrap() + s["acl_alloc"].as_i64().unwrap()
+    );
     assert_eq!(t["live_bytes"], 0);
     assert_eq!(t["downgraded_live_bytes"], 0);
     assert_eq!(s["outstanding"], 0);

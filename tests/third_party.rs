@@ -10,7 +10,11 @@ fn gpg(env: &[(&str, &str)]) -> Run {
     let mut e = env.to_vec();
     let h = home.to_str().unwrap().to_string();
     e.push(("GNUPGHOME", &h));
-    let r = run("/usr/bin/env", &["gpg", "--batch", "--gen-random", "0", "16"], &e);
+    let r = run(
+        "/usr/bin/env",
+        &["gpg", "--batch", "--gen-random", "0", "16"],
+        &e,
+    );
     assert!(r.success(), "gpg failed under pinguard: {}", r.stderr);
     assert_eq!(r.out.stdout.len(), 16, "gpg produced its 16 random bytes");
     r
@@ -24,18 +28,28 @@ fn gpg_secure_memory_is_seen_capped_and_downgraded() {
     let r = gpg(&[]);
     let rep = r.report();
     let api = &rep["apis"]["mlock"];
-    assert_eq!(api["alloc_count"], 1, "libgcrypt locks its pool once: {}", rep["apis"]);
+    assert_eq!(
+        api["alloc_count"], 1,
+        "libgcrypt locks its pool once: {}",
+        rep["apis"]
+    );
     assert!(api["alloc_bytes"].as_u64().unwrap() >= 32768);
     let cs = &rep["callsites"][0];
     let frames = cs["frames"].as_array().unwrap();
     assert!(
-        frames.iter().any(|f| f["module"].as_str().unwrap_or("").contains("libgcrypt")),
+        frames
+            .iter()
+            .any(|f| f["module"].as_str().unwrap_or("").contains("libgcrypt")),
         "the stack runs through libgcrypt: {frames:?}"
     );
     assert!(!r.stderr.contains("insecure memory"));
     // A budget below the pool: refused, and gpg says so itself but still works.
     let r = gpg(&[("PINGUARD_BUDGET", "16K")]);
-    assert!(r.stderr.contains("Warning: using insecure memory!"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("Warning: using insecure memory!"),
+        "{}",
+        r.stderr
+    );
     assert_eq!(r.report()["totals"]["denied_count"], 1);
     // Downgraded: mlock "succeeds", gpg is content.
     let r = gpg(&[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
@@ -50,7 +64,17 @@ fn stress_ng_mlock_and_mmap_stressors_end_with_pinguard_matching_vmlck() {
     }
     let r = run(
         "/usr/bin/env",
-        &["stress-ng", "--mlock", "1", "--mmap", "1", "--mmap-bytes", "1M", "--timeout", "4s"],
+        &[
+            "stress-ng",
+            "--mlock",
+            "1",
+            "--mmap",
+            "1",
+            "--mmap-bytes",
+            "1M",
+            "--timeout",
+            "4s",
+        ],
         &[("PINGUARD_BUDGET", "4M"), ("PINGUARD_DEPTH", "8")],
     );
     assert!(r.success(), "{}", r.stderr);
@@ -68,17 +92,29 @@ fn stress_ng_mlock_and_mmap_stressors_end_with_pinguard_matching_vmlck() {
     assert!(files.len() + states.len() >= 3, "stress-ng and its two workers' children each leave a report or a state: {files:?} {states:?}");
     for s in &states {
         let json = files.iter().any(|f| f.with_extension("state") == *s);
-        assert!(!json, "a process left both its exit report and its state: {}", s.display());
+        assert!(
+            !json,
+            "a process left both its exit report and its state: {}",
+            s.display()
+        );
     }
     let mut exercised = 0;
     for f in &files {
         let rep = read_json(f);
         assert_eq!(rep["reason"], "exit");
-        assert_eq!(rep["totals"]["live_bytes"], rep["kernel"]["vm_lck_bytes"], "{}: pinguard vs VmLck at exit", f.display());
+        assert_eq!(
+            rep["totals"]["live_bytes"],
+            rep["kernel"]["vm_lck_bytes"],
+            "{}: pinguard vs VmLck at exit",
+            f.display()
+        );
         assert!(rep["totals"]["peak_live_bytes"].as_u64().unwrap() <= 4 << 20);
         exercised += rep["totals"]["alloc_count"].as_u64().unwrap();
     }
-    assert!(exercised > 100, "the stressors locked pages ({exercised} calls)");
+    assert!(
+        exercised > 100,
+        "the stressors locked pages ({exercised} calls)"
+    );
 }
 
 #[test]

@@ -27,29 +27,53 @@ fn threads_that_come_and_go_leave_every_counter_exact() {
     assert_eq!(api["live_count"], 0);
     assert_eq!(api["live_bytes"], 0);
     let sites = rep["callsites"].as_array().unwrap();
-    let site_allocs: i64 = sites.iter().map(|c| c["alloc_count"].as_i64().unwrap()).sum();
+    let site_allocs: i64 = sites
+        .iter()
+        .map(|c| c["alloc_count"].as_i64().unwrap())
+        .sum();
     assert_eq!(site_allocs, allocs);
-    assert!(sites.iter().all(|c| c["live_bytes"] == 0 && c["live_count"] == 0));
+    assert!(sites
+        .iter()
+        .all(|c| c["live_bytes"] == 0 && c["live_count"] == 0));
     // 8 threads at a time hold at most 8 * (4096 + 8192 + 1024) (+ 512 each in the destructor),
     // and main holds up to 400 KiB handed over at the end: the peak lies between what main held
     // alone and everything at once.
     let peak = t["peak_live_bytes"].as_i64().unwrap();
-    assert!(peak >= 400 * 1024, "peak {peak} below what main held at once");
-    assert!(peak <= 400 * 1024 + 8 * (4096 + 8192 + 1024 + 512), "peak {peak} above everything ever held at once");
+    assert!(
+        peak >= 400 * 1024,
+        "peak {peak} below what main held at once"
+    );
+    assert!(
+        peak <= 400 * 1024 + 8 * (4096 + 8192 + 1024 + 512),
+        "peak {peak} above everything ever held at once"
+    );
 }
 
 fn peaks(phases: &str, expected: i64, allocs: i64) {
     let r = run("threads", &["turns", phases], &[("PINGUARD_DEPTH", "1")]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
-    let most = ["turns", "pair", "crowd"].iter().map(|k| s[k].as_i64().unwrap()).max().unwrap();
+    let most = ["turns", "pair", "crowd"]
+        .iter()
+        .map(|k| s[k].as_i64().unwrap())
+        .max()
+        .unwrap();
     assert_eq!(most, expected);
     let rep = r.report();
-    assert_eq!(rep["totals"]["peak_live_bytes"], expected, "process peak ({phases})");
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["peak_live_bytes"], expected, "entry point peak ({phases})");
+    assert_eq!(
+        rep["totals"]["peak_live_bytes"], expected,
+        "process peak ({phases})"
+    );
+    assert_eq!(
+        rep["apis"]["cudaHostAlloc"]["peak_live_bytes"], expected,
+        "entry point peak ({phases})"
+    );
     let sites = rep["callsites"].as_array().unwrap();
     assert_eq!(sites.len(), 1, "one callsite at depth 1: {sites:?}");
-    assert_eq!(sites[0]["peak_live_bytes"], expected, "callsite peak ({phases})");
+    assert_eq!(
+        sites[0]["peak_live_bytes"], expected,
+        "callsite peak ({phases})"
+    );
     assert_eq!(sites[0]["alloc_count"], allocs);
     assert_eq!(rep["totals"]["live_bytes"], 0);
 }
@@ -72,7 +96,15 @@ fn more_threads_than_stripes_holding_at_once_peak_at_their_sum() {
 #[test]
 fn under_a_budget_the_peak_never_exceeds_it() {
     // Exactly the crowd's need: nothing refused, and the peak is the budget.
-    let r = run("threads", &["turns", "tpc"], &[("PINGUARD_DEPTH", "1"), ("PINGUARD_BUDGET", "196608"), ("PINGUARD_POLICY", "error")]);
+    let r = run(
+        "threads",
+        &["turns", "tpc"],
+        &[
+            ("PINGUARD_DEPTH", "1"),
+            ("PINGUARD_BUDGET", "196608"),
+            ("PINGUARD_POLICY", "error"),
+        ],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["totals"]["denied_count"], 0);

@@ -18,28 +18,73 @@ fn build_once() -> PathBuf {
     let src = root().join("tests/progs");
     let d = |p: &str| f.dir.join(p).to_string_lossy().into_owned();
     let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-    let flags = ["-g", "-O2", "-fomit-frame-pointer", "-fasynchronous-unwind-tables", "-Wall"];
+    let flags = [
+        "-g",
+        "-O2",
+        "-fomit-frame-pointer",
+        "-fasynchronous-unwind-tables",
+        "-Wall",
+    ];
     let (libdir, plugin, prog) = (d(""), s("unwind_plugin.c"), s("unwind.c"));
     for plug in ["a", "b"] {
         let (o, def) = (d(&format!("libplug_{plug}.so")), format!("-DPLUG={plug}"));
         let mut a: Vec<&str> = flags.to_vec();
-        a.extend(["-fPIC", "-shared", &def, "-o", &o, &plugin, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+        a.extend([
+            "-fPIC",
+            "-shared",
+            &def,
+            "-o",
+            &o,
+            &plugin,
+            "-L",
+            &libdir,
+            "-Wl,-rpath,$ORIGIN",
+            "-lcudart",
+        ]);
         cc(&a);
     }
     let o = d("unwind");
     let mut a: Vec<&str> = flags.to_vec();
-    a.extend(["-o", &o, &prog, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart", "-ldl"]);
+    a.extend([
+        "-o",
+        &o,
+        &prog,
+        "-L",
+        &libdir,
+        "-Wl,-rpath,$ORIGIN",
+        "-lcudart",
+        "-ldl",
+    ]);
     cc(&a);
     // The same program with frame pointers, whose frames unwind through the saved ones.
     let o = d("unwind_fp");
-    let mut a: Vec<&str> = flags.iter().copied().filter(|&f| f != "-fomit-frame-pointer").collect();
-    a.extend(["-fno-omit-frame-pointer", "-o", &o, &prog, "-L", &libdir, "-Wl,-rpath,$ORIGIN", "-lcudart", "-ldl"]);
+    let mut a: Vec<&str> = flags
+        .iter()
+        .copied()
+        .filter(|&f| f != "-fomit-frame-pointer")
+        .collect();
+    a.extend([
+        "-fno-omit-frame-pointer",
+        "-o",
+        &o,
+        &prog,
+        "-L",
+        &libdir,
+        "-Wl,-rpath,$ORIGIN",
+        "-lcudart",
+        "-ldl",
+    ]);
     cc(&a);
     f.dir.clone()
 }
 
 fn symbols(cs: &Value) -> Vec<String> {
-    cs["frames"].as_array().unwrap().iter().map(|f| f["symbol"].as_str().unwrap_or("?").to_string()).collect()
+    cs["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["symbol"].as_str().unwrap_or("?").to_string())
+        .collect()
 }
 
 /// The callsite whose innermost frame is `first`.
@@ -49,26 +94,45 @@ fn site<'a>(report: &'a Value, first: &str) -> &'a Value {
         .unwrap()
         .iter()
         .find(|c| c["frames"][0]["symbol"] == first)
-        .unwrap_or_else(|| panic!("no callsite starting at {first}: {}", serde_json::to_string_pretty(&report["callsites"]).unwrap()))
+        .unwrap_or_else(|| {
+            panic!(
+                "no callsite starting at {first}: {}",
+                serde_json::to_string_pretty(&report["callsites"]).unwrap()
+            )
+        })
 }
 
 /// `names` appear in this order as consecutive frames from the innermost one.
 fn assert_prefix(cs: &Value, names: &[&str]) {
     let got = symbols(cs);
-    assert!(got.len() >= names.len() && got.iter().zip(names).all(|(g, n)| g == n), "frames {got:?}, want them to start {names:?}");
+    assert!(
+        got.len() >= names.len() && got.iter().zip(names).all(|(g, n)| g == n),
+        "frames {got:?}, want them to start {names:?}"
+    );
 }
 
 #[test]
 fn every_frame_through_code_without_frame_pointers() {
     let dir = build();
     for prog in ["unwind", "unwind_fp"] {
-        let r = run(&dir.join(prog).to_string_lossy(), &["chain"], &[("PINGUARD_DEPTH", "32")]);
+        let r = run(
+            &dir.join(prog).to_string_lossy(),
+            &["chain"],
+            &[("PINGUARD_DEPTH", "32")],
+        );
         assert!(r.success(), "{}", r.stderr);
         let rep = r.report();
         assert_eq!(rep["totals"]["peak_live_bytes"], 4096);
-        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+        assert_prefix(
+            site(&rep, "level_c"),
+            &["level_c", "level_b", "level_a", "main"],
+        );
         // Deeper than main: the C runtime's start-up frames, so the walk did not stop early.
-        assert!(symbols(site(&rep, "level_c")).len() > 4, "{prog}: {:?}", symbols(site(&rep, "level_c")));
+        assert!(
+            symbols(site(&rep, "level_c")).len() > 4,
+            "{prog}: {:?}",
+            symbols(site(&rep, "level_c"))
+        );
     }
 }
 
@@ -81,15 +145,35 @@ fn callers_taking_turns_keep_their_own_callsites() {
     // with frame pointers, the saved ones too.
     let dir = build();
     for prog in ["unwind", "unwind_fp"] {
-        let r = run(&dir.join(prog).to_string_lossy(), &["turns", "500"], &[("PINGUARD_DEPTH", "32")]);
+        let r = run(
+            &dir.join(prog).to_string_lossy(),
+            &["turns", "500"],
+            &[("PINGUARD_DEPTH", "32")],
+        );
         assert!(r.success(), "{}", r.stderr);
         let rep = r.report();
-        let sites: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "turn_leaf").collect();
-        let mut by_caller: Vec<(String, u64)> = sites.iter().map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap())).collect();
+        let sites: Vec<&Value> = rep["callsites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["frames"][0]["symbol"] == "turn_leaf")
+            .collect();
+        let mut by_caller: Vec<(String, u64)> = sites
+            .iter()
+            .map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap()))
+            .collect();
         by_caller.sort();
-        assert_eq!(by_caller, [("turn_x".to_string(), 500), ("turn_y".to_string(), 500)], "{prog}");
+        assert_eq!(
+            by_caller,
+            [("turn_x".to_string(), 500), ("turn_y".to_string(), 500)],
+            "{prog}"
+        );
         assert_prefix(sites[0], &["turn_leaf"]);
-        assert!(symbols(sites[0]).contains(&"main".to_string()), "{prog}: {:?}", symbols(sites[0]));
+        assert!(
+            symbols(sites[0]).contains(&"main".to_string()),
+            "{prog}: {:?}",
+            symbols(sites[0])
+        );
     }
 }
 
@@ -101,14 +185,34 @@ fn threads_on_an_ended_threads_stack_keep_their_own_callsites() {
     // stack the one before it ended on, must count for their own caller every time.
     let dir = build();
     for prog in ["unwind", "unwind_fp"] {
-        let r = run(&dir.join(prog).to_string_lossy(), &["thread_turns", "20"], &[("PINGUARD_DEPTH", "32")]);
+        let r = run(
+            &dir.join(prog).to_string_lossy(),
+            &["thread_turns", "20"],
+            &[("PINGUARD_DEPTH", "32")],
+        );
         assert!(r.success(), "{}", r.stderr);
         let rep = r.report();
-        let sites: Vec<&Value> = rep["callsites"].as_array().unwrap().iter().filter(|c| c["frames"][0]["symbol"] == "turn_leaf").collect();
-        let mut by_caller: Vec<(String, u64)> = sites.iter().map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap())).collect();
+        let sites: Vec<&Value> = rep["callsites"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["frames"][0]["symbol"] == "turn_leaf")
+            .collect();
+        let mut by_caller: Vec<(String, u64)> = sites
+            .iter()
+            .map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap()))
+            .collect();
         by_caller.sort();
-        assert_eq!(by_caller, [("turn_x".to_string(), 1000), ("turn_y".to_string(), 1000)], "{prog}");
-        assert!(symbols(sites[0]).contains(&"turn_thread".to_string()), "{prog}: {:?}", symbols(sites[0]));
+        assert_eq!(
+            by_caller,
+            [("turn_x".to_string(), 1000), ("turn_y".to_string(), 1000)],
+            "{prog}"
+        );
+        assert!(
+            symbols(sites[0]).contains(&"turn_thread".to_string()),
+            "{prog}: {:?}",
+            symbols(sites[0])
+        );
     }
 }
 
@@ -116,27 +220,76 @@ fn threads_on_an_ended_threads_stack_keep_their_own_callsites() {
 fn objects_opened_and_closed_after_start_up() {
     let dir = build();
     let snap = fresh_dir("unwind-snapshot").join("snapshot.json");
-    let r = run(&dir.join("unwind").to_string_lossy(), &["plugins", &dir.to_string_lossy(), &snap.to_string_lossy()], &[("PINGUARD_DEPTH", "32")]);
+    let r = run(
+        &dir.join("unwind").to_string_lossy(),
+        &["plugins", &dir.to_string_lossy(), &snap.to_string_lossy()],
+        &[("PINGUARD_DEPTH", "32")],
+    );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     // While plugin a is loaded: its frames, then the program's.
     let first = read_json(&snap);
-    assert_prefix(site(&first, "plug_a_inner"), &["plug_a_inner", "plug_a_middle", "plug_entry", "run_plugin", "main"]);
+    assert_prefix(
+        site(&first, "plug_a_inner"),
+        &[
+            "plug_a_inner",
+            "plug_a_middle",
+            "plug_entry",
+            "run_plugin",
+            "main",
+        ],
+    );
     // Plugin b, opened after a was closed (and usually mapped where a was): its own frames, so
     // no stale table of a was used for it.
     let last = r.report();
-    assert_prefix(site(&last, "plug_b_inner"), &["plug_b_inner", "plug_b_middle", "plug_entry", "run_plugin", "main"]);
+    assert_prefix(
+        site(&last, "plug_b_inner"),
+        &[
+            "plug_b_inner",
+            "plug_b_middle",
+            "plug_entry",
+            "run_plugin",
+            "main",
+        ],
+    );
     // Plugin a's callsite, reported after a was closed, keeps the names it had.
-    assert_prefix(site(&last, "plug_a_inner"), &["plug_a_inner", "plug_a_middle", "plug_entry", "run_plugin", "main"]);
-    assert_eq!(last["totals"]["alloc_count"], 2, "{}", serde_json::to_string_pretty(&last["totals"]).unwrap());
-    let modules: Vec<&str> = last["modules"].as_array().unwrap().iter().map(|m| m["path"].as_str().unwrap()).collect();
-    assert!(modules.iter().any(|m| m.ends_with("libplug_a.so")) && modules.iter().any(|m| m.ends_with("libplug_b.so")), "{modules:?}");
+    assert_prefix(
+        site(&last, "plug_a_inner"),
+        &[
+            "plug_a_inner",
+            "plug_a_middle",
+            "plug_entry",
+            "run_plugin",
+            "main",
+        ],
+    );
+    assert_eq!(
+        last["totals"]["alloc_count"],
+        2,
+        "{}",
+        serde_json::to_string_pretty(&last["totals"]).unwrap()
+    );
+    let modules: Vec<&str> = last["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        modules.iter().any(|m| m.ends_with("libplug_a.so"))
+            && modules.iter().any(|m| m.ends_with("libplug_b.so")),
+        "{modules:?}"
+    );
 }
 
 #[test]
 fn a_corrupt_stack_ends_the_walk_not_the_process() {
     let dir = build();
     for depth in ["32", "128"] {
-        let r = run(&dir.join("unwind").to_string_lossy(), &["corrupt"], &[("PINGUARD_DEPTH", depth)]);
+        let r = run(
+            &dir.join("unwind").to_string_lossy(),
+            &["corrupt"],
+            &[("PINGUARD_DEPTH", depth)],
+        );
         assert!(r.success(), "status {:?}\n{}", r.out.status, r.stderr);
         let stats = r.stats();
         assert_eq!(stats["calls"], 4);
@@ -146,23 +299,42 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
         // x86-64 it finds the caller and the stub; on aarch64 framehop refuses a frame whose
         // caller's frame pointer points backwards, so it may stop before the caller.
         let sites = rep["callsites"].as_array().unwrap();
-        let bad: Vec<&Value> = sites.iter().filter(|c| c["frames"][0]["symbol"] != "level_c").collect();
-        assert_eq!(bad.iter().map(|c| c["alloc_count"].as_u64().unwrap()).sum::<u64>(), 3, "{}", serde_json::to_string_pretty(&bad).unwrap());
+        let bad: Vec<&Value> = sites
+            .iter()
+            .filter(|c| c["frames"][0]["symbol"] != "level_c")
+            .collect();
+        assert_eq!(
+            bad.iter()
+                .map(|c| c["alloc_count"].as_u64().unwrap())
+                .sum::<u64>(),
+            3,
+            "{}",
+            serde_json::to_string_pretty(&bad).unwrap()
+        );
         for c in &bad {
             // Issue 34, item 4: the walk stops at the garbage return address, which is in no
             // object's code, rather than reporting it as a frame.
             for f in c["frames"].as_array().unwrap() {
-                assert!(f["module"].is_string(), "a frame in no loaded object's code: {f}");
+                assert!(
+                    f["module"].is_string(),
+                    "a frame in no loaded object's code: {f}"
+                );
             }
             let got = symbols(c);
-            assert!(!got.contains(&"main".to_string()), "the walk went past a garbage return address: {got:?}");
+            assert!(
+                !got.contains(&"main".to_string()),
+                "the walk went past a garbage return address: {got:?}"
+            );
             assert!(got.is_empty() || got[0] == "corrupt_target", "{got:?}");
             if cfg!(target_arch = "x86_64") && !aarch64() {
                 assert_prefix(c, &["corrupt_target", "corrupt_call"]);
             }
         }
         // The healthy walk after the corrupt ones is whole (no poisoned rule cache).
-        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+        assert_prefix(
+            site(&rep, "level_c"),
+            &["level_c", "level_b", "level_a", "main"],
+        );
     }
 }
 
@@ -173,18 +345,28 @@ fn a_stack_address_where_a_return_address_belongs_ends_the_walk() {
     // on the stack, as libffi's frame read through the frame-pointer fallback did.
     let dir = build();
     for prog in ["unwind", "unwind_fp"] {
-        let r = run(&dir.join(prog).to_string_lossy(), &["stackret"], &[("PINGUARD_DEPTH", "32")]);
+        let r = run(
+            &dir.join(prog).to_string_lossy(),
+            &["stackret"],
+            &[("PINGUARD_DEPTH", "32")],
+        );
         assert!(r.success(), "{prog}: {}", r.stderr);
         let rep = r.report();
         let cs = site(&rep, "corrupt_target");
         for f in cs["frames"].as_array().unwrap() {
-            assert!(f["module"].is_string(), "{prog}: a frame in no loaded object's code: {f}");
+            assert!(
+                f["module"].is_string(),
+                "{prog}: a frame in no loaded object's code: {f}"
+            );
         }
         // On aarch64 framehop may refuse the stub's frame itself (as in the corrupt walks above).
         if cfg!(target_arch = "x86_64") && !aarch64() {
             assert_eq!(symbols(cs), ["corrupt_target", "stack_ra_call"], "{prog}");
         }
-        assert_prefix(site(&rep, "level_c"), &["level_c", "level_b", "level_a", "main"]);
+        assert_prefix(
+            site(&rep, "level_c"),
+            &["level_c", "level_b", "level_a", "main"],
+        );
     }
 }
 
@@ -198,15 +380,36 @@ fn code_outside_every_object_is_a_frame_and_its_callers_follow() {
     }
     let dir = build();
     for prog in ["unwind", "unwind_fp"] {
-        let r = run(&dir.join(prog).to_string_lossy(), &["jit"], &[("PINGUARD_DEPTH", "32")]);
+        let r = run(
+            &dir.join(prog).to_string_lossy(),
+            &["jit"],
+            &[("PINGUARD_DEPTH", "32")],
+        );
         assert!(r.success(), "{prog}: {}", r.stderr);
         let rep = r.report();
         for (caller, size) in [("jit_a", 4096), ("jit_b", 8192)] {
-            let cs = rep["callsites"].as_array().unwrap().iter().find(|c| c["frames"].as_array().unwrap().iter().any(|f| f["symbol"] == caller)).unwrap_or_else(|| panic!("{prog}: no callsite through {caller}: {rep:#}"));
+            let cs = rep["callsites"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| {
+                    c["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f["symbol"] == caller)
+                })
+                .unwrap_or_else(|| panic!("{prog}: no callsite through {caller}: {rep:#}"));
             let frames = cs["frames"].as_array().unwrap();
-            assert!(frames[0]["module"].is_null(), "{prog}: the JIT frame first: {cs:#}");
+            assert!(
+                frames[0]["module"].is_null(),
+                "{prog}: the JIT frame first: {cs:#}"
+            );
             assert_eq!(frames[1]["symbol"], caller, "{prog}: {cs:#}");
-            assert!(frames.iter().any(|f| f["symbol"] == "main"), "{prog}: the walk goes on to main: {cs:#}");
+            assert!(
+                frames.iter().any(|f| f["symbol"] == "main"),
+                "{prog}: the walk goes on to main: {cs:#}"
+            );
             assert_eq!(cs["live_bytes"], size, "{prog}: {cs:#}");
         }
     }
@@ -223,13 +426,23 @@ fn a_walk_through_a_broken_frame_does_not_cut_later_walks_short() {
     }
     let dir = build();
     for prog in ["unwind", "unwind_fp"] {
-        let r = run(&dir.join(prog).to_string_lossy(), &["poison"], &[("PINGUARD_DEPTH", "32")]);
+        let r = run(
+            &dir.join(prog).to_string_lossy(),
+            &["poison"],
+            &[("PINGUARD_DEPTH", "32")],
+        );
         assert!(r.success(), "{prog}: {}", r.stderr);
         let rep = r.report();
         let broken = symbols(site(&rep, "corrupt_target"));
-        assert!(broken.starts_with(&["corrupt_target".to_string(), "garbage_fp_call".to_string()]), "{prog}: {broken:?}");
+        assert!(
+            broken.starts_with(&["corrupt_target".to_string(), "garbage_fp_call".to_string()]),
+            "{prog}: {broken:?}"
+        );
         assert!(!broken.contains(&"main".to_string()), "{prog}: {broken:?}");
-        assert_prefix(site(&rep, "poison_target"), &["poison_target", "rbp_frame_call", "main"]);
+        assert_prefix(
+            site(&rep, "poison_target"),
+            &["poison_target", "rbp_frame_call", "main"],
+        );
     }
 }
 
@@ -245,9 +458,16 @@ fn an_object_opened_by_a_relative_path_is_named() {
         .env("PINGUARD_DEPTH", "32")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // The loader knows it as "./libplug_a.so"; the report names the file and its functions.
     let cs = site(&read_json(&snap), "plug_a_inner").clone();
     let module = cs["frames"][0]["module"].as_str().unwrap();
-    assert!(module.starts_with('/') && module.ends_with("/libplug_a.so"), "{module}");
+    assert!(
+        module.starts_with('/') && module.ends_with("/libplug_a.so"),
+        "{module}"
+    );
 }

@@ -23,7 +23,11 @@ fn api(family: &str, cuda: &'static str, acl: &'static str) -> &'static str {
 }
 
 fn rcs(r: &Run) -> Vec<(String, i64)> {
-    r.stdout.lines().filter(|l| l.contains(" rc=")).map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc"))).collect()
+    r.stdout
+        .lines()
+        .filter(|l| l.contains(" rc="))
+        .map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc")))
+        .collect()
 }
 
 fn all_ok(r: &Run) {
@@ -43,21 +47,58 @@ fn a_mapped_host_allocation_is_live_until_unmapped_and_released() {
                 continue;
             }
             // Still mapped at exit: the exit report shows it live.
-            let r = run("vmm", &[route, family, "create:2097152:host", "reserve:2097152", "map:v0:h0:0", "touch:v0:2097152"], &[]);
+            let r = run(
+                "vmm",
+                &[
+                    route,
+                    family,
+                    "create:2097152:host",
+                    "reserve:2097152",
+                    "map:v0:h0:0",
+                    "touch:v0:2097152",
+                ],
+                &[],
+            );
             all_ok(&r);
             let s = r.stats();
-            assert_eq!(own(&s, family)["outstanding_bytes"], 2 * MIB, "{route} {family}: {s}");
+            assert_eq!(
+                own(&s, family)["outstanding_bytes"],
+                2 * MIB,
+                "{route} {family}: {s}"
+            );
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB, "{route} {family}: {s}");
             let rep = r.report();
             let name = api(family, "cuMemCreate", "aclrtMallocPhysical");
-            assert_eq!(rep["totals"]["live_bytes"], 2 * MIB, "{route} {family}: {rep}");
+            assert_eq!(
+                rep["totals"]["live_bytes"],
+                2 * MIB,
+                "{route} {family}: {rep}"
+            );
             assert_eq!(rep["apis"][name]["alloc_count"], 1, "{route} {family}");
             assert_eq!(rep["apis"][name]["live_bytes"], 2 * MIB, "{route} {family}");
-            let live: Vec<&Value> = rep["live"].as_array().unwrap().iter().filter(|l| l["api"] == name).collect();
+            let live: Vec<&Value> = rep["live"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|l| l["api"] == name)
+                .collect();
             assert_eq!(live.len(), 1, "{route} {family}: {:?}", rep["live"]);
             assert_eq!(live[0]["size"], 2 * MIB);
 
-            let r = run("vmm", &[route, family, "create:2097152:host", "reserve:2097152", "map:v0:h0:0", "touch:v0:2097152", "unmap:v0:2097152", "release:h0"], &[]);
+            let r = run(
+                "vmm",
+                &[
+                    route,
+                    family,
+                    "create:2097152:host",
+                    "reserve:2097152",
+                    "map:v0:h0:0",
+                    "touch:v0:2097152",
+                    "unmap:v0:2097152",
+                    "release:h0",
+                ],
+                &[],
+            );
             all_ok(&r);
             let s = r.stats();
             assert_eq!(own(&s, family)["alloc_calls"], 1, "{route} {family}: {s}");
@@ -88,20 +129,42 @@ fn references_and_mappings_in_every_order() {
         // unmapped while held: live until released
         (&["unmap:v0:2097152", "release:h0"], &[two, 0]),
         // a retained reference keeps it after the first release
-        (&["retain:v0", "release:h0", "unmap:v0:2097152", "release:h1"], &[two, two, two, 0]),
-        (&["retain:v0", "unmap:v0:2097152", "release:h1", "release:h0"], &[two, two, two, 0]),
+        (
+            &["retain:v0", "release:h0", "unmap:v0:2097152", "release:h1"],
+            &[two, two, two, 0],
+        ),
+        (
+            &["retain:v0", "unmap:v0:2097152", "release:h1", "release:h0"],
+            &[two, two, two, 0],
+        ),
     ];
     for family in ["cuda", "acl"] {
         for (ops, lives) in cases {
             for n in 0..=ops.len() {
-                let mut args = vec!["export", family, "create:2097152:numa", "reserve:2097152", "map:v0:h0:0"];
+                let mut args = vec![
+                    "export",
+                    family,
+                    "create:2097152:numa",
+                    "reserve:2097152",
+                    "map:v0:h0:0",
+                ];
                 args.extend_from_slice(&ops[..n]);
                 let r = run("vmm", &args, &[]);
                 all_ok(&r);
                 let s = r.stats();
                 let want = if n == 0 { two } else { lives[n - 1] };
-                assert_eq!(own(&s, family)["outstanding_bytes"], want, "{family} {:?}: {s}", &ops[..n]);
-                assert_eq!(s["pinguard_live_bytes"], want, "{family} {:?}: {s}", &ops[..n]);
+                assert_eq!(
+                    own(&s, family)["outstanding_bytes"],
+                    want,
+                    "{family} {:?}: {s}",
+                    &ops[..n]
+                );
+                assert_eq!(
+                    s["pinguard_live_bytes"],
+                    want,
+                    "{family} {:?}: {s}",
+                    &ops[..n]
+                );
             }
         }
     }
@@ -111,13 +174,29 @@ fn references_and_mappings_in_every_order() {
 #[test]
 fn device_allocations_are_never_counted() {
     for family in ["cuda", "acl"] {
-        let r = run("vmm", &["export", family, "create:4194304:device", "reserve:4194304", "map:v0:h0:0", "unmap:v0:4194304", "release:h0"], &[("PINGUARD_BUDGET", "1M")]);
+        let r = run(
+            "vmm",
+            &[
+                "export",
+                family,
+                "create:4194304:device",
+                "reserve:4194304",
+                "map:v0:h0:0",
+                "unmap:v0:4194304",
+                "release:h0",
+            ],
+            &[("PINGUARD_BUDGET", "1M")],
+        );
         all_ok(&r);
         let s = r.stats();
         assert_eq!(s["pinguard_live_bytes"], 0, "{family}");
         // Nothing was tracked, so no report was written (pinguard writes one only when it counted
         // something).
-        assert!(reports_in(&r.report_dir).is_empty(), "{family}: {:?}", reports_in(&r.report_dir));
+        assert!(
+            reports_in(&r.report_dir).is_empty(),
+            "{family}: {:?}",
+            reports_in(&r.report_dir)
+        );
     }
 }
 
@@ -127,7 +206,17 @@ fn device_allocations_are_never_counted() {
 #[test]
 fn both_location_orders_are_read_at_their_own_place() {
     // ACL, location type 0 (host) with an id of 1 right before it: host memory, counted.
-    let r = run("vmm", &["export", "acl", "create_raw:1048576:0:0", "reserve:1048576", "map:v0:h0:0"], &[]);
+    let r = run(
+        "vmm",
+        &[
+            "export",
+            "acl",
+            "create_raw:1048576:0:0",
+            "reserve:1048576",
+            "map:v0:h0:0",
+        ],
+        &[],
+    );
     all_ok(&r);
     assert_eq!(r.stats()["pinguard_live_bytes"], MIB);
     // ACL, location type 1 (device): not counted.
@@ -155,19 +244,46 @@ fn budgets_refuse_under_error_and_downgrade_and_warn_lets_it_through() {
     for family in ["cuda", "acl"] {
         let oom = if family == "acl" { 207001 } else { 2 };
         for policy in ["error", "downgrade"] {
-            let r = run("vmm", &["export", family, "create:2097152:host", "create:2097152:host"], &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", policy)]);
+            let r = run(
+                "vmm",
+                &[
+                    "export",
+                    family,
+                    "create:2097152:host",
+                    "create:2097152:host",
+                ],
+                &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", policy)],
+            );
             assert!(r.success(), "{}", r.stderr);
             let rc = rcs(&r);
-            assert_eq!((rc[0].1, rc[1].1), (0, oom), "{family} {policy}: {}", r.stdout);
+            assert_eq!(
+                (rc[0].1, rc[1].1),
+                (0, oom),
+                "{family} {policy}: {}",
+                r.stdout
+            );
             let s = r.stats();
-            assert_eq!(own(&s, family)["alloc_calls"], 1, "{family} {policy}: the refused call never reached the runtime");
+            assert_eq!(
+                own(&s, family)["alloc_calls"],
+                1,
+                "{family} {policy}: the refused call never reached the runtime"
+            );
             assert_eq!(own(&s, family)["failed_calls"], 0, "{family} {policy}");
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB);
             let rep = r.report();
             assert_eq!(rep["totals"]["denied_count"], 1, "{family} {policy}");
             assert_eq!(rep["totals"]["downgraded_count"], 0, "{family} {policy}");
         }
-        let r = run("vmm", &["export", family, "create:2097152:host", "create:2097152:host"], &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", "warn")]);
+        let r = run(
+            "vmm",
+            &[
+                "export",
+                family,
+                "create:2097152:host",
+                "create:2097152:host",
+            ],
+            &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", "warn")],
+        );
         all_ok(&r);
         let s = r.stats();
         assert_eq!(own(&s, family)["alloc_calls"], 2);
@@ -181,7 +297,16 @@ fn budgets_refuse_under_error_and_downgrade_and_warn_lets_it_through() {
 fn released_allocations_give_their_budget_back() {
     let r = run(
         "vmm",
-        &["export", "cuda", "create:2097152:host", "reserve:2097152", "map:v0:h0:0", "unmap:v0:2097152", "release:h0", "create:2097152:host"],
+        &[
+            "export",
+            "cuda",
+            "create:2097152:host",
+            "reserve:2097152",
+            "map:v0:h0:0",
+            "unmap:v0:2097152",
+            "release:h0",
+            "create:2097152:host",
+        ],
         &[("PINGUARD_BUDGET", "3M")],
     );
     all_ok(&r);

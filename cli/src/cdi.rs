@@ -28,10 +28,18 @@ pub struct Options {
 
 /// `--env KEY=VALUE`: a name a shell could export, and a value.
 pub fn env_pair(s: &str) -> Result<(String, String), String> {
-    let (k, v) = s.split_once('=').ok_or("expected KEY=VALUE, such as PINGUARD_GROUP=inference")?;
-    let name_ok = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_') && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    let (k, v) = s
+        .split_once('=')
+        .ok_or("expected KEY=VALUE, such as PINGUARD_GROUP=inference")?;
+    let name_ok = k
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
     if !name_ok {
-        return Err(format!("{k:?} is not a variable name (letters, digits and '_', not starting with a digit)"));
+        return Err(format!(
+            "{k:?} is not a variable name (letters, digits and '_', not starting with a digit)"
+        ));
     }
     Ok((k.to_string(), v.to_string()))
 }
@@ -40,7 +48,9 @@ pub fn env_pair(s: &str) -> Result<(String, String), String> {
 /// spec applied to every container of a node should not carry a value each of them rejects.
 fn check_value(key: &str, value: &str) -> Result<(), String> {
     match vars::find(key) {
-        Some(var) => var.check(value).map_err(|e| format!("--env {key}={value}: {e}")),
+        Some(var) => var
+            .check(value)
+            .map_err(|e| format!("--env {key}={value}: {e}")),
         None => Ok(()),
     }
 }
@@ -56,10 +66,14 @@ fn check_env(env: &[(String, String)], metrics: bool) -> Result<(), String> {
             return Err("--env LD_PRELOAD: the spec sets it to the library (choose its path with --container-path)".into());
         }
         if metrics && k == vars::METRICS.name {
-            return Err(format!("--env {k} and --metrics-dir both set {k}: give one"));
+            return Err(format!(
+                "--env {k} and --metrics-dir both set {k}: give one"
+            ));
         }
         if k.starts_with("PINGUARD_") && vars::find(k).is_none() {
-            return Err(format!("--env {k}: pinguard has no such variable (a typo?)"));
+            return Err(format!(
+                "--env {k}: pinguard has no such variable (a typo?)"
+            ));
         }
         check_value(k, v)?;
     }
@@ -69,10 +83,14 @@ fn check_env(env: &[(String, String)], metrics: bool) -> Result<(), String> {
 /// `LD_PRELOAD` splits its list at spaces and colons, so such a path would preload pieces of it.
 fn check_container_path(p: &str) -> Result<(), String> {
     if !p.starts_with('/') || p.ends_with('/') {
-        return Err(format!("--container-path {p:?}: expected an absolute path to a file, such as {CONTAINER_PATH}"));
+        return Err(format!(
+            "--container-path {p:?}: expected an absolute path to a file, such as {CONTAINER_PATH}"
+        ));
     }
     if p.contains(|c: char| c == ':' || c.is_whitespace()) {
-        return Err(format!("--container-path {p:?}: LD_PRELOAD cannot hold a path with a colon or a space"));
+        return Err(format!(
+            "--container-path {p:?}: LD_PRELOAD cannot hold a path with a colon or a space"
+        ));
     }
     Ok(())
 }
@@ -81,12 +99,20 @@ fn check_container_path(p: &str) -> Result<(), String> {
 /// are kept, so a link the operator updates goes on pointing the spec at the new file.
 fn absolute(p: &Path) -> Result<String, String> {
     let a = std::path::absolute(p).map_err(|e| format!("{}: {e}", p.display()))?;
-    a.to_str().map(str::to_string).ok_or_else(|| format!("{}: not a UTF-8 path, which a CDI spec cannot hold", a.display()))
+    a.to_str().map(str::to_string).ok_or_else(|| {
+        format!(
+            "{}: not a UTF-8 path, which a CDI spec cannot hold",
+            a.display()
+        )
+    })
 }
 
 fn metrics_dir(d: &Path) -> Result<String, String> {
     if !d.is_dir() {
-        return Err(format!("--metrics-dir {}: no such directory (node_exporter's textfile folder on this host)", d.display()));
+        return Err(format!(
+            "--metrics-dir {}: no such directory (node_exporter's textfile folder on this host)",
+            d.display()
+        ));
     }
     absolute(d)
 }
@@ -105,7 +131,11 @@ pub fn spec(o: &Options) -> Result<Value, String> {
     })];
     if let Some(d) = &o.metrics_dir {
         let dir = metrics_dir(d)?;
-        env.push(format!("{}={}/{METRICS_FILE}", vars::METRICS.name, dir.trim_end_matches('/')));
+        env.push(format!(
+            "{}={}/{METRICS_FILE}",
+            vars::METRICS.name,
+            dir.trim_end_matches('/')
+        ));
         mounts.push(json!({
             "hostPath": dir,
             "containerPath": dir,
@@ -130,7 +160,9 @@ pub fn write(text: &str, output: Option<&Path>) -> Result<(), String> {
         return Ok(());
     };
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
-    let name = path.file_name().ok_or_else(|| format!("{}: names a directory, not a file", path.display()))?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("{}: names a directory, not a file", path.display()))?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
     tmp_name.push(format!(".tmp.{}", std::process::id()));

@@ -36,7 +36,13 @@ fn size(n: u64) -> String {
 fn peak_violations(m: &Merged, max: u64) -> Vec<String> {
     let mut v = Vec::new();
     let mut seen = std::collections::HashSet::new();
-    let over: Vec<_> = m.per_process.iter().filter(|p| p.totals.peak_live_bytes > max && seen.insert((&p.hostname, p.pid, p.start_unix_ms))).collect();
+    let over: Vec<_> = m
+        .per_process
+        .iter()
+        .filter(|p| {
+            p.totals.peak_live_bytes > max && seen.insert((&p.hostname, p.pid, p.start_unix_ms))
+        })
+        .collect();
     for p in over.iter().take(MAX_NAMED) {
         v.push(format!(
             "pinguard check: pid {} ({}) peaked at {} pinned bytes, over --max-peak {}",
@@ -47,9 +53,22 @@ fn peak_violations(m: &Merged, max: u64) -> Vec<String> {
         ));
     }
     if over.len() > MAX_NAMED {
-        v.push(format!("pinguard check: ... and {} over --max-peak {}", count((over.len() - MAX_NAMED) as u64, "more process", "more processes"), size(max)));
+        v.push(format!(
+            "pinguard check: ... and {} over --max-peak {}",
+            count(
+                (over.len() - MAX_NAMED) as u64,
+                "more process",
+                "more processes"
+            ),
+            size(max)
+        ));
     }
-    let single = m.per_process.iter().map(|p| p.totals.peak_live_bytes).max().unwrap_or(0);
+    let single = m
+        .per_process
+        .iter()
+        .map(|p| p.totals.peak_live_bytes)
+        .max()
+        .unwrap_or(0);
     let together = m.peak_over_time();
     if together.processes > 1 && together.bytes > max && together.bytes > single {
         v.push(format!(
@@ -73,7 +92,11 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
         }
         // A run with pinguard switched off checked nothing: passing it would be a false green.
         for r in m.runs.iter().filter(|r| r.unchecked()) {
-            let why = if r.disabled { "PINGUARD_DISABLE was set in the".to_string() } else { "pinguard could not be loaded into the command of the".to_string() };
+            let why = if r.disabled {
+                "PINGUARD_DISABLE was set in the".to_string()
+            } else {
+                "pinguard could not be loaded into the command of the".to_string()
+            };
             v.push(format!("pinguard check: {why} {}: no limit was in force (--allow-config-errors to pass anyway)", r.name()));
         }
     }
@@ -93,34 +116,72 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
     }
     if let Some(max) = l.max_denied {
         if t.denied_count > max {
-            v.push(format!("pinguard check: {} {} --max-denied {max}", count(t.denied_count, "denied call", "denied calls"), exceed(t.denied_count)));
+            v.push(format!(
+                "pinguard check: {} {} --max-denied {max}",
+                count(t.denied_count, "denied call", "denied calls"),
+                exceed(t.denied_count)
+            ));
         }
     }
     if let Some(max) = l.max_downgraded {
         if t.downgraded_count > max {
-            v.push(format!("pinguard check: {} {} --max-downgraded {max}", count(t.downgraded_count, "downgraded call", "downgraded calls"), exceed(t.downgraded_count)));
+            v.push(format!(
+                "pinguard check: {} {} --max-downgraded {max}",
+                count(t.downgraded_count, "downgraded call", "downgraded calls"),
+                exceed(t.downgraded_count)
+            ));
         }
     }
     if let Some(max) = l.max_over_budget {
         if t.over_budget_count > max {
-            v.push(format!("pinguard check: {} {} --max-over-budget {max}", count(t.over_budget_count, "call over the budget", "calls over the budget"), exceed(t.over_budget_count)));
+            v.push(format!(
+                "pinguard check: {} {} --max-over-budget {max}",
+                count(
+                    t.over_budget_count,
+                    "call over the budget",
+                    "calls over the budget"
+                ),
+                exceed(t.over_budget_count)
+            ));
         }
     }
     if let Some(max) = l.max_host_reserve {
         if t.host_reserve_count > max {
             let n = t.host_reserve_count;
-            v.push(format!("pinguard check: {} by the host reserve {} --max-host-reserve {max}", count(n, "call stopped", "calls stopped"), exceed(n)));
+            v.push(format!(
+                "pinguard check: {} by the host reserve {} --max-host-reserve {max}",
+                count(n, "call stopped", "calls stopped"),
+                exceed(n)
+            ));
         }
     }
     if let Some(max) = l.max_cgroup_reserve {
         let n = t.cgroup_reserve_count;
         if n > max {
-            v.push(format!("pinguard check: {} by the cgroup reserve {} --max-cgroup-reserve {max}", count(n, "call stopped", "calls stopped"), exceed(n)));
+            v.push(format!(
+                "pinguard check: {} by the cgroup reserve {} --max-cgroup-reserve {max}",
+                count(n, "call stopped", "calls stopped"),
+                exceed(n)
+            ));
         }
     }
-    let none = [l.max_live, l.max_peak, l.max_denied, l.max_downgraded, l.max_over_budget, l.max_host_reserve, l.max_cgroup_reserve].iter().all(Option::is_none);
+    let none = [
+        l.max_live,
+        l.max_peak,
+        l.max_denied,
+        l.max_downgraded,
+        l.max_over_budget,
+        l.max_host_reserve,
+        l.max_cgroup_reserve,
+    ]
+    .iter()
+    .all(Option::is_none);
     // Without a limit only the settings are checked: a leak passes, and the line says so.
-    let scope = if none { " (settings only: no --max-* limit was given)" } else { "" };
+    let scope = if none {
+        " (settings only: no --max-* limit was given)"
+    } else {
+        ""
+    };
     let runs = match m.runs.len() {
         0 => String::new(),
         n => format!("{}, ", count(n as u64, "run", "runs")),

@@ -27,10 +27,14 @@ pub fn parse_growth(s: &str) -> Result<Growth, String> {
     if let Some(p) = t.strip_suffix('%') {
         return match p.trim().parse::<f64>() {
             Ok(v) if v.is_finite() && v >= 0.0 => Ok(Growth::Percent(v)),
-            _ => Err(format!("{s:?} is not a percentage; expected N% such as 10%, or a size")),
+            _ => Err(format!(
+                "{s:?} is not a percentage; expected N% such as 10%, or a size"
+            )),
         };
     }
-    pinguard_report::units::parse_size(t).map(Growth::Bytes).map_err(|e| format!("{e}; expected {} or N%", pinguard_report::units::SIZE_FORMS))
+    pinguard_report::units::parse_size(t)
+        .map(Growth::Bytes)
+        .map_err(|e| format!("{e}; expected {} or N%", pinguard_report::units::SIZE_FORMS))
 }
 
 impl Growth {
@@ -59,7 +63,15 @@ fn pairs<'a>(old: &'a Merged, new: &'a Merged) -> Vec<(Option<&'a Site>, Option<
     let mut keys: Vec<SiteKey> = olds.keys().chain(news.keys()).copied().collect();
     keys.sort();
     keys.dedup();
-    keys.into_iter().map(|k| (olds.get(&k).copied(), news.get(&k).copied(), names.remove(&k).unwrap_or_default())).collect()
+    keys.into_iter()
+        .map(|k| {
+            (
+                olds.get(&k).copied(),
+                news.get(&k).copied(),
+                names.remove(&k).unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// The callsite named as `pairs` says, with how many processes share it.
@@ -73,7 +85,10 @@ pub fn growth_violations(old: &Merged, new: &Merged, limit: Growth) -> Vec<Strin
     let mut v = Vec::new();
     for (o, n, name) in pairs(old, new) {
         let (os, ns) = (o.unwrap_or(&empty), n.unwrap_or(&empty));
-        for (what, a, b) in [("live", os.live_bytes, ns.live_bytes), ("peak", os.peak_live_bytes, ns.peak_live_bytes)] {
+        for (what, a, b) in [
+            ("live", os.live_bytes, ns.live_bytes),
+            ("peak", os.peak_live_bytes, ns.peak_live_bytes),
+        ] {
             if b > a && limit.exceeded(a, b - a) {
                 let site = if n.is_some() { ns } else { os };
                 v.push(format!(
@@ -113,7 +128,11 @@ pub fn render(old: &Merged, new: &Merged) -> String {
             dp,
             vec![
                 signed(dl),
-                format!("{} -> {}", format_bytes(os.live_bytes), format_bytes(ns.live_bytes)),
+                format!(
+                    "{} -> {}",
+                    format_bytes(os.live_bytes),
+                    format_bytes(ns.live_bytes)
+                ),
                 signed(dp),
                 status.to_string(),
                 named(site, name),
@@ -125,7 +144,15 @@ pub fn render(old: &Merged, new: &Merged) -> String {
     if rows.is_empty() {
         s.push_str("No callsite changed its live or peak pinned bytes.\n");
     } else {
-        let mut t = vec![["LIVE CHANGE", "LIVE (OLD -> NEW)", "PEAK CHANGE", "", "CALLSITE"].map(String::from).to_vec()];
+        let mut t = vec![[
+            "LIVE CHANGE",
+            "LIVE (OLD -> NEW)",
+            "PEAK CHANGE",
+            "",
+            "CALLSITE",
+        ]
+        .map(String::from)
+        .to_vec()];
         t.extend(rows.into_iter().map(|r| r.2));
         s.push_str(&table(&t, &[true, true, true, false, false]));
     }

@@ -73,7 +73,18 @@ pub fn read(path: &str) -> Option<String> {
 }
 
 pub fn meminfo_kb(key: &str) -> Option<u64> {
-    read("/proc/meminfo")?.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()).map(|k| k * 1024)
+    read("/proc/meminfo")?
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(key)?
+                .strip_prefix(':')?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|k| k * 1024)
 }
 
 /// The cgroup's usage now, as the kernel counts it.
@@ -90,7 +101,11 @@ fn cgroup_facts(place: Place) -> CgroupFacts {
     let (kernel_memory_accounted, kernel_memory_source) = kmem(&place);
     CgroupFacts {
         usage_file: format!("{}/{}", place.dir, place.version.usage_file()),
-        reclaimable_file: format!("{}/memory.stat {}", place.dir, place.version.reclaimable_key()),
+        reclaimable_file: format!(
+            "{}/memory.stat {}",
+            place.dir,
+            place.version.reclaimable_key()
+        ),
         limit_bytes: tight.as_ref().map(|t| t.0),
         limit_dir: tight.map(|t| t.1),
         levels,
@@ -117,13 +132,19 @@ fn kmem(place: &Place) -> (Option<bool>, String) {
 }
 
 fn rlimit_memlock() -> Rlimit {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `r` is a valid rlimit for getrlimit to fill.
     if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 {
         return Rlimit::default();
     }
     let b = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
-    Rlimit { soft_bytes: b(r.rlim_cur), hard_bytes: b(r.rlim_max) }
+    Rlimit {
+        soft_bytes: b(r.rlim_cur),
+        hard_bytes: b(r.rlim_max),
+    }
 }
 
 /// The library's own message for a value it would reject, from the variable's registry parser
@@ -145,7 +166,11 @@ fn settings() -> Vec<Setting> {
     let mut out: Vec<Setting> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
         .filter(|(k, _)| k.starts_with("PINGUARD_"))
-        .map(|(name, value)| Setting { error: setting_error(&name, &value), name, value })
+        .map(|(name, value)| Setting {
+            error: setting_error(&name, &value),
+            name,
+            value,
+        })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -179,7 +204,13 @@ pub fn examine(probe_size: Option<u64>) -> Findings {
 /// or there is no limit; 2: could not tell.
 fn verdict(f: &Findings) -> (String, u8) {
     let Some(c) = &f.cgroup else {
-        return (format!("could not tell: {}", f.cgroup_error.as_deref().unwrap_or("no cgroup")), 2);
+        return (
+            format!(
+                "could not tell: {}",
+                f.cgroup_error.as_deref().unwrap_or("no cgroup")
+            ),
+            2,
+        );
     };
     let Some(limit) = c.limit_bytes else {
         return ("not contained: no memory limit on this cgroup's path; pinned memory is bounded only by the host".into(), 1);
@@ -187,16 +218,37 @@ fn verdict(f: &Findings) -> (String, u8) {
     let Some(probes) = &f.probes else {
         return (format!("a limit of {} holds this cgroup; which pinning paths it counts is measured with --probe", format_bytes(limit)), 2);
     };
-    let escaping: Vec<&str> = probes.iter().filter(|p| p.counted == Some(false)).map(|p| p.path).collect();
-    let counted: Vec<&str> = probes.iter().filter(|p| p.counted == Some(true)).map(|p| p.path).collect();
+    let escaping: Vec<&str> = probes
+        .iter()
+        .filter(|p| p.counted == Some(false))
+        .map(|p| p.path)
+        .collect();
+    let counted: Vec<&str> = probes
+        .iter()
+        .filter(|p| p.counted == Some(true))
+        .map(|p| p.path)
+        .collect();
     if !escaping.is_empty() {
         let what = escaping.join(", ");
-        return (format!("not contained: {what} pinned memory outside the limit of {}", format_bytes(limit)), 1);
+        return (
+            format!(
+                "not contained: {what} pinned memory outside the limit of {}",
+                format_bytes(limit)
+            ),
+            1,
+        );
     }
     if counted.is_empty() {
         return ("could not tell: no pinning path could be probed".into(), 2);
     }
-    (format!("contained: the limit of {} counts {}", format_bytes(limit), counted.join(", ")), 0)
+    (
+        format!(
+            "contained: the limit of {} counts {}",
+            format_bytes(limit),
+            counted.join(", ")
+        ),
+        0,
+    )
 }
 
 fn opt_bytes(v: Option<u64>) -> String {
@@ -208,13 +260,35 @@ fn cgroup_lines(s: &mut String, c: &CgroupFacts) {
         Version::V1 => "v1",
         Version::V2 => "v2",
     };
-    s.push_str(&format!("cgroup:      {v}, memory group {} at {} (/proc/self/cgroup, /proc/self/mountinfo)\n", c.place.path, c.place.dir));
+    s.push_str(&format!(
+        "cgroup:      {v}, memory group {} at {} (/proc/self/cgroup, /proc/self/mountinfo)\n",
+        c.place.path, c.place.dir
+    ));
     match (&c.limit_bytes, &c.limit_dir) {
-        (Some(b), Some(d)) => s.push_str(&format!("limit:       {} ({d}/{}, the tightest of {} levels up to {})\n", format_bytes(*b), c.place.version.limit_file(), c.levels.len(), c.place.mount)),
-        _ => s.push_str(&format!("limit:       none ({} on {} levels up to {})\n", c.place.version.limit_file(), c.levels.len(), c.place.mount)),
+        (Some(b), Some(d)) => s.push_str(&format!(
+            "limit:       {} ({d}/{}, the tightest of {} levels up to {})\n",
+            format_bytes(*b),
+            c.place.version.limit_file(),
+            c.levels.len(),
+            c.place.mount
+        )),
+        _ => s.push_str(&format!(
+            "limit:       none ({} on {} levels up to {})\n",
+            c.place.version.limit_file(),
+            c.levels.len(),
+            c.place.mount
+        )),
     }
-    s.push_str(&format!("usage:       {} ({})\n", opt_bytes(c.usage_bytes), c.usage_file));
-    s.push_str(&format!("reclaimable: {} ({})\n", opt_bytes(c.reclaimable_bytes), c.reclaimable_file));
+    s.push_str(&format!(
+        "usage:       {} ({})\n",
+        opt_bytes(c.usage_bytes),
+        c.usage_file
+    ));
+    s.push_str(&format!(
+        "reclaimable: {} ({})\n",
+        opt_bytes(c.reclaimable_bytes),
+        c.reclaimable_file
+    ));
     if let Some(h) = c.headroom_bytes {
         s.push_str(&format!("headroom:    {} (limit - usage + reclaimable, the least over the limited levels: what this cgroup can still take before its OOM killer)\n", format_bytes(h)));
     }
@@ -223,17 +297,27 @@ fn cgroup_lines(s: &mut String, c: &CgroupFacts) {
         Some(false) => "no",
         None => "no (not kept by this kernel)",
     };
-    s.push_str(&format!("kernel memory accounted: {k} ({})\n", c.kernel_memory_source));
+    s.push_str(&format!(
+        "kernel memory accounted: {k} ({})\n",
+        c.kernel_memory_source
+    ));
 }
 
 pub fn render(f: &Findings) -> String {
     let mut s = String::from("pinguard doctor: will pinned memory be contained here?\n\n");
     match &f.cgroup {
         Some(c) => cgroup_lines(&mut s, c),
-        None => s.push_str(&format!("cgroup:      unknown: {}\n", f.cgroup_error.as_deref().unwrap_or(""))),
+        None => s.push_str(&format!(
+            "cgroup:      unknown: {}\n",
+            f.cgroup_error.as_deref().unwrap_or("")
+        )),
     }
     let lim = |v: Option<u64>| v.map(format_bytes).unwrap_or_else(|| "unlimited".into());
-    s.push_str(&format!("RLIMIT_MEMLOCK: {} soft, {} hard (getrlimit)\n", lim(f.rlimit_memlock.soft_bytes), lim(f.rlimit_memlock.hard_bytes)));
+    s.push_str(&format!(
+        "RLIMIT_MEMLOCK: {} soft, {} hard (getrlimit)\n",
+        lim(f.rlimit_memlock.soft_bytes),
+        lim(f.rlimit_memlock.hard_bytes)
+    ));
     let h = &f.host;
     s.push_str(&format!(
         "host:        MemTotal {}, MemAvailable {}, Mlocked {}, Unevictable {} (/proc/meminfo; inside a container these are the host's)\n",

@@ -32,7 +32,14 @@ type Release = Box<dyn FnOnce()>;
 type Pin = dyn Fn(u64) -> Result<Release, String>;
 
 fn not_probed(path: &'static str, bytes: u64, why: String) -> Probe {
-    Probe { path, bytes, usage_delta_bytes: None, available_drop_bytes: None, counted: None, note: Some(why) }
+    Probe {
+        path,
+        bytes,
+        usage_delta_bytes: None,
+        available_drop_bytes: None,
+        counted: None,
+        note: Some(why),
+    }
 }
 
 fn median(mut v: Vec<i64>) -> Option<i64> {
@@ -43,7 +50,9 @@ fn median(mut v: Vec<i64>) -> Option<i64> {
 /// How long the kernel takes to fold its per-CPU page counts into `/proc/meminfo`
 /// (`vm.stat_interval`, one second by default): the cgroup's own count is exact at once.
 fn meminfo_lag() -> std::time::Duration {
-    let secs = crate::doctor::read("/proc/sys/vm/stat_interval").and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(1);
+    let secs = crate::doctor::read("/proc/sys/vm/stat_interval")
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1);
     std::time::Duration::from_millis(secs.min(5) * 1000 + 200)
 }
 
@@ -73,7 +82,14 @@ fn measure(path: &'static str, place: Option<&Place>, bytes: u64, pin: &Pin) -> 
     }
     let usage_delta_bytes = median(used);
     let counted = usage_delta_bytes.map(|d| d >= (bytes as i64) * 3 / 4);
-    Probe { path, bytes, usage_delta_bytes, available_drop_bytes: median(avail), counted, note: None }
+    Probe {
+        path,
+        bytes,
+        usage_delta_bytes,
+        available_drop_bytes: median(avail),
+        counted,
+        note: None,
+    }
 }
 
 fn errno_text() -> String {
@@ -83,7 +99,16 @@ fn errno_text() -> String {
 /// Fresh anonymous memory, never touched: whatever charges it is the pinning call itself.
 fn anon(bytes: u64) -> Result<*mut c_void, String> {
     // SAFETY: a new private anonymous mapping; no existing memory is affected.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), bytes as usize, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            bytes as usize,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
         return Err(errno_text());
     }
@@ -134,28 +159,51 @@ type AclAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
 fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
     let Some(lib) = Lib::open(&[c"libcudart.so", c"libcudart.so.12", c"libcudart.so.11.0"]) else {
         let why = "not probed: no CUDA runtime (libcudart.so) loads here".to_string();
-        return vec![not_probed("cudaHostAlloc", bytes, why.clone()), not_probed("cudaHostRegister", bytes, why)];
+        return vec![
+            not_probed("cudaHostAlloc", bytes, why.clone()),
+            not_probed("cudaHostRegister", bytes, why),
+        ];
     };
     let syms = |a: &CStr, b: &CStr| Some((lib.sym(a)?, lib.sym(b)?));
     let mut out = Vec::new();
     match syms(c"cudaHostAlloc", c"cudaFreeHost") {
         Some((a, f)) => {
             // SAFETY: the CUDA runtime's own symbols, with their documented signatures.
-            let (alloc, free) = unsafe { (std::mem::transmute::<*mut c_void, Alloc>(a), std::mem::transmute::<*mut c_void, Free>(f)) };
+            let (alloc, free) = unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, Alloc>(a),
+                    std::mem::transmute::<*mut c_void, Free>(f),
+                )
+            };
             out.push(measure("cudaHostAlloc", place, bytes, &move |n| {
                 let mut p = std::ptr::null_mut();
                 // SAFETY: cudaHostAlloc writes the new pointer into `p`; flags 0 is the default.
                 let rc = unsafe { alloc(&mut p, n as usize, 0) };
                 // SAFETY: `p` came from cudaHostAlloc above and is freed once.
-                if rc == 0 { Ok(Box::new(move || unsafe { free(p); }) as Release) } else { Err(format!("cudaHostAlloc returned {rc}")) }
+                if rc == 0 {
+                    Ok(Box::new(move || unsafe {
+                        free(p);
+                    }) as Release)
+                } else {
+                    Err(format!("cudaHostAlloc returned {rc}"))
+                }
             }));
         }
-        None => out.push(not_probed("cudaHostAlloc", bytes, "not probed: libcudart.so has no cudaHostAlloc".into())),
+        None => out.push(not_probed(
+            "cudaHostAlloc",
+            bytes,
+            "not probed: libcudart.so has no cudaHostAlloc".into(),
+        )),
     }
     match syms(c"cudaHostRegister", c"cudaHostUnregister") {
         Some((r, u)) => {
             // SAFETY: the CUDA runtime's own symbols, with their documented signatures.
-            let (reg, unreg) = unsafe { (std::mem::transmute::<*mut c_void, Register>(r), std::mem::transmute::<*mut c_void, Free>(u)) };
+            let (reg, unreg) = unsafe {
+                (
+                    std::mem::transmute::<*mut c_void, Register>(r),
+                    std::mem::transmute::<*mut c_void, Free>(u),
+                )
+            };
             out.push(measure("cudaHostRegister", place, bytes, &move |n| {
                 let p = anon(n)?;
                 // SAFETY: `p` is our own mapping of `n` bytes, registered once and unregistered once.
@@ -165,62 +213,132 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                     return Err(format!("cudaHostRegister returned {rc}"));
                 }
                 // SAFETY: `p` was registered above.
-                Ok(Box::new(move || { unsafe { unreg(p) }; unmap(p, n); }) as Release)
+                Ok(Box::new(move || {
+                    unsafe { unreg(p) };
+                    unmap(p, n);
+                }) as Release)
             }));
         }
-        None => out.push(not_probed("cudaHostRegister", bytes, "not probed: libcudart.so has no cudaHostRegister".into())),
+        None => out.push(not_probed(
+            "cudaHostRegister",
+            bytes,
+            "not probed: libcudart.so has no cudaHostRegister".into(),
+        )),
     }
     out
 }
 
 fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
     let Some(lib) = Lib::open(&[c"libascendcl.so"]) else {
-        return not_probed("aclrtMallocHost", bytes, "not probed: no Ascend runtime (libascendcl.so) loads here".into());
+        return not_probed(
+            "aclrtMallocHost",
+            bytes,
+            "not probed: no Ascend runtime (libascendcl.so) loads here".into(),
+        );
     };
     let (Some(a), Some(f)) = (lib.sym(c"aclrtMallocHost"), lib.sym(c"aclrtFreeHost")) else {
-        return not_probed("aclrtMallocHost", bytes, "not probed: libascendcl.so has no aclrtMallocHost".into());
+        return not_probed(
+            "aclrtMallocHost",
+            bytes,
+            "not probed: libascendcl.so has no aclrtMallocHost".into(),
+        );
     };
     if let Some(init) = lib.sym(c"aclInit") {
         // SAFETY: aclInit(const char *config) with no configuration file; an error (already
         // initialised) leaves the runtime usable.
-        unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const i8) -> i32>(init)(std::ptr::null()) };
+        unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*const i8) -> i32>(init)(
+                std::ptr::null(),
+            )
+        };
     }
     // SAFETY: the Ascend runtime's own symbols, with their documented signatures.
-    let (alloc, free) = unsafe { (std::mem::transmute::<*mut c_void, AclAlloc>(a), std::mem::transmute::<*mut c_void, Free>(f)) };
+    let (alloc, free) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, AclAlloc>(a),
+            std::mem::transmute::<*mut c_void, Free>(f),
+        )
+    };
     measure("aclrtMallocHost", place, bytes, &move |n| {
         let mut p = std::ptr::null_mut();
         // SAFETY: aclrtMallocHost writes the new pointer into `p`.
         let rc = unsafe { alloc(&mut p, n as usize) };
         // SAFETY: `p` came from aclrtMallocHost above and is freed once.
-        if rc == 0 { Ok(Box::new(move || unsafe { free(p); }) as Release) } else { Err(format!("aclrtMallocHost returned {rc}")) }
+        if rc == 0 {
+            Ok(Box::new(move || unsafe {
+                free(p);
+            }) as Release)
+        } else {
+            Err(format!("aclrtMallocHost returned {rc}"))
+        }
     })
 }
 
 /// `hipHostMalloc` (AMD's HIP runtime): without a device it answers an error (5.2.3:
 /// `hipErrorInvalidDevice`, 101), said in the probe's note.
 fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
-    let Some(lib) = Lib::open(&[c"libamdhip64.so.7", c"libamdhip64.so.6", c"libamdhip64.so.5", c"libamdhip64.so"]) else {
-        return not_probed("hipHostMalloc", bytes, "not probed: no HIP runtime (libamdhip64.so) loads here".into());
+    let Some(lib) = Lib::open(&[
+        c"libamdhip64.so.7",
+        c"libamdhip64.so.6",
+        c"libamdhip64.so.5",
+        c"libamdhip64.so",
+    ]) else {
+        return not_probed(
+            "hipHostMalloc",
+            bytes,
+            "not probed: no HIP runtime (libamdhip64.so) loads here".into(),
+        );
     };
     let (Some(a), Some(f)) = (lib.sym(c"hipHostMalloc"), lib.sym(c"hipHostFree")) else {
-        return not_probed("hipHostMalloc", bytes, "not probed: libamdhip64.so has no hipHostMalloc".into());
+        return not_probed(
+            "hipHostMalloc",
+            bytes,
+            "not probed: libamdhip64.so has no hipHostMalloc".into(),
+        );
     };
     // SAFETY: the HIP runtime's own symbols, with their documented signatures.
-    let (alloc, free) = unsafe { (std::mem::transmute::<*mut c_void, Alloc>(a), std::mem::transmute::<*mut c_void, Free>(f)) };
+    let (alloc, free) = unsafe {
+        (
+            std::mem::transmute::<*mut c_void, Alloc>(a),
+            std::mem::transmute::<*mut c_void, Free>(f),
+        )
+    };
     measure("hipHostMalloc", place, bytes, &move |n| {
         let mut p = std::ptr::null_mut();
         // SAFETY: hipHostMalloc writes the new pointer into `p`; flags 0 is hipHostMallocDefault.
         let rc = unsafe { alloc(&mut p, n as usize, 0) };
         // SAFETY: `p` came from hipHostMalloc above and is freed once.
-        if rc == 0 { Ok(Box::new(move || unsafe { free(p); }) as Release) } else { Err(format!("hipHostMalloc returned {rc}")) }
+        if rc == 0 {
+            Ok(Box::new(move || unsafe {
+                free(p);
+            }) as Release)
+        } else {
+            Err(format!("hipHostMalloc returned {rc}"))
+        }
     })
 }
 
 /// Every path, unless the cgroup is too close to its limit for a probe to be harmless.
 pub fn run_all(cgroup: Option<&CgroupFacts>, bytes: u64) -> Vec<Probe> {
-    if let Some(h) = cgroup.and_then(|c| c.headroom_bytes).filter(|&h| h < 4 * bytes) {
-        let why = format!("not probed: the cgroup's headroom ({}) is below 4 times the probe ({})", format_bytes(h), format_bytes(bytes));
-        return ["mlock", "cudaHostAlloc", "cudaHostRegister", "aclrtMallocHost", "hipHostMalloc"].into_iter().map(|p| not_probed(p, bytes, why.clone())).collect();
+    if let Some(h) = cgroup
+        .and_then(|c| c.headroom_bytes)
+        .filter(|&h| h < 4 * bytes)
+    {
+        let why = format!(
+            "not probed: the cgroup's headroom ({}) is below 4 times the probe ({})",
+            format_bytes(h),
+            format_bytes(bytes)
+        );
+        return [
+            "mlock",
+            "cudaHostAlloc",
+            "cudaHostRegister",
+            "aclrtMallocHost",
+            "hipHostMalloc",
+        ]
+        .into_iter()
+        .map(|p| not_probed(p, bytes, why.clone()))
+        .collect();
     }
     let place = cgroup.map(|c| &c.place);
     let mut out = vec![measure("mlock", place, bytes, &pin_mlock)];
@@ -232,7 +350,11 @@ pub fn run_all(cgroup: Option<&CgroupFacts>, bytes: u64) -> Vec<Probe> {
 
 fn signed(v: i64) -> String {
     let s = format_bytes(v.unsigned_abs());
-    if v < 0 { format!("-{s}") } else { format!("+{s}") }
+    if v < 0 {
+        format!("-{s}")
+    } else {
+        format!("+{s}")
+    }
 }
 
 pub fn render(s: &mut String, probes: &[Probe]) {

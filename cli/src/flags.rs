@@ -34,13 +34,19 @@ impl Flag {
             Parse::Count { min, max, .. } => (min, max),
             _ => (0, 0),
         };
-        self.help.replace("{var}", self.var.name).replace("{min}", &min.to_string()).replace("{max}", &max.to_string())
+        self.help
+            .replace("{var}", self.var.name)
+            .replace("{min}", &min.to_string())
+            .replace("{max}", &max.to_string())
     }
 }
 
 /// The option that sets `var`, as `--help` names it.
 pub fn option_for(var: &str) -> Option<String> {
-    FLAGS.iter().find(|f| f.var.name == var).map(|f| format!("--{}", f.long))
+    FLAGS
+        .iter()
+        .find(|f| f.var.name == var)
+        .map(|f| format!("--{}", f.long))
 }
 
 /// A value as `var`'s parser takes it, unchanged (the library reads it again); for a choice of
@@ -51,7 +57,12 @@ pub struct ByRegistry(pub &'static Var);
 impl TypedValueParser for ByRegistry {
     type Value = String;
 
-    fn parse_ref(&self, cmd: &Command, arg: Option<&Arg>, value: &OsStr) -> Result<String, clap::Error> {
+    fn parse_ref(
+        &self,
+        cmd: &Command,
+        arg: Option<&Arg>,
+        value: &OsStr,
+    ) -> Result<String, clap::Error> {
         let var = self.0;
         // clap's own function parser: its message names the option and the value.
         (move |s: &str| var.check(s).map(|()| s.to_string())).parse_ref(cmd, arg, value)
@@ -71,7 +82,12 @@ pub struct VarOptions(pub Vec<(&'static str, String)>);
 
 impl clap::FromArgMatches for VarOptions {
     fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        Ok(VarOptions(FLAGS.iter().filter_map(|f| m.get_one::<String>(f.long).map(|v| (f.var.name, v.clone()))).collect()))
+        Ok(VarOptions(
+            FLAGS
+                .iter()
+                .filter_map(|f| m.get_one::<String>(f.long).map(|v| (f.var.name, v.clone())))
+                .collect(),
+        ))
     }
 
     fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
@@ -83,9 +99,17 @@ impl clap::FromArgMatches for VarOptions {
 impl clap::Args for VarOptions {
     fn augment_args(cmd: Command) -> Command {
         FLAGS.iter().fold(cmd, |cmd, f| {
-            let arg = Arg::new(f.long).long(f.long).value_name(f.value_name).help(f.help()).value_parser(ByRegistry(f.var));
+            let arg = Arg::new(f.long)
+                .long(f.long)
+                .value_name(f.value_name)
+                .help(f.help())
+                .value_parser(ByRegistry(f.var));
             // A size may be written `-1`: the parser's own message says why it is refused.
-            cmd.arg(if matches!(f.var.parse, Parse::Size(_)) { arg.allow_hyphen_values(true) } else { arg })
+            cmd.arg(if matches!(f.var.parse, Parse::Size(_)) {
+                arg.allow_hyphen_values(true)
+            } else {
+                arg
+            })
         })
     }
 
@@ -100,16 +124,35 @@ mod tests {
     use clap::{CommandFactory, Parser};
 
     fn run_command() -> Command {
-        crate::Cli::command().find_subcommand("run").expect("run").clone()
+        crate::Cli::command()
+            .find_subcommand("run")
+            .expect("run")
+            .clone()
     }
 
     #[test]
     fn every_flag_sets_a_variable_of_the_registry_once() {
         for (i, f) in FLAGS.iter().enumerate() {
             // A variable declared but left out of `ALL` is no variable the library reads.
-            assert!(vars::ALL.iter().any(|v| v.name == f.var.name), "--{}: {} is not in vars::ALL", f.long, f.var.name);
-            assert!(FLAGS[..i].iter().all(|g| g.var.name != f.var.name && g.long != f.long), "--{} twice", f.long);
-            assert!(f.help().contains(&format!("({})", f.var.name)) && !f.help().contains('{'), "--{}: {}", f.long, f.help());
+            assert!(
+                vars::ALL.iter().any(|v| v.name == f.var.name),
+                "--{}: {} is not in vars::ALL",
+                f.long,
+                f.var.name
+            );
+            assert!(
+                FLAGS[..i]
+                    .iter()
+                    .all(|g| g.var.name != f.var.name && g.long != f.long),
+                "--{} twice",
+                f.long
+            );
+            assert!(
+                f.help().contains(&format!("({})", f.var.name)) && !f.help().contains('{'),
+                "--{}: {}",
+                f.long,
+                f.help()
+            );
             assert_eq!(option_for(f.var.name), Some(format!("--{}", f.long)));
         }
     }
@@ -123,14 +166,25 @@ mod tests {
         for arg in run.get_arguments() {
             let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
             for (at, _) in help.match_indices("PINGUARD_") {
-                let name: String = help[at..].chars().take_while(|c| c.is_ascii_uppercase() || *c == '_').collect();
-                assert!(vars::find(&name).is_some(), "--{}: {name} is not a pinguard variable", arg.get_id());
+                let name: String = help[at..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                assert!(
+                    vars::find(&name).is_some(),
+                    "--{}: {name} is not a pinguard variable",
+                    arg.get_id()
+                );
                 named += 1;
             }
         }
         assert!(named >= FLAGS.len() + 3, "{named}");
         for f in &FLAGS {
-            assert!(run.get_arguments().any(|a| a.get_long() == Some(f.long)), "--{}", f.long);
+            assert!(
+                run.get_arguments().any(|a| a.get_long() == Some(f.long)),
+                "--{}",
+                f.long
+            );
         }
     }
 
@@ -138,28 +192,66 @@ mod tests {
     /// library falls back to: `run` refuses instead).
     #[test]
     fn a_bad_option_is_refused_in_the_librarys_words() {
-        let flags = FLAGS.iter().map(|f| (f.long, f.var)).chain([("group-budget", &vars::GROUP_BUDGET)]);
+        let flags = FLAGS
+            .iter()
+            .map(|f| (f.long, f.var))
+            .chain([("group-budget", &vars::GROUP_BUDGET)]);
         for (long, var) in flags {
             let bad = var.parse.bad_example().expect(long);
             let why = var.parse(Some(&bad)).expect_err(long);
-            let e = crate::Cli::try_parse_from(["pinguard", "run", &format!("--{long}"), &bad, "--", "true"]).err().expect(long);
+            let e = crate::Cli::try_parse_from([
+                "pinguard",
+                "run",
+                &format!("--{long}"),
+                &bad,
+                "--",
+                "true",
+            ])
+            .err()
+            .expect(long);
             assert_eq!(e.exit_code(), 2);
             let said = e.to_string();
             let env = var.rejected(Some(&bad), &why);
-            assert!(env.contains(&var.expected(&why)) && said.contains(&var.expected(&why)), "--{long} {bad}: {said}\n{env}");
+            assert!(
+                env.contains(&var.expected(&why)) && said.contains(&var.expected(&why)),
+                "--{long} {bad}: {said}\n{env}"
+            );
             let good = match var.parse {
                 Parse::Duration => "30s",
                 Parse::Signal => "USR2",
                 _ => var.default.unwrap_or("1"),
             };
-            assert!(crate::Cli::try_parse_from(["pinguard", "run", &format!("--{long}"), good, "--", "true"]).is_ok(), "--{long} {good}");
+            assert!(
+                crate::Cli::try_parse_from([
+                    "pinguard",
+                    "run",
+                    &format!("--{long}"),
+                    good,
+                    "--",
+                    "true"
+                ])
+                .is_ok(),
+                "--{long} {good}"
+            );
         }
     }
 
     #[test]
     fn values_pass_on_unchanged_under_their_variables() {
-        let cli = crate::Cli::try_parse_from(["pinguard", "run", "--depth", "4", "--policy", "Warn", "--budget", "10%", "--", "true"]).unwrap_or_else(|e| panic!("{e}"));
-        let crate::Cmd::Run { vars, .. } = cli.command else { panic!("not run") };
-        assert_eq!(vars.0, vec![("PINGUARD_BUDGET", "10%".to_string()), ("PINGUARD_POLICY", "Warn".to_string()), ("PINGUARD_DEPTH", "4".to_string())]);
+        let cli = crate::Cli::try_parse_from([
+            "pinguard", "run", "--depth", "4", "--policy", "Warn", "--budget", "10%", "--", "true",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
+        let crate::Cmd::Run { vars, .. } = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(
+            vars.0,
+            vec![
+                ("PINGUARD_BUDGET", "10%".to_string()),
+                ("PINGUARD_POLICY", "Warn".to_string()),
+                ("PINGUARD_DEPTH", "4".to_string())
+            ]
+        );
     }
 }

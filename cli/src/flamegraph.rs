@@ -23,9 +23,18 @@ pub fn name(f: &Frame) -> String {
 
 /// A frame of CPython itself (its evaluation loop and C API), where Python code called native code.
 fn in_interpreter(f: &Frame) -> bool {
-    let module = f.module.as_deref().map(crate::merge::basename).unwrap_or("");
+    let module = f
+        .module
+        .as_deref()
+        .map(crate::merge::basename)
+        .unwrap_or("");
     let symbol = f.symbol.as_deref().unwrap_or("");
-    module.starts_with("libpython") || module.starts_with("python") || symbol.starts_with("_PyEval_") || symbol.starts_with("PyObject_Call") || symbol.starts_with("_PyObject_") || symbol.starts_with("cfunction_")
+    module.starts_with("libpython")
+        || module.starts_with("python")
+        || symbol.starts_with("_PyEval_")
+        || symbol.starts_with("PyObject_Call")
+        || symbol.starts_with("_PyObject_")
+        || symbol.starts_with("cfunction_")
 }
 
 /// Folded stacks, root first, one line per callsite with a non-zero weight.
@@ -47,16 +56,31 @@ pub fn folded(m: &Merged, metric: Metric) -> Vec<String> {
 /// (`name [py]`), then the native code the innermost one called (the native frames up to the
 /// first one in the interpreter itself), then the entry points (`[cudaHostAlloc]`).
 pub fn stack(c: &Site) -> Vec<String> {
-    let mut parts: Vec<String> = c.py_frames.iter().rev().map(|f| format!("{} [py]", name(f))).collect();
+    let mut parts: Vec<String> = c
+        .py_frames
+        .iter()
+        .rev()
+        .map(|f| format!("{} [py]", name(f)))
+        .collect();
     parts.extend(native_frames(c).iter().rev().map(name));
-    parts.push(format!("[{}]", c.apis.iter().cloned().collect::<Vec<_>>().join(",")));
+    parts.push(format!(
+        "[{}]",
+        c.apis.iter().cloned().collect::<Vec<_>>().join(",")
+    ));
     parts
 }
 
 /// The native frames a flame graph shows, innermost first: all of them outside Python, else the
 /// ones the innermost Python frame called (up to the first in the interpreter).
 pub fn native_frames(c: &Site) -> &[Frame] {
-    let native = if c.py_frames.is_empty() { c.frames.len() } else { c.frames.iter().position(in_interpreter).unwrap_or(c.frames.len()) };
+    let native = if c.py_frames.is_empty() {
+        c.frames.len()
+    } else {
+        c.frames
+            .iter()
+            .position(in_interpreter)
+            .unwrap_or(c.frames.len())
+    };
     &c.frames[..native]
 }
 
@@ -85,11 +109,13 @@ pub fn render(m: &Merged, metric: Metric, out: &std::path::Path) -> Result<(), S
     // `-o -`: standard output, as every tool that takes an output file does.
     if out.as_os_str() == "-" {
         let mut svg = Vec::new();
-        inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg).map_err(|e| format!("standard output: {e}"))?;
+        inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), &mut svg)
+            .map_err(|e| format!("standard output: {e}"))?;
         crate::out::print(&String::from_utf8_lossy(&svg));
         return Ok(());
     }
     let file = std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?;
     let w = std::io::BufWriter::new(file);
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w).map_err(|e| format!("{}: {e}", out.display()))
+    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), w)
+        .map_err(|e| format!("{}: {e}", out.display()))
 }

@@ -30,16 +30,28 @@ pub fn expand(inputs: &[PathBuf]) -> (Vec<Input>, Vec<BadInput>) {
     let mut bad = Vec::new();
     for p in inputs {
         match std::fs::metadata(p) {
-            Err(e) => bad.push(BadInput { path: p.clone(), problem: io_problem(&e) }),
+            Err(e) => bad.push(BadInput {
+                path: p.clone(),
+                problem: io_problem(&e),
+            }),
             Ok(m) if m.is_dir() => {
                 let mut found = Vec::new();
                 walk(p, &mut found, &mut bad);
                 if found.is_empty() {
-                    bad.push(BadInput { path: p.clone(), problem: "no pinguard reports (*.json, *.state) in this directory".into() });
+                    bad.push(BadInput {
+                        path: p.clone(),
+                        problem: "no pinguard reports (*.json, *.state) in this directory".into(),
+                    });
                 }
-                files.extend(found.into_iter().map(|path| Input { path, scanned: true }));
+                files.extend(found.into_iter().map(|path| Input {
+                    path,
+                    scanned: true,
+                }));
             }
-            Ok(_) => files.push(Input { path: p.clone(), scanned: false }),
+            Ok(_) => files.push(Input {
+                path: p.clone(),
+                scanned: false,
+            }),
         }
     }
     (files, bad)
@@ -54,11 +66,15 @@ enum Unusable {
 }
 
 fn unusable(input: &Input, bytes: Option<&[u8]>, problem: String) -> Unusable {
-    let bad = BadInput { path: input.path.clone(), problem };
+    let bad = BadInput {
+        path: input.path.clone(),
+        problem,
+    };
     match bytes {
-        Some(b) if input.scanned && pinguard_report::foreign(b) => {
-            Unusable::Skipped(BadInput { path: bad.path, problem: "not a pinguard report; skipped".into() })
-        }
+        Some(b) if input.scanned && pinguard_report::foreign(b) => Unusable::Skipped(BadInput {
+            path: bad.path,
+            problem: "not a pinguard report; skipped".into(),
+        }),
         _ => Unusable::Bad(bad),
     }
 }
@@ -67,20 +83,28 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) => {
-            bad.push(BadInput { path: dir.to_path_buf(), problem: io_problem(&e) });
+            bad.push(BadInput {
+                path: dir.to_path_buf(),
+                problem: io_problem(&e),
+            });
             return;
         }
     };
     let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
     entries.sort();
     for p in entries {
-        let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if name.starts_with('.') {
             continue; // includes pinguard's own temporary files
         }
         if p.is_dir() {
             walk(&p, files, bad);
-        } else if name.ends_with(pinguard_report::state::SUFFIX) || (name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists()) {
+        } else if name.ends_with(pinguard_report::state::SUFFIX)
+            || (name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists())
+        {
             files.push(p);
         }
     }
@@ -104,20 +128,35 @@ fn io_problem(e: &std::io::Error) -> String {
 }
 
 pub fn load(path: &Path) -> Result<Report, BadInput> {
-    match load_input(&Input { path: path.to_path_buf(), scanned: false }) {
+    match load_input(&Input {
+        path: path.to_path_buf(),
+        scanned: false,
+    }) {
         Ok(Some(r)) => Ok(r),
-        Ok(None) => Err(BadInput { path: path.to_path_buf(), problem: "a run record, not a report".into() }),
+        Ok(None) => Err(BadInput {
+            path: path.to_path_buf(),
+            problem: "a run record, not a report".into(),
+        }),
         Err(Unusable::Skipped(b) | Unusable::Bad(b)) => Err(b),
     }
 }
 
 /// A report, or `None` for a run record (`crate::record`), which holds no figures.
 fn load_input(input: &Input) -> Result<Option<Report>, Unusable> {
-    let bytes = read(&input.path).map_err(|problem| Unusable::Bad(BadInput { path: input.path.clone(), problem }))?;
+    let bytes = read(&input.path).map_err(|problem| {
+        Unusable::Bad(BadInput {
+            path: input.path.clone(),
+            problem,
+        })
+    })?;
     if crate::record::is_record(&bytes) {
-        return crate::record::parse(&bytes).map(|_| None).map_err(|e| unusable(input, None, e));
+        return crate::record::parse(&bytes)
+            .map(|_| None)
+            .map_err(|e| unusable(input, None, e));
     }
-    Report::from_slice(&bytes).map(Some).map_err(|e| unusable(input, Some(&bytes), e.0))
+    Report::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| unusable(input, Some(&bytes), e.0))
 }
 
 /// A file's bytes as a report: a state file (`pinguard_report::state`) is read as the report of
@@ -127,7 +166,8 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
     if !pinguard_report::state::is_state(&bytes) {
         return Ok(named(bytes));
     }
-    let running = pinguard_report::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
+    let running =
+        pinguard_report::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
     let modified_ms = std::fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()
@@ -147,10 +187,15 @@ fn named(bytes: Vec<u8>) -> Vec<u8> {
         static OFFLINE: std::cell::RefCell<pinguard_report::symbols::Offline> = Default::default();
     }
     // Written by serde_json (the library), or by hand with a space.
-    if !["\"file\":null", "\"file\": null"].iter().any(|n| memchr::memmem::find(&bytes, n.as_bytes()).is_some()) {
+    if !["\"file\":null", "\"file\": null"]
+        .iter()
+        .any(|n| memchr::memmem::find(&bytes, n.as_bytes()).is_some())
+    {
         return bytes;
     }
-    let Ok(mut report) = Report::from_slice(&bytes) else { return bytes };
+    let Ok(mut report) = Report::from_slice(&bytes) else {
+        return bytes;
+    };
     if !OFFLINE.with(|o| o.borrow_mut().fill(&mut report)) {
         return bytes;
     }
@@ -160,8 +205,12 @@ fn named(bytes: Vec<u8>) -> Vec<u8> {
 /// Whether the process `pid` that started `ticks` clock ticks after boot still runs (here: in
 /// this pid namespace). A zombie has ended.
 fn runs(pid: u32, ticks: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-    let zombie = stat.rfind(')').is_some_and(|i| stat[i + 1..].split_ascii_whitespace().next() == Some("Z"));
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let zombie = stat
+        .rfind(')')
+        .is_some_and(|i| stat[i + 1..].split_ascii_whitespace().next() == Some("Z"));
     !zombie && pinguard_report::state::stat_start_ticks(&stat) == Some(ticks)
 }
 
@@ -191,7 +240,11 @@ pub fn parallel<T: Send>(
     }
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(files.len()).max(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(files.len())
+        .max(1);
     let results: Vec<Share<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
@@ -204,7 +257,8 @@ pub fn parallel<T: Send>(
                         }
                         let input = &files[i];
                         let r = match read(&input.path) {
-                            Ok(b) => each(&mut state, &input.path, &b).map_err(|problem| unusable(input, Some(&b), problem)),
+                            Ok(b) => each(&mut state, &input.path, &b)
+                                .map_err(|problem| unusable(input, Some(&b), problem)),
                             Err(problem) => Err(unusable(input, None, problem)),
                         };
                         match r {
@@ -221,7 +275,10 @@ pub fn parallel<T: Send>(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("a reader thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a reader thread panicked"))
+            .collect()
     });
     let mut errs: Vec<(usize, Unusable)> = Vec::new();
     let mut good = 0;
@@ -248,7 +305,10 @@ pub fn parallel<T: Send>(
         }
     }
     if good == 0 {
-        nothing_read(bad.is_empty() && files.is_empty(), keep_going || skipped > 0);
+        nothing_read(
+            bad.is_empty() && files.is_empty(),
+            keep_going || skipped > 0,
+        );
         return Err(());
     }
     Ok(states)
@@ -257,7 +317,11 @@ pub fn parallel<T: Send>(
 /// Loads every input, calling `each` per good report. Bad inputs are printed; without
 /// `keep_going` the first one stops everything (exit status 2), with it they are skipped as long
 /// as one report was read.
-pub fn for_each(inputs: &[PathBuf], keep_going: bool, mut each: impl FnMut(&Path, Report)) -> Result<usize, ()> {
+pub fn for_each(
+    inputs: &[PathBuf],
+    keep_going: bool,
+    mut each: impl FnMut(&Path, Report),
+) -> Result<usize, ()> {
     let (files, bad) = expand(inputs);
     let mut failed = false;
     for b in &bad {

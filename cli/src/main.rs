@@ -24,8 +24,8 @@ mod run;
 mod top;
 
 use clap::{Parser, Subcommand};
-use pinguard_report::vars;
 use pinguard_report::units;
+use pinguard_report::vars;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,11 +35,14 @@ const EXIT_ALL: &str = "Exit status:
   1  `check`: a limit was exceeded
   2  bad usage, or an input that is not a readable report
   `run` exits with its command's status (see `pinguard run --help`).";
-const EXIT_DIFF: &str = "Exit status: 0 success; 1 a callsite grew by more than --fail-on-growth (one line each); \
+const EXIT_DIFF: &str =
+    "Exit status: 0 success; 1 a callsite grew by more than --fail-on-growth (one line each); \
 2 bad usage, or an input that is not a readable report.";
-const EXIT_READ: &str = "Exit status: 0 success; 2 bad usage, or an input that is not a readable report \
+const EXIT_READ: &str =
+    "Exit status: 0 success; 2 bad usage, or an input that is not a readable report \
 (a file that a directory scan finds and that is not a pinguard report is skipped with a note).";
-const EXIT_CHECK: &str = "Exit status: 0 every limit holds; 1 a limit was exceeded (one line each); 2 bad usage, \
+const EXIT_CHECK: &str =
+    "Exit status: 0 every limit holds; 1 a limit was exceeded (one line each); 2 bad usage, \
 or an input that is not a readable report.";
 const EXIT_RUN: &str = "Exit status: the command's own; 128+N when signal N ended it; 126 when it is not executable, \
 127 when it does not exist; 2 when pinguard cannot run it (a bad option, no library, nowhere to write reports).";
@@ -67,11 +70,14 @@ fn count(s: &str) -> Result<u64, String> {
     if t.starts_with('-') {
         return Err("negative counts are not allowed".into());
     }
-    t.parse().map_err(|_| "expected a whole number of calls, such as 0 or 10".into())
+    t.parse()
+        .map_err(|_| "expected a whole number of calls, such as 0 or 10".into())
 }
 
 fn duration(s: &str) -> Result<String, String> {
-    units::parse_duration_ms(s).map(|_| s.to_string()).map_err(|e| format!("{e}; expected {}", units::DURATION_FORMS))
+    units::parse_duration_ms(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("{e}; expected {}", units::DURATION_FORMS))
 }
 
 #[derive(Subcommand)]
@@ -327,28 +333,84 @@ fn write_file(path: &PathBuf, text: &str) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Doctor { probe, probe_size, json } => {
+        Cmd::Doctor {
+            probe,
+            probe_size,
+            json,
+        } => {
             let f = doctor::examine(probe.then_some(probe_size));
             if json {
-                out::print(&format!("{}\n", serde_json::to_string_pretty(&f).unwrap_or_default()));
+                out::print(&format!(
+                    "{}\n",
+                    serde_json::to_string_pretty(&f).unwrap_or_default()
+                ));
             } else {
                 out::print(&doctor::render(&f));
             }
             ExitCode::from(f.exit_status)
         }
-        Cmd::Run { vars, group_budget, report, lib, cmd } => {
-            let code = run::run(run::Options { env: vars.0, report, group_budget, lib, cmd });
+        Cmd::Run {
+            vars,
+            group_budget,
+            report,
+            lib,
+            cmd,
+        } => {
+            let code = run::run(run::Options {
+                env: vars.0,
+                report,
+                group_budget,
+                lib,
+                cmd,
+            });
             ExitCode::from(code.clamp(0, 255) as u8)
         }
-        Cmd::Report { top, json, sort, keep_going, inputs } => {
-            let Ok(mut m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
+        Cmd::Report {
+            top,
+            json,
+            sort,
+            keep_going,
+            inputs,
+        } => {
+            let Ok(mut m) = merge::merge_inputs(&inputs, keep_going) else {
+                return ExitCode::from(2);
+            };
             report::order(&mut m, sort);
-            out::print(&if json { report::json(&m, top) } else { report::render(&m, top, sort) });
+            out::print(&if json {
+                report::json(&m, top)
+            } else {
+                report::render(&m, top, sort)
+            });
             ExitCode::SUCCESS
         }
-        Cmd::Check { max_live, max_peak, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, keep_going, allow_config_errors, inputs } => {
-            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
-            let (violations, summary) = check::evaluate(&m, &check::Limits { max_live, max_peak, max_denied, max_downgraded, max_over_budget, max_host_reserve, max_cgroup_reserve, allow_config_errors });
+        Cmd::Check {
+            max_live,
+            max_peak,
+            max_denied,
+            max_downgraded,
+            max_over_budget,
+            max_host_reserve,
+            max_cgroup_reserve,
+            keep_going,
+            allow_config_errors,
+            inputs,
+        } => {
+            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else {
+                return ExitCode::from(2);
+            };
+            let (violations, summary) = check::evaluate(
+                &m,
+                &check::Limits {
+                    max_live,
+                    max_peak,
+                    max_denied,
+                    max_downgraded,
+                    max_over_budget,
+                    max_host_reserve,
+                    max_cgroup_reserve,
+                    allow_config_errors,
+                },
+            );
             for v in &violations {
                 println!("{v}");
             }
@@ -359,16 +421,34 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-        Cmd::Diff { fail_on_growth, keep_going, old, new } => {
-            let Ok(a) = merge::merge_inputs(&[old], keep_going) else { return ExitCode::from(2) };
-            let Ok(b) = merge::merge_inputs(&[new], keep_going) else { return ExitCode::from(2) };
+        Cmd::Diff {
+            fail_on_growth,
+            keep_going,
+            old,
+            new,
+        } => {
+            let Ok(a) = merge::merge_inputs(&[old], keep_going) else {
+                return ExitCode::from(2);
+            };
+            let Ok(b) = merge::merge_inputs(&[new], keep_going) else {
+                return ExitCode::from(2);
+            };
             out::print(&diff::render(&a, &b));
-            let grew = fail_on_growth.map(|g| diff::growth_violations(&a, &b, g)).unwrap_or_default();
+            let grew = fail_on_growth
+                .map(|g| diff::growth_violations(&a, &b, g))
+                .unwrap_or_default();
             out::print(&grew.iter().map(|l| format!("{l}\n")).collect::<String>());
             ExitCode::from(u8::from(!grew.is_empty()))
         }
-        Cmd::Flamegraph { output, metric, keep_going, inputs } => {
-            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else { return ExitCode::from(2) };
+        Cmd::Flamegraph {
+            output,
+            metric,
+            keep_going,
+            inputs,
+        } => {
+            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else {
+                return ExitCode::from(2);
+            };
             match flamegraph::render(&m, metric, &output) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -377,9 +457,19 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Export { format, weight, output, keep_going, inputs } => {
-            let Ok(d) = export::load(&inputs, keep_going) else { return ExitCode::from(2) };
-            match export::render(&d, format, weight).and_then(|bytes| export::write(&bytes, &output)) {
+        Cmd::Export {
+            format,
+            weight,
+            output,
+            keep_going,
+            inputs,
+        } => {
+            let Ok(d) = export::load(&inputs, keep_going) else {
+                return ExitCode::from(2);
+            };
+            match export::render(&d, format, weight)
+                .and_then(|bytes| export::write(&bytes, &output))
+            {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("pinguard export: {e}");
@@ -387,11 +477,20 @@ fn main() -> ExitCode {
                 }
             }
         }
-        Cmd::Top { group, metrics, once, interval } => {
-            let every = std::time::Duration::from_millis(units::parse_duration_ms(&interval).unwrap_or(1000));
+        Cmd::Top {
+            group,
+            metrics,
+            once,
+            interval,
+        } => {
+            let every = std::time::Duration::from_millis(
+                units::parse_duration_ms(&interval).unwrap_or(1000),
+            );
             let source = match (&group, &metrics) {
                 (Some(g), _) if !pinguard_report::group::valid_name(g) => {
-                    eprintln!("pinguard top: {g:?} is not a group name (letters, digits, '.', '_', '-')");
+                    eprintln!(
+                        "pinguard top: {g:?} is not a group name (letters, digits, '.', '_', '-')"
+                    );
                     return ExitCode::from(2);
                 }
                 (Some(g), _) => top::Source::Group(g),
@@ -403,9 +502,20 @@ fn main() -> ExitCode {
             };
             ExitCode::from(top::run(source, once, every) as u8)
         }
-        Cmd::Cdi { output, lib, container_path, metrics_dir, env } => {
-            let written = cdi::spec(&cdi::Options { lib, container_path, metrics_dir, env })
-                .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));
+        Cmd::Cdi {
+            output,
+            lib,
+            container_path,
+            metrics_dir,
+            env,
+        } => {
+            let written = cdi::spec(&cdi::Options {
+                lib,
+                container_path,
+                metrics_dir,
+                env,
+            })
+            .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));
             match written {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -415,8 +525,17 @@ fn main() -> ExitCode {
             }
         }
         Cmd::MetricsPrune { dir } => ExitCode::from(prune::run(&dir) as u8),
-        Cmd::Plot { output, wall_clock, keep_going, inputs } => {
-            let axis = if wall_clock { plot::TimeAxis::WallClock } else { plot::TimeAxis::SinceStart };
+        Cmd::Plot {
+            output,
+            wall_clock,
+            keep_going,
+            inputs,
+        } => {
+            let axis = if wall_clock {
+                plot::TimeAxis::WallClock
+            } else {
+                plot::TimeAxis::SinceStart
+            };
             let mut series = Vec::new();
             if input::for_each(&inputs, keep_going, |_, r| series.push(plot::series(&r))).is_err() {
                 return ExitCode::from(2);

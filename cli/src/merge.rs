@@ -3,9 +3,9 @@
 
 use pinguard_report::view::{FrameView, ReportView};
 use pinguard_report::{Frame, Totals};
-use std::hash::{Hash, Hasher};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
 
 pub fn basename(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
@@ -53,7 +53,11 @@ pub fn name_of(site: &Site, name: Name) -> String {
     let frames = named_frames(site);
     let k = name.frames.clamp(1, frames.len().max(1));
     let mut parts: Vec<String> = Vec::with_capacity(SHOWN_CALLERS + 2);
-    parts.push(frames.first().map_or_else(|| "(no stack)".into(), frame_short));
+    parts.push(
+        frames
+            .first()
+            .map_or_else(|| "(no stack)".into(), frame_short),
+    );
     let from = if name.shorten && k > SHOWN_CALLERS + 1 {
         parts.push("...".into());
         k - SHOWN_CALLERS
@@ -96,7 +100,10 @@ pub fn labels<'a>(sites: impl IntoIterator<Item = &'a Site>) -> HashMap<SiteKey,
     let mut by_first: HashMap<u64, Vec<&Site>> = HashMap::new();
     let mut keys = std::collections::HashSet::new();
     for s in sites.into_iter().filter(|s| keys.insert(s.key)) {
-        by_first.entry(named_frames(s).first().map_or(0, frame_hash)).or_default().push(s);
+        by_first
+            .entry(named_frames(s).first().map_or(0, frame_hash))
+            .or_default()
+            .push(s);
     }
     let mut out = HashMap::new();
     for group in by_first.into_values().filter(|g| g.len() > 1) {
@@ -120,7 +127,10 @@ fn frame_hash(f: &Frame) -> u64 {
 /// Names for callsites that share their innermost frame: each up to the frame after the longest
 /// run of frames it shares with another (sorted, a callsite's nearest are its neighbours).
 fn distinguish(group: &[&Site]) -> Vec<(SiteKey, Name)> {
-    let mut seqs: Vec<(Vec<u64>, SiteKey)> = group.iter().map(|s| (named_frames(s).iter().map(frame_hash).collect(), s.key)).collect();
+    let mut seqs: Vec<(Vec<u64>, SiteKey)> = group
+        .iter()
+        .map(|s| (named_frames(s).iter().map(frame_hash).collect(), s.key))
+        .collect();
     seqs.sort();
     let common = |a: &[u64], b: &[u64]| a.iter().zip(b).take_while(|(x, y)| x == y).count();
     let mut named: Vec<(SiteKey, Name)> = Vec::with_capacity(seqs.len());
@@ -132,7 +142,9 @@ fn distinguish(group: &[&Site]) -> Vec<(SiteKey, Name)> {
         let k = (before.max(after) + 1).clamp(1, seq.len().max(1));
         let shorten = k > SHOWN_CALLERS + 1;
         if shorten {
-            *shown.entry((seq[0], &seq[k - SHOWN_CALLERS..k])).or_default() += 1;
+            *shown
+                .entry((seq[0], &seq[k - SHOWN_CALLERS..k]))
+                .or_default() += 1;
         }
         named.push((*key, Name { frames: k, shorten }));
     }
@@ -160,7 +172,11 @@ pub fn host_clause(m: &Merged) -> String {
     if let Some(c) = m.cgroup {
         s.push_str(&format!(
             ", {} by the cgroup reserve of {} (lowest headroom {})",
-            crate::out::count(m.totals.cgroup_reserve_count, "call stopped", "calls stopped"),
+            crate::out::count(
+                m.totals.cgroup_reserve_count,
+                "call stopped",
+                "calls stopped"
+            ),
             pinguard_report::units::format_bytes(c.reserve_bytes),
             pinguard_report::units::format_bytes(c.lowest_headroom_bytes)
         ));
@@ -170,7 +186,14 @@ pub fn host_clause(m: &Merged) -> String {
 
 /// The columns every callsite table ends with, after its size columns, and a row's cells for them:
 /// what the budgets did to the callsite's calls, who shares it, through what, and its name.
-pub const TAIL: [&str; 6] = ["DENIED", "DOWNGRADED", "OVER-BUDGET", "PROCS", "API", "CALLSITE"];
+pub const TAIL: [&str; 6] = [
+    "DENIED",
+    "DOWNGRADED",
+    "OVER-BUDGET",
+    "PROCS",
+    "API",
+    "CALLSITE",
+];
 
 pub fn tail_cells(c: &Site) -> Vec<String> {
     vec![
@@ -255,14 +278,22 @@ pub fn site_key(frames: &[FrameView<'_>], py_frames: &[FrameView<'_>]) -> SiteKe
 /// one line (the same Python frames over several native paths) each have their own peak, and
 /// nothing says whether they were held at the same time: their sum, but never more than the
 /// process's own peak, nor less than the largest of theirs (issue 34, item 4).
-fn site_peaks(r: &ReportView<'_>, keys: &[SiteKey]) -> HashMap<SiteKey, std::cell::Cell<Option<u64>>> {
+fn site_peaks(
+    r: &ReportView<'_>,
+    keys: &[SiteKey],
+) -> HashMap<SiteKey, std::cell::Cell<Option<u64>>> {
     let mut sums: HashMap<SiteKey, (u64, u64)> = HashMap::new();
     for (c, key) in r.callsites.iter().zip(keys) {
         let e = sums.entry(*key).or_default();
-        *e = (e.0.saturating_add(c.peak_live_bytes), e.1.max(c.peak_live_bytes));
+        *e = (
+            e.0.saturating_add(c.peak_live_bytes),
+            e.1.max(c.peak_live_bytes),
+        );
     }
     let process = r.totals.peak_live_bytes;
-    sums.into_iter().map(|(k, (sum, most))| (k, std::cell::Cell::new(Some(sum.min(process).max(most))))).collect()
+    sums.into_iter()
+        .map(|(k, (sum, most))| (k, std::cell::Cell::new(Some(sum.min(process).max(most)))))
+        .collect()
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -327,8 +358,17 @@ impl Site {
         self.downgraded_count += f.downgraded;
         self.over_budget_count += f.over_budget;
         let first = !std::mem::replace(&mut self.figured, true);
-        let sum = |a: Option<u64>, b: Option<u64>| if first { b } else { pinguard_report::add_known(a, b) };
-        (self.denied_bytes, self.downgraded_bytes) = (sum(self.denied_bytes, f.denied_bytes), sum(self.downgraded_bytes, f.downgraded_bytes));
+        let sum = |a: Option<u64>, b: Option<u64>| {
+            if first {
+                b
+            } else {
+                pinguard_report::add_known(a, b)
+            }
+        };
+        (self.denied_bytes, self.downgraded_bytes) = (
+            sum(self.denied_bytes, f.denied_bytes),
+            sum(self.downgraded_bytes, f.downgraded_bytes),
+        );
     }
 }
 
@@ -423,7 +463,9 @@ fn reduce(t: &[(u64, u64)]) -> Vec<(u64, u64)> {
     if t.len() <= MAX_POINTS {
         return t.to_vec();
     }
-    t.chunks(t.len().div_ceil(MAX_POINTS)).map(|c| (c[0].0, c.iter().map(|p| p.1).max().unwrap_or(0))).collect()
+    t.chunks(t.len().div_ceil(MAX_POINTS))
+        .map(|c| (c[0].0, c.iter().map(|p| p.1).max().unwrap_or(0)))
+        .collect()
 }
 
 /// A process's pinned bytes as steps `(unix_ms, change)`: its timeline, or its peak for the
@@ -455,7 +497,12 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn line(&self) -> String {
-        format!("pid {} ({}): {}", self.pid, basename(&self.exe), self.message)
+        format!(
+            "pid {} ({}): {}",
+            self.pid,
+            basename(&self.exe),
+            self.message
+        )
     }
 }
 
@@ -490,17 +537,29 @@ pub struct Merged {
 impl Merged {
     fn process_no(&mut self, host: &str, pid: u32, start: u64) -> u32 {
         let n = self.process_ids.len() as u32;
-        let no = *self.process_ids.entry((host.to_string(), pid, start)).or_insert(n);
+        let no = *self
+            .process_ids
+            .entry((host.to_string(), pid, start))
+            .or_insert(n);
         self.processes = self.process_ids.len();
         no
     }
 
-    fn site(&mut self, key: SiteKey, frames: impl FnOnce() -> (Vec<Frame>, Vec<Frame>)) -> &mut Site {
+    fn site(
+        &mut self,
+        key: SiteKey,
+        frames: impl FnOnce() -> (Vec<Frame>, Vec<Frame>),
+    ) -> &mut Site {
         let i = match self.index.get(&key) {
             Some(&i) => i,
             None => {
                 let (frames, py_frames) = frames();
-                self.callsites.push(Site { key, frames, py_frames, ..Site::default() });
+                self.callsites.push(Site {
+                    key,
+                    frames,
+                    py_frames,
+                    ..Site::default()
+                });
                 self.index.insert(key, self.callsites.len() - 1);
                 self.callsites.len() - 1
             }
@@ -518,12 +577,23 @@ impl Merged {
         let proc_no = self.process_no(&r.process.hostname, r.process.pid, r.process.start_unix_ms);
         self.totals.add(&r.totals);
         self.callsites_folded.add(&r.callsites_folded);
-        let host = r.host.as_ref().map(|h| HostLine { reserve_bytes: h.reserve_bytes, lowest_available_bytes: h.lowest_available_bytes });
+        let host = r.host.as_ref().map(|h| HostLine {
+            reserve_bytes: h.reserve_bytes,
+            lowest_available_bytes: h.lowest_available_bytes,
+        });
         self.host = HostLine::fold(self.host, host);
-        let cgroup = r.cgroup.as_ref().map(|c| CgroupLine { reserve_bytes: c.reserve_bytes, lowest_headroom_bytes: c.lowest_headroom_bytes });
+        let cgroup = r.cgroup.as_ref().map(|c| CgroupLine {
+            reserve_bytes: c.reserve_bytes,
+            lowest_headroom_bytes: c.lowest_headroom_bytes,
+        });
         self.cgroup = CgroupLine::fold(self.cgroup, cgroup);
         for message in &r.config.errors {
-            let e = ConfigError { pid: r.process.pid, hostname: r.process.hostname.to_string(), exe: r.process.exe.to_string(), message: message.clone() };
+            let e = ConfigError {
+                pid: r.process.pid,
+                hostname: r.process.hostname.to_string(),
+                exe: r.process.exe.to_string(),
+                message: message.clone(),
+            };
             // A process's interval snapshots and its exit report say the same thing once each.
             if !self.config_errors.contains(&e) {
                 self.config_errors.push(e);
@@ -542,11 +612,18 @@ impl Merged {
             write_unix_ms: r.process.write_unix_ms,
             timeline: reduce(&r.timeline),
         });
-        let keys: Vec<SiteKey> = r.callsites.iter().map(|c| site_key(&c.frames, &c.py_frames)).collect();
+        let keys: Vec<SiteKey> = r
+            .callsites
+            .iter()
+            .map(|c| site_key(&c.frames, &c.py_frames))
+            .collect();
         let peaks = site_peaks(r, &keys);
         for (c, &key) in r.callsites.iter().zip(&keys) {
             let s = self.site(key, || {
-                (c.frames.iter().map(FrameView::to_frame).collect(), c.py_frames.iter().map(FrameView::to_frame).collect())
+                (
+                    c.frames.iter().map(FrameView::to_frame).collect(),
+                    c.py_frames.iter().map(FrameView::to_frame).collect(),
+                )
             });
             for a in &c.apis {
                 if !s.apis.contains(a.as_ref()) {
@@ -614,7 +691,9 @@ impl Merged {
     fn latest_by_host(&self) -> std::collections::BTreeMap<&str, Vec<&ProcessLine>> {
         let mut latest: HashMap<(&str, u32, u64), &ProcessLine> = HashMap::new();
         for p in &self.per_process {
-            let e = latest.entry((p.hostname.as_str(), p.pid, p.start_unix_ms)).or_insert(p);
+            let e = latest
+                .entry((p.hostname.as_str(), p.pid, p.start_unix_ms))
+                .or_insert(p);
             if p.write_unix_ms > e.write_unix_ms {
                 *e = p;
             }
@@ -645,11 +724,20 @@ impl Merged {
                     high = high.max(live);
                 }
             }
-            let single = procs.iter().map(|p| p.totals.peak_live_bytes).max().unwrap_or(0);
+            let single = procs
+                .iter()
+                .map(|p| p.totals.peak_live_bytes)
+                .max()
+                .unwrap_or(0);
             let bytes = (high.max(0) as u64).max(single);
             if bytes > best.bytes || best.host.is_empty() {
                 let without_timeline = procs.iter().filter(|p| p.timeline.is_empty()).count();
-                best = PeakOverTime { bytes, host: host.to_string(), processes: procs.len(), without_timeline };
+                best = PeakOverTime {
+                    bytes,
+                    host: host.to_string(),
+                    processes: procs.len(),
+                    without_timeline,
+                };
             }
         }
         best
@@ -672,7 +760,12 @@ impl Merged {
             c.name = names.remove(&c.key).unwrap_or_default();
         }
         self.callsites.sort_by(|a, b| {
-            (b.live_bytes, b.peak_live_bytes, b.alloc_count, a.key).cmp(&(a.live_bytes, a.peak_live_bytes, a.alloc_count, b.key))
+            (b.live_bytes, b.peak_live_bytes, b.alloc_count, a.key).cmp(&(
+                a.live_bytes,
+                a.peak_live_bytes,
+                a.alloc_count,
+                b.key,
+            ))
         });
         self.per_process.sort_by(|a, b| a.path.cmp(&b.path));
         self.runs.sort_by_key(|r| (r.start_unix_ms, r.pid));
@@ -692,16 +785,21 @@ pub fn merge_inputs_with<T: Send>(
     keep_going: bool,
     each: impl Fn(&std::path::Path, &[u8], &ReportView<'_>) -> Result<T, String> + Sync,
 ) -> Result<(Merged, Vec<T>), ()> {
-    let parts = crate::input::parallel(inputs, keep_going, || (Merged::default(), Vec::new()), |(m, extra), path, bytes| {
-        if crate::record::is_record(bytes) {
-            m.runs.push(crate::record::parse(bytes)?);
-            return Ok(());
-        }
-        let view = ReportView::parse(bytes).map_err(|e| e.0)?;
-        extra.push(each(path, bytes, &view)?);
-        m.add(path, &view);
-        Ok(())
-    })?;
+    let parts = crate::input::parallel(
+        inputs,
+        keep_going,
+        || (Merged::default(), Vec::new()),
+        |(m, extra), path, bytes| {
+            if crate::record::is_record(bytes) {
+                m.runs.push(crate::record::parse(bytes)?);
+                return Ok(());
+            }
+            let view = ReportView::parse(bytes).map_err(|e| e.0)?;
+            extra.push(each(path, bytes, &view)?);
+            m.add(path, &view);
+            Ok(())
+        },
+    )?;
     let mut it = parts.into_iter();
     let (mut m, mut extras) = it.next().unwrap_or_default();
     for (p, e) in it {
@@ -733,9 +831,20 @@ mod tests {
     fn py_site(frames: &[(&str, u32)]) -> Site {
         let py: Vec<FrameView> = frames
             .iter()
-            .map(|&(f, l)| FrameView { addr: pinguard_report::Addr(0), module: None, offset: None, symbol: Some(f.into()), file: Some("/srv/serve.py".into()), line: Some(l) })
+            .map(|&(f, l)| FrameView {
+                addr: pinguard_report::Addr(0),
+                module: None,
+                offset: None,
+                symbol: Some(f.into()),
+                file: Some("/srv/serve.py".into()),
+                line: Some(l),
+            })
             .collect();
-        Site { key: site_key(&[], &py), py_frames: py.iter().map(FrameView::to_frame).collect(), ..Site::default() }
+        Site {
+            key: site_key(&[], &py),
+            py_frames: py.iter().map(FrameView::to_frame).collect(),
+            ..Site::default()
+        }
     }
 
     #[test]
@@ -745,27 +854,64 @@ mod tests {
             py_site(&[pin, ("load_weights", 12), ("main", 40)]),
             py_site(&[pin, ("fill_cache", 20), ("main", 41)]),
             // Apart only four callers out: the callers between are left out.
-            py_site(&[pin, ("pin_many", 30), ("batch", 33), ("epoch", 50), ("train", 60), ("main", 42)]),
-            py_site(&[pin, ("pin_many", 30), ("batch", 33), ("epoch", 50), ("evaluate", 70), ("main", 43)]),
+            py_site(&[
+                pin,
+                ("pin_many", 30),
+                ("batch", 33),
+                ("epoch", 50),
+                ("train", 60),
+                ("main", 42),
+            ]),
+            py_site(&[
+                pin,
+                ("pin_many", 30),
+                ("batch", 33),
+                ("epoch", 50),
+                ("evaluate", 70),
+                ("main", 43),
+            ]),
             // Its own innermost frame: that alone.
             py_site(&[("lock_key", 90), ("main", 44)]),
             // The same stack as the first, another run's copy: named once, the same.
             py_site(&[pin, ("load_weights", 12), ("main", 40)]),
         ];
         let names = labels(&sites);
-        let name = |i: usize| name_of(&sites[i], names.get(&sites[i].key).copied().unwrap_or_default());
-        assert_eq!(name(0), "cuda_pin (serve.py:7) <- load_weights (serve.py:12)");
+        let name = |i: usize| {
+            name_of(
+                &sites[i],
+                names.get(&sites[i].key).copied().unwrap_or_default(),
+            )
+        };
+        assert_eq!(
+            name(0),
+            "cuda_pin (serve.py:7) <- load_weights (serve.py:12)"
+        );
         assert_eq!(name(1), "cuda_pin (serve.py:7) <- fill_cache (serve.py:20)");
-        assert_eq!(name(2), "cuda_pin (serve.py:7) <- ... <- epoch (serve.py:50) <- train (serve.py:60)");
-        assert_eq!(name(3), "cuda_pin (serve.py:7) <- ... <- epoch (serve.py:50) <- evaluate (serve.py:70)");
+        assert_eq!(
+            name(2),
+            "cuda_pin (serve.py:7) <- ... <- epoch (serve.py:50) <- train (serve.py:60)"
+        );
+        assert_eq!(
+            name(3),
+            "cuda_pin (serve.py:7) <- ... <- epoch (serve.py:50) <- evaluate (serve.py:70)"
+        );
         assert_eq!(name(4), "lock_key (serve.py:90)");
         assert_eq!(name(5), name(0));
         // One stack a prefix of another (a recursion cut at PINGUARD_PY_DEPTH): the shorter is
         // named whole, the longer up to the frame the shorter lacks.
-        let cut = [py_site(&[pin, ("recurse", 3), ("recurse", 3)]), py_site(&[pin, ("recurse", 3)])];
+        let cut = [
+            py_site(&[pin, ("recurse", 3), ("recurse", 3)]),
+            py_site(&[pin, ("recurse", 3)]),
+        ];
         let names = labels(&cut);
-        assert_eq!(name_of(&cut[0], names[&cut[0].key]), "cuda_pin (serve.py:7) <- recurse (serve.py:3) <- recurse (serve.py:3)");
-        assert_eq!(name_of(&cut[1], names[&cut[1].key]), "cuda_pin (serve.py:7) <- recurse (serve.py:3)");
+        assert_eq!(
+            name_of(&cut[0], names[&cut[0].key]),
+            "cuda_pin (serve.py:7) <- recurse (serve.py:3) <- recurse (serve.py:3)"
+        );
+        assert_eq!(
+            name_of(&cut[1], names[&cut[1].key]),
+            "cuda_pin (serve.py:7) <- recurse (serve.py:3)"
+        );
     }
 
     #[test]
@@ -787,8 +933,14 @@ mod tests {
 
     #[test]
     fn demangles_rust_and_cpp() {
-        assert_eq!(demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"), "core::ptr::drop_in_place");
-        assert_eq!(demangle("_ZN2at6native10pin_memoryERKNS_6TensorE"), "at::native::pin_memory(at::Tensor const&)");
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(
+            demangle("_ZN2at6native10pin_memoryERKNS_6TensorE"),
+            "at::native::pin_memory(at::Tensor const&)"
+        );
         assert_eq!(demangle("main"), "main");
     }
 }

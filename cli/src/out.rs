@@ -10,7 +10,15 @@ pub fn print(text: &str) {
 /// Columns padded to their widest cell; `right` marks right-aligned columns.
 pub fn table(rows: &[Vec<String>], right: &[bool]) -> String {
     let cols = rows.iter().map(|r| r.len()).max().unwrap_or(0);
-    let widths: Vec<usize> = (0..cols).map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
     let mut s = String::new();
     for r in rows {
         let mut line = String::new();
@@ -48,6 +56,9 @@ mod tests {
     fn counts_take_the_noun_their_number_needs() {
         assert_eq!(super::count(1u64, "process", "processes"), "1 process");
         assert_eq!(super::count(0u64, "process", "processes"), "0 processes");
-        assert_eq!(super::count(2u32, "allocation", "allocations"), "2 allocations");
+        assert_eq!(
+            super::count(2u32, "allocation", "allocations"),
+            "2 allocations"
+        );
     }
 }

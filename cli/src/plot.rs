@@ -39,7 +39,10 @@ pub enum TimeAxis {
 }
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 /// `n × 10^p` written out from integers, so a label reads "0.3" and never "0.30000000000000004",
@@ -103,7 +106,12 @@ impl Ticks {
                 }
                 let count = (max_u / v).ceil() as u64;
                 if count <= MAX_STEPS {
-                    return Ticks { unit, unit_base, step, count };
+                    return Ticks {
+                        unit,
+                        unit_base,
+                        step,
+                        count,
+                    };
                 }
             }
             p += 1;
@@ -112,11 +120,27 @@ impl Ticks {
 
     /// Bytes in the binary unit of the axis top, so that steps are round in what the labels say.
     fn bytes(max: u64) -> Ticks {
-        const UNITS: [(&str, u32); 6] = [("B", 0), ("KiB", 10), ("MiB", 20), ("GiB", 30), ("TiB", 40), ("PiB", 50)];
+        const UNITS: [(&str, u32); 6] = [
+            ("B", 0),
+            ("KiB", 10),
+            ("MiB", 20),
+            ("GiB", 30),
+            ("TiB", 40),
+            ("PiB", 50),
+        ];
         let max = max.max(1);
-        let &(unit, shift) = UNITS.iter().rev().find(|&&(_, s)| max >> s > 0).unwrap_or(&UNITS[0]);
+        let &(unit, shift) = UNITS
+            .iter()
+            .rev()
+            .find(|&&(_, s)| max >> s > 0)
+            .unwrap_or(&UNITS[0]);
         // No fractions of a byte.
-        Ticks::nice(max as f64, unit, (1u64 << shift) as f64, if shift == 0 { 1.0 } else { 0.0 })
+        Ticks::nice(
+            max as f64,
+            unit,
+            (1u64 << shift) as f64,
+            if shift == 0 { 1.0 } else { 0.0 },
+        )
     }
 
     fn millis(span: u64) -> Ticks {
@@ -127,7 +151,12 @@ impl Ticks {
             600_001..=36_000_000 => ("min", 60_000),
             _ => ("h", 3_600_000),
         };
-        Ticks::nice(span as f64, unit, base as f64, if base == 1 { 1.0 } else { 0.0 })
+        Ticks::nice(
+            span as f64,
+            unit,
+            base as f64,
+            if base == 1 { 1.0 } else { 0.0 },
+        )
     }
 
     /// Base units at the `i`-th tick.
@@ -161,10 +190,17 @@ fn utc(ms: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
-const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
+const COLORS: [&str; 8] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+];
 
 const WIDTH: f64 = 900.0;
 const LEFT: f64 = 90.0;
@@ -189,14 +225,23 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
         TimeAxis::SinceStart => first(s),
         TimeAxis::WallClock => wall_origin,
     };
-    let span = drawn.iter().flat_map(|s| s.points.iter().map(|p| p.0.saturating_sub(origin(s)))).max().unwrap_or(0);
+    let span = drawn
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0.saturating_sub(origin(s))))
+        .max()
+        .unwrap_or(0);
     let budgets: Vec<u64> = {
         let mut b: Vec<u64> = all.iter().filter_map(|s| s.budget).collect();
         b.sort();
         b.dedup();
         b
     };
-    let ymax = drawn.iter().flat_map(|s| s.points.iter().map(|p| p.1).chain([s.peak])).chain(budgets.iter().copied()).max().unwrap_or(0);
+    let ymax = drawn
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1).chain([s.peak]))
+        .chain(budgets.iter().copied())
+        .max()
+        .unwrap_or(0);
     let (xt, yt) = (Ticks::millis(span), Ticks::bytes(ymax));
     let x = |ms: f64| LEFT + ms / xt.top() * (WIDTH - RIGHT - LEFT);
     let y = |v: f64| TOP + (1.0 - v / yt.top()) * (BOTTOM - TOP);
@@ -208,24 +253,61 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
     let total_h = LEGEND + LINE * all.len() as f64 - LINE + 12.0;
     let mut s = String::new();
     let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
-    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{total_h}" viewBox="0 0 {WIDTH} {total_h}" font-family="sans-serif" font-size="12">"#);
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{total_h}" viewBox="0 0 {WIDTH} {total_h}" font-family="sans-serif" font-size="12">"#
+    );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="{}" y="22" font-size="16" text-anchor="middle">Pinned memory over time</text>"#, WIDTH / 2.0);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="22" font-size="16" text-anchor="middle">Pinned memory over time</text>"#,
+        WIDTH / 2.0
+    );
     let (x0, x1) = (LEFT, WIDTH - RIGHT);
     for i in 0..=yt.count {
         let yy = y(yt.at(i));
-        let _ = writeln!(s, r##"<line x1="{x0}" y1="{yy:.1}" x2="{x1}" y2="{yy:.1}" stroke="#ddd"/><text class="ytick" x="{}" y="{:.1}" text-anchor="end">{}</text>"##, x0 - 6.0, yy + 4.0, yt.label(i));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x0}" y1="{yy:.1}" x2="{x1}" y2="{yy:.1}" stroke="#ddd"/><text class="ytick" x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
+            x0 - 6.0,
+            yy + 4.0,
+            yt.label(i)
+        );
     }
     for i in 0..=xt.count {
         let xx = x(xt.at(i));
-        let _ = writeln!(s, r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{BOTTOM}" stroke="#eee"/><text class="xtick" x="{xx:.1}" y="{}" text-anchor="middle">{}</text>"##, BOTTOM + 16.0, xt.label(i));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" y1="{TOP}" x2="{xx:.1}" y2="{BOTTOM}" stroke="#eee"/><text class="xtick" x="{xx:.1}" y="{}" text-anchor="middle">{}</text>"##,
+            BOTTOM + 16.0,
+            xt.label(i)
+        );
     }
-    let _ = writeln!(s, r#"<line x1="{x0}" y1="{BOTTOM}" x2="{x1}" y2="{BOTTOM}" stroke="black"/><line x1="{x0}" y1="{BOTTOM}" x2="{x0}" y2="{TOP}" stroke="black"/>"#);
-    let _ = writeln!(s, r#"<text class="xtitle" x="{}" y="{}" text-anchor="middle">{}</text>"#, (x0 + x1) / 2.0, BOTTOM + 36.0, esc(&x_title));
-    let _ = writeln!(s, r#"<text class="ytitle" transform="translate(16,{}) rotate(-90)" text-anchor="middle">pinned bytes</text>"#, (TOP + BOTTOM) / 2.0);
+    let _ = writeln!(
+        s,
+        r#"<line x1="{x0}" y1="{BOTTOM}" x2="{x1}" y2="{BOTTOM}" stroke="black"/><line x1="{x0}" y1="{BOTTOM}" x2="{x0}" y2="{TOP}" stroke="black"/>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text class="xtitle" x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        (x0 + x1) / 2.0,
+        BOTTOM + 36.0,
+        esc(&x_title)
+    );
+    let _ = writeln!(
+        s,
+        r#"<text class="ytitle" transform="translate(16,{}) rotate(-90)" text-anchor="middle">pinned bytes</text>"#,
+        (TOP + BOTTOM) / 2.0
+    );
     for b in &budgets {
         let yy = y(*b as f64);
-        let _ = writeln!(s, r##"<line x1="{x0}" y1="{yy:.1}" x2="{x1}" y2="{yy:.1}" stroke="#000" stroke-dasharray="6,4"/><text x="{:.1}" y="{:.1}" text-anchor="end">budget {}</text>"##, x1 - 4.0, yy - 4.0, format_bytes(*b));
+        let _ = writeln!(
+            s,
+            r##"<line x1="{x0}" y1="{yy:.1}" x2="{x1}" y2="{yy:.1}" stroke="#000" stroke-dasharray="6,4"/><text x="{:.1}" y="{:.1}" text-anchor="end">budget {}</text>"##,
+            x1 - 4.0,
+            yy - 4.0,
+            format_bytes(*b)
+        );
     }
     for (i, ser) in all.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
@@ -241,7 +323,11 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
                     let _ = write!(d, " H{px:.1} V{py:.1}");
                 }
             }
-            let _ = writeln!(s, r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"><title>{}</title></path>"#, esc(&ser.label));
+            let _ = writeln!(
+                s,
+                r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"><title>{}</title></path>"#,
+                esc(&ser.label)
+            );
             s.push_str(&peak_mark(ser, color, o, &x, &y));
         }
         let ly = LEGEND + LINE * i as f64;
@@ -249,7 +335,13 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
             0 => ser.label.clone(),
             p => format!("{}, peak {}", ser.label, format_bytes(p)),
         };
-        let _ = writeln!(s, r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#, ly - 4.0, LEFT + 20.0, esc(&label));
+        let _ = writeln!(
+            s,
+            r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#,
+            ly - 4.0,
+            LEFT + 20.0,
+            esc(&label)
+        );
     }
     let _ = writeln!(s, "</svg>");
     Ok(s)
@@ -257,14 +349,24 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
 
 /// A peak the timeline's points do not reach: a dotted line at its height across the process's
 /// time (when within it is not known), so that the plot's maximum is the report's peak.
-fn peak_mark(ser: &Series, color: &str, origin: u64, x: &dyn Fn(f64) -> f64, y: &dyn Fn(f64) -> f64) -> String {
+fn peak_mark(
+    ser: &Series,
+    color: &str,
+    origin: u64,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) -> String {
     let high = ser.points.iter().map(|p| p.1).max().unwrap_or(0);
     if ser.peak <= high {
         return String::new();
     }
     let first = ser.points.first().map_or(0, |p| p.0.saturating_sub(origin));
     let last = ser.points.last().map_or(0, |p| p.0.saturating_sub(origin));
-    let (x0, x1, yy) = (x(first as f64), x(last as f64).max(x(first as f64) + 4.0), y(ser.peak as f64));
+    let (x0, x1, yy) = (
+        x(first as f64),
+        x(last as f64).max(x(first as f64) + 4.0),
+        y(ser.peak as f64),
+    );
     format!(
         "<line class=\"peak\" x1=\"{x0:.1}\" y1=\"{yy:.1}\" x2=\"{x1:.1}\" y2=\"{yy:.1}\" stroke=\"{color}\" stroke-width=\"1.5\" stroke-dasharray=\"1,3\"><title>{}: peak {} (between two timeline points, less than a millisecond long)</title></line>\n",
         esc(&ser.label),
@@ -298,12 +400,21 @@ mod tests {
     fn bytes_ticks_are_round_in_the_unit_shown() {
         // The issue's axis: 5.28 MiB gave 1.76/3.52/5.28 MiB.
         let t = Ticks::bytes(5_536_481);
-        assert_eq!(labels(&t), ["0", "1 MiB", "2 MiB", "3 MiB", "4 MiB", "5 MiB", "6 MiB"]);
+        assert_eq!(
+            labels(&t),
+            ["0", "1 MiB", "2 MiB", "3 MiB", "4 MiB", "5 MiB", "6 MiB"]
+        );
         assert_eq!(t.top(), (6 * MIB) as f64);
         let t = Ticks::bytes(14 * GIB);
-        assert_eq!(labels(&t), ["0", "2.5 GiB", "5 GiB", "7.5 GiB", "10 GiB", "12.5 GiB", "15 GiB"]);
+        assert_eq!(
+            labels(&t),
+            ["0", "2.5 GiB", "5 GiB", "7.5 GiB", "10 GiB", "12.5 GiB", "15 GiB"]
+        );
         let t = Ticks::bytes(900 << 10);
-        assert_eq!(labels(&t), ["0", "200 KiB", "400 KiB", "600 KiB", "800 KiB", "1000 KiB"]);
+        assert_eq!(
+            labels(&t),
+            ["0", "200 KiB", "400 KiB", "600 KiB", "800 KiB", "1000 KiB"]
+        );
         // No fractional bytes even for a tiny axis.
         assert_eq!(labels(&Ticks::bytes(3)), ["0", "1 B", "2 B", "3 B"]);
         assert_eq!(labels(&Ticks::bytes(0)), ["0", "1 B"]);
@@ -316,11 +427,23 @@ mod tests {
         // The issue's axis: 1.5 s had a tick at "0.3 s".
         let t = Ticks::millis(1500);
         let l = labels(&t);
-        assert_eq!(l, ["0", "0.25 s", "0.5 s", "0.75 s", "1 s", "1.25 s", "1.5 s"]);
+        assert_eq!(
+            l,
+            ["0", "0.25 s", "0.5 s", "0.75 s", "1 s", "1.25 s", "1.5 s"]
+        );
         assert!(!l.iter().any(|s| s == "0.3 s"));
-        assert_eq!(labels(&Ticks::millis(400)), ["0", "100 ms", "200 ms", "300 ms", "400 ms"]);
-        assert_eq!(labels(&Ticks::millis(30 * 60_000)), ["0", "5 min", "10 min", "15 min", "20 min", "25 min", "30 min"]);
-        assert_eq!(labels(&Ticks::millis(20 * 3_600_000)), ["0", "5 h", "10 h", "15 h", "20 h"]);
+        assert_eq!(
+            labels(&Ticks::millis(400)),
+            ["0", "100 ms", "200 ms", "300 ms", "400 ms"]
+        );
+        assert_eq!(
+            labels(&Ticks::millis(30 * 60_000)),
+            ["0", "5 min", "10 min", "15 min", "20 min", "25 min", "30 min"]
+        );
+        assert_eq!(
+            labels(&Ticks::millis(20 * 3_600_000)),
+            ["0", "5 h", "10 h", "15 h", "20 h"]
+        );
         assert_eq!(labels(&Ticks::millis(0)), ["0", "1 ms"]);
     }
 
@@ -335,21 +458,34 @@ mod tests {
             maxima.push(v as u64);
             v *= 1.0 + std::f64::consts::PI / 10.0;
         }
-        maxima.extend([1023, 1024, 1025, 999, 1000, 1001, 600_000, 600_001, 36_000_000, 36_000_001]);
+        maxima.extend([
+            1023, 1024, 1025, 999, 1000, 1001, 600_000, 600_001, 36_000_000, 36_000_001,
+        ]);
         for &max in &maxima {
             for (t, what) in [(Ticks::bytes(max), "bytes"), (Ticks::millis(max), "ms")] {
                 let ctx = format!("{what} max {max}: {t:?}");
                 assert!([1, 2, 25, 5].contains(&t.step.m), "{ctx}");
-                assert!(t.count <= MAX_STEPS && (t.count >= 4 || max <= MAX_STEPS), "{ctx}");
-                assert!(t.top() >= max as f64 * (1.0 - 1e-9) && t.at(t.count - 1) < max as f64, "{ctx}");
+                assert!(
+                    t.count <= MAX_STEPS && (t.count >= 4 || max <= MAX_STEPS),
+                    "{ctx}"
+                );
+                assert!(
+                    t.top() >= max as f64 * (1.0 - 1e-9) && t.at(t.count - 1) < max as f64,
+                    "{ctx}"
+                );
                 for i in 1..=t.count {
                     let l = t.label(i);
-                    let num = l.strip_suffix(&format!(" {}", t.unit)).unwrap_or_else(|| panic!("{ctx}: {l}"));
+                    let num = l
+                        .strip_suffix(&format!(" {}", t.unit))
+                        .unwrap_or_else(|| panic!("{ctx}: {l}"));
                     let decimals = num.split_once('.').map_or(0, |(_, f)| f.len());
                     assert!(decimals <= 3, "{ctx}: {l}");
                     let shown: f64 = num.parse().unwrap();
                     let drawn = t.at(i) / t.unit_base;
-                    assert!((shown - drawn).abs() <= drawn * 1e-9, "{ctx}: {l} drawn at {drawn}");
+                    assert!(
+                        (shown - drawn).abs() <= drawn * 1e-9,
+                        "{ctx}: {l} drawn at {drawn}"
+                    );
                 }
             }
         }
@@ -386,7 +522,11 @@ mod tests {
                 (px.parse().unwrap(), py.parse().unwrap())
             })
             .collect();
-        let texts = doc.descendants().filter(|n| n.attribute("class") == Some(class)).map(|n| n.text().unwrap_or("").to_string()).collect();
+        let texts = doc
+            .descendants()
+            .filter(|n| n.attribute("class") == Some(class))
+            .map(|n| n.text().unwrap_or("").to_string())
+            .collect();
         (starts, texts)
     }
 
@@ -397,7 +537,11 @@ mod tests {
         assert_eq!(starts.len(), 2);
         assert!(starts.iter().all(|&(px, _)| px == LEFT), "{starts:?}");
         // Each spans 1.5 s of its own.
-        assert_eq!(xticks.last().map(String::as_str), Some("1.5 s"), "{xticks:?}");
+        assert_eq!(
+            xticks.last().map(String::as_str),
+            Some("1.5 s"),
+            "{xticks:?}"
+        );
         assert_eq!(parse(&svg, "xtitle").1, ["time since process start (s)"]);
     }
 
@@ -407,10 +551,19 @@ mod tests {
         let (starts, xticks) = parse(&svg, "xtick");
         // The origin is the earliest point's whole second, 0.5 s before it.
         let per_ms = (WIDTH - RIGHT - LEFT) / 12_000.0;
-        assert!((starts[0].0 - (LEFT + 500.0 * per_ms)).abs() < 0.1, "{starts:?}");
-        assert!((starts[1].0 - (LEFT + 10_500.0 * per_ms)).abs() < 0.1, "{starts:?}");
+        assert!(
+            (starts[0].0 - (LEFT + 500.0 * per_ms)).abs() < 0.1,
+            "{starts:?}"
+        );
+        assert!(
+            (starts[1].0 - (LEFT + 10_500.0 * per_ms)).abs() < 0.1,
+            "{starts:?}"
+        );
         assert_eq!(xticks, ["0", "2 s", "4 s", "6 s", "8 s", "10 s", "12 s"]);
-        assert_eq!(parse(&svg, "xtitle").1, ["wall-clock time (s since 2023-11-14 22:13:20 UTC)"]);
+        assert_eq!(
+            parse(&svg, "xtitle").1,
+            ["wall-clock time (s since 2023-11-14 22:13:20 UTC)"]
+        );
     }
 
     #[test]
@@ -418,7 +571,10 @@ mod tests {
         let svg = render(&two_processes_10s_apart(), TimeAxis::SinceStart).unwrap();
         let (_, yticks) = parse(&svg, "ytick");
         // Data peaks at 2 MiB; the 5.28 MiB budget sets the top.
-        assert_eq!(yticks, ["0", "1 MiB", "2 MiB", "3 MiB", "4 MiB", "5 MiB", "6 MiB"]);
+        assert_eq!(
+            yticks,
+            ["0", "1 MiB", "2 MiB", "3 MiB", "4 MiB", "5 MiB", "6 MiB"]
+        );
         assert!(svg.contains("budget 5.28 MiB"));
         assert!(svg.contains(r#"stroke-dasharray="6,4""#));
     }

@@ -21,18 +21,26 @@ pub fn run(dir: &Path) -> i32 {
     };
     let own_ns = own_pidns();
     for entry in entries.flatten() {
-        if !textfile::candidate_name(entry.file_name().as_encoded_bytes()) || !entry.file_type().is_ok_and(|t| t.is_file()) {
+        if !textfile::candidate_name(entry.file_name().as_encoded_bytes())
+            || !entry.file_type().is_ok_and(|t| t.is_file())
+        {
             continue;
         }
         let path = entry.path();
-        let Some((w, age_ms, id)) = look(&path) else { continue };
+        let Some((w, age_ms, id)) = look(&path) else {
+            continue;
+        };
         let live = w.live.and_then(|ino| live_word(&path, ino));
         if !w.proven_dead(age_ms, own_ns, live.map(|l| l.0), ended) {
             continue;
         }
         if remove_if_same(&path, id) {
             let ns = w.pidns.map_or("unknown".to_string(), |n| n.to_string());
-            println!("removed {}: its writer (pid {}, PID namespace {ns}) has ended", path.display(), w.pid);
+            println!(
+                "removed {}: its writer (pid {}, PID namespace {ns}) has ended",
+                path.display(),
+                w.pid
+            );
         }
         if let (Some((_, id)), Some(name)) = (live, path.file_name().and_then(|n| n.to_str())) {
             remove_if_same(&path.with_file_name(textfile::live_name(name)), id);
@@ -44,29 +52,44 @@ pub fn run(dir: &Path) -> i32 {
 /// The writer a file names, the file's age and identity; `None` for a file that is not a
 /// writer's (or not a regular file: a FIFO is never waited on).
 fn look(path: &Path) -> Option<(Writer, Option<u64>, (u64, u64))> {
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
     let meta = f.metadata().ok()?;
     if !meta.is_file() {
         return None;
     }
     let mut head = Vec::with_capacity(textfile::HEAD_BYTES);
-    f.take(textfile::HEAD_BYTES as u64).read_to_end(&mut head).ok()?;
+    f.take(textfile::HEAD_BYTES as u64)
+        .read_to_end(&mut head)
+        .ok()?;
     let w = Writer::parse(&head)?;
-    let age_ms = meta.modified().ok().and_then(|m| m.elapsed().ok()).map(|d| d.as_millis() as u64);
+    let age_ms = meta
+        .modified()
+        .ok()
+        .and_then(|m| m.elapsed().ok())
+        .map(|d| d.as_millis() as u64);
     Some((w, age_ms, (meta.dev(), meta.ino())))
 }
 
 /// Removes `path` only if it still names the file `id` (device, inode): a writer may have renamed
 /// a new one there since it was read.
 fn remove_if_same(path: &Path, id: (u64, u64)) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id) && std::fs::remove_file(path).is_ok()
+    std::fs::symlink_metadata(path).is_ok_and(|m| (m.dev(), m.ino()) == id)
+        && std::fs::remove_file(path).is_ok()
 }
 
 /// The lock word of the liveness file beside metrics file `path`, if it is the file (inode `ino`)
 /// the writer's line names; read, never locked.
 fn live_word(path: &Path, ino: u64) -> Option<(u32, (u64, u64))> {
     let name = path.file_name()?.to_str()?;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path.with_file_name(textfile::live_name(name))).ok()?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path.with_file_name(textfile::live_name(name)))
+        .ok()?;
     let meta = f.metadata().ok()?;
     if !meta.is_file() || meta.ino() != ino {
         return None;
@@ -82,7 +105,12 @@ fn own_pidns() -> Option<u64> {
     if me.as_os_str().as_encoded_bytes() != std::process::id().to_string().as_bytes() {
         return None;
     }
-    textfile::ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_encoded_bytes())
+    textfile::ns_inode(
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()?
+            .as_os_str()
+            .as_encoded_bytes(),
+    )
 }
 
 fn ended(pid: u32, start: u64) -> Option<bool> {

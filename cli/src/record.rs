@@ -100,8 +100,15 @@ impl RunRecord {
 
     /// `run of `workload --fast` (pid 12)`: the command as typed, its program by file name.
     pub fn name(&self) -> String {
-        let program = self.command.first().map(|a| crate::merge::basename(a).to_string());
-        let cmd = program.into_iter().chain(self.command.iter().skip(1).cloned()).collect::<Vec<_>>().join(" ");
+        let program = self
+            .command
+            .first()
+            .map(|a| crate::merge::basename(a).to_string());
+        let cmd = program
+            .into_iter()
+            .chain(self.command.iter().skip(1).cloned())
+            .collect::<Vec<_>>()
+            .join(" ");
         format!("run of `{cmd}` (pid {})", self.pid)
     }
 
@@ -119,10 +126,19 @@ impl RunRecord {
         } else if let (Some(why), true) = (&self.unwatched, self.reports_found.is_empty()) {
             format!("no report: {why}")
         } else if self.reports_found.is_empty() {
-            "no process left a report (a process that pins leaves one): nothing was pinned".to_string()
+            "no process left a report (a process that pins leaves one): nothing was pinned"
+                .to_string()
         } else {
-            crate::out::count(self.reports_found.len() as u64, "process left a report", "processes left reports")
+            crate::out::count(
+                self.reports_found.len() as u64,
+                "process left a report",
+                "processes left reports",
+            )
         };
-        format!("{}: {} after {secs:.1} s; {what}", self.name(), self.ended())
+        format!(
+            "{}: {} after {secs:.1} s; {what}",
+            self.name(),
+            self.ended()
+        )
     }
 }

@@ -35,7 +35,8 @@ pub fn order(m: &mut Merged, by: SortBy) {
         SortBy::Peak => [c.peak_live_bytes, c.live_bytes, c.alloc_count],
         SortBy::Denied => [c.denied_count, c.downgraded_count, c.over_budget_count],
     };
-    m.callsites.sort_by(|a, b| (key(b), a.key).cmp(&(key(a), b.key)));
+    m.callsites
+        .sort_by(|a, b| (key(b), a.key).cmp(&(key(a), b.key)));
 }
 
 /// The callsites as `order` left them, saying what they were ordered by.
@@ -44,13 +45,25 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
     let procs = count(m.processes as u64, "process", "processes");
     let mut reps = count(m.reports as u64, "report", "reports");
     // Processes read from the state they left: say so, a reader must not take them for exits.
-    let killed = m.per_process.iter().filter(|p| p.reason == "killed").count();
-    let running = m.per_process.iter().filter(|p| p.reason == "running").count();
+    let killed = m
+        .per_process
+        .iter()
+        .filter(|p| p.reason == "killed")
+        .count();
+    let running = m
+        .per_process
+        .iter()
+        .filter(|p| p.reason == "running")
+        .count();
     if killed > 0 {
-        reps.push_str(&format!(", {killed} of them killed (read from the state left behind)"));
+        reps.push_str(&format!(
+            ", {killed} of them killed (read from the state left behind)"
+        ));
     }
     if running > 0 {
-        reps.push_str(&format!(", {running} still running (read from the live state)"));
+        reps.push_str(&format!(
+            ", {running} still running (read from the live state)"
+        ));
     }
     s.push_str(&config_errors_block(m));
     s.push_str(&runs_block(m));
@@ -58,20 +71,52 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
         s.push_str(&nothing_line(m));
         return s;
     }
-    s.push_str(&format!("Top callsites by {} ({reps}, {procs})\n\n", by.title()));
-    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS"].into_iter().chain(crate::merge::TAIL).map(String::from).collect::<Vec<_>>()];
+    s.push_str(&format!(
+        "Top callsites by {} ({reps}, {procs})\n\n",
+        by.title()
+    ));
+    let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS"]
+        .into_iter()
+        .chain(crate::merge::TAIL)
+        .map(String::from)
+        .collect::<Vec<_>>()];
     for c in m.callsites.iter().take(top) {
-        let sizes = [format_bytes(c.live_bytes), c.live_count.to_string(), format_bytes(c.peak_live_bytes), c.alloc_count.to_string()];
-        rows.push(sizes.into_iter().chain(crate::merge::tail_cells(c)).collect());
+        let sizes = [
+            format_bytes(c.live_bytes),
+            c.live_count.to_string(),
+            format_bytes(c.peak_live_bytes),
+            c.alloc_count.to_string(),
+        ];
+        rows.push(
+            sizes
+                .into_iter()
+                .chain(crate::merge::tail_cells(c))
+                .collect(),
+        );
     }
-    s.push_str(&table(&rows, &[true, true, true, true, true, true, true, true, false, false]));
+    s.push_str(&table(
+        &rows,
+        &[true, true, true, true, true, true, true, true, false, false],
+    ));
     if m.callsites.len() > top {
-        s.push_str(&format!("... {} (--top)\n", count((m.callsites.len() - top) as u64, "more callsite", "more callsites")));
+        s.push_str(&format!(
+            "... {} (--top)\n",
+            count(
+                (m.callsites.len() - top) as u64,
+                "more callsite",
+                "more callsites"
+            )
+        ));
     }
     if let Some(line) = folded_line(&m.callsites_folded) {
         s.push_str(&line);
     }
-    let mut holding: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0).take(top).collect();
+    let mut holding: Vec<_> = m
+        .callsites
+        .iter()
+        .filter(|c| c.live_bytes > 0)
+        .take(top)
+        .collect();
     // The leak blocks stay in order of what is held, whatever the table's order.
     holding.sort_by_key(|c| std::cmp::Reverse(c.live_bytes));
     for c in holding {
@@ -90,7 +135,12 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
     }
     // A call refused (the program's out-of-memory error) or downgraded holds nothing, but where it
     // came from is what its owner looks for: its stack, as a live callsite's.
-    let mut refused: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes == 0 && turned_away(c).is_some()).take(top).collect();
+    let mut refused: Vec<_> = m
+        .callsites
+        .iter()
+        .filter(|c| c.live_bytes == 0 && turned_away(c).is_some())
+        .take(top)
+        .collect();
     refused.sort_by_key(|c| std::cmp::Reverse((c.denied_count, c.downgraded_count)));
     for c in refused {
         s.push_str(&format!(
@@ -121,15 +171,24 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
 /// `2 calls refused for 8.00 MiB, 1 downgraded for 4.00 MiB`: what the budgets turned away at the
 /// callsite, if anything (the bytes where the reports have them).
 fn turned_away(c: &crate::merge::Site) -> Option<String> {
-    let parts: Vec<String> = [(c.denied_count, c.denied_bytes, "refused"), (c.downgraded_count, c.downgraded_bytes, "downgraded")]
-        .into_iter()
-        .filter(|&(n, _, _)| n > 0)
-        .enumerate()
-        .map(|(i, (n, bytes, what))| {
-            let calls = if i == 0 { format!("{} {what}", count(n, "call", "calls")) } else { format!("{n} {what}") };
-            bytes.map_or(calls.clone(), |b| format!("{calls} for {}", format_bytes(b)))
+    let parts: Vec<String> = [
+        (c.denied_count, c.denied_bytes, "refused"),
+        (c.downgraded_count, c.downgraded_bytes, "downgraded"),
+    ]
+    .into_iter()
+    .filter(|&(n, _, _)| n > 0)
+    .enumerate()
+    .map(|(i, (n, bytes, what))| {
+        let calls = if i == 0 {
+            format!("{} {what}", count(n, "call", "calls"))
+        } else {
+            format!("{n} {what}")
+        };
+        bytes.map_or(calls.clone(), |b| {
+            format!("{calls} for {}", format_bytes(b))
         })
-        .collect();
+    })
+    .collect();
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
@@ -179,7 +238,10 @@ pub fn runs_block(m: &Merged) -> String {
         s.push_str(&format!("Run: {}\n", r.line()));
     }
     if m.runs.len() > MAX_RUNS {
-        s.push_str(&format!("... {}\n", count((m.runs.len() - MAX_RUNS) as u64, "more run", "more runs")));
+        s.push_str(&format!(
+            "... {}\n",
+            count((m.runs.len() - MAX_RUNS) as u64, "more run", "more runs")
+        ));
     }
     s.push('\n');
     s
@@ -209,7 +271,11 @@ pub fn folded_line(f: &pinguard_report::Folded) -> Option<String> {
         count(f.alloc_count, "allocation", "allocations"),
         format_bytes(f.alloc_bytes),
     );
-    for (n, what) in [(f.denied_count, "denied"), (f.downgraded_count, "downgraded"), (f.over_budget_count, "over budget")] {
+    for (n, what) in [
+        (f.denied_count, "denied"),
+        (f.downgraded_count, "downgraded"),
+        (f.over_budget_count, "over budget"),
+    ] {
         if n > 0 {
             line.push_str(&format!(", {n} {what}"));
         }

@@ -50,11 +50,20 @@ fn run_folder(start_ms: u64) -> String {
 /// `../lib/` (an installed prefix).
 pub fn find_library(given: Option<&Path>) -> Result<PathBuf, String> {
     if let Some(p) = given {
-        return if p.is_file() { Ok(p.to_path_buf()) } else { Err(format!("--lib {}: no such file", p.display())) };
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(format!("--lib {}: no such file", p.display()))
+        };
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the pinguard binary: {e}"))?;
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot locate the pinguard binary: {e}"))?;
     let dir = exe.parent().unwrap_or(Path::new("."));
-    let candidates = [dir.join("libpinguard.so"), dir.join("../lib/libpinguard.so"), dir.join("../lib/pinguard/libpinguard.so")];
+    let candidates = [
+        dir.join("libpinguard.so"),
+        dir.join("../lib/libpinguard.so"),
+        dir.join("../lib/pinguard/libpinguard.so"),
+    ];
     candidates
         .iter()
         .find(|p| p.is_file())
@@ -63,7 +72,10 @@ pub fn find_library(given: Option<&Path>) -> Result<PathBuf, String> {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 // ---- The report template, checked before the command starts ----------------------------------
@@ -94,10 +106,15 @@ fn unwritable(dir: &Path) -> Option<String> {
         match std::fs::metadata(d) {
             Ok(m) if m.is_dir() => break,
             Ok(_) => return Some(format!("{} is not a directory", d.display())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ENOTDIR) => match d.parent() {
-                Some(p) => d = p,
-                None => return Some(format!("{}: {}", dir.display(), io_why(&e))),
-            },
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                match d.parent() {
+                    Some(p) => d = p,
+                    None => return Some(format!("{}: {}", dir.display(), io_why(&e))),
+                }
+            }
             Err(e) => return Some(format!("{}: {}", d.display(), io_why(&e))),
         }
     }
@@ -106,7 +123,11 @@ fn unwritable(dir: &Path) -> Option<String> {
     // root's answer (writable unless the file system is read-only) is the library's too.
     // SAFETY: `c` is a NUL-terminated path that outlives the call.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Some(format!("{} is not writable ({})", d.display(), io_why(&std::io::Error::last_os_error())));
+        return Some(format!(
+            "{} is not writable ({})",
+            d.display(),
+            io_why(&std::io::Error::last_os_error())
+        ));
     }
     None
 }
@@ -124,28 +145,49 @@ fn absolute(cwd: &Path, t: &str) -> PathBuf {
 /// after a long job is what this saves. The default falls back to the temporary directory as the
 /// library's own default does (a read-only working directory in a container); a template given
 /// with --report is used as given or not at all.
-fn report_template(given: Option<&str>, cwd: &Path, folder: &str) -> Result<(PathBuf, Option<String>), String> {
+fn report_template(
+    given: Option<&str>,
+    cwd: &Path,
+    folder: &str,
+) -> Result<(PathBuf, Option<String>), String> {
     let Some(t) = given else {
         let template = Path::new(DEFAULT_DIR).join(folder).join("%e.%p.json");
         let here = cwd.join(&template);
-        let Some(why) = unwritable(&search_root(&here)) else { return Ok((here, None)) };
+        let Some(why) = unwritable(&search_root(&here)) else {
+            return Ok((here, None));
+        };
         let tmp = std::env::temp_dir().join(&template);
         return match unwritable(&search_root(&tmp)) {
-            None => Ok((tmp.clone(), Some(format!("{why}; reports go to {}", search_root(&tmp).display())))),
-            Some(why2) => Err(format!("nowhere to write reports: {why}; {why2}; give --report")),
+            None => Ok((
+                tmp.clone(),
+                Some(format!(
+                    "{why}; reports go to {}",
+                    search_root(&tmp).display()
+                )),
+            )),
+            Some(why2) => Err(format!(
+                "nowhere to write reports: {why}; {why2}; give --report"
+            )),
         };
     };
     if t.trim().is_empty() {
         return Err("--report is empty; give a path such as reports/%e.%p.json".into());
     }
     if t.ends_with('/') {
-        return Err(format!("--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"));
+        return Err(format!(
+            "--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"
+        ));
     }
-    pinguard_report::vars::REPORT.check(t).map_err(|e| format!("--report {t}: {e}"))?;
+    pinguard_report::vars::REPORT
+        .check(t)
+        .map_err(|e| format!("--report {t}: {e}"))?;
     let abs = absolute(cwd, t);
     // The library would write `DIR.PID` beside it, not into it.
     if !t.contains('%') && abs.is_dir() {
-        return Err(format!("--report {t}: is a directory; give a template such as {}/%e.%p.json", t.trim_end_matches('/')));
+        return Err(format!(
+            "--report {t}: is a directory; give a template such as {}/%e.%p.json",
+            t.trim_end_matches('/')
+        ));
     }
     match unwritable(&search_root(&abs)) {
         Some(why) => Err(format!("--report {t}: {why}")),
@@ -168,7 +210,16 @@ const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, 
 extern "C" fn forward(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: the kernel passes an SA_SIGINFO handler a valid siginfo_t; `si_pid` is read only
     // for the codes of `kill`-like senders (the union member it reads is theirs).
-    let (code, from) = unsafe { ((*info).si_code, if (*info).si_code <= 0 { (*info).si_pid() } else { 0 }) };
+    let (code, from) = unsafe {
+        (
+            (*info).si_code,
+            if (*info).si_code <= 0 {
+                (*info).si_pid()
+            } else {
+                0
+            },
+        )
+    };
     let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 && from == pid {
         return; // the command signalling its parent is not asking for the signal back
@@ -199,7 +250,9 @@ fn install() -> Vec<(libc::c_int, libc::sigaction)> {
         // and does only atomic operations and async-signal-safe system calls.
         unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 || old.sa_sigaction == libc::SIG_IGN {
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction == libc::SIG_IGN
+            {
                 continue;
             }
             let mut sa: libc::sigaction = std::mem::zeroed();
@@ -228,7 +281,12 @@ fn wait_for(pid: u32) -> std::io::Result<()> {
         // SAFETY: `info` is a valid out-pointer; WNOWAIT leaves the child for `Child::wait`.
         let r = unsafe {
             let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT)
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
         };
         if r == 0 {
             return Ok(());
@@ -284,7 +342,11 @@ impl Ended {
     fn describe(self) -> String {
         match self {
             Ended::Status(c) => format!("exited with status {c}"),
-            Ended::Signal { sig, core } => format!("killed by {}{}", signal_name(sig), if core { " (core dumped)" } else { "" }),
+            Ended::Signal { sig, core } => format!(
+                "killed by {}{}",
+                signal_name(sig),
+                if core { " (core dumped)" } else { "" }
+            ),
         }
     }
 }
@@ -302,7 +364,8 @@ pub struct TheCommand {
 /// library reads it (`1`, `true`, `yes`: the registry's switch).
 fn disabled_here() -> bool {
     use std::os::unix::ffi::OsStrExt;
-    std::env::var_os(pinguard_report::vars::DISABLE.name).is_some_and(|v| pinguard_report::vars::switch(v.as_bytes()) == Some(true))
+    std::env::var_os(pinguard_report::vars::DISABLE.name)
+        .is_some_and(|v| pinguard_report::vars::switch(v.as_bytes()) == Some(true))
 }
 
 /// Refuses options that would silently do nothing: the library is off in the command.
@@ -310,7 +373,11 @@ fn refuse_when_disabled(o: &Options) -> Result<(), String> {
     if !disabled_here() {
         return Ok(());
     }
-    let mut given: Vec<String> = o.env.iter().filter_map(|(k, _)| crate::flags::option_for(k)).collect();
+    let mut given: Vec<String> = o
+        .env
+        .iter()
+        .filter_map(|(k, _)| crate::flags::option_for(k))
+        .collect();
     if o.report.is_some() {
         given.push("--report".into());
     }
@@ -363,7 +430,9 @@ fn resolve(cmd: &std::ffi::OsStr) -> Option<PathBuf> {
         return Some(PathBuf::from(cmd));
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(cmd))
+        .find(|p| p.is_file())
 }
 
 /// Why the preload library cannot be loaded into the program `cmd` runs, when its file says so: a
@@ -379,8 +448,16 @@ fn unreachable_by_preload(cmd: &std::ffi::OsStr) -> Option<String> {
     if b.len() < 64 || b[..4] != *b"\x7fELF" || b[4] != 2 || b[5] != 1 {
         return None;
     }
-    let (phoff, phentsize, phnum) = (u64_at(b, 32) as usize, u16_at(b, 54) as usize, u16_at(b, 56) as usize);
-    let headers: Vec<u32> = (0..phnum).map(|i| phoff + i * phentsize).take_while(|&at| at + 4 <= b.len()).map(|at| u32_at(b, at)).collect();
+    let (phoff, phentsize, phnum) = (
+        u64_at(b, 32) as usize,
+        u16_at(b, 54) as usize,
+        u16_at(b, 56) as usize,
+    );
+    let headers: Vec<u32> = (0..phnum)
+        .map(|i| phoff + i * phentsize)
+        .take_while(|&at| at + 4 <= b.len())
+        .map(|at| u32_at(b, at))
+        .collect();
     const PT_INTERP: u32 = 3;
     if headers.len() < phnum || headers.contains(&PT_INTERP) {
         return None;
@@ -392,7 +469,8 @@ fn unreachable_by_preload(cmd: &std::ffi::OsStr) -> Option<String> {
 /// `libclang_rt.asan-ARCH.so`).
 fn is_asan_runtime(entry: &[u8]) -> bool {
     let file = entry.rsplit(|&c| c == b'/').next().unwrap_or(entry);
-    file.starts_with(b"libasan.so") || (file.starts_with(b"libclang_rt.asan") && file.ends_with(b".so"))
+    file.starts_with(b"libasan.so")
+        || (file.starts_with(b"libclang_rt.asan") && file.ends_with(b".so"))
 }
 
 /// The AddressSanitizer runtime the program `cmd` runs needs (its `DT_NEEDED` entry, a soname the
@@ -400,7 +478,9 @@ fn is_asan_runtime(entry: &[u8]) -> bool {
 fn sanitizer_runtime(cmd: &std::ffi::OsStr) -> Option<String> {
     let path = resolve(cmd)?;
     let elf = pinguard_report::elf::Elf::open(path.to_str()?)?;
-    elf.needed().into_iter().find(|n| is_asan_runtime(n.as_bytes()))
+    elf.needed()
+        .into_iter()
+        .find(|n| is_asan_runtime(n.as_bytes()))
 }
 
 /// The command's `LD_PRELOAD`: pinguard, then what the user preloads. AddressSanitizer refuses to
@@ -410,7 +490,10 @@ fn sanitizer_runtime(cmd: &std::ffi::OsStr) -> Option<String> {
 fn preload_list(lib: &Path, sanitizer: Option<&str>, old: Option<&std::ffi::OsStr>) -> OsString {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let old = old.map(|o| o.as_bytes()).unwrap_or_default();
-    let entries: Vec<&[u8]> = old.split(|&c| c == b':' || c == b' ').filter(|e| !e.is_empty()).collect();
+    let entries: Vec<&[u8]> = old
+        .split(|&c| c == b':' || c == b' ')
+        .filter(|e| !e.is_empty())
+        .collect();
     let users_asan = entries.iter().find(|e| is_asan_runtime(e)).copied();
     let asan = users_asan.or(sanitizer.map(str::as_bytes));
     let mut list: Vec<&[u8]> = asan.into_iter().collect();
@@ -423,7 +506,13 @@ fn preload_list(lib: &Path, sanitizer: Option<&str>, old: Option<&std::ffi::OsSt
 /// cannot be made stops the run before the command starts: `access` on an ancestor does not tell
 /// (root may write anywhere, but not create a directory under /proc).
 fn make_folder(root: &Path) -> Result<(), String> {
-    std::fs::create_dir_all(root).map_err(|e| format!("cannot create the report folder {}: {}", root.display(), io_why(&e)))
+    std::fs::create_dir_all(root).map_err(|e| {
+        format!(
+            "cannot create the report folder {}: {}",
+            root.display(),
+            io_why(&e)
+        )
+    })
 }
 
 /// Runs the command; returns the exit status `pinguard run` should end with.
@@ -463,18 +552,28 @@ pub fn run(o: Options) -> i32 {
         eprintln!("pinguard run: {why}");
     }
     let sanitizer = sanitizer_runtime(&o.cmd[0]);
-    let preload = preload_list(&lib, sanitizer.as_deref(), std::env::var_os("LD_PRELOAD").as_deref());
+    let preload = preload_list(
+        &lib,
+        sanitizer.as_deref(),
+        std::env::var_os("LD_PRELOAD").as_deref(),
+    );
     if let Some(rt) = &sanitizer {
         eprintln!("pinguard run: {} is built with AddressSanitizer ({rt}): its runtime is preloaded first, pinguard after it", o.cmd[0].to_string_lossy());
     }
     let mut cmd = Command::new(&o.cmd[0]);
-    cmd.args(&o.cmd[1..]).env("LD_PRELOAD", preload).env(pinguard_report::vars::REPORT.name, &template_abs);
+    cmd.args(&o.cmd[1..])
+        .env("LD_PRELOAD", preload)
+        .env(pinguard_report::vars::REPORT.name, &template_abs);
     for (k, v) in &o.env {
         cmd.env(k, v);
     }
-    let group = o.group_budget.as_ref().map(|b| (format!("run-{}", run_folder(start)), b.clone()));
+    let group = o
+        .group_budget
+        .as_ref()
+        .map(|b| (format!("run-{}", run_folder(start)), b.clone()));
     if let Some((name, budget)) = &group {
-        cmd.env(pinguard_report::vars::GROUP.name, name).env(pinguard_report::vars::GROUP_BUDGET.name, budget);
+        cmd.env(pinguard_report::vars::GROUP.name, name)
+            .env(pinguard_report::vars::GROUP_BUDGET.name, budget);
     }
     // Before the command starts, so that no signal in between ends `run` and orphans it.
     let old = install();
@@ -482,12 +581,20 @@ pub fn run(o: Options) -> i32 {
         Ok(c) => c,
         Err(e) => {
             restore(&old);
-            eprintln!("pinguard run: cannot run {}: {}", o.cmd[0].to_string_lossy(), spawn_why(&e));
+            eprintln!(
+                "pinguard run: cannot run {}: {}",
+                o.cmd[0].to_string_lossy(),
+                spawn_why(&e)
+            );
             // Nothing ran: the folder made for it goes (`remove_dir` leaves one that holds files).
             let _ = std::fs::remove_dir(search_root(&template_abs));
             // The shell's convention: 127 for a command that is not there, 126 for one that is
             // but cannot be executed.
-            return if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+            return if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
         }
     };
     let pid = child.id();
@@ -511,7 +618,10 @@ pub fn run(o: Options) -> i32 {
     use std::os::unix::process::ExitStatusExt;
     let ended = match (status.code(), status.signal()) {
         (Some(c), _) => Ended::Status(c),
-        (None, Some(sig)) => Ended::Signal { sig, core: status.core_dumped() },
+        (None, Some(sig)) => Ended::Signal {
+            sig,
+            core: status.core_dumped(),
+        },
         _ => Ended::Status(1),
     };
     let code = match ended {
@@ -519,21 +629,37 @@ pub fn run(o: Options) -> i32 {
         Ended::Signal { sig, .. } => 128 + sig,
     };
     let name = crate::merge::basename(&o.cmd[0].to_string_lossy()).to_string();
-    let the_cmd = TheCommand { pid, name, ended, unreachable };
+    let the_cmd = TheCommand {
+        pid,
+        name,
+        ended,
+        unreachable,
+    };
     let mut rec = new_record(&o, &template_abs, start, &the_cmd);
     let group_line = group.as_ref().map(|(name, budget)| {
         rec.group = Some(name.clone());
         rec.group_budget = Some(budget.clone());
         group_summary(name, budget)
     });
-    let text = summarise(&template_abs, start, Some(&the_cmd), &mut rec, group_line.as_deref().unwrap_or(""));
+    let text = summarise(
+        &template_abs,
+        start,
+        Some(&the_cmd),
+        &mut rec,
+        group_line.as_deref().unwrap_or(""),
+    );
     eprint!("{text}");
     write_record(&template_abs, &rec);
     code
 }
 
 /// The run's record as far as `run` knows it before reading the folder.
-fn new_record(o: &Options, template: &Path, start_ms: u64, cmd: &TheCommand) -> crate::record::RunRecord {
+fn new_record(
+    o: &Options,
+    template: &Path,
+    start_ms: u64,
+    cmd: &TheCommand,
+) -> crate::record::RunRecord {
     let (exit_status, signal) = match cmd.ended {
         Ended::Status(c) => (Some(c), None),
         Ended::Signal { sig, .. } => (None, Some(signal_name(sig))),
@@ -541,7 +667,11 @@ fn new_record(o: &Options, template: &Path, start_ms: u64, cmd: &TheCommand) -> 
     crate::record::RunRecord {
         schema: crate::record::SCHEMA.into(),
         pinguard_version: env!("CARGO_PKG_VERSION").into(),
-        command: o.cmd.iter().map(|a| a.to_string_lossy().into_owned()).collect(),
+        command: o
+            .cmd
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
         pid: cmd.pid,
         hostname: local_host(),
         exit_status,
@@ -564,12 +694,24 @@ fn new_record(o: &Options, template: &Path, start_ms: u64, cmd: &TheCommand) -> 
 /// are written); a failure is said, and changes nothing else.
 fn write_record(template: &Path, rec: &crate::record::RunRecord) {
     let root = search_root(template);
-    let path = root.join(format!("{}{}.json", crate::record::PREFIX, std::process::id()));
-    let tmp = root.join(format!(".{}{}.tmp", crate::record::PREFIX, std::process::id()));
+    let path = root.join(format!(
+        "{}{}.json",
+        crate::record::PREFIX,
+        std::process::id()
+    ));
+    let tmp = root.join(format!(
+        ".{}{}.tmp",
+        crate::record::PREFIX,
+        std::process::id()
+    ));
     let text = serde_json::to_string_pretty(rec).unwrap_or_default() + "\n";
     if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
         let _ = std::fs::remove_file(&tmp);
-        eprintln!("pinguard run: cannot write the run record {}: {}", path.display(), io_why(&e));
+        eprintln!(
+            "pinguard run: cannot write the run record {}: {}",
+            path.display(),
+            io_why(&e)
+        );
     }
 }
 
@@ -604,14 +746,19 @@ fn this_runs(root: &Path, start_ms: u64, notes: &mut String) -> Vec<(PathBuf, Re
     let mut best: HashMap<(String, u32, u64), (PathBuf, Report)> = HashMap::new();
     for f in files.into_iter().map(|i| i.path) {
         // Run records (this run's is written after; an earlier run's may share the folder).
-        if f.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::record::PREFIX)) {
+        if f.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with(crate::record::PREFIX))
+        {
             continue;
         }
         let r = match crate::input::load(&f) {
             Ok(r) => r,
             Err(bad) => {
                 // Only this run's: an unrelated file in a shared directory is none of its business.
-                let recent = std::fs::metadata(&f).and_then(|m| m.modified()).ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                let recent = std::fs::metadata(&f)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
                 if recent.is_some_and(|t| t.as_millis() as u64 + 1000 >= start_ms) {
                     notes.push_str(&format!("pinguard run: skipped {bad}\n"));
                 }
@@ -622,9 +769,16 @@ fn this_runs(root: &Path, start_ms: u64, notes: &mut String) -> Vec<(PathBuf, Re
         if r.process.start_unix_ms + 1000 < start_ms || r.process.write_unix_ms < start_ms {
             continue;
         }
-        let key = (r.process.hostname.clone(), r.process.pid, r.process.start_unix_ms);
+        let key = (
+            r.process.hostname.clone(),
+            r.process.pid,
+            r.process.start_unix_ms,
+        );
         let better = match best.get(&key) {
-            Some((_, old)) => (finality(r.reason), r.process.write_unix_ms) > (finality(old.reason), old.process.write_unix_ms),
+            Some((_, old)) => {
+                (finality(r.reason), r.process.write_unix_ms)
+                    > (finality(old.reason), old.process.write_unix_ms)
+            }
             None => true,
         };
         if better {
@@ -649,7 +803,10 @@ fn ending_line(p: &Reading, is_cmd: Option<&TheCommand>) -> String {
     let how = match (is_cmd, r.reason) {
         (Some(c), _) => c.ended.describe(),
         (None, Reason::Exit) => "exited".into(),
-        (None, Reason::FatalSignal) => format!("killed by {}", r.process.signal.as_deref().unwrap_or("a signal")),
+        (None, Reason::FatalSignal) => format!(
+            "killed by {}",
+            r.process.signal.as_deref().unwrap_or("a signal")
+        ),
         (None, Reason::Killed) => "killed".into(),
         (None, Reason::Running) => "still running".into(),
         (None, _) => "wrote no final report".into(),
@@ -658,30 +815,57 @@ fn ending_line(p: &Reading, is_cmd: Option<&TheCommand>) -> String {
     let held = (t.live_bytes > 0).then(|| {
         let by = match &p.top {
             Some((name, 0)) => name.clone(),
-            Some((name, others)) => format!("{name} and {}", count(*others as u64, "other callsite", "other callsites")),
+            Some((name, others)) => format!(
+                "{name} and {}",
+                count(*others as u64, "other callsite", "other callsites")
+            ),
             None => "callsites the report does not list".into(),
         };
         (format_bytes(t.live_bytes), by)
     });
-    let peak = if t.peak_live_bytes > 0 { format!(" (peak {})", format_bytes(t.peak_live_bytes)) } else { String::new() };
+    let peak = if t.peak_live_bytes > 0 {
+        format!(" (peak {})", format_bytes(t.peak_live_bytes))
+    } else {
+        String::new()
+    };
     let state = match (r.reason, held) {
         (Reason::Exit, Some((n, by))) => format!("{n} still pinned at exit by {by}"),
         (Reason::Exit, None) => format!("nothing pinned at exit{peak}"),
         (Reason::Running, Some((n, by))) => format!("its state now: {n} pinned by {by}"),
         (Reason::Running, None) => format!("its state now: nothing pinned{peak}"),
-        (Reason::FatalSignal | Reason::Killed, Some((n, by))) => format!("its last state: {n} pinned by {by}"),
-        (Reason::FatalSignal | Reason::Killed, None) => format!("its last state: nothing pinned{peak}"),
-        (other, Some((n, by))) => format!("its last state: {n} pinned by {by} (as of its last {} report)", other.name()),
-        (other, None) => format!("its last state: nothing pinned{peak} (as of its last {} report)", other.name()),
+        (Reason::FatalSignal | Reason::Killed, Some((n, by))) => {
+            format!("its last state: {n} pinned by {by}")
+        }
+        (Reason::FatalSignal | Reason::Killed, None) => {
+            format!("its last state: nothing pinned{peak}")
+        }
+        (other, Some((n, by))) => format!(
+            "its last state: {n} pinned by {by} (as of its last {} report)",
+            other.name()
+        ),
+        (other, None) => format!(
+            "its last state: nothing pinned{peak} (as of its last {} report)",
+            other.name()
+        ),
     };
-    let tag = if is_cmd.is_some() { ", the command" } else { "" };
-    format!("pinguard run: pid {} ({}{tag}): {how}; {state}\n", r.process.pid, crate::merge::basename(&r.process.exe))
+    let tag = if is_cmd.is_some() {
+        ", the command"
+    } else {
+        ""
+    };
+    format!(
+        "pinguard run: pid {} ({}{tag}): {how}; {state}\n",
+        r.process.pid,
+        crate::merge::basename(&r.process.exe)
+    )
 }
 
 /// The host name reports carry, to tell the command from a process with the same pid on another
 /// host writing to a shared directory.
 fn local_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// At most this many lines of endings; the table has every process.
@@ -689,21 +873,40 @@ const MAX_ENDINGS: usize = 20;
 
 /// The summary `run` prints; fills in what `rec` says of the processes found.
 /// `group`: the line of the run's group (`--group-budget`), shown before the total.
-pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>, rec: &mut crate::record::RunRecord, group: &str) -> String {
+pub fn summarise(
+    template: &Path,
+    start_ms: u64,
+    cmd: Option<&TheCommand>,
+    rec: &mut crate::record::RunRecord,
+    group: &str,
+) -> String {
     let root = search_root(template);
     let mut notes = String::new();
     let mut m = Merged::default();
     let mut readings = Vec::new();
     for (path, report) in this_runs(&root, start_ms, &mut notes) {
-        let file = path.strip_prefix(&root).unwrap_or(&path).display().to_string();
+        let file = path
+            .strip_prefix(&root)
+            .unwrap_or(&path)
+            .display()
+            .to_string();
         let p = &report.process;
-        rec.reports_found.push(crate::record::Found { pid: p.pid, exe: p.exe.clone(), reason: report.reason.name().into(), file });
+        rec.reports_found.push(crate::record::Found {
+            pid: p.pid,
+            exe: p.exe.clone(),
+            reason: report.reason.name().into(),
+            file,
+        });
         if !rec.pids_seen.contains(&p.pid) {
             rec.pids_seen.push(p.pid);
         }
         // `input` gives full reports; the merge folds the borrowed view `pinguard report` reads.
-        let Ok(bytes) = serde_json::to_vec(&report) else { continue };
-        let Ok(view) = pinguard_report::view::ReportView::parse(&bytes) else { continue };
+        let Ok(bytes) = serde_json::to_vec(&report) else {
+            continue;
+        };
+        let Ok(view) = pinguard_report::view::ReportView::parse(&bytes) else {
+            continue;
+        };
         m.add(&path, &view);
         let mut one = Merged::default();
         one.add(&path, &view);
@@ -714,7 +917,8 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>, rec: 
     }
     m.finish();
     let host = local_host();
-    let is_cmd = |r: &Report| cmd.is_some_and(|c| c.pid == r.process.pid && r.process.hostname == host);
+    let is_cmd =
+        |r: &Report| cmd.is_some_and(|c| c.pid == r.process.pid && r.process.hostname == host);
     rec.reports_expected = readings.len();
     let cmd_line = match cmd {
         Some(c) if !readings.iter().any(|p| is_cmd(&p.report)) => {
@@ -722,22 +926,51 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>, rec: 
                 Some(u) => format!("it left no report: {u}"),
                 None => no_report_why(c, &root, rec.disabled),
             };
-            rec.no_report.push(crate::record::NoReport { pid: c.pid, why: why.clone() });
-            Some(format!("pinguard run: pid {} ({}, the command): {}; {why}\n", c.pid, c.name, c.ended.describe()))
+            rec.no_report.push(crate::record::NoReport {
+                pid: c.pid,
+                why: why.clone(),
+            });
+            Some(format!(
+                "pinguard run: pid {} ({}, the command): {}; {why}\n",
+                c.pid,
+                c.name,
+                c.ended.describe()
+            ))
         }
         _ => None,
     };
     if readings.is_empty() {
         let l = cmd_line.unwrap_or_default();
-        return format!("{notes}{l}{group}pinguard run: no reports; run record in {}\n", shown_path(&root));
+        return format!(
+            "{notes}{l}{group}pinguard run: no reports; run record in {}\n",
+            shown_path(&root)
+        );
     }
     let shown = shown_path(&root);
     let mut s = format!("\n{notes}");
     for e in m.config_error_lines() {
-        s.push_str(&format!("pinguard run: a setting could not be used in {e}\n"));
+        s.push_str(&format!(
+            "pinguard run: a setting could not be used in {e}\n"
+        ));
     }
-    s.push_str(&format!("pinguard run: {} under {shown}\n", count(m.reports as u64, "report", "reports")));
-    let mut rows = vec![["PID", "EXE", "LIVE", "COUNT", "PEAK", "DENIED", "DOWNGRADED", "OVER-BUDGET", "BUDGET", "REPORT"].map(String::from).to_vec()];
+    s.push_str(&format!(
+        "pinguard run: {} under {shown}\n",
+        count(m.reports as u64, "report", "reports")
+    ));
+    let mut rows = vec![[
+        "PID",
+        "EXE",
+        "LIVE",
+        "COUNT",
+        "PEAK",
+        "DENIED",
+        "DOWNGRADED",
+        "OVER-BUDGET",
+        "BUDGET",
+        "REPORT",
+    ]
+    .map(String::from)
+    .to_vec()];
     let mut right = vec![true, false, true, true, true, true, true, true, true, false];
     // The host reserve's columns only when one was in force: most runs have none.
     if m.host.is_some() {
@@ -754,38 +987,84 @@ pub fn summarise(template: &Path, start_ms: u64, cmd: Option<&TheCommand>, rec: 
             p.totals.denied_count.to_string(),
             p.totals.downgraded_count.to_string(),
             p.totals.over_budget_count.to_string(),
-            p.budget_bytes.map(format_bytes).unwrap_or_else(|| "-".into()),
-            p.path.strip_prefix(&format!("{}/", root.display())).unwrap_or(&p.path).to_string(),
+            p.budget_bytes
+                .map(format_bytes)
+                .unwrap_or_else(|| "-".into()),
+            p.path
+                .strip_prefix(&format!("{}/", root.display()))
+                .unwrap_or(&p.path)
+                .to_string(),
         ];
         if m.host.is_some() {
-            let lowest = p.host.map(|h| format_bytes(h.lowest_available_bytes)).unwrap_or_else(|| "-".into());
-            let stopped = if p.host.is_some() { p.totals.host_reserve_count.to_string() } else { "-".into() };
+            let lowest = p
+                .host
+                .map(|h| format_bytes(h.lowest_available_bytes))
+                .unwrap_or_else(|| "-".into());
+            let stopped = if p.host.is_some() {
+                p.totals.host_reserve_count.to_string()
+            } else {
+                "-".into()
+            };
             row.splice(8..8, [stopped, lowest]);
         }
         rows.push(row);
     }
     s.push_str(&table(&rows, &right));
-    let top: Vec<_> = m.callsites.iter().filter(|c| c.live_bytes > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).take(5).collect();
+    let top: Vec<_> = m
+        .callsites
+        .iter()
+        .filter(|c| {
+            c.live_bytes > 0
+                || c.denied_count > 0
+                || c.downgraded_count > 0
+                || c.over_budget_count > 0
+        })
+        .take(5)
+        .collect();
     if !top.is_empty() {
         s.push_str("\nTop callsites:\n");
-        let mut rows = vec![std::iter::once("LIVE").chain(crate::merge::TAIL).map(String::from).collect::<Vec<_>>()];
+        let mut rows = vec![std::iter::once("LIVE")
+            .chain(crate::merge::TAIL)
+            .map(String::from)
+            .collect::<Vec<_>>()];
         for c in top {
-            rows.push(std::iter::once(format_bytes(c.live_bytes)).chain(crate::merge::tail_cells(c)).collect());
+            rows.push(
+                std::iter::once(format_bytes(c.live_bytes))
+                    .chain(crate::merge::tail_cells(c))
+                    .collect(),
+            );
         }
         s.push_str(&table(&rows, &[true, true, true, true, true, false, false]));
     }
     // The command first, then every process that did not simply exit, then the rest.
-    readings.sort_by_key(|p| (!is_cmd(&p.report), p.report.reason == Reason::Exit, p.report.process.pid));
+    readings.sort_by_key(|p| {
+        (
+            !is_cmd(&p.report),
+            p.report.reason == Reason::Exit,
+            p.report.process.pid,
+        )
+    });
     s.push('\n');
     let mut lines: Vec<String> = cmd_line.into_iter().collect();
-    lines.extend(readings.iter().map(|p| ending_line(p, cmd.filter(|_| is_cmd(&p.report)))));
+    lines.extend(
+        readings
+            .iter()
+            .map(|p| ending_line(p, cmd.filter(|_| is_cmd(&p.report)))),
+    );
     for l in lines.iter().take(MAX_ENDINGS) {
         s.push_str(l);
     }
     if lines.len() > MAX_ENDINGS {
         let rest = &readings[readings.len() - (lines.len() - MAX_ENDINGS)..];
-        let exited = rest.iter().filter(|p| p.report.reason == Reason::Exit).count();
-        s.push_str(&format!("pinguard run: ... and {}: {exited} exited, {} did not (see the table)\n", count(rest.len() as u64, "more process", "more processes"), rest.len() - exited));
+        let exited = rest
+            .iter()
+            .filter(|p| p.report.reason == Reason::Exit)
+            .count();
+        s.push_str(&format!(
+            "pinguard run: ... and {}: {exited} exited, {} did not (see the table)\n",
+            count(rest.len() as u64, "more process", "more processes"),
+            rest.len() - exited
+        ));
     }
     s.push_str(group);
     let t = &m.totals;
@@ -822,7 +1101,9 @@ fn no_report_why(c: &TheCommand, root: &Path, disabled: bool) -> String {
 
 /// The folder as the user would type it: relative to the working directory when inside it.
 fn shown_path(dir: &Path) -> String {
-    let rel = std::env::current_dir().ok().and_then(|cwd| dir.strip_prefix(cwd).ok().map(Path::to_path_buf));
+    let rel = std::env::current_dir()
+        .ok()
+        .and_then(|cwd| dir.strip_prefix(cwd).ok().map(Path::to_path_buf));
     match rel {
         Some(r) if !r.as_os_str().is_empty() => format!("{}/", r.display()),
         _ => format!("{}/", dir.display()),
@@ -836,8 +1117,12 @@ mod tests {
     #[test]
     fn templates_are_checked_as_the_library_reads_them() {
         let cwd = Path::new("/");
-        assert!(report_template(Some(""), cwd, "f").unwrap_err().contains("empty"));
-        assert!(report_template(Some("/nonexistent-dir/"), cwd, "f").unwrap_err().contains("names a directory"));
+        assert!(report_template(Some(""), cwd, "f")
+            .unwrap_err()
+            .contains("empty"));
+        assert!(report_template(Some("/nonexistent-dir/"), cwd, "f")
+            .unwrap_err()
+            .contains("names a directory"));
     }
 
     #[test]
@@ -850,15 +1135,36 @@ mod tests {
     #[test]
     fn an_asan_runtime_goes_first_in_the_preload_list() {
         let lib = Path::new("/opt/pg/libpinguard.so");
-        let list = |asan: Option<&str>, old: Option<&str>| preload_list(lib, asan, old.map(std::ffi::OsStr::new)).into_string().unwrap();
+        let list = |asan: Option<&str>, old: Option<&str>| {
+            preload_list(lib, asan, old.map(std::ffi::OsStr::new))
+                .into_string()
+                .unwrap()
+        };
         assert_eq!(list(None, None), "/opt/pg/libpinguard.so");
         assert_eq!(list(None, Some("")), "/opt/pg/libpinguard.so");
-        assert_eq!(list(None, Some("libx.so libz.so")), "/opt/pg/libpinguard.so:libx.so:libz.so");
-        assert_eq!(list(Some("libasan.so.8"), None), "libasan.so.8:/opt/pg/libpinguard.so");
-        assert_eq!(list(Some("libasan.so.8"), Some("libx.so")), "libasan.so.8:/opt/pg/libpinguard.so:libx.so");
+        assert_eq!(
+            list(None, Some("libx.so libz.so")),
+            "/opt/pg/libpinguard.so:libx.so:libz.so"
+        );
+        assert_eq!(
+            list(Some("libasan.so.8"), None),
+            "libasan.so.8:/opt/pg/libpinguard.so"
+        );
+        assert_eq!(
+            list(Some("libasan.so.8"), Some("libx.so")),
+            "libasan.so.8:/opt/pg/libpinguard.so:libx.so"
+        );
         // The user's own runtime, wherever it was in the list, is the one that goes first.
-        assert_eq!(list(Some("libasan.so.8"), Some("libx.so:/usr/lib/libasan.so.6")), "/usr/lib/libasan.so.6:/opt/pg/libpinguard.so:libx.so");
-        assert_eq!(list(None, Some("libx.so /c/libclang_rt.asan-x86_64.so")), "/c/libclang_rt.asan-x86_64.so:/opt/pg/libpinguard.so:libx.so");
-        assert!(!is_asan_runtime(b"/lib/libasan_helper.txt") && !is_asan_runtime(b"libhwasan.so.0"));
+        assert_eq!(
+            list(Some("libasan.so.8"), Some("libx.so:/usr/lib/libasan.so.6")),
+            "/usr/lib/libasan.so.6:/opt/pg/libpinguard.so:libx.so"
+        );
+        assert_eq!(
+            list(None, Some("libx.so /c/libclang_rt.asan-x86_64.so")),
+            "/c/libclang_rt.asan-x86_64.so:/opt/pg/libpinguard.so:libx.so"
+        );
+        assert!(
+            !is_asan_runtime(b"/lib/libasan_helper.txt") && !is_asan_runtime(b"libhwasan.so.0")
+        );
     }
 }

@@ -33,7 +33,9 @@ fn pct(a: u64, b: Option<u64>) -> String {
 fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
     let path = layout::path(name);
     let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("no group {name:?} on this host ({path} does not exist)"),
+        std::io::ErrorKind::NotFound => {
+            format!("no group {name:?} on this host ({path} does not exist)")
+        }
         _ => format!("{path}: {e}"),
     })?;
     let h = layout::read(&bytes).map_err(|e| format!("{path}: {e}"))?;
@@ -46,7 +48,8 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         // As the members judge each other: a member seen from another PID namespace without a
         // semaphore this process can read is not called gone.
         let value = |key| live::Set::open(key).ok()?.value(i).ok();
-        let alive = live::judge(&layout::seen(m), here, value, layout::proc_of) != live::Verdict::Gone;
+        let alive =
+            live::judge(&layout::seen(m), here, value, layout::proc_of) != live::Verdict::Gone;
         rows.push(Row {
             pid: m.pid,
             exe: String::from_utf8_lossy(&m.exe[..end]).into_owned(),
@@ -57,13 +60,19 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
             host_reserve: (h.host_reserve > 0).then_some(m.host_reserve),
             cgroup_reserve: cgroups.then_some(h.ext[i].cgroup_reserve),
             budget,
-            note: if alive { String::new() } else { "gone (reclaimed when room is needed)".into() },
+            note: if alive {
+                String::new()
+            } else {
+                "gone (reclaimed when room is needed)".into()
+            },
         });
     }
     let mut head = format!(
         "group {name}: {} of {} pinned ({}), peak {}, {}",
         format_bytes(h.used),
-        budget.map(format_bytes).unwrap_or_else(|| "no budget".into()),
+        budget
+            .map(format_bytes)
+            .unwrap_or_else(|| "no budget".into()),
         pct(h.used, budget),
         format_bytes(h.peak),
         crate::out::count(rows.len() as u64, "member", "members")
@@ -73,7 +82,10 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
             u64::MAX => "none read yet".to_string(),
             l => format_bytes(l),
         };
-        head.push_str(&format!("; host reserve {}, lowest available {lowest}", format_bytes(h.host_reserve)));
+        head.push_str(&format!(
+            "; host reserve {}, lowest available {lowest}",
+            format_bytes(h.host_reserve)
+        ));
     }
     head.push_str(&cgroup_figures(&h));
     Ok((head, rows))
@@ -87,11 +99,20 @@ fn cgroup_figures(h: &Header) -> String {
     }
     let mut out = String::new();
     for (k, c) in h.cgroups.iter().enumerate().filter(|(_, c)| c.reserve > 0) {
-        let n = h.members.iter().zip(h.ext.iter()).filter(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1).count() as u64;
+        let n = h
+            .members
+            .iter()
+            .zip(h.ext.iter())
+            .filter(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1)
+            .count() as u64;
         if n == 0 {
             continue; // its members have left
         }
-        let lowest = if c.lowest == u64::MAX { "none read yet".to_string() } else { format_bytes(c.lowest) };
+        let lowest = if c.lowest == u64::MAX {
+            "none read yet".to_string()
+        } else {
+            format_bytes(c.lowest)
+        };
         out.push_str(&format!(
             "; cgroup reserve {} of {} ({}), lowest headroom {lowest}",
             format_bytes(c.reserve),
@@ -118,13 +139,37 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
         if p.extension().is_none_or(|x| x != "prom") {
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&p) else { continue };
-        let mut row = Row { pid: 0, exe: String::new(), pinned: 0, peak: 0, denied: 0, downgraded: 0, host_reserve: None, cgroup_reserve: None, budget: None, note: String::new() };
+        let Ok(text) = std::fs::read_to_string(&p) else {
+            continue;
+        };
+        let mut row = Row {
+            pid: 0,
+            exe: String::new(),
+            pinned: 0,
+            peak: 0,
+            denied: 0,
+            downgraded: 0,
+            host_reserve: None,
+            cgroup_reserve: None,
+            budget: None,
+            note: String::new(),
+        };
         for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, value)) = line.rsplit_once(' ') else { continue };
-            let Ok(v) = value.parse::<f64>() else { continue };
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(v) = value.parse::<f64>() else {
+                continue;
+            };
             let (name, labels) = series.split_once('{').unwrap_or((series, ""));
-            let label = |k: &str| labels.split(&format!("{k}=\"")).nth(1).and_then(|r| r.split('"').next()).unwrap_or("").to_string();
+            let label = |k: &str| {
+                labels
+                    .split(&format!("{k}=\""))
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or("")
+                    .to_string()
+            };
             if row.pid == 0 {
                 row.pid = label("pid").parse().unwrap_or(0);
                 row.exe = label("exe");
@@ -136,9 +181,13 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                 "pinguard_denied_total" => row.denied += v as u64,
                 "pinguard_downgraded_total" => row.downgraded += v as u64,
                 "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v as u64),
-                "pinguard_host_lowest_available_bytes" => lowest = Some(lowest.map_or(v as u64, |l| l.min(v as u64))),
+                "pinguard_host_lowest_available_bytes" => {
+                    lowest = Some(lowest.map_or(v as u64, |l| l.min(v as u64)))
+                }
                 "pinguard_cgroup_reserve_stopped_total" => row.cgroup_reserve = Some(v as u64),
-                "pinguard_cgroup_lowest_headroom_bytes" => headroom = Some(headroom.map_or(v as u64, |l| l.min(v as u64))),
+                "pinguard_cgroup_lowest_headroom_bytes" => {
+                    headroom = Some(headroom.map_or(v as u64, |l| l.min(v as u64)))
+                }
                 _ => {}
             }
         }
@@ -147,9 +196,17 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
         }
     }
     let total: u64 = rows.iter().map(|r| r.pinned).sum();
-    let mut head = format!("{}: {} pinned in {}", dir.display(), format_bytes(total), crate::out::count(rows.len() as u64, "process", "processes"));
+    let mut head = format!(
+        "{}: {} pinned in {}",
+        dir.display(),
+        format_bytes(total),
+        crate::out::count(rows.len() as u64, "process", "processes")
+    );
     if let Some(l) = lowest {
-        head.push_str(&format!("; lowest host memory available {}", format_bytes(l)));
+        head.push_str(&format!(
+            "; lowest host memory available {}",
+            format_bytes(l)
+        ));
     }
     if let Some(h) = headroom {
         // The least over the files: each process reads its own cgroup's.
@@ -160,7 +217,18 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
 
 fn render(head: String, mut rows: Vec<Row>) -> String {
     rows.sort_by(|a, b| (b.pinned, b.peak, a.pid).cmp(&(a.pinned, a.peak, b.pid)));
-    let mut t = vec![["PID", "EXE", "PINNED", "PEAK", "BUDGET USE", "DENIED", "DOWNGRADED", ""].map(String::from).to_vec()];
+    let mut t = vec![[
+        "PID",
+        "EXE",
+        "PINNED",
+        "PEAK",
+        "BUDGET USE",
+        "DENIED",
+        "DOWNGRADED",
+        "",
+    ]
+    .map(String::from)
+    .to_vec()];
     let mut right = vec![true, false, true, true, true, true, true, false];
     let host = rows.iter().any(|r| r.host_reserve.is_some());
     let cgroup = rows.iter().any(|r| r.cgroup_reserve.is_some());
@@ -213,7 +281,10 @@ pub fn run(source: Source, once: bool, every: std::time::Duration) -> i32 {
                     crate::out::print(&text);
                     return 0;
                 }
-                crate::out::print(&format!("\x1b[H\x1b[2J{text}\n(refreshing every {:?}; Ctrl-C to quit)\n", every));
+                crate::out::print(&format!(
+                    "\x1b[H\x1b[2J{text}\n(refreshing every {:?}; Ctrl-C to quit)\n",
+                    every
+                ));
             }
             Err(e) => {
                 eprintln!("pinguard top: {e}");

@@ -21,12 +21,17 @@ fn pinguard(args: &[&str]) -> Output {
 fn library() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let lib = exe.parent().unwrap().join("libpinguard.so");
-    assert!(lib.is_file(), "{} missing: cargo builds it before the tests", lib.display());
+    assert!(
+        lib.is_file(),
+        "{} missing: cargo builds it before the tests",
+        lib.display()
+    );
     lib
 }
 
 fn fresh(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cdi-{tag}-{}", std::process::id()));
+    let d =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cdi-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -34,7 +39,8 @@ fn fresh(tag: &str) -> PathBuf {
 
 fn spec_of(o: &Output) -> Value {
     assert!(o.status.success(), "{o:?}");
-    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON: {e}\n{}", String::from_utf8_lossy(&o.stdout)))
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON: {e}\n{}", String::from_utf8_lossy(&o.stdout)))
 }
 
 fn keys(v: &Value) -> Vec<&str> {
@@ -47,54 +53,129 @@ fn keys(v: &Value) -> Vec<&str> {
 /// letter or digit.
 fn cdi_name(s: &str, extra: &[char]) -> bool {
     let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
-    edge(s.chars().next()) && edge(s.chars().last()) && s.chars().all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
+    edge(s.chars().next())
+        && edge(s.chars().last())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || extra.contains(&c))
 }
 
 /// Every field CDI requires, each in its type, and no field outside the spec (podman's CDI
 /// reader parses strictly: an unknown field fails the whole spec).
 fn assert_cdi(spec: &Value) {
     for k in keys(spec) {
-        assert!(["cdiVersion", "kind", "devices", "containerEdits", "annotations"].contains(&k), "unknown top-level field {k}");
+        assert!(
+            [
+                "cdiVersion",
+                "kind",
+                "devices",
+                "containerEdits",
+                "annotations"
+            ]
+            .contains(&k),
+            "unknown top-level field {k}"
+        );
     }
     let version = spec["cdiVersion"].as_str().expect("cdiVersion, a string");
     // Versions 0.1.0 to 0.5.0 are what Debian 12's podman reads; a mount's `type` needs 0.4.0.
-    assert!(["0.4.0", "0.5.0"].contains(&version), "cdiVersion {version}");
-    let (vendor, class) = spec["kind"].as_str().expect("kind, a string").split_once('/').expect("kind is vendor/class");
-    assert!(cdi_name(vendor, &['.', '-']) && cdi_name(class, &['_', '-']), "kind {}", spec["kind"]);
+    assert!(
+        ["0.4.0", "0.5.0"].contains(&version),
+        "cdiVersion {version}"
+    );
+    let (vendor, class) = spec["kind"]
+        .as_str()
+        .expect("kind, a string")
+        .split_once('/')
+        .expect("kind is vendor/class");
+    assert!(
+        cdi_name(vendor, &['.', '-']) && cdi_name(class, &['_', '-']),
+        "kind {}",
+        spec["kind"]
+    );
     let devices = spec["devices"].as_array().expect("devices, an array");
     assert!(!devices.is_empty());
     for d in devices {
         for k in keys(d) {
-            assert!(["name", "containerEdits", "annotations"].contains(&k), "unknown device field {k}");
+            assert!(
+                ["name", "containerEdits", "annotations"].contains(&k),
+                "unknown device field {k}"
+            );
         }
-        assert!(cdi_name(d["name"].as_str().expect("device name"), &['_', '-', '.', ':']), "{}", d["name"]);
+        assert!(
+            cdi_name(
+                d["name"].as_str().expect("device name"),
+                &['_', '-', '.', ':']
+            ),
+            "{}",
+            d["name"]
+        );
         let edits = &d["containerEdits"];
         for k in keys(edits) {
-            assert!(["env", "deviceNodes", "mounts", "hooks"].contains(&k), "unknown edit {k}");
+            assert!(
+                ["env", "deviceNodes", "mounts", "hooks"].contains(&k),
+                "unknown edit {k}"
+            );
         }
         for e in edits["env"].as_array().expect("env, an array") {
-            let (k, _) = e.as_str().expect("env entries are strings").split_once('=').expect("env entries are KEY=VALUE");
+            let (k, _) = e
+                .as_str()
+                .expect("env entries are strings")
+                .split_once('=')
+                .expect("env entries are KEY=VALUE");
             assert!(!k.is_empty(), "{e}");
         }
         for m in edits["mounts"].as_array().expect("mounts, an array") {
             for k in keys(m) {
-                assert!(["hostPath", "containerPath", "options", "type"].contains(&k), "unknown mount field {k}");
+                assert!(
+                    ["hostPath", "containerPath", "options", "type"].contains(&k),
+                    "unknown mount field {k}"
+                );
             }
-            assert!(m["hostPath"].as_str().expect("hostPath").starts_with('/'), "{m}");
-            assert!(m["containerPath"].as_str().expect("containerPath").starts_with('/'), "{m}");
-            assert!(m["options"].as_array().unwrap().iter().all(Value::is_string), "{m}");
+            assert!(
+                m["hostPath"].as_str().expect("hostPath").starts_with('/'),
+                "{m}"
+            );
+            assert!(
+                m["containerPath"]
+                    .as_str()
+                    .expect("containerPath")
+                    .starts_with('/'),
+                "{m}"
+            );
+            assert!(
+                m["options"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(Value::is_string),
+                "{m}"
+            );
         }
     }
 }
 
 fn env_of(spec: &Value) -> Vec<(String, String)> {
-    let env = spec["devices"][0]["containerEdits"]["env"].as_array().unwrap();
-    env.iter().map(|e| e.as_str().unwrap().split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).unwrap()).collect()
+    let env = spec["devices"][0]["containerEdits"]["env"]
+        .as_array()
+        .unwrap();
+    env.iter()
+        .map(|e| {
+            e.as_str()
+                .unwrap()
+                .split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .unwrap()
+        })
+        .collect()
 }
 
 fn mount_at<'a>(spec: &'a Value, container_path: &str) -> &'a Value {
-    let mounts = spec["devices"][0]["containerEdits"]["mounts"].as_array().unwrap();
-    mounts.iter().find(|m| m["containerPath"] == container_path).unwrap_or_else(|| panic!("no mount at {container_path}: {spec}"))
+    let mounts = spec["devices"][0]["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap();
+    mounts
+        .iter()
+        .find(|m| m["containerPath"] == container_path)
+        .unwrap_or_else(|| panic!("no mount at {container_path}: {spec}"))
 }
 
 #[test]
@@ -105,21 +186,45 @@ fn the_spec_preloads_the_library_from_a_read_only_mount() {
     assert_eq!(spec["kind"], "pinguard.dev/preload");
     assert_eq!(spec["devices"].as_array().unwrap().len(), 1);
     assert_eq!(spec["devices"][0]["name"], "default");
-    assert_eq!(env_of(&spec), vec![("LD_PRELOAD".into(), "/opt/pinguard/libpinguard.so".into())]);
+    assert_eq!(
+        env_of(&spec),
+        vec![("LD_PRELOAD".into(), "/opt/pinguard/libpinguard.so".into())]
+    );
     let m = mount_at(&spec, "/opt/pinguard/libpinguard.so");
     assert_eq!(m["hostPath"], lib.to_str().unwrap());
-    let opts: Vec<&str> = m["options"].as_array().unwrap().iter().map(|o| o.as_str().unwrap()).collect();
-    assert!(opts.contains(&"ro") && opts.contains(&"bind") && !opts.contains(&"noexec"), "{opts:?}");
+    let opts: Vec<&str> = m["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert!(
+        opts.contains(&"ro") && opts.contains(&"bind") && !opts.contains(&"noexec"),
+        "{opts:?}"
+    );
 
     // Another container path; a relative --lib becomes absolute (runtimes refuse relative host
     // paths), a symbolic link is kept so that updating it updates what containers get.
     let dir = fresh("paths");
     std::os::unix::fs::symlink(&lib, dir.join("libpinguard.so")).unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_pinguard")).current_dir(&dir).args(["cdi", "--lib", "libpinguard.so", "--container-path", "/usr/lib/pg.so"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pinguard"))
+        .current_dir(&dir)
+        .args([
+            "cdi",
+            "--lib",
+            "libpinguard.so",
+            "--container-path",
+            "/usr/lib/pg.so",
+        ])
+        .output()
+        .unwrap();
     let spec = spec_of(&o);
     assert_cdi(&spec);
     assert_eq!(env_of(&spec)[0].1, "/usr/lib/pg.so");
-    assert_eq!(mount_at(&spec, "/usr/lib/pg.so")["hostPath"], dir.join("libpinguard.so").to_str().unwrap());
+    assert_eq!(
+        mount_at(&spec, "/usr/lib/pg.so")["hostPath"],
+        dir.join("libpinguard.so").to_str().unwrap()
+    );
 }
 
 #[test]
@@ -127,12 +232,27 @@ fn metrics_dir_and_settings_reach_every_container() {
     let lib = library();
     let textfile = fresh("textfile");
     let t = textfile.to_str().unwrap();
-    let args = ["cdi", "--lib", lib.to_str().unwrap(), "--metrics-dir", t, "--env", "PINGUARD_GROUP=inference", "--env", "PINGUARD_GROUP_BUDGET=8GiB", "--env", "TZ=UTC"];
+    let args = [
+        "cdi",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--metrics-dir",
+        t,
+        "--env",
+        "PINGUARD_GROUP=inference",
+        "--env",
+        "PINGUARD_GROUP_BUDGET=8GiB",
+        "--env",
+        "TZ=UTC",
+    ];
     let spec = spec_of(&pinguard(&args));
     assert_cdi(&spec);
     let env = env_of(&spec);
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-    assert_eq!(get("PINGUARD_METRICS"), Some(format!("{t}/pinguard.%h.%n.%p.prom").as_str()));
+    assert_eq!(
+        get("PINGUARD_METRICS"),
+        Some(format!("{t}/pinguard.%h.%n.%p.prom").as_str())
+    );
     assert_eq!(get("PINGUARD_GROUP"), Some("inference"));
     assert_eq!(get("PINGUARD_GROUP_BUDGET"), Some("8GiB"));
     assert_eq!(get("TZ"), Some("UTC"));
@@ -141,7 +261,10 @@ fn metrics_dir_and_settings_reach_every_container() {
     // container's processes write.
     let m = mount_at(&spec, t);
     assert_eq!(m["hostPath"], t);
-    assert!(m["options"].as_array().unwrap().iter().any(|o| o == "rw"), "{m}");
+    assert!(
+        m["options"].as_array().unwrap().iter().any(|o| o == "rw"),
+        "{m}"
+    );
 }
 
 #[test]
@@ -155,14 +278,34 @@ fn output_file_is_replaced_whole_and_dash_is_stdout() {
     let o = pinguard(&["cdi", "--lib", l, "-o", f]);
     assert!(o.status.success() && o.stdout.is_empty(), "{o:?}");
     let stdout = pinguard(&["cdi", "--lib", l]).stdout;
-    assert_eq!(std::fs::read(&file).unwrap(), stdout, "the file holds what stdout gets");
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        stdout,
+        "the file holds what stdout gets"
+    );
     assert_eq!(pinguard(&["cdi", "--lib", l, "-o", "-"]).stdout, stdout);
     // Runtimes run as root, but the spec holds nothing secret, and people read it.
-    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o644);
-    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("pinguard.json")], "no temporary file left");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("pinguard.json")],
+        "no temporary file left"
+    );
     // A folder that does not exist: one line, exit 2, nothing written.
-    let o = pinguard(&["cdi", "--lib", l, "-o", dir.join("no/such/dir.json").to_str().unwrap()]);
+    let o = pinguard(&[
+        "cdi",
+        "--lib",
+        l,
+        "-o",
+        dir.join("no/such/dir.json").to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     one_line(&o);
 }
@@ -170,7 +313,10 @@ fn output_file_is_replaced_whole_and_dash_is_stdout() {
 fn one_line(o: &Output) {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(err.starts_with("pinguard cdi: ") || err.starts_with("error: "), "{err}");
+    assert!(
+        err.starts_with("pinguard cdi: ") || err.starts_with("error: "),
+        "{err}"
+    );
     assert!(!err.contains("panicked"), "{err}");
     assert!(o.stdout.is_empty(), "no spec on a failure");
 }
@@ -190,11 +336,26 @@ fn the_default_library_is_the_installed_one_and_a_missing_one_is_one_error() {
     let o = pinguard_at(&exe, &["cdi"]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");
     one_line(&o);
-    assert!(String::from_utf8_lossy(&o.stderr).contains("libpinguard.so"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("libpinguard.so"),
+        "{o:?}"
+    );
     std::fs::copy(&lib, prefix.join("lib/libpinguard.so")).unwrap();
     let spec = spec_of(&pinguard_at(&exe, &["cdi"]));
-    assert_eq!(mount_at(&spec, "/opt/pinguard/libpinguard.so")["hostPath"], prefix.join("lib/libpinguard.so").canonicalize().unwrap().to_str().unwrap());
-    let o = pinguard(&["cdi", "--lib", prefix.join("lib/missing.so").to_str().unwrap()]);
+    assert_eq!(
+        mount_at(&spec, "/opt/pinguard/libpinguard.so")["hostPath"],
+        prefix
+            .join("lib/libpinguard.so")
+            .canonicalize()
+            .unwrap()
+            .to_str()
+            .unwrap()
+    );
+    let o = pinguard(&[
+        "cdi",
+        "--lib",
+        prefix.join("lib/missing.so").to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     one_line(&o);
 }
@@ -230,9 +391,15 @@ fn bad_options_get_one_line_and_exit_2() {
         let o = pinguard(&a);
         assert_eq!(o.status.code(), Some(2), "{extra:?}: {o:?}");
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!err.contains("panicked") && o.stdout.is_empty(), "{extra:?}: {err}");
+        assert!(
+            !err.contains("panicked") && o.stdout.is_empty(),
+            "{extra:?}: {err}"
+        );
         // The line names the option at fault (clap's own usage errors add a hint after it).
-        assert!(err.lines().next().unwrap().contains(extra[extra.len() - 2]), "{extra:?}: {err}");
+        assert!(
+            err.lines().next().unwrap().contains(extra[extra.len() - 2]),
+            "{extra:?}: {err}"
+        );
         if !err.starts_with("error: ") {
             one_line(&o);
         }

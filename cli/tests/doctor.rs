@@ -16,12 +16,18 @@ fn doctor(pre: &str, args: &[&str], env: &[(&str, &str)]) -> (Output, Value) {
     let f = fixtures();
     let script = format!("{pre} exec \"$0\" doctor \"$@\"");
     let mut c = Command::new("sh");
-    c.args(["-c", &script, env!("CARGO_BIN_EXE_pinguard")]).args(args).env("LD_LIBRARY_PATH", &f.dir);
+    c.args(["-c", &script, env!("CARGO_BIN_EXE_pinguard")])
+        .args(args)
+        .env("LD_LIBRARY_PATH", &f.dir);
     for (k, v) in env {
         c.env(k, v);
     }
     let o = c.output().unwrap();
-    let v = if args.contains(&"--json") { serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}")) } else { Value::Null };
+    let v = if args.contains(&"--json") {
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {o:?}"))
+    } else {
+        Value::Null
+    };
     (o, v)
 }
 
@@ -55,7 +61,10 @@ fn v1_root(test: &str) -> Option<PathBuf> {
     let probe = root.join(format!("pinguard-probe-{}-{test}", std::process::id()));
     if std::fs::create_dir(&probe).is_err() {
         eprintln!("NOT RUN: {test}: cannot create a cgroup v1 memory group under {V1} (needs root and a v1 memory hierarchy)");
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{test} must run here");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "{test} must run here"
+        );
         return None;
     }
     let _ = std::fs::remove_dir(&probe);
@@ -63,58 +72,131 @@ fn v1_root(test: &str) -> Option<PathBuf> {
 }
 
 fn probe_of<'a>(v: &'a Value, path: &str) -> &'a Value {
-    v["probes"].as_array().unwrap().iter().find(|p| p["path"] == path).unwrap_or_else(|| panic!("no {path} probe: {v}"))
+    v["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["path"] == path)
+        .unwrap_or_else(|| panic!("no {path} probe: {v}"))
 }
 
 #[test]
 fn a_nested_v1_limit_is_found_and_the_probe_sees_which_paths_it_counts() {
-    let Some(root) = v1_root("nested") else { return };
-    let parent = Group::new(&root, &format!("pinguard-doctor-{}", std::process::id()), Some(512 << 20)).unwrap();
+    let Some(root) = v1_root("nested") else {
+        return;
+    };
+    let parent = Group::new(
+        &root,
+        &format!("pinguard-doctor-{}", std::process::id()),
+        Some(512 << 20),
+    )
+    .unwrap();
     let child = Group::new(&parent.0, "worker", None).unwrap();
-    let (o, v) = doctor(&child.join(), &["--probe", "--probe-size", "16Mi", "--json"], &[]);
+    let (o, v) = doctor(
+        &child.join(),
+        &["--probe", "--probe-size", "16Mi", "--json"],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{o:?}");
     assert_eq!(v["cgroup"]["version"], "v1");
     assert_eq!(v["cgroup"]["dir"], child.0.to_str().unwrap());
-    assert_eq!(v["cgroup"]["limit_bytes"], 512u64 << 20, "the parent's limit is the tightest");
+    assert_eq!(
+        v["cgroup"]["limit_bytes"],
+        512u64 << 20,
+        "the parent's limit is the tightest"
+    );
     assert_eq!(v["cgroup"]["limit_dir"], parent.0.to_str().unwrap());
     let headroom = v["cgroup"]["headroom_bytes"].as_u64().unwrap();
     assert!(headroom > 400 << 20 && headroom <= 512 << 20, "{headroom}");
     // The emulated runtimes lock their pages with mlock: user pages, charged to the group.
-    for path in ["mlock", "cudaHostAlloc", "cudaHostRegister", "aclrtMallocHost"] {
+    for path in [
+        "mlock",
+        "cudaHostAlloc",
+        "cudaHostRegister",
+        "aclrtMallocHost",
+    ] {
         let p = probe_of(&v, path);
         assert_eq!(p["counted"], true, "{path}: {p}");
         let moved = p["usage_delta_bytes"].as_i64().unwrap();
-        assert!((12 << 20..=20 << 20).contains(&moved), "{path} moved the group by {moved}");
+        assert!(
+            (12 << 20..=20 << 20).contains(&moved),
+            "{path} moved the group by {moved}"
+        );
     }
-    assert!(v["verdict"].as_str().unwrap().starts_with("contained"), "{v}");
+    assert!(
+        v["verdict"].as_str().unwrap().starts_with("contained"),
+        "{v}"
+    );
 
     // Pages the runtime hands out without charging them (EMU_NO_PIN: never faulted in, as a
     // driver's own allocation is not charged): the verdict names the path, exit 1.
-    let (o, v) = doctor(&child.join(), &["--probe", "--probe-size", "16Mi", "--json"], &[("EMU_NO_PIN", "1")]);
+    let (o, v) = doctor(
+        &child.join(),
+        &["--probe", "--probe-size", "16Mi", "--json"],
+        &[("EMU_NO_PIN", "1")],
+    );
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert_eq!(probe_of(&v, "cudaHostAlloc")["counted"], false);
     assert_eq!(probe_of(&v, "mlock")["counted"], true);
     let verdict = v["verdict"].as_str().unwrap();
-    assert!(verdict.starts_with("not contained") && verdict.contains("cudaHostAlloc"), "{verdict}");
-    let (o, _) = doctor(&child.join(), &["--probe", "--probe-size", "16Mi"], &[("EMU_NO_PIN", "1")]);
+    assert!(
+        verdict.starts_with("not contained") && verdict.contains("cudaHostAlloc"),
+        "{verdict}"
+    );
+    let (o, _) = doctor(
+        &child.join(),
+        &["--probe", "--probe-size", "16Mi"],
+        &[("EMU_NO_PIN", "1")],
+    );
     let text = String::from_utf8_lossy(&o.stdout);
-    assert!(text.contains("cudaHostAlloc     NOT counted by the limit"), "{text}");
-    assert!(text.contains("mlock             counted by the limit"), "{text}");
+    assert!(
+        text.contains("cudaHostAlloc     NOT counted by the limit"),
+        "{text}"
+    );
+    assert!(
+        text.contains("mlock             counted by the limit"),
+        "{text}"
+    );
 }
 
 #[test]
 fn no_limit_on_the_path_is_not_contained_and_a_close_limit_is_not_probed() {
-    let Some(root) = v1_root("nolimit") else { return };
-    let g = Group::new(&root, &format!("pinguard-doctor-free-{}", std::process::id()), None).unwrap();
+    let Some(root) = v1_root("nolimit") else {
+        return;
+    };
+    let g = Group::new(
+        &root,
+        &format!("pinguard-doctor-free-{}", std::process::id()),
+        None,
+    )
+    .unwrap();
     let (o, v) = doctor(&g.join(), &["--json"], &[]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert_eq!(v["cgroup"]["limit_bytes"], Value::Null);
-    assert!(v["verdict"].as_str().unwrap().contains("no memory limit"), "{v}");
+    assert!(
+        v["verdict"].as_str().unwrap().contains("no memory limit"),
+        "{v}"
+    );
     // A group with less headroom than four probes: nothing is pinned, and doctor cannot tell.
-    let tight = Group::new(&root, &format!("pinguard-doctor-tight-{}", std::process::id()), Some(48 << 20)).unwrap();
-    let (o, v) = doctor(&tight.join(), &["--probe", "--probe-size", "16Mi", "--json"], &[]);
+    let tight = Group::new(
+        &root,
+        &format!("pinguard-doctor-tight-{}", std::process::id()),
+        Some(48 << 20),
+    )
+    .unwrap();
+    let (o, v) = doctor(
+        &tight.join(),
+        &["--probe", "--probe-size", "16Mi", "--json"],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(2), "{o:?}");
-    assert!(probe_of(&v, "mlock")["note"].as_str().unwrap().contains("headroom"), "{v}");
+    assert!(
+        probe_of(&v, "mlock")["note"]
+            .as_str()
+            .unwrap()
+            .contains("headroom"),
+        "{v}"
+    );
 }
 
 /// cgroup v2 as a container sees it, from stand-in files: this process's `/proc/<pid>/cgroup`
@@ -136,11 +218,21 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
         std::fs::write(cg.join(f), text).unwrap();
     }
     std::fs::write(dir.join("cgroup"), "0::/pod/ctr\n").unwrap();
-    std::fs::write(dir.join("mountinfo"), format!("60 40 0:26 / {} rw - cgroup2 cgroup2 rw\n", cg.display())).unwrap();
+    std::fs::write(
+        dir.join("mountinfo"),
+        format!("60 40 0:26 / {} rw - cgroup2 cgroup2 rw\n", cg.display()),
+    )
+    .unwrap();
     let pre = format!("mount --bind {0}/cgroup /proc/$$/cgroup && mount --bind {0}/mountinfo /proc/$$/mountinfo &&", dir.display());
     let f = fixtures();
     let o = Command::new("unshare")
-        .args(["-m", "sh", "-c", &format!("{pre} exec \"$0\" doctor --json"), env!("CARGO_BIN_EXE_pinguard")])
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!("{pre} exec \"$0\" doctor --json"),
+            env!("CARGO_BIN_EXE_pinguard"),
+        ])
         .env("LD_LIBRARY_PATH", &f.dir)
         .env("PINGUARD_BUDGET", "8 gigs")
         .env("PINGUARD_GROUP_BUDGET", "8Gi")
@@ -149,11 +241,18 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
         .output()
         .unwrap();
     if !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unshare") {
-        eprintln!("NOT RUN: a mount namespace could not be made: {}", String::from_utf8_lossy(&o.stderr));
+        eprintln!(
+            "NOT RUN: a mount namespace could not be made: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none());
         return;
     }
-    assert_eq!(o.status.code(), Some(2), "a limit, no probe: could not tell which paths it counts: {o:?}");
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a limit, no probe: could not tell which paths it counts: {o:?}"
+    );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["cgroup"]["version"], "v2");
     assert_eq!(v["cgroup"]["limit_bytes"], 256u64 << 20);
@@ -162,21 +261,45 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
     assert_eq!(v["cgroup"]["headroom_bytes"], 146u64 << 20);
     assert_eq!(v["cgroup"]["kernel_memory_accounted"], true);
     let settings = v["settings"].as_array().unwrap();
-    let budget = settings.iter().find(|s| s["name"] == "PINGUARD_BUDGET").unwrap();
-    assert!(budget["error"].as_str().unwrap().contains("running without a budget"), "{budget}");
-    let group = settings.iter().find(|s| s["name"] == "PINGUARD_GROUP_BUDGET").unwrap();
+    let budget = settings
+        .iter()
+        .find(|s| s["name"] == "PINGUARD_BUDGET")
+        .unwrap();
+    assert!(
+        budget["error"]
+            .as_str()
+            .unwrap()
+            .contains("running without a budget"),
+        "{budget}"
+    );
+    let group = settings
+        .iter()
+        .find(|s| s["name"] == "PINGUARD_GROUP_BUDGET")
+        .unwrap();
     assert!(group.get("error").is_none(), "{group}");
     // Every variable as the library reads it (its registry parser): any case of a policy is one.
-    let policy = settings.iter().find(|s| s["name"] == "PINGUARD_POLICY").unwrap();
+    let policy = settings
+        .iter()
+        .find(|s| s["name"] == "PINGUARD_POLICY")
+        .unwrap();
     assert!(policy.get("error").is_none(), "{policy}");
-    let hooks = settings.iter().find(|s| s["name"] == "PINGUARD_HOOKS").unwrap();
+    let hooks = settings
+        .iter()
+        .find(|s| s["name"] == "PINGUARD_HOOKS")
+        .unwrap();
     assert_eq!(hooks["error"], "PINGUARD_HOOKS=\"cuda,opencl\": unknown family \"opencl\"; expected a comma list of cuda, cuda-driver, acl, mlock, hip, or all; hooking all of them", "{hooks}");
 }
 
 #[test]
 fn bad_options_get_one_line_and_exit_2() {
-    let o = Command::new(env!("CARGO_BIN_EXE_pinguard")).args(["doctor", "--probe-size", "lots"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_pinguard"))
+        .args(["doctor", "--probe-size", "lots"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("--probe-size") && !err.contains("panicked"), "{err}");
+    assert!(
+        err.contains("--probe-size") && !err.contains("panicked"),
+        "{err}"
+    );
 }

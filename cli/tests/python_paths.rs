@@ -13,11 +13,17 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn pinguard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinguard")).args(args).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_pinguard"))
+        .args(args)
+        .output()
+        .unwrap()
 }
 
 fn text(o: &Output) -> (String, String) {
-    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 fn script() -> PathBuf {
@@ -27,7 +33,11 @@ fn script() -> PathBuf {
 /// `function (py_paths.py:N)`, N the line of the `# at:function` marker.
 fn at(function: &str) -> String {
     let text = std::fs::read_to_string(script()).unwrap();
-    let line = text.lines().position(|l| l.ends_with(&format!("# at:{function}"))).unwrap_or_else(|| panic!("no marker {function}")) + 1;
+    let line = text
+        .lines()
+        .position(|l| l.ends_with(&format!("# at:{function}")))
+        .unwrap_or_else(|| panic!("no marker {function}"))
+        + 1;
     format!("{function} (py_paths.py:{line})")
 }
 
@@ -42,9 +52,21 @@ fn run_script(tag: &str, cache: u32, flags: &[&str]) -> (String, String, PathBuf
     let dir = fresh_dir(tag);
     let template = dir.join("%e.%p.json");
     let (cache, script, rt) = (cache.to_string(), script(), f.dir.join("libcudart.so"));
-    let mut a = vec!["run", "--lib", f.lib.to_str().unwrap(), "--report", template.to_str().unwrap()];
+    let mut a = vec![
+        "run",
+        "--lib",
+        f.lib.to_str().unwrap(),
+        "--report",
+        template.to_str().unwrap(),
+    ];
     a.extend_from_slice(flags);
-    a.extend_from_slice(&["--", "python3", script.to_str().unwrap(), rt.to_str().unwrap(), &cache]);
+    a.extend_from_slice(&[
+        "--",
+        "python3",
+        script.to_str().unwrap(),
+        rt.to_str().unwrap(),
+        &cache,
+    ]);
     let o = pinguard(&a);
     let (out, err) = text(&o);
     assert!(o.status.success() && out.contains("done"), "{out}\n{err}");
@@ -53,7 +75,11 @@ fn run_script(tag: &str, cache: u32, flags: &[&str]) -> (String, String, PathBuf
 
 /// The table rows after the line holding `header`, up to the first empty line.
 fn rows_after<'a>(text: &'a str, header: &str) -> Vec<&'a str> {
-    text.lines().skip_while(|l| !l.contains(header)).skip(1).take_while(|l| !l.is_empty()).collect()
+    text.lines()
+        .skip_while(|l| !l.contains(header))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect()
 }
 
 #[test]
@@ -62,14 +88,23 @@ fn one_helper_called_from_three_places_is_three_named_callsites_in_run_report_an
         return;
     }
     let (out, err, dir) = run_script("py-paths-old", 2, &["--budget", "4M"]);
-    assert!(out.contains("refused: cudaHostAlloc of 67108864 bytes: error 2"), "{out}");
+    assert!(
+        out.contains("refused: cudaHostAlloc of 67108864 bytes: error 2"),
+        "{out}"
+    );
     let callers = ["load_weights", "fill_cache", "warm_up", "grow_cache"];
 
     // `run`'s summary: a row per path, each named by the caller that tells it apart.
     let rows = rows_after(&err, "Top callsites:");
     for caller in callers {
-        let n = rows.iter().filter(|r| r.ends_with(&through(caller))).count();
-        assert_eq!(n, 1, "one row for the path through {caller} in run's summary:\n{err}");
+        let n = rows
+            .iter()
+            .filter(|r| r.ends_with(&through(caller)))
+            .count();
+        assert_eq!(
+            n, 1,
+            "one row for the path through {caller} in run's summary:\n{err}"
+        );
     }
 
     // `report`: the same rows, and a block with the whole stack for each, the refused one too.
@@ -79,28 +114,58 @@ fn one_helper_called_from_three_places_is_three_named_callsites_in_run_report_an
     let header = rep.lines().find(|l| l.contains("CALLSITE")).expect(&rep);
     let rows = rows_after(&rep, "CALLSITE");
     for caller in callers {
-        let row = rows.iter().find(|r| r.ends_with(&through(caller))).unwrap_or_else(|| panic!("no row for {caller}:\n{rep}"));
+        let row = rows
+            .iter()
+            .find(|r| r.ends_with(&through(caller)))
+            .unwrap_or_else(|| panic!("no row for {caller}:\n{rep}"));
         let denied = &row[..header.find("DENIED").unwrap() + "DENIED".len()];
-        assert_eq!(denied.trim_start().split_whitespace().last(), Some(if caller == "grow_cache" { "1" } else { "0" }), "{row}");
+        assert_eq!(
+            denied.trim_start().split_whitespace().last(),
+            Some(if caller == "grow_cache" { "1" } else { "0" }),
+            "{row}"
+        );
     }
-    let refused = rep.find("1 call refused for 64.0 MiB (nothing live) from 1 process, through cudaHostAlloc:").expect(&rep);
+    let refused = rep
+        .find("1 call refused for 64.0 MiB (nothing live) from 1 process, through cudaHostAlloc:")
+        .expect(&rep);
     let block = &rep[refused..];
     let block = &block[..block[1..].find("\n\n").map_or(block.len(), |i| i + 1)];
     let py_paths = script().display().to_string();
-    let line = |f: &str| at(f).rsplit(':').next().unwrap().trim_end_matches(')').to_string();
+    let line = |f: &str| {
+        at(f)
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .trim_end_matches(')')
+            .to_string()
+    };
     for (i, f) in ["cuda_pin", "grow_cache"].iter().enumerate() {
         let want = format!("    #{i} {f} {py_paths}:{}\n", line(f));
-        assert!(block.contains(&want), "the refused call's Python stack ({want:?}):\n{block}");
+        assert!(
+            block.contains(&want),
+            "the refused call's Python stack ({want:?}):\n{block}"
+        );
     }
-    assert!(block.contains("  native:\n    #0 0x"), "and its native stack:\n{block}");
+    assert!(
+        block.contains("  native:\n    #0 0x"),
+        "and its native stack:\n{block}"
+    );
 
     // `report --json`: the name, and every frame of each path.
     let o = pinguard(&["report", "--json", dir.to_str().unwrap()]);
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let sites = v["callsites"].as_array().unwrap();
     for caller in callers {
-        let s = sites.iter().find(|s| s["label"] == through(caller).as_str()).unwrap_or_else(|| panic!("no {caller}: {v:#}"));
-        let py: Vec<&str> = s["py_frames"].as_array().unwrap().iter().map(|f| f["symbol"].as_str().unwrap()).collect();
+        let s = sites
+            .iter()
+            .find(|s| s["label"] == through(caller).as_str())
+            .unwrap_or_else(|| panic!("no {caller}: {v:#}"));
+        let py: Vec<&str> = s["py_frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["symbol"].as_str().unwrap())
+            .collect();
         assert_eq!(py, ["cuda_pin", caller, "<module>"], "{s:#}");
     }
 
@@ -111,10 +176,28 @@ fn one_helper_called_from_three_places_is_three_named_callsites_in_run_report_an
     assert!(o.status.success(), "{d}");
     let changed = rows_after(&d, "CALLSITE");
     assert_eq!(changed.len(), 1, "one callsite changed:\n{d}");
-    assert!(changed[0].ends_with(&through("fill_cache")) && changed[0].contains("512 KiB -> 1.00 MiB") && changed[0].contains("grew"), "{d}");
-    let o = pinguard(&["diff", "--fail-on-growth", "0", dir.to_str().unwrap(), new.to_str().unwrap()]);
+    assert!(
+        changed[0].ends_with(&through("fill_cache"))
+            && changed[0].contains("512 KiB -> 1.00 MiB")
+            && changed[0].contains("grew"),
+        "{d}"
+    );
+    let o = pinguard(&[
+        "diff",
+        "--fail-on-growth",
+        "0",
+        dir.to_str().unwrap(),
+        new.to_str().unwrap(),
+    ]);
     let (e, _) = text(&o);
-    assert!(o.status.code() == Some(1) && e.contains(&format!("pinguard diff: {}: live pinned bytes grew by +512 KiB", through("fill_cache"))), "{e}");
+    assert!(
+        o.status.code() == Some(1)
+            && e.contains(&format!(
+                "pinguard diff: {}: live pinned bytes grew by +512 KiB",
+                through("fill_cache")
+            )),
+        "{e}"
+    );
 }
 
 #[test]
@@ -122,7 +205,11 @@ fn a_downgraded_call_shows_its_python_stack_in_report() {
     if !have("python3", "a CPython program pinning through ctypes") {
         return;
     }
-    let (out, _, dir) = run_script("py-paths-downgrade", 2, &["--budget", "4M", "--policy", "downgrade"]);
+    let (out, _, dir) = run_script(
+        "py-paths-downgrade",
+        2,
+        &["--budget", "4M", "--policy", "downgrade"],
+    );
     assert!(!out.contains("refused"), "downgraded, not refused: {out}");
     let o = pinguard(&["report", dir.to_str().unwrap()]);
     let (rep, _) = text(&o);
@@ -130,7 +217,10 @@ fn a_downgraded_call_shows_its_python_stack_in_report() {
     let at_block = rep.find("1 call downgraded").expect(&rep);
     let block = &rep[at_block..];
     let end = block.find("\n\n").unwrap_or(block.len());
-    assert!(block[..end].contains("    #1 grow_cache ") && block[..end].contains("  native:\n"), "{rep}");
+    assert!(
+        block[..end].contains("    #1 grow_cache ") && block[..end].contains("  native:\n"),
+        "{rep}"
+    );
 }
 
 #[test]
@@ -147,10 +237,23 @@ fn a_callsite_that_holds_memory_and_was_refused_says_both() {
     assert!(o.status.success(), "{rep}");
     let head = "3145728 bytes (3.00 MiB) in 12 allocations from 1 process, through cudaHostAlloc:\n  and 1 call refused for 256 KiB\n  Python:\n    #0 cuda_pin ";
     let at_block = rep.find(head).expect(&rep);
-    assert!(rep[at_block..].lines().nth(4).is_some_and(|l| l.starts_with("    #1 fill_cache ")), "{rep}");
+    assert!(
+        rep[at_block..]
+            .lines()
+            .nth(4)
+            .is_some_and(|l| l.starts_with("    #1 fill_cache ")),
+        "{rep}"
+    );
     let refused: Vec<&str> = rep.split("\n\n").filter(|b| b.starts_with("1 call refused for ") && b.contains(" (nothing live) from 1 process, through cudaHostAlloc:\n  Python:\n    #0 cuda_pin ")).collect();
     for caller in ["warm_up", "grow_cache"] {
-        let n = refused.iter().filter(|b| b.lines().nth(3).is_some_and(|l| l.starts_with(&format!("    #1 {caller} ")))).count();
+        let n = refused
+            .iter()
+            .filter(|b| {
+                b.lines()
+                    .nth(3)
+                    .is_some_and(|l| l.starts_with(&format!("    #1 {caller} ")))
+            })
+            .count();
         assert_eq!(n, 1, "{caller}: {rep}");
     }
     let rows = rows_after(&rep, "CALLSITE");

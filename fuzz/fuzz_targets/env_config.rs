@@ -4,10 +4,12 @@
 
 use libfuzzer_sys::fuzz_target;
 
-
 fuzz_target!(|data: &[u8]| {
     // Every registered variable, then a misspelt one (it must be named, never taken).
-    let names = pinguard_report::vars::ALL.iter().map(|v| v.name).chain(["PINGUARD_BUGDET"]);
+    let names = pinguard_report::vars::ALL
+        .iter()
+        .map(|v| v.name)
+        .chain(["PINGUARD_BUGDET"]);
     let vars: Vec<(String, Option<String>)> = data
         .split(|&b| b == 0)
         .zip(names)

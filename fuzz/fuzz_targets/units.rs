@@ -5,7 +5,9 @@ use libfuzzer_sys::fuzz_target;
 use pinguard_report::units;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(s) = std::str::from_utf8(data) else { return };
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
     if let Ok(b) = units::parse_size(s) {
         let _ = units::format_bytes(b);
     }

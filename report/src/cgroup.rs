@@ -67,14 +67,23 @@ pub fn locate(read: Read) -> Result<Place, String> {
     let v1 = groups.lines().find_map(|l| {
         let mut f = l.splitn(3, ':');
         let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-        ctrl.split(',').any(|c| c == "memory").then(|| path.to_string())
+        ctrl.split(',')
+            .any(|c| c == "memory")
+            .then(|| path.to_string())
     });
-    let v2 = groups.lines().find_map(|l| l.strip_prefix("0::").map(str::to_string));
+    let v2 = groups
+        .lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_string));
     let candidates = [(Version::V1, v1), (Version::V2, v2)];
     for (version, path) in candidates.into_iter().filter_map(|(v, p)| Some((v, p?))) {
         if let Some((root, mount)) = mount_of(&mounts, version) {
             let dir = dir_in(&mount, &root, &path);
-            return Ok(Place { version, path, dir, mount });
+            return Ok(Place {
+                version,
+                path,
+                dir,
+                mount,
+            });
         }
     }
     Err("no memory cgroup hierarchy is mounted where this process can see it (/proc/self/mountinfo)".into())
@@ -101,7 +110,9 @@ fn unescape(s: &str) -> String {
     let mut rest = s;
     while let Some(i) = rest.find('\\') {
         out.push_str(&rest[..i]);
-        let code = rest.get(i + 1..i + 4).and_then(|o| u8::from_str_radix(o, 8).ok());
+        let code = rest
+            .get(i + 1..i + 4)
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
         match code {
             Some(c) => {
                 out.push(c as char);
@@ -121,7 +132,12 @@ fn unescape(s: &str) -> String {
 /// bind mount of a subtree, shows a root other than `/`). A path outside the mounted subtree (a
 /// process moved out of it) falls back to the mount point itself, the nearest level visible.
 fn dir_in(mount: &str, root: &str, path: &str) -> String {
-    let below = if root == "/" { Some(path) } else { path.strip_prefix(root).filter(|r| r.is_empty() || r.starts_with('/')) };
+    let below = if root == "/" {
+        Some(path)
+    } else {
+        path.strip_prefix(root)
+            .filter(|r| r.is_empty() || r.starts_with('/'))
+    };
     match below {
         Some(r) => format!("{}{}", mount.trim_end_matches('/'), r.trim_end_matches('/')),
         None => mount.to_string(),
@@ -141,7 +157,10 @@ pub fn levels(place: &Place, read: Read) -> Vec<Level> {
     let mut dir = place.dir.clone();
     loop {
         if let Some(text) = read(&format!("{dir}/{}", place.version.limit_file())) {
-            out.push(Level { dir: dir.clone(), limit: limit_value(&text) });
+            out.push(Level {
+                dir: dir.clone(),
+                limit: limit_value(&text),
+            });
         }
         if dir.len() <= place.mount.len() || !dir.starts_with(&place.mount) {
             break;
@@ -156,7 +175,10 @@ pub fn levels(place: &Place, read: Read) -> Vec<Level> {
 
 /// The tightest limit on the path, with the folder that sets it.
 pub fn tightest(levels: &[Level]) -> Option<(u64, &str)> {
-    levels.iter().filter_map(|l| Some((l.limit?, l.dir.as_str()))).min_by_key(|&(b, _)| b)
+    levels
+        .iter()
+        .filter_map(|l| Some((l.limit?, l.dir.as_str())))
+        .min_by_key(|&(b, _)| b)
 }
 
 /// The memory limit of this process's cgroup: the tightest on its path.
@@ -167,12 +189,18 @@ pub fn memory_limit(read: Read) -> Option<u64> {
 
 /// A level's usage (`memory.usage_in_bytes`, `memory.current`).
 pub fn usage_at(dir: &str, version: Version, read: Read) -> Option<u64> {
-    read(&format!("{dir}/{}", version.usage_file()))?.trim().parse().ok()
+    read(&format!("{dir}/{}", version.usage_file()))?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// A level's page cache that the kernel reclaims before its OOM killer.
 pub fn reclaimable_at(dir: &str, version: Version, read: Read) -> Option<u64> {
-    stat_value(&read(&format!("{dir}/memory.stat"))?, version.reclaimable_key())
+    stat_value(
+        &read(&format!("{dir}/memory.stat"))?,
+        version.reclaimable_key(),
+    )
 }
 
 /// What the process's cgroup can still take before an OOM kill: the least, over the levels with
@@ -183,7 +211,8 @@ pub fn headroom(version: Version, levels: &[Level], read: Read) -> Option<u64> {
     for l in levels {
         let Some(limit) = l.limit else { continue };
         let used = usage_at(&l.dir, version, read)?;
-        let room = (limit + reclaimable_at(&l.dir, version, read).unwrap_or(0)).saturating_sub(used);
+        let room =
+            (limit + reclaimable_at(&l.dir, version, read).unwrap_or(0)).saturating_sub(used);
         least = Some(least.map_or(room, |m| m.min(room)));
     }
     least
@@ -191,7 +220,8 @@ pub fn headroom(version: Version, levels: &[Level], read: Read) -> Option<u64> {
 
 /// A key's value in a `memory.stat` file.
 pub fn stat_value(stat: &str, key: &str) -> Option<u64> {
-    stat.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+    stat.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
 }
 
 #[cfg(test)]
@@ -200,29 +230,49 @@ mod tests {
     use std::collections::HashMap;
 
     fn reader(files: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let m: HashMap<String, String> = files.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = files
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |p: &str| m.get(p).cloned()
     }
 
-    const HYBRID: &str = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+    const HYBRID: &str =
+        "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
                           41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
 
     #[test]
     fn a_hybrid_host_uses_the_v1_memory_hierarchy() {
-        let r = reader(&[("/proc/self/cgroup", "4:memory:/a/b\n0::/\n"), ("/proc/self/mountinfo", HYBRID)]);
+        let r = reader(&[
+            ("/proc/self/cgroup", "4:memory:/a/b\n0::/\n"),
+            ("/proc/self/mountinfo", HYBRID),
+        ]);
         let p = locate(&r).unwrap();
-        assert_eq!((p.version, p.dir.as_str(), p.mount.as_str()), (Version::V1, "/sys/fs/cgroup/memory/a/b", "/sys/fs/cgroup/memory"));
+        assert_eq!(
+            (p.version, p.dir.as_str(), p.mount.as_str()),
+            (
+                Version::V1,
+                "/sys/fs/cgroup/memory/a/b",
+                "/sys/fs/cgroup/memory"
+            )
+        );
     }
 
     #[test]
     fn a_container_namespace_root_maps_to_the_mount_point() {
         // Docker without a cgroup namespace: the path and the mount's root are the container's.
         let mi = "50 40 0:30 /docker/abc /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n";
-        let r = reader(&[("/proc/self/cgroup", "4:memory:/docker/abc\n"), ("/proc/self/mountinfo", mi)]);
+        let r = reader(&[
+            ("/proc/self/cgroup", "4:memory:/docker/abc\n"),
+            ("/proc/self/mountinfo", mi),
+        ]);
         assert_eq!(locate(&r).unwrap().dir, "/sys/fs/cgroup/memory");
         // v2 with a cgroup namespace: "0::/" at the namespace's root.
         let mi = "60 40 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n";
-        let r = reader(&[("/proc/self/cgroup", "0::/\n"), ("/proc/self/mountinfo", mi)]);
+        let r = reader(&[
+            ("/proc/self/cgroup", "0::/\n"),
+            ("/proc/self/mountinfo", mi),
+        ]);
         let p = locate(&r).unwrap();
         assert_eq!((p.version, p.dir.as_str()), (Version::V2, "/sys/fs/cgroup"));
     }
@@ -241,7 +291,11 @@ mod tests {
         assert_eq!(lv.len(), 2);
         assert_eq!(tightest(&lv), Some((1 << 30, "/sys/fs/cgroup/pod")));
         assert_eq!(memory_limit(&r), Some(1 << 30));
-        assert_eq!(headroom(Version::V2, &lv, &r), None, "the limited level's usage is unknown");
+        assert_eq!(
+            headroom(Version::V2, &lv, &r),
+            None,
+            "the limited level's usage is unknown"
+        );
         let r = reader(&[
             ("/proc/self/cgroup", "0::/pod/ctr\n"),
             ("/proc/self/mountinfo", mi),
@@ -260,9 +314,21 @@ mod tests {
     #[test]
     fn escapes_and_stat_keys() {
         assert_eq!(unescape("/a\\040b"), "/a b");
-        assert_eq!(stat_value("cache 5\ninactive_file 4096\ntotal_inactive_file 8192\n", "inactive_file"), Some(4096));
-        assert_eq!(stat_value("total_inactive_file 8192\n", "inactive_file"), None);
-        let r = reader(&[("/proc/self/cgroup", "0::/\n"), ("/proc/self/mountinfo", "1 2 3:4 / / rw - ext4 /dev/x rw\n")]);
+        assert_eq!(
+            stat_value(
+                "cache 5\ninactive_file 4096\ntotal_inactive_file 8192\n",
+                "inactive_file"
+            ),
+            Some(4096)
+        );
+        assert_eq!(
+            stat_value("total_inactive_file 8192\n", "inactive_file"),
+            None
+        );
+        let r = reader(&[
+            ("/proc/self/cgroup", "0::/\n"),
+            ("/proc/self/mountinfo", "1 2 3:4 / / rw - ext4 /dev/x rw\n"),
+        ]);
         assert!(locate(&r).is_err());
     }
 }

@@ -52,10 +52,17 @@ impl Elf {
         if eh[..4] != *b"\x7fELF" || eh[4] != 2 || eh[5] != ELF_DATA {
             return None;
         }
-        let (shoff, shentsize, shstrndx) = (u64_at(&eh, 0x28), u16_at(&eh, 0x3a) as u64, u16_at(&eh, 0x3e) as u64);
+        let (shoff, shentsize, shstrndx) = (
+            u64_at(&eh, 0x28),
+            u16_at(&eh, 0x3a) as u64,
+            u16_at(&eh, 0x3e) as u64,
+        );
         let mut shnum = u16_at(&eh, 0x3c) as u64;
         if shentsize < 64 || shoff == 0 {
-            return Some(Elf { file, sections: Vec::new() });
+            return Some(Elf {
+                file,
+                sections: Vec::new(),
+            });
         }
         if shnum == 0 {
             // More than 65,279 sections: the count is section 0's size.
@@ -63,13 +70,22 @@ impl Elf {
             file.read_exact_at(&mut sh, shoff).ok()?;
             shnum = u64_at(&sh, 0x20);
         }
-        let table = read_at(&file, shoff, shnum.checked_mul(shentsize).filter(|&n| n <= TABLE_MAX)?)?;
+        let table = read_at(
+            &file,
+            shoff,
+            shnum.checked_mul(shentsize).filter(|&n| n <= TABLE_MAX)?,
+        )?;
         let raw: Vec<&[u8]> = table.chunks_exact(shentsize as usize).collect();
-        let names = raw.get(shstrndx as usize).and_then(|sh| read_at(&file, u64_at(sh, 0x18), u64_at(sh, 0x20).min(TABLE_MAX)));
+        let names = raw
+            .get(shstrndx as usize)
+            .and_then(|sh| read_at(&file, u64_at(sh, 0x18), u64_at(sh, 0x20).min(TABLE_MAX)));
         let sections = raw
             .iter()
             .map(|sh| Section {
-                name: names.as_deref().and_then(|n| c_str(n, u32_at(sh, 0) as usize)).unwrap_or_default(),
+                name: names
+                    .as_deref()
+                    .and_then(|n| c_str(n, u32_at(sh, 0) as usize))
+                    .unwrap_or_default(),
                 kind: u32_at(sh, 4),
                 flags: u64_at(sh, 8),
                 offset: u64_at(sh, 0x18),
@@ -83,31 +99,48 @@ impl Elf {
 
     /// The GNU build id, in lowercase hex, as the loader's note has it.
     pub fn build_id(&self) -> Option<String> {
-        self.sections.iter().filter(|s| s.kind == SHT_NOTE && s.size <= 1 << 16).find_map(|s| {
-            let notes = read_at(&self.file, s.offset, s.size)?;
-            let mut p = 0usize;
-            while p + 12 <= notes.len() {
-                let (namesz, descsz, ty) = (u32_at(&notes, p) as usize, u32_at(&notes, p + 4) as usize, u32_at(&notes, p + 8));
-                let desc = p + 12 + ((namesz + 3) & !3);
-                let next = desc.checked_add((descsz + 3) & !3)?;
-                if next > notes.len() {
-                    return None;
+        self.sections
+            .iter()
+            .filter(|s| s.kind == SHT_NOTE && s.size <= 1 << 16)
+            .find_map(|s| {
+                let notes = read_at(&self.file, s.offset, s.size)?;
+                let mut p = 0usize;
+                while p + 12 <= notes.len() {
+                    let (namesz, descsz, ty) = (
+                        u32_at(&notes, p) as usize,
+                        u32_at(&notes, p + 4) as usize,
+                        u32_at(&notes, p + 8),
+                    );
+                    let desc = p + 12 + ((namesz + 3) & !3);
+                    let next = desc.checked_add((descsz + 3) & !3)?;
+                    if next > notes.len() {
+                        return None;
+                    }
+                    if ty == 3 && namesz == 4 && notes[p + 12..p + 16] == *b"GNU\0" {
+                        return Some(
+                            notes[desc..desc + descsz]
+                                .iter()
+                                .map(|b| format!("{b:02x}"))
+                                .collect(),
+                        );
+                    }
+                    p = next;
                 }
-                if ty == 3 && namesz == 4 && notes[p + 12..p + 16] == *b"GNU\0" {
-                    return Some(notes[desc..desc + descsz].iter().map(|b| format!("{b:02x}")).collect());
-                }
-                p = next;
-            }
-            None
-        })
+                None
+            })
     }
 
     /// The libraries the object names as needed (`DT_NEEDED`), as written there (sonames such as
     /// `libasan.so.8`), in order; empty for a statically linked program. Read from the `.dynamic`
     /// section and the string table it links to, each at most `TABLE_MAX` bytes.
     pub fn needed(&self) -> Vec<String> {
-        let Some(dynamic) = self.sections.iter().find(|s| s.kind == SHT_DYNAMIC) else { return Vec::new() };
-        let strtab = self.sections.get(dynamic.link as usize).filter(|s| s.kind == SHT_STRTAB);
+        let Some(dynamic) = self.sections.iter().find(|s| s.kind == SHT_DYNAMIC) else {
+            return Vec::new();
+        };
+        let strtab = self
+            .sections
+            .get(dynamic.link as usize)
+            .filter(|s| s.kind == SHT_STRTAB);
         let (Some(entries), Some(names)) = (
             read_at(&self.file, dynamic.offset, dynamic.size.min(TABLE_MAX)),
             strtab.and_then(|s| read_at(&self.file, s.offset, s.size.min(TABLE_MAX))),
@@ -135,7 +168,10 @@ impl Elf {
     /// The size of the debug section `name` (`.debug_line`), uncompressed; 0 when there is none.
     pub fn debug_section_bytes(&self, name: &str) -> u64 {
         let z = name.replacen(".debug_", ".zdebug_", 1);
-        self.sections.iter().filter(|s| s.name == name || s.name == z).fold(0u64, |t, s| t.saturating_add(self.uncompressed_size(s)))
+        self.sections
+            .iter()
+            .filter(|s| s.name == name || s.name == z)
+            .fold(0u64, |t, s| t.saturating_add(self.uncompressed_size(s)))
     }
 
     /// A section's size once uncompressed (an unreadable compression header: as large as can be).
@@ -146,13 +182,17 @@ impl Elf {
             // "ZLIB", then the uncompressed size, big-endian.
             let mut h = [0u8; 12];
             match self.file.read_exact_at(&mut h, s.offset) {
-                Ok(()) if h[..4] == *b"ZLIB" => u64::from_be_bytes(h[4..].try_into().unwrap_or_default()),
+                Ok(()) if h[..4] == *b"ZLIB" => {
+                    u64::from_be_bytes(h[4..].try_into().unwrap_or_default())
+                }
                 _ => u64::MAX,
             }
         } else if s.flags & SHF_COMPRESSED != 0 {
             // Elf64_Chdr: type, reserved, then the uncompressed size.
             let mut h = [0u8; 24];
-            self.file.read_exact_at(&mut h, s.offset).map_or(u64::MAX, |_| u64_at(&h, 8))
+            self.file
+                .read_exact_at(&mut h, s.offset)
+                .map_or(u64::MAX, |_| u64_at(&h, 8))
         } else {
             s.size
         }
@@ -164,8 +204,10 @@ impl Elf {
     pub fn function_names(&self, addrs: &[u64]) -> Vec<Option<String>> {
         // (symbol table index, string table offset of the name) per address.
         let mut found: Vec<Option<(usize, u64)>> = vec![None; addrs.len()];
-        let tables: Vec<usize> =
-            (0..self.sections.len()).filter(|&i| self.sections[i].kind == SHT_SYMTAB).chain((0..self.sections.len()).filter(|&i| self.sections[i].kind == SHT_DYNSYM)).collect();
+        let tables: Vec<usize> = (0..self.sections.len())
+            .filter(|&i| self.sections[i].kind == SHT_SYMTAB)
+            .chain((0..self.sections.len()).filter(|&i| self.sections[i].kind == SHT_DYNSYM))
+            .collect();
         let mut buf = vec![0u8; SYMS_PER_READ * 24];
         for t in tables {
             if found.iter().all(Option::is_some) {
@@ -178,16 +220,26 @@ impl Elf {
             let mut at = 0u64;
             while at + 24 <= s.size {
                 let n = ((s.size - at).min(buf.len() as u64) / 24 * 24) as usize;
-                if self.file.read_exact_at(&mut buf[..n], s.offset + at).is_err() {
+                if self
+                    .file
+                    .read_exact_at(&mut buf[..n], s.offset + at)
+                    .is_err()
+                {
                     break;
                 }
                 for sym in buf[..n].chunks_exact(24) {
-                    let (kind, shndx, value, len) = (sym[4] & 0xf, u16_at(sym, 6), u64_at(sym, 8), u64_at(sym, 16));
+                    let (kind, shndx, value, len) = (
+                        sym[4] & 0xf,
+                        u16_at(sym, 6),
+                        u64_at(sym, 8),
+                        u64_at(sym, 16),
+                    );
                     if !(kind == STT_FUNC || kind == STT_GNU_IFUNC) || shndx == 0 || len == 0 {
                         continue;
                     }
                     let end = value.saturating_add(len);
-                    let covered = addrs.partition_point(|&a| a < value)..addrs.partition_point(|&a| a < end);
+                    let covered =
+                        addrs.partition_point(|&a| a < value)..addrs.partition_point(|&a| a < end);
                     for f in &mut found[covered] {
                         f.get_or_insert((t, u32_at(sym, 0) as u64));
                     }
@@ -195,7 +247,10 @@ impl Elf {
                 at += n as u64;
             }
         }
-        found.into_iter().map(|f| f.and_then(|(t, name)| self.name(self.sections[t].link as usize, name))).collect()
+        found
+            .into_iter()
+            .map(|f| f.and_then(|(t, name)| self.name(self.sections[t].link as usize, name)))
+            .collect()
     }
 
     /// The NUL-terminated name at `at` in the string table section `strtab`.
@@ -209,7 +264,9 @@ impl Elf {
             if n == 0 {
                 return None;
             }
-            self.file.read_exact_at(&mut piece[..n], s.offset + off).ok()?;
+            self.file
+                .read_exact_at(&mut piece[..n], s.offset + off)
+                .ok()?;
             match piece[..n].iter().position(|&b| b == 0) {
                 Some(end) => {
                     name.extend_from_slice(&piece[..end]);
@@ -257,7 +314,10 @@ pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn this_program() -> String {
-        std::fs::read_link("/proc/self/exe").unwrap().to_string_lossy().into_owned()
+        std::fs::read_link("/proc/self/exe")
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
     }
 
     #[inline(never)]
@@ -280,11 +340,17 @@ pub(crate) mod tests {
     #[test]
     fn needed_lists_the_libraries_this_program_links() {
         let needed = Elf::open(&this_program()).unwrap().needed();
-        assert!(needed.iter().any(|n| n.starts_with("libc.so")), "{needed:?}");
+        assert!(
+            needed.iter().any(|n| n.starts_with("libc.so")),
+            "{needed:?}"
+        );
         // The loader's own answer for this process names each of them.
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         for n in &needed {
-            assert!(maps.lines().any(|l| l.ends_with(&format!("/{n}"))), "{n} not mapped");
+            assert!(
+                maps.lines().any(|l| l.ends_with(&format!("/{n}"))),
+                "{n} not mapped"
+            );
         }
     }
 
@@ -298,8 +364,16 @@ pub(crate) mod tests {
         addrs.sort();
         let names = elf.function_names(&addrs);
         let of = |a: u64| names[addrs.iter().position(|&x| x == a).unwrap()].clone();
-        assert!(of(f + 1).is_some_and(|n| n.contains("a_function_of_this_test")), "{:?}", of(f + 1));
-        assert!(of(g + 1).is_some_and(|n| n.contains("names_functions_from_the_symbol_table")), "{:?}", of(g + 1));
+        assert!(
+            of(f + 1).is_some_and(|n| n.contains("a_function_of_this_test")),
+            "{:?}",
+            of(f + 1)
+        );
+        assert!(
+            of(g + 1).is_some_and(|n| n.contains("names_functions_from_the_symbol_table")),
+            "{:?}",
+            of(g + 1)
+        );
         assert_eq!(of(1), None, "no function there");
         assert!(elf.debug_bytes() > 0);
     }
@@ -309,7 +383,13 @@ pub(crate) mod tests {
         // The test binary's id as the kernel's note shows it.
         let elf = Elf::open(&this_program()).unwrap();
         if let Some(id) = elf.build_id() {
-            assert!(id.len() >= 16 && id.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{id}");
+            assert!(
+                id.len() >= 16
+                    && id
+                        .chars()
+                        .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()),
+                "{id}"
+            );
         }
         assert!(Elf::open(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).is_none());
         assert!(Elf::open("/nonexistent").is_none());

@@ -32,7 +32,9 @@ pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
 }
 
 #[repr(C)]
@@ -171,7 +173,9 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
     }
     let version = u32::from_ne_bytes(bytes[8..12].try_into().unwrap());
     if version != VERSION {
-        return Err(format!("has version {version}, this pinguard uses {VERSION}"));
+        return Err(format!(
+            "has version {version}, this pinguard uses {VERSION}"
+        ));
     }
     if bytes.len() != SIZE {
         return Err(format!("is {} bytes, expected {SIZE}", bytes.len()));
@@ -187,7 +191,8 @@ pub fn check(bytes: &[u8]) -> Result<(), String> {
 /// A ledger's header as a reader (`pinguard top`) sees it: version 5 as it is, version 4 with
 /// no `ext` or `cgroups` (all zero: no cgroup figures), anything else refused with the reason.
 pub fn read(bytes: &[u8]) -> Result<Box<Header>, String> {
-    let version = (bytes.len() >= 12 && bytes[..8] == MAGIC).then(|| u32::from_ne_bytes(bytes[8..12].try_into().unwrap()));
+    let version = (bytes.len() >= 12 && bytes[..8] == MAGIC)
+        .then(|| u32::from_ne_bytes(bytes[8..12].try_into().unwrap()));
     let len = match version {
         Some(4) => SIZE_V4,
         _ => {
@@ -196,7 +201,10 @@ pub fn read(bytes: &[u8]) -> Result<Box<Header>, String> {
         }
     };
     if bytes.len() != len || u64::from_ne_bytes(bytes[16..24].try_into().unwrap()) as usize != len {
-        return Err(format!("is {} bytes, expected {len} for a version 4 ledger", bytes.len()));
+        return Err(format!(
+            "is {} bytes, expected {len} for a version 4 ledger",
+            bytes.len()
+        ));
     }
     // SAFETY: an all-zero `Header` is valid (plain integers, bytes and a mutex that is never
     // used from this copy); `len` bytes fit it (`SIZE_V4 < SIZE`), and the copy is bytewise.
@@ -216,14 +224,25 @@ pub fn read(bytes: &[u8]) -> Result<Box<Header>, String> {
 pub fn proc_of(pid: u32) -> live::Proc {
     match std::fs::read(format!("/proc/{pid}/task/{pid}/stat")) {
         Ok(b) => parse_start_ticks(&b).map_or(live::Proc::Unknown, live::Proc::Started),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => live::Proc::Gone,
+        Err(e)
+            if e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH) =>
+        {
+            live::Proc::Gone
+        }
         Err(_) => live::Proc::Unknown,
     }
 }
 
 /// What member `m` says of its process, for `live::judge`.
 pub fn seen(m: &Member) -> live::Seen {
-    live::Seen { pid: m.pid, start_ticks: m.start_ticks, sem_key: m.sem_key, ipc_ns: m.ipc_ns, pid_ns: m.pid_ns }
+    live::Seen {
+        pid: m.pid,
+        start_ticks: m.start_ticks,
+        sem_key: m.sem_key,
+        ipc_ns: m.ipc_ns,
+        pid_ns: m.pid_ns,
+    }
 }
 
 /// The start time (field 22) of a `/proc/PID/stat` line, or of its first part: the field ends
@@ -232,7 +251,10 @@ pub fn parse_start_ticks(stat: &[u8]) -> Option<u64> {
     // The command name (field 2) may hold spaces and parentheses: count from the last ')'.
     let close = stat.iter().rposition(|&b| b == b')')?;
     let rest = stat.get(close + 1..)?;
-    let field = rest.split(|b| b.is_ascii_whitespace()).filter(|f| !f.is_empty()).nth(19)?;
+    let field = rest
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|f| !f.is_empty())
+        .nth(19)?;
     // A field cut short by the end of the buffer is a prefix of digits: it must be followed by
     // more text to be whole.
     let end = field.as_ptr() as usize - rest.as_ptr() as usize + field.len();
@@ -281,11 +303,27 @@ mod tests {
         v4[m..m + 4].copy_from_slice(&42u32.to_ne_bytes());
         let h = read(&v4).unwrap();
         assert_eq!((h.version, h.used, h.members[0].pid), (4, 7, 42));
-        assert!(h.ext.iter().all(|e| e.cgroup == 0 && e.cgroup_reserve == 0) && h.cgroups.iter().all(|c| c.reserve == 0));
-        assert_eq!(check(&v4).unwrap_err(), "has version 4, this pinguard uses 5", "the library does not join it");
-        assert_eq!(why(read(&ledger(3, SIZE_V4))), "has version 3, this pinguard uses 5");
-        assert_eq!(why(read(&v4[..100])), format!("is 100 bytes, expected {SIZE_V4} for a version 4 ledger"));
-        assert_eq!(why(read(&ledger(5, SIZE_V4))), format!("is {SIZE_V4} bytes, expected {SIZE}"));
+        assert!(
+            h.ext.iter().all(|e| e.cgroup == 0 && e.cgroup_reserve == 0)
+                && h.cgroups.iter().all(|c| c.reserve == 0)
+        );
+        assert_eq!(
+            check(&v4).unwrap_err(),
+            "has version 4, this pinguard uses 5",
+            "the library does not join it"
+        );
+        assert_eq!(
+            why(read(&ledger(3, SIZE_V4))),
+            "has version 3, this pinguard uses 5"
+        );
+        assert_eq!(
+            why(read(&v4[..100])),
+            format!("is 100 bytes, expected {SIZE_V4} for a version 4 ledger")
+        );
+        assert_eq!(
+            why(read(&ledger(5, SIZE_V4))),
+            format!("is {SIZE_V4} bytes, expected {SIZE}")
+        );
     }
 
     #[test]
@@ -297,6 +335,11 @@ mod tests {
         assert_eq!(parse_start_ticks(cut), None);
         assert_eq!(parse_start_ticks(b"1 (x) S 1 1"), None);
         assert_eq!(parse_start_ticks(b"no paren"), None);
-        assert_eq!(parse_start_ticks(b"1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99999999999999999999999 1"), None);
+        assert_eq!(
+            parse_start_ticks(
+                b"1 (x) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 99999999999999999999999 1"
+            ),
+            None
+        );
     }
 }

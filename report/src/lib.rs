@@ -6,9 +6,9 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cgroup;
+pub mod elf;
 pub mod group;
 pub mod state;
-pub mod elf;
 pub mod symbols;
 pub mod textfile;
 pub mod units;
@@ -51,8 +51,12 @@ impl<'de> Deserialize<'de> for Addr {
                 f.write_str("a hex address string such as \"0x7f12\"")
             }
             fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Addr, E> {
-                let hex = s.strip_prefix("0x").ok_or_else(|| E::custom(format!("address {s:?} does not start with 0x")))?;
-                u64::from_str_radix(hex, 16).map(Addr).map_err(|_| E::custom(format!("address {s:?} is not hex")))
+                let hex = s
+                    .strip_prefix("0x")
+                    .ok_or_else(|| E::custom(format!("address {s:?} does not start with 0x")))?;
+                u64::from_str_radix(hex, 16)
+                    .map(Addr)
+                    .map_err(|_| E::custom(format!("address {s:?} is not hex")))
             }
         }
         d.deserialize_str(V)
@@ -456,7 +460,10 @@ impl Folded {
             (_, true) => a,
             _ => add_known(a, b),
         };
-        (self.denied_bytes, self.downgraded_bytes) = (sum(self.denied_bytes, o.denied_bytes), sum(self.downgraded_bytes, o.downgraded_bytes));
+        (self.denied_bytes, self.downgraded_bytes) = (
+            sum(self.denied_bytes, o.denied_bytes),
+            sum(self.downgraded_bytes, o.downgraded_bytes),
+        );
         self.count += o.count;
         self.alloc_count += o.alloc_count;
         self.alloc_bytes += o.alloc_bytes;
@@ -476,7 +483,9 @@ impl Folded {
 /// `max` first in this order (largest live, then highest peak, then oldest id); the rest are
 /// added to `folded`. Returns the list in that order.
 pub fn cap_callsites(mut sites: Vec<Callsite>, max: usize, folded: &mut Folded) -> Vec<Callsite> {
-    sites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    sites.sort_by(|a, b| {
+        (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id))
+    });
     let mut idle = 0;
     sites.retain(|c| {
         if c.live_count > 0 || c.live_bytes > 0 {
@@ -643,7 +652,11 @@ pub fn parse<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ParseError> {
                     "schema {other:?} is not supported (this pinguard reads {SCHEMA:?})"
                 )))
             }
-            None => return Err(ParseError("not a pinguard report (no \"schema\" key)".into())),
+            None => {
+                return Err(ParseError(
+                    "not a pinguard report (no \"schema\" key)".into(),
+                ))
+            }
         }
     }
     serde_json::from_slice(bytes).map_err(|e| ParseError(format!("malformed report ({e})")))
@@ -661,7 +674,11 @@ pub fn foreign(bytes: &[u8]) -> bool {
         schema: Option<serde_json::Value>,
     }
     match serde_json::from_slice::<SchemaOnly>(bytes) {
-        Ok(h) => !h.schema.as_ref().and_then(|s| s.as_str()).is_some_and(|s| s.starts_with("pinguard.")),
+        Ok(h) => !h
+            .schema
+            .as_ref()
+            .and_then(|s| s.as_str())
+            .is_some_and(|s| s.starts_with("pinguard.")),
         Err(e) if e.is_data() => true,
         // Not JSON (or cut short): a report only if it names the schema.
         Err(_) => !bytes.windows(16).any(|w| w == b"pinguard.report."),
@@ -670,7 +687,11 @@ pub fn foreign(bytes: &[u8]) -> bool {
 
 /// `pinguard.report.vN` with N above this crate's version.
 fn newer_version(schema: &str) -> bool {
-    let ours: u32 = SCHEMA.rsplit('v').next().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let ours: u32 = SCHEMA
+        .rsplit('v')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
     schema
         .strip_prefix("pinguard.report.v")
         .and_then(|v| v.parse::<u32>().ok())
@@ -685,12 +706,21 @@ mod tests {
     /// before) makes the sum unknown rather than short.
     #[test]
     fn folded_refused_bytes_sum_only_when_every_part_has_them() {
-        let part = |n: u64, bytes: Option<u64>| Folded { count: 1, denied_count: n, denied_bytes: bytes, downgraded_bytes: bytes.map(|_| 0), ..Default::default() };
+        let part = |n: u64, bytes: Option<u64>| Folded {
+            count: 1,
+            denied_count: n,
+            denied_bytes: bytes,
+            downgraded_bytes: bytes.map(|_| 0),
+            ..Default::default()
+        };
         let mut f = Folded::default();
         f.add(&part(2, Some(8192)));
         f.add(&part(1, Some(4096)));
         f.add(&Folded::default());
-        assert_eq!((f.count, f.denied_bytes, f.downgraded_bytes), (2, Some(12288), Some(0)));
+        assert_eq!(
+            (f.count, f.denied_bytes, f.downgraded_bytes),
+            (2, Some(12288), Some(0))
+        );
         f.add(&part(1, None));
         assert_eq!((f.denied_count, f.denied_bytes), (4, None));
         f.add(&part(1, Some(1)));
@@ -699,18 +729,41 @@ mod tests {
 
     #[test]
     fn other_files_are_told_from_damaged_reports() {
-        for other in [&b""[..], b"  \n", br#"{"model": "llama"}"#, br#"{"schema": "heaptrack.v3"}"#, br#"[1, 2]"#, b"\x7fELF\x01", b"key = value"] {
+        for other in [
+            &b""[..],
+            b"  \n",
+            br#"{"model": "llama"}"#,
+            br#"{"schema": "heaptrack.v3"}"#,
+            br#"[1, 2]"#,
+            b"\x7fELF\x01",
+            b"key = value",
+        ] {
             assert!(foreign(other), "{:?}", String::from_utf8_lossy(other));
         }
-        for ours in [&br#"{"schema": "pinguard.report.v1", "totals": 3}"#[..], br#"{"schema": "pinguard.report.v9"}"#, br#"{"schema": "pinguard.report.v1", "reason": "ex"#] {
+        for ours in [
+            &br#"{"schema": "pinguard.report.v1", "totals": 3}"#[..],
+            br#"{"schema": "pinguard.report.v9"}"#,
+            br#"{"schema": "pinguard.report.v1", "reason": "ex"#,
+        ] {
             assert!(!foreign(ours), "{:?}", String::from_utf8_lossy(ours));
         }
     }
 
     #[test]
     fn each_reason_is_written_under_its_name() {
-        for r in [Reason::Exit, Reason::Interval, Reason::Signal, Reason::Request, Reason::Killed, Reason::FatalSignal, Reason::Running] {
-            assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.name()));
+        for r in [
+            Reason::Exit,
+            Reason::Interval,
+            Reason::Signal,
+            Reason::Request,
+            Reason::Killed,
+            Reason::FatalSignal,
+            Reason::Running,
+        ] {
+            assert_eq!(
+                serde_json::to_string(&r).unwrap(),
+                format!("\"{}\"", r.name())
+            );
         }
         assert_eq!(Reason::FatalSignal.name(), "fatal_signal");
     }
@@ -723,7 +776,10 @@ mod tests {
         assert_eq!(back, Addr(0x7f12_3456_789a));
         assert!(serde_json::from_str::<Addr>("\"12\"").is_err());
         for a in [0, 1, 0xf, 0x10, 0xdead_beef, u64::MAX] {
-            assert_eq!(serde_json::to_string(&Addr(a)).unwrap(), format!("\"{a:#x}\""));
+            assert_eq!(
+                serde_json::to_string(&Addr(a)).unwrap(),
+                format!("\"{a:#x}\"")
+            );
         }
     }
 
@@ -734,9 +790,18 @@ mod tests {
             .unwrap_err()
             .0
             .contains("newer pinguard"));
-        assert!(Report::from_slice(b"{\"schema\":\"heaptrack\"}").unwrap_err().0.contains("not supported"));
-        assert!(Report::from_slice(b"{\"a\":1}").unwrap_err().0.contains("no \"schema\""));
-        assert!(Report::from_slice(b"{\"schema\":").unwrap_err().0.contains("not valid JSON"));
+        assert!(Report::from_slice(b"{\"schema\":\"heaptrack\"}")
+            .unwrap_err()
+            .0
+            .contains("not supported"));
+        assert!(Report::from_slice(b"{\"a\":1}")
+            .unwrap_err()
+            .0
+            .contains("no \"schema\""));
+        assert!(Report::from_slice(b"{\"schema\":")
+            .unwrap_err()
+            .0
+            .contains("not valid JSON"));
         assert!(Report::from_slice(b"{\"schema\":\"pinguard.report.v1\"}")
             .unwrap_err()
             .0

@@ -13,7 +13,10 @@
 //! an address can be found in the file. A reader trusts nothing: every address is bounds-checked
 //! and every list is bounded.
 
-use crate::{Addr, ApiStats, Callsite, Config, Frame, Live, Module, ParseError, Process, Reason, Report, Totals};
+use crate::{
+    Addr, ApiStats, Callsite, Config, Frame, Live, Module, ParseError, Process, Reason, Report,
+    Totals,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -245,10 +248,18 @@ impl Image<'_> {
         let mut f = LevelFigures::default();
         for s in 0..k {
             let o = off + s * level::STRIPE;
-            f.bytes = f.bytes.wrapping_add(self.u64_at(o + level::BYTES).unwrap_or(0) as i64);
-            f.count = f.count.wrapping_add(self.u64_at(o + level::COUNT).unwrap_or(0) as i64);
-            f.alloc_count = f.alloc_count.wrapping_add(self.u64_at(o + level::ALLOC_COUNT).unwrap_or(0));
-            f.alloc_bytes = f.alloc_bytes.wrapping_add(self.u64_at(o + level::ALLOC_BYTES).unwrap_or(0));
+            f.bytes = f
+                .bytes
+                .wrapping_add(self.u64_at(o + level::BYTES).unwrap_or(0) as i64);
+            f.count = f
+                .count
+                .wrapping_add(self.u64_at(o + level::COUNT).unwrap_or(0) as i64);
+            f.alloc_count = f
+                .alloc_count
+                .wrapping_add(self.u64_at(o + level::ALLOC_COUNT).unwrap_or(0));
+            f.alloc_bytes = f
+                .alloc_bytes
+                .wrapping_add(self.u64_at(o + level::ALLOC_BYTES).unwrap_or(0));
         }
         f.peak = self.u64_at(off + level::peak(k)).unwrap_or(0);
         f
@@ -282,7 +293,10 @@ impl LevelFigures {
 pub fn table_entry(w: u64) -> (u64, u64) {
     match w {
         0 => (0, 0),
-        w => (w & !63, 1u64.checked_shl((w & 63) as u32).unwrap_or(0).min(1 << 32)),
+        w => (
+            w & !63,
+            1u64.checked_shl((w & 63) as u32).unwrap_or(0).min(1 << 32),
+        ),
     }
 }
 
@@ -294,7 +308,10 @@ pub fn is_state(bytes: &[u8]) -> bool {
 /// The process a state belongs to: (pid, start time in clock ticks after boot), to tell a
 /// running process from one that died and a later process that reuses its pid.
 pub fn owner(bytes: &[u8]) -> Option<(u32, u64)> {
-    let img = Image { b: bytes, pieces: Vec::new() };
+    let img = Image {
+        b: bytes,
+        pieces: Vec::new(),
+    };
     Some((img.u32_at(header::PID)?, img.u64_at(header::START_TICKS)?))
 }
 
@@ -314,7 +331,10 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     if !is_state(bytes) {
         return Err(bad("no state header"));
     }
-    let h = Image { b: bytes, pieces: Vec::new() };
+    let h = Image {
+        b: bytes,
+        pieces: Vec::new(),
+    };
     if h.u32_at(header::VERSION) != Some(VERSION) {
         return Err(ParseError(format!(
             "a pinguard state of another version ({}); read it with the pinguard that wrote it",
@@ -344,24 +364,46 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     let api_count = (h.u32_at(header::API_COUNT).unwrap_or(0) as usize).min(info.apis.len());
     let mut config = info.config;
     if h.u64_at(header::COMPLETE) != Some(1) {
-        config.errors.push("the state is incomplete: part of it could not be kept in the file".into());
+        config
+            .errors
+            .push("the state is incomplete: part of it could not be kept in the file".into());
     }
 
     // The process's and each entry point's levels.
     let top = level::size(level::TOP_STRIPES);
-    let levels_at = h.u64_at(header::LEVELS).and_then(|a| img.at(a, top * (1 + api_count)));
-    let level_of = |i: usize| levels_at.map(|o| img.level(o + i * top, level::TOP_STRIPES)).unwrap_or_default();
+    let levels_at = h
+        .u64_at(header::LEVELS)
+        .and_then(|a| img.at(a, top * (1 + api_count)));
+    let level_of = |i: usize| {
+        levels_at
+            .map(|o| img.level(o + i * top, level::TOP_STRIPES))
+            .unwrap_or_default()
+    };
 
     // The per-thread counters.
     let block_size = block::APIS + api_count * block::API_SIZE;
     let blocks = img.list(h.u64_at(header::BLOCKS).unwrap_or(0), block_size);
-    let sum = |off: usize| blocks.iter().map(|b| img.u64_at(b + off).unwrap_or(0)).fold(0u64, u64::wrapping_add);
+    let sum = |off: usize| {
+        blocks
+            .iter()
+            .map(|b| img.u64_at(b + off).unwrap_or(0))
+            .fold(0u64, u64::wrapping_add)
+    };
     let all = level_of(0);
-    let mut totals = Totals { live_bytes: all.live_bytes(), live_count: all.live_count(), peak_live_bytes: all.peak(), ..Totals::default() };
+    let mut totals = Totals {
+        live_bytes: all.live_bytes(),
+        live_count: all.live_count(),
+        peak_live_bytes: all.peak(),
+        ..Totals::default()
+    };
     for (i, name) in block::TOTAL_NAMES.iter().enumerate() {
         let v = sum(block::TOTALS + i * 8);
         if let Some(c) = totals.counter_mut(name) {
-            *c = if *name == block::SIGNED { (v as i64).max(0) as u64 } else { v };
+            *c = if *name == block::SIGNED {
+                (v as i64).max(0) as u64
+            } else {
+                v
+            };
         }
     }
     let mut apis = BTreeMap::new();
@@ -389,11 +431,27 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     let mut modules: Vec<(u64, u64, Module)> = Vec::new();
     for m in img.list(h.u64_at(header::MODULES).unwrap_or(0), module::SIZE) {
         let f = |o: usize| img.u64_at(m + o).unwrap_or(0);
-        let path = img.text(f(module::PATH), f(module::PATH_LEN)).unwrap_or_default();
-        let build_id = img.text(f(module::BUILD_ID), f(module::BUILD_ID_LEN)).filter(|s| !s.is_empty());
-        modules.push((f(module::START), f(module::END), Module { path, base: Addr(f(module::BASE)), build_id }));
+        let path = img
+            .text(f(module::PATH), f(module::PATH_LEN))
+            .unwrap_or_default();
+        let build_id = img
+            .text(f(module::BUILD_ID), f(module::BUILD_ID_LEN))
+            .filter(|s| !s.is_empty());
+        modules.push((
+            f(module::START),
+            f(module::END),
+            Module {
+                path,
+                base: Addr(f(module::BASE)),
+                build_id,
+            },
+        ));
     }
-    let mut names = Names { modules: &modules, offline: crate::symbols::Offline::default(), used: BTreeMap::new() };
+    let mut names = Names {
+        modules: &modules,
+        offline: crate::symbols::Offline::default(),
+        used: BTreeMap::new(),
+    };
 
     let site_size = site::LEVEL + level::size(level::SITE_STRIPES);
     let mut site_ids: BTreeMap<u64, u32> = BTreeMap::new();
@@ -403,16 +461,28 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         let id = img.u32_at(off + site::ID).unwrap_or(0);
         site_ids.insert(addr_of_site(&img, off), id);
         let l = img.level(off + site::LEVEL, level::SITE_STRIPES);
-        let (denied_count, downgraded_count, over_budget_count) = (f(site::DENIED), f(site::DOWNGRADED), f(site::OVER_BUDGET));
-        if l.alloc_count == 0 && denied_count == 0 && downgraded_count == 0 && over_budget_count == 0 {
+        let (denied_count, downgraded_count, over_budget_count) =
+            (f(site::DENIED), f(site::DOWNGRADED), f(site::OVER_BUDGET));
+        if l.alloc_count == 0
+            && denied_count == 0
+            && downgraded_count == 0
+            && over_budget_count == 0
+        {
             continue;
         }
         let n = f(site::NFRAMES).min(1024);
         let frames: Vec<Frame> = img
             .bytes(f(site::FRAMES), n * 8)
-            .map(|b| b.chunks_exact(8).flat_map(|c| names.frames(u64::from_ne_bytes(c.try_into().expect("8 bytes")))).collect())
+            .map(|b| {
+                b.chunks_exact(8)
+                    .flat_map(|c| names.frames(u64::from_ne_bytes(c.try_into().expect("8 bytes"))))
+                    .collect()
+            })
             .unwrap_or_default();
-        let py_frames = img.text(f(site::PY), f(site::PY_LEN)).map(|t| py_frames(&t)).unwrap_or_default();
+        let py_frames = img
+            .text(f(site::PY), f(site::PY_LEN))
+            .map(|t| py_frames(&t))
+            .unwrap_or_default();
         callsites.push(Callsite {
             id,
             frames,
@@ -430,14 +500,18 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             downgraded_bytes: Some(f(site::DOWNGRADED_BYTES)),
         });
     }
-    callsites.sort_by(|a, b| (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id)));
+    callsites.sort_by(|a, b| {
+        (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id))
+    });
     let callsites_folded = folded(&img, h.u64_at(header::FOLDED).unwrap_or(0), &info.apis);
 
     // The live allocations. A slot moved while the process died can appear twice: by address, once.
     let mut live = BTreeMap::new();
     for t in 0..TABLES {
         let (at, cap) = table_entry(h.u64_at(header::TABLES + t * 8).unwrap_or(0));
-        let Some(off) = img.at(at, (cap as usize).saturating_mul(slot::SIZE)) else { continue };
+        let Some(off) = img.at(at, (cap as usize).saturating_mul(slot::SIZE)) else {
+            continue;
+        };
         for i in 0..cap as usize {
             let s = off + i * slot::SIZE;
             let key = img.u64_at(s + slot::KEY).unwrap_or(0);
@@ -450,8 +524,16 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
                 Live {
                     addr: Addr(key),
                     size: img.u64_at(s + slot::BYTES).unwrap_or(0),
-                    api: info.apis.get(api).cloned().unwrap_or_else(|| "?".into()).into(),
-                    callsite: site_ids.get(&img.u64_at(s + slot::SITE).unwrap_or(0)).copied().unwrap_or(u32::MAX),
+                    api: info
+                        .apis
+                        .get(api)
+                        .cloned()
+                        .unwrap_or_else(|| "?".into())
+                        .into(),
+                    callsite: site_ids
+                        .get(&img.u64_at(s + slot::SITE).unwrap_or(0))
+                        .copied()
+                        .unwrap_or(u32::MAX),
                     tid: img.u32_at(s + slot::TID).unwrap_or(0),
                     age_ms: modified_ms.saturating_sub(img.u64_at(s + slot::UNIX_MS).unwrap_or(0)),
                     downgraded: bytes[s + slot::BACKING] != 0,
@@ -464,7 +546,11 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     process.write_unix_ms = modified_ms;
     Ok(Report {
         schema: crate::SCHEMA.to_string(),
-        reason: if running { Reason::Running } else { Reason::Killed },
+        reason: if running {
+            Reason::Running
+        } else {
+            Reason::Killed
+        },
         pinguard_version: info.pinguard_version,
         process,
         config,
@@ -488,7 +574,9 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
 
 /// The folded callsites' aggregate at `at` (0: none).
 fn folded(img: &Image, at: u64, apis: &[String]) -> crate::Folded {
-    let Some(off) = (at != 0).then(|| img.at(at, folded::SIZE)).flatten() else { return crate::Folded::default() };
+    let Some(off) = (at != 0).then(|| img.at(at, folded::SIZE)).flatten() else {
+        return crate::Folded::default();
+    };
     let f = |o: usize| img.u64_at(off + o).unwrap_or(0);
     crate::Folded {
         count: f(folded::COUNT),
@@ -506,14 +594,27 @@ fn folded(img: &Image, at: u64, apis: &[String]) -> crate::Folded {
 
 /// The entry points whose bits are set in the `API_WORDS` words at `off`.
 fn api_names(img: &Image, off: usize, apis: &[String]) -> Vec<String> {
-    let words: Vec<u64> = (0..API_WORDS).map(|w| img.u64_at(off + w * 8).unwrap_or(0)).collect();
-    apis.iter().enumerate().filter(|(i, _)| words.get(i / 64).is_some_and(|w| w & (1u64 << (i % 64)) != 0)).map(|(_, n)| n.clone()).collect()
+    let words: Vec<u64> = (0..API_WORDS)
+        .map(|w| img.u64_at(off + w * 8).unwrap_or(0))
+        .collect();
+    apis.iter()
+        .enumerate()
+        .filter(|(i, _)| {
+            words
+                .get(i / 64)
+                .is_some_and(|w| w & (1u64 << (i % 64)) != 0)
+        })
+        .map(|(_, n)| n.clone())
+        .collect()
 }
 
 /// The process address of the object at file offset `off`.
 fn addr_of_site(img: &Image, off: usize) -> u64 {
     let off = off as u64;
-    img.pieces.iter().find(|&&(_, l, f)| off >= f && off - f < l).map_or(0, |&(a, _, f)| a + (off - f))
+    img.pieces
+        .iter()
+        .find(|&&(_, l, f)| off >= f && off - f < l)
+        .map_or(0, |&(a, _, f)| a + (off - f))
 }
 
 /// Names native frames from the module list, parsing each object file once (and only when the
@@ -526,8 +627,19 @@ struct Names<'a> {
 
 impl Names<'_> {
     fn frames(&mut self, addr: u64) -> Vec<Frame> {
-        let Some(i) = self.modules.iter().position(|(s, e, _)| (*s..*e).contains(&addr)) else {
-            return vec![Frame { addr: Addr(addr), module: None, offset: None, symbol: None, file: None, line: None }];
+        let Some(i) = self
+            .modules
+            .iter()
+            .position(|(s, e, _)| (*s..*e).contains(&addr))
+        else {
+            return vec![Frame {
+                addr: Addr(addr),
+                module: None,
+                offset: None,
+                symbol: None,
+                file: None,
+                line: None,
+            }];
         };
         let m = &self.modules[i].2;
         self.used.entry(i).or_insert_with(|| m.clone());
@@ -541,7 +653,14 @@ fn py_frames(text: &str) -> Vec<Frame> {
         .filter_map(|l| {
             let mut it = l.split(site::PY_SEP);
             let (file, function, line) = (it.next()?, it.next()?, it.next()?.parse().ok()?);
-            Some(Frame { addr: Addr(0), module: Some(file.into()), offset: None, symbol: Some(function.into()), file: Some(file.into()), line: Some(line) })
+            Some(Frame {
+                addr: Addr(0),
+                module: Some(file.into()),
+                offset: None,
+                symbol: Some(function.into()),
+                file: Some(file.into()),
+                line: Some(line),
+            })
         })
         .collect()
 }
@@ -561,13 +680,25 @@ mod tests {
 
     #[test]
     fn anything_else_is_refused_with_a_reason() {
-        assert!(read(b"{}", false, 0).unwrap_err().0.contains("no state header"));
+        assert!(read(b"{}", false, 0)
+            .unwrap_err()
+            .0
+            .contains("no state header"));
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&(VERSION - 1).to_ne_bytes());
-        assert!(read(&b, false, 0).unwrap_err().0.contains("another version (6)"), "a version 6 file's callsites have one word of entry points");
+        assert!(
+            read(&b, false, 0)
+                .unwrap_err()
+                .0
+                .contains("another version (6)"),
+            "a version 6 file's callsites have one word of entry points"
+        );
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(&VERSION.to_ne_bytes());
-        assert!(read(&b, false, 0).is_err(), "a truncated header is an error, not a panic");
+        assert!(
+            read(&b, false, 0).is_err(),
+            "a truncated header is an error, not a panic"
+        );
     }
 
     #[test]
@@ -579,7 +710,13 @@ mod tests {
 
     #[test]
     fn state_paths_sit_next_to_the_report() {
-        assert_eq!(path_for("r/report.12.json".as_ref()), std::path::PathBuf::from("r/report.12.state"));
-        assert_eq!(path_for("r/out.12".as_ref()), std::path::PathBuf::from("r/out.12.state"));
+        assert_eq!(
+            path_for("r/report.12.json".as_ref()),
+            std::path::PathBuf::from("r/report.12.state")
+        );
+        assert_eq!(
+            path_for("r/out.12".as_ref()),
+            std::path::PathBuf::from("r/out.12.state")
+        );
     }
 }

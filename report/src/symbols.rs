@@ -8,13 +8,17 @@ use crate::{Addr, Frame, Module, Report};
 /// Where distributions ship an object's debug information under its build id (libc6-dbg and the
 /// like).
 pub fn separate_path(build_id: Option<&str>) -> Option<String> {
-    build_id.filter(|id| id.len() > 2).map(|id| format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]))
+    build_id
+        .filter(|id| id.len() > 2)
+        .map(|id| format!("/usr/lib/debug/.build-id/{}/{}.debug", &id[..2], &id[2..]))
 }
 
 /// The file to read an object's debug information from: the separate one under its build id when
 /// there is one, else the object file itself.
 pub fn debug_file(path: &str, build_id: Option<&str>) -> String {
-    separate_path(build_id).filter(|p| std::path::Path::new(p).is_file()).unwrap_or_else(|| path.to_string())
+    separate_path(build_id)
+        .filter(|p| std::path::Path::new(p).is_file())
+        .unwrap_or_else(|| path.to_string())
 }
 
 /// The debug information for a loaded object (`debug_file`), parsed.
@@ -23,7 +27,11 @@ pub fn open(path: &str, build_id: Option<&str>) -> Option<addr2line::Loader> {
         return None; // the vDSO, or a name the loader did not resolve to a file
     }
     let debug = debug_file(path, build_id);
-    addr2line::Loader::new(&debug).ok().or_else(|| (debug != path).then(|| addr2line::Loader::new(path).ok()).flatten())
+    addr2line::Loader::new(&debug).ok().or_else(|| {
+        (debug != path)
+            .then(|| addr2line::Loader::new(path).ok())
+            .flatten()
+    })
 }
 
 /// Whether the file at `path` is the object a process had loaded with this build id: the same
@@ -33,7 +41,9 @@ pub fn is_module(path: &str, build_id: Option<&str>) -> bool {
     if separate_path(build_id).is_some_and(|p| std::path::Path::new(&p).is_file()) {
         return true;
     }
-    crate::elf::Elf::open(path).map(|e| e.build_id()).is_some_and(|id| id.as_deref() == build_id)
+    crate::elf::Elf::open(path)
+        .map(|e| e.build_id())
+        .is_some_and(|id| id.as_deref() == build_id)
 }
 
 /// How many parsed files `Offline` keeps.
@@ -62,7 +72,11 @@ impl Offline {
                 if self.loaders.len() >= OFFLINE_KEEP {
                     self.loaders.remove(0);
                 }
-                let loader = if is_module(&m.path, m.build_id.as_deref()) { open(&m.path, m.build_id.as_deref()) } else { None };
+                let loader = if is_module(&m.path, m.build_id.as_deref()) {
+                    open(&m.path, m.build_id.as_deref())
+                } else {
+                    None
+                };
                 self.loaders.push((key, loader));
                 self.loaders.len() - 1
             }
@@ -91,7 +105,10 @@ impl Offline {
 
     /// `fill` for one callsite's `frames`.
     pub fn fill_frames(&mut self, modules: &[Module], frames: &mut Vec<Frame>) -> bool {
-        if !frames.iter().any(|f| f.file.is_none() && f.offset.is_some()) {
+        if !frames
+            .iter()
+            .any(|f| f.file.is_none() && f.offset.is_some())
+        {
             return false;
         }
         let mut changed = false;
@@ -118,19 +135,34 @@ impl Offline {
         }
         let (path, offset) = (f.module.as_deref()?, f.offset?);
         let base = f.addr.0.checked_sub(offset.0)?;
-        let m = modules.iter().find(|m| m.path == path && m.base.0 == base)?;
+        let m = modules
+            .iter()
+            .find(|m| m.path == path && m.base.0 == base)?;
         let named = self.frames(m, f.addr.0);
-        let better = named.iter().any(|g| g.file.is_some()) || (f.symbol.is_none() && named.iter().any(|g| g.symbol.is_some()));
+        let better = named.iter().any(|g| g.file.is_some())
+            || (f.symbol.is_none() && named.iter().any(|g| g.symbol.is_some()));
         better.then_some(named)
     }
 }
 
 /// The frames for the return address `addr` in the object loaded at `base` (more than one where
 /// functions were inlined, innermost first); at least one, named as far as `loader` allows.
-pub fn frames(loader: Option<&addr2line::Loader>, addr: usize, base: usize, module: Option<String>) -> Vec<Frame> {
+pub fn frames(
+    loader: Option<&addr2line::Loader>,
+    addr: usize,
+    base: usize,
+    module: Option<String>,
+) -> Vec<Frame> {
     // A base above the address (a corrupt module list): the frame stays unnamed.
     let Some(rel) = addr.checked_sub(base) else {
-        return vec![Frame { addr: Addr(addr as u64), module, offset: None, symbol: None, file: None, line: None }];
+        return vec![Frame {
+            addr: Addr(addr as u64),
+            module,
+            offset: None,
+            symbol: None,
+            file: None,
+            line: None,
+        }];
     };
     let offset = Some(Addr(rel as u64));
     // A return address points after the call; the call itself is one byte earlier.
@@ -139,9 +171,23 @@ pub fn frames(loader: Option<&addr2line::Loader>, addr: usize, base: usize, modu
     if let Some(loader) = loader {
         if let Ok(mut it) = loader.find_frames(probe) {
             while let Ok(Some(f)) = it.next() {
-                let symbol = f.function.as_ref().and_then(|n| n.demangle().ok()).map(|s| s.into_owned());
-                let (file, line) = f.location.as_ref().map_or((None, None), |l| (l.file.map(str::to_string), l.line));
-                frames.push(Frame { addr: Addr(addr as u64), module: module.clone(), offset, symbol, file, line });
+                let symbol = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.demangle().ok())
+                    .map(|s| s.into_owned());
+                let (file, line) = f
+                    .location
+                    .as_ref()
+                    .map_or((None, None), |l| (l.file.map(str::to_string), l.line));
+                frames.push(Frame {
+                    addr: Addr(addr as u64),
+                    module: module.clone(),
+                    offset,
+                    symbol,
+                    file,
+                    line,
+                });
             }
         }
         // No debug information for it: the symbol table still names the function.
@@ -150,13 +196,27 @@ pub fn frames(loader: Option<&addr2line::Loader>, addr: usize, base: usize, modu
                 let symbol = Some(addr2line::demangle_auto(name.into(), None).into_owned());
                 match frames.first_mut() {
                     Some(f) => f.symbol = symbol,
-                    None => frames.push(Frame { addr: Addr(addr as u64), module: module.clone(), offset, symbol, file: None, line: None }),
+                    None => frames.push(Frame {
+                        addr: Addr(addr as u64),
+                        module: module.clone(),
+                        offset,
+                        symbol,
+                        file: None,
+                        line: None,
+                    }),
                 }
             }
         }
     }
     if frames.is_empty() {
-        frames.push(Frame { addr: Addr(addr as u64), module, offset, symbol: None, file: None, line: None });
+        frames.push(Frame {
+            addr: Addr(addr as u64),
+            module,
+            offset,
+            symbol: None,
+            file: None,
+            line: None,
+        });
     }
     frames
 }
@@ -172,7 +232,14 @@ mod tests {
     }
 
     fn unnamed_frame(addr: u64, path: &str, base: u64) -> Frame {
-        Frame { addr: Addr(addr), module: Some(path.to_string()), offset: Some(Addr(addr - base)), symbol: Some("from_the_symbol_table".into()), file: None, line: None }
+        Frame {
+            addr: Addr(addr),
+            module: Some(path.to_string()),
+            offset: Some(Addr(addr - base)),
+            symbol: Some("from_the_symbol_table".into()),
+            file: None,
+            line: None,
+        }
     }
 
     #[test]
@@ -181,20 +248,62 @@ mod tests {
         let (exe, base) = (this_program(), bias());
         let id = crate::elf::Elf::open(&exe).and_then(|e| e.build_id());
         let addr = a_function_named_offline as *const () as u64 + 1;
-        let named = Frame { addr: Addr(7), module: None, offset: None, symbol: Some("kept".into()), file: Some("k.rs".into()), line: Some(3) };
-        let mut frames = vec![unnamed_frame(addr, &exe, base), named.clone(), unnamed_frame(0x10, "/nowhere", 0)];
-        let modules = vec![Module { path: exe.clone(), base: Addr(base), build_id: id.clone() }];
+        let named = Frame {
+            addr: Addr(7),
+            module: None,
+            offset: None,
+            symbol: Some("kept".into()),
+            file: Some("k.rs".into()),
+            line: Some(3),
+        };
+        let mut frames = vec![
+            unnamed_frame(addr, &exe, base),
+            named.clone(),
+            unnamed_frame(0x10, "/nowhere", 0),
+        ];
+        let modules = vec![Module {
+            path: exe.clone(),
+            base: Addr(base),
+            build_id: id.clone(),
+        }];
         assert!(Offline::default().fill_frames(&modules, &mut frames));
         let first = &frames[0];
-        assert!(first.symbol.as_deref().is_some_and(|s| s.contains("a_function_named_offline")), "{first:?}");
-        assert!(first.file.as_deref().is_some_and(|f| f.ends_with("symbols.rs")) && first.line.is_some_and(|l| l > 0), "{first:?}");
+        assert!(
+            first
+                .symbol
+                .as_deref()
+                .is_some_and(|s| s.contains("a_function_named_offline")),
+            "{first:?}"
+        );
+        assert!(
+            first
+                .file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("symbols.rs"))
+                && first.line.is_some_and(|l| l > 0),
+            "{first:?}"
+        );
         // A frame with a file, and one of a module the report does not list, stay as they were.
-        let rest: Vec<_> = frames.iter().skip_while(|f| f.addr.0 == addr).map(|f| (f.symbol.clone(), f.file.clone())).collect();
-        assert_eq!(rest, vec![(Some("kept".into()), Some("k.rs".into())), (Some("from_the_symbol_table".into()), None)]);
+        let rest: Vec<_> = frames
+            .iter()
+            .skip_while(|f| f.addr.0 == addr)
+            .map(|f| (f.symbol.clone(), f.file.clone()))
+            .collect();
+        assert_eq!(
+            rest,
+            vec![
+                (Some("kept".into()), Some("k.rs".into())),
+                (Some("from_the_symbol_table".into()), None)
+            ]
+        );
 
         // Another build id: the file on disk is not that module.
         if id.is_some() {
-            let other = vec![Module { path: exe.clone(), base: Addr(base), build_id: Some("00".repeat(20)) }];
+            let other = vec![Module {
+                path: exe.clone(),
+                base: Addr(base),
+                build_id: Some("00".repeat(20)),
+            }];
             let mut frames = vec![unnamed_frame(addr, &exe, base)];
             assert!(!Offline::default().fill_frames(&other, &mut frames));
             assert_eq!(frames[0].file, None);

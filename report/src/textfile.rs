@@ -57,21 +57,36 @@ impl Writer {
     pub fn line(&self) -> String {
         let ns = self.pidns.map_or("-".to_string(), |n| n.to_string());
         let live = self.live.map_or(String::new(), |i| format!(" live={i}"));
-        format!("{HEADER}pid={} start={} pidns={ns} interval_ms={}{live}\n", self.pid, self.start, self.interval_ms)
+        format!(
+            "{HEADER}pid={} start={} pidns={ns} interval_ms={}{live}\n",
+            self.pid, self.start, self.interval_ms
+        )
     }
 
     /// The writer a file's first line names; `None` for any file that does not start with it.
     pub fn parse(head: &[u8]) -> Option<Writer> {
         let line = head.split(|&b| b == b'\n').next()?;
         let rest = std::str::from_utf8(line).ok()?.strip_prefix(HEADER)?;
-        let mut w = Writer { pid: 0, start: 0, pidns: None, interval_ms: 0, live: None };
+        let mut w = Writer {
+            pid: 0,
+            start: 0,
+            pidns: None,
+            interval_ms: 0,
+            live: None,
+        };
         let mut seen = 0;
         for kv in rest.split(' ') {
             let (k, v) = kv.split_once('=')?;
             match k {
                 "pid" => w.pid = v.parse().ok()?,
                 "start" => w.start = v.parse().ok()?,
-                "pidns" => w.pidns = if v == "-" { None } else { Some(v.parse().ok()?) },
+                "pidns" => {
+                    w.pidns = if v == "-" {
+                        None
+                    } else {
+                        Some(v.parse().ok()?)
+                    }
+                }
                 "interval_ms" => w.interval_ms = v.parse().ok()?,
                 "live" => {
                     w.live = Some(v.parse().ok()?);
@@ -90,7 +105,13 @@ impl Writer {
     /// or another start time; `None` when it does not say); in another (or where a namespace is
     /// unknown), by the file's age (`age_ms`). A lock still held proves nothing either way: where
     /// the kernel keeps no robust list (a sandbox that denies it, qemu-user) it is never marked.
-    pub fn proven_dead(&self, age_ms: Option<u64>, own_ns: Option<u64>, live_word: Option<u32>, ended: impl FnOnce(u32, u64) -> Option<bool>) -> bool {
+    pub fn proven_dead(
+        &self,
+        age_ms: Option<u64>,
+        own_ns: Option<u64>,
+        live_word: Option<u32>,
+        ended: impl FnOnce(u32, u64) -> Option<bool>,
+    ) -> bool {
         if live_word.and_then(lock_word_says) == Some(true) {
             return true;
         }
@@ -105,7 +126,9 @@ impl Writer {
 /// Whether a `/proc/PID/stat` text says its process ended, for a writer that started at `start`:
 /// a zombie (or dead) process, or another process now holding the pid.
 pub fn stat_says_ended(stat: &str, start: u64) -> Option<bool> {
-    let state = stat[stat.rfind(')')? + 1..].split_ascii_whitespace().next()?;
+    let state = stat[stat.rfind(')')? + 1..]
+        .split_ascii_whitespace()
+        .next()?;
     let ticks = crate::state::stat_start_ticks(stat)?;
     Some(ticks != start || state == "Z" || state == "X")
 }
@@ -128,11 +151,27 @@ mod tests {
 
     #[test]
     fn a_writers_line_reads_back_and_nothing_else_is_one() {
-        let w = Writer { pid: 42, start: 123456, pidns: Some(4026531836), interval_ms: 15000, live: Some(77) };
+        let w = Writer {
+            pid: 42,
+            start: 123456,
+            pidns: Some(4026531836),
+            interval_ms: 15000,
+            live: Some(77),
+        };
         let line = w.line();
-        assert_eq!(line, "# pinguard-writer pid=42 start=123456 pidns=4026531836 interval_ms=15000 live=77\n");
-        assert_eq!(Writer::parse(format!("{line}# HELP x y\n").as_bytes()), Some(w));
-        let unknown = Writer { pidns: None, live: None, ..w };
+        assert_eq!(
+            line,
+            "# pinguard-writer pid=42 start=123456 pidns=4026531836 interval_ms=15000 live=77\n"
+        );
+        assert_eq!(
+            Writer::parse(format!("{line}# HELP x y\n").as_bytes()),
+            Some(w)
+        );
+        let unknown = Writer {
+            pidns: None,
+            live: None,
+            ..w
+        };
         assert_eq!(Writer::parse(unknown.line().as_bytes()), Some(unknown));
         assert_eq!(live_name("m.7.prom"), ".m.7.prom.live");
         for other in [
@@ -147,36 +186,66 @@ mod tests {
         }
         assert_eq!(ns_inode(b"pid:[4026531836]"), Some(4026531836));
         assert_eq!(ns_inode(b"net:[4026531836]"), None);
-        assert!(candidate_name(b"pinguard.1.7.prom") && !candidate_name(b".pinguard.7.prom.7.0.tmp") && !candidate_name(b"x.prom.bak"));
+        assert!(
+            candidate_name(b"pinguard.1.7.prom")
+                && !candidate_name(b".pinguard.7.prom.7.0.tmp")
+                && !candidate_name(b"x.prom.bak")
+        );
     }
 
     #[test]
     fn another_namespaces_writer_is_dead_only_when_its_file_is_stale() {
-        let other = Writer { pid: 1, start: 99, pidns: Some(2), interval_ms: 1000, live: None };
+        let other = Writer {
+            pid: 1,
+            start: 99,
+            pidns: Some(2),
+            interval_ms: 1000,
+            live: None,
+        };
         let never = |_, _| panic!("another namespace's pid is never looked up");
         assert!(!other.proven_dead(Some(2000 + SLACK_MS), Some(1), None, never));
         assert!(other.proven_dead(Some(2001 + SLACK_MS), Some(1), None, never));
         assert!(!other.proven_dead(None, Some(1), None, never));
-        let unknown = Writer { pidns: None, ..other };
+        let unknown = Writer {
+            pidns: None,
+            ..other
+        };
         assert!(!unknown.proven_dead(Some(1000), None, None, never));
         assert!(unknown.proven_dead(Some(8000), None, None, never));
         // In the same namespace, only `/proc` decides, however old the file.
-        let here = Writer { pidns: Some(1), ..other };
+        let here = Writer {
+            pidns: Some(1),
+            ..other
+        };
         assert!(!here.proven_dead(Some(u64::MAX / 4), Some(1), None, |_, _| Some(false)));
         assert!(!here.proven_dead(Some(u64::MAX / 4), Some(1), None, |_, _| None));
-        assert!(here.proven_dead(Some(0), Some(1), None, |pid, start| Some((pid, start) == (1, 99))));
+        assert!(here.proven_dead(Some(0), Some(1), None, |pid, start| Some(
+            (pid, start) == (1, 99)
+        )));
         // The kernel's mark on the lock decides at once, in any namespace; a held or free lock
         // leaves it to the other rules.
         assert!(other.proven_dead(Some(0), Some(1), Some(FUTEX_OWNER_DIED | 7), never));
         assert!(!other.proven_dead(Some(0), Some(1), Some(7), never));
-        assert!(other.proven_dead(Some(2001 + SLACK_MS), Some(1), Some(7), never), "a mark the kernel never made");
+        assert!(
+            other.proven_dead(Some(2001 + SLACK_MS), Some(1), Some(7), never),
+            "a mark the kernel never made"
+        );
         assert!(!other.proven_dead(Some(0), Some(1), Some(0), never));
-        assert_eq!((lock_word_says(0), lock_word_says(12), lock_word_says(FUTEX_OWNER_DIED)), (None, Some(false), Some(true)));
+        assert_eq!(
+            (
+                lock_word_says(0),
+                lock_word_says(12),
+                lock_word_says(FUTEX_OWNER_DIED)
+            ),
+            (None, Some(false), Some(true))
+        );
     }
 
     #[test]
     fn a_stat_line_tells_a_reused_pid_and_a_zombie() {
-        let stat = |state: &str, start: u64| format!("7 (a (b) c) {state} 1 7 7 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 {start} 1 1 18446744073709551615");
+        let stat = |state: &str, start: u64| {
+            format!("7 (a (b) c) {state} 1 7 7 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 {start} 1 1 18446744073709551615")
+        };
         assert_eq!(stat_says_ended(&stat("S", 500), 500), Some(false));
         assert_eq!(stat_says_ended(&stat("S", 501), 500), Some(true));
         assert_eq!(stat_says_ended(&stat("Z", 500), 500), Some(true));

@@ -20,8 +20,14 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err("negative sizes are not allowed".into());
     }
     // `1e9`, `2E3`: a float's notation, which a person means as a number of bytes.
-    if let Some((m, e)) = t.split_once(['e', 'E']).filter(|(m, e)| !m.is_empty() && m.parse::<f64>().is_ok() && e.parse::<i32>().is_ok()) {
-        let shown = t.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 1.0 && *v < 1e19 && v.fract() == 0.0);
+    if let Some((m, e)) = t
+        .split_once(['e', 'E'])
+        .filter(|(m, e)| !m.is_empty() && m.parse::<f64>().is_ok() && e.parse::<i32>().is_ok())
+    {
+        let shown = t
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v >= 1.0 && *v < 1e19 && v.fract() == 0.0);
         return Err(match shown {
             Some(v) => format!("{m}e{e} is a float's notation; write the bytes ({v:.0}) or use a unit (K, M, G, T)"),
             None => format!("{m}e{e} is a float's notation; write a whole number of bytes or use a unit (K, M, G, T)"),
@@ -41,7 +47,8 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         "p" | "pb" | "pi" | "pib" => 50,
         _ => return Err(format!("unknown unit {unit:?}")),
     };
-    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1 {
+    if num.is_empty() || num.starts_with('.') || num.ends_with('.') || num.matches('.').count() > 1
+    {
         return Err("expected a number".into());
     }
     let (whole, frac) = num.split_once('.').unwrap_or((num, ""));
@@ -49,12 +56,17 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         return Err("a fractional size needs a unit".into());
     }
     let whole: u64 = whole.parse().map_err(|_| "number too large".to_string())?;
-    let mut bytes = whole.checked_shl(shift).filter(|v| v >> shift == whole).ok_or("size too large")?;
+    let mut bytes = whole
+        .checked_shl(shift)
+        .filter(|v| v >> shift == whole)
+        .ok_or("size too large")?;
     if !frac.is_empty() {
         // Exact decimal arithmetic on the fraction's digits: "1.5G" must be 1610612736, not a float
         // rounding of it.
         let digits = &frac[..frac.len().min(18)];
-        let f: u128 = digits.parse().map_err(|_| "expected a number".to_string())?;
+        let f: u128 = digits
+            .parse()
+            .map_err(|_| "expected a number".to_string())?;
         let extra = (f << shift) / 10u128.pow(digits.len() as u32);
         bytes = bytes.checked_add(extra as u64).ok_or("size too large")?;
     }
@@ -65,7 +77,10 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 pub fn parse_size_spec(text: &str) -> Result<SizeSpec, String> {
     let t = text.trim();
     if let Some(p) = t.strip_suffix('%') {
-        let v: f64 = p.trim().parse().map_err(|_| format!("{p:?} is not a percentage"))?;
+        let v: f64 = p
+            .trim()
+            .parse()
+            .map_err(|_| format!("{p:?} is not a percentage"))?;
         if !(v > 0.0 && v <= 100.0) {
             return Err("a percentage must be above 0 and at most 100".into());
         }
@@ -81,7 +96,9 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let n: u64 = num.parse().map_err(|_| "expected a whole number with a unit".to_string())?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| "expected a whole number with a unit".to_string())?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "ms" => 1,
         "s" => 1000,
@@ -147,7 +164,10 @@ pub fn parse_signal(s: &str) -> Result<i32, String> {
             "BUS" => libc::SIGBUS,
             "ILL" => libc::SIGILL,
             "FPE" => libc::SIGFPE,
-            _ => match name.strip_prefix("RTMIN+").and_then(|n| n.parse::<i32>().ok()) {
+            _ => match name
+                .strip_prefix("RTMIN+")
+                .and_then(|n| n.parse::<i32>().ok())
+            {
                 Some(n) => libc::SIGRTMIN() + n,
                 None => return Err(format!("unknown signal {t:?}")),
             },
@@ -156,7 +176,10 @@ pub fn parse_signal(s: &str) -> Result<i32, String> {
     if sig <= 0 || sig > libc::SIGRTMAX() {
         return Err(format!("{sig} is not a signal number"));
     }
-    if matches!(sig, libc::SIGKILL | libc::SIGSTOP | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE) {
+    if matches!(
+        sig,
+        libc::SIGKILL | libc::SIGSTOP | libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
+    ) {
         return Err(format!("signal {sig} ({t}) cannot be caught safely"));
     }
     Ok(sig)
@@ -211,18 +234,50 @@ mod tests {
         assert_eq!(parse_size(" 7 B "), Ok(7));
         assert_eq!(parse_size("0.5k"), Ok(512));
         // Kubernetes' binary suffixes, as a manifest writes them.
-        for (k8s, bytes) in [("64Ki", 64u64 << 10), ("3Mi", 3 << 20), ("8Gi", 8 << 30), ("1.5Gi", 3 << 29), ("1Ti", 1 << 40), ("1Pi", 1 << 50), ("8gi", 8 << 30)] {
+        for (k8s, bytes) in [
+            ("64Ki", 64u64 << 10),
+            ("3Mi", 3 << 20),
+            ("8Gi", 8 << 30),
+            ("1.5Gi", 3 << 29),
+            ("1Ti", 1 << 40),
+            ("1Pi", 1 << 50),
+            ("8gi", 8 << 30),
+        ] {
             assert_eq!(parse_size(k8s), Ok(bytes), "{k8s}");
         }
         assert!(parse_size("16384Pi").is_err(), "2^64 does not fit");
-        for bad in ["", "M", "12Q", "1.5", "-1", "1..5G", ".5G", "99999999999999999999", "16777216T", "1e9"] {
+        for bad in [
+            "",
+            "M",
+            "12Q",
+            "1.5",
+            "-1",
+            "1..5G",
+            ".5G",
+            "99999999999999999999",
+            "16777216T",
+            "1e9",
+        ] {
             assert!(parse_size(bad).is_err(), "{bad:?} accepted");
         }
-        assert_eq!(parse_size("-1").unwrap_err(), "negative sizes are not allowed");
-        assert_eq!(parse_size(" -5G").unwrap_err(), "negative sizes are not allowed");
-        assert_eq!(parse_size("1e9").unwrap_err(), "1e9 is a float's notation; write the bytes (1000000000) or use a unit (K, M, G, T)");
-        assert!(parse_size("1.5E3").unwrap_err().contains("write the bytes (1500)"));
-        assert!(parse_size("1e-3").unwrap_err().contains("write a whole number of bytes"));
+        assert_eq!(
+            parse_size("-1").unwrap_err(),
+            "negative sizes are not allowed"
+        );
+        assert_eq!(
+            parse_size(" -5G").unwrap_err(),
+            "negative sizes are not allowed"
+        );
+        assert_eq!(
+            parse_size("1e9").unwrap_err(),
+            "1e9 is a float's notation; write the bytes (1000000000) or use a unit (K, M, G, T)"
+        );
+        assert!(parse_size("1.5E3")
+            .unwrap_err()
+            .contains("write the bytes (1500)"));
+        assert!(parse_size("1e-3")
+            .unwrap_err()
+            .contains("write a whole number of bytes"));
     }
 
     #[test]
@@ -233,8 +288,14 @@ mod tests {
         assert!(parse_size_spec("0%").is_err());
         assert!(parse_size_spec("101%").is_err());
         assert!(parse_size_spec("x%").is_err());
-        assert_eq!(parse_size_spec("-1").unwrap_err(), "negative sizes are not allowed");
-        assert_eq!(parse_size_spec("-5%").unwrap_err(), "a percentage must be above 0 and at most 100");
+        assert_eq!(
+            parse_size_spec("-1").unwrap_err(),
+            "negative sizes are not allowed"
+        );
+        assert_eq!(
+            parse_size_spec("-5%").unwrap_err(),
+            "a percentage must be above 0 and at most 100"
+        );
     }
 
     #[test]
@@ -252,7 +313,9 @@ mod tests {
         assert_eq!(parse_signal("usr1"), Ok(libc::SIGUSR1));
         assert_eq!(parse_signal("SIGUSR2"), Ok(libc::SIGUSR2));
         assert_eq!(parse_signal("12"), Ok(12));
-        assert!(parse_signal("KILL").unwrap_err().contains("cannot be caught"));
+        assert!(parse_signal("KILL")
+            .unwrap_err()
+            .contains("cannot be caught"));
         assert!(parse_signal("FOO").unwrap_err().contains("unknown signal"));
         assert!(parse_signal("0").is_err());
     }
@@ -263,10 +326,14 @@ mod tests {
         assert!(check_template("/t/pinguard.%n.%p.prom").is_ok());
         assert!(check_template("/r/%q.json").unwrap_err().contains("\"%q\""));
         assert!(check_template("/r/out%").unwrap_err().contains("lone %"));
-        assert!(check_template("r/").unwrap_err().contains("names a directory"));
+        assert!(check_template("r/")
+            .unwrap_err()
+            .contains("names a directory"));
         assert!(check_template(" ").is_err());
         assert_eq!(parse_patterns(" *a*, b ").map(|p| p.len()), Ok(2));
-        assert!(parse_patterns(",").unwrap_err().contains("names no pattern"));
+        assert!(parse_patterns(",")
+            .unwrap_err()
+            .contains("names no pattern"));
         assert!(parse_patterns("[").unwrap_err().contains("bad pattern"));
     }
 

@@ -74,7 +74,10 @@ pub const POLICY: Var = Var {
     unset: "`error`",
     forms: "error, downgrade or warn",
     fallback: "using error",
-    parse: Parse::OneOf { names: &POLICIES, why: "unknown policy" },
+    parse: Parse::OneOf {
+        names: &POLICIES,
+        why: "unknown policy",
+    },
     needs: None,
 };
 
@@ -109,7 +112,11 @@ pub const DEPTH: Var = Var {
     unset: "32",
     forms: "a whole number from 0 to 128",
     fallback: "using 32",
-    parse: Parse::Count { min: 0, max: MAX_DEPTH as u64, why: "not a frame count" },
+    parse: Parse::Count {
+        min: 0,
+        max: MAX_DEPTH as u64,
+        why: "not a frame count",
+    },
     needs: None,
 };
 
@@ -175,7 +182,8 @@ pub const HOOKS: Var = Var {
 
 pub const LOG: Var = Var {
     name: "PINGUARD_LOG",
-    meaning: "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`)",
+    meaning:
+        "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`)",
     default: Some("warn"),
     unset: "`warn`",
     forms: "a filter such as warn, info or pinguard=debug",
@@ -246,7 +254,8 @@ pub const NAMESPACE: Var = Var {
 
 pub const POD: Var = Var {
     name: "PINGUARD_POD",
-    meaning: "the `pod` label on every metrics series (Kubernetes: the downward API's `metadata.name`)",
+    meaning:
+        "the `pod` label on every metrics series (Kubernetes: the downward API's `metadata.name`)",
     default: None,
     unset: "no label",
     forms: "any text",
@@ -279,7 +288,29 @@ pub const LABELS: Var = Var {
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
-pub const ALL: &[&Var] = &[&BUDGET, &HOST_RESERVE, &CGROUP_RESERVE, &POLICY, &DOWNGRADE_MATCH, &REPORT, &DEPTH, &PY_DEPTH, &MAX_CALLSITES, &INTERVAL, &SIGNAL, &HOOKS, &LOG, &DISABLE, &GROUP, &GROUP_BUDGET, &METRICS, &NAMESPACE, &POD, &CONTAINER, &LABELS];
+pub const ALL: &[&Var] = &[
+    &BUDGET,
+    &HOST_RESERVE,
+    &CGROUP_RESERVE,
+    &POLICY,
+    &DOWNGRADE_MATCH,
+    &REPORT,
+    &DEPTH,
+    &PY_DEPTH,
+    &MAX_CALLSITES,
+    &INTERVAL,
+    &SIGNAL,
+    &HOOKS,
+    &LOG,
+    &DISABLE,
+    &GROUP,
+    &GROUP_BUDGET,
+    &METRICS,
+    &NAMESPACE,
+    &POD,
+    &CONTAINER,
+    &LABELS,
+];
 
 /// The variable of this name.
 pub fn find(name: &str) -> Option<&'static Var> {
@@ -325,9 +356,16 @@ pub enum Parse {
     /// A size (`units::parse_size_spec`), or `N%` of what `Of` names.
     Size(Of),
     /// One of these names, in any case: `Value::Index` into them.
-    OneOf { names: &'static [&'static str], why: &'static str },
+    OneOf {
+        names: &'static [&'static str],
+        why: &'static str,
+    },
     /// A whole number from `min` to `max`.
-    Count { min: u64, max: u64, why: &'static str },
+    Count {
+        min: u64,
+        max: u64,
+        why: &'static str,
+    },
     /// A comma list of glob patterns.
     Patterns,
     /// A path template (`units::check_template`).
@@ -337,7 +375,10 @@ pub enum Parse {
     /// A signal that can be caught safely (`units::parse_signal`).
     Signal,
     /// A comma list of these names, or `all`: `Value::Bits`, a bit per name (`names_switch`).
-    Names { names: &'static [&'static str], noun: &'static str },
+    Names {
+        names: &'static [&'static str],
+        noun: &'static str,
+    },
     /// A `tracing` filter.
     Filter,
     /// A group name (`group::valid_name`), trimmed.
@@ -378,26 +419,51 @@ impl Parse {
 
     /// Reads `value` (`None`: not UTF-8), or says why not.
     pub fn parse(self, value: Option<&str>) -> Result<Value, String> {
-        let Some(v) = value else { return Err(self.one_reason().unwrap_or("not UTF-8").into()) };
-        self.parse_str(v).map_err(|e| self.one_reason().map_or(e, str::to_string))
+        let Some(v) = value else {
+            return Err(self.one_reason().unwrap_or("not UTF-8").into());
+        };
+        self.parse_str(v)
+            .map_err(|e| self.one_reason().map_or(e, str::to_string))
     }
 
     fn parse_str(self, v: &str) -> Result<Value, String> {
         Ok(match self {
             Parse::Switch => Value::Switch(switch(v.as_bytes()).ok_or("")?),
             Parse::Size(_) => Value::Size(units::parse_size_spec(v)?),
-            Parse::OneOf { names, .. } => Value::Index(names.iter().position(|n| n.eq_ignore_ascii_case(v.trim())).ok_or("")?),
-            Parse::Count { min, max, .. } => Value::Count(v.trim().parse().ok().filter(|n| (min..=max).contains(n)).ok_or("")?),
+            Parse::OneOf { names, .. } => Value::Index(
+                names
+                    .iter()
+                    .position(|n| n.eq_ignore_ascii_case(v.trim()))
+                    .ok_or("")?,
+            ),
+            Parse::Count { min, max, .. } => Value::Count(
+                v.trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| (min..=max).contains(n))
+                    .ok_or("")?,
+            ),
             Parse::Patterns => Value::Patterns(units::parse_patterns(v)?),
             Parse::Template => Value::Text(units::check_template(v).map(|()| v.to_string())?),
             Parse::Duration => Value::Ms(units::parse_duration_ms(v)?),
             Parse::Signal => Value::Signal(units::parse_signal(v)?),
-            Parse::Names { names, noun } => Value::Bits(names_switch(v.as_bytes(), names).map_err(|e| match e {
-                Some(item) => format!("unknown {noun} {:?}", String::from_utf8_lossy(item)),
-                None => format!("names no {noun}"),
-            })?),
-            Parse::Filter => Value::Text(v.parse::<tracing_subscriber::filter::Targets>().map(|_| v.to_string()).map_err(|e| e.to_string())?),
-            Parse::GroupName => Value::Text(Some(v.trim()).filter(|n| crate::group::valid_name(n)).ok_or("")?.to_string()),
+            Parse::Names { names, noun } => {
+                Value::Bits(names_switch(v.as_bytes(), names).map_err(|e| match e {
+                    Some(item) => format!("unknown {noun} {:?}", String::from_utf8_lossy(item)),
+                    None => format!("names no {noun}"),
+                })?)
+            }
+            Parse::Filter => Value::Text(
+                v.parse::<tracing_subscriber::filter::Targets>()
+                    .map(|_| v.to_string())
+                    .map_err(|e| e.to_string())?,
+            ),
+            Parse::GroupName => Value::Text(
+                Some(v.trim())
+                    .filter(|n| crate::group::valid_name(n))
+                    .ok_or("")?
+                    .to_string(),
+            ),
             Parse::Text => Value::Text(v.to_string()),
             Parse::Labels => labels(v),
         })
@@ -436,7 +502,16 @@ impl Var {
     /// sets this variable, as the library says it of the variable (`rejected`).
     pub fn expected(&self, why: &str) -> String {
         // One line, whatever the value or a parser's message holds.
-        let why: String = why.chars().flat_map(|ch| if ch.is_control() { ch.escape_debug().collect::<Vec<_>>() } else { vec![ch] }).collect();
+        let why: String = why
+            .chars()
+            .flat_map(|ch| {
+                if ch.is_control() {
+                    ch.escape_debug().collect::<Vec<_>>()
+                } else {
+                    vec![ch]
+                }
+            })
+            .collect();
         format!("{why}; expected {}", self.forms)
     }
 
@@ -447,7 +522,12 @@ impl Var {
             Some(v) => format!("{v:?}"),
             None => "(not UTF-8)".to_string(),
         };
-        format!("{}={shown}: {}; {}", self.name, self.expected(why), self.fallback)
+        format!(
+            "{}={shown}: {}; {}",
+            self.name,
+            self.expected(why),
+            self.fallback
+        )
     }
 
     /// `value` as this variable's parser takes it, or the message an option setting it gets; a
@@ -505,7 +585,10 @@ pub fn names_switch<'a>(v: &'a [u8], names: &[&str]) -> Result<u32, Option<&'a [
             bits |= (1 << names.len()) - 1;
             continue;
         }
-        match names.iter().position(|n| n.as_bytes().eq_ignore_ascii_case(item)) {
+        match names
+            .iter()
+            .position(|n| n.as_bytes().eq_ignore_ascii_case(item))
+        {
             Some(i) => bits |= 1 << i,
             None => return Err(Some(item)),
         }
@@ -517,7 +600,17 @@ pub fn names_switch<'a>(v: &'a [u8], names: &[&str]) -> Result<u32, Option<&'a [
 }
 
 /// The labels pinguard writes itself: `PINGUARD_LABELS` may not set them.
-pub const OWN_LABELS: &[&str] = &["pid", "pidns", "exe", "api", "group", "namespace", "pod", "container", "container_id"];
+pub const OWN_LABELS: &[&str] = &[
+    "pid",
+    "pidns",
+    "exe",
+    "api",
+    "group",
+    "namespace",
+    "pod",
+    "container",
+    "container_id",
+];
 
 /// `PINGUARD_LABELS`: its good entries, and why each other one is left out.
 fn labels(v: &str) -> Value {
@@ -534,14 +627,21 @@ fn labels(v: &str) -> Value {
 /// One `PINGUARD_LABELS` entry, `name=value`, checked against Prometheus' rules for a label name
 /// (`[a-zA-Z_][a-zA-Z0-9_]*`, `__` reserved), pinguard's own labels and the labels already taken.
 fn label_entry(entry: &str, taken: &[(String, String)]) -> Result<(String, String), String> {
-    let Some((name, value)) = entry.split_once('=') else { return Err("no '=' between a name and a value".into()) };
+    let Some((name, value)) = entry.split_once('=') else {
+        return Err("no '=' between a name and a value".into());
+    };
     let name = name.trim();
-    let first_ok = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    let first_ok = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
     if !first_ok || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(format!("{name:?} is not a label name"));
     }
     if name.starts_with("__") {
-        return Err(format!("{name:?} starts with __, which Prometheus reserves"));
+        return Err(format!(
+            "{name:?} starts with __, which Prometheus reserves"
+        ));
     }
     if OWN_LABELS.contains(&name) {
         return Err(format!("{name:?} is one of pinguard's own labels"));
@@ -558,16 +658,24 @@ mod tests {
 
     #[test]
     fn the_readme_table_is_this_registry() {
-        let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+        let readme =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
         let want = table();
-        assert!(readme.contains(&want), "README.md's variable table differs from report/src/vars.rs; it should read:\n\n{want}");
+        assert!(
+            readme.contains(&want),
+            "README.md's variable table differs from report/src/vars.rs; it should read:\n\n{want}"
+        );
     }
 
     #[test]
     fn names_are_unique_and_prefixed() {
         for (i, v) in ALL.iter().enumerate() {
             assert!(v.name.starts_with("PINGUARD_"), "{}", v.name);
-            assert!(ALL[..i].iter().all(|w| w.name != v.name), "{} twice", v.name);
+            assert!(
+                ALL[..i].iter().all(|w| w.name != v.name),
+                "{} twice",
+                v.name
+            );
             assert_eq!(find(v.name).map(|f| f.name), Some(v.name));
         }
         assert!(find("PINGUARD_BUGDET").is_none());
@@ -575,17 +683,38 @@ mod tests {
 
     #[test]
     fn sizes_are_named_as_the_size_parser_names_them() {
-        assert!(BUDGET.forms.starts_with(crate::units::SIZE_FORMS), "{}", BUDGET.forms);
-        assert!(HOST_RESERVE.forms.starts_with(crate::units::SIZE_FORMS), "{}", HOST_RESERVE.forms);
+        assert!(
+            BUDGET.forms.starts_with(crate::units::SIZE_FORMS),
+            "{}",
+            BUDGET.forms
+        );
+        assert!(
+            HOST_RESERVE.forms.starts_with(crate::units::SIZE_FORMS),
+            "{}",
+            HOST_RESERVE.forms
+        );
     }
 
     #[test]
     fn the_default_template_is_the_one_the_table_names() {
         assert!(REPORT.unset.contains(&format!("`{DEFAULT_TEMPLATE}`")));
         assert!(REPORT.fallback.ends_with(DEFAULT_TEMPLATE));
-        assert!(DEPTH.meaning.contains(&format!("0 to {MAX_DEPTH}")) && DEPTH.forms.ends_with(&MAX_DEPTH.to_string()));
-        assert_eq!(MAX_CALLSITES.default, Some(DEFAULT_MAX_CALLSITES.to_string().as_str()));
-        assert!(MAX_CALLSITES.fallback.ends_with(&DEFAULT_MAX_CALLSITES.to_string()) && MAX_CALLSITES.forms.ends_with(&MAX_MAX_CALLSITES.to_string()));
+        assert!(
+            DEPTH.meaning.contains(&format!("0 to {MAX_DEPTH}"))
+                && DEPTH.forms.ends_with(&MAX_DEPTH.to_string())
+        );
+        assert_eq!(
+            MAX_CALLSITES.default,
+            Some(DEFAULT_MAX_CALLSITES.to_string().as_str())
+        );
+        assert!(
+            MAX_CALLSITES
+                .fallback
+                .ends_with(&DEFAULT_MAX_CALLSITES.to_string())
+                && MAX_CALLSITES
+                    .forms
+                    .ends_with(&MAX_MAX_CALLSITES.to_string())
+        );
     }
 
     #[test]
@@ -593,26 +722,52 @@ mod tests {
         let mut rejecting = 0;
         for v in ALL {
             if let Some(d) = v.default {
-                assert!(v.parse(Some(d)).is_ok(), "{}'s default {d:?} is rejected by its own parser", v.name);
+                assert!(
+                    v.parse(Some(d)).is_ok(),
+                    "{}'s default {d:?} is rejected by its own parser",
+                    v.name
+                );
             }
             // Not UTF-8: every parser refuses it, with a reason.
             let why = v.parse(None).expect_err(v.name);
-            assert_eq!(v.rejected(None, &why), format!("{}=(not UTF-8): {why}; expected {}; {}", v.name, v.forms, v.fallback));
-            let Some(bad) = v.parse.bad_example() else { continue };
+            assert_eq!(
+                v.rejected(None, &why),
+                format!(
+                    "{}=(not UTF-8): {why}; expected {}; {}",
+                    v.name, v.forms, v.fallback
+                )
+            );
+            let Some(bad) = v.parse.bad_example() else {
+                continue;
+            };
             rejecting += 1;
             let why = match v.parse(Some(&bad)) {
                 Err(why) => why,
                 Ok(Value::Labels(_, bad)) if bad.len() == 1 => bad[0].clone(),
                 Ok(got) => panic!("{}={bad:?} is taken: {got:?}", v.name),
             };
-            assert!(!why.is_empty() && !why.contains('\n'), "{}: {why:?}", v.name);
+            assert!(
+                !why.is_empty() && !why.contains('\n'),
+                "{}: {why:?}",
+                v.name
+            );
             let line = v.rejected(Some(&bad), &why);
-            assert_eq!(line, format!("{}={bad:?}: {why}; expected {}; {}", v.name, v.forms, v.fallback));
+            assert_eq!(
+                line,
+                format!(
+                    "{}={bad:?}: {why}; expected {}; {}",
+                    v.name, v.forms, v.fallback
+                )
+            );
             // An option setting the variable is refused in the same words, less the fallback.
             let said = v.check(&bad).expect_err(v.name);
             assert!(line.contains(&format!(": {said}; ")), "{line}\n{said}");
         }
-        assert_eq!(rejecting, ALL.len() - 3, "all but the three labels taking any text");
+        assert_eq!(
+            rejecting,
+            ALL.len() - 3,
+            "all but the three labels taking any text"
+        );
     }
 
     #[test]
@@ -620,31 +775,63 @@ mod tests {
         for v in ALL {
             match v.parse {
                 Parse::Count { min, max, .. } => {
-                    assert_eq!(v.forms, format!("a whole number from {min} to {max}"), "{}", v.name);
+                    assert_eq!(
+                        v.forms,
+                        format!("a whole number from {min} to {max}"),
+                        "{}",
+                        v.name
+                    );
                     assert!(v.meaning.contains(&format!("{min} to {max}")), "{}", v.name);
-                    assert!(v.parse(Some(&min.to_string())).is_ok() && v.parse(Some(&max.to_string())).is_ok(), "{}", v.name);
-                    assert!(min == 0 || v.parse(Some(&(min - 1).to_string())).is_err(), "{}", v.name);
+                    assert!(
+                        v.parse(Some(&min.to_string())).is_ok()
+                            && v.parse(Some(&max.to_string())).is_ok(),
+                        "{}",
+                        v.name
+                    );
+                    assert!(
+                        min == 0 || v.parse(Some(&(min - 1).to_string())).is_err(),
+                        "{}",
+                        v.name
+                    );
                 }
                 Parse::OneOf { names, .. } | Parse::Names { names, .. } => {
                     for n in names {
-                        assert!(v.forms.contains(n) && v.meaning.contains(&format!("`{n}`")), "{}: {n}", v.name);
+                        assert!(
+                            v.forms.contains(n) && v.meaning.contains(&format!("`{n}`")),
+                            "{}: {n}",
+                            v.name
+                        );
                         assert!(v.parse(Some(&n.to_uppercase())).is_ok(), "{}: {n}", v.name);
                     }
                 }
-                Parse::Size(_) => assert!(v.forms.starts_with(crate::units::SIZE_FORMS), "{}", v.name),
+                Parse::Size(_) => {
+                    assert!(v.forms.starts_with(crate::units::SIZE_FORMS), "{}", v.name)
+                }
                 _ => {}
             }
         }
-        assert!(Policy::ALL.iter().enumerate().all(|(i, p)| *p as usize == i && p.name() == POLICIES[i]));
-        assert!(matches!(POLICY.parse(Some(" Downgrade ")), Ok(Value::Index(1))));
+        assert!(Policy::ALL
+            .iter()
+            .enumerate()
+            .all(|(i, p)| *p as usize == i && p.name() == POLICIES[i]));
+        assert!(matches!(
+            POLICY.parse(Some(" Downgrade ")),
+            Ok(Value::Index(1))
+        ));
     }
 
     #[test]
     fn a_switch_and_a_name_list_read_as_before() {
-        assert_eq!([" 1 ", "yes", "", "no", "2"].map(|v| switch(v.as_bytes())), [Some(true), Some(true), Some(false), Some(false), None]);
+        assert_eq!(
+            [" 1 ", "yes", "", "no", "2"].map(|v| switch(v.as_bytes())),
+            [Some(true), Some(true), Some(false), Some(false), None]
+        );
         assert_eq!(names_switch(b"CUDA , mlock", &FAMILIES), Ok(0b1001));
         assert_eq!(names_switch(b"all,acl", &FAMILIES), Ok(0b11111));
-        assert_eq!(names_switch(b"cuda,opencl", &FAMILIES), Err(Some(&b"opencl"[..])));
+        assert_eq!(
+            names_switch(b"cuda,opencl", &FAMILIES),
+            Err(Some(&b"opencl"[..]))
+        );
         assert_eq!(names_switch(b" , ", &FAMILIES), Err(None));
     }
 }

@@ -48,11 +48,21 @@ fn hash(key: usize) -> usize {
 }
 
 impl<V: Copy> AddrMap<V> {
-    pub const EMPTY: Self = AddrMap { slots: std::ptr::null_mut(), cap: 0, len: 0, dir: usize::MAX };
+    pub const EMPTY: Self = AddrMap {
+        slots: std::ptr::null_mut(),
+        cap: 0,
+        len: 0,
+        dir: usize::MAX,
+    };
 
     /// An empty map whose tables the state header names in its entry `dir`.
     pub const fn in_state(dir: usize) -> Self {
-        AddrMap { slots: std::ptr::null_mut(), cap: 0, len: 0, dir }
+        AddrMap {
+            slots: std::ptr::null_mut(),
+            cap: 0,
+            len: 0,
+            dir,
+        }
     }
 
     #[inline(always)]
@@ -169,7 +179,11 @@ impl<V: Copy> AddrMap<V> {
             }
             let home = hash(k) & mask;
             // The entry at j may move to i unless its home lies cyclically in (i, j].
-            let stays = if i <= j { i < home && home <= j } else { i < home || home <= j };
+            let stays = if i <= j {
+                i < home && home <= j
+            } else {
+                i < home || home <= j
+            };
             if !stays {
                 // Moved before the old slot is emptied: a reader of a dead process's state may
                 // see it twice (and keeps one), never not at all.
@@ -194,7 +208,9 @@ impl<V: Copy> AddrMap<V> {
         // 128: no other data shares its lines (or their prefetched pairs) with a table written on
         // every call.
         let new = crate::accounting::arena::alloc(bytes, 128).unwrap_or_else(|| {
-            let Ok(layout) = std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>()) else {
+            let Ok(layout) =
+                std::alloc::Layout::from_size_align(bytes, std::mem::align_of::<Slot<V>>())
+            else {
                 return std::ptr::null_mut();
             };
             // SAFETY: a non-zero size; all-zero slots are empty slots.
@@ -223,7 +239,9 @@ impl<V: Copy> AddrMap<V> {
             if crate::accounting::arena::holds(old as *const u8) {
                 crate::accounting::arena::give_back(old as *mut u8, old_bytes);
             } else {
-                let layout = std::alloc::Layout::from_size_align(old_bytes, std::mem::align_of::<Slot<V>>()).expect("a table's layout");
+                let layout =
+                    std::alloc::Layout::from_size_align(old_bytes, std::mem::align_of::<Slot<V>>())
+                        .expect("a table's layout");
                 // SAFETY: allocated above with this layout (on the heap: not in the arena).
                 unsafe { std::alloc::dealloc(old as *mut u8, layout) };
             }
@@ -233,13 +251,19 @@ impl<V: Copy> AddrMap<V> {
 
     pub fn iter(&self) -> impl Iterator<Item = (usize, &V)> {
         // SAFETY: only slots with a key set pass the filter, and those hold initialised values.
-        (0..self.cap).map(|i| self.slot(i)).filter(|s| s.key != 0).map(|s| (s.key, unsafe { s.val.assume_init_ref() }))
+        (0..self.cap)
+            .map(|i| self.slot(i))
+            .filter(|s| s.key != 0)
+            .map(|s| (s.key, unsafe { s.val.assume_init_ref() }))
     }
 
     /// Forgets every record without giving its table back: a fork child's tables belong to the
     /// parent's state, which the child lets go of.
     pub fn forget(&mut self) {
-        *self = AddrMap { dir: self.dir, ..AddrMap::EMPTY };
+        *self = AddrMap {
+            dir: self.dir,
+            ..AddrMap::EMPTY
+        };
     }
 }
 
@@ -289,7 +313,11 @@ mod tests {
         let mut m: AddrMap<usize> = AddrMap::default();
         let mask = 15;
         // Keys whose home is the last slot, so their run wraps to the start.
-        let keys: Vec<usize> = (1..100_000usize).map(|k| k * 16).filter(|&k| hash(k) & mask == mask).take(5).collect();
+        let keys: Vec<usize> = (1..100_000usize)
+            .map(|k| k * 16)
+            .filter(|&k| hash(k) & mask == mask)
+            .take(5)
+            .collect();
         for &k in &keys {
             m.insert(k, k);
         }

@@ -18,7 +18,10 @@ use crate::runtime::lock::Mutex;
 use pinguard_report::state::{self, header};
 use std::ffi::CString;
 use std::ptr;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering::{Acquire, Relaxed, Release}};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 
 /// The first piece of the arena; each later one doubles, up to `MAX_STEP`. Pieces are separate
 /// mappings where the kernel puts them: a reservation of address space ahead of use would count
@@ -170,10 +173,19 @@ pub fn leak_slice<T: Copy>(items: &[T]) -> &'static [T] {
 /// need its blocks allocated again first, or a full disk would fault the program.
 pub fn give_back(p: *mut u8, size: usize) {
     let a = ARENA.lock();
-    let Some(i) = piece_of(&a, p as usize) else { return };
-    let (start, end) = ((p as usize).next_multiple_of(4096), (p as usize + size) & !4095);
+    let Some(i) = piece_of(&a, p as usize) else {
+        return;
+    };
+    let (start, end) = (
+        (p as usize).next_multiple_of(4096),
+        (p as usize + size) & !4095,
+    );
     if end > start {
-        let advice = if a.pieces[i].2 == NOT_IN_FILE { libc::MADV_DONTNEED } else { libc::MADV_REMOVE };
+        let advice = if a.pieces[i].2 == NOT_IN_FILE {
+            libc::MADV_DONTNEED
+        } else {
+            libc::MADV_REMOVE
+        };
         let e = crate::runtime::guard::errno();
         // SAFETY: whole pages inside a piece of the arena that nothing uses any more (the table
         // was replaced); the file's hole or the fresh zero pages are never read as a table again.
@@ -188,7 +200,9 @@ pub fn holds(p: *const u8) -> bool {
 }
 
 fn piece_of(a: &Arena, p: usize) -> Option<usize> {
-    a.pieces[..a.n].iter().position(|&(at, len, _)| p >= at && p < at + len)
+    a.pieces[..a.n]
+        .iter()
+        .position(|&(at, len, _)| p >= at && p < at + len)
 }
 
 fn header_ptr() -> Option<*mut u8> {
@@ -242,7 +256,9 @@ fn grow(a: &mut Arena, min: usize) -> bool {
     if a.n == state::PIECES {
         return false;
     }
-    let len = (FIRST_STEP << a.n.min(16)).min(MAX_STEP).max(min.next_multiple_of(4096));
+    let len = (FIRST_STEP << a.n.min(16))
+        .min(MAX_STEP)
+        .max(min.next_multiple_of(4096));
     let first = a.n == 0;
     if first {
         a.file = create_file();
@@ -258,7 +274,12 @@ fn grow(a: &mut Arena, min: usize) -> bool {
             (0, 0)
         }
     };
-    let mut at = a.file.as_ref().filter(|_| a.grows).and_then(|f| map_file(f, hint, fixed, off, len)).map(|at| (at, off));
+    let mut at = a
+        .file
+        .as_ref()
+        .filter(|_| a.grows)
+        .and_then(|f| map_file(f, hint, fixed, off, len))
+        .map(|at| (at, off));
     if at.is_none() {
         if a.grows {
             // The file keeps what it has (marked incomplete) and is still removed at exit; one
@@ -270,7 +291,8 @@ fn grow(a: &mut Arena, min: usize) -> bool {
             }
         }
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed;
-        at = sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0).map(|at| (at, NOT_IN_FILE));
+        at = sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, flags, -1, 0)
+            .map(|at| (at, NOT_IN_FILE));
     }
     let Some((at, off)) = at else { return false };
     if off != NOT_IN_FILE {
@@ -314,7 +336,8 @@ fn sys(n: libc::c_long, a: [usize; 4]) -> isize {
 /// Opens the state file again by its path, if the path still names it. Non-blocking: whatever
 /// now sits at the path (a FIFO, say) is checked before it is used.
 fn reopen(f: &File, flags: i32) -> Option<i32> {
-    let fd = crate::runtime::sys::open(&f.path, flags | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
+    let fd =
+        crate::runtime::sys::open(&f.path, flags | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
     if crate::runtime::sys::file_id(fd).map(|id| (id.dev, id.ino)) == Some((f.dev, f.ino)) {
         return Some(fd);
     }
@@ -328,11 +351,20 @@ fn create_file() -> Option<File> {
     let path = (PLACE.get()?.path)(true)?;
     let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
     let _ = crate::runtime::sys::unlink(&path);
-    let fd = crate::runtime::sys::open(&path, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600).ok()?;
+    let fd = crate::runtime::sys::open(
+        &path,
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        0o600,
+    )
+    .ok()?;
     let id = crate::runtime::sys::file_id(fd);
     crate::runtime::sys::close(fd);
     let id = id?;
-    Some(File { path, dev: id.dev, ino: id.ino })
+    Some(File {
+        path,
+        dev: id.dev,
+        ino: id.ino,
+    })
 }
 
 /// Maps `[off, off + len)` of the file, its blocks allocated first; `None` if the file is gone,
@@ -341,15 +373,33 @@ fn map_file(f: &File, hint: usize, fixed: i32, off: u64, len: usize) -> Option<u
     let fd = reopen(f, libc::O_RDWR)?;
     let at = (|| {
         // A file growing past RLIMIT_FSIZE earns the process SIGXFSZ, which by default ends it.
-        let mut lim = libc::rlimit64 { rlim_cur: 0, rlim_max: 0 };
-        let got = sys(libc::SYS_prlimit64, [0, libc::RLIMIT_FSIZE as usize, 0, &mut lim as *mut libc::rlimit64 as usize]);
+        let mut lim = libc::rlimit64 {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        let got = sys(
+            libc::SYS_prlimit64,
+            [
+                0,
+                libc::RLIMIT_FSIZE as usize,
+                0,
+                &mut lim as *mut libc::rlimit64 as usize,
+            ],
+        );
         if got != 0 || (lim.rlim_cur != libc::RLIM64_INFINITY && off + len as u64 > lim.rlim_cur) {
             return None;
         }
         if sys(libc::SYS_fallocate, [fd as usize, 0, off as usize, len]) != 0 {
             return None;
         }
-        sys_mmap(hint, len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED | fixed, fd, off)
+        sys_mmap(
+            hint,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | fixed,
+            fd,
+            off,
+        )
     })();
     crate::runtime::sys::close(fd);
     at
@@ -396,16 +446,37 @@ fn init_header(a: &mut Arena, base: usize) {
 /// keeps the pid and the start time) is not a death to report; the pinned memory went with the
 /// image. Another process's state (a reused pid) is left for its readers.
 pub fn forget_previous_image() {
-    let Some(path) = PLACE.get().and_then(|p| (p.path)(false)) else { return };
-    let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
+    let Some(path) = PLACE.get().and_then(|p| (p.path)(false)) else {
+        return;
+    };
+    let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else {
+        return;
+    };
     // Non-blocking, and only a regular file is read: a FIFO planted at the path must not hold
     // up the start of every program.
-    let Ok(fd) = crate::runtime::sys::open(&path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0) else { return };
+    let Ok(fd) = crate::runtime::sys::open(
+        &path,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0,
+    ) else {
+        return;
+    };
     let mut head = [0u8; header::START_TICKS + 8];
     let regular = crate::runtime::sys::file_id(fd).is_some_and(|id| id.regular);
-    let n = if regular { crate::runtime::sys::read(fd, &mut head).unwrap_or(0) } else { 0 };
+    let n = if regular {
+        crate::runtime::sys::read(fd, &mut head).unwrap_or(0)
+    } else {
+        0
+    };
     crate::runtime::sys::close(fd);
-    if n == head.len() && state::is_state(&head) && state::owner(&head) == Some((crate::runtime::kernel::raw_pid() as u32, crate::runtime::kernel::start_ticks())) {
+    if n == head.len()
+        && state::is_state(&head)
+        && state::owner(&head)
+            == Some((
+                crate::runtime::kernel::raw_pid() as u32,
+                crate::runtime::kernel::start_ticks(),
+            ))
+    {
         let _ = crate::runtime::sys::unlink(&path);
     }
 }
@@ -460,13 +531,33 @@ pub unsafe fn let_go(child: bool) {
 /// what it read before, and whatever it writes stays in the child), or, where the file cannot be
 /// opened again, unmapped address space that faults.
 fn detach(a: &Arena) {
-    let fd = a.file.as_ref().and_then(|f| reopen(f, libc::O_RDONLY)).unwrap_or(-1);
+    let fd = a
+        .file
+        .as_ref()
+        .and_then(|f| reopen(f, libc::O_RDONLY))
+        .unwrap_or(-1);
     // Anonymous pieces (no file) are private already: the child has its own copy.
     for &(at, len, off) in a.pieces[..a.n].iter().filter(|p| p.2 != NOT_IN_FILE) {
         let private = libc::MAP_PRIVATE | libc::MAP_FIXED;
-        let copied = fd >= 0 && sys_mmap(at, len, libc::PROT_READ | libc::PROT_WRITE, private, fd, off).is_some();
+        let copied = fd >= 0
+            && sys_mmap(
+                at,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                private,
+                fd,
+                off,
+            )
+            .is_some();
         if !copied {
-            let _ = sys_mmap(at, len, libc::PROT_NONE, private | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE, -1, 0);
+            let _ = sys_mmap(
+                at,
+                len,
+                libc::PROT_NONE,
+                private | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
         }
     }
     if fd >= 0 {

@@ -11,13 +11,15 @@
 //! folded (or retired by `retire`). Caches outside the table (the thread's last callsites, the
 //! walk memos' tags) check it, so a reused slot is never taken for the stack it held before.
 
+use crate::accounting::level::Level;
 use crate::api::Api;
 use crate::runtime::lock::{self, Mutex};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::cell::Cell;
 use std::hash::{Hash, Hasher};
-use crate::accounting::level::Level;
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 /// Callsites live in the state file (`arena`), in the layout its readers know
 /// (`pinguard_report::state::site`, checked below), with their frames and their Python frames as
@@ -67,14 +69,30 @@ pub struct Callsite {
 const _: () = {
     use pinguard_report::state::site as s;
     use std::mem::offset_of;
-    assert!(offset_of!(Callsite, state_next) == s::NEXT && offset_of!(Callsite, id) == s::ID && offset_of!(Callsite, apis) == s::APIS);
-    assert!(offset_of!(Callsite, frames_at) == s::FRAMES && offset_of!(Callsite, frames_len) == s::NFRAMES);
+    assert!(
+        offset_of!(Callsite, state_next) == s::NEXT
+            && offset_of!(Callsite, id) == s::ID
+            && offset_of!(Callsite, apis) == s::APIS
+    );
+    assert!(
+        offset_of!(Callsite, frames_at) == s::FRAMES
+            && offset_of!(Callsite, frames_len) == s::NFRAMES
+    );
     assert!(offset_of!(Callsite, py_at) == s::PY && offset_of!(Callsite, py_len) == s::PY_LEN);
-    assert!(offset_of!(Callsite, denied_count) == s::DENIED && offset_of!(Callsite, downgraded_count) == s::DOWNGRADED);
+    assert!(
+        offset_of!(Callsite, denied_count) == s::DENIED
+            && offset_of!(Callsite, downgraded_count) == s::DOWNGRADED
+    );
     assert!(offset_of!(Callsite, over_budget_count) == s::OVER_BUDGET);
-    assert!(offset_of!(Callsite, denied_bytes) == s::DENIED_BYTES && offset_of!(Callsite, downgraded_bytes) == s::DOWNGRADED_BYTES);
+    assert!(
+        offset_of!(Callsite, denied_bytes) == s::DENIED_BYTES
+            && offset_of!(Callsite, downgraded_bytes) == s::DOWNGRADED_BYTES
+    );
     assert!(offset_of!(Callsite, level) == s::LEVEL && offset_of!(Callsite, apis) == s::APIS);
-    assert!(Api::COUNT <= API_BITS, "a bit per entry point in `apis`: widen `state::API_WORDS`");
+    assert!(
+        Api::COUNT <= API_BITS,
+        "a bit per entry point in `apis`: widen `state::API_WORDS`"
+    );
 };
 
 /// A bit per entry point, in the state file's words (`state::API_WORDS`).
@@ -88,7 +106,8 @@ pub fn api_bits(a: &ApiBits) -> [u64; pinguard_report::state::API_WORDS] {
 
 /// Whether `api`'s bit is set in `bits`.
 pub fn has_api(bits: &[u64], api: Api) -> bool {
-    bits.get(api as usize / 64).is_some_and(|w| w & (1u64 << (api as u32 % 64)) != 0)
+    bits.get(api as usize / 64)
+        .is_some_and(|w| w & (1u64 << (api as u32 % 64)) != 0)
 }
 
 // SAFETY: the raw pointers point at immutable data that lives as long as the process (the
@@ -116,7 +135,11 @@ impl Callsite {
     /// Calls counted here so far: changes whenever the callsite is used.
     fn activity(&self) -> u64 {
         let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        self.level.alloc_count().wrapping_add(c(&self.denied_count)).wrapping_add(c(&self.downgraded_count)).wrapping_add(c(&self.over_budget_count))
+        self.level
+            .alloc_count()
+            .wrapping_add(c(&self.denied_count))
+            .wrapping_add(c(&self.downgraded_count))
+            .wrapping_add(c(&self.over_budget_count))
     }
 
     /// The key: return addresses, innermost first (the first is in the code that called the
@@ -165,7 +188,10 @@ const TAG_SHIFT: u32 = 48;
 /// A callsite as a plain word, for a cache outside this stage to hold (`stack::tag`): never 0.
 /// `None` for a slot no tag can name (out of the table already, or an address above 48 bits).
 pub fn tag(cs: &'static Callsite) -> Option<usize> {
-    let (at, gen) = (cs as *const Callsite as usize, cs.gen.load(Ordering::Acquire));
+    let (at, gen) = (
+        cs as *const Callsite as usize,
+        cs.gen.load(Ordering::Acquire),
+    );
     (at >> TAG_SHIFT == 0 && gen & 1 == 0).then(|| at | ((gen as usize & 0xffff) << TAG_SHIFT))
 }
 
@@ -227,9 +253,15 @@ pub fn intern(frames: &[usize]) -> &'static Callsite {
     frames.hash(&mut h);
     let hash = h.finish();
     // SAFETY: as above: `RECENT_SITES` has no destructor and lives as long as this thread.
-    let recent: &Cell<[(u64, usize)]> = RECENT_SITES.with(|r| unsafe { &*(r as *const Cell<[(u64, usize); RECENT]>) });
+    let recent: &Cell<[(u64, usize)]> =
+        RECENT_SITES.with(|r| unsafe { &*(r as *const Cell<[(u64, usize); RECENT]>) });
     let recent = recent.as_slice_of_cells();
-    let cs = match recent.iter().map(Cell::get).find(|&(rh, _)| rh == hash).and_then(|(_, p)| live_match(p, frames)) {
+    let cs = match recent
+        .iter()
+        .map(Cell::get)
+        .find(|&(rh, _)| rh == hash)
+        .and_then(|(_, p)| live_match(p, frames))
+    {
         Some(cs) => cs,
         None => {
             let cs = intern_slow(hash, frames);
@@ -320,7 +352,9 @@ fn slot(frames: &[usize], py: &[u8]) -> &'static Callsite {
     // SAFETY: the slot is out of the table and out of `LIMBO`, so this thread is its only writer;
     // `frames.len()` fits its buffer (`reuse` and `fresh` make sure). A stale holder reading the
     // frames meanwhile sees `gen` odd, or changed, and does not take it (`live_match`).
-    unsafe { std::ptr::copy_nonoverlapping(frames.as_ptr(), cs.frames_at as *mut usize, frames.len()) };
+    unsafe {
+        std::ptr::copy_nonoverlapping(frames.as_ptr(), cs.frames_at as *mut usize, frames.len())
+    };
     cs.frames_len.store(frames.len(), Ordering::Relaxed);
     cs.py_len.store(0, Ordering::Relaxed);
     if py.len() > cs.py_cap.load(Ordering::Relaxed) {
@@ -331,7 +365,9 @@ fn slot(frames: &[usize], py: &[u8]) -> &'static Callsite {
     if !py.is_empty() {
         // SAFETY: `py_at` holds `py_cap` >= `py.len()` bytes of this slot's, written by no one else
         // (as the frames above); the state file's readers check `py_len`, set after.
-        unsafe { std::ptr::copy_nonoverlapping(py.as_ptr(), cs.py_at.load(Ordering::Relaxed), py.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(py.as_ptr(), cs.py_at.load(Ordering::Relaxed), py.len())
+        };
     }
     cs.py_len.store(py.len(), Ordering::Release);
     cs.warned.store(false, Ordering::Relaxed);
@@ -339,7 +375,8 @@ fn slot(frames: &[usize], py: &[u8]) -> &'static Callsite {
     cs.apis.iter().for_each(|w| w.store(0, Ordering::Relaxed));
     cs.seen.store(UNSEEN, Ordering::Relaxed);
     cs.closed.lock().clear();
-    cs.id.store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
+    cs.id
+        .store(NEXT_ID.fetch_add(1, Ordering::Relaxed), Ordering::Relaxed);
     cs
 }
 
@@ -377,7 +414,10 @@ fn fresh(len: usize) -> &'static Callsite {
         py_cap: AtomicUsize::new(0),
         seen: AtomicU64::new(UNSEEN),
     });
-    crate::accounting::arena::push(pinguard_report::state::header::CALLSITES, cs as *const Callsite as *const u8);
+    crate::accounting::arena::push(
+        pinguard_report::state::header::CALLSITES,
+        cs as *const Callsite as *const u8,
+    );
     cs
 }
 
@@ -402,11 +442,26 @@ pub struct Folded {
 const _: () = {
     use pinguard_report::state::folded as f;
     use std::mem::{offset_of, size_of};
-    assert!(offset_of!(Folded, count) == f::COUNT && offset_of!(Folded, alloc_count) == f::ALLOC_COUNT);
-    assert!(offset_of!(Folded, alloc_bytes) == f::ALLOC_BYTES && offset_of!(Folded, denied_count) == f::DENIED);
-    assert!(offset_of!(Folded, downgraded_count) == f::DOWNGRADED && offset_of!(Folded, over_budget_count) == f::OVER_BUDGET);
-    assert!(offset_of!(Folded, denied_bytes) == f::DENIED_BYTES && offset_of!(Folded, downgraded_bytes) == f::DOWNGRADED_BYTES);
-    assert!(offset_of!(Folded, peak_live_bytes) == f::PEAK && offset_of!(Folded, apis) == f::APIS && size_of::<Folded>() == f::SIZE);
+    assert!(
+        offset_of!(Folded, count) == f::COUNT && offset_of!(Folded, alloc_count) == f::ALLOC_COUNT
+    );
+    assert!(
+        offset_of!(Folded, alloc_bytes) == f::ALLOC_BYTES
+            && offset_of!(Folded, denied_count) == f::DENIED
+    );
+    assert!(
+        offset_of!(Folded, downgraded_count) == f::DOWNGRADED
+            && offset_of!(Folded, over_budget_count) == f::OVER_BUDGET
+    );
+    assert!(
+        offset_of!(Folded, denied_bytes) == f::DENIED_BYTES
+            && offset_of!(Folded, downgraded_bytes) == f::DOWNGRADED_BYTES
+    );
+    assert!(
+        offset_of!(Folded, peak_live_bytes) == f::PEAK
+            && offset_of!(Folded, apis) == f::APIS
+            && size_of::<Folded>() == f::SIZE
+    );
 };
 
 static FOLDED: AtomicPtr<Folded> = AtomicPtr::new(std::ptr::null_mut());
@@ -438,7 +493,9 @@ fn folded_record() -> &'static Folded {
     match FOLDED.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
             if crate::accounting::arena::holds(p as *const u8) {
-                if let Some(w) = crate::accounting::arena::header_word(pinguard_report::state::header::FOLDED) {
+                if let Some(w) =
+                    crate::accounting::arena::header_word(pinguard_report::state::header::FOLDED)
+                {
                     w.store(p as u64, Ordering::Release);
                 }
             }
@@ -458,11 +515,16 @@ fn absorb(cs: &Callsite) {
     f.alloc_count.fetch_add(count, Ordering::Relaxed);
     f.alloc_bytes.fetch_add(bytes, Ordering::Relaxed);
     f.peak_live_bytes.fetch_max(peak, Ordering::Relaxed);
-    f.denied_count.fetch_add(take(&cs.denied_count), Ordering::Relaxed);
-    f.downgraded_count.fetch_add(take(&cs.downgraded_count), Ordering::Relaxed);
-    f.over_budget_count.fetch_add(take(&cs.over_budget_count), Ordering::Relaxed);
-    f.denied_bytes.fetch_add(take(&cs.denied_bytes), Ordering::Relaxed);
-    f.downgraded_bytes.fetch_add(take(&cs.downgraded_bytes), Ordering::Relaxed);
+    f.denied_count
+        .fetch_add(take(&cs.denied_count), Ordering::Relaxed);
+    f.downgraded_count
+        .fetch_add(take(&cs.downgraded_count), Ordering::Relaxed);
+    f.over_budget_count
+        .fetch_add(take(&cs.over_budget_count), Ordering::Relaxed);
+    f.denied_bytes
+        .fetch_add(take(&cs.denied_bytes), Ordering::Relaxed);
+    f.downgraded_bytes
+        .fetch_add(take(&cs.downgraded_bytes), Ordering::Relaxed);
     for (to, from) in f.apis.iter().zip(&cs.apis) {
         to.fetch_or(take(from), Ordering::Relaxed);
     }
@@ -470,7 +532,8 @@ fn absorb(cs: &Callsite) {
 
 /// Folded slots waiting to be reused: (slot, `FOLDS` when it was folded, coarse ms then), oldest
 /// first. Slots given back unseen (`intern_slow`'s lost race) go first, with zeros.
-static LIMBO: Mutex<std::collections::VecDeque<(&'static Callsite, u64, u64)>> = Mutex::new(std::collections::VecDeque::new());
+static LIMBO: Mutex<std::collections::VecDeque<(&'static Callsite, u64, u64)>> =
+    Mutex::new(std::collections::VecDeque::new());
 /// Callsites folded so far.
 static FOLDS: AtomicU64 = AtomicU64::new(0);
 /// A folded slot is reused only after this many more folds and this long: a call that took the
@@ -487,7 +550,10 @@ fn reuse(len: usize) -> Option<&'static Callsite> {
     if q.is_empty() {
         return None;
     }
-    let (folds, now) = (FOLDS.load(Ordering::Relaxed), crate::runtime::clock::coarse_unix_ms());
+    let (folds, now) = (
+        FOLDS.load(Ordering::Relaxed),
+        crate::runtime::clock::coarse_unix_ms(),
+    );
     for i in 0..q.len().min(8) {
         let (cs, at, ms) = q[i];
         if folds.saturating_sub(at) < GRACE_FOLDS || now.saturating_sub(ms) < GRACE_MS {
@@ -525,10 +591,15 @@ const UNSEEN: u64 = u64::MAX;
 /// down to `MAX - MAX / 8`, so that the next look is `MAX / 8` new callsites away. Callsites
 /// with live allocations are never folded.
 fn fold() {
-    let Some(_one) = FOLDING.try_lock() else { return };
+    let Some(_one) = FOLDING.try_lock() else {
+        return;
+    };
     let max = MAX.load(Ordering::Relaxed);
     let mut idle: Vec<(bool, u64, u64, u32, &'static Callsite)> = Vec::new();
-    if idle.try_reserve(TABLE_LEN.load(Ordering::Relaxed) + 64).is_err() {
+    if idle
+        .try_reserve(TABLE_LEN.load(Ordering::Relaxed) + 64)
+        .is_err()
+    {
         return; // no memory to sort them: the table stays as it is for now
     }
     for shard in &TABLE {
@@ -565,14 +636,21 @@ fn fold() {
             }
         }
     }
-    NEXT_FOLD.store(TABLE_LEN.load(Ordering::Relaxed) + (max / 8).max(1), Ordering::Relaxed);
+    NEXT_FOLD.store(
+        TABLE_LEN.load(Ordering::Relaxed) + (max / 8).max(1),
+        Ordering::Relaxed,
+    );
 }
 
 /// Takes `cs` out of the table, unless it left already or (with `idle`) holds a live allocation now.
 fn take_out(cs: &'static Callsite, idle: bool) -> bool {
     let mut guard = shard_of(cs.frames()).lock();
-    let Some(map) = guard.as_mut() else { return false };
-    if !map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs)) || (idle && cs.level.count() != 0) {
+    let Some(map) = guard.as_mut() else {
+        return false;
+    };
+    if !map.get(cs.frames()).is_some_and(|c| std::ptr::eq(*c, cs))
+        || (idle && cs.level.count() != 0)
+    {
         return false;
     }
     map.remove(cs.frames());
@@ -599,7 +677,11 @@ static MODULES: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 static FRUITLESS_MS: AtomicU64 = AtomicU64::new(0);
 
 fn note_modules(native: &[usize]) {
-    let known = |m: &[(usize, usize)]| native.iter().all(|&a| m.iter().any(|&(s, e)| a >= s && a < e));
+    let known = |m: &[(usize, usize)]| {
+        native
+            .iter()
+            .all(|&a| m.iter().any(|&(s, e)| a >= s && a < e))
+    };
     if known(&MODULES.lock()) {
         return;
     }
@@ -610,7 +692,15 @@ fn note_modules(native: &[usize]) {
         return;
     }
     let mut found = Vec::new();
-    crate::runtime::objects::for_each_object(|o| found.push((o.start, o.end, o.base, o.name.to_bytes().to_vec(), o.build_id.clone())));
+    crate::runtime::objects::for_each_object(|o| {
+        found.push((
+            o.start,
+            o.end,
+            o.base,
+            o.name.to_bytes().to_vec(),
+            o.build_id.clone(),
+        ))
+    });
     let mut list = MODULES.lock();
     let before = list.len();
     for (start, end, base, name, build_id) in found {
@@ -618,11 +708,27 @@ fn note_modules(native: &[usize]) {
             continue;
         }
         list.push((start, end));
-        let path = if name.is_empty() { crate::runtime::kernel::exe().into_bytes() } else { name };
+        let path = if name.is_empty() {
+            crate::runtime::kernel::exe().into_bytes()
+        } else {
+            name
+        };
         let path = crate::accounting::arena::leak_slice(&path);
         let id = crate::accounting::arena::leak_slice(build_id.as_deref().unwrap_or("").as_bytes());
-        let rec: &'static mut [u64; 8] = crate::accounting::arena::leak([0, base as u64, start as u64, end as u64, path.as_ptr() as u64, path.len() as u64, id.as_ptr() as u64, id.len() as u64]);
-        crate::accounting::arena::push(pinguard_report::state::header::MODULES, rec.as_ptr() as *const u8);
+        let rec: &'static mut [u64; 8] = crate::accounting::arena::leak([
+            0,
+            base as u64,
+            start as u64,
+            end as u64,
+            path.as_ptr() as u64,
+            path.len() as u64,
+            id.as_ptr() as u64,
+            id.len() as u64,
+        ]);
+        crate::accounting::arena::push(
+            pinguard_report::state::header::MODULES,
+            rec.as_ptr() as *const u8,
+        );
     }
     if list.len() == before {
         FRUITLESS_MS.store(now, Ordering::Relaxed);
@@ -678,7 +784,13 @@ pub fn all() -> Vec<&'static Callsite> {
             v.extend(map.values().copied());
         }
     }
-    v.extend(LIMBO.lock().iter().map(|e| e.0).filter(|c| c.activity() != 0 || c.level.count() != 0));
+    v.extend(
+        LIMBO
+            .lock()
+            .iter()
+            .map(|e| e.0)
+            .filter(|c| c.activity() != 0 || c.level.count() != 0),
+    );
     v.sort_by_key(|c| c.id());
     v
 }
@@ -762,16 +874,41 @@ mod tests {
             intern(&key(i)).level.alloc(0, 4096);
         }
         // SAFETY: `old` comes from `tag`.
-        assert!(unsafe { from_tag(old) }.is_none(), "a folded callsite's tag names nothing");
-        assert!(std::ptr::eq(intern(&key(1000)), live), "a callsite with a live allocation stays");
+        assert!(
+            unsafe { from_tag(old) }.is_none(),
+            "a folded callsite's tag names nothing"
+        );
+        assert!(
+            std::ptr::eq(intern(&key(1000)), live),
+            "a callsite with a live allocation stays"
+        );
         let f = folded().expect("an aggregate");
-        let listed: u64 = all().iter().filter(|c| c.frames().get(1) == Some(&0x7a5e_0000)).map(|c| c.level.alloc_count()).sum();
-        assert_eq!(listed + f.alloc_count.load(Ordering::Relaxed), 200, "every call counted once");
-        assert!(f.count.load(Ordering::Relaxed) >= 180, "{}", f.count.load(Ordering::Relaxed));
-        assert!(TABLE_LEN.load(Ordering::Relaxed) <= 12, "{}", TABLE_LEN.load(Ordering::Relaxed));
+        let listed: u64 = all()
+            .iter()
+            .filter(|c| c.frames().get(1) == Some(&0x7a5e_0000))
+            .map(|c| c.level.alloc_count())
+            .sum();
+        assert_eq!(
+            listed + f.alloc_count.load(Ordering::Relaxed),
+            200,
+            "every call counted once"
+        );
+        assert!(
+            f.count.load(Ordering::Relaxed) >= 180,
+            "{}",
+            f.count.load(Ordering::Relaxed)
+        );
+        assert!(
+            TABLE_LEN.load(Ordering::Relaxed) <= 12,
+            "{}",
+            TABLE_LEN.load(Ordering::Relaxed)
+        );
         // A folded stack that comes back is interned anew, with nothing of its old figures.
         let again = intern(&key(0));
-        assert_eq!((again.frames(), again.level.alloc_count()), (&key(0)[..], 0));
+        assert_eq!(
+            (again.frames(), again.level.alloc_count()),
+            (&key(0)[..], 0)
+        );
         live.level.release(0, 4096);
         set_max(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
     }

@@ -77,9 +77,18 @@ const _: () = {
     use pinguard_report::state::level as l;
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Stripe>() == l::STRIPE);
-    assert!(offset_of!(Stripe, bytes) == l::BYTES && offset_of!(Stripe, count) == l::COUNT && offset_of!(Stripe, high) == l::HIGH);
-    assert!(offset_of!(Stripe, alloc_count) == l::ALLOC_COUNT && offset_of!(Stripe, alloc_bytes) == l::ALLOC_BYTES);
-    assert!(offset_of!(Level<16>, bound) == l::bound(16) && offset_of!(Level<16>, peak) == l::peak(16));
+    assert!(
+        offset_of!(Stripe, bytes) == l::BYTES
+            && offset_of!(Stripe, count) == l::COUNT
+            && offset_of!(Stripe, high) == l::HIGH
+    );
+    assert!(
+        offset_of!(Stripe, alloc_count) == l::ALLOC_COUNT
+            && offset_of!(Stripe, alloc_bytes) == l::ALLOC_BYTES
+    );
+    assert!(
+        offset_of!(Level<16>, bound) == l::bound(16) && offset_of!(Level<16>, peak) == l::peak(16)
+    );
     assert!(size_of::<Level<16>>() == l::size(16) && size_of::<Level<4>>() == l::size(4));
 };
 
@@ -121,7 +130,11 @@ pub fn raise(peak: &AtomicU64, now: i64) {
 
 impl<const K: usize> Level<K> {
     #[allow(clippy::declare_interior_mutable_const)]
-    pub const NEW: Self = Level { stripes: [STRIPE; K], bound: AtomicI64::new(0), peak: AtomicU64::new(0) };
+    pub const NEW: Self = Level {
+        stripes: [STRIPE; K],
+        bound: AtomicI64::new(0),
+        peak: AtomicU64::new(0),
+    };
 
     #[inline(always)]
     fn stripe(&self, slot: usize) -> (&Stripe, bool) {
@@ -216,7 +229,12 @@ impl<const K: usize> Level<K> {
         }
         let was = self.peak.load(Relaxed) as i64;
         raise(&self.peak, total);
-        if total <= was && self.stripes[K - 1].sums.fetch_add(1, Relaxed).is_multiple_of(LOWER_EVERY) {
+        if total <= was
+            && self.stripes[K - 1]
+                .sums
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(LOWER_EVERY)
+        {
             self.lower_all();
         }
     }
@@ -365,7 +383,16 @@ mod tests {
             l.alloc(slot, 10);
         }
         l.live(0, -10, -1);
-        assert_eq!((l.bytes(), l.count(), l.alloc_count(), l.alloc_bytes(), l.peak()), (30, 3, 4, 40, 40));
+        assert_eq!(
+            (
+                l.bytes(),
+                l.count(),
+                l.alloc_count(),
+                l.alloc_bytes(),
+                l.peak()
+            ),
+            (30, 3, 4, 40, 40)
+        );
     }
 
     #[test]
@@ -408,7 +435,11 @@ mod tests {
             l.live(1, -4096, -1);
             l.live(1, 4096, 1);
         }
-        assert_eq!(l.stripes[3].sums.load(Relaxed), 1, "the worker's pairs would sum every time");
+        assert_eq!(
+            l.stripes[3].sums.load(Relaxed),
+            1,
+            "the worker's pairs would sum every time"
+        );
         // Slot 0 pinning again within what its high was is still seen: 8192 at once.
         l.live(0, 4096, 1);
         assert_eq!(l.peak(), 8192);
@@ -427,7 +458,16 @@ mod tests {
             }
         }
         assert_eq!(l.peak(), 4096);
-        assert!(l.stripes[3].sums.load(Relaxed) > LOWER_EVERY, "every pin after the first should sum");
-        assert_eq!((l.stripes[0].high.load(Relaxed), l.stripes[1].high.load(Relaxed)), (4096, 4096));
+        assert!(
+            l.stripes[3].sums.load(Relaxed) > LOWER_EVERY,
+            "every pin after the first should sum"
+        );
+        assert_eq!(
+            (
+                l.stripes[0].high.load(Relaxed),
+                l.stripes[1].high.load(Relaxed)
+            ),
+            (4096, 4096)
+        );
     }
 }

@@ -37,9 +37,19 @@ fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
 /// under that handle is one whose end pinguard missed (the runtime reuses a freed handle): it is
 /// returned, for the caller to take its figures out.
 pub fn created(handle: u64, live: Live) -> Option<Live> {
-    with(|t| t.by_handle.insert(handle, Phys { live, refs: 1, maps: 0 }).map(|p| p.live))
+    with(|t| {
+        t.by_handle
+            .insert(
+                handle,
+                Phys {
+                    live,
+                    refs: 1,
+                    maps: 0,
+                },
+            )
+            .map(|p| p.live)
+    })
 }
-
 
 /// One more reference (a retain of a mapped address, which names the allocation's handle).
 pub fn retained(handle: u64) {
@@ -80,7 +90,9 @@ pub fn unmapped(at: usize, len: usize) -> Vec<Live> {
         let starts: Vec<usize> = t.mappings.range(at..end).map(|(&s, _)| s).collect();
         let mut gone = Vec::new();
         for s in starts {
-            let Some((_, handle)) = t.mappings.remove(&s) else { continue };
+            let Some((_, handle)) = t.mappings.remove(&s) else {
+                continue;
+            };
             if let Some(p) = t.by_handle.get_mut(&handle) {
                 p.maps = p.maps.saturating_sub(1);
                 if p.refs == 0 && p.maps == 0 {

@@ -36,7 +36,18 @@ fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
 /// A host pool under `handle`, reserving nothing yet (`live.size` 0); a record already under
 /// that handle (a pool whose end pinguard missed) is returned, for the caller to take out.
 pub fn created(handle: u64, live: Live) -> Option<Live> {
-    with(|t| t.pools.insert(handle, Pool { live, destroyed: false, allocations: 0 }).map(|p| p.live))
+    with(|t| {
+        t.pools
+            .insert(
+                handle,
+                Pool {
+                    live,
+                    destroyed: false,
+                    allocations: 0,
+                },
+            )
+            .map(|p| p.live)
+    })
 }
 
 /// The pool's record, if it is a host pool pinguard counts.
@@ -83,7 +94,11 @@ pub fn freed(addr: usize) -> Option<u64> {
 /// Whether the pool was destroyed and no allocation from it is left (the runtime then freed its
 /// memory, and can no longer be asked about it).
 pub fn destroyed_and_empty(handle: u64) -> bool {
-    with(|t| t.pools.get(&handle).is_some_and(|p| p.destroyed && p.allocations == 0))
+    with(|t| {
+        t.pools
+            .get(&handle)
+            .is_some_and(|p| p.destroyed && p.allocations == 0)
+    })
 }
 
 /// The pool destroyed by the program; whether allocations from it are still out (its memory then
@@ -100,7 +115,13 @@ pub fn destroyed(handle: u64) -> bool {
 
 /// Every host pool that reserves memory: (handle, record).
 pub fn records() -> Vec<(u64, Live)> {
-    with(|t| t.pools.iter().filter(|(_, p)| p.live.size > 0).map(|(&h, p)| (h, p.live)).collect())
+    with(|t| {
+        t.pools
+            .iter()
+            .filter(|(_, p)| p.live.size > 0)
+            .map(|(&h, p)| (h, p.live))
+            .collect()
+    })
 }
 
 /// Fork handlers: held across `fork`.

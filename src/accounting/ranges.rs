@@ -10,7 +10,11 @@ pub type Gaps = SmallVec<[(usize, usize); 4]>;
 
 /// The parts of `[start, end)` that no span of `covered` covers; `covered` is sorted by start,
 /// and its spans may overlap each other and reach outside `[start, end)`.
-pub fn uncovered(start: usize, end: usize, covered: impl IntoIterator<Item = (usize, usize)>) -> Gaps {
+pub fn uncovered(
+    start: usize,
+    end: usize,
+    covered: impl IntoIterator<Item = (usize, usize)>,
+) -> Gaps {
     let mut gaps = Gaps::new();
     let mut cur = start;
     for (s, e) in covered.into_iter().take_while(|&(s, _)| s < end) {
@@ -24,7 +28,6 @@ pub fn uncovered(start: usize, end: usize, covered: impl IntoIterator<Item = (us
     }
     gaps
 }
-
 
 /// The whole pages `[addr, addr + len)` touches, as the kernel rounds them; `None` if it wraps.
 pub fn page_span(addr: usize, len: usize, page: usize) -> Option<(usize, usize)> {
@@ -91,7 +94,9 @@ impl<T> Store<T> {
     fn range(&self, from: usize, to: usize) -> Iter<'_, T> {
         let to = to.max(from);
         match self {
-            Store::Few(v) => Iter::Few(v[v.partition_point(|r| r.0 < from)..v.partition_point(|r| r.0 < to)].iter()),
+            Store::Few(v) => Iter::Few(
+                v[v.partition_point(|r| r.0 < from)..v.partition_point(|r| r.0 < to)].iter(),
+            ),
             Store::Many(m) => Iter::Many(m.range(from..to)),
         }
     }
@@ -123,7 +128,10 @@ impl<T> Store<T> {
     #[inline]
     fn remove(&mut self, k: usize) -> Option<(usize, T)> {
         match self {
-            Store::Few(v) => v.binary_search_by_key(&k, |r| r.0).ok().map(|i| v.remove(i).1),
+            Store::Few(v) => v
+                .binary_search_by_key(&k, |r| r.0)
+                .ok()
+                .map(|i| v.remove(i).1),
             Store::Many(m) => m.remove(&k),
         }
     }
@@ -171,7 +179,10 @@ pub struct RangeSet<T> {
 
 impl<T: Clone> Default for RangeSet<T> {
     fn default() -> Self {
-        RangeSet { map: Store::Few(Vec::new()), bytes: 0 }
+        RangeSet {
+            map: Store::Few(Vec::new()),
+            bytes: 0,
+        }
     }
 }
 
@@ -230,13 +241,25 @@ impl<T: Clone> RangeSet<T> {
         }
         // The range starting before `start` may cover its beginning.
         let before = self.map.last_below(start).map(|(s, &(e, _))| (s, e));
-        uncovered(start, end, before.into_iter().chain(self.map.range(start, end).map(|(s, &(e, _))| (s, e))))
+        uncovered(
+            start,
+            end,
+            before
+                .into_iter()
+                .chain(self.map.range(start, end).map(|(s, &(e, _))| (s, e))),
+        )
     }
 
     /// Adds a range that must not overlap the set (one of `gaps`' answers).
     pub fn insert(&mut self, start: usize, end: usize, v: T) {
         debug_assert!(start < end);
-        debug_assert!(self.gaps(start, end).iter().map(|(s, e)| e - s).sum::<usize>() == end - start);
+        debug_assert!(
+            self.gaps(start, end)
+                .iter()
+                .map(|(s, e)| e - s)
+                .sum::<usize>()
+                == end - start
+        );
         self.bytes += (end - start) as u64;
         self.map.insert(start, (end, v));
     }
@@ -281,7 +304,10 @@ impl<T: Clone> RangeSet<T> {
         };
         let mut from = first;
         // One look-up per range touched rather than a list of keys: no allocation.
-        while let Some(s) = (from < end).then(|| self.map.first_in(from, end).map(|(k, _)| k)).flatten() {
+        while let Some(s) = (from < end)
+            .then(|| self.map.first_in(from, end).map(|(k, _)| k))
+            .flatten()
+        {
             let (e, v) = self.map.remove(s).expect("key just found");
             from = e; // ranges are disjoint: the next one starts at or after this one's end
             let cut_s = s.max(start);
@@ -329,7 +355,10 @@ mod tests {
         // Overlapping lock: only the uncovered tail is new.
         assert_eq!(r.gaps(0x3000, 0x8000).to_vec(), vec![(0x5000, 0x8000)]);
         r.insert(0x5000, 0x8000, 2);
-        assert_eq!(r.gaps(0x0, 0x9000).to_vec(), vec![(0x0, 0x1000), (0x8000, 0x9000)]);
+        assert_eq!(
+            r.gaps(0x0, 0x9000).to_vec(),
+            vec![(0x0, 0x1000), (0x8000, 0x9000)]
+        );
         assert!(r.gaps(0x2000, 0x7000).is_empty());
         // Unlock in the middle of the first range splits it.
         let mut seen = Vec::new();
@@ -380,7 +409,9 @@ mod tests {
                 model[s..e].iter_mut().for_each(|p| *p = true);
             } else {
                 let mut removed = 0;
-                r.remove(s * PAGE, e * PAGE, |_, bytes, _| removed += bytes as usize / PAGE);
+                r.remove(s * PAGE, e * PAGE, |_, bytes, _| {
+                    removed += bytes as usize / PAGE
+                });
                 assert_eq!(removed, model[s..e].iter().filter(|p| **p).count());
                 model[s..e].iter_mut().for_each(|p| *p = false);
             }
@@ -388,7 +419,10 @@ mod tests {
             assert_eq!(r.bytes() as usize, total(&r));
             let probe = ((x >> 32) % pages as u64) as usize;
             assert_eq!(r.at(probe * PAGE + 1).is_some(), model[probe]);
-            assert_eq!(r.covered(s * PAGE, e * PAGE) as usize / PAGE, model[s..e].iter().filter(|p| **p).count());
+            assert_eq!(
+                r.covered(s * PAGE, e * PAGE) as usize / PAGE,
+                model[s..e].iter().filter(|p| **p).count()
+            );
             most = most.max(r.len());
         }
         most
@@ -412,7 +446,10 @@ mod tests {
         // A move takes the pieces with their owners, clipped to the range.
         let mut seen = Vec::new();
         let pieces = r.take(0x2000, 0x3800, |v, b, d| seen.push((*v, b, d)));
-        assert_eq!(pieces.to_vec(), vec![(0x2000, 0x3000, 1), (0x3000, 0x3800, 2)]);
+        assert_eq!(
+            pieces.to_vec(),
+            vec![(0x2000, 0x3000, 1), (0x3000, 0x3800, 2)]
+        );
         assert_eq!(seen, vec![(1, 0x1000, 0), (2, 0x800, 0)]);
         assert_eq!(r.bytes(), 0x4000 - 0x1800);
         r.clear(|_, _, _| {});

@@ -16,12 +16,20 @@ use pinguard_report::vars;
 
 fn read() -> Result<Reading, usize> {
     match cgroup::headroom() {
-        Ok(h) => Ok(Reading { available: h.bytes, total: Some(h.limit) }),
+        Ok(h) => Ok(Reading {
+            available: h.bytes,
+            total: Some(h.limit),
+        }),
         Err(why) => Err(why as usize),
     }
 }
 
-static FLOOR: Floor = Floor::new(Source { var: &vars::CGROUP_RESERVE, read, whys: &WHYS, file: "the memory cgroup's files" });
+static FLOOR: Floor = Floor::new(Source {
+    var: &vars::CGROUP_RESERVE,
+    read,
+    whys: &WHYS,
+    file: "the memory cgroup's files",
+});
 
 /// Finds the cgroup and takes a first reading; where either fails the reserve stays off, with the
 /// line in `errors`.

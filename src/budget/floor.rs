@@ -129,8 +129,19 @@ impl Floor {
     }
 
     fn line(&self, reserve: u64, why: usize) -> String {
-        let why = self.source.whys.get(why).copied().unwrap_or("cannot be used");
-        format!("{} of {}: {} {why}; {}", self.source.var.name, format_bytes(reserve), self.source.file, self.source.var.fallback)
+        let why = self
+            .source
+            .whys
+            .get(why)
+            .copied()
+            .unwrap_or("cannot be used");
+        format!(
+            "{} of {}: {} {why}; {}",
+            self.source.var.name,
+            format_bytes(reserve),
+            self.source.file,
+            self.source.var.fallback
+        )
     }
 
     /// Sets the floor up with a first reading; a reading that cannot be used leaves it off, with
@@ -139,7 +150,9 @@ impl Floor {
         let Some(r) = reserve else { return };
         match (self.source.read)() {
             Ok(m) => {
-                let _ = self.lines.set(std::array::from_fn(|i| format!("pinguard: {}\n", self.line(r, i))));
+                let _ = self.lines.set(std::array::from_fn(|i| {
+                    format!("pinguard: {}\n", self.line(r, i))
+                }));
                 self.configured.store(r, Relaxed);
                 self.total.store(m.total.unwrap_or(0), Relaxed);
                 self.reserve.store(r, Relaxed);
@@ -165,14 +178,20 @@ impl Floor {
     /// refusal needs).
     #[inline]
     pub fn cap(&self, used: u64) -> (u64, bool) {
-        let stale = clock::coarse_monotonic_ms().saturating_sub(self.read_ms.load(Relaxed)) >= READING_MS;
+        let stale =
+            clock::coarse_monotonic_ms().saturating_sub(self.read_ms.load(Relaxed)) >= READING_MS;
         let slack = self.slack.load(Relaxed);
         let released = self.released.load(Relaxed);
         let due = stale || used.abs_diff(self.used_at.load(Relaxed)) > slack || released > slack;
         if due {
             self.refresh(used);
         }
-        (self.cap.load(Relaxed).saturating_sub(self.released.load(Relaxed)), due)
+        (
+            self.cap
+                .load(Relaxed)
+                .saturating_sub(self.released.load(Relaxed)),
+            due,
+        )
     }
 
     /// A release of `bytes` the budget counted: room again only once a reading shows it.
@@ -195,7 +214,9 @@ impl Floor {
                 self.record(m.available, settled, used);
                 // Saturating: two readings at once each take their share off; wrapping would make
                 // the room look gone (a refusal still reads afresh first, but needlessly).
-                let _ = self.released.fetch_update(Relaxed, Relaxed, |r| Some(r.saturating_sub(released)));
+                let _ = self
+                    .released
+                    .fetch_update(Relaxed, Relaxed, |r| Some(r.saturating_sub(released)));
             }
             Err(why) => self.turn_off(why),
         }
@@ -206,9 +227,11 @@ impl Floor {
         self.settled.store(settled, Relaxed);
         self.noted(available);
         self.used_at.store(used, Relaxed);
-        self.slack.store(available.saturating_sub(r) / MOVE_SHARE, Relaxed);
+        self.slack
+            .store(available.saturating_sub(r) / MOVE_SHARE, Relaxed);
         self.cap.store(cap_of(settled, available, r), Relaxed);
-        self.read_ms.store(clock::coarse_monotonic_ms().max(1), Relaxed);
+        self.read_ms
+            .store(clock::coarse_monotonic_ms().max(1), Relaxed);
     }
 
     /// A reading taken for this process (its own, or its group's): the report's figures.
@@ -223,8 +246,12 @@ impl Floor {
     /// The figure as the latest reading and the calls since count it, with `used` reserved now:
     /// what a refusal's event and `warn` line give.
     pub fn available_now(&self, used: u64) -> u64 {
-        let s = self.settled.load(Relaxed).saturating_add(self.available.load(Relaxed));
-        s.saturating_sub(used).saturating_sub(self.released.load(Relaxed))
+        let s = self
+            .settled
+            .load(Relaxed)
+            .saturating_add(self.available.load(Relaxed));
+        s.saturating_sub(used)
+            .saturating_sub(self.released.load(Relaxed))
     }
 
     /// A reading that cannot be used: the floor goes off for good, with one line on stderr (from
@@ -277,10 +304,26 @@ mod tests {
     #[test]
     fn the_cap_is_what_is_settled_plus_the_room_above_the_floor() {
         assert_eq!(cap_of(0, 10 << 30, 8 << 30), 2 << 30);
-        assert_eq!(cap_of(1 << 30, 10 << 30, 8 << 30), 3 << 30, "what the process pinned is in the reading already");
-        assert_eq!(cap_of(1 << 30, 8 << 30, 8 << 30), 1 << 30, "at the floor: nothing more");
-        assert_eq!(cap_of(3 << 30, 6 << 30, 8 << 30), 1 << 30, "below it: less than is pinned, so nothing new fits");
+        assert_eq!(
+            cap_of(1 << 30, 10 << 30, 8 << 30),
+            3 << 30,
+            "what the process pinned is in the reading already"
+        );
+        assert_eq!(
+            cap_of(1 << 30, 8 << 30, 8 << 30),
+            1 << 30,
+            "at the floor: nothing more"
+        );
+        assert_eq!(
+            cap_of(3 << 30, 6 << 30, 8 << 30),
+            1 << 30,
+            "below it: less than is pinned, so nothing new fits"
+        );
         assert_eq!(cap_of(0, 1, u64::MAX - 1), 0);
-        assert_eq!(cap_of(u64::MAX, u64::MAX, 0), u64::MAX, "no sum saturates into a refusal");
+        assert_eq!(
+            cap_of(u64::MAX, u64::MAX, 0),
+            u64::MAX,
+            "no sum saturates into a refusal"
+        );
     }
 }

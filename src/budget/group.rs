@@ -24,7 +24,9 @@ use pinguard_report::group::live::{self, Here, Proc, Set, Verdict};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 
 static MAP: AtomicPtr<Header> = AtomicPtr::new(std::ptr::null_mut());
 static SLOT: AtomicUsize = AtomicUsize::new(NOT_JOINED);
@@ -70,14 +72,22 @@ fn open_or_create(path: &str, budget: Option<u64>) -> Result<*mut Header, String
     let cpath = CString::new(path).map_err(|_| "has a NUL in its name".to_string())?;
     for _ in 0..3 {
         // SAFETY: `cpath` is NUL-terminated; the descriptor is closed below, in this function.
-        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
+        let fd = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
         if fd >= 0 {
             let r = map_existing(fd);
             sys::close(fd);
             return r;
         }
         if errno() != libc::ENOENT {
-            return Err(format!("cannot be opened ({})", std::io::Error::last_os_error()));
+            return Err(format!(
+                "cannot be opened ({})",
+                std::io::Error::last_os_error()
+            ));
         }
         match create(path, budget) {
             Ok(Some(h)) => return Ok(h),
@@ -96,9 +106,21 @@ fn errno() -> c_int {
 fn map(fd: c_int) -> Result<*mut Header, String> {
     // SAFETY: a fresh shared mapping of a descriptor this function's caller owns; the kernel
     // picks the address.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), layout::SIZE, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            layout::SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
     if p == libc::MAP_FAILED {
-        return Err(format!("cannot be mapped ({})", std::io::Error::last_os_error()));
+        return Err(format!(
+            "cannot be mapped ({})",
+            std::io::Error::last_os_error()
+        ));
     }
     Ok(p as *mut Header)
 }
@@ -115,15 +137,25 @@ fn map_existing(fd: c_int) -> Result<*mut Header, String> {
     }
     // SAFETY: no arguments; it cannot fail.
     if st.st_uid != unsafe { libc::geteuid() } {
-        return Err(format!("belongs to user {}, not to this process's user", st.st_uid));
+        return Err(format!(
+            "belongs to user {}, not to this process's user",
+            st.st_uid
+        ));
     }
     // pinguard creates the ledger 0600: write access for others means someone else made it (or
     // opened it up), and anyone with that access can change the budget or the members' shares.
     if st.st_mode & 0o022 != 0 {
-        return Err(format!("is writable by other users (mode {:04o}; pinguard creates it 0600)", st.st_mode & 0o7777));
+        return Err(format!(
+            "is writable by other users (mode {:04o}; pinguard creates it 0600)",
+            st.st_mode & 0o7777
+        ));
     }
     if st.st_size as usize != layout::SIZE {
-        return Err(format!("is {} bytes, expected {} (another version of pinguard, or not a ledger)", st.st_size, layout::SIZE));
+        return Err(format!(
+            "is {} bytes, expected {} (another version of pinguard, or not a ledger)",
+            st.st_size,
+            layout::SIZE
+        ));
     }
     let h = map(fd)?;
     // SAFETY: `h` maps `layout::SIZE` readable bytes.
@@ -159,9 +191,17 @@ fn create_unnamed(path: &str, budget: Option<u64>) -> Unnamed {
         Some((d, _)) if !d.is_empty() => d,
         _ => return Unnamed::Unsupported,
     };
-    let (Ok(cdir), Ok(cpath)) = (CString::new(dir), CString::new(path)) else { return Unnamed::Unsupported };
+    let (Ok(cdir), Ok(cpath)) = (CString::new(dir), CString::new(path)) else {
+        return Unnamed::Unsupported;
+    };
     // SAFETY: `cdir` is NUL-terminated; the descriptor is pinguard's until it is closed below.
-    let fd = unsafe { libc::open(cdir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC, 0o600 as libc::c_uint) };
+    let fd = unsafe {
+        libc::open(
+            cdir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
     if fd < 0 {
         return Unnamed::Unsupported; // an old kernel or another file system: the named method says why if it fails too
     }
@@ -173,9 +213,19 @@ fn create_unnamed(path: &str, budget: Option<u64>) -> Unnamed {
         }
     };
     // Linking an unnamed file needs its /proc/self/fd name (`AT_EMPTY_PATH` needs a capability).
-    let Ok(proc_fd) = CString::new(format!("/proc/self/fd/{fd}")) else { return Unnamed::Unsupported };
+    let Ok(proc_fd) = CString::new(format!("/proc/self/fd/{fd}")) else {
+        return Unnamed::Unsupported;
+    };
     // SAFETY: both paths are NUL-terminated.
-    let linked = unsafe { libc::linkat(libc::AT_FDCWD, proc_fd.as_ptr(), libc::AT_FDCWD, cpath.as_ptr(), libc::AT_SYMLINK_FOLLOW) } == 0;
+    let linked = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc_fd.as_ptr(),
+            libc::AT_FDCWD,
+            cpath.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    } == 0;
     let err = errno();
     sys::close(fd);
     if linked {
@@ -192,11 +242,21 @@ fn create_unnamed(path: &str, budget: Option<u64>) -> Unnamed {
 fn create_named(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, String> {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() };
-    let tmp = CString::new(format!("{path}.{pid}.tmp")).map_err(|_| "has a NUL in its name".to_string())?;
+    let tmp = CString::new(format!("{path}.{pid}.tmp"))
+        .map_err(|_| "has a NUL in its name".to_string())?;
     // SAFETY: `tmp` is NUL-terminated; the descriptor is pinguard's until `cleanup` closes it.
-    let fd = unsafe { libc::open(tmp.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC, 0o600) };
+    let fd = unsafe {
+        libc::open(
+            tmp.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
     if fd < 0 {
-        return Err(format!("cannot be created ({})", std::io::Error::last_os_error()));
+        return Err(format!(
+            "cannot be created ({})",
+            std::io::Error::last_os_error()
+        ));
     }
     let cleanup = |fd| {
         sys::close(fd);
@@ -223,7 +283,10 @@ fn create_named(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, 
         if err == libc::EEXIST {
             Ok(None)
         } else {
-            Err(format!("cannot be published ({})", std::io::Error::from_raw_os_error(err)))
+            Err(format!(
+                "cannot be published ({})",
+                std::io::Error::from_raw_os_error(err)
+            ))
         }
     }
 }
@@ -261,22 +324,34 @@ fn build(fd: c_int, budget: Option<u64>) -> Result<*mut Header, String> {
 /// creator is gone: its pid does not exist, and the file is older than any creation takes (a pid
 /// from another pid namespace sharing this directory may look gone).
 fn remove_stale_temporaries(path: &str) {
-    let Some((dir, base)) = path.rsplit_once('/') else { return };
-    let Ok(entries) = std::fs::read_dir(if dir.is_empty() { "/" } else { dir }) else { return };
+    let Some((dir, base)) = path.rsplit_once('/') else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(if dir.is_empty() { "/" } else { dir }) else {
+        return;
+    };
     let now = std::time::SystemTime::now();
     for e in entries.flatten() {
         let name = e.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(base)?.strip_prefix('.')?.strip_suffix(".tmp")) else { continue };
-        let Ok(pid) = pid.parse::<libc::pid_t>() else { continue };
+        let Some(pid) = name.to_str().and_then(|n| {
+            n.strip_prefix(base)?
+                .strip_prefix('.')?
+                .strip_suffix(".tmp")
+        }) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<libc::pid_t>() else {
+            continue;
+        };
         if pid <= 0 {
             continue;
         }
         // SAFETY: signal 0 only asks whether the process exists.
         let gone = unsafe { libc::kill(pid, 0) } != 0 && errno() == libc::ESRCH;
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age.as_secs() >= STALE_TMP_SECS));
+        let old = e.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
+            now.duration_since(t)
+                .is_ok_and(|age| age.as_secs() >= STALE_TMP_SECS)
+        });
         if gone && old {
             let _ = std::fs::remove_file(e.path());
         }
@@ -308,7 +383,10 @@ fn header() -> Option<Shared> {
 /// Milliseconds of `CLOCK_MONOTONIC`: the same clock for every process of the host (in one
 /// time namespace), and never set back.
 fn monotonic_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
@@ -339,8 +417,16 @@ fn start_ticks(pid: u32) -> Proc {
     put(b"/task/");
     put(&digits[d..]);
     put(b"/stat\0");
-    let Ok(path) = CStr::from_bytes_until_nul(&path) else { return Proc::Unknown };
-    let gone = |e: c_int| if e == libc::ENOENT || e == libc::ESRCH { Proc::Gone } else { Proc::Unknown };
+    let Ok(path) = CStr::from_bytes_until_nul(&path) else {
+        return Proc::Unknown;
+    };
+    let gone = |e: c_int| {
+        if e == libc::ENOENT || e == libc::ESRCH {
+            Proc::Gone
+        } else {
+            Proc::Unknown
+        }
+    };
     let fd = match sys::open_read(path) {
         Ok(fd) => fd,
         Err(e) => return gone(e),
@@ -427,7 +513,10 @@ const NO_SEM_NS_UNKNOWN: i32 = -2;
 fn here() -> Here {
     let ipc = IPC_NS.load(Ordering::Relaxed);
     if ipc != 0 {
-        return Here { ipc_ns: ipc, pid_ns: PID_NS.load(Ordering::Relaxed) };
+        return Here {
+            ipc_ns: ipc,
+            pid_ns: PID_NS.load(Ordering::Relaxed),
+        };
     }
     let h = Here::read();
     PID_NS.store(h.pid_ns, Ordering::Relaxed);
@@ -499,11 +588,17 @@ struct Wait {
 
 impl Wait {
     fn new() -> Wait {
-        Wait { deadline_ns: 0, once: false }
+        Wait {
+            deadline_ns: 0,
+            once: false,
+        }
     }
 
     fn once() -> Wait {
-        Wait { deadline_ns: 0, once: true }
+        Wait {
+            deadline_ns: 0,
+            once: true,
+        }
     }
 }
 
@@ -516,7 +611,10 @@ enum NoLock {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a valid out-pointer.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -538,14 +636,30 @@ fn sleep_on(mutex: *mut libc::pthread_mutex_t, us: u64) {
     if v & FUTEX_TID_MASK == 0 {
         return; // free (or its owner died): try at once
     }
-    if v & FUTEX_WAITERS == 0 && w.compare_exchange(v, v | FUTEX_WAITERS, Ordering::Relaxed, Ordering::Relaxed).is_err() {
+    if v & FUTEX_WAITERS == 0
+        && w.compare_exchange(v, v | FUTEX_WAITERS, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+    {
         return; // changed hands meanwhile: try at once
     }
-    let ts = libc::timespec { tv_sec: 0, tv_nsec: (us.clamp(1, 999_999) * 1000) as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: (us.clamp(1, 999_999) * 1000) as libc::c_long,
+    };
     // SAFETY: a shared (not private: other processes map it) futex wait on a valid word, while it
     // still holds the value it was seen with; `ts` is a valid relative timeout. EAGAIN, EINTR and
     // ETIMEDOUT all mean: try again.
-    unsafe { libc::syscall(libc::SYS_futex, w.as_ptr(), libc::FUTEX_WAIT, v | FUTEX_WAITERS, &ts as *const libc::timespec, 0usize, 0u32) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT,
+            v | FUTEX_WAITERS,
+            &ts as *const libc::timespec,
+            0usize,
+            0u32,
+        )
+    };
 }
 
 /// Takes the ledger's mutex within `w`'s bound: `pthread_mutex_trylock` (never a cancellation
@@ -555,7 +669,9 @@ fn sleep_on(mutex: *mut libc::pthread_mutex_t, us: u64) {
 /// needs glibc 2.30; pinguard runs on 2.17). The mutex's own answer: 0, `EOWNERDEAD` (a holder
 /// that died), another error; or `ETIMEDOUT` for a holder that kept it past the bound.
 fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
-    let patient = !w.once && (monotonic_ms() >= UNREACHABLE_UNTIL.load(Ordering::Relaxed) || owner(mutex) != STUCK_OWNER.load(Ordering::Relaxed));
+    let patient = !w.once
+        && (monotonic_ms() >= UNREACHABLE_UNTIL.load(Ordering::Relaxed)
+            || owner(mutex) != STUCK_OWNER.load(Ordering::Relaxed));
     let mut tries = 0u32;
     loop {
         // SAFETY: the mutex was initialised process-shared and robust before the ledger was
@@ -587,7 +703,10 @@ fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
         if now >= w.deadline_ns {
             TIMEOUTS.fetch_add(1, Ordering::Relaxed);
             STUCK_OWNER.store(owner(mutex), Ordering::Relaxed);
-            UNREACHABLE_UNTIL.store((now / 1_000_000).saturating_add(UNREACHABLE_MS).max(1), Ordering::Relaxed);
+            UNREACHABLE_UNTIL.store(
+                (now / 1_000_000).saturating_add(UNREACHABLE_MS).max(1),
+                Ordering::Relaxed,
+            );
             w.deadline_ns = 1; // the rest of the call does not wait either
             return libc::ETIMEDOUT;
         }
@@ -617,7 +736,10 @@ impl Locked {
     fn new(ledger: Shared, w: &mut Wait) -> Result<Locked, NoLock> {
         let nc = sys::NoCancel::new();
         // SAFETY: the place of the mutex in the published ledger mapping; no reference is made.
-        let rc = take(unsafe { std::ptr::addr_of_mut!((*ledger.0.as_ptr()).mutex) }, w);
+        let rc = take(
+            unsafe { std::ptr::addr_of_mut!((*ledger.0.as_ptr()).mutex) },
+            w,
+        );
         let mut l = match rc {
             0 => Locked { ledger, _nc: nc },
             libc::EOWNERDEAD => {
@@ -648,7 +770,8 @@ impl Locked {
         if FORGET.load(Ordering::Relaxed) && FORGET.swap(false, Ordering::Relaxed) {
             self.forget_image();
         }
-        if PENDING_ADD.load(Ordering::Relaxed) == 0 && PENDING_RELEASE.load(Ordering::Relaxed) == 0 {
+        if PENDING_ADD.load(Ordering::Relaxed) == 0 && PENDING_RELEASE.load(Ordering::Relaxed) == 0
+        {
             return;
         }
         let i = SLOT.load(Ordering::Relaxed);
@@ -668,7 +791,10 @@ impl Locked {
     /// Adds `bytes` to member `i`'s share and the group's total; `false` (nothing changed) for
     /// a sum past `u64::MAX`.
     fn book(&mut self, i: usize, bytes: u64) -> bool {
-        let (Some(used), Some(share)) = (self.h().used.checked_add(bytes), self.h().members[i].bytes.checked_add(bytes)) else {
+        let (Some(used), Some(share)) = (
+            self.h().used.checked_add(bytes),
+            self.h().members[i].bytes.checked_add(bytes),
+        ) else {
             return false;
         };
         let h = self.h_mut();
@@ -683,7 +809,9 @@ impl Locked {
     /// Takes `bytes` off member `i`'s share; `Err(share)` (nothing changed) for more than it holds.
     fn unbook(&mut self, i: usize, bytes: u64) -> Result<(), u64> {
         let m = &mut self.h_mut().members[i];
-        let Some(share) = m.bytes.checked_sub(bytes) else { return Err(m.bytes) };
+        let Some(share) = m.bytes.checked_sub(bytes) else {
+            return Err(m.bytes);
+        };
         m.bytes = share;
         self.h_mut().used = match self.h().used.checked_sub(bytes) {
             Some(u) => u,
@@ -693,7 +821,10 @@ impl Locked {
             let h = self.h_mut();
             h.host_released = h.host_released.saturating_add(bytes);
         }
-        if let Some(k) = self.entry_of(i).filter(|&k| self.h().cgroups[k].reserve > 0) {
+        if let Some(k) = self
+            .entry_of(i)
+            .filter(|&k| self.h().cgroups[k].reserve > 0)
+        {
             let c = &mut self.h_mut().cgroups[k];
             c.released = c.released.saturating_add(bytes);
         }
@@ -705,12 +836,19 @@ impl Locked {
     /// image raised is still raised (`SEM_UNDO` adjustments survive `execve`), so it is this
     /// image's: a new slot would leave it raised for as long as the process lives.
     fn forget_image(&mut self) {
-        let (pid, ticks) = (IMAGE_PID.load(Ordering::Relaxed), IMAGE_TICKS.load(Ordering::Relaxed));
+        let (pid, ticks) = (
+            IMAGE_PID.load(Ordering::Relaxed),
+            IMAGE_TICKS.load(Ordering::Relaxed),
+        );
         // Pid 1 of two containers can start in the same clock tick: the PID namespace tells them apart.
         let pid_ns = here().pid_ns;
         for i in 0..MAX_MEMBERS {
             let m = &self.h().members[i];
-            if m.pid != pid || m.start_ticks != ticks || m.pid_ns != pid_ns || (i == SLOT.load(Ordering::Relaxed) && self.owns(i)) {
+            if m.pid != pid
+                || m.start_ticks != ticks
+                || m.pid_ns != pid_ns
+                || (i == SLOT.load(Ordering::Relaxed) && self.owns(i))
+            {
                 continue;
             }
             if SLOT.load(Ordering::Relaxed) == NOT_JOINED {
@@ -741,14 +879,25 @@ impl Locked {
     /// Makes slot `i`, the previous image's, this image's with a share of 0.
     fn take_over(&mut self, i: usize, pid: u32) {
         let bytes = self.h().members[i].bytes;
-        let used = self.h().used.checked_sub(bytes).unwrap_or_else(|| self.sum_of_shares().saturating_sub(bytes));
+        let used = self
+            .h()
+            .used
+            .checked_sub(bytes)
+            .unwrap_or_else(|| self.sum_of_shares().saturating_sub(bytes));
         let exe = IMAGE_EXE.get().copied().unwrap_or([0; layout::EXE_BYTES]);
         let here = here();
         self.clear_ext(i);
         let h = self.h_mut();
         h.used = used;
         let m = &mut h.members[i];
-        (m.bytes, m.peak, m.denied, m.downgraded, m.host_reserve, m.exe) = (0, 0, 0, 0, 0, exe);
+        (
+            m.bytes,
+            m.peak,
+            m.denied,
+            m.downgraded,
+            m.host_reserve,
+            m.exe,
+        ) = (0, 0, 0, 0, 0, exe);
         if m.sem_key != 0 && m.ipc_ns == here.ipc_ns {
             if let Ok(set) = Set::open(m.sem_key) {
                 HELD_SLOT.store(i, Ordering::Relaxed);
@@ -775,7 +924,11 @@ impl Locked {
 
     fn sum_of_shares(&self) -> u64 {
         // Saturating only here, for a ledger corrupted past any real sum: nothing else saturates.
-        self.h().members.iter().filter(|m| m.pid != 0).fold(0u64, |a, m| a.saturating_add(m.bytes))
+        self.h()
+            .members
+            .iter()
+            .filter(|m| m.pid != 0)
+            .fold(0u64, |a, m| a.saturating_add(m.bytes))
     }
 
     /// Empties slot `i`, giving its share back to the group.
@@ -851,7 +1004,11 @@ impl Dead {
     const MAX: usize = 16;
 
     fn none() -> Dead {
-        Dead { why: None, n: 0, found: [(0, 0, 0, 0); Dead::MAX] }
+        Dead {
+            why: None,
+            n: 0,
+            found: [(0, 0, 0, 0); Dead::MAX],
+        }
     }
 
     /// Judges every member (`live::judge`): the ledger's fields read one at a time, without the
@@ -859,7 +1016,10 @@ impl Dead {
     /// `bury` checks it again). One reading of every semaphore first spares the living a call
     /// each: a member whose semaphore was raised then is not looked at again.
     fn look(h: Shared, why: Scan) -> Dead {
-        let mut d = Dead { why: Some(why), ..Dead::none() };
+        let mut d = Dead {
+            why: Some(why),
+            ..Dead::none()
+        };
         let me = SLOT.load(Ordering::Relaxed);
         let here = here();
         let mut raised = [0u16; MAX_MEMBERS];
@@ -890,7 +1050,9 @@ impl Dead {
 
 /// The offset of member `i`'s field at `field` (an `offset_of!(Member, ..)`) in the ledger.
 fn member_at(i: usize, field: usize) -> usize {
-    std::mem::offset_of!(Header, members) + i.min(MAX_MEMBERS - 1) * std::mem::size_of::<Member>() + field
+    std::mem::offset_of!(Header, members)
+        + i.min(MAX_MEMBERS - 1) * std::mem::size_of::<Member>()
+        + field
 }
 
 impl Shared {
@@ -900,21 +1062,26 @@ impl Shared {
         // SAFETY: an aligned u64 inside the published ledger mapping (checked just above: the
         // mapping is page-aligned); other processes write it under the lock, and an atomic read
         // races with nothing.
-        unsafe { AtomicU64::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }.load(Ordering::Relaxed)
+        unsafe { AtomicU64::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
+            .load(Ordering::Relaxed)
     }
 
     /// The `u32` field at `offset`, read without the lock.
     fn u32_at(self, offset: usize) -> u32 {
         assert!(offset % 4 == 0 && offset + 4 <= layout::SIZE);
         // SAFETY: an aligned u32 inside the published ledger mapping, as in `u64_at`.
-        unsafe { AtomicU32::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u32>()) }.load(Ordering::Relaxed)
+        unsafe { AtomicU32::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u32>()) }
+            .load(Ordering::Relaxed)
     }
 
     /// Member `i`'s pid and start time, read without the lock (each atomically; together they
     /// may be of two members, which `Locked::bury` tells apart).
     fn member_id(self, i: usize) -> (u32, u64) {
         use std::mem::offset_of;
-        (self.u32_at(member_at(i, offset_of!(Member, pid))), self.u64_at(member_at(i, offset_of!(Member, start_ticks))))
+        (
+            self.u32_at(member_at(i, offset_of!(Member, pid))),
+            self.u64_at(member_at(i, offset_of!(Member, start_ticks))),
+        )
     }
 
     /// What member `i`'s slot says of its process, and its join serial, read without the lock.
@@ -926,7 +1093,16 @@ impl Shared {
         let sem_key = self.u32_at(member_at(i, offset_of!(Member, sem_key))) as i32;
         let ipc_ns = self.u64_at(member_at(i, offset_of!(Member, ipc_ns)));
         let pid_ns = self.u64_at(member_at(i, offset_of!(Member, pid_ns)));
-        (live::Seen { pid, start_ticks, sem_key, ipc_ns, pid_ns }, self.u64_at(member_at(i, offset_of!(Member, serial))))
+        (
+            live::Seen {
+                pid,
+                start_ticks,
+                sem_key,
+                ipc_ns,
+                pid_ns,
+            },
+            self.u64_at(member_at(i, offset_of!(Member, serial))),
+        )
     }
 
     /// The group's semaphore set, when it lives in this process's IPC namespace.
@@ -934,7 +1110,9 @@ impl Shared {
         use std::mem::offset_of;
         let key = self.u32_at(offset_of!(Header, sem_key)) as i32;
         let ns = self.u64_at(offset_of!(Header, sem_ipc_ns));
-        (key != 0 && here.ipc_ns != 0 && ns == here.ipc_ns).then(|| Set::open(key).ok()).flatten()
+        (key != 0 && here.ipc_ns != 0 && ns == here.ipc_ns)
+            .then(|| Set::open(key).ok())
+            .flatten()
     }
 }
 
@@ -955,11 +1133,14 @@ impl Figures {
     /// is due, and before a refusal, unless one was taken for this call (`fresh`). The refusal
     /// gives the figure as the reading and the calls since count it.
     fn room(&self, bytes: u64, reserve: u64, fresh: bool) -> Room {
-        let Some(next) = self.used.checked_add(bytes) else { return Room::Short(self.now()) };
+        let Some(next) = self.used.checked_add(bytes) else {
+            return Room::Short(self.now());
+        };
         if !fresh && self.due(reserve) {
             return Room::Read;
         }
-        if next <= host::cap_of(self.settled, self.available, reserve).saturating_sub(self.released) {
+        if next <= host::cap_of(self.settled, self.available, reserve).saturating_sub(self.released)
+        {
             return Room::Fits;
         }
         if !fresh {
@@ -974,11 +1155,17 @@ impl Figures {
         let now = monotonic_ms();
         let slack = self.available.saturating_sub(reserve) / host::MOVE_SHARE;
         let moved = self.used.abs_diff(self.settled) > slack || self.released > slack;
-        self.read_ms == 0 || now.saturating_sub(self.read_ms) >= host::READING_MS || self.read_ms > now || moved
+        self.read_ms == 0
+            || now.saturating_sub(self.read_ms) >= host::READING_MS
+            || self.read_ms > now
+            || moved
     }
 
     fn now(&self) -> u64 {
-        self.settled.saturating_add(self.available).saturating_sub(self.used).saturating_sub(self.released)
+        self.settled
+            .saturating_add(self.available)
+            .saturating_sub(self.used)
+            .saturating_sub(self.released)
     }
 }
 
@@ -998,7 +1185,12 @@ struct Reading {
 
 impl Reading {
     fn start(f: Figures, settled: u64) -> Reading {
-        Reading { was: (f.read_ms, f.available, f.settled), settled, released: f.released, available: 0 }
+        Reading {
+            was: (f.read_ms, f.available, f.settled),
+            settled,
+            released: f.released,
+            available: 0,
+        }
     }
 }
 
@@ -1021,7 +1213,9 @@ enum Room {
 
 /// Where each member's figures beyond version 4's are (`layout::MemberExt`).
 fn ext_at(i: usize, field: usize) -> usize {
-    std::mem::offset_of!(Header, ext) + i.min(MAX_MEMBERS - 1) * std::mem::size_of::<layout::MemberExt>() + field
+    std::mem::offset_of!(Header, ext)
+        + i.min(MAX_MEMBERS - 1) * std::mem::size_of::<layout::MemberExt>()
+        + field
 }
 
 impl Shared {
@@ -1036,7 +1230,10 @@ impl Shared {
 
     /// Member `i`'s calls in flight (`MemberExt::in_flight`).
     fn in_flight(self, i: usize) -> &'static AtomicU64 {
-        self.atomic_u64(ext_at(i, std::mem::offset_of!(layout::MemberExt, in_flight)))
+        self.atomic_u64(ext_at(
+            i,
+            std::mem::offset_of!(layout::MemberExt, in_flight),
+        ))
     }
 }
 
@@ -1044,7 +1241,10 @@ impl Locked {
     /// A floor's refusal, unless other members' calls in flight count against it and no room
     /// scan ran in this call or the last interval (`room_scan_due`): then a scan first.
     fn refuse_or_scan(&mut self, i: usize, done: &mut Done, why: Refused) -> Next {
-        let others = self.in_entry(None).filter(|&j| j != i).any(|j| self.ledger.in_flight(j).load(Ordering::Acquire) > 0);
+        let others = self
+            .in_entry(None)
+            .filter(|&j| j != i)
+            .any(|j| self.ledger.in_flight(j).load(Ordering::Acquire) > 0);
         if others && !done.room && self.room_scan_due() {
             done.room = true;
             return Next::Scan;
@@ -1056,12 +1256,15 @@ impl Locked {
     /// lock, arithmetic only (256 slots).
     fn in_entry(&self, k: Option<usize>) -> impl Iterator<Item = usize> + '_ {
         let h = self.h();
-        (0..MAX_MEMBERS).filter(move |&i| h.members[i].pid != 0 && k.is_none_or(|k| h.ext[i].cgroup as usize == k + 1))
+        (0..MAX_MEMBERS).filter(move |&i| {
+            h.members[i].pid != 0 && k.is_none_or(|k| h.ext[i].cgroup as usize == k + 1)
+        })
     }
 
     /// The bytes of the members in cgroup entry `k`.
     fn cgroup_used(&self, k: usize) -> u64 {
-        self.in_entry(Some(k)).fold(0u64, |a, i| a.saturating_add(self.h().members[i].bytes))
+        self.in_entry(Some(k))
+            .fold(0u64, |a, i| a.saturating_add(self.h().members[i].bytes))
     }
 
     /// The members' bytes a reading started now reflects: theirs less their calls in flight
@@ -1074,13 +1277,21 @@ impl Locked {
             None => self.h().used,
         };
         // Acquire, paired with `landed`: a call seen landed has its pages in the file read next.
-        let flying = self.in_entry(k).fold(0u64, |a, i| a.saturating_add(self.ledger.in_flight(i).load(Ordering::Acquire)));
+        let flying = self.in_entry(k).fold(0u64, |a, i| {
+            a.saturating_add(self.ledger.in_flight(i).load(Ordering::Acquire))
+        });
         used.saturating_sub(flying)
     }
 
     fn host_figures(&self) -> Figures {
         let h = self.h();
-        Figures { available: h.host_available, settled: h.host_settled, read_ms: h.host_read_ms, released: h.host_released, used: h.used }
+        Figures {
+            available: h.host_available,
+            settled: h.host_settled,
+            read_ms: h.host_read_ms,
+            released: h.host_released,
+            used: h.used,
+        }
     }
 
     /// Whether the host reserve `reserve` (this member's) lets the group have `bytes` more: the
@@ -1111,12 +1322,20 @@ impl Locked {
 
     /// Member `i`'s cgroup entry.
     fn entry_of(&self, i: usize) -> Option<usize> {
-        (self.h().ext[i].cgroup as usize).checked_sub(1).filter(|&k| k < layout::MAX_CGROUPS)
+        (self.h().ext[i].cgroup as usize)
+            .checked_sub(1)
+            .filter(|&k| k < layout::MAX_CGROUPS)
     }
 
     fn cgroup_figures(&self, k: usize) -> Figures {
         let c = &self.h().cgroups[k];
-        Figures { available: c.available, settled: c.settled, read_ms: c.read_ms, released: c.released, used: self.cgroup_used(k) }
+        Figures {
+            available: c.available,
+            settled: c.settled,
+            read_ms: c.read_ms,
+            released: c.released,
+            used: self.cgroup_used(k),
+        }
     }
 
     /// Whether the cgroup reserve `reserve` (this member's) lets member `i`'s cgroup have `bytes`
@@ -1134,9 +1353,18 @@ impl Locked {
         let entry = self.entry_of(i);
         let r = match entry {
             Some(k) => Reading::start(self.cgroup_figures(k), self.settled_now(Some(k))),
-            None => Reading { was: (0, 0, 0), settled: 0, released: 0, available: 0 },
+            None => Reading {
+                was: (0, 0, 0),
+                settled: 0,
+                released: 0,
+                available: 0,
+            },
         };
-        CgReading { entry, r, head: None }
+        CgReading {
+            entry,
+            r,
+            head: None,
+        }
     }
 
     /// The entry for the cgroup folder `(dev, ino)`: its own, else a free one (never used, or
@@ -1146,8 +1374,14 @@ impl Locked {
         if let Some(k) = h.cgroups.iter().position(|c| (c.dev, c.ino) == (dev, ino)) {
             return Some(k);
         }
-        let used = |k: usize| h.members.iter().zip(h.ext.iter()).any(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1);
-        let k = (0..layout::MAX_CGROUPS).find(|&k| (h.cgroups[k].dev, h.cgroups[k].ino) == (0, 0) || !used(k))?;
+        let used = |k: usize| {
+            h.members
+                .iter()
+                .zip(h.ext.iter())
+                .any(|(m, e)| m.pid != 0 && e.cgroup as usize == k + 1)
+        };
+        let k = (0..layout::MAX_CGROUPS)
+            .find(|&k| (h.cgroups[k].dev, h.cgroups[k].ino) == (0, 0) || !used(k))?;
         let c = &mut self.h_mut().cgroups[k];
         // SAFETY: `Cgroup` is plain data; all zeroes is a free entry.
         *c = unsafe { std::mem::zeroed() };
@@ -1161,7 +1395,10 @@ impl Locked {
     /// another; `last` installs it anyway, with the bytes settled now).
     fn install_cgroup(&mut self, i: usize, c: CgReading, reserve: u64, last: bool) -> bool {
         let Some(head) = c.head else { return true };
-        let Some(k) = Some((head.dev, head.ino)).filter(|&id| id != (0, 0)).and_then(|(d, n)| self.entry_for(d, n)) else {
+        let Some(k) = Some((head.dev, head.ino))
+            .filter(|&id| id != (0, 0))
+            .and_then(|(d, n)| self.entry_for(d, n))
+        else {
             self.h_mut().ext[i].cgroup = 0; // no shared reading: its own decides
             return true;
         };
@@ -1175,7 +1412,8 @@ impl Locked {
             r = Reading::start(f, self.settled_now(Some(k)));
         }
         let e = &mut self.h_mut().cgroups[k];
-        (e.limit, e.reserve, e.lowest) = (head.limit, e.reserve.max(reserve), e.lowest.min(head.bytes));
+        (e.limit, e.reserve, e.lowest) =
+            (head.limit, e.reserve.max(reserve), e.lowest.min(head.bytes));
         if (e.read_ms, e.available, e.settled) == r.was {
             e.available = head.bytes;
             e.settled = r.settled;
@@ -1208,7 +1446,9 @@ impl Drop for Locked {
 fn forget_previous_image(h: Shared) {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
-    let Proc::Started(ticks) = start_ticks(pid) else { return };
+    let Proc::Started(ticks) = start_ticks(pid) else {
+        return;
+    };
     let mut exe = [0u8; layout::EXE_BYTES];
     exe_name(&mut exe);
     let _ = IMAGE_EXE.set(exe);
@@ -1224,7 +1464,13 @@ fn forget_previous_image(h: Shared) {
 fn exe_name(out: &mut [u8; layout::EXE_BYTES]) {
     let mut buf = [0u8; 4096];
     // SAFETY: the path is NUL-terminated and `buf` is valid for its length.
-    let n = unsafe { libc::readlink(c"/proc/self/exe".as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    let n = unsafe {
+        libc::readlink(
+            c"/proc/self/exe".as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
     if n <= 0 {
         return;
     }
@@ -1267,7 +1513,12 @@ impl Joining {
         let pid = unsafe { libc::getpid() } as u32;
         let mut exe = [0u8; layout::EXE_BYTES];
         exe_name(&mut exe);
-        Joining { pid, ticks: start_ticks(pid), exe, here: here() }
+        Joining {
+            pid,
+            ticks: start_ticks(pid),
+            exe,
+            here: here(),
+        }
     }
 }
 
@@ -1281,7 +1532,9 @@ fn seat(l: &mut Locked, joining: Option<&Joining>) -> Seat {
         _ => {} // taken from us: join again, with a share of 0 (what we held is no longer booked)
     }
     let Some(j) = joining else { return Seat::Join };
-    let Proc::Started(ticks) = j.ticks else { return Seat::Unverified };
+    let Proc::Started(ticks) = j.ticks else {
+        return Seat::Unverified;
+    };
     let Some(i) = l.h().members.iter().position(|m| m.pid == 0) else {
         SLOT.store(NO_SLOT, Ordering::Relaxed);
         return Seat::Out(true);
@@ -1334,10 +1587,16 @@ fn reserve_on_own_stack(h: Shared, bytes: u64, force: bool) -> Result<(), Refuse
 /// bytes are booked later (`Locked::settle`).
 #[cold]
 fn out_of_reach(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
-    if !force && (h.budget() != u64::MAX || host::reserve().is_some() || cgroup::floor().reserve().is_some()) {
+    if !force
+        && (h.budget() != u64::MAX
+            || host::reserve().is_some()
+            || cgroup::floor().reserve().is_some())
+    {
         return Err(Refused::GroupUnavailable);
     }
-    match PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_add(bytes)) {
+    match PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+        p.checked_add(bytes)
+    }) {
         Ok(_) => Ok(()),
         Err(_) => Err(Refused::Group),
     }
@@ -1379,7 +1638,12 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
             Err(Round::Again) => continue,
             Err(Round::Answer(a)) => return a,
         };
-        let fits = |l: &Locked| l.h().used.checked_add(bytes).is_some_and(|n| n <= l.h().budget);
+        let fits = |l: &Locked| {
+            l.h()
+                .used
+                .checked_add(bytes)
+                .is_some_and(|n| n <= l.h().budget)
+        };
         if !force && !fits(&l) {
             if !done.room && l.room_scan_due() {
                 drop(l);
@@ -1427,7 +1691,13 @@ enum Round {
 /// let go): prepare joining once (reading this process's identity and looking for dead members
 /// without the lock), or go on alone when the group is full, or refuse when this process cannot
 /// prove who it is.
-fn take_seat(l: Locked, h: Shared, joining: &mut Option<Joining>, dead: &mut Dead, done: &mut Done) -> Result<(Locked, usize), Round> {
+fn take_seat(
+    l: Locked,
+    h: Shared,
+    joining: &mut Option<Joining>,
+    dead: &mut Dead,
+    done: &mut Done,
+) -> Result<(Locked, usize), Round> {
     let mut l = l;
     match seat(&mut l, joining.as_ref()) {
         Seat::In(i) => Ok((l, i)),
@@ -1477,7 +1747,14 @@ enum Next {
 /// group's bytes, then the cgroup reserve over the bytes of the members in this member's cgroup,
 /// each against its shared reading, read afresh (with the lock let go) when due and before a
 /// refusal. A reading that cannot be used turns its reserve off: it refuses nothing.
-fn floors(mut l: Locked, i: usize, bytes: u64, force: bool, done: &mut Done, p: &mut Pending) -> Next {
+fn floors(
+    mut l: Locked,
+    i: usize,
+    bytes: u64,
+    force: bool,
+    done: &mut Done,
+    p: &mut Pending,
+) -> Next {
     if force {
         return Next::Book(l);
     }
@@ -1501,7 +1778,9 @@ fn floors(mut l: Locked, i: usize, bytes: u64, force: bool, done: &mut Done, p: 
                 }
                 return Next::Again;
             }
-            Room::Short(available) => return l.refuse_or_scan(i, done, Refused::Host { available }),
+            Room::Short(available) => {
+                return l.refuse_or_scan(i, done, Refused::Host { available })
+            }
         }
     }
     if let Some(reserve) = cgroup::floor().reserve() {
@@ -1524,7 +1803,9 @@ fn floors(mut l: Locked, i: usize, bytes: u64, force: bool, done: &mut Done, p: 
                 }
                 return Next::Again;
             }
-            Room::Short(headroom) => return l.refuse_or_scan(i, done, Refused::Cgroup { headroom }),
+            Room::Short(headroom) => {
+                return l.refuse_or_scan(i, done, Refused::Cgroup { headroom })
+            }
         }
     }
     Next::Book(l)
@@ -1566,7 +1847,11 @@ fn release_on_own_stack(h: Shared, bytes: u64) {
 
 /// Bytes pinned while the ledger was out of reach, and released before they were booked.
 fn unpend(bytes: u64) -> bool {
-    PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| p.checked_sub(bytes)).is_ok()
+    PENDING_ADD
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+            p.checked_sub(bytes)
+        })
+        .is_ok()
 }
 
 #[inline(never)]
@@ -1592,7 +1877,9 @@ fn release_in(h: Shared, bytes: u64) {
     if let Err(held) = l.unbook(i, bytes) {
         drop(l);
         let _nc = sys::NoCancel::new(); // writing the line is a cancellation point
-        tracing::debug!("group: a release of {bytes} bytes exceeds this member's share of {held}; ignored");
+        tracing::debug!(
+            "group: a release of {bytes} bytes exceeds this member's share of {held}; ignored"
+        );
     }
 }
 
@@ -1623,7 +1910,9 @@ pub fn seated() -> bool {
 /// cgroup then decides the cgroup reserve, under the group's lock, and its own cap is not needed.
 #[inline]
 pub fn cgroup_shared() -> bool {
-    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return false };
+    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else {
+        return false;
+    };
     i < MAX_MEMBERS && h.u32_at(ext_at(i, std::mem::offset_of!(layout::MemberExt, cgroup))) != 0
 }
 
@@ -1635,20 +1924,32 @@ pub fn landed(bytes: u64) {
     let Some(h) = header() else { return };
     let i = SLOT.load(Ordering::Relaxed);
     if bytes > 0 && i < MAX_MEMBERS && h.member_id(i).0 == MY_PID.load(Ordering::Relaxed) {
-        let _ = h.in_flight(i).fetch_update(Ordering::Release, Ordering::Relaxed, |f| Some(f.saturating_sub(bytes)));
+        let _ = h
+            .in_flight(i)
+            .fetch_update(Ordering::Release, Ordering::Relaxed, |f| {
+                Some(f.saturating_sub(bytes))
+            });
     }
 }
 
 /// A call the cgroup reserve stopped (refused, downgraded or, under `warn`, pinned anyway).
 pub fn note_cgroup_reserve() {
-    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return };
+    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else {
+        return;
+    };
     if i < MAX_MEMBERS && h.member_id(i).0 == MY_PID.load(Ordering::Relaxed) {
-        h.atomic_u64(ext_at(i, std::mem::offset_of!(layout::MemberExt, cgroup_reserve))).fetch_add(1, Ordering::Relaxed);
+        h.atomic_u64(ext_at(
+            i,
+            std::mem::offset_of!(layout::MemberExt, cgroup_reserve),
+        ))
+        .fetch_add(1, Ordering::Relaxed);
     }
 }
 
 fn note(field: impl Fn(*mut Member) -> *mut u64) {
-    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else { return };
+    let (Some(h), i) = (header(), SLOT.load(Ordering::Relaxed)) else {
+        return;
+    };
     if i < MAX_MEMBERS {
         // SAFETY: `i` is in bounds; the place is in the published ledger mapping, and no
         // reference to the member is made (other processes write it under the lock).
@@ -1667,14 +1968,18 @@ pub fn leave() {
     let Some(h) = header() else { return };
     // A vfork child runs in its parent's memory: the slot and its share are the parent's.
     // SAFETY: no arguments; it cannot fail.
-    if SLOT.load(Ordering::Relaxed) < MAX_MEMBERS && unsafe { libc::getpid() } as u32 != MY_PID.load(Ordering::Relaxed) {
+    if SLOT.load(Ordering::Relaxed) < MAX_MEMBERS
+        && unsafe { libc::getpid() } as u32 != MY_PID.load(Ordering::Relaxed)
+    {
         return;
     }
     let i = SLOT.swap(NO_SLOT, Ordering::Relaxed);
     if i >= MAX_MEMBERS {
         return;
     }
-    let Ok(mut l) = Locked::new(h, &mut Wait::new()) else { return };
+    let Ok(mut l) = Locked::new(h, &mut Wait::new()) else {
+        return;
+    };
     if l.owns(i) {
         l.vacate(i);
         let_go_semaphore();
@@ -1741,10 +2046,21 @@ pub fn snapshot() -> Option<Snapshot> {
     use std::mem::offset_of;
     let live = || (0..MAX_MEMBERS).filter(|&i| h.member_id(i).0 != 0);
     let members = live().count();
-    let stopped = live().map(|i| h.u64_at(member_at(i, offset_of!(Member, host_reserve)))).fold(0u64, u64::saturating_add);
-    let (budget, used, peak) = (h.budget(), h.u64_at(offset_of!(Header, used)), h.u64_at(offset_of!(Header, peak)));
-    let (reserve, lowest) = (h.u64_at(offset_of!(Header, host_reserve)), h.u64_at(offset_of!(Header, host_lowest_available)));
-    let cg_stopped = live().map(|i| h.u64_at(ext_at(i, offset_of!(layout::MemberExt, cgroup_reserve)))).fold(0u64, u64::saturating_add);
+    let stopped = live()
+        .map(|i| h.u64_at(member_at(i, offset_of!(Member, host_reserve))))
+        .fold(0u64, u64::saturating_add);
+    let (budget, used, peak) = (
+        h.budget(),
+        h.u64_at(offset_of!(Header, used)),
+        h.u64_at(offset_of!(Header, peak)),
+    );
+    let (reserve, lowest) = (
+        h.u64_at(offset_of!(Header, host_reserve)),
+        h.u64_at(offset_of!(Header, host_lowest_available)),
+    );
+    let cg_stopped = live()
+        .map(|i| h.u64_at(ext_at(i, offset_of!(layout::MemberExt, cgroup_reserve))))
+        .fold(0u64, u64::saturating_add);
     let (cg_reserve, cg_lowest) = cgroup_figures(h);
     let unreachable = locked.is_none();
     drop(locked);
@@ -1770,11 +2086,25 @@ pub fn snapshot() -> Option<Snapshot> {
 fn cgroup_figures(h: Shared) -> (Option<u64>, Option<u64>) {
     use std::mem::offset_of;
     let i = SLOT.load(Ordering::Relaxed);
-    let k = if i < MAX_MEMBERS { h.u32_at(ext_at(i, offset_of!(layout::MemberExt, cgroup))) as usize } else { 0 };
-    let Some(k) = k.checked_sub(1).filter(|&k| k < layout::MAX_CGROUPS) else { return (None, None) };
-    let at = |f: usize| h.u64_at(offset_of!(Header, cgroups) + k * std::mem::size_of::<layout::Cgroup>() + f);
-    let (reserve, lowest) = (at(offset_of!(layout::Cgroup, reserve)), at(offset_of!(layout::Cgroup, lowest)));
-    ((reserve != 0).then_some(reserve), (reserve != 0 && lowest != u64::MAX).then_some(lowest))
+    let k = if i < MAX_MEMBERS {
+        h.u32_at(ext_at(i, offset_of!(layout::MemberExt, cgroup))) as usize
+    } else {
+        0
+    };
+    let Some(k) = k.checked_sub(1).filter(|&k| k < layout::MAX_CGROUPS) else {
+        return (None, None);
+    };
+    let at = |f: usize| {
+        h.u64_at(offset_of!(Header, cgroups) + k * std::mem::size_of::<layout::Cgroup>() + f)
+    };
+    let (reserve, lowest) = (
+        at(offset_of!(layout::Cgroup, reserve)),
+        at(offset_of!(layout::Cgroup, lowest)),
+    );
+    (
+        (reserve != 0).then_some(reserve),
+        (reserve != 0 && lowest != u64::MAX).then_some(lowest),
+    )
 }
 
 /// How this member is told alive (`Snapshot::liveness`).
@@ -1785,7 +2115,10 @@ fn liveness() -> Option<String> {
     if HELD_ID.load(Ordering::Relaxed) >= 0 {
         return Some("semaphore".into());
     }
-    Some(format!("pid ({})", no_semaphore_reason(NO_SEM.load(Ordering::Relaxed))))
+    Some(format!(
+        "pid ({})",
+        no_semaphore_reason(NO_SEM.load(Ordering::Relaxed))
+    ))
 }
 
 fn no_semaphore_reason(why: i32) -> String {
@@ -1793,7 +2126,10 @@ fn no_semaphore_reason(why: i32) -> String {
         NO_SEM_OTHER_NS => "the group's semaphore set is in another IPC namespace".into(),
         NO_SEM_NS_UNKNOWN => "this process's IPC namespace cannot be read".into(),
         0 => "no semaphore held".into(),
-        e => format!("System V semaphores unavailable: {}", std::io::Error::from_raw_os_error(e)),
+        e => format!(
+            "System V semaphores unavailable: {}",
+            std::io::Error::from_raw_os_error(e)
+        ),
     }
 }
 
@@ -1851,13 +2187,21 @@ mod tests {
         let t = std::time::Instant::now();
         assert_eq!(take(m.0, &mut Wait::new()), libc::ETIMEDOUT);
         let waited = t.elapsed();
-        assert!(waited >= std::time::Duration::from_millis(LOCK_WAIT_MS) && waited < std::time::Duration::from_millis(LOCK_WAIT_MS * 10), "{waited:?}");
+        assert!(
+            waited >= std::time::Duration::from_millis(LOCK_WAIT_MS)
+                && waited < std::time::Duration::from_millis(LOCK_WAIT_MS * 10),
+            "{waited:?}"
+        );
         // The same holder still: the next calls only try.
         let t = std::time::Instant::now();
         for _ in 0..10 {
             assert_eq!(take(m.0, &mut Wait::new()), libc::ETIMEDOUT);
         }
-        assert!(t.elapsed() < std::time::Duration::from_millis(LOCK_WAIT_MS), "{:?} for 10 tries", t.elapsed());
+        assert!(
+            t.elapsed() < std::time::Duration::from_millis(LOCK_WAIT_MS),
+            "{:?} for 10 tries",
+            t.elapsed()
+        );
         assert_eq!(take(m.0, &mut Wait::once()), libc::ETIMEDOUT);
         // Let go: taken at the first try, and waited for again from then on.
         go_tx.send(()).unwrap();

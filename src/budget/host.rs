@@ -12,17 +12,29 @@ use pinguard_report::vars;
 
 pub use super::floor::{cap_of, MOVE_SHARE, READING_MS};
 
-const BAD: [BadMeminfo; 3] = [BadMeminfo::Unreadable, BadMeminfo::NoAvailable, BadMeminfo::AboveTotal];
+const BAD: [BadMeminfo; 3] = [
+    BadMeminfo::Unreadable,
+    BadMeminfo::NoAvailable,
+    BadMeminfo::AboveTotal,
+];
 const WHYS: [&str; 3] = [BAD[0].why(), BAD[1].why(), BAD[2].why()];
 
 fn read() -> Result<Reading, usize> {
     match kernel::host_memory() {
-        Ok(m) => Ok(Reading { available: m.available, total: m.total }),
+        Ok(m) => Ok(Reading {
+            available: m.available,
+            total: m.total,
+        }),
         Err(why) => Err(BAD.iter().position(|&b| b == why).unwrap_or(0)),
     }
 }
 
-static FLOOR: Floor = Floor::new(Source { var: &vars::HOST_RESERVE, read, whys: &WHYS, file: "/proc/meminfo" });
+static FLOOR: Floor = Floor::new(Source {
+    var: &vars::HOST_RESERVE,
+    read,
+    whys: &WHYS,
+    file: "/proc/meminfo",
+});
 
 /// Sets the reserve up with a first reading; a reading that cannot be used leaves it off, with
 /// the line in `errors` (printed, as every bad setting is, once the process pins).
@@ -78,10 +90,19 @@ mod tests {
     fn every_bad_reading_has_its_line() {
         let mut errors = Vec::new();
         for (i, why) in BAD.iter().enumerate() {
-            let f = Floor::new(Source { var: &vars::HOST_RESERVE, read: || Err(0), whys: &WHYS, file: "/proc/meminfo" });
+            let f = Floor::new(Source {
+                var: &vars::HOST_RESERVE,
+                read: || Err(0),
+                whys: &WHYS,
+                file: "/proc/meminfo",
+            });
             f.init(Some(1 << 30), &mut errors);
             let l = &errors[i];
-            assert!(l.starts_with("PINGUARD_HOST_RESERVE of 1.00 GiB: /proc/meminfo ") && l.ends_with("; running without a host reserve"), "{l}");
+            assert!(
+                l.starts_with("PINGUARD_HOST_RESERVE of 1.00 GiB: /proc/meminfo ")
+                    && l.ends_with("; running without a host reserve"),
+                "{l}"
+            );
             assert!(l.contains(BAD[0].why()) && !l.contains('\n'), "{l} {why:?}");
         }
     }

@@ -167,7 +167,9 @@ fn try_reserve_process(bytes: u64) -> Result<(), Refused> {
     }
     let mut cur = USED.load(Ordering::Relaxed);
     loop {
-        let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else { return Err(Refused::Budget) };
+        let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
+            return Err(Refused::Budget);
+        };
         match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
             Ok(_) => return Ok(()),
             Err(seen) => cur = seen,
@@ -192,11 +194,21 @@ fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
     'cas: loop {
         let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
             // Past the budget, or (floors alone) past what any host has.
-            return Err(if limit == COUNT_ONLY { floor_refusal(usize::from(!host::on()), cur) } else { Refused::Budget });
+            return Err(if limit == COUNT_ONLY {
+                floor_refusal(usize::from(!host::on()), cur)
+            } else {
+                Refused::Budget
+            });
         };
         // A group member's host reserve is the group's shared reading, checked under its lock; so
         // is its cgroup reserve once the group keeps a reading of its cgroup.
-        let floors = [(host::floor(), host::on() && !group::seated()), (cgroup::floor(), cgroup::floor().on() && !group::cgroup_shared())];
+        let floors = [
+            (host::floor(), host::on() && !group::seated()),
+            (
+                cgroup::floor(),
+                cgroup::floor().on() && !group::cgroup_shared(),
+            ),
+        ];
         for (i, (f, active)) in floors.into_iter().enumerate() {
             if !active {
                 continue;
@@ -238,14 +250,22 @@ fn against(f: &floor::Floor, cur: u64, next: u64, fresh: &mut bool) -> Step {
         return Step::ReadAgain;
     }
     // A reading that could not be used turned the floor off: nothing refuses.
-    if f.on() { Step::Below } else { Step::Fits }
+    if f.on() {
+        Step::Below
+    } else {
+        Step::Fits
+    }
 }
 
 /// The refusal of floor `i` (0 the host's, 1 the cgroup's), with `cur` reserved now.
 fn floor_refusal(i: usize, cur: u64) -> Refused {
     match i {
-        0 => Refused::Host { available: host::available_now(cur) },
-        _ => Refused::Cgroup { headroom: cgroup::floor().available_now(cur) },
+        0 => Refused::Host {
+            available: host::available_now(cur),
+        },
+        _ => Refused::Cgroup {
+            headroom: cgroup::floor().available_now(cur),
+        },
     }
 }
 
@@ -260,7 +280,11 @@ pub fn force(bytes: u64) {
 
 fn force_checked(bytes: u64) -> bool {
     if LIMIT.load(Ordering::Relaxed) != NONE
-        && USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| c.checked_add(bytes)).is_err()
+        && USED
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| {
+                c.checked_add(bytes)
+            })
+            .is_err()
     {
         return false;
     }
@@ -291,7 +315,9 @@ fn release_process(bytes: u64) {
     }
     // Every release matches a reservation of the same size (`Reservation`, a live record), so this
     // never goes below zero; were it to, clamping keeps "everything is over budget" impossible.
-    let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| Some(c.saturating_sub(bytes)));
+    let _ = USED.fetch_update(Ordering::AcqRel, Ordering::Relaxed, |c| {
+        Some(c.saturating_sub(bytes))
+    });
 }
 
 /// What a walk of the kernel's mappings found: `removed` bytes no longer locked go back, `added`

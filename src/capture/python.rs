@@ -50,14 +50,48 @@ const OWNED_BY_GENERATOR: u8 = 1;
 
 /// x86-64 and aarch64 (LP64), default (not free-threaded, not trace-refs) builds.
 const PY311: Layout = Layout {
-    tstate_cframe: Some(56), current_frame: 8, f_code: 32, f_previous: 48, f_instr: 56, f_owner: 69, owner_cstack: None,
-    co_filename: 112, co_qualname: 128, co_linetable: 136, co_firstlineno: 72, co_code_adaptive: 184, co_firsttraceable: Some(168),
-    bytes_size: 16, bytes_sval: 32, str_length: 16, str_state: 32, ascii_size: 48, compact_size: 72, str_data: 72,
+    tstate_cframe: Some(56),
+    current_frame: 8,
+    f_code: 32,
+    f_previous: 48,
+    f_instr: 56,
+    f_owner: 69,
+    owner_cstack: None,
+    co_filename: 112,
+    co_qualname: 128,
+    co_linetable: 136,
+    co_firstlineno: 72,
+    co_code_adaptive: 184,
+    co_firsttraceable: Some(168),
+    bytes_size: 16,
+    bytes_sval: 32,
+    str_length: 16,
+    str_state: 32,
+    ascii_size: 48,
+    compact_size: 72,
+    str_data: 72,
 };
 const PY312: Layout = Layout {
-    tstate_cframe: Some(56), current_frame: 0, f_code: 0, f_previous: 8, f_instr: 56, f_owner: 70, owner_cstack: Some(3),
-    co_filename: 112, co_qualname: 128, co_linetable: 136, co_firstlineno: 68, co_code_adaptive: 192, co_firsttraceable: Some(176),
-    bytes_size: 16, bytes_sval: 32, str_length: 16, str_state: 32, ascii_size: 40, compact_size: 56, str_data: 56,
+    tstate_cframe: Some(56),
+    current_frame: 0,
+    f_code: 0,
+    f_previous: 8,
+    f_instr: 56,
+    f_owner: 70,
+    owner_cstack: Some(3),
+    co_filename: 112,
+    co_qualname: 128,
+    co_linetable: 136,
+    co_firstlineno: 68,
+    co_code_adaptive: 192,
+    co_firsttraceable: Some(176),
+    bytes_size: 16,
+    bytes_sval: 32,
+    str_length: 16,
+    str_state: 32,
+    ascii_size: 40,
+    compact_size: 56,
+    str_data: 56,
 };
 
 /// What a walk needs, found once.
@@ -98,7 +132,12 @@ fn python() -> Option<&'static Python> {
     match probe() {
         Some(found) => {
             let leaked = Box::into_raw(Box::new(found));
-            match PYTHON.compare_exchange(std::ptr::null_mut(), leaked, Ordering::AcqRel, Ordering::Acquire) {
+            match PYTHON.compare_exchange(
+                std::ptr::null_mut(),
+                leaked,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
                 // SAFETY: `leaked` is now the published Box, leaked and never freed, so it lives for 'static.
                 Ok(_) => Some(unsafe { &*leaked }),
                 Err(other) => {
@@ -141,7 +180,13 @@ fn probe() -> Option<Python> {
     }
     // SAFETY: The symbol is CPython's exported `PyThreadState *PyGILState_GetThisThreadState(void)`,
     // a C function whose ABI matches this signature (a pointer returned as usize).
-    Some(Python { layout, this_thread_state: unsafe { std::mem::transmute::<usize, unsafe extern "C" fn() -> usize>(tstate) }, code_type })
+    Some(Python {
+        layout,
+        this_thread_state: unsafe {
+            std::mem::transmute::<usize, unsafe extern "C" fn() -> usize>(tstate)
+        },
+        code_type,
+    })
 }
 
 /// 3.13's `_Py_DebugOffsets` (Include/internal/pycore_runtime.h): `cookie[8]`, then `u64`s. The
@@ -229,11 +274,14 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
     let Some(py) = found(t) else { return 0 };
     let l = &py.layout;
     // The thread's cache lives beside its own stack, not in static TLS (`workstack::CACHES`).
-    let Some(cache) = crate::runtime::workstack::caches(t) else { return 0 };
+    let Some(cache) = crate::runtime::workstack::caches(t) else {
+        return 0;
+    };
     // SAFETY: `caches` gives this thread's zeroed, aligned block of `CACHES` bytes, which lives as
     // long as the thread and holds nothing else; all-zero words are valid `Recent`s, and `Cell`
     // is !Sync, so the slice stays on this thread for this call.
-    let recent: &[Cell<Recent>] = unsafe { std::slice::from_raw_parts(cache as *const Cell<Recent>, RECENT) };
+    let recent: &[Cell<Recent>] =
+        unsafe { std::slice::from_raw_parts(cache as *const Cell<Recent>, RECENT) };
     // SAFETY: Only this thread's own frame chain is read, while it is inside the hook, so it cannot
     // change under us; offsets match the probed version and code objects are type-checked first.
     unsafe {
@@ -254,12 +302,19 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
             seen += 1;
             let owner = *((frame + l.f_owner) as *const u8);
             let code = word(frame + l.f_code);
-            if Some(owner) != l.owner_cstack && code != 0 && code % 8 == 0 && word(code + 8) == py.code_type {
+            if Some(owner) != l.owner_cstack
+                && code != 0
+                && code % 8 == 0
+                && word(code + 8) == py.code_type
+            {
                 let start = code + l.co_code_adaptive;
                 let instr = word(frame + l.f_instr);
                 let index = (instr as isize - start as isize) / 2;
                 let started = match l.co_firsttraceable {
-                    Some(off) => owner == OWNED_BY_GENERATOR || index >= *((code + off) as *const i32) as isize,
+                    Some(off) => {
+                        owner == OWNED_BY_GENERATOR
+                            || index >= *((code + off) as *const i32) as isize
+                    }
                     None => true,
                 };
                 if started {
@@ -321,7 +376,10 @@ unsafe fn intern(l: &Layout, recent: &[Cell<Recent>], code: usize, index: isize)
     }
     let id = {
         let mut t = TABLE.lock();
-        let t = t.get_or_insert_with(|| Table { index: FxHashMap::default(), frames: Vec::new() });
+        let t = t.get_or_insert_with(|| Table {
+            index: FxHashMap::default(),
+            frames: Vec::new(),
+        });
         match t.index.get(&(code, index)) {
             Some(&(f, nm, fl, id)) if f == file && nm == name && fl == first => id,
             _ => {
@@ -382,11 +440,20 @@ unsafe fn read_str(l: &Layout, s: usize) -> Option<String> {
     Some(match kind {
         // SAFETY: `data` holds the string's characters, `kind` bytes each, at least `len` of them
         // (the clamp only shortens).
-        1 => unsafe { std::slice::from_raw_parts(data as *const u8, len) }.iter().map(|&b| b as char).collect(),
+        1 => unsafe { std::slice::from_raw_parts(data as *const u8, len) }
+            .iter()
+            .map(|&b| b as char)
+            .collect(),
         // SAFETY: as above.
-        2 => unsafe { std::slice::from_raw_parts(data as *const u16, len) }.iter().map(|&c| char::from_u32(c as u32).unwrap_or('?')).collect(),
+        2 => unsafe { std::slice::from_raw_parts(data as *const u16, len) }
+            .iter()
+            .map(|&c| char::from_u32(c as u32).unwrap_or('?'))
+            .collect(),
         // SAFETY: as above.
-        4 => unsafe { std::slice::from_raw_parts(data as *const u32, len) }.iter().map(|&c| char::from_u32(c).unwrap_or('?')).collect(),
+        4 => unsafe { std::slice::from_raw_parts(data as *const u32, len) }
+            .iter()
+            .map(|&c| char::from_u32(c).unwrap_or('?'))
+            .collect(),
         _ => return None,
     })
 }
@@ -436,7 +503,11 @@ fn line_in_table(bytes: &[u8], first: i32, index: isize) -> u32 {
     };
     let svarint = |i: &mut usize| -> i64 {
         let u = varint(i);
-        if u & 1 == 1 { -((u >> 1) as i64) } else { (u >> 1) as i64 }
+        if u & 1 == 1 {
+            -((u >> 1) as i64)
+        } else {
+            (u >> 1) as i64
+        }
     };
     while i < bytes.len() {
         let head = bytes[i];
@@ -462,7 +533,11 @@ fn line_in_table(bytes: &[u8], first: i32, index: isize) -> u32 {
         }
         line += delta;
         if index < addr + length {
-            return if code == 15 || line < 0 { fallback } else { line as u32 };
+            return if code == 15 || line < 0 {
+                fallback
+            } else {
+                line as u32
+            };
         }
         addr += length;
     }
@@ -504,11 +579,21 @@ mod tests {
     }
 
     fn svarint(v: i64) -> Vec<u8> {
-        varint(if v < 0 { (v.unsigned_abs() << 1) | 1 } else { (v as u64) << 1 })
+        varint(if v < 0 {
+            (v.unsigned_abs() << 1) | 1
+        } else {
+            (v as u64) << 1
+        })
     }
 
     fn long(delta: i64, end_delta: u64, col: u64, end_col: u64) -> Vec<u8> {
-        [svarint(delta), varint(end_delta), varint(col), varint(end_col)].concat()
+        [
+            svarint(delta),
+            varint(end_delta),
+            varint(col),
+            varint(end_col),
+        ]
+        .concat()
     }
 
     #[test]
@@ -524,24 +609,31 @@ mod tests {
     #[test]
     fn every_entry_kind() {
         let table = [
-            entry(3, 2, &[0x12]),                  // units 0-1: short form, line 10
-            entry(12, 1, &[4, 9]),                 // unit 2: one-line form, +2
-            entry(13, 3, &svarint(-1)),            // units 3-5: no column, -1
-            entry(14, 1, &long(100, 2, 70, 5)),    // unit 6: long form, +100, two-byte varints
-            entry(15, 2, &[]),                     // units 7-8: no location
-            entry(10, 1, &[1, 2]),                 // unit 9: one-line form, +0
-            entry(14, 8, &long(-100, 0, 200, 3)),  // units 10-17: long form, -100
-            entry(11, 1, &[0, 0]),                 // unit 18: one-line form, +1
+            entry(3, 2, &[0x12]),                 // units 0-1: short form, line 10
+            entry(12, 1, &[4, 9]),                // unit 2: one-line form, +2
+            entry(13, 3, &svarint(-1)),           // units 3-5: no column, -1
+            entry(14, 1, &long(100, 2, 70, 5)),   // unit 6: long form, +100, two-byte varints
+            entry(15, 2, &[]),                    // units 7-8: no location
+            entry(10, 1, &[1, 2]),                // unit 9: one-line form, +0
+            entry(14, 8, &long(-100, 0, 200, 3)), // units 10-17: long form, -100
+            entry(11, 1, &[0, 0]),                // unit 18: one-line form, +1
         ]
         .concat();
         let lines: Vec<u32> = (0..20).map(|i| line_in_table(&table, 10, i)).collect();
-        assert_eq!(lines, [10, 10, 12, 11, 11, 11, 111, 10, 10, 111, 11, 11, 11, 11, 11, 11, 11, 11, 12, 10]);
+        assert_eq!(
+            lines,
+            [10, 10, 12, 11, 11, 11, 111, 10, 10, 111, 11, 11, 11, 11, 11, 11, 11, 11, 12, 10]
+        );
     }
 
     #[test]
     fn multi_byte_varints() {
         // A three-byte line delta (+5000) and column past the second byte.
-        let table = [entry(14, 1, &long(5000, 70_000, 300_000, 1)), entry(13, 1, &svarint(-4999))].concat();
+        let table = [
+            entry(14, 1, &long(5000, 70_000, 300_000, 1)),
+            entry(13, 1, &svarint(-4999)),
+        ]
+        .concat();
         assert_eq!(svarint(5000).len(), 3);
         assert_eq!(line_in_table(&table, 1, 0), 5001);
         assert_eq!(line_in_table(&table, 1, 1), 2);

@@ -127,7 +127,10 @@ unsafe extern "C" fn free_local(p: *mut c_void) {
         w.local.set(std::ptr::null_mut());
     }
     let p = p as *mut Local;
-    let empty = |slot: &AtomicPtr<Local>| slot.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed).is_ok();
+    let empty = |slot: &AtomicPtr<Local>| {
+        slot.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    };
     if !SPARE.iter().any(empty) {
         // SAFETY: `p` came from `Box::into_raw` in `make_local` and is handed to this destructor
         // once; no slot took it.
@@ -226,7 +229,9 @@ unsafe fn still(sp: u64, offsets: &[u32], values: &[u64]) -> bool {
     let (o4, v4) = (offsets.chunks_exact(4), values.chunks_exact(4));
     let (orest, vrest) = (o4.remainder(), v4.remainder());
     for (o, v) in o4.zip(v4) {
-        if (word(o[0]) ^ v[0]) | (word(o[1]) ^ v[1]) | (word(o[2]) ^ v[2]) | (word(o[3]) ^ v[3]) != 0 {
+        if (word(o[0]) ^ v[0]) | (word(o[1]) ^ v[1]) | (word(o[2]) ^ v[2]) | (word(o[3]) ^ v[3])
+            != 0
+        {
             return false;
         }
     }
@@ -254,7 +259,12 @@ pub struct Regs {
 
 impl Regs {
     /// No frame: for a call that never walks (a release), which need not take the registers.
-    pub const NONE: Regs = Regs { pc: 0, sp: 0, fp: 0, lr: 0 };
+    pub const NONE: Regs = Regs {
+        pc: 0,
+        sp: 0,
+        fp: 0,
+        lr: 0,
+    };
 
     /// This point of the calling function (inlined into it). A walk may start from here as long
     /// as that function has not returned: its frame, and the return address and saved registers
@@ -313,7 +323,9 @@ pub fn tag(from: Regs, tag: usize) {
     let p = walker().local.get();
     // SAFETY: `local` holds null or this thread's walker, made and freed only on this thread;
     // no walk runs while this one borrows it (hooks do not nest on a thread).
-    let Some(local) = (unsafe { p.as_mut() }) else { return };
+    let Some(local) = (unsafe { p.as_mut() }) else {
+        return;
+    };
     if let Some(m) = local.memos.get_mut(local.hit) {
         if m.from.pc == from.pc && m.from.sp == from.sp {
             m.tag = tag;
@@ -464,34 +476,65 @@ impl Local {
         // words and finds the same frames, the memo keeps only the return addresses and does
         // not depend on the frame pointer (code without frame pointers keeps arbitrary values
         // in that register, which must not defeat the memo). Else the frame pointer alone.
-        let mut loose: Vec<u64> = reads.iter().filter(|&&(_, v)| self.range_of(v).is_none()).map(|&(a, _)| a).collect();
+        let mut loose: Vec<u64> = reads
+            .iter()
+            .filter(|&&(_, v)| self.range_of(v).is_none())
+            .map(|&(a, _)| a)
+            .collect();
         loose.sort_unstable();
         loose.dedup();
         let mut other = vec![0usize; depth];
-        let garbage = Regs { fp: from.fp ^ GARBAGE, ..from };
+        let garbage = Regs {
+            fp: from.fp ^ GARBAGE,
+            ..from
+        };
         let (n, _) = self.walk_from(garbage, &mut other, &loose, true);
         let same = |a: &[(u64, u64)], b: &[(u64, u64)], loose: &[u64]| {
-            a.len() == b.len() && a.iter().zip(b).all(|(p, q)| p.0 == q.0 && (p.1 == q.1 || loose.binary_search(&p.0).is_ok()))
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(p, q)| p.0 == q.0 && (p.1 == q.1 || loose.binary_search(&p.0).is_ok()))
         };
         let (fp_free, kept) = if other[..n] == *frames && same(&self.reads, &reads, &loose) {
-            (true, reads.iter().filter(|r| loose.binary_search(&r.0).is_err()).copied().collect::<Vec<_>>())
+            (
+                true,
+                reads
+                    .iter()
+                    .filter(|r| loose.binary_search(&r.0).is_err())
+                    .copied()
+                    .collect::<Vec<_>>(),
+            )
         } else {
             let (n, _) = self.walk_from(garbage, &mut other, &[], true);
             (other[..n] == *frames && self.reads == reads, reads.clone())
         };
         // Every word read lies in `[sp, stack_top)` (`walk_from`), and a thread's stack is far
         // smaller than 4 GiB: the offsets fit.
-        let offsets = kept.iter().map(|&(a, _)| u32::try_from(a - from.sp).unwrap_or(u32::MAX)).collect::<Vec<_>>();
+        let offsets = kept
+            .iter()
+            .map(|&(a, _)| u32::try_from(a - from.sp).unwrap_or(u32::MAX))
+            .collect::<Vec<_>>();
         if offsets.contains(&u32::MAX) {
             return;
         }
         let values = kept.iter().map(|&(_, v)| v).collect();
-        let memo = Memo { from, fp_free, generation: self.generation, depth, reads, offsets, values, frames: frames.to_vec(), tag: 0 };
+        let memo = Memo {
+            from,
+            fp_free,
+            generation: self.generation,
+            depth,
+            reads,
+            offsets,
+            values,
+            frames: frames.to_vec(),
+            tag: 0,
+        };
         if self.memos.len() < MEMOS {
             self.memos.push(memo);
         } else {
             // The least recently used goes (`find` keeps them in that order).
-            self.reads = std::mem::replace(&mut self.memos[MEMOS - 1], memo).reads; // keep the allocation
+            self.reads = std::mem::replace(&mut self.memos[MEMOS - 1], memo).reads;
+            // keep the allocation
         }
         self.memos.rotate_right(1);
         self.hit = 0;
@@ -501,7 +544,13 @@ impl Local {
     /// frame all the same (a JIT's code, or code a `dlopen` mapped since the tables were built),
     /// unless it lies on this thread's stack, where the walk stops without writing it. The words at `garbled` (sorted) read as garbage, and
     /// `test` walks use the scratch rule cache (`remember`).
-    fn walk_from(&mut self, from: Regs, out: &mut [usize], garbled: &[u64], test: bool) -> (usize, Option<u64>) {
+    fn walk_from(
+        &mut self,
+        from: Regs,
+        out: &mut [usize],
+        garbled: &[u64],
+        test: bool,
+    ) -> (usize, Option<u64>) {
         let (lo, hi) = (from.sp, self.stack_top);
         let reads = &mut self.reads;
         reads.clear();
@@ -517,8 +566,14 @@ impl Local {
             reads.push((addr, v));
             Ok(v)
         };
-        let cache = if test { self.scratch.get_or_insert_with(Cache::new) } else { &mut self.cache };
-        let mut frames = self.tables.iter_frames(from.pc, initial_regs(from), cache, &mut read_stack);
+        let cache = if test {
+            self.scratch.get_or_insert_with(Cache::new)
+        } else {
+            &mut self.cache
+        };
+        let mut frames =
+            self.tables
+                .iter_frames(from.pc, initial_regs(from), cache, &mut read_stack);
         let (own_lo, own_hi) = crate::runtime::objects::own_range();
         let (ranges, stack) = (&self.ranges, (self.stack_bottom, self.stack_top));
         let (mut n, mut in_own, mut missed) = (0usize, true, None);
@@ -647,7 +702,8 @@ fn stack_in_maps(maps: &[u8], sp: u64) -> Option<(u64, u64)> {
         let mid = lo + (hi - lo) / 2;
         let from = &maps[mid - 1..hi - 1];
         // SAFETY: `from` is a live slice; memchr reads at most `from.len()` bytes of it.
-        let nl = unsafe { libc::memchr(from.as_ptr() as *const c_void, b'\n' as c_int, from.len()) };
+        let nl =
+            unsafe { libc::memchr(from.as_ptr() as *const c_void, b'\n' as c_int, from.len()) };
         if nl.is_null() {
             hi = mid; // no line starts in [mid, hi)
             continue;
@@ -686,7 +742,11 @@ fn hex_prefix(b: &[u8]) -> Option<(u64, usize)> {
 
 /// The loader's (adds, subs) counters: they move on every `dlopen`/`dlclose` that maps or unmaps.
 pub(crate) fn loader_counts() -> (u64, u64) {
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: `data` is the `&mut counts` passed below, live and unaliased for the whole walk.
         let out = unsafe { &mut *(data as *mut (u64, u64)) };
         if size >= std::mem::size_of::<libc::dl_phdr_info>() {
@@ -719,7 +779,11 @@ struct Found {
 /// Builds the tables for every loaded object.
 fn scan(generation: u64) -> Shared {
     let mut found: (Vec<Found>, (u64, u64)) = (Vec::new(), (0, 0));
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: `data` is the `&mut found` passed below, live and unaliased for the whole walk.
         let (objects, loads) = unsafe { &mut *(data as *mut (Vec<Found>, (u64, u64))) };
         // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
@@ -732,13 +796,27 @@ fn scan(generation: u64) -> Shared {
             String::new()
         } else {
             // SAFETY: not null, so the loader's NUL-terminated name of the object.
-            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+            unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
+                .to_string_lossy()
+                .into_owned()
         };
-        let mut f = Found { name, start: u64::MAX, end: 0, bias, text: None, hdr: None, segments: Vec::new(), code: Vec::new() };
+        let mut f = Found {
+            name,
+            start: u64::MAX,
+            end: 0,
+            bias,
+            text: None,
+            hdr: None,
+            segments: Vec::new(),
+            code: Vec::new(),
+        };
         for i in 0..info.dlpi_phnum as usize {
             // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
             let ph = unsafe { &*info.dlpi_phdr.add(i) };
-            let (s, e) = (bias.wrapping_add(ph.p_vaddr), bias.wrapping_add(ph.p_vaddr).wrapping_add(ph.p_memsz));
+            let (s, e) = (
+                bias.wrapping_add(ph.p_vaddr),
+                bias.wrapping_add(ph.p_vaddr).wrapping_add(ph.p_memsz),
+            );
             match ph.p_type {
                 libc::PT_LOAD => {
                     f.start = f.start.min(s);
@@ -778,7 +856,12 @@ fn scan(generation: u64) -> Shared {
         }
     }
     ranges.sort_unstable();
-    Shared { generation, tables, ranges, loads }
+    Shared {
+        generation,
+        tables,
+        ranges,
+        loads,
+    }
 }
 
 /// One object's unwind tables, as slices of its mapped segments.
@@ -791,7 +874,9 @@ unsafe fn module(o: &Found) -> Option<Module<&'static [u8]>> {
         return None;
     }
     // SAFETY: the `PT_GNU_EH_FRAME` segment of an object mapped now (this function's contract).
-    let hdr = unsafe { std::slice::from_raw_parts(hdr_start as *const u8, (hdr_end - hdr_start) as usize) };
+    let hdr = unsafe {
+        std::slice::from_raw_parts(hdr_start as *const u8, (hdr_end - hdr_start) as usize)
+    };
     if hdr[0] != 1 {
         return None;
     }
@@ -800,10 +885,15 @@ unsafe fn module(o: &Found) -> Option<Module<&'static [u8]>> {
     // past the segment's end.
     let eh_frame = decode_encoded(hdr[1], &hdr[4..], hdr_start + 4, hdr_start)?;
     // `.eh_frame` has no length of its own here: it runs at most to the end of its segment.
-    let seg_end = o.segments.iter().find(|(s, e)| eh_frame >= *s && eh_frame < *e)?.1;
+    let seg_end = o
+        .segments
+        .iter()
+        .find(|(s, e)| eh_frame >= *s && eh_frame < *e)?
+        .1;
     // SAFETY: from `eh_frame` to the end of the loaded segment holding it, mapped (this function's
     // contract).
-    let eh = unsafe { std::slice::from_raw_parts(eh_frame as *const u8, (seg_end - eh_frame) as usize) };
+    let eh =
+        unsafe { std::slice::from_raw_parts(eh_frame as *const u8, (seg_end - eh_frame) as usize) };
     let svma = |a: u64| a.wrapping_sub(o.bias);
     let info = ExplicitModuleSectionInfo {
         base_svma: 0,
@@ -860,8 +950,14 @@ mod tests {
         }
         assert_eq!(decode(0x04, &u64::MAX.to_ne_bytes()), Some(u64::MAX));
         assert_eq!(decode(0x0c, &(-8i64).to_ne_bytes()), Some(-8i64 as u64));
-        assert_eq!(decode(0x03, &0xfedc_ba98u32.to_ne_bytes()), Some(0xfedc_ba98));
-        assert_eq!(decode(0x0b, &0x1234_5678i32.to_ne_bytes()), Some(0x1234_5678));
+        assert_eq!(
+            decode(0x03, &0xfedc_ba98u32.to_ne_bytes()),
+            Some(0xfedc_ba98)
+        );
+        assert_eq!(
+            decode(0x0b, &0x1234_5678i32.to_ne_bytes()),
+            Some(0x1234_5678)
+        );
         assert_eq!(decode(0x0b, &(-2i32).to_ne_bytes()), Some(-2i64 as u64));
         assert_eq!(decode(0x02, &0xfffeu16.to_ne_bytes()), Some(0xfffe));
         assert_eq!(decode(0x0a, &(-2i16).to_ne_bytes()), Some(-2i64 as u64));
@@ -874,17 +970,29 @@ mod tests {
         // pcrel: from the encoded value's own address.
         assert_eq!(decode(0x1b, &0x100i32.to_ne_bytes()), Some(AT + 0x100));
         assert_eq!(decode(0x1b, &(-0x100i32).to_ne_bytes()), Some(AT - 0x100));
-        assert_eq!(decode(0x13, &0xffff_fff0u32.to_ne_bytes()), Some(AT + 0xffff_fff0));
-        assert_eq!(decode(0x1c, &(-0x1004i64).to_ne_bytes()), Some(0x7f00_0000_0000));
+        assert_eq!(
+            decode(0x13, &0xffff_fff0u32.to_ne_bytes()),
+            Some(AT + 0xffff_fff0)
+        );
+        assert_eq!(
+            decode(0x1c, &(-0x1004i64).to_ne_bytes()),
+            Some(0x7f00_0000_0000)
+        );
         assert_eq!(decode(0x14, &0x10u64.to_ne_bytes()), Some(AT + 0x10));
         // datarel: from the start of `.eh_frame_hdr`.
         assert_eq!(decode(0x3b, &0x40i32.to_ne_bytes()), Some(HDR + 0x40));
         assert_eq!(decode(0x3b, &(-0x40i32).to_ne_bytes()), Some(HDR - 0x40));
-        assert_eq!(decode(0x33, &0x8000_0000u32.to_ne_bytes()), Some(HDR + 0x8000_0000));
+        assert_eq!(
+            decode(0x33, &0x8000_0000u32.to_ne_bytes()),
+            Some(HDR + 0x8000_0000)
+        );
         assert_eq!(decode(0x3c, &(-1i64).to_ne_bytes()), Some(HDR - 1));
         assert_eq!(decode(0x34, &8u64.to_ne_bytes()), Some(HDR + 8));
         // A negative offset from 0 wraps as the address arithmetic does.
-        assert_eq!(decode_encoded(0x1b, &(-4i32).to_ne_bytes(), 2, 0), Some(u64::MAX - 1));
+        assert_eq!(
+            decode_encoded(0x1b, &(-4i32).to_ne_bytes(), 2, 0),
+            Some(u64::MAX - 1)
+        );
     }
 
     #[test]
@@ -903,7 +1011,15 @@ mod tests {
     #[test]
     fn short_input() {
         let bytes = [0x11u8; 8];
-        for (enc, size) in [(0x04, 8), (0x0c, 8), (0x00, 8), (0x03, 4), (0x0b, 4), (0x02, 2), (0x0a, 2)] {
+        for (enc, size) in [
+            (0x04, 8),
+            (0x0c, 8),
+            (0x00, 8),
+            (0x03, 4),
+            (0x0b, 4),
+            (0x02, 2),
+            (0x0a, 2),
+        ] {
             assert!(decode(enc, &bytes[..size]).is_some(), "{enc:#x}");
             assert_eq!(decode(enc, &bytes[..size - 1]), None, "{enc:#x}");
         }
@@ -916,18 +1032,39 @@ mod tests {
 7f00aa000000-7f00aa800000 rw-p 00000000 00:00 0 \n\
 7ffc1000f000-7ffc10030000 rw-p 00000000 00:00 0                          [stack]\n\
 ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]";
-        assert_eq!(stack_in_maps(maps, 0x7f00aa000000), Some((0x7f00aa000000, 0x7f00aa800000)));
-        assert_eq!(stack_in_maps(maps, 0x7f00aa7ffff8), Some((0x7f00aa000000, 0x7f00aa800000)));
+        assert_eq!(
+            stack_in_maps(maps, 0x7f00aa000000),
+            Some((0x7f00aa000000, 0x7f00aa800000))
+        );
+        assert_eq!(
+            stack_in_maps(maps, 0x7f00aa7ffff8),
+            Some((0x7f00aa000000, 0x7f00aa800000))
+        );
         assert_eq!(stack_in_maps(maps, 0x7f00aa800000), None);
-        assert_eq!(stack_in_maps(maps, 0x7ffc1002fff0), Some((0x7ffc1000f000, 0x7ffc10030000)));
-        assert_eq!(stack_in_maps(maps, 0xffffffffff600008), Some((0xffffffffff600000, 0xffffffffff601000)));
+        assert_eq!(
+            stack_in_maps(maps, 0x7ffc1002fff0),
+            Some((0x7ffc1000f000, 0x7ffc10030000))
+        );
+        assert_eq!(
+            stack_in_maps(maps, 0xffffffffff600008),
+            Some((0xffffffffff600000, 0xffffffffff601000))
+        );
         assert_eq!(stack_in_maps(maps, 0x1000), None);
         assert_eq!(stack_in_maps(b"", 0x1000), None);
         // A broken line is never read as a range.
         assert_eq!(stack_in_maps(b"10-\n", 0x18), None);
         assert_eq!(stack_in_maps(b"08-10 x\n10-\n", 0x18), None);
-        assert_eq!(stack_in_maps(b"08-10 x\n10-20 x\n", 0x18), Some((0x10, 0x20)));
-        assert_eq!(stack_in_maps(b"10000000000000000-20000000000000000 x\n", 0x1_8000_0000_0000_000), None);
+        assert_eq!(
+            stack_in_maps(b"08-10 x\n10-20 x\n", 0x18),
+            Some((0x10, 0x20))
+        );
+        assert_eq!(
+            stack_in_maps(
+                b"10000000000000000-20000000000000000 x\n",
+                0x1_8000_0000_0000_000
+            ),
+            None
+        );
     }
 
     #[test]
@@ -936,17 +1073,39 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         for i in 0..300u64 {
             let lo = 0x7f00_0000_0000 + i * 0x10_0000;
             // Lines of different lengths, as names make them.
-            maps += &format!("{:x}-{:x} rw-p 00000000 00:00 0 {}\n", lo, lo + 0x8000, "x".repeat((i * 7 % 50) as usize));
+            maps += &format!(
+                "{:x}-{:x} rw-p 00000000 00:00 0 {}\n",
+                lo,
+                lo + 0x8000,
+                "x".repeat((i * 7 % 50) as usize)
+            );
         }
         for i in 0..300u64 {
             let lo = 0x7f00_0000_0000 + i * 0x10_0000;
-            assert_eq!(stack_in_maps(maps.as_bytes(), lo), Some((lo, lo + 0x8000)), "{i}");
-            assert_eq!(stack_in_maps(maps.as_bytes(), lo + 0x7ff8), Some((lo, lo + 0x8000)), "{i}");
+            assert_eq!(
+                stack_in_maps(maps.as_bytes(), lo),
+                Some((lo, lo + 0x8000)),
+                "{i}"
+            );
+            assert_eq!(
+                stack_in_maps(maps.as_bytes(), lo + 0x7ff8),
+                Some((lo, lo + 0x8000)),
+                "{i}"
+            );
             // In the gap after the range: none.
             assert_eq!(stack_in_maps(maps.as_bytes(), lo + 0x8000), None, "{i}");
         }
         assert_eq!(stack_in_maps(maps.as_bytes(), 0x1000), None);
-        assert_eq!(stack_in_maps(maps.trim_end().as_bytes(), 0x7f00_0000_0000 + 299 * 0x10_0000 + 8), Some((0x7f00_0000_0000 + 299 * 0x10_0000, 0x7f00_0000_0000 + 299 * 0x10_0000 + 0x8000)));
+        assert_eq!(
+            stack_in_maps(
+                maps.trim_end().as_bytes(),
+                0x7f00_0000_0000 + 299 * 0x10_0000 + 8
+            ),
+            Some((
+                0x7f00_0000_0000 + 299 * 0x10_0000,
+                0x7f00_0000_0000 + 299 * 0x10_0000 + 0x8000
+            ))
+        );
     }
 
     #[test]

@@ -11,7 +11,11 @@ const MEMORY_ALLOCATION: c_int = 207001;
 /// `ACL_ERROR_INVALID_PARAM`: what the runtime answers for memory registered twice.
 const INVALID_PARAM: c_int = 100000;
 /// ACL's answers (`aclError`): memory registered twice is an invalid parameter to it.
-const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: MEMORY_ALLOCATION, already: INVALID_PARAM };
+const CODES: Codes<c_int> = Codes {
+    ok: SUCCESS,
+    oom: MEMORY_ALLOCATION,
+    already: INVALID_PARAM,
+};
 /// `ACL_ERROR_UNINITIALIZE`, when no runtime can be found behind the hook.
 const UNINITIALIZE: c_int = 100001;
 /// `ACL_HOST_REG_MAPPED` for `aclrtHostRegisterV2`: the device maps the page, so it must be pinned.
@@ -20,7 +24,6 @@ const REG_MAPPED: u32 = 0x2;
 const REG_FLAGS: u32 = 0x1000_0002;
 /// `ACL_HOST_REGISTER_MAPPED`, the one `aclrtHostRegisterType`.
 const REGISTER_MAPPED: c_int = 0;
-
 
 /// `ACL_MEM_ALLOCATION_TYPE_PINNED`, `aclrtPhysicalMemProp::allocationType` (at byte 4).
 const ALLOCATION_PINNED: u32 = 0;
@@ -37,18 +40,43 @@ unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
     }
     // SAFETY: the caller's `aclrtPhysicalMemProp` (32 bytes): `allocationType` is the `uint32`
     // at byte 4, `location.type` the one at byte 16; read unaligned, wherever C put it.
-    let (ty, loc) = unsafe { ((prop as *const u8).add(4).cast::<u32>().read_unaligned(), (prop as *const u8).add(16).cast::<u32>().read_unaligned()) };
-    (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
+    let (ty, loc) = unsafe {
+        (
+            (prop as *const u8).add(4).cast::<u32>().read_unaligned(),
+            (prop as *const u8).add(16).cast::<u32>().read_unaligned(),
+        )
+    };
+    (
+        ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc),
+        flags != 0,
+    )
 }
 
-unsafe fn malloc_physical(real: aclrtMallocPhysical::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+unsafe fn malloc_physical(
+    real: aclrtMallocPhysical::Call,
+    handle: *mut u64,
+    size: usize,
+    prop: *const c_void,
+    flags: u64,
+) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
-            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
-            h.create_physical(Api::AclrtMallocPhysical, handle, size, req, CODES, move || real.call())
+            let req = host.then_some(if rejected {
+                Request::Rejected
+            } else {
+                Request::Mapped
+            });
+            h.create_physical(
+                Api::AclrtMallocPhysical,
+                handle,
+                size,
+                req,
+                CODES,
+                move || real.call(),
+            )
         }
     }
 }
@@ -60,10 +88,24 @@ unsafe fn free_physical(real: aclrtFreePhysical::Call, handle: u64) -> c_int {
     }
 }
 
-unsafe fn map_mem(real: aclrtMapMem::Call, ptr: *mut c_void, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
+unsafe fn map_mem(
+    real: aclrtMapMem::Call,
+    ptr: *mut c_void,
+    size: usize,
+    _offset: usize,
+    handle: u64,
+    _flags: u64,
+) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.map_physical(Api::AclrtMapMem, ptr as usize, size, handle, SUCCESS, move || real.call()),
+        Some(h) => h.map_physical(
+            Api::AclrtMapMem,
+            ptr as usize,
+            size,
+            handle,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -71,60 +113,131 @@ unsafe fn map_mem(real: aclrtMapMem::Call, ptr: *mut c_void, size: usize, _offse
 unsafe fn unmap_mem(real: aclrtUnmapMem::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, move || real.call()),
+        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, move || {
+            real.call()
+        }),
     }
 }
 
-unsafe fn retain(real: aclrtMemRetainAllocationHandle::Call, _ptr: *mut c_void, handle: *mut u64) -> c_int {
+unsafe fn retain(
+    real: aclrtMemRetainAllocationHandle::Call,
+    _ptr: *mut c_void,
+    handle: *mut u64,
+) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.retain_physical(Api::AclrtMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
+        Some(h) => h.retain_physical(
+            Api::AclrtMemRetainAllocationHandle,
+            handle,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn malloc_host(real: aclrtMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.alloc(Api::AclrtMallocHost, ptr, size, Request::Pageable, CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::AclrtMallocHost,
+            ptr,
+            size,
+            Request::Pageable,
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn malloc_host_with_cfg(real: aclrtMallocHostWithCfg::Call, ptr: *mut *mut c_void, size: u64, _cfg: *mut c_void) -> c_int {
+unsafe fn malloc_host_with_cfg(
+    real: aclrtMallocHostWithCfg::Call,
+    ptr: *mut *mut c_void,
+    size: u64,
+    _cfg: *mut c_void,
+) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.alloc(Api::AclrtMallocHostWithCfg, ptr, size as usize, Request::Pageable, CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::AclrtMallocHostWithCfg,
+            ptr,
+            size as usize,
+            Request::Pageable,
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 /// Always a mapped registration (it returns the device address), so never downgraded.
-unsafe fn host_register(real: aclrtHostRegister::Call, ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int {
+unsafe fn host_register(
+    real: aclrtHostRegister::Call,
+    ptr: *mut c_void,
+    size: u64,
+    ty: c_int,
+    dev: *mut *mut c_void,
+) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
         Some(h) => {
-            let req = if ty == REGISTER_MAPPED && !dev.is_null() { Request::Mapped } else { Request::Rejected };
-            h.register(Api::AclrtHostRegister, ptr, size as usize, req, CODES, move || real.call())
+            let req = if ty == REGISTER_MAPPED && !dev.is_null() {
+                Request::Mapped
+            } else {
+                Request::Rejected
+            };
+            h.register(
+                Api::AclrtHostRegister,
+                ptr,
+                size as usize,
+                req,
+                CODES,
+                move || real.call(),
+            )
         }
     }
 }
 
-unsafe fn host_register_v2(real: aclrtHostRegisterV2::Call, ptr: *mut c_void, size: u64, flag: u32) -> c_int {
+unsafe fn host_register_v2(
+    real: aclrtHostRegisterV2::Call,
+    ptr: *mut c_void,
+    size: u64,
+    flag: u32,
+) -> c_int {
     match Hook::enter(Family::Acl) {
         None => real.call(),
-        Some(h) => h.register(Api::AclrtHostRegisterV2, ptr, size as usize, Request::from_flags(flag, REG_FLAGS, REG_MAPPED), CODES, move || real.call()),
+        Some(h) => h.register(
+            Api::AclrtHostRegisterV2,
+            ptr,
+            size as usize,
+            Request::from_flags(flag, REG_FLAGS, REG_MAPPED),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn free_host(real: aclrtFreeHost::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Acl) {
         None => real.call(),
-        Some(h) => h.release(Api::AclrtFreeHost, ptr, &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::AclrtFreeHost,
+            ptr,
+            &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn host_unregister(real: aclrtHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Acl) {
         None => real.call(),
-        Some(h) => h.release(Api::AclrtHostUnregister, ptr, &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::AclrtHostUnregister,
+            ptr,
+            &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 

@@ -26,7 +26,11 @@ const ALLOC_FLAGS: c_uint = 0x7;
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
 const REGISTER_FLAGS: c_uint = 0xf;
 /// The driver's answers (`CUresult`).
-const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: OUT_OF_MEMORY, already: ALREADY_REGISTERED };
+const CODES: Codes<c_int> = Codes {
+    ok: SUCCESS,
+    oom: OUT_OF_MEMORY,
+    already: ALREADY_REGISTERED,
+};
 
 /// Whether a location and allocation type name pinned host memory.
 pub(crate) unsafe fn location_host(location: *const c_int, ty: c_int) -> bool {
@@ -37,7 +41,13 @@ pub(crate) unsafe fn location_host(location: *const c_int, ty: c_int) -> bool {
     ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&unsafe { location.read_unaligned() })
 }
 
-unsafe fn pool_of(real: cuMemGetMemPool::Call, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn pool_of(
+    real: cuMemGetMemPool::Call,
+    api: Api,
+    pool: *mut u64,
+    location: *const c_int,
+    ty: c_int,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
         Some(h) => {
@@ -48,64 +58,144 @@ unsafe fn pool_of(real: cuMemGetMemPool::Call, api: Api, pool: *mut u64, locatio
     }
 }
 
-unsafe fn default_pool(real: cuMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn default_pool(
+    real: cuMemGetMemPool::Call,
+    pool: *mut u64,
+    location: *const c_int,
+    ty: c_int,
+) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
     unsafe { pool_of(real, Api::CuMemGetDefaultMemPool, pool, location, ty) }
 }
 
-unsafe fn current_pool(real: cuMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn current_pool(
+    real: cuMemGetMemPool::Call,
+    pool: *mut u64,
+    location: *const c_int,
+    ty: c_int,
+) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
     unsafe { pool_of(real, Api::CuMemGetMemPool, pool, location, ty) }
 }
 /// `cuMemPoolGetAttribute` and `cudaMemPoolGetAttribute`.
 pub(crate) type PoolAttrFn = unsafe extern "C-unwind" fn(u64, c_int, *mut c_void) -> c_int;
 
-unsafe fn host_alloc(real: cuMemHostAlloc::Call, pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_alloc(
+    real: cuMemHostAlloc::Call,
+    pp: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CuMemHostAlloc, pp, size, Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP), CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::CuMemHostAlloc,
+            pp,
+            size,
+            Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn alloc_host_v2(real: cuMemAllocHost_v2::Call, pp: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CuMemAllocHostV2, pp, size, Request::Pageable, CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::CuMemAllocHostV2,
+            pp,
+            size,
+            Request::Pageable,
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn alloc_host_legacy(real: cuMemAllocHost::Call, pp: *mut *mut c_void, size: c_uint) -> c_int {
+unsafe fn alloc_host_legacy(
+    real: cuMemAllocHost::Call,
+    pp: *mut *mut c_void,
+    size: c_uint,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CuMemAllocHost, pp, size as usize, Request::Pageable, CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::CuMemAllocHost,
+            pp,
+            size as usize,
+            Request::Pageable,
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn register_v2(real: cuMemHostRegister_v2::Call, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn register_v2(
+    real: cuMemHostRegister_v2::Call,
+    p: *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.register(Api::CuMemHostRegisterV2, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), CODES, move || real.call()),
+        Some(h) => h.register(
+            Api::CuMemHostRegisterV2,
+            p,
+            size,
+            Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn register_legacy(real: cuMemHostRegister::Call, p: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn register_legacy(
+    real: cuMemHostRegister::Call,
+    p: *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.register(Api::CuMemHostRegister, p, size, Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP), CODES, move || real.call()),
+        Some(h) => h.register(
+            Api::CuMemHostRegister,
+            p,
+            size,
+            Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn free_host(real: cuMemFreeHost::Call, p: *mut c_void) -> c_int {
     match Hook::enter_release(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.release(Api::CuMemFreeHost, p, &[Api::CuMemHostAlloc, Api::CuMemAllocHostV2, Api::CuMemAllocHost], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::CuMemFreeHost,
+            p,
+            &[
+                Api::CuMemHostAlloc,
+                Api::CuMemAllocHostV2,
+                Api::CuMemAllocHost,
+            ],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn host_unregister(real: cuMemHostUnregister::Call, p: *mut c_void) -> c_int {
     match Hook::enter_release(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.release(Api::CuMemHostUnregister, p, &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::CuMemHostUnregister,
+            p,
+            &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -123,8 +213,16 @@ pub(crate) unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) 
     }
     // SAFETY: the caller's `CUmemAllocationProp` (32 bytes): `type` and `location.type` are the
     // `int`s at bytes 0 and 8; read unaligned, as the C caller may pack it anywhere.
-    let (ty, loc) = unsafe { ((prop as *const i32).read_unaligned(), (prop as *const u8).add(8).cast::<i32>().read_unaligned()) };
-    (ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc), flags != 0)
+    let (ty, loc) = unsafe {
+        (
+            (prop as *const i32).read_unaligned(),
+            (prop as *const u8).add(8).cast::<i32>().read_unaligned(),
+        )
+    };
+    (
+        ty == ALLOCATION_PINNED && LOCATION_HOST.contains(&loc),
+        flags != 0,
+    )
 }
 
 /// Whether a `CUmemPoolProps` (or the runtime's `cudaMemPoolProps`, the same layout: `allocType`
@@ -144,11 +242,18 @@ pub(crate) fn pool_attr(get: Option<PoolAttrFn>, pool: u64, attr: i32) -> Option
 }
 
 /// The driver's pool calls: its codes, and `cuMemPoolGetAttribute`.
-const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: driver_pool_attr };
+const POOLS: PoolApi<c_int> = PoolApi {
+    codes: CODES,
+    read: driver_pool_attr,
+};
 
 fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `cuMemPoolGetAttribute`.
-    pool_attr(unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() }, pool, attr)
+    pool_attr(
+        unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() },
+        pool,
+        attr,
+    )
 }
 
 unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
@@ -157,7 +262,9 @@ unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
             let host = unsafe { pool_props_host(props) };
-            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, move || real.call())
+            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, move || {
+                real.call()
+            })
         }
     }
 }
@@ -165,21 +272,38 @@ unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const
 unsafe fn pool_destroy(real: cuMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, move || {
+            real.call()
+        }),
     }
 }
 
 unsafe fn pool_trim(real: cuMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, move || {
+            real.call()
+        }),
     }
 }
 
-unsafe fn pool_alloc(real: cuMemAllocFromPoolAsync::Call, dptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
+unsafe fn pool_alloc(
+    real: cuMemAllocFromPoolAsync::Call,
+    dptr: *mut usize,
+    size: usize,
+    pool: u64,
+    _stream: *mut c_void,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.alloc_from_pool(Api::CuMemAllocFromPoolAsync, dptr, size, pool, POOLS, move || real.call()),
+        Some(h) => h.alloc_from_pool(
+            Api::CuMemAllocFromPoolAsync,
+            dptr,
+            size,
+            pool,
+            POOLS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -190,14 +314,26 @@ unsafe fn free_async(real: cuMemFreeAsync::Call, dptr: usize, _stream: *mut c_vo
     }
 }
 
-unsafe fn mem_create(real: cuMemCreate::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+unsafe fn mem_create(
+    real: cuMemCreate::Call,
+    handle: *mut u64,
+    size: usize,
+    prop: *const c_void,
+    flags: u64,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
             let (host, rejected) = unsafe { host_prop(prop, flags) };
-            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
-            h.create_physical(Api::CuMemCreate, handle, size, req, CODES, move || real.call())
+            let req = host.then_some(if rejected {
+                Request::Rejected
+            } else {
+                Request::Mapped
+            });
+            h.create_physical(Api::CuMemCreate, handle, size, req, CODES, move || {
+                real.call()
+            })
         }
     }
 }
@@ -209,31 +345,66 @@ unsafe fn mem_release(real: cuMemRelease::Call, handle: u64) -> c_int {
     }
 }
 
-unsafe fn mem_map(real: cuMemMap::Call, ptr: u64, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
+unsafe fn mem_map(
+    real: cuMemMap::Call,
+    ptr: u64,
+    size: usize,
+    _offset: usize,
+    handle: u64,
+    _flags: u64,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.map_physical(Api::CuMemMap, ptr as usize, size, handle, SUCCESS, move || real.call()),
+        Some(h) => h.map_physical(
+            Api::CuMemMap,
+            ptr as usize,
+            size,
+            handle,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn mem_unmap(real: cuMemUnmap::Call, ptr: u64, size: usize) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.unmap_physical(Api::CuMemUnmap, ptr as usize, size.max(1), SUCCESS, move || real.call()),
+        Some(h) => h.unmap_physical(
+            Api::CuMemUnmap,
+            ptr as usize,
+            size.max(1),
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn mem_retain(real: cuMemRetainAllocationHandle::Call, handle: *mut u64, _addr: *mut c_void) -> c_int {
+unsafe fn mem_retain(
+    real: cuMemRetainAllocationHandle::Call,
+    handle: *mut u64,
+    _addr: *mut c_void,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
-        Some(h) => h.retain_physical(Api::CuMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
+        Some(h) => h.retain_physical(
+            Api::CuMemRetainAllocationHandle,
+            handle,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 /// `cuGetProcAddress`: the driver's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// driver's own.
-unsafe fn get_proc(real: cuGetProcAddress::Call, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, _flags: u64) -> c_int {
+unsafe fn get_proc(
+    real: cuGetProcAddress::Call,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    _flags: u64,
+) -> c_int {
     let rc = real.call();
     if rc == SUCCESS {
         // SAFETY: `symbol` and `pfn` are the C caller's: a C string and an out-pointer the driver
@@ -243,7 +414,14 @@ unsafe fn get_proc(real: cuGetProcAddress::Call, symbol: *const c_char, pfn: *mu
     rc
 }
 
-unsafe fn get_proc_v2(real: cuGetProcAddress_v2::Call, symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, _flags: u64, _status: *mut c_int) -> c_int {
+unsafe fn get_proc_v2(
+    real: cuGetProcAddress_v2::Call,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    _flags: u64,
+    _status: *mut c_int,
+) -> c_int {
     let rc = real.call();
     if rc == SUCCESS {
         // SAFETY: as in `get_proc`.
@@ -254,7 +432,11 @@ unsafe fn get_proc_v2(real: cuGetProcAddress_v2::Call, symbol: *const c_char, pf
 
 unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
     // SAFETY: `pfn` is not null, so the caller's valid, written out-pointer.
-    if symbol.is_null() || pfn.is_null() || unsafe { (*pfn).is_null() } || !crate::lifecycle::hooks_enabled(Family::CudaDriver) {
+    if symbol.is_null()
+        || pfn.is_null()
+        || unsafe { (*pfn).is_null() }
+        || !crate::lifecycle::hooks_enabled(Family::CudaDriver)
+    {
         return;
     }
     // SAFETY: `symbol` is not null, so the caller's NUL-terminated name.

@@ -14,7 +14,11 @@ const INITIALIZATION_ERROR: c_int = 3;
 /// `cudaErrorHostMemoryAlreadyRegistered`.
 const ALREADY_REGISTERED: c_int = 712;
 /// The runtime's answers (`cudaError_t`).
-const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: MEMORY_ALLOCATION, already: ALREADY_REGISTERED };
+const CODES: Codes<c_int> = Codes {
+    ok: SUCCESS,
+    oom: MEMORY_ALLOCATION,
+    already: ALREADY_REGISTERED,
+};
 /// `cudaHostAllocMapped` and `cudaHostRegisterMapped`: the device needs the page, so pageable
 /// memory cannot stand in for it.
 const MAPPED: c_uint = 2;
@@ -23,16 +27,28 @@ const ALLOC_FLAGS: c_uint = 0x7;
 /// `cudaHostRegisterPortable | Mapped | IoMemory | ReadOnly`.
 const REGISTER_FLAGS: c_uint = 0xf;
 
-
 fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `cudaMemPoolGetAttribute`.
-    super::cuda_driver::pool_attr(unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
+    super::cuda_driver::pool_attr(
+        unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() },
+        pool,
+        attr,
+    )
 }
 
 /// The runtime's pool calls: its codes, and `cudaMemPoolGetAttribute`.
-const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: runtime_pool_attr };
+const POOLS: PoolApi<c_int> = PoolApi {
+    codes: CODES,
+    read: runtime_pool_attr,
+};
 
-unsafe fn pool_of(real: cudaMemGetMemPool::Call, api: Api, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn pool_of(
+    real: cudaMemGetMemPool::Call,
+    api: Api,
+    pool: *mut u64,
+    location: *const c_int,
+    ty: c_int,
+) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
         Some(h) => {
@@ -43,23 +59,39 @@ unsafe fn pool_of(real: cudaMemGetMemPool::Call, api: Api, pool: *mut u64, locat
     }
 }
 
-unsafe fn default_pool(real: cudaMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn default_pool(
+    real: cudaMemGetMemPool::Call,
+    pool: *mut u64,
+    location: *const c_int,
+    ty: c_int,
+) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
     unsafe { pool_of(real, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
 }
 
-unsafe fn current_pool(real: cudaMemGetMemPool::Call, pool: *mut u64, location: *const c_int, ty: c_int) -> c_int {
+unsafe fn current_pool(
+    real: cudaMemGetMemPool::Call,
+    pool: *mut u64,
+    location: *const c_int,
+    ty: c_int,
+) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
     unsafe { pool_of(real, Api::CudaMemGetMemPool, pool, location, ty) }
 }
 
-unsafe fn pool_create(real: cudaMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
+unsafe fn pool_create(
+    real: cudaMemPoolCreate::Call,
+    pool: *mut u64,
+    props: *const c_void,
+) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
-            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || real.call())
+            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || {
+                real.call()
+            })
         }
     }
 }
@@ -67,21 +99,38 @@ unsafe fn pool_create(real: cudaMemPoolCreate::Call, pool: *mut u64, props: *con
 unsafe fn pool_destroy(real: cudaMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, move || {
+            real.call()
+        }),
     }
 }
 
 unsafe fn pool_trim(real: cudaMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, move || real.call()),
+        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, move || {
+            real.call()
+        }),
     }
 }
 
-unsafe fn pool_alloc(real: cudaMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
+unsafe fn pool_alloc(
+    real: cudaMallocFromPoolAsync::Call,
+    ptr: *mut usize,
+    size: usize,
+    pool: u64,
+    _stream: *mut c_void,
+) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.alloc_from_pool(Api::CudaMallocFromPoolAsync, ptr, size, pool, POOLS, move || real.call()),
+        Some(h) => h.alloc_from_pool(
+            Api::CudaMallocFromPoolAsync,
+            ptr,
+            size,
+            pool,
+            POOLS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -92,38 +141,81 @@ unsafe fn free_async(real: cudaFreeAsync::Call, ptr: usize, _stream: *mut c_void
     }
 }
 
-unsafe fn host_alloc(real: cudaHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_alloc(
+    real: cudaHostAlloc::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CudaHostAlloc, ptr, size, Request::from_flags(flags, ALLOC_FLAGS, MAPPED), CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::CudaHostAlloc,
+            ptr,
+            size,
+            Request::from_flags(flags, ALLOC_FLAGS, MAPPED),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn malloc_host(real: cudaMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.alloc(Api::CudaMallocHost, ptr, size, Request::Pageable, CODES, move || real.call()),
+        Some(h) => h.alloc(
+            Api::CudaMallocHost,
+            ptr,
+            size,
+            Request::Pageable,
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn host_register(real: cudaHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_register(
+    real: cudaHostRegister::Call,
+    ptr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.register(Api::CudaHostRegister, ptr, size, Request::from_flags(flags, REGISTER_FLAGS, MAPPED), CODES, move || real.call()),
+        Some(h) => h.register(
+            Api::CudaHostRegister,
+            ptr,
+            size,
+            Request::from_flags(flags, REGISTER_FLAGS, MAPPED),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn free_host(real: cudaFreeHost::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.release(Api::CudaFreeHost, ptr, &[Api::CudaHostAlloc, Api::CudaMallocHost], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::CudaFreeHost,
+            ptr,
+            &[Api::CudaHostAlloc, Api::CudaMallocHost],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn host_unregister(real: cudaHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Cuda) {
         None => real.call(),
-        Some(h) => h.release(Api::CudaHostUnregister, ptr, &[Api::CudaHostRegister], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::CudaHostUnregister,
+            ptr,
+            &[Api::CudaHostRegister],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 

@@ -11,8 +11,8 @@
 
 use super::hand_hooks;
 use crate::api::Family;
-use crate::runtime::dl;
 use crate::hooks::{acl, cuda_driver, cuda_runtime, hip, libc_lock};
+use crate::runtime::dl;
 use std::ffi::{c_char, c_void, CStr};
 
 #[cfg(target_arch = "x86_64")]
@@ -51,7 +51,11 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 #[cfg(target_arch = "x86_64")]
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "endbr64",
@@ -122,7 +126,11 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut
 #[cfg(target_arch = "aarch64")]
 #[unsafe(naked)]
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+pub unsafe extern "C" fn dlvsym(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+) -> *mut c_void {
     core::arch::naked_asm!(
         ".cfi_startproc",
         "hint #34",
@@ -168,7 +176,11 @@ hand_hooks! {
 
 /// Non-null: the trampoline returns it. Null: the trampoline hands the call to the real function.
 /// Also where the real functions get found, on the very first `dlsym` of the process.
-extern "C" fn dlsym_answer(handle: *mut c_void, name: *const c_char, _caller: *const c_void) -> *mut c_void {
+extern "C" fn dlsym_answer(
+    handle: *mut c_void,
+    name: *const c_char,
+    _caller: *const c_void,
+) -> *mut c_void {
     std::panic::catch_unwind(|| {
         dl::init();
         answer(handle, name, None)
@@ -176,7 +188,12 @@ extern "C" fn dlsym_answer(handle: *mut c_void, name: *const c_char, _caller: *c
     .unwrap_or(std::ptr::null_mut())
 }
 
-extern "C" fn dlvsym_answer(handle: *mut c_void, name: *const c_char, version: *const c_char, _caller: *const c_void) -> *mut c_void {
+extern "C" fn dlvsym_answer(
+    handle: *mut c_void,
+    name: *const c_char,
+    version: *const c_char,
+    _caller: *const c_void,
+) -> *mut c_void {
     std::panic::catch_unwind(|| {
         dl::init();
         answer(handle, name, Some(version))
@@ -189,8 +206,16 @@ type Redirect = fn(&CStr, usize) -> Option<Option<usize>>;
 /// Every family's table (its names and its redirection), and whose hooks it is: a new family is
 /// one line here.
 const TABLES: [(Family, &[&str], Redirect); 5] = [
-    (cuda_runtime::FAMILY, cuda_runtime::NAMES, cuda_runtime::redirect),
-    (cuda_driver::FAMILY, cuda_driver::NAMES, cuda_driver::redirect),
+    (
+        cuda_runtime::FAMILY,
+        cuda_runtime::NAMES,
+        cuda_runtime::redirect,
+    ),
+    (
+        cuda_driver::FAMILY,
+        cuda_driver::NAMES,
+        cuda_driver::redirect,
+    ),
     (acl::FAMILY, acl::NAMES, acl::redirect),
     (hip::FAMILY, hip::NAMES, hip::redirect),
     (Family::Mlock, libc_lock::NAMES, libc_lock::redirect),
@@ -198,7 +223,10 @@ const TABLES: [(Family, &[&str], Redirect); 5] = [
 
 /// The table that has `name`, and its family.
 fn table_of(name: &[u8]) -> Option<(Family, Redirect)> {
-    TABLES.iter().find(|t| t.1.iter().any(|n| n.as_bytes() == name)).map(|t| (t.0, t.2))
+    TABLES
+        .iter()
+        .find(|t| t.1.iter().any(|n| n.as_bytes() == name))
+        .map(|t| (t.0, t.2))
 }
 
 fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_char>) -> *mut c_void {
@@ -208,7 +236,9 @@ fn answer(handle: *mut c_void, name: *const c_char, version: Option<*const c_cha
     }
     // SAFETY: `name` is non-null (checked above) and dlsym's contract makes it a NUL-terminated string.
     let cname = unsafe { CStr::from_ptr(name) };
-    let Some((family, redirect)) = table_of(cname.to_bytes()) else { return none };
+    let Some((family, redirect)) = table_of(cname.to_bytes()) else {
+        return none;
+    };
     if !crate::lifecycle::hooks_enabled(family) {
         return none;
     }

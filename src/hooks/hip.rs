@@ -19,7 +19,11 @@ const NOT_INITIALIZED: c_int = 3;
 /// `hipErrorHostMemoryAlreadyRegistered`.
 const ALREADY_REGISTERED: c_int = 712;
 /// The runtime's answers (`hipError_t`): CUDA's numbers.
-const CODES: Codes<c_int> = Codes { ok: SUCCESS, oom: OUT_OF_MEMORY, already: ALREADY_REGISTERED };
+const CODES: Codes<c_int> = Codes {
+    ok: SUCCESS,
+    oom: OUT_OF_MEMORY,
+    already: ALREADY_REGISTERED,
+};
 /// `hipHostMallocMapped`: the device needs the page, so pageable memory cannot stand in for it.
 const MAPPED: c_uint = 0x2;
 /// `hipHostMallocPortable | Mapped | WriteCombined | NumaUser | Coherent | NonCoherent`.
@@ -27,9 +31,14 @@ const ALLOC_FLAGS: c_uint = 0x7 | 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
 /// `hipHostRegisterPortable | Mapped | IoMemory | hipExtHostRegisterCoarseGrained`.
 const REGISTER_FLAGS: c_uint = 0xf;
 
-
 /// What `hipHostFree` and `hipFreeHost` release: every host allocation, whichever name made it.
-const FREES: [Api; 5] = [Api::HipHostMalloc, Api::HipHostAlloc, Api::HipExtHostAlloc, Api::HipMallocHost, Api::HipMemAllocHost];
+const FREES: [Api; 5] = [
+    Api::HipHostMalloc,
+    Api::HipHostAlloc,
+    Api::HipExtHostAlloc,
+    Api::HipMallocHost,
+    Api::HipMemAllocHost,
+];
 
 /// `hipHostMallocCoherent` and `hipHostMallocNonCoherent`: the runtime refuses both at once.
 const COHERENCE: c_uint = 0x4000_0000 | 0x8000_0000;
@@ -52,17 +61,27 @@ fn register_request(flags: c_uint) -> Request {
     }
 }
 
-fn alloc_as(api: Api, real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+fn alloc_as(
+    api: Api,
+    real: hipHostMalloc::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), CODES, move || real.call()),
+        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), CODES, move || {
+            real.call()
+        }),
     }
 }
 
 fn malloc_as(api: Api, real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.alloc(api, ptr, size, Request::Pageable, CODES, move || real.call()),
+        Some(h) => h.alloc(api, ptr, size, Request::Pageable, CODES, move || {
+            real.call()
+        }),
     }
 }
 
@@ -73,15 +92,30 @@ fn free_as(api: Api, real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
     }
 }
 
-unsafe fn host_malloc(real: hipHostMalloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_malloc(
+    real: hipHostMalloc::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     alloc_as(Api::HipHostMalloc, real, ptr, size, flags)
 }
 
-unsafe fn host_alloc(real: hipHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_alloc(
+    real: hipHostAlloc::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     alloc_as(Api::HipHostAlloc, real, ptr, size, flags)
 }
 
-unsafe fn ext_host_alloc(real: hipExtHostAlloc::Call, ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn ext_host_alloc(
+    real: hipExtHostAlloc::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     alloc_as(Api::HipExtHostAlloc, real, ptr, size, flags)
 }
 
@@ -101,17 +135,35 @@ unsafe fn free_host(real: hipFreeHost::Call, ptr: *mut c_void) -> c_int {
     free_as(Api::HipFreeHost, real, ptr)
 }
 
-unsafe fn host_register(real: hipHostRegister::Call, ptr: *mut c_void, size: usize, flags: c_uint) -> c_int {
+unsafe fn host_register(
+    real: hipHostRegister::Call,
+    ptr: *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.register(Api::HipHostRegister, ptr, size, register_request(flags), CODES, move || real.call()),
+        Some(h) => h.register(
+            Api::HipHostRegister,
+            ptr,
+            size,
+            register_request(flags),
+            CODES,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Hip) {
         None => real.call(),
-        Some(h) => h.release(Api::HipHostUnregister, ptr, &[Api::HipHostRegister], SUCCESS, move || real.call()),
+        Some(h) => h.release(
+            Api::HipHostUnregister,
+            ptr,
+            &[Api::HipHostRegister],
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -119,11 +171,18 @@ unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_
 /// CUDA's attribute numbers and value type.
 fn pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `hipMemPoolGetAttribute`.
-    super::cuda_driver::pool_attr(unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() }, pool, attr)
+    super::cuda_driver::pool_attr(
+        unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() },
+        pool,
+        attr,
+    )
 }
 
 /// The runtime's pool calls: its codes, and `hipMemPoolGetAttribute`.
-const POOLS: PoolApi<c_int> = PoolApi { codes: CODES, read: pool_attr };
+const POOLS: PoolApi<c_int> = PoolApi {
+    codes: CODES,
+    read: pool_attr,
+};
 
 unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
     match Hook::enter(Family::Hip) {
@@ -133,7 +192,9 @@ unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *cons
             // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
             // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
             let host = unsafe { super::cuda_driver::pool_props_host(props) };
-                h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || real.call())
+            h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || {
+                real.call()
+            })
         }
     }
 }
@@ -141,21 +202,38 @@ unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *cons
 unsafe fn pool_destroy(real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || real.call()),
+        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || {
+            real.call()
+        }),
     }
 }
 
 unsafe fn pool_trim(real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || real.call()),
+        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || {
+            real.call()
+        }),
     }
 }
 
-unsafe fn pool_alloc(real: hipMallocFromPoolAsync::Call, ptr: *mut usize, size: usize, pool: u64, _stream: *mut c_void) -> c_int {
+unsafe fn pool_alloc(
+    real: hipMallocFromPoolAsync::Call,
+    ptr: *mut usize,
+    size: usize,
+    pool: u64,
+    _stream: *mut c_void,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.alloc_from_pool(Api::HipMallocFromPoolAsync, ptr, size, pool, POOLS, move || real.call()),
+        Some(h) => h.alloc_from_pool(
+            Api::HipMallocFromPoolAsync,
+            ptr,
+            size,
+            pool,
+            POOLS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -194,17 +272,33 @@ fn host_locations() -> bool {
 /// `hipMemCreate`: physical memory, counted when its location is the host's (ROCm 7's
 /// `hipMemLocationTypeHost`, `HostNuma`, `HostNumaCurrent`); device memory passes through. A
 /// physical allocation is mapped for the device, so `downgrade` refuses it as `error` does.
-unsafe fn mem_create(real: hipMemCreate::Call, handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int {
+unsafe fn mem_create(
+    real: hipMemCreate::Call,
+    handle: *mut u64,
+    size: usize,
+    prop: *const c_void,
+    flags: u64,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) if !host_locations() => h.create_physical(Api::HipMemCreate, handle, size, None, CODES, move || real.call()),
+        Some(h) if !host_locations() => {
+            h.create_physical(Api::HipMemCreate, handle, size, None, CODES, move || {
+                real.call()
+            })
+        }
         Some(h) => {
             // SAFETY: `prop` is the C caller's, null or a `hipMemAllocationProp`, whose layout
             // since ROCm 6 is `CUmemAllocationProp`'s (`type` at byte 0, `location.type` at 8,
             // the same numbers: docs/field-notes.md), and `flags` must be 0 as CUDA's.
             let (host, rejected) = unsafe { super::cuda_driver::host_prop(prop, flags) };
-            let req = host.then_some(if rejected { Request::Rejected } else { Request::Mapped });
-            h.create_physical(Api::HipMemCreate, handle, size, req, CODES, move || real.call())
+            let req = host.then_some(if rejected {
+                Request::Rejected
+            } else {
+                Request::Mapped
+            });
+            h.create_physical(Api::HipMemCreate, handle, size, req, CODES, move || {
+                real.call()
+            })
         }
     }
 }
@@ -216,34 +310,75 @@ unsafe fn mem_release(real: hipMemRelease::Call, handle: u64) -> c_int {
     }
 }
 
-unsafe fn mem_map(real: hipMemMap::Call, ptr: *mut c_void, size: usize, _offset: usize, handle: u64, _flags: u64) -> c_int {
+unsafe fn mem_map(
+    real: hipMemMap::Call,
+    ptr: *mut c_void,
+    size: usize,
+    _offset: usize,
+    handle: u64,
+    _flags: u64,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.map_physical(Api::HipMemMap, ptr as usize, size, handle, SUCCESS, move || real.call()),
+        Some(h) => h.map_physical(
+            Api::HipMemMap,
+            ptr as usize,
+            size,
+            handle,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 unsafe fn mem_unmap(real: hipMemUnmap::Call, ptr: *mut c_void, size: usize) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.unmap_physical(Api::HipMemUnmap, ptr as usize, size.max(1), SUCCESS, move || real.call()),
+        Some(h) => h.unmap_physical(
+            Api::HipMemUnmap,
+            ptr as usize,
+            size.max(1),
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
-unsafe fn mem_retain(real: hipMemRetainAllocationHandle::Call, handle: *mut u64, _addr: *mut c_void) -> c_int {
+unsafe fn mem_retain(
+    real: hipMemRetainAllocationHandle::Call,
+    handle: *mut u64,
+    _addr: *mut c_void,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
-        Some(h) => h.retain_physical(Api::HipMemRetainAllocationHandle, handle, SUCCESS, move || real.call()),
+        Some(h) => h.retain_physical(
+            Api::HipMemRetainAllocationHandle,
+            handle,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
 /// `hipGetProcAddress`: the runtime's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
 /// runtime's own.
-unsafe fn get_proc(real: hipGetProcAddress::Call, symbol: *const c_char, pfn: *mut *mut c_void, _version: c_int, _flags: u64, _status: *mut c_int) -> c_int {
+unsafe fn get_proc(
+    real: hipGetProcAddress::Call,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    _version: c_int,
+    _flags: u64,
+    _status: *mut c_int,
+) -> c_int {
     let rc = real.call();
     // SAFETY: `pfn` is checked for null before it is read; on success the runtime wrote it.
-    if rc != SUCCESS || symbol.is_null() || pfn.is_null() || unsafe { (*pfn).is_null() } || !crate::lifecycle::hooks_enabled(Family::Hip) {
+    if rc != SUCCESS
+        || symbol.is_null()
+        || pfn.is_null()
+        || unsafe { (*pfn).is_null() }
+        || !crate::lifecycle::hooks_enabled(Family::Hip)
+    {
         return rc;
     }
     // SAFETY: `symbol` is not null, so the caller's NUL-terminated name.

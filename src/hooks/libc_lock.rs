@@ -11,12 +11,11 @@
 //! next comparison with the kernel takes them into the view.
 
 use super::hand_hooks;
+use crate::accounting::ledger;
 use crate::api::{Api, Family};
 use crate::runtime::guard;
-use crate::accounting::ledger;
 use crate::track::{Hook, MmapArgs};
 use libc::{c_int, c_void, off_t, size_t};
-
 
 fn sys_ret(r: libc::c_long) -> c_int {
     r as c_int
@@ -74,7 +73,9 @@ unsafe fn unlock(addr: *const c_void, len: size_t) -> c_int {
     let real = real_or_syscall!(munlock(addr, len), libc::SYS_munlock);
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.lock_call(|h| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0)),
+        Some(h) => {
+            h.lock_call(|h| h.unlock_range(Api::Munlock, addr as usize, len, real, |rc| *rc == 0))
+        }
     }
 }
 
@@ -97,7 +98,14 @@ unsafe fn unlock_all() -> c_int {
     }
 }
 
-unsafe fn real_mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+unsafe fn real_mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
     match mmap::get() {
         // SAFETY: `f` is libc's `mmap`, given our caller's arguments under its contract.
         Some(f) => unsafe { f(addr, len, prot, flags, fd, off) },
@@ -115,7 +123,14 @@ unsafe fn real_mmap(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, f
 /// The untracked path, the one nearly every call takes: two flag tests and a jump to libc's
 /// function, with no stack frame of its own (the rest is out of line in `mmap_tracked`).
 #[inline(always)]
-unsafe fn mmap_hooked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+unsafe fn mmap_hooked(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
     let locking = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
     if !locking && !replacing {
@@ -129,7 +144,14 @@ unsafe fn mmap_hooked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int,
 }
 
 #[inline(never)]
-unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int, fd: c_int, off: off_t) -> *mut c_void {
+unsafe fn mmap_tracked(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
     let locking_flag = flags & libc::MAP_LOCKED != 0;
     let replacing = flags & libc::MAP_FIXED != 0 && ledger::locked_any();
     if !locking_flag && !replacing {
@@ -147,13 +169,28 @@ unsafe fn mmap_tracked(addr: *mut c_void, len: size_t, prot: c_int, flags: c_int
         // SAFETY: our caller's arguments, under `mmap`'s contract; the hook passes its flags, at
         // most without MAP_LOCKED, which changes no mapping.
         Some(h) if locking_flag => {
-            let m = MmapArgs { addr: addr as usize, len, prot, flags, fd, off };
+            let m = MmapArgs {
+                addr: addr as usize,
+                len,
+                prot,
+                flags,
+                fd,
+                off,
+            };
             // SAFETY: as above.
-            h.lock_call_own_stack(|h| h.mmap_locked(m, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) }))
+            h.lock_call_own_stack(|h| {
+                h.mmap_locked(m, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) })
+            })
         }
         Some(h) => h.lock_call(|h| {
             // SAFETY: our caller's arguments, under `mmap`'s contract.
-            h.unlock_range(Api::Mmap, addr as usize, len, || unsafe { real_mmap(addr, len, prot, flags, fd, off) }, |p| *p != libc::MAP_FAILED)
+            h.unlock_range(
+                Api::Mmap,
+                addr as usize,
+                len,
+                || unsafe { real_mmap(addr, len, prot, flags, fd, off) },
+                |p| *p != libc::MAP_FAILED,
+            )
         }),
     }
 }
@@ -179,16 +216,26 @@ unsafe fn munmap_tracked(addr: *mut c_void, len: size_t) -> c_int {
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.lock_call(|h| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0)),
+        Some(h) => {
+            h.lock_call(|h| h.unlock_range(Api::Munmap, addr as usize, len, real, |rc| *rc == 0))
+        }
     }
 }
 
-unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+unsafe fn real_mremap(
+    old: *mut c_void,
+    old_size: size_t,
+    new_size: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
     match mremap::get() {
         // SAFETY: `f` is libc's `mremap`, given our caller's arguments under its contract.
         Some(f) => unsafe { f(old, old_size, new_size, flags, new_addr) },
         // SAFETY: the system call `mremap` wraps, with the same arguments.
-        None => match unsafe { libc::syscall(libc::SYS_mremap, old, old_size, new_size, flags, new_addr) } {
+        None => match unsafe {
+            libc::syscall(libc::SYS_mremap, old, old_size, new_size, flags, new_addr)
+        } {
             -1 => libc::MAP_FAILED,
             r => r as *mut c_void,
         },
@@ -198,7 +245,13 @@ unsafe fn real_mremap(old: *mut c_void, old_size: size_t, new_size: size_t, flag
 /// Like `mmap`'s: while nothing is locked, a jump to libc's function (glibc's `realloc` calls
 /// its own `mremap`, so this one is hot too).
 #[inline(always)]
-unsafe fn mremap_hooked(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+unsafe fn mremap_hooked(
+    old: *mut c_void,
+    old_size: size_t,
+    new_size: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
     if !ledger::locked_any() {
         if let Some(f) = mremap::get() {
             // SAFETY: `f` is libc's `mremap`, given the C caller's arguments under its contract.
@@ -210,7 +263,13 @@ unsafe fn mremap_hooked(old: *mut c_void, old_size: size_t, new_size: size_t, fl
 }
 
 #[inline(never)]
-unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, flags: c_int, new_addr: *mut c_void) -> *mut c_void {
+unsafe fn mremap_tracked(
+    old: *mut c_void,
+    old_size: size_t,
+    new_size: size_t,
+    flags: c_int,
+    new_addr: *mut c_void,
+) -> *mut c_void {
     // SAFETY: our caller's arguments, under `mremap`'s contract.
     let real = || unsafe { real_mremap(old, old_size, new_size, flags, new_addr) };
     if !ledger::locked_any() {
@@ -218,7 +277,16 @@ unsafe fn mremap_tracked(old: *mut c_void, old_size: size_t, new_size: size_t, f
     }
     match Hook::enter(Family::Mlock) {
         None => real(),
-        Some(h) => h.lock_call_own_stack(|h| h.mremap(old as usize, old_size, new_size, flags, new_addr as usize, real)),
+        Some(h) => h.lock_call_own_stack(|h| {
+            h.mremap(
+                old as usize,
+                old_size,
+                new_size,
+                flags,
+                new_addr as usize,
+                real,
+            )
+        }),
     }
 }
 

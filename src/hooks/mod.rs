@@ -20,9 +20,9 @@
 pub mod acl;
 pub mod cuda_driver;
 pub mod cuda_runtime;
+pub mod dlclose;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub mod dlsym;
-pub mod dlclose;
 pub mod exit;
 pub mod hip;
 pub mod libc_lock;
@@ -36,7 +36,9 @@ macro_rules! real {
     ($name:literal) => {{
         static REAL: $crate::runtime::resolve::Real = $crate::runtime::resolve::Real::new(
             // SAFETY: the literal has no interior NUL and gets one appended.
-            unsafe { ::std::ffi::CStr::from_bytes_with_nul_unchecked(concat!($name, "\0").as_bytes()) },
+            unsafe {
+                ::std::ffi::CStr::from_bytes_with_nul_unchecked(concat!($name, "\0").as_bytes())
+            },
         );
         &REAL
     }};

@@ -57,7 +57,10 @@ struct Choice {
 // SAFETY: the slots are read and written only by the holder of `Writer`, one thread at a time.
 unsafe impl Sync for Choice {}
 
-static CHOICE: Choice = Choice { slots: [const { UnsafeCell::new(MaybeUninit::uninit()) }; 2], current: AtomicU8::new(0) };
+static CHOICE: Choice = Choice {
+    slots: [const { UnsafeCell::new(MaybeUninit::uninit()) }; 2],
+    current: AtomicU8::new(0),
+};
 
 /// The handler the trampoline jumps to: the application's latest choice when it is a function
 /// and not one-shot; 0 otherwise.
@@ -74,7 +77,9 @@ static REPORT: AtomicI32 = AtomicI32::new(0);
 static INTERRUPT: AtomicU64 = AtomicU64::new(0);
 
 fn index(sig: c_int) -> Option<usize> {
-    (1..=MAX_SIG as c_int).contains(&sig).then_some(sig as usize)
+    (1..=MAX_SIG as c_int)
+        .contains(&sig)
+        .then_some(sig as usize)
 }
 
 fn is_report(sig: c_int) -> bool {
@@ -113,7 +118,11 @@ fn unpublish(prev: u8) {
 /// cleared: a delivery meanwhile runs the old handler or the new one, never none.
 fn arm(c: Option<&Action>) {
     let h = c.map_or(libc::SIG_DFL, |a| a.sa_sigaction);
-    let h = if is_handler(h) && h != trampoline_addr() { h } else { 0 };
+    let h = if is_handler(h) && h != trampoline_addr() {
+        h
+    } else {
+        0
+    };
     if c.is_some_and(|a| a.sa_flags & libc::SA_RESETHAND != 0) {
         ONCE.store(h, Ordering::Release);
         APP.store(0, Ordering::Release);
@@ -128,10 +137,17 @@ fn arm(c: Option<&Action>) {
 /// holds `Writer`.
 fn settle(sig: c_int) {
     let Some(c) = choice() else { return };
-    if !is_handler(c.sa_sigaction) || c.sa_sigaction == trampoline_addr() || c.sa_flags & libc::SA_RESETHAND == 0 || ONCE.load(Ordering::Acquire) != 0 {
+    if !is_handler(c.sa_sigaction)
+        || c.sa_sigaction == trampoline_addr()
+        || c.sa_flags & libc::SA_RESETHAND == 0
+        || ONCE.load(Ordering::Acquire) != 0
+    {
         return;
     }
-    let d = libc::sigaction { sa_sigaction: libc::SIG_DFL, ..c };
+    let d = libc::sigaction {
+        sa_sigaction: libc::SIG_DFL,
+        ..c
+    };
     publish(&d);
     kernel(sig, &installed(&d), std::ptr::null_mut());
 }
@@ -155,7 +171,10 @@ impl Writer {
             let mut old: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-            while WRITER.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            while WRITER
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+            {
                 libc::sched_yield();
             }
             Writer(old)
@@ -254,7 +273,11 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     // Read before any signal is blocked: a bad pointer faults here as it would in libc (read
     // unaligned: a debug build's alignment check would panic where libc faults).
     // SAFETY: the caller passes `act` null or valid, and it is not null here.
-    let new = if act.is_null() { None } else { Some(unsafe { act.read_unaligned() }) };
+    let new = if act.is_null() {
+        None
+    } else {
+        Some(unsafe { act.read_unaligned() })
+    };
     // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).
     let mut k: Action = unsafe { std::mem::zeroed() };
     let (r, prev, err) = {
@@ -319,7 +342,10 @@ fn adopt(sig: c_int, always: bool) {
         return;
     }
     if !ours {
-        publish(&libc::sigaction { sa_flags: k.sa_flags | FROM_KERNEL, ..k });
+        publish(&libc::sigaction {
+            sa_flags: k.sa_flags | FROM_KERNEL,
+            ..k
+        });
     }
     if let Some(c) = choice() {
         kernel(sig, &installed(&c), std::ptr::null_mut());
@@ -469,7 +495,8 @@ unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, c
     if h != 0 {
         // SAFETY: `h` is a handler the application installed (filtered by `arm`); installed with
         // SA_SIGINFO, the kernel passes three arguments, which a one-argument handler ignores.
-        let f: unsafe extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) = unsafe { std::mem::transmute(h) };
+        let f: unsafe extern "C-unwind" fn(c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(h) };
         // SAFETY: the arguments are the kernel's, as it would pass them to `f` directly.
         unsafe { f(sig, info, ctx) };
     }
@@ -494,7 +521,10 @@ pub fn in_handler() -> bool {
 
 extern "C" {
     // libgcc's unwinder (libgcc_s, which the Rust standard library links).
-    fn _Unwind_Backtrace(trace: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int, arg: *mut c_void) -> c_int;
+    fn _Unwind_Backtrace(
+        trace: unsafe extern "C" fn(*mut c_void, *mut c_void) -> c_int,
+        arg: *mut c_void,
+    ) -> c_int;
     fn _Unwind_GetIPInfo(ctx: *mut c_void, ip_before_insn: *mut c_int) -> usize;
 }
 
@@ -522,7 +552,10 @@ fn signal_frame_above() -> bool {
         // Any value but _URC_NO_REASON (0) ends the walk.
         c_int::from(w.found || ip == 0 || w.frames >= MAX_WALK)
     }
-    let mut w = Walk { frames: 0, found: false };
+    let mut w = Walk {
+        frames: 0,
+        found: false,
+    };
     // The unwinder takes the loader's lock: a fork meanwhile waits (see `runtime::gate`).
     let _open = crate::runtime::gate::enter();
     // SAFETY: `each` has the callback's type and treats `arg` as the `Walk` passed here.
@@ -580,7 +613,13 @@ fn install(sig: c_int, h: libc::sighandler_t, make: impl FnOnce() -> Action) -> 
 
 /// glibc's `sysv_signal`: one-shot, not deferred, not restarting.
 fn sysv(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t {
-    install(sig, h, || action(h, (libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT) & !libc::SA_RESTART, None))
+    install(sig, h, || {
+        action(
+            h,
+            (libc::SA_RESETHAND | libc::SA_NODEFER | SA_INTERRUPT) & !libc::SA_RESTART,
+            None,
+        )
+    })
 }
 
 /// glibc's System V `sigset`.
@@ -609,7 +648,11 @@ fn hold_or_set(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t {
             return SIG_HOLD;
         }
         // SAFETY: a null `act` and a local `old`, valid for the call.
-        return if unsafe { set(sig, std::ptr::null(), &mut old) } < 0 { libc::SIG_ERR } else { old.sa_sigaction };
+        return if unsafe { set(sig, std::ptr::null(), &mut old) } < 0 {
+            libc::SIG_ERR
+        } else {
+            old.sa_sigaction
+        };
     }
     // SAFETY: a temporary action and a local `old`, valid for the call.
     if unsafe { set(sig, &action(disp, 0, None), &mut old) } < 0

@@ -24,7 +24,11 @@ fn component_id(c: &str) -> Option<String> {
     }
     let c = c.strip_suffix(".scope").unwrap_or(c);
     let id = c.rsplit('-').next()?;
-    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))).then(|| id.to_string())
+    (id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    .then(|| id.to_string())
 }
 
 #[cfg(test)]

@@ -58,12 +58,25 @@ pub fn with_pid(t: &str) -> String {
 /// `text` as one safe path component: a host name or an executable's name is anyone's to choose
 /// (`../x`, `.`, a newline), and must never move a report or a state out of its folder.
 fn component(text: &str) -> String {
-    let mut clean: String = text.chars().map(|c| if c.is_ascii_alphanumeric() || "._-+".contains(c) { c } else { '_' }).collect();
+    let mut clean: String = text
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-+".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
     if clean.starts_with('.') {
         // `.`, `..` and hidden names: a leading dot never reaches the file name.
         clean.replace_range(..1, "_");
     }
-    if clean.is_empty() { "unknown".into() } else { clean }
+    if clean.is_empty() {
+        "unknown".into()
+    } else {
+        clean
+    }
 }
 
 fn exe_name() -> String {
@@ -104,7 +117,10 @@ pub fn state_path(make: bool) -> Option<PathBuf> {
     }
     let (template, default) = TEMPLATE.get().cloned()?;
     let target = pinguard_report::state::path_for(&expand(&template));
-    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = target
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if make {
         let _ = std::fs::create_dir_all(dir);
     }
@@ -115,7 +131,9 @@ pub fn state_path(make: bool) -> Option<PathBuf> {
 }
 
 fn writable(dir: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else { return false };
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
     // SAFETY: a NUL-terminated path; access only reads it.
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
@@ -131,16 +149,33 @@ pub fn write_atomic_shared(path: &Path, bytes: &[u8], mode: u32) -> std::io::Res
 /// part: a private temporary file (mode 0600) in the same directory (never followed through a
 /// symlink), renamed. Through a buffer of 64 KiB: a report is serialised
 /// straight into its file, never whole in memory (a large one would need as much again).
-pub fn write_atomic_with(path: &Path, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     write_atomic_mode(path, 0o600, fill)
 }
 
-fn write_atomic_mode(path: &Path, mode: u32, fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> std::io::Result<()> {
+fn write_atomic_mode(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".into());
+    let tmp = dir.join(format!(
+        ".{name}.{}.{}.tmp",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
     let result = (|| {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
@@ -150,7 +185,9 @@ fn write_atomic_mode(path: &Path, mode: u32, fill: impl FnOnce(&mut dyn Write) -
             .open(&tmp)?;
         if mode != 0o600 {
             // The umask may have taken bits the file needs (a container's 077).
-            f.set_permissions(<std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode))?;
+            f.set_permissions(
+                <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode),
+            )?;
         }
         let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut f);
         fill(&mut w)?;
@@ -168,7 +205,10 @@ fn write_atomic_mode(path: &Path, mode: u32, fill: impl FnOnce(&mut dyn Write) -
 /// The template and whether it is the default one (whose folder may be read-only: a fallback
 /// to the temporary folder is allowed for it alone).
 pub fn template() -> (String, bool) {
-    TEMPLATE.get().cloned().unwrap_or((DEFAULT_TEMPLATE.to_string(), true))
+    TEMPLATE
+        .get()
+        .cloned()
+        .unwrap_or((DEFAULT_TEMPLATE.to_string(), true))
 }
 
 #[cfg(test)]

@@ -31,29 +31,46 @@ const MAX_EXAMINED: usize = 64;
 /// How often metrics are rewritten: every `PINGUARD_INTERVAL` when that is shorter than the
 /// default, else every `METRICS_INTERVAL_MS` (so a file's age tells whether its writer lives).
 pub fn interval_ms(cfg: &Config) -> u64 {
-    cfg.interval_ms.map_or(METRICS_INTERVAL_MS, |i| i.min(METRICS_INTERVAL_MS)).max(10)
+    cfg.interval_ms
+        .map_or(METRICS_INTERVAL_MS, |i| i.min(METRICS_INTERVAL_MS))
+        .max(10)
 }
 
 /// This process as a writer.
 fn me(cfg: &Config) -> Writer {
-    Writer { pid: kernel::raw_pid() as u32, start: kernel::start_ticks(), pidns: kernel::pid_namespace(), interval_ms: interval_ms(cfg), live: None }
+    Writer {
+        pid: kernel::raw_pid() as u32,
+        start: kernel::start_ticks(),
+        pidns: kernel::pid_namespace(),
+        interval_ms: interval_ms(cfg),
+        live: None,
+    }
 }
 
 /// A label value in the text format: backslash, double quote and newline escaped.
 fn label(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 /// The container this process runs in, from `/proc/self/cgroup` (read once).
 fn container_id() -> Option<&'static str> {
     static ID: OnceLock<Option<String>> = OnceLock::new();
-    ID.get_or_init(|| sys::read_text(c"/proc/self/cgroup").and_then(|t| super::cgroup::container_id(&t))).as_deref()
+    ID.get_or_init(|| {
+        sys::read_text(c"/proc/self/cgroup").and_then(|t| super::cgroup::container_id(&t))
+    })
+    .as_deref()
 }
 
 /// The labels every series of this process carries.
 fn who(cfg: &Config, group: Option<&str>) -> String {
     let exe = kernel::exe();
-    let mut who = format!("pid=\"{}\",exe=\"{}\"", kernel::raw_pid(), label(exe.rsplit('/').next().unwrap_or("")));
+    let mut who = format!(
+        "pid=\"{}\",exe=\"{}\"",
+        kernel::raw_pid(),
+        label(exe.rsplit('/').next().unwrap_or(""))
+    );
     // A pid is unique only in its namespace: two containers' pid 1 in one folder would make
     // the same series twice, which costs node_exporter the whole family.
     if let Some(ns) = kernel::pid_namespace() {
@@ -63,7 +80,12 @@ fn who(cfg: &Config, group: Option<&str>) -> String {
         let _ = write!(who, ",{k}=\"{}\"", label(v));
     };
     // `namespace`, `pod`, `container`, then `PINGUARD_LABELS`, as the configuration lists them.
-    let (env, extra) = cfg.labels.split_at(cfg.labels.iter().take_while(|(k, _)| ["namespace", "pod", "container"].contains(&k.as_str())).count());
+    let (env, extra) = cfg.labels.split_at(
+        cfg.labels
+            .iter()
+            .take_while(|(k, _)| ["namespace", "pod", "container"].contains(&k.as_str()))
+            .count(),
+    );
     for (k, v) in env {
         add(k, v);
     }
@@ -82,7 +104,9 @@ fn who(cfg: &Config, group: Option<&str>) -> String {
 /// Settings that could not be used: those rejected at start-up, and a reserve a bad reading
 /// turned off since.
 fn config_errors(cfg: &Config) -> u64 {
-    cfg.errors.len() as u64 + u64::from(budget::host::problem().is_some()) + u64::from(budget::cgroup::floor().problem().is_some())
+    cfg.errors.len() as u64
+        + u64::from(budget::host::problem().is_some())
+        + u64::from(budget::cgroup::floor().problem().is_some())
 }
 
 /// The text being written, and the labels every sample of this process carries.
@@ -123,50 +147,142 @@ fn render(cfg: &Config, me: &Writer) -> String {
 fn process_families(f: &mut Families, cfg: &Config) {
     let apis = ledger::apis();
     let t = ledger::totals();
-    let by_api = |who: &str, get: &dyn Fn(&pinguard_report::ApiStats) -> u64| -> Vec<(String, u64)> {
-        apis.iter().map(|(a, st)| (format!("{who},api=\"{}\"", a.name()), get(st))).collect()
-    };
+    let by_api =
+        |who: &str, get: &dyn Fn(&pinguard_report::ApiStats) -> u64| -> Vec<(String, u64)> {
+            apis.iter()
+                .map(|(a, st)| (format!("{who},api=\"{}\"", a.name()), get(st)))
+                .collect()
+        };
     let w = f.who.clone();
-    f.family("pinguard_pinned_bytes", "gauge", "Pinned bytes live now, by entry point.", by_api(&w, &|a| a.live_bytes));
-    f.family("pinguard_pinned_peak_bytes", "gauge", "Most pinned bytes live at once, by entry point.", by_api(&w, &|a| a.peak_live_bytes));
-    f.family("pinguard_denied_total", "counter", "Calls refused by the budget, by entry point.", by_api(&w, &|a| a.denied_count));
-    f.family("pinguard_downgraded_total", "counter", "Calls served with pageable memory instead, by entry point.", by_api(&w, &|a| a.downgraded_count));
-    f.one("pinguard_process_pinned_bytes", "gauge", "Pinned bytes live now in the process.", t.live_bytes);
-    f.one("pinguard_process_pinned_peak_bytes", "gauge", "Most pinned bytes live at once in the process.", t.peak_live_bytes);
-    f.one("pinguard_config_errors", "gauge", "Settings that could not be used (the report's config.errors).", config_errors(cfg));
+    f.family(
+        "pinguard_pinned_bytes",
+        "gauge",
+        "Pinned bytes live now, by entry point.",
+        by_api(&w, &|a| a.live_bytes),
+    );
+    f.family(
+        "pinguard_pinned_peak_bytes",
+        "gauge",
+        "Most pinned bytes live at once, by entry point.",
+        by_api(&w, &|a| a.peak_live_bytes),
+    );
+    f.family(
+        "pinguard_denied_total",
+        "counter",
+        "Calls refused by the budget, by entry point.",
+        by_api(&w, &|a| a.denied_count),
+    );
+    f.family(
+        "pinguard_downgraded_total",
+        "counter",
+        "Calls served with pageable memory instead, by entry point.",
+        by_api(&w, &|a| a.downgraded_count),
+    );
+    f.one(
+        "pinguard_process_pinned_bytes",
+        "gauge",
+        "Pinned bytes live now in the process.",
+        t.live_bytes,
+    );
+    f.one(
+        "pinguard_process_pinned_peak_bytes",
+        "gauge",
+        "Most pinned bytes live at once in the process.",
+        t.peak_live_bytes,
+    );
+    f.one(
+        "pinguard_config_errors",
+        "gauge",
+        "Settings that could not be used (the report's config.errors).",
+        config_errors(cfg),
+    );
     if let Some(b) = budget::limit() {
-        f.one("pinguard_budget_bytes", "gauge", "The process's pinned-memory budget.", b);
+        f.one(
+            "pinguard_budget_bytes",
+            "gauge",
+            "The process's pinned-memory budget.",
+            b,
+        );
     }
 }
 
 fn host_families(f: &mut Families) {
-    let Some(h) = budget::host::snapshot() else { return };
+    let Some(h) = budget::host::snapshot() else {
+        return;
+    };
     if let Some(r) = budget::host::reserve() {
-        f.one("pinguard_host_reserve_bytes", "gauge", "The host reserve in force: the floor pins keep the host's MemAvailable above.", r);
+        f.one(
+            "pinguard_host_reserve_bytes",
+            "gauge",
+            "The host reserve in force: the floor pins keep the host's MemAvailable above.",
+            r,
+        );
     }
-    f.one("pinguard_host_available_bytes", "gauge", "The host's MemAvailable at the latest reading for the reserve.", h.available);
-    f.one("pinguard_host_lowest_available_bytes", "gauge", "The lowest MemAvailable read for the reserve.", h.lowest);
+    f.one(
+        "pinguard_host_available_bytes",
+        "gauge",
+        "The host's MemAvailable at the latest reading for the reserve.",
+        h.available,
+    );
+    f.one(
+        "pinguard_host_lowest_available_bytes",
+        "gauge",
+        "The lowest MemAvailable read for the reserve.",
+        h.lowest,
+    );
     let stopped = ledger::totals().host_reserve_count;
     f.one("pinguard_host_reserve_stopped_total", "counter", "Pinning calls the host reserve stopped (refused, downgraded, or pinned anyway under warn).", stopped);
 }
 
 fn cgroup_families(f: &mut Families) {
-    let Some(c) = budget::cgroup::floor().snapshot() else { return };
+    let Some(c) = budget::cgroup::floor().snapshot() else {
+        return;
+    };
     if let Some(r) = budget::cgroup::floor().reserve() {
-        f.one("pinguard_cgroup_reserve_bytes", "gauge", "The cgroup reserve in force: the floor pins keep the memory cgroup's headroom above.", r);
+        f.one(
+            "pinguard_cgroup_reserve_bytes",
+            "gauge",
+            "The cgroup reserve in force: the floor pins keep the memory cgroup's headroom above.",
+            r,
+        );
     }
     f.one("pinguard_cgroup_limit_bytes", "gauge", "The tightest memory limit on the process's cgroup path, as read when the reserve was set up.", c.total);
-    f.one("pinguard_cgroup_headroom_bytes", "gauge", "The memory cgroup's headroom before its OOM killer at the latest reading for the reserve.", c.available);
-    f.one("pinguard_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom read for the cgroup reserve.", c.lowest);
+    f.one(
+        "pinguard_cgroup_headroom_bytes",
+        "gauge",
+        "The memory cgroup's headroom before its OOM killer at the latest reading for the reserve.",
+        c.available,
+    );
+    f.one(
+        "pinguard_cgroup_lowest_headroom_bytes",
+        "gauge",
+        "The lowest headroom read for the cgroup reserve.",
+        c.lowest,
+    );
     let stopped = ledger::totals().cgroup_reserve_count;
     f.one("pinguard_cgroup_reserve_stopped_total", "counter", "Pinning calls the cgroup reserve stopped (refused, downgraded, or pinned anyway under warn).", stopped);
 }
 
 /// The group's own figures, written alike by every member: `max by (group)` reads them.
 fn group_families(f: &mut Families, g: &group::Snapshot) {
-    f.one("pinguard_group_pinned_bytes", "gauge", "Pinned bytes of the whole group, reserved or live (the same in every member's file).", g.used);
-    f.one("pinguard_group_pinned_peak_bytes", "gauge", "Most pinned bytes of the group at once (the same in every member's file).", g.peak);
-    f.one("pinguard_group_members", "gauge", "Processes in the group (the same in every member's file).", g.members as u64);
+    f.one(
+        "pinguard_group_pinned_bytes",
+        "gauge",
+        "Pinned bytes of the whole group, reserved or live (the same in every member's file).",
+        g.used,
+    );
+    f.one(
+        "pinguard_group_pinned_peak_bytes",
+        "gauge",
+        "Most pinned bytes of the group at once (the same in every member's file).",
+        g.peak,
+    );
+    f.one(
+        "pinguard_group_members",
+        "gauge",
+        "Processes in the group (the same in every member's file).",
+        g.members as u64,
+    );
     f.one(
         "pinguard_group_unavailable_total",
         "counter",
@@ -174,21 +290,51 @@ fn group_families(f: &mut Families, g: &group::Snapshot) {
         ledger::totals().group_unavailable_count,
     );
     if let Some(b) = g.budget {
-        f.one("pinguard_group_budget_bytes", "gauge", "The group's shared pinned-memory budget (the same in every member's file).", b);
+        f.one(
+            "pinguard_group_budget_bytes",
+            "gauge",
+            "The group's shared pinned-memory budget (the same in every member's file).",
+            b,
+        );
     }
     if let Some(r) = g.host_reserve {
-        f.one("pinguard_group_host_reserve_bytes", "gauge", "The largest host reserve a member of the group applies.", r);
+        f.one(
+            "pinguard_group_host_reserve_bytes",
+            "gauge",
+            "The largest host reserve a member of the group applies.",
+            r,
+        );
         if let Some(l) = g.host_lowest_available {
-            f.one("pinguard_group_host_lowest_available_bytes", "gauge", "The lowest MemAvailable a member of the group read for the reserve.", l);
+            f.one(
+                "pinguard_group_host_lowest_available_bytes",
+                "gauge",
+                "The lowest MemAvailable a member of the group read for the reserve.",
+                l,
+            );
         }
-        f.one("pinguard_group_host_reserve_stopped_calls", "gauge", "Pinning calls the host reserve stopped, summed over the members in the group now.", g.host_reserve_count);
+        f.one(
+            "pinguard_group_host_reserve_stopped_calls",
+            "gauge",
+            "Pinning calls the host reserve stopped, summed over the members in the group now.",
+            g.host_reserve_count,
+        );
     }
     if let Some(r) = g.cgroup_reserve {
         f.one("pinguard_group_cgroup_reserve_bytes", "gauge", "The largest cgroup reserve a member in this process's cgroup applies (the group's shared reading of that cgroup).", r);
         if let Some(l) = g.cgroup_lowest_headroom {
-            f.one("pinguard_group_cgroup_lowest_headroom_bytes", "gauge", "The lowest headroom a member in this process's cgroup read for the reserve.", l);
+            f.one(
+                "pinguard_group_cgroup_lowest_headroom_bytes",
+                "gauge",
+                "The lowest headroom a member in this process's cgroup read for the reserve.",
+                l,
+            );
         }
-        f.one("pinguard_group_cgroup_reserve_stopped_calls", "gauge", "Pinning calls the cgroup reserve stopped, summed over the members in the group now.", g.cgroup_reserve_count);
+        f.one(
+            "pinguard_group_cgroup_reserve_stopped_calls",
+            "gauge",
+            "Pinning calls the cgroup reserve stopped, summed over the members in the group now.",
+            g.cgroup_reserve_count,
+        );
     }
 }
 
@@ -237,12 +383,24 @@ fn live_file(path: &Path) -> Option<u64> {
 
 fn make_live(target: &Path, pid: i32) -> Option<Live> {
     let tmp = CString::new(format!("{}.{pid}.tmp", target.display())).ok()?;
-    let fd = sys::open(&tmp, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600).ok()?;
+    let fd = sys::open(
+        &tmp,
+        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+        0o600,
+    )
+    .ok()?;
     let page = sys::page_size();
     // SAFETY: our own new descriptor; a page-sized shared mapping of the file it was grown to.
     let map = unsafe {
         if libc::ftruncate(fd, page as libc::off_t) == 0 {
-            libc::mmap(std::ptr::null_mut(), page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
         } else {
             libc::MAP_FAILED
         }
@@ -252,9 +410,18 @@ fn make_live(target: &Path, pid: i32) -> Option<Live> {
     let locked = map != libc::MAP_FAILED && lock_robust(map as *mut libc::pthread_mutex_t);
     let target_c = CString::new(target.as_os_str().as_bytes()).ok();
     // SAFETY: NUL-terminated paths; rename only reads them.
-    let renamed = locked && target_c.as_ref().is_some_and(|t| unsafe { libc::rename(tmp.as_ptr(), t.as_ptr()) } == 0);
+    let renamed = locked
+        && target_c
+            .as_ref()
+            .is_some_and(|t| unsafe { libc::rename(tmp.as_ptr(), t.as_ptr()) } == 0);
     match (renamed, id) {
-        (true, Some(id)) => Some(Live { pid, path: target.to_path_buf(), map: map as usize, dev: id.dev, ino: id.ino }),
+        (true, Some(id)) => Some(Live {
+            pid,
+            path: target.to_path_buf(),
+            map: map as usize,
+            dev: id.dev,
+            ino: id.ino,
+        }),
         _ => {
             let _ = sys::unlink(&tmp);
             if map != libc::MAP_FAILED && !locked {
@@ -300,12 +467,16 @@ pub fn write(cfg: &Config) {
         return;
     }
     let path = path_of(template);
-    let Some(live) = crate::output::report::unless_exiting(|| live_file(&path)) else { return };
+    let Some(live) = crate::output::report::unless_exiting(|| live_file(&path)) else {
+        return;
+    };
     let me = Writer { live, ..me(cfg) };
     let text = render(cfg, &me);
     let written = crate::output::report::unless_exiting(|| {
         crate::output::files::write_atomic_shared(&path, text.as_bytes(), MODE)?;
-        let id = CString::new(path.as_os_str().as_bytes()).ok().and_then(|c| sys::path_id(&c));
+        let id = CString::new(path.as_os_str().as_bytes())
+            .ok()
+            .and_then(|c| sys::path_id(&c));
         *OWN.lock() = id.map(|id| (kernel::raw_pid(), path.clone(), id.dev, id.ino));
         Ok::<(), std::io::Error>(())
     });
@@ -315,7 +486,11 @@ pub fn write(cfg: &Config) {
         Some(Ok(())) => {}
     }
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
-        let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
         prune(dir, name, &me);
     }
 }
@@ -323,14 +498,22 @@ pub fn write(cfg: &Config) {
 /// At exit, once no later write can start (the exit report is decided): this process's file
 /// goes, its final figures being in the report. Raw system calls only.
 pub fn remove_own() {
-    let Some(own) = OWN.try_lock().and_then(|mut o| o.take()) else { return };
+    let Some(own) = OWN.try_lock().and_then(|mut o| o.take()) else {
+        return;
+    };
     let (pid, path, dev, ino) = own;
     if pid != kernel::raw_pid() {
         return; // the parent's, inherited over `fork`
     }
-    let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else { return };
+    let Ok(c) = CString::new(path.into_os_string().into_encoded_bytes()) else {
+        return;
+    };
     unlink_if_same(&c, dev, ino);
-    if let Some(live) = LIVE.try_lock().and_then(|mut l| l.take()).filter(|l| l.pid == pid) {
+    if let Some(live) = LIVE
+        .try_lock()
+        .and_then(|mut l| l.take())
+        .filter(|l| l.pid == pid)
+    {
         if let Ok(c) = CString::new(live.path.into_os_string().into_encoded_bytes()) {
             unlink_if_same(&c, live.dev, live.ino);
         }
@@ -344,10 +527,13 @@ pub fn forget_previous_image(cfg: &Config) {
     if kernel::secure_mode() {
         return;
     }
-    let Ok(c) = CString::new(path_of(template).into_os_string().into_encoded_bytes()) else { return };
+    let Ok(c) = CString::new(path_of(template).into_os_string().into_encoded_bytes()) else {
+        return;
+    };
     let Some(found) = look(&c) else { return };
     let me = (kernel::raw_pid() as u32, kernel::start_ticks());
-    if (found.writer.pid, found.writer.start) == me && found.writer.pidns == kernel::pid_namespace() {
+    if (found.writer.pid, found.writer.start) == me && found.writer.pidns == kernel::pid_namespace()
+    {
         unlink_if_same(&c, found.dev, found.ino);
     }
 }
@@ -363,19 +549,42 @@ struct Found {
 /// A regular file of this user's, not followed through a symbolic link, that starts with a
 /// writer's line; `None` for anything else. The descriptor is closed before returning.
 fn look(path: &CStr) -> Option<Found> {
-    let fd = sys::open(path, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
+    let fd = sys::open(
+        path,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+        0,
+    )
+    .ok()?;
     let st = sys::stat(fd);
     let mut head = [0u8; HEAD_BYTES];
     // SAFETY: geteuid has no arguments and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    let ours = st.as_ref().is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid);
-    let n = if ours { sys::read(fd, &mut head).unwrap_or(0) } else { 0 };
+    let ours = st
+        .as_ref()
+        .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid);
+    let n = if ours {
+        sys::read(fd, &mut head).unwrap_or(0)
+    } else {
+        0
+    };
     sys::close(fd);
     let st = st?;
     let writer = Writer::parse(&head[..n])?;
-    let modified = std::time::UNIX_EPOCH + std::time::Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec.clamp(0, 999_999_999) as u32);
-    let age_ms = std::time::SystemTime::now().duration_since(modified).ok().map(|d| d.as_millis() as u64);
-    Some(Found { writer, age_ms, dev: st.st_dev, ino: st.st_ino })
+    let modified = std::time::UNIX_EPOCH
+        + std::time::Duration::new(
+            st.st_mtime.max(0) as u64,
+            st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+        );
+    let age_ms = std::time::SystemTime::now()
+        .duration_since(modified)
+        .ok()
+        .map(|d| d.as_millis() as u64);
+    Some(Found {
+        writer,
+        age_ms,
+        dev: st.st_dev,
+        ino: st.st_ino,
+    })
 }
 
 /// Unlinks `path` if it still names the file `(dev, ino)` (a writer may have renamed a new one
@@ -391,12 +600,20 @@ fn unlink_if_same(path: &CStr, dev: u64, ino: u64) {
 fn live_word(path: &Path, w: &Writer) -> Option<(u32, u64, u64, CString)> {
     let ino = w.live?;
     let name = path.file_name()?.to_str()?;
-    let c = CString::new(path.parent()?.join(live_name(name)).into_os_string().into_encoded_bytes()).ok()?;
+    let c = CString::new(
+        path.parent()?
+            .join(live_name(name))
+            .into_os_string()
+            .into_encoded_bytes(),
+    )
+    .ok()?;
     let fd = sys::open(&c, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0).ok()?;
     let st = sys::stat(fd);
     // SAFETY: geteuid has no arguments and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    let ours = st.as_ref().is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid && st.st_ino == ino);
+    let ours = st.as_ref().is_some_and(|st| {
+        st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid && st.st_ino == ino
+    });
     let mut word = [0u8; 4];
     let read = ours && sys::read_exact_at(fd, &mut word, 0).is_some();
     sys::close(fd);
@@ -426,7 +643,9 @@ static CURSOR: AtomicUsize = AtomicUsize::new(0);
 /// One bounded pass over the folder: the `.prom` files of pinguard's whose writers are proven
 /// dead are removed; every other file is left alone.
 fn prune(dir: &Path, own: &OsStr, me: &Writer) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     let skip = CURSOR.load(Ordering::Relaxed);
     let (mut index, mut examined, mut stopped) = (0, 0, None);
     for entry in entries.take(MAX_NAMES).flatten() {
@@ -445,11 +664,16 @@ fn prune(dir: &Path, own: &OsStr, me: &Writer) {
             break;
         }
         examined += 1;
-        let Ok(c) = CString::new(dir.join(&name).into_os_string().into_encoded_bytes()) else { continue };
+        let Ok(c) = CString::new(dir.join(&name).into_os_string().into_encoded_bytes()) else {
+            continue;
+        };
         if let Some(found) = look(&c) {
             let path = dir.join(&name);
             let live = live_word(&path, &found.writer);
-            if found.writer.proven_dead(found.age_ms, me.pidns, live.as_ref().map(|l| l.0), ended) {
+            if found
+                .writer
+                .proven_dead(found.age_ms, me.pidns, live.as_ref().map(|l| l.0), ended)
+            {
                 unlink_if_same(&c, found.dev, found.ino);
                 if let Some((_, dev, ino, lc)) = live {
                     unlink_if_same(&lc, dev, ino);

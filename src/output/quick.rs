@@ -8,9 +8,9 @@
 //! table, read in small pieces onto the stack; else module and offset. Reports name frames fully
 //! (`symbolize`), when they are written.
 
-use pinguard_report::elf::{u16_at, u32_at, u64_at};
 use crate::accounting::callsite::Callsite;
 use crate::runtime::sys;
+use pinguard_report::elf::{u16_at, u32_at, u64_at};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
@@ -50,16 +50,24 @@ fn native_label(addr: usize) -> String {
             object = Some((o.name.clone(), o.base));
         }
     });
-    let Some((name, base)) = object else { return format!("{addr:#x}") };
+    let Some((name, base)) = object else {
+        return format!("{addr:#x}");
+    };
     // The main program has no name in the loader's list.
-    let path = if name.as_bytes().is_empty() { CString::new(crate::runtime::kernel::exe()).unwrap_or_default() } else { name };
+    let path = if name.as_bytes().is_empty() {
+        CString::new(crate::runtime::kernel::exe()).unwrap_or_default()
+    } else {
+        name
+    };
     let rel = addr.wrapping_sub(base);
     // A return address points after the call; the call itself is one byte earlier (a call that
     // ends its function would otherwise be named after the next one).
     let symbol = dynamic_symbol(addr.wrapping_sub(1)).or_else(|| {
         // A name relative to some earlier working directory (`ctypes.CDLL("lib/x.so")`) may not
         // be the same file now.
-        (path.as_bytes().first() == Some(&b'/')).then(|| symtab_symbol(&path, rel.wrapping_sub(1) as u64)).flatten()
+        (path.as_bytes().first() == Some(&b'/'))
+            .then(|| symtab_symbol(&path, rel.wrapping_sub(1) as u64))
+            .flatten()
     });
     match symbol {
         Some(s) => s,
@@ -79,10 +87,15 @@ fn dynamic_symbol(probe: usize) -> Option<String> {
         // glibc answers only for a symbol whose range holds the address (a symbol of size 0 only
         // for its own address), so a function that is not exported is not taken for the one
         // before it.
-        if libc::dladdr(probe as *const libc::c_void, &mut info) == 0 || info.dli_sname.is_null() || (info.dli_saddr as usize) > probe {
+        if libc::dladdr(probe as *const libc::c_void, &mut info) == 0
+            || info.dli_sname.is_null()
+            || (info.dli_saddr as usize) > probe
+        {
             return None;
         }
-        CStr::from_ptr(info.dli_sname).to_string_lossy().into_owned()
+        CStr::from_ptr(info.dli_sname)
+            .to_string_lossy()
+            .into_owned()
     };
     Some(demangle(name))
 }
@@ -110,16 +123,27 @@ fn symtab_lookup(fd: c_int, vaddr: u64) -> Option<String> {
     if eh[..4] != *b"\x7fELF" || eh[4] != 2 || eh[5] != ELF_DATA {
         return None;
     }
-    let (shoff, shentsize, shnum) = (u64_at(&eh, 0x28), u16_at(&eh, 0x3a) as u64, u16_at(&eh, 0x3c) as u64);
+    let (shoff, shentsize, shnum) = (
+        u64_at(&eh, 0x28),
+        u16_at(&eh, 0x3a) as u64,
+        u16_at(&eh, 0x3c) as u64,
+    );
     if shentsize < 64 {
         return None;
     }
     let section = |i: u64| -> Option<(u32, u64, u64, u32, u64)> {
         let mut sh = [0u8; 64];
         sys::read_exact_at(fd, &mut sh, shoff.checked_add(i.checked_mul(shentsize)?)?)?;
-        Some((u32_at(&sh, 4), u64_at(&sh, 0x18), u64_at(&sh, 0x20), u32_at(&sh, 0x28), u64_at(&sh, 0x38)))
+        Some((
+            u32_at(&sh, 4),
+            u64_at(&sh, 0x18),
+            u64_at(&sh, 0x20),
+            u32_at(&sh, 0x28),
+            u64_at(&sh, 0x38),
+        ))
     };
-    let (_, off, size, link, entsize) = (0..shnum).filter_map(section).find(|s| s.0 == SHT_SYMTAB)?;
+    let (_, off, size, link, entsize) =
+        (0..shnum).filter_map(section).find(|s| s.0 == SHT_SYMTAB)?;
     let (strtype, stroff, strsize, _, _) = section(link as u64)?;
     if entsize != 24 || size > SYMTAB_MAX_BYTES || strtype != SHT_STRTAB {
         return None;
@@ -130,8 +154,17 @@ fn symtab_lookup(fd: c_int, vaddr: u64) -> Option<String> {
         let n = ((size - at).min(buf.len() as u64) / 24 * 24) as usize;
         sys::read_exact_at(fd, &mut buf[..n], off + at)?;
         for sym in buf[..n].chunks_exact(24) {
-            let (kind, shndx, value, len) = (sym[4] & 0xf, u16_at(sym, 6), u64_at(sym, 8), u64_at(sym, 16));
-            if (kind == STT_FUNC || kind == STT_GNU_IFUNC) && shndx != 0 && value <= vaddr && vaddr - value < len {
+            let (kind, shndx, value, len) = (
+                sym[4] & 0xf,
+                u16_at(sym, 6),
+                u64_at(sym, 8),
+                u64_at(sym, 16),
+            );
+            if (kind == STT_FUNC || kind == STT_GNU_IFUNC)
+                && shndx != 0
+                && value <= vaddr
+                && vaddr - value < len
+            {
                 return name_at(fd, stroff, strsize, u32_at(sym, 0) as u64);
             }
         }
@@ -171,12 +204,18 @@ mod tests {
     fn exported_functions_are_named_from_the_loaders_tables() {
         let f = libc::getpid as *const () as usize;
         let name = dynamic_symbol(f);
-        assert!(name.as_deref().is_some_and(|n| n.contains("getpid")), "{name:?}");
+        assert!(
+            name.as_deref().is_some_and(|n| n.contains("getpid")),
+            "{name:?}"
+        );
         assert!(native_label(f + 1).contains("getpid"));
         // An address in no object (the heap) is itself; so is 0.
         let v = vec![0u8; 64];
         assert_eq!(dynamic_symbol(v.as_ptr() as usize), None);
-        assert_eq!(native_label(v.as_ptr() as usize), format!("{:#x}", v.as_ptr() as usize));
+        assert_eq!(
+            native_label(v.as_ptr() as usize),
+            format!("{:#x}", v.as_ptr() as usize)
+        );
     }
 
     #[test]

@@ -1,25 +1,23 @@
 //! Snapshots of the ledger as `pinguard.report.v1` JSON, written atomically.
 
+use crate::accounting::{callsite, ledger};
 use crate::api::Family;
-use crate::runtime::config::{Config, DEFAULT_TEMPLATE};
+use crate::budget;
 use crate::output::files;
 use crate::output::symbolize::Symbolizer;
-use crate::accounting::{callsite, ledger};
-use crate::budget;
-use crate::runtime::{guard, heap, kernel, log};
+use crate::runtime::config::{Config, DEFAULT_TEMPLATE};
 use crate::runtime::lock::{Mutex, MutexGuard};
+use crate::runtime::{guard, heap, kernel, log};
 use pinguard_report::units::format_bytes;
 use pinguard_report::{self as schema, Addr, Reason, Report};
-use std::path::{Path, PathBuf};
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
 static WRITING: Mutex<()> = Mutex::new(());
 /// Set (under `WRITING`) once the exit report is decided: no later snapshot may replace it.
 static EXITING: AtomicBool = AtomicBool::new(false);
-
-
 
 pub fn lock() -> MutexGuard<'static, ()> {
     WRITING.lock()
@@ -47,7 +45,6 @@ pub unsafe fn let_go(child: bool) {
     }
 }
 
-
 fn process(now: u64) -> schema::Process {
     schema::Process {
         // Raw system calls: an interposer's wrappers of getpid/getppid see only the program's calls.
@@ -69,8 +66,18 @@ fn config(cfg: &Config) -> schema::Config {
         policy: cfg.policy.name().to_string(),
         depth: cfg.depth,
         py_depth: cfg.py_depth,
-        hooks: Family::ALL.iter().filter(|f| cfg.hooks & f.bit() != 0).map(|f| f.name().to_string()).collect(),
-        errors: cfg.errors.iter().cloned().chain(budget::host::problem().map(str::to_string)).chain(budget::cgroup::floor().problem().map(str::to_string)).collect(),
+        hooks: Family::ALL
+            .iter()
+            .filter(|f| cfg.hooks & f.bit() != 0)
+            .map(|f| f.name().to_string())
+            .collect(),
+        errors: cfg
+            .errors
+            .iter()
+            .cloned()
+            .chain(budget::host::problem().map(str::to_string))
+            .chain(budget::cgroup::floor().problem().map(str::to_string))
+            .collect(),
         report_template: files::template().0,
         interval_ms: cfg.interval_ms,
         signal: cfg.signal,
@@ -82,9 +89,12 @@ fn config(cfg: &Config) -> schema::Config {
 
 /// `PINGUARD_DOWNGRADE_MATCH`'s patterns as given.
 fn patterns(cfg: &Config) -> Vec<String> {
-    cfg.downgrade_match.iter().flatten().map(|p| p.as_str().to_string()).collect()
+    cfg.downgrade_match
+        .iter()
+        .flatten()
+        .map(|p| p.as_str().to_string())
+        .collect()
 }
-
 
 /// What the state file says about the process, written when it is made.
 pub fn state_info(cfg: &Config) -> Vec<u8> {
@@ -92,7 +102,10 @@ pub fn state_info(cfg: &Config) -> Vec<u8> {
         pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
         process: process(crate::runtime::clock::unix_ms()),
         config: config(cfg),
-        apis: crate::api::Api::ALL.iter().map(|a| a.name().to_string()).collect(),
+        apis: crate::api::Api::ALL
+            .iter()
+            .map(|a| a.name().to_string())
+            .collect(),
     };
     serde_json::to_vec(&info).unwrap_or_default()
 }
@@ -141,8 +154,16 @@ pub struct LiveFigures {
 /// first (then highest peak, then oldest id), those with nothing live beyond `max_callsites`
 /// folded with the rest (`schema::cap_callsites`); live records by address, with their age.
 pub fn shape(reason: Reason, f: Figures) -> Report {
-    let callsites: Vec<schema::Callsite> =
-        f.callsites.into_iter().filter(|c| c.alloc_count > 0 || c.denied_count > 0 || c.downgraded_count > 0 || c.over_budget_count > 0).collect();
+    let callsites: Vec<schema::Callsite> = f
+        .callsites
+        .into_iter()
+        .filter(|c| {
+            c.alloc_count > 0
+                || c.denied_count > 0
+                || c.downgraded_count > 0
+                || c.over_budget_count > 0
+        })
+        .collect();
     let mut callsites_folded = f.folded;
     let callsites = schema::cap_callsites(callsites, f.max_callsites, &mut callsites_folded);
     let mut live: Vec<schema::Live> = f
@@ -200,14 +221,21 @@ fn gather(cfg: &Config) -> Figures {
     let status = kernel::status();
     ledger::timeline_now();
     let mut totals = ledger::totals();
-    let apis: Vec<(String, schema::ApiStats)> = ledger::apis().into_iter().map(|(a, s)| (a.name().to_string(), s)).collect();
+    let apis: Vec<(String, schema::ApiStats)> = ledger::apis()
+        .into_iter()
+        .map(|(a, s)| (a.name().to_string(), s))
+        .collect();
     let mut sym = Symbolizer::new();
     // Short of memory, a report that could not be finished would end the program: it leaves out
     // what needs room (the lists), or only the frames' names (the costly part), saying so. The
     // lists are bounded by about the callsite cap.
     let partial = heap::short() || !heap::room(room_for(callsite::max()));
     let mut names = !partial && heap::room(NAMING_ROOM);
-    let (named, folded) = if partial { (Vec::new(), schema::Folded::default()) } else { listed() };
+    let (named, folded) = if partial {
+        (Vec::new(), schema::Folded::default())
+    } else {
+        listed()
+    };
     if names {
         // All at once, so that each module's files are read once and then let go.
         sym.name_all(named.iter().flat_map(|c| c.native().iter().copied()));
@@ -218,16 +246,30 @@ fn gather(cfg: &Config) -> Figures {
         .map(|c| {
             names = names && !heap::short();
             let frames = native_frames(c, names, &mut sym, &mut closed_modules);
-            schema::Callsite { frames, py_frames: py_frames(c), ..figures(c) }
+            schema::Callsite {
+                frames,
+                py_frames: py_frames(c),
+                ..figures(c)
+            }
         })
         .collect();
     let live = if partial { Vec::new() } else { live_figures() };
-    let (events, events_dropped) = if partial { (Vec::new(), 0) } else { report_events(cfg) };
-    let (points, timeline_dropped) = if partial { (Vec::new(), 0) } else { ledger::timeline() };
+    let (events, events_dropped) = if partial {
+        (Vec::new(), 0)
+    } else {
+        report_events(cfg)
+    };
+    let (points, timeline_dropped) = if partial {
+        (Vec::new(), 0)
+    } else {
+        ledger::timeline()
+    };
     let (timeline, timeline_apis) = timelines(&points, &apis);
     totals.out_of_memory_count = heap::failures();
     let mut config = config(cfg);
-    config.errors.extend(memory_errors(partial, names, totals.out_of_memory_count));
+    config
+        .errors
+        .extend(memory_errors(partial, names, totals.out_of_memory_count));
     Figures {
         now,
         process: process(now),
@@ -258,18 +300,30 @@ fn gather(cfg: &Config) -> Figures {
 
 /// A callsite's native frames, named (`names`), or as their closed module left them, or as
 /// addresses and modules; the modules of closed objects it went through join `closed_modules`.
-fn native_frames(c: &callsite::Callsite, names: bool, sym: &mut Symbolizer, closed_modules: &mut Vec<schema::Module>) -> Vec<schema::Frame> {
+fn native_frames(
+    c: &callsite::Callsite,
+    names: bool,
+    sym: &mut Symbolizer,
+    closed_modules: &mut Vec<schema::Module>,
+) -> Vec<schema::Frame> {
     let mut frames = Vec::new();
     let closed = c.closed.lock();
     for &a in c.native() {
-        match closed.iter().flat_map(|cl| &cl.frames).find(|(ca, _)| *ca == a) {
+        match closed
+            .iter()
+            .flat_map(|cl| &cl.frames)
+            .find(|(ca, _)| *ca == a)
+        {
             Some((_, named)) => frames.extend_from_slice(named),
             None if names => frames.extend_from_slice(sym.frames(a)),
             None => frames.push(unnamed(sym, a, closed_modules)),
         }
     }
     for cl in closed.iter() {
-        if !closed_modules.iter().any(|m: &schema::Module| m.path == cl.module.path && m.base == cl.module.base) {
+        if !closed_modules
+            .iter()
+            .any(|m: &schema::Module| m.path == cl.module.path && m.base == cl.module.base)
+        {
             closed_modules.push(cl.module.clone());
         }
     }
@@ -296,12 +350,22 @@ fn py_frames(c: &callsite::Callsite) -> Vec<schema::Frame> {
 /// The live records; physical allocations of the virtual-memory APIs are listed under their
 /// handles, and so are host memory pools, each at its reserved memory.
 fn live_figures() -> Vec<(u64, LiveFigures)> {
-    let physical = crate::accounting::physical::records().into_iter().chain(crate::accounting::pools::records()).map(|(h, l)| (h as usize, l));
+    let physical = crate::accounting::physical::records()
+        .into_iter()
+        .chain(crate::accounting::pools::records())
+        .map(|(h, l)| (h as usize, l));
     ledger::live_records()
         .into_iter()
         .chain(physical)
         .map(|(addr, l)| {
-            let f = LiveFigures { size: l.size, api: l.api.name().into(), callsite: l.site.id(), tid: l.tid, unix_ms: l.unix_ms, downgraded: l.downgraded() };
+            let f = LiveFigures {
+                size: l.size,
+                api: l.api.name().into(),
+                callsite: l.site.id(),
+                tid: l.tid,
+                unix_ms: l.unix_ms,
+                downgraded: l.downgraded(),
+            };
             (addr as u64, f)
         })
         .collect()
@@ -378,11 +442,17 @@ type Series = Vec<(u64, u64)>;
 
 /// The timeline as a report writes it: the process's points, and each entry point's (the points
 /// its own calls made), each of those ending at the last point with its figure at the write.
-fn timelines(points: &[ledger::Point], apis: &[(String, schema::ApiStats)]) -> (Series, BTreeMap<String, Series>) {
+fn timelines(
+    points: &[ledger::Point],
+    apis: &[(String, schema::ApiStats)],
+) -> (Series, BTreeMap<String, Series>) {
     let mut per_api: BTreeMap<String, Series> = BTreeMap::new();
     for p in points {
         if let Some(a) = p.api {
-            per_api.entry(a.name().to_string()).or_default().push((p.unix_ms, p.api_live));
+            per_api
+                .entry(a.name().to_string())
+                .or_default()
+                .push((p.unix_ms, p.api_live));
         }
     }
     if let Some(last) = points.last() {
@@ -394,7 +464,10 @@ fn timelines(points: &[ledger::Point], apis: &[(String, schema::ApiStats)]) -> (
             }
         }
     }
-    (points.iter().map(|p| (p.unix_ms, p.live)).collect(), per_api)
+    (
+        points.iter().map(|p| (p.unix_ms, p.live)).collect(),
+        per_api,
+    )
 }
 
 /// Address space a report needs beyond its lists to name frames: the symbol and line tables of
@@ -418,7 +491,14 @@ fn unnamed(sym: &Symbolizer, addr: usize, modules: &mut Vec<schema::Module>) -> 
             modules.push(m);
         }
     }
-    schema::Frame { addr: Addr(addr as u64), module: path, offset, symbol: None, file: None, line: None }
+    schema::Frame {
+        addr: Addr(addr as u64),
+        module: path,
+        offset,
+        symbol: None,
+        file: None,
+        line: None,
+    }
 }
 
 /// A callsite's figures, without its frames.
@@ -443,7 +523,11 @@ fn figures(c: &callsite::Callsite) -> schema::Callsite {
 }
 
 fn api_names(bits: &[u64]) -> Vec<String> {
-    crate::api::Api::ALL.iter().filter(|&&a| callsite::has_api(bits, a)).map(|a| a.name().to_string()).collect()
+    crate::api::Api::ALL
+        .iter()
+        .filter(|&&a| callsite::has_api(bits, a))
+        .map(|a| a.name().to_string())
+        .collect()
 }
 
 /// The callsites the report lists (each then named: symbolizing is the costly part): those that
@@ -477,7 +561,13 @@ fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
     let figs: Vec<schema::Callsite> = sites.iter().map(|c| figures(c)).collect();
     let kept = schema::cap_callsites(figs, callsite::max(), &mut folded);
     let kept: std::collections::HashSet<u32> = kept.iter().map(|c| c.id).collect();
-    (sites.into_iter().filter(|c| kept.contains(&c.id())).collect(), folded)
+    (
+        sites
+            .into_iter()
+            .filter(|c| kept.contains(&c.id()))
+            .collect(),
+        folded,
+    )
 }
 
 /// The host reserve's figures, once one was in force.
@@ -494,7 +584,9 @@ fn host() -> Option<schema::Host> {
 /// The cgroup reserve's figures, once one was in force.
 fn cgroup() -> Option<schema::Cgroup> {
     budget::cgroup::floor().snapshot().map(|c| schema::Cgroup {
-        path: crate::runtime::cgroup::path().unwrap_or_default().to_string(),
+        path: crate::runtime::cgroup::path()
+            .unwrap_or_default()
+            .to_string(),
         reserve_bytes: c.reserve,
         limit_bytes: c.total,
         headroom_bytes: c.available,
@@ -541,9 +633,13 @@ fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<Path
         let _open = crate::runtime::gate::enter(); // symbolisation walks the loaded objects
         snapshot(reason, cfg)
     };
-    let json = |w: &mut dyn std::io::Write| serde_json::to_writer(w, &report).map_err(std::io::Error::from);
+    let json = |w: &mut dyn std::io::Write| {
+        serde_json::to_writer(w, &report).map_err(std::io::Error::from)
+    };
     if let Some(p) = path {
-        return files::write_atomic_with(p, json).map(|_| p.to_path_buf()).map_err(|e| format!("{}: {e}", p.display()));
+        return files::write_atomic_with(p, json)
+            .map(|_| p.to_path_buf())
+            .map_err(|e| format!("{}: {e}", p.display()));
     }
     let (template, default) = files::template();
     let target = files::expand(&template);
@@ -551,7 +647,11 @@ fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<Path
         Ok(()) => Ok(target),
         Err(e) if default => {
             // The default lives in the working directory, which may be read-only in a container.
-            let fallback = std::env::temp_dir().join(files::expand(DEFAULT_TEMPLATE).file_name().unwrap_or_default());
+            let fallback = std::env::temp_dir().join(
+                files::expand(DEFAULT_TEMPLATE)
+                    .file_name()
+                    .unwrap_or_default(),
+            );
             files::write_atomic_with(&fallback, json)
                 .map(|_| fallback.clone())
                 .map_err(|e2| format!("{}: {e}; {}: {e2}", target.display(), fallback.display()))
@@ -597,8 +697,16 @@ pub fn write_exit(cfg: &Config) {
     };
     let mut group = None;
     if let Some(g) = crate::budget::group::snapshot() {
-        let gb = g.budget.map(format_bytes).unwrap_or_else(|| "no budget".into());
-        budget.push_str(&format!("; group {} {} of {gb} in {}", g.name, format_bytes(g.used), count(g.members as u64, "process", "processes")));
+        let gb = g
+            .budget
+            .map(format_bytes)
+            .unwrap_or_else(|| "no budget".into());
+        budget.push_str(&format!(
+            "; group {} {} of {gb} in {}",
+            g.name,
+            format_bytes(g.used),
+            count(g.members as u64, "process", "processes")
+        ));
         group = Some(g.name);
     }
     let whereto = match &written {
@@ -606,9 +714,18 @@ pub fn write_exit(cfg: &Config) {
         Err(e) => format!("report not written: {e}"),
     };
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
-    let floors = Floors { host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)), cgroup: budget::cgroup::floor().snapshot().map(|c| (c.reserve, c.lowest)) };
+    let floors = Floors {
+        host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)),
+        cgroup: budget::cgroup::floor()
+            .snapshot()
+            .map(|c| (c.reserve, c.lowest)),
+    };
     let line = exit_line(std::process::id(), &t, &budget, warn, floors, &whereto);
-    log::write_stderr(&with_group_unavailable(line, t.group_unavailable_count, group.as_deref()));
+    log::write_stderr(&with_group_unavailable(
+        line,
+        t.group_unavailable_count,
+        group.as_deref(),
+    ));
 }
 
 /// The summary line at exit. Calls over the budget can only happen under `warn`: there they are
@@ -622,8 +739,19 @@ struct Floors {
     cgroup: Option<(u64, u64)>,
 }
 
-fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, floors: Floors, whereto: &str) -> String {
-    let over = if warn || t.over_budget_count > 0 { format!(", {} over budget", t.over_budget_count) } else { String::new() };
+fn exit_line(
+    pid: u32,
+    t: &schema::Totals,
+    budget: &str,
+    warn: bool,
+    floors: Floors,
+    whereto: &str,
+) -> String {
+    let over = if warn || t.over_budget_count > 0 {
+        format!(", {} over budget", t.over_budget_count)
+    } else {
+        String::new()
+    };
     let mut host = match floors.host {
         Some((reserve, lowest)) => format!(
             "; {} stopped by the host reserve of {} (lowest available {})",
@@ -635,7 +763,11 @@ fn exit_line(pid: u32, t: &schema::Totals, budget: &str, warn: bool, floors: Flo
     };
     if let Some((reserve, lowest)) = floors.cgroup {
         let n = t.cgroup_reserve_count;
-        host.push_str(&format!("; {n} stopped by the cgroup reserve of {} (lowest headroom {})", format_bytes(reserve), format_bytes(lowest)));
+        host.push_str(&format!(
+            "; {n} stopped by the cgroup reserve of {} (lowest headroom {})",
+            format_bytes(reserve),
+            format_bytes(lowest)
+        ));
     }
     format!(
         "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}); {} denied, {} downgraded{over}{host}; {whereto}\n",
@@ -654,10 +786,20 @@ fn with_group_unavailable(line: String, n: u64, group: Option<&str>) -> String {
     if n == 0 {
         return line;
     }
-    let Some(at) = line.find(" downgraded").map(|i| i + " downgraded".len()) else { return line };
+    let Some(at) = line.find(" downgraded").map(|i| i + " downgraded".len()) else {
+        return line;
+    };
     // After the `warn` count, when there is one: it is one of the three counts they are in.
-    let at = line[at..].strip_prefix(", ").and_then(|r| r.find(" over budget").map(|j| at + 2 + j + " over budget".len())).unwrap_or(at);
-    let group = group.map(|g| format!("group {g}'s")).unwrap_or_else(|| "the group's".into());
+    let at = line[at..]
+        .strip_prefix(", ")
+        .and_then(|r| {
+            r.find(" over budget")
+                .map(|j| at + 2 + j + " over budget".len())
+        })
+        .unwrap_or(at);
+    let group = group
+        .map(|g| format!("group {g}'s"))
+        .unwrap_or_else(|| "the group's".into());
     format!(
         "{}; {n} of them group_unavailable ({group} ledger locked past {} ms){}",
         &line[..at],
@@ -675,7 +817,13 @@ fn count(n: u64, one: &str, many: &str) -> String {
 mod tests {
     use super::*;
 
-    fn site(id: u32, live_bytes: u64, peak: u64, alloc_count: u64, denied_count: u64) -> schema::Callsite {
+    fn site(
+        id: u32,
+        live_bytes: u64,
+        peak: u64,
+        alloc_count: u64,
+        denied_count: u64,
+    ) -> schema::Callsite {
         schema::Callsite {
             id,
             frames: Vec::new(),
@@ -695,7 +843,14 @@ mod tests {
     }
 
     fn live(size: u64, unix_ms: u64) -> LiveFigures {
-        LiveFigures { size, api: "cudaHostAlloc".into(), callsite: 1, tid: 7, unix_ms, downgraded: false }
+        LiveFigures {
+            size,
+            api: "cudaHostAlloc".into(),
+            callsite: 1,
+            tid: 7,
+            unix_ms,
+            downgraded: false,
+        }
     }
 
     fn figures() -> Figures {
@@ -726,12 +881,12 @@ mod tests {
     fn callsites_that_did_something_largest_live_first() {
         let mut f = figures();
         f.callsites = vec![
-            site(1, 0, 4096, 1, 0),    // all released: shown, last
-            site(2, 8192, 8192, 2, 0), // largest live
-            site(3, 0, 0, 0, 0),       // never pinned, refused or downgraded: left out
-            site(4, 0, 0, 0, 3),       // only refused: shown
+            site(1, 0, 4096, 1, 0),     // all released: shown, last
+            site(2, 8192, 8192, 2, 0),  // largest live
+            site(3, 0, 0, 0, 0),        // never pinned, refused or downgraded: left out
+            site(4, 0, 0, 0, 3),        // only refused: shown
             site(5, 8192, 16384, 4, 0), // as live as 2, higher peak: before it
-            site(6, 0, 4096, 1, 0),    // ties with 1: the older id first
+            site(6, 0, 4096, 1, 0),     // ties with 1: the older id first
         ];
         let r = shape(Reason::Exit, f);
         let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
@@ -742,7 +897,15 @@ mod tests {
     fn beyond_the_most_listed_idle_callsites_are_folded_live_ones_never() {
         let mut f = figures();
         f.max_callsites = 2;
-        f.folded = schema::Folded { count: 10, alloc_count: 10, alloc_bytes: 40960, peak_live_bytes: 8192, denied_bytes: Some(0), downgraded_bytes: Some(0), ..Default::default() };
+        f.folded = schema::Folded {
+            count: 10,
+            alloc_count: 10,
+            alloc_bytes: 40960,
+            peak_live_bytes: 8192,
+            denied_bytes: Some(0),
+            downgraded_bytes: Some(0),
+            ..Default::default()
+        };
         f.callsites = vec![
             site(1, 0, 4096, 1, 0),
             site(2, 4096, 4096, 1, 0), // live: kept whatever the cap
@@ -754,26 +917,81 @@ mod tests {
         let r = shape(Reason::Exit, f);
         let ids: Vec<u32> = r.callsites.iter().map(|c| c.id).collect();
         assert_eq!(ids, vec![5, 2, 3, 4]);
-        let want = schema::Folded { count: 12, alloc_count: 11, alloc_bytes: 40960 + 4096, peak_live_bytes: 8192, denied_count: 2, apis: vec!["cudaHostAlloc".into()], denied_bytes: Some(2 * 8192), downgraded_bytes: Some(0), ..Default::default() };
+        let want = schema::Folded {
+            count: 12,
+            alloc_count: 11,
+            alloc_bytes: 40960 + 4096,
+            peak_live_bytes: 8192,
+            denied_count: 2,
+            apis: vec!["cudaHostAlloc".into()],
+            denied_bytes: Some(2 * 8192),
+            downgraded_bytes: Some(0),
+            ..Default::default()
+        };
         assert_eq!(r.callsites_folded, want);
     }
 
     #[test]
     fn the_exit_line_counts_in_words() {
-        let mut t = schema::Totals { live_bytes: 4096, live_count: 1, peak_live_bytes: 8192, ..Default::default() };
-        let line = exit_line(7, &t, "budget 16.0 KiB", false, Floors::default(), "report: r.json");
+        let mut t = schema::Totals {
+            live_bytes: 4096,
+            live_count: 1,
+            peak_live_bytes: 8192,
+            ..Default::default()
+        };
+        let line = exit_line(
+            7,
+            &t,
+            "budget 16.0 KiB",
+            false,
+            Floors::default(),
+            "report: r.json",
+        );
         assert_eq!(line, "pinguard[7]: 4.00 KiB pinned in 1 allocation at exit (peak 8.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: r.json\n");
         t.live_count = 2;
         t.over_budget_count = 3;
-        let line = exit_line(7, &t, "budget 16.0 KiB", true, Floors::default(), "report: r.json");
-        assert!(line.contains(" in 2 allocations at exit") && line.ends_with("; 0 denied, 0 downgraded, 3 over budget; report: r.json\n"), "{line}");
+        let line = exit_line(
+            7,
+            &t,
+            "budget 16.0 KiB",
+            true,
+            Floors::default(),
+            "report: r.json",
+        );
+        assert!(
+            line.contains(" in 2 allocations at exit")
+                && line.ends_with("; 0 denied, 0 downgraded, 3 over budget; report: r.json\n"),
+            "{line}"
+        );
         t.over_budget_count = 0;
-        assert!(exit_line(7, &t, "no budget", true, Floors::default(), "x").contains("0 downgraded, 0 over budget; x"));
+        assert!(exit_line(7, &t, "no budget", true, Floors::default(), "x")
+            .contains("0 downgraded, 0 over budget; x"));
         t.host_reserve_count = 2;
-        let line = exit_line(7, &t, "no budget", false, Floors { host: Some((1 << 30, 1288490188)), cgroup: None }, "x");
+        let line = exit_line(
+            7,
+            &t,
+            "no budget",
+            false,
+            Floors {
+                host: Some((1 << 30, 1288490188)),
+                cgroup: None,
+            },
+            "x",
+        );
         assert!(line.ends_with("; 0 denied, 0 downgraded; 2 stopped by the host reserve of 1.00 GiB (lowest available 1.20 GiB); x\n"), "{line}");
         t.host_reserve_count = 0;
-        assert!(exit_line(7, &t, "no budget", false, Floors { host: Some((1 << 30, 1 << 31)), cgroup: None }, "x").contains("; 0 stopped by the host reserve of 1.00 GiB"));
+        assert!(exit_line(
+            7,
+            &t,
+            "no budget",
+            false,
+            Floors {
+                host: Some((1 << 30, 1 << 31)),
+                cgroup: None
+            },
+            "x"
+        )
+        .contains("; 0 stopped by the host reserve of 1.00 GiB"));
         assert_eq!(count(0, "process", "processes"), "0 processes");
         t.denied_count = 3;
         let line = exit_line(7, &t, "no budget", false, Floors::default(), "x");
@@ -782,18 +1000,45 @@ mod tests {
             with_group_unavailable(line, 3, Some("g")),
             "pinguard[7]: 4.00 KiB pinned in 2 allocations at exit (peak 8.00 KiB, no budget); 3 denied, 0 downgraded; 3 of them group_unavailable (group g's ledger locked past 50 ms); x\n"
         );
-        let line = with_group_unavailable(exit_line(7, &t, "no budget", true, Floors::default(), "x"), 2, None);
-        assert!(line.contains("0 downgraded, 0 over budget; 2 of them group_unavailable (the group's ledger"), "{line}");
+        let line = with_group_unavailable(
+            exit_line(7, &t, "no budget", true, Floors::default(), "x"),
+            2,
+            None,
+        );
+        assert!(
+            line.contains(
+                "0 downgraded, 0 over budget; 2 of them group_unavailable (the group's ledger"
+            ),
+            "{line}"
+        );
     }
 
     #[test]
     fn live_records_by_address_with_their_age() {
         let mut f = figures();
-        f.live = vec![(0x3000, live(4096, 9_000)), (0x1000, live(8192, 10_500)), (0x2000, live(16, 0))];
+        f.live = vec![
+            (0x3000, live(4096, 9_000)),
+            (0x1000, live(8192, 10_500)),
+            (0x2000, live(16, 0)),
+        ];
         let r = shape(Reason::Request, f);
-        let got: Vec<(u64, u64, u64)> = r.live.iter().map(|l| (l.addr.0, l.size, l.age_ms)).collect();
+        let got: Vec<(u64, u64, u64)> = r
+            .live
+            .iter()
+            .map(|l| (l.addr.0, l.size, l.age_ms))
+            .collect();
         // A record stamped after `now` (the coarse clock runs behind the fine one) is 0 ms old.
-        assert_eq!(got, vec![(0x1000, 8192, 0), (0x2000, 16, 10_000), (0x3000, 4096, 1_000)]);
-        assert_eq!((r.reason, r.schema.as_str()), (Reason::Request, schema::SCHEMA));
+        assert_eq!(
+            got,
+            vec![
+                (0x1000, 8192, 0),
+                (0x2000, 16, 10_000),
+                (0x3000, 4096, 1_000)
+            ]
+        );
+        assert_eq!(
+            (r.reason, r.schema.as_str()),
+            (Reason::Request, schema::SCHEMA)
+        );
     }
 }

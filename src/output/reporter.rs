@@ -11,11 +11,11 @@
 //! and wakes it, both async-signal-safe; the thread waits on that word, with a timeout for the
 //! interval and for the periodic look at the signal's disposition.
 
+use crate::accounting::ledger;
+use crate::output::report;
 use crate::runtime::config::Config;
 use crate::runtime::guard::Reentry;
-use crate::accounting::ledger;
 use crate::runtime::log;
-use crate::output::report;
 use pinguard_report::Reason;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -60,7 +60,15 @@ pub fn wake_from_signal() {
     // SAFETY: FUTEX_WAKE on a static word of this process; it touches no other memory.
     unsafe {
         let e = *libc::__errno_location();
-        libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, 0usize, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+            0usize,
+            0usize,
+            0u32,
+        );
         *libc::__errno_location() = e;
     }
 }
@@ -68,12 +76,25 @@ pub fn wake_from_signal() {
 /// Waits until `WAKE` is no longer `seen`, or `timeout` passes (forever without one). A wake
 /// between the caller's load and this call is not lost: the kernel compares the word first.
 fn wait(seen: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|t| libc::timespec { tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t, tv_nsec: t.subsec_nanos() as _ });
-    let tp = ts.as_ref().map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as _,
+    });
+    let tp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
     // SAFETY: FUTEX_WAIT on a static word; `tp` is null or points to a live timespec. A raw
     // system call: no cancellation point (this thread is pinguard's, but the rule holds).
     unsafe {
-        libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG, seen, tp, 0usize, 0u32);
+        libc::syscall(
+            libc::SYS_futex,
+            WAKE.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            seen,
+            tp,
+            0usize,
+            0u32,
+        );
     }
 }
 
@@ -84,7 +105,17 @@ pub fn on_activity(cfg: &Config) {
     if cfg.metrics.is_some() {
         ACTIVE_NOW.store(true, Ordering::Release);
         // SAFETY: FUTEX_WAKE on a static word; wakes the thread if it waits, else does nothing.
-        unsafe { libc::syscall(libc::SYS_futex, WAKE.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1, 0usize, 0usize, 0u32) };
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                WAKE.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+                0usize,
+                0usize,
+                0u32,
+            )
+        };
     }
 }
 
@@ -115,11 +146,15 @@ fn spawn(cfg: &'static Config) {
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         old
     };
-    let r = std::thread::Builder::new().name("pinguard-report".into()).spawn(move || run(cfg));
+    let r = std::thread::Builder::new()
+        .name("pinguard-report".into())
+        .spawn(move || run(cfg));
     // SAFETY: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if r.is_err() {
-        log::write_stderr("pinguard: cannot start the report thread; no periodic or signal reports, no metrics\n");
+        log::write_stderr(
+            "pinguard: cannot start the report thread; no periodic or signal reports, no metrics\n",
+        );
     }
 }
 
@@ -129,7 +164,10 @@ fn run(cfg: &'static Config) {
     let interval = cfg.interval_ms.map(Duration::from_millis);
     let mut due = interval.map(|i| Instant::now() + i);
     // Metrics at once (a thread started for them finds the process active), then every interval.
-    let metrics_every = cfg.metrics.as_ref().map(|_| Duration::from_millis(crate::output::metrics::interval_ms(cfg)));
+    let metrics_every = cfg
+        .metrics
+        .as_ref()
+        .map(|_| Duration::from_millis(crate::output::metrics::interval_ms(cfg)));
     let mut metrics_due = metrics_every.map(|_| Instant::now());
     let recheck = cfg.signal.map(|_| Duration::from_millis(RECHECK_MS));
     loop {
@@ -140,7 +178,8 @@ fn run(cfg: &'static Config) {
             // Woken from inside the first counted call, before its figures are all in: the file
             // is written once that call is over (microseconds; a later write corrects a call that
             // was descheduled longer).
-            metrics_due = metrics_every.map(|_| Instant::now() + Duration::from_millis(FIRST_WRITE_DELAY_MS));
+            metrics_due =
+                metrics_every.map(|_| Instant::now() + Duration::from_millis(FIRST_WRITE_DELAY_MS));
         }
         let now_word = WAKE.load(Ordering::Acquire);
         let reason = if now_word != SEEN.load(Ordering::Relaxed) {
@@ -155,7 +194,11 @@ fn run(cfg: &'static Config) {
             let _ = std::panic::catch_unwind(|| crate::output::metrics::write(cfg));
             continue;
         } else {
-            let left = [due, metrics_due].into_iter().flatten().map(|d| d.saturating_duration_since(Instant::now())).min();
+            let left = [due, metrics_due]
+                .into_iter()
+                .flatten()
+                .map(|d| d.saturating_duration_since(Instant::now()))
+                .min();
             let timeout = match (recheck, left) {
                 (Some(r), Some(l)) => Some(r.min(l)),
                 (r, l) => r.or(l),
@@ -164,7 +207,9 @@ fn run(cfg: &'static Config) {
             continue; // woken, timed out, or interrupted: look again
         };
         if reason == Reason::Signal || ledger::touched() {
-            if let Err(e) = std::panic::catch_unwind(|| report::write(cfg, reason, None)).unwrap_or(Err("panicked".into())) {
+            if let Err(e) = std::panic::catch_unwind(|| report::write(cfg, reason, None))
+                .unwrap_or(Err("panicked".into()))
+            {
                 tracing::debug!("{reason:?} report not written: {e}");
             }
         }

@@ -40,15 +40,29 @@ impl Symbolizer {
         let mut objects = Vec::new();
         for_each_object(|o| {
             let name = o.name.to_string_lossy();
-            let path = if name.is_empty() { exe.clone() } else { name.into_owned() };
+            let path = if name.is_empty() {
+                exe.clone()
+            } else {
+                name.into_owned()
+            };
             objects.push((
-                Object { name: o.name.clone(), base: o.base, start: o.start, end: o.end, build_id: o.build_id.clone(), dynamic: o.dynamic },
+                Object {
+                    name: o.name.clone(),
+                    base: o.base,
+                    start: o.start,
+                    end: o.end,
+                    build_id: o.build_id.clone(),
+                    dynamic: o.dynamic,
+                },
                 path,
             ));
         });
         // A library opened by a relative path (ctypes.CDLL("lib/x.so")) has that name in the loader's
         // list; the kernel's map of the process has the file's absolute path.
-        if objects.iter().any(|(_, p): &(Object, String)| !p.starts_with('/') && !p.is_empty()) {
+        if objects
+            .iter()
+            .any(|(_, p): &(Object, String)| !p.starts_with('/') && !p.is_empty())
+        {
             let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
             for (o, path) in objects.iter_mut().filter(|(_, p)| !p.starts_with('/')) {
                 if let Some(abs) = mapped_file(&maps, o.start) {
@@ -56,7 +70,11 @@ impl Symbolizer {
                 }
             }
         }
-        Symbolizer { objects, cache: FxHashMap::default(), used: BTreeMap::new() }
+        Symbolizer {
+            objects,
+            cache: FxHashMap::default(),
+            used: BTreeMap::new(),
+        }
     }
 
     /// Names every address of `addrs` not named yet, one module at a time: call it with all the
@@ -97,13 +115,20 @@ impl Symbolizer {
 
     /// The address range of the loaded object with this load bias and loader name.
     pub fn object_at(&self, base: usize, name: &[u8]) -> Option<(usize, usize)> {
-        self.objects.iter().find(|(o, _)| o.base == base && o.name.as_bytes() == name).map(|(o, _)| (o.start, o.end))
+        self.objects
+            .iter()
+            .find(|(o, _)| o.base == base && o.name.as_bytes() == name)
+            .map(|(o, _)| (o.start, o.end))
     }
 
     /// The module entry for the object `addr` lies in.
     pub fn module_of(&self, addr: usize) -> Option<Module> {
         let (o, path) = self.objects.iter().find(|(o, _)| o.contains(addr))?;
-        Some(Module { path: path.clone(), base: Addr(o.base as u64), build_id: o.build_id.clone() })
+        Some(Module {
+            path: path.clone(),
+            base: Addr(o.base as u64),
+            build_id: o.build_id.clone(),
+        })
     }
 
     /// Every module that a resolved frame fell in.
@@ -112,14 +137,25 @@ impl Symbolizer {
             .values()
             .map(|&i| {
                 let (o, path) = &self.objects[i];
-                Module { path: path.clone(), base: Addr(o.base as u64), build_id: o.build_id.clone() }
+                Module {
+                    path: path.clone(),
+                    base: Addr(o.base as u64),
+                    build_id: o.build_id.clone(),
+                }
             })
             .collect()
     }
 }
 
 fn unnamed(addr: usize, module: Option<String>, offset: Option<Addr>) -> Frame {
-    Frame { addr: Addr(addr as u64), module, offset, symbol: None, file: None, line: None }
+    Frame {
+        addr: Addr(addr as u64),
+        module,
+        offset,
+        symbol: None,
+        file: None,
+        line: None,
+    }
 }
 
 /// The frames of `addrs` (sorted, distinct, all in the object `o` whose file is `path`). The
@@ -128,16 +164,33 @@ fn name_in(o: &Object, path: &str, addrs: &[usize]) -> Vec<Vec<Frame>> {
     let module = Some(path.to_string());
     if !path.starts_with('/') {
         // The vDSO, or a name the loader did not resolve to a file.
-        return addrs.iter().map(|&a| vec![unnamed(a, module.clone(), Some(Addr(a.wrapping_sub(o.base) as u64)))]).collect();
+        return addrs
+            .iter()
+            .map(|&a| {
+                vec![unnamed(
+                    a,
+                    module.clone(),
+                    Some(Addr(a.wrapping_sub(o.base) as u64)),
+                )]
+            })
+            .collect();
     }
     let debug = symbols::debug_file(path, o.build_id.as_deref());
     if lines_fit(&debug) {
         let loader = addr2line::Loader::new(&debug).ok();
-        return addrs.iter().map(|&a| symbols::frames(loader.as_ref(), a, o.base, module.clone())).collect();
+        return addrs
+            .iter()
+            .map(|&a| symbols::frames(loader.as_ref(), a, o.base, module.clone()))
+            .collect();
     }
     // A return address points after the call; the call itself is one byte earlier.
-    let probes: Vec<u64> = addrs.iter().map(|&a| (a - o.base).saturating_sub(1) as u64).collect();
-    let mut names = Elf::open(path).map(|e| e.function_names(&probes)).unwrap_or_else(|| vec![None; addrs.len()]);
+    let probes: Vec<u64> = addrs
+        .iter()
+        .map(|&a| (a - o.base).saturating_sub(1) as u64)
+        .collect();
+    let mut names = Elf::open(path)
+        .map(|e| e.function_names(&probes))
+        .unwrap_or_else(|| vec![None; addrs.len()]);
     if debug != path && names.iter().any(Option::is_none) {
         // A stripped object: its separate debug file has the full symbol table.
         if let Some(more) = Elf::open(&debug).map(|e| e.function_names(&probes)) {
@@ -162,9 +215,12 @@ fn name_in(o: &Object, path: &str, addrs: &[usize]) -> Vec<Vec<Frame>> {
 /// Whether the debug information in `debug` (and the DWARF package beside it, which `addr2line`
 /// also reads) is small enough to parse here.
 fn lines_fit(debug: &str) -> bool {
-    let Some(elf) = Elf::open(debug) else { return false };
+    let Some(elf) = Elf::open(debug) else {
+        return false;
+    };
     let package = std::fs::metadata(format!("{debug}.dwp")).map_or(0, |m| m.len());
-    elf.debug_bytes().saturating_add(package) <= LINES_MAX_BYTES && elf.debug_section_bytes(".debug_line") <= LINE_TABLES_MAX_BYTES
+    elf.debug_bytes().saturating_add(package) <= LINES_MAX_BYTES
+        && elf.debug_section_bytes(".debug_line") <= LINE_TABLES_MAX_BYTES
 }
 
 /// The file mapped at `addr` in a `/proc/PID/maps` text.
@@ -172,7 +228,10 @@ fn mapped_file(maps: &str, addr: usize) -> Option<String> {
     maps.lines().find_map(|l| {
         let (range, rest) = l.split_once(' ')?;
         let (lo, hi) = range.split_once('-')?;
-        let (lo, hi) = (usize::from_str_radix(lo, 16).ok()?, usize::from_str_radix(hi, 16).ok()?);
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        );
         // The path is the last field and may hold spaces; no field before it holds " /".
         let path = &rest[rest.find(" /")? + 1..];
         (addr >= lo && addr < hi).then(|| path.to_string())

@@ -26,7 +26,15 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
     let mut lm: *const LinkMap = std::ptr::null();
     // SAFETY: `handle` is the application's argument to `dlclose`, not yet closed; `lm` is a valid
     // out-pointer of the type RTLD_DI_LINKMAP writes.
-    if unsafe { libc::dlinfo(handle, libc::RTLD_DI_LINKMAP, &mut lm as *mut _ as *mut c_void) } != 0 || lm.is_null() {
+    if unsafe {
+        libc::dlinfo(
+            handle,
+            libc::RTLD_DI_LINKMAP,
+            &mut lm as *mut _ as *mut c_void,
+        )
+    } != 0
+        || lm.is_null()
+    {
         // SAFETY: dlerror takes no arguments and only reads and clears this thread's error state.
         unsafe { libc::dlerror() }; // the application's next dlerror() is not about our question
         return None;
@@ -35,23 +43,45 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
     // `l_addr` and `l_name` (`LinkMap`) and stays mapped until the real `dlclose`.
     let (base, name) = unsafe {
         let lm = &*lm;
-        let name = if lm.l_name.is_null() { Vec::new() } else { CStr::from_ptr(lm.l_name).to_bytes().to_vec() };
+        let name = if lm.l_name.is_null() {
+            Vec::new()
+        } else {
+            CStr::from_ptr(lm.l_name).to_bytes().to_vec()
+        };
         (lm.l_addr, name)
     };
     let mut sym = Symbolizer::new();
     let (start, end) = sym.object_at(base, &name)?;
     let inside = |a: usize| a >= start && a < end;
-    let sites: Vec<&'static Callsite> = callsite::all().into_iter().filter(|c| c.native().iter().any(|&a| inside(a))).collect();
+    let sites: Vec<&'static Callsite> = callsite::all()
+        .into_iter()
+        .filter(|c| c.native().iter().any(|&a| inside(a)))
+        .collect();
     if sites.is_empty() {
         return None;
     }
     let module = sym.module_of(start)?;
-    sym.name_all(sites.iter().flat_map(|c| c.native().iter().copied().filter(|&a| inside(a))));
+    sym.name_all(
+        sites
+            .iter()
+            .flat_map(|c| c.native().iter().copied().filter(|&a| inside(a))),
+    );
     let sites = sites
         .into_iter()
         .map(|c| {
-            let frames = c.native().iter().filter(|&&a| inside(a)).map(|&a| (a, sym.frames(a).to_vec())).collect();
-            (c, Closed { frames, module: module.clone() })
+            let frames = c
+                .native()
+                .iter()
+                .filter(|&&a| inside(a))
+                .map(|&a| (a, sym.frames(a).to_vec()))
+                .collect();
+            (
+                c,
+                Closed {
+                    frames,
+                    module: module.clone(),
+                },
+            )
         })
         .collect();
     Some(Closing { base, name, sites })
@@ -61,7 +91,9 @@ pub fn before(handle: *mut c_void) -> Option<Closing> {
 /// or `RTLD_NODELETE`, can keep it loaded).
 pub fn after(closing: Closing) {
     let mut still_loaded = false;
-    crate::runtime::objects::for_each_object(|o| still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice());
+    crate::runtime::objects::for_each_object(|o| {
+        still_loaded |= o.base == closing.base && o.name.as_bytes() == closing.name.as_slice()
+    });
     if !still_loaded {
         callsite::retire(closing.sites);
     }

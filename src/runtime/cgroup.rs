@@ -53,9 +53,19 @@ pub struct Headroom {
 /// Finds the memory hierarchy (allocates: start-up only). False where there is none.
 pub fn init() -> bool {
     let read = |p: &str| sys::read_text(&std::ffi::CString::new(p).ok()?);
-    let Ok(place) = pinguard_report::cgroup::locate(&read) else { return false };
+    let Ok(place) = pinguard_report::cgroup::locate(&read) else {
+        return false;
+    };
     let root = root_of(&place);
-    MOUNT.set(Mount { version: place.version, mount: place.mount, root, path: place.path }).is_ok() || MOUNT.get().is_some()
+    MOUNT
+        .set(Mount {
+            version: place.version,
+            mount: place.mount,
+            root,
+            path: place.path,
+        })
+        .is_ok()
+        || MOUNT.get().is_some()
 }
 
 /// The group's path as found at start-up.
@@ -66,8 +76,15 @@ pub fn path() -> Option<&'static str> {
 /// The mount's root path, from where `locate` put the group: the part of the group's path that
 /// the folder below the mount point does not show.
 fn root_of(p: &Place) -> String {
-    let below = p.dir.strip_prefix(p.mount.trim_end_matches('/')).unwrap_or("");
-    p.path.strip_suffix(below).filter(|r| !r.is_empty()).unwrap_or("/").to_string()
+    let below = p
+        .dir
+        .strip_prefix(p.mount.trim_end_matches('/'))
+        .unwrap_or("");
+    p.path
+        .strip_suffix(below)
+        .filter(|r| !r.is_empty())
+        .unwrap_or("/")
+        .to_string()
 }
 
 /// A path built in a buffer on the stack, NUL-terminated for `open`.
@@ -110,7 +127,9 @@ fn figure(path: &CStr) -> Option<Option<u64>> {
     if text == "max" {
         return Some(None);
     }
-    text.parse::<u64>().ok().map(|b| (b < (1 << 62)).then_some(b))
+    text.parse::<u64>()
+        .ok()
+        .map(|b| (b < (1 << 62)).then_some(b))
 }
 
 /// The group's path from `/proc/self/cgroup`, into `out`: the memory controller's line (v1) or
@@ -124,7 +143,11 @@ fn group_path(m: &Mount, out: &mut PathBuf) -> bool {
         }
         let mut f = line.splitn(3, |&c| c == b':');
         let (_, ctrl, path) = (f.next(), f.next().unwrap_or(b""), f.next().unwrap_or(b""));
-        let fits = if want_v1 { ctrl.split(|&c| c == b',').any(|c| c == b"memory") } else { ctrl.is_empty() };
+        let fits = if want_v1 {
+            ctrl.split(|&c| c == b',').any(|c| c == b"memory")
+        } else {
+            ctrl.is_empty()
+        };
         if fits {
             found = out.push(path);
         }
@@ -134,28 +157,47 @@ fn group_path(m: &Mount, out: &mut PathBuf) -> bool {
 
 /// The group's folder: the mount point, then the group's path below the mount's root.
 fn group_dir(m: &Mount, dir: &mut PathBuf) -> bool {
-    let mut path = PathBuf { b: [0; 4096], len: 0 };
+    let mut path = PathBuf {
+        b: [0; 4096],
+        len: 0,
+    };
     if !group_path(m, &mut path) {
         return false;
     }
     let p = &path.b[..path.len];
     let root = m.root.as_bytes();
-    let below = if root == b"/" { p } else if p.starts_with(root) && matches!(p.get(root.len()), None | Some(b'/')) { &p[root.len()..] } else { return false };
-    dir.push(m.mount.trim_end_matches('/').as_bytes()) && dir.push(below.strip_suffix(b"/").unwrap_or(below))
+    let below = if root == b"/" {
+        p
+    } else if p.starts_with(root) && matches!(p.get(root.len()), None | Some(b'/')) {
+        &p[root.len()..]
+    } else {
+        return false;
+    };
+    dir.push(m.mount.trim_end_matches('/').as_bytes())
+        && dir.push(below.strip_suffix(b"/").unwrap_or(below))
 }
 
 /// A level's room: limit - usage + inactive file pages, with its limit; `Ok(None)` unlimited.
 fn level(dir: &PathBuf, v: Version) -> Result<Option<(u64, u64)>, Bad> {
     let mut c = [0u8; 4096];
     // No limit file (a v2 root has none) is no limit at this level.
-    let Some(Some(limit)) = dir.with(v.limit_file().as_bytes(), &mut c).and_then(figure) else { return Ok(None) };
-    let used = dir.with(v.usage_file().as_bytes(), &mut c).and_then(figure).flatten().ok_or(Bad::Unreadable)?;
+    let Some(Some(limit)) = dir.with(v.limit_file().as_bytes(), &mut c).and_then(figure) else {
+        return Ok(None);
+    };
+    let used = dir
+        .with(v.usage_file().as_bytes(), &mut c)
+        .and_then(figure)
+        .flatten()
+        .ok_or(Bad::Unreadable)?;
     let key = v.reclaimable_key().as_bytes();
     let mut cache = 0u64;
     if let Some(stat) = dir.with(b"memory.stat", &mut c) {
         super::kernel::for_each_line(stat, |l| {
             if let Some(rest) = l.strip_prefix(key).and_then(|r| r.strip_prefix(b" ")) {
-                cache = std::str::from_utf8(rest).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(0);
+                cache = std::str::from_utf8(rest)
+                    .ok()
+                    .and_then(|t| t.trim().parse().ok())
+                    .unwrap_or(0);
             }
         });
     }
@@ -165,7 +207,10 @@ fn level(dir: &PathBuf, v: Version) -> Result<Option<(u64, u64)>, Bad> {
 /// The headroom now, from the group's folder up to the mount point.
 pub fn headroom() -> Result<Headroom, Bad> {
     let m = MOUNT.get().ok_or(Bad::NoGroup)?;
-    let mut dir = PathBuf { b: [0; 4096], len: 0 };
+    let mut dir = PathBuf {
+        b: [0; 4096],
+        len: 0,
+    };
     if !group_dir(m, &mut dir) {
         return Err(Bad::NoGroup);
     }
@@ -176,8 +221,16 @@ pub fn headroom() -> Result<Headroom, Bad> {
             // The deepest of the levels with the least room names the floor.
             if best.is_none_or(|b| room < b.bytes) {
                 let mut c = [0u8; 4096];
-                let id = dir.with(b".", &mut c).and_then(sys::path_id).map_or((0, 0), |f| (f.dev, f.ino));
-                best = Some(Headroom { bytes: room, limit: best.map_or(limit, |b| b.limit.min(limit)), dev: id.0, ino: id.1 });
+                let id = dir
+                    .with(b".", &mut c)
+                    .and_then(sys::path_id)
+                    .map_or((0, 0), |f| (f.dev, f.ino));
+                best = Some(Headroom {
+                    bytes: room,
+                    limit: best.map_or(limit, |b| b.limit.min(limit)),
+                    dev: id.0,
+                    ino: id.1,
+                });
             } else if let Some(b) = best.as_mut() {
                 b.limit = b.limit.min(limit);
             }

@@ -16,7 +16,10 @@ pub fn start_ms() -> u64 {
 }
 
 pub fn unix_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a live, writable timespec and CLOCK_REALTIME is always supported.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
@@ -25,7 +28,10 @@ pub fn unix_ms() -> u64 {
 /// Milliseconds since the epoch from the coarse clock (a few ms of resolution, a fraction of the
 /// cost): for the timestamps taken on every tracked call.
 pub fn coarse_unix_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a live, writable timespec and CLOCK_REALTIME_COARSE exists on every Linux we run on.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
@@ -34,7 +40,10 @@ pub fn coarse_unix_ms() -> u64 {
 /// Milliseconds of `CLOCK_MONOTONIC_COARSE`: the age of a cached reading, taken on every pinning
 /// call that reading guards (a vDSO read, no system call); never set back.
 pub fn coarse_monotonic_ms() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: `ts` is a live, writable timespec and CLOCK_MONOTONIC_COARSE exists on every Linux we run on.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000

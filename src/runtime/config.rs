@@ -4,8 +4,8 @@
 use crate::api::Family;
 use pinguard_report::units::SizeSpec;
 
-pub use pinguard_report::vars::{Policy, DEFAULT_TEMPLATE};
 use pinguard_report::vars::{self, Of, Value, Var};
+pub use pinguard_report::vars::{Policy, DEFAULT_TEMPLATE};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -87,21 +87,35 @@ impl Config {
     /// registry entry's parser, and a rejected one in the registry's one shape (`Var::rejected`).
     pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
         let mut c = Config::blank();
-        let given = |var: &Var| vars.iter().find(|(n, _)| n == var.name).map(|(_, v)| v.as_deref());
+        let given = |var: &Var| {
+            vars.iter()
+                .find(|(n, _)| n == var.name)
+                .map(|(_, v)| v.as_deref())
+        };
         for (var, set) in FIELDS {
             if let Some(value) = given(var).or(var.default.map(Some)) {
                 let taken = c.read(var, set, value, sys);
                 // Alone, it means nothing (a rejected value has its own line already).
                 if let Some(need) = var.needs.filter(|need| taken && given(need).is_none()) {
-                    c.errors.push(format!("{} is set without {}; ignored", var.name, need.name));
+                    c.errors.push(format!(
+                        "{} is set without {}; ignored",
+                        var.name, need.name
+                    ));
                 }
             }
         }
         for (name, value) in vars {
             if name.starts_with("PINGUARD_") && vars::find(name).is_none() {
-                let near = vars::ALL.iter().min_by_key(|k| edit_distance(k.name, name)).map(|k| k.name).unwrap_or("");
+                let near = vars::ALL
+                    .iter()
+                    .min_by_key(|k| edit_distance(k.name, name))
+                    .map(|k| k.name)
+                    .unwrap_or("");
                 let shown = value.as_deref().unwrap_or("(not UTF-8)");
-                c.errors.push(format!("{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored", name.escape_debug()));
+                c.errors.push(format!(
+                    "{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored",
+                    name.escape_debug()
+                ));
             }
         }
         c
@@ -113,18 +127,30 @@ impl Config {
         match var.parse(value).and_then(|v| resolve(v, var, sys)) {
             Ok(v) => {
                 if let Value::Labels(_, bad) = &v {
-                    self.errors.extend(bad.iter().map(|why| var.rejected(value, why)));
+                    self.errors
+                        .extend(bad.iter().map(|why| var.rejected(value, why)));
                 }
                 set(self, v);
                 true
             }
             Err(why) => {
                 self.errors.push(var.rejected(value, &why));
-                if let Some(left) = REJECTED.iter().find(|(v, _)| v.name == var.name).map(|(_, left)| left) {
+                if let Some(left) = REJECTED
+                    .iter()
+                    .find(|(v, _)| v.name == var.name)
+                    .map(|(_, left)| left)
+                {
                     left(self);
                 } else if let Some(instead) = var.default {
-                    let applied = var.parse(Some(instead)).and_then(|v| resolve(v, var, sys)).map(|v| set(self, v));
-                    debug_assert!(applied.is_ok(), "{}'s fallback {instead:?} is rejected by its own parser", var.name);
+                    let applied = var
+                        .parse(Some(instead))
+                        .and_then(|v| resolve(v, var, sys))
+                        .map(|v| set(self, v));
+                    debug_assert!(
+                        applied.is_ok(),
+                        "{}'s fallback {instead:?} is rejected by its own parser",
+                        var.name
+                    );
                 }
                 false
             }
@@ -161,7 +187,9 @@ impl Config {
 fn resolve(v: Value, var: &Var, sys: &dyn System) -> Result<Value, String> {
     match (v, var.parse) {
         (Value::Size(SizeSpec::Percent(p)), vars::Parse::Size(of)) => match sys.total(of) {
-            Some(total) => Ok(Value::Size(SizeSpec::Bytes((total as f64 * p / 100.0) as u64))),
+            Some(total) => Ok(Value::Size(SizeSpec::Bytes(
+                (total as f64 * p / 100.0) as u64,
+            ))),
             None => Err(of.missing().to_string()),
         },
         (v, _) => Ok(v),
@@ -198,22 +226,60 @@ fn count(v: Value) -> u64 {
 /// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
 /// that order. Every variable once (checked by a test).
 const FIELDS: [(&Var, Set); 21] = [
-    (&vars::DISABLE, |c, v| c.disabled = matches!(v, Value::Switch(true))),
+    (&vars::DISABLE, |c, v| {
+        c.disabled = matches!(v, Value::Switch(true))
+    }),
     (&vars::BUDGET, |c, v| c.budget = bytes(v)),
     // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
-    (&vars::HOST_RESERVE, |c, v| c.host_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))),
-    (&vars::CGROUP_RESERVE, |c, v| c.cgroup_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))),
-    (&vars::POLICY, |c, v| c.policy = if let Value::Index(i) = v { Policy::ALL[i] } else { Policy::Error }),
-    (&vars::DOWNGRADE_MATCH, |c, v| c.downgrade_match = if let Value::Patterns(p) = v { Some(p) } else { None }),
+    (&vars::HOST_RESERVE, |c, v| {
+        c.host_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))
+    }),
+    (&vars::CGROUP_RESERVE, |c, v| {
+        c.cgroup_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))
+    }),
+    (&vars::POLICY, |c, v| {
+        c.policy = if let Value::Index(i) = v {
+            Policy::ALL[i]
+        } else {
+            Policy::Error
+        }
+    }),
+    (&vars::DOWNGRADE_MATCH, |c, v| {
+        c.downgrade_match = if let Value::Patterns(p) = v {
+            Some(p)
+        } else {
+            None
+        }
+    }),
     (&vars::REPORT, |c, v| c.report = text(v)),
     (&vars::DEPTH, |c, v| c.depth = count(v) as u32),
     (&vars::PY_DEPTH, |c, v| c.py_depth = count(v) as u32),
-    (&vars::MAX_CALLSITES, |c, v| c.max_callsites = count(v) as usize),
-    (&vars::INTERVAL, |c, v| c.interval_ms = if let Value::Ms(ms) = v { Some(ms) } else { None }),
-    (&vars::SIGNAL, |c, v| c.signal = if let Value::Signal(s) = v { Some(s) } else { None }),
-    (&vars::HOOKS, |c, v| c.hooks = if let Value::Bits(b) = v { b as u8 } else { 0 }),
+    (&vars::MAX_CALLSITES, |c, v| {
+        c.max_callsites = count(v) as usize
+    }),
+    (&vars::INTERVAL, |c, v| {
+        c.interval_ms = if let Value::Ms(ms) = v {
+            Some(ms)
+        } else {
+            None
+        }
+    }),
+    (&vars::SIGNAL, |c, v| {
+        c.signal = if let Value::Signal(s) = v {
+            Some(s)
+        } else {
+            None
+        }
+    }),
+    (&vars::HOOKS, |c, v| {
+        c.hooks = if let Value::Bits(b) = v { b as u8 } else { 0 }
+    }),
     // An empty filter is taken, and means the default.
-    (&vars::LOG, |c, v| c.log = text(v).filter(|l| !l.is_empty()).unwrap_or_else(|| vars::LOG.default.unwrap_or_default().to_string())),
+    (&vars::LOG, |c, v| {
+        c.log = text(v)
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| vars::LOG.default.unwrap_or_default().to_string())
+    }),
     (&vars::GROUP, |c, v| c.group = text(v)),
     (&vars::GROUP_BUDGET, |c, v| c.group_budget = bytes(v)),
     (&vars::METRICS, |c, v| c.metrics = text(v)),
@@ -226,7 +292,9 @@ const FIELDS: [(&Var, Set); 21] = [
 type Leave = fn(&mut Config);
 
 /// What a rejected value leaves, where that is neither its registry default nor unset.
-const REJECTED: [(&Var, Leave); 1] = [(&vars::DOWNGRADE_MATCH, |c| c.downgrade_match = Some(Vec::new()))];
+const REJECTED: [(&Var, Leave); 1] = [(&vars::DOWNGRADE_MATCH, |c| {
+    c.downgrade_match = Some(Vec::new())
+})];
 
 /// A downward-API label, when set to something.
 fn label(c: &mut Config, name: &str, v: Value) {
@@ -263,7 +331,10 @@ pub fn early_disabled(disable: Option<&[u8]>) -> bool {
 /// Whether `family` is hooked, from the raw values of `PINGUARD_DISABLE` and `PINGUARD_HOOKS`,
 /// exactly as `Config` decides (for the calls that come before pinguard has started).
 pub fn early_hooks_enabled(disable: Option<&[u8]>, hooks: Option<&[u8]>, family: Family) -> bool {
-    !early_disabled(disable) && hooks.map_or(true, |h| hooks_switch(h).map_or(true, |bits| bits & family.bit() != 0))
+    !early_disabled(disable)
+        && hooks.map_or(true, |h| {
+            hooks_switch(h).map_or(true, |bits| bits & family.bit() != 0)
+        })
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -272,7 +343,11 @@ fn edit_distance(a: &str, b: &str) -> usize {
     for (i, ca) in a.chars().enumerate() {
         let mut cur = vec![i + 1];
         for (j, cb) in b.iter().enumerate() {
-            cur.push((prev[j] + (ca != *cb) as usize).min(prev[j + 1] + 1).min(cur[j] + 1));
+            cur.push(
+                (prev[j] + (ca != *cb) as usize)
+                    .min(prev[j + 1] + 1)
+                    .min(cur[j] + 1),
+            );
         }
         prev = cur;
     }
@@ -284,7 +359,25 @@ mod tests {
 
     #[test]
     fn the_early_switches_answer_as_the_configuration_does() {
-        let values = ["1", " 1 ", "true", "yes", "0", "", "no", "maybe", "cuda", "CUDA ", "cuda,opencl", " , ", "acl,mlock", "cuda-driver", "all", "ALL,cuda", "all,opencl"];
+        let values = [
+            "1",
+            " 1 ",
+            "true",
+            "yes",
+            "0",
+            "",
+            "no",
+            "maybe",
+            "cuda",
+            "CUDA ",
+            "cuda,opencl",
+            " , ",
+            "acl,mlock",
+            "cuda-driver",
+            "all",
+            "ALL,cuda",
+            "all,opencl",
+        ];
         for d in values.iter().map(Some).chain([None]) {
             for h in values.iter().map(Some).chain([None]) {
                 let mut vars = Vec::new();
@@ -296,11 +389,21 @@ mod tests {
                 }
                 let c = Config::from_vars(&vars, &Fixed(None));
                 for f in Family::ALL {
-                    let early = early_hooks_enabled(d.map(|s| s.as_bytes()), h.map(|s| s.as_bytes()), f);
+                    let early =
+                        early_hooks_enabled(d.map(|s| s.as_bytes()), h.map(|s| s.as_bytes()), f);
                     let late = !c.disabled && c.hooks & f.bit() != 0;
-                    assert_eq!(early, late, "PINGUARD_DISABLE={d:?} PINGUARD_HOOKS={h:?}, {}", f.name());
+                    assert_eq!(
+                        early,
+                        late,
+                        "PINGUARD_DISABLE={d:?} PINGUARD_HOOKS={h:?}, {}",
+                        f.name()
+                    );
                 }
-                assert_eq!(early_disabled(d.map(|s| s.as_bytes())), c.disabled, "PINGUARD_DISABLE={d:?}");
+                assert_eq!(
+                    early_disabled(d.map(|s| s.as_bytes())),
+                    c.disabled,
+                    "PINGUARD_DISABLE={d:?}"
+                );
             }
         }
     }
@@ -325,18 +428,40 @@ mod tests {
         let c = cfg(&[("PINGUARD_HOST_RESERVE", "25%"), ("PINGUARD_BUDGET", "25%")]);
         assert!(c.errors.is_empty(), "{:?}", c.errors);
         assert_eq!((c.host_reserve, c.budget), (Some(1 << 30), Some(1 << 28)));
-        assert_eq!(cfg(&[("PINGUARD_HOST_RESERVE", "1.5G")]).host_reserve, Some(3 << 29));
-        assert_eq!(cfg(&[("PINGUARD_HOST_RESERVE", "18446744073709551615")]).host_reserve, Some(u64::MAX - 1), "not the word for off");
-        let c = Config::from_vars(&[("PINGUARD_HOST_RESERVE".into(), Some("10%".into()))], &Fixed(None));
+        assert_eq!(
+            cfg(&[("PINGUARD_HOST_RESERVE", "1.5G")]).host_reserve,
+            Some(3 << 29)
+        );
+        assert_eq!(
+            cfg(&[("PINGUARD_HOST_RESERVE", "18446744073709551615")]).host_reserve,
+            Some(u64::MAX - 1),
+            "not the word for off"
+        );
+        let c = Config::from_vars(
+            &[("PINGUARD_HOST_RESERVE".into(), Some("10%".into()))],
+            &Fixed(None),
+        );
         assert_eq!(c.host_reserve, None);
-        assert!(c.errors[0].contains("no MemTotal") && c.errors[0].contains("running without a host reserve"), "{:?}", c.errors);
+        assert!(
+            c.errors[0].contains("no MemTotal")
+                && c.errors[0].contains("running without a host reserve"),
+            "{:?}",
+            c.errors
+        );
         let c = cfg(&[("PINGUARD_HOST_RESERVE", "lots")]);
         assert_eq!((c.host_reserve, c.errors.len()), (None, 1));
-        assert!(c.errors[0].starts_with("PINGUARD_HOST_RESERVE=\"lots\""), "{:?}", c.errors);
+        assert!(
+            c.errors[0].starts_with("PINGUARD_HOST_RESERVE=\"lots\""),
+            "{:?}",
+            c.errors
+        );
     }
 
     fn cfg(vars: &[(&str, &str)]) -> Config {
-        let v: Vec<_> = vars.iter().map(|(a, b)| (a.to_string(), Some(b.to_string()))).collect();
+        let v: Vec<_> = vars
+            .iter()
+            .map(|(a, b)| (a.to_string(), Some(b.to_string())))
+            .collect();
         Config::from_vars(&v, &Fixed(Some(1 << 30)))
     }
 
@@ -344,15 +469,33 @@ mod tests {
     fn every_unset_variable_means_its_registry_default() {
         let c = Config::default();
         assert!(c.errors.is_empty(), "{:?}", c.errors);
-        assert_eq!((c.policy, c.depth, c.py_depth, c.log.as_str(), c.disabled), (Policy::Error, 32, 32, "warn", false));
+        assert_eq!(
+            (c.policy, c.depth, c.py_depth, c.log.as_str(), c.disabled),
+            (Policy::Error, 32, 32, "warn", false)
+        );
         assert_eq!(c.max_callsites, vars::DEFAULT_MAX_CALLSITES);
         assert_eq!(c.hooks, Family::ALL.iter().fold(0, |m, f| m | f.bit()));
-        assert_eq!((c.budget, c.report.as_deref(), c.interval_ms, c.signal, c.group.as_deref(), c.metrics.as_deref()), (None, None, None, None, None, None));
+        assert_eq!(
+            (
+                c.budget,
+                c.report.as_deref(),
+                c.interval_ms,
+                c.signal,
+                c.group.as_deref(),
+                c.metrics.as_deref()
+            ),
+            (None, None, None, None, None, None)
+        );
         // A registry default is a value its variable's parser takes, and gives the same.
         for var in pinguard_report::vars::ALL {
             if let Some(d) = var.default {
                 let set = cfg(&[(var.name, d)]);
-                assert!(set.errors.is_empty(), "{}={d:?}: {:?}", var.name, set.errors);
+                assert!(
+                    set.errors.is_empty(),
+                    "{}={d:?}: {:?}",
+                    var.name,
+                    set.errors
+                );
                 assert_eq!(format!("{set:?}"), format!("{c:?}"), "{}={d:?}", var.name);
             }
         }
@@ -360,11 +503,25 @@ mod tests {
 
     #[test]
     fn a_rejected_value_falls_back_to_the_registry_default() {
-        let c = cfg(&[("PINGUARD_DEPTH", "129"), ("PINGUARD_HOOKS", "opencl"), ("PINGUARD_LOG", "pinguard=loud"), ("PINGUARD_POLICY", "explode")]);
+        let c = cfg(&[
+            ("PINGUARD_DEPTH", "129"),
+            ("PINGUARD_HOOKS", "opencl"),
+            ("PINGUARD_LOG", "pinguard=loud"),
+            ("PINGUARD_POLICY", "explode"),
+        ]);
         let d = Config::default();
-        assert_eq!((c.depth, c.hooks, c.log.as_str(), c.policy), (d.depth, d.hooks, d.log.as_str(), d.policy));
+        assert_eq!(
+            (c.depth, c.hooks, c.log.as_str(), c.policy),
+            (d.depth, d.hooks, d.log.as_str(), d.policy)
+        );
         assert_eq!(c.errors.len(), 4, "{:?}", c.errors);
-        assert!(c.errors.iter().any(|e| e.contains("expected a whole number from 0 to 128; using 32")), "{:?}", c.errors);
+        assert!(
+            c.errors
+                .iter()
+                .any(|e| e.contains("expected a whole number from 0 to 128; using 32")),
+            "{:?}",
+            c.errors
+        );
     }
 
     #[test]
@@ -396,9 +553,26 @@ mod tests {
             ("PINGUARD_CONTAINER", ""),
             ("PINGUARD_LABELS", " zone=eu-1 ,_x=a=b,,Team9=ml,9x=1,__y=2,pid=3,container_id=4,noeq,a-b=5,zone=again,=6"),
         ]);
-        let got: Vec<(&str, &str)> = c.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        assert_eq!(got, vec![("namespace", "team-a"), ("pod", "trainer-0"), ("zone", "eu-1"), ("_x", "a=b"), ("Team9", "ml")]);
-        let bad: Vec<&String> = c.errors.iter().filter(|e| e.starts_with("PINGUARD_LABELS=")).collect();
+        let got: Vec<(&str, &str)> = c
+            .labels
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("namespace", "team-a"),
+                ("pod", "trainer-0"),
+                ("zone", "eu-1"),
+                ("_x", "a=b"),
+                ("Team9", "ml")
+            ]
+        );
+        let bad: Vec<&String> = c
+            .errors
+            .iter()
+            .filter(|e| e.starts_with("PINGUARD_LABELS="))
+            .collect();
         assert_eq!(bad.len(), 8, "{:#?}", c.errors);
         assert_eq!(c.errors.len(), 8, "{:#?}", c.errors);
         for (entry, why) in [
@@ -411,7 +585,12 @@ mod tests {
             ("zone=again", "given twice"),
             ("=6", "is not a label name"),
         ] {
-            assert!(bad.iter().any(|e| e.contains(&format!("entry {entry:?}: ")) && e.contains(why) && e.ends_with("that entry is left out")), "{entry}: {bad:#?}");
+            assert!(
+                bad.iter().any(|e| e.contains(&format!("entry {entry:?}: "))
+                    && e.contains(why)
+                    && e.ends_with("that entry is left out")),
+                "{entry}: {bad:#?}"
+            );
         }
         assert!(Config::default().labels.is_empty());
     }
@@ -435,21 +614,34 @@ mod tests {
         assert_eq!(c.policy, Policy::Error);
         assert_eq!(c.depth, 32);
         assert_eq!(c.hooks, Config::default().hooks);
-        assert!(c.errors.iter().any(|e| e.contains("did you mean PINGUARD_BUDGET")));
+        assert!(c
+            .errors
+            .iter()
+            .any(|e| e.contains("did you mean PINGUARD_BUDGET")));
         assert!(c.errors.iter().all(|e| !e.contains('\n')));
     }
 
     #[test]
     fn every_variable_has_one_place_in_the_configuration() {
         for var in vars::ALL {
-            assert_eq!(FIELDS.iter().filter(|(v, _)| v.name == var.name).count(), 1, "{}", var.name);
+            assert_eq!(
+                FIELDS.iter().filter(|(v, _)| v.name == var.name).count(),
+                1,
+                "{}",
+                var.name
+            );
         }
         assert_eq!(FIELDS.len(), vars::ALL.len());
         // `GROUP_BUDGET` is read after the variable it needs.
         let at = |name: &str| FIELDS.iter().position(|(v, _)| v.name == name);
         for (var, _) in FIELDS {
             if let Some(need) = var.needs {
-                assert!(at(need.name) < at(var.name), "{} before {}", need.name, var.name);
+                assert!(
+                    at(need.name) < at(var.name),
+                    "{} before {}",
+                    need.name,
+                    var.name
+                );
             }
         }
     }

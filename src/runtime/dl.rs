@@ -28,7 +28,10 @@ pub fn init() {
     if STATE.load(Ordering::Acquire) == 2 {
         return;
     }
-    if STATE.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if STATE
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         while STATE.load(Ordering::Acquire) == 1 {
             std::hint::spin_loop();
         }
@@ -42,10 +45,24 @@ pub fn init() {
         // Called from here, RTLD_NEXT means "after pinguard".
         // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlsym".as_ptr()) } as usize;
-        REAL_DLSYM.store(if next != 0 && !own(next) { next } else { found.dlsym }, Ordering::Release);
+        REAL_DLSYM.store(
+            if next != 0 && !own(next) {
+                next
+            } else {
+                found.dlsym
+            },
+            Ordering::Release,
+        );
         // SAFETY: `f` is libc's dlsym; RTLD_NEXT is a valid handle and the name a NUL-terminated literal.
         let next = unsafe { f(libc::RTLD_NEXT, c"dlvsym".as_ptr()) } as usize;
-        REAL_DLVSYM.store(if next != 0 && !own(next) { next } else { found.dlvsym }, Ordering::Release);
+        REAL_DLVSYM.store(
+            if next != 0 && !own(next) {
+                next
+            } else {
+                found.dlvsym
+            },
+            Ordering::Release,
+        );
     }
     STATE.store(2, Ordering::Release);
 }
@@ -64,7 +81,11 @@ struct AtStart {
 /// callback only reads mapped tables, so holding the loader's lock meanwhile is brief; it runs
 /// once per process, at its first `dlsym`, before a fork could be waiting on the gate.
 fn scan_at_start() -> AtStart {
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: `data` is the `&mut AtStart` passed below, live for the whole walk.
         let at = unsafe { &mut *(data as *mut AtStart) };
         // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
@@ -90,7 +111,8 @@ fn scan_at_start() -> AtStart {
             at.own = (start, end);
         }
         // SAFETY: a non-null `dlpi_name` is the loader's NUL-terminated name of the object.
-        let libc_like = !info.dlpi_name.is_null() && is_libc(unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes());
+        let libc_like = !info.dlpi_name.is_null()
+            && is_libc(unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes());
         if libc_like && at.dlsym == 0 {
             // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
             at.dlsym = unsafe { elf_lookup(base, dynamic, b"dlsym") }.unwrap_or(0);
@@ -171,7 +193,8 @@ const DT_VERSYM: i64 = 0x6fff_fff0;
 
 /// The GNU hash of a symbol name (DJB's: `h * 33 + c` over the bytes, from 5381).
 fn gnu_hash(name: &[u8]) -> u32 {
-    name.iter().fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
+    name.iter()
+        .fold(5381u32, |h, &c| h.wrapping_mul(33).wrapping_add(c as u32))
 }
 
 /// The first answer `check` gives for the symbols a GNU hash table's chain offers for hash `h`,
@@ -179,7 +202,11 @@ fn gnu_hash(name: &[u8]) -> u32 {
 /// `symoffset`, `bloom_size`, `bloom_shift`), the bloom filter (`bloom_size` 64-bit words, not
 /// consulted), the buckets, the chains. Reads only the header, the bucket of `h` and that
 /// bucket's chain up to its last entry (bit 0 set).
-fn gnu_walk(word: impl Fn(usize) -> u32, h: u32, mut check: impl FnMut(usize) -> Option<usize>) -> Option<usize> {
+fn gnu_walk(
+    word: impl Fn(usize) -> u32,
+    h: u32,
+    mut check: impl FnMut(usize) -> Option<usize>,
+) -> Option<usize> {
     let (nbuckets, symoffset, bloom_size) = (word(0) as usize, word(1) as usize, word(2) as usize);
     if nbuckets == 0 {
         return None; // a malformed table: nothing to walk (and no division by zero)
@@ -220,14 +247,19 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
     if dynamic == 0 {
         return None;
     }
-    let (mut symtab, mut strtab, mut gnu_table, mut hash, mut versym) = (0usize, 0usize, 0usize, 0usize, 0usize);
+    let (mut symtab, mut strtab, mut gnu_table, mut hash, mut versym) =
+        (0usize, 0usize, 0usize, 0usize, 0usize);
     let mut d = dynamic as *const [i64; 2];
     loop {
         // SAFETY: `d` walks the dynamic array of an object the caller guarantees mapped, up to its
         // DT_NULL entry.
         let [tag, val] = unsafe { *d };
         // The loader relocates these in place on most targets; not on all.
-        let ptr = if (val as usize) < base { base + val as usize } else { val as usize };
+        let ptr = if (val as usize) < base {
+            base + val as usize
+        } else {
+            val as usize
+        };
         match tag {
             DT_NULL => break,
             DT_SYMTAB => symtab = ptr,
@@ -250,7 +282,8 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
             return None;
         }
         // SAFETY: a symbol's name is a NUL-terminated string in the object's string table.
-        if unsafe { CStr::from_ptr((strtab + s.name as usize) as *const c_char) }.to_bytes() != name {
+        if unsafe { CStr::from_ptr((strtab + s.name as usize) as *const c_char) }.to_bytes() != name
+        {
             return None;
         }
         // SAFETY: the version table has one entry per symbol, and `i` is a symbol's index.
@@ -292,7 +325,11 @@ mod tests {
 
     /// A GNU hash table as a linker lays it out: symbols `symoffset..` are `names` grouped by
     /// bucket (the returned order), with a real bloom filter that the walk must step over.
-    fn gnu_table(names: &[&'static [u8]], nbuckets: u32, symoffset: u32) -> (Vec<u32>, Vec<&'static [u8]>) {
+    fn gnu_table(
+        names: &[&'static [u8]],
+        nbuckets: u32,
+        symoffset: u32,
+    ) -> (Vec<u32>, Vec<&'static [u8]>) {
         let mut order = names.to_vec();
         order.sort_by_key(|n| gnu_hash(n) % nbuckets);
         let (bloom_size, shift) = (2u32, 6u32);
@@ -304,10 +341,17 @@ mod tests {
         let mut words = vec![nbuckets, symoffset, bloom_size, shift];
         words.extend(bloom.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]));
         for b in 0..nbuckets {
-            words.push(order.iter().position(|n| gnu_hash(n) % nbuckets == b).map_or(0, |k| symoffset + k as u32));
+            words.push(
+                order
+                    .iter()
+                    .position(|n| gnu_hash(n) % nbuckets == b)
+                    .map_or(0, |k| symoffset + k as u32),
+            );
         }
         for (k, n) in order.iter().enumerate() {
-            let last = order.get(k + 1).is_none_or(|m| gnu_hash(m) % nbuckets != gnu_hash(n) % nbuckets);
+            let last = order
+                .get(k + 1)
+                .is_none_or(|m| gnu_hash(m) % nbuckets != gnu_hash(n) % nbuckets);
             words.push(gnu_hash(n) & !1 | last as u32);
         }
         (words, order)
@@ -317,13 +361,21 @@ mod tests {
 
     /// Walks `words` for `name`, accepting a symbol of that name unless `refuse` says otherwise;
     /// returns the answer and the words read.
-    fn walk(words: &[u32], order: &[&[u8]], symoffset: usize, name: &[u8], refuse: &[usize]) -> (Option<usize>, Vec<usize>) {
+    fn walk(
+        words: &[u32],
+        order: &[&[u8]],
+        symoffset: usize,
+        name: &[u8],
+        refuse: &[usize],
+    ) -> (Option<usize>, Vec<usize>) {
         let read = RefCell::new(Vec::new());
         let word = |w: usize| {
             read.borrow_mut().push(w);
             words[w]
         };
-        let found = gnu_walk(word, gnu_hash(name), |i| (order[i - symoffset] == name && !refuse.contains(&i)).then_some(i));
+        let found = gnu_walk(word, gnu_hash(name), |i| {
+            (order[i - symoffset] == name && !refuse.contains(&i)).then_some(i)
+        });
         (found, read.into_inner())
     }
 
@@ -333,38 +385,69 @@ mod tests {
         // Every bucket but 3 holds two names, and the last of bucket 0 has an even hash (its stop
         // bit is not part of the hash).
         let bucket = |n: &[u8]| gnu_hash(n) % 4;
-        assert_eq!(order.iter().map(|n| bucket(n)).collect::<Vec<_>>(), [0, 0, 1, 1, 2, 2]);
+        assert_eq!(
+            order.iter().map(|n| bucket(n)).collect::<Vec<_>>(),
+            [0, 0, 1, 1, 2, 2]
+        );
         assert_eq!(gnu_hash(order[1]) & 1, 0);
         for (k, name) in order.iter().enumerate() {
-            assert_eq!(walk(&words, &order, 3, name, &[]).0, Some(3 + k), "{}", String::from_utf8_lossy(name));
+            assert_eq!(
+                walk(&words, &order, 3, name, &[]).0,
+                Some(3 + k),
+                "{}",
+                String::from_utf8_lossy(name)
+            );
         }
     }
 
     #[test]
     fn a_malformed_table_finds_nothing_and_does_not_panic() {
         // No buckets at all.
-        assert_eq!(gnu_walk(|w| [0u32, 1, 1, 6, 0, 0][w], gnu_hash(b"getpid"), |i| Some(i)), None);
+        assert_eq!(
+            gnu_walk(
+                |w| [0u32, 1, 1, 6, 0, 0][w],
+                gnu_hash(b"getpid"),
+                |i| Some(i)
+            ),
+            None
+        );
         // One bucket naming symbol 1, below `symoffset` 5.
-        assert_eq!(gnu_walk(|w| [1u32, 5, 1, 6, 0, 0, 1, 0][w], gnu_hash(b"getpid"), |i| Some(i)), None);
+        assert_eq!(
+            gnu_walk(
+                |w| [1u32, 5, 1, 6, 0, 0, 1, 0][w],
+                gnu_hash(b"getpid"),
+                |i| Some(i)
+            ),
+            None
+        );
     }
 
     #[test]
     fn gnu_walk_misses() {
         let (words, order) = gnu_table(&NAMES, 4, 3);
         let chain = 4 + 4 + 4; // header, bloom (two 64-bit words), buckets
-        // Bucket 3 is empty: nothing past the bucket is read.
+                               // Bucket 3 is empty: nothing past the bucket is read.
         assert_eq!(gnu_hash(b"alpha") % 4, 3);
-        assert_eq!(walk(&words, &order, 3, b"alpha", &[]), (None, vec![0, 1, 2, 8 + 3]));
+        assert_eq!(
+            walk(&words, &order, 3, b"alpha", &[]),
+            (None, vec![0, 1, 2, 8 + 3])
+        );
         // Bucket 2 holds iota and kappa: both chain entries are read, then the walk stops.
         assert_eq!(gnu_hash(b"sigma") % 4, 2);
-        assert_eq!(walk(&words, &order, 3, b"sigma", &[]), (None, vec![0, 1, 2, 8 + 2, chain + 4, chain + 5]));
+        assert_eq!(
+            walk(&words, &order, 3, b"sigma", &[]),
+            (None, vec![0, 1, 2, 8 + 2, chain + 4, chain + 5])
+        );
     }
 
     #[test]
     fn gnu_walk_goes_on_past_a_refused_symbol() {
         // Two versions of `dup` share a bucket; the first is refused (as a hidden version is).
         let (words, order) = gnu_table(&[b"beta", b"dup", b"iota", b"dup"], 2, 1);
-        let dups: Vec<usize> = (0..order.len()).filter(|&k| order[k] == b"dup").map(|k| 1 + k).collect();
+        let dups: Vec<usize> = (0..order.len())
+            .filter(|&k| order[k] == b"dup")
+            .map(|k| 1 + k)
+            .collect();
         assert_eq!(dups.len(), 2);
         assert_eq!(walk(&words, &order, 1, b"dup", &[]).0, Some(dups[0]));
         assert_eq!(walk(&words, &order, 1, b"dup", &dups[..1]).0, Some(dups[1]));
@@ -384,7 +467,14 @@ mod tests {
     fn image(syms: &[(&'static [u8], u16, u64, u16)]) -> Image {
         let (gnu, order) = gnu_table(&syms.iter().map(|s| s.0).collect::<Vec<_>>(), 2, 1);
         let mut image = Image {
-            syms: vec![Sym { name: 0, info: 0, other: 0, shndx: 0, value: 0, size: 0 }],
+            syms: vec![Sym {
+                name: 0,
+                info: 0,
+                other: 0,
+                shndx: 0,
+                value: 0,
+                size: 0,
+            }],
             strtab: vec![0],
             gnu,
             hash: vec![1, 1 + syms.len() as u32], // `elf_lookup` reads only `nchain` of it
@@ -392,10 +482,19 @@ mod tests {
         };
         let mut used = vec![false; syms.len()];
         for name in order {
-            let k = (0..syms.len()).find(|&k| !used[k] && syms[k].0 == name).unwrap();
+            let k = (0..syms.len())
+                .find(|&k| !used[k] && syms[k].0 == name)
+                .unwrap();
             used[k] = true;
             let (_, shndx, value, versym) = syms[k];
-            image.syms.push(Sym { name: image.strtab.len() as u32, info: 0x12, other: 0, shndx, value, size: 8 });
+            image.syms.push(Sym {
+                name: image.strtab.len() as u32,
+                info: 0x12,
+                other: 0,
+                shndx,
+                value,
+                size: 8,
+            });
             image.strtab.extend_from_slice(name);
             image.strtab.push(0);
             image.versym.push(versym);
@@ -426,11 +525,15 @@ mod tests {
         }
 
         fn lowest(&self) -> usize {
-            [self.syms.as_ptr() as usize, self.strtab.as_ptr() as usize, self.gnu.as_ptr() as usize]
-                .into_iter()
-                .chain([self.hash.as_ptr() as usize, self.versym.as_ptr() as usize])
-                .min()
-                .unwrap()
+            [
+                self.syms.as_ptr() as usize,
+                self.strtab.as_ptr() as usize,
+                self.gnu.as_ptr() as usize,
+            ]
+            .into_iter()
+            .chain([self.hash.as_ptr() as usize, self.versym.as_ptr() as usize])
+            .min()
+            .unwrap()
         }
     }
 
@@ -497,9 +600,26 @@ mod tests {
     #[test]
     fn elf_lookup_without_tables() {
         let im = sample();
-        assert_eq!(lookup(0x1000, &im.dynamic(&[DT_STRTAB, DT_GNU_HASH, DT_HASH], 0), b"alpha"), None);
-        assert_eq!(lookup(0x1000, &im.dynamic(&[DT_SYMTAB, DT_GNU_HASH, DT_HASH], 0), b"alpha"), None);
-        assert_eq!(lookup(0x1000, &im.dynamic(&[DT_SYMTAB, DT_STRTAB], 0), b"alpha"), None);
+        assert_eq!(
+            lookup(
+                0x1000,
+                &im.dynamic(&[DT_STRTAB, DT_GNU_HASH, DT_HASH], 0),
+                b"alpha"
+            ),
+            None
+        );
+        assert_eq!(
+            lookup(
+                0x1000,
+                &im.dynamic(&[DT_SYMTAB, DT_GNU_HASH, DT_HASH], 0),
+                b"alpha"
+            ),
+            None
+        );
+        assert_eq!(
+            lookup(0x1000, &im.dynamic(&[DT_SYMTAB, DT_STRTAB], 0), b"alpha"),
+            None
+        );
         // SAFETY: a null dynamic section is refused before anything is read.
         assert_eq!(unsafe { elf_lookup(0x1000, 0, b"alpha") }, None);
     }
@@ -528,7 +648,11 @@ mod tests {
         assert_eq!(at.dlsym, find_in_libc(b"dlsym"));
         assert_eq!(at.dlvsym, find_in_libc(b"dlvsym"));
         let probe = scan_at_start as *const () as usize;
-        assert!(at.own.0 <= probe && probe < at.own.1, "{:x?} holds {probe:x}", at.own);
+        assert!(
+            at.own.0 <= probe && probe < at.own.1,
+            "{:x?} holds {probe:x}",
+            at.own
+        );
         assert_eq!(at.own, crate::runtime::objects::own_range());
     }
 }

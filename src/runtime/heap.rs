@@ -21,7 +21,10 @@ use crate::runtime::lock::{self, Mutex};
 use dlmalloc::{Allocator, Dlmalloc};
 use std::alloc::{GlobalAlloc, Layout};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed, Release}};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed, Release},
+};
 
 /// Pages straight from the kernel: `syscall(2)` rather than libc's `mmap`, which pinguard hooks
 /// and which may need a first look-up of the real function (the loader, its lock, `malloc`).
@@ -82,9 +85,25 @@ unsafe impl Allocator for Pages {
 /// An anonymous private mapping of `len` bytes with `prot`, where the kernel puts it; null when
 /// refused.
 fn map(len: usize, prot: i32) -> *mut u8 {
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | if prot == libc::PROT_NONE { libc::MAP_NORESERVE } else { 0 };
+    let flags = libc::MAP_PRIVATE
+        | libc::MAP_ANONYMOUS
+        | if prot == libc::PROT_NONE {
+            libc::MAP_NORESERVE
+        } else {
+            0
+        };
     // SAFETY: an anonymous private mapping at an address the kernel picks touches nothing else.
-    let p = unsafe { libc::syscall(libc::SYS_mmap, ptr::null_mut::<u8>(), len, prot, flags, -1, 0) };
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            ptr::null_mut::<u8>(),
+            len,
+            prot,
+            flags,
+            -1,
+            0,
+        )
+    };
     if p == -1 || p == 0 {
         ptr::null_mut()
     } else {
@@ -147,7 +166,10 @@ fn take_reserve(old: usize) -> bool {
     if at.is_null() {
         return false;
     }
-    if RESERVE.compare_exchange(old, at as usize, AcqRel, Relaxed).is_err() {
+    if RESERVE
+        .compare_exchange(old, at as usize, AcqRel, Relaxed)
+        .is_err()
+    {
         unmap(at, RESERVE_BYTES); // another thread replaced it first
         return true;
     }
@@ -175,7 +197,14 @@ fn from_reserve(size: usize) -> *mut u8 {
                 let p = (base + used * page) as *mut u8;
                 // SAFETY: `[p, p + want pages)` lies in the reserve's mapping and was handed out to
                 // nobody before this compare-and-swap took it.
-                let r = unsafe { libc::syscall(libc::SYS_mprotect, p, want * page, libc::PROT_READ | libc::PROT_WRITE) };
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_mprotect,
+                        p,
+                        want * page,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                    )
+                };
                 return if r == 0 { p } else { ptr::null_mut() };
             }
             Err(now) => w = now,
@@ -208,7 +237,11 @@ pub fn recover() -> bool {
     }
     let now = crate::runtime::clock::coarse_unix_ms();
     let next = NEXT_PROBE.load(Relaxed);
-    if now < next || NEXT_PROBE.compare_exchange(next, now + 100, Relaxed, Relaxed).is_err() {
+    if now < next
+        || NEXT_PROBE
+            .compare_exchange(next, now + 100, Relaxed, Relaxed)
+            .is_err()
+    {
         return false;
     }
     let old = RESERVE.load(Acquire);
@@ -246,7 +279,10 @@ pub fn room(bytes: usize) -> bool {
 }
 
 fn address_space_limited() -> bool {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `r` is a valid rlimit for getrlimit to fill; a failure reads as limited (probe).
     let rc = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) };
     rc != 0 || r.rlim_cur != libc::RLIM_INFINITY
@@ -335,7 +371,10 @@ unsafe impl GlobalAlloc for Heap {
             (false, false) => {
                 let _i = Inside::new();
                 // SAFETY: `p` came from dlmalloc with `layout`.
-                unsafe { HEAP.lock().realloc(p, layout.size(), layout.align(), new_size) }
+                unsafe {
+                    HEAP.lock()
+                        .realloc(p, layout.size(), layout.align(), new_size)
+                }
             }
             _ => {
                 // Across the threshold: a new block of the other kind, the contents copied.
@@ -365,7 +404,11 @@ fn move_pages(p: *mut u8, old: usize, new: usize) -> *mut u8 {
         return q;
     }
     if new < old {
-        return if Pages.free_part(p, old, new) { p } else { ptr::null_mut() };
+        return if Pages.free_part(p, old, new) {
+            p
+        } else {
+            ptr::null_mut()
+        };
     }
     let q = fresh_pages(new);
     if !q.is_null() {

@@ -15,7 +15,9 @@ use std::os::raw::c_int;
 /// of its lines (a mapping's path, which may be long, comes last). The buffer is small because a
 /// signal handler's stack may be. False when the file could not be read to its end.
 pub fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
-    let Ok(fd) = sys::open_read(path) else { return false };
+    let Ok(fd) = sys::open_read(path) else {
+        return false;
+    };
     let mut buf = [0u8; 1024];
     let mut have = 0;
     let mut skipping = false;
@@ -57,7 +59,12 @@ pub fn for_each_line(path: &CStr, mut f: impl FnMut(&[u8])) -> bool {
 /// "   1234 kB" as bytes (`None` past `u64::MAX`: a file no kernel wrote).
 fn kb(rest: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(rest).ok()?;
-    text.trim().trim_end_matches("kB").trim().parse::<u64>().ok()?.checked_mul(1024)
+    text.trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)
 }
 
 #[derive(Default)]
@@ -124,7 +131,12 @@ fn vma_header(line: &[u8]) -> Option<(usize, usize)> {
 
 /// Applies `VmFlags: rd wr mr mw me lo ...` to the mapping it closes.
 fn vma_flags(start: usize, end: usize, flags: &[u8]) -> Vma {
-    let mut v = Vma { start, end, locked: false, lockable: (start as isize) >= 0 };
+    let mut v = Vma {
+        start,
+        end,
+        locked: false,
+        lockable: (start as isize) >= 0,
+    };
     for f in flags.split(|&b| b == b' ').filter(|f| !f.is_empty()) {
         match f {
             b"lo" => v.locked = true,
@@ -154,9 +166,14 @@ pub fn for_each_vma(mut f: impl FnMut(Vma)) -> bool {
 }
 
 pub fn rlimit_memlock() -> Option<u64> {
-    let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `r` is a valid out-pointer.
-    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0 || r.rlim_cur == libc::RLIM_INFINITY {
+    if unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) } != 0
+        || r.rlim_cur == libc::RLIM_INFINITY
+    {
         return None;
     }
     Some(r.rlim_cur)
@@ -170,7 +187,11 @@ fn raw(f: impl FnOnce() -> libc::c_long) -> Result<libc::c_long, c_int> {
     let saved = unsafe { *errno };
     let r = f();
     // SAFETY: as above.
-    let out = if r == -1 { Err(unsafe { *errno }) } else { Ok(r) };
+    let out = if r == -1 {
+        Err(unsafe { *errno })
+    } else {
+        Ok(r)
+    };
     // SAFETY: as above.
     unsafe { *errno = saved };
     out
@@ -200,10 +221,14 @@ fn cap_ipc_lock() -> bool {
     }
     const VERSION_3: u32 = 0x2008_0522;
     const CAP_IPC_LOCK: u32 = 14;
-    let mut h = Header { version: VERSION_3, pid: 0 };
+    let mut h = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
     let mut d = [Data::default(); 2];
     // SAFETY: version 3 takes two data structs; both pointers are valid for writing.
-    let r = raw(|| unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) });
+    let r =
+        raw(|| unsafe { libc::syscall(libc::SYS_capget, &mut h as *mut Header, d.as_mut_ptr()) });
     r.is_ok() && d[0].effective & (1 << CAP_IPC_LOCK) != 0
 }
 
@@ -216,7 +241,8 @@ fn over_rlimit(base: u64, more: u64) -> bool {
 /// ENOMEM for a hole, and since Linux 2.6.19 does nothing else.
 pub fn mapped(start: usize, end: usize) -> bool {
     // SAFETY: MS_ASYNC only checks the range; no memory is read or written.
-    raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) }) != Err(libc::ENOMEM)
+    raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_ASYNC) })
+        != Err(libc::ENOMEM)
 }
 
 /// A full memory barrier on every running thread of this process (`membarrier`, private
@@ -252,7 +278,8 @@ pub fn fence_all_threads() -> bool {
 /// microseconds and `/proc/self/smaps` milliseconds.
 pub fn any_locked(start: usize, end: usize) -> bool {
     // SAFETY: MS_INVALIDATE without MS_SYNC only checks the range; no memory is read or written.
-    raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_INVALIDATE) }) == Err(libc::EBUSY)
+    raw(|| unsafe { libc::syscall(libc::SYS_msync, start, end - start, libc::MS_INVALIDATE) })
+        == Err(libc::EBUSY)
 }
 
 /// What the kernel would answer to `mlock`/`mlock2` (valid flags) of the pages `[start, end)`,
@@ -290,7 +317,15 @@ pub fn mlockall_rejected(flags: c_int) -> Option<c_int> {
 /// other than the lock limit, in the kernel's order: offset, descriptor, length, address, type,
 /// access. Asks the descriptor only for its flags and type (`fcntl(F_GETFL)`, `fstat`); maps
 /// nothing.
-pub fn mmap_rejected(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_int, off: i64, page: usize) -> Option<c_int> {
+pub fn mmap_rejected(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: i64,
+    page: usize,
+) -> Option<c_int> {
     if off as u64 & (page as u64 - 1) != 0 {
         return Some(libc::EINVAL); // glibc's own check
     }
@@ -306,7 +341,8 @@ pub fn mmap_rejected(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_i
         // SAFETY: all-zero bytes are a valid `stat` (integers only).
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: `st` is a valid out-pointer; fstat reads the descriptor's metadata only.
-        if raw(|| unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) }).is_ok() {
+        if raw(|| unsafe { libc::syscall(libc::SYS_fstat, fd, &mut st as *mut libc::stat) }).is_ok()
+        {
             kind = st.st_mode & libc::S_IFMT;
         }
     }
@@ -323,7 +359,10 @@ pub fn mmap_rejected(addr: usize, len: usize, prot: c_int, flags: c_int, fd: c_i
     if !can_lock() {
         return Some(libc::EPERM);
     }
-    if over_rlimit(vm_lck().unwrap_or(0), (len + page - 1) as u64 & !(page as u64 - 1)) {
+    if over_rlimit(
+        vm_lck().unwrap_or(0),
+        (len + page - 1) as u64 & !(page as u64 - 1),
+    ) {
         return Some(libc::EAGAIN);
     }
     const MAP_TYPE: c_int = 0x0f;
@@ -447,7 +486,11 @@ fn meminfo_at(path: &CStr) -> Result<HostMemory, BadMeminfo> {
 /// the kernel wrote.
 fn kb_strict(rest: &[u8]) -> Option<u64> {
     let text = std::str::from_utf8(rest).ok()?.trim();
-    text.strip_suffix("kB")?.trim_end().parse::<u64>().ok()?.checked_mul(1024)
+    text.strip_suffix("kB")?
+        .trim_end()
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)
 }
 
 /// The memory limit of this process's cgroup: the tightest on its path up to the root it can see
@@ -469,7 +512,9 @@ pub fn hostname() -> String {
 
 pub fn exe() -> String {
     // readlink is no cancellation point.
-    std::fs::read_link("/proc/self/exe").map(|p| p.to_string_lossy().into_owned()).unwrap_or_default()
+    std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 pub fn cmdline() -> Vec<String> {
@@ -489,8 +534,14 @@ mod tests {
 
     #[test]
     fn smaps_lines() {
-        assert_eq!(vma_header(b"7f12a0000000-7f12a0021000 rw-p 00000000 00:00 0 "), Some((0x7f12a0000000, 0x7f12a0021000)));
-        assert_eq!(vma_header(b"55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1234   /usr/bin/x y-z"), Some((0x55d0c0a00000, 0x55d0c0a01000)));
+        assert_eq!(
+            vma_header(b"7f12a0000000-7f12a0021000 rw-p 00000000 00:00 0 "),
+            Some((0x7f12a0000000, 0x7f12a0021000))
+        );
+        assert_eq!(
+            vma_header(b"55d0c0a00000-55d0c0a01000 r--p 00000000 08:01 1234   /usr/bin/x y-z"),
+            Some((0x55d0c0a00000, 0x55d0c0a01000))
+        );
         assert_eq!(vma_header(b"AnonHugePages:         0 kB"), None);
         assert_eq!(vma_header(b"Size:                132 kB"), None);
         let v = vma_flags(0x1000, 0x3000, b" rd wr mr mw me lo ac sd");
@@ -506,7 +557,10 @@ mod tests {
         let long = "x".repeat(5000);
         std::fs::write(&dir, format!("a: 1\n{long}\nb: 2\n{long}")).unwrap();
         let mut lines = Vec::new();
-        assert!(for_each_line(&CString::new(dir.to_str().unwrap()).unwrap(), |l| lines.push(l.to_vec())));
+        assert!(for_each_line(
+            &CString::new(dir.to_str().unwrap()).unwrap(),
+            |l| lines.push(l.to_vec())
+        ));
         std::fs::remove_file(&dir).unwrap();
         assert_eq!(lines.len(), 4);
         assert_eq!(lines[0], b"a: 1");
@@ -523,17 +577,57 @@ mod tests {
             meminfo_at(&CString::new(dir.to_str().unwrap()).unwrap())
         };
         let good = b"MemTotal:       16384 kB\nMemFree:  100 kB\nMemAvailable:    8192 kB\nBuffers: 1 kB\n";
-        assert_eq!(read(good), Ok(HostMemory { total: Some(16384 * 1024), available: 8192 * 1024 }));
-        assert_eq!(read(b"MemAvailable: 8 kB"), Ok(HostMemory { total: None, available: 8192 }), "the last line without its newline");
-        assert_eq!(read(b"MemTotal: 16 kB\nMemFree: 8 kB\n"), Err(BadMeminfo::NoAvailable));
-        assert_eq!(read(b"MemAvailable: lots kB\n"), Err(BadMeminfo::NoAvailable));
-        assert_eq!(read(b"MemAvailable: 12\n"), Err(BadMeminfo::NoAvailable), "no unit");
-        assert_eq!(read(b"MemAvailable: -12 kB\n"), Err(BadMeminfo::NoAvailable));
-        assert_eq!(read(b"MemAvailable: 99999999999999999999 kB\n"), Err(BadMeminfo::NoAvailable), "past u64");
-        assert_eq!(read(b"MemAvailable: 18014398509481984 kB\n"), Err(BadMeminfo::NoAvailable), "bytes past u64");
-        assert_eq!(read(b"\x01\x02\xff garbage\n\n"), Err(BadMeminfo::NoAvailable));
+        assert_eq!(
+            read(good),
+            Ok(HostMemory {
+                total: Some(16384 * 1024),
+                available: 8192 * 1024
+            })
+        );
+        assert_eq!(
+            read(b"MemAvailable: 8 kB"),
+            Ok(HostMemory {
+                total: None,
+                available: 8192
+            }),
+            "the last line without its newline"
+        );
+        assert_eq!(
+            read(b"MemTotal: 16 kB\nMemFree: 8 kB\n"),
+            Err(BadMeminfo::NoAvailable)
+        );
+        assert_eq!(
+            read(b"MemAvailable: lots kB\n"),
+            Err(BadMeminfo::NoAvailable)
+        );
+        assert_eq!(
+            read(b"MemAvailable: 12\n"),
+            Err(BadMeminfo::NoAvailable),
+            "no unit"
+        );
+        assert_eq!(
+            read(b"MemAvailable: -12 kB\n"),
+            Err(BadMeminfo::NoAvailable)
+        );
+        assert_eq!(
+            read(b"MemAvailable: 99999999999999999999 kB\n"),
+            Err(BadMeminfo::NoAvailable),
+            "past u64"
+        );
+        assert_eq!(
+            read(b"MemAvailable: 18014398509481984 kB\n"),
+            Err(BadMeminfo::NoAvailable),
+            "bytes past u64"
+        );
+        assert_eq!(
+            read(b"\x01\x02\xff garbage\n\n"),
+            Err(BadMeminfo::NoAvailable)
+        );
         assert_eq!(read(b""), Err(BadMeminfo::NoAvailable));
-        assert_eq!(read(b"MemTotal: 4 kB\nMemAvailable: 8 kB\n"), Err(BadMeminfo::AboveTotal));
+        assert_eq!(
+            read(b"MemTotal: 4 kB\nMemAvailable: 8 kB\n"),
+            Err(BadMeminfo::AboveTotal)
+        );
         std::fs::remove_file(&dir).unwrap();
         assert_eq!(read_missing(), Err(BadMeminfo::Unreadable));
         let host = host_memory().expect("this machine's /proc/meminfo");
@@ -547,7 +641,10 @@ mod tests {
     #[test]
     fn pid_namespace_links() {
         let link = std::fs::read_link("/proc/self/ns/pid").unwrap();
-        assert_eq!(super::pid_namespace().map(|n| format!("pid:[{n}]")), Some(link.to_string_lossy().into_owned()));
+        assert_eq!(
+            super::pid_namespace().map(|n| format!("pid:[{n}]")),
+            Some(link.to_string_lossy().into_owned())
+        );
     }
 
     #[test]
@@ -574,7 +671,16 @@ mod tests {
     fn msync_invalidate_tells_locked_mappings_and_changes_nothing() {
         let page = crate::runtime::sys::page_size();
         // SAFETY: a fresh private mapping of our own, unmapped again below.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), 4 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) } as usize;
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
         let byte = |i: usize| (p + i * page) as *mut u8;
         for i in 0..4 {
             // SAFETY: a page of our own mapping.
@@ -582,7 +688,10 @@ mod tests {
         }
         assert!(!any_locked(p, p + 4 * page));
         // SAFETY: the second page of our own mapping (one page: within any RLIMIT_MEMLOCK).
-        assert_eq!(unsafe { libc::mlock(byte(1) as *const libc::c_void, page) }, 0);
+        assert_eq!(
+            unsafe { libc::mlock(byte(1) as *const libc::c_void, page) },
+            0
+        );
         assert!(any_locked(p, p + 4 * page));
         assert!(any_locked(p + page, p + 2 * page));
         assert!(!any_locked(p, p + page) && !any_locked(p + 2 * page, p + 4 * page));
@@ -593,7 +702,11 @@ mod tests {
         assert!(!any_locked(p, p + page), "a hole alone is not locked");
         for i in 1..4 {
             // SAFETY: pages of our own mapping, still mapped.
-            assert_eq!(unsafe { *byte(i) }, 7 + i as u8, "the probe left page {i} as it was");
+            assert_eq!(
+                unsafe { *byte(i) },
+                7 + i as u8,
+                "the probe left page {i} as it was"
+            );
         }
         // SAFETY: what is left of our own mapping.
         unsafe { libc::munmap(byte(1) as *mut libc::c_void, 3 * page) };
@@ -603,7 +716,16 @@ mod tests {
     fn msync_tells_holes_and_changes_nothing() {
         let page = crate::runtime::sys::page_size();
         // SAFETY: a fresh private mapping of our own, unmapped again below.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), 3 * page, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) } as usize;
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                3 * page,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as usize;
         assert!(mapped(p, p + 3 * page));
         // SAFETY: the middle page of our own mapping.
         unsafe { libc::munmap((p + page) as *mut libc::c_void, page) };
@@ -627,7 +749,12 @@ pub fn pid_namespace() -> Option<u64> {
     if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
         return None;
     }
-    pinguard_report::textfile::ns_inode(std::fs::read_link("/proc/self/ns/pid").ok()?.as_os_str().as_encoded_bytes())
+    pinguard_report::textfile::ns_inode(
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()?
+            .as_os_str()
+            .as_encoded_bytes(),
+    )
 }
 
 /// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).
@@ -640,11 +767,11 @@ pub fn raw_pid() -> i32 {
 /// the pid, it tells this process from a later one that reuses its pid.
 /// Read from the main thread's task entry: qemu-user makes up `/proc/self/stat` (start time 0).
 pub fn start_ticks() -> u64 {
-    let task = std::ffi::CString::new(format!("/proc/self/task/{}/stat", raw_pid())).expect("no NUL in a number");
+    let task = std::ffi::CString::new(format!("/proc/self/task/{}/stat", raw_pid()))
+        .expect("no NUL in a number");
     sys::read_text(&task)
         .or_else(|| sys::read_text(c"/proc/self/stat"))
         .as_deref()
         .and_then(pinguard_report::state::stat_start_ticks)
         .unwrap_or(0)
 }
-

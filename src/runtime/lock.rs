@@ -16,7 +16,13 @@ fn futex(word: &AtomicU32, op: libc::c_int, val: u32) {
     // SAFETY: `word` is a live, aligned &AtomicU32 for the whole call; FUTEX_WAIT/WAKE with a null
     // timeout only compare/wait on that word and touch no other memory.
     unsafe {
-        libc::syscall(libc::SYS_futex, word.as_ptr(), op | libc::FUTEX_PRIVATE_FLAG, val, std::ptr::null::<libc::timespec>());
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            std::ptr::null::<libc::timespec>(),
+        );
     }
 }
 
@@ -29,7 +35,11 @@ unsafe impl lock_api::RawMutex for FutexRaw {
     type GuardMarker = lock_api::GuardNoSend;
 
     fn lock(&self) {
-        if self.0.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+        if self
+            .0
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
             return;
         }
         while self.0.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
@@ -38,7 +48,9 @@ unsafe impl lock_api::RawMutex for FutexRaw {
     }
 
     fn try_lock(&self) -> bool {
-        self.0.compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        self.0
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     unsafe fn unlock(&self) {

@@ -66,7 +66,9 @@ impl Subscriber for Stderr {
 }
 
 pub fn init(filter: &str) {
-    let filter: Targets = filter.parse().unwrap_or_else(|_| Targets::new().with_default(Level::WARN));
+    let filter: Targets = filter
+        .parse()
+        .unwrap_or_else(|_| Targets::new().with_default(Level::WARN));
     let _ = tracing::subscriber::set_global_default(Stderr { filter });
 }
 

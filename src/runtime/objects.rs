@@ -55,7 +55,11 @@ impl Object {
 /// does (dlopen, dlsym) may take the loader's locks itself.
 pub fn for_each_object(mut f: impl FnMut(&Object)) {
     let mut objects: Vec<Object> = Vec::new();
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        _size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         // SAFETY: `data` is the `&mut objects` passed below, live and unaliased for the whole walk.
         let objects = unsafe { &mut *(data as *mut Vec<Object>) };
         // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
@@ -81,11 +85,19 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
                 end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
             } else if ph.p_type == libc::PT_NOTE && build_id.is_none() {
                 // SAFETY: the note segment of an object loaded now, mapped where the loader put it.
-                build_id = unsafe { find_build_id(base + ph.p_vaddr as usize, ph.p_memsz as usize) };
+                build_id =
+                    unsafe { find_build_id(base + ph.p_vaddr as usize, ph.p_memsz as usize) };
             }
         }
         if start < end {
-            objects.push(Object { name, base, start, end, build_id, dynamic });
+            objects.push(Object {
+                name,
+                base,
+                start,
+                end,
+                build_id,
+                dynamic,
+            });
         }
         0
     }
@@ -117,7 +129,10 @@ unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
             return None;
         }
         // SAFETY: `namesz == 4` and `next <= end`: the name lies within the caller's segment.
-        if ty == 3 && namesz == 4 && unsafe { std::slice::from_raw_parts(name as *const u8, 4) } == b"GNU\0" {
+        if ty == 3
+            && namesz == 4
+            && unsafe { std::slice::from_raw_parts(name as *const u8, 4) } == b"GNU\0"
+        {
             // SAFETY: `desc + descsz <= next <= end`: within the caller's segment.
             let bytes = unsafe { std::slice::from_raw_parts(desc as *const u8, descsz) };
             return Some(bytes.iter().map(|b| format!("{b:02x}")).collect());

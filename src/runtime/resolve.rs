@@ -5,8 +5,8 @@
 //! cached: the runtime may be loaded later. No `Once`: resolution can re-enter a hook on this
 //! thread, and an atomic that tolerates two racing look-ups cannot deadlock.
 
-use std::ffi::CStr;
 use crate::runtime::objects::{for_each_object, is_own, own_range};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub struct Real {
@@ -16,7 +16,10 @@ pub struct Real {
 
 impl Real {
     pub const fn new(name: &'static CStr) -> Real {
-        Real { name, addr: AtomicUsize::new(0) }
+        Real {
+            name,
+            addr: AtomicUsize::new(0),
+        }
     }
 
     #[inline(always)]
@@ -61,7 +64,8 @@ impl Real {
         debug_assert_eq!(std::mem::size_of::<F>(), std::mem::size_of::<usize>());
         // SAFETY: `a` is the symbol's non-zero address and `F` its `extern "C" fn` type (the
         // caller's guarantee), a pointer the size of `usize`.
-        self.addr().map(|a| unsafe { std::mem::transmute_copy::<usize, F>(&a) })
+        self.addr()
+            .map(|a| unsafe { std::mem::transmute_copy::<usize, F>(&a) })
     }
 }
 
@@ -75,7 +79,10 @@ fn lookup(name: &CStr) -> usize {
         }
         let mut found = 0usize;
         for_each_object(|obj| {
-            if found != 0 || obj.name.as_bytes().is_empty() || obj.contains(own_range as *const () as usize) {
+            if found != 0
+                || obj.name.as_bytes().is_empty()
+                || obj.contains(own_range as *const () as usize)
+            {
                 return;
             }
             let h = libc::dlopen(obj.name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD);

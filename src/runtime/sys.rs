@@ -62,7 +62,15 @@ pub fn open_read(path: &CStr) -> Result<c_int, c_int> {
 /// `open(path, flags | O_CLOEXEC, mode)` without a cancellation point.
 pub fn open(path: &CStr, flags: c_int, mode: libc::mode_t) -> Result<c_int, c_int> {
     // SAFETY: `path` is NUL-terminated; the kernel only reads it.
-    let r = unsafe { libc::syscall(libc::SYS_openat, libc::AT_FDCWD, path.as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            flags | libc::O_CLOEXEC,
+            mode,
+        )
+    };
     ret(r).map(|fd| fd as c_int)
 }
 
@@ -81,7 +89,11 @@ pub struct FileId {
 }
 
 fn file_id_of(st: &libc::stat) -> FileId {
-    FileId { dev: st.st_dev, ino: st.st_ino, regular: st.st_mode & libc::S_IFMT == libc::S_IFREG }
+    FileId {
+        dev: st.st_dev,
+        ino: st.st_ino,
+        regular: st.st_mode & libc::S_IFMT == libc::S_IFREG,
+    }
 }
 
 /// The file an open descriptor names.
@@ -107,7 +119,15 @@ pub fn path_id(path: &CStr) -> Option<FileId> {
     // SAFETY: an all-zero `stat` is a valid value for the kernel to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated and `st` a valid out-pointer for the call.
-    let r = unsafe { libc::syscall(libc::SYS_newfstatat, libc::AT_FDCWD, path.as_ptr(), &mut st as *mut libc::stat, libc::AT_SYMLINK_NOFOLLOW) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            &mut st as *mut libc::stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
     ret(r).ok()?;
     Some(file_id_of(&st))
 }
@@ -116,7 +136,14 @@ pub fn path_id(path: &CStr) -> Option<FileId> {
 pub fn read(fd: c_int, buf: &mut [u8]) -> Result<usize, c_int> {
     loop {
         // SAFETY: `buf` is valid for `buf.len()` bytes of writing.
-        let r = unsafe { libc::syscall(libc::SYS_read, fd, buf.as_mut_ptr() as *mut c_void, buf.len()) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_read,
+                fd,
+                buf.as_mut_ptr() as *mut c_void,
+                buf.len(),
+            )
+        };
         match ret(r) {
             Err(libc::EINTR) => continue,
             other => return other,
@@ -131,7 +158,15 @@ pub fn read_exact_at(fd: c_int, buf: &mut [u8], off: u64) -> Option<()> {
     while done < buf.len() {
         let rest = &mut buf[done..];
         // SAFETY: `rest` is valid for `rest.len()` bytes of writing.
-        let r = unsafe { libc::syscall(libc::SYS_pread64, fd, rest.as_mut_ptr() as *mut c_void, rest.len(), off.checked_add(done as u64)?) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_pread64,
+                fd,
+                rest.as_mut_ptr() as *mut c_void,
+                rest.len(),
+                off.checked_add(done as u64)?,
+            )
+        };
         match ret(r) {
             Ok(0) => return None,
             Ok(n) => done += n,
@@ -146,7 +181,14 @@ pub fn read_exact_at(fd: c_int, buf: &mut [u8], off: u64) -> Option<()> {
 pub fn write_all(fd: c_int, mut buf: &[u8]) -> Result<(), c_int> {
     while !buf.is_empty() {
         // SAFETY: `buf` is valid for `buf.len()` bytes of reading.
-        let r = unsafe { libc::syscall(libc::SYS_write, fd, buf.as_ptr() as *const c_void, buf.len()) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_write,
+                fd,
+                buf.as_ptr() as *const c_void,
+                buf.len(),
+            )
+        };
         match ret(r) {
             Ok(0) => return Err(libc::EIO),
             Ok(n) => buf = &buf[n..],
@@ -182,7 +224,9 @@ pub fn read_file(path: &CStr) -> Option<Vec<u8>> {
 
 /// `read_file` as text (lossy: `/proc` text is ASCII apart from file names).
 pub fn read_text(path: &CStr) -> Option<String> {
-    read_file(path).map(|b| String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
+    read_file(path).map(|b| {
+        String::from_utf8(b).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    })
 }
 
 /// The page size the kernel reports, asked once; 4 KiB where it cannot say.

@@ -169,13 +169,23 @@ fn switch<F: FnOnce() -> R, R>(t: &Thread, f: F, enter: unsafe extern "C" fn(*mu
             return run_short(t, f);
         }
     }
-    let mut call = Call { f: std::mem::ManuallyDrop::new(f), out: std::mem::MaybeUninit::uninit(), panic: None };
+    let mut call = Call {
+        f: std::mem::ManuallyDrop::new(f),
+        out: std::mem::MaybeUninit::uninit(),
+        panic: None,
+    };
     t.on_work.set(true);
     // SAFETY: `top` is the 16-byte aligned top of this thread's own mapped stack (`map`), which
     // nothing uses now (`on_work` was clear, and only this thread switches to it); `enter` is
     // `enter` or `enter_hook` for these `F` and `R` (`run` and `run_hook` name them), which
     // read `call` as the type passed here, live across the call.
-    unsafe { pinguard_on_stack(&mut call as *mut Call<F, R> as *mut c_void, enter, top as *mut u8) };
+    unsafe {
+        pinguard_on_stack(
+            &mut call as *mut Call<F, R> as *mut c_void,
+            enter,
+            top as *mut u8,
+        )
+    };
     t.on_work.set(false);
     if let Some(e) = call.panic {
         std::panic::resume_unwind(e);
@@ -290,7 +300,10 @@ mod tests {
         let (inside, nested) = run(t, || (sp(), run(t, sp)));
         let top = t.work.get();
         assert!(top > FAILED);
-        assert!(inside < top && inside > top - SIZE, "{inside:#x} not in the stack below {top:#x}");
+        assert!(
+            inside < top && inside > top - SIZE,
+            "{inside:#x} not in the stack below {top:#x}"
+        );
         assert!(outside >= top || outside < top - SIZE);
         // Nested work stays on the same stack, below the outer frame.
         assert!(nested < inside && nested > top - SIZE);

@@ -16,13 +16,13 @@ enum Lock {
     Refuse,
     Downgrade(u64, Over),
 }
-use crate::api::Api;
-use crate::budget;
 use crate::accounting::callsite::Callsite;
-use crate::runtime::config::Policy;
-use crate::runtime::kernel;
 use crate::accounting::ledger::{self, Backing, LockedPagesGuard};
 use crate::accounting::ranges::{page_span, uncovered, Gaps};
+use crate::api::Api;
+use crate::budget;
+use crate::runtime::config::Policy;
+use crate::runtime::kernel;
 use crate::runtime::sys::page_size;
 use std::os::raw::{c_int, c_void};
 
@@ -177,17 +177,31 @@ struct Remap {
 
 impl Remap {
     /// `None` for arguments the kernel rejects (EINVAL), which change nothing.
-    fn new(old: usize, old_size: usize, new_size: usize, flags: c_int, new_addr: usize) -> Option<Remap> {
+    fn new(
+        old: usize,
+        old_size: usize,
+        new_size: usize,
+        flags: c_int,
+        new_addr: usize,
+    ) -> Option<Remap> {
         let page = page_size();
         let round = |n: usize| n.checked_add(page - 1).map(|v| v & !(page - 1));
         let known = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
         let (old_len, new_len) = (round(old_size)?, round(new_size)?);
         let old_end = old.checked_add(old_len)?;
-        let bad = flags & !known != 0 || (flags & libc::MREMAP_FIXED != 0 && flags & libc::MREMAP_MAYMOVE == 0);
+        let bad = flags & !known != 0
+            || (flags & libc::MREMAP_FIXED != 0 && flags & libc::MREMAP_MAYMOVE == 0);
         if bad || old & (page - 1) != 0 || new_len == 0 || new_addr.checked_add(new_len).is_none() {
             return None;
         }
-        Some(Remap { old, old_len, old_end, new_len, new_addr, flags })
+        Some(Remap {
+            old,
+            old_len,
+            old_end,
+            new_len,
+            new_addr,
+            flags,
+        })
     }
 }
 
@@ -215,7 +229,11 @@ impl Hook {
         let t = self.t;
         let was = t.locking.replace(true);
         // An unwind out of `f` never reaches here: it aborts at the hook's `extern "C"` boundary.
-        let r = if cfg!(debug_assertions) { self.on_own_stack(f) } else { f(self) };
+        let r = if cfg!(debug_assertions) {
+            self.on_own_stack(f)
+        } else {
+            f(self)
+        };
         t.locking.set(was);
         r
     }
@@ -267,7 +285,9 @@ impl Hook {
     ) -> Result<Lock, c_int> {
         let kernel = kernel::vm_lck();
         let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
-        if !stands && kernel.is_some_and(|k| walked(locked.check_before_refusal(k, self.t, self.now()))) {
+        if !stands
+            && kernel.is_some_and(|k| walked(locked.check_before_refusal(k, self.t, self.now())))
+        {
             match recount(locked) {
                 Some(b) => bytes = b,
                 None => return Ok(Lock::Pin(budget::Reservation::none())),
@@ -282,29 +302,50 @@ impl Hook {
                 return Err(err);
             }
         }
-        Ok(match self.admit_or_hold(ask.api, bytes, ask.site, ask.req, Some(ask.later)) {
-            Admission::Pin(r) => Lock::Pin(r),
-            // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
-            Admission::Pass => Lock::Pin(budget::Reservation::none()),
-            Admission::Refuse => Lock::Refuse,
-            Admission::Downgrade(over) => Lock::Downgrade(bytes, over),
-        })
+        Ok(
+            match self.admit_or_hold(ask.api, bytes, ask.site, ask.req, Some(ask.later)) {
+                Admission::Pin(r) => Lock::Pin(r),
+                // More than the figures can hold, under `warn`: the kernel answers, nothing reserved.
+                Admission::Pass => Lock::Pin(budget::Reservation::none()),
+                Admission::Refuse => Lock::Refuse,
+                Admission::Downgrade(over) => Lock::Downgrade(bytes, over),
+            },
+        )
     }
 
     /// `mlock`, `mlock2`: only pages not already locked count, as in the kernel.
-    pub fn lock_range(self, api: Api, addr: usize, len: usize, flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
-        let span = page_span(addr, len, page_size()).filter(|_| len > 0 && flags & !MLOCK_ONFAULT == 0);
+    pub fn lock_range(
+        self,
+        api: Api,
+        addr: usize,
+        len: usize,
+        flags: c_int,
+        real: impl FnOnce() -> c_int,
+    ) -> c_int {
+        let span =
+            page_span(addr, len, page_size()).filter(|_| len > 0 && flags & !MLOCK_ONFAULT == 0);
         let Some((start, end)) = span else {
             rare();
             return self.untracked(api, 0, real()); // nothing to lock, or the kernel's EINVAL
         };
-        let Some(site) = quiet(|| self.site()) else { return real() };
+        let Some(site) = quiet(|| self.site()) else {
+            return real();
+        };
         self.scope_ahead(site);
         // Before the view's guard: a `warn` line waits until the view is let go.
         let later = WarnLater::new(&self);
-        let ask = Ask { api, site, req: Request::Pageable, later: &later };
+        let ask = Ask {
+            api,
+            site,
+            req: Request::Pageable,
+            later: &later,
+        };
         let mut locked = ledger::locked_pages();
-        let span = Span { start, end, now: self.now() };
+        let span = Span {
+            start,
+            end,
+            now: self.now(),
+        };
         let mut gaps = locked.ranges.gaps(start, end);
         let new = self.mlock_new(&mut locked, span, &mut gaps);
         // The gaps counted again after a walk, kept outside `quiet`: only the decision crosses it.
@@ -317,7 +358,9 @@ impl Hook {
                     fresh = Some(g);
                     (n > 0).then_some(n)
                 };
-                self.admit_lock(&mut locked, &ask, new, recount, |n| kernel::mlock_rejected(start, end, n))
+                self.admit_lock(&mut locked, &ask, new, recount, |n| {
+                    kernel::mlock_rejected(start, end, n)
+                })
             })
         });
         if let Some(g) = fresh {
@@ -342,7 +385,13 @@ impl Hook {
             reservation.commit();
             quiet(|| {
                 for &(s, e) in &gaps {
-                    locked.add(self.t, s, e, self.live(api, 0, site, Backing::Pinned), span.now);
+                    locked.add(
+                        self.t,
+                        s,
+                        e,
+                        self.live(api, 0, site, Backing::Pinned),
+                        span.now,
+                    );
                 }
                 ledger::count_alloc(self.t, api, site, new);
             });
@@ -369,7 +418,13 @@ impl Hook {
     /// The answer of an `mlock` or `mlockall` that records no new lock, the view let go first.
     #[cold]
     #[inline(never)]
-    fn not_locked(&self, view: LockedPagesGuard, why: NotLocked, ask: &Ask, real: impl FnOnce() -> c_int) -> c_int {
+    fn not_locked(
+        &self,
+        view: LockedPagesGuard,
+        why: NotLocked,
+        ask: &Ask,
+        real: impl FnOnce() -> c_int,
+    ) -> c_int {
         drop(view);
         match why {
             NotLocked::Untracked => self.untracked(ask.api, 0, real()),
@@ -396,14 +451,29 @@ impl Hook {
     /// refused the call up front: `RLIMIT_MEMLOCK`). On pinguard's own stack.
     #[cold]
     #[inline(never)]
-    fn lock_failed(&self, locked: &mut LockedPagesGuard, reservation: budget::Reservation, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
+    fn lock_failed(
+        &self,
+        locked: &mut LockedPagesGuard,
+        reservation: budget::Reservation,
+        gaps: &Gaps,
+        ask: &Ask,
+        span: Span,
+        err: c_int,
+    ) {
         self.work(|| {
             drop(reservation);
             let _ = quiet(|| self.lock_failed_here(locked, gaps, ask, span, err));
         })
     }
 
-    fn lock_failed_here(&self, locked: &mut LockedPagesGuard, gaps: &Gaps, ask: &Ask, span: Span, err: c_int) {
+    fn lock_failed_here(
+        &self,
+        locked: &mut LockedPagesGuard,
+        gaps: &Gaps,
+        ask: &Ask,
+        span: Span,
+        err: c_int,
+    ) {
         let (api, site) = (ask.api, ask.site);
         let mut added = 0;
         if partial(err) && mlock_changed(gaps) {
@@ -422,7 +492,14 @@ impl Hook {
 
     /// `munlock`, `munmap`, and `mmap(MAP_FIXED)` over existing pages: whatever they cover stops
     /// being locked once the real call succeeds.
-    pub fn unlock_range<R>(self, api: Api, addr: usize, len: usize, real: impl FnOnce() -> R, ok: impl Fn(&R) -> bool) -> R {
+    pub fn unlock_range<R>(
+        self,
+        api: Api,
+        addr: usize,
+        len: usize,
+        real: impl FnOnce() -> R,
+        ok: impl Fn(&R) -> bool,
+    ) -> R {
         let span = page_span(addr, len, page_size());
         let (Some((start, end)), true) = (span, ledger::locked_any()) else {
             return real();
@@ -469,40 +546,66 @@ impl Hook {
             return real(m.flags);
         };
         let bytes = rounded as u64;
-        let Some(site) = quiet(|| self.site()) else { return real(m.flags) };
+        let Some(site) = quiet(|| self.site()) else {
+            return real(m.flags);
+        };
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
-        let ask = Ask { api, site, req: Request::Pageable, later: &later };
+        let ask = Ask {
+            api,
+            site,
+            req: Request::Pageable,
+            later: &later,
+        };
         let mut locked = ledger::locked_pages();
         let now = self.now();
         let rejected = |_| kernel::mmap_rejected(m.addr, m.len, m.prot, m.flags, m.fd, m.off, page);
-        let reservation = match settle(quiet(|| self.admit_lock(&mut locked, &ask, bytes, |_| Some(bytes), rejected))) {
+        let reservation = match settle(quiet(|| {
+            self.admit_lock(&mut locked, &ask, bytes, |_| Some(bytes), rejected)
+        })) {
             Ok(r) => r,
             Err(why) => return self.mmap_not_locked(locked, why, &ask, m.flags, real),
         };
-        self.call_holding(locked, || real(m.flags), |&p, _, locked| {
-            quiet(|| {
-                if p == libc::MAP_FAILED {
-                    drop(reservation);
-                    ledger::count_failed(self.t, api);
-                    return;
-                }
-                let start = p as usize;
-                // The kernel handed out these pages: whatever the view had there is gone,
-                // replaced by MAP_FIXED or unmapped behind pinguard's back.
-                budget::release(locked.cut(self.t, start, start + rounded, now));
-                locked.add(self.t, start, start + rounded, self.live(api, 0, site, Backing::Pinned), now);
-                reservation.commit();
-                ledger::count_alloc(self.t, api, site, bytes);
-            });
-        })
+        self.call_holding(
+            locked,
+            || real(m.flags),
+            |&p, _, locked| {
+                quiet(|| {
+                    if p == libc::MAP_FAILED {
+                        drop(reservation);
+                        ledger::count_failed(self.t, api);
+                        return;
+                    }
+                    let start = p as usize;
+                    // The kernel handed out these pages: whatever the view had there is gone,
+                    // replaced by MAP_FIXED or unmapped behind pinguard's back.
+                    budget::release(locked.cut(self.t, start, start + rounded, now));
+                    locked.add(
+                        self.t,
+                        start,
+                        start + rounded,
+                        self.live(api, 0, site, Backing::Pinned),
+                        now,
+                    );
+                    reservation.commit();
+                    ledger::count_alloc(self.t, api, site, bytes);
+                });
+            },
+        )
     }
 
     /// The answer of an `mmap(MAP_LOCKED)` that records no new lock, the view let go first: a
     /// refusal is the kernel's EAGAIN (over `RLIMIT_MEMLOCK`), a downgrade the same mapping
     /// without the lock.
     #[cold]
-    fn mmap_not_locked(&self, view: LockedPagesGuard, why: NotLocked, ask: &Ask, flags: c_int, real: impl Fn(c_int) -> *mut c_void) -> *mut c_void {
+    fn mmap_not_locked(
+        &self,
+        view: LockedPagesGuard,
+        why: NotLocked,
+        ask: &Ask,
+        flags: c_int,
+        real: impl Fn(c_int) -> *mut c_void,
+    ) -> *mut c_void {
         drop(view);
         match why {
             NotLocked::Untracked | NotLocked::Plain => real(flags),
@@ -522,7 +625,15 @@ impl Hook {
     /// `mremap`. The kernel keeps the lock on the pages it moves, locks the part a locked mapping
     /// grows by (new locked memory: the budget decides, and a refusal is the kernel's EAGAIN for a
     /// growth over `RLIMIT_MEMLOCK`), and unlocks the part it shrinks by.
-    pub fn mremap(self, old: usize, old_size: usize, new_size: usize, flags: c_int, new_addr: usize, real: impl FnOnce() -> *mut c_void) -> *mut c_void {
+    pub fn mremap(
+        self,
+        old: usize,
+        old_size: usize,
+        new_size: usize,
+        flags: c_int,
+        new_addr: usize,
+        real: impl FnOnce() -> *mut c_void,
+    ) -> *mut c_void {
         let Some(m) = Remap::new(old, old_size, new_size, flags, new_addr) else {
             return real(); // the kernel's EINVAL; nothing changes
         };
@@ -530,7 +641,11 @@ impl Hook {
         let mut locked = ledger::locked_pages();
         let now = self.now();
         let bytes = locked.ranges.covered(m.old, m.old_end);
-        let owner = locked.ranges.at(m.old_end.saturating_sub(1)).or_else(|| locked.ranges.at(m.old)).copied();
+        let owner = locked
+            .ranges
+            .at(m.old_end.saturating_sub(1))
+            .or_else(|| locked.ranges.at(m.old))
+            .copied();
         let held = Held { bytes, owner, now };
         let reservation = match self.remap_growth(&mut locked, &later, m, held) {
             Ok(r) => r,
@@ -553,12 +668,23 @@ impl Hook {
 
     /// The budget's decision for the part a wholly or partly locked mapping grows by.
     /// `Err(errno)`: the call's answer, without calling the kernel.
-    fn remap_growth(&self, locked: &mut LockedPagesGuard, later: &WarnLater, m: Remap, held: Held) -> Result<budget::Reservation, c_int> {
+    fn remap_growth(
+        &self,
+        locked: &mut LockedPagesGuard,
+        later: &WarnLater,
+        m: Remap,
+        held: Held,
+    ) -> Result<budget::Reservation, c_int> {
         let (Some(o), true) = (held.owner, held.bytes > 0 && m.new_len > m.old_len) else {
             return Ok(budget::Reservation::none());
         };
         let grow = (m.new_len - m.old_len) as u64;
-        let ask = Ask { api: o.api, site: o.site, req: Request::Mapped, later };
+        let ask = Ask {
+            api: o.api,
+            site: o.site,
+            req: Request::Mapped,
+            later,
+        };
         match quiet(|| self.admit_lock(locked, &ask, grow, |_| Some(grow), |_| None)) {
             Some(Ok(Lock::Pin(r))) => Ok(r),
             Some(Ok(_)) => Err(libc::EAGAIN),
@@ -569,16 +695,31 @@ impl Hook {
 
     /// A failed `mremap`: its reservation goes back; `MREMAP_FIXED` may have unmapped the target
     /// before failing.
-    fn remap_failed(&self, locked: &mut LockedPagesGuard, m: Remap, reservation: budget::Reservation, now: u64) {
+    fn remap_failed(
+        &self,
+        locked: &mut LockedPagesGuard,
+        m: Remap,
+        reservation: budget::Reservation,
+        now: u64,
+    ) {
         drop(reservation);
-        if m.flags & libc::MREMAP_FIXED != 0 && locked.ranges.covered(m.new_addr, m.new_addr + m.new_len) > 0 {
+        if m.flags & libc::MREMAP_FIXED != 0
+            && locked.ranges.covered(m.new_addr, m.new_addr + m.new_len) > 0
+        {
             walked(locked.sync(self.t, now, |_, _| None));
         }
     }
 
     /// A successful `mremap` to `r`: the locks move with the pages, the part it shrank by is
     /// unlocked, and the part it grew by is locked when the whole mapping was.
-    fn remapped(&self, locked: &mut LockedPagesGuard, m: Remap, held: Held, r: usize, reservation: budget::Reservation) {
+    fn remapped(
+        &self,
+        locked: &mut LockedPagesGuard,
+        m: Remap,
+        held: Held,
+        r: usize,
+        reservation: budget::Reservation,
+    ) {
         let (old, now) = (m.old, held.now);
         let mut released = 0;
         if m.new_len < m.old_len {
@@ -625,10 +766,17 @@ impl Hook {
         if !kernel::mlockall_flags_valid(flags) {
             return self.untracked(api, 0, real()); // the kernel's EINVAL; nothing locked
         }
-        let Some(site) = quiet(|| self.site()) else { return real() };
+        let Some(site) = quiet(|| self.site()) else {
+            return real();
+        };
         self.scope_ahead(site);
         let later = WarnLater::new(&self);
-        let ask = Ask { api, site, req: Request::Pageable, later: &later };
+        let ask = Ask {
+            api,
+            site,
+            req: Request::Pageable,
+            later: &later,
+        };
         let mut locked = ledger::locked_pages();
         let now = self.now();
         let reservation = match settle(quiet(|| self.mlockall_decide(&mut locked, &ask, flags))) {
@@ -647,7 +795,12 @@ impl Hook {
     }
 
     /// `mlockall`'s budget decision, under the view's guard.
-    fn mlockall_decide(&self, locked: &mut LockedPagesGuard, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
+    fn mlockall_decide(
+        &self,
+        locked: &mut LockedPagesGuard,
+        ask: &Ask,
+        flags: c_int,
+    ) -> Result<Lock, c_int> {
         // MCL_FUTURE locks every later mapping without asking anyone: under a budget (and not
         // `warn`), that is a refusal, or under `downgrade` a success that locks nothing.
         if flags & libc::MCL_FUTURE != 0 && budget::limited() && self.cfg.policy != Policy::Warn {
@@ -663,7 +816,13 @@ impl Hook {
             }
         }
         let bytes = mlockall_estimate(flags);
-        self.admit_lock(locked, ask, bytes, |_| Some(mlockall_estimate(flags)), |_| kernel::mlockall_rejected(flags))
+        self.admit_lock(
+            locked,
+            ask,
+            bytes,
+            |_| Some(mlockall_estimate(flags)),
+            |_| kernel::mlockall_rejected(flags),
+        )
     }
 
     /// `mlockall(MCL_FUTURE)` under a budget: the kernel's answer where it rejects the call, else
@@ -697,7 +856,8 @@ impl Hook {
             Some((ask.api, ask.site))
         }));
         // mlockall without MCL_FUTURE ends an earlier one's.
-        locked.future = (flags & libc::MCL_FUTURE != 0).then(|| self.live(ask.api, 0, ask.site, Backing::Pinned));
+        locked.future = (flags & libc::MCL_FUTURE != 0)
+            .then(|| self.live(ask.api, 0, ask.site, Backing::Pinned));
         ledger::count_alloc(self.t, ask.api, ask.site, added);
     }
 

@@ -1,18 +1,18 @@
 //! The shared machinery every hook calls: guard, callsite, budget decision, real call (or the
 //! pageable fallback), ledger. Hooks only translate their API's arguments and codes into these.
 
+use crate::accounting::callsite::{self, Callsite};
+use crate::accounting::ledger::{self, Backing, Live, Over};
 use crate::api::{Api, Family};
 use crate::budget;
-use crate::accounting::callsite::{self, Callsite};
+use crate::capture::stack;
+use crate::lifecycle;
 use crate::runtime::config::{Config, Policy};
 use crate::runtime::guard::{self, Reentry, Thread};
-use crate::accounting::ledger::{self, Backing, Live, Over};
-use pinguard_report::Limit;
-use crate::lifecycle;
 use crate::runtime::pageable;
 use crate::runtime::workstack;
-use crate::capture::stack;
 use pinguard_report::units::format_bytes;
+use pinguard_report::Limit;
 use std::cell::Cell;
 use std::os::raw::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -54,7 +54,10 @@ pub(crate) struct WarnLater<'h> {
 impl<'h> WarnLater<'h> {
     #[inline]
     pub(crate) fn new(hook: &'h Hook) -> WarnLater<'h> {
-        WarnLater { hook, over: Cell::new(None) }
+        WarnLater {
+            hook,
+            over: Cell::new(None),
+        }
     }
 }
 
@@ -220,7 +223,11 @@ impl Hook {
     }
 
     #[inline(always)]
-    fn enter_from(family: Family, from: crate::capture::unwind::Regs, pinning: bool) -> Option<Hook> {
+    fn enter_from(
+        family: Family,
+        from: crate::capture::unwind::Regs,
+        pinning: bool,
+    ) -> Option<Hook> {
         let t = guard::here();
         let reentry = Reentry::enter_on(t)?;
         let cfg = lifecycle::hooks_ready(t, pinning)?;
@@ -230,7 +237,15 @@ impl Hook {
         let errno = t.errno_location();
         // SAFETY: `errno_location` is this thread's errno, valid for the thread's whole life.
         let entry_errno = unsafe { *errno };
-        Some(Hook { _reentry: reentry, t, errno, entry_errno, now: Cell::new(0), cfg, from })
+        Some(Hook {
+            _reentry: reentry,
+            t,
+            errno,
+            entry_errno,
+            now: Cell::new(0),
+            cfg,
+            from,
+        })
     }
 
     /// Runs the whole tracked call `f` on this thread's own stack (`workstack`), the real call
@@ -278,7 +293,13 @@ impl Hook {
     }
 
     #[inline]
-    pub(crate) fn live(&self, api: Api, size: u64, site: &'static Callsite, backing: Backing) -> Live {
+    pub(crate) fn live(
+        &self,
+        api: Api,
+        size: u64,
+        site: &'static Callsite,
+        backing: Backing,
+    ) -> Live {
         Live::new(self.t, api, size, site, backing, self.now())
     }
 
@@ -318,7 +339,12 @@ impl Hook {
     /// a `quiet` around the whole record kept it out of line (about 25 instructions an `mlock`
     /// pair, callgrind).
     #[inline(always)]
-    pub(crate) fn call_holding<G, R>(&self, mut guard: G, real: impl FnOnce() -> R, record: impl FnOnce(&R, c_int, &mut G)) -> R {
+    pub(crate) fn call_holding<G, R>(
+        &self,
+        mut guard: G,
+        real: impl FnOnce() -> R,
+        record: impl FnOnce(&R, c_int, &mut G),
+    ) -> R {
         let rc = real();
         let err = self.errno();
         record(&rc, err, &mut guard);
@@ -354,7 +380,9 @@ impl Hook {
             // Native frames alone: a walk this thread remembers names its callsite at once.
             let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
             // SAFETY: tags are set below, from `callsite::tag`, and nowhere else.
-            if let Some(cs) = stack::recall(&self.from, depth).and_then(|t| unsafe { callsite::from_tag(t) }) {
+            if let Some(cs) =
+                stack::recall(&self.from, depth).and_then(|t| unsafe { callsite::from_tag(t) })
+            {
                 return cs;
             }
         }
@@ -388,7 +416,11 @@ impl Hook {
         };
         let (native, rest) = frames.split_at_mut(depth);
         let mut n = stack::capture(self.from, native);
-        let py = if python { crate::capture::python::capture(self.t, py_depth, &mut rest[1..]) } else { 0 };
+        let py = if python {
+            crate::capture::python::capture(self.t, py_depth, &mut rest[1..])
+        } else {
+            0
+        };
         if py > 0 {
             frames[n] = callsite::PYTHON;
             frames.copy_within(depth + 1..depth + 1 + py, n + 1);
@@ -404,13 +436,26 @@ impl Hook {
     // Always inlined: out of line, the call and the decision's return through memory cost the
     // CUDA pair about 30 instructions (callgrind), a twentieth of pinguard's share.
     #[inline(always)]
-    pub(crate) fn admit(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request) -> Admission {
+    pub(crate) fn admit(
+        &self,
+        api: Api,
+        bytes: u64,
+        site: &'static Callsite,
+        req: Request,
+    ) -> Admission {
         self.admit_or_hold(api, bytes, site, req, None)
     }
 
     /// `admit`, with the `warn` line held in `later` when there is one (under the locked-page view).
     #[inline(always)]
-    pub(crate) fn admit_or_hold(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>) -> Admission {
+    pub(crate) fn admit_or_hold(
+        &self,
+        api: Api,
+        bytes: u64,
+        site: &'static Callsite,
+        req: Request,
+        later: Option<&WarnLater>,
+    ) -> Admission {
         if req == Request::Rejected {
             return Admission::Pass;
         }
@@ -424,11 +469,27 @@ impl Hook {
     /// The policy's answer for a call that `over` has no room for, on this thread's own stack
     /// (the `warn` line names the callsite from symbol tables).
     #[inline(never)]
-    fn over_budget(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>, over: Over) -> Admission {
+    fn over_budget(
+        &self,
+        api: Api,
+        bytes: u64,
+        site: &'static Callsite,
+        req: Request,
+        later: Option<&WarnLater>,
+        over: Over,
+    ) -> Admission {
         self.work(|| self.policy_answer(api, bytes, site, req, later, over))
     }
 
-    fn policy_answer(&self, api: Api, bytes: u64, site: &'static Callsite, req: Request, later: Option<&WarnLater>, over: Over) -> Admission {
+    fn policy_answer(
+        &self,
+        api: Api,
+        bytes: u64,
+        site: &'static Callsite,
+        req: Request,
+        later: Option<&WarnLater>,
+        over: Over,
+    ) -> Admission {
         match self.cfg.policy {
             Policy::Downgrade if req == Request::Pageable => {
                 if self.downgrade_in_scope(site) {
@@ -444,11 +505,18 @@ impl Hook {
             }
             Policy::Warn => {
                 // More than the figures can hold (SIZE_MAX) is the runtime's to reject.
-                let Some(r) = budget::reserve_over(bytes) else { return Admission::Pass };
+                let Some(r) = budget::reserve_over(bytes) else {
+                    return Admission::Pass;
+                };
                 ledger::count_over_budget(self.t, api, site, bytes, over);
                 note_host_reserve(over);
                 if !site.warned.swap(true, Ordering::Relaxed) {
-                    let w = OverBudget { site, api, bytes, over };
+                    let w = OverBudget {
+                        site,
+                        api,
+                        bytes,
+                        over,
+                    };
                     match later {
                         Some(l) => l.over.set(Some(w)),
                         None => self.warn_over_budget(w),
@@ -551,7 +619,15 @@ impl Hook {
 
     /// Records memory served in place of pinned memory (`downgrade`): pinguard's own pageable
     /// memory for an allocation, the caller's memory left unpinned for a registration.
-    fn record_downgraded(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, backing: Backing, over: Over) {
+    fn record_downgraded(
+        &self,
+        api: Api,
+        addr: usize,
+        bytes: u64,
+        site: &'static Callsite,
+        backing: Backing,
+        over: Over,
+    ) {
         if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, backing)) {
             self.gone(&old);
         }
@@ -570,7 +646,9 @@ impl Hook {
                 ledger::live_release(self.t, l.api, l.site, l.size, self.now());
                 budget::release(l.size);
             }
-            Backing::Pageable | Backing::Unpinned => ledger::downgraded_live_delta(self.t, -(l.size as i64)),
+            Backing::Pageable | Backing::Unpinned => {
+                ledger::downgraded_live_delta(self.t, -(l.size as i64))
+            }
         }
     }
 
@@ -585,13 +663,28 @@ impl Hook {
     /// reservation (arguments pinguard expected the runtime to reject), the bytes are counted from
     /// here on, whatever the limit.
     #[inline]
-    fn pinned(&self, api: Api, addr: usize, bytes: u64, site: &'static Callsite, reservation: Option<budget::Reservation>) {
+    fn pinned(
+        &self,
+        api: Api,
+        addr: usize,
+        bytes: u64,
+        site: &'static Callsite,
+        reservation: Option<budget::Reservation>,
+    ) {
         keep(reservation, bytes);
         self.record(api, addr, bytes, site);
     }
 
     /// `cudaHostAlloc` and friends: the runtime writes the new pointer to `out`.
-    pub fn alloc<R: Copy + PartialEq>(self, api: Api, out: *mut *mut c_void, size: usize, req: Request, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
+    pub fn alloc<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        out: *mut *mut c_void,
+        size: usize,
+        req: Request,
+        codes: Codes<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         if out.is_null() || size == 0 {
             return self.untracked(api, codes.ok, real()); // the runtime's own answer; nothing gets pinned
         }
@@ -601,14 +694,20 @@ impl Hook {
         };
         let reservation = match admission {
             Admission::Refuse => return self.answer(codes.oom),
-            Admission::Downgrade(over) => return self.alloc_pageable(api, out, bytes, site, over, codes),
+            Admission::Downgrade(over) => {
+                return self.alloc_pageable(api, out, bytes, site, over, codes)
+            }
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
         // If `real` unwinds (a cancellation point inside the runtime), the reservation goes back.
         self.call(real, |&rc, _| {
             // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
-            let p = if rc == codes.ok { unsafe { (*out) as usize } } else { 0 };
+            let p = if rc == codes.ok {
+                unsafe { (*out) as usize }
+            } else {
+                0
+            };
             match p {
                 0 if rc != codes.ok => ledger::count_failed(self.t, api),
                 0 => {}
@@ -618,7 +717,15 @@ impl Hook {
     }
 
     /// An allocation over the budget served with pinguard's own pageable memory (`downgrade`).
-    fn alloc_pageable<R: Copy>(&self, api: Api, out: *mut *mut c_void, bytes: u64, site: &'static Callsite, over: Over, codes: Codes<R>) -> R {
+    fn alloc_pageable<R: Copy>(
+        &self,
+        api: Api,
+        out: *mut *mut c_void,
+        bytes: u64,
+        site: &'static Callsite,
+        over: Over,
+        codes: Codes<R>,
+    ) -> R {
         let Some(p) = pageable::alloc(bytes as usize) else {
             quiet(|| self.denied(api, site, bytes, over));
             return self.answer(codes.oom);
@@ -632,7 +739,15 @@ impl Hook {
 
     /// `cudaHostRegister` and friends: pins memory the caller already owns. `codes.already` is
     /// the API's answer for memory registered twice.
-    pub fn register<R: Copy + PartialEq>(self, api: Api, addr: *mut c_void, size: usize, req: Request, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
+    pub fn register<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        addr: *mut c_void,
+        size: usize,
+        req: Request,
+        codes: Codes<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         if addr.is_null() || size == 0 {
             return self.untracked(api, codes.ok, real());
         }
@@ -641,7 +756,12 @@ impl Hook {
         // pinning it now. Pinned: the runtime answers (CUDA refuses memory it pinned already;
         // ACL maps it for the device), and a registration it accepts adds only the bytes the
         // record did not cover (`register_over`).
-        let reg = Registration { api, addr: addr as usize, bytes: size as u64, req };
+        let reg = Registration {
+            api,
+            addr: addr as usize,
+            bytes: size as u64,
+            req,
+        };
         match quiet(|| ledger::live_at(reg.addr)).flatten() {
             Some(l) if l.downgraded() => {
                 quiet(|| ledger::count_failed(self.t, api));
@@ -656,7 +776,9 @@ impl Hook {
         let reservation = match admission {
             Admission::Refuse => return self.answer(codes.oom),
             Admission::Downgrade(over) => {
-                quiet(|| self.record_downgraded(api, reg.addr, reg.bytes, site, Backing::Unpinned, over));
+                quiet(|| {
+                    self.record_downgraded(api, reg.addr, reg.bytes, site, Backing::Unpinned, over)
+                });
                 return self.answer(codes.ok);
             }
             Admission::Pin(r) => Some(r),
@@ -673,12 +795,27 @@ impl Hook {
     /// only they go through the budget. The registration is kept apart (`ledger::insert_over`),
     /// so that each release, in either order, takes exactly its own record.
     #[cold]
-    fn register_over<R: Copy + PartialEq>(self, reg: Registration, covered: u64, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
-        let Registration { api, addr, bytes, req } = reg;
+    fn register_over<R: Copy + PartialEq>(
+        self,
+        reg: Registration,
+        covered: u64,
+        codes: Codes<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
+        let Registration {
+            api,
+            addr,
+            bytes,
+            req,
+        } = reg;
         let extra = bytes.saturating_sub(covered);
         let Some((site, admission)) = quiet(|| {
             let site = self.site();
-            let admission = if extra == 0 { Admission::Pass } else { self.admit(api, extra, site, req) };
+            let admission = if extra == 0 {
+                Admission::Pass
+            } else {
+                self.admit(api, extra, site, req)
+            };
             (site, admission)
         }) else {
             return real();
@@ -715,7 +852,14 @@ impl Hook {
     /// path; else a pointer pinguard never saw.
     #[cold]
     #[inline(never)]
-    fn release_unknown<R: Copy + PartialEq>(self, api: Api, addr: usize, frees: &[Api], ok: R, real: impl FnOnce() -> R) -> R {
+    fn release_unknown<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        addr: usize,
+        frees: &[Api],
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
         if let Some(l) = quiet(|| ledger::take_over(addr, |a| frees.contains(&a))).flatten() {
             return self.release_over(api, addr, l, ok, real);
         }
@@ -730,7 +874,14 @@ impl Hook {
     /// The release of a registration over already-pinned memory (`register_over`): like any
     /// release, but the record lives apart. A downgraded one never reached the runtime.
     #[cold]
-    fn release_over<R: Copy + PartialEq>(self, api: Api, addr: usize, l: Live, ok: R, real: impl FnOnce() -> R) -> R {
+    fn release_over<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        addr: usize,
+        l: Live,
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
         if l.downgraded() {
             quiet(|| {
                 self.gone(&l);

@@ -13,7 +13,15 @@ impl Hook {
     /// A physical allocation of `size` bytes. `req`: `None` for device memory (passed through,
     /// uncounted); for host memory, `Rejected` for arguments the runtime refuses (its own answer,
     /// untouched), else `Mapped`. `handle` is where the runtime writes the new handle on success.
-    pub fn create_physical<R: Copy + PartialEq>(self, api: Api, handle: *mut u64, size: usize, req: Option<Request>, codes: Codes<R>, real: impl FnOnce() -> R) -> R {
+    pub fn create_physical<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        handle: *mut u64,
+        size: usize,
+        req: Option<Request>,
+        codes: Codes<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         let Some(req) = req.filter(|_| !handle.is_null() && size != 0) else {
             return self.untracked(api, codes.ok, real());
         };
@@ -21,7 +29,9 @@ impl Hook {
         let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
             return real();
         };
-        let Some(reservation) = self.pinned_only(admission) else { return codes.oom };
+        let Some(reservation) = self.pinned_only(admission) else {
+            return codes.oom;
+        };
         self.call(real, |&rc, _| {
             if rc != codes.ok {
                 ledger::count_failed(self.t, api);
@@ -31,7 +41,9 @@ impl Hook {
             let h = unsafe { handle.read_unaligned() };
             if h != 0 {
                 keep(reservation, bytes);
-                if let Some(old) = physical::created(h, self.live(api, bytes, site, Backing::Pinned)) {
+                if let Some(old) =
+                    physical::created(h, self.live(api, bytes, site, Backing::Pinned))
+                {
                     self.gone(&old);
                 }
                 ledger::count_alloc(self.t, api, site, bytes);
@@ -41,7 +53,13 @@ impl Hook {
     }
 
     /// A reference to `handle` released (`cuMemRelease`, `aclrtFreePhysical`).
-    pub fn release_physical<R: Copy + PartialEq>(self, api: Api, handle: u64, ok: R, real: impl FnOnce() -> R) -> R {
+    pub fn release_physical<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        handle: u64,
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
         self.call(real, |&rc, _| {
             if rc != ok {
                 ledger::count_failed(self.t, api);
@@ -52,7 +70,15 @@ impl Hook {
     }
 
     /// `handle` mapped at `[at, at + size)` (`cuMemMap`, `aclrtMapMem`).
-    pub fn map_physical<R: Copy + PartialEq>(self, api: Api, at: usize, size: usize, handle: u64, ok: R, real: impl FnOnce() -> R) -> R {
+    pub fn map_physical<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        at: usize,
+        size: usize,
+        handle: u64,
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
         self.call(real, |&rc, _| {
             if rc == ok {
                 physical::mapped(at, size, handle);
@@ -63,7 +89,14 @@ impl Hook {
     }
 
     /// `[at, at + size)` unmapped (`cuMemUnmap`, `aclrtUnmapMem`).
-    pub fn unmap_physical<R: Copy + PartialEq>(self, api: Api, at: usize, size: usize, ok: R, real: impl FnOnce() -> R) -> R {
+    pub fn unmap_physical<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        at: usize,
+        size: usize,
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
         self.call(real, |&rc, _| {
             if rc == ok {
                 for l in physical::unmapped(at, size) {
@@ -77,7 +110,13 @@ impl Hook {
 
     /// One more reference to the allocation mapped at an address; the runtime writes its handle
     /// to `handle` (`cuMemRetainAllocationHandle`, `aclrtMemRetainAllocationHandle`).
-    pub fn retain_physical<R: Copy + PartialEq>(self, api: Api, handle: *mut u64, ok: R, real: impl FnOnce() -> R) -> R {
+    pub fn retain_physical<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        handle: *mut u64,
+        ok: R,
+        real: impl FnOnce() -> R,
+    ) -> R {
         self.call(real, |&rc, _| {
             if rc != ok {
                 ledger::count_failed(self.t, api);

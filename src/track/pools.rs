@@ -31,7 +31,15 @@ impl Hook {
     /// at whatever it reserves already; one known already stays as it is, unless it was just made
     /// (a record under a reused handle is one whose end pinguard missed). The runtime writes the
     /// pool's handle to `pool`.
-    pub fn pool_handed_out<R: Copy + PartialEq>(self, api: Api, pool: *mut u64, host: bool, made: bool, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
+    pub fn pool_handed_out<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        pool: *mut u64,
+        host: bool,
+        made: bool,
+        rt: PoolApi<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         if pool.is_null() || !host {
             return self.untracked(api, rt.codes.ok, real());
         }
@@ -43,7 +51,9 @@ impl Hook {
             }
             // SAFETY: on success the runtime wrote the pool's handle to `pool`, not null.
             let h = unsafe { pool.read_unaligned() };
-            let Some(site) = site.filter(|_| h != 0) else { return };
+            let Some(site) = site.filter(|_| h != 0) else {
+                return;
+            };
             let known = pools::get(h);
             if known.is_none() || made {
                 if let Some(old) = pools::created(h, self.live(api, 0, site, Backing::Pinned)) {
@@ -55,13 +65,24 @@ impl Hook {
     }
 
     /// An allocation of `size` bytes from `pool`; the runtime writes its address to `out`.
-    pub fn alloc_from_pool<R: Copy + PartialEq>(self, api: Api, out: *mut usize, size: usize, pool: u64, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
+    pub fn alloc_from_pool<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        out: *mut usize,
+        size: usize,
+        pool: u64,
+        rt: PoolApi<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         let tracked = !out.is_null() && size > 0 && quiet(|| pools::get(pool)).flatten().is_some();
         if !tracked {
             return self.untracked(api, rt.codes.ok, real());
         }
         // What the call may add to the pool's reserved memory: nothing if it has room.
-        let room = match ((rt.read)(pool, RESERVED_MEM_CURRENT), (rt.read)(pool, USED_MEM_CURRENT)) {
+        let room = match (
+            (rt.read)(pool, RESERVED_MEM_CURRENT),
+            (rt.read)(pool, USED_MEM_CURRENT),
+        ) {
             (Some(r), Some(u)) => r.saturating_sub(u),
             _ => 0,
         };
@@ -70,7 +91,9 @@ impl Hook {
         let Some((site, admission)) = quiet(|| self.decide(api, expect, Request::Mapped)) else {
             return real();
         };
-        let Some(reservation) = self.pinned_only(admission) else { return rt.codes.oom };
+        let Some(reservation) = self.pinned_only(admission) else {
+            return rt.codes.oom;
+        };
         let paid = reservation.as_ref().map_or(0, |r| r.bytes());
         self.call(real, |&rc, _| {
             if rc != rt.codes.ok {
@@ -89,7 +112,13 @@ impl Hook {
     }
 
     /// The allocation at `addr` freed back to its pool.
-    pub fn free_to_pool<R: Copy + PartialEq>(self, api: Api, addr: usize, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
+    pub fn free_to_pool<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        addr: usize,
+        rt: PoolApi<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         let Some(pool) = quiet(|| pools::freed(addr)).flatten() else {
             return self.untracked(api, rt.codes.ok, real()); // a device pool's, or one pinguard never saw
         };
@@ -105,7 +134,14 @@ impl Hook {
     }
 
     /// A trim or a destruction of `pool` (`destroy`): its reserved memory read again after it.
-    pub fn shrink_pool<R: Copy + PartialEq>(self, api: Api, pool: u64, destroy: bool, rt: PoolApi<R>, real: impl FnOnce() -> R) -> R {
+    pub fn shrink_pool<R: Copy + PartialEq>(
+        self,
+        api: Api,
+        pool: u64,
+        destroy: bool,
+        rt: PoolApi<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
         self.call(real, |&rc, _| {
             if rc != rt.codes.ok {
                 ledger::count_failed(self.t, api);
@@ -162,7 +198,14 @@ impl Hook {
     #[cold]
     fn pool_gone(&self, reserved: u64, old: &crate::accounting::ledger::Live) {
         if reserved > 0 {
-            ledger::live_delta(self.t, old.api, old.site, -(reserved as i64), -1, self.now());
+            ledger::live_delta(
+                self.t,
+                old.api,
+                old.site,
+                -(reserved as i64),
+                -1,
+                self.now(),
+            );
             budget::release(reserved);
         }
     }

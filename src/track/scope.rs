@@ -20,7 +20,9 @@ impl Hook {
     /// Once per callsite; nothing at all without `PINGUARD_DOWNGRADE_MATCH`.
     #[inline]
     pub(crate) fn scope_ahead(&self, site: &'static Callsite) {
-        if self.cfg.policy == crate::runtime::config::Policy::Downgrade && self.cfg.downgrade_match.is_some() {
+        if self.cfg.policy == crate::runtime::config::Policy::Downgrade
+            && self.cfg.downgrade_match.is_some()
+        {
             self.scope_ahead_work(site);
         }
     }
@@ -37,13 +39,16 @@ impl Hook {
 
     /// Whether pageable memory may stand in for pinned memory at `site`.
     pub(crate) fn downgrade_in_scope(&self, site: &'static Callsite) -> bool {
-        let Some(patterns) = &self.cfg.downgrade_match else { return true };
+        let Some(patterns) = &self.cfg.downgrade_match else {
+            return true;
+        };
         match site.scope.load(Ordering::Relaxed) {
             IN => true,
             OUT => false,
             _ => {
                 let found = matches(patterns, site);
-                site.scope.store(if found { IN } else { OUT }, Ordering::Relaxed);
+                site.scope
+                    .store(if found { IN } else { OUT }, Ordering::Relaxed);
                 found
             }
         }
@@ -72,8 +77,14 @@ fn matches(patterns: &[glob::Pattern], site: &'static Callsite) -> bool {
     sym.name_all(site.native().iter().copied());
     for &a in site.native() {
         for f in sym.frames(a) {
-            let module = f.module.as_deref().map(|m| m.rsplit('/').next().unwrap_or(m));
-            if f.symbol.as_deref().is_some_and(hit) || module.is_some_and(hit) || f.module.as_deref().is_some_and(hit) {
+            let module = f
+                .module
+                .as_deref()
+                .map(|m| m.rsplit('/').next().unwrap_or(m));
+            if f.symbol.as_deref().is_some_and(hit)
+                || module.is_some_and(hit)
+                || f.module.as_deref().is_some_and(hit)
+            {
                 return true;
             }
         }

@@ -26,32 +26,60 @@ pub fn asan() -> Option<&'static Asan> {
 }
 
 fn skip(why: &str) -> Option<Asan> {
-    let required = std::env::var_os("PGTEST_REQUIRE_ASAN").is_some() || std::env::var_os("PGTEST_REQUIRE_ALL").is_some();
+    let required = std::env::var_os("PGTEST_REQUIRE_ASAN").is_some()
+        || std::env::var_os("PGTEST_REQUIRE_ALL").is_some();
     assert!(!required, "AddressSanitizer is required here: {why}");
     eprintln!("SKIPPED: {why}; .ci/run installs it");
     None
 }
 
 fn build() -> Option<Asan> {
-    let compiler = if aarch64() { "aarch64-linux-gnu-gcc" } else { "cc" };
-    let out = Command::new(compiler).arg("-print-file-name=libasan.so").output().ok()?;
+    let compiler = if aarch64() {
+        "aarch64-linux-gnu-gcc"
+    } else {
+        "cc"
+    };
+    let out = Command::new(compiler)
+        .arg("-print-file-name=libasan.so")
+        .output()
+        .ok()?;
     let runtime = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     // gcc prints the bare name back when it has no such file.
     if !runtime.is_absolute() || !runtime.exists() {
-        return skip(&format!("no AddressSanitizer runtime (libasan.so) for {compiler}"));
+        return skip(&format!(
+            "no AddressSanitizer runtime (libasan.so) for {compiler}"
+        ));
     }
     // qemu-aarch64 finds the guest's libraries under /usr/aarch64-linux-gnu, not where the
     // cross compiler keeps its runtime: the guest's loader takes a name it can search for.
-    let runtime = if aarch64() { PathBuf::from(std::fs::read_link(&runtime).ok()?.file_name()?) } else { runtime };
+    let runtime = if aarch64() {
+        PathBuf::from(std::fs::read_link(&runtime).ok()?.file_name()?)
+    } else {
+        runtime
+    };
     let dir = fixtures().dir.clone();
     let prog = dir.join("asan_pin");
     let src = root().join("tests/progs/asan_pin.c");
-    let (p, s, l) = (prog.to_string_lossy(), src.to_string_lossy(), dir.to_string_lossy());
+    let (p, s, l) = (
+        prog.to_string_lossy(),
+        src.to_string_lossy(),
+        dir.to_string_lossy(),
+    );
     let link = ["-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"];
-    let asan = ["-g", "-O1", "-Wall", "-fsanitize=address", "-fno-omit-frame-pointer"];
+    let asan = [
+        "-g",
+        "-O1",
+        "-Wall",
+        "-fsanitize=address",
+        "-fno-omit-frame-pointer",
+    ];
     cc(&[&asan[..], &["-o", &p, &s], &link[..]].concat());
     let prog_static = dir.join("asan_pin_static");
     let ps = prog_static.to_string_lossy();
     cc(&[&asan[..], &["-static-libasan", "-o", &ps, &s], &link[..]].concat());
-    Some(Asan { runtime, prog, prog_static })
+    Some(Asan {
+        runtime,
+        prog,
+        prog_static,
+    })
 }

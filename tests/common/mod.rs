@@ -16,7 +16,11 @@ pub struct Fixtures {
 pub fn root() -> PathBuf {
     let mut p = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     while !p.join("tests/emul").is_dir() {
-        assert!(p.pop(), "tests/emul not found above {}", env!("CARGO_MANIFEST_DIR"));
+        assert!(
+            p.pop(),
+            "tests/emul not found above {}",
+            env!("CARGO_MANIFEST_DIR")
+        );
     }
     p
 }
@@ -30,7 +34,10 @@ fn library() -> PathBuf {
     }
     let exe = std::env::current_exe().unwrap();
     let deps = exe.parent().unwrap();
-    let candidates = [deps.join("libpinguard.so"), deps.parent().unwrap().join("libpinguard.so")];
+    let candidates = [
+        deps.join("libpinguard.so"),
+        deps.parent().unwrap().join("libpinguard.so"),
+    ];
     candidates
         .into_iter()
         .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
@@ -69,9 +76,21 @@ pub fn program(path: &Path, preload: Option<&std::ffi::OsStr>) -> Command {
 }
 
 pub fn cc(args: &[&str]) {
-    let compiler = if aarch64() { "aarch64-linux-gnu-gcc" } else { "cc" };
-    let out = Command::new(compiler).args(args).output().expect("a C compiler (cc) is needed for the tests");
-    assert!(out.status.success(), "cc {:?} failed:\n{}", args, String::from_utf8_lossy(&out.stderr));
+    let compiler = if aarch64() {
+        "aarch64-linux-gnu-gcc"
+    } else {
+        "cc"
+    };
+    let out = Command::new(compiler)
+        .args(args)
+        .output()
+        .expect("a C compiler (cc) is needed for the tests");
+    assert!(
+        out.status.success(),
+        "cc {:?} failed:\n{}",
+        args,
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub fn fixtures() -> &'static Fixtures {
@@ -79,19 +98,45 @@ pub fn fixtures() -> &'static Fixtures {
     F.get_or_init(|| {
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-        let name = if aarch64() { format!("{name}-aarch64") } else { name };
-        let dir = exe.parent().unwrap().parent().unwrap().join("fixtures").join(name);
+        let name = if aarch64() {
+            format!("{name}-aarch64")
+        } else {
+            name
+        };
+        let dir = exe
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("fixtures")
+            .join(name);
         std::fs::create_dir_all(&dir).unwrap();
         let src = root().join("tests");
         let s = |p: &str| src.join(p).to_string_lossy().into_owned();
         let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
         let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
-        for (lib, file) in [("libcudart.so", "emul/cudart.c"), ("libascendcl.so", "emul/ascendcl.c")] {
+        for (lib, file) in [
+            ("libcudart.so", "emul/cudart.c"),
+            ("libascendcl.so", "emul/ascendcl.c"),
+        ] {
             let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-            a.extend(["-shared".into(), "-o".into(), d(lib), s(file), format!("-Wl,-soname,{lib}")]);
+            a.extend([
+                "-shared".into(),
+                "-o".into(),
+                d(lib),
+                s(file),
+                format!("-Wl,-soname,{lib}"),
+            ]);
             cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
         }
-        let link = ["-L", &d(""), "-Wl,-rpath,$ORIGIN", "-lcudart", "-lascendcl", "-ldl"];
+        let link = [
+            "-L",
+            &d(""),
+            "-Wl,-rpath,$ORIGIN",
+            "-lcudart",
+            "-lascendcl",
+            "-ldl",
+        ];
         {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d("libframework.so"), s("progs/framework.c"));
@@ -107,7 +152,15 @@ pub fn fixtures() -> &'static Fixtures {
             std::fs::create_dir_all(dir.join("layered")).unwrap();
             let (o, f) = (d("layered/libcudart.so"), s("emul/cudart_layered.c"));
             let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-shared", "-o", &o, &f, "-Wl,-soname,libcudart.so", "-Wl,-rpath,$ORIGIN/..", "-ldl"]);
+            a.extend([
+                "-shared",
+                "-o",
+                &o,
+                &f,
+                "-Wl,-soname,libcudart.so",
+                "-Wl,-rpath,$ORIGIN/..",
+                "-ldl",
+            ]);
             cc(&a);
             let (o, f) = (d("libwrap.so"), s("progs/getpid_wrap.c"));
             let mut a: Vec<&str> = common.to_vec();
@@ -115,11 +168,31 @@ pub fn fixtures() -> &'static Fixtures {
             cc(&a);
             let (o, f, l) = (d("driver_paths"), s("progs/driver_paths.c"), d("layered"));
             let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN/layered:$ORIGIN", "-lcudart", "-ldl"]);
+            a.extend([
+                "-o",
+                &o,
+                &f,
+                "-L",
+                &l,
+                "-Wl,-rpath,$ORIGIN/layered:$ORIGIN",
+                "-lcudart",
+                "-ldl",
+            ]);
             cc(&a);
             let (o, f, l) = (d("race"), s("progs/race.c"), d(""));
             let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl", "-ldl"]);
+            a.extend([
+                "-o",
+                &o,
+                &f,
+                "-L",
+                &l,
+                "-Wl,-rpath,$ORIGIN",
+                "-rdynamic",
+                "-lcudart",
+                "-lascendcl",
+                "-ldl",
+            ]);
             cc(&a);
             let (o, f, l) = (d("host_fill"), s("progs/host_fill.c"), d(""));
             let mut a: Vec<&str> = common.to_vec();
@@ -127,7 +200,17 @@ pub fn fixtures() -> &'static Fixtures {
             cc(&a);
             let (o, f, l) = (d("group_worker"), s("progs/group_worker.c"), d(""));
             let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-rdynamic", "-lcudart", "-lascendcl"]);
+            a.extend([
+                "-o",
+                &o,
+                &f,
+                "-L",
+                &l,
+                "-Wl,-rpath,$ORIGIN",
+                "-rdynamic",
+                "-lcudart",
+                "-lascendcl",
+            ]);
             cc(&a);
             let (o, f) = (d("dlsym_check"), s("progs/dlsym_check.c"));
             let mut a: Vec<&str> = common.to_vec();
@@ -135,7 +218,18 @@ pub fn fixtures() -> &'static Fixtures {
             cc(&a);
             let (o, f, l) = (d("vmm"), s("progs/vmm.c"), d(""));
             let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-l:libcuda.so.1", "-lascendcl", "-lcudart", "-ldl"]);
+            a.extend([
+                "-o",
+                &o,
+                &f,
+                "-L",
+                &l,
+                "-Wl,-rpath,$ORIGIN",
+                "-l:libcuda.so.1",
+                "-lascendcl",
+                "-lcudart",
+                "-ldl",
+            ]);
             cc(&a);
         }
         {
@@ -145,14 +239,29 @@ pub fn fixtures() -> &'static Fixtures {
             a.extend(link);
             cc(&a);
         }
-        for prog in ["scenario", "stress", "capi", "workload", "churn", "family", "fork_storm", "exit_paths", "threads", "refusals", "api_steps"] {
+        for prog in [
+            "scenario",
+            "stress",
+            "capi",
+            "workload",
+            "churn",
+            "family",
+            "fork_storm",
+            "exit_paths",
+            "threads",
+            "refusals",
+            "api_steps",
+        ] {
             let mut a: Vec<&str> = common.to_vec();
             let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));
             a.extend(["-o", &o, &f]);
             a.extend(link);
             cc(&a);
         }
-        Fixtures { dir, lib: library() }
+        Fixtures {
+            dir,
+            lib: library(),
+        }
     })
 }
 
@@ -179,14 +288,26 @@ impl Run {
             .stdout
             .lines()
             .find_map(|l| l.strip_prefix("STATS "))
-            .unwrap_or_else(|| panic!("no STATS line in:\n{}\nstderr:\n{}", self.stdout, self.stderr));
+            .unwrap_or_else(|| {
+                panic!(
+                    "no STATS line in:\n{}\nstderr:\n{}",
+                    self.stdout, self.stderr
+                )
+            });
         serde_json::from_str(line).unwrap()
     }
 
     /// The one report the program wrote (reports/ must hold exactly one).
     pub fn report(&self) -> Value {
         let files = reports_in(&self.report_dir);
-        assert_eq!(files.len(), 1, "expected one report in {}, found {:?}\nstderr:\n{}", self.report_dir.display(), files, self.stderr);
+        assert_eq!(
+            files.len(),
+            1,
+            "expected one report in {}, found {:?}\nstderr:\n{}",
+            self.report_dir.display(),
+            files,
+            self.stderr
+        );
         read_json(&files[0])
     }
 
@@ -201,7 +322,11 @@ impl Run {
     }
 
     pub fn slot(&self, op: &str) -> i64 {
-        let line = self.stdout.lines().find(|l| l.starts_with(&format!("{op} "))).unwrap();
+        let line = self
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{op} ")))
+            .unwrap();
         field(line, "slot")
     }
 
@@ -221,8 +346,20 @@ pub fn field(line: &str, key: &str) -> i64 {
 /// The reports in `dir`: its `*.json` files but `pinguard run`'s record of the run
 /// (`pinguard-run.<pid>.json`), which is not a report.
 pub fn reports_in(dir: &Path) -> Vec<PathBuf> {
-    let report = |p: &PathBuf| p.extension().is_some_and(|e| e == "json") && !p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("pinguard-run."));
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(report).collect()).unwrap_or_default();
+    let report = |p: &PathBuf| {
+        p.extension().is_some_and(|e| e == "json")
+            && !p
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("pinguard-run."))
+    };
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(report)
+                .collect()
+        })
+        .unwrap_or_default();
     v.sort();
     v
 }
@@ -235,7 +372,9 @@ pub fn read_json(p: &Path) -> Value {
 pub fn fresh_dir(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let d = fixtures().dir.join(format!("run-{tag}-{}-{n}", std::process::id()));
+    let d = fixtures()
+        .dir
+        .join(format!("run-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -268,7 +407,12 @@ pub fn clear_pinguard_env(cmd: &mut Command) {
 pub fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> Output {
     use std::os::unix::process::CommandExt;
     use std::process::Stdio;
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
     let start = std::time::Instant::now();
     loop {
         if child.try_wait().unwrap().is_some() {
@@ -278,7 +422,11 @@ pub fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> Output {
             // SAFETY: signals the test's own child process group.
             unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
             let out = child.wait_with_output().unwrap();
-            panic!("hung for {limit:?}:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "hung for {limit:?}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
@@ -308,7 +456,12 @@ pub fn remove_semaphores(ledger: &str) {
 
 /// The `churn` program in the group `group`: keeps 64 KiB pinned (of a 100 KiB group budget)
 /// until killed; returns once it said it is ready.
-pub fn spawn_churn_holder(group: &str) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+pub fn spawn_churn_holder(
+    group: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+) {
     use std::io::BufRead;
     let f = fixtures();
     let mut cmd = program(&f.dir.join("churn"), Some(f.lib.as_os_str()));
@@ -330,7 +483,11 @@ pub fn spawn_churn_holder(group: &str) -> (std::process::Child, std::io::BufRead
 pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
     let f = fixtures();
     let report_dir = fresh_dir(prog.rsplit('/').next().unwrap());
-    let path = if prog.contains('/') { PathBuf::from(prog) } else { f.dir.join(prog) };
+    let path = if prog.contains('/') {
+        PathBuf::from(prog)
+    } else {
+        f.dir.join(prog)
+    };
     let mut cmd = command_in(&path, &report_dir, true);
     cmd.args(args);
     for (k, v) in env {
@@ -341,15 +498,24 @@ pub fn run(prog: &str, args: &[&str], env: &[(&str, &str)]) -> Run {
 
 /// The stderr lines pinguard printed (its own prefix).
 pub fn pinguard_lines(stderr: &str) -> Vec<&str> {
-    stderr.lines().filter(|l| l.starts_with("pinguard")).collect()
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("pinguard"))
+        .collect()
 }
 
 /// Whether `program` can be run. Tests of third-party programs skip (loudly) without them, except
 /// under `.ci/run`, which installs them and sets PGTEST_REQUIRE_ALL=1 so nothing is skipped.
 pub fn have(program: &str, why: &str) -> bool {
-    let found = Command::new("sh").args(["-c", &format!("command -v {program}")]).output().is_ok_and(|o| o.status.success());
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
     if !found {
-        assert!(std::env::var_os("PGTEST_REQUIRE_ALL").is_none(), "{program} is required here ({why})");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "{program} is required here ({why})"
+        );
         eprintln!("SKIPPED: {program} is not installed ({why}); .ci/run installs it");
     }
     found
@@ -369,7 +535,17 @@ pub fn cli() -> PathBuf {
         let target_dir = profile_dir.parent().unwrap();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-q", "-p", "pinguard-cli", "--bin", "pinguard", "--target-dir"]).arg(target_dir).current_dir(root());
+        cmd.args([
+            "build",
+            "-q",
+            "-p",
+            "pinguard-cli",
+            "--bin",
+            "pinguard",
+            "--target-dir",
+        ])
+        .arg(target_dir)
+        .current_dir(root());
         match profile_dir.file_name().and_then(|n| n.to_str()) {
             Some("debug") | None => {}
             Some("release") => {
@@ -380,7 +556,11 @@ pub fn cli() -> PathBuf {
             }
         }
         let out = cmd.output().expect("cargo, to build the pinguard command");
-        assert!(out.status.success(), "building the pinguard command failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "building the pinguard command failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         profile_dir.join("pinguard")
     })
     .clone()
@@ -406,8 +586,15 @@ pub fn emu_stats_file(base: &Path, runtime: &str) -> Option<Value> {
     let mut name = base.as_os_str().to_owned();
     name.push(format!(".{runtime}"));
     let bytes = std::fs::read(PathBuf::from(name)).ok()?;
-    const FIELDS: [&str; 7] =
-        ["outstanding_bytes", "max_outstanding_bytes", "outstanding_count", "alloc_calls", "release_calls", "failed_calls", "injected_failures"];
+    const FIELDS: [&str; 7] = [
+        "outstanding_bytes",
+        "max_outstanding_bytes",
+        "outstanding_count",
+        "alloc_calls",
+        "release_calls",
+        "failed_calls",
+        "injected_failures",
+    ];
     if bytes.len() < FIELDS.len() * 8 {
         return None;
     }
@@ -431,19 +618,32 @@ impl Held {
         Held::start_with(dir, ops, env, |c| c)
     }
 
-    pub fn start_with(dir: &Path, ops: &[&str], env: &[(&str, &str)], wrap: impl FnOnce(Command) -> Command) -> Held {
+    pub fn start_with(
+        dir: &Path,
+        ops: &[&str],
+        env: &[(&str, &str)],
+        wrap: impl FnOnce(Command) -> Command,
+    ) -> Held {
         let f = fixtures();
         let mut cmd = command_in(&f.dir.join("scenario"), dir, true);
         cmd.args(ops).arg("wait_stdin:0");
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = wrap(cmd).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let mut child = wrap(cmd)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
         let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "scenario ended before waiting");
+            assert!(
+                std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+                "scenario ended before waiting"
+            );
             if line.trim() == "waiting" {
                 break;
             }
@@ -461,7 +661,10 @@ impl Held {
         let mut line = String::new();
         while line.trim() != "waiting" {
             line.clear();
-            assert!(std::io::BufRead::read_line(&mut self.out, &mut line).unwrap() > 0, "the program ended before waiting again");
+            assert!(
+                std::io::BufRead::read_line(&mut self.out, &mut line).unwrap() > 0,
+                "the program ended before waiting again"
+            );
         }
     }
 
@@ -494,7 +697,10 @@ impl Drop for Held {
 pub fn until(what: &str, mut ok: impl FnMut() -> bool) {
     let t = std::time::Instant::now();
     while !ok() {
-        assert!(t.elapsed() < std::time::Duration::from_secs(20), "timed out waiting for {what}");
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

@@ -11,10 +11,20 @@ pub fn lines(d: &Data, weight: Weight) -> Vec<String> {
         .iter()
         .zip(&d.values)
         .filter(|(_, v)| v.get(weight) != 0)
-        .map(|(c, v)| format!("{} {}", crate::flamegraph::stack(c).join(";"), v.get(weight)))
+        .map(|(c, v)| {
+            format!(
+                "{} {}",
+                crate::flamegraph::stack(c).join(";"),
+                v.get(weight)
+            )
+        })
         .collect();
     if d.folded.get(weight) != 0 {
-        out.push(format!("{} {}", super::folded_name(d), d.folded.get(weight)));
+        out.push(format!(
+            "{} {}",
+            super::folded_name(d),
+            d.folded.get(weight)
+        ));
     }
     out
 }
@@ -24,5 +34,9 @@ pub fn render(d: &Data, weight: Weight) -> Result<Vec<u8>, String> {
     if lines.is_empty() {
         return Err(super::nothing(weight));
     }
-    Ok(lines.iter().flat_map(|l| [l.as_str(), "\n"]).collect::<String>().into_bytes())
+    Ok(lines
+        .iter()
+        .flat_map(|l| [l.as_str(), "\n"])
+        .collect::<String>()
+        .into_bytes())
 }

@@ -81,16 +81,28 @@ impl Proc {
     /// report written before has only its events' sizes, short by the events it dropped.
     fn has_refused_bytes(&self) -> bool {
         let f = &self.report.callsites_folded;
-        self.report.callsites.iter().all(|c| c.denied_bytes.is_some()) && (f.is_empty() || f.denied_bytes.is_some())
+        self.report
+            .callsites
+            .iter()
+            .all(|c| c.denied_bytes.is_some())
+            && (f.is_empty() || f.denied_bytes.is_some())
     }
 
     /// Bytes and calls refused per callsite id, from the report's events (`Denied`); events of
     /// callsites the report folded are under `None`. Only for a report without `denied_bytes`.
     fn refused(&self) -> HashMap<Option<u32>, (u64, u64)> {
-        let ids: std::collections::HashSet<u32> = self.report.callsites.iter().map(|c| c.id).collect();
+        let ids: std::collections::HashSet<u32> =
+            self.report.callsites.iter().map(|c| c.id).collect();
         let mut out: HashMap<Option<u32>, (u64, u64)> = HashMap::new();
-        for e in self.report.events.iter().filter(|e| e.kind == EventKind::Denied) {
-            let r = out.entry(ids.contains(&e.callsite).then_some(e.callsite)).or_default();
+        for e in self
+            .report
+            .events
+            .iter()
+            .filter(|e| e.kind == EventKind::Denied)
+        {
+            let r = out
+                .entry(ids.contains(&e.callsite).then_some(e.callsite))
+                .or_default();
             r.0 += e.size;
             r.1 += 1;
         }
@@ -100,13 +112,25 @@ impl Proc {
     /// This report's figures at its `i`th callsite.
     pub fn values(&self, i: usize, refused: &HashMap<Option<u32>, (u64, u64)>) -> Values {
         let c = &self.report.callsites[i];
-        let refused = c.denied_bytes.unwrap_or_else(|| refused.get(&Some(c.id)).map_or(0, |r| r.0));
-        Values { live: c.live_bytes, peak: c.peak_live_bytes, calls: c.alloc_count, refused, refused_calls: c.denied_count }
+        let refused = c
+            .denied_bytes
+            .unwrap_or_else(|| refused.get(&Some(c.id)).map_or(0, |r| r.0));
+        Values {
+            live: c.live_bytes,
+            peak: c.peak_live_bytes,
+            calls: c.alloc_count,
+            refused,
+            refused_calls: c.denied_count,
+        }
     }
 
     /// `exe[pid]`, the process as a label names it.
     pub fn label(&self) -> String {
-        format!("{}[{}]", crate::merge::basename(&self.report.process.exe), self.report.process.pid)
+        format!(
+            "{}[{}]",
+            crate::merge::basename(&self.report.process.exe),
+            self.report.process.pid
+        )
     }
 }
 
@@ -126,11 +150,22 @@ pub struct Data {
 
 impl Data {
     fn new(merged: Merged, mut procs: Vec<Proc>) -> Data {
-        let index: HashMap<SiteKey, usize> = merged.callsites.iter().enumerate().map(|(i, c)| (c.key, i)).collect();
+        let index: HashMap<SiteKey, usize> = merged
+            .callsites
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.key, i))
+            .collect();
         procs.sort_by(|a, b| a.path.cmp(&b.path));
         let mut values = vec![Values::default(); merged.callsites.len()];
         let f = &merged.callsites_folded;
-        let mut folded = Values { live: 0, peak: f.peak_live_bytes, calls: f.alloc_count, refused: 0, refused_calls: f.denied_count };
+        let mut folded = Values {
+            live: 0,
+            peak: f.peak_live_bytes,
+            calls: f.alloc_count,
+            refused: 0,
+            refused_calls: f.denied_count,
+        };
         let mut events_dropped = 0;
         for p in &mut procs {
             p.sites = p.keys.iter().map(|k| index[k]).collect();
@@ -139,12 +174,22 @@ impl Data {
                 values[s].add(&p.values(i, &refused));
             }
             let from_events = refused.get(&None).map_or(0, |r| r.0);
-            folded.refused += if p.has_refused_bytes() { p.report.callsites_folded.denied_bytes.unwrap_or(0) } else { from_events };
+            folded.refused += if p.has_refused_bytes() {
+                p.report.callsites_folded.denied_bytes.unwrap_or(0)
+            } else {
+                from_events
+            };
             if !p.has_refused_bytes() {
                 events_dropped += p.report.events_dropped;
             }
         }
-        Data { merged, procs, values, folded, events_dropped }
+        Data {
+            merged,
+            procs,
+            values,
+            folded,
+            events_dropped,
+        }
     }
 
     /// The latest report of each process (a process's interval snapshots and its exit report
@@ -153,7 +198,9 @@ impl Data {
         let mut latest: HashMap<(&str, u32, u64), &Proc> = HashMap::new();
         for p in &self.procs {
             let pr = &p.report.process;
-            let e = latest.entry((pr.hostname.as_str(), pr.pid, pr.start_unix_ms)).or_insert(p);
+            let e = latest
+                .entry((pr.hostname.as_str(), pr.pid, pr.start_unix_ms))
+                .or_insert(p);
             if pr.write_unix_ms > e.report.process.write_unix_ms {
                 *e = p;
             }
@@ -166,11 +213,21 @@ impl Data {
 
 /// Reads the inputs as `report` does, keeping each report whole besides.
 pub fn load(inputs: &[PathBuf], keep_going: bool) -> Result<Data, ()> {
-    let (merged, procs) = crate::merge::merge_inputs_with(inputs, keep_going, |path: &Path, bytes, view| {
-        let report = Report::from_slice(bytes).map_err(|e| e.0)?;
-        let keys = view.callsites.iter().map(|c| crate::merge::site_key(&c.frames, &c.py_frames)).collect();
-        Ok(Proc { path: path.display().to_string(), report, keys, sites: Vec::new() })
-    })?;
+    let (merged, procs) =
+        crate::merge::merge_inputs_with(inputs, keep_going, |path: &Path, bytes, view| {
+            let report = Report::from_slice(bytes).map_err(|e| e.0)?;
+            let keys = view
+                .callsites
+                .iter()
+                .map(|c| crate::merge::site_key(&c.frames, &c.py_frames))
+                .collect();
+            Ok(Proc {
+                path: path.display().to_string(),
+                report,
+                keys,
+                sites: Vec::new(),
+            })
+        })?;
     Ok(Data::new(merged, procs))
 }
 

@@ -43,10 +43,18 @@ fn limits(p: &Proc) -> Vec<(&'static str, u64)> {
     if let Some(b) = r.group.as_ref().and_then(|g| g.budget_bytes) {
         out.push(("group budget", b));
     }
-    if let Some(b) = r.config.host_reserve_bytes.or(r.host.as_ref().map(|h| h.reserve_bytes)) {
+    if let Some(b) = r
+        .config
+        .host_reserve_bytes
+        .or(r.host.as_ref().map(|h| h.reserve_bytes))
+    {
         out.push(("host reserve", b));
     }
-    if let Some(b) = r.config.cgroup_reserve_bytes.or(r.cgroup.as_ref().map(|c| c.reserve_bytes)) {
+    if let Some(b) = r
+        .config
+        .cgroup_reserve_bytes
+        .or(r.cgroup.as_ref().map(|c| c.reserve_bytes))
+    {
         out.push(("cgroup reserve", b));
     }
     out
@@ -61,7 +69,12 @@ fn counter(name: &str, pid: u32, ts: u64, bytes: u64) -> Value {
 fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value>) {
     let r = &p.report;
     let pr = &r.process;
-    let name = format!("{} (pid {}) on {}", crate::merge::basename(&pr.exe), pr.pid, pr.hostname);
+    let name = format!(
+        "{} (pid {}) on {}",
+        crate::merge::basename(&pr.exe),
+        pr.pid,
+        pr.hostname
+    );
     out.push(json!({ "name": "process_name", "ph": "M", "pid": pid, "tid": pid, "args": { "name": name } }));
     out.push(json!({ "name": "thread_name", "ph": "M", "pid": pid, "tid": pid, "args": { "name": "refused, downgraded and over-budget calls" } }));
     for &(t, v) in &r.timeline {
@@ -75,7 +88,15 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
         }
     }
     // The timeline's coarse clock can read past the write: the limits last as long as it.
-    let end = [Some(pr.write_unix_ms), r.timeline.last().map(|t| t.0), r.events.last().map(|e| e.unix_ms)].into_iter().flatten().max().unwrap_or(0);
+    let end = [
+        Some(pr.write_unix_ms),
+        r.timeline.last().map(|t| t.0),
+        r.events.last().map(|e| e.unix_ms),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+    .unwrap_or(0);
     for (what, bytes) in limits(p) {
         for t in [pr.start_unix_ms, end] {
             out.push(counter(what, pid, us(t, origin), bytes));
@@ -84,8 +105,19 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
     for e in &r.events {
         let i = r.callsites.iter().position(|c| c.id == e.callsite);
         let site = i.map(|i| &d.merged.callsites[p.sites[i]]);
-        let label = site.map_or_else(|| "(a folded callsite)".to_string(), crate::merge::short_label);
-        let frames: Vec<String> = site.map(|s| s.py_frames.iter().chain(&s.frames).map(crate::merge::frame_label).collect()).unwrap_or_default();
+        let label = site.map_or_else(
+            || "(a folded callsite)".to_string(),
+            crate::merge::short_label,
+        );
+        let frames: Vec<String> = site
+            .map(|s| {
+                s.py_frames
+                    .iter()
+                    .chain(&s.frames)
+                    .map(crate::merge::frame_label)
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut args = json!({
             "kind": kind_name(e.kind), "api": e.api, "size_bytes": e.size, "live_bytes": e.live_bytes,
             "callsite": label, "frames": frames,
@@ -102,7 +134,12 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
         if let Some(b) = e.cgroup_headroom_bytes {
             args["cgroup_headroom_bytes"] = json!(b);
         }
-        let title = format!("{} {} {} at {label}", kind_name(e.kind), e.api, format_bytes(e.size));
+        let title = format!(
+            "{} {} {} at {label}",
+            kind_name(e.kind),
+            e.api,
+            format_bytes(e.size)
+        );
         out.push(json!({ "name": title, "cat": kind_name(e.kind), "ph": "i", "s": "t", "pid": pid, "tid": pid, "ts": us(e.unix_ms, origin), "args": args }));
     }
     let end = json!({ "name": format!("report ({})", r.reason.name()), "cat": "report", "ph": "i", "s": "t", "pid": pid, "tid": pid, "ts": us(pr.write_unix_ms, origin), "args": { "live_bytes": r.totals.live_bytes, "peak_bytes": r.totals.peak_live_bytes, "events_dropped": r.events_dropped, "timeline_dropped": r.timeline_dropped } });
@@ -114,7 +151,13 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
 fn origin(procs: &[&Proc]) -> u64 {
     let firsts = procs.iter().flat_map(|p| {
         let r = &p.report;
-        [Some(r.process.start_unix_ms), r.timeline.first().map(|t| t.0), r.events.first().map(|e| e.unix_ms)].into_iter().flatten()
+        [
+            Some(r.process.start_unix_ms),
+            r.timeline.first().map(|t| t.0),
+            r.events.first().map(|e| e.unix_ms),
+        ]
+        .into_iter()
+        .flatten()
     });
     firsts.min().unwrap_or(0)
 }
@@ -126,7 +169,11 @@ pub fn render(d: &Data) -> Result<Vec<u8>, String> {
     let mut events = Vec::new();
     for (n, p) in procs.iter().enumerate() {
         // Processes of several hosts (or pid namespaces) can share a pid: each its own track.
-        let pid = if used.insert(p.report.process.pid) { p.report.process.pid } else { u32::MAX - n as u32 };
+        let pid = if used.insert(p.report.process.pid) {
+            p.report.process.pid
+        } else {
+            u32::MAX - n as u32
+        };
         used.insert(pid);
         process_events(d, p, pid, origin, &mut events);
     }

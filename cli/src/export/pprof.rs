@@ -119,7 +119,13 @@ mod pb {
 }
 
 /// The sample types, in the order of `super::Values`' fields.
-pub const SAMPLE_TYPES: [(&str, &str); 5] = [("live", "bytes"), ("peak", "bytes"), ("calls", "count"), ("refused", "bytes"), ("refused_calls", "count")];
+pub const SAMPLE_TYPES: [(&str, &str); 5] = [
+    ("live", "bytes"),
+    ("peak", "bytes"),
+    ("calls", "count"),
+    ("refused", "bytes"),
+    ("refused_calls", "count"),
+];
 
 /// The profile under construction: its tables, each entry made once.
 #[derive(Default)]
@@ -150,7 +156,13 @@ impl Builder {
         }
         let id = self.p.function.len() as u64 + 1;
         let (name, system_name, filename) = (self.s(name), self.s(system_name), self.s(file));
-        self.p.function.push(pb::Function { id, name, system_name, filename, start_line: 0 });
+        self.p.function.push(pb::Function {
+            id,
+            name,
+            system_name,
+            filename,
+            start_line: 0,
+        });
         self.functions.insert(key, id);
         id
     }
@@ -161,7 +173,12 @@ impl Builder {
             return id;
         }
         let id = self.p.location.len() as u64 + 1;
-        self.p.location.push(pb::Location { id, mapping_id, address, line: vec![pb::Line { function_id, line }] });
+        self.p.location.push(pb::Location {
+            id,
+            mapping_id,
+            address,
+            line: vec![pb::Line { function_id, line }],
+        });
         self.locations.insert(key, id);
         id
     }
@@ -179,7 +196,15 @@ impl Builder {
                 let start = m.map_or(0, |m| m.base.0);
                 let (filename, build_id) = (self.s(module), self.s(&build_id));
                 let id = self.p.mapping.len() as u64 + 1;
-                self.p.mapping.push(pb::Mapping { id, memory_start: start, memory_limit: start + 1, filename, build_id, has_functions: true, ..Default::default() });
+                self.p.mapping.push(pb::Mapping {
+                    id,
+                    memory_start: start,
+                    memory_limit: start + 1,
+                    filename,
+                    build_id,
+                    has_functions: true,
+                    ..Default::default()
+                });
                 self.mappings.insert(key, self.p.mapping.len() - 1);
                 self.p.mapping.len() - 1
             }
@@ -210,7 +235,11 @@ impl Builder {
     }
 
     fn label(&mut self, key: &str, value: &str) -> pb::Label {
-        pb::Label { key: self.s(key), str: self.s(value), ..Default::default() }
+        pb::Label {
+            key: self.s(key),
+            str: self.s(value),
+            ..Default::default()
+        }
     }
 }
 
@@ -218,7 +247,13 @@ impl Builder {
 fn build(d: &Data) -> pb::Profile {
     let mut b = Builder::default();
     b.s("");
-    b.p.sample_type = SAMPLE_TYPES.iter().map(|(t, u)| pb::ValueType { r#type: b.s(t), unit: b.s(u) }).collect();
+    b.p.sample_type = SAMPLE_TYPES
+        .iter()
+        .map(|(t, u)| pb::ValueType {
+            r#type: b.s(t),
+            unit: b.s(u),
+        })
+        .collect();
     for p in &d.procs {
         let refused = p.refused();
         for (i, &s) in p.sites.iter().enumerate() {
@@ -226,30 +261,74 @@ fn build(d: &Data) -> pb::Profile {
             let v = p.values(i, &refused);
             // Leaf first: the native frames the flame graph shows (innermost first), then the
             // Python frames from the innermost.
-            let mut ids: Vec<u64> = crate::flamegraph::native_frames(site).iter().map(|f| b.native(p, f)).collect();
+            let mut ids: Vec<u64> = crate::flamegraph::native_frames(site)
+                .iter()
+                .map(|f| b.native(p, f))
+                .collect();
             ids.extend(site.py_frames.iter().map(|f| b.python(f)));
-            let apis: Vec<&str> = p.report.callsites[i].apis.iter().map(String::as_str).collect();
-            let mut label = vec![b.label("process", &p.label()), b.label("host", &p.report.process.hostname), b.label("api", &apis.join(",")), b.label("reason", p.report.reason.name())];
-            label.push(pb::Label { key: b.s("pid"), num: p.report.process.pid as i64, ..Default::default() });
-            let value = [v.live, v.peak, v.calls, v.refused, v.refused_calls].map(|x| x as i64).to_vec();
-            b.p.sample.push(pb::Sample { location_id: ids, value, label });
+            let apis: Vec<&str> = p.report.callsites[i]
+                .apis
+                .iter()
+                .map(String::as_str)
+                .collect();
+            let mut label = vec![
+                b.label("process", &p.label()),
+                b.label("host", &p.report.process.hostname),
+                b.label("api", &apis.join(",")),
+                b.label("reason", p.report.reason.name()),
+            ];
+            label.push(pb::Label {
+                key: b.s("pid"),
+                num: p.report.process.pid as i64,
+                ..Default::default()
+            });
+            let value = [v.live, v.peak, v.calls, v.refused, v.refused_calls]
+                .map(|x| x as i64)
+                .to_vec();
+            b.p.sample.push(pb::Sample {
+                location_id: ids,
+                value,
+                label,
+            });
         }
     }
     if d.folded != super::Values::default() {
         let f = b.function(&super::folded_name(d), "", "");
         let loc = b.location(0, 0, f, 0);
         let v = d.folded;
-        b.p.sample.push(pb::Sample { location_id: vec![loc], value: [v.live, v.peak, v.calls, v.refused, v.refused_calls].map(|x| x as i64).to_vec(), label: vec![] });
+        b.p.sample.push(pb::Sample {
+            location_id: vec![loc],
+            value: [v.live, v.peak, v.calls, v.refused, v.refused_calls]
+                .map(|x| x as i64)
+                .to_vec(),
+            label: vec![],
+        });
     }
-    let start = d.procs.iter().map(|p| p.report.process.start_unix_ms).min().unwrap_or(0);
-    let end = d.procs.iter().map(|p| p.report.process.write_unix_ms).max().unwrap_or(start);
+    let start = d
+        .procs
+        .iter()
+        .map(|p| p.report.process.start_unix_ms)
+        .min()
+        .unwrap_or(0);
+    let end = d
+        .procs
+        .iter()
+        .map(|p| p.report.process.write_unix_ms)
+        .max()
+        .unwrap_or(start);
     b.p.time_nanos = (start as i64).saturating_mul(1_000_000);
     b.p.duration_nanos = (end.saturating_sub(start) as i64).saturating_mul(1_000_000);
-    let comment = format!("pinguard export: {} reports, {} processes", d.merged.reports, d.merged.processes);
+    let comment = format!(
+        "pinguard export: {} reports, {} processes",
+        d.merged.reports, d.merged.processes
+    );
     let c = b.s(&comment);
     b.p.comment.push(c);
     if d.events_dropped > 0 {
-        let c = b.s(&format!("{} events dropped by the processes: refused bytes are short by theirs", d.events_dropped));
+        let c = b.s(&format!(
+            "{} events dropped by the processes: refused bytes are short by theirs",
+            d.events_dropped
+        ));
         b.p.comment.push(c);
     }
     b.p.default_sample_type = b.p.sample_type[0].r#type;
@@ -261,5 +340,7 @@ pub fn render(d: &Data) -> Result<Vec<u8>, String> {
     use std::io::Write;
     let raw = build(d).encode_to_vec();
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    gz.write_all(&raw).and_then(|_| gz.finish()).map_err(|e| format!("gzip: {e}"))
+    gz.write_all(&raw)
+        .and_then(|_| gz.finish())
+        .map_err(|e| format!("gzip: {e}"))
 }

@@ -37,7 +37,11 @@ impl Frames {
         let names = crate::flamegraph::stack(c);
         let native = crate::flamegraph::native_frames(c);
         let frames = c.py_frames.iter().rev().chain(native.iter().rev());
-        let mut out: Vec<usize> = names.iter().zip(frames).map(|(n, f)| self.add(n.clone(), f.file.as_deref(), f.line)).collect();
+        let mut out: Vec<usize> = names
+            .iter()
+            .zip(frames)
+            .map(|(n, f)| self.add(n.clone(), f.file.as_deref(), f.line))
+            .collect();
         out.push(self.add(names.last().cloned().unwrap_or_default(), None, None));
         out
     }
@@ -66,7 +70,10 @@ pub fn render(d: &Data, weight: Weight) -> Result<Vec<u8>, String> {
         Weight::Refused => ("refused bytes", "bytes"),
     };
     let total: u64 = weights.iter().sum();
-    let name = format!("pinguard: {what} ({} reports, {} processes)", d.merged.reports, d.merged.processes);
+    let name = format!(
+        "pinguard: {what} ({} reports, {} processes)",
+        d.merged.reports, d.merged.processes
+    );
     let doc = json!({
         "$schema": "https://www.speedscope.app/file-format-schema.json",
         "shared": { "frames": frames.list },

@@ -49,7 +49,10 @@ pub struct Here {
 impl Here {
     /// Reads this process's `/proc/self/ns/{ipc,pid}` (one `stat` each; no descriptor).
     pub fn read() -> Here {
-        Here { ipc_ns: ns_inode(c"/proc/self/ns/ipc"), pid_ns: ns_inode(c"/proc/self/ns/pid") }
+        Here {
+            ipc_ns: ns_inode(c"/proc/self/ns/ipc"),
+            pid_ns: ns_inode(c"/proc/self/ns/pid"),
+        }
     }
 }
 
@@ -68,15 +71,22 @@ pub fn ns_inode(path: &CStr) -> u64 {
 
 /// The number in a namespace link's text, `TYPE:[NUMBER]`; 0 for anything else.
 fn parse_ns_link(link: &[u8]) -> u64 {
-    let Some(open) = link.iter().position(|&b| b == b'[') else { return 0 };
+    let Some(open) = link.iter().position(|&b| b == b'[') else {
+        return 0;
+    };
     let digits = &link[open + 1..];
-    let Some(close) = digits.iter().position(|&b| b == b']') else { return 0 };
+    let Some(close) = digits.iter().position(|&b| b == b']') else {
+        return 0;
+    };
     let mut v: u64 = 0;
     for &b in &digits[..close] {
         if !b.is_ascii_digit() {
             return 0;
         }
-        v = match v.checked_mul(10).and_then(|v| v.checked_add(u64::from(b - b'0'))) {
+        v = match v
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(u64::from(b - b'0')))
+        {
             Some(v) => v,
             None => return 0,
         };
@@ -100,7 +110,12 @@ pub struct Seen {
 /// `Unknown`. Every read of the slot must come before `value` is asked: a member raises its
 /// semaphore before it writes its slot, so a slot read before a 0 was read belongs to a member
 /// that had ended by then (or left: the caller checks the slot again before emptying it).
-pub fn judge(m: &Seen, here: Here, value: impl FnOnce(i32) -> Option<u32>, proc: impl FnOnce(u32) -> Proc) -> Verdict {
+pub fn judge(
+    m: &Seen,
+    here: Here,
+    value: impl FnOnce(i32) -> Option<u32>,
+    proc: impl FnOnce(u32) -> Proc,
+) -> Verdict {
     if m.sem_key != 0 && here.ipc_ns != 0 && m.ipc_ns == here.ipc_ns {
         match value(m.sem_key) {
             Some(0) => return Verdict::Gone,
@@ -148,7 +163,10 @@ impl Set {
         }
         // SAFETY: no arguments; it cannot fail.
         let me = unsafe { libc::geteuid() };
-        if ds.sem_perm.uid != me || ds.sem_perm.mode as u32 & 0o777 != 0o600 || ds.sem_nsems as usize != MAX_MEMBERS {
+        if ds.sem_perm.uid != me
+            || ds.sem_perm.mode as u32 & 0o777 != 0o600
+            || ds.sem_nsems as usize != MAX_MEMBERS
+        {
             return Err(libc::EPERM); // not pinguard's: never touched
         }
         Ok(Set { id, key })
@@ -160,7 +178,13 @@ impl Set {
         for attempt in 0..8u32 {
             let key = random_key(attempt);
             // SAFETY: no pointers.
-            let id = unsafe { libc::semget(key, MAX_MEMBERS as c_int, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
+            let id = unsafe {
+                libc::semget(
+                    key,
+                    MAX_MEMBERS as c_int,
+                    libc::IPC_CREAT | libc::IPC_EXCL | 0o600,
+                )
+            };
             if id >= 0 {
                 return Ok(Set { id, key });
             }
@@ -204,7 +228,11 @@ impl Set {
     }
 
     fn op(self, i: usize, by: i16) -> Result<(), c_int> {
-        let mut op = libc::sembuf { sem_num: i as u16, sem_op: by, sem_flg: (libc::SEM_UNDO | libc::IPC_NOWAIT) as i16 };
+        let mut op = libc::sembuf {
+            sem_num: i as u16,
+            sem_op: by,
+            sem_flg: (libc::SEM_UNDO | libc::IPC_NOWAIT) as i16,
+        };
         // SAFETY: one valid `sembuf`; IPC_NOWAIT: the call never blocks.
         if unsafe { libc::semop(self.id, &mut op, 1) } != 0 {
             return Err(errno());
@@ -225,15 +253,27 @@ fn random_key(attempt: u32) -> i32 {
     let mut b = [0u8; 4];
     // The system call, not glibc's `getrandom` (2.25): the library and CLI need at most glibc 2.17.
     // SAFETY: `b` is valid for 4 bytes; GRND_NONBLOCK: it never waits.
-    let got = unsafe { libc::syscall(libc::SYS_getrandom, b.as_mut_ptr(), 4usize, libc::GRND_NONBLOCK) } == 4;
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_getrandom,
+            b.as_mut_ptr(),
+            4usize,
+            libc::GRND_NONBLOCK,
+        )
+    } == 4;
     let mut v = u32::from_ne_bytes(b);
     if !got {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
         // SAFETY: `ts` is a valid out-pointer.
         unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
         // SAFETY: no arguments.
         let pid = unsafe { libc::getpid() } as u32;
-        v = (ts.tv_nsec as u32).wrapping_mul(2_654_435_761) ^ pid.rotate_left(16) ^ attempt.wrapping_mul(0x9e37_79b9);
+        v = (ts.tv_nsec as u32).wrapping_mul(2_654_435_761)
+            ^ pid.rotate_left(16)
+            ^ attempt.wrapping_mul(0x9e37_79b9);
     }
     ((v & 0x7fff_ffff) | 1) as i32
 }
@@ -242,29 +282,65 @@ fn random_key(attempt: u32) -> i32 {
 mod tests {
     use super::*;
 
-    const HERE: Here = Here { ipc_ns: 10, pid_ns: 20 };
+    const HERE: Here = Here {
+        ipc_ns: 10,
+        pid_ns: 20,
+    };
 
     fn seen(sem_key: i32, ipc_ns: u64, pid_ns: u64) -> Seen {
-        Seen { pid: 1, start_ticks: 500, sem_key, ipc_ns, pid_ns }
+        Seen {
+            pid: 1,
+            start_ticks: 500,
+            sem_key,
+            ipc_ns,
+            pid_ns,
+        }
     }
 
     #[test]
     fn the_semaphore_decides_where_it_can_be_read_the_pid_only_in_its_own_namespace() {
         let no_proc = |_| panic!("the pid is not to be read");
         // A semaphore in this IPC namespace: its value decides, whatever the PID namespace.
-        assert_eq!(judge(&seen(7, 10, 99), HERE, |_| Some(1), no_proc), Verdict::Alive);
-        assert_eq!(judge(&seen(7, 10, 99), HERE, |_| Some(0), no_proc), Verdict::Gone);
+        assert_eq!(
+            judge(&seen(7, 10, 99), HERE, |_| Some(1), no_proc),
+            Verdict::Alive
+        );
+        assert_eq!(
+            judge(&seen(7, 10, 99), HERE, |_| Some(0), no_proc),
+            Verdict::Gone
+        );
         // The set removed: the pid, from the member's own PID namespace only.
-        assert_eq!(judge(&seen(7, 10, 20), HERE, |_| None, |_| Proc::Gone), Verdict::Gone);
-        assert_eq!(judge(&seen(7, 10, 99), HERE, |_| None, no_proc), Verdict::Unknown);
+        assert_eq!(
+            judge(&seen(7, 10, 20), HERE, |_| None, |_| Proc::Gone),
+            Verdict::Gone
+        );
+        assert_eq!(
+            judge(&seen(7, 10, 99), HERE, |_| None, no_proc),
+            Verdict::Unknown
+        );
         // No semaphore, or one in another IPC namespace: the pid, in the same PID namespace.
         let no_sem = |_| panic!("the semaphore is not to be read");
-        assert_eq!(judge(&seen(0, 10, 20), HERE, no_sem, |_| Proc::Started(500)), Verdict::Alive);
-        assert_eq!(judge(&seen(7, 11, 20), HERE, no_sem, |_| Proc::Started(501)), Verdict::Gone);
-        assert_eq!(judge(&seen(0, 10, 20), HERE, no_sem, |_| Proc::Unknown), Verdict::Unknown);
-        assert_eq!(judge(&seen(7, 11, 21), HERE, no_sem, no_proc), Verdict::Unknown);
+        assert_eq!(
+            judge(&seen(0, 10, 20), HERE, no_sem, |_| Proc::Started(500)),
+            Verdict::Alive
+        );
+        assert_eq!(
+            judge(&seen(7, 11, 20), HERE, no_sem, |_| Proc::Started(501)),
+            Verdict::Gone
+        );
+        assert_eq!(
+            judge(&seen(0, 10, 20), HERE, no_sem, |_| Proc::Unknown),
+            Verdict::Unknown
+        );
+        assert_eq!(
+            judge(&seen(7, 11, 21), HERE, no_sem, no_proc),
+            Verdict::Unknown
+        );
         // Namespaces this process cannot read match nothing.
-        assert_eq!(judge(&seen(7, 0, 0), Here::default(), no_sem, no_proc), Verdict::Unknown);
+        assert_eq!(
+            judge(&seen(7, 0, 0), Here::default(), no_sem, no_proc),
+            Verdict::Unknown
+        );
     }
 
     #[test]
@@ -275,8 +351,14 @@ mod tests {
         assert_eq!(parse_ns_link(b"garbage"), 0);
         assert_eq!(parse_ns_link(b"pid:[99999999999999999999999]"), 0);
         use std::os::unix::fs::MetadataExt;
-        let ino = std::fs::metadata("/proc/self/ns/pid").map(|m| m.ino()).unwrap_or(0);
-        assert_eq!(ns_inode(c"/proc/self/ns/pid"), ino, "the link's number is the file's inode");
+        let ino = std::fs::metadata("/proc/self/ns/pid")
+            .map(|m| m.ino())
+            .unwrap_or(0);
+        assert_eq!(
+            ns_inode(c"/proc/self/ns/pid"),
+            ino,
+            "the link's number is the file's inode"
+        );
     }
 
     #[test]

@@ -5,7 +5,10 @@ use crate::runtime::guard::{self, Thread};
 use crate::runtime::lock::Mutex;
 use pinguard_report::{ApiStats, Totals};
 use std::os::raw::c_void;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::{AcqRel, Acquire, Relaxed}};
+use std::sync::atomic::{
+    AtomicPtr, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Acquire, Relaxed},
+};
 use std::sync::OnceLock;
 
 /// A thread's event counters, made from the one list of them (`with_total_counters!` for the
@@ -63,8 +66,15 @@ pub struct Block {
 const _: () = {
     use pinguard_report::state::block as b;
     use std::mem::{offset_of, size_of};
-    assert!(offset_of!(Block, state_next) == b::NEXT && offset_of!(Block, totals) == b::TOTALS && offset_of!(Block, apis) == b::APIS);
-    assert!(size_of::<Counters>() == b::TOTAL_NAMES.len() * 8 && size_of::<ApiCounters>() == b::API_SIZE);
+    assert!(
+        offset_of!(Block, state_next) == b::NEXT
+            && offset_of!(Block, totals) == b::TOTALS
+            && offset_of!(Block, apis) == b::APIS
+    );
+    assert!(
+        size_of::<Counters>() == b::TOTAL_NAMES.len() * 8
+            && size_of::<ApiCounters>() == b::API_SIZE
+    );
 };
 
 #[allow(clippy::declare_interior_mutable_const)]
@@ -104,12 +114,23 @@ pub(super) fn adopt(t: &Thread) -> &'static Block {
 
 pub(super) fn adopt_here(t: &Thread) -> &'static Block {
     let b = FREE.lock().pop().unwrap_or_else(|| {
-        let b: &'static Block = crate::accounting::arena::leak(Block { slot: MADE.fetch_add(1, Relaxed), ..BLOCK });
-        crate::accounting::arena::push(pinguard_report::state::header::BLOCKS, b as *const Block as *const u8);
+        let b: &'static Block = crate::accounting::arena::leak(Block {
+            slot: MADE.fetch_add(1, Relaxed),
+            ..BLOCK
+        });
+        crate::accounting::arena::push(
+            pinguard_report::state::header::BLOCKS,
+            b as *const Block as *const u8,
+        );
         let mut head = BLOCKS.load(Acquire);
         loop {
             b.next.store(head, Relaxed);
-            match BLOCKS.compare_exchange_weak(head, b as *const Block as *mut Block, AcqRel, Acquire) {
+            match BLOCKS.compare_exchange_weak(
+                head,
+                b as *const Block as *mut Block,
+                AcqRel,
+                Acquire,
+            ) {
                 Ok(_) => break,
                 Err(h) => head = h,
             }

@@ -1,13 +1,13 @@
 //! The event counters: allocations, releases, failures, refusals, downgrades, calls passed
 //! through untracked.
 
-use super::blocks::{mine, add};
+use super::blocks::{add, mine};
 use super::events::event_with;
-use super::first_count::{TOUCHED, touch};
+use super::first_count::{touch, TOUCHED};
 use super::levels::levels;
 use super::over::Over;
-use crate::api::Api;
 use crate::accounting::callsite::Callsite;
+use crate::api::Api;
 use crate::runtime::guard::Thread;
 use pinguard_report::EventKind;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -63,11 +63,24 @@ pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, o
 }
 
 /// A refusal under `downgrade` of a call outside `PINGUARD_DOWNGRADE_MATCH`: its event says so.
-pub fn count_denied_out_of_scope(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+pub fn count_denied_out_of_scope(
+    t: &Thread,
+    api: Api,
+    site: &'static Callsite,
+    bytes: u64,
+    over: Over,
+) {
     denied(t, api, site, bytes, over, true);
 }
 
-pub(super) fn denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over, out_of_scope: bool) {
+pub(super) fn denied(
+    t: &Thread,
+    api: Api,
+    site: &'static Callsite,
+    bytes: u64,
+    over: Over,
+    out_of_scope: bool,
+) {
     touch();
     let m = mine(t);
     add(&m.totals.denied_count, 1);

@@ -3,8 +3,8 @@
 
 use super::figures::live_bytes;
 use super::over::Over;
-use crate::api::Api;
 use crate::accounting::callsite::Callsite;
+use crate::api::Api;
 use crate::runtime::lock::Mutex;
 use pinguard_report::EventKind;
 use std::collections::VecDeque;
@@ -30,7 +30,10 @@ pub(super) struct Bounded<T> {
     pub(super) dropped: u64,
 }
 
-pub(super) static EVENTS: Mutex<Bounded<EventRec>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
+pub(super) static EVENTS: Mutex<Bounded<EventRec>> = Mutex::new(Bounded {
+    items: VecDeque::new(),
+    dropped: 0,
+});
 /// A point of the timeline: the process's live bytes at `unix_ms`, and the entry point whose call
 /// made the point with its own live bytes then (issue 37: a track per entry point).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,11 +45,30 @@ pub struct Point {
     pub api_live: u64,
 }
 
-pub(super) static TIMELINE: Mutex<Bounded<Point>> = Mutex::new(Bounded { items: VecDeque::new(), dropped: 0 });
+pub(super) static TIMELINE: Mutex<Bounded<Point>> = Mutex::new(Bounded {
+    items: VecDeque::new(),
+    dropped: 0,
+});
 pub(super) static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
-pub(super) fn event_with(kind: EventKind, api: Api, size: u64, site: &'static Callsite, over: Over, out_of_scope: bool) {
-    let rec = EventRec { unix_ms: crate::runtime::clock::unix_ms(), kind, api, size, callsite: site.id(), live_bytes: live_bytes(), out_of_scope, over };
+pub(super) fn event_with(
+    kind: EventKind,
+    api: Api,
+    size: u64,
+    site: &'static Callsite,
+    over: Over,
+    out_of_scope: bool,
+) {
+    let rec = EventRec {
+        unix_ms: crate::runtime::clock::unix_ms(),
+        kind,
+        api,
+        size,
+        callsite: site.id(),
+        live_bytes: live_bytes(),
+        out_of_scope,
+        over,
+    };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
         e.items.pop_front();
@@ -71,8 +93,16 @@ pub(super) fn timeline_tick(now: u64, api: Api) {
 #[cold]
 #[inline(never)]
 fn tick(now: u64, last: u64, api: Api) {
-    if TIMELINE_MS.compare_exchange(last, now, Relaxed, Relaxed).is_ok() {
-        push_point(Point { unix_ms: now, live: live_bytes(), api: Some(api), api_live: super::levels::levels().apis[api as usize].bytes() });
+    if TIMELINE_MS
+        .compare_exchange(last, now, Relaxed, Relaxed)
+        .is_ok()
+    {
+        push_point(Point {
+            unix_ms: now,
+            live: live_bytes(),
+            api: Some(api),
+            api_live: super::levels::levels().apis[api as usize].bytes(),
+        });
     }
 }
 
@@ -97,7 +127,12 @@ pub(super) fn push_point(p: Point) {
 }
 
 pub fn timeline_now() {
-    push_point(Point { unix_ms: crate::runtime::clock::unix_ms(), live: live_bytes(), api: None, api_live: 0 });
+    push_point(Point {
+        unix_ms: crate::runtime::clock::unix_ms(),
+        live: live_bytes(),
+        api: None,
+        api_live: 0,
+    });
 }
 
 pub fn events() -> (Vec<EventRec>, u64) {
@@ -105,7 +140,16 @@ pub fn events() -> (Vec<EventRec>, u64) {
     (
         e.items
             .iter()
-            .map(|r| EventRec { unix_ms: r.unix_ms, kind: r.kind, api: r.api, size: r.size, callsite: r.callsite, live_bytes: r.live_bytes, out_of_scope: r.out_of_scope, over: r.over })
+            .map(|r| EventRec {
+                unix_ms: r.unix_ms,
+                kind: r.kind,
+                api: r.api,
+                size: r.size,
+                callsite: r.callsite,
+                live_bytes: r.live_bytes,
+                out_of_scope: r.out_of_scope,
+                over: r.over,
+            })
             .collect(),
         e.dropped,
     )

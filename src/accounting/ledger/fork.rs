@@ -1,12 +1,12 @@
 //! Fork support: every lock of the ledger held across `fork`, and the child's ledger empty.
 
-use super::blocks::{MADE, BLOCKS, FREE, KEY};
+use super::blocks::{BLOCKS, FREE, KEY, MADE};
 use super::count::UNTRACKED;
 use super::events::{Bounded, EVENTS, TIMELINE, TIMELINE_MS};
 use super::first_count::TOUCHED;
-use super::levels::{Levels, OWN_LEVELS, LEVELS};
+use super::levels::{Levels, LEVELS, OWN_LEVELS};
 use super::live::{LIVE, OVER};
-use super::locked_pages::{LOCKED_PAGES, LOCKED_ANY};
+use super::locked_pages::{LOCKED_ANY, LOCKED_PAGES};
 use crate::runtime::guard;
 use crate::runtime::lock;
 use std::collections::VecDeque;
@@ -36,8 +36,14 @@ pub unsafe fn let_go(clear: bool) {
                 (*s.data_ptr()).forget();
             }
             *LOCKED_PAGES.data_ptr() = None;
-            *EVENTS.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
-            *TIMELINE.data_ptr() = Bounded { items: VecDeque::new(), dropped: 0 };
+            *EVENTS.data_ptr() = Bounded {
+                items: VecDeque::new(),
+                dropped: 0,
+            };
+            *TIMELINE.data_ptr() = Bounded {
+                items: VecDeque::new(),
+                dropped: 0,
+            };
             *FREE.data_ptr() = Vec::new();
             *OVER.data_ptr() = Vec::new();
         }
@@ -51,7 +57,11 @@ pub unsafe fn let_go(clear: bool) {
         lock::let_go(&FREE, clear);
         lock::let_go(&OVER, clear);
         for s in &LIVE {
-            if clear { lock::let_go_in_child(s) } else { lock::let_go_in_parent(s) }
+            if clear {
+                lock::let_go_in_child(s)
+            } else {
+                lock::let_go_in_parent(s)
+            }
         }
         if clear {
             lock::let_go_in_child(&LOCKED_PAGES);

@@ -1,12 +1,12 @@
 //! Live bytes and counts and their peaks (the process's, each entry point's, each callsite's):
 //! where they are kept, and the moves of pinned bytes in and out of them.
 
-use super::blocks::{mine, add};
+use super::blocks::{add, mine};
 use super::events::timeline_tick;
 use super::first_count::touch;
-use crate::api::Api;
 use crate::accounting::callsite::Callsite;
 use crate::accounting::level::Level;
+use crate::api::Api;
 use crate::runtime::guard::Thread;
 use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
@@ -17,8 +17,12 @@ pub struct Levels {
     pub(super) total: Level<16>,
     pub(super) apis: [Level<16>; Api::COUNT],
 }
-pub(super) static OWN_LEVELS: Levels = Levels { total: Level::NEW, apis: [const { Level::NEW }; Api::COUNT] };
-pub(super) static LEVELS: AtomicPtr<Levels> = AtomicPtr::new(&OWN_LEVELS as *const Levels as *mut Levels);
+pub(super) static OWN_LEVELS: Levels = Levels {
+    total: Level::NEW,
+    apis: [const { Level::NEW }; Api::COUNT],
+};
+pub(super) static LEVELS: AtomicPtr<Levels> =
+    AtomicPtr::new(&OWN_LEVELS as *const Levels as *mut Levels);
 
 #[inline(always)]
 pub(super) fn levels() -> &'static Levels {
@@ -36,7 +40,14 @@ pub fn use_levels(p: *mut u8) {
 /// Moves pinned bytes in or out of the live figures (every level: process, API, callsite).
 /// `now_ms` is the hooked call's coarse clock reading (`Live::unix_ms`).
 #[inline]
-pub fn live_delta(t: &Thread, api: Api, site: &'static Callsite, bytes: i64, count: i64, now_ms: u64) {
+pub fn live_delta(
+    t: &Thread,
+    api: Api,
+    site: &'static Callsite,
+    bytes: i64,
+    count: i64,
+    now_ms: u64,
+) {
     let slot = mine(t).slot;
     levels().total.live(slot, bytes, count);
     levels().apis[api as usize].live(slot, bytes, count);

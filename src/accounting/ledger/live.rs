@@ -3,9 +3,9 @@
 //! memory that is already pinned.
 
 use super::locked_pages::locked_pages;
-use crate::api::Api;
-use crate::accounting::callsite::Callsite;
 use crate::accounting::addr_map::AddrMap;
+use crate::accounting::callsite::Callsite;
+use crate::api::Api;
 use crate::runtime::guard::Thread;
 use crate::runtime::lock::Mutex;
 
@@ -36,7 +36,6 @@ pub enum Backing {
     Unpinned = 2,
 }
 
-
 const _: () = {
     use pinguard_report::state::slot as s;
     use std::mem::{offset_of, size_of};
@@ -49,8 +48,22 @@ const _: () = {
 
 impl Live {
     /// `unix_ms` from the coarse clock (`guard::coarse_unix_ms`), read once per hooked call.
-    pub fn new(t: &Thread, api: Api, size: u64, site: &'static Callsite, backing: Backing, unix_ms: u64) -> Live {
-        Live { size, api, backing, tid: t.tid(), unix_ms, site }
+    pub fn new(
+        t: &Thread,
+        api: Api,
+        size: u64,
+        site: &'static Callsite,
+        backing: Backing,
+        unix_ms: u64,
+    ) -> Live {
+        Live {
+            size,
+            api,
+            backing,
+            tid: t.tid(),
+            unix_ms,
+            site,
+        }
     }
 
     /// Served by a downgrade: not pinned, not in the budget.
@@ -136,7 +149,15 @@ pub fn live_records() -> Vec<(usize, Live)> {
         v.extend(map.iter().map(|(a, &l)| (a, l)));
     }
     let g = locked_pages();
-    v.extend(g.ranges.iter().map(|(s, e, l)| (s, Live { size: (e - s) as u64, ..*l })));
+    v.extend(g.ranges.iter().map(|(s, e, l)| {
+        (
+            s,
+            Live {
+                size: (e - s) as u64,
+                ..*l
+            },
+        )
+    }));
     drop(g);
     v.extend(OVER.lock().iter().copied());
     v

@@ -1,10 +1,10 @@
 //! The locking family's view of the locked pages, kept in line with the kernel's.
 
 use super::levels::live_delta;
-use super::live::{Live, Backing, LIVE};
-use crate::api::Api;
+use super::live::{Backing, Live, LIVE};
 use crate::accounting::callsite::Callsite;
 use crate::accounting::ranges::RangeSet;
+use crate::api::Api;
 use crate::runtime::guard::Thread;
 use crate::runtime::lock::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -44,7 +44,14 @@ impl LockedPages {
     /// Adds `[s, e)`, a gap of the view, for `live`'s call, with the live figures. The budget is
     /// the caller's.
     pub fn add(&mut self, t: &Thread, s: usize, e: usize, live: Live, now: u64) {
-        self.ranges.insert(s, e, Live { size: (e - s) as u64, ..live });
+        self.ranges.insert(
+            s,
+            e,
+            Live {
+                size: (e - s) as u64,
+                ..live
+            },
+        );
         live_delta(t, live.api, live.site, (e - s) as i64, 1, now);
     }
 
@@ -74,7 +81,12 @@ impl LockedPages {
 
     /// Compares with the kernel and, when they differ, makes the view the kernel's (`sync`).
     /// Returns what changed, for the caller to tell the budget.
-    pub fn check(&mut self, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Synced {
+    pub fn check(
+        &mut self,
+        t: &Thread,
+        now: u64,
+        owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>,
+    ) -> Synced {
         match crate::runtime::kernel::vm_lck() {
             Some(kernel) => self.check_against(kernel, t, now, owner),
             None => Synced::default(),
@@ -93,7 +105,13 @@ impl LockedPages {
     }
 
     /// `check` with `VmLck` already read (`kernel`, in bytes).
-    pub fn check_against(&mut self, kernel: u64, t: &Thread, now: u64, owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Synced {
+    pub fn check_against(
+        &mut self,
+        kernel: u64,
+        t: &Thread,
+        now: u64,
+        owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>,
+    ) -> Synced {
         let view = self.ranges.bytes();
         if kernel as i64 == view as i64 + self.skew {
             return Synced::default();
@@ -112,7 +130,12 @@ impl LockedPages {
     /// Pages inside a live runtime record (a runtime that pins with `mlock` inside its own hooked
     /// call, as the emulated ones do) stay that record's: counted once, not joined to the view.
     /// Once such a runtime was seen (`note_runtime_lock`), pages nobody claims are left out.
-    pub fn sync(&mut self, t: &Thread, now: u64, mut owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>) -> Synced {
+    pub fn sync(
+        &mut self,
+        t: &Thread,
+        now: u64,
+        mut owner: impl FnMut(usize, usize) -> Option<(Api, &'static Callsite)>,
+    ) -> Synced {
         let mut out = Synced::default();
         let mut cur = 0usize;
         let mut runtime: Option<Vec<(usize, usize)>> = None;
@@ -138,7 +161,13 @@ impl LockedPages {
                         .or_else(|| self.ranges.adjacent(s, e).map(|l| (l.api, l.site)))
                         .or_else(|| self.future.map(|l| (l.api, l.site)))
                         .unwrap_or_else(|| (Api::Mlock, crate::accounting::callsite::empty()));
-                    self.add(t, s, e, Live::new(t, api, 0, site, Backing::Pinned, now), now);
+                    self.add(
+                        t,
+                        s,
+                        e,
+                        Live::new(t, api, 0, site, Backing::Pinned, now),
+                        now,
+                    );
                     out.added += (e - s) as u64;
                 }
             } else {
@@ -190,7 +219,11 @@ pub fn locked_pages() -> LockedPagesGuard {
     // the callsite table's lock comes before the view's in the fork handlers' order.
     crate::accounting::callsite::empty();
     let mut g = LOCKED_PAGES.lock();
-    g.get_or_insert_with(|| LockedPages { ranges: RangeSet::default(), future: None, skew: 0 });
+    g.get_or_insert_with(|| LockedPages {
+        ranges: RangeSet::default(),
+        future: None,
+        skew: 0,
+    });
     LockedPagesGuard(g)
 }
 
@@ -207,20 +240,32 @@ pub(super) fn runtime_spans() -> Vec<(usize, usize)> {
         // Called under the view's lock, which a fork's prepare handler takes after every shard:
         // a shard that stays busy is skipped (its pages, if locked, join the view until the next
         // walk) rather than waited for.
-        let Some(map) = (0..1000).find_map(|_| s.try_lock().or_else(|| {
-            std::hint::spin_loop();
-            None
-        })) else {
+        let Some(map) = (0..1000).find_map(|_| {
+            s.try_lock().or_else(|| {
+                std::hint::spin_loop();
+                None
+            })
+        }) else {
             continue;
         };
-        v.extend(map.iter().filter(|(_, l)| !l.downgraded()).filter_map(|(a, l)| crate::accounting::ranges::page_span(a, l.size as usize, page)));
+        v.extend(
+            map.iter()
+                .filter(|(_, l)| !l.downgraded())
+                .filter_map(|(a, l)| {
+                    crate::accounting::ranges::page_span(a, l.size as usize, page)
+                }),
+        );
     }
     v.sort_unstable();
     v
 }
 
 /// The parts of `[s, e)` outside every span of `spans` (sorted; they may overlap each other).
-pub(super) fn outside(s: usize, e: usize, spans: &[(usize, usize)]) -> crate::accounting::ranges::Gaps {
+pub(super) fn outside(
+    s: usize,
+    e: usize,
+    spans: &[(usize, usize)],
+) -> crate::accounting::ranges::Gaps {
     crate::accounting::ranges::uncovered(s, e, spans.iter().copied())
 }
 
@@ -249,9 +294,18 @@ mod locked_tests {
     #[test]
     fn outside_runtime_spans() {
         let spans = [(0x1000, 0x3000), (0x2000, 0x2800), (0x5000, 0x6000)];
-        assert_eq!(super::outside(0x0, 0x8000, &spans).to_vec(), vec![(0x0, 0x1000), (0x3000, 0x5000), (0x6000, 0x8000)]);
+        assert_eq!(
+            super::outside(0x0, 0x8000, &spans).to_vec(),
+            vec![(0x0, 0x1000), (0x3000, 0x5000), (0x6000, 0x8000)]
+        );
         assert_eq!(super::outside(0x2000, 0x2800, &spans).to_vec(), vec![]);
-        assert_eq!(super::outside(0x2800, 0x5800, &spans).to_vec(), vec![(0x3000, 0x5000)]);
-        assert_eq!(super::outside(0x7000, 0x8000, &[]).to_vec(), vec![(0x7000, 0x8000)]);
+        assert_eq!(
+            super::outside(0x2800, 0x5800, &spans).to_vec(),
+            vec![(0x3000, 0x5000)]
+        );
+        assert_eq!(
+            super::outside(0x7000, 0x8000, &[]).to_vec(),
+            vec![(0x7000, 0x8000)]
+        );
     }
 }

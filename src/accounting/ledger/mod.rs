@@ -24,15 +24,19 @@ mod live;
 mod locked_pages;
 mod over;
 
-pub use count::{count_alloc, count_denied, count_denied_out_of_scope, count_downgraded, count_failed, count_over_budget, count_release, count_unknown_release, count_untracked, downgraded_live_delta};
+pub use count::{
+    count_alloc, count_denied, count_denied_out_of_scope, count_downgraded, count_failed,
+    count_over_budget, count_release, count_unknown_release, count_untracked,
+    downgraded_live_delta,
+};
 pub use events::{events, timeline, timeline_now, Point};
 pub use figures::{apis, live_bytes, totals};
 pub use first_count::{on_first_count, touched};
 pub use fork::{hold, let_go};
 pub use levels::{alloc_live, live_delta, live_release, use_levels};
 pub use live::{insert, insert_over, live_at, live_records, take, take_over, Backing, Live};
-pub use locked_pages::{locked_pages, locked_any, reconcile_locked, LockedPagesGuard, Synced};
 /// Only the hooks call it, and the builds without hooks (unit tests, fuzzing) have none.
 #[cfg(not(any(test, feature = "fuzzing")))]
 pub use locked_pages::note_runtime_lock;
+pub use locked_pages::{locked_any, locked_pages, reconcile_locked, LockedPagesGuard, Synced};
 pub use over::Over;

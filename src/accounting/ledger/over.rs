@@ -1,6 +1,6 @@
 //! Which limit a call went over.
 
-use super::blocks::{Block, add};
+use super::blocks::{add, Block};
 use pinguard_report::Limit;
 
 /// Which limit a call went over, for its counters and its event, and with the host reserve the
@@ -10,7 +10,13 @@ use pinguard_report::Limit;
 pub struct Over(u64);
 
 impl Over {
-    const LIMITS: [Limit; 5] = [Limit::Budget, Limit::GroupBudget, Limit::HostReserve, Limit::GroupUnavailable, Limit::CgroupReserve];
+    const LIMITS: [Limit; 5] = [
+        Limit::Budget,
+        Limit::GroupBudget,
+        Limit::HostReserve,
+        Limit::GroupUnavailable,
+        Limit::CgroupReserve,
+    ];
     /// The low bits hold the limit, the rest a floor's figure.
     const BITS: u32 = 3;
 
@@ -67,13 +73,37 @@ mod over_tests {
 
     #[test]
     fn an_over_keeps_its_limit_and_the_available_bytes() {
-        assert_eq!((Over::budget().limit(), Over::budget().host_available()), (Limit::Budget, None));
-        assert_eq!((Over::group_budget().limit(), Over::group_budget().host_available()), (Limit::GroupBudget, None));
+        assert_eq!(
+            (Over::budget().limit(), Over::budget().host_available()),
+            (Limit::Budget, None)
+        );
+        assert_eq!(
+            (
+                Over::group_budget().limit(),
+                Over::group_budget().host_available()
+            ),
+            (Limit::GroupBudget, None)
+        );
         for a in [0, 1, 4095, 1 << 40, u64::MAX >> 3] {
-            assert_eq!((Over::host_reserve(a).limit(), Over::host_reserve(a).host_available()), (Limit::HostReserve, Some(a)));
+            assert_eq!(
+                (
+                    Over::host_reserve(a).limit(),
+                    Over::host_reserve(a).host_available()
+                ),
+                (Limit::HostReserve, Some(a))
+            );
         }
-        assert_eq!(Over::host_reserve(u64::MAX).host_available(), Some(u64::MAX >> 3));
-        assert_eq!((Over::cgroup_reserve(7 << 20).limit(), Over::cgroup_reserve(7 << 20).cgroup_headroom()), (Limit::CgroupReserve, Some(7 << 20)));
+        assert_eq!(
+            Over::host_reserve(u64::MAX).host_available(),
+            Some(u64::MAX >> 3)
+        );
+        assert_eq!(
+            (
+                Over::cgroup_reserve(7 << 20).limit(),
+                Over::cgroup_reserve(7 << 20).cgroup_headroom()
+            ),
+            (Limit::CgroupReserve, Some(7 << 20))
+        );
         assert_eq!(Over::cgroup_reserve(7).host_available(), None);
     }
 }
