@@ -21,11 +21,11 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
         let Some(cfg) = lifecycle::ensure_init(_r.thread()) else {
             return -1;
         };
-        // SAFETY: not null, so a NUL-terminated path (the C API's contract, `pinguard.h`).
         let p = if path.is_null() {
             None
         } else {
             Some(
+                // SAFETY: not null, so a NUL-terminated path (the C API's contract, `pinguard.h`).
                 unsafe { CStr::from_ptr(path) }
                     .to_string_lossy()
                     .into_owned(),

@@ -59,6 +59,7 @@ pub fn owns_state() -> bool {
 #[link_section = ".init_array"]
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
+// Unit tests build no constructor.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
     if let Some(r) = Reentry::enter() {

@@ -261,7 +261,7 @@ fn each_policy_answers_a_call_over_the_reserve() {
     let r = g.run(
         "cres-down",
         "scenario",
-        &[&ops[0], &ops[1], "cuda_free:1"],
+        &[ops[0], ops[1], "cuda_free:1"],
         &[
             ("PINGUARD_CGROUP_RESERVE", &reserve),
             ("PINGUARD_POLICY", "downgrade"),
@@ -281,7 +281,7 @@ fn each_policy_answers_a_call_over_the_reserve() {
     let r = g.run(
         "cres-warn",
         "scenario",
-        &[&ops[0], &ops[1]],
+        &[ops[0], ops[1]],
         &[
             ("PINGUARD_CGROUP_RESERVE", &reserve),
             ("PINGUARD_POLICY", "warn"),

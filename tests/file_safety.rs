@@ -20,6 +20,7 @@ fn a_setuid_process_writes_no_report_where_the_environment_says() {
     extern "C" {
         fn geteuid() -> u32;
     }
+    // SAFETY: geteuid takes nothing and cannot fail.
     if unsafe { geteuid() } != 0 || Command::new("setpriv").arg("--version").output().is_err() {
         eprintln!("skipped: needs root and setpriv to make a setuid program (CI has both)");
         return;
@@ -94,7 +95,7 @@ fn processes_writing_one_path_never_leave_a_torn_file() {
     let path = dir.join("shared.json");
     let op = format!("report:{}", path.display());
     let args: Vec<&str> = std::iter::once("cuda_alloc:4096")
-        .chain(std::iter::repeat(op.as_str()).take(40))
+        .chain(std::iter::repeat_n(op.as_str(), 40))
         .collect();
     let spawn = || {
         Command::new(f.dir.join("scenario"))

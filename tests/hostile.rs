@@ -60,7 +60,7 @@ impl Rng {
         };
         let mut v = Vec::new();
         for _ in 0..len {
-            if self.next() % 3 == 0 {
+            if self.next().is_multiple_of(3) {
                 v.push((1 + self.next() % 255) as u8);
             } else {
                 v.extend_from_slice(PIECES[(self.next() % PIECES.len() as u64) as usize]);
@@ -80,7 +80,7 @@ fn garbage_in_every_variable_never_crashes_and_says_one_line_each() {
         cmd.args(["cuda_alloc:4096", "mlock:0:1"]).current_dir(&dir);
         let mut set = Vec::new();
         for var in VARS {
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 let v = rng.garbage();
                 cmd.env(var, OsString::from_vec(v.clone()));
                 set.push((var, v));

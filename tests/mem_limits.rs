@@ -32,12 +32,12 @@ fn progs() -> &'static PathBuf {
 
 /// `path args` with and without pinguard (each in a fresh report folder), with `RLIMIT_AS` set to
 /// `limit_kb` in the child before exec when given.
-fn both(path: &PathBuf, args: &[&str], limit_kb: Option<u64>) -> (Run, Run) {
+fn both(path: &std::path::Path, args: &[&str], limit_kb: Option<u64>) -> (Run, Run) {
     both_with(path, args, limit_kb, &[])
 }
 
 fn both_with(
-    path: &PathBuf,
+    path: &std::path::Path,
     args: &[&str],
     limit_kb: Option<u64>,
     env: &[(&str, &str)],

@@ -519,7 +519,7 @@ fn a_writer_in_another_pid_namespace_goes_when_it_dies_and_never_while_it_lives(
         until("a namespaced writer's file", || file.exists());
         let head = std::fs::read_to_string(&file).unwrap();
         assert!(
-            head.starts_with(&format!("# pinguard-writer pid=1 "))
+            head.starts_with(&"# pinguard-writer pid=1 ".to_string())
                 && head
                     .lines()
                     .next()

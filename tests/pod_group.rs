@@ -118,10 +118,8 @@ impl Pod {
         );
         let mut v = vec![0u16; layout::MAX_MEMBERS];
         // SAFETY: GETALL writes MAX_MEMBERS unsigned shorts (the set's size) into `v`.
-        assert_eq!(
-            unsafe { libc::semctl(id, 0, libc::GETALL, v.as_mut_ptr()) },
-            0
-        );
+        let rc = unsafe { libc::semctl(id, 0, libc::GETALL, v.as_mut_ptr()) };
+        assert_eq!(rc, 0);
         v
     }
     fn remove(&self) {
@@ -338,11 +336,8 @@ fn a_live_member_in_another_pid_namespace_keeps_its_share() {
     // The last member to leave removed the set: nothing of the group is left in the IPC namespace.
     assert_eq!(pod.header().sem_key, 0);
     // SAFETY: no pointers.
-    assert_eq!(
-        unsafe { libc::semget(key, 0, 0) },
-        -1,
-        "the set {key:#x} is gone"
-    );
+    let id = unsafe { libc::semget(key, 0, 0) };
+    assert_eq!(id, -1, "the set {key:#x} is gone");
 }
 
 #[test]

@@ -98,8 +98,7 @@ fn error_policy_admits_up_to_the_budget_exactly() {
     let last = r
         .stdout
         .lines()
-        .filter(|l| l.starts_with("cuda_alloc:8192 "))
-        .last()
+        .rfind(|l| l.starts_with("cuda_alloc:8192 "))
         .unwrap();
     assert_eq!(field(last, "rc"), 0);
     let rep = r.report();
@@ -230,7 +229,7 @@ fn warn_policy_lets_everything_through_and_logs_once_per_callsite() {
     // Four calls from three callsites (both cudaHostAlloc calls come from one line of scenario.c).
     assert_eq!(warnings.len(), 3, "{}", r.stderr);
     // ... and a loop from one callsite warns once.
-    let ops: Vec<&str> = std::iter::repeat("cuda_alloc:32768").take(5).collect();
+    let ops: Vec<&str> = std::iter::repeat_n("cuda_alloc:32768", 5).collect();
     let r = run(
         "scenario",
         &ops,

@@ -80,7 +80,7 @@ fn sites_at<'a>(rep: &'a Value, function: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn run_script(python: &PathBuf, env: &[(&str, &str)]) -> Run {
+fn run_script(python: &std::path::Path, env: &[(&str, &str)]) -> Run {
     let f = fixtures();
     let script = root().join("tests/progs/py_frames.py");
     let r = run(

@@ -236,6 +236,7 @@ fn default_report_falls_back_to_the_temp_dir_when_the_working_directory_is_read_
     let tmp = fresh_dir("tmp");
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     // Root ignores directory permissions: use a directory that cannot be written even by root.
+    // SAFETY: geteuid takes nothing and cannot fail.
     let cwd = if unsafe { libc_geteuid() } == 0 {
         std::path::PathBuf::from("/proc/self")
     } else {

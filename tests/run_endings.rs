@@ -124,6 +124,8 @@ fn kill(pid: i32, sig: i32) {
 
 /// `pinguard run` started with its output piped, once the program under it has pinned: returns
 /// it, its stdout and the program's pid.
+// The lint misses that the child is handed to the caller, which waits for it.
+#[allow(clippy::zombie_processes)]
 fn start(cmd: &mut Command) -> (Child, BufReader<ChildStdout>, i32) {
     let mut child = cmd
         .stdout(Stdio::piped())

@@ -100,11 +100,13 @@ fn report_signal_writes_a_snapshot_and_the_applications_handler_still_runs() {
     // handler stays in front and chains to it.
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!path.exists(), "nothing asked for a report yet");
+    // SAFETY: kill takes only integers; the pid is this test's own child.
     unsafe { libc_kill(child.id() as i32, 12) };
     wait_for(|| path.exists(), "the signal report");
     let rep = read_json(&path);
     assert_eq!(rep["reason"], "signal");
     assert!(rep["totals"]["live_bytes"].as_u64().unwrap() >= 65536);
+    // SAFETY: kill takes only integers; the pid is this test's own child.
     unsafe { libc_kill(child.id() as i32, 15) };
     let status = child.wait().unwrap();
     assert!(status.success());

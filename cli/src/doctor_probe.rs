@@ -179,8 +179,8 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                 let mut p = std::ptr::null_mut();
                 // SAFETY: cudaHostAlloc writes the new pointer into `p`; flags 0 is the default.
                 let rc = unsafe { alloc(&mut p, n as usize, 0) };
-                // SAFETY: `p` came from cudaHostAlloc above and is freed once.
                 if rc == 0 {
+                    // SAFETY: `p` came from cudaHostAlloc above and is freed once.
                     Ok(Box::new(move || unsafe {
                         free(p);
                     }) as Release)
@@ -212,8 +212,8 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                     unmap(p, n);
                     return Err(format!("cudaHostRegister returned {rc}"));
                 }
-                // SAFETY: `p` was registered above.
                 Ok(Box::new(move || {
+                    // SAFETY: `p` was registered above.
                     unsafe { unreg(p) };
                     unmap(p, n);
                 }) as Release)
@@ -263,8 +263,8 @@ fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
         let mut p = std::ptr::null_mut();
         // SAFETY: aclrtMallocHost writes the new pointer into `p`.
         let rc = unsafe { alloc(&mut p, n as usize) };
-        // SAFETY: `p` came from aclrtMallocHost above and is freed once.
         if rc == 0 {
+            // SAFETY: `p` came from aclrtMallocHost above and is freed once.
             Ok(Box::new(move || unsafe {
                 free(p);
             }) as Release)
@@ -307,8 +307,8 @@ fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
         let mut p = std::ptr::null_mut();
         // SAFETY: hipHostMalloc writes the new pointer into `p`; flags 0 is hipHostMallocDefault.
         let rc = unsafe { alloc(&mut p, n as usize, 0) };
-        // SAFETY: `p` came from hipHostMalloc above and is freed once.
         if rc == 0 {
+            // SAFETY: `p` came from hipHostMalloc above and is freed once.
             Ok(Box::new(move || unsafe {
                 free(p);
             }) as Release)

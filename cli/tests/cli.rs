@@ -2143,7 +2143,8 @@ fn a_ctypes_call_path_reports_its_true_peak() {
 fn stacks_shown_as_one_line_do_not_sum_a_processes_peaks() {
     let dir = fresh_dir("one-line-peak");
     let kib = 1u64 << 10;
-    let (a, b): (&[(&str, &str, u32)], &[(&str, &str, u32)]) = (
+    type Frames = [(&'static str, &'static str, u32)];
+    let (a, b): (&Frames, &Frames) = (
         &[("ffi_call_unix64", "unix64.S", 100)],
         &[
             ("ffi_call_unix64", "unix64.S", 100),

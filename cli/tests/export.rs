@@ -703,7 +703,8 @@ fn python_frames_are_functions_of_their_own_marked_py() {
     );
     let r = read_json(&report);
     let live = r["callsites"][0]["live_bytes"].as_u64().unwrap();
-    let folded = std::fs::read_to_string(export("folded", &[], &[dir.clone()])).unwrap();
+    let folded =
+        std::fs::read_to_string(export("folded", &[], std::slice::from_ref(&dir))).unwrap();
     assert!(
         folded
             .lines()
@@ -711,9 +712,10 @@ fn python_frames_are_functions_of_their_own_marked_py() {
                 && l.ends_with(&format!(" {live}"))),
         "{folded}"
     );
-    let speedscope: Value =
-        serde_json::from_slice(&std::fs::read(export("speedscope", &[], &[dir.clone()])).unwrap())
-            .unwrap();
+    let speedscope: Value = serde_json::from_slice(
+        &std::fs::read(export("speedscope", &[], std::slice::from_ref(&dir))).unwrap(),
+    )
+    .unwrap();
     assert!(
         speedscope["shared"]["frames"]
             .as_array()
@@ -728,7 +730,7 @@ fn python_frames_are_functions_of_their_own_marked_py() {
         reader(false, "go tool pprof (golang-go)");
         return;
     };
-    let file = export("pprof", &[], &[dir.clone()]);
+    let file = export("pprof", &[], std::slice::from_ref(&dir));
     let (_, rows) = top(&run_pprof(
         &cmd,
         &["-top", "-cum", "-lines", "-unit=B", "-sample_index=live"],

@@ -120,7 +120,7 @@ fn one_helper_called_from_three_places_is_three_named_callsites_in_run_report_an
             .unwrap_or_else(|| panic!("no row for {caller}:\n{rep}"));
         let denied = &row[..header.find("DENIED").unwrap() + "DENIED".len()];
         assert_eq!(
-            denied.trim_start().split_whitespace().last(),
+            denied.split_whitespace().last(),
             Some(if caller == "grow_cache" { "1" } else { "0" }),
             "{row}"
         );

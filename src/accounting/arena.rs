@@ -221,7 +221,7 @@ pub fn header_word(off: usize) -> Option<&'static AtomicU64> {
 /// Names the live-allocation table `dir` in the header: `cap` slots at `at` (64-byte aligned),
 /// already filled. One store: a death at any moment leaves the old table or the new one named.
 pub fn publish_table(dir: usize, at: usize, cap: usize) {
-    debug_assert!(at % 64 == 0 && cap.is_power_of_two());
+    debug_assert!(at.is_multiple_of(64) && cap.is_power_of_two());
     if !holds(at as *const u8) {
         return;
     }

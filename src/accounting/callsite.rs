@@ -192,7 +192,7 @@ pub fn tag(cs: &'static Callsite) -> Option<usize> {
         cs as *const Callsite as usize,
         cs.gen.load(Ordering::Acquire),
     );
-    (at >> TAG_SHIFT == 0 && gen & 1 == 0).then(|| at | ((gen as usize & 0xffff) << TAG_SHIFT))
+    (at >> TAG_SHIFT == 0 && gen & 1 == 0).then_some(at | ((gen as usize & 0xffff) << TAG_SHIFT))
 }
 
 /// The callsite a `tag` names, unless its slot has left the table since (folded, or retired
@@ -211,8 +211,7 @@ pub unsafe fn from_tag(tag: usize) -> Option<&'static Callsite> {
 
 const SHARDS: usize = 16;
 
-static TABLE: [Mutex<Option<FxHashMap<&'static [usize], &'static Callsite>>>; SHARDS] =
-    [const { Mutex::new(None) }; SHARDS];
+static TABLE: [Shard; SHARDS] = [const { Mutex::new(None) }; SHARDS];
 static NEXT_ID: AtomicU32 = AtomicU32::new(0);
 
 const RECENT: usize = 8;
@@ -874,10 +873,8 @@ mod tests {
             intern(&key(i)).level.alloc(0, 4096);
         }
         // SAFETY: `old` comes from `tag`.
-        assert!(
-            unsafe { from_tag(old) }.is_none(),
-            "a folded callsite's tag names nothing"
-        );
+        let named = unsafe { from_tag(old) };
+        assert!(named.is_none(), "a folded callsite's tag names nothing");
         assert!(
             std::ptr::eq(intern(&key(1000)), live),
             "a callsite with a live allocation stays"

@@ -53,6 +53,7 @@ pub struct Stripe {
 /// lowering their highs on every sum would add shared writes to the sums they already make.
 const LOWER_EVERY: u64 = 64;
 
+// A constant initialiser for arrays, copied into each slot, never shared.
 #[allow(clippy::declare_interior_mutable_const)]
 const STRIPE: Stripe = Stripe {
     bytes: AtomicI64::new(0),
@@ -129,6 +130,7 @@ pub fn raise(peak: &AtomicU64, now: i64) {
 }
 
 impl<const K: usize> Level<K> {
+    // A constant initialiser for arrays, copied into each slot, never shared.
     #[allow(clippy::declare_interior_mutable_const)]
     pub const NEW: Self = Level {
         stripes: [STRIPE; K],

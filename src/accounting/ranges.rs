@@ -398,7 +398,7 @@ mod tests {
             x ^= x << 17;
             let s = (x % pages as u64) as usize;
             let e = (s + 1 + ((x >> 8) % max_len as u64) as usize).min(pages);
-            if (x >> 20) % (locks + 1) != 0 {
+            if !(x >> 20).is_multiple_of(locks + 1) {
                 // Lock: the gaps are exactly the pages not yet locked.
                 let gaps = r.gaps(s * PAGE, e * PAGE);
                 let new: usize = gaps.iter().map(|(gs, ge)| (ge - gs) / PAGE).sum();

@@ -678,10 +678,9 @@ fn take(mutex: *mut libc::pthread_mutex_t, w: &mut Wait) -> c_int {
         // published; a pthread mutex is made to be shared this way, through a raw pointer.
         let rc = unsafe { libc::pthread_mutex_trylock(mutex) };
         if rc != libc::EBUSY {
-            if rc == 0 || rc == libc::EOWNERDEAD {
-                if UNREACHABLE_UNTIL.load(Ordering::Relaxed) != 0 {
-                    UNREACHABLE_UNTIL.store(0, Ordering::Relaxed);
-                }
+            if (rc == 0 || rc == libc::EOWNERDEAD) && UNREACHABLE_UNTIL.load(Ordering::Relaxed) != 0
+            {
+                UNREACHABLE_UNTIL.store(0, Ordering::Relaxed);
             }
             return rc;
         }
@@ -1024,12 +1023,12 @@ impl Dead {
         let here = here();
         let mut raised = [0u16; MAX_MEMBERS];
         let set = h.set_here(here).filter(|s| s.values(&mut raised).is_ok());
-        for i in 0..MAX_MEMBERS {
+        for (i, &raised_i) in raised.iter().enumerate() {
             let (seen, serial) = h.member_seen(i);
             if seen.pid == 0 || (i == me && seen.pid == MY_PID.load(Ordering::Relaxed)) {
                 continue;
             }
-            if set.is_some_and(|s| s.key == seen.sem_key && raised[i] > 0) {
+            if set.is_some_and(|s| s.key == seen.sem_key && raised_i > 0) {
                 continue;
             }
             let value = |key: i32| match set.filter(|s| s.key == key) {
@@ -1058,7 +1057,7 @@ fn member_at(i: usize, field: usize) -> usize {
 impl Shared {
     /// The `u64` field at `offset` (an `offset_of!`, or `member_at`), read without the lock.
     fn u64_at(self, offset: usize) -> u64 {
-        assert!(offset % 8 == 0 && offset + 8 <= layout::SIZE);
+        assert!(offset.is_multiple_of(8) && offset + 8 <= layout::SIZE);
         // SAFETY: an aligned u64 inside the published ledger mapping (checked just above: the
         // mapping is page-aligned); other processes write it under the lock, and an atomic read
         // races with nothing.
@@ -1068,7 +1067,7 @@ impl Shared {
 
     /// The `u32` field at `offset`, read without the lock.
     fn u32_at(self, offset: usize) -> u32 {
-        assert!(offset % 4 == 0 && offset + 4 <= layout::SIZE);
+        assert!(offset.is_multiple_of(4) && offset + 4 <= layout::SIZE);
         // SAFETY: an aligned u32 inside the published ledger mapping, as in `u64_at`.
         unsafe { AtomicU32::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u32>()) }
             .load(Ordering::Relaxed)
@@ -1222,7 +1221,7 @@ impl Shared {
     /// The `u64` at `offset` (an `offset_of!`, `member_at`, `ext_at`), to change atomically: the
     /// fields members change without the lock.
     fn atomic_u64(self, offset: usize) -> &'static AtomicU64 {
-        assert!(offset % 8 == 0 && offset + 8 <= layout::SIZE);
+        assert!(offset.is_multiple_of(8) && offset + 8 <= layout::SIZE);
         // SAFETY: an aligned u64 inside the published ledger mapping, which is never unmapped;
         // every process changes it atomically.
         unsafe { AtomicU64::from_ptr(self.0.as_ptr().cast::<u8>().add(offset).cast::<u64>()) }
@@ -1967,8 +1966,8 @@ fn note(field: impl Fn(*mut Member) -> *mut u64) {
 pub fn leave() {
     let Some(h) = header() else { return };
     // A vfork child runs in its parent's memory: the slot and its share are the parent's.
-    // SAFETY: no arguments; it cannot fail.
     if SLOT.load(Ordering::Relaxed) < MAX_MEMBERS
+        // SAFETY: no arguments; it cannot fail.
         && unsafe { libc::getpid() } as u32 != MY_PID.load(Ordering::Relaxed)
     {
         return;

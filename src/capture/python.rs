@@ -178,10 +178,10 @@ fn probe() -> Option<Python> {
     if tstate == 0 || code_type == 0 {
         return None;
     }
-    // SAFETY: The symbol is CPython's exported `PyThreadState *PyGILState_GetThisThreadState(void)`,
-    // a C function whose ABI matches this signature (a pointer returned as usize).
     Some(Python {
         layout,
+        // SAFETY: The symbol is CPython's exported `PyThreadState *PyGILState_GetThisThreadState(void)`,
+        // a C function whose ABI matches this signature (a pointer returned as usize).
         this_thread_state: unsafe {
             std::mem::transmute::<usize, unsafe extern "C" fn() -> usize>(tstate)
         },
@@ -252,7 +252,7 @@ fn found(t: &Thread) -> Option<&'static Python> {
     }
     let n = t.python_calls.get();
     t.python_calls.set(n.wrapping_add(1));
-    if n % 256 != 0 {
+    if !n.is_multiple_of(256) {
         return None;
     }
     probe_here(t)
@@ -304,7 +304,7 @@ pub fn capture(t: &Thread, depth: usize, out: &mut [usize]) -> usize {
             let code = word(frame + l.f_code);
             if Some(owner) != l.owner_cstack
                 && code != 0
-                && code % 8 == 0
+                && code.is_multiple_of(8)
                 && word(code + 8) == py.code_type
             {
                 let start = code + l.co_code_adaptive;
@@ -418,7 +418,7 @@ pub fn frame(id: usize, f: impl FnOnce(&PyFrame)) {
 
 /// A `str` object's text (compact ASCII, compact 1/2/4-byte, or legacy non-compact).
 unsafe fn read_str(l: &Layout, s: usize) -> Option<String> {
-    if s == 0 || s % 8 != 0 {
+    if s == 0 || !s.is_multiple_of(8) {
         return None;
     }
     // SAFETY: `s` is not null, so a live `str` object of the probed layout (the caller's guarantee).

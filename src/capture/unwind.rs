@@ -253,6 +253,7 @@ pub struct Regs {
     fp: u64,
     /// aarch64's link register: the return address while the function has not saved it yet
     /// (the compiler may take these registers before the prologue); 0 on x86-64.
+    // Read on aarch64 only.
     #[cfg_attr(not(target_arch = "aarch64"), allow(dead_code))]
     lr: u64,
 }
@@ -416,7 +417,7 @@ impl Local {
 
     fn rebuild_here(&mut self, wanted: u64) {
         let mut shared = SHARED.lock();
-        let stale = shared.as_ref().map_or(true, |s| s.generation != wanted);
+        let stale = shared.as_ref().is_none_or(|s| s.generation != wanted);
         if stale {
             *shared = Some(scan(wanted));
         }
@@ -555,7 +556,7 @@ impl Local {
         let reads = &mut self.reads;
         reads.clear();
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            if addr < lo || addr.checked_add(8).is_none_or(|e| e > hi) || addr % 8 != 0 {
+            if addr < lo || addr.checked_add(8).is_none_or(|e| e > hi) || !addr.is_multiple_of(8) {
                 return Err(());
             }
             // SAFETY: inside this thread's own stack, above the live stack pointer.
@@ -1061,7 +1062,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(
             stack_in_maps(
                 b"10000000000000000-20000000000000000 x\n",
-                0x1_8000_0000_0000_000
+                0x1800_0000_0000_0000
             ),
             None
         );

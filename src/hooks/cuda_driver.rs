@@ -431,9 +431,9 @@ unsafe fn get_proc_v2(
 }
 
 unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int) {
-    // SAFETY: `pfn` is not null, so the caller's valid, written out-pointer.
     if symbol.is_null()
         || pfn.is_null()
+        // SAFETY: `pfn` is not null, so the caller's valid, written out-pointer.
         || unsafe { (*pfn).is_null() }
         || !crate::lifecycle::hooks_enabled(Family::CudaDriver)
     {

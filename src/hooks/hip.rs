@@ -372,10 +372,10 @@ unsafe fn get_proc(
     _status: *mut c_int,
 ) -> c_int {
     let rc = real.call();
-    // SAFETY: `pfn` is checked for null before it is read; on success the runtime wrote it.
     if rc != SUCCESS
         || symbol.is_null()
         || pfn.is_null()
+        // SAFETY: `pfn` is checked for null before it is read; on success the runtime wrote it.
         || unsafe { (*pfn).is_null() }
         || !crate::lifecycle::hooks_enabled(Family::Hip)
     {

@@ -177,8 +177,8 @@ unsafe fn mmap_tracked(
                 fd,
                 off,
             };
-            // SAFETY: as above.
             h.lock_call_own_stack(|h| {
+                // SAFETY: as above.
                 h.mmap_locked(m, |fl| unsafe { real_mmap(addr, len, prot, fl, fd, off) })
             })
         }

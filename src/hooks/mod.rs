@@ -94,6 +94,7 @@ macro_rules! invoke {
         impl<R, $($a),*> Invoke<($($a,)*)> for unsafe extern "C-unwind" fn($($a),*) -> R {
             type Out = R;
             #[inline(always)]
+            // Named after the C symbol it stands for.
             #[allow(non_snake_case)]
             unsafe fn invoke(self, ($($a,)*): ($($a,)*)) -> R {
                 // SAFETY: the caller keeps the function's contract.
@@ -136,9 +137,11 @@ macro_rules! hooks {
         $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty => $body:path; )*
     ) => {
         $(
+            // Named after the C symbol it stands for.
             #[allow(non_snake_case)]
             #[doc = concat!("`", stringify!($name), "`'s C type, real function and slot wrappers.")]
             pub mod $name {
+                // A row uses only some of the names its table brings in.
                 #[allow(unused_imports)]
                 use super::*;
                 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -237,9 +240,11 @@ macro_rules! hand_hooks {
         $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty $(, real $fnty:ty)? $(=> $body:path)?; )*
     ) => {
         $(
+            // Named after the C symbol; a build without hooks leaves it unused.
             #[allow(non_snake_case, dead_code)]
             #[doc = concat!("`", stringify!($name), "`'s C type and real function.")]
             pub mod $name {
+                // A row uses only some of the names its table brings in.
                 #[allow(unused_imports)]
                 use super::*;
                 pub type Fn = $crate::hooks::hand_hooks!(@fnty [$($fnty)?] ($($ty),*) -> $ret);
@@ -258,11 +263,13 @@ macro_rules! hand_hooks {
         )*
 
         /// The table's entry points, as exported.
+        // Builds without the hooks (tests, fuzz targets) leave these unread.
         #[allow(dead_code)]
         pub const NAMES: &[&str] = &[$(stringify!($name)),*];
 
         /// pinguard's own export for `name` when `real`, the function `dlsym(handle, name)` found,
         /// is the one found by name (`Some(None)` when it is another).
+        // Builds without the hooks (tests, fuzz targets) leave these unread.
         #[allow(dead_code)]
         pub fn redirect(name: &std::ffi::CStr, real: usize) -> Option<Option<usize>> {
             let name = name.to_bytes();
@@ -278,6 +285,7 @@ macro_rules! hand_hooks {
     (@export [$body:path] $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),*) -> $ret:ty) => {
         $(#[doc = $doc])*
         #[no_mangle]
+        // A row whose body needs no unsafe code still gets the table's unsafe block.
         #[allow(unused_unsafe)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
             // SAFETY: the C caller's arguments, under the function's contract, which is the body's.

@@ -272,10 +272,10 @@ unsafe fn set(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
     }
     // Read before any signal is blocked: a bad pointer faults here as it would in libc (read
     // unaligned: a debug build's alignment check would panic where libc faults).
-    // SAFETY: the caller passes `act` null or valid, and it is not null here.
     let new = if act.is_null() {
         None
     } else {
+        // SAFETY: the caller passes `act` null or valid, and it is not null here.
         Some(unsafe { act.read_unaligned() })
     };
     // SAFETY: an all-zero `sigaction` is a valid value (SIG_DFL, empty mask).

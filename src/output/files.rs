@@ -36,9 +36,8 @@ pub fn with_pid(t: &str) -> String {
     let mut rest = t;
     let mut has_pid = false;
     while let Some(i) = rest.find('%') {
-        match rest[i + 1..].chars().next() {
-            Some('p') => has_pid = true,
-            _ => {}
+        if let Some('p') = rest[i + 1..].chars().next() {
+            has_pid = true
         }
         rest = &rest[(i + 2).min(rest.len())..];
     }

@@ -210,7 +210,7 @@ mod tests {
         );
         assert!(native_label(f + 1).contains("getpid"));
         // An address in no object (the heap) is itself; so is 0.
-        let v = vec![0u8; 64];
+        let v = [0u8; 64];
         assert_eq!(dynamic_symbol(v.as_ptr() as usize), None);
         assert_eq!(
             native_label(v.as_ptr() as usize),

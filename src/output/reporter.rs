@@ -54,6 +54,7 @@ pub fn start(cfg: &'static Config, recheck_signal: fn()) {
 
 /// From the signal handler: async-signal-safe (an atomic add and one system call, errno kept).
 /// On x86-64 and aarch64 the report signal's trampoline does the same in assembly (`WAKE`).
+// The assembly trampolines do this work where they exist.
 #[cfg_attr(any(target_arch = "x86_64", target_arch = "aarch64"), allow(dead_code))]
 pub fn wake_from_signal() {
     WAKE.fetch_add(1, Ordering::Release);

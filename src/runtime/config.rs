@@ -332,9 +332,7 @@ pub fn early_disabled(disable: Option<&[u8]>) -> bool {
 /// exactly as `Config` decides (for the calls that come before pinguard has started).
 pub fn early_hooks_enabled(disable: Option<&[u8]>, hooks: Option<&[u8]>, family: Family) -> bool {
     !early_disabled(disable)
-        && hooks.map_or(true, |h| {
-            hooks_switch(h).map_or(true, |bits| bits & family.bit() != 0)
-        })
+        && hooks.is_none_or(|h| hooks_switch(h).map_or(true, |bits| bits & family.bit() != 0))
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {

@@ -304,7 +304,7 @@ unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> 
     if hash != 0 {
         // SAFETY: the mapped SysV hash table starts with `nbucket`, `nchain`.
         let nchain = unsafe { *(hash as *const u32).add(1) } as usize;
-        return (0..nchain).find_map(|i| check(i));
+        return (0..nchain).find_map(check);
     }
     None
 }
@@ -404,11 +404,7 @@ mod tests {
     fn a_malformed_table_finds_nothing_and_does_not_panic() {
         // No buckets at all.
         assert_eq!(
-            gnu_walk(
-                |w| [0u32, 1, 1, 6, 0, 0][w],
-                gnu_hash(b"getpid"),
-                |i| Some(i)
-            ),
+            gnu_walk(|w| [0u32, 1, 1, 6, 0, 0][w], gnu_hash(b"getpid"), Some),
             None
         );
         // One bucket naming symbol 1, below `symoffset` 5.
@@ -416,7 +412,7 @@ mod tests {
             gnu_walk(
                 |w| [1u32, 5, 1, 6, 0, 0, 1, 0][w],
                 gnu_hash(b"getpid"),
-                |i| Some(i)
+                Some
             ),
             None
         );

@@ -186,8 +186,8 @@ fn raw(f: impl FnOnce() -> libc::c_long) -> Result<libc::c_long, c_int> {
     // SAFETY: as above.
     let saved = unsafe { *errno };
     let r = f();
-    // SAFETY: as above.
     let out = if r == -1 {
+        // SAFETY: as above.
         Err(unsafe { *errno })
     } else {
         Ok(r)
@@ -528,6 +528,42 @@ pub fn cmdline() -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// This process's PID namespace (the inode number of `/proc/self/ns/pid`), when `/proc` is the one
+/// of that namespace (`/proc/self` names this process): through a `/proc` mounted for another
+/// namespace, every pid would be a stranger's.
+pub fn pid_namespace() -> Option<u64> {
+    // readlink is no cancellation point.
+    let me = std::fs::read_link("/proc/self").ok()?;
+    if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
+        return None;
+    }
+    pinguard_report::textfile::ns_inode(
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()?
+            .as_os_str()
+            .as_encoded_bytes(),
+    )
+}
+
+/// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).
+pub fn raw_pid() -> i32 {
+    // SAFETY: getpid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
+}
+
+/// When this process started, in clock ticks after boot (`/proc/self/stat`'s 22nd field): with
+/// the pid, it tells this process from a later one that reuses its pid.
+/// Read from the main thread's task entry: qemu-user makes up `/proc/self/stat` (start time 0).
+pub fn start_ticks() -> u64 {
+    let task = std::ffi::CString::new(format!("/proc/self/task/{}/stat", raw_pid()))
+        .expect("no NUL in a number");
+    sys::read_text(&task)
+        .or_else(|| sys::read_text(c"/proc/self/stat"))
+        .as_deref()
+        .and_then(pinguard_report::state::stat_start_ticks)
+        .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -688,10 +724,8 @@ mod tests {
         }
         assert!(!any_locked(p, p + 4 * page));
         // SAFETY: the second page of our own mapping (one page: within any RLIMIT_MEMLOCK).
-        assert_eq!(
-            unsafe { libc::mlock(byte(1) as *const libc::c_void, page) },
-            0
-        );
+        let rc = unsafe { libc::mlock(byte(1) as *const libc::c_void, page) };
+        assert_eq!(rc, 0);
         assert!(any_locked(p, p + 4 * page));
         assert!(any_locked(p + page, p + 2 * page));
         assert!(!any_locked(p, p + page) && !any_locked(p + 2 * page, p + 4 * page));
@@ -702,11 +736,8 @@ mod tests {
         assert!(!any_locked(p, p + page), "a hole alone is not locked");
         for i in 1..4 {
             // SAFETY: pages of our own mapping, still mapped.
-            assert_eq!(
-                unsafe { *byte(i) },
-                7 + i as u8,
-                "the probe left page {i} as it was"
-            );
+            let b = unsafe { *byte(i) };
+            assert_eq!(b, 7 + i as u8, "the probe left page {i} as it was");
         }
         // SAFETY: what is left of our own mapping.
         unsafe { libc::munmap(byte(1) as *mut libc::c_void, 3 * page) };
@@ -738,40 +769,4 @@ mod tests {
             libc::munmap((p + 2 * page) as *mut libc::c_void, page);
         }
     }
-}
-
-/// This process's PID namespace (the inode number of `/proc/self/ns/pid`), when `/proc` is the one
-/// of that namespace (`/proc/self` names this process): through a `/proc` mounted for another
-/// namespace, every pid would be a stranger's.
-pub fn pid_namespace() -> Option<u64> {
-    // readlink is no cancellation point.
-    let me = std::fs::read_link("/proc/self").ok()?;
-    if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
-        return None;
-    }
-    pinguard_report::textfile::ns_inode(
-        std::fs::read_link("/proc/self/ns/pid")
-            .ok()?
-            .as_os_str()
-            .as_encoded_bytes(),
-    )
-}
-
-/// The caller's pid from the kernel (glibc's cached one is wrong in a `vfork` child).
-pub fn raw_pid() -> i32 {
-    // SAFETY: getpid has no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_getpid) as i32 }
-}
-
-/// When this process started, in clock ticks after boot (`/proc/self/stat`'s 22nd field): with
-/// the pid, it tells this process from a later one that reuses its pid.
-/// Read from the main thread's task entry: qemu-user makes up `/proc/self/stat` (start time 0).
-pub fn start_ticks() -> u64 {
-    let task = std::ffi::CString::new(format!("/proc/self/task/{}/stat", raw_pid()))
-        .expect("no NUL in a number");
-    sys::read_text(&task)
-        .or_else(|| sys::read_text(c"/proc/self/stat"))
-        .as_deref()
-        .and_then(pinguard_report::state::stat_start_ticks)
-        .unwrap_or(0)
 }

@@ -30,6 +30,7 @@ fn futex(word: &AtomicU32, op: libc::c_int, val: u32) {
 // away from unlocked itself (compare-and-swap or swap, Acquire), so there is one holder at a
 // time; `unlock` sets it back with Release and wakes a waiter.
 unsafe impl lock_api::RawMutex for FutexRaw {
+    // A constant initialiser copied into each lock, never shared: the lint's worry cannot arise.
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: FutexRaw = FutexRaw(AtomicU32::new(UNLOCKED));
     type GuardMarker = lock_api::GuardNoSend;

@@ -128,9 +128,9 @@ unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
         if next > end {
             return None;
         }
-        // SAFETY: `namesz == 4` and `next <= end`: the name lies within the caller's segment.
         if ty == 3
             && namesz == 4
+            // SAFETY: `namesz == 4` and `next <= end`: the name lies within the caller's segment.
             && unsafe { std::slice::from_raw_parts(name as *const u8, 4) } == b"GNU\0"
         {
             // SAFETY: `desc + descsz <= next <= end`: within the caller's segment.

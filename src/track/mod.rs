@@ -73,7 +73,10 @@ impl Drop for WarnLater<'_> {
 mod locking;
 mod physical;
 mod pools;
+// Used by the hooks, which tests and the fuzz targets build without.
+#[cfg_attr(any(test, feature = "fuzzing"), allow(unused_imports))]
 pub use locking::MmapArgs;
+#[cfg_attr(any(test, feature = "fuzzing"), allow(unused_imports))]
 pub use pools::PoolApi;
 mod scope;
 
@@ -379,10 +382,9 @@ impl Hook {
         if !python {
             // Native frames alone: a walk this thread remembers names its callsite at once.
             let depth = (self.cfg.depth as usize).min(stack::MAX_FRAMES);
+            let recalled = stack::recall(&self.from, depth);
             // SAFETY: tags are set below, from `callsite::tag`, and nowhere else.
-            if let Some(cs) =
-                stack::recall(&self.from, depth).and_then(|t| unsafe { callsite::from_tag(t) })
-            {
+            if let Some(cs) = recalled.and_then(|t| unsafe { callsite::from_tag(t) }) {
                 return cs;
             }
         }
@@ -702,8 +704,8 @@ impl Hook {
         };
         // If `real` unwinds (a cancellation point inside the runtime), the reservation goes back.
         self.call(real, |&rc, _| {
-            // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
             let p = if rc == codes.ok {
+                // SAFETY: on success the runtime wrote the new pointer to `out`, which is not null.
                 unsafe { (*out) as usize }
             } else {
                 0

@@ -14,6 +14,8 @@ pub struct Asan {
     pub prog: PathBuf,
     /// The same with the runtime linked into the program (`-static-libasan`): nothing to preload
     /// but pinguard, and ASan starts inside the program, before any constructor.
+    // Read by tests/asan.rs; the CLI's tests share this module and use the rest of it.
+    #[allow(dead_code)]
     pub prog_static: PathBuf,
 }
 

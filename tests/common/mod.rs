@@ -1,5 +1,6 @@
 //! Shared by the integration tests: builds the emulated runtimes and the C test programs with the
 //! system C compiler, runs programs with pinguard preloaded, and reads what they print.
+// Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
 use serde_json::Value;

@@ -24,6 +24,7 @@ macro_rules! counters {
         }
 
         impl $name {
+            // A constant initialiser for arrays, copied into each slot, never shared.
             #[allow(clippy::declare_interior_mutable_const)]
             const ZERO: $name = $name { $($f: AtomicU64::new(0),)* };
 
@@ -77,6 +78,7 @@ const _: () = {
     );
 };
 
+// A constant initialiser for arrays, copied into each slot, never shared.
 #[allow(clippy::declare_interior_mutable_const)]
 pub(super) const BLOCK: Block = Block {
     totals: Counters::ZERO,
