@@ -294,7 +294,13 @@ fn the_node_file_applies_in_secure_mode_and_says_where_the_report_goes() {
     let caller = format!("{}/c.%p.json", node.caller().display());
     let o = node.run(
         Some(NodeFile::root(&conf)),
-        &[("PINGUARD_BUDGET", "1G"), ("PINGUARD_REPORT", &caller)],
+        &[
+            ("PINGUARD_BUDGET", "1G"),
+            ("PINGUARD_REPORT", &caller),
+            // Nor do the switches read before start-up.
+            ("PINGUARD_DISABLE", "1"),
+            ("PINGUARD_HOOKS", "cuda"),
+        ],
         &["lock:64"],
     );
     let (out, err) = text(&o);
@@ -315,7 +321,7 @@ fn the_node_file_applies_in_secure_mode_and_says_where_the_report_goes() {
     assert_eq!(r["totals"]["denied_count"], 1, "{r}");
     let errors = r["config"]["errors"].to_string();
     assert!(
-        errors.contains("secure-mode") && errors.contains("2 PINGUARD_* variable(s)"),
+        errors.contains("secure-mode") && errors.contains("4 PINGUARD_* variable(s)"),
         "{errors}"
     );
 }

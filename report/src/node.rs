@@ -15,10 +15,10 @@ pub const MAX_BYTES: usize = 64 * 1024;
 /// library decides it before it may allocate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// No file. First: the library's static holding a verdict is all zeros until read (`.bss`).
+    Absent,
     /// Read; its settings are in force.
     Trusted,
-    /// No file (or `PINGUARD_CONFIG` empty: none wanted).
-    Absent,
     /// `PINGUARD_CONFIG` is empty.
     Off,
     /// The last component is a symbolic link, a FIFO, a directory, ...

@@ -18,13 +18,15 @@ use std::sync::atomic::{AtomicU8, Ordering};
 /// The longest path taken from `PINGUARD_CONFIG`, its NUL included.
 const PATH_MAX: usize = 4096;
 
-/// What `load` found: the path looked at, the verdict, and the file's bytes when trusted.
+/// What `load` found: the path looked at, the verdict, and the file's bytes when trusted. In this
+/// order, and all zeros until read (`.bss`): without a file, reading touches one page of it.
+#[repr(C)]
 pub struct Loaded {
-    path: [u8; PATH_MAX],
-    path_len: usize,
-    text: [u8; MAX_BYTES],
-    len: usize,
     pub verdict: Verdict,
+    path_len: usize,
+    len: usize,
+    path: [u8; PATH_MAX],
+    text: [u8; MAX_BYTES],
 }
 
 impl Loaded {
@@ -45,11 +47,11 @@ struct Slot(UnsafeCell<Loaded>);
 unsafe impl Sync for Slot {}
 
 static SLOT: Slot = Slot(UnsafeCell::new(Loaded {
-    path: [0; PATH_MAX],
-    path_len: 0,
-    text: [0; MAX_BYTES],
-    len: 0,
     verdict: Verdict::Absent,
+    path_len: 0,
+    len: 0,
+    path: [0; PATH_MAX],
+    text: [0; MAX_BYTES],
 }));
 
 const UNREAD: u8 = 0;
