@@ -499,3 +499,39 @@ fn outside_secure_mode_another_users_file_is_ignored_and_an_empty_name_means_non
     );
     drop(dir);
 }
+
+#[test]
+fn a_link_a_fifo_and_a_large_file_are_ignored_without_blocking() {
+    let (dir, good) = config_file("kinds", "PINGUARD_POLICY=warn\n");
+    let link = dir.join("link.conf");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    let fifo = dir.join("fifo.conf");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    chmod(&fifo, "644");
+    let large = dir.join("large.conf");
+    std::fs::write(&large, "# padding\n".repeat(7000)).unwrap();
+    chmod(&large, "644");
+    for (path, why) in [
+        (&link, "is not a regular file (a link is never followed)"),
+        (&fifo, "is not a regular file (a link is never followed)"),
+        (&large, "is 70000 bytes, more than the 65536 read"),
+    ] {
+        let f = fixtures();
+        let out_dir = fresh_dir("kinds-run");
+        let mut cmd = command_in(&f.dir.join("scenario"), &out_dir, true);
+        cmd.args(["mlock:0:1"]).env("PINGUARD_CONFIG", path);
+        let out = run_bounded(&mut cmd, Duration::from_secs(30));
+        let r = Run::from_output(out, out_dir);
+        let rep = r.report();
+        assert_eq!(rep["config"]["policy"], "error", "{why}");
+        let errors = rep["config"]["errors"].to_string();
+        assert!(
+            errors.contains(&format!("node configuration {} {why}", path.display())),
+            "{errors}"
+        );
+    }
+}

@@ -108,20 +108,20 @@ fn read_into(l: &mut Loaded) {
     };
     l.path[..path.len()].copy_from_slice(path);
     l.path_len = path.len();
-    // NUL-terminated for the kernel: the buffer is zeroed past the path.
-    let Ok(c) = CStr::from_bytes_until_nul(&l.path[..=path.len()]) else {
-        l.verdict = Verdict::Unreadable(libc::EINVAL);
-        return;
-    };
     // SAFETY: geteuid cannot fail.
     let own = (!secure).then(|| unsafe { libc::geteuid() });
-    let (verdict, len) = judge(c, path, own, &mut l.text);
+    let (verdict, len) = judge(l, own);
     l.verdict = verdict;
     l.len = if verdict.trusted() { len } else { 0 };
 }
 
-/// Opens `c` without following a final link or blocking, checks it and its folder, reads it.
-fn judge(c: &CStr, path: &[u8], own: Option<u32>, buf: &mut [u8]) -> (Verdict, usize) {
+/// Opens the file without following a final link or blocking, checks it and its folder, reads
+/// it into `l.text`.
+fn judge(l: &mut Loaded, own: Option<u32>) -> (Verdict, usize) {
+    // NUL-terminated for the kernel: the buffer is zeroed past the path.
+    let Ok(c) = CStr::from_bytes_until_nul(&l.path[..=l.path_len]) else {
+        return (Verdict::Unreadable(libc::EINVAL), 0);
+    };
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     let fd = match sys::open(c, flags, 0) {
         Ok(fd) => fd,
@@ -129,10 +129,10 @@ fn judge(c: &CStr, path: &[u8], own: Option<u32>, buf: &mut [u8]) -> (Verdict, u
         Err(libc::ELOOP) => return (Verdict::NotRegular, 0),
         Err(e) => return (Verdict::Unreadable(e), 0),
     };
-    let verdict = check_file(fd, own).or_else(|| check_folder(path, own));
+    let verdict = check_file(fd, own).or_else(|| check_folder(&mut l.path, l.path_len, own));
     let out = match verdict {
         Some(v) => (v, 0),
-        None => read_all(fd, buf),
+        None => read_all(fd, &mut l.text),
     };
     sys::close(fd);
     out
@@ -151,22 +151,32 @@ fn check_file(fd: i32, own: Option<u32>) -> Option<Verdict> {
     Verdict::check(st.st_uid, st.st_mode, false, own)
 }
 
-/// The folder holding the file: whoever may write there may replace the file.
-fn check_folder(path: &[u8], own: Option<u32>) -> Option<Verdict> {
-    let cut = path.iter().rposition(|&b| b == b'/').unwrap_or(0).max(1);
-    let mut dir = [0u8; PATH_MAX];
-    dir[..cut].copy_from_slice(&path[..cut]);
-    let Ok(c) = CStr::from_bytes_until_nul(&dir[..=cut]) else {
-        return Some(Verdict::Unreadable(libc::EINVAL));
-    };
-    let fd = match sys::open(c, libc::O_PATH | libc::O_DIRECTORY, 0) {
+/// The folder holding the file: whoever may write there may replace the file. `path` holds the
+/// file's path and a NUL after it; the folder's name is made in place (a NUL over the last `/`,
+/// put back after), not in a copy on a stack that may be small (an early switch runs on the
+/// caller's).
+fn check_folder(path: &mut [u8], len: usize, own: Option<u32>) -> Option<Verdict> {
+    let cut = path[..len]
+        .iter()
+        .rposition(|&b| b == b'/')
+        .unwrap_or(0)
+        .max(1);
+    let kept = path[cut];
+    path[cut] = 0;
+    let opened = CStr::from_bytes_until_nul(&path[..=cut])
+        .map_err(|_| libc::EINVAL)
+        .and_then(|c| sys::open(c, libc::O_PATH | libc::O_DIRECTORY, 0));
+    path[cut] = kept;
+    let fd = match opened {
         Ok(fd) => fd,
         Err(e) => return Some(Verdict::Unreadable(e)),
     };
     let st = sys::stat(fd);
     sys::close(fd);
-    let st = st?;
-    Verdict::check(st.st_uid, st.st_mode, true, own)
+    match st {
+        Some(st) => Verdict::check(st.st_uid, st.st_mode, true, own),
+        None => Some(Verdict::Unreadable(libc::EIO)),
+    }
 }
 
 /// Reads the whole file: a file that grew past `MAX_BYTES` since `fstat` is refused too.
