@@ -62,6 +62,8 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 // Unit tests build no constructor.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
+    // First: before anything of the program's can read the environment or start a child.
+    crate::runtime::node::scrub_environment();
     if let Some(r) = Reentry::enter() {
         ensure_init(r.thread());
     }
@@ -158,14 +160,7 @@ fn init_once() -> Option<&'static Config> {
 fn init() -> bool {
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     crate::runtime::clock::mark_start();
-    let vars: Vec<(String, Option<String>)> = std::env::vars_os()
-        .filter_map(|(k, v)| {
-            let k = k.into_string().ok()?;
-            k.starts_with("PINGUARD_")
-                .then(|| (k, v.into_string().ok()))
-        })
-        .collect();
-    let mut cfg = Config::from_vars(&vars, &kernel::Host);
+    let mut cfg = configure();
     if let (Some(name), false) = (cfg.group.clone(), cfg.disabled) {
         crate::budget::group::init(&name, cfg.group_budget, &mut cfg.errors);
     }
@@ -210,6 +205,33 @@ fn init() -> bool {
         libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
     }
     true
+}
+
+/// The settings in force: the environment's over the node configuration file's; in secure mode
+/// (set-user-ID, file capabilities) the file's alone, the environment's having been removed.
+fn configure() -> Config {
+    crate::runtime::node::scrub_environment();
+    let secure = kernel::secure_mode();
+    let vars: Vec<(String, Option<String>)> = if secure {
+        Vec::new()
+    } else {
+        std::env::vars_os()
+            .filter_map(|(k, v)| {
+                let k = k.into_string().ok()?;
+                k.starts_with("PINGUARD_")
+                    .then(|| (k, v.into_string().ok()))
+            })
+            .collect()
+    };
+    let file = crate::runtime::node::settings();
+    let mut cfg = Config::from_layers(&vars, file.as_ref(), &kernel::Host);
+    let n = crate::runtime::node::scrubbed();
+    if secure && n > 0 {
+        cfg.errors.push(format!(
+            "secure-mode (setuid) process: {n} PINGUARD_* variable(s) of the environment ignored and removed; settings come from the node configuration file only"
+        ));
+    }
+    cfg
 }
 
 /// Whether this process printed its configuration's problems (`announce`). Not reset in a fork
@@ -273,8 +295,8 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
         _ => crate::runtime::config::early_hooks_enabled(
-            env(vars::DISABLE.name),
-            env(vars::HOOKS.name),
+            early(vars::DISABLE.name),
+            early(vars::HOOKS.name),
             family,
         ),
     }
@@ -286,25 +308,14 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
-        _ => !crate::runtime::config::early_disabled(env(vars::DISABLE.name)),
+        _ => !crate::runtime::config::early_disabled(early(vars::DISABLE.name)),
     }
 }
 
-/// A variable's raw value, without allocating (before pinguard has started).
-/// A variable's value, read without allocating (before start-up, maybe inside the first
-/// `dlsym` of a process): the name is made NUL-terminated on the stack.
-fn env(name: &str) -> Option<&'static [u8]> {
-    let mut c = [0u8; 64];
-    if name.len() >= c.len() {
-        return None;
-    }
-    c[..name.len()].copy_from_slice(name.as_bytes());
-    // SAFETY: `c` is NUL-terminated; getenv returns null or a NUL-terminated string that the
-    // environment keeps until the program changes that variable, which these callers read at once.
-    unsafe {
-        let v = libc::getenv(c.as_ptr() as *const libc::c_char);
-        (!v.is_null()).then(|| std::ffi::CStr::from_ptr(v).to_bytes())
-    }
+/// A setting before start-up, without allocating: as `Config` will read it, the environment's
+/// over the node file's (the file's alone in secure mode).
+fn early(name: &str) -> Option<&'static [u8]> {
+    crate::runtime::node::early(name)
 }
 
 extern "C" fn at_exit() {

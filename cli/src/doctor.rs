@@ -16,6 +16,10 @@ pub struct Findings {
     pub cgroup_error: Option<String>,
     pub rlimit_memlock: Rlimit,
     pub host: Host,
+    /// The node configuration file the library would read here.
+    pub node_config: crate::doctor_node::NodeConfig,
+    /// The `PINGUARD_*` values in force, from the environment or the node file, and the file's
+    /// values the environment overrides.
     pub settings: Vec<Setting>,
     /// Present with `--probe`.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -63,6 +67,11 @@ pub struct Host {
 pub struct Setting {
     pub name: String,
     pub value: String,
+    /// `environment`, or the node file and line (`PATH:LINE`).
+    pub source: String,
+    /// A node file's value the environment's replaces.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub overridden: bool,
     /// Why the library would not use it, as one line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -162,7 +171,7 @@ fn setting_error(name: &str, value: &str) -> Option<String> {
     Some(var.rejected(Some(value), &why))
 }
 
-fn settings() -> Vec<Setting> {
+fn settings(node: &crate::doctor_node::NodeConfig) -> Vec<Setting> {
     let mut out: Vec<Setting> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
         .filter(|(k, _)| k.starts_with("PINGUARD_"))
@@ -170,9 +179,28 @@ fn settings() -> Vec<Setting> {
             error: setting_error(&name, &value),
             name,
             value,
+            source: "environment".into(),
+            overridden: false,
         })
         .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    let path = node.path.as_deref().unwrap_or_default();
+    for (i, e) in node.entries.iter().enumerate() {
+        let value = e.value.clone().unwrap_or_else(|| "(not UTF-8)".into());
+        // The environment's value, or a later line of the file, is the one in force.
+        let overridden = out
+            .iter()
+            .any(|s| s.name == e.name && s.source == "environment")
+            || node.entries[i + 1..].iter().any(|l| l.name == e.name);
+        let at = format!("{path}:{}", e.line);
+        out.push(Setting {
+            error: setting_error(&e.name, &value).map(|m| format!("{at}: {m}")),
+            name: e.name.clone(),
+            value,
+            source: at,
+            overridden,
+        });
+    }
+    out.sort_by(|a, b| (&a.name, a.overridden).cmp(&(&b.name, b.overridden)));
     out
 }
 
@@ -186,9 +214,10 @@ pub fn examine(probe_size: Option<u64>) -> Findings {
             mlocked_bytes: meminfo_kb("Mlocked"),
             unevictable_bytes: meminfo_kb("Unevictable"),
         },
-        settings: settings(),
         ..Findings::default()
     };
+    f.node_config = crate::doctor_node::examine();
+    f.settings = settings(&f.node_config);
     match cgroup::locate(&read) {
         Ok(place) => f.cgroup = Some(cgroup_facts(place)),
         Err(e) => f.cgroup_error = Some(e),
@@ -326,6 +355,7 @@ pub fn render(f: &Findings) -> String {
         opt_bytes(h.mlocked_bytes),
         opt_bytes(h.unevictable_bytes)
     ));
+    node_lines(&mut s, &f.node_config);
     settings_lines(&mut s, &f.settings);
     if let Some(p) = &f.probes {
         crate::doctor_probe::render(&mut s, p);
@@ -334,16 +364,32 @@ pub fn render(f: &Findings) -> String {
     s
 }
 
+fn node_lines(s: &mut String, n: &crate::doctor_node::NodeConfig) {
+    // An ignored file's state names the file already.
+    let shown = match &n.path {
+        Some(p) if n.in_force || n.state == "absent" => format!("{p} ({})", n.state),
+        _ => n.state.clone(),
+    };
+    s.push_str(&format!("node configuration: {shown}\n"));
+    for p in &n.problems {
+        s.push_str(&format!("  ERROR {p}\n"));
+    }
+}
+
 fn settings_lines(s: &mut String, settings: &[Setting]) {
     if settings.is_empty() {
-        s.push_str("settings:    no PINGUARD_* variable in the environment\n");
+        s.push_str("settings:    no PINGUARD_* variable in the environment or the node file\n");
         return;
     }
     s.push_str("settings:\n");
     for st in settings {
+        let note = if st.overridden { "; overridden" } else { "" };
         match &st.error {
             Some(e) => s.push_str(&format!("  ERROR {e}\n")),
-            None => s.push_str(&format!("  {}={}\n", st.name, st.value)),
+            None => s.push_str(&format!(
+                "  {}={} ({}{note})\n",
+                st.name, st.value, st.source
+            )),
         }
     }
 }

@@ -303,3 +303,102 @@ fn bad_options_get_one_line_and_exit_2() {
         "{err}"
     );
 }
+
+/// The node configuration file (issue 43 item 2): which one, whether it is in force, and each
+/// value in force with where it came from; the environment's over the file's.
+#[test]
+fn doctor_shows_the_node_file_and_where_each_value_comes_from() {
+    let dir = std::env::temp_dir().join(format!("pinguard-doctor-node-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("node.conf");
+    std::fs::write(
+        &file,
+        "# node\nPINGUARD_BUDGET=16K\nPINGUARD_POLICY=warn\nPINGUARD_DEPTH=999\nnonsense\n",
+    )
+    .unwrap();
+    let mode = |p: &Path, m: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    mode(&dir, 0o755);
+    mode(&file, 0o644);
+    let named = file.to_str().unwrap();
+    let env = [("PINGUARD_CONFIG", named), ("PINGUARD_BUDGET", "1M")];
+    let (o, v) = doctor("", &["--json"], &env);
+    let node = &v["node_config"];
+    assert_eq!(node["path"], named, "{o:?}");
+    assert_eq!(
+        (&node["state"], &node["in_force"]),
+        (&"in force".into(), &true.into()),
+        "{node}"
+    );
+    assert!(
+        node["problems"][0]
+            .as_str()
+            .is_some_and(|p| p.starts_with(&format!("{named}:5: ")) && p.contains("not NAME=value")),
+        "{node}"
+    );
+    let settings = v["settings"].as_array().unwrap();
+    let find = |name: &str, source: &str| {
+        settings
+            .iter()
+            .find(|s| s["name"] == name && s["source"] == source)
+            .unwrap_or_else(|| panic!("{name} from {source}: {settings:?}"))
+    };
+    assert_eq!(find("PINGUARD_BUDGET", "environment")["value"], "1M");
+    let from_file = find("PINGUARD_BUDGET", &format!("{named}:2"));
+    assert_eq!(
+        (&from_file["value"], &from_file["overridden"]),
+        (&"16K".into(), &true.into())
+    );
+    let policy = find("PINGUARD_POLICY", &format!("{named}:3"));
+    assert!(
+        policy.get("overridden").is_none() && policy.get("error").is_none(),
+        "{policy}"
+    );
+    let depth = find("PINGUARD_DEPTH", &format!("{named}:4"));
+    assert!(
+        depth["error"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{named}:4: PINGUARD_DEPTH=\"999\"")),
+        "{depth}"
+    );
+    // In words too.
+    let (o, _) = doctor("", &[], &env);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("node configuration: {named} (in force)")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("PINGUARD_POLICY=warn ({named}:3)")),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("PINGUARD_BUDGET=16K ({named}:2; overridden)")),
+        "{text}"
+    );
+    // Writable by others: ignored, and said why; none named: none.
+    mode(&file, 0o666);
+    let (_, v) = doctor("", &["--json"], &env);
+    assert_eq!(v["node_config"]["in_force"], false);
+    assert!(
+        v["node_config"]["state"]
+            .as_str()
+            .unwrap()
+            .contains("is writable by others than its owner (mode 666)"),
+        "{v}"
+    );
+    assert!(v["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["source"] == "environment"));
+    let (_, v) = doctor("", &["--json"], &[("PINGUARD_CONFIG", "")]);
+    assert_eq!(v["node_config"]["path"], Value::Null);
+    let (_, v) = doctor("", &["--json"], &[]);
+    assert_eq!(v["node_config"]["path"], "/etc/pinguard/pinguard.conf");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -8,6 +8,7 @@
 pub mod cgroup;
 pub mod elf;
 pub mod group;
+pub mod node;
 pub mod state;
 pub mod symbols;
 pub mod textfile;

@@ -286,6 +286,17 @@ pub const LABELS: Var = Var {
     needs: None,
 };
 
+pub const CONFIG: Var = Var {
+    name: "PINGUARD_CONFIG",
+    meaning: "the node configuration file to read instead of `/etc/pinguard/pinguard.conf` (empty: none): the registry's variables as `NAME=value` lines, `#` comments; it must be owned by root (or the process's own user) and writable by nobody else, as must its folder; the environment's values override it. A secure-mode (setuid, file capabilities) process ignores this and every other variable of the environment and reads only `/etc/pinguard/pinguard.conf` (`docs/deploy.md`, \"Trust model\")",
+    default: None,
+    unset: "`/etc/pinguard/pinguard.conf`, when present",
+    forms: "an absolute path, or nothing for no file",
+    fallback: "using /etc/pinguard/pinguard.conf",
+    parse: Parse::Path,
+    needs: None,
+};
+
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
 pub const ALL: &[&Var] = &[
@@ -310,6 +321,7 @@ pub const ALL: &[&Var] = &[
     &POD,
     &CONTAINER,
     &LABELS,
+    &CONFIG,
 ];
 
 /// The variable of this name.
@@ -385,6 +397,8 @@ pub enum Parse {
     GroupName,
     /// Any text.
     Text,
+    /// An absolute path, or nothing (`Value::Text`).
+    Path,
     /// A comma list of `name=value` metrics labels (`label_entry`).
     Labels,
 }
@@ -465,6 +479,12 @@ impl Parse {
                     .to_string(),
             ),
             Parse::Text => Value::Text(v.to_string()),
+            Parse::Path => Value::Text(
+                Some(v.trim())
+                    .filter(|p| p.is_empty() || p.starts_with('/'))
+                    .ok_or("not an absolute path")?
+                    .to_string(),
+            ),
             Parse::Labels => labels(v),
         })
     }
@@ -487,6 +507,7 @@ impl Parse {
             Parse::Filter => "pinguard=loud".into(),
             Parse::GroupName => "no/slash".into(),
             Parse::Labels => "9x=1".into(),
+            Parse::Path => "relative.conf".into(),
             Parse::Text => return None,
         })
     }
@@ -697,6 +718,9 @@ mod tests {
 
     #[test]
     fn the_default_template_is_the_one_the_table_names() {
+        let node = crate::node::DEFAULT_PATH;
+        assert!(CONFIG.unset.contains(node) && CONFIG.meaning.contains(node));
+        assert!(CONFIG.fallback.ends_with(node));
         assert!(REPORT.unset.contains(&format!("`{DEFAULT_TEMPLATE}`")));
         assert!(REPORT.fallback.ends_with(DEFAULT_TEMPLATE));
         assert!(

@@ -616,8 +616,10 @@ pub fn write(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<PathBu
 }
 
 fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<PathBuf, String> {
-    if path.is_none() && kernel::secure_mode() {
-        return Err("secure-mode (setuid) process: PINGUARD_REPORT is ignored".into());
+    // In secure mode a template can only come from the node configuration file (root's); the
+    // default would put root's report in the caller's working directory.
+    if path.is_none() && cfg.report.is_none() && kernel::secure_mode() {
+        return Err("secure-mode (setuid) process: PINGUARD_REPORT is ignored, and the node configuration file sets no report template; no report written".into());
     }
     while FORK_WAITING.load(Ordering::Relaxed) {
         std::thread::yield_now();

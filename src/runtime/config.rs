@@ -58,6 +58,19 @@ impl Default for Config {
     }
 }
 
+/// A variable as given: name, value (`None`: not UTF-8), and the node file's line it is on
+/// (`None`: the environment).
+type Given<'a> = (&'a str, Option<&'a str>, Option<usize>);
+
+/// The node configuration file's settings (`pinguard_report::node::entries`) and the lines about
+/// the file itself (ignored, or lines that set nothing).
+#[derive(Default)]
+pub struct NodeFile {
+    pub path: String,
+    pub entries: Vec<pinguard_report::node::Entry>,
+    pub problems: Vec<String>,
+}
+
 /// What the environment needs from the system to resolve relative values.
 pub trait System {
     /// Bytes a `N%` budget is a percentage of: the cgroup memory limit, else `MemTotal`.
@@ -86,34 +99,67 @@ impl Config {
     /// (`pinguard_report::vars`), so that default is written in one place; each with its
     /// registry entry's parser, and a rejected one in the registry's one shape (`Var::rejected`).
     pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
+        Config::from_layers(vars, None, sys)
+    }
+
+    /// As `from_vars`, with the node configuration file's settings under the environment's: a
+    /// variable the environment sets takes its value from there, any other from the file. A
+    /// message about a value from the file starts with the file's path and line.
+    pub fn from_layers(
+        env: &[(String, Option<String>)],
+        file: Option<&NodeFile>,
+        sys: &dyn System,
+    ) -> Config {
         let mut c = Config::blank();
-        let given = |var: &Var| {
-            vars.iter()
-                .find(|(n, _)| n == var.name)
-                .map(|(_, v)| v.as_deref())
+        let mut given: Vec<Given> = env
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_deref(), None))
+            .collect();
+        if let Some(f) = file {
+            c.errors.extend(f.problems.iter().cloned());
+            for e in &f.entries {
+                if let Some(at) = given.iter().position(|g| g.0 == e.name && g.2.is_some()) {
+                    given.remove(at); // an earlier line of the file: the last one counts
+                }
+                if !given.iter().any(|g| g.0 == e.name) {
+                    given.push((&e.name, e.value.as_deref(), Some(e.line)));
+                }
+            }
+        }
+        let where_ = |line: Option<usize>| match (file, line) {
+            (Some(f), Some(l)) => format!("{}:{l}: ", f.path),
+            _ => String::new(),
         };
+        let find = |var: &Var| given.iter().find(|g| g.0 == var.name);
         for (var, set) in FIELDS {
-            if let Some(value) = given(var).or(var.default.map(Some)) {
+            let at = find(var);
+            if let Some(value) = at.map(|g| g.1).or(var.default.map(Some)) {
+                let before = c.errors.len();
                 let taken = c.read(var, set, value, sys);
                 // Alone, it means nothing (a rejected value has its own line already).
-                if let Some(need) = var.needs.filter(|need| taken && given(need).is_none()) {
+                if let Some(need) = var.needs.filter(|need| taken && find(need).is_none()) {
                     c.errors.push(format!(
                         "{} is set without {}; ignored",
                         var.name, need.name
                     ));
                 }
+                let prefix = where_(at.and_then(|g| g.2));
+                for e in &mut c.errors[before..] {
+                    e.insert_str(0, &prefix);
+                }
             }
         }
-        for (name, value) in vars {
+        for (name, value, line) in &given {
             if name.starts_with("PINGUARD_") && vars::find(name).is_none() {
                 let near = vars::ALL
                     .iter()
                     .min_by_key(|k| edit_distance(k.name, name))
                     .map(|k| k.name)
                     .unwrap_or("");
-                let shown = value.as_deref().unwrap_or("(not UTF-8)");
+                let shown = value.unwrap_or("(not UTF-8)");
                 c.errors.push(format!(
-                    "{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored",
+                    "{}{}={shown:?} is not a pinguard variable (did you mean {near}?); ignored",
+                    where_(*line),
                     name.escape_debug()
                 ));
             }
@@ -225,7 +271,7 @@ fn count(v: Value) -> u64 {
 /// Where each variable's value goes, in the order they are read: the switch first, then the
 /// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
 /// that order. Every variable once (checked by a test).
-const FIELDS: [(&Var, Set); 21] = [
+const FIELDS: [(&Var, Set); 22] = [
     (&vars::DISABLE, |c, v| {
         c.disabled = matches!(v, Value::Switch(true))
     }),
@@ -287,6 +333,8 @@ const FIELDS: [(&Var, Set); 21] = [
     (&vars::POD, |c, v| label(c, "pod", v)),
     (&vars::CONTAINER, |c, v| label(c, "container", v)),
     (&vars::LABELS, labels),
+    // Read before start-up, raw (`node::load`): here only checked, so a bad one gets its line.
+    (&vars::CONFIG, |_, _| {}),
 ];
 
 type Leave = fn(&mut Config);
@@ -642,6 +690,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_environment_overrides_the_node_file_whose_last_line_counts() {
+        let entry = |line, name: &str, value: &str| pinguard_report::node::Entry {
+            line,
+            name: name.into(),
+            value: Some(value.into()),
+        };
+        let file = NodeFile {
+            path: "/n.conf".into(),
+            entries: vec![
+                entry(1, "PINGUARD_POLICY", "warn"),
+                entry(2, "PINGUARD_POLICY", "downgrade"),
+                entry(3, "PINGUARD_BUDGET", "1K"),
+                entry(4, "PINGUARD_DEPTH", "999"),
+                entry(5, "PINGUARD_GROUP_BUDGET", "1M"),
+            ],
+            problems: vec!["/n.conf:6: \"x\" is not NAME=value; ignored".into()],
+        };
+        let env = [("PINGUARD_BUDGET".to_string(), Some("2K".to_string()))];
+        let c = Config::from_layers(&env, Some(&file), &Fixed(Some(1 << 30)));
+        assert_eq!(
+            (c.policy, c.budget, c.depth),
+            (Policy::Downgrade, Some(2048), 32)
+        );
+        assert_eq!(c.errors.len(), 3, "{:#?}", c.errors);
+        assert!(c.errors[0].starts_with("/n.conf:6: "));
+        assert!(c.errors[1].starts_with("/n.conf:4: PINGUARD_DEPTH=\"999\""));
+        assert!(c.errors[2].starts_with("/n.conf:5: PINGUARD_GROUP_BUDGET is set without"));
     }
 
     #[test]

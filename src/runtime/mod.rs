@@ -13,6 +13,7 @@ pub mod heap;
 pub mod kernel;
 pub mod lock;
 pub mod log;
+pub mod node;
 pub mod objects;
 pub mod pageable;
 pub mod resolve;
