@@ -12,6 +12,12 @@ hand_hooks! {
     fn dlclose(handle: *mut c_void) -> c_int => close;
 }
 
+/// Finds libc's `dlclose` ahead of the first call (from the constructor): a process that never
+/// pins but closes a library then maps no stack of pinguard's for the look-up.
+pub fn prepare() {
+    dlclose::REAL.prepare();
+}
+
 unsafe fn close(handle: *mut c_void) -> c_int {
     let Some(real) = dlclose::get() else {
         return -1;
