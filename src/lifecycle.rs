@@ -111,6 +111,19 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     cfg
 }
 
+/// Runs `f` for an application call that is not an allocation (`dlclose`): only when pinguard is
+/// set up (before the first pinning call there is nothing to update, and such a call must not
+/// set pinguard up: most processes never pin) and this thread is not already inside pinguard,
+/// with `errno` as the caller left it and a panic kept inside.
+pub fn quietly_when_ready<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let reentry = Reentry::enter()?;
+    let t = reentry.thread();
+    let err = t.errno();
+    let out = ready().and_then(|_| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok());
+    t.set_errno(err);
+    out
+}
+
 /// The configuration if pinguard is set up already; never sets it up.
 #[inline(always)]
 pub fn ready() -> Option<&'static Config> {

@@ -27,12 +27,13 @@ unsafe fn close(handle: *mut c_void) -> c_int {
         // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
         return unsafe { real(handle) };
     }
-    let closing = crate::track::quietly_tracked(|| crate::output::unload::before(handle)).flatten();
+    let closing =
+        crate::lifecycle::quietly_when_ready(|| crate::output::unload::before(handle)).flatten();
     // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
     let rc = unsafe { real(handle) };
     crate::capture::unwind::objects_removed();
     if let Some(c) = closing {
-        crate::track::quietly_tracked(|| crate::output::unload::after(c));
+        crate::lifecycle::quietly_when_ready(|| crate::output::unload::after(c));
     }
     rc
 }

@@ -16,5 +16,6 @@ pub mod log;
 pub mod objects;
 pub mod pageable;
 pub mod resolve;
+pub mod space;
 pub mod sys;
 pub mod workstack;
