@@ -37,6 +37,12 @@ PINGUARD_API uint64_t pinguard_live_bytes(void);
 /* The most pinned bytes live at any moment so far (the report's totals.peak_live_bytes). */
 PINGUARD_API uint64_t pinguard_peak_bytes(void);
 
+/* A peak window: after pinguard_peak_window_start(), pinguard_peak_window_bytes() is the most
+ * pinned bytes live since that call (the live bytes then, at first); pinguard_peak_bytes() and
+ * the report keep the whole process's peak. For a test's own peak (pytest's limit_pinned). */
+PINGUARD_API void pinguard_peak_window_start(void);
+PINGUARD_API uint64_t pinguard_peak_window_bytes(void);
+
 /* The library's version, e.g. "0.1.0"; a static string. */
 PINGUARD_API const char *pinguard_version(void);
 

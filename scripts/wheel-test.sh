@@ -82,4 +82,28 @@ fi
 check "pinguard.report_path() names the exit report" "$ok" "${path:-none}"
 outside=$(clean python -c 'import pinguard; print(pinguard.report_path(), pinguard.active(), pinguard.live_bytes())')
 check "outside pinguard" "$([ "$outside" = "None False None" ] && echo 1 || echo 0)" "report_path, active, live_bytes = $outside"
+# The pytest plugin through the wheel's pytest11 entry point (no -p): Debian's pytest, seen from a
+# venv over the system's site-packages, the wheel installed there.
+if /usr/bin/python3 -c "import pytest" 2>/dev/null; then
+    /usr/bin/python3 -m venv --system-site-packages "$tmp/pyt"
+    "$tmp/pyt/bin/python" -m pip install -q --no-index "$wheel"
+    cat >"$tmp/test_pins.py" <<'PY'
+import ctypes, os, pytest
+cudart = ctypes.CDLL(os.environ["PGTEST_CUDART"])
+
+@pytest.mark.limit_pinned("1 MiB")
+def test_over():
+    p = ctypes.c_void_p()
+    assert cudart.cudaHostAlloc(ctypes.byref(p), ctypes.c_size_t(2 << 20), 0) == 0
+    cudart.cudaFreeHost(p)
+PY
+    set +e
+    (cd "$tmp" && env -i HOME="$tmp" PATH="$tmp/pyt/bin:/usr/bin:/bin" PGTEST_CUDART="$fx/libcudart.so" PINGUARD_REPORT="$tmp/pyt-reports/%e.%p.json" \
+        python -m pytest -q -p no:cacheprovider --pinguard test_pins.py >"$tmp/pyt.out" 2>&1)
+    rc=$?
+    set -e
+    check "pytest --pinguard (the wheel's plugin)" "$([ $rc = 1 ] && grep -q 'pinned a peak of 2.00 MiB, over the limit of 1.00 MiB' "$tmp/pyt.out" && echo 1 || echo 0)" "exit $rc: $(grep -m1 'pinguard: test' "$tmp/pyt.out" || tail -2 "$tmp/pyt.out")"
+else
+    check "pytest --pinguard (the wheel's plugin)" 0 "no pytest for /usr/bin/python3 (Debian's python3-pytest)"
+fi
 exit $fail

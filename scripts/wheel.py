@@ -66,7 +66,9 @@ def main():
         readme,
     ])
     wheel = "\n".join(["Wheel-Version: 1.0", "Generator: pinguard scripts/wheel.py", "Root-Is-Purelib: false"] + ["Tag: " + t for t in tags]) + "\n"
-    entry = "[console_scripts]\npinguard = pinguard.__main__:main\n"
+    # pytest11: pytest loads the plugin in any environment the wheel is installed in; it acts only
+    # when asked (`--pinguard`, or its markers in a process under pinguard).
+    entry = "[console_scripts]\npinguard = pinguard.__main__:main\n\n[pytest11]\npinguard = pinguard.pytest_plugin\n"
     files += [(dist + "/METADATA", metadata.encode(), 0o644), (dist + "/WHEEL", wheel.encode(), 0o644), (dist + "/entry_points.txt", entry.encode(), 0o644)]
     record = []
     for path, data, _ in files:

@@ -106,6 +106,24 @@ pub extern "C" fn pinguard_peak_bytes() -> u64 {
     ledger::totals().peak_live_bytes
 }
 
+/// Starts a peak window: from now, `pinguard_peak_window_bytes` answers the most pinned bytes
+/// live since this call (the live bytes now at first), while `pinguard_peak_bytes` and the
+/// report keep the whole process's peak. For a test's own peak (the pytest plugin's
+/// `limit_pinned`): exact when one thread pins at a time, as the process's peak is.
+#[no_mangle]
+pub extern "C" fn pinguard_peak_window_start() {
+    let _ = pinguard_live_bytes();
+    let _ = std::panic::catch_unwind(ledger::restart_window);
+}
+
+/// The most pinned bytes live since the last `pinguard_peak_window_start` (since the start of
+/// the process before any), locked pages matched with the kernel's first.
+#[no_mangle]
+pub extern "C" fn pinguard_peak_window_bytes() -> u64 {
+    let _ = pinguard_live_bytes();
+    ledger::window_peak()
+}
+
 /// The library's version, a static string.
 #[no_mangle]
 pub extern "C" fn pinguard_version() -> *const c_char {

@@ -64,9 +64,36 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 extern "C" fn constructor() {
     // First: before anything of the program's can read the environment or start a child.
     crate::runtime::node::scrub_environment();
-    if let Some(r) = Reentry::enter() {
+    let Some(r) = Reentry::enter() else { return };
+    crate::runtime::clock::mark_start();
+    // The real functions the exit, signal and jump hooks call, found now rather than from inside
+    // a signal handler or a vfork child; those hooks run even when pinguard is disabled.
+    signals::prepare();
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    {
+        crate::hooks::exit::prepare();
+        crate::hooks::dlclose::prepare();
+    }
+    // Registered now, so that the exit report runs after every exit handler the program registers
+    // (a handler that frees pinned memory at exit comes first), as with start-up at load. No
+    // allocation, no system call: glibc keeps the first handlers in a static block.
+    // SAFETY: `at_exit` is an `extern "C" fn()` in a preloaded library that is never unloaded;
+    // the constructor runs once.
+    unsafe { libc::atexit(at_exit) };
+    // Set up at the first hooked call, not here: most processes of a node never pin, and each
+    // would pay the set-up's mappings and reads (issue 44 item 8). Settings that act before any
+    // pin (a report signal's handler, the interval thread, joining a group) start at once.
+    if starts_at_once() {
         ensure_init(r.thread());
     }
+}
+
+/// Whether a setting asks for work before the first pinning call: read without allocating.
+fn starts_at_once() -> bool {
+    [vars::SIGNAL.name, vars::INTERVAL.name, vars::GROUP.name]
+        .iter()
+        .any(|name| early(name).is_some_and(|v| !v.is_empty()))
+        && !crate::runtime::config::early_disabled(early(vars::DISABLE.name))
 }
 
 /// The configuration once pinguard is set up; `None` when it is disabled. The caller holds a
@@ -84,6 +111,27 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     let cfg = crate::runtime::workstack::run(t, init_once);
     t.set_errno(e);
     cfg
+}
+
+/// Runs `f` for an application call that is not an allocation (`dlclose`): only when pinguard is
+/// set up (before the first pinning call there is nothing to update, and such a call must not
+/// set pinguard up: most processes never pin) and this thread is not already inside pinguard,
+/// with `errno` as the caller left it and a panic kept inside.
+pub fn quietly_when_ready<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let reentry = Reentry::enter()?;
+    let t = reentry.thread();
+    let err = t.errno();
+    let out = ready().and_then(|_| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok());
+    t.set_errno(err);
+    out
+}
+
+/// The configuration if pinguard is set up already; never sets it up.
+#[inline(always)]
+pub fn ready() -> Option<&'static Config> {
+    let p = READY_CONFIG.load(Ordering::Acquire);
+    // SAFETY: `READY_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 /// `ensure_init` for a hooked call: in a fork child, the first one also restarts the report
@@ -159,13 +207,15 @@ fn init_once() -> Option<&'static Config> {
 
 fn init() -> bool {
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
-    crate::runtime::clock::mark_start();
+    if crate::runtime::clock::start_ms() == 0 {
+        crate::runtime::clock::mark_start();
+    }
     let mut cfg = configure();
     if let (Some(name), false) = (cfg.group.clone(), cfg.disabled) {
         crate::budget::group::init(&name, cfg.group_budget, &mut cfg.errors);
     }
-    // The real functions the exit, signal and jump hooks call, found now rather than from inside
-    // a signal handler or a vfork child; those hooks run even when pinguard is disabled.
+    // Found by the constructor too; here for a hook that runs before it (another library's
+    // constructor that pins).
     signals::prepare();
     #[cfg(not(any(test, feature = "fuzzing")))]
     crate::hooks::exit::prepare();
@@ -198,12 +248,10 @@ fn init() -> bool {
         signals::take_over(sig);
     }
     crate::output::reporter::start(cfg, signals::recheck);
+    // The exit handler is the constructor's (registered early, for its order).
     // SAFETY: `init` runs once (the STATE compare-and-swap); the handlers are `extern "C"` fns
     // of the types libc expects, in a preloaded library that is never unloaded.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-    }
+    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     true
 }
 

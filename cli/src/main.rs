@@ -465,6 +465,10 @@ fn main() -> ExitCode {
             keep_going,
             inputs,
         } => {
+            if let Err(e) = export::check_output(format, &output) {
+                eprintln!("pinguard export: {e}");
+                return ExitCode::from(2);
+            }
             let Ok(d) = export::load(&inputs, keep_going) else {
                 return ExitCode::from(2);
             };

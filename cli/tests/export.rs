@@ -916,3 +916,35 @@ fn perfetto_draws_a_counter_track_per_process_and_entry_point() {
         r["timeline"].as_array().unwrap().len()
     );
 }
+
+/// Issue 46 item 9: a gzipped profile is never written to a terminal (as `flamegraph` refuses
+/// its SVG); to a pipe or a file it is. The terminal is a real pseudo-terminal (`script`).
+#[test]
+fn a_binary_export_to_a_terminal_is_refused_and_to_a_pipe_is_written() {
+    let [run, _] = two_runs();
+    let cmd = format!(
+        "{} export --format pprof {}; echo rc=$?",
+        env!("CARGO_BIN_EXE_pinguard"),
+        run.display()
+    );
+    let Ok(out) = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+    else {
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "script (util-linux) is needed"
+        );
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("refusing to write a gzipped pprof profile to the terminal")
+            && text.contains("rc=2"),
+        "{text}"
+    );
+    let piped = pinguard(&["export", "--format", "pprof", &run.to_string_lossy()]);
+    assert!(piped.status.success(), "{piped:?}");
+    assert_eq!(&piped.stdout[..2], &[0x1f, 0x8b], "gzip to a pipe");
+}

@@ -15,7 +15,7 @@ import json
 import os
 
 __version__ = "0.1.0"
-__all__ = ["active", "command_path", "library_path", "live_bytes", "load_report", "peak_bytes", "report_path", "write_report"]
+__all__ = ["active", "command_path", "library_path", "live_bytes", "load_report", "peak_bytes", "peak_window_bytes", "peak_window_start", "report_path", "write_report"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -71,6 +71,24 @@ def peak_bytes():
     """The most pinned bytes live in this process at any moment so far (the report's
     ``totals.peak_live_bytes``), or None when pinguard is not loaded."""
     fn = _api("pinguard_peak_bytes", ctypes.c_uint64, [])
+    return None if fn is None else int(fn())
+
+
+def peak_window_start():
+    """Starts a peak window: ``peak_window_bytes()`` then answers the most pinned bytes live since
+    this call, while ``peak_bytes()`` keeps the whole process's. Returns False when pinguard is
+    not loaded (or is a version without windows)."""
+    fn = _api("pinguard_peak_window_start", None, [])
+    if fn is None:
+        return False
+    fn()
+    return True
+
+
+def peak_window_bytes():
+    """The most pinned bytes live since the last ``peak_window_start()``, or None when pinguard is
+    not loaded (or is a version without windows)."""
+    fn = _api("pinguard_peak_window_bytes", ctypes.c_uint64, [])
     return None if fn is None else int(fn())
 
 

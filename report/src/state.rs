@@ -85,6 +85,10 @@ pub mod level {
     pub const fn peak(k: usize) -> usize {
         k * STRIPE + 8
     }
+    /// The peak before the level's last restart (the C API's peak window; 0 in older files).
+    pub const fn earlier(k: usize) -> usize {
+        k * STRIPE + 16
+    }
     pub const fn size(k: usize) -> usize {
         k * STRIPE + STRIPE
     }
@@ -261,7 +265,10 @@ impl Image<'_> {
                 .alloc_bytes
                 .wrapping_add(self.u64_at(o + level::ALLOC_BYTES).unwrap_or(0));
         }
-        f.peak = self.u64_at(off + level::peak(k)).unwrap_or(0);
+        f.peak = self
+            .u64_at(off + level::peak(k))
+            .unwrap_or(0)
+            .max(self.u64_at(off + level::earlier(k)).unwrap_or(0));
         f
     }
 }

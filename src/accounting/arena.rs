@@ -86,13 +86,21 @@ pub struct Place {
 static PLACE: std::sync::OnceLock<Place> = std::sync::OnceLock::new();
 
 /// Takes the address space of the first piece (no memory: nothing is written until the first
-/// pinning call). At start-up, before the application maps anything of its own.
+/// pinning call), away from the program's mappings (`runtime::space`): set-up comes with the
+/// first hooked call, after the program has mapped and unmapped memory of its own.
 pub fn prepare(place: Place) {
     let _ = PLACE.set(place);
     let mut a = ARENA.lock();
     if a.n == 0 && a.spare.is_none() {
         let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-        a.spare = sys_mmap(0, FIRST_STEP, libc::PROT_NONE, flags, -1, 0);
+        a.spare = sys_mmap(
+            crate::runtime::space::hint(FIRST_STEP),
+            FIRST_STEP,
+            libc::PROT_NONE,
+            flags,
+            -1,
+            0,
+        );
     }
 }
 

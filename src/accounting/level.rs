@@ -71,7 +71,12 @@ pub struct Level<const K: usize> {
     stripes: [Stripe; K],
     /// The sum of the stripes' `high`: never below the live figure.
     bound: AtomicI64,
+    /// The peak since the level's start, or since its last `restart_peak`.
     peak: AtomicU64,
+    /// The highest peak before the last `restart_peak` (0: never restarted); the level's peak
+    /// over its whole life is the higher of this and `peak`. In the padding of the bound's line,
+    /// where state files written before it hold 0.
+    earlier: AtomicU64,
 }
 
 const _: () = {
@@ -88,7 +93,9 @@ const _: () = {
             && offset_of!(Stripe, alloc_bytes) == l::ALLOC_BYTES
     );
     assert!(
-        offset_of!(Level<16>, bound) == l::bound(16) && offset_of!(Level<16>, peak) == l::peak(16)
+        offset_of!(Level<16>, bound) == l::bound(16)
+            && offset_of!(Level<16>, peak) == l::peak(16)
+            && offset_of!(Level<16>, earlier) == l::earlier(16)
     );
     assert!(size_of::<Level<16>>() == l::size(16) && size_of::<Level<4>>() == l::size(4));
 };
@@ -136,6 +143,7 @@ impl<const K: usize> Level<K> {
         stripes: [STRIPE; K],
         bound: AtomicI64::new(0),
         peak: AtomicU64::new(0),
+        earlier: AtomicU64::new(0),
     };
 
     #[inline(always)]
@@ -323,9 +331,26 @@ impl<const K: usize> Level<K> {
         self.sum(|s| s.count.load(Relaxed)).max(0) as u64
     }
 
-    /// The peak, never below the live figure as read now.
+    /// The peak over the level's whole life, never below the live figure as read now.
     pub fn peak(&self) -> u64 {
+        self.window_peak().max(self.earlier.load(Relaxed))
+    }
+
+    /// The peak since the last `restart_peak` (or the start), never below the live figure.
+    pub fn window_peak(&self) -> u64 {
         self.peak.load(Relaxed).max(self.bytes())
+    }
+
+    /// Starts the peak again from the live figure, the earlier peak kept apart (`peak` still
+    /// answers the whole life's): a test's own peak (the C API's `pinguard_peak_window_start`).
+    /// The highs come down first, so that the next call above the live figure sums the stripes.
+    /// With threads pinning at that moment, the new peak is off by at most their calls in
+    /// flight, as every peak here is. Nothing on the pinning path reads `earlier`.
+    #[cold]
+    pub fn restart_peak(&self) {
+        self.lower_all();
+        let was = self.peak.swap(self.bytes(), Relaxed);
+        self.earlier.fetch_max(was, Relaxed);
     }
 
     pub fn alloc_count(&self) -> u64 {
@@ -364,6 +389,22 @@ impl<const K: usize> Level<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_restarted_peak_starts_from_the_live_figure_and_the_lifes_peak_stays() {
+        let l: Level<4> = Level::NEW;
+        l.live(0, 400, 1);
+        l.live(5, 100, 1);
+        l.live(0, -400, -1);
+        l.restart_peak();
+        assert_eq!((l.window_peak(), l.peak()), (100, 500));
+        // A rise and fall after the restart, below the earlier peak, is the window's peak.
+        l.live(0, 300, 1);
+        l.live(0, -300, -1);
+        assert_eq!((l.window_peak(), l.peak()), (400, 500));
+        l.live(5, 700, 1);
+        assert_eq!((l.window_peak(), l.peak()), (800, 800));
+    }
 
     #[test]
     fn one_thread_gets_the_exact_peak() {

@@ -12,6 +12,12 @@ hand_hooks! {
     fn dlclose(handle: *mut c_void) -> c_int => close;
 }
 
+/// Finds libc's `dlclose` ahead of the first call (from the constructor): a process that never
+/// pins but closes a library then maps no stack of pinguard's for the look-up.
+pub fn prepare() {
+    dlclose::REAL.prepare();
+}
+
 unsafe fn close(handle: *mut c_void) -> c_int {
     let Some(real) = dlclose::get() else {
         return -1;
@@ -21,12 +27,13 @@ unsafe fn close(handle: *mut c_void) -> c_int {
         // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
         return unsafe { real(handle) };
     }
-    let closing = crate::track::quietly_tracked(|| crate::output::unload::before(handle)).flatten();
+    let closing =
+        crate::lifecycle::quietly_when_ready(|| crate::output::unload::before(handle)).flatten();
     // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
     let rc = unsafe { real(handle) };
     crate::capture::unwind::objects_removed();
     if let Some(c) = closing {
-        crate::track::quietly_tracked(|| crate::output::unload::after(c));
+        crate::lifecycle::quietly_when_ready(|| crate::output::unload::after(c));
     }
     rc
 }

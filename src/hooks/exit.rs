@@ -10,8 +10,8 @@ use std::os::raw::c_int;
 /// Finds both real functions at start-up: a `vfork` child must not run the loader's look-up in
 /// its parent's memory.
 pub fn prepare() {
-    let _ = _exit::REAL.addr();
-    let _ = _Exit::REAL.addr();
+    _exit::REAL.prepare();
+    _Exit::REAL.prepare();
 }
 
 /// The exit report, then the real function `real` gives (the system call when there is none).

@@ -208,7 +208,7 @@ fn kernel(sig: c_int, act: *const Action, old: *mut Action) -> c_int {
 /// Finds the real function now, at start-up, so that no hook ever looks one up from inside a
 /// signal handler (the look-up is not async-signal-safe).
 pub fn prepare() {
-    let _ = sigaction::REAL.addr();
+    sigaction::REAL.prepare();
 }
 
 // ---- Installing ------------------------------------------------------------------------------

@@ -82,8 +82,8 @@ unsafe impl Allocator for Pages {
     }
 }
 
-/// An anonymous private mapping of `len` bytes with `prot`, where the kernel puts it; null when
-/// refused.
+/// An anonymous private mapping of `len` bytes with `prot`, away from the program's mappings
+/// (`space`); null when refused.
 fn map(len: usize, prot: i32) -> *mut u8 {
     let flags = libc::MAP_PRIVATE
         | libc::MAP_ANONYMOUS
@@ -96,7 +96,7 @@ fn map(len: usize, prot: i32) -> *mut u8 {
     let p = unsafe {
         libc::syscall(
             libc::SYS_mmap,
-            ptr::null_mut::<u8>(),
+            crate::runtime::space::hint(len),
             len,
             prot,
             flags,

@@ -17,5 +17,6 @@ pub mod node;
 pub mod objects;
 pub mod pageable;
 pub mod resolve;
+pub mod space;
 pub mod sys;
 pub mod workstack;

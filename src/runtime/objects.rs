@@ -14,18 +14,47 @@ pub fn own_range() -> (usize, usize) {
     if s != 0 {
         return (s, END.load(Ordering::Relaxed));
     }
-    let probe = own_range as *const () as usize;
-    let mut range = (0usize, 0usize);
-    for_each_object(|obj| {
-        if obj.contains(probe) {
-            range = (obj.start, obj.end);
+    // Without allocating: the constructor asks, and a process that never pins keeps no heap.
+    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, _: usize, data: *mut c_void) -> c_int {
+        // SAFETY: `data` is the `&mut range` passed below, live and unaliased for the whole walk.
+        let range = unsafe { &mut *(data as *mut (usize, usize)) };
+        // SAFETY: `dl_iterate_phdr` passes a valid `dl_phdr_info` for the callback's duration.
+        let info = unsafe { &*info };
+        let (start, end) = load_span(info);
+        let probe = own_range as *const () as usize;
+        if probe >= start && probe < end {
+            *range = (start, end);
+            return 1;
         }
-    });
+        0
+    }
+    let mut range = (0usize, 0usize);
+    {
+        let _open = crate::runtime::gate::enter();
+        // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is
+        // `&mut range`, which `cb` casts back to exactly that type, for the whole call.
+        unsafe { libc::dl_iterate_phdr(Some(cb), &mut range as *mut _ as *mut c_void) };
+    }
     if range.0 != 0 {
         END.store(range.1, Ordering::Relaxed);
         START.store(range.0, Ordering::Relaxed);
     }
     range
+}
+
+/// Lowest and highest address of an object's `PT_LOAD` segments.
+fn load_span(info: &libc::dl_phdr_info) -> (usize, usize) {
+    let base = info.dlpi_addr as usize;
+    let (mut start, mut end) = (usize::MAX, 0usize);
+    for i in 0..info.dlpi_phnum as usize {
+        // SAFETY: `i < dlpi_phnum`, the length of the loader's program header array.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_LOAD {
+            start = start.min(base + ph.p_vaddr as usize);
+            end = end.max(base + ph.p_vaddr as usize + ph.p_memsz as usize);
+        }
+    }
+    (start, end)
 }
 
 pub fn is_own(addr: usize) -> bool {

@@ -42,6 +42,18 @@ impl Real {
         }
     }
 
+    /// The look-up done ahead of any call, from the constructor: on the program's main stack at
+    /// start, which has room for the loader's kilobytes, so that a process that never pins maps
+    /// no stack of pinguard's.
+    pub fn prepare(&self) {
+        if self.addr.load(Ordering::Relaxed) == 0 {
+            let a = lookup(self.name);
+            if a != 0 {
+                self.addr.store(a, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// The first call's look-up, out of line so that every later call is a load and a jump.
     #[cold]
     #[inline(never)]

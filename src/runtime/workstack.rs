@@ -252,7 +252,7 @@ fn map(t: &Thread) -> usize {
     let p = unsafe {
         libc::syscall(
             libc::SYS_mmap,
-            std::ptr::null_mut::<u8>(),
+            crate::runtime::space::hint(len),
             len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,

@@ -183,17 +183,6 @@ pub(crate) fn quiet<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
-/// Runs `f` for an application call that is not an allocation (`dlclose`): only when tracking is
-/// on and this thread is not already inside pinguard, with `errno` as the caller left it.
-pub fn quietly_tracked<T>(f: impl FnOnce() -> T) -> Option<T> {
-    let reentry = Reentry::enter()?;
-    let t = reentry.thread();
-    let err = t.errno();
-    let out = lifecycle::ensure_init(t).and_then(|_| quiet(f));
-    t.set_errno(err);
-    out
-}
-
 /// A live record taken out for a release call, put back if the call unwinds before it returns.
 struct PutBack<'l>(usize, &'l Live);
 

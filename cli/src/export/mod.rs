@@ -241,6 +241,16 @@ pub fn render(d: &Data, format: Format, weight: Weight) -> Result<Vec<u8>, Strin
     }
 }
 
+/// A binary format to a terminal is refused before anything is read, as `flamegraph` refuses
+/// its SVG: gzip on a screen is garbage, and can leave the terminal in a bad state.
+pub fn check_output(format: Format, out: &Path) -> Result<(), String> {
+    use std::io::IsTerminal;
+    if format == Format::Pprof && out.as_os_str() == "-" && std::io::stdout().is_terminal() {
+        return Err("refusing to write a gzipped pprof profile to the terminal: give -o FILE, or redirect the output (`> profile.pb.gz`)".into());
+    }
+    Ok(())
+}
+
 /// Writes `bytes` to `out` (`-`: standard output).
 pub fn write(bytes: &[u8], out: &Path) -> Result<(), String> {
     use std::io::Write;

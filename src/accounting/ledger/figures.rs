@@ -11,6 +11,17 @@ pub fn live_bytes() -> u64 {
     levels().total.bytes()
 }
 
+/// The process's peak since `restart_window` (or the start): a test's own peak.
+pub fn window_peak() -> u64 {
+    levels().total.window_peak()
+}
+
+/// Starts the process's peak window again from what is live now (the whole life's peak stays
+/// the report's `totals.peak_live_bytes`).
+pub fn restart_window() {
+    levels().total.restart_peak();
+}
+
 pub fn totals() -> Totals {
     let mut t = Totals {
         live_bytes: levels().total.bytes(),

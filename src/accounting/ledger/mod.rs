@@ -30,7 +30,7 @@ pub use count::{
     downgraded_live_delta,
 };
 pub use events::{events, timeline, timeline_now, Point};
-pub use figures::{apis, live_bytes, totals};
+pub use figures::{apis, live_bytes, restart_window, totals, window_peak};
 pub use first_count::{on_first_count, touched};
 pub use fork::{hold, let_go};
 pub use levels::{alloc_live, live_delta, live_release, use_levels};

@@ -1,0 +1,83 @@
+//! A process that never pins cannot tell pinguard is there (issue 44 item 8): the same exit
+//! status and output, no thread, no descriptor, no file, no line, and no mapping of pinguard's
+//! beyond the library's own segments (its heap and work stacks come with the first pinning call).
+
+mod common;
+use common::*;
+use std::process::Output;
+
+fn idle_program() -> std::path::PathBuf {
+    let f = fixtures();
+    let out = f.dir.join("idle");
+    let src = root().join("tests/progs/idle.c");
+    cc(&[
+        "-O1",
+        "-o",
+        &out.to_string_lossy(),
+        &src.to_string_lossy(),
+        "-ldl",
+    ]);
+    out
+}
+
+fn run_idle(preload: bool) -> (Output, Vec<String>) {
+    let dir = fresh_dir(if preload { "idle-with" } else { "idle-without" });
+    let lib = fixtures().lib.clone();
+    let mut cmd = program(&idle_program(), preload.then_some(lib.as_os_str()));
+    cmd.current_dir(&dir);
+    clear_pinguard_env(&mut cmd);
+    let out = run_bounded(&mut cmd, std::time::Duration::from_secs(60));
+    let files = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    (out, files)
+}
+
+/// The anonymous mappings the program listed, without the one that directly follows pinguard's
+/// own segments (the library's `.bss`, part of loading it).
+fn anonymous_mappings(stdout: &str) -> usize {
+    let maps: Vec<&str> = stdout.lines().filter(|l| l.starts_with("map ")).collect();
+    let bss = maps
+        .iter()
+        .rposition(|l| l.contains("libpinguard"))
+        .map(|i| i + 1);
+    maps.iter()
+        .enumerate()
+        .filter(|(i, l)| Some(*i) != bss && l.split_whitespace().count() == 6)
+        .count()
+}
+
+#[test]
+fn a_process_that_never_pins_has_no_thread_descriptor_file_line_or_mapping_of_pinguards() {
+    let (without, files_without) = run_idle(false);
+    let (with, files_with) = run_idle(true);
+    assert_eq!(with.status.code(), Some(3), "{with:?}");
+    assert_eq!(with.status.code(), without.status.code());
+    assert_eq!(String::from_utf8_lossy(&with.stderr), "", "no line");
+    assert_eq!(with.stderr, without.stderr);
+    assert!(
+        files_with.is_empty() && files_without.is_empty(),
+        "{files_with:?}"
+    );
+    let (a, b) = (
+        String::from_utf8_lossy(&without.stdout),
+        String::from_utf8_lossy(&with.stdout),
+    );
+    let facts = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.starts_with("Threads:") || l.starts_with("fd "))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert!(facts(&a).iter().any(|l| l.starts_with("Threads:")), "{a}");
+    assert_eq!(facts(&b), facts(&a), "threads and descriptors");
+    if !aarch64() {
+        // qemu-user lists its own mappings beside the guest's.
+        assert_eq!(
+            anonymous_mappings(&b),
+            anonymous_mappings(&a),
+            "pinguard mapped memory of its own in a process that never pinned:\n{b}"
+        );
+    }
+}
