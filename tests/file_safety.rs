@@ -214,10 +214,25 @@ fn pid_namespaces() -> bool {
 /// `scenario OPS wait_stdin:0` as pid 1 of a new PID namespace, in `dir`, with `env` (a `None`
 /// value unsets it), held at its wait.
 fn pid1(dir: &std::path::Path, ops: &[&str], env: &[(&str, Option<&str>)]) -> Held {
+    pid1_as(None, dir, ops, env)
+}
+
+/// `pid1`, run as user `uid` where given.
+fn pid1_as(
+    uid: Option<u32>,
+    dir: &std::path::Path,
+    ops: &[&str],
+    env: &[(&str, Option<&str>)],
+) -> Held {
     Held::start_with(dir, ops, &[], |cmd| {
         let mut u = Command::new("unshare");
-        u.args(["-p", "-f", "--mount-proc"])
-            .arg(cmd.get_program())
+        u.args(["-p", "-f", "--mount-proc"]);
+        if let Some(uid) = uid {
+            u.arg("setpriv")
+                .arg(format!("--reuid={uid}"))
+                .args(["--regid=65534", "--clear-groups"]);
+        }
+        u.arg(cmd.get_program())
             .args(cmd.get_args())
             .current_dir(dir);
         for (k, v) in cmd.get_envs() {
@@ -381,60 +396,67 @@ impl Drop for User {
 
 /// In a shared folder (mode 1777, as `/tmp`), another user pre-created the names a process will
 /// use (its report, its state, its metrics: pid 1's are known in advance) and planted a link at
-/// another: the process leaves every one of them as it was and writes under other names.
+/// another: the process (root, and another user, as a daemon falling back to `/tmp`) leaves every
+/// one of them as it was and writes under other names.
 #[test]
 fn names_another_user_took_are_never_used_and_never_block() {
     if !pid_namespaces() {
         return;
     }
-    let Some(user) = User::new("plant") else {
+    let (Some(planter), Some(writer)) = (User::new("plant"), User::new("write")) else {
         return;
     };
-    let dir = fresh_dir("planted");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
-    let victim = dir.join("victim");
-    std::fs::write(&victim, "the victim's\n").unwrap();
-    user.sh(&format!(
-        "cd {} && for f in r.1.json r.1.state m.1.prom; do echo planted > $f; done",
-        dir.display()
-    ));
-    std::os::unix::fs::symlink(&victim, dir.join(".m.1.prom.live")).unwrap();
-    let env = [
-        ("PINGUARD_REPORT", Some("r.%p.json")),
-        ("PINGUARD_METRICS", Some("m.%p.prom")),
-    ];
-    let held = pid1(&dir, &["cuda_alloc:4096", "report:"], &env);
-    until("the metrics", || with_suffix(&dir, ".prom").len() == 2);
-    let (reports, states) = (with_suffix(&dir, ".json"), with_suffix(&dir, ".state"));
-    assert_eq!(
-        (reports.len(), states.len()),
-        (2, 2),
-        "{:?}",
-        names_in(&dir)
-    );
-    held.finish();
-    for f in ["r.1.json", "r.1.state", "m.1.prom"] {
-        let p = dir.join(f);
+    for uid in [None, Some(writer.uid)] {
+        let dir = fresh_dir("planted");
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            .unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "the victim's\n").unwrap();
+        planter.sh(&format!(
+            "cd {} && for f in r.1.json r.1.state m.1.prom; do echo planted > $f; done",
+            dir.display()
+        ));
+        std::os::unix::fs::symlink(&victim, dir.join(".m.1.prom.live")).unwrap();
+        let env = [
+            ("PINGUARD_REPORT", Some("r.%p.json")),
+            ("PINGUARD_METRICS", Some("m.%p.prom")),
+        ];
+        let held = pid1_as(uid, &dir, &["cuda_alloc:4096", "report:"], &env);
+        until("the metrics", || with_suffix(&dir, ".prom").len() == 2);
+        let (reports, states) = (with_suffix(&dir, ".json"), with_suffix(&dir, ".state"));
         assert_eq!(
-            std::fs::read_to_string(&p).unwrap(),
-            "planted\n",
-            "{f} was replaced"
+            (reports.len(), states.len()),
+            (2, 2),
+            "{uid:?}: {:?}",
+            names_in(&dir)
         );
-        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
-        assert_eq!(owner, user.uid, "{f}");
+        let stderr = held.finish();
+        assert!(!stderr.contains("not written"), "{uid:?}: {stderr}");
+        for f in ["r.1.json", "r.1.state", "m.1.prom"] {
+            let p = dir.join(f);
+            assert_eq!(
+                std::fs::read_to_string(&p).unwrap(),
+                "planted\n",
+                "{f} was replaced"
+            );
+            let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&p).unwrap());
+            assert_eq!(owner, planter.uid, "{f}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the victim's\n");
+        assert!(std::fs::symlink_metadata(dir.join(".m.1.prom.live"))
+            .unwrap()
+            .is_symlink());
+        let mine: Vec<String> = with_suffix(&dir, ".json")
+            .into_iter()
+            .filter(|n| n != "r.1.json")
+            .collect();
+        assert_eq!(mine.len(), 1, "{uid:?}: {:?}", names_in(&dir));
+        let meta = std::fs::metadata(dir.join(&mine[0])).unwrap();
+        assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), uid.unwrap_or(0));
+        let j = read_json(&dir.join(&mine[0]));
+        assert_eq!(j["reason"], "exit");
+        assert_eq!(j["totals"]["peak_live_bytes"], 4096);
     }
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "the victim's\n");
-    assert!(std::fs::symlink_metadata(dir.join(".m.1.prom.live"))
-        .unwrap()
-        .is_symlink());
-    let mine: Vec<String> = with_suffix(&dir, ".json")
-        .into_iter()
-        .filter(|n| n != "r.1.json")
-        .collect();
-    assert_eq!(mine.len(), 1, "{:?}", names_in(&dir));
-    let j = read_json(&dir.join(&mine[0]));
-    assert_eq!(j["reason"], "exit");
-    assert_eq!(j["totals"]["peak_live_bytes"], 4096);
 }
 
 /// No `..`, absolute jump or new folder comes out of a template's expansions: an executable

@@ -81,7 +81,7 @@ pub struct Place {
     pub path: Box<dyn Fn(u32, bool) -> Option<std::path::PathBuf> + Send + Sync>,
     /// Told the path and (device, inode) the state took; `false` when the name is not to be
     /// used after all (the report's name beside it is another process's).
-    pub taken: Box<dyn Fn(&std::path::Path, (u64, u64)) -> bool + Send + Sync>,
+    pub taken: fn(&std::path::Path, (u64, u64)) -> bool,
     /// The process and configuration as JSON (`pinguard_report::state::Info`).
     pub info: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
     /// Told where the levels are placed, once the header exists (`ledger::use_levels`).

@@ -482,7 +482,32 @@ pub fn template() -> (String, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{component, with_pid};
+    use super::{attempt, component, with_pid};
+    use std::path::Path;
+
+    #[test]
+    fn a_later_attempt_is_an_unpredictable_name_with_the_same_extension() {
+        assert_eq!(
+            attempt(Path::new("/r/a.1.json"), 0),
+            Path::new("/r/a.1.json")
+        );
+        let (one, two) = (
+            attempt(Path::new("/r/a.1.json"), 1),
+            attempt(Path::new("/r/a.1.json"), 1),
+        );
+        let name = one.to_str().unwrap();
+        assert!(
+            name.starts_with("/r/a.1.") && name.ends_with(".json") && name.len() == 28,
+            "{name}"
+        );
+        assert_ne!(one, two);
+        let prom = attempt(Path::new("/m/p.1.prom"), 2);
+        assert!(prom.to_str().unwrap().ends_with(".prom"));
+        assert_eq!(
+            attempt(Path::new("/r/out.1"), 3).parent(),
+            Some(Path::new("/r"))
+        );
+    }
 
     #[test]
     fn every_expansion_is_one_safe_component() {
