@@ -1,5 +1,7 @@
-//! Report files in hostile places: a setuid process ignores `PINGUARD_REPORT`, and processes
-//! writing the same path never leave a torn file. (A planted symlink: tests/report.rs.)
+//! Report files in hostile places: a setuid process ignores `PINGUARD_REPORT`, processes
+//! writing the same path never leave a torn file, names taken by other containers' pid 1s and by
+//! other users are never used, and expansions make no folder and no way out. (A planted
+//! symlink: tests/report.rs.)
 
 mod common;
 use common::*;
