@@ -461,6 +461,34 @@ fn names_another_user_took_are_never_used_and_never_block() {
     }
 }
 
+/// A report name taken after the process made its state (a file planted beside it): the report
+/// goes under another name and the state follows it, so that a reader still pairs them and the
+/// planted file stays as it was.
+#[test]
+fn a_state_follows_its_report_to_another_name() {
+    if !pid_namespaces() {
+        return;
+    }
+    let dir = fresh_dir("follow");
+    let env = [("PINGUARD_REPORT", Some("r.%p.json"))];
+    let mut held = pid1(&dir, &["cuda_alloc:4096", "wait_stdin:0", "report:"], &env);
+    assert_eq!(names_in(&dir), ["r.1.state"]);
+    std::fs::write(dir.join("r.1.json"), "planted\n").unwrap();
+    held.step();
+    let names = names_in(&dir);
+    let mine: Vec<&String> = names.iter().filter(|n| *n != "r.1.json").collect();
+    assert_eq!(mine.len(), 2, "{names:?}");
+    let stem = mine[0].strip_suffix(".json").unwrap();
+    assert_eq!(*mine[1], format!("{stem}.state"), "{names:?}");
+    assert_eq!(read_json(&dir.join(mine[0]))["reason"], "request");
+    held.finish();
+    assert_eq!(
+        std::fs::read_to_string(dir.join("r.1.json")).unwrap(),
+        "planted\n"
+    );
+    assert_eq!(names_in(&dir).len(), 2, "{:?}", names_in(&dir));
+}
+
 /// No `..`, absolute jump or new folder comes out of a template's expansions: an executable
 /// named `...` (its name is anyone's to choose) gets no folder made for it, and a template
 /// whose `..` follows an expansion (`%p/../..`, which would land outside once `%p` existed) is
