@@ -489,41 +489,54 @@ fn a_state_follows_its_report_to_another_name() {
     assert_eq!(names_in(&dir).len(), 2, "{:?}", names_in(&dir));
 }
 
-/// No `..`, absolute jump or new folder comes out of a template's expansions: an executable
-/// named `...` (its name is anyone's to choose) gets no folder made for it, and a template
-/// whose `..` follows an expansion (`%p/../..`, which would land outside once `%p` existed) is
-/// refused for the default.
-#[test]
-fn expansions_make_no_folder_and_no_way_out() {
+/// `scenario cuda_alloc:4096`, copied as `name` (beside the emulated runtimes it loads from its
+/// own folder), run in `dir` with `PINGUARD_REPORT=template`.
+fn run_named(name: &str, dir: &std::path::Path, template: String) -> std::process::Output {
     let f = fixtures();
-    let dir = fresh_dir("expansions");
-    // Beside the emulated runtimes it loads from its own folder.
-    let exe = f.dir.join("...");
-    std::fs::copy(f.dir.join("scenario"), &exe).unwrap();
+    let exe = f.dir.join(name);
+    if !exe.exists() {
+        std::fs::copy(f.dir.join("scenario"), &exe).unwrap();
+    }
+    let mut cmd = command_in(&exe, dir, true);
+    cmd.arg("cuda_alloc:4096").env("PINGUARD_REPORT", template);
+    run_bounded(&mut cmd, Duration::from_secs(60))
+}
+
+/// No new folder comes out of a template's expansions: an executable named `...` (its name is
+/// anyone's to choose) gets no folder made for it by `%e/`.
+#[test]
+fn an_expansion_makes_no_folder() {
+    let dir = fresh_dir("expansion-folder");
     let out = dir.join("out");
     std::fs::create_dir(&out).unwrap();
-    let victim = dir.join("victim");
-    std::fs::write(&victim, "the victim's\n").unwrap();
-    let run = |template: String| {
-        let mut cmd = command_in(&exe, &dir, true);
-        cmd.arg("cuda_alloc:4096").env("PINGUARD_REPORT", template);
-        run_bounded(&mut cmd, Duration::from_secs(60))
-    };
-    let o = run(format!("{}/%e/%p.json", out.display()));
+    let o = run_named("...", &dir, format!("{}/%e/%p.json", out.display()));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
         names_in(&out).is_empty(),
         "a folder named by an expansion was made: {:?}",
         names_in(&out)
     );
-    let o = run(format!("{}/a/%p/../../victim", out.display()));
+}
+
+/// No `..` or jump out of the folder comes out of a template's expansions: a template whose
+/// `..` follows an expansion (`%p/../../..`, which lands outside once `%p` exists, as
+/// `/etc/%p/../profile` did) is refused, the default used instead, and nothing is made.
+#[test]
+fn no_dotdot_after_an_expansion() {
+    let dir = fresh_dir("expansion-dotdot");
+    let out = dir.join("out");
+    std::fs::create_dir(&out).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "the victim's\n").unwrap();
+    let o = run_named(
+        "scenario",
+        &dir,
+        format!("{}/a/%p/../../../victim", out.display()),
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert_eq!(
-        std::fs::read_to_string(&victim).unwrap(),
-        "the victim's\n",
-        "{err}"
-    );
-    assert!(!out.join("a").exists(), "{:?}", names_in(&out));
+    let kept = std::fs::read_to_string(&victim).unwrap();
+    assert_eq!(kept, "the victim's\n", "{err}");
+    assert!(names_in(&out).is_empty(), "{:?}", names_in(&out));
     assert!(err.contains("after an expansion"), "{err}");
 }
