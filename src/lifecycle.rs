@@ -240,6 +240,7 @@ fn init() -> bool {
     crate::output::metrics::forget_previous_image(cfg);
     crate::accounting::arena::prepare(crate::accounting::arena::Place {
         path: Box::new(crate::output::files::state_path),
+        taken: crate::output::files::state_taken,
         info: Box::new(|| report::state_info(cfg)),
         levels: ledger::use_levels,
     });

@@ -49,6 +49,10 @@ pub mod header {
     /// files written before there was one: the word was unused).
     pub const FOLDED: usize = 24;
     pub const PID: usize = 32;
+    /// The PID namespace's inode number, a `u32` (0: unknown, and in files written before it:
+    /// the word was padding). With the pid and start time, it tells this process's file from
+    /// another container's pid 1's, started in the same clock tick.
+    pub const PID_NS: usize = 36;
     pub const START_TICKS: usize = 40;
     pub const START_UNIX_MS: usize = 48;
     pub const INFO: usize = 56;

@@ -216,6 +216,15 @@ pub fn check_template(t: &str) -> Result<(), String> {
     if t.ends_with('/') {
         return Err("names a directory, not a file".into());
     }
+    // `a/%p/../b` would be `a/b` once `a/1234` exists, or reach anywhere through a folder an
+    // expansion names: the folders a template names are its own words.
+    let mut expanded = false;
+    for part in t.split('/') {
+        if part == ".." && expanded {
+            return Err("\"..\" after an expansion".into());
+        }
+        expanded |= part.contains('%');
+    }
     Ok(())
 }
 
@@ -324,6 +333,13 @@ mod tests {
     fn templates_and_patterns() {
         assert!(check_template("/r/%e-%p-%h-%t-%%.json").is_ok());
         assert!(check_template("/t/pinguard.%n.%p.prom").is_ok());
+        assert!(check_template("/etc/%p/../profile")
+            .unwrap_err()
+            .contains("after an expansion"));
+        assert!(
+            check_template("../r/%e.%p.json").is_ok(),
+            "the user's own words"
+        );
         assert!(check_template("/r/%q.json").unwrap_err().contains("\"%q\""));
         assert!(check_template("/r/out%").unwrap_err().contains("lone %"));
         assert!(check_template("r/")

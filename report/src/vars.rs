@@ -29,7 +29,7 @@ pub struct Var {
 }
 
 /// The report path template an unset `PINGUARD_REPORT` stands for.
-pub const DEFAULT_TEMPLATE: &str = "pinguard.%e.%p.json";
+pub const DEFAULT_TEMPLATE: &str = "pinguard.%e.%n.%p.json";
 
 /// Frames per stack at most (`PINGUARD_DEPTH`, `PINGUARD_PY_DEPTH`).
 pub const MAX_DEPTH: u32 = 128;
@@ -83,13 +83,13 @@ pub const POLICY: Var = Var {
 
 pub const REPORT: Var = Var {
     name: "PINGUARD_REPORT",
-    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%n` the PID namespace's inode number (with `%p`, unique among a host's live processes, whatever container they run in), `%%` a percent sign; missing directories are created; a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report",
+    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%n` the PID namespace's inode number (with `%p`, unique among a host's live processes, whatever container they run in), `%%` a percent sign; each expansion is one file name's worth (no `/`, no leading `.`), and no `..` may follow one; missing directories the template names literally are created (never one an expansion names, nor any in a setuid process); a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report; a name another process's file holds is never used: the report (and state) then take that name with an unpredictable word before `.json`",
     // Unset is not the same as the default template given: only the default falls back to the
     // temporary folder when the working directory is not writable.
     default: None,
-    unset: "`pinguard.%e.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
+    unset: "`pinguard.%e.%n.%p.json` in the working directory, or in `$TMPDIR` (else `/tmp`) when that is not writable",
     forms: "a path with %p, %e, %h, %t, %n or %%",
-    fallback: "using pinguard.%e.%p.json",
+    fallback: "using pinguard.%e.%n.%p.json",
     parse: Parse::Template,
     needs: None,
 };

@@ -72,11 +72,16 @@ static ARENA: Mutex<Arena> = Mutex::new(Arena {
 });
 
 /// Where the state file goes and what its header says of the process. The output stage knows
-/// both (the report's path template, the configuration); the composition layer hands them over
-/// at start-up, and they are asked when the first piece is made (a fork child's has its pid).
+/// both (the report's path template and the names this process writes under, the
+/// configuration); the composition layer hands them over at start-up, and they are asked when
+/// the first piece is made (a fork child's has its pid).
 pub struct Place {
-    /// The state file's path, its folder made first with `true`; `None` where no file may be.
-    pub path: Box<dyn Fn(bool) -> Option<std::path::PathBuf> + Send + Sync>,
+    /// The state file's path for naming attempt `n` (0: beside the report; later ones
+    /// unpredictable), its folder made first with `true`; `None` where no file may be.
+    pub path: Box<dyn Fn(u32, bool) -> Option<std::path::PathBuf> + Send + Sync>,
+    /// Told the path and (device, inode) the state took; `false` when the name is not to be
+    /// used after all (the report's name beside it is another process's).
+    pub taken: fn(&std::path::Path, (u64, u64)) -> bool,
     /// The process and configuration as JSON (`pinguard_report::state::Info`).
     pub info: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
     /// Told where the levels are placed, once the header exists (`ledger::use_levels`).
@@ -130,7 +135,7 @@ pub fn alloc(size: usize, align: usize) -> Option<*mut u8> {
                 return Some((at + start) as *mut u8);
             }
         }
-        // Growing makes system calls that may fail (an old file to unlink): errno stays the caller's.
+        // Growing makes system calls that may fail (a name already taken): errno stays the caller's.
         let e = crate::runtime::guard::errno();
         let grown = grow(&mut a, size + align);
         crate::runtime::guard::set_errno(e);
@@ -353,26 +358,64 @@ fn reopen(f: &File, flags: i32) -> Option<i32> {
     None
 }
 
-/// Creates the state file in place of any earlier one at that path (a stale file of an earlier
-/// process with this pid, or of the image this one replaced by `exec`).
+/// Names the state file tries: beside the report, then unpredictable ones.
+const ATTEMPTS: u32 = 8;
+
+/// Creates the state file exclusively, at the first name that is free. A file at a name is
+/// another process's (another container's pid 1, a killed process's record, another user's) and
+/// is never replaced or removed; only a state of the image this one replaced by `exec` goes.
 fn create_file() -> Option<File> {
-    let path = (PLACE.get()?.path)(true)?;
-    let path = CString::new(path.into_os_string().into_encoded_bytes()).ok()?;
-    let _ = crate::runtime::sys::unlink(&path);
-    let fd = crate::runtime::sys::open(
-        &path,
-        libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
-        0o600,
-    )
-    .ok()?;
-    let id = crate::runtime::sys::file_id(fd);
-    crate::runtime::sys::close(fd);
-    let id = id?;
-    Some(File {
-        path,
-        dev: id.dev,
-        ino: id.ino,
-    })
+    let place = PLACE.get()?;
+    let mut n = 0;
+    let mut forgot = false;
+    while n < ATTEMPTS {
+        let path = (place.path)(n, true)?;
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).ok()?;
+        let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+        match crate::runtime::sys::open(&c, flags, 0o600) {
+            Ok(fd) => {
+                let id = crate::runtime::sys::file_id(fd);
+                crate::runtime::sys::close(fd);
+                let id = id?;
+                let f = File {
+                    path: c,
+                    dev: id.dev,
+                    ino: id.ino,
+                };
+                if (place.taken)(&path, (f.dev, f.ino)) {
+                    return Some(f);
+                }
+                remove(&f);
+            }
+            Err(libc::EEXIST) if !forgot && forget(&c) => {
+                forgot = true;
+                continue; // the same name again, now free
+            }
+            Err(libc::EEXIST) => {}
+            Err(_) => return None,
+        }
+        n += 1;
+    }
+    None
+}
+
+/// Moves the state file to `to`, where nothing is: the report had to take another name, and
+/// the state goes beside it (a reader pairs them by name). `false` leaves it where it was.
+pub fn move_to(to: &std::path::Path) -> bool {
+    let Ok(to) = CString::new(to.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    let mut a = ARENA.lock();
+    let Some(f) = a.file.as_mut() else {
+        return false;
+    };
+    let same = crate::runtime::sys::path_id(&f.path).map(|id| (id.dev, id.ino));
+    if same != Some((f.dev, f.ino)) || crate::runtime::sys::rename_noreplace(&f.path, &to).is_err()
+    {
+        return false;
+    }
+    f.path = to;
+    true
 }
 
 /// Maps `[off, off + len)` of the file, its blocks allocated first; `None` if the file is gone,
@@ -436,6 +479,7 @@ fn init_header(a: &mut Arena, base: usize) {
         (h.add(header::API_COUNT) as *mut u32).write(crate::api::Api::COUNT as u32);
         w(header::ENDIAN, state::ENDIAN);
         (h.add(header::PID) as *mut u32).write(crate::runtime::kernel::raw_pid() as u32);
+        (h.add(header::PID_NS) as *mut u32).write(pid_ns());
         w(header::START_TICKS, crate::runtime::kernel::start_ticks());
         w(header::START_UNIX_MS, crate::runtime::clock::start_ms());
         w(header::INFO, (base + info_at) as u64);
@@ -452,41 +496,65 @@ fn init_header(a: &mut Arena, base: usize) {
 
 /// At start-up: a state at this process's path left by the image this one replaced (`exec`
 /// keeps the pid and the start time) is not a death to report; the pinned memory went with the
-/// image. Another process's state (a reused pid) is left for its readers.
+/// image. Another process's state (a reused pid, another container's pid 1) is left for its
+/// readers.
 pub fn forget_previous_image() {
-    let Some(path) = PLACE.get().and_then(|p| (p.path)(false)) else {
+    let Some(path) = PLACE.get().and_then(|p| (p.path)(0, false)) else {
         return;
     };
-    let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) else {
-        return;
-    };
+    if let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) {
+        forget(&path);
+    }
+}
+
+/// Removes the state at `path` if it is this process's own: a regular file of this user's whose
+/// header names this pid and start time (the image `exec` replaced). Whether it did.
+fn forget(path: &CString) -> bool {
     // Non-blocking, and only a regular file is read: a FIFO planted at the path must not hold
     // up the start of every program.
     let Ok(fd) = crate::runtime::sys::open(
-        &path,
+        path,
         libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
         0,
     ) else {
-        return;
+        return false;
     };
     let mut head = [0u8; header::START_TICKS + 8];
-    let regular = crate::runtime::sys::file_id(fd).is_some_and(|id| id.regular);
-    let n = if regular {
+    let ns = header::PID_NS;
+    let st = crate::runtime::sys::stat(fd);
+    // SAFETY: geteuid has no arguments and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    let mine = st
+        .as_ref()
+        .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFREG && st.st_uid == euid);
+    let n = if mine {
         crate::runtime::sys::read(fd, &mut head).unwrap_or(0)
     } else {
         0
     };
     crate::runtime::sys::close(fd);
-    if n == head.len()
+    let own = n == head.len()
         && state::is_state(&head)
+        && head[ns..ns + 4] == pid_ns().to_ne_bytes()
         && state::owner(&head)
             == Some((
                 crate::runtime::kernel::raw_pid() as u32,
                 crate::runtime::kernel::start_ticks(),
-            ))
-    {
-        let _ = crate::runtime::sys::unlink(&path);
-    }
+            ));
+    let Some(st) = st.filter(|_| own) else {
+        return false;
+    };
+    remove(&File {
+        path: path.clone(),
+        dev: st.st_dev,
+        ino: st.st_ino,
+    });
+    true
+}
+
+/// This process's PID namespace as the header keeps it (a proc inode number fits 32 bits).
+fn pid_ns() -> u32 {
+    crate::runtime::kernel::pid_namespace().unwrap_or(0) as u32
 }
 
 /// Removes the state once the exit report stands in its place.

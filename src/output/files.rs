@@ -1,9 +1,12 @@
 //! Where output goes: the report path template (made absolute at start-up, a pid put in where
-//! it has none, `%p %e %h %t %n` expanded per write), the state file's path beside the report, and
-//! atomic writes (a temporary file in the same folder, renamed).
+//! it has none, `%p %e %h %t %n` expanded per write, each expansion one safe path component),
+//! the names a process writes under (its own alone: a name another process's file holds is never
+//! used, replaced or removed, and another is tried), the state file's path beside the report,
+//! and atomic writes (a temporary file in the same folder, renamed).
 
 use crate::runtime::config::DEFAULT_TEMPLATE;
 use crate::runtime::kernel;
+use crate::runtime::lock::{Mutex, MutexGuard};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -107,26 +110,185 @@ pub fn expand(template: &str) -> PathBuf {
     PathBuf::from(out)
 }
 
-/// Where this process keeps its state (`arena`): next to where its report goes, with the
-/// report's fallback for the default template. `None` where no report may be written.
-/// With `make`, the folder is made as for a report; without, nothing is touched.
-pub fn state_path(make: bool) -> Option<PathBuf> {
-    if kernel::secure_mode() {
-        return None;
+/// Names a file tries before pinguard gives it up: the template's, then unpredictable ones.
+pub const ATTEMPTS: u32 = 8;
+
+/// Name attempt `n` for a file whose template gives `base`: `base` itself, then `base` with an
+/// unpredictable word before its extension (`.json`, `.prom`) or at its end. Where a name is
+/// taken (another container's pid 1, a killed process's record, a file another user planted in
+/// a shared folder), the next is one nobody could have planted.
+pub fn attempt(base: &Path, n: u32) -> PathBuf {
+    if n == 0 {
+        return base.to_path_buf();
     }
+    let word = format!(".{:016x}", unpredictable());
+    let s = base.to_string_lossy();
+    for ext in [".json", ".prom"] {
+        if let Some(stem) = s.strip_suffix(ext) {
+            return format!("{stem}{word}{ext}").into();
+        }
+    }
+    format!("{s}{word}").into()
+}
+
+fn unpredictable() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: `b` is writable for its length; the kernel writes at most that.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_getrandom,
+            b.as_mut_ptr(),
+            b.len(),
+            libc::GRND_NONBLOCK,
+        )
+    };
+    if got == b.len() as i64 {
+        return u64::from_ne_bytes(b);
+    }
+    // No entropy yet (early boot): still a name no earlier attempt of this process's had.
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let mut x = crate::runtime::clock::unix_ms()
+        ^ (kernel::raw_pid() as u64) << 32
+        ^ SEQ
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x ^ (x >> 31)
+}
+
+/// The names this process writes under, once it has written: its report's path (its state's is
+/// `path_for` of it) and the files it put there, which alone it may replace or remove. Taken
+/// under the report lock or the arena's lock only, which a fork holds both of.
+struct Names {
+    pid: i32,
+    report: Option<PathBuf>,
+    /// (device, inode) of the report this process renamed into place last.
+    report_id: Option<(u64, u64)>,
+    /// (device, inode) of the state file this process made beside it.
+    state_id: Option<(u64, u64)>,
+}
+
+static NAMES: Mutex<Names> = Mutex::new(Names {
+    pid: 0,
+    report: None,
+    report_id: None,
+    state_id: None,
+});
+
+/// This process's names; a fork child's start empty (its files are its own, with its pid).
+fn names() -> MutexGuard<'static, Names> {
+    let mut n = NAMES.lock();
+    let pid = kernel::raw_pid();
+    if n.pid != pid {
+        *n = Names {
+            pid,
+            report: None,
+            report_id: None,
+            state_id: None,
+        };
+    }
+    n
+}
+
+/// The template expanded: where attempt 0 of the report goes. The default falls back to the
+/// temporary folder where the working directory is not writable.
+fn base() -> Option<PathBuf> {
     let (template, default) = TEMPLATE.get().cloned()?;
-    let target = pinguard_report::state::path_for(&expand(&template));
-    let dir = target
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if make {
-        let _ = std::fs::create_dir_all(dir);
-    }
+    let target = expand(&template);
+    let dir = parent(&target);
     if default && !writable(dir) {
         return Some(std::env::temp_dir().join(target.file_name()?));
     }
     Some(target)
+}
+
+fn parent(p: &Path) -> &Path {
+    p.parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+}
+
+/// Makes the template's missing folders, only those it names literally: a folder whose name an
+/// expansion made (`%e`, an executable's name anyone chooses; `%h`) is never made, nor anything
+/// in secure mode, where a template's folder must already exist.
+pub fn make_dirs(template: &str) {
+    if kernel::secure_mode() {
+        return;
+    }
+    let dir = parent(Path::new(template));
+    let literal: PathBuf = dir
+        .components()
+        .take_while(|c| !c.as_os_str().as_encoded_bytes().contains(&b'%'))
+        .collect();
+    if !literal.as_os_str().is_empty() {
+        let _ = std::fs::create_dir_all(literal);
+    }
+}
+
+/// Where this process's report goes: where it went last, else the template's name.
+pub fn report_path() -> Option<PathBuf> {
+    names().report.clone().or_else(base)
+}
+
+/// Where this process keeps its state (`arena`), attempt `n`: beside its report (attempt 0: the
+/// report's name; later ones unpredictable). `None` where no report may be written. With `make`,
+/// the template's literal folders are made; without, nothing is touched.
+pub fn state_path(n: u32, make: bool) -> Option<PathBuf> {
+    if kernel::secure_mode() {
+        return None;
+    }
+    let report = match (n, names().report.clone()) {
+        (0, Some(r)) => r,
+        _ => attempt(&base()?, n),
+    };
+    if make {
+        make_dirs(&template().0);
+    }
+    Some(pinguard_report::state::path_for(&report))
+}
+
+/// The report's path for a state's (`path_for` undone).
+fn report_for(state: &Path) -> PathBuf {
+    let s = state.to_string_lossy();
+    let stem = s.strip_suffix(pinguard_report::state::SUFFIX).unwrap_or(&s);
+    if template().0.ends_with(".json") {
+        format!("{stem}.json").into()
+    } else {
+        stem.into()
+    }
+}
+
+/// The arena made its state file `id` at `state`: the report goes beside it from now on, unless
+/// a report there is another's (then `false`, and the arena tries another name: a state beside
+/// another's report would hide it from `pinguard report`, which reads a folder's state in place
+/// of the report beside it).
+pub fn state_taken(state: &Path, id: (u64, u64)) -> bool {
+    let report = report_for(state);
+    let mut names = names();
+    let there = lstat_id(&report);
+    if there.is_some() && there != names.report_id {
+        return false;
+    }
+    if let Some(old) = names.report.take().filter(|r| *r != report) {
+        // This process's snapshot under a name its state could not share: read twice otherwise.
+        if let Some(id) = names.report_id.take() {
+            unlink_if_same(&old, id);
+        }
+    }
+    names.report = Some(report);
+    names.state_id = Some(id);
+    true
+}
+
+fn lstat_id(p: &Path) -> Option<(u64, u64)> {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).ok()?;
+    crate::runtime::sys::path_id(&c).map(|id| (id.dev, id.ino))
+}
+
+fn unlink_if_same(p: &Path, id: (u64, u64)) {
+    if lstat_id(p) == Some(id) {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 fn writable(dir: &Path) -> bool {
@@ -137,40 +299,148 @@ fn writable(dir: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
-/// Writes `bytes` to `path` as `write_atomic_with` does, for other users to read (`mode`,
-/// whatever the umask): the metrics, which a collector running as another user reads, and which
-/// hold nothing secret.
-pub fn write_atomic_shared(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    write_atomic_mode(path, mode, |w| w.write_all(bytes))
+/// Writes the report to this process's name: the one it has written under (if the file there
+/// is still the one it put there), else the first attempt that is free beside a free (or its
+/// own) state name. Never over a file this process did not put there. Returns where it went.
+/// Under the report lock.
+pub fn write_report(
+    fill: impl Fn(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<PathBuf, String> {
+    let (template, default) = template();
+    let Some(mut base) = names().report.clone().or_else(base) else {
+        return Err("no report template".into());
+    };
+    make_dirs(&template);
+    let tmp = match write_temp(&base, 0o600, &fill) {
+        Ok(t) => t,
+        Err(e) if default => {
+            // The default lives in the working directory, which may be read-only in a container.
+            let fallback = std::env::temp_dir().join(base.file_name().unwrap_or_default());
+            match write_temp(&fallback, 0o600, &fill) {
+                Ok(t) => {
+                    base = fallback;
+                    t
+                }
+                Err(e2) => {
+                    let (b, f) = (base.display(), fallback.display());
+                    return Err(format!("{b}: {e}; {f}: {e2}"));
+                }
+            }
+        }
+        Err(e) => return Err(format!("{}: {e}", base.display())),
+    };
+    let placed = place_report(&base, &tmp);
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed.map_err(|e| format!("{}: {e}", base.display()))
+}
+
+/// Renames the written report `tmp` to the first name of this process's that takes it.
+fn place_report(base: &Path, tmp: &Path) -> std::io::Result<PathBuf> {
+    let mut last = std::io::Error::from_raw_os_error(libc::EEXIST);
+    for n in 0..ATTEMPTS {
+        let mut names = names();
+        let (target, own) = match (&names.report, n) {
+            (Some(r), 0) => (r.clone(), names.report_id),
+            _ => (attempt(base, n), None),
+        };
+        let state = pinguard_report::state::path_for(&target);
+        let state_there = lstat_id(&state);
+        if state_there.is_some() && state_there != names.state_id {
+            continue; // another process's state: the name is its report's
+        }
+        match place(tmp, &target, own) {
+            Ok(id) => {
+                let moved = names
+                    .report
+                    .replace(target.clone())
+                    .is_some_and(|r| r != target);
+                names.report_id = Some(id);
+                let state_follows = moved && names.state_id.is_some() && state_there.is_none();
+                drop(names); // the arena's lock is never taken under this one
+                if state_follows {
+                    crate::accounting::arena::move_to(&state);
+                }
+                return Ok(target);
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                if names.report.as_ref() == Some(&target) {
+                    names.report_id = None; // replaced or planted: no longer this process's
+                }
+                last = e;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last)
+}
+
+/// Puts `tmp` at `target`: over the file `own` (this process's, if the path still names it),
+/// else only where nothing is (`EEXIST` where something is). Returns the file's (device, inode).
+fn place(tmp: &Path, target: &Path, own: Option<(u64, u64)>) -> std::io::Result<(u64, u64)> {
+    let id = lstat_id(tmp).ok_or_else(std::io::Error::last_os_error)?;
+    if own.is_some() && lstat_id(target) == own {
+        std::fs::rename(tmp, target)?;
+    } else {
+        let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes());
+        let (from, to) = (c(tmp)?, c(target)?);
+        crate::runtime::sys::rename_noreplace(&from, &to)
+            .map_err(std::io::Error::from_raw_os_error)?;
+    }
+    Ok(id)
+}
+
+/// Writes what `fill` writes to `path` (mode `mode`, whatever the umask) as `write_atomic_with`
+/// does, at a name no other process's file holds: `own` (the file this process put there last)
+/// may be replaced, nothing else. Returns the new file's (device, inode); `EEXIST` where the
+/// name is another's.
+pub fn write_placed(
+    path: &Path,
+    mode: u32,
+    own: Option<(u64, u64)>,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<(u64, u64)> {
+    let tmp = write_temp(path, mode, fill)?;
+    let placed = place(&tmp, path, own);
+    if placed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    placed
 }
 
 /// Writes what `fill` writes to `path` so that a reader sees the old file or the new one, never a
-/// part: a private temporary file (mode 0600) in the same directory (never followed through a
-/// symlink), renamed. Through a buffer of 64 KiB: a report is serialised
-/// straight into its file, never whole in memory (a large one would need as much again).
+/// part: a private temporary file (mode 0600) in the same directory, renamed. For a path the
+/// program named itself (`pinguard_write_report(path)`): its missing folders are made and a
+/// file there is replaced, as asked.
 pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    write_atomic_mode(path, 0o600, fill)
+    std::fs::create_dir_all(parent(path))?;
+    let tmp = write_temp(path, 0o600, fill)?;
+    let renamed = std::fs::rename(&tmp, path);
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    renamed
 }
 
-fn write_atomic_mode(
+/// A new file beside `path` (created exclusively, never through a symlink, hidden: readers
+/// skip dot files) holding what `fill` writes, mode `mode` whatever the umask. Through a buffer
+/// of 64 KiB: a report is serialised straight into its file, never whole in memory (a large one
+/// would need as much again).
+fn write_temp(
     path: &Path,
     mode: u32,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+) -> std::io::Result<PathBuf> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(
+    let tmp = parent(path).join(format!(
         ".{name}.{}.{}.tmp",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
@@ -190,15 +460,15 @@ fn write_atomic_mode(
         }
         let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut f);
         fill(&mut w)?;
-        w.flush()?;
-        drop(w);
-        drop(f);
-        std::fs::rename(&tmp, path)
+        w.flush()
     })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    match result {
+        Ok(()) => Ok(tmp),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
     }
-    result
 }
 
 /// The template and whether it is the default one (whose folder may be read-only: a fallback
@@ -212,7 +482,32 @@ pub fn template() -> (String, bool) {
 
 #[cfg(test)]
 mod tests {
-    use super::{component, with_pid};
+    use super::{attempt, component, with_pid};
+    use std::path::Path;
+
+    #[test]
+    fn a_later_attempt_is_an_unpredictable_name_with_the_same_extension() {
+        assert_eq!(
+            attempt(Path::new("/r/a.1.json"), 0),
+            Path::new("/r/a.1.json")
+        );
+        let (one, two) = (
+            attempt(Path::new("/r/a.1.json"), 1),
+            attempt(Path::new("/r/a.1.json"), 1),
+        );
+        let name = one.to_str().unwrap();
+        assert!(
+            name.starts_with("/r/a.1.") && name.ends_with(".json") && name.len() == 28,
+            "{name}"
+        );
+        assert_ne!(one, two);
+        let prom = attempt(Path::new("/m/p.1.prom"), 2);
+        assert!(prom.to_str().unwrap().ends_with(".prom"));
+        assert_eq!(
+            attempt(Path::new("/r/out.1"), 3).parent(),
+            Some(Path::new("/r"))
+        );
+    }
 
     #[test]
     fn every_expansion_is_one_safe_component() {

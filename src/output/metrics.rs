@@ -381,6 +381,28 @@ fn live_file(path: &Path) -> Option<u64> {
     Some(ino)
 }
 
+/// Whether the liveness name beside metrics file `path` holds a file this process did not make.
+fn live_taken(path: &Path) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return false;
+    };
+    let Ok(c) = CString::new(
+        dir.join(live_name(name))
+            .into_os_string()
+            .into_encoded_bytes(),
+    ) else {
+        return false;
+    };
+    let Some(there) = sys::path_id(&c) else {
+        return false;
+    };
+    let pid = kernel::raw_pid();
+    !LIVE
+        .lock()
+        .as_ref()
+        .is_some_and(|l| l.pid == pid && (l.dev, l.ino) == (there.dev, there.ino))
+}
+
 fn make_live(target: &Path, pid: i32) -> Option<Live> {
     let tmp = CString::new(format!("{}.{pid}.tmp", target.display())).ok()?;
     let fd = sys::open(
@@ -409,11 +431,12 @@ fn make_live(target: &Path, pid: i32) -> Option<Live> {
     sys::close(fd);
     let locked = map != libc::MAP_FAILED && lock_robust(map as *mut libc::pthread_mutex_t);
     let target_c = CString::new(target.as_os_str().as_bytes()).ok();
-    // SAFETY: NUL-terminated paths; rename only reads them.
+    // Never over a file at the name: another's (planted), or one this process cannot prove its
+    // own; the metrics then go without a liveness file, by the other rules.
     let renamed = locked
         && target_c
             .as_ref()
-            .is_some_and(|t| unsafe { libc::rename(tmp.as_ptr(), t.as_ptr()) } == 0);
+            .is_some_and(|t| sys::rename_noreplace(&tmp, t).is_ok());
     match (renamed, id) {
         (true, Some(id)) => Some(Live {
             pid,
@@ -450,12 +473,35 @@ fn lock_robust(m: *mut libc::pthread_mutex_t) -> bool {
     }
 }
 
-/// The file this process wrote last (its pid, path, device and inode), for its removal at exit:
-/// only that file, if the path still names it. Changed under the report lock only.
-static OWN: Mutex<Option<(i32, PathBuf, u64, u64)>> = Mutex::new(None);
+/// The file this process wrote last, for its next write (which alone may replace it) and its
+/// removal at exit: only that file, if the path still names it. Changed under the report lock
+/// only.
+struct Own {
+    pid: i32,
+    /// The template's expansion it was named after (a host name may change it).
+    base: PathBuf,
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+static OWN: Mutex<Option<Own>> = Mutex::new(None);
 
 fn path_of(template: &str) -> PathBuf {
     crate::output::files::expand(&crate::output::files::with_pid(template))
+}
+
+/// Where attempt `n` of this write goes: this process's file while it is its own, else the
+/// template's name, then unpredictable ones (a name another's file holds is never used), and
+/// the (device, inode) there that this process may replace.
+fn target(base: &Path, n: u32) -> (PathBuf, Option<(u64, u64)>) {
+    let pid = kernel::raw_pid();
+    match OWN.lock().as_ref() {
+        Some(o) if n == 0 && o.pid == pid && o.base == base => {
+            (o.path.clone(), Some((o.dev, o.ino)))
+        }
+        _ => (crate::output::files::attempt(base, n), None),
+    }
 }
 
 /// Rewrites the metrics file if `PINGUARD_METRICS` is set and the process has pinned (never in a
@@ -466,25 +512,42 @@ pub fn write(cfg: &Config) {
     if kernel::secure_mode() || !ledger::touched() {
         return;
     }
-    let path = path_of(template);
-    let Some(live) = crate::output::report::unless_exiting(|| live_file(&path)) else {
-        return;
-    };
-    let me = Writer { live, ..me(cfg) };
-    let text = render(cfg, &me);
-    let written = crate::output::report::unless_exiting(|| {
-        crate::output::files::write_atomic_shared(&path, text.as_bytes(), MODE)?;
-        let id = CString::new(path.as_os_str().as_bytes())
-            .ok()
-            .and_then(|c| sys::path_id(&c));
-        *OWN.lock() = id.map(|id| (kernel::raw_pid(), path.clone(), id.dev, id.ino));
-        Ok::<(), std::io::Error>(())
-    });
-    match written {
-        None => return,
-        Some(Err(e)) => tracing::warn!("metrics not written to {}: {e}", path.display()),
-        Some(Ok(())) => {}
+    let base = path_of(template);
+    crate::output::files::make_dirs(&crate::output::files::with_pid(template));
+    let mut written = None;
+    for n in 0..crate::output::files::ATTEMPTS {
+        let (path, own) = target(&base, n);
+        if live_taken(&path) {
+            continue; // a liveness file of another's beside the name would speak for this one
+        }
+        let Some(live) = crate::output::report::unless_exiting(|| live_file(&path)) else {
+            return;
+        };
+        let me = Writer { live, ..me(cfg) };
+        let text = render(cfg, &me);
+        let placed = crate::output::report::unless_exiting(|| {
+            let id = crate::output::files::write_placed(&path, MODE, own, |w| {
+                w.write_all(text.as_bytes())
+            })?;
+            *OWN.lock() = Some(Own {
+                pid: kernel::raw_pid(),
+                base: base.clone(),
+                path: path.clone(),
+                dev: id.0,
+                ino: id.1,
+            });
+            Ok::<(), std::io::Error>(())
+        });
+        match placed {
+            None => return,
+            // Another's file at the name (another user's, planted): another name.
+            Some(Err(e)) if e.raw_os_error() == Some(libc::EEXIST) => continue,
+            Some(Err(e)) => tracing::warn!("metrics not written to {}: {e}", path.display()),
+            Some(Ok(())) => written = Some((path, me)),
+        }
+        break;
     }
+    let Some((path, me)) = written else { return };
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
         let dir = if dir.as_os_str().is_empty() {
             Path::new(".")
@@ -498,10 +561,16 @@ pub fn write(cfg: &Config) {
 /// At exit, once no later write can start (the exit report is decided): this process's file
 /// goes, its final figures being in the report. Raw system calls only.
 pub fn remove_own() {
-    let Some(own) = OWN.try_lock().and_then(|mut o| o.take()) else {
+    let Some(Own {
+        pid,
+        path,
+        dev,
+        ino,
+        ..
+    }) = OWN.try_lock().and_then(|mut o| o.take())
+    else {
         return;
     };
-    let (pid, path, dev, ino) = own;
     if pid != kernel::raw_pid() {
         return; // the parent's, inherited over `fork`
     }
@@ -527,7 +596,8 @@ pub fn forget_previous_image(cfg: &Config) {
     if kernel::secure_mode() {
         return;
     }
-    let Ok(c) = CString::new(path_of(template).into_os_string().into_encoded_bytes()) else {
+    let path = path_of(template);
+    let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
         return;
     };
     let Some(found) = look(&c) else { return };
@@ -535,6 +605,9 @@ pub fn forget_previous_image(cfg: &Config) {
     if (found.writer.pid, found.writer.start) == me && found.writer.pidns == kernel::pid_namespace()
     {
         unlink_if_same(&c, found.dev, found.ino);
+        if let Some((_, dev, ino, lc)) = live_word(&path, &found.writer) {
+            unlink_if_same(&lc, dev, ino);
+        }
     }
 }
 

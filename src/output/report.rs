@@ -5,7 +5,7 @@ use crate::api::Family;
 use crate::budget;
 use crate::output::files;
 use crate::output::symbolize::Symbolizer;
-use crate::runtime::config::{Config, DEFAULT_TEMPLATE};
+use crate::runtime::config::Config;
 use crate::runtime::lock::{Mutex, MutexGuard};
 use crate::runtime::{guard, heap, kernel, log};
 use pinguard_report::units::format_bytes;
@@ -595,16 +595,13 @@ fn cgroup() -> Option<schema::Cgroup> {
     })
 }
 
-/// Where the last report written to the template went (the fallback directory, if it came to that).
-static LAST: crate::runtime::lock::Mutex<Option<PathBuf>> = crate::runtime::lock::Mutex::new(None);
-
-/// Where this process's report goes: where the last one went, else the template expanded now.
+/// Where this process's report goes: the name it has written under, else the template's.
 pub fn path() -> PathBuf {
-    if let Some(p) = LAST.lock().clone() {
-        return p;
+    while FORK_WAITING.load(Ordering::Relaxed) {
+        std::thread::yield_now();
     }
-    let (template, _) = files::template();
-    files::expand(&template)
+    let _w = lock(); // the names are changed under it, and a fork holds it
+    files::report_path().unwrap_or_else(|| files::expand(&files::template().0))
 }
 
 /// Writes a report to `path`, or to the configured template. Returns where it went.
@@ -643,27 +640,8 @@ fn write_inner(cfg: &Config, reason: Reason, path: Option<&Path>) -> Result<Path
             .map(|_| p.to_path_buf())
             .map_err(|e| format!("{}: {e}", p.display()));
     }
-    let (template, default) = files::template();
-    let target = files::expand(&template);
-    let written = match files::write_atomic_with(&target, json) {
-        Ok(()) => Ok(target),
-        Err(e) if default => {
-            // The default lives in the working directory, which may be read-only in a container.
-            let fallback = std::env::temp_dir().join(
-                files::expand(DEFAULT_TEMPLATE)
-                    .file_name()
-                    .unwrap_or_default(),
-            );
-            files::write_atomic_with(&fallback, json)
-                .map(|_| fallback.clone())
-                .map_err(|e2| format!("{}: {e}; {}: {e2}", target.display(), fallback.display()))
-        }
-        Err(e) => Err(format!("{}: {e}", target.display())),
-    };
-    if let Ok(p) = &written {
-        *LAST.lock() = Some(p.clone());
-    }
-    written
+    // Under its own name only: never over another process's report or beside its state.
+    files::write_report(json)
 }
 
 /// Runs `f` under the report lock, unless the exit report is decided: a metrics file written

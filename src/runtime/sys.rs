@@ -80,6 +80,42 @@ pub fn unlink(path: &CStr) -> Result<usize, c_int> {
     ret(unsafe { libc::syscall(libc::SYS_unlinkat, libc::AT_FDCWD, path.as_ptr(), 0) })
 }
 
+/// Moves `from` to `to` only where `to` does not exist (`EEXIST` otherwise): a name another
+/// process holds is never replaced. `renameat2(RENAME_NOREPLACE)` (no glibc 2.17 wrapper), or,
+/// on a file system without it, `link` then `unlink`, which fails the same way.
+pub fn rename_noreplace(from: &CStr, to: &CStr) -> Result<(), c_int> {
+    const RENAME_NOREPLACE: c_long = 1;
+    // SAFETY: both paths are NUL-terminated; the kernel only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            RENAME_NOREPLACE,
+        )
+    };
+    match ret(r) {
+        Err(libc::EINVAL | libc::ENOSYS) => {}
+        r => return r.map(|_| ()),
+    }
+    // SAFETY: as above; no flags, so a final symbolic link at `from` is linked, not followed.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_linkat,
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            0,
+        )
+    };
+    ret(r)?;
+    let _ = unlink(from);
+    Ok(())
+}
+
 /// Which file a descriptor or path names: device, inode, and whether it is a regular file.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct FileId {
