@@ -62,6 +62,11 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 // Unit tests build no constructor.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
+    // A copy that stands down (`copies`) does nothing at all: no handler, no thread state. The
+    // copy in charge scrubs the environment (its constructor too runs before the program's code).
+    if !crate::runtime::copies::in_charge() {
+        return;
+    }
     // First: before anything of the program's can read the environment or start a child.
     crate::runtime::node::scrub_environment();
     let Some(r) = Reentry::enter() else { return };
@@ -206,6 +211,11 @@ fn init_once() -> Option<&'static Config> {
 }
 
 fn init() -> bool {
+    // Another copy of pinguard is in charge of this process: this one stays off, before it has
+    // made anything (no handlers, threads or files) and with its hooks passing calls through.
+    if !crate::runtime::copies::in_charge() {
+        return false;
+    }
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     if crate::runtime::clock::start_ms() == 0 {
         crate::runtime::clock::mark_start();
@@ -342,6 +352,7 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
+        _ if !crate::runtime::copies::in_charge() => false,
         _ => crate::runtime::config::early_hooks_enabled(
             early(vars::DISABLE.name),
             early(vars::HOOKS.name),
@@ -356,7 +367,10 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
-        _ => !crate::runtime::config::early_disabled(early(vars::DISABLE.name)),
+        _ => {
+            crate::runtime::copies::in_charge()
+                && !crate::runtime::config::early_disabled(early(vars::DISABLE.name))
+        }
     }
 }
 

@@ -177,3 +177,136 @@ fn bad_settings_are_not_printed_by_processes_that_pin_nothing() {
     let files: Vec<_> = std::fs::read_dir(&dir).unwrap().collect();
     assert!(files.is_empty(), "left files: {files:?}");
 }
+
+/// Two copies of the library at two paths (a node's preload and a wheel's): what the scenario
+/// gives under `preload`, with a 8 KiB budget and one refused call.
+fn under_copies(tag: &str, preload: &std::ffi::OsStr, ops: &[&str], env: &[(&str, &str)]) -> Run {
+    let f = fixtures();
+    let dir = fresh_dir(tag);
+    let mut cmd = program(&f.dir.join("scenario"), Some(preload));
+    cmd.current_dir(&dir).args(ops);
+    clear_pinguard_env(&mut cmd);
+    cmd.env("PINGUARD_REPORT", dir.join("report.%p.json"))
+        .env("PINGUARD_BUDGET", "8K");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    Run::from_output(cmd.output().unwrap(), dir)
+}
+
+/// The library copied to `dir/NAME/libpinguard.so`: another file at another path.
+fn library_copy(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join("libpinguard.so");
+    std::fs::copy(&fixtures().lib, &p).unwrap();
+    p
+}
+
+/// What must not differ between one copy and several: the counts and each callsite's frames.
+fn counted(rep: &serde_json::Value) -> (Vec<serde_json::Value>, Vec<String>) {
+    let t = &rep["totals"];
+    let totals = [
+        "alloc_count",
+        "release_count",
+        "denied_count",
+        "downgraded_count",
+        "failed_count",
+        "live_bytes",
+        "peak_live_bytes",
+    ]
+    .iter()
+    .map(|k| t[*k].clone())
+    .collect();
+    let mut frames: Vec<String> = rep["callsites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let names: Vec<String> = c["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| format!("{}!{}", f["module"], f["symbol"]))
+                .collect();
+            format!(
+                "{} {} {}",
+                c["alloc_count"],
+                c["denied_count"],
+                names.join(" < ")
+            )
+        })
+        .collect();
+    frames.sort();
+    (totals, frames)
+}
+
+fn assert_no_pinguard_frames(rep: &serde_json::Value) {
+    for c in rep["callsites"].as_array().unwrap() {
+        for f in c["frames"].as_array().unwrap() {
+            assert!(
+                !f["module"].as_str().unwrap_or("").contains("libpinguard"),
+                "pinguard's own frame named as a callsite: {c}"
+            );
+        }
+    }
+}
+
+#[test]
+fn two_copies_preloaded_count_as_one() {
+    let dir = fresh_dir("copies");
+    let (a, b) = (library_copy(&dir, "node"), library_copy(&dir, "wheel"));
+    let ops = [
+        "cuda_alloc:4096",
+        "cuda_alloc:16384",
+        "mlock:0:1",
+        "cuda_free:0",
+    ];
+    let one = under_copies("copies-one", a.as_os_str(), &ops, &[]);
+    let mut both = a.clone().into_os_string();
+    both.push(":");
+    both.push(&b);
+    let two = under_copies("copies-two", &both, &ops, &[]);
+    for r in [&one, &two] {
+        assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.rc("cuda_alloc:16384"), 2, "refused: {}", r.stdout);
+    }
+    // `report()` asserts that there is exactly one report.
+    let (rep1, rep2) = (one.report(), two.report());
+    assert_eq!(rep2["totals"]["denied_count"], 1, "{rep2}");
+    assert_no_pinguard_frames(&rep2);
+    assert_eq!(counted(&rep2), counted(&rep1));
+    assert_eq!(
+        pinguard_lines(&two.stderr).len(),
+        pinguard_lines(&one.stderr).len(),
+        "one exit line, as with one copy:\n{}",
+        two.stderr
+    );
+}
+
+#[test]
+fn a_copy_dlopened_later_stands_down() {
+    let dir = fresh_dir("copies-late");
+    let (a, b) = (library_copy(&dir, "node"), library_copy(&dir, "wheel"));
+    let late = format!("dlopen:{}", b.display());
+    let ops = ["cuda_alloc:4096", &late, "cuda_alloc:16384", "mlock:0:1"];
+    // A report thread and a report signal in force: the copy in charge has both already.
+    let env = [("PINGUARD_INTERVAL", "1h"), ("PINGUARD_SIGNAL", "USR2")];
+    let r = under_copies("copies-late", a.as_os_str(), &ops, &env);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rc(&late), 0, "{}", r.stdout);
+    let line = r.stdout.lines().find(|l| l.starts_with("dlopen ")).unwrap();
+    assert_eq!(
+        field(line, "threads_after"),
+        field(line, "threads_before"),
+        "the second copy started a thread: {line}"
+    );
+    assert_eq!(field(line, "handler_changed"), 0, "{line}");
+    // Its C API answers with the copy in charge's figures.
+    assert_eq!(field(line, "live"), 4096, "{line}");
+    assert_eq!(r.rc("cuda_alloc:16384"), 2, "refused: {}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["denied_count"], 1, "{rep}");
+    assert_eq!(rep["totals"]["alloc_count"], 2, "{rep}");
+    assert_no_pinguard_frames(&rep);
+}
