@@ -290,8 +290,14 @@ fn a_copy_dlopened_later_stands_down() {
     let (a, b) = (library_copy(&dir, "node"), library_copy(&dir, "wheel"));
     let late = format!("dlopen:{}", b.display());
     let ops = ["cuda_alloc:4096", &late, "cuda_alloc:16384", "mlock:0:1"];
-    // A report thread and a report signal in force: the copy in charge has both already.
-    let env = [("PINGUARD_INTERVAL", "1h"), ("PINGUARD_SIGNAL", "USR2")];
+    // A report thread and a report signal in force: the copy in charge has both already. The
+    // runtime pins nothing for real (`EMU_NO_PIN`), so that no copy could learn the live bytes
+    // from the kernel's `VmLck`: only the copy in charge knows them.
+    let env = [
+        ("PINGUARD_INTERVAL", "1h"),
+        ("PINGUARD_SIGNAL", "USR2"),
+        ("EMU_NO_PIN", "1"),
+    ];
     let r = under_copies("copies-late", a.as_os_str(), &ops, &env);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.rc(&late), 0, "{}", r.stdout);
