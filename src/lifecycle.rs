@@ -111,6 +111,11 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
         // SAFETY: `READY_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
     }
+    // Off (disabled, or a copy that stands down): the call passes through without pinguard's
+    // stack being made for this thread.
+    if STATE.load(Ordering::Acquire) == OFF {
+        return None;
+    }
     let e = t.errno();
     // Set-up parses the configuration and reads files: on pinguard's stack, not the caller's.
     let cfg = crate::runtime::workstack::run(t, init_once);
