@@ -130,6 +130,7 @@ pub extern "C" fn pinguard_peak_bytes() -> u64 {
 /// `limit_pinned`): exact when one thread pins at a time, as the process's peak is.
 #[no_mangle]
 pub extern "C" fn pinguard_peak_window_start() {
+    forward!(c"pinguard_peak_window_start"() as extern "C" fn());
     let _ = pinguard_live_bytes();
     let _ = std::panic::catch_unwind(ledger::restart_window);
 }
@@ -138,6 +139,7 @@ pub extern "C" fn pinguard_peak_window_start() {
 /// the process before any), locked pages matched with the kernel's first.
 #[no_mangle]
 pub extern "C" fn pinguard_peak_window_bytes() -> u64 {
+    forward!(c"pinguard_peak_window_bytes"() as extern "C" fn() -> u64);
     let _ = pinguard_live_bytes();
     ledger::window_peak()
 }

@@ -316,3 +316,27 @@ fn a_copy_dlopened_later_stands_down() {
     assert_eq!(rep["totals"]["alloc_count"], 2, "{rep}");
     assert_no_pinguard_frames(&rep);
 }
+
+/// Every C API function of a copy that stands down answers with the copy in charge's: each
+/// starts by forwarding itself, by its own name (a new function that forgot would answer nothing).
+#[test]
+fn every_c_api_function_forwards_to_the_copy_in_charge() {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/capi.rs")).unwrap();
+    let mut seen = 0;
+    for (i, _) in src.match_indices("#[no_mangle]") {
+        let rest = &src[i..];
+        let name = rest.split("fn ").nth(1).unwrap().split('(').next().unwrap();
+        let body = &rest[rest.find('{').unwrap()..];
+        let first = body.split(';').next().unwrap();
+        assert!(
+            first.contains("forward!("),
+            "{name} does not start by forwarding itself"
+        );
+        assert!(
+            first.contains(&format!("c\"{name}\"")),
+            "{name} forwards another name: {first}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 7, "C API functions found: {seen}");
+}
