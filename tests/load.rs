@@ -340,3 +340,75 @@ fn every_c_api_function_forwards_to_the_copy_in_charge() {
     }
     assert!(seen >= 7, "C API functions found: {seen}");
 }
+
+/// A node's copy in `/etc/ld.so.preload` (only inside a private mount namespace: an overlay on
+/// `/etc`) and `pinguard run`'s copy in `LD_PRELOAD`: the loader puts `LD_PRELOAD`'s first, and
+/// that copy alone counts, as it would alone.
+#[test]
+fn a_node_preload_beside_a_run_preload_counts_as_one() {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    let unshare = Command::new("unshare")
+        .args(["-m", "true"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if aarch64() || !root || !unshare {
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none(),
+            "needs root and unshare -m"
+        );
+        eprintln!("NOT RUN: needs root and unshare -m");
+        return;
+    }
+    let f = fixtures();
+    let dir = fresh_dir("copies-node");
+    let (node, wheel) = (library_copy(&dir, "node"), library_copy(&dir, "wheel"));
+    std::fs::create_dir(dir.join("ov")).unwrap();
+    let ops = [
+        "cuda_alloc:4096",
+        "cuda_alloc:16384",
+        "mlock:0:1",
+        "cuda_free:0",
+    ];
+    let one = under_copies("copies-node-one", wheel.as_os_str(), &ops, &[]);
+    let out = dir.join("reports");
+    std::fs::create_dir(&out).unwrap();
+    let script = "set -e\n\
+        mount --make-rprivate /\n\
+        mount -t tmpfs pgcopies \"$D/ov\"\n\
+        mkdir \"$D/ov/u\" \"$D/ov/w\"\n\
+        mount -t overlay overlay -o lowerdir=/etc,upperdir=\"$D/ov/u\",workdir=\"$D/ov/w\" /etc\n\
+        echo \"$NODE_LIB\" > /etc/ld.so.preload\n\
+        grep -c node/libpinguard.so /proc/self/maps > \"$D/node-loaded\" || true\n\
+        exec \"$@\"\n";
+    let mut cmd = Command::new("unshare");
+    clear_pinguard_env(&mut cmd);
+    cmd.args(["-m", "sh", "-c", script, "sh"])
+        .arg(f.dir.join("scenario"))
+        .args(ops)
+        .current_dir(&out)
+        .env("D", &dir)
+        .env("NODE_LIB", &node)
+        .env("LD_PRELOAD", &wheel)
+        .env("PINGUARD_REPORT", out.join("report.%p.json"))
+        .env("PINGUARD_BUDGET", "8K");
+    let two = Run::from_output(
+        run_bounded(&mut cmd, std::time::Duration::from_secs(60)),
+        out,
+    );
+    for r in [&one, &two] {
+        assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        assert_eq!(r.rc("cuda_alloc:16384"), 2, "refused: {}", r.stdout);
+    }
+    let (rep1, rep2) = (one.report(), two.report());
+    // A program started there maps the node's copy (`grep` saw it in its own mappings).
+    let seen = std::fs::read_to_string(dir.join("node-loaded")).unwrap_or_default();
+    assert!(
+        seen.trim().parse::<u32>().is_ok_and(|n| n > 0),
+        "the node's copy was not loaded: {seen:?}\n{}",
+        two.stderr
+    );
+    assert_eq!(rep2["totals"]["denied_count"], 1, "{rep2}");
+    assert_no_pinguard_frames(&rep2);
+    assert_eq!(counted(&rep2), counted(&rep1));
+}
