@@ -14,7 +14,9 @@ use std::path::Path;
 /// (`#!`) is not judged: the kernel ignores both bits and capabilities on one.
 pub fn reason(path: &Path) -> Option<String> {
     let meta = std::fs::metadata(path).ok()?;
-    if !meta.is_file() || is_script(path) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    // Under no_new_privs (inherited by the command) exec grants neither ids nor capabilities.
+    if !meta.is_file() || is_script(path) || field(&status, "NoNewPrivs:") == Some(1) {
         return None;
     }
     let shown = path.display();
@@ -36,7 +38,7 @@ pub fn reason(path: &Path) -> Option<String> {
             )));
         }
     }
-    let gained = file_capabilities(path)? & bounding_not_held();
+    let gained = file_capabilities(path)? & bounding_not_held(&status);
     (gained != 0).then(|| {
         secure(format!("{shown} has file capabilities (security.capability) that this user does not hold (mask {gained:#x})"))
     })
@@ -91,16 +93,17 @@ fn file_capabilities(path: &Path) -> Option<u64> {
 
 /// The capabilities exec could give this process's child that it does not hold: the bounding set
 /// less the permitted one (`/proc/self/status`). All of them when that cannot be read.
-fn bounding_not_held() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-    };
-    match (field("CapBnd:"), field("CapPrm:")) {
+fn bounding_not_held(status: &str) -> u64 {
+    match (field(status, "CapBnd:"), field(status, "CapPrm:")) {
         (Some(bnd), Some(prm)) => bnd & !prm,
         _ => u64::MAX,
     }
+}
+
+/// A hexadecimal field of `/proc/self/status`.
+fn field(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
 }
