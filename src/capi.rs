@@ -9,10 +9,23 @@ use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::path::Path;
 
+/// The copy of pinguard in charge's own export of this C API function when this copy stands down
+/// (`runtime::copies`): its answer is the process's, this one's would be nothing.
+macro_rules! forward {
+    ($name:literal($($arg:expr),*) as $ty:ty) => {
+        if let Some(f) = crate::runtime::copies::in_charge_export($name) {
+            // SAFETY: `f` is the other copy's definition of this very C API function, whose C type
+            // is `$ty` (`pinguard.h`); the arguments are the C caller's, under that contract.
+            return unsafe { std::mem::transmute::<usize, $ty>(f)($($arg),*) };
+        }
+    };
+}
+
 /// Writes a report now (reason `request`) to `path`, or to `PINGUARD_REPORT` when `path` is NULL.
 /// Returns 0 on success, -1 on failure (pinguard disabled, unwritable path).
 #[no_mangle]
 pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
+    forward!(c"pinguard_write_report"(path) as unsafe extern "C" fn(*const c_char) -> c_int);
     let Some(_r) = Reentry::enter() else {
         return -1;
     };
@@ -49,6 +62,9 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
 /// or -1 when pinguard is disabled or the process is setuid.
 #[no_mangle]
 pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> isize {
+    forward!(
+        c"pinguard_report_path"(buf, size) as unsafe extern "C" fn(*mut c_char, usize) -> isize
+    );
     let Some(_r) = Reentry::enter() else {
         return -1;
     };
@@ -81,6 +97,7 @@ pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> 
 /// pinguard could not see (glibc's own `munmap` of a freed block).
 #[no_mangle]
 pub extern "C" fn pinguard_live_bytes() -> u64 {
+    forward!(c"pinguard_live_bytes"() as extern "C" fn() -> u64);
     if let Some(r) = Reentry::enter() {
         let t = r.thread();
         let e = t.errno();
@@ -102,6 +119,7 @@ pub extern "C" fn pinguard_live_bytes() -> u64 {
 /// matched with the kernel's, as for `pinguard_live_bytes`.
 #[no_mangle]
 pub extern "C" fn pinguard_peak_bytes() -> u64 {
+    forward!(c"pinguard_peak_bytes"() as extern "C" fn() -> u64);
     let _ = pinguard_live_bytes();
     ledger::totals().peak_live_bytes
 }
@@ -112,6 +130,7 @@ pub extern "C" fn pinguard_peak_bytes() -> u64 {
 /// `limit_pinned`): exact when one thread pins at a time, as the process's peak is.
 #[no_mangle]
 pub extern "C" fn pinguard_peak_window_start() {
+    forward!(c"pinguard_peak_window_start"() as extern "C" fn());
     let _ = pinguard_live_bytes();
     let _ = std::panic::catch_unwind(ledger::restart_window);
 }
@@ -120,6 +139,7 @@ pub extern "C" fn pinguard_peak_window_start() {
 /// the process before any), locked pages matched with the kernel's first.
 #[no_mangle]
 pub extern "C" fn pinguard_peak_window_bytes() -> u64 {
+    forward!(c"pinguard_peak_window_bytes"() as extern "C" fn() -> u64);
     let _ = pinguard_live_bytes();
     ledger::window_peak()
 }
@@ -127,5 +147,6 @@ pub extern "C" fn pinguard_peak_window_bytes() -> u64 {
 /// The library's version, a static string.
 #[no_mangle]
 pub extern "C" fn pinguard_version() -> *const c_char {
+    forward!(c"pinguard_version"() as extern "C" fn() -> *const c_char);
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr() as *const c_char
 }

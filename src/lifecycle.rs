@@ -62,6 +62,11 @@ static CONSTRUCTOR: extern "C" fn() = constructor;
 // Unit tests build no constructor.
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
+    // A copy that stands down (`copies`) does nothing at all: no handler, no thread state. The
+    // copy in charge scrubs the environment (its constructor too runs before the program's code).
+    if !crate::runtime::copies::in_charge() {
+        return;
+    }
     // First: before anything of the program's can read the environment or start a child.
     crate::runtime::node::scrub_environment();
     let Some(r) = Reentry::enter() else { return };
@@ -105,6 +110,11 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     if !p.is_null() {
         // SAFETY: `READY_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
+    }
+    // Off (disabled, or a copy that stands down): the call passes through without pinguard's
+    // stack being made for this thread.
+    if STATE.load(Ordering::Acquire) == OFF {
+        return None;
     }
     let e = t.errno();
     // Set-up parses the configuration and reads files: on pinguard's stack, not the caller's.
@@ -206,6 +216,11 @@ fn init_once() -> Option<&'static Config> {
 }
 
 fn init() -> bool {
+    // Another copy of pinguard is in charge of this process: this one stays off, before it has
+    // made anything (no handlers, threads or files) and with its hooks passing calls through.
+    if !crate::runtime::copies::in_charge() {
+        return false;
+    }
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     if crate::runtime::clock::start_ms() == 0 {
         crate::runtime::clock::mark_start();
@@ -343,6 +358,7 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
         OFF => false,
+        _ if !crate::runtime::copies::in_charge() => false,
         _ => crate::runtime::config::early_hooks_enabled(
             early(vars::DISABLE.name),
             early(vars::HOOKS.name),
@@ -357,7 +373,10 @@ pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
         READY => true,
         OFF => false,
-        _ => !crate::runtime::config::early_disabled(early(vars::DISABLE.name)),
+        _ => {
+            crate::runtime::copies::in_charge()
+                && !crate::runtime::config::early_disabled(early(vars::DISABLE.name))
+        }
     }
 }
 

@@ -14,6 +14,9 @@ pub struct Limits {
     pub max_cgroup_reserve: Option<u64>,
     /// Pass even when a process could not use a setting (by default that fails the check).
     pub allow_config_errors: bool,
+    /// Pass even a run whose command pinguard could not be loaded into (secure mode, statically
+    /// linked): by default that fails the check, since what it pinned was never seen.
+    pub allow_unwatched: bool,
 }
 
 fn exceed(n: u64) -> &'static str {
@@ -81,6 +84,31 @@ fn peak_violations(m: &Merged, max: u64) -> Vec<String> {
     v
 }
 
+/// The runs of which nothing was checked, one line each: pinguard switched off, or not loaded into
+/// the command. Passing them would be a false green.
+fn unwatched_runs(m: &Merged, l: &Limits) -> Vec<String> {
+    let mut v = Vec::new();
+    for r in &m.runs {
+        // A secure-mode command is never watched, whatever else of the run left reports.
+        if r.secure_mode.is_some() {
+            if !l.allow_unwatched {
+                v.push(format!("pinguard check: the command of the {} runs in secure mode (set-user-ID, set-group-ID or file capabilities), where pinguard cannot be loaded: what it pinned was never seen (--allow-unwatched to pass anyway)", r.name()));
+            }
+            continue;
+        }
+        if !r.unchecked() {
+            continue;
+        }
+        let line = if r.disabled {
+            (!l.allow_config_errors).then(|| format!("pinguard check: PINGUARD_DISABLE was set in the {}: no limit was in force (--allow-config-errors to pass anyway)", r.name()))
+        } else {
+            (!l.allow_config_errors && !l.allow_unwatched).then(|| format!("pinguard check: pinguard could not be loaded into the command of the {}: no limit was in force (--allow-unwatched or --allow-config-errors to pass anyway)", r.name()))
+        };
+        v.extend(line);
+    }
+    v
+}
+
 /// One line per violated limit (empty: all within), and a line saying what was checked.
 pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
     let t = &m.totals;
@@ -90,16 +118,8 @@ pub fn evaluate(m: &Merged, l: &Limits) -> (Vec<String>, String) {
         for e in m.config_error_lines() {
             v.push(format!("pinguard check: a setting could not be used in {e} (--allow-config-errors to pass anyway)"));
         }
-        // A run with pinguard switched off checked nothing: passing it would be a false green.
-        for r in m.runs.iter().filter(|r| r.unchecked()) {
-            let why = if r.disabled {
-                "PINGUARD_DISABLE was set in the".to_string()
-            } else {
-                "pinguard could not be loaded into the command of the".to_string()
-            };
-            v.push(format!("pinguard check: {why} {}: no limit was in force (--allow-config-errors to pass anyway)", r.name()));
-        }
     }
+    v.extend(unwatched_runs(m, l));
     if let Some(max) = l.max_live {
         if t.live_bytes > max {
             v.push(format!(

@@ -22,6 +22,7 @@ mod prune;
 mod record;
 mod report;
 mod run;
+mod secure;
 mod top;
 
 use clap::{Parser, Subcommand};
@@ -184,6 +185,11 @@ enum Cmd {
         /// by default that fails the check, since the limits it meant were not in force.
         #[arg(long)]
         allow_config_errors: bool,
+        /// Pass even a run whose command pinguard could not be loaded into (a set-user-ID,
+        /// set-group-ID or file-capability program in secure mode, a statically linked one); by
+        /// default that fails the check, since what it pinned was never seen.
+        #[arg(long)]
+        allow_unwatched: bool,
         /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
@@ -394,6 +400,7 @@ fn main() -> ExitCode {
             max_cgroup_reserve,
             keep_going,
             allow_config_errors,
+            allow_unwatched,
             inputs,
         } => {
             let Ok(m) = merge::merge_inputs(&inputs, keep_going) else {
@@ -410,6 +417,7 @@ fn main() -> ExitCode {
                     max_host_reserve,
                     max_cgroup_reserve,
                     allow_config_errors,
+                    allow_unwatched,
                 },
             );
             for v in &violations {

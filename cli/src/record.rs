@@ -55,6 +55,10 @@ pub struct RunRecord {
     /// statically linked program).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unwatched: Option<String>,
+    /// Why the command runs in secure mode (set-user-ID, set-group-ID, file capabilities), where
+    /// the loader ignores `LD_PRELOAD`: pinguard never saw it, whatever it pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_mode: Option<String>,
     /// The group the run's processes shared (`run --group-budget`), and its budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
@@ -116,14 +120,19 @@ impl RunRecord {
     /// Whether nothing of this run was watched: pinguard was off, or could not be loaded into the
     /// command and no process left a report. A gate on such a run checked nothing.
     pub fn unchecked(&self) -> bool {
-        self.disabled || (self.unwatched.is_some() && self.reports_found.is_empty())
+        self.disabled || (self.not_loaded().is_some() && self.reports_found.is_empty())
+    }
+
+    /// Why pinguard could not be loaded into the command itself, when it could not.
+    pub fn not_loaded(&self) -> Option<&String> {
+        self.secure_mode.as_ref().or(self.unwatched.as_ref())
     }
 
     pub fn line(&self) -> String {
         let secs = self.end_unix_ms.saturating_sub(self.start_unix_ms) as f64 / 1000.0;
         let what = if self.disabled {
             "PINGUARD_DISABLE was set: pinguard recorded nothing".to_string()
-        } else if let (Some(why), true) = (&self.unwatched, self.reports_found.is_empty()) {
+        } else if let (Some(why), true) = (self.not_loaded(), self.reports_found.is_empty()) {
             format!("no report: {why}")
         } else if self.reports_found.is_empty() {
             "no process left a report (a process that pins leaves one): nothing was pinned"

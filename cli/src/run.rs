@@ -358,6 +358,8 @@ pub struct TheCommand {
     pub ended: Ended,
     /// Why pinguard cannot be loaded into it, when its file says so (`unreachable_by_preload`).
     pub unreachable: Option<String>,
+    /// Why it runs in secure mode, where the loader ignores `LD_PRELOAD` (`secure::reason`).
+    pub secure: Option<String>,
 }
 
 /// `PINGUARD_DISABLE` in `run`'s own environment switches the library off in the command, as the
@@ -423,16 +425,22 @@ fn group_summary(name: &str, budget: &str) -> String {
 }
 
 /// The file `exec` would run for `cmd`: as given when it names a path, else the first match on
-/// `PATH`.
+/// `PATH` that this user may execute (`execvp` goes on past one it may not).
 fn resolve(cmd: &std::ffi::OsStr) -> Option<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     if cmd.as_bytes().contains(&b'/') {
         return Some(PathBuf::from(cmd));
     }
     let path = std::env::var_os("PATH")?;
+    let executable = |p: &Path| {
+        std::ffi::CString::new(p.as_os_str().as_bytes()).is_ok_and(|c| {
+            // SAFETY: `c` is a NUL-terminated path; access only reads it.
+            unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+        })
+    };
     std::env::split_paths(&path)
         .map(|d| d.join(cmd))
-        .find(|p| p.is_file())
+        .find(|p| p.is_file() && executable(p))
 }
 
 /// Why the preload library cannot be loaded into the program `cmd` runs, when its file says so: a
@@ -551,6 +559,10 @@ pub fn run(o: Options) -> i32 {
     if let Some(why) = &unreachable {
         eprintln!("pinguard run: {why}");
     }
+    let secure = resolve(&o.cmd[0]).and_then(|p| crate::secure::reason(&p));
+    if let Some(why) = &secure {
+        eprintln!("pinguard run: {why}: what it pins is not counted, and `pinguard check` fails on this run unless --allow-unwatched");
+    }
     let sanitizer = sanitizer_runtime(&o.cmd[0]);
     let preload = preload_list(
         &lib,
@@ -634,6 +646,7 @@ pub fn run(o: Options) -> i32 {
         name,
         ended,
         unreachable,
+        secure,
     };
     let mut rec = new_record(&o, &template_abs, start, &the_cmd);
     let group_line = group.as_ref().map(|(name, budget)| {
@@ -681,6 +694,7 @@ fn new_record(
         report_template: template.display().to_string(),
         disabled: disabled_here(),
         unwatched: cmd.unreachable.clone(),
+        secure_mode: cmd.secure.clone(),
         group: None,
         group_budget: None,
         pids_seen: vec![cmd.pid],
@@ -922,7 +936,7 @@ pub fn summarise(
     rec.reports_expected = readings.len();
     let cmd_line = match cmd {
         Some(c) if !readings.iter().any(|p| is_cmd(&p.report)) => {
-            let why = match &c.unreachable {
+            let why = match c.unreachable.as_ref().or(c.secure.as_ref()) {
                 Some(u) => format!("it left no report: {u}"),
                 None => no_report_why(c, &root, rec.disabled),
             };

@@ -2300,3 +2300,175 @@ fn top_shows_a_groups_cgroup_reserve_and_reads_a_version_4_ledger() {
         format!("pinguard top: {ledger}: has version 3, this pinguard uses 5")
     );
 }
+
+/// A throw-away user and a folder of its own in the temporary directory (the build tree may sit
+/// under a private one), both removed at the end.
+struct SecureBench {
+    user: String,
+    dir: PathBuf,
+}
+
+impl Drop for SecureBench {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = Command::new("userdel").arg(&self.user).output();
+    }
+}
+
+/// Issue 43, item 8: a program that gains privileges at exec (set-user-ID, file capabilities)
+/// runs in secure mode, where the loader ignores `LD_PRELOAD`: under `run --budget 64K` it pins
+/// 1 MiB unseen. `run` says so plainly before and after, its record notes it, and `check` on the
+/// run fails unless `--allow-unwatched`.
+#[test]
+fn run_says_it_cannot_watch_a_secure_mode_program_and_check_fails() {
+    // SAFETY: geteuid takes nothing and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if aarch64()
+        || !root
+        || !have("setcap", "file capabilities (libcap2-bin)")
+        || !have("setpriv", "running as another user")
+    {
+        eprintln!("NOT RUN: needs root, setcap and setpriv on x86-64 (CI has them)");
+        return;
+    }
+    let user = format!("pgsec{}", std::process::id());
+    let o = Command::new("useradd")
+        .args(["-M", "-r", "-s", "/bin/false", &user])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "useradd: {o:?}");
+    let bench = SecureBench {
+        user: user.clone(),
+        dir: std::env::temp_dir().join(format!("pinguard-secure-{}", std::process::id())),
+    };
+    let _ = std::fs::remove_dir_all(&bench.dir);
+    std::fs::create_dir_all(&bench.dir).unwrap();
+    let at = |name: &str| bench.dir.join(name).to_str().unwrap().to_string();
+    std::fs::write(
+        at("lock.c"),
+        "#include <stdio.h>\n#include <sys/mman.h>\nint main(void) {\n  size_t n = 1 << 20;\n  char *p = mmap(0, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);\n  int rc = mlock(p, n);\n  printf(\"mlock rc=%d\\n\", rc);\n  return rc != 0;\n}\n",
+    )
+    .unwrap();
+    cc(&["-o", &at("lock"), &at("lock.c")]);
+    std::fs::copy(env!("CARGO_BIN_EXE_pinguard"), at("pinguard")).unwrap();
+    std::fs::copy(&fixtures().lib, at("libpinguard.so")).unwrap();
+    let chmod = |p: &str, mode: u32| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    chmod(bench.dir.to_str().unwrap(), 0o755);
+    // A set-user-ID copy owned by the throw-away user, run by root: it runs as that user.
+    std::fs::copy(at("lock"), at("lock_suid")).unwrap();
+    let o = Command::new("chown")
+        .args([&user, &at("lock_suid")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    chmod(&at("lock_suid"), 0o4755);
+    // A copy with cap_ipc_lock, run by the throw-away user, who does not hold it.
+    std::fs::copy(at("lock"), at("lock_cap")).unwrap();
+    let o = Command::new("setcap")
+        .args(["cap_ipc_lock+ep", &at("lock_cap")])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "setcap: {o:?}");
+    let uid = String::from_utf8(
+        Command::new("id")
+            .args(["-u", &user])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let as_user = [
+        format!("--reuid={}", uid.trim()),
+        format!("--regid={}", uid.trim()),
+    ];
+    for (prog, what, run_as) in [
+        ("lock_suid", "is set-user-ID", None),
+        ("lock_cap", "has file capabilities", Some(&as_user)),
+    ] {
+        let out = bench.dir.join(format!("{prog}-reports"));
+        std::fs::create_dir(&out).unwrap();
+        chmod(out.to_str().unwrap(), 0o777);
+        let template = out.join("%e.%p.json");
+        let mut cmd = match run_as {
+            None => Command::new(at("pinguard")),
+            Some(ids) => {
+                let mut c = Command::new("setpriv");
+                c.args(ids)
+                    .args(["--clear-groups", "--inh-caps=-all", &at("pinguard")]);
+                c
+            }
+        };
+        let o = cmd
+            .args([
+                "run",
+                "--lib",
+                &at("libpinguard.so"),
+                "--budget",
+                "64K",
+                "--report",
+            ])
+            .arg(&template)
+            .args(["--", &at(prog)])
+            .output()
+            .unwrap();
+        let (stdout, err) = text(&o);
+        // It pinned its 1 MiB, over the budget, unseen.
+        assert!(
+            o.status.success() && stdout.contains("mlock rc=0"),
+            "{prog}: {stdout}\n{err}"
+        );
+        let first = err.lines().next().unwrap_or("");
+        assert!(
+            first.contains(what)
+                && first.contains("secure mode")
+                && first.contains("pinguard cannot watch it"),
+            "{prog}: {err}"
+        );
+        assert!(
+            !err.contains("pinned nothing that pinguard saw"),
+            "{prog}: {err}"
+        );
+        let rec = run_record(&out);
+        assert!(
+            rec["secure_mode"]
+                .as_str()
+                .is_some_and(|s| s.contains(what)),
+            "{prog}: {rec}"
+        );
+        let d = out.to_str().unwrap();
+        let o = pinguard(&["check", "--max-denied", "0", d]);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{prog}: nothing was watched: {o:?}"
+        );
+        assert!(text(&o).0.contains("runs in secure mode"), "{prog}: {o:?}");
+        let o = pinguard(&["check", "--allow-unwatched", "--max-denied", "0", d]);
+        assert_eq!(o.status.code(), Some(0), "{prog}: {o:?}");
+    }
+    // Root holds cap_ipc_lock already: exec gains nothing, the loader reads LD_PRELOAD, and the
+    // same file is watched as any other program (its 1 MiB refused over the 64K budget).
+    let out = bench.dir.join("root-reports");
+    let o = Command::new(at("pinguard"))
+        .args([
+            "run",
+            "--lib",
+            &at("libpinguard.so"),
+            "--budget",
+            "64K",
+            "--report",
+        ])
+        .arg(out.join("%e.%p.json"))
+        .args(["--", &at("lock_cap")])
+        .output()
+        .unwrap();
+    let (stdout, err) = text(&o);
+    assert!(
+        stdout.contains("mlock rc=-1") && !err.contains("secure mode"),
+        "{stdout}\n{err}"
+    );
+    assert!(run_record(&out).get("secure_mode").is_none());
+}

@@ -39,7 +39,8 @@ pub fn init() {
     }
     let found = scan_at_start();
     if found.dlsym != 0 {
-        let own = |a: usize| found.own.0 <= a && a < found.own.1;
+        // Another copy's `dlsym` (one that stands down) is passed over like this one's own.
+        let own = |a: usize| found.in_a_copy(a);
         // SAFETY: `found.dlsym` is libc's non-zero default-version `dlsym`, whose C signature is `DlsymFn`.
         let f: DlsymFn = unsafe { std::mem::transmute(found.dlsym) };
         // Called from here, RTLD_NEXT means "after pinguard".
@@ -67,6 +68,10 @@ pub fn init() {
     STATE.store(2, Ordering::Release);
 }
 
+/// The symbol that every copy of pinguard defines and nothing else does: how a copy knows
+/// another one (`runtime::copies`). Every release's C API has it.
+pub(crate) const COPY_MARK: &[u8] = b"pinguard_version";
+
 /// What `init` needs from the loaded objects.
 #[derive(Default)]
 struct AtStart {
@@ -74,6 +79,18 @@ struct AtStart {
     dlvsym: usize,
     /// pinguard's own object's lowest and highest address.
     own: (usize, usize),
+    /// The first other copies of pinguard (`COPY_MARK`): a `dlsym` found in one of them is one
+    /// that stands down, passed over for the real one.
+    copies: [(usize, usize); 4],
+}
+
+impl AtStart {
+    /// Whether `a` lies in this copy or another copy of pinguard.
+    fn in_a_copy(&self, a: usize) -> bool {
+        std::iter::once(&self.own)
+            .chain(&self.copies)
+            .any(|&(s, e)| s <= a && a < e)
+    }
 }
 
 /// libc's `dlsym` and `dlvsym` and pinguard's own range, read inside `dl_iterate_phdr`'s
@@ -107,8 +124,14 @@ fn scan_at_start() -> AtStart {
             }
         }
         let probe = scan_at_start as *const () as usize;
+        // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
+        let copy = unsafe { elf_lookup(base, dynamic, COPY_MARK) }.is_some();
         if start <= probe && probe < end {
             at.own = (start, end);
+        } else if copy {
+            if let Some(free) = at.copies.iter_mut().find(|c| c.1 == 0) {
+                *free = (start, end);
+            }
         }
         // SAFETY: a non-null `dlpi_name` is the loader's NUL-terminated name of the object.
         let libc_like = !info.dlpi_name.is_null()
@@ -243,7 +266,10 @@ struct Sym {
 
 /// Looks `name` up in a loaded object's dynamic symbol table (GNU hash, else SysV hash), taking
 /// only a defined, default-version symbol.
-unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> {
+///
+/// # Safety
+/// `base` and `dynamic` are the load address and `PT_DYNAMIC` address of an object mapped now.
+pub(crate) unsafe fn elf_lookup(base: usize, dynamic: usize, name: &[u8]) -> Option<usize> {
     if dynamic == 0 {
         return None;
     }

@@ -83,11 +83,20 @@ impl Real {
 
 fn lookup(name: &CStr) -> usize {
     // SAFETY: Names are NUL-terminated CStrs; `h` is checked non-null before use and closed once, and
-    // RTLD_NOLOAD only re-references an object already loaded, so nothing new runs or unmaps.
+    // RTLD_NOLOAD only re-references an object already loaded, so nothing new runs or unmaps;
+    // an object's tables are read (`is_copy`) while `h` holds it mapped.
     unsafe {
         let p = crate::runtime::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;
         if p != 0 && !is_own(p) {
-            return p;
+            // Another copy of pinguard (one that stands down, `copies`) is passed over: the
+            // search goes on after it, as `RTLD_NEXT` would have without it.
+            let p = match crate::runtime::copies::other_copy_at(p) {
+                None => p,
+                Some(copy) => crate::runtime::copies::next_after(&copy, name),
+            };
+            if p != 0 {
+                return p;
+            }
         }
         let mut found = 0usize;
         for_each_object(|obj| {
@@ -103,8 +112,15 @@ fn lookup(name: &CStr) -> usize {
             }
             let p = crate::runtime::dl::real_dlsym(h, name) as usize;
             // dlsym(handle) also searches the object's dependencies: take only a definition that
-            // lives in this object, so the search order stays the link map's.
-            if p != 0 && obj.contains(p) {
+            // lives in this object, so the search order stays the link map's; never one of
+            // another copy of pinguard's (the object is held open while it is read).
+            let copy = crate::runtime::copies::Obj {
+                base: obj.base,
+                dynamic: obj.dynamic,
+                start: obj.start,
+                end: obj.end,
+            };
+            if p != 0 && obj.contains(p) && !copy.is_copy() {
                 found = p;
             }
             libc::dlclose(h);

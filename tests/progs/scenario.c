@@ -13,11 +13,14 @@
  *   sleep_ms:N   clobber:VAR  (overwrites the file named by environment variable VAR with garbage)
  *   wait_stdin:0  (prints "waiting", then waits for a line on stdin, or its end)
  *   reexec:0  (execs this program again with the operations after this one: a new image, same pid)
+ *   dlopen:PATH  (loads PATH with RTLD_LOCAL, as ctypes.CDLL does, and prints the threads and the
+ *                 SIGUSR2 handler before and after, and pinguard_live_bytes through its handle)
  */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +61,21 @@ static long vmlck(void) {
 static void *page_buffer(size_t size) {
     void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+static long threads(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long n = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "Threads: %ld", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
+static void *usr2_handler(void) {
+    struct sigaction sa;
+    return sigaction(SIGUSR2, NULL, &sa) ? NULL : (void *)sa.sa_handler;
 }
 
 static int put(void *p, size_t size) {
@@ -184,6 +202,14 @@ int main(int argc, char **argv) {
             FILE *f = path ? fopen(path, "w") : NULL;
             rc = f ? (fputs("garbage \x01\x02 not meminfo\n", f) < 0) : -1;
             if (f) fclose(f);
+        } else if (!strcmp(op, "dlopen")) {
+            long before = threads();
+            void *handler = usr2_handler();
+            void *h = dlopen(a, RTLD_NOW | RTLD_LOCAL);
+            uint64_t (*live)(void) = h ? (uint64_t(*)(void))dlsym(h, "pinguard_live_bytes") : NULL;
+            printf("dlopen threads_before=%ld threads_after=%ld handler_changed=%d live=%ld\n", before,
+                   threads(), usr2_handler() != handler, live ? (long)live() : -1L);
+            rc = h ? 0 : -1;
         } else if (!strcmp(op, "errno_check")) {
             /* errno set before a hooked call that succeeds must survive it */
             errno = 4242;
