@@ -156,6 +156,9 @@ fn init_once() -> Option<&'static Config> {
 }
 
 fn init() -> bool {
+    if crate::runtime::dl::foreign_libc() {
+        return stand_down();
+    }
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     crate::runtime::clock::mark_start();
     let vars: Vec<(String, Option<String>)> = std::env::vars_os()
@@ -205,11 +208,48 @@ fn init() -> bool {
     crate::output::reporter::start(cfg, signals::recheck);
     // SAFETY: `init` runs once (the STATE compare-and-swap); the handlers are `extern "C"` fns
     // of the types libc expects, in a preloaded library that is never unloaded.
-    unsafe {
-        libc::atexit(at_exit);
-        libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child));
-    }
+    unsafe { libc::atexit(at_exit) };
+    register_atfork();
     true
+}
+
+/// A process whose C library is not glibc (musl's): pinguard, built against glibc, does nothing
+/// there, no file, no thread, no handler; its exports pass each call to the C library's own
+/// function, found now (the exit and signal functions are called where no look-up may run).
+#[cold]
+fn stand_down() -> bool {
+    signals::prepare();
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    crate::hooks::exit::prepare();
+    false
+}
+
+/// The fork handlers, through glibc's `__register_atfork` found at run time: `pthread_atfork` is
+/// a static stub (libc_nonshared.a) that would import it, a symbol musl's loader cannot resolve,
+/// and it would fail every musl program the library is preloaded into. A null DSO handle: the
+/// handlers stay for the process's life, as the preloaded library does.
+fn register_atfork() {
+    type RegisterAtfork = unsafe extern "C" fn(
+        Option<unsafe extern "C" fn()>,
+        Option<unsafe extern "C" fn()>,
+        Option<unsafe extern "C" fn()>,
+        *mut std::ffi::c_void,
+    ) -> i32;
+    let f = crate::runtime::dl::real_dlsym(libc::RTLD_DEFAULT, c"__register_atfork");
+    if f.is_null() {
+        log::write_stderr("pinguard: no __register_atfork in this C library; fork children share the parent's records\n");
+        return;
+    }
+    // SAFETY: glibc's `__register_atfork` has this signature; the handlers are `extern "C"` fns of
+    // the types it expects, in a preloaded library that is never unloaded.
+    unsafe {
+        std::mem::transmute::<*mut std::ffi::c_void, RegisterAtfork>(f)(
+            Some(fork_prepare),
+            Some(fork_parent),
+            Some(fork_child),
+            std::ptr::null_mut(),
+        )
+    };
 }
 
 /// Whether this process printed its configuration's problems (`announce`). Not reset in a fork

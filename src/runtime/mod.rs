@@ -7,6 +7,8 @@ pub mod cgroup;
 pub mod clock;
 pub mod config;
 pub mod dl;
+#[cfg(not(any(test, feature = "fuzzing")))]
+pub mod find_object;
 pub mod gate;
 pub mod guard;
 pub mod heap;
