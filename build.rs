@@ -1,15 +1,15 @@
 //! Link settings that let a musl process load the library (docs/design.md, "musl processes").
 //!
 //! A musl loader fails the whole program when a preloaded library names a file it cannot find
-//! or a symbol no loaded object defines; glibc's loader would only skip the preload. With the
-//! system's gcc as the linker, two of the library's dependencies exist on glibc systems alone:
-//! `libgcc_s.so.1` (the unwinder std's `-lgcc_s` asks for; an Alpine image has it only with
-//! libgcc) and `ld-linux-*.so` (named only for `__tls_get_addr`, which musl's libc defines
-//! too). Two linker scripts, found before the system's on the cdylib's search path, take their
-//! place: `-lgcc_s` links libgcc's static unwinder (`libgcc_eh.a`) into the library, and `-lc`
-//! is libc without the loader, leaving `__tls_get_addr` to whichever object defines it at run
-//! time. cargo-zigbuild (the release build) maps `-lgcc_s` to zig's static unwinder itself and
-//! brings its own libc, so the scripts are left out there.
+//! or a strong symbol no loaded object defines; glibc's loader would only skip the preload. With
+//! the system's gcc as the linker, two of the library's dependencies exist on glibc systems
+//! alone: `libgcc_s.so.1` (the unwinder std's `-lgcc_s` asks for; the library finds it at run
+//! time instead, `src/runtime/unwinder.rs`) and `ld-linux-*.so` (named only for `__tls_get_addr`,
+//! which musl's libc defines too). Two linker scripts, found before the system's on the cdylib's
+//! search path, take their place: `-lgcc_s` links nothing, and `-lc` is libc without the loader,
+//! leaving `__tls_get_addr` to whichever object defines it at run time. cargo-zigbuild (the
+//! release build) brings its own libc and maps `-lgcc_s` to its own unwinder, from which nothing
+//! is then taken; `scripts/release.sh` drops a `DT_NEEDED` of the loader there.
 
 use std::path::PathBuf;
 
@@ -26,7 +26,10 @@ fn main() {
     let write = |name: &str, text: &str| {
         std::fs::write(dir.join(name), text).expect("OUT_DIR is writable");
     };
-    write("libgcc_s.so", "INPUT ( -lgcc_eh )\n");
+    write(
+        "libgcc_s.so",
+        "/* The unwinder is found at run time: src/runtime/unwinder.rs. */\n",
+    );
     write("libc.so", "GROUP ( libc.so.6 libc_nonshared.a )\n");
     // The cdylib only: the test programs and the rlib link as usual.
     println!("cargo:rustc-link-arg-cdylib=-L{}", dir.display());

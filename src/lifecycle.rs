@@ -156,7 +156,7 @@ fn init_once() -> Option<&'static Config> {
 }
 
 fn init() -> bool {
-    if crate::runtime::dl::foreign_libc() {
+    if crate::runtime::dl::foreign_libc() || !unwinder_loaded() {
         return stand_down();
     }
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
@@ -224,11 +224,25 @@ fn stand_down() -> bool {
     false
 }
 
+/// glibc's unwinder, which the library finds at run time rather than naming it (a musl loader
+/// would fail the program over `libgcc_s.so.1`): without it a panic could not be caught, so
+/// pinguard stands down (an image with glibc and no `libgcc_s`).
+fn unwinder_loaded() -> bool {
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    return crate::runtime::unwinder::load();
+    #[cfg(any(test, feature = "fuzzing"))]
+    true
+}
+
 /// The fork handlers, through glibc's `__register_atfork` found at run time: `pthread_atfork` is
 /// a static stub (libc_nonshared.a) that would import it, a symbol musl's loader cannot resolve,
-/// and it would fail every musl program the library is preloaded into. A null DSO handle: the
-/// handlers stay for the process's life, as the preloaded library does.
+/// and it would fail every musl program the library is preloaded into. The
+/// handlers are this object's (its `__dso_handle`, as `pthread_atfork` passes).
 fn register_atfork() {
+    extern "C" {
+        /// This object's handle, defined (hidden) by the C runtime's `crtbeginS.o`.
+        static __dso_handle: u8;
+    }
     type RegisterAtfork = unsafe extern "C" fn(
         Option<unsafe extern "C" fn()>,
         Option<unsafe extern "C" fn()>,
@@ -247,7 +261,7 @@ fn register_atfork() {
             Some(fork_prepare),
             Some(fork_parent),
             Some(fork_child),
-            std::ptr::null_mut(),
+            &raw const __dso_handle as *mut std::ffi::c_void,
         )
     };
 }

@@ -20,8 +20,6 @@ static STATE: AtomicU8 = AtomicU8::new(0);
 /// Set by `init` when the process's C library is one (it has `dlsym`) and not glibc (it lacks
 /// `gnu_get_libc_version`): musl's. pinguard then stands down (`foreign_libc`).
 static FOREIGN: AtomicBool = AtomicBool::new(false);
-/// glibc's `_dl_find_object` (2.35 and later), for the unwinder linked into the library.
-static FIND_OBJECT: AtomicUsize = AtomicUsize::new(0);
 
 /// Finds the real functions once. Safe to call from the very first `dlsym` of the process,
 /// before pinguard's constructor, and from inside AddressSanitizer's start-up: its runtime asks
@@ -70,7 +68,6 @@ pub fn init() {
         );
         FOREIGN.store(!found.glibc, Ordering::Relaxed);
     }
-    FIND_OBJECT.store(found.find_object, Ordering::Relaxed);
     STATE.store(2, Ordering::Release);
 }
 
@@ -82,17 +79,6 @@ pub fn foreign_libc() -> bool {
     FOREIGN.load(Ordering::Relaxed)
 }
 
-/// glibc's `_dl_find_object` once `init` has run and when the loader has one (2.35 and later).
-pub fn find_object_fn() -> Option<usize> {
-    if STATE.load(Ordering::Acquire) != 2 {
-        return None;
-    }
-    match FIND_OBJECT.load(Ordering::Relaxed) {
-        0 => None,
-        f => Some(f),
-    }
-}
-
 /// What `init` needs from the loaded objects.
 #[derive(Default)]
 struct AtStart {
@@ -100,8 +86,6 @@ struct AtStart {
     dlvsym: usize,
     /// The C library that has `dlsym` also has `gnu_get_libc_version`.
     glibc: bool,
-    /// glibc's loader's `_dl_find_object`.
-    find_object: usize,
     /// pinguard's own object's lowest and highest address.
     own: (usize, usize),
 }
@@ -156,10 +140,6 @@ fn scan_at_start() -> AtStart {
                 // SAFETY: as above.
                 at.dlvsym = unsafe { elf_lookup(base, dynamic, b"dlvsym") }.unwrap_or(0);
             }
-        }
-        if at.find_object == 0 && file_name(name).starts_with(b"ld-linux") {
-            // SAFETY: as above.
-            at.find_object = unsafe { elf_lookup(base, dynamic, b"_dl_find_object") }.unwrap_or(0);
         }
         0
     }

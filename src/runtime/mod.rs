@@ -7,8 +7,6 @@ pub mod cgroup;
 pub mod clock;
 pub mod config;
 pub mod dl;
-#[cfg(not(any(test, feature = "fuzzing")))]
-pub mod find_object;
 pub mod gate;
 pub mod guard;
 pub mod heap;
@@ -19,4 +17,6 @@ pub mod objects;
 pub mod pageable;
 pub mod resolve;
 pub mod sys;
+#[cfg(not(any(test, feature = "fuzzing")))]
+pub mod unwinder;
 pub mod workstack;
