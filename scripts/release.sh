@@ -2,9 +2,11 @@
 # Builds the library and the CLI for x86-64 and aarch64 against glibc 2.17 (cargo-zigbuild), so
 # that they run in old CUDA and CANN images, and checks each artifact: the newest GLIBC_ version
 # its dynamic symbols need is at most 2.17, the library exports exactly the hooks its tables in
-# src/hooks/ declare and the C API (scripts/exports.py), and the file is for the right
-# architecture. Artifacts land in target/release-artifacts/ARCH/, and a tarball per architecture
-# (bin/pinguard, lib/libpinguard.so, include/pinguard.h) beside them.
+# src/hooks/ declare and the C API (scripts/exports.py), the file is for the right
+# architecture, and a musl loader can load the library (no file but libc, no import musl lacks:
+# scripts/drop_loader_needed.py first takes out a DT_NEEDED of glibc's loader). Artifacts
+# land in target/release-artifacts/ARCH/, and a tarball per architecture (bin/pinguard,
+# lib/libpinguard.so, include/pinguard.h) beside them.
 # Needs cargo-zigbuild and ziglang (installed here when missing) and the rustup targets.
 #   scripts/release.sh [ARCH...]      (default: x86_64 aarch64)
 set -euo pipefail
@@ -39,6 +41,8 @@ for arch in "${archs[@]}"; do
     out=target/release-artifacts/$arch
     mkdir -p "$out"
     cp "target/$target/release/libpinguard.so" "target/$target/release/pinguard" "$out/"
+    # A DT_NEEDED of glibc's loader (for __tls_get_addr) would make a musl loader fail every program.
+    python3 scripts/drop_loader_needed.py "$out/libpinguard.so"
     machine=$([ $arch = x86_64 ] && echo "X86-64" || echo "AArch64")
     for f in "$out/libpinguard.so" "$out/pinguard"; do
         newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -t. -k1,1n -k2,2n -k3,3n -u | tail -1)
@@ -47,6 +51,25 @@ for arch in "${archs[@]}"; do
         m=$(readelf -h "$f" | sed -n 's/ *Machine: *//p')
         check "$f architecture" "$([[ $m == *"$machine"* ]] && echo 1 || echo 0)" "$m"
     done
+    # What a musl loader needs to load it (docs/design.md, "musl processes"): no file but libc, and
+    # only strong imports musl's libc defines (checked against it where it is installed, else
+    # against the glibc-only names the library is known to have imported).
+    needed=$(readelf -d "$out/libpinguard.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | grep -v '^libc\.' | tr '\n' ' ' || true)
+    if [ -z "$needed" ]; then
+        check "$out/libpinguard.so needed" 1 "only libc"
+    else
+        check "$out/libpinguard.so needed" 0 "names besides libc: $needed"
+    fi
+    strong=$(nm -D --undefined-only "$out/libpinguard.so" | awk '$1 == "U" { sub(/@.*/, "", $2); print $2 }' | sort -u)
+    musl=/lib/ld-musl-$arch.so.1
+    if [ -e "$musl" ]; then
+        lacking=$(comm -23 <(echo "$strong") <(nm -D --defined-only "$musl" | awk '{print $3}' | sort -u) | tr '\n' ' ')
+        what="strong imports musl's libc ($musl) lacks"
+    else
+        lacking=$(echo "$strong" | grep -E '^(_Unwind_.*|__register_atfork|_dl_find_object)$' | tr '\n' ' ' || true)
+        what="strong imports known to be glibc-only (musl is not installed here)"
+    fi
+    check "$out/libpinguard.so musl imports" "$([ -z "$lacking" ] && echo 1 || echo 0)" "$what: ${lacking:-none}"
     exported=$(nm -D --defined-only "$out/libpinguard.so" | awk '{print $3}' | sed 's/@.*//' | sort -u)
     extra=$(comm -23 <(echo "$exported") <(echo "$declared") | tr '\n' ' ')
     missing=$(comm -13 <(echo "$exported") <(echo "$declared") | tr '\n' ' ')

@@ -67,6 +67,11 @@ extern "C" fn constructor() {
     if !crate::runtime::copies::in_charge() {
         return;
     }
+    // A musl process: pinguard, built against glibc, stands down there (`stand_down`).
+    if crate::runtime::dl::foreign_libc() {
+        stand_down();
+        return;
+    }
     // First: before anything of the program's can read the environment or start a child.
     crate::runtime::node::scrub_environment();
     let Some(r) = Reentry::enter() else { return };
@@ -221,6 +226,9 @@ fn init() -> bool {
     if !crate::runtime::copies::in_charge() {
         return false;
     }
+    if crate::runtime::dl::foreign_libc() || !unwinder_loaded() {
+        return stand_down();
+    }
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     if crate::runtime::clock::start_ms() == 0 {
         crate::runtime::clock::mark_start();
@@ -264,10 +272,9 @@ fn init() -> bool {
         signals::take_over(sig);
     }
     crate::output::reporter::start(cfg, signals::recheck);
-    // The exit handler is the constructor's (registered early, for its order).
-    // SAFETY: `init` runs once (the STATE compare-and-swap); the handlers are `extern "C"` fns
-    // of the types libc expects, in a preloaded library that is never unloaded.
-    unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
+    // The exit handler is the constructor's (registered early, for its order); the fork
+    // handlers are registered once, here (`init` runs once: the STATE compare-and-swap).
+    register_atfork();
     true
 }
 
@@ -296,6 +303,59 @@ fn configure() -> Config {
         ));
     }
     cfg
+}
+
+/// A process whose C library is not glibc (musl's): pinguard, built against glibc, does nothing
+/// there, no file, no thread, no handler; its exports pass each call to the C library's own
+/// function, found now (the exit and signal functions are called where no look-up may run).
+#[cold]
+fn stand_down() -> bool {
+    signals::prepare();
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    crate::hooks::exit::prepare();
+    false
+}
+
+/// glibc's unwinder, which the library finds at run time rather than naming it (a musl loader
+/// would fail the program over `libgcc_s.so.1`): without it a panic could not be caught, so
+/// pinguard stands down (an image with glibc and no `libgcc_s`).
+fn unwinder_loaded() -> bool {
+    #[cfg(not(any(test, feature = "fuzzing")))]
+    return crate::runtime::unwinder::load();
+    #[cfg(any(test, feature = "fuzzing"))]
+    true
+}
+
+/// The fork handlers, through glibc's `__register_atfork` found at run time: `pthread_atfork` is
+/// a static stub (libc_nonshared.a) that would import it, a symbol musl's loader cannot resolve,
+/// and it would fail every musl program the library is preloaded into. The
+/// handlers are this object's (its `__dso_handle`, as `pthread_atfork` passes).
+fn register_atfork() {
+    extern "C" {
+        /// This object's handle, defined (hidden) by the C runtime's `crtbeginS.o`.
+        static __dso_handle: u8;
+    }
+    type RegisterAtfork = unsafe extern "C" fn(
+        Option<unsafe extern "C" fn()>,
+        Option<unsafe extern "C" fn()>,
+        Option<unsafe extern "C" fn()>,
+        *mut std::ffi::c_void,
+    ) -> i32;
+    let f = crate::runtime::dl::real_dlsym(libc::RTLD_DEFAULT, c"__register_atfork");
+    if f.is_null() {
+        log::write_stderr("pinguard: no __register_atfork in this C library; fork children share the parent's records\n");
+        return;
+    }
+    // SAFETY: glibc's `__register_atfork` has this signature; the handlers are `extern "C"` fns of
+    // the types it expects, in a preloaded library that is never unloaded.
+    unsafe {
+        std::mem::transmute::<*mut std::ffi::c_void, RegisterAtfork>(f)(
+            Some(fork_prepare),
+            Some(fork_parent),
+            Some(fork_child),
+            &raw const __dso_handle as *mut std::ffi::c_void,
+        )
+    };
 }
 
 /// Whether this process printed its configuration's problems (`announce`). Not reset in a fork

@@ -23,7 +23,8 @@ unsafe fn close(handle: *mut c_void) -> c_int {
         return -1;
     };
     // pinguard's own look-ups close what they opened with RTLD_NOLOAD: nothing is unloaded then.
-    if crate::runtime::guard::inside() {
+    // In a musl process pinguard stands down and keeps nothing that an unload could outdate.
+    if crate::runtime::guard::inside() || crate::runtime::dl::foreign_libc() {
         // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
         return unsafe { real(handle) };
     }

@@ -700,6 +700,34 @@ fn set_interrupt(sig: c_int, interrupt: c_int) -> c_int {
     }
 }
 
+/// In a musl process (pinguard stands down: `dl::foreign_libc`) the C library's own function
+/// of the row's name, whose semantics may differ from glibc's; glibc's, emulated, otherwise.
+macro_rules! own_or {
+    ($($own:ident: $row:ident($($a:ident: $t:ty),*) -> $r:ty => $emulated:ident;)*) => {$(
+        fn $own($($a: $t),*) -> $r {
+            if crate::runtime::dl::foreign_libc() {
+                if let Some(f) = $row::get() {
+                    // SAFETY: `f` is the C library's function of this name and type; the
+                    // arguments are the C caller's, under its contract.
+                    return unsafe { f($($a),*) };
+                }
+            }
+            $emulated($($a),*)
+        }
+    )*};
+}
+
+own_or! {
+    own_signal: signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    own_bsd_signal: bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    own_ssignal: ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    own_sysv_signal: sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => sysv;
+    own_sysv_signal2: __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => sysv;
+    own_sigset: sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t => hold_or_set;
+    own_sigignore: sigignore(sig: c_int) -> c_int => ignore;
+    own_siginterrupt: siginterrupt(sig: c_int, interrupt: c_int) -> c_int => set_interrupt;
+}
+
 hand_hooks! {
     /// Sets or reads a disposition: the report signal's is followed (see `set`), every other is
     /// the kernel's.
@@ -707,19 +735,19 @@ hand_hooks! {
     /// glibc's internal name for `sigaction`.
     fn __sigaction(sig: c_int, act: *const Action, old: *mut Action) -> c_int => set;
     /// BSD semantics: the signal blocked in its handler, restarting calls.
-    fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    fn signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => own_signal;
     /// The same as `signal`.
-    fn bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    fn bsd_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => own_bsd_signal;
     /// The same as `signal`.
-    fn ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => bsd;
+    fn ssignal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => own_ssignal;
     /// System V semantics: one-shot, not deferred, not restarting.
-    fn sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => sysv;
+    fn sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => own_sysv_signal;
     /// glibc's internal name for `sysv_signal`.
-    fn __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => sysv;
+    fn __sysv_signal(sig: c_int, h: libc::sighandler_t) -> libc::sighandler_t => own_sysv_signal2;
     /// System V: a handler, or `SIG_HOLD` to block the signal.
-    fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t => hold_or_set;
+    fn sigset(sig: c_int, disp: libc::sighandler_t) -> libc::sighandler_t => own_sigset;
     /// Ignores a signal.
-    fn sigignore(sig: c_int) -> c_int => ignore;
+    fn sigignore(sig: c_int) -> c_int => own_sigignore;
     /// Whether the signal's handler interrupts system calls rather than restarting them.
-    fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int => set_interrupt;
+    fn siginterrupt(sig: c_int, interrupt: c_int) -> c_int => own_siginterrupt;
 }

@@ -8,7 +8,7 @@
 
 use crate::runtime::objects::for_each_object;
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_char) -> *mut c_void;
@@ -17,6 +17,9 @@ pub type DlvsymFn = unsafe extern "C" fn(*mut c_void, *const c_char, *const c_ch
 pub(crate) static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static REAL_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 static STATE: AtomicU8 = AtomicU8::new(0);
+/// Set by `init` when the process's C library is one (it has `dlsym`) and not glibc (it lacks
+/// `gnu_get_libc_version`): musl's. pinguard then stands down (`foreign_libc`).
+static FOREIGN: AtomicBool = AtomicBool::new(false);
 
 /// Finds the real functions once. Safe to call from the very first `dlsym` of the process,
 /// before pinguard's constructor, and from inside AddressSanitizer's start-up: its runtime asks
@@ -64,6 +67,7 @@ pub fn init() {
             },
             Ordering::Release,
         );
+        FOREIGN.store(!found.glibc, Ordering::Relaxed);
     }
     STATE.store(2, Ordering::Release);
 }
@@ -72,11 +76,21 @@ pub fn init() {
 /// another one (`runtime::copies`). Every release's C API has it.
 pub(crate) const COPY_MARK: &[u8] = b"pinguard_version";
 
+/// Whether the process's C library is not glibc (musl's): pinguard is built against glibc and
+/// stands down there, every export passing its call to the C library's own function
+/// (docs/design.md, "musl processes"). Found once, by `init`; a load after that.
+pub fn foreign_libc() -> bool {
+    init();
+    FOREIGN.load(Ordering::Relaxed)
+}
+
 /// What `init` needs from the loaded objects.
 #[derive(Default)]
 struct AtStart {
     dlsym: usize,
     dlvsym: usize,
+    /// The C library that has `dlsym` also has `gnu_get_libc_version`.
+    glibc: bool,
     /// pinguard's own object's lowest and highest address.
     own: (usize, usize),
     /// The first other copies of pinguard (`COPY_MARK`): a `dlsym` found in one of them is one
@@ -133,14 +147,22 @@ fn scan_at_start() -> AtStart {
                 *free = (start, end);
             }
         }
-        // SAFETY: a non-null `dlpi_name` is the loader's NUL-terminated name of the object.
-        let libc_like = !info.dlpi_name.is_null()
-            && is_libc(unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes());
-        if libc_like && at.dlsym == 0 {
+        let name: &[u8] = if info.dlpi_name.is_null() {
+            b""
+        } else {
+            // SAFETY: a non-null `dlpi_name` is the loader's NUL-terminated name of the object.
+            unsafe { CStr::from_ptr(info.dlpi_name) }.to_bytes()
+        };
+        if is_libc(name) {
             // SAFETY: `base` and `dynamic` come from the loader for an object mapped now.
-            at.dlsym = unsafe { elf_lookup(base, dynamic, b"dlsym") }.unwrap_or(0);
-            // SAFETY: as above.
-            at.dlvsym = unsafe { elf_lookup(base, dynamic, b"dlvsym") }.unwrap_or(0);
+            let glibc = unsafe { elf_lookup(base, dynamic, b"gnu_get_libc_version") }.is_some();
+            at.glibc |= glibc;
+            if at.dlsym == 0 {
+                // SAFETY: as above.
+                at.dlsym = unsafe { elf_lookup(base, dynamic, b"dlsym") }.unwrap_or(0);
+                // SAFETY: as above.
+                at.dlvsym = unsafe { elf_lookup(base, dynamic, b"dlvsym") }.unwrap_or(0);
+            }
         }
         0
     }
@@ -151,10 +173,14 @@ fn scan_at_start() -> AtStart {
     at
 }
 
-/// libc (or, before glibc 2.34, libdl, where `dlsym` lived).
+fn file_name(path: &[u8]) -> &[u8] {
+    path.rsplit(|&c| c == b'/').next().unwrap_or(path)
+}
+
+/// libc (or, before glibc 2.34, libdl, where `dlsym` lived; musl's libc is its loader).
 fn is_libc(path: &[u8]) -> bool {
-    let file = path.rsplit(|&c| c == b'/').next().unwrap_or(path);
-    file.starts_with(b"libc.so") || file.starts_with(b"libdl.so")
+    let file = file_name(path);
+    file.starts_with(b"libc.so") || file.starts_with(b"libdl.so") || file.starts_with(b"ld-musl-")
 }
 
 /// `dlsym` as if pinguard did not export one; the caller seen by the loader is pinguard.

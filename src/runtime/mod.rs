@@ -20,4 +20,6 @@ pub mod pageable;
 pub mod resolve;
 pub mod space;
 pub mod sys;
+#[cfg(not(any(test, feature = "fuzzing")))]
+pub mod unwinder;
 pub mod workstack;
