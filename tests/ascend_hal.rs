@@ -78,8 +78,15 @@ fn host_registrations_count_exactly_through_each_route() {
         let r = hal(route, &ops, &[]);
         assert_eq!(rcs(&r, &ops), vec![0; 3], "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["hal"]["outstanding_bytes"], 8192 + 4096 + 12288, "{route}: {s}");
-        assert_eq!(s["pinguard_live_bytes"], s["hal"]["outstanding_bytes"], "{route}");
+        assert_eq!(
+            s["hal"]["outstanding_bytes"],
+            8192 + 4096 + 12288,
+            "{route}: {s}"
+        );
+        assert_eq!(
+            s["pinguard_live_bytes"], s["hal"]["outstanding_bytes"],
+            "{route}"
+        );
         let rep = r.report();
         let a = api(&rep, "halHostRegister");
         assert_eq!(a["alloc_count"], 3, "{route}: {}", rep["apis"]);
@@ -112,7 +119,12 @@ fn host_registrations_count_exactly_through_each_route() {
 fn io_memory_passes_uncounted_and_host_memory_over_the_budget_is_refused() {
     for policy in ["error", "downgrade"] {
         for route in ROUTES {
-            let ops = ["register:65536:6", "register:32768:0", "register:32768:3", "unregister_ex:0:6"];
+            let ops = [
+                "register:65536:6",
+                "register:32768:0",
+                "register:32768:3",
+                "unregister_ex:0:6",
+            ];
             let env = [("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)];
             let r = hal(route, &ops, &env);
             assert_eq!(
@@ -123,7 +135,10 @@ fn io_memory_passes_uncounted_and_host_memory_over_the_budget_is_refused() {
             );
             let s = r.stats();
             assert_eq!(s["hal"]["io_registrations"], 1, "{policy} {route}: {s}");
-            assert_eq!(s["hal"]["alloc_calls"], 0, "{policy} {route}: nothing pinned");
+            assert_eq!(
+                s["hal"]["alloc_calls"], 0,
+                "{policy} {route}: nothing pinned"
+            );
             assert_eq!(s["hal"]["failed_calls"], 0, "{policy} {route}");
             assert_eq!(s["pinguard_live_bytes"], 0, "{policy} {route}");
             let rep = r.report();
@@ -131,7 +146,11 @@ fn io_memory_passes_uncounted_and_host_memory_over_the_budget_is_refused() {
             assert_eq!(t["denied_count"], 2, "{policy} {route}: {t}");
             assert_eq!(t["downgraded_count"], 0, "{policy} {route}");
             assert_eq!(t["unknown_release_count"], 0, "{policy} {route}");
-            assert_eq!(api(&rep, "halHostRegister")["alloc_count"], 0, "{policy} {route}");
+            assert_eq!(
+                api(&rep, "halHostRegister")["alloc_count"],
+                0,
+                "{policy} {route}"
+            );
         }
     }
 }
@@ -149,7 +168,13 @@ fn host_physical_memory_counts_until_released_and_unmapped() {
         assert_eq!(s["hal"]["outstanding_bytes"], 8192, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 8192, "{route}");
 
-        let more = ["release:0", "unmap:2", "release:1", "create:32768:0", "create:32768:2"];
+        let more = [
+            "release:0",
+            "unmap:2",
+            "release:1",
+            "create:32768:0",
+            "create:32768:2",
+        ];
         let all: Vec<&str> = ops.iter().chain(more.iter()).copied().collect();
         let r = hal(route, &all, &[("PINGUARD_BUDGET", "16K")]);
         assert_eq!(
@@ -162,7 +187,12 @@ fn host_physical_memory_counts_until_released_and_unmapped() {
         assert_eq!(s["hal"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
         let rep = r.report();
-        assert_eq!(api(&rep, "halMemCreate")["alloc_count"], 1, "{route}: {}", rep["apis"]);
+        assert_eq!(
+            api(&rep, "halMemCreate")["alloc_count"],
+            1,
+            "{route}: {}",
+            rep["apis"]
+        );
         assert_eq!(rep["totals"]["denied_count"], 2, "{route}");
     }
 }
@@ -178,6 +208,73 @@ fn hooks_without_ascend_hal_pass_through_untouched() {
         let s = r.stats();
         assert_eq!(s["hal"]["outstanding_bytes"], 32768, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        assert!(reports_in(&r.report_dir).is_empty(), "{route}: {}", r.stderr);
+        assert!(
+            reports_in(&r.report_dir).is_empty(),
+            "{route}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// Every row of the family's table, looked up through a handle of the library, is pinguard's
+/// wrapper; without pinguard each answer is the library's own, so every name was looked up.
+#[test]
+fn every_ascend_hal_row_is_redirected_through_a_handle() {
+    let f = fixtures();
+    let dir = program().parent().unwrap();
+    let exe = dir.join("dlsym_table");
+    let src = root().join("tests/progs/dlsym_table.c");
+    cc(&[
+        "-g",
+        "-O1",
+        "-Wall",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-ldl",
+    ]);
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/exports.py"))
+        .arg("--families")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .lines()
+        .filter_map(|l| l.strip_prefix("hal "))
+        .collect();
+    assert_eq!(names.len(), 7, "{names:?}");
+    let library = dir.join("emu/libascend_hal.so");
+    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    for (preload, holder) in [
+        (Some(f.lib.as_os_str()), lib_name.as_str()),
+        (None, "libascend_hal.so"),
+    ] {
+        let out = common::program(&exe, preload)
+            .arg(&library)
+            .args(&names)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
+        assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names);
+        for (name, found) in answers {
+            assert_eq!(
+                found,
+                holder,
+                "dlsym(handle, {name}) with pinguard {}",
+                preload.is_some()
+            );
+        }
     }
 }

@@ -86,7 +86,11 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
         let r = ibv(route, &ops, &[]);
         assert_eq!(rcs(&r, &ops), vec![0; 4], "{route}: {}", r.stdout);
         let s = r.stats();
-        assert_eq!(s["ibverbs"]["outstanding_bytes"], 8192 + 4096 + 12288, "{route}: {s}");
+        assert_eq!(
+            s["ibverbs"]["outstanding_bytes"],
+            8192 + 4096 + 12288,
+            "{route}: {s}"
+        );
         assert_eq!(
             s["pinguard_live_bytes"], s["ibverbs"]["outstanding_bytes"],
             "{route}: pinguard counts what the library pinned"
@@ -97,7 +101,12 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
             ("ibv_reg_mr_iova", 4096),
             ("ibv_reg_mr_iova2", 12288),
         ] {
-            assert_eq!(api(&rep, name)["alloc_count"], 1, "{route} {name}: {}", rep["apis"]);
+            assert_eq!(
+                api(&rep, name)["alloc_count"],
+                1,
+                "{route} {name}: {}",
+                rep["apis"]
+            );
             assert_eq!(api(&rep, name)["live_bytes"], bytes, "{route} {name}");
         }
         let sites = rep["callsites"].as_array().unwrap();
@@ -132,7 +141,12 @@ fn over_the_budget_registrations_get_null_and_enomem_under_error_and_downgrade()
         for route in ROUTES {
             let env = [("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)];
             let r = ibv(route, &ops, &env);
-            assert_eq!(rcs(&r, &ops), vec![-1, -1, -1, 0], "{policy} {route}: {}", r.stdout);
+            assert_eq!(
+                rcs(&r, &ops),
+                vec![-1, -1, -1, 0],
+                "{policy} {route}: {}",
+                r.stdout
+            );
             for op in &ops[..3] {
                 assert_eq!(errno(&r, op), ENOMEM, "{policy} {route} {op}");
             }
@@ -208,7 +222,10 @@ fn rereg_moves_the_count_and_its_growth_meets_the_budget() {
         assert_eq!(rcs(&r, &ops), vec![0, -2, 0, 0], "{route}: {}", r.stdout);
         assert_eq!(errno(&r, "rereg:0:32768"), ENOMEM, "{route}");
         let s = r.stats();
-        assert_eq!(s["ibverbs"]["failed_calls"], 0, "{route}: the library never saw it: {s}");
+        assert_eq!(
+            s["ibverbs"]["failed_calls"], 0,
+            "{route}: the library never saw it: {s}"
+        );
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
         let t = &r.report()["totals"];
@@ -231,6 +248,73 @@ fn hooks_without_ibverbs_pass_through_untouched() {
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 32768, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
         // pinguard saw no pinning call at all, so it wrote nothing.
-        assert!(reports_in(&r.report_dir).is_empty(), "{route}: {}", r.stderr);
+        assert!(
+            reports_in(&r.report_dir).is_empty(),
+            "{route}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// Every row of the family's table, looked up through a handle of the library, is pinguard's
+/// wrapper; without pinguard each answer is the library's own, so every name was looked up.
+#[test]
+fn every_ibverbs_row_is_redirected_through_a_handle() {
+    let f = fixtures();
+    let dir = program().parent().unwrap();
+    let exe = dir.join("dlsym_table");
+    let src = root().join("tests/progs/dlsym_table.c");
+    cc(&[
+        "-g",
+        "-O1",
+        "-Wall",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-ldl",
+    ]);
+    let out = std::process::Command::new("python3")
+        .arg(root().join("scripts/exports.py"))
+        .arg("--families")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows = String::from_utf8(out.stdout).unwrap();
+    let names: Vec<&str> = rows
+        .lines()
+        .filter_map(|l| l.strip_prefix("ibverbs "))
+        .collect();
+    assert_eq!(names.len(), 6, "{names:?}");
+    let library = dir.join("emu/libibverbs.so.1");
+    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    for (preload, holder) in [
+        (Some(f.lib.as_os_str()), lib_name.as_str()),
+        (None, "libibverbs.so.1"),
+    ] {
+        let out = common::program(&exe, preload)
+            .arg(&library)
+            .args(&names)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let answers: Vec<(&str, &str)> = text.lines().filter_map(|l| l.split_once(' ')).collect();
+        assert_eq!(answers.iter().map(|a| a.0).collect::<Vec<_>>(), names);
+        for (name, found) in answers {
+            assert_eq!(
+                found,
+                holder,
+                "dlsym(handle, {name}) with pinguard {}",
+                preload.is_some()
+            );
+        }
     }
 }

@@ -78,9 +78,13 @@ unsafe fn host_register(
 unsafe fn host_unregister(real: halHostUnregister::Call, src: *mut c_void, _devid: u32) -> c_int {
     match Hook::enter_release(Family::AscendHal) {
         None => real.call(),
-        Some(h) => h.release(Api::HalHostUnregister, src, &REGISTERS, SUCCESS, move || {
-            real.call()
-        }),
+        Some(h) => h.release(
+            Api::HalHostUnregister,
+            src,
+            &REGISTERS,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 

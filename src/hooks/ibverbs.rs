@@ -137,9 +137,12 @@ unsafe fn reg_dmabuf_mr(
     access: c_int,
 ) -> *mut c_void {
     // Never shown as on demand: no host pages either way.
-    register(Api::IbvRegDmabufMr, 0, access as c_uint & !ON_DEMAND, move || {
-        real.call()
-    })
+    register(
+        Api::IbvRegDmabufMr,
+        0,
+        access as c_uint & !ON_DEMAND,
+        move || real.call(),
+    )
 }
 
 unsafe fn rereg_mr(
@@ -155,9 +158,14 @@ unsafe fn rereg_mr(
         return real.call();
     };
     if mr.is_null() || flags & CHANGE_TRANSLATION == 0 {
-        return h.reregister_handle(mr, &REGS, |_| None, REREG_REFUSED, |_| false, move || {
-            real.call()
-        });
+        return h.reregister_handle(
+            mr,
+            &REGS,
+            |_| None,
+            REREG_REFUSED,
+            |_| false,
+            move || real.call(),
+        );
     }
     // Without CHANGE_ACCESS the registration keeps its flags: one on demand (recorded with no
     // bytes) stays so.
