@@ -128,6 +128,10 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
         let t = &r.report()["totals"];
         assert_eq!(t["unknown_release_count"], 0, "{route}: {t}");
         assert_eq!(t["release_count"], s["ibverbs"]["release_calls"], "{route}");
+        // Each route reached the version it asked for, through pinguard: the default one by
+        // name (never the hidden IBVERBS_1.0 one), or IBVERBS_1.0's ibv_reg_mr and ibv_dereg_mr.
+        let compat = if route == "dlvsym10" { 1 + 3 } else { 0 };
+        assert_eq!(s["ibverbs"]["compat_calls"], compat, "{route}: {s}");
     }
 }
 

@@ -101,8 +101,11 @@ struct ibv_mr *ibv_reg_mr_1_1(struct ibv_pd *pd, void *addr, size_t length, int 
 }
 __asm__(".symver ibv_reg_mr_1_1, ibv_reg_mr@@IBVERBS_1.1");
 
-/* The IBVERBS_1.0 compatibility version (rdma-core's wraps another struct layout; here the same). */
+/* The IBVERBS_1.0 compatibility versions (rdma-core's wrap another struct layout; here the same),
+ * counted apart: a caller that asked for the default version must never land here. */
+static int compat_calls;
 struct ibv_mr *ibv_reg_mr_1_0(struct ibv_pd *pd, void *addr, size_t length, int access) {
+    __atomic_add_fetch(&compat_calls, 1, __ATOMIC_SEQ_CST);
     return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned)access);
 }
 __asm__(".symver ibv_reg_mr_1_0, ibv_reg_mr@IBVERBS_1.0");
@@ -159,7 +162,11 @@ static int dereg(struct ibv_mr *mr) {
 }
 int ibv_dereg_mr_1_1(struct ibv_mr *mr) { return dereg(mr); }
 __asm__(".symver ibv_dereg_mr_1_1, ibv_dereg_mr@@IBVERBS_1.1");
-int ibv_dereg_mr_1_0(struct ibv_mr *mr) { return dereg(mr); }
+int ibv_dereg_mr_1_0(struct ibv_mr *mr) {
+    __atomic_add_fetch(&compat_calls, 1, __ATOMIC_SEQ_CST);
+    return dereg(mr);
+}
 __asm__(".symver ibv_dereg_mr_1_0, ibv_dereg_mr@IBVERBS_1.0");
 
 void emu_ibverbs_stats(struct emu_stats *out) { emu_read_stats(out); }
+int emu_ibverbs_compat_calls(void) { return __atomic_load_n(&compat_calls, __ATOMIC_SEQ_CST); }

@@ -45,6 +45,7 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *, uint64_t, size_t, uint64_t, in
 int ibv_rereg_mr(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
 int ibv_dereg_mr(struct ibv_mr *);
 void emu_ibverbs_stats(struct emu_stats *) __attribute__((weak));
+int emu_ibverbs_compat_calls(void) __attribute__((weak));
 
 static const struct { const char *name, *version; void *fn; } exports[] = {
     {"ibv_reg_mr", "IBVERBS_1.1", (void *)ibv_reg_mr},
@@ -135,9 +136,10 @@ int main(int argc, char **argv) {
     if (emu_ibverbs_stats) emu_ibverbs_stats(&s);
     uint64_t (*live)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "pinguard_live_bytes");
     printf("STATS {\"ibverbs\":{\"outstanding_bytes\":%ld,\"outstanding_count\":%ld,\"alloc_calls\":%ld,"
-           "\"release_calls\":%ld,\"failed_calls\":%ld},\"pinguard_live_bytes\":%ld}\n",
+           "\"release_calls\":%ld,\"failed_calls\":%ld,\"compat_calls\":%d},\"pinguard_live_bytes\":%ld}\n",
            (long)s.outstanding_bytes, (long)s.outstanding_count, (long)s.alloc_calls, (long)s.release_calls,
-           (long)s.failed_calls, live ? (long)live() : -1L);
+           (long)s.failed_calls, emu_ibverbs_compat_calls ? emu_ibverbs_compat_calls() : -1,
+           live ? (long)live() : -1L);
     fflush(stdout);
     return 0;
 }
