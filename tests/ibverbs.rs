@@ -232,8 +232,10 @@ fn rereg_moves_the_count_and_its_growth_meets_the_budget() {
         );
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let t = &r.report()["totals"];
+        let rep = r.report();
+        let t = &rep["totals"];
         assert_eq!(t["denied_count"], 1, "{route}: {t}");
+        assert_eq!(api(&rep, "ibv_rereg_mr")["denied_count"], 1, "{route}");
         assert_eq!(t["unknown_release_count"], 0, "{route}");
     }
 }

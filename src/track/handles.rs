@@ -42,7 +42,8 @@ impl Hook {
     /// `ibv_rereg_mr`: `to` gives the registration's new size from its old one when the call
     /// moves it to another range (`None`: the same pages). Growth goes through the budget
     /// (refused: `refused`, with `ENOMEM`, the old registration still valid); `moved` tells which
-    /// answers put the new range in place. The record keeps its callsite and entry point.
+    /// answers put the new range in place. The record keeps its callsite and entry point; a refusal
+    /// is `ibv_rereg_mr`'s, at the registration's callsite (no second walk).
     pub fn reregister_handle(
         self,
         handle: *mut c_void,
@@ -64,7 +65,7 @@ impl Hook {
         let admission = if extra == 0 {
             Some(Admission::Pass)
         } else {
-            quiet(|| self.admit(l.api, extra, l.site, Request::Mapped))
+            quiet(|| self.admit(Api::IbvReregMr, extra, l.site, Request::Mapped))
         };
         let reservation = match admission {
             Some(Admission::Pin(r)) => Some(r),
