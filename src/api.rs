@@ -8,15 +8,19 @@ pub enum Family {
     Acl,
     Mlock,
     Hip,
+    Ibverbs,
+    AscendHal,
 }
 
 impl Family {
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 7] = [
         Family::Cuda,
         Family::CudaDriver,
         Family::Acl,
         Family::Mlock,
         Family::Hip,
+        Family::Ibverbs,
+        Family::AscendHal,
     ];
 
     /// As `PINGUARD_HOOKS` names it: the registry's list, in this enum's order.
@@ -117,4 +121,19 @@ apis! {
     HipMemRetainAllocationHandle = "hipMemRetainAllocationHandle";
     // Past the 64th: a callsite's bit for it is in the second word (tests/hip.rs reads it back).
     HipMemCreate = "hipMemCreate";
+    IbvRegMr = "ibv_reg_mr";
+    IbvRegMrIova = "ibv_reg_mr_iova";
+    IbvRegMrIova2 = "ibv_reg_mr_iova2";
+    IbvRegDmabufMr = "ibv_reg_dmabuf_mr";
+    // Any of the three `ibv_reg_mr` names with `IBV_ACCESS_ON_DEMAND`: pins nothing, shown apart.
+    IbvRegMrOnDemand = "ibv_reg_mr(ON_DEMAND)";
+    IbvReregMr = "ibv_rereg_mr";
+    IbvDeregMr = "ibv_dereg_mr";
+    HalHostRegister = "halHostRegister";
+    HalHostUnregister = "halHostUnregister";
+    HalHostUnregisterEx = "halHostUnregisterEx";
+    HalMemCreate = "halMemCreate";
+    HalMemRelease = "halMemRelease";
+    HalMemMap = "halMemMap";
+    HalMemUnmap = "halMemUnmap";
 }

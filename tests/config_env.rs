@@ -57,7 +57,7 @@ fn each_bad_variable_gets_one_line_and_a_fallback() {
         );
         assert_eq!(rep["config"]["policy"], "error", "{var}");
         assert_eq!(rep["config"]["depth"], 32, "{var}");
-        assert_eq!(rep["config"]["hooks"].as_array().unwrap().len(), 5, "{var}"); // every family, HIP too
+        assert_eq!(rep["config"]["hooks"].as_array().unwrap().len(), 7, "{var}"); // every family, ibverbs and ascend-hal too
         assert_eq!(rep["totals"]["live_bytes"], 8192, "{var}");
     }
 }

@@ -287,7 +287,7 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
         .iter()
         .find(|s| s["name"] == "PINGUARD_HOOKS")
         .unwrap();
-    assert_eq!(hooks["error"], "PINGUARD_HOOKS=\"cuda,opencl\": unknown family \"opencl\"; expected a comma list of cuda, cuda-driver, acl, mlock, hip, or all; hooking all of them", "{hooks}");
+    assert_eq!(hooks["error"], "PINGUARD_HOOKS=\"cuda,opencl\": unknown family \"opencl\"; expected a comma list of cuda, cuda-driver, acl, mlock, hip, ibverbs, ascend-hal, or all; hooking all of them", "{hooks}");
 }
 
 #[test]

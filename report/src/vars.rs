@@ -171,10 +171,10 @@ pub const SIGNAL: Var = Var {
 
 pub const HOOKS: Var = Var {
     name: "PINGUARD_HOOKS",
-    meaning: "families to intercept, a comma list of `cuda`, `cuda-driver`, `acl`, `mlock`, `hip`, or `all`; the others pass through untouched (and their `dlsym`/`cuGetProcAddress`/`hipGetProcAddress` redirection is off)",
+    meaning: "families to intercept, a comma list of `cuda`, `cuda-driver`, `acl`, `mlock`, `hip`, `ibverbs`, `ascend-hal`, or `all`; the others pass through untouched (and their `dlsym`/`dlvsym`/`cuGetProcAddress`/`hipGetProcAddress` redirection is off)",
     default: Some("all"),
     unset: "all",
-    forms: "a comma list of cuda, cuda-driver, acl, mlock, hip, or all",
+    forms: "a comma list of cuda, cuda-driver, acl, mlock, hip, ibverbs, ascend-hal, or all",
     fallback: "hooking all of them",
     parse: Parse::Names { names: &FAMILIES, noun: "family" },
     needs: None,
@@ -582,7 +582,15 @@ impl Policy {
 }
 
 /// The families `PINGUARD_HOOKS` names, a bit each in this order (the library's `Family`).
-pub const FAMILIES: [&str; 5] = ["cuda", "cuda-driver", "acl", "mlock", "hip"];
+pub const FAMILIES: [&str; 7] = [
+    "cuda",
+    "cuda-driver",
+    "acl",
+    "mlock",
+    "hip",
+    "ibverbs",
+    "ascend-hal",
+];
 
 /// A switch's value: on, off, or `None` when it is no switch. Without allocating: the hooks ask
 /// before pinguard has started, and must answer as the configuration does.
@@ -851,7 +859,7 @@ mod tests {
             [Some(true), Some(true), Some(false), Some(false), None]
         );
         assert_eq!(names_switch(b"CUDA , mlock", &FAMILIES), Ok(0b1001));
-        assert_eq!(names_switch(b"all,acl", &FAMILIES), Ok(0b11111));
+        assert_eq!(names_switch(b"all,acl", &FAMILIES), Ok(0b111_1111));
         assert_eq!(
             names_switch(b"cuda,opencl", &FAMILIES),
             Err(Some(&b"opencl"[..]))

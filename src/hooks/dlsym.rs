@@ -11,7 +11,7 @@
 
 use super::hand_hooks;
 use crate::api::Family;
-use crate::hooks::{acl, cuda_driver, cuda_runtime, hip, libc_lock};
+use crate::hooks::{acl, cuda_driver, cuda_runtime, hal, hip, ibverbs, libc_lock};
 use crate::runtime::dl;
 use std::ffi::{c_char, c_void, CStr};
 
@@ -205,7 +205,7 @@ type Redirect = fn(&CStr, usize) -> Option<Option<usize>>;
 
 /// Every family's table (its names and its redirection), and whose hooks it is: a new family is
 /// one line here.
-const TABLES: [(Family, &[&str], Redirect); 5] = [
+const TABLES: [(Family, &[&str], Redirect); 7] = [
     (
         cuda_runtime::FAMILY,
         cuda_runtime::NAMES,
@@ -218,6 +218,8 @@ const TABLES: [(Family, &[&str], Redirect); 5] = [
     ),
     (acl::FAMILY, acl::NAMES, acl::redirect),
     (hip::FAMILY, hip::NAMES, hip::redirect),
+    (ibverbs::FAMILY, ibverbs::NAMES, ibverbs::redirect),
+    (hal::FAMILY, hal::NAMES, hal::redirect),
     (Family::Mlock, libc_lock::NAMES, libc_lock::redirect),
 ];
 

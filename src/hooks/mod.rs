@@ -24,7 +24,9 @@ pub mod dlclose;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 pub mod dlsym;
 pub mod exit;
+pub mod hal;
 pub mod hip;
+pub mod ibverbs;
 pub mod libc_lock;
 pub mod signal;
 

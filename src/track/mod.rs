@@ -70,6 +70,7 @@ impl Drop for WarnLater<'_> {
     }
 }
 
+mod handles;
 mod locking;
 mod physical;
 mod pools;
