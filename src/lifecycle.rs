@@ -449,8 +449,31 @@ fn early(name: &str) -> Option<&'static [u8]> {
 extern "C" fn at_exit() {
     let Some(_r) = Reentry::enter() else { return };
     let e = guard::errno();
+    let _ = std::panic::catch_unwind(forget_previous_image_at_exit);
     exit_report();
     guard::set_errno(e);
+}
+
+/// At the exit of a process that never set pinguard up (it never pinned): the image `exec`
+/// replaced (same pid, same start) may have left its state at this process's path, which would
+/// read as a death once this process is gone. Set-up removes it at the first pinning call; here a
+/// process that never pins does, reading its settings only now (allocating at exit is fine).
+fn forget_previous_image_at_exit() {
+    if STATE.load(Ordering::Acquire) != UNINIT
+        || !owns_state()
+        || !crate::runtime::copies::in_charge()
+        || crate::runtime::dl::foreign_libc()
+    {
+        return;
+    }
+    let cfg = configure();
+    if cfg.disabled {
+        return;
+    }
+    crate::output::files::init_template(cfg.report.as_deref());
+    if let Some(path) = crate::output::files::state_path(0, false) {
+        crate::accounting::arena::forget_previous_image_at(path);
+    }
 }
 
 /// Exactly one exit report per process, whichever way it ends; none in a process that does not

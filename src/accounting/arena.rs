@@ -507,6 +507,13 @@ pub fn forget_previous_image() {
     }
 }
 
+/// `forget_previous_image` for a process that never set pinguard up (at its exit): the path given.
+pub fn forget_previous_image_at(path: std::path::PathBuf) {
+    if let Ok(path) = CString::new(path.into_os_string().into_encoded_bytes()) {
+        forget(&path);
+    }
+}
+
 /// Removes the state at `path` if it is this process's own: a regular file of this user's whose
 /// header names this pid and start time (the image `exec` replaced). Whether it did.
 fn forget(path: &CString) -> bool {
