@@ -24,6 +24,9 @@ pub(crate) mod signals {
     pub fn in_handler() -> bool {
         false
     }
+    pub fn may_set_up() -> bool {
+        true
+    }
 }
 
 const UNINIT: u8 = 0;
@@ -122,6 +125,11 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
         return None;
     }
     let e = t.errno();
+    // Never from inside a signal handler (it may have interrupted malloc): a later call sets up.
+    if STATE.load(Ordering::Acquire) == UNINIT && !signals::may_set_up() {
+        t.set_errno(e);
+        return None;
+    }
     // Set-up parses the configuration and reads files: on pinguard's stack, not the caller's.
     let cfg = crate::runtime::workstack::run(t, init_once);
     t.set_errno(e);

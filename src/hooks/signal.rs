@@ -510,6 +510,59 @@ unsafe extern "C-unwind" fn trampoline(sig: c_int, info: *mut libc::siginfo_t, c
 /// more. Handlers set by any means count, the raw system call's too. What it cannot see: a
 /// handler above frames the unwinder cannot cross (code without unwind tables between the
 /// handler's entry and the `_exit` call); then `_exit` writes its report as from outside.
+/// Whether pinguard may set itself up on this thread now: not inside a signal handler, which may
+/// have interrupted the C library's `malloc` or loader (set-up loads the unwinder and registers
+/// the fork handlers through them). Before set-up the unwinder may not be there to walk for a
+/// signal frame: then a blocked signal that has a handler stands for one (asked of the kernel:
+/// the program may have set it with the raw system call). A wrong "inside" only leaves set-up to
+/// a later call, the call before it passing through untracked.
+pub fn may_set_up() -> bool {
+    if crate::runtime::unwinder::ready() {
+        return !in_handler();
+    }
+    // SAFETY: a valid out-pointer; the call only reads this thread's state.
+    let on_alt = unsafe {
+        let mut ss: libc::stack_t = std::mem::zeroed();
+        libc::sigaltstack(std::ptr::null(), &mut ss) == 0 && ss.ss_flags & libc::SS_ONSTACK != 0
+    };
+    !on_alt && !blocked_signal_with_handler()
+}
+
+/// Whether a signal blocked on this thread has a handler: raw system calls, no allocation.
+fn blocked_signal_with_handler() -> bool {
+    let mut set = 0u64;
+    // SAFETY: rt_sigprocmask with a null new set only writes the current mask (8 bytes) to `set`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            std::ptr::null::<u64>(),
+            &mut set as *mut u64,
+            8usize,
+        )
+    };
+    if rc != 0 {
+        return false;
+    }
+    (1..=64)
+        .filter(|s| set & (1u64 << (s - 1)) != 0)
+        .any(|sig| {
+            // The kernel's `struct sigaction`: handler, flags, restorer, mask.
+            let mut act = [0usize; 4];
+            // SAFETY: a null new action only reads the disposition into `act`, large enough.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    sig as libc::c_long,
+                    std::ptr::null::<usize>(),
+                    act.as_mut_ptr(),
+                    8usize,
+                )
+            };
+            rc == 0 && act[0] != libc::SIG_DFL && act[0] != libc::SIG_IGN
+        })
+}
+
 pub fn in_handler() -> bool {
     // SAFETY: a valid out-pointer; the call only reads this thread's state.
     let on_alt = unsafe {

@@ -112,6 +112,11 @@ entries!(
     "_Unwind_SetIP" 11
 );
 
+/// Whether `load` has pointed the table at an unwinder.
+pub fn ready() -> bool {
+    TABLE[3].load(Ordering::Acquire) != fail_backtrace as *mut ()
+}
+
 /// Loads glibc's `libgcc_s.so.1` (or takes it where it is loaded already) and points the table at
 /// it: once, at start-up, before pinguard does anything that could unwind. Whether the process
 /// has an unwinder now; without one pinguard must not run (a panic could not be caught).
