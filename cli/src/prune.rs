@@ -68,9 +68,12 @@ pub fn run(dir: &Path) -> i32 {
     0
 }
 
+/// A file's writer, its age in milliseconds and its identity (device, inode).
+type Looked = (Writer, Option<u64>, (u64, u64));
+
 /// The writer a file names, the file's age and identity; `Ok(None)` for a file that is not a
 /// writer's or is gone, `Err` for one that is not read (a link, a FIFO: never followed or waited on).
-fn look(path: &Path) -> Result<Option<(Writer, Option<u64>, (u64, u64))>, String> {
+fn look(path: &Path) -> Result<Option<Looked>, String> {
     let (f, meta) = match untrusted::open(path, Links::Refuse) {
         Ok(o) => o,
         Err(r) if r.not_a_file => return Err(r.why),

@@ -29,12 +29,8 @@ fn err_of(o: &Output) -> String {
 fn mkfifo(p: &Path) {
     let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
     // SAFETY: `c` is a NUL-terminated path.
-    assert_eq!(
-        unsafe { libc::mkfifo(c.as_ptr(), 0o666) },
-        0,
-        "{}",
-        p.display()
-    );
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o666) };
+    assert_eq!(rc, 0, "{}", p.display());
 }
 
 /// A 3 GB file of holes: nothing on disk, 3 GB to whoever reads it.
@@ -179,7 +175,8 @@ fn top_and_prune_skip_traps_and_files_not_their_writers() {
     let chown = |p: &Path| {
         let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
         // SAFETY: `c` is a NUL-terminated path.
-        assert_eq!(unsafe { libc::lchown(c.as_ptr(), other.uid, other.uid) }, 0);
+        let rc = unsafe { libc::lchown(c.as_ptr(), other.uid, other.uid) };
+        assert_eq!(rc, 0);
     };
     chown(&forged);
     let o = pinguard_bounded(&["top", "--metrics", dir.to_str().unwrap(), "--once"]);
