@@ -83,7 +83,7 @@ pub fn remove(name: &str) -> Result<String, String> {
             crate::out::count(n as u64, "member", "members")
         ));
     }
-    let set = remove_set(&l.header)?;
+    let set = remove_set(&l.header).map_err(|e| format!("group {name}: {e}"))?;
     if !untrusted::remove_if_same(path.as_ref(), l.id) {
         return Err(format!("{path} changed while it was read; not removed"));
     }

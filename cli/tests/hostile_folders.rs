@@ -237,6 +237,15 @@ fn throwaway_user() -> User {
     User { name, uid }
 }
 
+/// A file in a shared place, removed when the test ends, however it ends.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// `top --group` on a ledger name that is a trap: one line, exit 2, at once.
 #[test]
 fn top_group_on_a_trap_says_so_at_once() {
@@ -250,8 +259,8 @@ fn top_group_on_a_trap_says_so_at_once() {
             "sparse" => sparse(&path),
             _ => std::os::unix::fs::symlink(&path, &path).unwrap(),
         }
+        let _gone = Removed(path.clone());
         let o = pinguard_bounded(&["top", "--group", &name, "--once"]);
-        let _ = std::fs::remove_file(&path);
         let err = err_of(&o);
         assert_eq!(o.status.code(), Some(2), "{kind}: {o:?}");
         assert_eq!(err.lines().count(), 1, "{kind}: {err}");
@@ -318,7 +327,7 @@ fn run_group_budget_names_cannot_be_taken_first() {
         } else {
             std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
         }
-        planted.push(path);
+        planted.push(Removed(path));
     }
     std::io::Write::write_all(sh.stdin.as_mut().unwrap(), b"go\n").unwrap();
     let started = std::time::Instant::now();
@@ -334,10 +343,8 @@ fn run_group_budget_names_cannot_be_taken_first() {
         std::thread::sleep(Duration::from_millis(20));
     };
     let out = sh.wait_with_output().unwrap();
-    let planted_left = planted.iter().all(|p| p.symlink_metadata().is_ok());
-    for p in &planted {
-        let _ = std::fs::remove_file(p);
-    }
+    let planted_left = planted.iter().all(|p| p.0.symlink_metadata().is_ok());
+    drop(planted);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(done.is_some_and(|s| s.success()), "hung or failed: {out:?}");
     assert!(planted_left, "another user's names are not removed");
@@ -392,6 +399,15 @@ fn killed_run(kill_run: bool) -> u32 {
     // SAFETY: signals the command this test started (through `run`), still waiting on its stdin.
     unsafe { libc::kill(cmd, libc::SIGKILL) };
     run.wait().unwrap();
+    // With `run` killed first the command is another process's child: it ends (and the kernel
+    // undoes its semaphore) on its own time.
+    until("the killed command's end", || {
+        std::fs::read_to_string(format!("/proc/{cmd}/stat")).map_or(true, |s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|r| r.trim_start().starts_with('Z'))
+        })
+    });
     run.id()
 }
 
