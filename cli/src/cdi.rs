@@ -163,17 +163,20 @@ pub fn write(text: &str, output: Option<&Path>) -> Result<(), String> {
     let name = path
         .file_name()
         .ok_or_else(|| format!("{}: names a directory, not a file", path.display()))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
-    let tmp = path.with_file_name(tmp_name);
-    let result = std::fs::File::create(&tmp).and_then(|mut f| {
+    // The temporary file under a name nobody can have made first, never through a link.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let prefix = format!(".{}.tmp.", name.to_string_lossy());
+    let (mut f, tmp) = pinguard_report::untrusted::create_new(dir, &prefix, "").map_err(err)?;
+    let result = (|| {
         use std::os::unix::fs::PermissionsExt as _;
         f.write_all(text.as_bytes())?;
         f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
-        f.sync_all()
-    });
-    let result = result.and_then(|()| std::fs::rename(&tmp, path));
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }

@@ -36,7 +36,7 @@ pub fn expand(inputs: &[PathBuf]) -> (Vec<Input>, Vec<BadInput>) {
             }),
             Ok(m) if m.is_dir() => {
                 let mut found = Vec::new();
-                walk(p, &mut found, &mut bad);
+                walk(p, 0, &mut found, &mut bad);
                 if found.is_empty() {
                     bad.push(BadInput {
                         path: p.clone(),
@@ -79,7 +79,14 @@ fn unusable(input: &Input, bytes: Option<&[u8]>, problem: String) -> Unusable {
     }
 }
 
-fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
+/// How deep a scan goes: a directory swapped for a link to one of its ancestors between the look
+/// and the opening could make a loop; this ends it.
+const MAX_DEPTH: usize = 64;
+
+/// Files under `dir` that may be reports, never through a link: a link that may name one (or a
+/// directory) is listed as it is, for the reader to refuse with one line, so that a loop of links
+/// or a link to `/dev/zero` costs nothing.
+fn walk(dir: &Path, depth: usize, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
     let rd = match std::fs::read_dir(dir) {
         Ok(rd) => rd,
         Err(e) => {
@@ -90,9 +97,12 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
             return;
         }
     };
-    let mut entries: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
+    let mut entries: Vec<(PathBuf, Option<std::fs::FileType>)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| (e.path(), e.file_type().ok()))
+        .collect();
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    for (p, t) in entries {
         let name = p
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -100,11 +110,14 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInput>) {
         if name.starts_with('.') {
             continue; // includes pinguard's own temporary files
         }
-        if p.is_dir() {
-            walk(&p, files, bad);
-        } else if name.ends_with(pinguard_report::state::SUFFIX)
-            || (name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists())
-        {
+        let report_name = name.ends_with(pinguard_report::state::SUFFIX)
+            || (name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists());
+        let link = t.is_some_and(|t| t.is_symlink());
+        if t.is_some_and(|t| t.is_dir()) {
+            if depth < MAX_DEPTH {
+                walk(&p, depth + 1, files, bad);
+            }
+        } else if report_name || (link && p.is_dir()) {
             files.push(p);
         }
     }
@@ -127,11 +140,10 @@ fn io_problem(e: &std::io::Error) -> String {
     }
 }
 
-pub fn load(path: &Path) -> Result<Report, BadInput> {
-    match load_input(&Input {
-        path: path.to_path_buf(),
-        scanned: false,
-    }) {
+/// One input's report, as `expand` found it: a file a scan found is never read through a link.
+pub fn load_found(input: &Input) -> Result<Report, BadInput> {
+    let path = &input.path;
+    match load_input(input) {
         Ok(Some(r)) => Ok(r),
         Ok(None) => Err(BadInput {
             path: path.to_path_buf(),
@@ -143,12 +155,7 @@ pub fn load(path: &Path) -> Result<Report, BadInput> {
 
 /// A report, or `None` for a run record (`crate::record`), which holds no figures.
 fn load_input(input: &Input) -> Result<Option<Report>, Unusable> {
-    let bytes = read(&input.path).map_err(|problem| {
-        Unusable::Bad(BadInput {
-            path: input.path.clone(),
-            problem,
-        })
-    })?;
+    let bytes = read(input)?;
     if crate::record::is_record(&bytes) {
         return crate::record::parse(&bytes)
             .map(|_| None)
@@ -160,21 +167,47 @@ fn load_input(input: &Input) -> Result<Option<Report>, Unusable> {
 }
 
 /// A file's bytes as a report: a state file (`pinguard_report::state`) is read as the report of
-/// its process, `killed` when that process no longer runs.
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    let bytes = std::fs::read(path).map_err(|e| io_problem(&e))?;
+/// its process, `killed` when that process no longer runs. Read as `pinguard_report::untrusted`
+/// reads: a link is followed only where the user named it, and only a regular file of at most
+/// `REPORT_MAX` bytes is read.
+fn read(input: &Input) -> Result<Vec<u8>, Unusable> {
+    use pinguard_report::untrusted::{self, Links};
+    let links = if input.scanned {
+        Links::Refuse
+    } else {
+        Links::Follow
+    };
+    let (bytes, meta) = untrusted::read(&input.path, links, untrusted::REPORT_MAX, "report")
+        .map_err(|r| {
+            let bad = BadInput {
+                path: input.path.clone(),
+                problem: r.why,
+            };
+            if r.not_a_file && input.scanned {
+                Unusable::Skipped(bad)
+            } else {
+                Unusable::Bad(bad)
+            }
+        })?;
     if !pinguard_report::state::is_state(&bytes) {
         return Ok(named(bytes));
     }
     let running =
         pinguard_report::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
-    let modified_ms = std::fs::metadata(path)
-        .and_then(|m| m.modified())
+    let modified_ms = meta
+        .modified()
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let report = pinguard_report::state::read(&bytes, running, modified_ms).map_err(|e| e.0)?;
-    serde_json::to_vec(&report).map_err(|e| e.to_string())
+    let bad = |problem| {
+        Unusable::Bad(BadInput {
+            path: input.path.clone(),
+            problem,
+        })
+    };
+    let report =
+        pinguard_report::state::read(&bytes, running, modified_ms).map_err(|e| bad(e.0))?;
+    serde_json::to_vec(&report).map_err(|e| bad(e.to_string()))
 }
 
 /// A report's bytes with the file and line of its native frames filled in from its module list
@@ -256,11 +289,10 @@ pub fn parallel<T: Send>(
                             break;
                         }
                         let input = &files[i];
-                        let r = match read(&input.path) {
-                            Ok(b) => each(&mut state, &input.path, &b)
-                                .map_err(|problem| unusable(input, Some(&b), problem)),
-                            Err(problem) => Err(unusable(input, None, problem)),
-                        };
+                        let r = read(input).and_then(|b| {
+                            each(&mut state, &input.path, &b)
+                                .map_err(|problem| unusable(input, Some(&b), problem))
+                        });
                         match r {
                             Ok(()) => good += 1,
                             Err(u) => {

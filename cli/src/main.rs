@@ -14,6 +14,7 @@ mod doctor_probe;
 mod export;
 mod flags;
 mod flamegraph;
+mod group;
 mod input;
 mod merge;
 mod out;
@@ -24,6 +25,7 @@ mod report;
 mod run;
 mod secure;
 mod top;
+mod writers;
 
 use clap::{Parser, Subcommand};
 use pinguard_report::units;
@@ -53,6 +55,9 @@ const EXIT_DOCTOR: &str = "Exit status: 0 contained (a memory limit, and every p
 const EXIT_CDI: &str = "Exit status: 0 the spec was written; 2 bad usage, no library at the path given (or beside this \
 binary), or the spec could not be written.";
 const EXIT_TOP: &str = "Exit status: 0 success; 2 bad usage, or no such group or directory.";
+const EXIT_GROUP: &str =
+    "Exit status: 0 success; 1 `rm`: a member still runs, or the group is another user's; \
+2 bad usage, or no such group.";
 const EXIT_PRUNE: &str = "Exit status: 0 success (whether or not a file was removed); 2 bad usage, or DIR cannot be read.";
 
 #[derive(Parser)]
@@ -307,6 +312,14 @@ enum Cmd {
         /// The folder of the metrics files (node_exporter's textfile directory).
         dir: PathBuf,
     },
+    /// The groups on this host (PINGUARD_GROUP, `run --group-budget`): list them, or remove one
+    /// whose members have all ended (its ledger in /dev/shm and its System V semaphore set),
+    /// such as the group of a run that was itself killed.
+    #[command(after_help = EXIT_GROUP)]
+    Group {
+        #[command(subcommand)]
+        action: GroupAction,
+    },
     /// Draw pinned bytes over time, one line per process, budgets dashed (SVG).
     #[command(after_help = EXIT_READ)]
     Plot {
@@ -324,6 +337,19 @@ enum Cmd {
         /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum GroupAction {
+    /// One line per group: pinned bytes and budget, members running, owner, semaphore set.
+    List,
+    /// Remove groups none of whose members runs: the ledger and its semaphore set (only this
+    /// user's, never a set a process still holds).
+    Rm {
+        /// The groups' names.
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
     },
 }
 
@@ -537,6 +563,12 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Group {
+            action: GroupAction::List,
+        } => ExitCode::from(group::list() as u8),
+        Cmd::Group {
+            action: GroupAction::Rm { names },
+        } => ExitCode::from(group::rm(&names) as u8),
         Cmd::MetricsPrune { dir } => ExitCode::from(prune::run(&dir) as u8),
         Cmd::Plot {
             output,

@@ -64,7 +64,14 @@ pub fn name_of(site: &Site, name: Name) -> String {
     } else {
         1
     };
-    parts.extend(frames[from.min(k)..k].iter().map(frame_short));
+    // A callsite without frames (a report written by hand) is named `(no stack)` alone.
+    parts.extend(
+        frames
+            .get(from.min(k)..k)
+            .unwrap_or_default()
+            .iter()
+            .map(frame_short),
+    );
     parts.join(" <- ")
 }
 

@@ -5,8 +5,9 @@
 //! a regular file never followed through a link, removed only when its writer is proven dead.
 
 use pinguard_report::textfile::{self, Writer};
+use pinguard_report::untrusted::{self, Links};
 use std::io::Read;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 /// Removes the dead writers' files in `dir`, one line each on stdout; 0, or 2 when `dir` cannot
@@ -20,18 +21,36 @@ pub fn run(dir: &Path) -> i32 {
         }
     };
     let own_ns = own_pidns();
+    let mut finder = crate::writers::Finder::default();
     for entry in entries.flatten() {
-        if !textfile::candidate_name(entry.file_name().as_encoded_bytes())
-            || !entry.file_type().is_ok_and(|t| t.is_file())
-        {
+        if !textfile::candidate_name(entry.file_name().as_encoded_bytes()) {
             continue;
         }
         let path = entry.path();
-        let Some((w, age_ms, id)) = look(&path) else {
-            continue;
+        let (w, age_ms, id) = match look(&path) {
+            Ok(Some(l)) => l,
+            Ok(None) => continue,
+            Err(why) => {
+                eprintln!(
+                    "pinguard metrics-prune: {}: {why}; left alone",
+                    path.display()
+                );
+                continue;
+            }
         };
         let live = w.live.and_then(|ino| live_word(&path, ino));
         if !w.proven_dead(age_ms, own_ns, live.map(|l| l.0), ended) {
+            // A running writer's file stays; one that is not its writer's is named.
+            if let Some(Err(crate::writers::Mismatch::Foreign(why))) =
+                std::fs::symlink_metadata(&path)
+                    .ok()
+                    .map(|m| finder.check(&w, &m))
+            {
+                eprintln!(
+                    "pinguard metrics-prune: {}: {why}; left alone",
+                    path.display()
+                );
+            }
             continue;
         }
         if remove_if_same(&path, id) {
@@ -49,29 +68,33 @@ pub fn run(dir: &Path) -> i32 {
     0
 }
 
-/// The writer a file names, the file's age and identity; `None` for a file that is not a
-/// writer's (or not a regular file: a FIFO is never waited on).
-fn look(path: &Path) -> Option<(Writer, Option<u64>, (u64, u64))> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() {
-        return None;
-    }
+/// A file's writer, its age in milliseconds and its identity (device, inode).
+type Looked = (Writer, Option<u64>, (u64, u64));
+
+/// The writer a file names, the file's age and identity; `Ok(None)` for a file that is not a
+/// writer's or is gone, `Err` for one that is not read (a link, a FIFO: never followed or waited on).
+fn look(path: &Path) -> Result<Option<Looked>, String> {
+    let (f, meta) = match untrusted::open(path, Links::Refuse) {
+        Ok(o) => o,
+        Err(r) if r.not_a_file => return Err(r.why),
+        Err(_) => return Ok(None),
+    };
     let mut head = Vec::with_capacity(textfile::HEAD_BYTES);
-    f.take(textfile::HEAD_BYTES as u64)
+    if f.take(textfile::HEAD_BYTES as u64)
         .read_to_end(&mut head)
-        .ok()?;
-    let w = Writer::parse(&head)?;
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let Some(w) = Writer::parse(&head) else {
+        return Ok(None);
+    };
     let age_ms = meta
         .modified()
         .ok()
         .and_then(|m| m.elapsed().ok())
         .map(|d| d.as_millis() as u64);
-    Some((w, age_ms, (meta.dev(), meta.ino())))
+    Ok(Some((w, age_ms, (meta.dev(), meta.ino()))))
 }
 
 /// Removes `path` only if it still names the file `id` (device, inode): a writer may have renamed
@@ -85,13 +108,12 @@ fn remove_if_same(path: &Path, id: (u64, u64)) -> bool {
 /// the writer's line names; read, never locked.
 fn live_word(path: &Path, ino: u64) -> Option<(u32, (u64, u64))> {
     let name = path.file_name()?.to_str()?;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path.with_file_name(textfile::live_name(name)))
-        .ok()?;
-    let meta = f.metadata().ok()?;
-    if !meta.is_file() || meta.ino() != ino {
+    let (f, meta) = untrusted::open(
+        &path.with_file_name(textfile::live_name(name)),
+        Links::Refuse,
+    )
+    .ok()?;
+    if meta.ino() != ino {
         return None;
     }
     let mut word = [0u8; 4];

@@ -410,15 +410,23 @@ fn refuse_other_group(o: &Options) -> Result<(), String> {
     }
 }
 
+/// The run's group's name: the run's folder name, then random digits, so that no other user can
+/// make the ledger (`/dev/shm/pinguard.group.NAME`) first.
+fn group_name(start_ms: u64) -> String {
+    format!(
+        "run-{}-{}",
+        run_folder(start_ms),
+        pinguard_report::untrusted::unpredictable()
+    )
+}
+
 /// The run's group, as its summary shows it: the ledger's figures (the group's peak is exact:
 /// its members count under one lock), then the ledger removed once no member runs.
 fn group_summary(name: &str, budget: &str) -> String {
-    match crate::top::group_line(name) {
-        Ok((head, alive)) => {
-            if !alive {
-                let _ = std::fs::remove_file(pinguard_report::group::path(name));
-            }
-            format!("pinguard run: --group-budget {budget}: {head}\n")
+    match crate::top::run_group_line(name) {
+        Ok(head) => format!("pinguard run: --group-budget {budget}: {head}\n"),
+        Err(e) if std::path::Path::new(&pinguard_report::group::path(name)).exists() => {
+            format!("pinguard run: --group-budget {budget}: {e}\n")
         }
         Err(_) => format!("pinguard run: --group-budget {budget}: group {name}: no process joined it (none pinned)\n"),
     }
@@ -449,7 +457,9 @@ fn unreachable_by_preload(cmd: &std::ffi::OsStr) -> Option<String> {
     use pinguard_report::elf::{u16_at, u32_at, u64_at};
     let path = resolve(cmd)?;
     let mut head = vec![0u8; 64 * 1024];
-    let n = std::io::Read::read(&mut std::fs::File::open(&path).ok()?, &mut head).ok()?;
+    let (mut file, _) =
+        pinguard_report::untrusted::open(&path, pinguard_report::untrusted::Links::Follow).ok()?;
+    let n = std::io::Read::read(&mut file, &mut head).ok()?;
     let b = &head[..n];
     // 64-bit little-endian ELF only (the architectures pinguard runs on); anything else (a
     // script, whose interpreter is dynamic) is not judged.
@@ -582,7 +592,7 @@ pub fn run(o: Options) -> i32 {
     let group = o
         .group_budget
         .as_ref()
-        .map(|b| (format!("run-{}", run_folder(start)), b.clone()));
+        .map(|b| (group_name(start), b.clone()));
     if let Some((name, budget)) = &group {
         cmd.env(pinguard_report::vars::GROUP.name, name)
             .env(pinguard_report::vars::GROUP_BUDGET.name, budget);
@@ -713,14 +723,20 @@ fn write_record(template: &Path, rec: &crate::record::RunRecord) {
         crate::record::PREFIX,
         std::process::id()
     ));
-    let tmp = root.join(format!(
-        ".{}{}.tmp",
-        crate::record::PREFIX,
-        std::process::id()
-    ));
     let text = serde_json::to_string_pretty(rec).unwrap_or_default() + "\n";
-    if let Err(e) = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &path)) {
-        let _ = std::fs::remove_file(&tmp);
+    // The temporary file under a name nobody can have made first (the folder may be shared).
+    let prefix = format!(".{}{}.", crate::record::PREFIX, std::process::id());
+    let mut tmp = None;
+    let written =
+        pinguard_report::untrusted::create_new(&root, &prefix, ".tmp").and_then(|(mut f, t)| {
+            tmp = Some(t.clone());
+            std::io::Write::write_all(&mut f, text.as_bytes())?;
+            std::fs::rename(&t, &path)
+        });
+    if let Err(e) = written {
+        if let Some(t) = tmp {
+            let _ = std::fs::remove_file(t);
+        }
         eprintln!(
             "pinguard run: cannot write the run record {}: {}",
             path.display(),
@@ -758,18 +774,19 @@ fn finality(r: Reason) -> u8 {
 fn this_runs(root: &Path, start_ms: u64, notes: &mut String) -> Vec<(PathBuf, Report)> {
     let (files, _) = crate::input::expand(&[root.to_path_buf()]);
     let mut best: HashMap<(String, u32, u64), (PathBuf, Report)> = HashMap::new();
-    for f in files.into_iter().map(|i| i.path) {
+    for input in files {
+        let f = input.path.clone();
         // Run records (this run's is written after; an earlier run's may share the folder).
         if f.file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with(crate::record::PREFIX))
         {
             continue;
         }
-        let r = match crate::input::load(&f) {
+        let r = match crate::input::load_found(&input) {
             Ok(r) => r,
             Err(bad) => {
                 // Only this run's: an unrelated file in a shared directory is none of its business.
-                let recent = std::fs::metadata(&f)
+                let recent = std::fs::symlink_metadata(&f)
                     .and_then(|m| m.modified())
                     .ok()
                     .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());

@@ -31,14 +31,11 @@ fn pct(a: u64, b: Option<u64>) -> String {
 
 /// The ledger as it is now (read without its lock: figures of one moment, good enough to look at).
 fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
-    let path = layout::path(name);
-    let bytes = std::fs::read(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            format!("no group {name:?} on this host ({path} does not exist)")
-        }
-        _ => format!("{path}: {e}"),
-    })?;
-    let h = layout::read(&bytes).map_err(|e| format!("{path}: {e}"))?;
+    let ledger = crate::group::read(name)?;
+    Ok(group_view(name, &ledger.header))
+}
+
+fn group_view(name: &str, h: &Header) -> (String, Vec<Row>) {
     let cgroups = h.cgroups.iter().any(|c| c.reserve > 0);
     let budget = (h.budget != u64::MAX).then_some(h.budget);
     let mut rows = Vec::new();
@@ -47,9 +44,7 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
         let end = m.exe.iter().position(|&b| b == 0).unwrap_or(m.exe.len());
         // As the members judge each other: a member seen from another PID namespace without a
         // semaphore this process can read is not called gone.
-        let value = |key| live::Set::open(key).ok()?.value(i).ok();
-        let alive =
-            live::judge(&layout::seen(m), here, value, layout::proc_of) != live::Verdict::Gone;
+        let alive = !crate::group::gone(h, i, here);
         rows.push(Row {
             pid: m.pid,
             exe: String::from_utf8_lossy(&m.exe[..end]).into_owned(),
@@ -87,8 +82,8 @@ fn read_group(name: &str) -> Result<(String, Vec<Row>), String> {
             format_bytes(h.host_reserve)
         ));
     }
-    head.push_str(&cgroup_figures(&h));
-    Ok((head, rows))
+    head.push_str(&cgroup_figures(h));
+    (head, rows)
 }
 
 /// The cgroup reserve of each cgroup the group's members share a reading of: its reserve, the
@@ -123,27 +118,69 @@ fn cgroup_figures(h: &Header) -> String {
     out
 }
 
-/// The group's line as `top` heads it, and whether a member still runs (for `run`'s summary).
-pub fn group_line(name: &str) -> Result<(String, bool), String> {
-    read_group(name).map(|(head, rows)| (head, rows.iter().any(|r| r.note.is_empty())))
+/// The run's group as `run`'s summary shows it, once its command has ended: the line `top`
+/// heads it with, and the group removed (ledger and semaphore set) when no member runs. Only a
+/// ledger of this user's is read: the name is unpredictable, but a file there is not trusted.
+pub fn run_group_line(name: &str) -> Result<String, String> {
+    let ledger = crate::group::read(name)?;
+    // SAFETY: no arguments; it cannot fail.
+    if ledger.uid != unsafe { libc::geteuid() } {
+        return Err(format!(
+            "{} belongs to user {}, not to this run's",
+            layout::path(name),
+            ledger.uid
+        ));
+    }
+    let (head, rows) = group_view(name, &ledger.header);
+    if rows.iter().all(|r| !r.note.is_empty()) {
+        if let Err(e) = crate::group::remove(name) {
+            eprintln!("pinguard run: {e}");
+        }
+    }
+    Ok(head)
 }
 
-/// One `*.prom` file per process, as pinguard writes them.
+/// One `*.prom` file per process, as pinguard writes them: a file is shown only when the process
+/// its writer's line names runs as the file's owner (`crate::writers`); any other is named on
+/// stderr, one line each, and left out.
 fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut rows = Vec::new();
     let mut lowest: Option<u64> = None;
     let mut headroom: Option<u64> = None;
-    for e in rd.filter_map(|e| e.ok()) {
-        let p = e.path();
-        if p.extension().is_none_or(|x| x != "prom") {
+    let mut finder = crate::writers::Finder::default();
+    let mut names: Vec<_> = rd
+        .filter_map(|e| e.ok())
+        .filter(|e| pinguard_report::textfile::candidate_name(e.file_name().as_encoded_bytes()))
+        .map(|e| e.path())
+        .collect();
+    names.sort();
+    for p in names {
+        let skip = |why: &str| eprintln!("pinguard top: {}: {why}; not shown", p.display());
+        let file = match crate::writers::read(&p) {
+            Ok(Some(f)) => f,
+            Ok(None) => continue,
+            Err(why) => {
+                skip(&why);
+                continue;
+            }
+        };
+        let Some(writer) = file.writer else {
+            if file.text.contains("pinguard_") {
+                skip("no pinguard writer line");
+            }
+            continue; // another exporter's file
+        };
+        if let Err(
+            crate::writers::Mismatch::NotRunning(why) | crate::writers::Mismatch::Foreign(why),
+        ) = finder.check(&writer, &file.meta)
+        {
+            skip(&why);
             continue;
         }
-        let Ok(text) = std::fs::read_to_string(&p) else {
-            continue;
-        };
+        let text = file.text;
         let mut row = Row {
-            pid: 0,
+            pid: writer.pid,
             exe: String::new(),
             pinned: 0,
             peak: 0,
@@ -170,8 +207,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                     .unwrap_or("")
                     .to_string()
             };
-            if row.pid == 0 {
-                row.pid = label("pid").parse().unwrap_or(0);
+            if row.exe.is_empty() {
                 row.exe = label("exe");
             }
             match name {
@@ -191,9 +227,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                 _ => {}
             }
         }
-        if row.pid != 0 {
-            rows.push(row);
-        }
+        rows.push(row);
     }
     let total: u64 = rows.iter().map(|r| r.pinned).sum();
     let mut head = format!(

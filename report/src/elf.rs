@@ -45,8 +45,11 @@ pub struct Elf {
 }
 
 impl Elf {
+    /// Links are followed (objects and their `.build-id` debug files are links by design), but
+    /// only a regular file is opened, never waited on (`crate::untrusted`).
     pub fn open(path: &str) -> Option<Elf> {
-        let file = File::open(path).ok()?;
+        let (file, _) =
+            crate::untrusted::open(path.as_ref(), crate::untrusted::Links::Follow).ok()?;
         let mut eh = [0u8; 64];
         file.read_exact_at(&mut eh, 0).ok()?;
         if eh[..4] != *b"\x7fELF" || eh[4] != 2 || eh[5] != ELF_DATA {

@@ -13,6 +13,7 @@ pub mod state;
 pub mod symbols;
 pub mod textfile;
 pub mod units;
+pub mod untrusted;
 pub mod vars;
 pub mod view;
 

@@ -27,11 +27,16 @@ pub fn open(path: &str, build_id: Option<&str>) -> Option<addr2line::Loader> {
         return None; // the vDSO, or a name the loader did not resolve to a file
     }
     let debug = debug_file(path, build_id);
-    addr2line::Loader::new(&debug).ok().or_else(|| {
-        (debug != path)
-            .then(|| addr2line::Loader::new(path).ok())
-            .flatten()
-    })
+    load(&debug).or_else(|| (debug != path).then(|| load(path)).flatten())
+}
+
+/// The loader opens the file by name: it is given the descriptor's own name
+/// (`/proc/self/fd/N`), opened and judged a regular file first (`crate::untrusted`), so that a
+/// FIFO or a device a report names is never opened to wait on, nor a name swapped in between.
+fn load(path: &str) -> Option<addr2line::Loader> {
+    use std::os::fd::AsRawFd;
+    let (file, _) = crate::untrusted::open(path.as_ref(), crate::untrusted::Links::Follow).ok()?;
+    addr2line::Loader::new(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 /// Whether the file at `path` is the object a process had loaded with this build id: the same
