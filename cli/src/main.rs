@@ -15,6 +15,7 @@ mod export;
 mod flags;
 mod flamegraph;
 mod input;
+mod latest;
 mod merge;
 mod out;
 mod plot;
@@ -22,6 +23,7 @@ mod prune;
 mod record;
 mod report;
 mod run;
+mod suppress;
 mod top;
 
 use clap::{Parser, Subcommand};
@@ -63,6 +65,18 @@ struct Cli {
 
 fn bytes(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| format!("{e}; expected {}", units::SIZE_FORMS))
+}
+
+/// The suppression rules: `--suppressions`, else the file `PINGUARD_SUPPRESSIONS` names (read by
+/// `check` alone: the library knows the name and leaves it be).
+fn check_suppressions(given: Option<PathBuf>) -> Result<Vec<suppress::Rule>, String> {
+    let from_env = std::env::var_os(vars::SUPPRESSIONS.name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    match given.or(from_env) {
+        Some(p) => suppress::load(&p),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// A count in a limit: clap's own message for `-1` would be "unexpected argument".
@@ -184,6 +198,16 @@ enum Cmd {
         /// by default that fails the check, since the limits it meant were not in force.
         #[arg(long)]
         allow_config_errors: bool,
+        /// Of each folder, check only the newest run: the one `pinguard run` recorded last, or
+        /// for reports without a record, the last group of processes alive together.
+        #[arg(long)]
+        latest: bool,
+        /// Callsite figures to leave out of the limits, shown apart (PINGUARD_SUPPRESSIONS):
+        /// lines `KIND:PATTERN [ALLOWANCE]`, KIND live, leak, peak, pinned, denied, downgraded or
+        /// over_budget, PATTERN a glob on a frame's function, file, file:function or file:line,
+        /// e.g. `live:*serve.py:load_model* 8GiB`.
+        #[arg(long, value_name = "FILE")]
+        suppressions: Option<PathBuf>,
         /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
@@ -394,13 +418,36 @@ fn main() -> ExitCode {
             max_cgroup_reserve,
             keep_going,
             allow_config_errors,
+            latest,
+            suppressions,
             inputs,
         } => {
-            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else {
+            let rules = match check_suppressions(suppressions) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("pinguard check: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let inputs = if latest {
+                let (files, lines) = latest::select(&inputs);
+                for l in lines {
+                    println!("{l}");
+                }
+                files
+            } else {
+                inputs
+            };
+            let Ok(m) = merge::merge_for_check(&inputs, keep_going) else {
                 return ExitCode::from(2);
             };
+            let applied = suppress::apply(&rules, &m);
+            let view = check::View::new(&m, &applied);
+            for l in applied.lines(&rules, &|k| view.name(k)) {
+                println!("{l}");
+            }
             let (violations, summary) = check::evaluate(
-                &m,
+                &view,
                 &check::Limits {
                     max_live,
                     max_peak,
