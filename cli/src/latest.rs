@@ -32,7 +32,7 @@ pub fn select(inputs: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
             Some(newest) => {
                 let left = n - 1;
                 lines.push(format!(
-                    "pinguard check: --latest: {}: the {} ({}){}",
+                    "pinguard check: --latest: {}: the newest run, {}, {}{}",
                     input.display(),
                     newest.what,
                     crate::out::count(newest.files.len() as u64, "file", "files"),
@@ -90,7 +90,7 @@ fn runs_in(dir: &Path) -> (Vec<Run>, Vec<String>) {
             claimed.insert(f);
             runs.push(Run {
                 start_ms: rec.start_unix_ms,
-                what: format!("{} (newest by its record)", rec.name()),
+                what: format!("by its record: the {}", rec.name()),
                 files: listed,
             });
         } else {
@@ -132,8 +132,7 @@ fn lifetimes(mut dated: Vec<(u64, u64, PathBuf)>) -> Vec<Run> {
             Some(r) if start <= end => r.files.push(f),
             _ => runs.push(Run {
                 start_ms: start,
-                what: "run of reports without a record (newest by their processes' lifetimes)"
-                    .into(),
+                what: "by its processes' lifetimes (reports without a run record)".into(),
                 files: vec![f],
             }),
         }

@@ -162,7 +162,9 @@ pub fn earlier_runs(root: &std::path::Path) -> Option<String> {
     if files.is_empty() {
         return None;
     }
-    let d = root.display();
+    // As the user would type it: relative to the working directory when inside it.
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let d = root.strip_prefix(&cwd).unwrap_or(root).display();
     Some(format!(
         "{d} already holds {} and {} of earlier runs: `pinguard check {d}` reads them all, `pinguard check --latest {d}` this run's alone",
         crate::out::count(reports as u64, "report", "reports"),
