@@ -268,11 +268,16 @@ fn strict_mode_fails_closed_on_a_setting_that_cannot_be_used() {
             );
         }
     }
-    // Good settings: strict is silent and nothing is refused.
+    // Good settings: strict is silent and nothing is refused (`pinguard check`'s variable in the
+    // same environment is no unknown name to the library).
     let r = run(
         "scenario",
         &ops,
-        &[("PINGUARD_STRICT", "1"), ("PINGUARD_BUDGET", "1Mi")],
+        &[
+            ("PINGUARD_STRICT", "1"),
+            ("PINGUARD_BUDGET", "1Mi"),
+            ("PINGUARD_SUPPRESSIONS", "ci/pinguard.supp"),
+        ],
     );
     assert_eq!(
         [r.rc(ops[0]), r.rc(ops[1]), r.rc(ops[2])],

@@ -345,6 +345,51 @@ impl Applied {
 mod tests {
     use super::*;
 
+    /// A callsite with these native frames (function, file, line) and Python frames.
+    fn site(native: &[(&str, &str, u32)], py: &[(&str, &str, u32)]) -> Site {
+        let frames = |fs: &[(&str, &str, u32)]| -> Vec<pinguard_report::Frame> {
+            fs.iter()
+                .map(|&(f, file, line)| pinguard_report::Frame {
+                    addr: pinguard_report::Addr(0),
+                    module: Some("/usr/lib/libcudart.so.12".into()),
+                    offset: None,
+                    symbol: Some(f.into()),
+                    file: Some(file.into()),
+                    line: Some(line),
+                })
+                .collect()
+        };
+        let mut s = Site::default();
+        (s.frames, s.py_frames) = (frames(native), frames(py));
+        s
+    }
+
+    #[test]
+    fn a_pattern_matches_a_frame_by_function_file_python_frame_or_module() {
+        let s = site(
+            &[("cudaHostAlloc", "/src/host.cc", 40)],
+            &[
+                ("load_model", "/srv/app/serve.py", 12),
+                ("main", "/srv/app/serve.py", 80),
+            ],
+        );
+        let yes = [
+            "live:load_model",
+            "live:*serve.py:load_model*",
+            "live:serve.py:12",
+            "live:/srv/app/*",
+            "live:cudaHost*",
+            "live:libcudart.so.12",
+            "live:host.cc",
+        ];
+        for r in yes {
+            assert!(matches(&parse(r, "f").unwrap()[0], &s), "{r}");
+        }
+        for r in ["live:load", "live:serve.py:13", "live:*train.py*"] {
+            assert!(!matches(&parse(r, "f").unwrap()[0], &s), "{r}");
+        }
+    }
+
     #[test]
     fn lines_are_read_and_bad_ones_named_with_their_place() {
         let r = parse(
