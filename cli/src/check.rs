@@ -26,7 +26,7 @@ fn exceed(n: u64) -> &'static str {
     }
 }
 
-/// At most this many processes over `--max-peak` are named; the rest are counted.
+/// At most this many processes are named per violated limit; the rest are counted.
 const MAX_NAMED: usize = 5;
 
 fn size(n: u64) -> String {

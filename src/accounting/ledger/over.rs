@@ -111,5 +111,12 @@ mod over_tests {
             (Limit::CgroupReserve, Some(7 << 20))
         );
         assert_eq!(Over::cgroup_reserve(7).host_available(), None);
+        assert_eq!(
+            (
+                Over::config_error().limit(),
+                Over::config_error().host_available()
+            ),
+            (Limit::ConfigError, None)
+        );
     }
 }
