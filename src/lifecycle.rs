@@ -258,6 +258,9 @@ fn init() -> bool {
     budget::host::init(cfg.host_reserve, &mut cfg.errors);
     budget::cgroup::init(cfg.cgroup_reserve, &mut cfg.errors);
     budget::set_limit(cfg.budget);
+    if cfg.fails_closed() {
+        budget::fail_closed();
+    }
     crate::accounting::level::ceiling(budget::reserved);
     crate::accounting::callsite::set_max(cfg.max_callsites);
     crate::output::files::init_template(cfg.report.as_deref());
@@ -309,6 +312,7 @@ fn configure() -> Config {
         cfg.errors.push(format!(
             "secure-mode (setuid) process: {n} PINGUARD_* variable(s) of the environment ignored and removed; settings come from the node configuration file only"
         ));
+        cfg.notes += 1;
     }
     cfg
 }

@@ -354,7 +354,7 @@ fn a_path_without_a_limit_turns_the_reserve_off_with_one_line() {
     assert_eq!(lines.len(), 1, "{}", r.stderr);
     assert!(
         lines[0].contains(
-            "hold no memory limit on the process's path; running without a cgroup reserve"
+            "hold no memory limit on the process's path; running WITHOUT a cgroup reserve"
         ),
         "{}",
         lines[0]

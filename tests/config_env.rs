@@ -7,7 +7,7 @@ use common::*;
 #[test]
 fn each_bad_variable_gets_one_line_and_a_fallback() {
     let cases = [
-        ("PINGUARD_BUDGET", "12 parsecs", "running without a budget"),
+        ("PINGUARD_BUDGET", "12 parsecs", "running WITHOUT a budget"),
         ("PINGUARD_POLICY", "explode", "using error"),
         ("PINGUARD_DEPTH", "-3", "using 32"),
         ("PINGUARD_INTERVAL", "often", "no periodic report"),
@@ -175,4 +175,148 @@ fn a_pinning_process_prints_each_bad_setting_once_when_it_first_pins() {
             && errors.iter().any(|e| e.contains("PINGUARD_POLICY")),
         "{errors:?}"
     );
+}
+
+/// A setting that cannot be used, without `PINGUARD_STRICT`: the line says in capitals what runs
+/// without it, and the call goes through uncapped (issue 46 item 4).
+#[test]
+fn a_bad_budget_says_running_without_one_in_capitals() {
+    for value in ["garbage", "-1", "150%", ""] {
+        let r = run(
+            "scenario",
+            &["cuda_alloc:4096"],
+            &[("PINGUARD_BUDGET", value)],
+        );
+        assert_eq!(r.rc("cuda_alloc:4096"), 0, "{value:?}: {}", r.stderr);
+        let lines: Vec<_> = pinguard_lines(&r.stderr)
+            .into_iter()
+            .filter(|l| l.contains("PINGUARD_BUDGET"))
+            .collect();
+        assert!(
+            lines.len() == 1 && lines[0].contains("running WITHOUT a budget"),
+            "{value:?}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// The event reasons of a report's refusals.
+fn refusal_reasons(rep: &serde_json::Value) -> Vec<String> {
+    rep["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "denied")
+        .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// `PINGUARD_STRICT=1` and a setting that cannot be used (a budget, a reserve): every pinning
+/// call is refused in its API's own out-of-memory answer, with reason `config_error`, whatever
+/// the policy; with good settings, strict changes nothing (issue 46 item 4).
+#[test]
+fn strict_mode_fails_closed_on_a_setting_that_cannot_be_used() {
+    let ops = ["cuda_alloc:4096", "acl_malloc:4096", "mlock:0:1"];
+    let bad = [
+        ("PINGUARD_BUDGET", "garbage"),
+        ("PINGUARD_BUDGET", "150%"),
+        ("PINGUARD_HOST_RESERVE", "lots"),
+        ("PINGUARD_CGROUP_RESERVE", "-1"),
+    ];
+    for (var, value) in bad {
+        for policy in ["error", "warn", "downgrade"] {
+            let r = run(
+                "scenario",
+                &ops,
+                &[
+                    ("PINGUARD_STRICT", "1"),
+                    (var, value),
+                    ("PINGUARD_POLICY", policy),
+                ],
+            );
+            let what = format!("{var}={value} policy {policy}");
+            assert!(r.success(), "{what}: {}", r.stderr);
+            assert_eq!(
+                [r.rc(ops[0]), r.rc(ops[1]), r.rc(ops[2])],
+                [2, 207001, -1],
+                "{what}: {}",
+                r.stdout
+            );
+            let lines = pinguard_lines(&r.stderr);
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains(var) && l.contains("REFUSING every pinning call")),
+                "{what}: {}",
+                r.stderr
+            );
+            assert!(
+                lines
+                    .iter()
+                    .any(|l| l.contains("PINGUARD_STRICT=1") && l.contains("reason config_error")),
+                "{what}: {}",
+                r.stderr
+            );
+            let rep = r.report();
+            assert_eq!(rep["totals"]["denied_count"], 3, "{what}");
+            assert_eq!(rep["totals"]["live_bytes"], 0, "{what}");
+            assert_eq!(
+                refusal_reasons(&rep),
+                vec!["config_error"; 3],
+                "{what}: {}",
+                rep["events"]
+            );
+        }
+    }
+    // Good settings: strict is silent and nothing is refused (`pinguard check`'s variable in the
+    // same environment is no unknown name to the library).
+    let r = run(
+        "scenario",
+        &ops,
+        &[
+            ("PINGUARD_STRICT", "1"),
+            ("PINGUARD_BUDGET", "1Mi"),
+            ("PINGUARD_SUPPRESSIONS", "ci/pinguard.supp"),
+        ],
+    );
+    assert_eq!(
+        [r.rc(ops[0]), r.rc(ops[1]), r.rc(ops[2])],
+        [0, 0, 0],
+        "{}",
+        r.stderr
+    );
+    assert!(
+        pinguard_lines(&r.stderr)
+            .iter()
+            .all(|l| !l.contains("STRICT") && !l.contains("config_error")),
+        "{}",
+        r.stderr
+    );
+}
+
+/// `PINGUARD_STRICT=1` in the node configuration file makes a bad value there fail closed too.
+#[test]
+fn strict_mode_from_the_node_file_fails_closed() {
+    let dir = fresh_dir("strict-node").join("etc");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("node.conf");
+    std::fs::write(&file, "PINGUARD_STRICT=1\nPINGUARD_BUDGET=12 parsecs\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let conf = file.to_str().unwrap();
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096"],
+        &[("PINGUARD_CONFIG", conf)],
+    );
+    assert_eq!(r.rc("cuda_alloc:4096"), 2, "{}", r.stderr);
+    assert_eq!(refusal_reasons(&r.report()), vec!["config_error"]);
+    // The environment's good budget fixes it: the file's strict switch stays, nothing is refused.
+    let r = run(
+        "scenario",
+        &["cuda_alloc:4096"],
+        &[("PINGUARD_CONFIG", conf), ("PINGUARD_BUDGET", "1Mi")],
+    );
+    assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
 }

@@ -16,6 +16,7 @@ mod flags;
 mod flamegraph;
 mod group;
 mod input;
+mod latest;
 mod merge;
 mod out;
 mod plot;
@@ -24,6 +25,7 @@ mod record;
 mod report;
 mod run;
 mod secure;
+mod suppress;
 mod top;
 mod writers;
 
@@ -69,6 +71,18 @@ struct Cli {
 
 fn bytes(s: &str) -> Result<u64, String> {
     units::parse_size(s).map_err(|e| format!("{e}; expected {}", units::SIZE_FORMS))
+}
+
+/// The suppression rules: `--suppressions`, else the file `PINGUARD_SUPPRESSIONS` names (read by
+/// `check` alone: the library knows the name and leaves it be).
+fn check_suppressions(given: Option<PathBuf>) -> Result<Vec<suppress::Rule>, String> {
+    let from_env = std::env::var_os(vars::SUPPRESSIONS.name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    match given.or(from_env) {
+        Some(p) => suppress::load(&p),
+        None => Ok(Vec::new()),
+    }
 }
 
 /// A count in a limit: clap's own message for `-1` would be "unexpected argument".
@@ -195,6 +209,16 @@ enum Cmd {
         /// default that fails the check, since what it pinned was never seen.
         #[arg(long)]
         allow_unwatched: bool,
+        /// Of each folder, check only the newest run: the one `pinguard run` recorded last, or
+        /// for reports without a record, the last group of processes alive together.
+        #[arg(long)]
+        latest: bool,
+        /// Callsite figures to leave out of the limits, shown apart (PINGUARD_SUPPRESSIONS):
+        /// lines `KIND:PATTERN [ALLOWANCE]`, KIND live, leak, peak, pinned, denied, downgraded or
+        /// over_budget, PATTERN a glob on a frame's function, file, file:function or file:line,
+        /// e.g. `live:*serve.py:load_model* 8GiB`.
+        #[arg(long, value_name = "FILE")]
+        suppressions: Option<PathBuf>,
         /// Report files (*.json, *.state) and folders to scan for them.
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
@@ -427,13 +451,36 @@ fn main() -> ExitCode {
             keep_going,
             allow_config_errors,
             allow_unwatched,
+            latest,
+            suppressions,
             inputs,
         } => {
-            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else {
+            let rules = match check_suppressions(suppressions) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("pinguard check: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let inputs = if latest {
+                let (files, lines) = latest::select(&inputs);
+                for l in lines {
+                    println!("{l}");
+                }
+                files
+            } else {
+                inputs
+            };
+            let Ok(m) = merge::merge_for_check(&inputs, keep_going) else {
                 return ExitCode::from(2);
             };
+            let applied = suppress::apply(&rules, &m);
+            let view = check::View::new(&m, &applied);
+            for l in applied.lines(&rules, &|k| view.name(k)) {
+                println!("{l}");
+            }
             let (violations, summary) = check::evaluate(
-                &m,
+                &view,
                 &check::Limits {
                     max_live,
                     max_peak,

@@ -434,6 +434,21 @@ pub struct ProcessLine {
     /// `[unix_ms, live_bytes]`, oldest first (empty: the report has none).
     #[serde(skip)]
     pub timeline: Vec<(u64, u64)>,
+    /// Its own figures per callsite, kept only for `check` (`Merged::keep_sites`): which file,
+    /// process and callsite a failure comes from, and what a suppression takes from it.
+    #[serde(skip)]
+    pub sites: Vec<ProcSite>,
+}
+
+/// One callsite's figures in one process's report (a line's peak as `site_peaks` takes it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcSite {
+    pub key: SiteKey,
+    pub live: u64,
+    pub peak: u64,
+    pub denied: u64,
+    pub downgraded: u64,
+    pub over_budget: u64,
 }
 
 /// The highest pinned bytes that processes alive at the same time held together, on one host.
@@ -535,6 +550,9 @@ pub struct Merged {
     /// pinned has only its record.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub runs: Vec<crate::record::RunRecord>,
+    /// Keep each process's own callsite figures (`ProcessLine::sites`): `check` only.
+    #[serde(skip)]
+    pub keep_sites: bool,
     #[serde(skip)]
     index: HashMap<SiteKey, usize>,
     #[serde(skip)]
@@ -618,6 +636,7 @@ impl Merged {
             start_unix_ms: r.process.start_unix_ms,
             write_unix_ms: r.process.write_unix_ms,
             timeline: reduce(&r.timeline),
+            sites: Vec::new(),
         });
         let keys: Vec<SiteKey> = r
             .callsites
@@ -625,6 +644,9 @@ impl Merged {
             .map(|c| site_key(&c.frames, &c.py_frames))
             .collect();
         let peaks = site_peaks(r, &keys);
+        if self.keep_sites {
+            self.keep_process_sites(r, &keys, &peaks);
+        }
         for (c, &key) in r.callsites.iter().zip(&keys) {
             let s = self.site(key, || {
                 (
@@ -652,6 +674,30 @@ impl Merged {
             });
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
+        }
+    }
+
+    /// This process's figures per line (`ProcessLine::sites`), for `check`.
+    fn keep_process_sites(
+        &mut self,
+        r: &ReportView<'_>,
+        keys: &[SiteKey],
+        peaks: &HashMap<SiteKey, std::cell::Cell<Option<u64>>>,
+    ) {
+        let mut by_key: HashMap<SiteKey, ProcSite> = HashMap::new();
+        for (c, &key) in r.callsites.iter().zip(keys) {
+            let e = by_key.entry(key).or_insert(ProcSite {
+                key,
+                peak: peaks.get(&key).and_then(|p| p.get()).unwrap_or(0),
+                ..ProcSite::default()
+            });
+            e.live += c.live_bytes;
+            e.denied += c.denied_count;
+            e.downgraded += c.downgraded_count;
+            e.over_budget += c.over_budget_count;
+        }
+        if let Some(p) = self.per_process.last_mut() {
+            p.sites = by_key.into_values().collect();
         }
     }
 
@@ -692,6 +738,13 @@ impl Merged {
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();
         }
+    }
+
+    /// Each process once (its latest reading), by report path.
+    pub fn latest_processes(&self) -> Vec<&ProcessLine> {
+        let mut v: Vec<&ProcessLine> = self.latest_by_host().into_values().flatten().collect();
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v
     }
 
     /// Each process once (its latest reading), by host.
@@ -792,10 +845,30 @@ pub fn merge_inputs_with<T: Send>(
     keep_going: bool,
     each: impl Fn(&std::path::Path, &[u8], &ReportView<'_>) -> Result<T, String> + Sync,
 ) -> Result<(Merged, Vec<T>), ()> {
+    merge_parts(inputs, keep_going, false, each)
+}
+
+/// `merge_inputs`, keeping each process's own callsite figures (`ProcessLine::sites`).
+pub fn merge_for_check(inputs: &[std::path::PathBuf], keep_going: bool) -> Result<Merged, ()> {
+    merge_parts(inputs, keep_going, true, |_, _, _| Ok(())).map(|(m, _)| m)
+}
+
+fn merge_parts<T: Send>(
+    inputs: &[std::path::PathBuf],
+    keep_going: bool,
+    keep_sites: bool,
+    each: impl Fn(&std::path::Path, &[u8], &ReportView<'_>) -> Result<T, String> + Sync,
+) -> Result<(Merged, Vec<T>), ()> {
     let parts = crate::input::parallel(
         inputs,
         keep_going,
-        || (Merged::default(), Vec::new()),
+        || {
+            let m = Merged {
+                keep_sites,
+                ..Merged::default()
+            };
+            (m, Vec::new())
+        },
         |(m, extra), path, bytes| {
             if crate::record::is_record(bytes) {
                 m.runs.push(crate::record::parse(bytes)?);

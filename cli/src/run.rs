@@ -561,6 +561,9 @@ pub fn run(o: Options) -> i32 {
             return 2;
         }
     };
+    if let Some(line) = crate::record::earlier_runs(&search_root(&template_abs)) {
+        eprintln!("pinguard run: {line}");
+    }
     if let Err(e) = make_folder(&search_root(&template_abs)) {
         eprintln!("pinguard run: {e}");
         return 2;

@@ -806,9 +806,14 @@ fn over_budget_calls_show_everywhere_and_check_gates_on_them() {
     let d = dir.to_str().unwrap();
     let o = pinguard(&["check", "--max-over-budget", "0", d]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
-    assert_eq!(
-        text(&o).0.trim(),
-        "pinguard check: 1 call over the budget exceeds --max-over-budget 0"
+    // Where, too: the file, the process and the top callsite (issue 46 item 1).
+    let line = text(&o).0;
+    assert!(
+        line.trim()
+            .starts_with("pinguard check: 1 call over the budget exceeds --max-over-budget 0 in ")
+            && line.contains(", pid ")
+            && line.contains("); top callsite "),
+        "{line}"
     );
     let o = pinguard(&["check", "--max-over-budget", "1", d]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
@@ -1139,9 +1144,14 @@ fn the_host_reserve_shows_in_report_check_and_run() {
     assert_eq!(v["totals"]["host_reserve_count"], 3);
     let o = pinguard(&["check", "--max-host-reserve", "2", d]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
-    assert_eq!(
-        text(&o).0.trim(),
-        "pinguard check: 3 calls stopped by the host reserve exceed --max-host-reserve 2"
+    // Where, too: the file and the process, one line each (issue 46 item 1).
+    let line = text(&o).0;
+    assert!(
+        line.lines().count() == 2
+            && line.lines().all(|l| l.starts_with(
+                "pinguard check: 3 calls stopped by the host reserve exceed --max-host-reserve 2: "
+            ) && l.contains(".json (app, pid ")),
+        "{line}"
     );
     assert_eq!(
         pinguard(&["check", "--max-host-reserve", "3", d])
@@ -1665,7 +1675,16 @@ fn check_max_peak_gates_each_process_and_processes_alive_together() {
     let o = pinguard(&["check", "--max-peak", "512Ki", d]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     let (out, _) = text(&o);
-    assert!(out.contains("(scenario) peaked at 1048576 (1.00 MiB) pinned bytes, over --max-peak 524288 (512 KiB)"), "{out}");
+    assert!(
+        out.contains(
+            "1048576 (1.00 MiB) pinned bytes at the peak exceed --max-peak 524288 (512 KiB) in "
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(".json (scenario, pid ") && out.contains("; top callsite 1.00 MiB "),
+        "{out}"
+    );
     assert_eq!(
         pinguard(&["check", "--max-peak", "1Mi", d]).status.code(),
         Some(0)

@@ -269,7 +269,7 @@ fn stand_in_v2_files_give_the_tightest_limit_and_headroom() {
         budget["error"]
             .as_str()
             .unwrap()
-            .contains("running without a budget"),
+            .contains("running WITHOUT a budget"),
         "{budget}"
     );
     let group = settings

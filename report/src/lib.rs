@@ -538,6 +538,8 @@ pub enum Limit {
     GroupUnavailable,
     /// The floor under the memory cgroup's headroom (`PINGUARD_CGROUP_RESERVE`).
     CgroupReserve,
+    /// A setting could not be used under `PINGUARD_STRICT`: every pinning call is refused.
+    ConfigError,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

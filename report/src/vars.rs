@@ -40,7 +40,7 @@ pub const BUDGET: Var = Var {
     default: None,
     unset: "none: track only",
     forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the memory limit",
-    fallback: "running without a budget",
+    fallback: "running WITHOUT a budget: nothing is capped",
     parse: Parse::Size(Of::MemoryLimit),
     needs: None,
 };
@@ -51,7 +51,7 @@ pub const HOST_RESERVE: Var = Var {
     default: None,
     unset: "none",
     forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of MemTotal",
-    fallback: "running without a host reserve",
+    fallback: "running WITHOUT a host reserve",
     parse: Parse::Size(Of::MemTotal),
     needs: None,
 };
@@ -62,7 +62,7 @@ pub const CGROUP_RESERVE: Var = Var {
     default: None,
     unset: "none",
     forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the cgroup's memory limit",
-    fallback: "running without a cgroup reserve",
+    fallback: "running WITHOUT a cgroup reserve",
     parse: Parse::Size(Of::CgroupLimit),
     needs: None,
 };
@@ -209,7 +209,7 @@ pub const GROUP: Var = Var {
     default: None,
     unset: "none",
     forms: "up to 64 letters, digits, '.', '_' or '-'",
-    fallback: "no group budget",
+    fallback: "running WITHOUT a group budget",
     parse: Parse::GroupName,
     needs: None,
 };
@@ -220,7 +220,7 @@ pub const GROUP_BUDGET: Var = Var {
     default: None,
     unset: "none: the group is only counted",
     forms: BUDGET.forms,
-    fallback: "no group budget",
+    fallback: "running WITHOUT a group budget",
     parse: Parse::Size(Of::MemoryLimit),
     needs: Some(&GROUP),
 };
@@ -297,6 +297,28 @@ pub const CONFIG: Var = Var {
     needs: None,
 };
 
+pub const STRICT: Var = Var {
+    name: "PINGUARD_STRICT",
+    meaning: "`1`: fail closed on a setting that cannot be used (a rejected value, an unknown `PINGUARD_` name, a reserve with nothing to take a percentage of, a group that cannot be joined, a node file ignored): every pinning call is then refused, as under `error` whatever the policy, with reason `config_error`, for the process's life. Unset, such a setting falls back (`running WITHOUT a budget`, ...). Also in the node configuration file",
+    default: Some("0"),
+    unset: "off: a setting that cannot be used falls back",
+    forms: "1 or 0",
+    fallback: "strict all the same (a bad value of the switch that fails closed fails closed)",
+    parse: Parse::Switch,
+    needs: None,
+};
+
+pub const SUPPRESSIONS: Var = Var {
+    name: "PINGUARD_SUPPRESSIONS",
+    meaning: "read by `pinguard check` only (the library knows the name and ignores it): the suppressions file it reads when `--suppressions` is not given (`docs/design.md`, \"Suppressions\")",
+    default: None,
+    unset: "none",
+    forms: "a path",
+    fallback: "no suppressions",
+    parse: Parse::Text,
+    needs: None,
+};
+
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
 pub const ALL: &[&Var] = &[
@@ -322,6 +344,8 @@ pub const ALL: &[&Var] = &[
     &CONTAINER,
     &LABELS,
     &CONFIG,
+    &STRICT,
+    &SUPPRESSIONS,
 ];
 
 /// The variable of this name.
@@ -797,8 +821,8 @@ mod tests {
         }
         assert_eq!(
             rejecting,
-            ALL.len() - 3,
-            "all but the three labels taking any text"
+            ALL.len() - 4,
+            "all but the three labels and the suppressions file taking any text"
         );
     }
 

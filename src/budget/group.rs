@@ -64,7 +64,7 @@ pub fn init(name: &str, budget: Option<u64>, errors: &mut Vec<String>) {
             forget_previous_image(h);
             MAP.store(h.0.as_ptr(), Ordering::Release);
         }
-        Err(why) => errors.push(format!("PINGUARD_GROUP={name:?}: the ledger {path} {why}; running with the process budget only")),
+        Err(why) => errors.push(format!("PINGUARD_GROUP={name:?}: the ledger {path} {why}; running WITHOUT the group budget (the process budget only)")),
     }
 }
 

@@ -100,7 +100,7 @@ mod tests {
             let l = &errors[i];
             assert!(
                 l.starts_with("PINGUARD_HOST_RESERVE of 1.00 GiB: /proc/meminfo ")
-                    && l.ends_with("; running without a host reserve"),
+                    && l.ends_with("; running WITHOUT a host reserve"),
                 "{l}"
             );
             assert!(l.contains(BAD[0].why()) && !l.contains('\n'), "{l} {why:?}");

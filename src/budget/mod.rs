@@ -20,6 +20,10 @@ const COUNT_ONLY: u64 = u64::MAX - 1;
 
 static LIMIT: AtomicU64 = AtomicU64::new(NONE);
 static USED: AtomicU64 = AtomicU64::new(0);
+/// `PINGUARD_STRICT` and a setting that cannot be used: the budget is 0 for the process's life,
+/// and its refusals say `config_error`. Read only once a call is refused, so the steady path is
+/// the budget's own comparison, no more.
+static CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The process budget; after `host::init`, whose reserve needs the bytes counted too.
 pub fn set_limit(limit: Option<u64>) {
@@ -29,6 +33,17 @@ pub fn set_limit(limit: Option<u64>) {
         None => NONE,
     };
     LIMIT.store(word, Ordering::Relaxed);
+}
+
+/// Fails closed (`PINGUARD_STRICT`): a budget of 0, whose every refusal is a `config_error`.
+pub fn fail_closed() {
+    CLOSED.store(true, Ordering::Relaxed);
+    LIMIT.store(0, Ordering::Relaxed);
+}
+
+/// Whether the process failed closed (`fail_closed`): a refusal by the budget is then by that.
+pub fn closed() -> bool {
+    CLOSED.load(Ordering::Relaxed)
 }
 
 /// Whether any limit (the process's budget, the group's, the host or cgroup reserve) is in force.

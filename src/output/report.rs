@@ -672,6 +672,7 @@ pub fn write_exit(cfg: &Config) {
     }
     let t = ledger::totals();
     let mut budget = match budget::limit() {
+        _ if budget::closed() => "FAILED CLOSED: a setting cannot be used (PINGUARD_STRICT)".into(),
         Some(b) => format!("budget {}", format_bytes(b)),
         None => "no budget".to_string(),
     };

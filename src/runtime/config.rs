@@ -38,8 +38,12 @@ pub struct Config {
     /// The labels every metrics series carries from the environment, in order: `namespace`,
     /// `pod`, `container` (those set), then `PINGUARD_LABELS`' good entries.
     pub labels: Vec<(String, String)>,
+    /// `PINGUARD_STRICT`: a setting that cannot be used fails closed (`fails_closed`).
+    pub strict: bool,
     /// One line per rejected variable, as printed on stderr.
     pub errors: Vec<String>,
+    /// Lines of `errors` that are notes, not settings that could not be used (secure mode's).
+    pub notes: usize,
 }
 
 impl Default for Config {
@@ -180,7 +184,11 @@ impl Config {
                 true
             }
             Err(why) => {
-                self.errors.push(var.rejected(value, &why));
+                let line = var.rejected(value, &why);
+                self.errors.push(match line.strip_suffix(var.fallback) {
+                    Some(head) if self.strict => format!("{head}{STRICT_FALLBACK}"),
+                    _ => line,
+                });
                 if let Some(left) = REJECTED
                     .iter()
                     .find(|(v, _)| v.name == var.name)
@@ -224,10 +232,29 @@ impl Config {
             group_budget: None,
             metrics: None,
             labels: Vec::new(),
+            strict: false,
             errors: Vec::new(),
+            notes: 0,
         }
     }
+
+    /// Whether the process fails closed: `PINGUARD_STRICT` and a setting that could not be used
+    /// (once every setting has been tried: the reserves and the group add their own lines). Then
+    /// the line that says so joins the others.
+    pub fn fails_closed(&mut self) -> bool {
+        let unusable = self.errors.len().saturating_sub(self.notes);
+        if !self.strict || unusable == 0 {
+            return false;
+        }
+        self.errors.push(format!(
+            "PINGUARD_STRICT=1 and {unusable} setting(s) above cannot be used: failing closed, every pinning call is REFUSED (reason config_error) for this process's life; fix the setting(s)"
+        ));
+        true
+    }
 }
+
+/// What a rejected value's line ends with under `PINGUARD_STRICT`, instead of its fallback.
+const STRICT_FALLBACK: &str = "REFUSING every pinning call instead (PINGUARD_STRICT)";
 
 /// A size's percentage taken of the total its variable names, as bytes.
 fn resolve(v: Value, var: &Var, sys: &dyn System) -> Result<Value, String> {
@@ -271,9 +298,13 @@ fn count(v: Value) -> u64 {
 /// Where each variable's value goes, in the order they are read: the switch first, then the
 /// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
 /// that order. Every variable once (checked by a test).
-const FIELDS: [(&Var, Set); 22] = [
+const FIELDS: [(&Var, Set); 24] = [
     (&vars::DISABLE, |c, v| {
         c.disabled = matches!(v, Value::Switch(true))
+    }),
+    // Before every setting it makes fail closed, so that their lines say so.
+    (&vars::STRICT, |c, v| {
+        c.strict = matches!(v, Value::Switch(true))
     }),
     (&vars::BUDGET, |c, v| c.budget = bytes(v)),
     // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
@@ -335,14 +366,20 @@ const FIELDS: [(&Var, Set); 22] = [
     (&vars::LABELS, labels),
     // Read before start-up, raw (`node::load`): here only checked, so a bad one gets its line.
     (&vars::CONFIG, |_, _| {}),
+    // `pinguard check`'s: the name is known, the value none of the library's business.
+    (&vars::SUPPRESSIONS, |_, _| {}),
 ];
 
 type Leave = fn(&mut Config);
 
 /// What a rejected value leaves, where that is neither its registry default nor unset.
-const REJECTED: [(&Var, Leave); 1] = [(&vars::DOWNGRADE_MATCH, |c| {
-    c.downgrade_match = Some(Vec::new())
-})];
+const REJECTED: [(&Var, Leave); 2] = [
+    (&vars::DOWNGRADE_MATCH, |c| {
+        c.downgrade_match = Some(Vec::new())
+    }),
+    // A switch meant to fail closed that cannot be read fails closed.
+    (&vars::STRICT, |c| c.strict = true),
+];
 
 /// A downward-API label, when set to something.
 fn label(c: &mut Config, name: &str, v: Value) {
@@ -490,7 +527,7 @@ mod tests {
         assert_eq!(c.host_reserve, None);
         assert!(
             c.errors[0].contains("no MemTotal")
-                && c.errors[0].contains("running without a host reserve"),
+                && c.errors[0].contains("running WITHOUT a host reserve"),
             "{:?}",
             c.errors
         );

@@ -37,7 +37,7 @@ fn walked(s: ledger::Synced) -> bool {
 /// the process budget, else the group's, else the host reserve.
 fn blank_cheque_over() -> Over {
     if budget::limit().is_some() {
-        Over::budget()
+        super::over(budget::Refused::Budget)
     } else if budget::group::limited() {
         Over::group_budget()
     } else {
@@ -835,7 +835,7 @@ impl Hook {
         let (api, site) = (ask.api, ask.site);
         let bytes = mlockall_estimate(flags);
         let over = blank_cheque_over();
-        Ok(match self.cfg.policy {
+        Ok(match self.policy(over) {
             Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes, over),
             Policy::Downgrade => {
                 self.denied_out_of_scope(api, site, bytes, over);

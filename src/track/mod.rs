@@ -140,6 +140,7 @@ pub(crate) enum Admission {
 /// The limit a refused reservation went over, as the ledger records it.
 pub(crate) fn over(why: budget::Refused) -> Over {
     match why {
+        budget::Refused::Budget if budget::closed() => Over::config_error(),
         budget::Refused::Budget => Over::budget(),
         budget::Refused::Group => Over::group_budget(),
         budget::Refused::GroupUnavailable => Over::group_unavailable(),
@@ -482,7 +483,7 @@ impl Hook {
         later: Option<&WarnLater>,
         over: Over,
     ) -> Admission {
-        match self.cfg.policy {
+        match self.policy(over) {
             Policy::Downgrade if req == Request::Pageable => {
                 if self.downgrade_in_scope(site) {
                     Admission::Downgrade(over)
@@ -516,6 +517,16 @@ impl Hook {
                 }
                 Admission::Pin(r)
             }
+        }
+    }
+
+    /// The policy for a call over `over`: a setting that could not be used (`PINGUARD_STRICT`)
+    /// is refused whatever the policy says.
+    pub(crate) fn policy(&self, over: Over) -> Policy {
+        if over.limit() == Limit::ConfigError {
+            Policy::Error
+        } else {
+            self.cfg.policy
         }
     }
 

@@ -30,6 +30,7 @@ fn limit_name(l: Limit) -> &'static str {
         Limit::HostReserve => "host_reserve",
         Limit::GroupUnavailable => "group_unavailable",
         Limit::CgroupReserve => "cgroup_reserve",
+        Limit::ConfigError => "config_error",
     }
 }
 

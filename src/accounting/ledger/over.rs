@@ -10,12 +10,13 @@ use pinguard_report::Limit;
 pub struct Over(u64);
 
 impl Over {
-    const LIMITS: [Limit; 5] = [
+    const LIMITS: [Limit; 6] = [
         Limit::Budget,
         Limit::GroupBudget,
         Limit::HostReserve,
         Limit::GroupUnavailable,
         Limit::CgroupReserve,
+        Limit::ConfigError,
     ];
     /// The low bits hold the limit, the rest a floor's figure.
     const BITS: u32 = 3;
@@ -31,6 +32,11 @@ impl Over {
     /// The group's ledger could not be reached in time: its budget could not be checked.
     pub fn group_unavailable() -> Over {
         Over(3)
+    }
+
+    /// A setting could not be used under `PINGUARD_STRICT`: refused whatever the figures.
+    pub fn config_error() -> Over {
+        Over(5)
     }
 
     /// Over the host reserve, with `available` bytes (kept up to 2^61, 2 EiB).
@@ -105,5 +111,12 @@ mod over_tests {
             (Limit::CgroupReserve, Some(7 << 20))
         );
         assert_eq!(Over::cgroup_reserve(7).host_available(), None);
+        assert_eq!(
+            (
+                Over::config_error().limit(),
+                Over::config_error().host_available()
+            ),
+            (Limit::ConfigError, None)
+        );
     }
 }
