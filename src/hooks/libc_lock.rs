@@ -81,6 +81,8 @@ unsafe fn unlock(addr: *const c_void, len: size_t) -> c_int {
 
 unsafe fn lock_all(flags: c_int) -> c_int {
     let real = real_or_syscall!(mlockall(flags), libc::SYS_mlockall);
+    // pinguard's own mappings stay out of it (`own_maps`), tracked or not.
+    let real = || crate::runtime::own_maps::mlockall(flags, real);
     match Hook::enter(Family::Mlock) {
         None => {
             nested();
@@ -92,6 +94,13 @@ unsafe fn lock_all(flags: c_int) -> c_int {
 
 unsafe fn unlock_all() -> c_int {
     let real = real_or_syscall!(munlockall(), libc::SYS_munlockall);
+    let real = || {
+        let rc = real();
+        if rc == 0 {
+            crate::runtime::own_maps::unlocked_all();
+        }
+        rc
+    };
     match Hook::enter(Family::Mlock) {
         None => real(),
         Some(h) => h.lock_call_own_stack(|h| h.munlockall(real)),

@@ -22,8 +22,8 @@ use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::api::Api;
 use crate::budget;
 use crate::runtime::config::Policy;
-use crate::runtime::kernel;
 use crate::runtime::sys::page_size;
+use crate::runtime::{kernel, own_maps};
 use std::os::raw::{c_int, c_void};
 
 /// Tells the budget what a walk of the kernel's mappings changed in the view (the ledger
@@ -146,7 +146,8 @@ fn mlockall_estimate(flags: c_int) -> u64 {
     if flags & libc::MCL_CURRENT != 0 && budget::limited() {
         kernel::for_each_vma(|v| {
             if v.lockable && !v.locked {
-                bytes += (v.end - v.start) as u64;
+                // pinguard's own mappings stay unlocked (`own_maps`).
+                bytes += (v.end - v.start - own_maps::overlap(v.start, v.end)) as u64;
             }
         });
     }

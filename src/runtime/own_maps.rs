@@ -1,0 +1,193 @@
+//! pinguard's own mappings, kept out of what the program's `mlockall` locks (issue 44, item 6).
+//!
+//! `mlockall(MCL_CURRENT)` locks every mapping of the process and charges it to
+//! `RLIMIT_MEMLOCK`; `MCL_FUTURE` locks every later one as it is made. pinguard's image, its heap,
+//! its threads' work stacks and the state file's arena would take megabytes of the program's
+//! limit. So the mappings pinguard makes are recorded here (a fixed table: no allocation, no
+//! lock), and after the program's `mlockall` they are unlocked again, as is every one made while
+//! `MCL_FUTURE` is in force. Where the kernel would refuse `mlockall(MCL_CURRENT)` only because
+//! pinguard's mappings take the process's size over the limit (it compares the whole size with
+//! it), the call is made the kernel's way without them: `MCL_FUTURE` alone, then `mlock` of every
+//! mapping but pinguard's.
+
+use crate::runtime::kernel;
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+/// Past this many mappings of pinguard's at once (a heap segment each, a work stack per thread),
+/// the others stay locked with the program's.
+const SLOTS: usize = 1024;
+
+/// (start, length) of each recorded mapping; a start of 0 is a free slot, a length of 0 one being
+/// filled.
+static STARTS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static LENS: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// An `mlockall(MCL_FUTURE)` of the program's is in force (as far as the hook saw).
+static FUTURE: AtomicBool = AtomicBool::new(false);
+
+/// Records a mapping pinguard made, `[start, start + len)`, replacing one recorded at the same
+/// address; if the kernel locked it (`MCL_FUTURE`), unlocks it, and where `fresh` (private
+/// anonymous memory nothing has written yet) gives back the pages the lock faulted in.
+pub fn mapped(start: usize, len: usize, fresh: bool) {
+    if start == 0 || len == 0 {
+        return;
+    }
+    record(start, len);
+    if kernel::any_locked(start, start + len) {
+        unlock(start, len);
+        if fresh {
+            // SAFETY: the caller's fresh private mapping: nothing in it is in use yet, and its
+            // pages read as zero again after MADV_DONTNEED.
+            unsafe { libc::syscall(libc::SYS_madvise, start, len, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+fn record(start: usize, len: usize) {
+    if let Some(i) = (0..SLOTS).find(|&i| STARTS[i].load(Relaxed) == start) {
+        LENS[i].store(len, Relaxed);
+        return;
+    }
+    for i in 0..SLOTS {
+        if STARTS[i]
+            .compare_exchange(0, start, Relaxed, Relaxed)
+            .is_ok()
+        {
+            LENS[i].store(len, Relaxed);
+            return;
+        }
+    }
+}
+
+/// The mapping recorded at `start` is gone (or `len` is its new length: the tail unmapped).
+pub fn unmapped(start: usize, len: usize) {
+    if let Some(i) = (0..SLOTS).find(|&i| STARTS[i].load(Relaxed) == start) {
+        LENS[i].store(len, Relaxed);
+        if len == 0 {
+            STARTS[i].store(0, Relaxed);
+        }
+    }
+}
+
+/// The mapping at `old` moved to `new` with `len` bytes (`mremap`).
+pub fn moved(old: usize, new: usize, len: usize) {
+    unmapped(old, 0);
+    mapped(new, len, false);
+}
+
+/// Every range of pinguard's, in address order: its image, the objects loaded for it alone, and
+/// the recorded mappings.
+fn ranges() -> Vec<(usize, usize)> {
+    let mut v = Vec::new();
+    let (s, e) = crate::runtime::objects::own_range();
+    if s != 0 && e > s {
+        v.push((s, e));
+    }
+    crate::runtime::objects::only_for_own(|s, e| v.push((s, e)));
+    for i in 0..SLOTS {
+        let (s, len) = (STARTS[i].load(Relaxed), LENS[i].load(Relaxed));
+        if s != 0 && len != 0 {
+            v.push((s, s + len));
+        }
+    }
+    v.sort_unstable();
+    v
+}
+
+/// The bytes of `[start, end)` that are pinguard's, of `ranges`.
+fn overlap_of(ranges: &[(usize, usize)], start: usize, end: usize) -> usize {
+    let mut n = 0;
+    let mut at = start;
+    for &(s, e) in ranges {
+        let (s, e) = (s.max(at), e.min(end));
+        if e > s {
+            n += e - s;
+            at = e;
+        }
+    }
+    n
+}
+
+/// The bytes of `[start, end)` that are pinguard's.
+pub fn overlap(start: usize, end: usize) -> usize {
+    overlap_of(&ranges(), start, end)
+}
+
+fn unlock(start: usize, len: usize) {
+    // SAFETY: munlock only changes the lock of pages pinguard mapped itself.
+    unsafe { libc::syscall(libc::SYS_munlock, start, len) };
+}
+
+/// The program's `mlockall(flags)`, made by `real`, with pinguard's mappings left out of it.
+pub fn mlockall(flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
+    let current = flags & libc::MCL_CURRENT != 0;
+    let future = flags & libc::MCL_FUTURE != 0;
+    let rc = if current && (future || !FUTURE.load(Relaxed)) && refused_for_ours() {
+        lock_all_but_ours(flags)
+    } else {
+        real()
+    };
+    if rc == 0 {
+        if current {
+            for (s, e) in ranges() {
+                unlock(s, e - s);
+            }
+        }
+        FUTURE.store(future, Relaxed);
+    }
+    rc
+}
+
+/// The program's `munlockall` succeeded: nothing is locked as it is made any more.
+pub fn unlocked_all() {
+    FUTURE.store(false, Relaxed);
+}
+
+/// Whether the kernel would refuse `mlockall(MCL_CURRENT)` for the process's size while it would
+/// not without pinguard's mappings.
+fn refused_for_ours() -> bool {
+    let Some(limit) = kernel::rlimit_memlock() else {
+        return false;
+    };
+    let Some(size) = kernel::status().vm_size else {
+        return false;
+    };
+    size > limit
+        && size.saturating_sub(overlap(0, usize::MAX) as u64) <= limit
+        && !kernel::cap_ipc_lock()
+}
+
+/// `mlockall(flags)` the kernel's way, pinguard's mappings left out: `MCL_FUTURE` (which the
+/// kernel does not compare with the process's size) where asked, then every mapping's pages but
+/// pinguard's locked with `mlock2` (whose limit is on what is locked, as `mlockall`'s effect is).
+/// The kernel's errors for a mapping it does not lock, or one gone meanwhile, are mlockall's
+/// silence too.
+fn lock_all_but_ours(flags: c_int) -> c_int {
+    let onfault = flags & libc::MCL_ONFAULT != 0;
+    if flags & libc::MCL_FUTURE != 0 {
+        let f = libc::MCL_FUTURE | (flags & libc::MCL_ONFAULT);
+        // SAFETY: mlockall takes no pointers.
+        let r = unsafe { libc::syscall(libc::SYS_mlockall, f) };
+        if r != 0 {
+            return -1;
+        }
+    }
+    let lock = |s: usize, e: usize| {
+        if e > s {
+            // SAFETY: mlock2 only changes the lock of the process's own mapped pages.
+            unsafe { libc::syscall(libc::SYS_mlock2, s, e - s, onfault as c_int) };
+        }
+    };
+    let e = crate::runtime::guard::errno();
+    let ours = ranges();
+    kernel::for_each_mapping(|start, end| {
+        let mut at = start;
+        for &(s, e) in ours.iter().filter(|&&(s, e)| e > start && s < end) {
+            lock(at, s.max(at));
+            at = at.max(e.min(end));
+        }
+        lock(at, end);
+    });
+    crate::runtime::guard::set_errno(e);
+    0
+}
