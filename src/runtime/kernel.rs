@@ -311,14 +311,13 @@ pub fn mlockall_flags_valid(flags: c_int) -> bool {
     flags != 0 && flags & !known == 0 && flags != libc::MCL_ONFAULT
 }
 
-/// What the kernel would answer to `mlockall(flags)` (valid flags), if it would fail.
-pub fn mlockall_rejected(flags: c_int) -> Option<c_int> {
+/// What the kernel would answer to `mlockall(flags)` (valid flags), if it would fail; `ours`:
+/// the bytes of pinguard's own mappings, which the call leaves out (`own_maps::mlockall`).
+pub fn mlockall_rejected(flags: c_int, ours: u64) -> Option<c_int> {
     if !can_lock() {
         return Some(libc::EPERM);
     }
-    // The kernel compares the whole address space with the limit for MCL_CURRENT; pinguard's own
-    // mappings are left out of the call (`own_maps::mlockall`).
-    let ours = crate::runtime::own_maps::overlap(0, usize::MAX) as u64;
+    // The kernel compares the whole address space with the limit for MCL_CURRENT.
     let size = status().vm_size.unwrap_or(0).saturating_sub(ours);
     if flags & libc::MCL_CURRENT != 0 && over_rlimit(size, 0) {
         return Some(libc::ENOMEM);

@@ -75,42 +75,51 @@ pub fn moved(old: usize, new: usize, len: usize) {
     mapped(new, len, false);
 }
 
-/// Every range of pinguard's, in address order: its image, the objects loaded for it alone, and
-/// the recorded mappings.
-fn ranges() -> Vec<(usize, usize)> {
-    let mut v = Vec::new();
+/// Records pinguard's image and the objects loaded for it alone (`objects::only_for_own`), once:
+/// a walk of the loaded objects, made at the first `mlockall` (nothing at start-up), from a thread
+/// that is not inside pinguard's own work (the walk allocates).
+pub fn prepare() {
+    if PREPARED.swap(true, Relaxed) {
+        return;
+    }
     let (s, e) = crate::runtime::objects::own_range();
     if s != 0 && e > s {
-        v.push((s, e));
+        record(s, e - s);
     }
-    crate::runtime::objects::only_for_own(|s, e| v.push((s, e)));
+    crate::runtime::objects::only_for_own(|s, e| record(s, e - s));
+}
+
+static PREPARED: AtomicBool = AtomicBool::new(false);
+
+/// Every recorded range of pinguard's, `[start, end)` (they do not overlap: each is a mapping, or
+/// a loaded object, of its own).
+fn for_each(mut f: impl FnMut(usize, usize)) {
     for i in 0..SLOTS {
         let (s, len) = (STARTS[i].load(Relaxed), LENS[i].load(Relaxed));
         if s != 0 && len != 0 {
-            v.push((s, s + len));
+            f(s, s + len);
         }
     }
-    v.sort_unstable();
-    v
-}
-
-/// The bytes of `[start, end)` that are pinguard's, of `ranges`.
-fn overlap_of(ranges: &[(usize, usize)], start: usize, end: usize) -> usize {
-    let mut n = 0;
-    let mut at = start;
-    for &(s, e) in ranges {
-        let (s, e) = (s.max(at), e.min(end));
-        if e > s {
-            n += e - s;
-            at = e;
-        }
-    }
-    n
 }
 
 /// The bytes of `[start, end)` that are pinguard's.
 pub fn overlap(start: usize, end: usize) -> usize {
-    overlap_of(&ranges(), start, end)
+    prepare();
+    let mut n = 0;
+    for_each(|s, e| n += e.min(end).saturating_sub(s.max(start)));
+    n
+}
+
+/// The first of pinguard's ranges in `[at, end)`, cut to it.
+fn next_own(at: usize, end: usize) -> Option<(usize, usize)> {
+    let mut next: Option<(usize, usize)> = None;
+    for_each(|s, e| {
+        let (s, e) = (s.max(at), e.min(end));
+        if e > s && next.is_none_or(|n| s < n.0) {
+            next = Some((s, e));
+        }
+    });
+    next
 }
 
 fn unlock(start: usize, len: usize) {
@@ -119,7 +128,10 @@ fn unlock(start: usize, len: usize) {
 }
 
 /// The program's `mlockall(flags)`, made by `real`, with pinguard's mappings left out of it.
+/// Allocates (`prepare`): not from a thread inside pinguard's own work (a signal handler that
+/// interrupted it), which calls `real` alone.
 pub fn mlockall(flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
+    prepare();
     let current = flags & libc::MCL_CURRENT != 0;
     let future = flags & libc::MCL_FUTURE != 0;
     let rc = if current && (future || !FUTURE.load(Relaxed)) && refused_for_ours() {
@@ -129,9 +141,7 @@ pub fn mlockall(flags: c_int, real: impl FnOnce() -> c_int) -> c_int {
     };
     if rc == 0 {
         if current {
-            for (s, e) in ranges() {
-                unlock(s, e - s);
-            }
+            for_each(|s, e| unlock(s, e - s));
         }
         FUTURE.store(future, Relaxed);
     }
@@ -179,12 +189,11 @@ fn lock_all_but_ours(flags: c_int) -> c_int {
         }
     };
     let e = crate::runtime::guard::errno();
-    let ours = ranges();
     kernel::for_each_mapping(|start, end| {
         let mut at = start;
-        for &(s, e) in ours.iter().filter(|&&(s, e)| e > start && s < end) {
-            lock(at, s.max(at));
-            at = at.max(e.min(end));
+        while let Some((s, e)) = next_own(at, end) {
+            lock(at, s);
+            at = e;
         }
         lock(at, end);
     });

@@ -162,6 +162,11 @@ fn settle(decided: Option<Result<Lock, c_int>>) -> Result<budget::Reservation, N
     }
 }
 
+/// The bytes of pinguard's own mappings, which `mlockall` leaves out (`own_maps::mlockall`).
+fn own_bytes() -> u64 {
+    own_maps::overlap(0, usize::MAX) as u64
+}
+
 /// What `mlockall(MCL_CURRENT)` will lock: every lockable mapping not locked yet (a walk of the
 /// mappings, only when a budget needs the figure).
 fn mlockall_estimate(flags: c_int) -> u64 {
@@ -898,7 +903,7 @@ impl Hook {
         // nothing: its answer, without the walk the estimate costs (asked first only where
         // the estimate is a walk).
         if flags & libc::MCL_CURRENT != 0 && budget::limited() {
-            if let Some(err) = kernel::mlockall_rejected(flags) {
+            if let Some(err) = kernel::mlockall_rejected(flags, own_bytes()) {
                 ledger::count_failed(self.t, ask.api);
                 return Err(err);
             }
@@ -909,14 +914,14 @@ impl Hook {
             ask,
             bytes,
             |_| Some(mlockall_estimate(flags)),
-            |_| kernel::mlockall_rejected(flags),
+            |_| kernel::mlockall_rejected(flags, own_bytes()),
         )
     }
 
     /// `mlockall(MCL_FUTURE)` under a budget: the kernel's answer where it rejects the call, else
     /// a refusal, or under a `downgrade` that covers the callsite a success that locks nothing.
     fn blank_cheque(&self, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
-        if let Some(err) = kernel::mlockall_rejected(flags) {
+        if let Some(err) = kernel::mlockall_rejected(flags, own_bytes()) {
             ledger::count_failed(self.t, ask.api);
             return Err(err);
         }
