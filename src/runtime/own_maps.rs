@@ -200,3 +200,67 @@ fn lock_all_but_ours(flags: c_int) -> c_int {
     crate::runtime::guard::set_errno(e);
     0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Address space no test maps: the table only does arithmetic on it.
+    const BASE: usize = 0x6e00_0000_0000;
+
+    #[test]
+    fn recorded_ranges_are_counted_found_in_order_and_forgotten() {
+        let page = 4096;
+        record(BASE + 8 * page, 2 * page);
+        record(BASE, 4 * page);
+        assert_eq!(overlap(BASE, BASE + 16 * page), 6 * page);
+        assert_eq!(overlap(BASE + 3 * page, BASE + 9 * page), 2 * page);
+        // The pieces between are the program's: what an `mlock2` of the mapping covers.
+        assert_eq!(
+            next_own(BASE, BASE + 16 * page),
+            Some((BASE, BASE + 4 * page))
+        );
+        assert_eq!(
+            next_own(BASE + 4 * page, BASE + 16 * page),
+            Some((BASE + 8 * page, BASE + 10 * page))
+        );
+        assert_eq!(next_own(BASE + 10 * page, BASE + 16 * page), None);
+        unmapped(BASE, page); // the tail unmapped
+        assert_eq!(overlap(BASE, BASE + 16 * page), 3 * page);
+        moved(BASE + 8 * page, BASE + 12 * page, 2 * page);
+        assert_eq!(overlap(BASE + 8 * page, BASE + 10 * page), 0);
+        assert_eq!(overlap(BASE + 12 * page, BASE + 14 * page), 2 * page);
+        unmapped(BASE, 0);
+        unmapped(BASE + 12 * page, 0);
+        assert_eq!(overlap(BASE, BASE + 16 * page), 0);
+    }
+
+    #[test]
+    fn a_mapping_the_kernel_locked_is_unlocked_as_it_is_recorded() {
+        let len = 2 * crate::runtime::sys::page_size();
+        // SAFETY: a fresh anonymous mapping, this test's alone.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let p = p as usize;
+        // As `MCL_FUTURE` would have it; without the privilege or the limit, nothing to test.
+        // SAFETY: the mapping made above.
+        if unsafe { libc::mlock(p as *const libc::c_void, len) } != 0 {
+            return;
+        }
+        assert!(kernel::any_locked(p, p + len));
+        mapped(p, len, true);
+        assert!(!kernel::any_locked(p, p + len));
+        unmapped(p, 0);
+        // SAFETY: the mapping made above, unused now.
+        unsafe { libc::munmap(p as *mut libc::c_void, len) };
+    }
+}
