@@ -87,9 +87,30 @@ pub fn prepare() {
         record(s, e - s);
     }
     crate::runtime::objects::only_for_own(|s, e| record(s, e - s));
+    let name = LOADED.load(Relaxed);
+    if !name.is_null() {
+        // SAFETY: `LOADED` only holds a `&'static [u8; N]` literal's address and its length.
+        let name = unsafe { std::slice::from_raw_parts(name, LOADED_LEN.load(Relaxed)) };
+        crate::runtime::objects::for_each_object(|o| {
+            if o.name.to_bytes().rsplit(|&b| b == b'/').next() == Some(name) {
+                record(o.start, o.end - o.start);
+            }
+        });
+    }
 }
 
 static PREPARED: AtomicBool = AtomicBool::new(false);
+/// The file name of an object pinguard loaded at run time for itself alone (`unwinder::load`).
+static LOADED: std::sync::atomic::AtomicPtr<u8> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static LOADED_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// pinguard loaded the object of this file name for itself (the process had not): its mappings
+/// are pinguard's (found at `prepare`).
+pub fn loaded_for_own(name: &'static [u8]) {
+    LOADED_LEN.store(name.len(), Relaxed);
+    LOADED.store(name.as_ptr() as *mut u8, Relaxed);
+}
 
 /// Every recorded range of pinguard's, `[start, end)` (they do not overlap: each is a mapping, or
 /// a loaded object, of its own).

@@ -5,6 +5,8 @@
  *                           (so that they have been through any hook), then wait while the main
  *                           thread calls mlockall and maps blocks; 0: a bare program that calls
  *                           only mlockall.
+ *   mlockall_fit THREADS main-first   the main thread locks and unlocks the page before it
+ *                           starts the threads (so that pinguard sets up on the main thread).
  * Prints "mlockall rc=R errno=E vmlck=KB" (VmLck right after mlockall), then
  * "blocks=N vmlck=KB" (VmLck once no block more fits). */
 #define _GNU_SOURCE
@@ -50,6 +52,8 @@ int main(int argc, char **argv) {
     drop_cap_ipc_lock();
     struct rlimit r = {8 << 20, 8 << 20};
     if (setrlimit(RLIMIT_MEMLOCK, &r)) return 1;
+    if (argc > 2 && !strcmp(argv[2], "main-first") && (mlock(page, sizeof page) || munlock(page, sizeof page)))
+        return 3;
     pthread_t t[256];
     pthread_attr_t a;
     pthread_attr_init(&a);
