@@ -21,7 +21,9 @@
 #  - writing a report of 1,000,000 live allocations over 10,000 callsites;
 #  - the stack a pinning pair needs from its caller (a painted thread stack: `small_stack
 #    measure`), mlock and CUDA, PINGUARD_DEPTH 0 and the default, and pinguard's static TLS.
-#  - a failing mlock (over RLIMIT_MEMLOCK, nothing locked) among 2,000 mappings (issue 31, item 4).
+#  - a failing mlock (over RLIMIT_MEMLOCK, nothing locked) among 2,000 mappings (issue 31, item 4);
+#  - an mlock over a hole (the kernel locks up to it, then fails), at 0 and 2,000 mappings (issue
+#    44, item 7: within 2x of the call without pinguard).
 # Targets (issues "Speed" and "Speed, round two"): +400 ns per pair at depth 32, +100 ns at depth
 # 0, +20 ns per untracked mmap/munmap, +1 ms to start `true`, <= 128 B per live allocation, report
 # <= 2 s and <= 500 MB; two threads on one callsite keep >= 0.9 of the program's own two-thread
@@ -170,6 +172,12 @@ for depth in ("0", "32"):
 for maps in (0, 2000):
     a, b, d = paired(["mlockfail", str(maps), str(max(pairs // 10, 1000))], {})
     print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("failing mlock, %d mappings" % maps, a, b, d, b / a))
+# An mlock over a hole (issue 44, item 7): the kernel locks the pages before the hole and fails
+# with ENOMEM, again and again; pinguard used to compare VmLck with its view on each one (a
+# /proc/self/status read, 16x the call). Target: within 2x of the call without pinguard.
+for maps in (0, 2000):
+    a, b, d = paired(["mlockhole", str(maps), str(max(pairs // 10, 1000))], {})
+    print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("mlock over a hole, %d mappings" % maps, a, b, d, b / a))
 
 # Instructions, counted by callgrind: the same on every run, where nanoseconds here are not.
 if shutil.which("valgrind"):

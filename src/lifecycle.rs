@@ -77,6 +77,9 @@ extern "C" fn constructor() {
     }
     // First: before anything of the program's can read the environment or start a child.
     crate::runtime::node::scrub_environment();
+    // Which stream fd 2 is, before the program can close it and open a file of its own there:
+    // one `fstat` (pinguard's lines go only there, `log::write_stderr`).
+    log::mark_stderr();
     let Some(r) = Reentry::enter() else { return };
     crate::runtime::clock::mark_start();
     // The real functions the exit, signal and jump hooks call, found now rather than from inside
@@ -253,6 +256,7 @@ fn init() -> bool {
     if cfg.disabled {
         return false;
     }
+    log::mark_stderr(); // where a hook ran before the constructor
     log::init(&cfg.log);
     // The reserve before the budget: without a budget, it still needs the bytes counted.
     budget::host::init(cfg.host_reserve, &mut cfg.errors);

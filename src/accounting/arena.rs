@@ -116,7 +116,12 @@ fn sys_mmap(addr: usize, len: usize, prot: i32, flags: i32, fd: i32, off: u64) -
     // SAFETY: the callers let the kernel choose the address, or replace (MAP_FIXED) a piece of
     // the arena itself; nothing else of the process is touched.
     let r = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
-    (r != -1).then_some(r as usize)
+    if r == -1 {
+        return None;
+    }
+    // pinguard's own, not the program's to lock (`mlockall`): unlocked where `MCL_FUTURE` locked it.
+    crate::runtime::own_maps::mapped(r as usize, len, false);
+    Some(r as usize)
 }
 
 /// Places `size` zeroed bytes aligned to `align` (at most a page) in the arena: `None` when the

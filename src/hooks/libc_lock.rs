@@ -81,17 +81,29 @@ unsafe fn unlock(addr: *const c_void, len: size_t) -> c_int {
 
 unsafe fn lock_all(flags: c_int) -> c_int {
     let real = real_or_syscall!(mlockall(flags), libc::SYS_mlockall);
+    // pinguard's own mappings stay out of it (`own_maps`), tracked or not; but not from a signal
+    // handler that interrupted pinguard's own work (leaving them out allocates).
     match Hook::enter(Family::Mlock) {
-        None => {
+        None if guard::here().is_inside() => {
             nested();
             real()
         }
-        Some(h) => h.lock_call_own_stack(|h| h.mlockall(flags, real)),
+        None => crate::runtime::own_maps::mlockall(flags, real),
+        Some(h) => h.lock_call_own_stack(|h| {
+            h.mlockall(flags, || crate::runtime::own_maps::mlockall(flags, real))
+        }),
     }
 }
 
 unsafe fn unlock_all() -> c_int {
     let real = real_or_syscall!(munlockall(), libc::SYS_munlockall);
+    let real = || {
+        let rc = real();
+        if rc == 0 {
+            crate::runtime::own_maps::unlocked_all();
+        }
+        rc
+    };
     match Hook::enter(Family::Mlock) {
         None => real(),
         Some(h) => h.lock_call_own_stack(|h| h.munlockall(real)),

@@ -18,6 +18,7 @@
 //! so that little more is asked of the reserve than the call in flight and the report.
 
 use crate::runtime::lock::{self, Mutex};
+use crate::runtime::own_maps;
 use dlmalloc::{Allocator, Dlmalloc};
 use std::alloc::{GlobalAlloc, Layout};
 use std::ptr;
@@ -49,6 +50,7 @@ unsafe impl Allocator for Pages {
         if r == -1 {
             ptr::null_mut()
         } else {
+            own_maps::moved(p as usize, r as usize, newsize);
             r as *mut u8
         }
     }
@@ -57,14 +59,17 @@ unsafe impl Allocator for Pages {
         // SAFETY: shrinking in place keeps `[p, p + newsize)`, which stays dlmalloc's; only the
         // tail this allocator mapped is given back.
         unsafe {
-            if libc::syscall(libc::SYS_mremap, p, oldsize, newsize, 0) != -1 {
-                return true;
+            let done = libc::syscall(libc::SYS_mremap, p, oldsize, newsize, 0) != -1
+                || libc::syscall(libc::SYS_munmap, p.add(newsize), oldsize - newsize) == 0;
+            if done {
+                own_maps::unmapped(p as usize, newsize);
             }
-            libc::syscall(libc::SYS_munmap, p.add(newsize), oldsize - newsize) == 0
+            done
         }
     }
 
     fn free(&self, p: *mut u8, size: usize) -> bool {
+        own_maps::unmapped(p as usize, 0);
         // SAFETY: the whole mapping this allocator made, no longer used by dlmalloc.
         unsafe { libc::syscall(libc::SYS_munmap, p, size) == 0 }
     }
@@ -107,11 +112,14 @@ fn map(len: usize, prot: i32) -> *mut u8 {
     if p == -1 || p == 0 {
         ptr::null_mut()
     } else {
+        // Fresh: a mapping nothing has written yet.
+        own_maps::mapped(p as usize, len, true);
         p as *mut u8
     }
 }
 
 fn unmap(p: *mut u8, len: usize) {
+    own_maps::unmapped(p as usize, 0);
     // SAFETY: callers pass a range of a mapping this module made and no longer hands out.
     unsafe { libc::syscall(libc::SYS_munmap, p, len) };
 }
@@ -177,7 +185,9 @@ fn take_reserve(old: usize) -> bool {
         // What the old reserve had not handed out goes back; what it had is the heap's.
         let page = crate::runtime::sys::page_size();
         let (base, used) = (old & !0xfff, (old & 0xfff) * page);
-        unmap((base + used) as *mut u8, RESERVE_BYTES - used);
+        // SAFETY: the old reserve's tail, handed out to nobody.
+        unsafe { libc::syscall(libc::SYS_munmap, base + used, RESERVE_BYTES - used) };
+        own_maps::unmapped(base, used);
     }
     true
 }

@@ -165,6 +165,16 @@ pub fn for_each_vma(mut f: impl FnMut(Vma)) -> bool {
     })
 }
 
+/// Every mapping's range in address order, from `/proc/self/maps` (no walk of the page tables,
+/// unlike `smaps`), but the vsyscall page. False when the file could not be read to its end.
+pub fn for_each_mapping(mut f: impl FnMut(usize, usize)) -> bool {
+    for_each_line(c"/proc/self/maps", |line| {
+        if let Some((s, e)) = vma_header(line).filter(|&(s, _)| (s as isize) >= 0) {
+            f(s, e);
+        }
+    })
+}
+
 pub fn rlimit_memlock() -> Option<u64> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
@@ -206,7 +216,7 @@ fn can_lock() -> bool {
 }
 
 /// `CAP_IPC_LOCK` in the effective set: the kernel's `RLIMIT_MEMLOCK` then does not apply.
-fn cap_ipc_lock() -> bool {
+pub fn cap_ipc_lock() -> bool {
     #[repr(C)]
     struct Header {
         version: u32,
@@ -301,13 +311,15 @@ pub fn mlockall_flags_valid(flags: c_int) -> bool {
     flags != 0 && flags & !known == 0 && flags != libc::MCL_ONFAULT
 }
 
-/// What the kernel would answer to `mlockall(flags)` (valid flags), if it would fail.
-pub fn mlockall_rejected(flags: c_int) -> Option<c_int> {
+/// What the kernel would answer to `mlockall(flags)` (valid flags), if it would fail; `ours`:
+/// the bytes of pinguard's own mappings, which the call leaves out (`own_maps::mlockall`).
+pub fn mlockall_rejected(flags: c_int, ours: u64) -> Option<c_int> {
     if !can_lock() {
         return Some(libc::EPERM);
     }
     // The kernel compares the whole address space with the limit for MCL_CURRENT.
-    if flags & libc::MCL_CURRENT != 0 && over_rlimit(status().vm_size.unwrap_or(0), 0) {
+    let size = status().vm_size.unwrap_or(0).saturating_sub(ours);
+    if flags & libc::MCL_CURRENT != 0 && over_rlimit(size, 0) {
         return Some(libc::ENOMEM);
     }
     None

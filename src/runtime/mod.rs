@@ -16,6 +16,7 @@ pub mod lock;
 pub mod log;
 pub mod node;
 pub mod objects;
+pub mod own_maps;
 pub mod pageable;
 pub mod resolve;
 pub mod space;

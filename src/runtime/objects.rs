@@ -170,3 +170,64 @@ unsafe fn find_build_id(mut p: usize, len: usize) -> Option<String> {
     }
     None
 }
+
+/// The names an object lists in `DT_NEEDED` (its dynamic section mapped at `dynamic`).
+fn needed(base: usize, dynamic: usize, mut f: impl FnMut(&[u8])) {
+    if dynamic == 0 {
+        return;
+    }
+    const DT_NULL: i64 = 0;
+    const DT_NEEDED: i64 = 1;
+    const DT_STRTAB: i64 = 5;
+    let (mut strtab, mut names) = (0usize, [0usize; 16]);
+    let mut n = 0;
+    let mut d = dynamic as *const [i64; 2];
+    loop {
+        // SAFETY: `d` walks the dynamic array of a loaded object up to its DT_NULL entry.
+        let [tag, val] = unsafe { *d };
+        match tag {
+            DT_NULL => break,
+            // The loader relocates it in place on most targets; not on all (as in `dl`).
+            DT_STRTAB if (val as usize) < base => strtab = base + val as usize,
+            DT_STRTAB => strtab = val as usize,
+            DT_NEEDED if n < names.len() => {
+                names[n] = val as usize;
+                n += 1;
+            }
+            _ => {}
+        }
+        // SAFETY: `d` was not the DT_NULL entry, so the array goes on.
+        d = unsafe { d.add(1) };
+    }
+    if strtab == 0 {
+        return;
+    }
+    for &off in &names[..n] {
+        // SAFETY: a DT_NEEDED value is a NUL-terminated string's offset in the object's DT_STRTAB.
+        f(unsafe { CStr::from_ptr((strtab + off) as *const libc::c_char) }.to_bytes());
+    }
+}
+
+fn file_name(path: &[u8]) -> &[u8] {
+    path.rsplit(|&b| b == b'/').next().unwrap_or(path)
+}
+
+/// The ranges of the objects loaded for pinguard alone: those its image lists in `DT_NEEDED` and
+/// no other loaded object does (libgcc's unwinder in a C program).
+pub fn only_for_own(mut f: impl FnMut(usize, usize)) {
+    let own = own_range();
+    let mut objects = Vec::new();
+    for_each_object(|o| objects.push((o.name.clone(), o.base, o.start, o.end, o.dynamic)));
+    let mut ours: Vec<Vec<u8>> = Vec::new();
+    if let Some(o) = objects.iter().find(|o| o.2 == own.0) {
+        needed(o.1, o.4, |n| ours.push(n.to_vec()));
+    }
+    for o in objects.iter().filter(|o| o.2 != own.0) {
+        needed(o.1, o.4, |n| ours.retain(|m| m != n));
+    }
+    for o in &objects {
+        if ours.iter().any(|n| n == file_name(o.0.to_bytes())) {
+            f(o.2, o.3);
+        }
+    }
+}

@@ -121,6 +121,22 @@ pub fn ready() -> bool {
 /// it: once, at start-up, before pinguard does anything that could unwind. Whether the process
 /// has an unwinder now; without one pinguard must not run (a panic could not be caught).
 pub fn load() -> bool {
+    // Loaded for pinguard alone unless the process had it already: then it stays out of the
+    // program's `mlockall` (`own_maps`).
+    // SAFETY: a NUL-terminated literal name; RTLD_NOLOAD loads nothing.
+    let had = unsafe {
+        libc::dlopen(
+            c"libgcc_s.so.1".as_ptr(),
+            libc::RTLD_NOW | libc::RTLD_NOLOAD,
+        )
+    };
+    if had.is_null() {
+        // SAFETY: dlerror has no preconditions; it clears this thread's pending loader error.
+        unsafe { libc::dlerror() };
+    } else {
+        // SAFETY: the handle RTLD_NOLOAD just took, given back (the object stays loaded).
+        unsafe { libc::dlclose(had) };
+    }
     // SAFETY: a NUL-terminated literal name; the handle is kept for the process's life.
     let h = unsafe { libc::dlopen(c"libgcc_s.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     if h.is_null() {
@@ -138,5 +154,22 @@ pub fn load() -> bool {
     for (slot, f) in TABLE.iter().zip(found) {
         slot.store(f as *mut (), Ordering::Release);
     }
+    if had.is_null() {
+        crate::runtime::own_maps::loaded_for_own(b"libgcc_s.so.1");
+        give_back_loader_heap();
+    }
     true
+}
+
+/// The loader's allocations for the object just loaded may have been this process's first
+/// `malloc`: glibc then grew the heap by its 128 KiB top pad, which an `mlockall` of the
+/// program's would lock and charge to its limit (issue 44, item 6). `malloc_trim` gives the
+/// unused top back; found at run time, as glibc's alone.
+fn give_back_loader_heap() {
+    let f = crate::runtime::dl::real_dlsym(libc::RTLD_DEFAULT, c"malloc_trim");
+    if !f.is_null() {
+        // SAFETY: glibc's `int malloc_trim(size_t pad)`, called with its argument.
+        let trim: extern "C" fn(usize) -> c_int = unsafe { std::mem::transmute(f) };
+        trim(0);
+    }
 }

@@ -233,6 +233,7 @@ unsafe extern "C" fn unmap(p: *mut c_void) {
     if t.work.get() == p as usize + guard() + SIZE {
         t.work.set(UNMAPPED);
     }
+    crate::runtime::own_maps::unmapped(p as usize, 0);
     // SAFETY: `p` is the base of the mapping `map` made for this thread (guard page and stack),
     // handed to this destructor once; the thread is ending, and runs no work on it now (key
     // destructors run outside any hooked call).
@@ -264,6 +265,8 @@ fn map(t: &Thread) -> usize {
         t.work.set(FAILED);
         return FAILED;
     }
+    // Not the program's to lock (`mlockall`); under `MCL_FUTURE` unlocked again at once.
+    crate::runtime::own_maps::mapped(p as usize, len, true);
     // The guard page: running off the bottom faults here instead of writing over other memory.
     // SAFETY: the first page of the mapping just made, ours alone.
     unsafe { libc::syscall(libc::SYS_mprotect, p, guard(), libc::PROT_NONE) };

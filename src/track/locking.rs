@@ -22,8 +22,8 @@ use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::api::Api;
 use crate::budget;
 use crate::runtime::config::Policy;
-use crate::runtime::kernel;
 use crate::runtime::sys::page_size;
+use crate::runtime::{kernel, own_maps};
 use std::os::raw::{c_int, c_void};
 
 /// Tells the budget what a walk of the kernel's mappings changed in the view (the ledger
@@ -74,6 +74,26 @@ fn mlock_changed(gaps: &Gaps) -> bool {
     gaps.len() > PROBES || gaps.iter().any(|&(s, e)| kernel::any_locked(s, e))
 }
 
+/// Why an `mlock` with nothing new to reserve records nothing: every page of it is locked already
+/// (no gaps), or it fails at a hole before them (`mlock_new`).
+fn nothing_new(gaps: &Gaps, span: Span) -> NotLocked {
+    if gaps.is_empty() {
+        NotLocked::Untracked
+    } else {
+        NotLocked::AtHole(span)
+    }
+}
+
+/// Whether an `mlock` of `span` will stop at a hole before it reaches any page of `gaps` (those
+/// the view holds unlocked; the view holds the pages before the first): the kernel locks mapping
+/// by mapping from the start and fails at the first hole, so a hole in `[start, first gap's first
+/// page]` means the call fails and locks nothing the view does not hold. One `msync`.
+fn stops_before_gaps(span: Span, gaps: &Gaps) -> bool {
+    let first = gaps.first().map_or(span.end, |&(s, _)| s);
+    let upto = (first + page_size()).min(span.end);
+    !kernel::mapped(span.start, upto)
+}
+
 /// Whether a failed `munlock` of `[start, end)` unlocked any page the view holds there (`held`,
 /// the view's pieces of the range): the kernel unlocks from the start in address order, so if it
 /// reached any of them, it unlocked the first one's first page. Pages the view does not hold
@@ -107,6 +127,9 @@ struct Span {
 enum NotLocked {
     /// Nothing new to lock: the kernel answers, a failure counted.
     Untracked,
+    /// An `mlock` of this span that fails at a hole, having relocked only pages the view holds
+    /// (`stops_before_gaps`): the kernel answers, a failure counted.
+    AtHole(Span),
     /// pinguard's own work failed: the kernel answers, as if pinguard were not there.
     Plain,
     /// The kernel would reject the call: its `errno`, without calling it.
@@ -139,6 +162,11 @@ fn settle(decided: Option<Result<Lock, c_int>>) -> Result<budget::Reservation, N
     }
 }
 
+/// The bytes of pinguard's own mappings, which `mlockall` leaves out (`own_maps::mlockall`).
+fn own_bytes() -> u64 {
+    own_maps::overlap(0, usize::MAX) as u64
+}
+
 /// What `mlockall(MCL_CURRENT)` will lock: every lockable mapping not locked yet (a walk of the
 /// mappings, only when a budget needs the figure).
 fn mlockall_estimate(flags: c_int) -> u64 {
@@ -146,7 +174,8 @@ fn mlockall_estimate(flags: c_int) -> u64 {
     if flags & libc::MCL_CURRENT != 0 && budget::limited() {
         kernel::for_each_vma(|v| {
             if v.lockable && !v.locked {
-                bytes += (v.end - v.start) as u64;
+                // pinguard's own mappings stay unlocked (`own_maps`).
+                bytes += (v.end - v.start - own_maps::overlap(v.start, v.end)) as u64;
             }
         });
     }
@@ -368,7 +397,8 @@ impl Hook {
         }
         let reservation = match decided.map(settle) {
             Some(Ok(r)) if r.bytes() > 0 => r,
-            None => return self.not_locked(locked, NotLocked::Untracked, &ask, real), // every page is locked already
+            // Every page is locked already, or the call fails at a hole (`mlock_new`).
+            None => return self.not_locked(locked, nothing_new(&gaps, span), &ask, real),
             Some(Ok(r)) => {
                 r.commit(); // nothing held: nothing to give back
                 return self.not_locked(locked, NotLocked::Untracked, &ask, real);
@@ -404,15 +434,65 @@ impl Hook {
     }
 
     /// The bytes of `span` the view holds unlocked (`gaps`), counted again after a walk where the
-    /// view looks stale.
+    /// view looks stale; 0 with `gaps` left as they are where the call will fail at a hole having
+    /// changed nothing the view does not hold already (`stops_before_gaps`).
     #[inline(always)]
     fn mlock_new(&self, locked: &mut LockedPagesGuard, span: Span, gaps: &mut Gaps) -> u64 {
         // The view thinks some of these pages locked: cheap evidence that it may be stale (a
         // freed block unmapped by glibc, its address handed out again).
-        if total(gaps) < (span.end - span.start) as u64 && self.recheck(locked, span.now) {
-            *gaps = locked.ranges.gaps(span.start, span.end);
+        if total(gaps) < (span.end - span.start) as u64
+            && self.recheck_unless_hole(locked, span, gaps)
+        {
+            return 0;
         }
         total(gaps)
+    }
+
+    /// `mlock_new`'s comparison with the kernel, unless the call will fail at a hole before any
+    /// page of `gaps` (then true, and no `/proc/self/status` read: issue 44, item 7, where it cost
+    /// 16x the call).
+    #[cold]
+    #[inline(never)]
+    fn recheck_unless_hole(
+        &self,
+        locked: &mut LockedPagesGuard,
+        span: Span,
+        gaps: &mut Gaps,
+    ) -> bool {
+        if stops_before_gaps(span, gaps) {
+            return true;
+        }
+        if self.recheck(locked, span.now) {
+            *gaps = locked.ranges.gaps(span.start, span.end);
+        }
+        false
+    }
+
+    /// An `mlock` that was to fail at a hole did not (a mapping filled it meanwhile): a walk
+    /// takes what it locked, as this call's. On pinguard's own stack.
+    #[cold]
+    #[inline(never)]
+    fn hole_filled(
+        &self,
+        locked: &mut LockedPagesGuard,
+        api: Api,
+        span: Span,
+        site: &'static Callsite,
+    ) {
+        self.work(|| {
+            quiet(|| {
+                let mut added = 0;
+                walked(locked.sync(self.t, span.now, |s, e| {
+                    (s >= span.start && e <= span.end).then(|| {
+                        added += (e - s) as u64;
+                        (api, site)
+                    })
+                }));
+                if added > 0 {
+                    ledger::count_alloc(self.t, api, site, added);
+                }
+            })
+        });
     }
 
     /// The answer of an `mlock` or `mlockall` that records no new lock, the view let go first.
@@ -425,9 +505,22 @@ impl Hook {
         ask: &Ask,
         real: impl FnOnce() -> c_int,
     ) -> c_int {
+        let mut view = view;
+        if let NotLocked::AtHole(span) = why {
+            // The kernel locks the pages before the hole, which the view holds (whatever it held
+            // there stale is true again), and fails with ENOMEM: nothing reserved, no comparison.
+            let rc = real();
+            let err = self.errno();
+            if rc == 0 || (err != libc::ENOMEM && partial(err)) {
+                self.hole_filled(&mut view, ask.api, span, ask.site);
+            }
+            drop(view);
+            self.set_errno(err);
+            return self.untracked(ask.api, 0, rc);
+        }
         drop(view);
         match why {
-            NotLocked::Untracked => self.untracked(ask.api, 0, real()),
+            NotLocked::Untracked | NotLocked::AtHole(_) => self.untracked(ask.api, 0, real()),
             NotLocked::Plain => real(),
             NotLocked::Rejected(err) => self.fail(-1, err),
             NotLocked::Refused => self.fail(-1, libc::ENOMEM),
@@ -608,7 +701,7 @@ impl Hook {
     ) -> *mut c_void {
         drop(view);
         match why {
-            NotLocked::Untracked | NotLocked::Plain => real(flags),
+            NotLocked::Untracked | NotLocked::AtHole(_) | NotLocked::Plain => real(flags),
             NotLocked::Rejected(err) => self.fail(libc::MAP_FAILED, err),
             NotLocked::Refused => self.fail(libc::MAP_FAILED, libc::EAGAIN),
             NotLocked::Downgraded(bytes, over) => self.call(
@@ -810,7 +903,7 @@ impl Hook {
         // nothing: its answer, without the walk the estimate costs (asked first only where
         // the estimate is a walk).
         if flags & libc::MCL_CURRENT != 0 && budget::limited() {
-            if let Some(err) = kernel::mlockall_rejected(flags) {
+            if let Some(err) = kernel::mlockall_rejected(flags, own_bytes()) {
                 ledger::count_failed(self.t, ask.api);
                 return Err(err);
             }
@@ -821,14 +914,14 @@ impl Hook {
             ask,
             bytes,
             |_| Some(mlockall_estimate(flags)),
-            |_| kernel::mlockall_rejected(flags),
+            |_| kernel::mlockall_rejected(flags, own_bytes()),
         )
     }
 
     /// `mlockall(MCL_FUTURE)` under a budget: the kernel's answer where it rejects the call, else
     /// a refusal, or under a `downgrade` that covers the callsite a success that locks nothing.
     fn blank_cheque(&self, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
-        if let Some(err) = kernel::mlockall_rejected(flags) {
+        if let Some(err) = kernel::mlockall_rejected(flags, own_bytes()) {
             ledger::count_failed(self.t, ask.api);
             return Err(err);
         }

@@ -12,6 +12,9 @@
  *   bench report N SITES          N live allocations over SITES callsites, then one report
  *   bench mlockfail MAPS N        ns per failing mlock: N calls over RLIMIT_MEMLOCK (64 KiB,
  *                                 CAP_IPC_LOCK dropped) in a process with MAPS more mappings
+ *   bench mlockhole MAPS N        ns per mlock over a hole: N calls of mlock of 16 pages whose
+ *                                 9th is unmapped (the kernel locks the first 8, then fails with
+ *                                 ENOMEM), after a first such call, with MAPS more mappings
  * BENCH_FRAMES sets the loop's depth (default 32). For `pairs`: BENCH_MAIN_FIRST=1 has the main
  * thread make one pair from the same callsite before the workers start (as a program whose main
  * thread pinned before its pin-memory thread did); BENCH_SHORT=K makes each worker a chain of
@@ -252,8 +255,24 @@ static int mlockfail(long maps, long calls) {
     return 0;
 }
 
+/* An mlock over a hole, as a program that locks a range it partly unmapped meets it: the kernel
+ * locks the pages up to the hole and fails with ENOMEM, every time. */
+static int mlockhole(long maps, long calls) {
+    for (long i = 0; i < maps; i++) /* neighbours of different protections never merge */
+        if (mmap(NULL, 4096, i % 2 ? PROT_READ : PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED) return 1;
+    size_t page = 4096, len = 16 * page;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED || munmap(p + 8 * page, page)) return 1;
+    if (mlock(p, len) == 0) return 1; /* the first: the pages before the hole, then ENOMEM */
+    double t0 = now();
+    for (long i = 0; i < calls; i++) mlock(p, len);
+    printf("%.1f\n", (now() - t0) * 1e9 / calls);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
+    if (!strcmp(argv[1], "mlockhole")) return argc < 4 ? 2 : mlockhole(atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "mlockfail")) return argc < 4 ? 2 : mlockfail(atol(argv[2]), atol(argv[3]));
     if (!strcmp(argv[1], "pairs")) {
         kind = argv[2];
