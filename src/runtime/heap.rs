@@ -35,6 +35,9 @@ pub struct Pages;
 // as dlmalloc's contract asks; no state is shared between calls.
 unsafe impl Allocator for Pages {
     fn alloc(&self, size: usize) -> (*mut u8, usize, u32) {
+        if let Some(p) = first_segment(size) {
+            return (p, size, 0);
+        }
         let p = fresh_pages(size);
         if p.is_null() {
             (ptr::null_mut(), 0, 0)
@@ -44,6 +47,9 @@ unsafe impl Allocator for Pages {
     }
 
     fn remap(&self, p: *mut u8, oldsize: usize, newsize: usize, can_move: bool) -> *mut u8 {
+        if in_first_segment(p) {
+            return ptr::null_mut();
+        }
         let flags = if can_move { libc::MREMAP_MAYMOVE } else { 0 };
         // SAFETY: `p` and `oldsize` describe a mapping this allocator made (dlmalloc's contract).
         let r = unsafe { libc::syscall(libc::SYS_mremap, p, oldsize, newsize, flags) };
@@ -56,6 +62,9 @@ unsafe impl Allocator for Pages {
     }
 
     fn free_part(&self, p: *mut u8, oldsize: usize, newsize: usize) -> bool {
+        if in_first_segment(p) {
+            return false;
+        }
         // SAFETY: shrinking in place keeps `[p, p + newsize)`, which stays dlmalloc's; only the
         // tail this allocator mapped is given back.
         unsafe {
@@ -69,6 +78,9 @@ unsafe impl Allocator for Pages {
     }
 
     fn free(&self, p: *mut u8, size: usize) -> bool {
+        if in_first_segment(p) {
+            return false;
+        }
         own_maps::unmapped(p as usize, 0);
         // SAFETY: the whole mapping this allocator made, no longer used by dlmalloc.
         unsafe { libc::syscall(libc::SYS_munmap, p, size) == 0 }
@@ -122,6 +134,33 @@ fn unmap(p: *mut u8, len: usize) {
     own_maps::unmapped(p as usize, 0);
     // SAFETY: callers pass a range of a mapping this module made and no longer hands out.
     unsafe { libc::syscall(libc::SYS_munmap, p, len) };
+}
+
+/// The heap's first segment: in the library's `.bss`, so that a process's first allocations
+/// (settings read at exit by a process that never pinned, the first pinning call's set-up) cost
+/// no mapping of memory; only the pages touched are the process's.
+#[repr(C, align(65536))]
+struct FirstSegment([u8; FIRST_SEGMENT]);
+const FIRST_SEGMENT: usize = 64 << 10;
+static mut FIRST: FirstSegment = FirstSegment([0; FIRST_SEGMENT]);
+static FIRST_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The first segment, once, for a request it can hold. The reserve is taken with it, while the
+/// kernel still gives address space (a program may lower `RLIMIT_AS` later).
+fn first_segment(size: usize) -> Option<*mut u8> {
+    if size > FIRST_SEGMENT || FIRST_TAKEN.swap(true, AcqRel) {
+        return None;
+    }
+    if RESERVE.load(Relaxed) == 0 && !RESERVE_TRIED.swap(true, Relaxed) {
+        take_reserve(0);
+    }
+    Some(&raw mut FIRST as *mut u8)
+}
+
+/// Whether `p` lies in the first segment (never unmapped or moved: it is the library's).
+fn in_first_segment(p: *mut u8) -> bool {
+    let start = &raw const FIRST as usize;
+    (start..start + FIRST_SEGMENT).contains(&(p as usize))
 }
 
 /// Pages for the heap: new ones from the kernel, else from the reserve (then pinguard is short).
