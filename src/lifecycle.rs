@@ -492,6 +492,33 @@ fn forget_previous_image_at_exit() {
     }
 }
 
+/// A process not asked for a report (no `PINGUARD_REPORT` in the environment or the node file, no
+/// snapshots) that pinned only through the `mlock` family, never more than `PINGUARD_QUIET_BELOW`
+/// at once, with nothing refused or let over a budget: `gpg`'s secure memory under a node-wide
+/// preload. It leaves no report and prints no line (issue 44 item 9); a GPU process still reports.
+fn quiet_at_exit(cfg: &Config) -> bool {
+    use crate::api::Api;
+    if cfg.report.is_some() || cfg.interval_ms.is_some() || cfg.signal.is_some() {
+        return false;
+    }
+    let t = ledger::totals();
+    let locking = |api: Api| {
+        matches!(
+            api,
+            Api::Mlock
+                | Api::Mlock2
+                | Api::Mlockall
+                | Api::Mmap
+                | Api::Munlock
+                | Api::Munlockall
+                | Api::Munmap
+        )
+    };
+    t.peak_live_bytes <= cfg.quiet_below
+        && t.denied_count + t.downgraded_count + t.over_budget_count == 0
+        && ledger::apis().iter().all(|(api, _)| locking(*api))
+}
+
 /// Exactly one exit report per process, whichever way it ends; none in a process that does not
 /// own pinguard's state (a `vfork` child, or a child of a raw `clone`), whose flags, report and
 /// group share would be its parent's.
@@ -504,7 +531,8 @@ fn exit_report() {
     }
     // Writing reads and writes files: never a cancellation point inside pinguard.
     let _nc = crate::runtime::sys::NoCancel::new();
-    if let (true, Some(cfg)) = (ledger::touched(), CONFIG.get()) {
+    let quiet = CONFIG.get().is_some_and(quiet_at_exit);
+    if let (true, false, Some(cfg)) = (ledger::touched(), quiet, CONFIG.get()) {
         // Printed already, unless all that was counted passed through untracked.
         let _ = std::panic::catch_unwind(announce);
         let _ = std::panic::catch_unwind(|| report::write_exit(cfg));

@@ -81,3 +81,50 @@ fn a_process_that_never_pins_has_no_thread_descriptor_file_line_or_mapping_of_pi
         );
     }
 }
+
+fn small_lock(bytes: &str, env: &[(&str, &str)]) -> (Output, Vec<String>) {
+    let f = fixtures();
+    let prog = f.dir.join("small_lock");
+    let src = root().join("tests/progs/small_lock.c");
+    cc(&["-O1", "-o", &prog.to_string_lossy(), &src.to_string_lossy()]);
+    let dir = fresh_dir(&format!("small-lock-{bytes}"));
+    let mut cmd = program(&prog, Some(f.lib.as_os_str()));
+    cmd.current_dir(&dir).arg(bytes);
+    clear_pinguard_env(&mut cmd);
+    cmd.envs(env.iter().copied());
+    let out = run_bounded(&mut cmd, std::time::Duration::from_secs(60));
+    let files = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    (out, files)
+}
+
+/// Issue 44 item 9: under a node-wide preload, a program that locks a little through the `mlock`
+/// family (gpg's 32 KiB of secure memory) leaves nothing in its working directory and prints
+/// nothing, unless a report was asked for; past `PINGUARD_QUIET_BELOW` (1 MiB) it reports.
+#[test]
+fn a_small_mlock_leaves_nothing_unless_a_report_was_asked_for() {
+    let (out, files) = small_lock("32768", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "", "no line");
+    assert!(files.is_empty(), "nothing in the working tree: {files:?}");
+    let (out, files) = small_lock("2097152", &[]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("2.00 MiB pinned"),
+        "{out:?}"
+    );
+    assert!(files.iter().any(|f| f.ends_with(".json")), "{files:?}");
+    let (out, files) = small_lock("32768", &[("PINGUARD_REPORT", "asked.%p.json")]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        files.iter().any(|f| f.starts_with("asked.")),
+        "asked for: {files:?}"
+    );
+    let (_, files) = small_lock("32768", &[("PINGUARD_QUIET_BELOW", "0")]);
+    assert!(
+        files.iter().any(|f| f.ends_with(".json")),
+        "threshold 0: {files:?}"
+    );
+}

@@ -19,10 +19,15 @@ pub const CONTAINER_PATH: &str = "/opt/pinguard/libpinguard.so";
 /// pid, as the library expands them (a pod's containers share the host name and may each be pid 1).
 pub const METRICS_FILE: &str = "pinguard.%h.%n.%p.prom";
 
+/// The reports' name in `--report-dir`: the PID namespace and pid keep the containers of a pod
+/// (each its pid 1) apart, the host name the pods of a node.
+pub const REPORT_FILE: &str = "pinguard.%h.%e.%n.%p.json";
+
 pub struct Options {
     pub lib: Option<PathBuf>,
     pub container_path: String,
     pub metrics_dir: Option<PathBuf>,
+    pub report_dir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
 }
 
@@ -57,7 +62,7 @@ fn check_value(key: &str, value: &str) -> Result<(), String> {
 
 /// The extra settings: no variable twice, none the spec sets itself, no unknown `PINGUARD_`
 /// name (a typo would otherwise reach every container of the node).
-fn check_env(env: &[(String, String)], metrics: bool) -> Result<(), String> {
+fn check_env(env: &[(String, String)], metrics: bool, reports: bool) -> Result<(), String> {
     for (i, (k, v)) in env.iter().enumerate() {
         if env[..i].iter().any(|(o, _)| o == k) {
             return Err(format!("--env {k} is given twice"));
@@ -69,6 +74,9 @@ fn check_env(env: &[(String, String)], metrics: bool) -> Result<(), String> {
             return Err(format!(
                 "--env {k} and --metrics-dir both set {k}: give one"
             ));
+        }
+        if reports && k == vars::REPORT.name {
+            return Err(format!("--env {k} and --report-dir both set {k}: give one"));
         }
         if k.starts_with("PINGUARD_") && vars::find(k).is_none() {
             return Err(format!(
@@ -108,9 +116,18 @@ fn absolute(p: &Path) -> Result<String, String> {
 }
 
 fn metrics_dir(d: &Path) -> Result<String, String> {
+    host_dir(
+        d,
+        "--metrics-dir",
+        "node_exporter's textfile folder on this host",
+    )
+}
+
+/// A folder of the host's that the spec mounts at the same path, or one line naming the option.
+fn host_dir(d: &Path, option: &str, what: &str) -> Result<String, String> {
     if !d.is_dir() {
         return Err(format!(
-            "--metrics-dir {}: no such directory (node_exporter's textfile folder on this host)",
+            "{option} {}: no such directory ({what})",
             d.display()
         ));
     }
@@ -120,7 +137,7 @@ fn metrics_dir(d: &Path) -> Result<String, String> {
 /// The spec, or one line saying which option is wrong.
 pub fn spec(o: &Options) -> Result<Value, String> {
     check_container_path(&o.container_path)?;
-    check_env(&o.env, o.metrics_dir.is_some())?;
+    check_env(&o.env, o.metrics_dir.is_some(), o.report_dir.is_some())?;
     let lib = absolute(&crate::run::find_library(o.lib.as_deref())?)?;
     let mut env = vec![format!("LD_PRELOAD={}", o.container_path)];
     let mut mounts = vec![json!({
@@ -134,6 +151,26 @@ pub fn spec(o: &Options) -> Result<Value, String> {
         env.push(format!(
             "{}={}/{METRICS_FILE}",
             vars::METRICS.name,
+            dir.trim_end_matches('/')
+        ));
+        mounts.push(json!({
+            "hostPath": dir,
+            "containerPath": dir,
+            "type": "bind",
+            "options": ["rw", "nosuid", "nodev", "noexec", "bind"],
+        }));
+    }
+    if let Some(d) = &o.report_dir {
+        // Reports in a folder of the node's, never in a container's working directory (issue 44
+        // item 9).
+        let dir = host_dir(
+            d,
+            "--report-dir",
+            "a folder on this host for the containers' reports",
+        )?;
+        env.push(format!(
+            "{}={}/{REPORT_FILE}",
+            vars::REPORT.name,
             dir.trim_end_matches('/')
         ));
         mounts.push(json!({

@@ -321,6 +321,11 @@ enum Cmd {
         /// containers of a pod, which share the host name and each run pid 1, write apart).
         #[arg(long, value_name = "HOSTDIR")]
         metrics_dir: Option<PathBuf>,
+        /// A folder on the host for the containers' reports: mounted read-write at the same path,
+        /// with PINGUARD_REPORT=HOSTDIR/pinguard.%h.%e.%n.%p.json, so that no report lands in a
+        /// container's working directory.
+        #[arg(long, value_name = "HOSTDIR")]
+        report_dir: Option<PathBuf>,
         /// A setting for every container, KEY=VALUE; repeat for more (PINGUARD_GROUP=inference).
         #[arg(long = "env", value_name = "KEY=VALUE", value_parser = cdi::env_pair)]
         env: Vec<(String, String)>,
@@ -593,12 +598,14 @@ fn main() -> ExitCode {
             lib,
             container_path,
             metrics_dir,
+            report_dir,
             env,
         } => {
             let written = cdi::spec(&cdi::Options {
                 lib,
                 container_path,
                 metrics_dir,
+                report_dir,
                 env,
             })
             .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));

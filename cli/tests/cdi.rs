@@ -267,6 +267,54 @@ fn metrics_dir_and_settings_reach_every_container() {
     );
 }
 
+/// Issue 44 item 9: with `--report-dir`, every container's reports go to a folder of the node's,
+/// never to a container's working directory; `--env PINGUARD_REPORT` beside it is one error.
+#[test]
+fn report_dir_sends_every_containers_reports_to_a_host_folder() {
+    let lib = library();
+    let reports = fresh("reports");
+    let r = reports.to_str().unwrap();
+    let spec = spec_of(&pinguard(&[
+        "cdi",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--report-dir",
+        r,
+    ]));
+    assert_cdi(&spec);
+    let env = env_of(&spec);
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(
+        get("PINGUARD_REPORT"),
+        Some(format!("{r}/pinguard.%h.%e.%n.%p.json").as_str())
+    );
+    let m = mount_at(&spec, r);
+    assert_eq!(m["hostPath"], r);
+    assert!(
+        m["options"].as_array().unwrap().iter().any(|o| o == "rw"),
+        "{m}"
+    );
+    let both = pinguard(&[
+        "cdi",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--report-dir",
+        r,
+        "--env",
+        "PINGUARD_REPORT=/x/%p.json",
+    ]);
+    assert_eq!(both.status.code(), Some(2), "{both:?}");
+    assert!(String::from_utf8_lossy(&both.stderr).contains("--report-dir both set PINGUARD_REPORT"));
+    let none = pinguard(&[
+        "cdi",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--report-dir",
+        "/no/such/dir",
+    ]);
+    assert_eq!(none.status.code(), Some(2), "{none:?}");
+}
+
 #[test]
 fn output_file_is_replaced_whole_and_dash_is_stdout() {
     let lib = library();

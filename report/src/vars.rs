@@ -321,6 +321,17 @@ pub const SUPPRESSIONS: Var = Var {
 
 /// Every variable pinguard reads, in the table's order; any other `PINGUARD_` name is probably
 /// a typo, and is reported as one.
+pub const QUIET_BELOW: Var = Var {
+    name: "PINGUARD_QUIET_BELOW",
+    meaning: "a process that pinned only through the `mlock` family and never held more than this at once writes no report and prints no exit line, unless a report was asked for (`PINGUARD_REPORT` in the environment or the node configuration file, which `pinguard run` sets): under a node-wide preload, `gpg`'s 32 KiB of secure memory leaves nothing in a working tree, while a GPU process still reports. Forms of `PINGUARD_BUDGET`; `0` reports every process that pinned",
+    default: Some("1Mi"),
+    unset: "1 MiB",
+    forms: "bytes such as 0, 65536, 512Ki, 1Mi (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the memory limit",
+    fallback: "using 1 MiB",
+    parse: Parse::Size(Of::MemoryLimit),
+    needs: None,
+};
+
 pub const ALL: &[&Var] = &[
     &BUDGET,
     &HOST_RESERVE,
@@ -346,6 +357,7 @@ pub const ALL: &[&Var] = &[
     &CONFIG,
     &STRICT,
     &SUPPRESSIONS,
+    &QUIET_BELOW,
 ];
 
 /// The variable of this name.

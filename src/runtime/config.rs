@@ -10,6 +10,9 @@ pub use pinguard_report::vars::{Policy, DEFAULT_TEMPLATE};
 #[derive(Clone, Debug)]
 pub struct Config {
     pub budget: Option<u64>,
+    /// `PINGUARD_QUIET_BELOW`: at or under this many bytes pinned at once, and only through the
+    /// `mlock` family, a process not asked for a report leaves none.
+    pub quiet_below: u64,
     /// `PINGUARD_HOST_RESERVE`: the floor under the host's available memory, in bytes.
     pub host_reserve: Option<u64>,
     /// `PINGUARD_CGROUP_RESERVE`: the floor under the cgroup's headroom, in bytes.
@@ -216,6 +219,7 @@ impl Config {
         Config {
             budget: None,
             host_reserve: None,
+            quiet_below: 1 << 20,
             cgroup_reserve: None,
             policy: Policy::Error,
             downgrade_match: None,
@@ -298,7 +302,7 @@ fn count(v: Value) -> u64 {
 /// Where each variable's value goes, in the order they are read: the switch first, then the
 /// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
 /// that order. Every variable once (checked by a test).
-const FIELDS: [(&Var, Set); 24] = [
+const FIELDS: [(&Var, Set); 25] = [
     (&vars::DISABLE, |c, v| {
         c.disabled = matches!(v, Value::Switch(true))
     }),
@@ -308,6 +312,9 @@ const FIELDS: [(&Var, Set); 24] = [
     }),
     (&vars::BUDGET, |c, v| c.budget = bytes(v)),
     // `u64::MAX` is the reserve's "off": a floor that high is kept, one byte lower.
+    (&vars::QUIET_BELOW, |c, v| {
+        c.quiet_below = bytes(v).unwrap_or(1 << 20)
+    }),
     (&vars::HOST_RESERVE, |c, v| {
         c.host_reserve = bytes(v).map(|r| r.min(u64::MAX - 1))
     }),
