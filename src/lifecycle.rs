@@ -494,11 +494,16 @@ fn forget_previous_image_at_exit() {
 
 /// A process not asked for a report (no `PINGUARD_REPORT` in the environment or the node file, no
 /// snapshots) that pinned only through the `mlock` family, never more than `PINGUARD_QUIET_BELOW`
-/// at once, with nothing refused or let over a budget: `gpg`'s secure memory under a node-wide
+/// at once, with nothing refused or let over a budget and every setting usable: `gpg`'s secure memory under a node-wide
 /// preload. It leaves no report and prints no line (issue 44 item 9); a GPU process still reports.
 fn quiet_at_exit(cfg: &Config) -> bool {
     use crate::api::Api;
-    if cfg.report.is_some() || cfg.interval_ms.is_some() || cfg.signal.is_some() {
+    // A setting that could not be used is always told (its report lists it).
+    if cfg.report.is_some()
+        || cfg.interval_ms.is_some()
+        || cfg.signal.is_some()
+        || !cfg.errors.is_empty()
+    {
         return false;
     }
     let t = ledger::totals();

@@ -34,9 +34,10 @@ fn run_idle(preload: bool) -> (Output, Vec<String>) {
     (out, files)
 }
 
-/// The anonymous mappings the program listed, without the one that directly follows pinguard's
-/// own segments (the library's `.bss`, part of loading it).
-fn anonymous_mappings(stdout: &str) -> usize {
+/// The bytes of anonymous mappings the program listed, without the one that directly follows
+/// pinguard's own segments (the library's `.bss`, part of loading it). Bytes, not a count: the
+/// kernel merges neighbouring anonymous mappings, so their number moves with the layout.
+fn anonymous_bytes(stdout: &str) -> u64 {
     let maps: Vec<&str> = stdout.lines().filter(|l| l.starts_with("map ")).collect();
     let bss = maps
         .iter()
@@ -45,7 +46,12 @@ fn anonymous_mappings(stdout: &str) -> usize {
     maps.iter()
         .enumerate()
         .filter(|(i, l)| Some(*i) != bss && l.split_whitespace().count() == 6)
-        .count()
+        .map(|(_, l)| {
+            let range = l.split_whitespace().nth(1).unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            u64::from_str_radix(b, 16).unwrap() - u64::from_str_radix(a, 16).unwrap()
+        })
+        .sum()
 }
 
 #[test]
@@ -74,10 +80,11 @@ fn a_process_that_never_pins_has_no_thread_descriptor_file_line_or_mapping_of_pi
     assert_eq!(facts(&b), facts(&a), "threads and descriptors");
     if !aarch64() {
         // qemu-user lists its own mappings beside the guest's.
-        assert_eq!(
-            anonymous_mappings(&b),
-            anonymous_mappings(&a),
-            "pinguard mapped memory of its own in a process that never pinned:\n{b}"
+        // pinguard's own mappings (heap, reserve, work stack, state) are 64 KiB and more each.
+        let (with, without) = (anonymous_bytes(&b), anonymous_bytes(&a));
+        assert!(
+            with <= without + (16 << 10),
+            "pinguard mapped memory of its own in a process that never pinned ({with} bytes against {without}):\n{b}"
         );
     }
 }
