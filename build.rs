@@ -17,7 +17,13 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
+    println!("cargo::rustc-check-cfg=cfg(pinguard_static_unwinder)");
     let zig = var("RUSTC_LINKER").contains("zig");
+    if zig {
+        // zig links its own unwinder (libunwind) whole in place of `-lgcc_s`: the library's
+        // entries that forward to a run-time `libgcc_s` would define the same names twice.
+        println!("cargo:rustc-cfg=pinguard_static_unwinder");
+    }
     if var("CARGO_CFG_TARGET_OS") != "linux" || var("CARGO_CFG_TARGET_ENV") != "gnu" || zig {
         return;
     }

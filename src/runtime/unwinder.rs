@@ -65,7 +65,7 @@ static TABLE: [AtomicPtr<()>; 12] = [
 ];
 
 /// One hidden entry: `name` jumps to `TABLE[index]`, all registers as its caller left them.
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", not(pinguard_static_unwinder)))]
 macro_rules! entries {
     ($($name:literal $i:literal),*) => {
         core::arch::global_asm!(
@@ -80,7 +80,7 @@ macro_rules! entries {
         );
     };
 }
-#[cfg(target_arch = "aarch64")]
+#[cfg(all(target_arch = "aarch64", not(pinguard_static_unwinder)))]
 macro_rules! entries {
     ($($name:literal $i:literal),*) => {
         core::arch::global_asm!(
@@ -96,6 +96,11 @@ macro_rules! entries {
             table = sym TABLE,
         );
     };
+}
+// A build linked with its own unwinder (zig's, `build.rs`) has the real functions: no entries.
+#[cfg(pinguard_static_unwinder)]
+macro_rules! entries {
+    ($($name:literal $i:literal),*) => {};
 }
 entries!(
     "_Unwind_RaiseException" 0,
@@ -114,13 +119,16 @@ entries!(
 
 /// Whether `load` has pointed the table at an unwinder.
 pub fn ready() -> bool {
-    TABLE[3].load(Ordering::Acquire) != fail_backtrace as *mut ()
+    cfg!(pinguard_static_unwinder) || TABLE[3].load(Ordering::Acquire) != fail_backtrace as *mut ()
 }
 
 /// Loads glibc's `libgcc_s.so.1` (or takes it where it is loaded already) and points the table at
 /// it: once, at start-up, before pinguard does anything that could unwind. Whether the process
 /// has an unwinder now; without one pinguard must not run (a panic could not be caught).
 pub fn load() -> bool {
+    if cfg!(pinguard_static_unwinder) {
+        return true;
+    }
     // Loaded for pinguard alone unless the process had it already: then it stays out of the
     // program's `mlockall` (`own_maps`).
     // SAFETY: a NUL-terminated literal name; RTLD_NOLOAD loads nothing.
