@@ -326,7 +326,7 @@ pub const QUIET_BELOW: Var = Var {
     meaning: "a process that pinned only through the `mlock` family and never held more than this at once writes no report and prints no exit line, unless a report was asked for (`PINGUARD_REPORT` in the environment or the node configuration file, which `pinguard run` sets): under a node-wide preload, `gpg`'s 32 KiB of secure memory leaves nothing in a working tree, while a GPU process still reports. Forms of `PINGUARD_BUDGET`; `0` reports every process that pinned",
     default: Some("1Mi"),
     unset: "1 MiB",
-    forms: "bytes such as 0, 65536, 512Ki, 1Mi (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the memory limit",
+    forms: "bytes such as 1073741824, 512Mi, 8Gi, 1.5GiB, 2T (K/M/G/T and Ki/Mi/Gi/Ti alike = powers of 1024) or N% of the memory limit",
     fallback: "using 1 MiB",
     parse: Parse::Size(Of::MemoryLimit),
     needs: None,
