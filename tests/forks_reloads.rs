@@ -106,15 +106,21 @@ fn a_runtime_reloaded_at_another_address_is_found_again() {
 fn fork_from_a_signal_handler_that_interrupted_pinguard_never_waits() {
     let (with, without, dir) = both("fork_in_handler", &["1500"], &[], 60);
     same(&with, &without);
-    let (r, _) = reports(&dir);
+    let (r, children) = reports(&dir);
     assert_eq!(r["totals"]["live_bytes"], 65536, "{}", r["totals"]);
-    let forks = |o: &Output| {
+    let count = |o: &Output, what: &str| {
         String::from_utf8_lossy(&o.stderr)
             .lines()
-            .find_map(|l| l.strip_prefix("forks ")?.parse::<u64>().ok())
+            .find_map(|l| l.strip_prefix(what)?.parse::<usize>().ok())
             .unwrap()
     };
-    assert!(forks(&with) > 100, "{}", show(&with));
+    assert!(count(&with, "forks ") > 100, "{}", show(&with));
+    // The children that went on (forked with or without pinguard's locks held) each report their
+    // own lock, and only it.
+    assert_eq!(children.len(), count(&with, "returned "), "{}", show(&with));
+    for c in &children {
+        assert_eq!(c["totals"]["live_bytes"], 65536, "{}", c["totals"]);
+    }
 }
 
 #[test]

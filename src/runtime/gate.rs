@@ -59,6 +59,19 @@ pub fn close() {
     }
 }
 
+/// `close` without waiting past `lock::spin_until`'s bound (a fork that must not wait, see
+/// `lock::try_holding`): false, and the gate open again, when a thread stayed inside.
+pub fn try_close() -> bool {
+    CLOSED.store(true, Ordering::SeqCst);
+    let drained = READERS
+        .iter()
+        .all(|s| crate::runtime::lock::spin_until(|| s.0.load(Ordering::SeqCst) == 0));
+    if !drained {
+        CLOSED.store(false, Ordering::SeqCst);
+    }
+    drained
+}
+
 /// `fork`'s parent (`false`) or child (`true`) handler.
 pub fn reopen(child: bool) {
     if child {
