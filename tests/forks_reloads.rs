@@ -17,11 +17,27 @@ fn progs() -> &'static Path {
     BUILT.get_or_init(|| {
         let f = fixtures();
         let d = |p: &str| f.dir.join(p).to_string_lossy().into_owned();
-        let s = |p: &str| root().join("tests/progs").join(p).to_string_lossy().into_owned();
+        let s = |p: &str| {
+            root()
+                .join("tests/progs")
+                .join(p)
+                .to_string_lossy()
+                .into_owned()
+        };
         let common = ["-g", "-O1", "-Wall", "-pthread"];
         let (o, src, l) = (d("libreload_plugin.so"), s("reload_plugin.c"), d(""));
         let mut a = common.to_vec();
-        a.extend(["-fPIC", "-shared", "-o", &o, &src, "-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
+        a.extend([
+            "-fPIC",
+            "-shared",
+            "-o",
+            &o,
+            &src,
+            "-L",
+            &l,
+            "-Wl,-rpath,$ORIGIN",
+            "-lcudart",
+        ]);
         cc(&a);
         let (o, src) = (d("reload_runtime"), s("reload_runtime.c"));
         let mut a = common.to_vec();
@@ -65,7 +81,11 @@ fn show(o: &Output) -> String {
 
 /// The same exit status and output with and without the library.
 fn same(with: &Output, without: &Output) {
-    assert!(without.status.success(), "without pinguard: {}", show(without));
+    assert!(
+        without.status.success(),
+        "without pinguard: {}",
+        show(without)
+    );
     assert_eq!(
         (with.status.code(), &with.stdout),
         (without.status.code(), &without.stdout),
@@ -130,9 +150,17 @@ fn children_made_without_atfork_handlers_get_state_of_their_own() {
     let text = String::from_utf8_lossy(&with.stdout);
     assert!(text.contains("VmLck 1024 kB"), "{text}");
     let (parent, children) = reports(&dir);
-    assert_eq!(parent["totals"]["live_bytes"], 1 << 20, "{}", parent["totals"]);
+    assert_eq!(
+        parent["totals"]["live_bytes"],
+        1 << 20,
+        "{}",
+        parent["totals"]
+    );
     // Each child wrote its own report, with its own lock in it.
-    let own: Vec<_> = children.iter().map(|c| c["totals"]["live_bytes"].clone()).collect();
+    let own: Vec<_> = children
+        .iter()
+        .map(|c| c["totals"]["live_bytes"].clone())
+        .collect();
     assert_eq!(own, [131072, 131072], "{children:?}");
 }
 
@@ -142,5 +170,10 @@ fn a_cuda_child_made_without_atfork_handlers_is_not_refused_for_its_parents_memo
     let (with, without, dir) = both("fork_no_handlers", &["cuda"], &env, 60);
     same(&with, &without);
     let (parent, _) = reports(&dir);
-    assert_eq!(parent["totals"]["live_bytes"], 768 << 10, "{}", parent["totals"]);
+    assert_eq!(
+        parent["totals"]["live_bytes"],
+        768 << 10,
+        "{}",
+        parent["totals"]
+    );
 }

@@ -30,7 +30,6 @@ pub mod ibverbs;
 pub mod libc_lock;
 pub mod signal;
 
-
 /// A real function that no table declares (one a hook asks, not one it replaces):
 /// `real!("name")` gives a `&'static Real`.
 macro_rules! real {

@@ -143,11 +143,15 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
 
 /// How many objects the loader has unloaded so far (`dlpi_subs`): one look at the first object.
 pub fn unloads() -> u64 {
-    unsafe extern "C" fn cb(info: *mut libc::dl_phdr_info, size: usize, data: *mut c_void) -> c_int {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> c_int {
         if size >= std::mem::size_of::<libc::dl_phdr_info>() {
             // SAFETY: the loader's `dl_phdr_info`, as large as the type (checked), for the
             // callback's duration; `data` is the `&mut u64` passed below.
-            unsafe { *(data as *mut u64) = (*info).dlpi_subs as u64 };
+            unsafe { *(data as *mut u64) = (*info).dlpi_subs };
         }
         1
     }

@@ -179,7 +179,11 @@ unsafe fn push<T>(head: &AtomicPtr<T>, item: &'static T, next: &AtomicPtr<T>) {
 }
 
 /// Every item of a list `push` made.
-fn walk<T: 'static>(head: &AtomicPtr<T>, next: impl Fn(&T) -> &AtomicPtr<T>, mut f: impl FnMut(&T)) {
+fn walk<T: 'static>(
+    head: &AtomicPtr<T>,
+    next: impl Fn(&T) -> &AtomicPtr<T>,
+    mut f: impl FnMut(&T),
+) {
     let mut p = head.load(Ordering::SeqCst);
     while !p.is_null() {
         // SAFETY: only `push` puts pointers on the list: to statics, never removed.
