@@ -86,9 +86,10 @@ fn same(with: &Output, without: &Output) {
         "without pinguard: {}",
         show(without)
     );
+    let text = |o: &Output| String::from_utf8_lossy(&o.stdout).into_owned();
     assert_eq!(
-        (with.status.code(), &with.stdout),
-        (without.status.code(), &without.stdout),
+        (with.status.code(), text(with)),
+        (without.status.code(), text(without)),
         "with pinguard: {}\nwithout: {}",
         show(with),
         show(without)
