@@ -112,6 +112,9 @@ fn starts_at_once() -> bool {
 pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     let p = READY_CONFIG.load(Ordering::Acquire);
     if !p.is_null() {
+        if missed_fork_handlers() || ASIDE.load(Ordering::Relaxed) {
+            return unprepared_child(t);
+        }
         // SAFETY: `READY_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
     }
@@ -172,12 +175,6 @@ fn heap_short() {
 #[inline(never)]
 fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
     let cfg = ensure_init(t)?;
-    if missed_fork_handlers() {
-        rebirth();
-    }
-    if ASIDE.load(Ordering::Relaxed) {
-        return None;
-    }
     if !crate::runtime::heap::recover() {
         if pinning {
             // Recording it could need memory pinguard has not got: the call is the kernel's or
@@ -633,14 +630,15 @@ fn close_gate() {
 
 /// Takes the report lock and every module's locks, in the protocol's order: waiting for each
 /// (`None`), or trying each at most `spins` more times and, if one is missed, letting go of the
-/// others again (`false`).
-fn hold_all(spins: Option<u32>) -> bool {
+/// others again (`false`). `child`: a fork child's, where a module may abandon a lock still held
+/// (`lock::hold_or_abandon`).
+fn hold_all(spins: Option<u32>, child: bool) -> bool {
     let Some(spins) = spins else {
         report::hold();
         FORK_STATES.iter().for_each(|m| (m.hold)());
         return true;
     };
-    crate::runtime::lock::try_holding(spins);
+    crate::runtime::lock::try_holding(spins, child);
     report::hold();
     for m in FORK_STATES {
         if crate::runtime::lock::missed() {
@@ -670,9 +668,9 @@ extern "C" fn fork_prepare() {
     let how = if ASIDE.load(Ordering::Relaxed) {
         Forked::Aside
     } else if !was {
-        hold_all(None);
+        hold_all(None, false);
         Forked::Held
-    } else if hold_all(Some(PREPARE_SPINS)) {
+    } else if hold_all(Some(PREPARE_SPINS), false) {
         // A fork from a signal handler that interrupted pinguard on this thread (or a runtime
         // forking inside a hooked call): the interrupted code may hold any of the locks, and
         // waiting for it would wait for ever.
@@ -806,6 +804,23 @@ fn missed_fork_handlers() -> bool {
         || (ARMED.load(Ordering::Acquire) && WIPED.mark.load(Ordering::Relaxed) == 0)
 }
 
+/// `ensure_init` in a child the fork handlers did not prepare (its first hooked call, C API call
+/// or `dlclose`: the caller's `Reentry` says no code of pinguard's runs below it on this thread):
+/// state of its own first, or `None` once it stands aside.
+#[cold]
+#[inline(never)]
+fn unprepared_child(t: &Thread) -> Option<&'static Config> {
+    if missed_fork_handlers() {
+        let e = t.errno();
+        rebirth();
+        t.set_errno(e);
+    }
+    if ASIDE.load(Ordering::Relaxed) {
+        return None;
+    }
+    CONFIG.get()
+}
+
 /// A child the fork handlers did not prepare, at its first hooked call (no code of pinguard's
 /// runs below it on this thread): every lock of its parent's that is free is its own to take,
 /// and then it starts over as a prepared child would. A lock still held was held by a thread the
@@ -815,7 +830,7 @@ fn missed_fork_handlers() -> bool {
 fn rebirth() {
     PENDING.store(false, Ordering::Relaxed);
     // No spinning: nobody in this process will ever let go of a lock that is held now.
-    if hold_all(Some(0)) {
+    if hold_all(Some(0), true) {
         let_go_after_fork(true);
         start_over_in_child();
     } else {

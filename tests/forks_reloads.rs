@@ -178,3 +178,25 @@ fn a_cuda_child_made_without_atfork_handlers_is_not_refused_for_its_parents_memo
         parent["totals"]
     );
 }
+
+#[test]
+fn children_made_without_atfork_handlers_while_a_thread_is_inside_pinguard_never_hang() {
+    // Each child either finds every lock of its parent's free and starts its own state, or stands
+    // aside (a lock held by the thread it does not have): its allocation succeeds either way.
+    let env = [("PINGUARD_BUDGET", "1M")];
+    let (with, without, dir) = both("fork_no_handlers", &["threads"], &env, 120);
+    same(&with, &without);
+    let (parent, children) = reports(&dir);
+    assert_eq!(
+        parent["totals"]["live_bytes"],
+        768 << 10,
+        "{}",
+        parent["totals"]
+    );
+    // Most children find the thread's locked-page view held (across the kernel's call) and
+    // forget it unread: they report their own allocation, and only it.
+    assert!(!children.is_empty(), "{}", show(&with));
+    for c in &children {
+        assert_eq!(c["totals"]["live_bytes"], 512 << 10, "{}", c["totals"]);
+    }
+}

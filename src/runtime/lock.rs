@@ -102,14 +102,17 @@ thread_local! {
 /// One thread at a time tries (the record below is shared); another one misses at once.
 static TRY_BUSY: AtomicU32 = AtomicU32::new(0);
 static SPINS: AtomicU32 = AtomicU32::new(0);
+static ABANDONING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static MISSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static TAKEN: [std::sync::atomic::AtomicPtr<FutexRaw>; MAX_TAKEN] =
     [const { std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()) }; MAX_TAKEN];
 static N_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// From here to `stop_trying`, `hold` on this thread tries each lock at most `spins + 1` times.
-/// Async-signal-safe: atomics and a destructor-less thread-local.
-pub fn try_holding(spins: u32) {
+/// `abandoning`: this is a fork child, where a module may forget unread the data of a lock still
+/// held (`hold_or_abandon`). Async-signal-safe: atomics and a destructor-less thread-local.
+pub fn try_holding(spins: u32, abandoning: bool) {
+    ABANDONING.store(abandoning, Ordering::Relaxed);
     let busy = TRY_BUSY
         .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
         .is_err();
@@ -157,18 +160,34 @@ pub fn spin_until(mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
-fn try_hold(m: &'static FutexRaw) {
-    use lock_api::RawMutex;
-    if missed() {
-        return;
+/// `hold`, for a lock whose module can forget its data unread in a fork child: there, in a
+/// protocol that does not wait (`try_holding(_, true)`), a lock still held (by a thread the child
+/// does not have) is left to the module (`false`) rather than missed.
+pub fn hold_or_abandon<T>(m: &'static Mutex<T>) -> bool {
+    if trying() && !missed() && ABANDONING.load(Ordering::Relaxed) {
+        // SAFETY: `raw` is only tried here; a lock taken is recorded as `hold` records it.
+        return try_take(unsafe { m.raw() });
     }
+    hold(m);
+    true
+}
+
+fn try_hold(m: &'static FutexRaw) {
+    if !missed() && !try_take(m) {
+        mark_missed();
+    }
+}
+
+/// Takes `m` within the bound and records it, for `stop_trying` to let go of if need be.
+fn try_take(m: &'static FutexRaw) -> bool {
+    use lock_api::RawMutex;
     let n = N_TAKEN.load(Ordering::Relaxed);
     if n == MAX_TAKEN || !spin_until(|| m.try_lock()) {
-        mark_missed();
-        return;
+        return false;
     }
     TAKEN[n].store(m as *const FutexRaw as *mut FutexRaw, Ordering::Relaxed);
     N_TAKEN.store(n + 1, Ordering::Relaxed);
+    true
 }
 
 /// Ends `try_holding`: true when every lock `hold` was given was taken (they are held, as after
