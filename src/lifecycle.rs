@@ -138,7 +138,10 @@ pub fn quietly_when_ready<T>(f: impl FnOnce() -> T) -> Option<T> {
     let reentry = Reentry::enter()?;
     let t = reentry.thread();
     let err = t.errno();
-    let out = ready().and_then(|_| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok());
+    // `ensure_init` once set up: a child the fork handlers did not prepare gets its own state first.
+    let out = ready()
+        .and_then(|_| ensure_init(t))
+        .and_then(|_| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok());
     t.set_errno(err);
     out
 }

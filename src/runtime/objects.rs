@@ -33,7 +33,7 @@ pub fn own_range() -> (usize, usize) {
         let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is
         // `&mut range`, which `cb` casts back to exactly that type, for the whole call.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut range as *mut _ as *mut c_void) };
+        unsafe { crate::runtime::gate::iterate_phdr(cb, &mut range as *mut _ as *mut c_void) };
     }
     if range.0 != 0 {
         END.store(range.1, Ordering::Relaxed);
@@ -134,7 +134,7 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
         let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut objects`,
         // a live Vec<Object> that `cb` casts back to exactly that type, for the whole call.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
+        unsafe { crate::runtime::gate::iterate_phdr(cb, &mut objects as *mut _ as *mut c_void) };
     }
     for o in &objects {
         f(o);
@@ -159,7 +159,7 @@ pub fn unloads() -> u64 {
     let _open = crate::runtime::gate::enter();
     // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut subs`,
     // which `cb` casts back to exactly that type, for the whole call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut subs as *mut u64 as *mut c_void) };
+    unsafe { crate::runtime::gate::iterate_phdr(cb, &mut subs as *mut u64 as *mut c_void) };
     subs
 }
 

@@ -193,11 +193,12 @@ fn walk<T: 'static>(
     }
 }
 
-/// Whether some loaded object holds `addr`.
+/// Whether some loaded object holds `addr` (the loader's answer: no allocation, no mapping).
 fn loaded(addr: usize) -> bool {
-    let mut yes = false;
-    for_each_object(|o| yes |= o.contains(addr));
-    yes
+    // SAFETY: an all-zero `Dl_info` is a valid value for dladdr to fill; `addr` is only compared.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: `info` is a local, valid for the call.
+    unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) != 0 }
 }
 
 /// After an application's `dlclose`: if the loader unloaded anything since the last check, every
@@ -211,12 +212,9 @@ pub fn forget_unloaded() {
         return; // only a reference dropped: nothing was unmapped
     }
     UNLOADS.fetch_add(1, Ordering::SeqCst);
-    let mut ranges = Vec::new();
-    for_each_object(|o| ranges.push((o.start, o.end)));
-    let gone = |a: usize| a != 0 && !ranges.iter().any(|&(s, e)| a >= s && a < e);
     let forget = |w: &AtomicUsize| {
         let a = w.load(Ordering::SeqCst);
-        if gone(a) {
+        if a != 0 && !loaded(a) {
             let _ = w.compare_exchange(a, 0, Ordering::SeqCst, Ordering::Relaxed);
         }
     };
