@@ -127,6 +127,10 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     // Set-up parses the configuration and reads files: on pinguard's stack, not the caller's.
     let cfg = crate::runtime::workstack::run(t, init_once);
     t.set_errno(e);
+    if cfg.is_some() && (missed_fork_handlers() || ASIDE.load(Ordering::Relaxed)) {
+        // A signal handler forked while set-up ran, before the fork handlers were registered.
+        return unprepared_child(t);
+    }
     cfg
 }
 
@@ -194,7 +198,6 @@ fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
     if crate::output::reporter::metrics_waiting(cfg) && !(pinning && start_metrics(t, cfg)) {
         return Some(cfg);
     }
-    arm_wipe(t);
     HOOKS_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
     Some(cfg)
 }
@@ -235,6 +238,9 @@ fn init() -> bool {
     if crate::runtime::dl::foreign_libc() || !unwinder_loaded() {
         return stand_down();
     }
+    // Before anything a child could inherit: set-up runs inside the first pinning call, and a
+    // signal handler may fork before it has registered the fork handlers.
+    arm_wipe();
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     if crate::runtime::clock::start_ms() == 0 {
         crate::runtime::clock::mark_start();
@@ -779,12 +785,12 @@ static PENDING: AtomicBool = AtomicBool::new(false);
 /// does not have): every hooked call passes straight through, and it writes nothing.
 static ASIDE: AtomicBool = AtomicBool::new(false);
 
-/// Asks for `WIPED`'s page to be wiped in fork children; once, at the first hooked call.
-fn arm_wipe(t: &Thread) {
+/// Asks for `WIPED`'s page to be wiped in fork children; once, at set-up.
+fn arm_wipe() {
     if ARM_ASKED.swap(true, Ordering::Relaxed) {
         return;
     }
-    let e = t.errno();
+    let e = guard::errno();
     // SAFETY: the page is `WIPED`'s alone (its size and alignment), and the advice changes only
     // what a fork child finds in it.
     let rc = unsafe {
@@ -795,7 +801,7 @@ fn arm_wipe(t: &Thread) {
             libc::MADV_WIPEONFORK,
         )
     };
-    t.set_errno(e);
+    guard::set_errno(e);
     if rc == 0 {
         WIPED.mark.store(1, Ordering::Relaxed);
         ARMED.store(true, Ordering::Release);
