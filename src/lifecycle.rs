@@ -40,9 +40,8 @@ static CONFIG: OnceLock<Config> = OnceLock::new();
 static READY_CONFIG: std::sync::atomic::AtomicPtr<Config> =
     std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 /// The same for hooked calls (`hooks_ready`), null again in a fork child until its first hooked
-/// call has restarted the report thread.
-static HOOKS_CONFIG: std::sync::atomic::AtomicPtr<Config> =
-    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+/// call has restarted the report thread. In a page that every fork child finds zeroed (`WIPED`).
+static HOOKS_CONFIG: &std::sync::atomic::AtomicPtr<Config> = &WIPED.hooks_config;
 static EXIT_DONE: AtomicBool = AtomicBool::new(false);
 /// The process whose memory holds pinguard's state: the one that started it, or a fork child
 /// (set in its fork handler). A `vfork` child shares that memory but is another process.
@@ -119,6 +118,9 @@ fn starts_at_once() -> bool {
 pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     let p = READY_CONFIG.load(Ordering::Acquire);
     if !p.is_null() {
+        if missed_fork_handlers() || ASIDE.load(Ordering::Relaxed) {
+            return unprepared_child(t);
+        }
         // SAFETY: `READY_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
     }
@@ -136,6 +138,10 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     // Set-up parses the configuration and reads files: on pinguard's stack, not the caller's.
     let cfg = crate::runtime::workstack::run(t, init_once);
     t.set_errno(e);
+    if cfg.is_some() && (missed_fork_handlers() || ASIDE.load(Ordering::Relaxed)) {
+        // A signal handler forked while set-up ran, before the fork handlers were registered.
+        return unprepared_child(t);
+    }
     cfg
 }
 
@@ -147,7 +153,10 @@ pub fn quietly_when_ready<T>(f: impl FnOnce() -> T) -> Option<T> {
     let reentry = Reentry::enter()?;
     let t = reentry.thread();
     let err = t.errno();
-    let out = ready().and_then(|_| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok());
+    // `ensure_init` once set up: a child the fork handlers did not prepare gets its own state first.
+    let out = ready()
+        .and_then(|_| ensure_init(t))
+        .and_then(|_| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok());
     t.set_errno(err);
     out
 }
@@ -165,7 +174,7 @@ pub fn ready() -> Option<&'static Config> {
 /// `pinning`: the call may pin (a release is never turned away: it needs no memory of pinguard's).
 #[inline(always)]
 pub fn hooks_ready(t: &Thread, pinning: bool) -> Option<&'static Config> {
-    let p = HOOKS_CONFIG.load(Ordering::Acquire);
+    let p = WIPED.hooks_config.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: `HOOKS_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
@@ -240,6 +249,9 @@ fn init() -> bool {
     if crate::runtime::dl::foreign_libc() || !unwinder_loaded() {
         return stand_down();
     }
+    // Before anything a child could inherit: set-up runs inside the first pinning call, and a
+    // signal handler may fork before it has registered the fork handlers.
+    arm_wipe();
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     if crate::runtime::clock::start_ms() == 0 {
         crate::runtime::clock::mark_start();
@@ -617,7 +629,7 @@ static FORK_STATES: &[ForkState] = &[
     // Before the gate: the unwinder builds its tables through the gate, holding its lock.
     fork_state(crate::capture::unwind::hold, crate::capture::unwind::let_go),
     fork_state(crate::capture::python::hold, crate::capture::python::let_go),
-    fork_state(crate::runtime::gate::close, crate::runtime::gate::reopen),
+    fork_state(close_gate, crate::runtime::gate::reopen),
     fork_state(callsite::hold, callsite::let_go),
     fork_state(ledger::hold, ledger::let_go),
     fork_state(
@@ -638,17 +650,98 @@ static FORK_STATES: &[ForkState] = &[
     fork_state(crate::runtime::heap::hold, crate::runtime::heap::let_go),
 ];
 
+/// Spins for each lock a fork from inside pinguard tries before it gives up (`lock::try_holding`):
+/// a lock another thread holds for a moment is still had; one held by the code below this
+/// thread's signal frame costs this much and no more.
+const PREPARE_SPINS: u32 = 100;
+
+/// How this thread's last `fork_prepare` went: what its parent's and child's handlers do.
+#[derive(Clone, Copy, PartialEq)]
+enum Forked {
+    /// Every lock held (waited for, or tried and had): the protocol as written.
+    Held,
+    /// This thread was inside pinguard and a lock could not be had without waiting: nothing is
+    /// held, and the child gets state of its own at its first hooked call (`rebirth`).
+    Missed,
+    /// This process stands aside (`stand_aside`), and so will the child.
+    Aside,
+}
+
+thread_local! {
+    static FORKED: std::cell::Cell<Forked> = const { std::cell::Cell::new(Forked::Held) };
+}
+
+/// Whether the gate was closed by a fork that tries (`close_gate`): opened again if it gives up.
+static GATE_TRIED: AtomicBool = AtomicBool::new(false);
+
+/// The gate's row of the protocol: waits for the threads inside, unless the fork must not wait.
+fn close_gate() {
+    if !crate::runtime::lock::trying() {
+        return crate::runtime::gate::close();
+    }
+    if crate::runtime::gate::try_close() {
+        GATE_TRIED.store(true, Ordering::Relaxed);
+    } else {
+        crate::runtime::lock::mark_missed();
+    }
+}
+
+/// Takes the report lock and every module's locks, in the protocol's order: waiting for each
+/// (`None`), or trying each at most `spins` more times and, if one is missed, letting go of the
+/// others again (`false`). `child`: a fork child's, where a module may abandon a lock still held
+/// (`lock::hold_or_abandon`).
+fn hold_all(spins: Option<u32>, child: bool) -> bool {
+    let Some(spins) = spins else {
+        report::hold();
+        FORK_STATES.iter().for_each(|m| (m.hold)());
+        return true;
+    };
+    crate::runtime::lock::try_holding(spins, child);
+    report::hold();
+    for m in FORK_STATES {
+        if crate::runtime::lock::missed() {
+            break;
+        }
+        (m.hold)();
+    }
+    let held = crate::runtime::lock::stop_trying();
+    let gate = GATE_TRIED.swap(false, Ordering::Relaxed);
+    if !held {
+        report::hold_abandoned();
+        if gate {
+            crate::runtime::gate::reopen_in_parent();
+        }
+    }
+    held
+}
+
 extern "C" fn fork_prepare() {
     // Inside pinguard from here to the parent's or child's handler: the locks below are held, and
     // a signal handler's hooked call on this thread must pass through rather than wait for them.
     let was = guard::mark_inside();
-    report::hold();
-    FORK_WAS_INSIDE.store(was, Ordering::Relaxed);
-    for m in FORK_STATES {
-        (m.hold)();
+    if !was && missed_fork_handlers() {
+        // A child nothing prepared, forking before its first hooked call: its own state first.
+        rebirth();
+    }
+    let how = if ASIDE.load(Ordering::Relaxed) {
+        Forked::Aside
+    } else if !was {
+        hold_all(None, false);
+        Forked::Held
+    } else if hold_all(Some(PREPARE_SPINS), false) {
+        // A fork from a signal handler that interrupted pinguard on this thread (or a runtime
+        // forking inside a hooked call): the interrupted code may hold any of the locks, and
+        // waiting for it would wait for ever.
+        Forked::Held
+    } else {
+        Forked::Missed
+    };
+    FORKED.with(|f| f.set(how));
+    if how == Forked::Held {
+        // Under the report lock.
+        FORK_WAS_INSIDE.store(was, Ordering::Relaxed);
     }
 }
-
 /// Every module's `let_go`, in reverse of `fork_prepare`'s order; in the child, those that unmap
 /// state last. Then the report lock.
 fn let_go_after_fork(child: bool) {
@@ -667,12 +760,35 @@ fn let_go_after_fork(child: bool) {
 }
 
 extern "C" fn fork_parent() {
+    if FORKED.with(|f| f.get()) != Forked::Held {
+        return guard::unmark_inside(true);
+    }
     let_go_after_fork(false);
     guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
 }
 
 extern "C" fn fork_child() {
+    match FORKED.with(|f| f.get()) {
+        Forked::Held => {}
+        Forked::Aside => return guard::unmark_inside(true),
+        Forked::Missed => {
+            // The parent's state as the interrupted code left it, locks and all: off the parent's
+            // file at once (that code may run again when the handler returns), and replaced by
+            // fresh state at the first hooked call, once that code is done.
+            // SAFETY: the child's handler, before the interrupted code runs again.
+            unsafe { crate::accounting::arena::leave_parent_unlocked() };
+            PENDING.store(true, Ordering::Relaxed);
+            HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
+            return guard::unmark_inside(true);
+        }
+    }
     let_go_after_fork(true);
+    start_over_in_child();
+    guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
+}
+
+/// The rest of a fork child's state, once every module has let go of its parent's.
+fn start_over_in_child() {
     OWNER.store(kernel::raw_pid(), Ordering::Relaxed);
     signals::after_fork_child();
     budget::reset();
@@ -681,5 +797,113 @@ extern "C" fn fork_child() {
     HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
     crate::budget::group::after_fork_child();
     crate::runtime::clock::mark_start();
-    guard::unmark_inside(FORK_WAS_INSIDE.load(Ordering::Relaxed));
+    if ARMED.load(Ordering::Relaxed) {
+        WIPED.mark.store(1, Ordering::Relaxed);
+    }
+}
+
+// ---- Children the fork handlers did not prepare ---------------------------------------------
+//
+// `_Fork` (glibc 2.34) and a raw `clone` without `CLONE_VM` run no atfork handler, and a fork
+// from a signal handler that interrupted pinguard may not have held its locks (`Forked::Missed`):
+// such a child must notice at its first hooked call, without a cost on every call, that its
+// state is its parent's. `HOOKS_CONFIG` and a mark live in a page of their own that the kernel
+// hands every fork child zeroed (`MADV_WIPEONFORK`, Linux 4.14; not a `vfork` child, which is the
+// same memory): the child's first hooked call takes the slow path and finds the mark zero.
+
+/// `HOOKS_CONFIG` and `mark`, alone in one page of the library's zero-filled data.
+#[repr(C, align(4096))]
+struct WipedOnFork {
+    hooks_config: std::sync::atomic::AtomicPtr<Config>,
+    /// 1 in a process whose state is its own: set when the page is armed, and again by the fork
+    /// child's handler and by `rebirth`; zero in a fork child nothing prepared.
+    mark: std::sync::atomic::AtomicUsize,
+}
+
+static WIPED: WipedOnFork = WipedOnFork {
+    hooks_config: std::sync::atomic::AtomicPtr::new(std::ptr::null_mut()),
+    mark: std::sync::atomic::AtomicUsize::new(0),
+};
+/// Whether `WIPED`'s page is wiped in fork children (the advice was taken), and whether it was
+/// asked. A kernel without the advice leaves `_Fork` and `clone` children unnoticed.
+static ARMED: AtomicBool = AtomicBool::new(false);
+static ARM_ASKED: AtomicBool = AtomicBool::new(false);
+/// Set by the child's handler of a fork that held nothing (`Forked::Missed`).
+static PENDING: AtomicBool = AtomicBool::new(false);
+/// This process could not get state of its own (a lock of its parent's was held by a thread it
+/// does not have): every hooked call passes straight through, and it writes nothing.
+static ASIDE: AtomicBool = AtomicBool::new(false);
+
+/// Asks for `WIPED`'s page to be wiped in fork children; once, at set-up.
+fn arm_wipe() {
+    if ARM_ASKED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let e = guard::errno();
+    // SAFETY: the page is `WIPED`'s alone (its size and alignment), and the advice changes only
+    // what a fork child finds in it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_madvise,
+            &WIPED as *const WipedOnFork as usize,
+            std::mem::size_of::<WipedOnFork>(),
+            libc::MADV_WIPEONFORK,
+        )
+    };
+    guard::set_errno(e);
+    if rc == 0 {
+        WIPED.mark.store(1, Ordering::Relaxed);
+        ARMED.store(true, Ordering::Release);
+    }
+}
+
+fn missed_fork_handlers() -> bool {
+    PENDING.load(Ordering::Relaxed)
+        || (ARMED.load(Ordering::Acquire) && WIPED.mark.load(Ordering::Relaxed) == 0)
+}
+
+/// `ensure_init` in a child the fork handlers did not prepare (its first hooked call, C API call
+/// or `dlclose`: the caller's `Reentry` says no code of pinguard's runs below it on this thread):
+/// state of its own first, or `None` once it stands aside.
+#[cold]
+#[inline(never)]
+fn unprepared_child(t: &Thread) -> Option<&'static Config> {
+    if missed_fork_handlers() {
+        let e = t.errno();
+        rebirth();
+        t.set_errno(e);
+    }
+    if ASIDE.load(Ordering::Relaxed) {
+        return None;
+    }
+    CONFIG.get()
+}
+
+/// A child the fork handlers did not prepare, at its first hooked call (no code of pinguard's
+/// runs below it on this thread): every lock of its parent's that is free is its own to take,
+/// and then it starts over as a prepared child would. A lock still held was held by a thread the
+/// child does not have, over data it may have left half-changed: then the child stands aside.
+#[cold]
+#[inline(never)]
+fn rebirth() {
+    PENDING.store(false, Ordering::Relaxed);
+    // No spinning: nobody in this process will ever let go of a lock that is held now.
+    if hold_all(Some(0), true) {
+        let_go_after_fork(true);
+        start_over_in_child();
+    } else {
+        stand_aside();
+    }
+    if ARMED.load(Ordering::Relaxed) {
+        WIPED.mark.store(1, Ordering::Relaxed);
+    }
+}
+
+/// This process passes every call straight through, writes no report or state, and leaves its
+/// parent's state file alone; so do its own children.
+fn stand_aside() {
+    ASIDE.store(true, Ordering::Relaxed);
+    // SAFETY: no code of pinguard's runs on this thread below this call (`rebirth`), and the
+    // process has no other thread of pinguard's.
+    unsafe { crate::accounting::arena::leave_parent_unlocked() };
 }

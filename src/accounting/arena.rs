@@ -614,6 +614,24 @@ pub unsafe fn let_go(child: bool) {
     }
 }
 
+/// A fork child that could not take the arena's lock (its holder is gone, or is the code a signal
+/// handler interrupted on this thread) still lets go of its parent's file at once, so that nothing
+/// it writes reaches the parent's figures; the arena itself is forgotten later, under its lock
+/// (`let_go`), or never, if the child has no state of its own.
+///
+/// # Safety
+/// Only in a fork child, before anything of pinguard's runs in it but the code the fork
+/// interrupted on this thread (a piece being added now, by that code, may be left shared).
+pub unsafe fn leave_parent_unlocked() {
+    // SAFETY: the child has one thread, and the code the fork interrupted on it does not run
+    // until this returns: nothing changes the arena while it is read (this function's contract).
+    let a = unsafe { &mut *ARENA.data_ptr() };
+    detach(a);
+    // No new piece from the parent's file either (the interrupted code may still grow it).
+    a.grows = false;
+    a.complete = false;
+}
+
 /// A fork child lets go of its parent's state: each piece of the file becomes a private
 /// copy-on-write view of what it held (so a pointer the child still has, from a call the fork interrupted, reads
 /// what it read before, and whatever it writes stays in the child), or, where the file cannot be

@@ -760,7 +760,7 @@ pub(crate) fn loader_counts() -> (u64, u64) {
     let _open = crate::runtime::gate::enter();
     // SAFETY: `cb` matches the callback type and casts `data` back to the `(u64, u64)` passed here,
     // which outlives the call; the gate is held across the loader's lock.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut counts as *mut _ as *mut c_void) };
+    unsafe { crate::runtime::gate::iterate_phdr(cb, &mut counts as *mut _ as *mut c_void) };
     counts
 }
 
@@ -843,7 +843,7 @@ fn scan(generation: u64) -> Shared {
         let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` matches the callback type and casts `data` back to the type of `found`, which
         // outlives the call; the gate is held across the loader's lock.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut found as *mut _ as *mut c_void) };
+        unsafe { crate::runtime::gate::iterate_phdr(cb, &mut found as *mut _ as *mut c_void) };
     }
     let (objects, loads) = found;
     let mut tables = Tables::new();

@@ -2,7 +2,8 @@
 //! it must learn that an object is gone before another can be mapped at its addresses. `dlopen`
 //! is not hooked (glibc reads its caller's address); a new object shows up as a return address
 //! in no known object instead (see `unwind`). The callsites with frames in the object are named
-//! before it goes (see `unload`).
+//! before it goes (see `unload`). The real functions found in it are forgotten when it goes
+//! (`resolve::forget_unloaded`): a runtime loaded again, elsewhere, is looked up again.
 
 use super::hand_hooks;
 use std::os::raw::{c_int, c_void};
@@ -32,6 +33,10 @@ unsafe fn close(handle: *mut c_void) -> c_int {
         crate::lifecycle::quietly_when_ready(|| crate::output::unload::before(handle)).flatten();
     // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
     let rc = unsafe { real(handle) };
+    // Whether pinguard tracks or not, its exports call the functions it found by name.
+    if let Some(_r) = crate::runtime::guard::Reentry::enter() {
+        crate::runtime::resolve::forget_unloaded();
+    }
     crate::capture::unwind::objects_removed();
     if let Some(c) = closing {
         crate::lifecycle::quietly_when_ready(|| crate::output::unload::after(c));

@@ -30,8 +30,6 @@ pub mod ibverbs;
 pub mod libc_lock;
 pub mod signal;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 /// A real function that no table declares (one a hook asks, not one it replaces):
 /// `real!("name")` gives a `&'static Real`.
 macro_rules! real {
@@ -47,7 +45,7 @@ macro_rules! real {
 }
 pub(crate) use real;
 
-pub const SLOTS: usize = 4;
+pub const SLOTS: usize = crate::runtime::resolve::SLOTS;
 
 /// A symbol name as the loader takes it; `name` ends in its NUL (a compile error otherwise).
 pub const fn c_name(name: &'static str) -> &'static std::ffi::CStr {
@@ -146,13 +144,12 @@ macro_rules! hooks {
                 // A row uses only some of the names its table brings in.
                 #[allow(unused_imports)]
                 use super::*;
-                use std::sync::atomic::{AtomicUsize, Ordering};
                 pub type Fn = unsafe extern "C-unwind" fn($($ty),*) -> $ret;
                 /// A call of this entry point, bound to the real function.
                 pub type Call = $crate::hooks::Call<Fn, ($($ty,)*)>;
                 pub static REAL: $crate::runtime::resolve::Real =
                     $crate::runtime::resolve::Real::new($crate::hooks::c_name(concat!(stringify!($name), "\0")));
-                static REALS: [AtomicUsize; $crate::hooks::SLOTS] = [const { AtomicUsize::new(0) }; $crate::hooks::SLOTS];
+                static REALS: $crate::runtime::resolve::Slots = $crate::runtime::resolve::Slots::new();
                 /// The body, given the real function: the export and the slot wrappers call it
                 /// with the function in a register, and it is the body's one caller, so the
                 /// `Call` never leaves registers.
@@ -223,7 +220,7 @@ macro_rules! hooks {
         unsafe extern "C-unwind" fn $s($($arg: $ty),*) -> $ret {
             // SAFETY: `bind` hands out this wrapper only once its slot holds a real `Fn`, never
             // changed after; the arguments are the C caller's, under that function's contract.
-            unsafe { run(std::mem::transmute::<usize, Fn>(REALS[$i].load(Ordering::Relaxed)), $($arg),*) }
+            unsafe { run(std::mem::transmute::<usize, Fn>(REALS.get($i)), $($arg),*) }
         }
     };
 }
@@ -299,16 +296,16 @@ pub(crate) use hand_hooks;
 
 /// The wrapper bound to `real`, binding a free slot if none is yet. `None` when all slots hold
 /// other functions (the caller then gets the real function, untracked, and a warning).
-pub fn bind(reals: &[AtomicUsize; SLOTS], wrappers: &[usize; SLOTS], real: usize) -> Option<usize> {
+pub fn bind(
+    reals: &'static crate::runtime::resolve::Slots,
+    wrappers: &[usize; SLOTS],
+    real: usize,
+) -> Option<usize> {
     if real == 0 || crate::runtime::objects::is_own(real) {
         return Some(real); // already one of pinguard's functions
     }
-    for (r, w) in reals.iter().zip(wrappers) {
-        match r.compare_exchange(0, real, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Some(*w),
-            Err(cur) if cur == real => return Some(*w),
-            Err(_) => {}
-        }
+    if let Some(i) = reals.bind(real) {
+        return Some(wrappers[i]);
     }
     tracing::warn!("more than {SLOTS} distinct real functions for one entry point; the next one is not tracked");
     None

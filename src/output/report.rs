@@ -32,6 +32,12 @@ pub fn hold() {
     crate::runtime::lock::hold(&WRITING);
 }
 
+/// A fork that could not hold every lock without waiting (`lock::try_holding`) gave up: writers
+/// need not step aside for it.
+pub fn hold_abandoned() {
+    FORK_WAITING.store(false, Ordering::SeqCst);
+}
+
 /// # Safety
 /// Only in the fork handlers, after `hold`.
 pub unsafe fn let_go(child: bool) {

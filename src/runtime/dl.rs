@@ -169,7 +169,7 @@ fn scan_at_start() -> AtStart {
     let mut at = AtStart::default();
     // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut at`, an
     // `AtStart` that `cb` casts back to exactly that type, for the whole call.
-    unsafe { libc::dl_iterate_phdr(Some(cb), &mut at as *mut AtStart as *mut c_void) };
+    unsafe { crate::runtime::gate::iterate_phdr(cb, &mut at as *mut AtStart as *mut c_void) };
     at
 }
 

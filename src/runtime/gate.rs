@@ -59,6 +59,92 @@ pub fn close() {
     }
 }
 
+/// `close` for a fork that must not wait for its own thread (`lock::try_holding`): this thread
+/// may be inside (a signal handler that interrupted a gate section), but never inside the loader's
+/// lock (`iterate_phdr`), so it waits only for the others, and for them a bounded time (they may
+/// wait for a lock the interrupted code holds): false, and the gate open again, if they stay.
+pub fn try_close() -> bool {
+    CLOSED.store(true, Ordering::SeqCst);
+    let mine = own_slot();
+    let mut tries = 0u32;
+    let drained = READERS.iter().enumerate().all(|(i, s)| {
+        let me = usize::from(mine == Some(i));
+        while s.0.load(Ordering::SeqCst) != me {
+            tries += 1;
+            if tries > TRY_CLOSE_YIELDS {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    });
+    if !drained {
+        CLOSED.store(false, Ordering::SeqCst);
+    }
+    drained
+}
+
+/// How long `try_close` gives the other threads to leave: a stack walk's scan of the loaded
+/// objects takes a few hundred microseconds at most.
+const TRY_CLOSE_YIELDS: u32 = 2000;
+
+/// The slot this thread counts itself in while it is inside, if it is.
+fn own_slot() -> Option<usize> {
+    (DEPTH.with(|d| d.get()) > 0).then(|| crate::runtime::guard::tid() as usize % SLOTS)
+}
+
+/// `dl_iterate_phdr` with the asynchronous signals blocked on this thread: a signal handler that
+/// forks never interrupts pinguard while it holds the loader's lock, which glibc does not reset
+/// in a fork child (the child's every later walk of the objects would wait for it for ever).
+/// Faults (`SIGSEGV`, `SIGBUS`, ...) stay unblocked, as the kernel delivers them regardless.
+///
+/// # Safety
+/// `dl_iterate_phdr`'s: `cb` casts `data` back to what the caller passed.
+pub unsafe fn iterate_phdr(
+    cb: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut libc::c_void) -> libc::c_int,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: an all-zero `sigset_t` is a valid value for `sigfillset` to fill.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a local; the signal numbers are valid.
+    unsafe {
+        libc::sigfillset(&mut set);
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGILL,
+            libc::SIGFPE,
+            libc::SIGTRAP,
+            libc::SIGSYS,
+        ] {
+            libc::sigdelset(&mut set, sig);
+        }
+    }
+    let e = crate::runtime::guard::errno();
+    // SAFETY: raw system calls (no interposer's wrapper) on this thread's mask, with local sets of
+    // the kernel's size; the mask is put back as it was.
+    let blocked =
+        unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, 8) == 0 };
+    // SAFETY: the caller's contract is `dl_iterate_phdr`'s.
+    let r = unsafe { libc::dl_iterate_phdr(Some(cb), data) };
+    if blocked {
+        // SAFETY: as above.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigprocmask,
+                libc::SIG_SETMASK,
+                &old,
+                std::ptr::null_mut::<libc::sigset_t>(),
+                8,
+            )
+        };
+    }
+    crate::runtime::guard::set_errno(e);
+    r
+}
+
 /// `fork`'s parent (`false`) or child (`true`) handler.
 pub fn reopen(child: bool) {
     if child {
@@ -73,11 +159,12 @@ pub fn reopen_in_parent() {
 }
 
 /// In the child, a thread of the parent's may have counted itself in just before giving way to
-/// the fork; it does not exist here.
+/// the fork; it does not exist here. The forking thread itself may be inside (a fork from a
+/// signal handler, `try_close`): the code below its handler leaves as usual, so it stays counted.
 pub fn reopen_in_child() {
-    for s in &READERS {
-        s.0.store(0, Ordering::SeqCst);
+    let mine = own_slot();
+    for (i, s) in READERS.iter().enumerate() {
+        s.0.store(usize::from(mine == Some(i)), Ordering::SeqCst);
     }
-    DEPTH.with(|d| d.set(0));
     CLOSED.store(false, Ordering::SeqCst);
 }

@@ -33,7 +33,7 @@ pub fn own_range() -> (usize, usize) {
         let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is
         // `&mut range`, which `cb` casts back to exactly that type, for the whole call.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut range as *mut _ as *mut c_void) };
+        unsafe { crate::runtime::gate::iterate_phdr(cb, &mut range as *mut _ as *mut c_void) };
     }
     if range.0 != 0 {
         END.store(range.1, Ordering::Relaxed);
@@ -134,11 +134,33 @@ pub fn for_each_object(mut f: impl FnMut(&Object)) {
         let _open = crate::runtime::gate::enter();
         // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut objects`,
         // a live Vec<Object> that `cb` casts back to exactly that type, for the whole call.
-        unsafe { libc::dl_iterate_phdr(Some(cb), &mut objects as *mut _ as *mut c_void) };
+        unsafe { crate::runtime::gate::iterate_phdr(cb, &mut objects as *mut _ as *mut c_void) };
     }
     for o in &objects {
         f(o);
     }
+}
+
+/// How many objects the loader has unloaded so far (`dlpi_subs`): one look at the first object.
+pub fn unloads() -> u64 {
+    unsafe extern "C" fn cb(
+        info: *mut libc::dl_phdr_info,
+        size: usize,
+        data: *mut c_void,
+    ) -> c_int {
+        if size >= std::mem::size_of::<libc::dl_phdr_info>() {
+            // SAFETY: the loader's `dl_phdr_info`, as large as the type (checked), for the
+            // callback's duration; `data` is the `&mut u64` passed below.
+            unsafe { *(data as *mut u64) = (*info).dlpi_subs };
+        }
+        1
+    }
+    let mut subs = 0u64;
+    let _open = crate::runtime::gate::enter();
+    // SAFETY: `cb` has the callback signature dl_iterate_phdr expects, and `data` is `&mut subs`,
+    // which `cb` casts back to exactly that type, for the whole call.
+    unsafe { crate::runtime::gate::iterate_phdr(cb, &mut subs as *mut u64 as *mut c_void) };
+    subs
 }
 
 /// Reads `NT_GNU_BUILD_ID` out of a mapped note segment.

@@ -10,14 +10,19 @@ use super::locked_pages::{LOCKED_ANY, LOCKED_PAGES};
 use crate::runtime::guard;
 use crate::runtime::lock;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// Set by `hold` in a child made without the fork handlers whose locked-page view was held by a
+/// thread it does not have (the locking family holds it across the kernel's call): the view is
+/// forgotten unread (`let_go`).
+static PAGES_ABANDONED: AtomicBool = AtomicBool::new(false);
 
 /// Fork support: take every lock of the ledger so the child inherits none held.
 pub fn hold() {
     for s in &LIVE {
         lock::hold(s);
     }
-    lock::hold(&LOCKED_PAGES);
+    PAGES_ABANDONED.store(!lock::hold_or_abandon(&LOCKED_PAGES), Relaxed);
     lock::hold(&EVENTS);
     lock::hold(&TIMELINE);
     lock::hold(&FREE);
@@ -26,7 +31,8 @@ pub fn hold() {
 
 /// # Safety
 /// Only after `hold` on this thread. With `clear` (the child), the ledger starts empty:
-/// pinned memory and `mlock` locks are not inherited across `fork`.
+/// pinned memory and `mlock` locks are not inherited across `fork`. A lock `hold` abandoned is
+/// reset here like the others: the thread that held it is not in the child.
 pub unsafe fn let_go(clear: bool) {
     if clear {
         // SAFETY: `hold` took every one of these locks (the caller's contract), and the fork
@@ -35,7 +41,12 @@ pub unsafe fn let_go(clear: bool) {
             for s in &LIVE {
                 (*s.data_ptr()).forget();
             }
-            *LOCKED_PAGES.data_ptr() = None;
+            if PAGES_ABANDONED.swap(false, Relaxed) {
+                // Half-changed, maybe: never read, never dropped.
+                std::ptr::write(LOCKED_PAGES.data_ptr(), None);
+            } else {
+                *LOCKED_PAGES.data_ptr() = None;
+            }
             *EVENTS.data_ptr() = Bounded {
                 items: VecDeque::new(),
                 dropped: 0,
