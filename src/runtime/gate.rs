@@ -104,29 +104,37 @@ pub unsafe fn iterate_phdr(
     cb: unsafe extern "C" fn(*mut libc::dl_phdr_info, usize, *mut libc::c_void) -> libc::c_int,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: an all-zero `sigset_t` is a valid value for `sigfillset` to fill.
-    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // The kernel's 64-bit mask, built here: libc's `sigfillset` may be a sanitizer's interceptor,
+    // which starts its runtime (and calls `dlsym`) from inside this walk.
+    let keep = [
+        libc::SIGSEGV,
+        libc::SIGBUS,
+        libc::SIGILL,
+        libc::SIGFPE,
+        libc::SIGTRAP,
+        libc::SIGSYS,
+    ]
+    .iter()
+    .fold(0u64, |m, &sig| m | 1u64 << (sig - 1));
+    let set: u64 = !keep;
+    let mut old: u64 = 0;
+    // errno through libc, not pinguard's thread state: a thread-local's first touch goes through
+    // `__tls_get_addr`, which a sanitizer intercepts to start its runtime (and call `dlsym`).
+    // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
+    let errno = unsafe { libc::__errno_location() };
     // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a local; the signal numbers are valid.
-    unsafe {
-        libc::sigfillset(&mut set);
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGILL,
-            libc::SIGFPE,
-            libc::SIGTRAP,
-            libc::SIGSYS,
-        ] {
-            libc::sigdelset(&mut set, sig);
-        }
-    }
-    let e = crate::runtime::guard::errno();
+    let e = unsafe { *errno };
     // SAFETY: raw system calls (no interposer's wrapper) on this thread's mask, with local sets of
     // the kernel's size; the mask is put back as it was.
-    let blocked =
-        unsafe { libc::syscall(libc::SYS_rt_sigprocmask, libc::SIG_BLOCK, &set, &mut old, 8) == 0 };
+    let blocked = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            libc::SIG_BLOCK,
+            &set as *const u64,
+            &mut old as *mut u64,
+            8,
+        ) == 0
+    };
     // SAFETY: the caller's contract is `dl_iterate_phdr`'s.
     let r = unsafe { libc::dl_iterate_phdr(Some(cb), data) };
     if blocked {
@@ -135,13 +143,14 @@ pub unsafe fn iterate_phdr(
             libc::syscall(
                 libc::SYS_rt_sigprocmask,
                 libc::SIG_SETMASK,
-                &old,
-                std::ptr::null_mut::<libc::sigset_t>(),
+                &old as *const u64,
+                std::ptr::null_mut::<u64>(),
                 8,
             )
         };
     }
-    crate::runtime::guard::set_errno(e);
+    // SAFETY: as above.
+    unsafe { *errno = e };
     r
 }
 
