@@ -409,7 +409,15 @@ fn names_another_user_took_are_never_used_and_never_block() {
         return;
     };
     for uid in [None, Some(writer.uid)] {
-        let dir = fresh_dir("planted");
+        // In /tmp, not under the checkout: the throw-away users must reach the folder, and a
+        // clone may sit below a folder only its owner can enter (`mktemp -d`).
+        let dir = std::path::Path::new("/tmp").join(format!(
+            "pgtest-planted-{}-{}",
+            std::process::id(),
+            uid.is_some()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
             .unwrap();
         let victim = dir.join("victim");
