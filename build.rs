@@ -15,6 +15,16 @@ use std::path::PathBuf;
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // Cargo sets RUSTC_LINKER for this script but does not watch it (a rerun-if-env-changed on it
+    // compares cargo's own environment, where it never is). The variable that chose the linker
+    // is what cargo watches: without it, a build with the system's linker and a later
+    // cargo-zigbuild into the same target folder reuse the first answer (aarch64 release did).
+    let triple = std::env::var("TARGET").unwrap_or_default();
+    let linker_var = format!(
+        "CARGO_TARGET_{}_LINKER",
+        triple.to_uppercase().replace(['-', '.'], "_")
+    );
+    println!("cargo:rerun-if-env-changed={linker_var}");
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     println!("cargo::rustc-check-cfg=cfg(pinguard_static_unwinder)");
