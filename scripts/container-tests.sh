@@ -85,6 +85,10 @@ build() {
     scripts/build-fixtures.sh "$tmp/fx" >/dev/null || not_run "scripts/build-fixtures.sh failed"
     cc -O1 -g -Wall -pthread -o "$tmp/fx/pin_hold" tests/progs/pin_hold.c -L"$tmp/fx" -Wl,-rpath,'$ORIGIN' -lcudart ||
         not_run "tests/progs/pin_hold.c does not build"
+    # An image's own preload (as jemalloc or tcmalloc would be): it says when it is loaded.
+    printf '%s\n' '#include <unistd.h>' \
+        '__attribute__((constructor)) static void loaded(void) { static const char m[] = "image preload: loaded\n"; (void)!write(2, m, sizeof m - 1); }' >"$tmp/mark.c"
+    cc -shared -fPIC -O1 -o "$tmp/fx/libmark.so" "$tmp/mark.c" || not_run "the image's preload library does not build"
 }
 
 # The image: the fixtures in /fx and, at their host paths, the libraries they and pinguard load
@@ -92,7 +96,7 @@ build() {
 make_image() {
     local root=$tmp/rootfs f
     mkdir -p "$root"/{fx,ctl,tmp,proc,sys,dev,etc,bin}
-    cp "$tmp/fx"/{pin_hold,scenario,libcudart.so,libascendcl.so} "$root/fx/"
+    cp "$tmp/fx"/{pin_hold,scenario,libcudart.so,libascendcl.so,libmark.so} "$root/fx/"
     cp "$cli" "$root/fx/pinguard"
     cp -L /bin/sh "$root/bin/sh"
     # ldd's lines: "name => /path (address)" or "/path (address)".
@@ -103,6 +107,10 @@ make_image() {
     image=localhost/pinguard-container-tests:$$
     tar -C "$root" -c . | pm import -q - "$image" >/dev/null 2>"$tmp/import.err" ||
         not_run "podman import failed: $(tail -1 "$tmp/import.err")"
+    # The same files in an image that sets LD_PRELOAD itself.
+    image_preload=localhost/pinguard-container-tests-preload:$$
+    tar -C "$root" -c . | pm import -q --change 'ENV LD_PRELOAD=/fx/libmark.so' - "$image_preload" >/dev/null 2>"$tmp/import.err" ||
+        not_run "podman import --change failed: $(tail -1 "$tmp/import.err")"
 }
 
 # podman with this suite's own storage, run directory and configuration: nothing of the host's
@@ -309,19 +317,35 @@ check_cdi() {
     local out c
     mapfile -t c < <(common)
     out=$(pm run --rm "${c[@]}" "$image" /bin/sh -c 'echo "LD_PRELOAD=$LD_PRELOAD"
+        echo "list=$(cat /etc/ld.so.preload)"
         echo "PINGUARD_METRICS=$PINGUARD_METRICS"
         if ( : >/opt/pinguard/libpinguard.so ) 2>/dev/null; then echo library=writable; else echo library=read-only; fi
         exec /fx/scenario cuda_alloc:1048576' 2>&1)
     # The file name's template is the spec's choice; the folder is the textfile collector's.
-    local want=("^LD_PRELOAD=/opt/pinguard/libpinguard.so\$" "^PINGUARD_METRICS=$metrics/[^/]*%p[^/]*\\.prom\$" "^library=read-only\$")
+    local want=("^LD_PRELOAD=\$" "^list=/opt/pinguard/libpinguard.so\$" "^PINGUARD_METRICS=$metrics/[^/]*%p[^/]*\\.prom\$" "^library=read-only\$")
     local w
     for w in "${want[@]}"; do
         grep -qE -- "$w" <<<"$out" || { fail "cdi (spec $cdi_source): no line $w in the container: $(tr '\n' ' ' <<<"$out" | cut -c1-400)"; return; }
     done
     if grep -qF '"pinguard_live_bytes":1048576' <<<"$out"; then
-        pass "cdi (spec $cdi_source): --device pinguard.dev/preload=default preloads the read-only library and sets PINGUARD_METRICS; pinguard counted the container's 1 MiB"
+        pass "cdi (spec $cdi_source): --device pinguard.dev/preload=default preloads the read-only library through the container's /etc/ld.so.preload and sets PINGUARD_METRICS; pinguard counted the container's 1 MiB"
     else
         fail "cdi (spec $cdi_source): the library is not counting in the container: $(grep STATS <<<"$out" | cut -c1-300)"
+    fi
+}
+
+# An image that sets LD_PRELOAD itself keeps its preload beside pinguard's (issue 46 item 16).
+check_cdi_image_preload() {
+    local out c
+    mapfile -t c < <(common)
+    out=$(pm run --rm "${c[@]}" "$image_preload" /bin/sh -c 'echo "LD_PRELOAD=$LD_PRELOAD"
+        exec /fx/scenario cuda_alloc:1048576' 2>&1)
+    if ! grep -qx 'LD_PRELOAD=/fx/libmark.so' <<<"$out" || ! grep -qx 'image preload: loaded' <<<"$out"; then
+        fail "cdi: the image's own LD_PRELOAD did not survive the device: $(tr '\n' ' ' <<<"$out" | cut -c1-400)"
+    elif ! grep -qF '"pinguard_live_bytes":1048576' <<<"$out"; then
+        fail "cdi: beside the image's LD_PRELOAD, pinguard did not count the 1 MiB: $(grep STATS <<<"$out" | cut -c1-300)"
+    else
+        pass "cdi: an image that sets LD_PRELOAD keeps its library loaded, and pinguard counted the container's 1 MiB beside it"
     fi
 }
 
@@ -560,6 +584,7 @@ main() {
     say "container suite: podman $(podman --version | awk '{print $3}') with $probe_runtime, spec $spec ($cdi_source), Prometheus :$prom_port scraping node_exporter :$ne_port"
     check_scrape
     check_cdi
+    check_cdi_image_preload
     start_workloads || return
     check_pod_namespaces
     check_memory_limit

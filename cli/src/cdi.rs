@@ -19,6 +19,23 @@ pub const CONTAINER_PATH: &str = "/opt/pinguard/libpinguard.so";
 /// pid, as the library expands them (a pod's containers share the host name and may each be pid 1).
 pub const METRICS_FILE: &str = "pinguard.%h.%n.%p.prom";
 
+/// Where the loader of a glibc container reads the libraries to preload into every process.
+pub const PRELOAD_LIST: &str = "/etc/ld.so.preload";
+/// The host's copy of that list, beside the library unless `--preload-list` names another file.
+pub const PRELOAD_LIST_FILE: &str = "ld.so.preload";
+
+/// How the spec brings the library into a container's processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PreloadWith {
+    /// A one-line list mounted at /etc/ld.so.preload: an `LD_PRELOAD` the image sets (jemalloc,
+    /// tcmalloc) keeps working, and programs that clear their environment are reached too.
+    #[value(name = "ld.so.preload")]
+    LdSoPreload,
+    /// `LD_PRELOAD` in the environment: it replaces one the image sets (CDI edits replace a
+    /// variable, they cannot append to it), but leaves an image's own /etc/ld.so.preload visible.
+    Env,
+}
+
 /// The reports' name in `--report-dir`: the PID namespace and pid keep the containers of a pod
 /// (each its pid 1) apart, the host name the pods of a node.
 pub const REPORT_FILE: &str = "pinguard.%h.%e.%n.%p.json";
@@ -29,6 +46,8 @@ pub struct Options {
     pub metrics_dir: Option<PathBuf>,
     pub report_dir: Option<PathBuf>,
     pub env: Vec<(String, String)>,
+    pub preload_with: PreloadWith,
+    pub preload_list: Option<PathBuf>,
 }
 
 /// `--env KEY=VALUE`: a name a shell could export, and a value.
@@ -68,7 +87,7 @@ fn check_env(env: &[(String, String)], metrics: bool, reports: bool) -> Result<(
             return Err(format!("--env {k} is given twice"));
         }
         if k == "LD_PRELOAD" {
-            return Err("--env LD_PRELOAD: the spec sets it to the library (choose its path with --container-path)".into());
+            return Err("--env LD_PRELOAD: the spec preloads the library itself (choose its path with --container-path, the way with --preload-with)".into());
         }
         if metrics && k == vars::METRICS.name {
             return Err(format!(
@@ -138,14 +157,31 @@ fn host_dir(d: &Path, option: &str, what: &str) -> Result<String, String> {
 pub fn spec(o: &Options) -> Result<Value, String> {
     check_container_path(&o.container_path)?;
     check_env(&o.env, o.metrics_dir.is_some(), o.report_dir.is_some())?;
-    let lib = absolute(&crate::run::find_library(o.lib.as_deref())?)?;
-    let mut env = vec![format!("LD_PRELOAD={}", o.container_path)];
+    let lib_path = crate::run::find_library(o.lib.as_deref())?;
+    let lib = absolute(&lib_path)?;
+    let mut env = vec![];
     let mut mounts = vec![json!({
         "hostPath": lib,
         "containerPath": o.container_path,
         "type": "bind",
         "options": ["ro", "nosuid", "nodev", "bind"],
     })];
+    match o.preload_with {
+        PreloadWith::Env => env.push(format!("LD_PRELOAD={}", o.container_path)),
+        PreloadWith::LdSoPreload => {
+            let list = match &o.preload_list {
+                Some(p) => p.clone(),
+                None => lib_path.with_file_name(PRELOAD_LIST_FILE),
+            };
+            write_preload_list(&list, &o.container_path)?;
+            mounts.push(json!({
+                "hostPath": absolute(&list)?,
+                "containerPath": PRELOAD_LIST,
+                "type": "bind",
+                "options": ["ro", "nosuid", "nodev", "noexec", "bind"],
+            }));
+        }
+    }
     if let Some(d) = &o.metrics_dir {
         let dir = metrics_dir(d)?;
         env.push(format!(
@@ -188,6 +224,17 @@ pub fn spec(o: &Options) -> Result<Value, String> {
     }))
 }
 
+/// The host's list for the containers' /etc/ld.so.preload, one line: the library's path inside
+/// them. Rewritten only when it says something else, so that a spec written again leaves the file
+/// running containers have mounted as it is.
+fn write_preload_list(list: &Path, container_path: &str) -> Result<(), String> {
+    let text = format!("{container_path}\n");
+    if std::fs::read(list).is_ok_and(|old| old == text.as_bytes()) {
+        return Ok(());
+    }
+    write_file(&text, list).map_err(|e| format!("--preload-list: {e}"))
+}
+
 /// Standard output for `-` or no `-o`; else a temporary file in the target's folder renamed over
 /// it, so that a runtime reading /etc/cdi while the spec is rewritten sees the old one or the new
 /// one, never half of one.
@@ -196,6 +243,11 @@ pub fn write(text: &str, output: Option<&Path>) -> Result<(), String> {
         crate::out::print(text);
         return Ok(());
     };
+    write_file(text, path)
+}
+
+/// `text` as the whole of `path`, replaced in one rename, 0644.
+fn write_file(text: &str, path: &Path) -> Result<(), String> {
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
     let name = path
         .file_name()

@@ -303,8 +303,9 @@ enum Cmd {
     /// Print or write a CDI spec (Container Device Interface) that preloads the installed library
     /// into every container run with `--device pinguard.dev/preload=default`.
     ///
-    /// The spec mounts the library read-only into the container and sets LD_PRELOAD to it; install
-    /// it as /etc/cdi/pinguard.json. Host paths are this host's: run it on the node.
+    /// The spec mounts the library read-only into the container and a one-line list naming it at
+    /// /etc/ld.so.preload (or sets LD_PRELOAD: --preload-with env); install it as
+    /// /etc/cdi/pinguard.json. Host paths are this host's: run it on the node.
     #[command(after_help = EXIT_CDI)]
     Cdi {
         /// Where to write the spec (replaced atomically); `-` for standard output, the default.
@@ -329,6 +330,15 @@ enum Cmd {
         /// A setting for every container, KEY=VALUE; repeat for more (PINGUARD_GROUP=inference).
         #[arg(long = "env", value_name = "KEY=VALUE", value_parser = cdi::env_pair)]
         env: Vec<(String, String)>,
+        /// How the containers' processes load the library: a one-line list mounted read-only at
+        /// /etc/ld.so.preload (an LD_PRELOAD the image sets keeps working beside it), or
+        /// LD_PRELOAD in the environment (which replaces the image's own).
+        #[arg(long, value_enum, value_name = "WAY", default_value = "ld.so.preload")]
+        preload_with: cdi::PreloadWith,
+        /// The host's file for that list, written (only when it changes) by this command
+        /// (default: ld.so.preload beside the library).
+        #[arg(long, value_name = "FILE")]
+        preload_list: Option<PathBuf>,
     },
     /// Remove the metrics files (PINGUARD_METRICS) of processes that have ended without removing
     /// their own (SIGKILL, the OOM killer): for a node agent to run now and then, where a folder's
@@ -600,6 +610,8 @@ fn main() -> ExitCode {
             metrics_dir,
             report_dir,
             env,
+            preload_with,
+            preload_list,
         } => {
             let written = cdi::spec(&cdi::Options {
                 lib,
@@ -607,6 +619,8 @@ fn main() -> ExitCode {
                 metrics_dir,
                 report_dir,
                 env,
+                preload_with,
+                preload_list,
             })
             .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));
             match written {

@@ -186,10 +186,15 @@ fn the_spec_preloads_the_library_from_a_read_only_mount() {
     assert_eq!(spec["kind"], "pinguard.dev/preload");
     assert_eq!(spec["devices"].as_array().unwrap().len(), 1);
     assert_eq!(spec["devices"][0]["name"], "default");
+    // The library comes through the containers' /etc/ld.so.preload, so that an image's own
+    // LD_PRELOAD (jemalloc, tcmalloc) is left as it is (issue 46 item 16).
+    assert_eq!(env_of(&spec), vec![]);
+    let list = mount_at(&spec, "/etc/ld.so.preload");
     assert_eq!(
-        env_of(&spec),
-        vec![("LD_PRELOAD".into(), "/opt/pinguard/libpinguard.so".into())]
+        std::fs::read_to_string(list["hostPath"].as_str().unwrap()).unwrap(),
+        "/opt/pinguard/libpinguard.so\n"
     );
+    assert!(list["options"].as_array().unwrap().contains(&"ro".into()));
     let m = mount_at(&spec, "/opt/pinguard/libpinguard.so");
     assert_eq!(m["hostPath"], lib.to_str().unwrap());
     let opts: Vec<&str> = m["options"]
@@ -220,7 +225,15 @@ fn the_spec_preloads_the_library_from_a_read_only_mount() {
         .unwrap();
     let spec = spec_of(&o);
     assert_cdi(&spec);
-    assert_eq!(env_of(&spec)[0].1, "/usr/lib/pg.so");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
+        "/usr/lib/pg.so\n",
+        "the list beside the library names the container path"
+    );
+    assert_eq!(
+        mount_at(&spec, "/etc/ld.so.preload")["hostPath"],
+        dir.join("ld.so.preload").to_str().unwrap()
+    );
     assert_eq!(
         mount_at(&spec, "/usr/lib/pg.so")["hostPath"],
         dir.join("libpinguard.so").to_str().unwrap()
@@ -256,7 +269,7 @@ fn metrics_dir_and_settings_reach_every_container() {
     assert_eq!(get("PINGUARD_GROUP"), Some("inference"));
     assert_eq!(get("PINGUARD_GROUP_BUDGET"), Some("8GiB"));
     assert_eq!(get("TZ"), Some("UTC"));
-    assert_eq!(get("LD_PRELOAD"), Some("/opt/pinguard/libpinguard.so"));
+    assert_eq!(get("LD_PRELOAD"), None, "the image's own LD_PRELOAD is left alone");
     // The textfile folder at the same path inside, writable: the collector reads what the
     // container's processes write.
     let m = mount_at(&spec, t);
@@ -452,4 +465,63 @@ fn bad_options_get_one_line_and_exit_2() {
             one_line(&o);
         }
     }
+}
+
+#[test]
+fn preload_with_env_sets_ld_preload_and_a_list_is_written_only_when_it_changes() {
+    use std::os::unix::fs::MetadataExt as _;
+    let lib = library();
+    let l = lib.to_str().unwrap();
+    let spec = spec_of(&pinguard(&["cdi", "--lib", l, "--preload-with", "env"]));
+    assert_cdi(&spec);
+    assert_eq!(
+        env_of(&spec),
+        vec![("LD_PRELOAD".into(), "/opt/pinguard/libpinguard.so".into())]
+    );
+    let targets: Vec<&str> = spec["devices"][0]["containerEdits"]["mounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["containerPath"].as_str().unwrap())
+        .collect();
+    assert_eq!(targets, ["/opt/pinguard/libpinguard.so"]);
+
+    // --preload-list names the host's file; the same list again keeps the file (and the inode
+    // running containers have mounted), another one replaces it whole.
+    let dir = fresh("list");
+    let list = dir.join("preload");
+    let f = list.to_str().unwrap();
+    let spec = spec_of(&pinguard(&["cdi", "--lib", l, "--preload-list", f]));
+    assert_eq!(mount_at(&spec, "/etc/ld.so.preload")["hostPath"], f);
+    let first = std::fs::metadata(&list).unwrap();
+    assert_eq!(first.mode() & 0o777, 0o644);
+    assert!(pinguard(&["cdi", "--lib", l, "--preload-list", f])
+        .status
+        .success());
+    assert_eq!(std::fs::metadata(&list).unwrap().ino(), first.ino());
+    let o = pinguard(&[
+        "cdi",
+        "--lib",
+        l,
+        "--preload-list",
+        f,
+        "--container-path",
+        "/pg.so",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(std::fs::read_to_string(&list).unwrap(), "/pg.so\n");
+
+    // A list that cannot be written: one line, exit 2, no spec.
+    let o = pinguard(&[
+        "cdi",
+        "--lib",
+        l,
+        "--preload-list",
+        dir.join("no/such").to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+    one_line(&o);
+    let o = pinguard(&["cdi", "--lib", l, "--preload-with", "neither"]);
+    assert_eq!(o.status.code(), Some(2));
 }
