@@ -29,14 +29,62 @@ pub(crate) mod signals {
     }
 }
 
-const UNINIT: u8 = 0;
-const RUNNING: u8 = 1;
-const READY: u8 = 2;
-const OFF: u8 = 3;
+/// Where the process is in pinguard's start: every hooked call reads it, set-up moves it once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Phase {
+    /// Nothing set up: the state of a process that never pinned.
+    Uninit = 0,
+    /// One thread is setting up; the others yield until it is done.
+    Running = 1,
+    /// Set up, with `CONFIG` in force.
+    Ready = 2,
+    /// Disabled, or a copy that stands down: every hook passes its call through.
+    Off = 3,
+}
 
-static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// A `Phase` in one atomic byte.
+struct AtomicPhase(AtomicU8);
+
+impl AtomicPhase {
+    const fn new(p: Phase) -> Self {
+        Self(AtomicU8::new(p as u8))
+    }
+    fn load(&self, o: Ordering) -> Phase {
+        Phase::from(self.0.load(o))
+    }
+    fn store(&self, p: Phase, o: Ordering) {
+        self.0.store(p as u8, o)
+    }
+    fn compare_exchange(
+        &self,
+        from: Phase,
+        to: Phase,
+        ok: Ordering,
+        fail: Ordering,
+    ) -> Result<Phase, Phase> {
+        self.0
+            .compare_exchange(from as u8, to as u8, ok, fail)
+            .map(Phase::from)
+            .map_err(Phase::from)
+    }
+}
+
+impl From<u8> for Phase {
+    /// Only `AtomicPhase` stores, and only a `Phase`'s byte.
+    fn from(b: u8) -> Self {
+        match b {
+            0 => Phase::Uninit,
+            1 => Phase::Running,
+            2 => Phase::Ready,
+            _ => Phase::Off,
+        }
+    }
+}
+
+static STATE: AtomicPhase = AtomicPhase::new(Phase::Uninit);
 static CONFIG: OnceLock<Config> = OnceLock::new();
-/// `CONFIG`'s value once `STATE` is `READY` (null before, and when pinguard is off), in one load.
+/// `CONFIG`'s value once `STATE` is `Phase::Ready` (null before, and when pinguard is off), in one load.
 static READY_CONFIG: std::sync::atomic::AtomicPtr<Config> =
     std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 /// The same for hooked calls (`hooks_ready`), null again in a fork child until its first hooked
@@ -126,12 +174,12 @@ pub fn ensure_init(t: &Thread) -> Option<&'static Config> {
     }
     // Off (disabled, or a copy that stands down): the call passes through without pinguard's
     // stack being made for this thread.
-    if STATE.load(Ordering::Acquire) == OFF {
+    if STATE.load(Ordering::Acquire) == Phase::Off {
         return None;
     }
     let e = t.errno();
     // Never from inside a signal handler (it may have interrupted malloc): a later call sets up.
-    if STATE.load(Ordering::Acquire) == UNINIT && !signals::may_set_up() {
+    if STATE.load(Ordering::Acquire) == Phase::Uninit && !signals::may_set_up() {
         t.set_errno(e);
         return None;
     }
@@ -217,11 +265,16 @@ fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
 fn init_once() -> Option<&'static Config> {
     loop {
         match STATE.load(Ordering::Acquire) {
-            READY => return CONFIG.get(),
-            OFF => return None,
-            UNINIT => {
+            Phase::Ready => return CONFIG.get(),
+            Phase::Off => return None,
+            Phase::Uninit => {
                 if STATE
-                    .compare_exchange(UNINIT, RUNNING, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(
+                        Phase::Uninit,
+                        Phase::Running,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
                     .is_ok()
                 {
                     // Set-up reads files and may wait: a cancellation requested meanwhile waits
@@ -231,11 +284,14 @@ fn init_once() -> Option<&'static Config> {
                     if let (true, Some(cfg)) = (on, CONFIG.get()) {
                         READY_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);
                     }
-                    STATE.store(if on { READY } else { OFF }, Ordering::Release);
+                    STATE.store(
+                        if on { Phase::Ready } else { Phase::Off },
+                        Ordering::Release,
+                    );
                 }
             }
             // Another thread is setting up; it never waits on this one.
-            _ => std::thread::yield_now(),
+            Phase::Running => std::thread::yield_now(),
         }
     }
 }
@@ -444,8 +500,8 @@ fn start_metrics(t: &Thread, cfg: &'static Config) -> bool {
 /// the environment directly, without allocating.
 pub fn hooks_enabled(family: crate::api::Family) -> bool {
     match STATE.load(Ordering::Acquire) {
-        READY => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
-        OFF => false,
+        Phase::Ready => CONFIG.get().is_some_and(|c| c.hooks & family.bit() != 0),
+        Phase::Off => false,
         _ if !crate::runtime::copies::in_charge() => false,
         _ => crate::runtime::config::early_hooks_enabled(
             early(vars::DISABLE.name),
@@ -459,8 +515,8 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
 /// (`PINGUARD_DISABLE`), which before start-up is read from the environment without allocating.
 pub fn wraps_signals() -> bool {
     match STATE.load(Ordering::Acquire) {
-        READY => true,
-        OFF => false,
+        Phase::Ready => true,
+        Phase::Off => false,
         _ => {
             crate::runtime::copies::in_charge()
                 && !crate::runtime::config::early_disabled(early(vars::DISABLE.name))
@@ -487,7 +543,7 @@ extern "C" fn at_exit() {
 /// read as a death once this process is gone. Set-up removes it at the first pinning call; here a
 /// process that never pins does, reading its settings only now (allocating at exit is fine).
 fn forget_previous_image_at_exit() {
-    if STATE.load(Ordering::Acquire) != UNINIT
+    if STATE.load(Ordering::Acquire) != Phase::Uninit
         || !owns_state()
         || !crate::runtime::copies::in_charge()
         || crate::runtime::dl::foreign_libc()
@@ -540,7 +596,7 @@ fn quiet_at_exit(cfg: &Config) -> bool {
 /// own pinguard's state (a `vfork` child, or a child of a raw `clone`), whose flags, report and
 /// group share would be its parent's.
 fn exit_report() {
-    if STATE.load(Ordering::Acquire) != READY
+    if STATE.load(Ordering::Acquire) != Phase::Ready
         || !owns_state()
         || EXIT_DONE.swap(true, Ordering::AcqRel)
     {
@@ -576,7 +632,7 @@ fn exit_report() {
 /// own work on this thread is caught before (`Reentry`).
 pub fn exit_report_from_exit_call() {
     let Some(_r) = Reentry::enter() else { return };
-    if STATE.load(Ordering::Acquire) != READY
+    if STATE.load(Ordering::Acquire) != Phase::Ready
         || !owns_state()
         || EXIT_DONE.load(Ordering::Acquire)
         || !ledger::touched()

@@ -269,7 +269,11 @@ fn metrics_dir_and_settings_reach_every_container() {
     assert_eq!(get("PINGUARD_GROUP"), Some("inference"));
     assert_eq!(get("PINGUARD_GROUP_BUDGET"), Some("8GiB"));
     assert_eq!(get("TZ"), Some("UTC"));
-    assert_eq!(get("LD_PRELOAD"), None, "the image's own LD_PRELOAD is left alone");
+    assert_eq!(
+        get("LD_PRELOAD"),
+        None,
+        "the image's own LD_PRELOAD is left alone"
+    );
     // The textfile folder at the same path inside, writable: the collector reads what the
     // container's processes write.
     let m = mount_at(&spec, t);
