@@ -203,6 +203,12 @@ pub fn reclaimable_at(dir: &str, version: Version, read: Read) -> Option<u64> {
     )
 }
 
+/// One level's room before its OOM killer: limit - usage + the page cache the kernel reclaims
+/// first. The one formula both the library's floor and the CLI's readers use.
+pub const fn room(limit: u64, used: u64, reclaimable: u64) -> u64 {
+    limit.saturating_add(reclaimable).saturating_sub(used)
+}
+
 /// What the process's cgroup can still take before an OOM kill: the least, over the levels with
 /// a limit, of limit - usage + reclaimable page cache (a parent's limit counts its other children
 /// too). `None`: no limit on the path, or a limited level whose usage cannot be read.
@@ -211,8 +217,11 @@ pub fn headroom(version: Version, levels: &[Level], read: Read) -> Option<u64> {
     for l in levels {
         let Some(limit) = l.limit else { continue };
         let used = usage_at(&l.dir, version, read)?;
-        let room =
-            (limit + reclaimable_at(&l.dir, version, read).unwrap_or(0)).saturating_sub(used);
+        let room = room(
+            limit,
+            used,
+            reclaimable_at(&l.dir, version, read).unwrap_or(0),
+        );
         least = Some(least.map_or(room, |m| m.min(room)));
     }
     least

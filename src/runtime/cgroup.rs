@@ -201,7 +201,10 @@ fn level(dir: &PathBuf, v: Version) -> Result<Option<(u64, u64)>, Bad> {
             }
         });
     }
-    Ok(Some(((limit + cache).saturating_sub(used), limit)))
+    Ok(Some((
+        pinguard_report::cgroup::room(limit, used, cache),
+        limit,
+    )))
 }
 
 /// The headroom now, from the group's folder up to the mount point.
