@@ -366,17 +366,7 @@ fn init() -> bool {
 fn configure() -> Config {
     crate::runtime::node::scrub_environment();
     let secure = kernel::secure_mode();
-    let vars: Vec<(String, Option<String>)> = if secure {
-        Vec::new()
-    } else {
-        std::env::vars_os()
-            .filter_map(|(k, v)| {
-                let k = k.into_string().ok()?;
-                k.starts_with("PINGUARD_")
-                    .then(|| (k, v.into_string().ok()))
-            })
-            .collect()
-    };
+    let vars = crate::runtime::node::pinguard_vars();
     let file = crate::runtime::node::settings();
     let mut cfg = Config::from_layers(&vars, file.as_ref(), &kernel::Host);
     let n = crate::runtime::node::scrubbed();

@@ -217,6 +217,44 @@ pub fn env_raw(name: &str) -> Option<&'static [u8]> {
     }
 }
 
+/// The environment's `PINGUARD_*` variables, copied; none in secure mode. Only these are copied:
+/// a walk of `environ` as `getenv` makes, where `std::env::vars_os` would copy every variable of
+/// the process first (half of a never-pinning process's exit-time cost, issue 44 item 8).
+pub fn pinguard_vars() -> Vec<(String, Option<String>)> {
+    if kernel::secure_mode() {
+        return Vec::new();
+    }
+    extern "C" {
+        static environ: *const *const libc::c_char;
+    }
+    let mut out = Vec::new();
+    // SAFETY: `environ` is the C library's NULL-terminated array of NUL-terminated strings, read
+    // here as `getenv` reads it; each entry is copied at once.
+    unsafe {
+        let env = std::ptr::addr_of!(environ).read();
+        let mut i = 0;
+        while !env.is_null() && !(*env.add(i)).is_null() {
+            let entry = CStr::from_ptr(*env.add(i)).to_bytes();
+            i += 1;
+            if !entry.starts_with(b"PINGUARD_") {
+                continue;
+            }
+            // As `getenv` and std do: an entry without `=` is no variable.
+            let Some(at) = entry.iter().position(|&c| c == b'=') else {
+                continue;
+            };
+            let Ok(k) = std::str::from_utf8(&entry[..at]) else {
+                continue;
+            };
+            let v = std::str::from_utf8(&entry[at + 1..])
+                .ok()
+                .map(str::to_string);
+            out.push((k.to_string(), v));
+        }
+    }
+    out
+}
+
 /// A setting before start-up, without allocating: the environment's value, else the file's; in
 /// secure mode only the file's.
 pub fn early(name: &str) -> Option<&'static [u8]> {
