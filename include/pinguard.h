@@ -31,7 +31,9 @@ PINGUARD_API int pinguard_write_report(const char *path);
 PINGUARD_API long pinguard_report_path(char *buf, size_t size);
 
 /* Pinned bytes live in this process right now (downgraded, pageable memory is not counted). Locked
- * pages are first compared with the kernel's VmLck (and matched with it when they differ). */
+ * pages are first compared with the kernel's VmLck (and matched with it when they differ), and
+ * pages the kernel pins that pinguard saw no call for (VmPin: io_uring fixed buffers) are counted
+ * against the budget (the report's totals.kernel_pinned_bytes; not in this figure). */
 PINGUARD_API uint64_t pinguard_live_bytes(void);
 
 /* The most pinned bytes live at any moment so far (the report's totals.peak_live_bytes). */

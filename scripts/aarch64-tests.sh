@@ -23,6 +23,8 @@
 #   library with a large debug section); inside tests, under qemu: lock_seq's self-check (mincore,
 #   answered from qemu's own map) and the empty handler on a write-protected alternate stack (qemu
 #   writes the signal frame itself and faults there, pinguard or not).
+#   vm_pin and ibverbs: qemu-user has no io_uring (io_uring_setup answers ENOSYS), which the
+#   VmPin tests and the emulated libibverbs pin with.
 # host_reserve binds a stand-in over /proc/meminfo in a private mount namespace: it needs root and
 # unshare -m here as natively (without them its tests say NOT RUN).
 # Needs: rustup target aarch64-unknown-linux-gnu; Debian's qemu-user, gcc-aarch64-linux-gnu,

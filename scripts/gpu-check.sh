@@ -5,7 +5,9 @@
 # Python) and `downgrade` (unpinned batches, same results, budget held), the cudaHostRegister
 # path, CuPy's pinned pool and a JAX array in pinned host memory where installed, host memory from
 # the driver's cuMemCreate and from a host memory pool where the driver supports them, and the
-# loop's throughput with and without pinguard. One PASS/FAIL/SKIP line per check; exit 1 if any fails.
+# loop's throughput with and without pinguard, and which of the process's counters (VmLck, VmPin,
+# RssShmem) cudaHostAlloc and cudaHostRegister move, with no such pin counted again as
+# kernel-pinned (VmPin) bytes. One PASS/FAIL/SKIP line per check; exit 1 if any fails.
 #
 # On the GPU machine: Python 3 with PyTorch (CUDA), no network, no Rust toolchain; the library is
 # built beforehand (scripts/release.sh: target/release-artifacts/x86_64/libpinguard.so) and

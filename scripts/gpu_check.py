@@ -306,10 +306,79 @@ def child_hip(emul_dir):
     return out
 
 
+COUNTERS = ("VmLck", "VmPin", "RssShmem")
+COUNTER_BYTES = 16 << 20
+
+
+def status_counters():
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in COUNTERS:
+                out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def child_counters(emul_dir):
+    """Which of the process's own counters each host-pinning path moves (VmLck: mlock's, checked
+    against RLIMIT_MEMLOCK; VmPin: long-term pins, checked against it too; RssShmem: shared
+    mappings), measured while 16 MiB are held, and pinguard's kernel-pinned bytes at that moment
+    (a report written then): a path that moves VmPin must not show there, or it is counted twice."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    if emul_dir:
+        rt = ctypes.CDLL(os.path.join(emul_dir, "libcudart.so"))
+    else:
+        import torch
+        torch.cuda.init()
+        rt = ctypes.CDLL("libcudart.so.%s" % torch.version.cuda.split(".")[0])
+    rt.cudaHostAlloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
+    rt.cudaFreeHost.argtypes = [ctypes.c_void_p]
+    rt.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    rt.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+    n = COUNTER_BYTES
+
+    def alloc():
+        p = ctypes.c_void_p()
+        rc = rt.cudaHostAlloc(ctypes.byref(p), n, 0)
+        return rc, (lambda: rt.cudaFreeHost(p))
+
+    def register():
+        m = libc.mmap(None, n, 3, 0x22, -1, 0)  # PROT_READ|PROT_WRITE, MAP_PRIVATE|MAP_ANONYMOUS
+        rc = rt.cudaHostRegister(m, n, 0)
+        return rc, (lambda: (rt.cudaHostUnregister(m), libc.munmap(m, n)))
+
+    try:
+        write = ctypes.CDLL(None).pinguard_write_report
+        write.argtypes = [ctypes.c_char_p]
+    except AttributeError:
+        write = None
+    out = {}
+    for name, pin in (("cudaHostAlloc", alloc), ("cudaHostRegister", register)):
+        before = status_counters()
+        rc, release = pin()
+        during = status_counters()
+        kernel_pinned = None
+        if write and rc == 0:
+            path = os.path.join(os.environ.get("GPU_CHECK_DIR", "/tmp"), "held.%s.json" % name)
+            if write(path.encode()) == 0:
+                kernel_pinned = json.load(open(path))["totals"].get("kernel_pinned_bytes")
+        release()
+        out[name] = {"rc": rc, "moved": {k: during.get(k, 0) - before.get(k, 0) for k in COUNTERS},
+                     "kernel_pinned": kernel_pinned}
+    return out
+
+
 def child(args):
     snapshot = os.environ.get("GPU_CHECK_SNAPSHOT")
     try:
-        if args.child == "driver":
+        if args.child == "counters":
+            out = child_counters(args.emul_dir if args.backend == "emul" else "")
+        elif args.child == "driver":
             out = child_driver(args.emul_dir if args.backend == "emul" else "")
         elif args.child == "hip":
             out = child_hip(args.emul_dir if args.backend == "emul" else "")
@@ -357,6 +426,7 @@ class Checks:
             e.update({"LD_PRELOAD": self.args.lib, "PINGUARD_REPORT": os.path.join(d, "exit.%p.json"), "PINGUARD_DEPTH": "32",
                       "GPU_CHECK_SNAPSHOT": os.path.join(d, "snapshot.json")})
         e.update(env or {})
+        e["GPU_CHECK_DIR"] = d
         cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--backend", self.args.backend, "--emul-dir", self.args.emul_dir]
         try:
             p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=self.args.timeout)
@@ -497,6 +567,21 @@ class Checks:
                                r["pool_location"], r["pool_reserved"], r["pool_added"], r["pool_left"]))
             else:
                 self.line("SKIP", "7 host pool", "the driver refused host pools: %s" % {k: v for k, v in r.items() if "rc" in k})
+
+        # 9. Which counter each path moves, and nothing pinguard saw counted again from VmPin.
+        r = self.run("counters", mode="counters")[0]
+        if not r["ok"]:
+            self.check("9 VmLck, VmPin, RssShmem per path", False, "%s" % r.get("error"))
+        else:
+            for name in ("cudaHostAlloc", "cudaHostRegister"):
+                p = r[name]
+                moved = ", ".join("%s %+d" % (k, p["moved"][k]) for k in COUNTERS)
+                if p["rc"] != 0:
+                    self.line("SKIP", "9 %s counters" % name, "the call answered %s" % p["rc"])
+                    continue
+                self.check("9 %s counters" % name, True, "%d bytes held: %s" % (COUNTER_BYTES, moved))
+                self.check("9 %s not counted again as kernel-pinned" % name, p["kernel_pinned"] == 0,
+                           "report's totals.kernel_pinned_bytes %s while held (%s)" % (p["kernel_pinned"], moved))
 
         # 6. Throughput with and without pinguard, in the same run.
         r_without = self.run("speed-without", preload=False)[0]

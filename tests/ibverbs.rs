@@ -324,3 +324,27 @@ fn every_ibverbs_row_is_redirected_through_a_handle() {
         }
     }
 }
+
+/// The card's registrations move the kernel's `VmPin` (the emulated library pins each as an
+/// `io_uring` ring's fixed buffer, as `ib_umem_get` pins): matched with `VmPin`, they stay
+/// pinguard's own records, never counted a second time as kernel-pinned bytes with no callsite.
+#[test]
+fn registrations_in_vmpin_are_not_counted_again_as_kernel_pinned() {
+    let r = ibv("export", &["reg:1048576", "iova2:12288"], &[]);
+    let rep = r.report();
+    let vm_pin = rep["kernel"]["vm_pin_bytes"].as_u64().unwrap_or(0);
+    if vm_pin == 0 {
+        eprintln!("NOT RUN: the emulated library pinned with mlock (io_uring not available here)");
+        assert!(
+            std::env::var_os("PGTEST_REQUIRE_ALL").is_none() || aarch64(),
+            "io_uring must be available here"
+        );
+        return;
+    }
+    assert_eq!(vm_pin, 1048576 + 12288, "{}", rep["kernel"]);
+    assert_eq!(rep["totals"]["live_bytes"], 1048576 + 12288);
+    assert_eq!(rep["totals"]["kernel_pinned_bytes"], 0, "{}", rep["totals"]);
+    assert!(!pinguard_lines(&r.stderr)
+        .join("\n")
+        .contains("kernel-pinned"));
+}

@@ -66,6 +66,7 @@ fn workload_report_has_every_key_and_names_the_callers() {
         "downgraded_live_bytes",
         "over_budget_count",
         "unknown_release_count",
+        "kernel_pinned_bytes",
     ] {
         assert!(
             rep["totals"][key].is_u64(),

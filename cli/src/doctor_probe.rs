@@ -1,7 +1,8 @@
 //! `pinguard doctor --probe`: pins a bounded amount through each path this process can reach
 //! (`mlock`; `cudaHostAlloc`, `cudaHostRegister`, `aclrtMallocHost` and `hipHostMalloc` where a
 //! runtime loads) and
-//! says whether the cgroup's usage and the host's `MemAvailable` moved by it. Pages a driver
+//! says whether the cgroup's usage and the host's `MemAvailable` moved by it, and which of the
+//! process's own counters (`VmLck`, `VmPin`, `RssShmem`) the path moves. Pages a driver
 //! allocates itself are often not charged to the cgroup; user pages locked or registered are.
 
 use crate::doctor::{meminfo_kb, usage, CgroupFacts};
@@ -24,8 +25,28 @@ pub struct Probe {
     pub available_drop_bytes: Option<i64>,
     /// Whether the cgroup's limit counts this path: usage rose by at least 3/4 of the pin.
     pub counted: Option<bool>,
+    /// How far this process's `VmLck`, `VmPin` and `RssShmem` moved while the pin was held
+    /// (median of the rounds): which counter the path moves (the kernel checks `RLIMIT_MEMLOCK`
+    /// against `VmLck` for `mlock`, against `VmPin` for a card's or `io_uring`'s pins).
+    pub vm_lck_delta_bytes: Option<i64>,
+    pub vm_pin_delta_bytes: Option<i64>,
+    pub rss_shmem_delta_bytes: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// The status counters a probe compares: `VmLck`, `VmPin`, `RssShmem`.
+const COUNTERS: [&str; 3] = ["VmLck", "VmPin", "RssShmem"];
+
+/// `COUNTERS` from one read of `/proc/self/status`, in bytes.
+fn counters() -> [Option<u64>; 3] {
+    let text = crate::doctor::read("/proc/self/status").unwrap_or_default();
+    COUNTERS.map(|key| {
+        text.lines().find_map(|l| {
+            let kb = l.strip_prefix(key)?.strip_prefix(':')?.trim();
+            Some(kb.strip_suffix("kB")?.trim().parse::<u64>().ok()? * 1024)
+        })
+    })
 }
 
 type Release = Box<dyn FnOnce()>;
@@ -38,6 +59,9 @@ fn not_probed(path: &'static str, bytes: u64, why: String) -> Probe {
         usage_delta_bytes: None,
         available_drop_bytes: None,
         counted: None,
+        vm_lck_delta_bytes: None,
+        vm_pin_delta_bytes: None,
+        rss_shmem_delta_bytes: None,
         note: Some(why),
     }
 }
@@ -58,13 +82,20 @@ fn meminfo_lag() -> std::time::Duration {
 
 fn measure(path: &'static str, place: Option<&Place>, bytes: u64, pin: &Pin) -> Probe {
     let (mut used, mut avail) = (Vec::new(), Vec::new());
+    let mut moved: [Vec<i64>; 3] = Default::default();
     for round in 0..ROUNDS {
         let (u0, a0) = (place.and_then(usage), meminfo_kb("MemAvailable"));
+        let c0 = counters();
         let release = match pin(bytes) {
             Ok(r) => r,
             Err(e) => return not_probed(path, bytes, format!("could not pin: {e}")),
         };
         let u1 = place.and_then(usage);
+        for (i, (a, b)) in c0.iter().zip(counters()).enumerate() {
+            if let (Some(a), Some(b)) = (a, b) {
+                moved[i].push(b as i64 - *a as i64);
+            }
+        }
         // The host's figure once per path: it needs the kernel's counters folded in.
         let a1 = if round == 0 {
             std::thread::sleep(meminfo_lag());
@@ -82,12 +113,16 @@ fn measure(path: &'static str, place: Option<&Place>, bytes: u64, pin: &Pin) -> 
     }
     let usage_delta_bytes = median(used);
     let counted = usage_delta_bytes.map(|d| d >= (bytes as i64) * 3 / 4);
+    let [lck, pin, shmem] = moved.map(median);
     Probe {
         path,
         bytes,
         usage_delta_bytes,
         available_drop_bytes: median(avail),
         counted,
+        vm_lck_delta_bytes: lck,
+        vm_pin_delta_bytes: pin,
+        rss_shmem_delta_bytes: shmem,
         note: None,
     }
 }
@@ -364,7 +399,7 @@ pub fn render(s: &mut String, probes: &[Probe]) {
         let line = match (p.counted, &p.note) {
             (_, Some(n)) => n.clone(),
             (c, None) => format!(
-                "{}: cgroup usage {} for {} pinned, host MemAvailable {}",
+                "{}: cgroup usage {} for {} pinned, host MemAvailable {}; VmLck {}, VmPin {}, RssShmem {}",
                 match c {
                     Some(true) => "counted by the limit",
                     Some(false) => "NOT counted by the limit",
@@ -373,6 +408,9 @@ pub fn render(s: &mut String, probes: &[Probe]) {
                 moved(p.usage_delta_bytes),
                 format_bytes(p.bytes),
                 moved(p.available_drop_bytes.map(|d| -d)),
+                moved(p.vm_lck_delta_bytes),
+                moved(p.vm_pin_delta_bytes),
+                moved(p.rss_shmem_delta_bytes),
             ),
         };
         s.push_str(&format!("  {:<17} {line}\n", p.path));

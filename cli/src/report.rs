@@ -153,10 +153,17 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
     }
     let t = &m.totals;
     s.push_str(&format!(
-        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}; peak {}; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
+        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}{}; peak {}; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
         count(t.live_bytes, "byte", "bytes"),
         format_bytes(t.live_bytes),
         count(t.live_count, "allocation", "allocations"),
+        match t.kernel_pinned_bytes {
+            0 => String::new(),
+            b => format!(
+                ", {} more kernel-pinned with no callsite (VmPin)",
+                format_bytes(b)
+            ),
+        },
         format_bytes(t.peak_live_bytes),
         t.denied_count,
         format_bytes(t.denied_bytes),

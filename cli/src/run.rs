@@ -887,8 +887,15 @@ fn ending_line(p: &Reading, is_cmd: Option<&TheCommand>) -> String {
     } else {
         ""
     };
+    let kernel = match t.kernel_pinned_bytes {
+        0 => String::new(),
+        b => format!(
+            ", and {} kernel-pinned with no callsite (VmPin)",
+            format_bytes(b)
+        ),
+    };
     format!(
-        "pinguard run: pid {} ({}{tag}): {how}; {state}\n",
+        "pinguard run: pid {} ({}{tag}): {how}; {state}{kernel}\n",
         r.process.pid,
         crate::merge::basename(&r.process.exe)
     )

@@ -19,6 +19,9 @@ struct Row {
     /// group applies one, or a version 4 ledger, which keeps no cgroup figures).
     cgroup_reserve: Option<u64>,
     budget: Option<u64>,
+    /// Pins the kernel counts and no call explains (`VmPin`): against the budget; `None` where
+    /// the source does not say (the group ledger counts them in `pinned` already).
+    kernel_pinned: Option<u64>,
     note: String,
 }
 
@@ -55,6 +58,7 @@ fn group_view(name: &str, h: &Header) -> (String, Vec<Row>) {
             host_reserve: (h.host_reserve > 0).then_some(m.host_reserve),
             cgroup_reserve: cgroups.then_some(h.ext[i].cgroup_reserve),
             budget,
+            kernel_pinned: None,
             note: if alive {
                 String::new()
             } else {
@@ -189,6 +193,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
             host_reserve: None,
             cgroup_reserve: None,
             budget: None,
+            kernel_pinned: None,
             note: String::new(),
         };
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -214,6 +219,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
                 "pinguard_process_pinned_bytes" => row.pinned = v as u64,
                 "pinguard_process_pinned_peak_bytes" => row.peak = v as u64,
                 "pinguard_budget_bytes" => row.budget = Some(v as u64),
+                "pinguard_process_kernel_pinned_bytes" => row.kernel_pinned = Some(v as u64),
                 "pinguard_denied_total" => row.denied += v as u64,
                 "pinguard_downgraded_total" => row.downgraded += v as u64,
                 "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v as u64),
@@ -236,6 +242,13 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
         format_bytes(total),
         crate::out::count(rows.len() as u64, "process", "processes")
     );
+    let kernel: u64 = rows.iter().filter_map(|r| r.kernel_pinned).sum();
+    if kernel > 0 {
+        head.push_str(&format!(
+            ", {} more kernel-pinned with no callsite (VmPin)",
+            format_bytes(kernel)
+        ));
+    }
     if let Some(l) = lowest {
         head.push_str(&format!(
             "; lowest host memory available {}",
@@ -274,13 +287,20 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
         t[0].insert(7, "HOST-RESERVE".into());
         right.insert(7, true);
     }
+    // Last, so that the columns above are placed as without it.
+    let kernel = rows.iter().any(|r| r.kernel_pinned.is_some_and(|k| k > 0));
+    if kernel {
+        t[0].insert(3, "KERNEL-PINNED".into());
+        right.insert(3, true);
+    }
     for r in &rows {
+        let kpin = r.kernel_pinned.unwrap_or(0);
         let mut row = vec![
             r.pid.to_string(),
             r.exe.clone(),
             format_bytes(r.pinned),
             format_bytes(r.peak),
-            pct(r.pinned, r.budget),
+            pct(r.pinned + kpin, r.budget),
             r.denied.to_string(),
             r.downgraded.to_string(),
             r.note.clone(),
@@ -291,6 +311,9 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
         }
         if host {
             row.insert(7, shown(r.host_reserve));
+        }
+        if kernel {
+            row.insert(3, format_bytes(kpin));
         }
         t.push(row);
     }
@@ -326,5 +349,53 @@ pub fn run(source: Source, once: bool, every: std::time::Duration) -> i32 {
             }
         }
         std::thread::sleep(every);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pid: u32, pinned: u64, kernel_pinned: Option<u64>) -> Row {
+        Row {
+            pid,
+            exe: "x".into(),
+            pinned,
+            peak: pinned,
+            denied: 0,
+            downgraded: 0,
+            host_reserve: None,
+            cgroup_reserve: None,
+            budget: Some(4 << 20),
+            kernel_pinned,
+            note: String::new(),
+        }
+    }
+
+    /// The kernel's pins no call explains get a column once a process has some, and count in
+    /// the budget's use as they count against the budget.
+    #[test]
+    fn kernel_pinned_bytes_have_a_column_and_count_in_budget_use() {
+        let plain = render("h".into(), vec![row(1, 1 << 20, Some(0))]);
+        assert!(!plain.contains("KERNEL-PINNED"), "{plain}");
+        let text = render(
+            "h".into(),
+            vec![row(1, 1 << 20, Some(1 << 20)), row(2, 0, None)],
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        let head: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            &head[..5],
+            ["PID", "EXE", "PINNED", "KERNEL-PINNED", "PEAK"],
+            "{text}"
+        );
+        let one: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(one[0], "1", "{text}");
+        assert_eq!(
+            &one[2..8],
+            ["1.00", "MiB", "1.00", "MiB", "1.00", "MiB"],
+            "{text}"
+        );
+        assert_eq!(one[8], "50%", "2 MiB of a 4 MiB budget: {text}");
     }
 }

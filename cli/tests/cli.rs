@@ -2491,3 +2491,108 @@ fn run_says_it_cannot_watch_a_secure_mode_program_and_check_fails() {
     );
     assert!(run_record(&out).get("secure_mode").is_none());
 }
+
+/// The `io_uring` fixture (tests/progs/uring_pin.c), built once into this binary's fixtures;
+/// `None`, saying so, where `io_uring` cannot register a buffer here.
+fn uring_pin() -> Option<PathBuf> {
+    let exe = fixtures().dir.join("uring_pin");
+    let src = root().join("tests/progs/uring_pin.c");
+    cc(&[
+        "-O1",
+        "-Wall",
+        "-o",
+        exe.to_str().unwrap(),
+        src.to_str().unwrap(),
+        "-ldl",
+    ]);
+    let out = program(&exe, None).args(["uring:64"]).output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    if said.starts_with("uring rc=0 ") {
+        return Some(exe);
+    }
+    eprintln!(
+        "NOT RUN: io_uring cannot register buffers here: {}",
+        said.trim()
+    );
+    assert!(
+        std::env::var_os("PGTEST_REQUIRE_ALL").is_none() || aarch64(),
+        "io_uring must be available here"
+    );
+    None
+}
+
+/// Issue 45 item 3: pins the kernel counts in `VmPin` that no call explains (a raw `io_uring`
+/// registration) show in `run`'s line, `report`'s summary and `top`'s `KERNEL-PINNED` column.
+#[test]
+fn kernel_pinned_bytes_show_in_run_report_and_top() {
+    let Some(exe) = uring_pin() else {
+        return;
+    };
+    let dir = fresh_dir("cli-vmpin");
+    let template = dir.join("%e.%p.json");
+    let o = pinguard(&[
+        "run",
+        "--lib",
+        fixtures().lib.to_str().unwrap(),
+        "--report",
+        template.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "mlock:64",
+        "uring:1024",
+        "live",
+    ]);
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "still pinned at exit by main, and 1.00 MiB kernel-pinned with no callsite (VmPin)\n"
+        ),
+        "{err}"
+    );
+    let (out, _) = text(&pinguard(&["report", dir.to_str().unwrap()]));
+    assert!(
+        out.contains(" pinned in 1 allocation across 1 process, 1.00 MiB more kernel-pinned with no callsite (VmPin); peak "),
+        "{out}"
+    );
+
+    let mdir = fresh_dir("cli-vmpin-top");
+    let mut held = command_in(&exe, &mdir, true)
+        .args(["mlock:64", "uring:1024", "sleep:20000"])
+        .env("PINGUARD_METRICS", mdir.join("m.%p.prom"))
+        .env("PINGUARD_INTERVAL", "50ms")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let prom = mdir.join(format!("m.{}.prom", held.id()));
+    until("the kernel-pinned gauge", || {
+        std::fs::read_to_string(&prom).is_ok_and(|t| {
+            t.contains("pinguard_process_kernel_pinned_bytes{") && t.contains("} 1048576\n")
+        })
+    });
+    let (top, _) = text(&pinguard(&[
+        "top",
+        "--metrics",
+        mdir.to_str().unwrap(),
+        "--once",
+    ]));
+    held.kill().unwrap();
+    held.wait().unwrap();
+    assert!(
+        top.lines()
+            .next()
+            .unwrap()
+            .contains(", 1.00 MiB more kernel-pinned with no callsite (VmPin)"),
+        "{top}"
+    );
+    let header = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("PID"))
+        .unwrap();
+    let row = top
+        .lines()
+        .find(|l| l.trim_start().starts_with(&held.id().to_string()))
+        .unwrap_or_else(|| panic!("{top}"));
+    assert_eq!(cell(header, row, "KERNEL-PINNED"), "MiB", "{top}");
+    assert!(row.contains("1.00 MiB"), "{top}");
+}

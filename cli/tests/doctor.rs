@@ -122,6 +122,11 @@ fn a_nested_v1_limit_is_found_and_the_probe_sees_which_paths_it_counts() {
             (12 << 20..=20 << 20).contains(&moved),
             "{path} moved the group by {moved}"
         );
+        // Which of the process's counters the path moves: mlock'ed pages are VmLck's, not VmPin's.
+        let lck = p["vm_lck_delta_bytes"].as_i64().unwrap();
+        assert!((16 << 20..=17 << 20).contains(&lck), "{path}: VmLck {p}");
+        assert_eq!(p["vm_pin_delta_bytes"], 0, "{path}: {p}");
+        assert_eq!(p["rss_shmem_delta_bytes"], 0, "{path}: {p}");
     }
     assert!(
         v["verdict"].as_str().unwrap().starts_with("contained"),
@@ -155,6 +160,10 @@ fn a_nested_v1_limit_is_found_and_the_probe_sees_which_paths_it_counts() {
     );
     assert!(
         text.contains("mlock             counted by the limit"),
+        "{text}"
+    );
+    assert!(
+        text.contains("; VmLck +16.0 MiB, VmPin +0 B, RssShmem +0 B\n"),
         "{text}"
     );
 }

@@ -221,6 +221,11 @@ pub struct Totals {
     /// `denied_count`, `downgraded_count` or `over_budget_count`.
     #[serde(default)]
     pub cgroup_reserve_count: u64,
+    /// Bytes the kernel counts as pinned (`VmPin`) that no call pinguard saw explains (an
+    /// `io_uring` ring's fixed buffers, a registration through a raw system call), as of the
+    /// report: no callsite, not in `live_bytes`, counted against the budget.
+    #[serde(default)]
+    pub kernel_pinned_bytes: u64,
 }
 
 impl Totals {
@@ -248,6 +253,7 @@ impl Totals {
         self.group_unavailable_count += o.group_unavailable_count;
         self.stack_short_count += o.stack_short_count;
         self.cgroup_reserve_count += o.cgroup_reserve_count;
+        self.kernel_pinned_bytes += o.kernel_pinned_bytes;
     }
 }
 

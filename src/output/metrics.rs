@@ -191,6 +191,12 @@ fn process_families(f: &mut Families, cfg: &Config) {
         t.peak_live_bytes,
     );
     f.one(
+        "pinguard_process_kernel_pinned_bytes",
+        "gauge",
+        "Bytes the kernel counts as pinned (VmPin) that no call pinguard saw explains: no callsite, counted against the budget.",
+        ledger::kernel_pinned(),
+    );
+    f.one(
         "pinguard_config_errors",
         "gauge",
         "Settings that could not be used (the report's config.errors).",
@@ -512,6 +518,11 @@ pub fn write(cfg: &Config) {
     if kernel::secure_mode() || !ledger::touched() {
         return;
     }
+    // The kernel's pins that no call explains change without a call pinguard sees: one read of
+    // the status per write keeps the gauge (and the budget) current. The locked pages are left
+    // to the reports and refusals, which may walk the mappings.
+    let (_, d) = ledger::reconcile_kernel(crate::runtime::guard::here(), false);
+    budget::adjust(d.removed, d.added);
     let base = path_of(template);
     crate::output::files::make_dirs(&crate::output::files::with_pid(template));
     let mut written = None;

@@ -218,13 +218,12 @@ pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
 /// the callsites' frames.
 fn gather(cfg: &Config) -> Figures {
     let now = crate::runtime::clock::unix_ms();
-    // The kernel is the truth for locked pages: the view is matched with VmLck first (glibc's own
-    // unmaps, a grown locked stack), and the status read right after, before symbolizing moves it.
-    if cfg.hooks & Family::Mlock.bit() != 0 {
-        let d = ledger::reconcile_locked(guard::here());
-        budget::adjust(d.removed, d.added);
-    }
-    let status = kernel::status();
+    // The kernel is the truth for locked and pinned pages: the view is matched with VmLck (glibc's
+    // own unmaps, a grown locked stack) and the unseen pins with VmPin (an io_uring ring's fixed
+    // buffers), from one read of the status, before symbolizing moves it.
+    let locked = cfg.hooks & Family::Mlock.bit() != 0;
+    let (status, d) = ledger::reconcile_kernel(guard::here(), locked);
+    budget::adjust(d.removed, d.added);
     ledger::timeline_now();
     let mut totals = ledger::totals();
     let apis: Vec<(String, schema::ApiStats)> = ledger::apis()
@@ -272,6 +271,7 @@ fn gather(cfg: &Config) -> Figures {
     };
     let (timeline, timeline_apis) = timelines(&points, &apis);
     totals.out_of_memory_count = heap::failures();
+    totals.kernel_pinned_bytes = ledger::kernel_pinned();
     let mut config = config(cfg);
     config
         .errors
@@ -676,7 +676,8 @@ pub fn write_exit(cfg: &Config) {
         // The report stands in the state's place; without it, the state is what remains.
         crate::accounting::arena::remove_file();
     }
-    let t = ledger::totals();
+    let mut t = ledger::totals();
+    t.kernel_pinned_bytes = ledger::kernel_pinned();
     let mut budget = match budget::limit() {
         _ if budget::closed() => "FAILED CLOSED: a setting cannot be used (PINGUARD_STRICT)".into(),
         Some(b) => format!("budget {}", format_bytes(b)),
@@ -756,8 +757,16 @@ fn exit_line(
             format_bytes(lowest)
         ));
     }
+    // Pins the kernel counts and no call explains: against the budget too, so on the line.
+    let kernel = match t.kernel_pinned_bytes {
+        0 => String::new(),
+        b => format!(
+            ", {} more kernel-pinned with no callsite (VmPin)",
+            format_bytes(b)
+        ),
+    };
     format!(
-        "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}); {} denied, {} downgraded{over}{host}; {whereto}\n",
+        "pinguard[{pid}]: {} pinned in {} at exit (peak {}, {budget}){kernel}; {} denied, {} downgraded{over}{host}; {whereto}\n",
         format_bytes(t.live_bytes),
         count(t.live_count, "allocation", "allocations"),
         format_bytes(t.peak_live_bytes),
@@ -935,6 +944,10 @@ mod tests {
             "report: r.json",
         );
         assert_eq!(line, "pinguard[7]: 4.00 KiB pinned in 1 allocation at exit (peak 8.00 KiB, budget 16.0 KiB); 0 denied, 0 downgraded; report: r.json\n");
+        t.kernel_pinned_bytes = 1 << 20;
+        let line = exit_line(7, &t, "no budget", false, Floors::default(), "x");
+        assert_eq!(line, "pinguard[7]: 4.00 KiB pinned in 1 allocation at exit (peak 8.00 KiB, no budget), 1.00 MiB more kernel-pinned with no callsite (VmPin); 0 denied, 0 downgraded; x\n");
+        t.kernel_pinned_bytes = 0;
         t.live_count = 2;
         t.over_budget_count = 3;
         let line = exit_line(

@@ -471,7 +471,25 @@ impl Hook {
         later: Option<&WarnLater>,
         over: Over,
     ) -> Admission {
-        self.work(|| self.policy_answer(api, bytes, site, req, later, over))
+        self.work(|| match self.unseen_let_go(bytes) {
+            Some(r) => Admission::Pin(r),
+            None => self.policy_answer(api, bytes, site, req, later, over),
+        })
+    }
+
+    /// Before a refusal: pins the kernel counts and no call explains (`VmPin`) count against the
+    /// budget, and may have been let go since they were last read (an `io_uring` ring's buffers
+    /// unregistered). Read again only while some are counted; a reservation if they made room.
+    fn unseen_let_go(&self, bytes: u64) -> Option<budget::Reservation> {
+        if ledger::kernel_pinned() == 0 {
+            return None;
+        }
+        let (_, d) = ledger::reconcile_kernel(self.t, false);
+        budget::adjust(d.removed, d.added);
+        if d.removed == 0 {
+            return None;
+        }
+        budget::reserve(bytes)
     }
 
     fn policy_answer(

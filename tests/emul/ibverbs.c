@@ -1,11 +1,15 @@
 /* An emulated rdma-core libibverbs.so.1: the memory-registration calls with their real names,
  * signatures, symbol versions (ibverbs.map, after libibverbs.map.in), struct ibv_mr layout and
- * errno behaviour (libibverbs/verbs.h, verbs.c), pinning real pages (mlock), with its own counters
+ * errno behaviour (libibverbs/verbs.h, verbs.c), pinning real pages as the card does (each
+ * registration an io_uring ring's fixed buffer: the kernel pins the pages long-term and counts them
+ * in VmPin, never VmLck, as ib_umem_get does; mlock where io_uring is not available), with its own counters
  * (emu_ibverbs_stats). No device: ibv_alloc_pd hands out a protection domain of its own. As in
  * verbs.c, ibv_reg_mr and ibv_reg_mr_iova are ibv_reg_mr_iova2 underneath, called by name. */
 #define EMU_NAME "ibverbs"
 #pragma GCC diagnostic ignored "-Wunused-function" /* emul_core.c's allocation helpers */
 #include "emul_core.c"
+#include <sys/syscall.h>
+#include <sys/uio.h>
 
 struct ibv_context;
 struct ibv_pd {
@@ -35,7 +39,8 @@ struct emu_mr {
     struct ibv_mr mr; /* first: the handle the caller holds */
     unsigned access;
     int dmabuf;
-    size_t pinned; /* host bytes this registration holds locked */
+    size_t pinned; /* host bytes this registration holds pinned */
+    int ring;      /* the io_uring ring holding them as a fixed buffer; -1: mlocked instead */
     struct emu_mr *next;
 };
 static struct emu_mr *mrs;
@@ -52,30 +57,57 @@ int ibv_dealloc_pd(struct ibv_pd *pd) { free(pd); return 0; }
 static uintptr_t page_down(uintptr_t a) { return a & ~(uintptr_t)4095; }
 static uintptr_t page_up(uintptr_t a) { return (a + 4095) & ~(uintptr_t)4095; }
 
-/* Locks [addr, addr + length) as ib_umem_get pins it: 0, or -1 with errno ENOMEM. */
+#ifndef SYS_io_uring_setup
+#define SYS_io_uring_setup 425
+#endif
+#ifndef SYS_io_uring_register
+#define SYS_io_uring_register 427
+#endif
+
+/* Pins [addr, addr + length) as ib_umem_get does: the pages it spans, long-term, in VmPin (a new
+ * io_uring ring with the range as its one fixed buffer, raw system calls). Returns the ring, or -2
+ * where io_uring is not available (disabled, qemu-user) and the range was mlocked instead, or -1
+ * with errno ENOMEM. */
 static int pin_range(void *addr, size_t length) {
     if (inject_failure()) { errno = ENOMEM; return -1; }
-    uintptr_t s = page_down((uintptr_t)addr), e = page_up((uintptr_t)addr + length);
-    if (mlock((void *)s, e - s) != 0) { errno = ENOMEM; return -1; }
+    uint32_t params[30] = {0}; /* struct io_uring_params, all defaults */
+    long ring = syscall(SYS_io_uring_setup, 1, params);
+    if (ring >= 0) {
+        struct iovec iov = { addr, length };
+        if (syscall(SYS_io_uring_register, (int)ring, 0 /* IORING_REGISTER_BUFFERS */, &iov, 1) != 0) {
+            close((int)ring);
+            errno = ENOMEM;
+            return -1;
+        }
+    } else {
+        uintptr_t s = page_down((uintptr_t)addr), e = page_up((uintptr_t)addr + length);
+        if (mlock((void *)s, e - s) != 0) { errno = ENOMEM; return -1; }
+        ring = -2;
+    }
     bump_outstanding((int64_t)length, 1);
-    return 0;
+    return (int)ring;
 }
-static void unpin_range(void *addr, size_t length) {
-    uintptr_t s = page_down((uintptr_t)addr), e = page_up((uintptr_t)addr + length);
-    munlock((void *)s, e - s);
+static void unpin_range(int ring, void *addr, size_t length) {
+    if (ring >= 0) {
+        syscall(SYS_io_uring_register, ring, 1 /* IORING_UNREGISTER_BUFFERS */, NULL, 0);
+        close(ring);
+    } else {
+        uintptr_t s = page_down((uintptr_t)addr), e = page_up((uintptr_t)addr + length);
+        munlock((void *)s, e - s);
+    }
     bump_outstanding(-(int64_t)length, -1);
 }
 
 static struct ibv_mr *fail_null(int e) { count_failed(); errno = e; return NULL; }
 
-static struct ibv_mr *new_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned access, int dmabuf, size_t pinned) {
+static struct ibv_mr *new_mr(struct ibv_pd *pd, void *addr, size_t length, unsigned access, int dmabuf, size_t pinned, int ring) {
     struct emu_mr *m = calloc(1, sizeof *m);
     if (!m) {
-        if (pinned) unpin_range(addr, pinned);
+        if (pinned) unpin_range(ring, addr, pinned);
         return fail_null(ENOMEM);
     }
     m->mr.context = pd->context; m->mr.pd = pd; m->mr.addr = addr; m->mr.length = length;
-    m->access = access; m->dmabuf = dmabuf; m->pinned = pinned;
+    m->access = access; m->dmabuf = dmabuf; m->pinned = pinned; m->ring = ring;
     pthread_mutex_lock(&table_lock);
     m->mr.handle = next_key; m->mr.lkey = m->mr.rkey = next_key++;
     m->next = mrs; mrs = m;
@@ -88,8 +120,9 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, ui
     (void)iova;
     if (!pd || !addr || !length || (access & ~ACCESS_KNOWN)) return fail_null(EINVAL);
     int odp = (access & IBV_ACCESS_ON_DEMAND) != 0;
-    if (!odp && pin_range(addr, length) != 0) return fail_null(errno);
-    return new_mr(pd, addr, length, access, 0, odp ? 0 : length);
+    int ring = odp ? -1 : pin_range(addr, length);
+    if (!odp && ring == -1) return fail_null(errno);
+    return new_mr(pd, addr, length, access, 0, odp ? 0 : length, ring);
 }
 
 struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access) {
@@ -114,7 +147,7 @@ __asm__(".symver ibv_reg_mr_1_0, ibv_reg_mr@IBVERBS_1.0");
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
     (void)iova;
     if (!pd || fd < 0 || !length || ((unsigned)access & ~ACCESS_KNOWN)) return fail_null(EINVAL);
-    return new_mr(pd, (void *)(uintptr_t)offset, length, (unsigned)access, 1, 0);
+    return new_mr(pd, (void *)(uintptr_t)offset, length, (unsigned)access, 1, 0, -1);
 }
 
 static struct emu_mr *find(struct ibv_mr *mr, int unlink) {
@@ -140,9 +173,10 @@ int ibv_rereg_mr_1_1(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr
     unsigned now = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned)access : m->access;
     if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
         size_t pinned = (now & IBV_ACCESS_ON_DEMAND) ? 0 : length;
-        if (pinned && pin_range(addr, length) != 0) { count_failed(); return IBV_REREG_MR_ERR_CMD; }
-        if (m->pinned) unpin_range(m->mr.addr, m->pinned);
-        m->mr.addr = addr; m->mr.length = length; m->pinned = pinned;
+        int ring = pinned ? pin_range(addr, length) : -1;
+        if (pinned && ring == -1) { count_failed(); return IBV_REREG_MR_ERR_CMD; }
+        if (m->pinned) unpin_range(m->ring, m->mr.addr, m->pinned);
+        m->mr.addr = addr; m->mr.length = length; m->pinned = pinned; m->ring = ring;
     }
     if (flags & IBV_REREG_MR_CHANGE_PD) m->mr.pd = pd;
     m->access = now;
@@ -155,7 +189,7 @@ static int dereg(struct ibv_mr *mr) {
     struct emu_mr *m = find(mr, 1);
     pthread_mutex_unlock(&table_lock);
     if (!m) { count_failed(); return EINVAL; }
-    if (m->pinned) unpin_range(m->mr.addr, m->pinned);
+    if (m->pinned) unpin_range(m->ring, m->mr.addr, m->pinned);
     __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
     free(m);
     return 0;

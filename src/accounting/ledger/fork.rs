@@ -59,6 +59,7 @@ pub unsafe fn let_go(clear: bool) {
             *OVER.data_ptr() = Vec::new();
         }
         LOCKED_ANY.store(false, Relaxed);
+        super::kernel_pinned::forget();
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
     }

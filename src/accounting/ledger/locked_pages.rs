@@ -269,14 +269,6 @@ pub(super) fn outside(
     crate::accounting::ranges::uncovered(s, e, spans.iter().copied())
 }
 
-/// Brings the locked pages' view in line with the kernel before they are observed
-/// (`pinguard_live_bytes`, a report): a read of `VmLck`, and a walk of the mappings only when it
-/// differs. Call on a thread inside pinguard (`Reentry`), with the locking family's hooks on.
-/// Returns what changed, for the caller to tell the budget.
-pub fn reconcile_locked(t: &Thread) -> Synced {
-    locked_pages().check(t, crate::runtime::clock::coarse_unix_ms(), |_, _| None)
-}
-
 /// Set once a runtime pinned with `mlock` inside its own tracked call (the emulated runtimes do;
 /// NVIDIA's pins through its driver, outside `VmLck`): from then on, locked pages of unknown origin
 /// may be such a call's, in flight, and are not taken into the view.

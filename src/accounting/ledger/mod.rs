@@ -7,6 +7,8 @@
 //! - `first_count`: whether anything was counted yet;
 //! - `over`: which limit a call went over;
 //! - `locked_pages`: the locking family's view of the locked pages, kept in line with the kernel;
+//! - `kernel_pinned`: the kernel's pinned pages (`VmPin`) no record explains;
+//! - `reconcile`: both matched with the kernel's counts, from one read;
 //! - `figures`: the process's and each entry point's figures, read out;
 //! - `events`: the last events and the timeline;
 //! - `fork`: the ledger's locks across `fork`, and the child's empty ledger.
@@ -19,10 +21,12 @@ mod events;
 mod figures;
 mod first_count;
 mod fork;
+mod kernel_pinned;
 mod levels;
 mod live;
 mod locked_pages;
 mod over;
+mod reconcile;
 
 pub use count::{
     count_alloc, count_denied, count_denied_out_of_scope, count_downgraded, count_failed,
@@ -33,10 +37,12 @@ pub use events::{events, timeline, timeline_now, Point};
 pub use figures::{apis, live_bytes, restart_window, totals, window_peak};
 pub use first_count::{on_first_count, touched};
 pub use fork::{hold, let_go};
+pub use kernel_pinned::kernel_pinned;
 pub use levels::{alloc_live, live_delta, live_release, use_levels};
 pub use live::{insert, insert_over, live_at, live_records, take, take_over, Backing, Live};
 /// Only the hooks call it, and the builds without hooks (unit tests, fuzzing) have none.
 #[cfg(not(any(test, feature = "fuzzing")))]
 pub use locked_pages::note_runtime_lock;
-pub use locked_pages::{locked_any, locked_pages, reconcile_locked, LockedPagesGuard, Synced};
+pub use locked_pages::{locked_any, locked_pages, LockedPagesGuard, Synced};
 pub use over::Over;
+pub use reconcile::reconcile_kernel;
