@@ -14,6 +14,8 @@ fn each_bad_variable_gets_one_line_and_a_fallback() {
         ("PINGUARD_SIGNAL", "SIGNOPE", "no report on a signal"),
         ("PINGUARD_HOOKS", "cuda,opencl", "hooking all of them"),
         ("PINGUARD_LOG", "pinguard=shout", "using warn"),
+        // Issue 46 item 15: pinguard writes nothing at trace, so it is refused, not silently void.
+        ("PINGUARD_LOG", "trace", "using warn"),
         ("PINGUARD_DISABLE", "perhaps", "stays enabled"),
         ("PINGUARD_BUGDET", "1G", "did you mean PINGUARD_BUDGET"),
     ];
@@ -319,4 +321,44 @@ fn strict_mode_from_the_node_file_fails_closed() {
         &[("PINGUARD_CONFIG", conf), ("PINGUARD_BUDGET", "1Mi")],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
+}
+
+/// Issue 46 item 15: each level `PINGUARD_LOG` accepts says more than the one below it: `debug`
+/// adds the settings in force (once, at start-up: nothing per call), and `pinguard=trace`, a
+/// level pinguard writes nothing at, is refused with the levels it has.
+#[test]
+fn debug_says_more_than_info_and_trace_is_refused() {
+    let lines = |level: &str| {
+        let r = run(
+            "scenario",
+            &["mlock:0:1"],
+            &[("PINGUARD_LOG", level), ("PINGUARD_BUDGET", "1Mi")],
+        );
+        assert!(r.success(), "{level}: {}", r.stderr);
+        pinguard_lines(&r.stderr)
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+    };
+    let info = lines("info");
+    let debug = lines("debug");
+    assert!(!info.iter().any(|l| l.contains(": debug: ")), "{info:?}");
+    let settings: Vec<_> = debug
+        .iter()
+        .filter(|l| l.contains(": debug: settings: budget 1048576 bytes, policy error"))
+        .collect();
+    assert_eq!(settings.len(), 1, "{debug:?}");
+    assert!(debug.len() > info.len(), "{debug:?} vs {info:?}");
+    let refused = lines("pinguard=trace");
+    assert!(
+        refused.iter().any(|l| l.contains("PINGUARD_LOG")
+            && l.contains("pinguard=trace")
+            && l.contains("error, warn, info, debug")
+            && l.contains("using warn")),
+        "{refused:?}"
+    );
+    assert!(
+        !refused.iter().any(|l| l.contains(": debug: ")),
+        "{refused:?}"
+    );
 }

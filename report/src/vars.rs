@@ -183,10 +183,10 @@ pub const HOOKS: Var = Var {
 pub const LOG: Var = Var {
     name: "PINGUARD_LOG",
     meaning:
-        "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`)",
+        "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`); `debug` adds the settings in force and the group's ledger, `trace` is refused",
     default: Some("warn"),
     unset: "`warn`",
-    forms: "a filter such as warn, info or pinguard=debug",
+    forms: "a filter such as warn, info or pinguard=debug (levels error, warn, info, debug)",
     fallback: "using warn",
     parse: Parse::Filter,
     needs: None,
@@ -503,11 +503,7 @@ impl Parse {
                     None => format!("names no {noun}"),
                 })?)
             }
-            Parse::Filter => Value::Text(
-                v.parse::<tracing_subscriber::filter::Targets>()
-                    .map(|_| v.to_string())
-                    .map_err(|e| e.to_string())?,
-            ),
+            Parse::Filter => Value::Text(filter(v)?),
             Parse::GroupName => Value::Text(
                 Some(v.trim())
                     .filter(|n| crate::group::valid_name(n))
@@ -524,6 +520,21 @@ impl Parse {
             Parse::Labels => labels(v),
         })
     }
+}
+
+/// A `tracing` filter without `trace`: pinguard writes nothing at that level, since a line per
+/// hooked call would cost every call a test of the level even with the line off.
+fn filter(v: &str) -> Result<String, String> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let t = v.parse::<Targets>().map_err(|e| e.to_string())?;
+    if t.default_level() == Some(LevelFilter::TRACE)
+        || t.iter().any(|(_, l)| l == LevelFilter::TRACE)
+    {
+        return Err(
+            "pinguard writes nothing at trace (its levels: error, warn, info, debug)".into(),
+        );
+    }
+    Ok(v.to_string())
 }
 
 impl Parse {
