@@ -362,3 +362,64 @@ fn debug_says_more_than_info_and_trace_is_refused() {
         "{refused:?}"
     );
 }
+
+/// Issue 46 item 12: `PINGUARD_REPORT` naming an existing directory means a file in it with the
+/// default name (not `DIR.PID` beside it, which `pinguard report DIR` skips); a report that cannot
+/// be written where asked goes to `$TMPDIR`, and the exit line says where and why.
+#[test]
+fn a_directory_means_a_file_in_it_and_an_unwritable_report_goes_to_tmpdir() {
+    let base = fresh_dir("report-dir");
+    let dir = base.join("existdir");
+    std::fs::create_dir(&dir).unwrap();
+    let r = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[("PINGUARD_REPORT", dir.to_str().unwrap())],
+    );
+    assert!(r.success(), "{}", r.stderr);
+    let inside = reports_in(&dir);
+    assert_eq!(inside.len(), 1, "{}", r.stderr);
+    let name = inside[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with("pinguard.scenario.") && name.ends_with(".json"),
+        "{name}"
+    );
+    let beside: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("existdir."))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
+
+    // Under a regular file: no folder can be made there, not even by root.
+    std::fs::write(base.join("afile"), "").unwrap();
+    let tmp = base.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let asked = base.join("afile/r.%p.json");
+    let r = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[
+            ("PINGUARD_REPORT", asked.to_str().unwrap()),
+            ("TMPDIR", tmp.to_str().unwrap()),
+        ],
+    );
+    assert!(r.success(), "{}", r.stderr);
+    let fell = reports_in(&tmp);
+    assert_eq!(fell.len(), 1, "{}", r.stderr);
+    assert_eq!(read_json(&fell[0])["totals"]["live_bytes"], 4096);
+    let line = pinguard_lines(&r.stderr)
+        .into_iter()
+        .find(|l| l.contains("at exit"))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        line.contains(&format!("report: {}", fell[0].display()))
+            && line.contains("not writable where asked")
+            && line.contains("afile/r."),
+        "{line}"
+    );
+}

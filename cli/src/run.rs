@@ -175,21 +175,14 @@ fn report_template(
     if t.trim().is_empty() {
         return Err("--report is empty; give a path such as reports/%e.%p.json".into());
     }
-    if t.ends_with('/') {
-        return Err(format!(
-            "--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"
-        ));
-    }
     pinguard_report::vars::REPORT
         .check(t)
         .map_err(|e| format!("--report {t}: {e}"))?;
-    let abs = absolute(cwd, t);
-    // The library would write `DIR.PID` beside it, not into it.
+    let mut abs = absolute(cwd, t);
+    // An existing directory means a file in it, as the library reads `PINGUARD_REPORT`: this
+    // run's reports under their default name.
     if !t.contains('%') && abs.is_dir() {
-        return Err(format!(
-            "--report {t}: is a directory; give a template such as {}/%e.%p.json",
-            t.trim_end_matches('/')
-        ));
+        abs = abs.join("%e.%p.json");
     }
     match unwritable(&search_root(&abs)) {
         Some(why) => Err(format!("--report {t}: {why}")),
