@@ -402,3 +402,31 @@ print(json.dumps(out))
     held.finish();
     assert!(!file.exists(), "gone with its process");
 }
+
+/// Issue 46 item 5: `pinguard group rm` removes a group whose members are all gone as its last
+/// member would: marked closed under the ledger's lock first, so a process that had mapped it
+/// (started, not yet pinned) makes the group anew with its own budget instead of pinning into
+/// the removed file.
+#[test]
+fn group_rm_closes_the_ledger_for_a_process_that_mapped_it() {
+    let g = Group::new("rm-closed");
+    let (mut holder, _out) = spawn_churn_holder(&g.0); // 100K budget, 64 KiB held
+    let mut b = Held::start(
+        &fresh_dir("rm-closed-b"),
+        &["vmlck:0", "wait_stdin:0", "cuda_alloc:65536"],
+        &[
+            ("PINGUARD_GROUP", g.0.as_str()),
+            ("PINGUARD_GROUP_BUDGET", "200Ki"),
+        ],
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let o = pinguard_cli(&["group".as_ref(), "rm".as_ref(), g.0.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(g.gone());
+    b.step();
+    assert_eq!(g.budget(), 200 * 1024, "B made the group anew");
+    assert_eq!(g.used(), 65536, "with its bytes booked there");
+    b.finish();
+    assert!(g.gone());
+}
