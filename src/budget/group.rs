@@ -116,10 +116,12 @@ fn open_live(path: &str, budget: Option<u64>) -> Result<(Opened, bool), String> 
         let Some(h) = std::ptr::NonNull::new(o.h).map(Shared) else {
             return Err("cannot be mapped".into());
         };
-        if o.created || !abandoned(h) {
+        // Not removed (its lock held, a member joined meanwhile): someone is in it, and it is
+        // this process's group.
+        if o.created || !abandoned(h) || !remove_abandoned(h, o.id) {
             return Ok((o, removed));
         }
-        removed |= remove_abandoned(h, o.id);
+        removed = true;
         // SAFETY: unmaps the mapping made just above, which nothing else refers to (never
         // published to this process's threads).
         unsafe { libc::munmap(o.h as *mut _, layout::SIZE) };
