@@ -336,6 +336,7 @@ fn init() -> bool {
     crate::accounting::level::ceiling(budget::reserved);
     crate::accounting::callsite::set_max(cfg.max_callsites);
     crate::output::files::init_template(cfg.report.as_deref());
+    debug_settings(&cfg);
     crate::runtime::objects::own_range();
     let _ = CONFIG.set(cfg);
     let Some(cfg) = CONFIG.get() else {
@@ -359,6 +360,34 @@ fn init() -> bool {
     // handlers are registered once, here (`init` runs once: the STATE compare-and-swap).
     register_atfork();
     true
+}
+
+/// `PINGUARD_LOG=debug`: the settings in force, once, at start-up (nothing per call).
+fn debug_settings(cfg: &Config) {
+    if !tracing::enabled!(tracing::Level::DEBUG) {
+        return;
+    }
+    let size = |b: Option<u64>| b.map_or("none".to_string(), |b| format!("{b} bytes"));
+    let families: Vec<&str> = pinguard_report::vars::FAMILIES
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| cfg.hooks & (1 << i) != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    tracing::debug!(
+        "settings: budget {}, policy {}, depth {}, hooks {}, report {}, host reserve {}, cgroup reserve {}{}",
+        size(cfg.budget),
+        cfg.policy.name(),
+        cfg.depth,
+        families.join(","),
+        crate::output::files::template().0,
+        size(cfg.host_reserve),
+        size(cfg.cgroup_reserve),
+        if cfg.strict { ", strict" } else { "" },
+    );
+    if let Some(g) = crate::budget::group::how_opened() {
+        tracing::debug!("{g}");
+    }
 }
 
 /// The settings in force: the environment's over the node configuration file's; in secure mode

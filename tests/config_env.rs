@@ -14,6 +14,8 @@ fn each_bad_variable_gets_one_line_and_a_fallback() {
         ("PINGUARD_SIGNAL", "SIGNOPE", "no report on a signal"),
         ("PINGUARD_HOOKS", "cuda,opencl", "hooking all of them"),
         ("PINGUARD_LOG", "pinguard=shout", "using warn"),
+        // Issue 46 item 15: pinguard writes nothing at trace, so it is refused, not silently void.
+        ("PINGUARD_LOG", "trace", "using warn"),
         ("PINGUARD_DISABLE", "perhaps", "stays enabled"),
         ("PINGUARD_BUGDET", "1G", "did you mean PINGUARD_BUDGET"),
     ];
@@ -319,4 +321,105 @@ fn strict_mode_from_the_node_file_fails_closed() {
         &[("PINGUARD_CONFIG", conf), ("PINGUARD_BUDGET", "1Mi")],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
+}
+
+/// Issue 46 item 15: each level `PINGUARD_LOG` accepts says more than the one below it: `debug`
+/// adds the settings in force (once, at start-up: nothing per call), and `pinguard=trace`, a
+/// level pinguard writes nothing at, is refused with the levels it has.
+#[test]
+fn debug_says_more_than_info_and_trace_is_refused() {
+    let lines = |level: &str| {
+        let r = run(
+            "scenario",
+            &["mlock:0:1"],
+            &[("PINGUARD_LOG", level), ("PINGUARD_BUDGET", "1Mi")],
+        );
+        assert!(r.success(), "{level}: {}", r.stderr);
+        pinguard_lines(&r.stderr)
+            .iter()
+            .map(|l| l.to_string())
+            .collect::<Vec<_>>()
+    };
+    let info = lines("info");
+    let debug = lines("debug");
+    assert!(!info.iter().any(|l| l.contains(": debug: ")), "{info:?}");
+    let settings: Vec<_> = debug
+        .iter()
+        .filter(|l| l.contains(": debug: settings: budget 1048576 bytes, policy error"))
+        .collect();
+    assert_eq!(settings.len(), 1, "{debug:?}");
+    assert!(debug.len() > info.len(), "{debug:?} vs {info:?}");
+    let refused = lines("pinguard=trace");
+    assert!(
+        refused.iter().any(|l| l.contains("PINGUARD_LOG")
+            && l.contains("pinguard=trace")
+            && l.contains("error, warn, info, debug")
+            && l.contains("using warn")),
+        "{refused:?}"
+    );
+    assert!(
+        !refused.iter().any(|l| l.contains(": debug: ")),
+        "{refused:?}"
+    );
+}
+
+/// Issue 46 item 12: `PINGUARD_REPORT` naming an existing directory means a file in it with the
+/// default name (not `DIR.PID` beside it, which `pinguard report DIR` skips); a report that cannot
+/// be written where asked goes to `$TMPDIR`, and the exit line says where and why.
+#[test]
+fn a_directory_means_a_file_in_it_and_an_unwritable_report_goes_to_tmpdir() {
+    let base = fresh_dir("report-dir");
+    let dir = base.join("existdir");
+    std::fs::create_dir(&dir).unwrap();
+    let r = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[("PINGUARD_REPORT", dir.to_str().unwrap())],
+    );
+    assert!(r.success(), "{}", r.stderr);
+    let inside = reports_in(&dir);
+    assert_eq!(inside.len(), 1, "{}", r.stderr);
+    let name = inside[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(
+        name.starts_with("pinguard.scenario.") && name.ends_with(".json"),
+        "{name}"
+    );
+    let beside: Vec<_> = std::fs::read_dir(&base)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("existdir."))
+        .collect();
+    assert!(beside.is_empty(), "{beside:?}");
+
+    // Under a regular file: no folder can be made there, not even by root.
+    std::fs::write(base.join("afile"), "").unwrap();
+    let tmp = base.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let asked = base.join("afile/r.%p.json");
+    let r = run(
+        "scenario",
+        &["mlock:0:1"],
+        &[
+            ("PINGUARD_REPORT", asked.to_str().unwrap()),
+            ("TMPDIR", tmp.to_str().unwrap()),
+        ],
+    );
+    assert!(r.success(), "{}", r.stderr);
+    let fell = reports_in(&tmp);
+    assert_eq!(fell.len(), 1, "{}", r.stderr);
+    assert_eq!(read_json(&fell[0])["totals"]["live_bytes"], 4096);
+    let line = pinguard_lines(&r.stderr)
+        .into_iter()
+        .find(|l| l.contains("at exit"))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        line.contains(&format!("report: {}", fell[0].display()))
+            && line.contains("not writable where asked")
+            && line.contains("afile/r."),
+        "{line}"
+    );
 }

@@ -24,6 +24,13 @@ impl Group {
     fn used(&self) -> u64 {
         self.read_u64(std::mem::offset_of!(Header, used))
     }
+    fn budget(&self) -> u64 {
+        self.read_u64(std::mem::offset_of!(Header, budget))
+    }
+    /// The ledger is gone: its last member removed it (nothing of the group is left booked).
+    fn gone(&self) -> bool {
+        !std::path::Path::new(&self.path()).exists()
+    }
 }
 impl Drop for Group {
     fn drop(&mut self) {
@@ -78,7 +85,10 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
     assert!(max > budget / 2, "the budget was never approached ({max})");
     assert!(refused > 0, "nothing refused: the test proves nothing");
     assert_eq!(now, 0);
-    assert_eq!(g.used(), 0, "the shared ledger ends at zero");
+    assert!(
+        g.gone(),
+        "the last member to leave removed the shared ledger"
+    );
     let mut denied = 0;
     for p in reports_in(&dir) {
         let r = read_json(&p);
@@ -117,7 +127,7 @@ fn a_member_killed_with_sigkill_has_its_bytes_reclaimed() {
         "the next member reclaims them: {}",
         r.stderr
     );
-    assert_eq!(g.used(), 0, "and leaves at exit");
+    assert!(g.gone(), "and, the last member, removes the ledger at exit");
 }
 
 #[test]
@@ -127,17 +137,17 @@ fn a_reused_pid_is_not_mistaken_for_the_member() {
         ("PINGUARD_GROUP", g.0.as_str()),
         ("PINGUARD_GROUP_BUDGET", "100K"),
     ];
-    let r = run("scenario", &["cuda_alloc:4096"], &env); // creates the ledger
-    assert_eq!(r.rc("cuda_alloc:4096"), 0);
+    // A live member keeps the ledger (slot 0) while it is edited.
+    let held = Held::start(&fresh_dir("reuse-held"), &["cuda_alloc:4096"], &env);
     // A member entry whose pid is alive (this test's) but whose start time is not its own: the
     // process it described is gone and its pid was reused.
     let mut b = std::fs::read(g.path()).unwrap();
-    let members = std::mem::offset_of!(Header, members);
+    let members = std::mem::offset_of!(Header, members) + std::mem::size_of::<layout::Member>();
     let used = std::mem::offset_of!(Header, used);
     b[members..members + 4].copy_from_slice(&std::process::id().to_ne_bytes());
     b[members + 8..members + 16].copy_from_slice(&1u64.to_ne_bytes()); // start_ticks
     b[members + 16..members + 24].copy_from_slice(&(90u64 * 1024).to_ne_bytes()); // bytes
-    b[used..used + 8].copy_from_slice(&(90u64 * 1024).to_ne_bytes());
+    b[used..used + 8].copy_from_slice(&(90u64 * 1024 + 4096).to_ne_bytes());
     // Recorded in this PID namespace (where the pid can be checked), holding no semaphore.
     use std::os::unix::fs::MetadataExt;
     let pid_ns = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
@@ -151,7 +161,99 @@ fn a_reused_pid_is_not_mistaken_for_the_member() {
         "the stale entry is reclaimed: {}",
         r.stderr
     );
-    assert_eq!(g.used(), 0);
+    assert_eq!(g.used(), 4096, "the live member's share alone");
+    held.finish();
+    assert!(g.gone());
+}
+
+/// Issue 46 item 5: a group's budget ends with the group. Every member exits: the last removes the
+/// ledger, and the next job's group has the budget that job asks for, not the old one.
+#[test]
+fn the_last_member_to_leave_removes_the_ledger_and_the_next_job_sets_its_budget() {
+    let g = Group::new("ends");
+    let env = |b: &'static str| {
+        [
+            ("PINGUARD_GROUP", g.0.clone()),
+            ("PINGUARD_GROUP_BUDGET", b.to_string()),
+        ]
+    };
+    let e = env("12Ki");
+    let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = run("scenario", &["cuda_alloc:4096", "cuda_alloc:65536"], &e);
+    assert_eq!(
+        r.rc("cuda_alloc:65536"),
+        2,
+        "12 KiB are in force: {}",
+        r.stderr
+    );
+    assert!(g.gone(), "the last member removed the ledger");
+    let e = env("100Ki");
+    let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let r = run("scenario", &["cuda_alloc:65536"], &e);
+    assert_eq!(r.rc("cuda_alloc:65536"), 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("already has a budget"), "{}", r.stderr);
+    assert_eq!(r.report()["group"]["budget_bytes"], 102400);
+    assert!(g.gone());
+}
+
+/// Issue 46 item 5: a last member killed with SIGKILL leaves its ledger; the next joiner proves
+/// that nobody lives in it, removes it and starts the group afresh with its own budget.
+#[test]
+fn a_killed_last_members_ledger_is_replaced_by_the_next_joiner() {
+    let g = Group::new("killed-last");
+    let (mut holder, _out) = spawn_churn_holder(&g.0); // 100K budget, 64 KiB held
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(g.budget(), 100 * 1024, "the dead member's ledger is left");
+    let env = [
+        ("PINGUARD_GROUP", g.0.as_str()),
+        ("PINGUARD_GROUP_BUDGET", "200Ki"),
+        ("PINGUARD_LOG", "debug"),
+    ];
+    let r = run("scenario", &["cuda_alloc:131072"], &env);
+    assert_eq!(r.rc("cuda_alloc:131072"), 0, "{}", r.stderr);
+    assert!(!r.stderr.contains("already has a budget"), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("after removing one whose members were all gone"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(r.report()["group"]["budget_bytes"], 200 * 1024);
+    assert!(g.gone());
+}
+
+/// Issue 46 item 5: a process that opened the ledger before its last member left (mapped, not
+/// joined) does not join the removed file: it sees the mark, opens the group's name again and
+/// makes the ledger anew with its own budget; the group's next members find it there.
+#[test]
+fn a_process_that_opened_a_removed_ledger_joins_the_one_at_the_name() {
+    let g = Group::new("reopen");
+    let env = |b: &'static str| {
+        vec![
+            ("PINGUARD_GROUP", g.0.clone()),
+            ("PINGUARD_GROUP_BUDGET", b.to_string()),
+        ]
+    };
+    let a_env = env("12Ki");
+    let a_env: Vec<(&str, &str)> = a_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = Held::start(&fresh_dir("reopen-a"), &["cuda_alloc:4096"], &a_env);
+    let b_env = env("100Ki");
+    let b_env: Vec<(&str, &str)> = b_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    // B starts pinguard (the C API) and so maps A's ledger, but pins nothing yet.
+    let mut b = Held::start(
+        &fresh_dir("reopen-b"),
+        &["vmlck:0", "wait_stdin:0", "cuda_alloc:65536"],
+        &b_env,
+    );
+    assert_eq!(g.budget(), 12 * 1024);
+    a.finish();
+    assert!(g.gone(), "A, the last member, removed the ledger");
+    b.step(); // 64 KiB: over the removed ledger's 12 KiB, within B's own 100 KiB
+    assert_eq!(g.budget(), 100 * 1024, "B made the ledger anew");
+    assert_eq!(g.used(), 65536, "and B's bytes are booked in it");
+    b.finish();
+    assert!(g.gone());
 }
 
 #[test]
@@ -299,4 +401,32 @@ print(json.dumps(out))
     assert_eq!(value("pinguard_group_pinned_bytes:gauge", None), 16384.0);
     held.finish();
     assert!(!file.exists(), "gone with its process");
+}
+
+/// Issue 46 item 5: `pinguard group rm` removes a group whose members are all gone as its last
+/// member would: marked closed under the ledger's lock first, so a process that had mapped it
+/// (started, not yet pinned) makes the group anew with its own budget instead of pinning into
+/// the removed file.
+#[test]
+fn group_rm_closes_the_ledger_for_a_process_that_mapped_it() {
+    let g = Group::new("rm-closed");
+    let (mut holder, _out) = spawn_churn_holder(&g.0); // 100K budget, 64 KiB held
+    let mut b = Held::start(
+        &fresh_dir("rm-closed-b"),
+        &["vmlck:0", "wait_stdin:0", "cuda_alloc:65536"],
+        &[
+            ("PINGUARD_GROUP", g.0.as_str()),
+            ("PINGUARD_GROUP_BUDGET", "200Ki"),
+        ],
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let o = pinguard_cli(&["group".as_ref(), "rm".as_ref(), g.0.as_ref()]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert!(g.gone());
+    b.step();
+    assert_eq!(g.budget(), 200 * 1024, "B made the group anew");
+    assert_eq!(g.used(), 65536, "with its bytes booked there");
+    b.finish();
+    assert!(g.gone());
 }

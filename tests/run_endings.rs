@@ -296,7 +296,6 @@ fn a_report_template_that_cannot_work_stops_run_before_the_command_starts() {
         ("afile/%e.%p.json", "afile is not a directory"),
         ("afile/sub/%p.json", "afile is not a directory"),
         ("r/", "names a directory"),
-        ("adir", "is a directory"),
         ("", "empty"),
     ] {
         let o = run_in(&dir, &["--report", t], &["sh", "-c", "touch ran"])
@@ -321,6 +320,23 @@ fn a_report_template_that_cannot_work_stops_run_before_the_command_starts() {
     .output()
     .unwrap();
     assert!(o.status.success() && dir.join("ran").exists(), "{o:?}");
+    // Issue 46 item 12: an existing directory means a file in it.
+    let o = run_in(
+        &dir,
+        &["--report", "adir"],
+        &[
+            fixtures().dir.join("scenario").to_str().unwrap(),
+            "cuda_alloc:4096",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(o.status.success(), "--report adir: {o:?}");
+    assert_eq!(
+        reports_in(&dir.join("adir")).len(),
+        1,
+        "--report adir: {o:?}"
+    );
 }
 
 /// Where `nobody` can reach the binaries, for the checks that need an unwritable directory (root

@@ -72,6 +72,10 @@ impl Group {
             let _ = std::fs::remove_file(format!("{dir}/{n}"));
         }
     }
+    /// The ledger is gone: its last member removed it (nothing of the group is left booked).
+    fn gone(&self) -> bool {
+        !std::path::Path::new(&self.path()).exists()
+    }
     fn header(&self) -> Header {
         let b = std::fs::read(self.path()).unwrap();
         assert_eq!(b.len(), layout::SIZE);
@@ -136,7 +140,7 @@ fn an_exec_d_member_starts_with_a_share_of_zero() {
         "one member, the new image, with its own share only"
     );
     assert_eq!(used, 1536 * 1024);
-    assert_eq!(g.header().used, 0, "and it leaves at exit");
+    assert!(g.gone(), "and it leaves at exit, the last: the ledger goes");
 }
 
 #[test]
@@ -170,9 +174,11 @@ fn a_member_killed_while_creating_the_ledger_leaves_no_file() {
         &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
+    assert_eq!(r.report()["group"]["budget_bytes"], 1 << 20, "{}", r.stderr);
     assert_eq!(
         g.files(),
-        vec![g.path().rsplit_once('/').unwrap().1.to_string()]
+        Vec::<String>::new(),
+        "and, the last member, removes it at exit"
     );
 }
 
@@ -201,7 +207,8 @@ fn stale_temporary_ledgers_of_dead_creators_are_removed() {
         &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
-    assert!(std::path::Path::new(&g.path()).exists());
+    assert_eq!(r.report()["group"]["budget_bytes"], 1 << 20, "{}", r.stderr);
+    assert!(g.gone(), "the member, the last, removed the ledger it made");
     assert!(
         !std::path::Path::new(&stale).exists(),
         "the dead creator's file is removed: {:?}",
@@ -371,7 +378,7 @@ fn a_request_whose_sum_overflows_leaves_the_group_counters_exact() {
                 "{policy}: the live bytes, no more, no less"
             ),
         }
-        assert_eq!(g.header().used, 0, "{policy}: the member left");
+        assert!(g.gone(), "{policy}: the member left, the last");
     }
     // The case: nothing else live, the huge request, then the whole budget.
     let g = Group::new("overflow-alone");
@@ -393,13 +400,14 @@ fn a_ledger_other_users_can_write_is_refused() {
         ("PINGUARD_GROUP_BUDGET", "16K"),
         ("PINGUARD_BUDGET", "1M"),
     ];
-    let r = run("scenario", &["cuda_alloc:4096"], &env);
-    assert_eq!(r.rc("cuda_alloc:4096"), 0);
+    // Read while a member keeps the ledger (the last to leave removes it).
+    let held = Held::start(&fresh_dir("mode-held"), &["cuda_alloc:4096"], &env);
     assert_eq!(
         std::fs::metadata(g.path()).unwrap().permissions().mode() & 0o777,
         0o600,
         "created private"
     );
+    held.kill();
     // Anyone who may write the file may set the budget or the shares: not a ledger to trust.
     std::fs::set_permissions(g.path(), std::fs::Permissions::from_mode(0o666)).unwrap();
     let r = run("scenario", &["cuda_alloc:65536"], &env);
@@ -734,7 +742,10 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(member.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
     assert!(status.success(), "{stderr}");
-    assert_eq!(g.header().used, 0, "the member left");
+    assert!(
+        g.gone(),
+        "the member left, the last: the ledger went with it"
+    );
 
     // What the refused calls got is in the report and the exit line; the metrics file is gone.
     let report = read_json(&dir.join(format!("r.{pid}.json")));

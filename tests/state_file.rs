@@ -179,10 +179,12 @@ fn a_report_folder_that_cannot_be_made_changes_nothing_but_the_report() {
     let f = fixtures();
     let dir = fresh_dir("state_nowhere");
     std::fs::write(dir.join("file"), "a file where a folder should be").unwrap();
+    let tmp = fresh_dir("state_nowhere_tmp");
     let out = program(&build(), Some(f.lib.as_os_str()))
         .arg("fork")
         .current_dir(&dir)
         .env("PINGUARD_REPORT", dir.join("file/sub/report.%p.json"))
+        .env("TMPDIR", &tmp)
         .output()
         .unwrap();
     assert!(
@@ -193,7 +195,13 @@ fn a_report_folder_that_cannot_be_made_changes_nothing_but_the_report() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("signalled=1 sig=9"), "{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("report not written"), "{stderr}");
+    // Issue 46 item 12: the report goes to the temporary folder, and the exit line says so.
+    assert!(
+        stderr.contains(&format!("report: {}/report.", tmp.display()))
+            && stderr.contains("not writable where asked"),
+        "{stderr}"
+    );
+    assert_eq!(reports_in(&tmp).len(), 1, "{stderr}");
     assert!(
         stderr.contains("8.00 KiB pinned in 2 allocations"),
         "the figures are kept in memory: {stderr}"

@@ -83,6 +83,7 @@ pub fn remove(name: &str) -> Result<String, String> {
             crate::out::count(n as u64, "member", "members")
         ));
     }
+    close(&path, &l).map_err(|e| format!("group {name}: {e}"))?;
     let set = remove_set(&l.header).map_err(|e| format!("group {name}: {e}"))?;
     if !untrusted::remove_if_same(path.as_ref(), l.id) {
         return Err(format!("{path} changed while it was read; not removed"));
@@ -91,6 +92,104 @@ pub fn remove(name: &str) -> Result<String, String> {
         Some(key) => format!("removed group {name}: {path} and its semaphore set (key {key:#x})"),
         None => format!("removed group {name}: {path}"),
     })
+}
+
+/// The longest `close` waits for the ledger's lock, as a member waits (the library's bound).
+const LOCK_WAIT_MS: u64 = 50;
+
+/// Marks the ledger closed (`Header::closed`) under its lock, as its last member does when it
+/// leaves, if no process joined it since `l` was read: a process that mapped it and joins later
+/// sees the mark and makes the group anew instead of joining a file that is about to go.
+fn close(path: &str, l: &Ledger) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::io::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("{path}: {e}; not removed"))?;
+    let meta = f
+        .metadata()
+        .map_err(|e| format!("{path}: {e}; not removed"))?;
+    if untrusted::identity(&meta) != l.id || meta.len() != l.header.total_size {
+        return Err(format!("{path} changed while it was read; not removed"));
+    }
+    if meta.len() != layout::SIZE as u64 {
+        return Ok(()); // a version 4 ledger: its members know no mark
+    }
+    let len = layout::SIZE;
+    // SAFETY: a fresh shared mapping of the file just opened, of its size (a version 5 ledger,
+    // checked above and by `read`); the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(format!(
+            "{path}: cannot be mapped ({}); not removed",
+            std::io::Error::last_os_error()
+        ));
+    }
+    let h = p as *mut Header;
+    let r = close_mapped(h, &l.header);
+    // SAFETY: unmaps the mapping made above; nothing refers to it any more.
+    unsafe { libc::munmap(p, len) };
+    r
+}
+
+/// `close` on the mapped ledger `h`, against its reading `was`.
+fn close_mapped(h: *mut Header, was: &Header) -> Result<(), String> {
+    // SAFETY: the place of the mutex in the mapping; no reference to the ledger is made yet.
+    let m = unsafe { std::ptr::addr_of_mut!((*h).mutex) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(LOCK_WAIT_MS);
+    loop {
+        // SAFETY: the members initialised the mutex process-shared and robust before they
+        // published the ledger; a trylock never waits.
+        match unsafe { libc::pthread_mutex_trylock(m) } {
+            0 => break,
+            libc::EOWNERDEAD => {
+                // SAFETY: this thread holds the mutex (EOWNERDEAD hands it over); the ledger is
+                // going, so its figures need no repair beyond the mutex's.
+                unsafe { libc::pthread_mutex_consistent(m) };
+                break;
+            }
+            libc::EBUSY if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1))
+            }
+            e => {
+                return Err(format!(
+                    "its lock cannot be taken ({}); not removed",
+                    std::io::Error::from_raw_os_error(e)
+                ))
+            }
+        }
+    }
+    // SAFETY: under the ledger's lock, which every member takes to change it: this reference
+    // is the only one while it is held.
+    let hd = unsafe { &mut *h };
+    let same = hd.joins == was.joins
+        && hd
+            .members
+            .iter()
+            .zip(was.members.iter())
+            .all(|(a, b)| a.pid == b.pid && a.serial == b.serial);
+    if same {
+        hd.closed = 1;
+    }
+    // SAFETY: this thread holds the mutex (taken above).
+    unsafe { libc::pthread_mutex_unlock(m) };
+    if same {
+        Ok(())
+    } else {
+        Err("a process joined it while it was read; not removed".into())
+    }
 }
 
 /// Removes the ledger's semaphore set when it is there and held by nobody; its key, `None` when

@@ -145,6 +145,9 @@ enum Cmd {
         /// The preload library (default: libpinguard.so beside this binary).
         #[arg(long)]
         lib: Option<PathBuf>,
+        /// Of the summary, print only its last line (the total, or that there were no reports).
+        #[arg(long, short = 'q')]
+        quiet: bool,
         /// The command and its arguments.
         #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
         cmd: Vec<OsString>,
@@ -426,6 +429,7 @@ fn main() -> ExitCode {
             group_budget,
             report,
             lib,
+            quiet,
             cmd,
         } => {
             let code = run::run(run::Options {
@@ -434,6 +438,7 @@ fn main() -> ExitCode {
                 group_budget,
                 lib,
                 cmd,
+                quiet,
             });
             ExitCode::from(code.clamp(0, 255) as u8)
         }

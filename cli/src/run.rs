@@ -18,6 +18,8 @@ pub struct Options {
     pub group_budget: Option<String>,
     pub lib: Option<PathBuf>,
     pub cmd: Vec<OsString>,
+    /// `--quiet`: of the summary, only its last line (the total).
+    pub quiet: bool,
 }
 
 /// Where runs write by default: a folder per run inside it (`run_folder`), so that one run's
@@ -173,21 +175,14 @@ fn report_template(
     if t.trim().is_empty() {
         return Err("--report is empty; give a path such as reports/%e.%p.json".into());
     }
-    if t.ends_with('/') {
-        return Err(format!(
-            "--report {t}: names a directory, not a file; give a template such as {t}%e.%p.json"
-        ));
-    }
     pinguard_report::vars::REPORT
         .check(t)
         .map_err(|e| format!("--report {t}: {e}"))?;
-    let abs = absolute(cwd, t);
-    // The library would write `DIR.PID` beside it, not into it.
+    let mut abs = absolute(cwd, t);
+    // An existing directory means a file in it, as the library reads `PINGUARD_REPORT`: this
+    // run's reports under their default name.
     if !t.contains('%') && abs.is_dir() {
-        return Err(format!(
-            "--report {t}: is a directory; give a template such as {}/%e.%p.json",
-            t.trim_end_matches('/')
-        ));
+        abs = abs.join("%e.%p.json");
     }
     match unwritable(&search_root(&abs)) {
         Some(why) => Err(format!("--report {t}: {why}")),
@@ -420,16 +415,40 @@ fn group_name(start_ms: u64) -> String {
     )
 }
 
-/// The run's group, as its summary shows it: the ledger's figures (the group's peak is exact:
-/// its members count under one lock), then the ledger removed once no member runs.
-fn group_summary(name: &str, budget: &str) -> String {
+/// The run's group, as its summary shows it: the ledger's figures while a member still runs (the
+/// group's peak is exact: its members count under one lock), then the ledger removed once none
+/// does; once its last member removed it, the figures its members' reports carry.
+fn group_summary(name: &str, budget: &str, root: &Path, start_ms: u64) -> String {
     match crate::top::run_group_line(name) {
         Ok(head) => format!("pinguard run: --group-budget {budget}: {head}\n"),
         Err(e) if std::path::Path::new(&pinguard_report::group::path(name)).exists() => {
             format!("pinguard run: --group-budget {budget}: {e}\n")
         }
-        Err(_) => format!("pinguard run: --group-budget {budget}: group {name}: no process joined it (none pinned)\n"),
+        Err(_) => match group_from_reports(name, root, start_ms) {
+            Some(head) => format!("pinguard run: --group-budget {budget}: {head}\n"),
+            None => format!("pinguard run: --group-budget {budget}: group {name}: no process joined it (none pinned)\n"),
+        },
     }
+}
+
+/// The group's line from its members' reports (each carries the group's figures when it was
+/// written): the highest peak any saw, and how many reported.
+fn group_from_reports(name: &str, root: &Path, start_ms: u64) -> Option<String> {
+    let mut notes = String::new();
+    let groups: Vec<_> = this_runs(root, start_ms, &mut notes)
+        .into_iter()
+        .filter_map(|(_, r)| r.group.filter(|g| g.name == name))
+        .collect();
+    let peak = groups.iter().map(|g| g.peak_bytes).max()?;
+    let budget = groups.iter().find_map(|g| g.budget_bytes);
+    Some(format!(
+        "group {name}: 0 B of {} pinned, peak {}, {} (all gone: the last removed the ledger)",
+        budget
+            .map(format_bytes)
+            .unwrap_or_else(|| "no budget".into()),
+        format_bytes(peak),
+        count(groups.len() as u64, "member reported", "members reported"),
+    ))
 }
 
 /// The file `exec` would run for `cmd`: as given when it names a path, else the first match on
@@ -562,8 +581,11 @@ pub fn run(o: Options) -> i32 {
         }
     };
     if let Some(line) = crate::record::earlier_runs(&search_root(&template_abs)) {
-        eprintln!("pinguard run: {line}");
+        if !o.quiet {
+            eprintln!("pinguard run: {line}");
+        }
     }
+    let made = missing_folders(&search_root(&template_abs));
     if let Err(e) = make_folder(&search_root(&template_abs)) {
         eprintln!("pinguard run: {e}");
         return 2;
@@ -665,18 +687,79 @@ pub fn run(o: Options) -> i32 {
     let group_line = group.as_ref().map(|(name, budget)| {
         rec.group = Some(name.clone());
         rec.group_budget = Some(budget.clone());
-        group_summary(name, budget)
+        group_summary(name, budget, &search_root(&template_abs), start)
     });
-    let text = summarise(
+    let mut text = summarise(
         &template_abs,
         start,
         Some(&the_cmd),
         &mut rec,
         group_line.as_deref().unwrap_or(""),
     );
+    // The default folder of a run that recorded nothing is not left behind (a `git status` full
+    // of empty runs); a folder the user named keeps the run's record, for `check DIR`.
+    if o.report.is_none() && nothing_recorded(&rec, &the_cmd) && remove_made(&made) {
+        text = format!(
+            "{}pinguard run: no reports: {} {} and pinned nothing that pinguard saw; no folder left\n",
+            group_line.as_deref().unwrap_or(""),
+            the_cmd.name,
+            the_cmd.ended.describe()
+        );
+    } else {
+        write_record(&template_abs, &rec);
+    }
+    if o.quiet {
+        text = last_line(&text);
+    }
     eprint!("{text}");
-    write_record(&template_abs, &rec);
     code
+}
+
+/// Whether the run recorded nothing worth a folder: no process left a report or state, and the
+/// command ended by itself where pinguard could see it (an unwatched or secure-mode command, a
+/// kill, or a disabled library is said in the record).
+fn nothing_recorded(rec: &crate::record::RunRecord, c: &TheCommand) -> bool {
+    rec.reports_found.is_empty()
+        && !rec.disabled
+        && c.unreachable.is_none()
+        && c.secure.is_none()
+        && matches!(c.ended, Ended::Status(_))
+}
+
+/// The folders `make_folder` is about to make for `root`, deepest first.
+fn missing_folders(root: &Path) -> Vec<PathBuf> {
+    let mut made = Vec::new();
+    let mut d = Some(root);
+    while let Some(p) = d.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        made.push(p.to_path_buf());
+        d = p.parent();
+    }
+    made
+}
+
+/// Removes the folders this run made, deepest first, each only while empty (another run's files
+/// keep it). Whether the run's own folder went.
+fn remove_made(made: &[PathBuf]) -> bool {
+    let Some(own) = made.first() else {
+        return false;
+    };
+    if std::fs::remove_dir(own).is_err() {
+        return false;
+    }
+    for d in &made[1..] {
+        if std::fs::remove_dir(d).is_err() {
+            break;
+        }
+    }
+    true
+}
+
+/// The summary's last line: `--quiet`'s total.
+fn last_line(text: &str) -> String {
+    text.lines()
+        .rfind(|l| !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .unwrap_or_default()
 }
 
 /// The run's record as far as `run` knows it before reading the folder.

@@ -942,6 +942,75 @@ fn each_run_gets_its_own_folder_and_its_hint_names_it() {
     assert!(text(&o).0.contains("(2 reports, 2 processes)"), "{o:?}");
 }
 
+/// Issue 46 item 10: `pinguard run -- ls` in a working tree leaves no `pinguard-reports/` when
+/// nothing was recorded (nothing for `git status` to show), and `--quiet` keeps only the summary's
+/// total line; a run that pinned keeps its folder as before.
+#[test]
+fn a_run_that_recorded_nothing_leaves_no_folder_and_quiet_keeps_the_total() {
+    let f = fixtures();
+    let cwd = fresh_dir("no-folder");
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_pinguard"))
+            .args(["run", "--lib", f.lib.to_str().unwrap()])
+            .args(args)
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        no_panic(&o);
+        o
+    };
+    let o = run(&["--", "ls"]);
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    assert!(
+        !cwd.join("pinguard-reports").exists(),
+        "a folder for a run that recorded nothing: {err}"
+    );
+    assert!(
+        err.contains("pinguard run: no reports: ls exited with status 0")
+            && err.contains("no folder left"),
+        "{err}"
+    );
+    // An existing reports folder stays, without an empty run folder in it.
+    std::fs::create_dir(cwd.join("pinguard-reports")).unwrap();
+    let o = run(&["--quiet", "--", "true"]);
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    assert_eq!(
+        std::fs::read_dir(cwd.join("pinguard-reports"))
+            .unwrap()
+            .count(),
+        0,
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "--quiet: one line: {err}");
+    // A run that pinned: its folder stays, and --quiet prints the total line alone of the summary.
+    let o = run(&[
+        "--quiet",
+        "--",
+        f.dir.join("scenario").to_str().unwrap(),
+        "cuda_alloc:4096",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let (_, err) = text(&o);
+    let own: Vec<_> = err
+        .lines()
+        .filter(|l| !l.starts_with("pinguard[") && !l.trim().is_empty())
+        .collect();
+    assert_eq!(own.len(), 1, "{err}");
+    assert!(
+        own[0].starts_with("Total: 4.00 KiB pinned in 1 allocation across 1 process"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(cwd.join("pinguard-reports"))
+            .unwrap()
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
 /// Point 6: sizes say what is wrong with them; a command that is not executable is 126, one that
 /// does not exist 127, as in the shell.
 #[test]

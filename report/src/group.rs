@@ -80,7 +80,10 @@ pub struct Header {
     /// The System V semaphore set with one semaphore per member slot (`live`): its key (0: none
     /// yet; the first member to join creates it), changed under the lock.
     pub sem_key: i32,
-    pub _pad2: u32,
+    /// Not 0: the ledger was removed (its last member left, or every member was found gone),
+    /// set under the lock just before its name is unlinked. Nobody joins a closed ledger: a
+    /// process that mapped it before the removal opens the group's name again.
+    pub closed: u32,
     /// The IPC namespace the set lives in (the inode of its creator's `/proc/self/ns/ipc`): only
     /// members in that namespace can reach it.
     pub sem_ipc_ns: u64,

@@ -83,7 +83,7 @@ pub const POLICY: Var = Var {
 
 pub const REPORT: Var = Var {
     name: "PINGUARD_REPORT",
-    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%n` the PID namespace's inode number (with `%p`, unique among a host's live processes, whatever container they run in), `%%` a percent sign; each expansion is one file name's worth (no `/`, no leading `.`), and no `..` may follow one; missing directories the template names literally are created (never one an expansion names, nor any in a setuid process); a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report; a name another process's file holds is never used: the report (and state) then take that name with an unpredictable word before `.json`",
+    meaning: "report path template: `%p` pid, `%e` executable name, `%h` host name, `%t` start time (unix seconds), `%n` the PID namespace's inode number (with `%p`, unique among a host's live processes, whatever container they run in), `%%` a percent sign; each expansion is one file name's worth (no `/`, no leading `.`), and no `..` may follow one; missing directories the template names literally are created (never one an expansion names, nor any in a setuid process); a relative path is taken from the working directory at start-up. A template without `%p` gets `.<pid>` before its `.json` (or at its end), so children never overwrite their parent's report; a name another process's file holds is never used: the report (and state) then take that name with an unpredictable word before `.json`. An existing directory (no `%`) means a file in it with the default name; a report that cannot be written where asked goes to `$TMPDIR`, not in a setuid process, and the exit line says so",
     // Unset is not the same as the default template given: only the default falls back to the
     // temporary folder when the working directory is not writable.
     default: None,
@@ -183,10 +183,10 @@ pub const HOOKS: Var = Var {
 pub const LOG: Var = Var {
     name: "PINGUARD_LOG",
     meaning:
-        "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`)",
+        "diagnostics on stderr, in `tracing`'s filter syntax (`warn`, `info`, `pinguard=debug`); `debug` adds the settings in force and the group's ledger, `trace` is refused",
     default: Some("warn"),
     unset: "`warn`",
-    forms: "a filter such as warn, info or pinguard=debug",
+    forms: "a filter such as warn, info or pinguard=debug (levels error, warn, info, debug)",
     fallback: "using warn",
     parse: Parse::Filter,
     needs: None,
@@ -503,11 +503,7 @@ impl Parse {
                     None => format!("names no {noun}"),
                 })?)
             }
-            Parse::Filter => Value::Text(
-                v.parse::<tracing_subscriber::filter::Targets>()
-                    .map(|_| v.to_string())
-                    .map_err(|e| e.to_string())?,
-            ),
+            Parse::Filter => Value::Text(filter(v)?),
             Parse::GroupName => Value::Text(
                 Some(v.trim())
                     .filter(|n| crate::group::valid_name(n))
@@ -524,6 +520,21 @@ impl Parse {
             Parse::Labels => labels(v),
         })
     }
+}
+
+/// A `tracing` filter without `trace`: pinguard writes nothing at that level, since a line per
+/// hooked call would cost every call a test of the level even with the line off.
+fn filter(v: &str) -> Result<String, String> {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let t = v.parse::<Targets>().map_err(|e| e.to_string())?;
+    if t.default_level() == Some(LevelFilter::TRACE)
+        || t.iter().any(|(_, l)| l == LevelFilter::TRACE)
+    {
+        return Err(
+            "pinguard writes nothing at trace (its levels: error, warn, info, debug)".into(),
+        );
+    }
+    Ok(v.to_string())
 }
 
 impl Parse {

@@ -35,6 +35,17 @@ const NO_SLOT: usize = usize::MAX - 1;
 /// The pid this process joined with: a slot whose pid is another is no longer this process's.
 static MY_PID: AtomicU32 = AtomicU32::new(0);
 static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// The ledger's name, made at start-up: a removal under the lock allocates nothing.
+static PATH: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
+/// The mapped ledger's file (device, inode): a removal unlinks the name only while it names it.
+static LEDGER_DEV: AtomicU64 = AtomicU64::new(0);
+static LEDGER_INO: AtomicU64 = AtomicU64::new(0);
+/// This process's own `PINGUARD_GROUP_BUDGET` (`u64::MAX`: none), for a ledger it makes anew.
+static OWN_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
+/// How the ledger was had at start-up, for `PINGUARD_LOG=debug` (`how_opened`).
+static HOW: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+/// Removals of an abandoned ledger one opening makes at most before it gives up.
+const REOPENS: u32 = 3;
 
 /// A temporary ledger file of the named-file method older than this, whose creator's pid is gone,
 /// was left by a creator that died.
@@ -47,28 +58,117 @@ pub fn init(name: &str, budget: Option<u64>, errors: &mut Vec<String>) {
     // cancelled: the file work below is not to be a cancellation point.
     let _nc = sys::NoCancel::new();
     let path = layout::path(name);
-    match open_or_create(&path, budget) {
-        Ok(h) => {
-            let Some(h) = std::ptr::NonNull::new(h).map(Shared) else { return };
+    if let Ok(c) = CString::new(path.as_str()) {
+        let _ = PATH.set(c);
+    }
+    OWN_BUDGET.store(budget.unwrap_or(u64::MAX), Ordering::Relaxed);
+    match open_live(&path, budget) {
+        Ok((o, removed)) => {
+            let Some(h) = std::ptr::NonNull::new(o.h).map(Shared) else { return };
             let stored = h.budget();
-            if let Some(b) = budget {
+            if let (Some(b), false) = (budget, o.created) {
                 if b != stored {
                     errors.push(format!(
                         "PINGUARD_GROUP_BUDGET={b}: group {name} already has a budget of {stored} bytes, set by its first member; using that"
                     ));
                 }
             }
+            let _ = HOW.set(format!(
+                "group {name}: {} {path}{}, budget {}",
+                if o.created { "created its ledger" } else { "opened its ledger" },
+                if removed { " (after removing one whose members were all gone)" } else { "" },
+                if stored == u64::MAX { "none".to_string() } else { format!("{stored} bytes") }
+            ));
             let _ = NAME.set(name.to_string());
             // Before the ledger is this image's to use: no thread can have joined yet, so every
             // slot with this process's pid and start time is the previous image's.
             forget_previous_image(h);
+            LEDGER_DEV.store(o.id.0, Ordering::Relaxed);
+            LEDGER_INO.store(o.id.1, Ordering::Relaxed);
             MAP.store(h.0.as_ptr(), Ordering::Release);
         }
         Err(why) => errors.push(format!("PINGUARD_GROUP={name:?}: the ledger {path} {why}; running WITHOUT the group budget (the process budget only)")),
     }
 }
 
-fn open_or_create(path: &str, budget: Option<u64>) -> Result<*mut Header, String> {
+/// How the ledger was had at start-up (created, opened, an abandoned one removed first), for
+/// `PINGUARD_LOG=debug`.
+pub fn how_opened() -> Option<&'static str> {
+    HOW.get().map(String::as_str)
+}
+
+/// A ledger mapped, not yet published to this process's threads.
+struct Opened {
+    h: *mut Header,
+    /// Its file's device and inode.
+    id: (u64, u64),
+    /// Made by this process, with its budget.
+    created: bool,
+}
+
+/// The group's ledger, opened or created. One that nobody lives in (every member gone: the last
+/// was killed, or a pinguard before this one left it) is removed first, under its lock, and made
+/// anew with this process's budget; whether that happened.
+fn open_live(path: &str, budget: Option<u64>) -> Result<(Opened, bool), String> {
+    let mut removed = false;
+    for _ in 0..REOPENS {
+        let o = open_or_create(path, budget)?;
+        let Some(h) = std::ptr::NonNull::new(o.h).map(Shared) else {
+            return Err("cannot be mapped".into());
+        };
+        // Not removed (its lock held, a member joined meanwhile): someone is in it, and it is
+        // this process's group.
+        if o.created || !abandoned(h) || !remove_abandoned(h, o.id) {
+            return Ok((o, removed));
+        }
+        removed = true;
+        // SAFETY: unmaps the mapping made just above, which nothing else refers to (never
+        // published to this process's threads).
+        unsafe { libc::munmap(o.h as *mut _, layout::SIZE) };
+    }
+    Err("keeps being removed under us".into())
+}
+
+/// Whether nobody lives in the ledger: it is closed, or every member in it is gone (read
+/// without the lock; `remove_abandoned` checks again under it).
+fn abandoned(h: Shared) -> bool {
+    if h.u32_at(std::mem::offset_of!(Header, closed)) != 0 {
+        return true;
+    }
+    let here = here();
+    (0..MAX_MEMBERS).all(|i| {
+        let (seen, _) = h.member_seen(i);
+        seen.pid == 0 || {
+            let value = |key: i32| Set::open(key).ok()?.value(i).ok();
+            live::judge(&seen, here, value, start_ticks) == Verdict::Gone
+        }
+    })
+}
+
+/// Buries the gone members of an abandoned ledger (found without the lock, as any look) and, when
+/// that leaves none, closes it and unlinks its name. Only tries the lock: a ledger whose lock is
+/// held has someone in it. Whether it was removed.
+fn remove_abandoned(h: Shared, id: (u64, u64)) -> bool {
+    let mut dead = Dead::look(h, Scan::Join);
+    for _ in 0..MAX_MEMBERS / Dead::MAX + 1 {
+        let Ok(mut l) = Locked::any(h, &mut Wait::once()) else {
+            return false;
+        };
+        l.bury(&dead);
+        if l.h().closed != 0 || l.empty() {
+            l.close(id);
+            return true;
+        }
+        if dead.n < Dead::MAX {
+            return false; // someone joined since the look
+        }
+        drop(l);
+        dead = Dead::look(h, Scan::Join); // more gone members than one look holds
+    }
+    false
+}
+
+fn open_or_create(path: &str, budget: Option<u64>) -> Result<Opened, String> {
     let cpath = CString::new(path).map_err(|_| "has a NUL in its name".to_string())?;
     for _ in 0..3 {
         // SAFETY: `cpath` is NUL-terminated; the descriptor is closed below, in this function.
@@ -80,8 +180,13 @@ fn open_or_create(path: &str, budget: Option<u64>) -> Result<*mut Header, String
         };
         if fd >= 0 {
             let r = map_existing(fd);
+            let id = sys::file_id(fd).map_or((0, 0), |f| (f.dev, f.ino));
             sys::close(fd);
-            return r;
+            return r.map(|h| Opened {
+                h,
+                id,
+                created: false,
+            });
         }
         if errno() != libc::ENOENT {
             return Err(format!(
@@ -90,7 +195,13 @@ fn open_or_create(path: &str, budget: Option<u64>) -> Result<*mut Header, String
             ));
         }
         match create(path, budget) {
-            Ok(Some(h)) => return Ok(h),
+            Ok(Some((h, id))) => {
+                return Ok(Opened {
+                    h,
+                    id,
+                    created: true,
+                })
+            }
             Ok(None) => continue, // another member created it first: open theirs
             Err(e) => return Err(e),
         }
@@ -173,7 +284,7 @@ fn map_existing(fd: c_int) -> Result<*mut Header, String> {
 /// (`O_TMPFILE`) until the link, so a creator killed at any moment leaves nothing behind; where
 /// the file system or `/proc` does not allow that, a named temporary file is the fallback, and
 /// the temporary files of creators that died are removed first.
-fn create(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, String> {
+fn create(path: &str, budget: Option<u64>) -> Result<Option<Made>, String> {
     remove_stale_temporaries(path);
     match create_unnamed(path, budget) {
         Unnamed::Done(r) => r,
@@ -181,8 +292,11 @@ fn create(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, String
     }
 }
 
+/// A ledger made and published: its mapping and its file's (device, inode).
+type Made = (*mut Header, (u64, u64));
+
 enum Unnamed {
-    Done(Result<Option<*mut Header>, String>),
+    Done(Result<Option<Made>, String>),
     Unsupported,
 }
 
@@ -227,9 +341,10 @@ fn create_unnamed(path: &str, budget: Option<u64>) -> Unnamed {
         )
     } == 0;
     let err = errno();
+    let id = sys::file_id(fd).map_or((0, 0), |f| (f.dev, f.ino));
     sys::close(fd);
     if linked {
-        return Unnamed::Done(Ok(Some(h)));
+        return Unnamed::Done(Ok(Some((h, id))));
     }
     // SAFETY: unmaps the mapping `build` made, which nothing else refers to.
     unsafe { libc::munmap(h as *mut _, layout::SIZE) };
@@ -239,7 +354,7 @@ fn create_unnamed(path: &str, budget: Option<u64>) -> Unnamed {
     }
 }
 
-fn create_named(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, String> {
+fn create_named(path: &str, budget: Option<u64>) -> Result<Option<Made>, String> {
     // SAFETY: no arguments; it cannot fail.
     let pid = unsafe { libc::getpid() };
     let tmp = CString::new(format!("{path}.{pid}.tmp"))
@@ -274,9 +389,10 @@ fn create_named(path: &str, budget: Option<u64>) -> Result<Option<*mut Header>, 
     // SAFETY: both paths are NUL-terminated.
     let linked = unsafe { libc::link(tmp.as_ptr(), cpath.as_ptr()) } == 0;
     let err = errno();
+    let id = sys::file_id(fd).map_or((0, 0), |f| (f.dev, f.ino));
     cleanup(fd);
     if linked {
-        Ok(Some(h))
+        Ok(Some((h, id)))
     } else {
         // SAFETY: unmaps the mapping `build` made, which nothing else refers to.
         unsafe { libc::munmap(h as *mut _, layout::SIZE) };
@@ -608,6 +724,8 @@ enum NoLock {
     Busy,
     /// Unrecoverable or corrupt: this process left the group (its own budget only).
     Gone,
+    /// The ledger was removed (`Header::closed`): the group's name is to be opened again.
+    Closed,
 }
 
 fn monotonic_ns() -> u64 {
@@ -731,15 +849,26 @@ struct Locked {
 }
 
 impl Locked {
-    /// The ledger, locked within `w`'s bound, with this process's pending figures folded in.
+    /// The ledger, locked within `w`'s bound, with this process's pending figures folded in;
+    /// `Closed` for a ledger that was removed (nothing of this process's is booked in it).
     fn new(ledger: Shared, w: &mut Wait) -> Result<Locked, NoLock> {
+        let mut l = Locked::any(ledger, w)?;
+        if l.h().closed != 0 {
+            return Err(NoLock::Closed);
+        }
+        l.settle();
+        Ok(l)
+    }
+
+    /// The ledger, locked within `w`'s bound, closed or not, as it is.
+    fn any(ledger: Shared, w: &mut Wait) -> Result<Locked, NoLock> {
         let nc = sys::NoCancel::new();
         // SAFETY: the place of the mutex in the published ledger mapping; no reference is made.
         let rc = take(
             unsafe { std::ptr::addr_of_mut!((*ledger.0.as_ptr()).mutex) },
             w,
         );
-        let mut l = match rc {
+        let l = match rc {
             0 => Locked { ledger, _nc: nc },
             libc::EOWNERDEAD => {
                 let mut l = Locked { ledger, _nc: nc };
@@ -759,8 +888,26 @@ impl Locked {
                 return Err(NoLock::Gone);
             }
         };
-        l.settle();
         Ok(l)
+    }
+
+    /// Whether no slot is taken.
+    fn empty(&self) -> bool {
+        self.h().members.iter().all(|m| m.pid == 0)
+    }
+
+    /// Removes the ledger, which no member holds a slot in: closed first (a process that mapped it
+    /// and joins later sees the mark and opens the group's name again), then its semaphore set
+    /// and its name, while the name is still this file's (`id`). Under the lock, which every
+    /// joiner takes: nobody joins between the check that it is empty and the mark.
+    fn close(&mut self, id: (u64, u64)) {
+        self.remove_set_if_empty();
+        self.h_mut().closed = 1;
+        let Some(path) = PATH.get() else { return };
+        if sys::path_id(path).is_some_and(|f| (f.dev, f.ino) == id) {
+            // SAFETY: a NUL-terminated path; the name is the group's ledger, this very file.
+            unsafe { libc::unlink(path.as_ptr()) };
+        }
     }
 
     /// Applies what this process could not while the ledger was out of reach: the previous
@@ -1618,6 +1765,8 @@ struct Done {
 
 #[inline(never)]
 fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
+    let mut h = h;
+    let mut reopens = 0;
     let mut w = Wait::new();
     let mut done = Done::default();
     let mut joining = None;
@@ -1629,6 +1778,15 @@ fn reserve_in(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
             Ok(l) => l,
             Err(NoLock::Gone) => return Ok(()),
             Err(NoLock::Busy) => return out_of_reach(h, bytes, force),
+            Err(NoLock::Closed) => {
+                reopens += 1;
+                match (reopens <= REOPENS).then(|| reopen(h)).flatten() {
+                    Some(n) => h = n,
+                    None => return Ok(()),
+                }
+                dead = Dead::none();
+                continue;
+            }
         };
         freed += l.bury(&dead);
         dead = Dead::none();
@@ -1862,7 +2020,7 @@ fn release_in(h: Shared, bytes: u64) {
     }
     let mut l = match Locked::new(h, &mut Wait::new()) {
         Ok(l) => l,
-        Err(NoLock::Gone) => return,
+        Err(NoLock::Gone) | Err(NoLock::Closed) => return,
         Err(NoLock::Busy) => {
             if !unpend(bytes) {
                 PENDING_RELEASE.fetch_add(bytes, Ordering::Relaxed);
@@ -1973,16 +2131,64 @@ pub fn leave() {
         return;
     }
     let i = SLOT.swap(NO_SLOT, Ordering::Relaxed);
-    if i >= MAX_MEMBERS {
-        return;
-    }
-    let Ok(mut l) = Locked::new(h, &mut Wait::new()) else {
+    // A process that never joined only tries the lock: one that pins nothing never waits.
+    let mut w = if i < MAX_MEMBERS {
+        Wait::new()
+    } else {
+        Wait::once()
+    };
+    let Ok(mut l) = Locked::new(h, &mut w) else {
         return;
     };
     if l.owns(i) {
         l.vacate(i);
         let_go_semaphore();
-        l.remove_set_if_empty();
+    }
+    // The last to leave removes the ledger: a group's budget does not outlive the group.
+    if l.empty() {
+        l.close((
+            LEDGER_DEV.load(Ordering::Relaxed),
+            LEDGER_INO.load(Ordering::Relaxed),
+        ));
+    }
+}
+
+/// The ledger `old` was removed: the group's name opened again (or made anew, with this
+/// process's budget), with the lock let go. The old mapping stays mapped (other threads may be
+/// reading it), and is not used again. `None`: this process now runs on its own budget only.
+#[cold]
+fn reopen(old: Shared) -> Option<Shared> {
+    let _nc = sys::NoCancel::new(); // file work and a line: no cancellation point
+    let path = PATH.get()?.to_str().ok()?;
+    let budget = Some(OWN_BUDGET.load(Ordering::Relaxed)).filter(|&b| b != u64::MAX);
+    let (o, _) = match open_live(path, budget) {
+        Ok(o) => o,
+        Err(why) => {
+            MAP.store(std::ptr::null_mut(), Ordering::Release);
+            tracing::warn!("group: the ledger {path} was removed and {why}; this process now uses its own budget only");
+            return None;
+        }
+    };
+    let new = std::ptr::NonNull::new(o.h).map(Shared)?;
+    let slot = SLOT.load(Ordering::Relaxed);
+    match MAP.compare_exchange(old.0.as_ptr(), o.h, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            LEDGER_DEV.store(o.id.0, Ordering::Relaxed);
+            LEDGER_INO.store(o.id.1, Ordering::Relaxed);
+            // No slot in the removed ledger: this process joins the new one (unless another
+            // thread already did).
+            let _ = SLOT.compare_exchange(slot, NOT_JOINED, Ordering::Relaxed, Ordering::Relaxed);
+            tracing::debug!(
+                "group: the ledger was removed under this process; joined {path} again"
+            );
+            Some(new)
+        }
+        Err(current) => {
+            // Another thread opened it again first: its mapping is the one in use.
+            // SAFETY: unmaps the mapping made above, which nothing else refers to.
+            unsafe { libc::munmap(o.h as *mut _, layout::SIZE) };
+            std::ptr::NonNull::new(current).map(Shared)
+        }
     }
 }
 
@@ -2039,7 +2245,7 @@ pub fn snapshot() -> Option<Snapshot> {
     // never waits at all, and a member's exit waits once, to leave).
     let locked = match Locked::new(h, &mut Wait::once()) {
         Ok(l) => Some(l),
-        Err(NoLock::Gone) => return None,
+        Err(NoLock::Gone) | Err(NoLock::Closed) => return None,
         Err(NoLock::Busy) => None,
     };
     use std::mem::offset_of;

@@ -18,7 +18,7 @@ static TEMPLATE: OnceLock<(String, bool)> = OnceLock::new();
 
 pub fn init_template(given: Option<&str>) {
     let (t, default) = match given {
-        Some(t) => (with_pid(t), false),
+        Some(t) => (with_pid(&in_directory(t)), false),
         None => (DEFAULT_TEMPLATE.to_string(), true),
     };
     let abs = if t.starts_with('/') {
@@ -30,6 +30,15 @@ pub fn init_template(given: Option<&str>) {
         }
     };
     let _ = TEMPLATE.set((abs, default));
+}
+
+/// A template that names an existing directory means a file in it with the default name, not
+/// `DIR.PID` beside it (which `pinguard report DIR` would not read).
+fn in_directory(t: &str) -> String {
+    if !t.contains('%') && Path::new(t).is_dir() {
+        return format!("{t}/{DEFAULT_TEMPLATE}");
+    }
+    t.to_string()
 }
 
 /// Every process that inherits the template (fork and exec children) writes its own file: a
@@ -196,10 +205,20 @@ fn base() -> Option<PathBuf> {
     let (template, default) = TEMPLATE.get().cloned()?;
     let target = expand(&template);
     let dir = parent(&target);
-    if default && !writable(dir) {
+    if default && !writable(dir) && !kernel::secure_mode() {
         return Some(std::env::temp_dir().join(target.file_name()?));
     }
     Some(target)
+}
+
+/// Why the last report went to the temporary folder instead of where it was asked (`None`: it
+/// went where asked), for the exit line.
+static FELL_BACK: Mutex<Option<String>> = Mutex::new(None);
+
+/// Where the last report was asked to go and why it could not, when it went to the temporary
+/// folder instead.
+pub fn fell_back() -> Option<String> {
+    FELL_BACK.lock().clone()
 }
 
 fn parent(p: &Path) -> &Path {
@@ -313,11 +332,17 @@ pub fn write_report(
     make_dirs(&template);
     let tmp = match write_temp(&base, 0o600, &fill) {
         Ok(t) => t,
-        Err(e) if default => {
-            // The default lives in the working directory, which may be read-only in a container.
+        // Where asked cannot take it (a read-only working directory in a container, a folder
+        // of another user's): the temporary folder, and the exit line says so. Never in secure
+        // mode, where the environment (TMPDIR) decides nothing.
+        Err(e)
+            if !kernel::secure_mode()
+                && (default || e.kind() != std::io::ErrorKind::AlreadyExists) =>
+        {
             let fallback = std::env::temp_dir().join(base.file_name().unwrap_or_default());
             match write_temp(&fallback, 0o600, &fill) {
                 Ok(t) => {
+                    *FELL_BACK.lock() = Some(format!("{}: {e}", base.display()));
                     base = fallback;
                     t
                 }

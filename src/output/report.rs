@@ -697,9 +697,13 @@ pub fn write_exit(cfg: &Config) {
         ));
         group = Some(g.name);
     }
-    let whereto = match &written {
-        Ok(p) => format!("report: {}", p.display()),
-        Err(e) => format!("report not written: {e}"),
+    let whereto = match (&written, files::fell_back()) {
+        (Ok(p), Some(why)) => format!(
+            "report: {} (in the temporary folder: not writable where asked, {why})",
+            p.display()
+        ),
+        (Ok(p), None) => format!("report: {}", p.display()),
+        (Err(e), _) => format!("report not written: {e}"),
     };
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
     let floors = Floors {
