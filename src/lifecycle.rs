@@ -455,6 +455,27 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     }
 }
 
+/// `PINGUARD_DEVICE_MEMORY`, answerable before pinguard has started (a device allocation may come
+/// first): then read from the environment (or the node file) directly, without allocating, as
+/// the configuration will read it. Off: `device` (nothing counted).
+#[inline(always)]
+pub fn device_memory() -> crate::runtime::config::DeviceMemory {
+    match ready() {
+        Some(cfg) => cfg.device_memory,
+        None => device_memory_early(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn device_memory_early() -> crate::runtime::config::DeviceMemory {
+    use crate::runtime::config::DeviceMemory;
+    match STATE.load(Ordering::Acquire) {
+        OFF => DeviceMemory::Device,
+        _ => DeviceMemory::from_raw(early(vars::DEVICE_MEMORY.name)),
+    }
+}
+
 /// Whether the signal hooks wrap the application's handlers: not once pinguard is disabled
 /// (`PINGUARD_DISABLE`), which before start-up is read from the environment without allocating.
 pub fn wraps_signals() -> bool {
@@ -793,6 +814,7 @@ fn start_over_in_child() {
     signals::after_fork_child();
     budget::reset();
     guard::forget_tid();
+    crate::track::device::forget();
     crate::output::reporter::after_fork_child(CONFIG.get());
     HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
     crate::budget::group::after_fork_child();

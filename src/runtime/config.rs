@@ -5,7 +5,7 @@ use crate::api::Family;
 use pinguard_report::units::SizeSpec;
 
 use pinguard_report::vars::{self, Of, Value, Var};
-pub use pinguard_report::vars::{Policy, DEFAULT_TEMPLATE};
+pub use pinguard_report::vars::{DeviceMemory, Policy, DEFAULT_TEMPLATE};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -31,6 +31,8 @@ pub struct Config {
     pub interval_ms: Option<u64>,
     pub signal: Option<i32>,
     pub hooks: u8,
+    /// `PINGUARD_DEVICE_MEMORY`: whether device allocations count as host bytes.
+    pub device_memory: DeviceMemory,
     pub log: String,
     pub disabled: bool,
     /// `PINGUARD_GROUP`, and its budget (`PINGUARD_GROUP_BUDGET`).
@@ -230,6 +232,7 @@ impl Config {
             interval_ms: None,
             signal: None,
             hooks: 0,
+            device_memory: DeviceMemory::Auto,
             log: String::new(),
             disabled: false,
             group: None,
@@ -302,7 +305,7 @@ fn count(v: Value) -> u64 {
 /// Where each variable's value goes, in the order they are read: the switch first, then the
 /// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
 /// that order. Every variable once (checked by a test).
-const FIELDS: [(&Var, Set); 25] = [
+const FIELDS: [(&Var, Set); 26] = [
     (&vars::DISABLE, |c, v| {
         c.disabled = matches!(v, Value::Switch(true))
     }),
@@ -357,6 +360,13 @@ const FIELDS: [(&Var, Set); 25] = [
     }),
     (&vars::HOOKS, |c, v| {
         c.hooks = if let Value::Bits(b) = v { b as u8 } else { 0 }
+    }),
+    (&vars::DEVICE_MEMORY, |c, v| {
+        c.device_memory = if let Value::Index(i) = v {
+            DeviceMemory::ALL[i]
+        } else {
+            DeviceMemory::Auto
+        }
     }),
     // An empty filter is taken, and means the default.
     (&vars::LOG, |c, v| {
