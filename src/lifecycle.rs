@@ -814,7 +814,7 @@ fn start_over_in_child() {
     signals::after_fork_child();
     budget::reset();
     guard::forget_tid();
-    crate::track::device::forget();
+    crate::runtime::devices::forget();
     crate::output::reporter::after_fork_child(CONFIG.get());
     HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
     crate::budget::group::after_fork_child();

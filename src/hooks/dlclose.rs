@@ -37,7 +37,7 @@ unsafe fn close(handle: *mut c_void) -> c_int {
     // So are the runtimes' answers about their devices: another runtime may come in its place.
     if let Some(_r) = crate::runtime::guard::Reentry::enter() {
         if crate::runtime::resolve::forget_unloaded() {
-            crate::track::device::forget();
+            crate::runtime::devices::forget();
         }
     }
     crate::capture::unwind::objects_removed();

@@ -3,15 +3,17 @@
 //! pass through whatever the budget, recorded with no bytes; device allocations on a device whose
 //! memory is the host's (integrated GPUs, APUs) are host RAM no container limit sees, counted as
 //! host bytes when `PINGUARD_DEVICE_MEMORY` says so. Whether a device is integrated is asked once
-//! per runtime API, through the API the program itself uses, and kept until a fork or an unload.
+//! per runtime API, through the API the program itself uses, and kept until a fork or an unload
+//! (`runtime::devices`).
 
 use super::{quiet, Hook, PutBack};
 use crate::accounting::ledger;
 use crate::api::{Api, Family};
 use crate::runtime::config::DeviceMemory;
+use crate::runtime::devices::{ANSWERS, EVERY, KNOWN, MAX_DEVICES};
 use crate::runtime::guard::{self, Reentry};
 use std::os::raw::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 impl Hook {
     /// A registration of I/O memory: the runtime's own call and answer whatever the policy and
@@ -101,16 +103,6 @@ pub struct DeviceQuery {
     pub current: fn() -> Option<c_int>,
 }
 
-/// An answer is known (0: not yet asked).
-const KNOWN: u64 = 1 << 63;
-/// Every device is integrated: no device need be told apart.
-const EVERY: u64 = 1 << 62;
-/// Devices asked about, one bit each below `EVERY`; any beyond are taken for discrete.
-const MAX_DEVICES: c_int = 62;
-
-/// Per runtime API: `KNOWN`, `EVERY` and a bit per integrated device.
-static ANSWERS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
-
 /// Whether a device allocation through `runtime` counts as host bytes. Once asked, one load for
 /// the setting and one for the answer, unless some devices are integrated and others are not
 /// (then the current device is asked at each allocation).
@@ -192,11 +184,4 @@ fn ask(family: Family, q: &DeviceQuery) -> Option<u64> {
         0
     };
     Some(KNOWN | every | mask)
-}
-
-/// Forgets every answer: a fork child, or a runtime unloaded (another may be loaded in its place).
-pub fn forget() {
-    for a in &ANSWERS {
-        a.store(0, Ordering::Relaxed);
-    }
 }
