@@ -4,8 +4,9 @@
 # torch.cuda.host_memory_stats(), the top callsite), a budget under `error` (an exception in
 # Python) and `downgrade` (unpinned batches, same results, budget held), the cudaHostRegister
 # path, CuPy's pinned pool and a JAX array in pinned host memory where installed, host memory from
-# the driver's cuMemCreate and from a host memory pool where the driver supports them, and the
-# loop's throughput with and without pinguard. One PASS/FAIL/SKIP line per check; exit 1 if any fails.
+# the driver's cuMemCreate and from a host memory pool where the driver supports them, an
+# I/O-memory registration (passes through, counts nothing) and a device allocation (counted only
+# where the device says it is integrated), and the loop's throughput with and without pinguard. One PASS/FAIL/SKIP line per check; exit 1 if any fails.
 #
 # On the GPU machine: Python 3 with PyTorch (CUDA), no network, no Rust toolchain; the library is
 # built beforehand (scripts/release.sh: target/release-artifacts/x86_64/libpinguard.so) and
