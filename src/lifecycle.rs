@@ -457,23 +457,26 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
 
 /// `PINGUARD_DEVICE_MEMORY`, answerable before pinguard has started (a device allocation may come
 /// first): then read from the environment (or the node file) directly, without allocating, as
-/// the configuration will read it. Off: `device` (nothing counted).
+/// the configuration will read it. Off: `device` (nothing counted). Read once, then kept.
 #[inline(always)]
 pub fn device_memory() -> crate::runtime::config::DeviceMemory {
-    match ready() {
-        Some(cfg) => cfg.device_memory,
-        None => device_memory_early(),
+    match crate::runtime::devices::mode() {
+        Some(m) => m,
+        None => device_memory_first(),
     }
 }
 
 #[cold]
 #[inline(never)]
-fn device_memory_early() -> crate::runtime::config::DeviceMemory {
+fn device_memory_first() -> crate::runtime::config::DeviceMemory {
     use crate::runtime::config::DeviceMemory;
-    match STATE.load(Ordering::Acquire) {
-        OFF => DeviceMemory::Device,
-        _ => DeviceMemory::from_raw(early(vars::DEVICE_MEMORY.name)),
-    }
+    let m = match (ready(), STATE.load(Ordering::Acquire)) {
+        (Some(cfg), _) => cfg.device_memory,
+        (None, OFF) => DeviceMemory::Device,
+        (None, _) => DeviceMemory::from_raw(early(vars::DEVICE_MEMORY.name)),
+    };
+    crate::runtime::devices::keep_mode(m);
+    m
 }
 
 /// Whether the signal hooks wrap the application's handlers: not once pinguard is disabled

@@ -536,6 +536,7 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
 }
 
 /// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+#[inline(always)]
 fn device_alloc(
     api: Api,
     dptr: *mut u64,
@@ -546,6 +547,18 @@ fn device_alloc(
     if !device::counts(Runtime::Driver, &DEVICES) {
         return real();
     }
+    device_alloc_counted(api, dptr, size, req, real)
+}
+
+/// Out of line: a discrete device's allocation saves no registers for it.
+#[inline(never)]
+fn device_alloc_counted(
+    api: Api,
+    dptr: *mut u64,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real(),
         // A `CUdeviceptr` is a 64-bit integer, written where a pointer would be.
@@ -576,6 +589,12 @@ unsafe fn mem_free(real: cuMemFree_v2::Call, dptr: u64) -> c_int {
     if !device::may_count(Runtime::Driver) {
         return real.call();
     }
+    mem_free_counted(real, dptr)
+}
+
+/// Out of line: a discrete device's free saves no registers for it.
+#[inline(never)]
+fn mem_free_counted(real: cuMemFree_v2::Call, dptr: u64) -> c_int {
     match Hook::enter_release(Family::CudaDriver) {
         None => real.call(),
         Some(h) => h.release_device(

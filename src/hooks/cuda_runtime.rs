@@ -265,6 +265,7 @@ unsafe fn host_unregister(real: cudaHostUnregister::Call, ptr: *mut c_void) -> c
 }
 
 /// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+#[inline(always)]
 fn device_alloc(
     api: Api,
     ptr: *mut *mut c_void,
@@ -275,6 +276,18 @@ fn device_alloc(
     if !device::counts(Runtime::Cuda, &DEVICES) {
         return real();
     }
+    device_alloc_counted(api, ptr, size, req, real)
+}
+
+/// Out of line: a discrete device's allocation saves no registers for it.
+#[inline(never)]
+fn device_alloc_counted(
+    api: Api,
+    ptr: *mut *mut c_void,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real(),
         Some(h) => h.alloc(api, ptr, size, req, CODES, real),
@@ -304,6 +317,12 @@ unsafe fn free(real: cudaFree::Call, ptr: *mut c_void) -> c_int {
     if !device::may_count(Runtime::Cuda) {
         return real.call();
     }
+    free_counted(real, ptr)
+}
+
+/// Out of line: a discrete device's free saves no registers for it.
+#[inline(never)]
+fn free_counted(real: cudaFree::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Cuda) {
         None => real.call(),
         Some(h) => h.release_device(Api::CudaFree, ptr, &DEVICE_ALLOCS, SUCCESS, move || {

@@ -436,6 +436,7 @@ unsafe fn get_proc(
 }
 
 /// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+#[inline(always)]
 fn device_alloc(
     api: Api,
     ptr: *mut *mut c_void,
@@ -446,6 +447,18 @@ fn device_alloc(
     if !device::counts(Runtime::Hip, &DEVICES) {
         return real();
     }
+    device_alloc_counted(api, ptr, size, req, real)
+}
+
+/// Out of line: a discrete device's allocation saves no registers for it.
+#[inline(never)]
+fn device_alloc_counted(
+    api: Api,
+    ptr: *mut *mut c_void,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real(),
         Some(h) => h.alloc(api, ptr, size, req, CODES, real),
@@ -475,6 +488,12 @@ unsafe fn free(real: hipFree::Call, ptr: *mut c_void) -> c_int {
     if !device::may_count(Runtime::Hip) {
         return real.call();
     }
+    free_counted(real, ptr)
+}
+
+/// Out of line: a discrete device's free saves no registers for it.
+#[inline(never)]
+fn free_counted(real: hipFree::Call, ptr: *mut c_void) -> c_int {
     match Hook::enter_release(Family::Hip) {
         None => real.call(),
         Some(h) => h.release_device(Api::HipFree, ptr, &DEVICE_ALLOCS, SUCCESS, move || {

@@ -165,15 +165,18 @@ fn integrated_slow(runtime: Runtime, q: &DeviceQuery, a: u64) -> bool {
 }
 
 /// The runtime's answer for every device; `None` when it is not to be asked now (the family is
-/// not hooked, or this call is nested inside another hooked call, whose own asking comes first).
-/// A runtime that cannot say how many devices it has is taken to have no integrated one.
+/// not hooked, or this call is nested inside another hooked call, whose own asking comes first)
+/// or cannot answer yet (no device, the driver not initialised: the allocation fails too, and the
+/// next one asks again). A device that cannot answer is taken for discrete.
 fn ask(family: Family, q: &DeviceQuery) -> Option<u64> {
     if !crate::lifecycle::hooks_enabled(family) {
         return None;
     }
     let _inside = Reentry::enter()?;
     let e = guard::errno();
-    let n = (q.count)().unwrap_or(0).clamp(0, MAX_DEVICES);
+    let n = (q.count)();
+    guard::set_errno(e);
+    let n = n?.clamp(0, MAX_DEVICES);
     let mask = (0..n)
         .filter(|&d| (q.integrated)(d) == Some(true))
         .fold(0u64, |m, d| m | 1 << d);
