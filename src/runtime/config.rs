@@ -721,6 +721,42 @@ mod tests {
         assert!(c.errors.iter().all(|e| !e.contains('\n')));
     }
 
+    /// The hooks read `PINGUARD_DEVICE_MEMORY` raw before start-up; they must answer as the
+    /// configuration does, a bad value (`auto`, with one line) included.
+    #[test]
+    fn device_memory_read_early_answers_as_the_configuration() {
+        for v in [
+            None,
+            Some("auto"),
+            Some("host"),
+            Some(" Device "),
+            Some("HOST"),
+            Some("sometimes"),
+            Some(""),
+        ] {
+            let vars: Vec<(String, Option<String>)> = v
+                .map(|v| vec![("PINGUARD_DEVICE_MEMORY".to_string(), Some(v.to_string()))])
+                .unwrap_or_default();
+            let c = Config::from_vars(&vars, &Fixed(None));
+            assert_eq!(
+                DeviceMemory::from_raw(v.map(str::as_bytes)),
+                c.device_memory,
+                "PINGUARD_DEVICE_MEMORY={v:?}"
+            );
+            let bad = c
+                .errors
+                .iter()
+                .filter(|e| e.contains("PINGUARD_DEVICE_MEMORY"));
+            let want = usize::from(matches!(v, Some("sometimes") | Some("")));
+            assert_eq!(bad.count(), want, "{v:?}: {:?}", c.errors);
+        }
+        assert_eq!(
+            DeviceMemory::from_raw(Some(b"host")),
+            DeviceMemory::Host,
+            "the names' order is the enum's"
+        );
+    }
+
     #[test]
     fn every_variable_has_one_place_in_the_configuration() {
         for var in vars::ALL {
