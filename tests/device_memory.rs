@@ -461,3 +461,23 @@ fn an_integrated_devices_allocation_is_refused_at_the_host_floor() {
         }
     }
 }
+
+/// A family left out of `PINGUARD_HOOKS` is never asked about its devices, and its allocations
+/// pass through uncounted even on an integrated device.
+#[test]
+fn a_family_not_hooked_is_never_asked() {
+    for (api, family) in [("cuda", "cuda"), ("driver", "cuda-driver"), ("hip", "hip")] {
+        let ops = ["malloc:786432", "malloc:786432", "free:0", "free:1"];
+        let env = [
+            ("PINGUARD_BUDGET", "1M"),
+            ("PINGUARD_HOOKS", "mlock"),
+            ("EMU_INTEGRATED", "1"),
+        ];
+        let r = dm(api, &ops, &env);
+        assert_eq!(rcs(&r), vec![0; 4], "{family}: {}", r.stdout);
+        let s = r.stats();
+        assert_eq!(s["device"]["integrated_queries"], 0, "{family}: {s}");
+        assert_eq!(s["pinguard_live_bytes"], 0, "{family}: {s}");
+        assert!(reports_in(&r.report_dir).is_empty(), "{family}");
+    }
+}

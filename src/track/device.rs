@@ -164,13 +164,14 @@ fn integrated_slow(runtime: Runtime, q: &DeviceQuery, a: u64) -> bool {
     current.is_some_and(|d| (0..MAX_DEVICES).contains(&d) && a & (1 << d) != 0)
 }
 
-/// The runtime's answer for every device; `None` when it is not to be asked now (the family is
-/// not hooked, or this call is nested inside another hooked call, whose own asking comes first)
-/// or cannot answer yet (no device, the driver not initialised: the allocation fails too, and the
-/// next one asks again). A device that cannot answer is taken for discrete.
+/// The runtime's answer for every device; `None` when it is not to be asked now (this call is
+/// nested inside another hooked call, whose own asking comes first) or cannot answer yet (no
+/// device, the driver not initialised: the allocation fails too, and the next one asks again). A
+/// device that cannot answer is taken for discrete, and so is every device of a family that is
+/// not hooked (nothing of it is counted, and it is never asked).
 fn ask(family: Family, q: &DeviceQuery) -> Option<u64> {
     if !crate::lifecycle::hooks_enabled(family) {
-        return None;
+        return Some(KNOWN);
     }
     let _inside = Reentry::enter()?;
     let e = guard::errno();
