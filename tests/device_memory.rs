@@ -54,6 +54,19 @@ fn program() -> &'static PathBuf {
                 &soname,
             ]);
         }
+        // A library of no use but to be loaded and unloaded.
+        std::fs::write(
+            dir.join("plugin.c"),
+            "int device_memory_plugin(void) { return 1; }\n",
+        )
+        .unwrap();
+        cc(&[
+            "-fPIC",
+            "-shared",
+            "-o",
+            &d("emu/plugin.so"),
+            &d("plugin.c"),
+        ]);
         cc(&[
             "-g",
             "-O1",
@@ -365,6 +378,21 @@ fn a_fork_child_asks_again() {
         r.stdout
     );
     assert_eq!(child["pinguard_live_bytes"], 4096, "{child}");
+}
+
+/// An object unloaded (`dlclose`) makes every runtime API's answer forgotten: another runtime may
+/// be loaded in the place of one that went; the next allocation asks again.
+#[test]
+fn an_unload_makes_the_device_be_asked_again() {
+    let plugin = program().parent().unwrap().join("emu/plugin.so");
+    let plugin = plugin.to_string_lossy();
+    let ops = ["malloc:4096", "malloc:4096", "unload:0", "malloc:4096"];
+    let env = [("EMU_INTEGRATED", "1"), ("DM_PLUGIN", &*plugin)];
+    let r = dm("cuda", &ops, &env);
+    assert_eq!(rcs(&r), vec![0; 4], "{}", r.stdout);
+    let s = r.stats();
+    assert_eq!(s["device"]["integrated_queries"], 2, "{s}");
+    assert_eq!(s["pinguard_live_bytes"], 3 * 4096, "{s}");
 }
 
 /// Whether this machine lets a test bind a file over `/proc/meminfo` in a private mount

@@ -9,6 +9,7 @@
  *   free:SLOT (cudaFree, cuMemFree_v2, hipFree)  free_null:0
  *   register:SIZE:FLAGS (fresh pages: cudaHostRegister, cuMemHostRegister_v2, hipHostRegister)
  *   unregister:SLOT  set_device:N (cudaSetDevice, hipSetDevice)
+ *   unload:0 (dlopen and dlclose the library DM_PLUGIN names: an object unloaded)
  *   fork:0 (a child runs the operations after this one, prints its own STATS, and exits; the
  *          parent waits for it and goes on with none of them)
  */
@@ -126,6 +127,10 @@ static int run_op(const char *op, long a, long b, int *slot) {
         return dev_free(NULL);
     } else if (!strcmp(op, "unregister")) {
         return host_unregister(slots[a]);
+    } else if (!strcmp(op, "unload")) {
+        void *h = dlopen(getenv("DM_PLUGIN"), RTLD_NOW | RTLD_LOCAL);
+        if (!h) return -1;
+        return dlclose(h);
     } else if (!strcmp(op, "set_device")) {
         return !strcmp(api, "hip") ? hipSetDevice(a) : cudaSetDevice(a);
     } else {
