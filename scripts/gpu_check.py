@@ -245,7 +245,7 @@ def child_driver(emul_dir):
 
 
 def child_devmem(emul_dir):
-    """Check 9: memory that is not RAM, and device memory, through the driver: an I/O-memory
+    """Check 10: memory that is not RAM, and device memory, through the driver: an I/O-memory
     registration (CU_MEMHOSTREGISTER_IOMEMORY) of 64 KiB of fresh pages, and a 4 MiB cuMemAlloc_v2,
     with pinguard's live figure read around each and the device's own word on whether it is
     integrated (CU_DEVICE_ATTRIBUTE_INTEGRATED)."""
@@ -447,22 +447,22 @@ class Checks:
             self.line("SKIP", "8 HIP host pool", "hipMemPoolCreate at a host location answered %s (5.x has no host location)" % r.get("pool_rc"))
 
     def devmem(self):
-        """Check 9: under `error` with a zero budget, an I/O-memory registration gets the driver's own
+        """Check 10: under `error` with a zero budget, an I/O-memory registration gets the driver's own
         answer (as without pinguard) and counts nothing; a device allocation is refused where the
         device says it is integrated (its memory the host's) and untouched where it is discrete."""
         base = self.run("devmem-without", mode="devmem", preload=False)[0]
         r, rep, snap, err = self.run("devmem", mode="devmem", env={"PINGUARD_BUDGET": "0", "PINGUARD_POLICY": "error"})
         if not base["ok"] or not r["ok"]:
-            self.check("9 I/O memory and device memory", False, "%s / %s %s" % (base.get("error"), r.get("error"), err))
+            self.check("10 I/O memory and device memory", False, "%s / %s %s" % (base.get("error"), r.get("error"), err))
             return
         listed = ((snap or {}).get("apis") or {}).get("cuMemHostRegister(IOMEMORY)", {}).get("alloc_count", 0)
-        self.check("9 IoMemory registration passes through", r["rc_io"] == base["rc_io"] and r["io_added"] == 0 and (r["rc_io"] != 0 or listed == 1),
+        self.check("10 IoMemory registration passes through", r["rc_io"] == base["rc_io"] and r["io_added"] == 0 and (r["rc_io"] != 0 or listed == 1),
                    "driver's answer %d (without pinguard %d), %d bytes counted, listed %d time(s)" % (r["rc_io"], base["rc_io"], r["io_added"], listed))
         if r["integrated"] == 1:
-            self.check("9 integrated device: cuMemAlloc_v2 counted as host bytes", r["rc_alloc"] == 2 and base["rc_alloc"] == 0,
+            self.check("10 integrated device: cuMemAlloc_v2 counted as host bytes", r["rc_alloc"] == 2 and base["rc_alloc"] == 0,
                        "refused at a zero budget: %d (without pinguard %d)" % (r["rc_alloc"], base["rc_alloc"]))
         else:
-            self.check("9 discrete device: cuMemAlloc_v2 untouched", r["rc_alloc"] == base["rc_alloc"] and r["alloc_added"] == 0,
+            self.check("10 discrete device: cuMemAlloc_v2 untouched", r["rc_alloc"] == base["rc_alloc"] and r["alloc_added"] == 0,
                        "integrated=%d, answer %d (without pinguard %d), %d bytes counted" % (r["integrated"], r["rc_alloc"], base["rc_alloc"], r["alloc_added"]))
 
     def all(self):
@@ -559,9 +559,9 @@ class Checks:
             else:
                 self.line("SKIP", "7 host pool", "the driver refused host pools: %s" % {k: v for k, v in r.items() if "rc" in k})
 
-        # 9. Memory that is not RAM (IoMemory), and device memory on an integrated device.
+        # 10. Memory that is not RAM (IoMemory), and device memory on an integrated device.
         if a.hip:
-            self.line("SKIP", "9 I/O memory and device memory", "CUDA only here")
+            self.line("SKIP", "10 I/O memory and device memory", "CUDA only here")
         else:
             self.devmem()
 

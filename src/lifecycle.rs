@@ -457,7 +457,7 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
 
 /// `PINGUARD_DEVICE_MEMORY`, answerable before pinguard has started (a device allocation may come
 /// first): then read from the environment (or the node file) directly, without allocating, as
-/// the configuration will read it. Off: `device` (nothing counted). Read once, then kept.
+/// the configuration will read it. Read once, then kept.
 #[inline(always)]
 pub fn device_memory() -> crate::runtime::config::DeviceMemory {
     match crate::runtime::devices::mode() {
@@ -470,10 +470,11 @@ pub fn device_memory() -> crate::runtime::config::DeviceMemory {
 #[inline(never)]
 fn device_memory_first() -> crate::runtime::config::DeviceMemory {
     use crate::runtime::config::DeviceMemory;
-    let m = match (ready(), STATE.load(Ordering::Acquire)) {
-        (Some(cfg), _) => cfg.device_memory,
-        (None, OFF) => DeviceMemory::Device,
-        (None, _) => DeviceMemory::from_raw(early(vars::DEVICE_MEMORY.name)),
+    // Switched off, the raw value is kept too: the device is then never asked (`hooks_enabled`)
+    // and no call is counted (`Hook::enter`).
+    let m = match ready() {
+        Some(cfg) => cfg.device_memory,
+        None => DeviceMemory::from_raw(early(vars::DEVICE_MEMORY.name)),
     };
     crate::runtime::devices::keep_mode(m);
     m
