@@ -7,7 +7,8 @@
 # the driver's cuMemCreate and from a host memory pool where the driver supports them, and the
 # loop's throughput with and without pinguard, and which of the process's counters (VmLck, VmPin,
 # RssShmem) cudaHostAlloc and cudaHostRegister move, with no such pin counted again as
-# kernel-pinned (VmPin) bytes. One PASS/FAIL/SKIP line per check; exit 1 if any fails.
+# kernel-pinned (VmPin) bytes, an I/O-memory registration (passes through, counts nothing) and a
+# device allocation (counted only where the device says it is integrated). One PASS/FAIL/SKIP line per check; exit 1 if any fails.
 #
 # On the GPU machine: Python 3 with PyTorch (CUDA), no network, no Rust toolchain; the library is
 # built beforehand (scripts/release.sh: target/release-artifacts/x86_64/libpinguard.so) and

@@ -244,6 +244,46 @@ def child_driver(emul_dir):
     return out
 
 
+def child_devmem(emul_dir):
+    """Check 10: memory that is not RAM, and device memory, through the driver: an I/O-memory
+    registration (CU_MEMHOSTREGISTER_IOMEMORY) of 64 KiB of fresh pages, and a 4 MiB cuMemAlloc_v2,
+    with pinguard's live figure read around each and the device's own word on whether it is
+    integrated (CU_DEVICE_ATTRIBUTE_INTEGRATED)."""
+    import ctypes
+    import mmap
+    c = ctypes.c_uint64
+    cu = ctypes.CDLL(os.path.join(emul_dir, "libcuda.so.1") if emul_dir else "libcuda.so.1")
+    try:
+        live = ctypes.CDLL(None).pinguard_live_bytes
+        live.restype = c
+    except AttributeError:  # the run without pinguard
+        live = lambda: 0
+    if cu.cuInit(0) != 0:
+        raise RuntimeError("cuInit failed")
+    dev = ctypes.c_int(0)
+    if hasattr(cu, "cuDevicePrimaryCtxRetain"):  # a real driver: a context for the device
+        ctx = ctypes.c_void_p()
+        if cu.cuDeviceGet(ctypes.byref(dev), 0) != 0 or cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) != 0 or cu.cuCtxSetCurrent(ctx) != 0:
+            raise RuntimeError("no CUDA context")
+    integrated = ctypes.c_int(-1)
+    cu.cuDeviceGetAttribute(ctypes.byref(integrated), 18, dev)
+    pages = mmap.mmap(-1, 64 << 10)
+    addr = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(pages)))
+    before = live()
+    rc_io = cu.cuMemHostRegister_v2(addr, ctypes.c_size_t(64 << 10), ctypes.c_uint(4))
+    io_added = live() - before
+    if rc_io == 0:
+        cu.cuMemHostUnregister(addr)
+    d = c(0)
+    before = live()
+    rc_alloc = cu.cuMemAlloc_v2(ctypes.byref(d), ctypes.c_size_t(4 << 20))
+    alloc_added = live() - before
+    if rc_alloc == 0:
+        cu.cuMemFree_v2(d)
+    return {"integrated": integrated.value, "rc_io": rc_io, "io_added": io_added, "rc_alloc": rc_alloc,
+            "alloc_added": alloc_added, "alloc_left": live() - before}
+
+
 def child_hip(emul_dir):
     """Check 8: the HIP runtime's host memory, through dlsym(handle) (ctypes) and, where the
     runtime has it, hipGetProcAddress, with pinguard's live figure read before, during and after:
@@ -382,6 +422,8 @@ def child(args):
             out = child_driver(args.emul_dir if args.backend == "emul" else "")
         elif args.child == "hip":
             out = child_hip(args.emul_dir if args.backend == "emul" else "")
+        elif args.child == "devmem":
+            out = child_devmem(args.emul_dir if args.backend == "emul" else "")
         else:
             out = child_torch(args.child) if args.backend == "torch" else child_emul(args.child, args.emul_dir)
         out["ok"] = True
@@ -473,6 +515,25 @@ class Checks:
             self.check("8 HIP host pool tracked", added == reserved and left == 0, "%d bytes reserved, %d counted, %d left after trim and destroy" % (reserved, added, left))
         else:
             self.line("SKIP", "8 HIP host pool", "hipMemPoolCreate at a host location answered %s (5.x has no host location)" % r.get("pool_rc"))
+
+    def devmem(self):
+        """Check 10: under `error` with a zero budget, an I/O-memory registration gets the driver's own
+        answer (as without pinguard) and counts nothing; a device allocation is refused where the
+        device says it is integrated (its memory the host's) and untouched where it is discrete."""
+        base = self.run("devmem-without", mode="devmem", preload=False)[0]
+        r, rep, snap, err = self.run("devmem", mode="devmem", env={"PINGUARD_BUDGET": "0", "PINGUARD_POLICY": "error"})
+        if not base["ok"] or not r["ok"]:
+            self.check("10 I/O memory and device memory", False, "%s / %s %s" % (base.get("error"), r.get("error"), err))
+            return
+        listed = ((snap or {}).get("apis") or {}).get("cuMemHostRegister(IOMEMORY)", {}).get("alloc_count", 0)
+        self.check("10 IoMemory registration passes through", r["rc_io"] == base["rc_io"] and r["io_added"] == 0 and (r["rc_io"] != 0 or listed == 1),
+                   "driver's answer %d (without pinguard %d), %d bytes counted, listed %d time(s)" % (r["rc_io"], base["rc_io"], r["io_added"], listed))
+        if r["integrated"] == 1:
+            self.check("10 integrated device: cuMemAlloc_v2 counted as host bytes", r["rc_alloc"] == 2 and base["rc_alloc"] == 0,
+                       "refused at a zero budget: %d (without pinguard %d)" % (r["rc_alloc"], base["rc_alloc"]))
+        else:
+            self.check("10 discrete device: cuMemAlloc_v2 untouched", r["rc_alloc"] == base["rc_alloc"] and r["alloc_added"] == 0,
+                       "integrated=%d, answer %d (without pinguard %d), %d bytes counted" % (r["integrated"], r["rc_alloc"], base["rc_alloc"], r["alloc_added"]))
 
     def all(self):
         a = self.args
@@ -582,6 +643,11 @@ class Checks:
                 self.check("9 %s counters" % name, True, "%d bytes held: %s" % (COUNTER_BYTES, moved))
                 self.check("9 %s not counted again as kernel-pinned" % name, p["kernel_pinned"] == 0,
                            "report's totals.kernel_pinned_bytes %s while held (%s)" % (p["kernel_pinned"], moved))
+        # 10. Memory that is not RAM (IoMemory), and device memory on an integrated device.
+        if a.hip:
+            self.line("SKIP", "10 I/O memory and device memory", "CUDA only here")
+        else:
+            self.devmem()
 
         # 6. Throughput with and without pinguard, in the same run.
         r_without = self.run("speed-without", preload=False)[0]

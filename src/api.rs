@@ -136,4 +136,20 @@ apis! {
     HalMemRelease = "halMemRelease";
     HalMemMap = "halMemMap";
     HalMemUnmap = "halMemUnmap";
+    // Registrations of I/O memory (a device's registers, a NIC's doorbells): no host RAM, passed
+    // through whatever the budget, recorded with no bytes under these names.
+    CudaHostRegisterIoMemory = "cudaHostRegister(IoMemory)";
+    CuMemHostRegisterIoMemory = "cuMemHostRegister(IOMEMORY)";
+    HipHostRegisterIoMemory = "hipHostRegister(IoMemory)";
+    // Device allocations, counted as host bytes only where the device's memory is the host's
+    // (`PINGUARD_DEVICE_MEMORY`).
+    CudaMalloc = "cudaMalloc";
+    CudaMallocManaged = "cudaMallocManaged";
+    CudaFree = "cudaFree";
+    CuMemAllocV2 = "cuMemAlloc_v2";
+    CuMemAllocManaged = "cuMemAllocManaged";
+    CuMemFreeV2 = "cuMemFree_v2";
+    HipMalloc = "hipMalloc";
+    HipMallocManaged = "hipMallocManaged";
+    HipFree = "hipFree";
 }

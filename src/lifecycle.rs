@@ -530,6 +530,31 @@ pub fn hooks_enabled(family: crate::api::Family) -> bool {
     }
 }
 
+/// `PINGUARD_DEVICE_MEMORY`, answerable before pinguard has started (a device allocation may come
+/// first): then read from the environment (or the node file) directly, without allocating, as
+/// the configuration will read it. Read once, then kept.
+#[inline(always)]
+pub fn device_memory() -> crate::runtime::config::DeviceMemory {
+    match crate::runtime::devices::mode() {
+        Some(m) => m,
+        None => device_memory_first(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn device_memory_first() -> crate::runtime::config::DeviceMemory {
+    use crate::runtime::config::DeviceMemory;
+    // Switched off, the raw value is kept too: the device is then never asked (`hooks_enabled`)
+    // and no call is counted (`Hook::enter`).
+    let m = match ready() {
+        Some(cfg) => cfg.device_memory,
+        None => DeviceMemory::from_raw(early(vars::DEVICE_MEMORY.name)),
+    };
+    crate::runtime::devices::keep_mode(m);
+    m
+}
+
 /// Whether the signal hooks wrap the application's handlers: not once pinguard is disabled
 /// (`PINGUARD_DISABLE`), which before start-up is read from the environment without allocating.
 pub fn wraps_signals() -> bool {
@@ -868,6 +893,7 @@ fn start_over_in_child() {
     signals::after_fork_child();
     budget::reset();
     guard::forget_tid();
+    crate::runtime::devices::forget();
     crate::output::reporter::after_fork_child(CONFIG.get());
     HOOKS_CONFIG.store(std::ptr::null_mut(), Ordering::Release);
     crate::budget::group::after_fork_child();

@@ -740,7 +740,7 @@ fn every_hip_row_is_redirected_through_a_handle() {
         .lines()
         .filter_map(|l| l.strip_prefix("hip "))
         .collect();
-    assert_eq!(names.len(), 20, "{names:?}");
+    assert_eq!(names.len(), 23, "{names:?}");
     let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
     let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
     for (preload, holder) in [

@@ -180,6 +180,20 @@ pub const HOOKS: Var = Var {
     needs: None,
 };
 
+pub const DEVICE_MEMORY: Var = Var {
+    name: "PINGUARD_DEVICE_MEMORY",
+    meaning: "whether device allocations (`cudaMalloc`, `cudaMallocManaged`, `cuMemAlloc_v2`, `cuMemAllocManaged`, `hipMalloc`, `hipMallocManaged`) count as host bytes, against the budgets and both reserves, with their callsites: `host` always, `device` never, `auto` where the device says it is integrated (its memory is the host's: DGX Spark GB10, Jetson, AMD APUs), asked once per runtime through the API the program uses",
+    default: Some("auto"),
+    unset: "`auto`",
+    forms: "auto, host or device",
+    fallback: "using auto",
+    parse: Parse::OneOf {
+        names: &DEVICE_MEMORY_MODES,
+        why: "unknown device memory mode",
+    },
+    needs: None,
+};
+
 pub const LOG: Var = Var {
     name: "PINGUARD_LOG",
     meaning:
@@ -345,6 +359,7 @@ pub const ALL: &[&Var] = &[
     &INTERVAL,
     &SIGNAL,
     &HOOKS,
+    &DEVICE_MEMORY,
     &LOG,
     &DISABLE,
     &GROUP,
@@ -625,6 +640,36 @@ impl Policy {
 
     pub fn name(self) -> &'static str {
         POLICIES[self as usize]
+    }
+}
+
+/// Whether device allocations count as host bytes (`PINGUARD_DEVICE_MEMORY`), named as
+/// `DEVICE_MEMORY_MODES` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceMemory {
+    /// Where the device says it is integrated.
+    Auto,
+    Host,
+    Device,
+}
+
+/// The modes' names, in `DeviceMemory::ALL`'s order.
+pub const DEVICE_MEMORY_MODES: [&str; 3] = ["auto", "host", "device"];
+
+impl DeviceMemory {
+    pub const ALL: [DeviceMemory; 3] =
+        [DeviceMemory::Auto, DeviceMemory::Host, DeviceMemory::Device];
+
+    /// The mode a raw value names, as the configuration reads it (a bad value: `auto`, its
+    /// fallback). Without allocating: the hooks ask before pinguard has started.
+    pub fn from_raw(v: Option<&[u8]>) -> DeviceMemory {
+        let Some(v) = v else {
+            return DeviceMemory::Auto;
+        };
+        DEVICE_MEMORY_MODES
+            .iter()
+            .position(|n| n.as_bytes().eq_ignore_ascii_case(v.trim_ascii()))
+            .map_or(DeviceMemory::Auto, |i| DeviceMemory::ALL[i])
     }
 }
 

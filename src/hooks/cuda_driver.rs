@@ -2,12 +2,16 @@
 //! which `libcudart`, static-cudart programs and JAX/XLA reach every driver function. `CUresult`
 //! is a C enum, passed as `int`.
 //!
+//! Device allocations (`cuMemAlloc_v2`, `cuMemAllocManaged`, `cuMemFree_v2`) are counted only
+//! where the device's memory is the host's (`track::device`).
+//!
 //! Two ABIs hide behind some names: the legacy `cuMemAllocHost` takes an `unsigned int` size (the
 //! `_v2` one, which `cuda.h` maps the name to since CUDA 3.2, a `size_t`), and
 //! `cuGetProcAddress` gained a fifth argument in `_v2` (CUDA 12.0). Each gets its own wrappers.
 
 use super::{hooks, real};
 use crate::api::{Api, Family};
+use crate::track::device::{self, DeviceQuery, Runtime};
 use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
@@ -25,6 +29,61 @@ const DEVICEMAP: c_uint = 2;
 const ALLOC_FLAGS: c_uint = 0x7;
 /// `CU_MEMHOSTREGISTER_PORTABLE | DEVICEMAP | IOMEMORY | READ_ONLY`.
 const REGISTER_FLAGS: c_uint = 0xf;
+/// `CU_MEMHOSTREGISTER_IOMEMORY`: the range is a device's registers, not RAM.
+const IO_MEMORY: c_uint = 0x4;
+/// `CU_MEM_ATTACH_GLOBAL`, `CU_MEM_ATTACH_HOST`: one of them, the only flags `cuMemAllocManaged`
+/// takes.
+const ATTACH: [c_uint; 2] = [0x1, 0x2];
+/// `CU_DEVICE_ATTRIBUTE_INTEGRATED`.
+const ATTRIBUTE_INTEGRATED: c_int = 18;
+/// Every registration's records, for `cuMemHostUnregister`.
+const REGISTERS: [Api; 3] = [
+    Api::CuMemHostRegisterV2,
+    Api::CuMemHostRegister,
+    Api::CuMemHostRegisterIoMemory,
+];
+/// Every device allocation's records, for `cuMemFree_v2`.
+const DEVICE_ALLOCS: [Api; 2] = [Api::CuMemAllocV2, Api::CuMemAllocManaged];
+
+type IntOutFn = unsafe extern "C-unwind" fn(*mut c_int) -> c_int;
+type DeviceGetFn = unsafe extern "C-unwind" fn(*mut c_int, c_int) -> c_int;
+type AttrFn = unsafe extern "C-unwind" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// `f(&out)`, the driver's `int` answer when it succeeds.
+fn int_out(f: Option<IntOutFn>) -> Option<c_int> {
+    let mut v: c_int = 0;
+    // SAFETY: `f` is the driver's function of this C type, given a valid out-pointer.
+    (unsafe { f?(&mut v) } == SUCCESS).then_some(v)
+}
+
+/// Whether the device of `ordinal` is integrated, asked of its `CUdevice`.
+fn integrated(ordinal: c_int) -> Option<bool> {
+    // SAFETY: `DeviceGetFn` and `AttrFn` are `cuDeviceGet`'s and `cuDeviceGetAttribute`'s C types.
+    let (get, attr) = unsafe {
+        (
+            real!("cuDeviceGet").get::<DeviceGetFn>()?,
+            real!("cuDeviceGetAttribute").get::<AttrFn>()?,
+        )
+    };
+    let (mut dev, mut v): (c_int, c_int) = (0, 0);
+    // SAFETY: the driver's functions, given valid out-pointers, an ordinal below its count and
+    // the device it answered for it.
+    let ok = unsafe {
+        get(&mut dev, ordinal) == SUCCESS && attr(&mut v, ATTRIBUTE_INTEGRATED, dev) == SUCCESS
+    };
+    ok.then_some(v != 0)
+}
+
+/// The driver's devices, as the program's own driver calls see them. The current context's
+/// `CUdevice` is taken for its ordinal, as NVIDIA's driver numbers them.
+const DEVICES: DeviceQuery = DeviceQuery {
+    // SAFETY: `IntOutFn` is `cuDeviceGetCount`'s C type.
+    count: || int_out(unsafe { real!("cuDeviceGetCount").get::<IntOutFn>() }),
+    integrated,
+    // SAFETY: `IntOutFn` is `cuCtxGetDevice`'s C type (`CUdevice` is an `int`).
+    current: || int_out(unsafe { real!("cuCtxGetDevice").get::<IntOutFn>() }),
+};
+
 /// The driver's answers (`CUresult`).
 const CODES: Codes<c_int> = Codes {
     ok: SUCCESS,
@@ -139,6 +198,11 @@ unsafe fn register_v2(
 ) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
+        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
+            h.register_io(Api::CuMemHostRegisterIoMemory, p, SUCCESS, move || {
+                real.call()
+            })
+        }
         Some(h) => h.register(
             Api::CuMemHostRegisterV2,
             p,
@@ -158,6 +222,11 @@ unsafe fn register_legacy(
 ) -> c_int {
     match Hook::enter(Family::CudaDriver) {
         None => real.call(),
+        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
+            h.register_io(Api::CuMemHostRegisterIoMemory, p, SUCCESS, move || {
+                real.call()
+            })
+        }
         Some(h) => h.register(
             Api::CuMemHostRegister,
             p,
@@ -192,7 +261,7 @@ unsafe fn host_unregister(real: cuMemHostUnregister::Call, p: *mut c_void) -> c_
         Some(h) => h.release(
             Api::CuMemHostUnregister,
             p,
-            &[Api::CuMemHostRegisterV2, Api::CuMemHostRegister],
+            &REGISTERS,
             SUCCESS,
             move || real.call(),
         ),
@@ -451,6 +520,11 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
         b"cuMemHostRegister" => cuMemHostRegister_v2::bind(real),
         b"cuGetProcAddress" if version < 12000 => cuGetProcAddress::bind(real),
         b"cuGetProcAddress" => cuGetProcAddress_v2::bind(real),
+        // Below 3.2, the 32-bit `CUdeviceptr` ABI, not hooked.
+        b"cuMemAlloc" if version < 3020 => None,
+        b"cuMemAlloc" => cuMemAlloc_v2::bind(real),
+        b"cuMemFree" if version < 3020 => None,
+        b"cuMemFree" => cuMemFree_v2::bind(real),
         // Every other name by the table. With CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM the
         // driver answers the pool names with their `_ptsz` functions, of the same types.
         _ => redirect(cname, real).flatten(),
@@ -458,6 +532,78 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
     if let Some(w) = w {
         // SAFETY: `pfn` is the caller's out-pointer, not null (checked above).
         unsafe { *pfn = w as *mut c_void };
+    }
+}
+
+/// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+#[inline(always)]
+fn device_alloc(
+    api: Api,
+    dptr: *mut u64,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    if !device::counts(Runtime::Driver, &DEVICES) {
+        return real();
+    }
+    device_alloc_counted(api, dptr, size, req, real)
+}
+
+/// Out of line: a discrete device's allocation saves no registers for it.
+#[inline(never)]
+fn device_alloc_counted(
+    api: Api,
+    dptr: *mut u64,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    match Hook::enter(Family::CudaDriver) {
+        None => real(),
+        // A `CUdeviceptr` is a 64-bit integer, written where a pointer would be.
+        Some(h) => h.alloc(api, dptr as *mut *mut c_void, size, req, CODES, real),
+    }
+}
+
+unsafe fn mem_alloc(real: cuMemAlloc_v2::Call, dptr: *mut u64, size: usize) -> c_int {
+    device_alloc(Api::CuMemAllocV2, dptr, size, Request::Mapped, move || {
+        real.call()
+    })
+}
+
+unsafe fn mem_alloc_managed(
+    real: cuMemAllocManaged::Call,
+    dptr: *mut u64,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
+    let req = match ATTACH.contains(&flags) {
+        true => Request::Mapped,
+        false => Request::Rejected,
+    };
+    device_alloc(Api::CuMemAllocManaged, dptr, size, req, move || real.call())
+}
+
+unsafe fn mem_free(real: cuMemFree_v2::Call, dptr: u64) -> c_int {
+    if !device::may_count(Runtime::Driver) {
+        return real.call();
+    }
+    mem_free_counted(real, dptr)
+}
+
+/// Out of line: a discrete device's free saves no registers for it.
+#[inline(never)]
+fn mem_free_counted(real: cuMemFree_v2::Call, dptr: u64) -> c_int {
+    match Hook::enter_release(Family::CudaDriver) {
+        None => real.call(),
+        Some(h) => h.release_device(
+            Api::CuMemFreeV2,
+            dptr as usize as *mut c_void,
+            &DEVICE_ALLOCS,
+            SUCCESS,
+            move || real.call(),
+        ),
     }
 }
 
@@ -509,4 +655,10 @@ hooks! {
     fn cuMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => default_pool;
     /// A location's current pool.
     fn cuMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => current_pool;
+    /// Device memory (`size_t` size, 64-bit `CUdeviceptr`): the host's own on an integrated device.
+    fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => mem_alloc;
+    /// Memory the device and the host share, migrated on demand.
+    fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) -> c_int => mem_alloc_managed;
+    /// Frees what `cuMemAlloc_v2` or `cuMemAllocManaged` gave.
+    fn cuMemFree_v2(dptr: u64) -> c_int => mem_free;
 }

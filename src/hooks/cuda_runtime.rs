@@ -1,8 +1,11 @@
 //! CUDA runtime (`libcudart`): `cudaHostAlloc`, `cudaMallocHost`, `cudaFreeHost`,
-//! `cudaHostRegister`, `cudaHostUnregister`. `cudaError_t` is a C enum, passed as `int`.
+//! `cudaHostRegister`, `cudaHostUnregister`, the pools; and `cudaMalloc`, `cudaMallocManaged`,
+//! `cudaFree`, counted only where the device's memory is the host's (`track::device`).
+//! `cudaError_t` is a C enum, passed as `int`.
 
 use super::{hooks, real};
 use crate::api::{Api, Family};
+use crate::track::device::{self, DeviceQuery, Runtime};
 use crate::track::{Codes, Hook, PoolApi, Request};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -26,6 +29,43 @@ const MAPPED: c_uint = 2;
 const ALLOC_FLAGS: c_uint = 0x7;
 /// `cudaHostRegisterPortable | Mapped | IoMemory | ReadOnly`.
 const REGISTER_FLAGS: c_uint = 0xf;
+/// `cudaHostRegisterIoMemory`: the range is a device's registers, not RAM.
+const IO_MEMORY: c_uint = 0x4;
+/// `cudaMemAttachGlobal`, `cudaMemAttachHost`: one of them, the only flags `cudaMallocManaged` takes.
+const ATTACH: [c_uint; 2] = [0x1, 0x2];
+/// `cudaDevAttrIntegrated`.
+const DEV_ATTR_INTEGRATED: c_int = 18;
+
+/// Every registration's records, for `cudaHostUnregister`.
+const REGISTERS: [Api; 2] = [Api::CudaHostRegister, Api::CudaHostRegisterIoMemory];
+/// Every device allocation's records, for `cudaFree`.
+const DEVICE_ALLOCS: [Api; 2] = [Api::CudaMalloc, Api::CudaMallocManaged];
+
+type IntOutFn = unsafe extern "C-unwind" fn(*mut c_int) -> c_int;
+type AttrFn = unsafe extern "C-unwind" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// `f(&out)`, the runtime's `int` answer when it succeeds.
+fn int_out(f: Option<IntOutFn>) -> Option<c_int> {
+    let mut v: c_int = 0;
+    // SAFETY: `f` is the runtime's function of this C type, given a valid out-pointer.
+    (unsafe { f?(&mut v) } == SUCCESS).then_some(v)
+}
+
+/// The runtime's devices, as the program's own runtime calls see them.
+const DEVICES: DeviceQuery = DeviceQuery {
+    // SAFETY: `IntOutFn` is `cudaGetDeviceCount`'s C type.
+    count: || int_out(unsafe { real!("cudaGetDeviceCount").get::<IntOutFn>() }),
+    integrated: |d| {
+        // SAFETY: `AttrFn` is `cudaDeviceGetAttribute`'s C type.
+        let f = unsafe { real!("cudaDeviceGetAttribute").get::<AttrFn>() }?;
+        let mut v: c_int = 0;
+        // SAFETY: `f` is the runtime's function, given a valid out-pointer, an attribute and a
+        // device ordinal it answered for.
+        (unsafe { f(&mut v, DEV_ATTR_INTEGRATED, d) } == SUCCESS).then_some(v != 0)
+    },
+    // SAFETY: `IntOutFn` is `cudaGetDevice`'s C type.
+    current: || int_out(unsafe { real!("cudaGetDevice").get::<IntOutFn>() }),
+};
 
 fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `cudaMemPoolGetAttribute`.
@@ -182,6 +222,11 @@ unsafe fn host_register(
 ) -> c_int {
     match Hook::enter(Family::Cuda) {
         None => real.call(),
+        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
+            h.register_io(Api::CudaHostRegisterIoMemory, ptr, SUCCESS, move || {
+                real.call()
+            })
+        }
         Some(h) => h.register(
             Api::CudaHostRegister,
             ptr,
@@ -212,10 +257,77 @@ unsafe fn host_unregister(real: cudaHostUnregister::Call, ptr: *mut c_void) -> c
         Some(h) => h.release(
             Api::CudaHostUnregister,
             ptr,
-            &[Api::CudaHostRegister],
+            &REGISTERS,
             SUCCESS,
             move || real.call(),
         ),
+    }
+}
+
+/// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+#[inline(always)]
+fn device_alloc(
+    api: Api,
+    ptr: *mut *mut c_void,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    if !device::counts(Runtime::Cuda, &DEVICES) {
+        return real();
+    }
+    device_alloc_counted(api, ptr, size, req, real)
+}
+
+/// Out of line: a discrete device's allocation saves no registers for it.
+#[inline(never)]
+fn device_alloc_counted(
+    api: Api,
+    ptr: *mut *mut c_void,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    match Hook::enter(Family::Cuda) {
+        None => real(),
+        Some(h) => h.alloc(api, ptr, size, req, CODES, real),
+    }
+}
+
+unsafe fn malloc(real: cudaMalloc::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    device_alloc(Api::CudaMalloc, ptr, size, Request::Mapped, move || {
+        real.call()
+    })
+}
+
+unsafe fn malloc_managed(
+    real: cudaMallocManaged::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
+    let req = match ATTACH.contains(&flags) {
+        true => Request::Mapped,
+        false => Request::Rejected,
+    };
+    device_alloc(Api::CudaMallocManaged, ptr, size, req, move || real.call())
+}
+
+unsafe fn free(real: cudaFree::Call, ptr: *mut c_void) -> c_int {
+    if !device::may_count(Runtime::Cuda) {
+        return real.call();
+    }
+    free_counted(real, ptr)
+}
+
+/// Out of line: a discrete device's free saves no registers for it.
+#[inline(never)]
+fn free_counted(real: cudaFree::Call, ptr: *mut c_void) -> c_int {
+    match Hook::enter_release(Family::Cuda) {
+        None => real.call(),
+        Some(h) => h.release_device(Api::CudaFree, ptr, &DEVICE_ALLOCS, SUCCESS, move || {
+            real.call()
+        }),
     }
 }
 
@@ -249,4 +361,10 @@ hooks! {
     fn cudaMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => default_pool;
     /// A location's current pool.
     fn cudaMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => current_pool;
+    /// Device memory: the host's own on an integrated device.
+    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => malloc;
+    /// Memory the device and the host share, migrated on demand.
+    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => malloc_managed;
+    /// Frees what `cudaMalloc` or `cudaMallocManaged` gave.
+    fn cudaFree(ptr: *mut c_void) -> c_int => free;
 }

@@ -34,8 +34,11 @@ unsafe fn close(handle: *mut c_void) -> c_int {
     // SAFETY: `real` is libc's `dlclose`, given the C caller's handle.
     let rc = unsafe { real(handle) };
     // Whether pinguard tracks or not, its exports call the functions it found by name.
+    // So are the runtimes' answers about their devices: another runtime may come in its place.
     if let Some(_r) = crate::runtime::guard::Reentry::enter() {
-        crate::runtime::resolve::forget_unloaded();
+        if crate::runtime::resolve::forget_unloaded() {
+            crate::runtime::devices::forget();
+        }
     }
     crate::capture::unwind::objects_removed();
     if let Some(c) = closing {

@@ -2,10 +2,12 @@
 //! `hipHostFree`/`hipFreeHost`, `hipHostRegister`/`hipHostUnregister`, host-located memory pools,
 //! and `hipGetProcAddress` (HIP 6.1+), through which newer programs reach them. `hipError_t` is a
 //! C enum, passed as `int`. Its codes and flags are CUDA's where both have them
-//! (docs/field-notes.md, "AMD's HIP runtime").
+//! (docs/field-notes.md, "AMD's HIP runtime"). `hipMalloc`, `hipMallocManaged` and `hipFree` are
+//! counted only where the device's memory is the host's (an APU: `track::device`).
 
 use super::{hooks, real};
 use crate::api::{Api, Family};
+use crate::track::device::{self, DeviceQuery, Runtime};
 use crate::track::{Codes, Hook, PoolApi, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
@@ -30,6 +32,43 @@ const MAPPED: c_uint = 0x2;
 const ALLOC_FLAGS: c_uint = 0x7 | 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
 /// `hipHostRegisterPortable | Mapped | IoMemory | hipExtHostRegisterCoarseGrained`.
 const REGISTER_FLAGS: c_uint = 0xf;
+
+/// `hipHostRegisterIoMemory`: the range is a device's registers, not RAM.
+const IO_MEMORY: c_uint = 0x4;
+/// `hipMemAttachGlobal`, `hipMemAttachHost`: one of them, the only flags `hipMallocManaged` takes.
+const ATTACH: [c_uint; 2] = [0x1, 0x2];
+/// `hipDeviceAttributeIntegrated` (`hip_runtime_api.h`: the 17th of `hipDeviceAttribute_t`).
+const ATTRIBUTE_INTEGRATED: c_int = 16;
+/// Every registration's records, for `hipHostUnregister`.
+const REGISTERS: [Api; 2] = [Api::HipHostRegister, Api::HipHostRegisterIoMemory];
+/// Every device allocation's records, for `hipFree`.
+const DEVICE_ALLOCS: [Api; 2] = [Api::HipMalloc, Api::HipMallocManaged];
+
+type IntOutFn = unsafe extern "C-unwind" fn(*mut c_int) -> c_int;
+type AttrFn = unsafe extern "C-unwind" fn(*mut c_int, c_int, c_int) -> c_int;
+
+/// `f(&out)`, the runtime's `int` answer when it succeeds.
+fn int_out(f: Option<IntOutFn>) -> Option<c_int> {
+    let mut v: c_int = 0;
+    // SAFETY: `f` is the runtime's function of this C type, given a valid out-pointer.
+    (unsafe { f?(&mut v) } == SUCCESS).then_some(v)
+}
+
+/// The runtime's devices, as the program's own runtime calls see them.
+const DEVICES: DeviceQuery = DeviceQuery {
+    // SAFETY: `IntOutFn` is `hipGetDeviceCount`'s C type.
+    count: || int_out(unsafe { real!("hipGetDeviceCount").get::<IntOutFn>() }),
+    integrated: |d| {
+        // SAFETY: `AttrFn` is `hipDeviceGetAttribute`'s C type.
+        let f = unsafe { real!("hipDeviceGetAttribute").get::<AttrFn>() }?;
+        let mut v: c_int = 0;
+        // SAFETY: `f` is the runtime's function, given a valid out-pointer, an attribute and a
+        // device ordinal it answered for.
+        (unsafe { f(&mut v, ATTRIBUTE_INTEGRATED, d) } == SUCCESS).then_some(v != 0)
+    },
+    // SAFETY: `IntOutFn` is `hipGetDevice`'s C type.
+    current: || int_out(unsafe { real!("hipGetDevice").get::<IntOutFn>() }),
+};
 
 /// What `hipHostFree` and `hipFreeHost` release: every host allocation, whichever name made it.
 const FREES: [Api; 5] = [
@@ -143,6 +182,11 @@ unsafe fn host_register(
 ) -> c_int {
     match Hook::enter(Family::Hip) {
         None => real.call(),
+        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
+            h.register_io(Api::HipHostRegisterIoMemory, ptr, SUCCESS, move || {
+                real.call()
+            })
+        }
         Some(h) => h.register(
             Api::HipHostRegister,
             ptr,
@@ -160,7 +204,7 @@ unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_
         Some(h) => h.release(
             Api::HipHostUnregister,
             ptr,
-            &[Api::HipHostRegister],
+            &REGISTERS,
             SUCCESS,
             move || real.call(),
         ),
@@ -391,6 +435,73 @@ unsafe fn get_proc(
     rc
 }
 
+/// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+#[inline(always)]
+fn device_alloc(
+    api: Api,
+    ptr: *mut *mut c_void,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    if !device::counts(Runtime::Hip, &DEVICES) {
+        return real();
+    }
+    device_alloc_counted(api, ptr, size, req, real)
+}
+
+/// Out of line: a discrete device's allocation saves no registers for it.
+#[inline(never)]
+fn device_alloc_counted(
+    api: Api,
+    ptr: *mut *mut c_void,
+    size: usize,
+    req: Request,
+    real: impl FnOnce() -> c_int,
+) -> c_int {
+    match Hook::enter(Family::Hip) {
+        None => real(),
+        Some(h) => h.alloc(api, ptr, size, req, CODES, real),
+    }
+}
+
+unsafe fn malloc(real: hipMalloc::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
+    device_alloc(Api::HipMalloc, ptr, size, Request::Mapped, move || {
+        real.call()
+    })
+}
+
+unsafe fn malloc_managed(
+    real: hipMallocManaged::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+    flags: c_uint,
+) -> c_int {
+    let req = match ATTACH.contains(&flags) {
+        true => Request::Mapped,
+        false => Request::Rejected,
+    };
+    device_alloc(Api::HipMallocManaged, ptr, size, req, move || real.call())
+}
+
+unsafe fn free(real: hipFree::Call, ptr: *mut c_void) -> c_int {
+    if !device::may_count(Runtime::Hip) {
+        return real.call();
+    }
+    free_counted(real, ptr)
+}
+
+/// Out of line: a discrete device's free saves no registers for it.
+#[inline(never)]
+fn free_counted(real: hipFree::Call, ptr: *mut c_void) -> c_int {
+    match Hook::enter_release(Family::Hip) {
+        None => real.call(),
+        Some(h) => h.release_device(Api::HipFree, ptr, &DEVICE_ALLOCS, SUCCESS, move || {
+            real.call()
+        }),
+    }
+}
+
 hooks! {
     family Hip, missing NOT_INITIALIZED;
     /// Pinned host memory, `flags` saying portable, mapped, write-combined, NUMA, coherence.
@@ -433,4 +544,10 @@ hooks! {
     fn hipMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => mem_retain;
     /// Any HIP function by name (6.1+): tracked names answer with pinguard's wrappers.
     fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc;
+    /// Device memory: the host's own on an APU.
+    fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => malloc;
+    /// Memory the device and the host share.
+    fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => malloc_managed;
+    /// Frees what `hipMalloc` or `hipMallocManaged` gave.
+    fn hipFree(ptr: *mut c_void) -> c_int => free;
 }

@@ -5,7 +5,7 @@ use crate::api::Family;
 use pinguard_report::units::SizeSpec;
 
 use pinguard_report::vars::{self, Of, Value, Var};
-pub use pinguard_report::vars::{Policy, DEFAULT_TEMPLATE};
+pub use pinguard_report::vars::{DeviceMemory, Policy, DEFAULT_TEMPLATE};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -31,6 +31,8 @@ pub struct Config {
     pub interval_ms: Option<u64>,
     pub signal: Option<i32>,
     pub hooks: u8,
+    /// `PINGUARD_DEVICE_MEMORY`: whether device allocations count as host bytes.
+    pub device_memory: DeviceMemory,
     pub log: String,
     pub disabled: bool,
     /// `PINGUARD_GROUP`, and its budget (`PINGUARD_GROUP_BUDGET`).
@@ -230,6 +232,7 @@ impl Config {
             interval_ms: None,
             signal: None,
             hooks: 0,
+            device_memory: DeviceMemory::Auto,
             log: String::new(),
             disabled: false,
             group: None,
@@ -302,7 +305,7 @@ fn count(v: Value) -> u64 {
 /// Where each variable's value goes, in the order they are read: the switch first, then the
 /// registry's order (`GROUP` before `GROUP_BUDGET`, which needs it), so that the errors come in
 /// that order. Every variable once (checked by a test).
-const FIELDS: [(&Var, Set); 25] = [
+const FIELDS: [(&Var, Set); 26] = [
     (&vars::DISABLE, |c, v| {
         c.disabled = matches!(v, Value::Switch(true))
     }),
@@ -357,6 +360,13 @@ const FIELDS: [(&Var, Set); 25] = [
     }),
     (&vars::HOOKS, |c, v| {
         c.hooks = if let Value::Bits(b) = v { b as u8 } else { 0 }
+    }),
+    (&vars::DEVICE_MEMORY, |c, v| {
+        c.device_memory = if let Value::Index(i) = v {
+            DeviceMemory::ALL[i]
+        } else {
+            DeviceMemory::Auto
+        }
     }),
     // An empty filter is taken, and means the default.
     (&vars::LOG, |c, v| {
@@ -709,6 +719,42 @@ mod tests {
             .iter()
             .any(|e| e.contains("did you mean PINGUARD_BUDGET")));
         assert!(c.errors.iter().all(|e| !e.contains('\n')));
+    }
+
+    /// The hooks read `PINGUARD_DEVICE_MEMORY` raw before start-up; they must answer as the
+    /// configuration does, a bad value (`auto`, with one line) included.
+    #[test]
+    fn device_memory_read_early_answers_as_the_configuration() {
+        for v in [
+            None,
+            Some("auto"),
+            Some("host"),
+            Some(" Device "),
+            Some("HOST"),
+            Some("sometimes"),
+            Some(""),
+        ] {
+            let vars: Vec<(String, Option<String>)> = v
+                .map(|v| vec![("PINGUARD_DEVICE_MEMORY".to_string(), Some(v.to_string()))])
+                .unwrap_or_default();
+            let c = Config::from_vars(&vars, &Fixed(None));
+            assert_eq!(
+                DeviceMemory::from_raw(v.map(str::as_bytes)),
+                c.device_memory,
+                "PINGUARD_DEVICE_MEMORY={v:?}"
+            );
+            let bad = c
+                .errors
+                .iter()
+                .filter(|e| e.contains("PINGUARD_DEVICE_MEMORY"));
+            let want = usize::from(matches!(v, Some("sometimes") | Some("")));
+            assert_eq!(bad.count(), want, "{v:?}: {:?}", c.errors);
+        }
+        assert_eq!(
+            DeviceMemory::from_raw(Some(b"host")),
+            DeviceMemory::Host,
+            "the names' order is the enum's"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod clock;
 pub mod config;
 pub mod copies;
+pub mod devices;
 pub mod dl;
 pub mod gate;
 pub mod guard;

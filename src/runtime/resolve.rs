@@ -205,11 +205,12 @@ fn loaded(addr: usize) -> bool {
 /// cached function and bound slot whose object is gone is cleared (one compare-and-swap each, so
 /// a hook that reads it meanwhile gets the old address or 0, never a torn one), and is looked up
 /// again at its next call. A thread calling a runtime while another unloads it is calling into
-/// unmapped code with or without pinguard; nothing here waits for it.
-pub fn forget_unloaded() {
+/// unmapped code with or without pinguard; nothing here waits for it. Whether anything was
+/// unloaded.
+pub fn forget_unloaded() -> bool {
     let subs = crate::runtime::objects::unloads();
     if SUBS_SEEN.swap(subs, Ordering::SeqCst) == subs {
-        return; // only a reference dropped: nothing was unmapped
+        return false; // only a reference dropped: nothing was unmapped
     }
     UNLOADS.fetch_add(1, Ordering::SeqCst);
     let forget = |w: &AtomicUsize| {
@@ -220,6 +221,7 @@ pub fn forget_unloaded() {
     };
     walk(&FOUND, |r| &r.next, |r| forget(&r.addr));
     walk(&SLOT_TABLES, |t| &t.next, |t| t.fns.iter().for_each(forget));
+    true
 }
 
 fn lookup(name: &CStr) -> usize {

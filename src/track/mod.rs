@@ -70,6 +70,9 @@ impl Drop for WarnLater<'_> {
     }
 }
 
+// Used by the hooks, which tests and the fuzz targets build without.
+#[cfg_attr(any(test, feature = "fuzzing"), allow(dead_code))]
+pub mod device;
 mod handles;
 mod locking;
 mod physical;

@@ -32,9 +32,10 @@ CUresult cuMemFreeHost(void *p) {
     if (!p || emu_pin_free(p) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
     return CUDA_SUCCESS;
 }
+#define CU_MEMHOSTREGISTER_IOMEMORY 0x04u
 CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
     if (!p || size == 0 || flags > 15) return fail(CUDA_ERROR_INVALID_VALUE);
-    int r = emu_register(p, size, 0);
+    int r = flags & CU_MEMHOSTREGISTER_IOMEMORY ? emu_register_io(p, size) : emu_register(p, size, 0);
     if (r == 1) return fail(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
     if (r != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
     return CUDA_SUCCESS;
@@ -42,7 +43,7 @@ CUresult cuMemHostRegister_v2(void *p, size_t size, unsigned int flags) {
 CUresult cuMemHostRegister(void *p, size_t size, unsigned int flags) { return cuMemHostRegister_v2(p, size, flags); }
 CUresult cuMemHostUnregister(void *p) {
     if (!p) return fail(CUDA_ERROR_INVALID_VALUE);
-    if (emu_unregister(p) != 0) return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+    if (emu_unregister_any(p) != 0) return fail(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
     return CUDA_SUCCESS;
 }
 CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
@@ -153,6 +154,53 @@ CUresult cuMemSetMemPool(const int *location, int type, CUmemoryPool pool) {
     return CUDA_SUCCESS;
 }
 
+/* Devices and device memory (emul_core: EMU_INTEGRATED, EMU_DEVICES). A CUdevice is its
+ * ordinal, as NVIDIA's driver numbers them; the current context's device is the thread's
+ * current device (cuCtxSetCurrent is not emulated: emu_set_device through cudaSetDevice's twin). */
+typedef int CUdevice;
+#define CU_DEVICE_ATTRIBUTE_INTEGRATED 18
+#define CU_MEM_ATTACH_GLOBAL 0x1u
+#define CU_MEM_ATTACH_HOST 0x2u
+enum { CUDA_ERROR_INVALID_DEVICE = 101 };
+CUresult cuDeviceGetCount(int *count) {
+    if (!count) return CUDA_ERROR_INVALID_VALUE;
+    *count = emu_device_count();
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= emu_device_count()) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev) {
+    if (!pi || attrib != CU_DEVICE_ATTRIBUTE_INTEGRATED) return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= emu_device_count()) return CUDA_ERROR_INVALID_DEVICE;
+    *pi = emu_integrated(dev);
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxGetDevice(CUdevice *device) {
+    if (!device) return CUDA_ERROR_INVALID_VALUE;
+    *device = emu_current_device();
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
+    void *p;
+    if (!dptr || bytesize == 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    if (emu_device_alloc(bytesize, &p) != 0) return fail(CUDA_ERROR_OUT_OF_MEMORY);
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags) {
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return fail(CUDA_ERROR_INVALID_VALUE);
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    if (!dptr || emu_device_free((void *)(uintptr_t)dptr) != 0) return fail(CUDA_ERROR_INVALID_VALUE);
+    return CUDA_SUCCESS;
+}
+void emu_driver_device_stats(struct emu_device_stats *out) { emu_read_device_stats(out); }
+
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, unsigned long long flags, int *status);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, unsigned long long flags);
 
@@ -189,6 +237,14 @@ static const struct {
     {"cuMemGetDefaultMemPool", 13000, (void *)cuMemGetDefaultMemPool, 0, 0},
     {"cuMemGetMemPool", 13000, (void *)cuMemGetMemPool, 0, 0},
     {"cuMemSetMemPool", 13000, (void *)cuMemSetMemPool, 0, 0},
+    {"cuDeviceGetCount", 2000, (void *)cuDeviceGetCount, 0, 0},
+    {"cuDeviceGet", 2000, (void *)cuDeviceGet, 0, 0},
+    {"cuDeviceGetAttribute", 2000, (void *)cuDeviceGetAttribute, 0, 0},
+    {"cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, 0, 0},
+    /* The 32-bit ABI below 3.2 is not emulated: those versions find the name missing. */
+    {"cuMemAlloc", 3020, (void *)cuMemAlloc_v2, 0, 0},
+    {"cuMemFree", 3020, (void *)cuMemFree_v2, 0, 0},
+    {"cuMemAllocManaged", 6000, (void *)cuMemAllocManaged, 0, 0},
     {"cuGetProcAddress", 11030, (void *)cuGetProcAddress, 12000, (void *)cuGetProcAddress_v2},
 };
 

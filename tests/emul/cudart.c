@@ -29,9 +29,10 @@ cudaError_t cudaFreeHost(void *ptr) {
     return cudaSuccess;
 }
 
+#define cudaHostRegisterIoMemory 0x04u
 cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
     if (!ptr || size == 0 || flags > 15) return fail(cudaErrorInvalidValue);
-    int r = emu_register(ptr, size, 0);
+    int r = flags & cudaHostRegisterIoMemory ? emu_register_io(ptr, size) : emu_register(ptr, size, 0);
     if (r == 1) return fail(cudaErrorHostMemoryAlreadyRegistered);
     if (r != 0) return fail(cudaErrorMemoryAllocation);
     return cudaSuccess;
@@ -39,7 +40,7 @@ cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) {
 
 cudaError_t cudaHostUnregister(void *ptr) {
     if (!ptr) return fail(cudaErrorInvalidValue);
-    if (emu_unregister(ptr) != 0) return fail(cudaErrorHostMemoryNotRegistered);
+    if (emu_unregister_any(ptr) != 0) return fail(cudaErrorHostMemoryNotRegistered);
     return cudaSuccess;
 }
 
@@ -107,5 +108,44 @@ cudaError_t cudaMemSetMemPool(const int *location, int type, cudaMemPool_t pool)
     if (set_pool_of_location(location, type, (uint64_t)(uintptr_t)pool) != 0) return fail(cudaErrorInvalidValue);
     return cudaSuccess;
 }
+
+/* Devices and device memory (emul_core: EMU_INTEGRATED, EMU_DEVICES). */
+#define cudaDevAttrIntegrated 18
+#define cudaMemAttachGlobal 0x01u
+#define cudaMemAttachHost 0x02u
+cudaError_t cudaGetDeviceCount(int *count) {
+    if (!count) return cudaErrorInvalidValue;
+    *count = emu_device_count();
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *device) {
+    if (!device) return cudaErrorInvalidValue;
+    *device = emu_current_device();
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int device) { return emu_set_device(device) ? cudaErrorInvalidValue : cudaSuccess; }
+/* Only cudaDevAttrIntegrated is known here; any other attribute is an invalid value. */
+cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device) {
+    if (!value || attr != cudaDevAttrIntegrated || device < 0 || device >= emu_device_count()) return cudaErrorInvalidValue;
+    *value = emu_integrated(device);
+    return cudaSuccess;
+}
+cudaError_t cudaMalloc(void **ptr, size_t size) {
+    if (!ptr) return fail(cudaErrorInvalidValue);
+    if (size == 0) { *ptr = NULL; return cudaSuccess; }
+    if (emu_device_alloc(size, ptr) != 0) return fail(cudaErrorMemoryAllocation);
+    return cudaSuccess;
+}
+cudaError_t cudaMallocManaged(void **ptr, size_t size, unsigned int flags) {
+    if (!ptr || size == 0 || (flags != cudaMemAttachGlobal && flags != cudaMemAttachHost)) return fail(cudaErrorInvalidValue);
+    if (emu_device_alloc(size, ptr) != 0) return fail(cudaErrorMemoryAllocation);
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    if (emu_device_free(ptr) != 0) return fail(cudaErrorInvalidValue);
+    return cudaSuccess;
+}
+void emu_cuda_device_stats(struct emu_device_stats *out) { emu_read_device_stats(out); }
 
 void emu_cuda_stats(struct emu_stats *out) { emu_read_stats(out); }

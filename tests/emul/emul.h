@@ -16,4 +16,14 @@ struct emu_stats {
     int64_t injected_failures;     /* failures forced by EMU_FAIL_EVERY */
 };
 
+/* Device memory (cudaMalloc, cuMemAlloc_v2, hipMalloc and the managed kinds) and I/O-memory
+ * registrations, counted apart from pinned memory (emu_<name>_device_stats). */
+struct emu_device_stats {
+    int64_t outstanding_bytes; /* device memory allocated right now */
+    int64_t allocs;            /* successful device allocations */
+    int64_t frees;             /* successful device frees */
+    int64_t integrated_queries; /* times the runtime was asked whether a device is integrated */
+    int64_t io_registrations;  /* I/O-memory registrations live right now */
+};
+
 #endif

@@ -17,7 +17,7 @@ struct entry {
     uintptr_t addr;
     size_t size;
     size_t counted; /* bytes it adds to what is pinned (a registration of pinned memory: fewer) */
-    int owned; /* 1: we mmapped it (allocation), 0: registration */
+    int owned; /* 1: we mmapped it (allocation), 0: registration, DEVICE_ENTRY, IO_ENTRY */
     struct entry *next;
 };
 
@@ -376,6 +376,92 @@ static int emu_unregister(void *p) {
     bump_outstanding(-(int64_t)counted, -1);
     __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
+}
+
+/* Device memory and I/O-memory registrations: entries of their own kinds, never pinned. */
+#define DEVICE_ENTRY 2
+#define IO_ENTRY 3
+static struct emu_device_stats device_stats;
+
+/* EMU_INTEGRATED=1: every device is integrated (DGX Spark, Jetson, an APU): its memory is the
+ * host's, so a device allocation takes host pages and EMU_MEMINFO's MemAvailable falls with it.
+ * Else the device is discrete and its memory no host figure sees. EMU_DEVICES=N devices (1);
+ * EMU_INTEGRATED=MASK (a number above 1) makes device d integrated when bit d is set. */
+__attribute__((unused)) static int emu_device_count(void) {
+    const char *n = getenv("EMU_DEVICES");
+    return n ? atoi(n) : 1;
+}
+static int integrated_at(int device) {
+    const char *v = getenv("EMU_INTEGRATED");
+    long m = v ? atol(v) : 0;
+    return m == 1 ? 1 : (m > 1 && device >= 0 && device < 62 && (m >> device) & 1);
+}
+/* The runtime's answer to a program's question (counted). */
+__attribute__((unused)) static int emu_integrated(int device) {
+    __atomic_add_fetch(&device_stats.integrated_queries, 1, __ATOMIC_SEQ_CST);
+    return integrated_at(device);
+}
+/* The calling thread's current device (cudaSetDevice). */
+static __thread int current_device;
+__attribute__((unused)) static int emu_current_device(void) { return current_device; }
+__attribute__((unused)) static int emu_set_device(int d) {
+    if (d < 0 || d >= emu_device_count()) return 1;
+    current_device = d;
+    return 0;
+}
+
+/* 0 allocated, -1 out of memory. Integrated: host pages, touched (the memory is used). */
+__attribute__((unused)) static int emu_device_alloc(size_t size, void **out) {
+    if (inject_failure()) return -1;
+    size_t len = (size + 4095) & ~(size_t)4095;
+    if (len < size) return -1;
+    int host = integrated_at(current_device);
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (host ? MAP_POPULATE : MAP_NORESERVE), -1, 0);
+    if (p == MAP_FAILED) return -1;
+    if (host) meminfo_moved((int64_t)size);
+    table_insert((uintptr_t)p, size, host ? size : 0, DEVICE_ENTRY);
+    __atomic_add_fetch(&device_stats.outstanding_bytes, (int64_t)size, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&device_stats.allocs, 1, __ATOMIC_SEQ_CST);
+    *out = p;
+    return 0;
+}
+
+/* 0 freed, 1 not device memory of this runtime. */
+__attribute__((unused)) static int emu_device_free(void *p) {
+    size_t size, counted;
+    if (!table_remove((uintptr_t)p, DEVICE_ENTRY, &size, &counted)) return 1;
+    munmap(p, (size + 4095) & ~(size_t)4095);
+    if (counted) meminfo_moved(-(int64_t)counted);
+    __atomic_sub_fetch(&device_stats.outstanding_bytes, (int64_t)size, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&device_stats.frees, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* A registration of I/O memory (cudaHostRegisterIoMemory): the runtime maps the range for the
+ * device and pins nothing. 0 registered, 1 already registered. */
+__attribute__((unused)) static int emu_register_io(void *p, size_t size) {
+    if (table_overlaps((uintptr_t)p, size) || table_contains((uintptr_t)p)) return 1;
+    table_insert((uintptr_t)p, size, 0, IO_ENTRY);
+    __atomic_add_fetch(&device_stats.io_registrations, 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* emu_unregister for either kind of registration. */
+__attribute__((unused)) static int emu_unregister_any(void *p) {
+    size_t size, counted;
+    if (table_remove((uintptr_t)p, IO_ENTRY, &size, &counted)) {
+        __atomic_sub_fetch(&device_stats.io_registrations, 1, __ATOMIC_SEQ_CST);
+        return 0;
+    }
+    return emu_unregister(p);
+}
+
+__attribute__((unused)) static void emu_read_device_stats(struct emu_device_stats *out) {
+    out->outstanding_bytes = __atomic_load_n(&device_stats.outstanding_bytes, __ATOMIC_SEQ_CST);
+    out->allocs = __atomic_load_n(&device_stats.allocs, __ATOMIC_SEQ_CST);
+    out->frees = __atomic_load_n(&device_stats.frees, __ATOMIC_SEQ_CST);
+    out->integrated_queries = __atomic_load_n(&device_stats.integrated_queries, __ATOMIC_SEQ_CST);
+    out->io_registrations = __atomic_load_n(&device_stats.io_registrations, __ATOMIC_SEQ_CST);
 }
 
 static void emu_read_stats(struct emu_stats *out) {

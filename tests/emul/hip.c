@@ -20,6 +20,7 @@ enum {
 #define hipHostMallocNonCoherent 0x80000000u
 #define MALLOC_FLAGS (hipHostMallocPortable | hipHostMallocMapped | hipHostMallocWriteCombined | \
                       hipHostMallocNumaUser | hipHostMallocCoherent | hipHostMallocNonCoherent)
+#define hipHostRegisterIoMemory 0x4u
 /* hipHostRegisterPortable | Mapped | IoMemory | hipExtHostRegisterCoarseGrained */
 #define REGISTER_FLAGS 0xfu
 
@@ -50,14 +51,14 @@ hipError_t hipFreeHost(void *ptr) { return hipHostFree(ptr); }
 
 hipError_t hipHostRegister(void *ptr, size_t size, unsigned int flags) {
     if (!ptr || size == 0 || (flags & ~REGISTER_FLAGS)) return fail(hipErrorInvalidValue);
-    int r = emu_register(ptr, size, 0);
+    int r = flags & hipHostRegisterIoMemory ? emu_register_io(ptr, size) : emu_register(ptr, size, 0);
     if (r == 1) return fail(hipErrorHostMemoryAlreadyRegistered);
     if (r != 0) return fail(hipErrorOutOfMemory);
     return hipSuccess;
 }
 hipError_t hipHostUnregister(void *ptr) {
     if (!ptr) return fail(hipErrorInvalidValue);
-    if (emu_unregister(ptr) != 0) return fail(hipErrorHostMemoryNotRegistered);
+    if (emu_unregister_any(ptr) != 0) return fail(hipErrorHostMemoryNotRegistered);
     return hipSuccess;
 }
 hipError_t hipHostGetFlags(unsigned int *flags, void *ptr) {
@@ -168,6 +169,47 @@ hipError_t hipMemRetainAllocationHandle(hipMemGenericAllocationHandle_t *handle,
     return hipSuccess;
 }
 
+/* Devices and device memory (emul_core: EMU_INTEGRATED, EMU_DEVICES): an APU says it is
+ * integrated (hipDeviceAttributeIntegrated, the 17th of hipDeviceAttribute_t). */
+#define hipDeviceAttributeIntegrated 16
+#define hipMemAttachGlobal 0x01u
+#define hipMemAttachHost 0x02u
+enum { hipErrorInvalidDevice = 101 };
+hipError_t hipGetDeviceCount(int *count) {
+    if (!count) return hipErrorInvalidValue;
+    *count = emu_device_count();
+    return hipSuccess;
+}
+hipError_t hipGetDevice(int *device) {
+    if (!device) return hipErrorInvalidValue;
+    *device = emu_current_device();
+    return hipSuccess;
+}
+hipError_t hipSetDevice(int device) { return emu_set_device(device) ? hipErrorInvalidDevice : hipSuccess; }
+hipError_t hipDeviceGetAttribute(int *pi, int attr, int device) {
+    if (!pi || attr != hipDeviceAttributeIntegrated) return hipErrorInvalidValue;
+    if (device < 0 || device >= emu_device_count()) return hipErrorInvalidDevice;
+    *pi = emu_integrated(device);
+    return hipSuccess;
+}
+hipError_t hipMalloc(void **ptr, size_t size) {
+    if (!ptr) return fail(hipErrorInvalidValue);
+    if (size == 0) { *ptr = NULL; return hipSuccess; }
+    if (emu_device_alloc(size, ptr) != 0) return fail(hipErrorOutOfMemory);
+    return hipSuccess;
+}
+hipError_t hipMallocManaged(void **ptr, size_t size, unsigned int flags) {
+    if (!ptr || size == 0 || (flags != hipMemAttachGlobal && flags != hipMemAttachHost)) return fail(hipErrorInvalidValue);
+    if (emu_device_alloc(size, ptr) != 0) return fail(hipErrorOutOfMemory);
+    return hipSuccess;
+}
+hipError_t hipFree(void *ptr) {
+    if (!ptr) return hipSuccess;
+    if (emu_device_free(ptr) != 0) return fail(hipErrorInvalidValue);
+    return hipSuccess;
+}
+void emu_hip_device_stats(struct emu_device_stats *out) { emu_read_device_stats(out); }
+
 /* hipGetProcAddress (6.1+): the library's own function for a name, or hipErrorInvalidValue with
  * HIP_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND (1). A table, not dlsym: the route is tested on its own. */
 hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uint64_t flags, int *symbolStatus) {
@@ -185,6 +227,8 @@ hipError_t hipGetProcAddress(const char *symbol, void **pfn, int hipVersion, uin
         {"hipMemMap", (void *)hipMemMap}, {"hipMemUnmap", (void *)hipMemUnmap},
         {"hipRuntimeGetVersion", (void *)hipRuntimeGetVersion},
         {"hipMemRetainAllocationHandle", (void *)hipMemRetainAllocationHandle},
+        {"hipMalloc", (void *)hipMalloc}, {"hipMallocManaged", (void *)hipMallocManaged},
+        {"hipFree", (void *)hipFree},
     };
     (void)hipVersion; (void)flags;
     if (!symbol || !*symbol || !pfn) return fail(hipErrorInvalidValue);
