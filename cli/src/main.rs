@@ -16,6 +16,7 @@ mod flags;
 mod flamegraph;
 mod group;
 mod input;
+mod interp;
 mod latest;
 mod merge;
 mod out;
@@ -161,6 +162,10 @@ enum Cmd {
         /// What the callsites are ordered by, the largest first.
         #[arg(long, value_enum, default_value = "live")]
         sort: report::SortBy,
+        /// Show every native frame: the CPython interpreter's own frames under a Python
+        /// callsite are otherwise folded into one line.
+        #[arg(long)]
+        all_frames: bool,
         /// Skip inputs that cannot be read, and go on with the rest (each is still named on
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
@@ -431,6 +436,7 @@ fn main() -> ExitCode {
             top,
             json,
             sort,
+            all_frames,
             keep_going,
             inputs,
         } => {
@@ -441,7 +447,14 @@ fn main() -> ExitCode {
             out::print(&if json {
                 report::json(&m, top)
             } else {
-                report::render(&m, top, sort)
+                report::render(
+                    &m,
+                    report::Show {
+                        top,
+                        by: sort,
+                        all_frames,
+                    },
+                )
             });
             ExitCode::SUCCESS
         }
