@@ -28,6 +28,63 @@ pub struct Probe {
     pub note: Option<String>,
 }
 
+/// How much each probe pins, and why that much.
+#[derive(Serialize)]
+pub struct ProbeSize {
+    pub bytes: u64,
+    /// `asked` (`--probe-size`), or what bounded the default.
+    pub chosen: String,
+}
+
+/// What a probe pins unless told, when nothing here asks for less.
+const DEFAULT: u64 = 32 << 20;
+/// The least worth measuring: below it another process's allocations drown the move.
+const SMALLEST: u64 = 1 << 20;
+
+/// The probe's size: as asked, else the default bounded by a quarter of the cgroup's headroom
+/// (three rounds hold one probe at a time, with room to spare for the process itself) and by
+/// what `RLIMIT_MEMLOCK` leaves this process when it binds (without `CAP_IPC_LOCK`).
+pub fn size(
+    asked: Option<u64>,
+    cgroup: Option<&CgroupFacts>,
+    rlimit: &crate::doctor::Rlimit,
+) -> ProbeSize {
+    if let Some(bytes) = asked {
+        return ProbeSize {
+            bytes,
+            chosen: "as asked (--probe-size)".into(),
+        };
+    }
+    let mut bytes = DEFAULT;
+    let mut why = vec![format!("the default {}", format_bytes(DEFAULT))];
+    if let Some(h) = cgroup.and_then(|c| c.headroom_bytes) {
+        if h / 4 < bytes {
+            bytes = h / 4;
+            why = vec![format!(
+                "a quarter of the cgroup's headroom of {}",
+                format_bytes(h)
+            )];
+        }
+    }
+    if let (Some(true), Some(soft)) = (rlimit.binds, rlimit.soft_bytes) {
+        let room = soft.saturating_sub(rlimit.vm_lck_bytes.unwrap_or(0));
+        if room < bytes {
+            bytes = room;
+            why = vec![format!(
+                "what RLIMIT_MEMLOCK ({}) leaves this process without CAP_IPC_LOCK, {} already locked",
+                format_bytes(soft),
+                format_bytes(rlimit.vm_lck_bytes.unwrap_or(0))
+            )];
+        }
+    }
+    // Whole mebibytes; never below the least worth measuring (the probe then says it cannot).
+    let bytes = (bytes & !(SMALLEST - 1)).max(SMALLEST);
+    ProbeSize {
+        bytes,
+        chosen: format!("{}; --probe-size sets it", why.join(", ")),
+    }
+}
+
 type Release = Box<dyn FnOnce()>;
 type Pin = dyn Fn(u64) -> Result<Release, String>;
 
@@ -132,6 +189,7 @@ fn pin_mlock(bytes: u64) -> Result<Release, String> {
 }
 
 /// A runtime library, opened once for the probe and never closed (a runtime may not unload).
+#[derive(Clone, Copy)]
 struct Lib(*mut c_void);
 
 impl Lib {
@@ -155,6 +213,94 @@ type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
 type Free = unsafe extern "C" fn(*mut c_void) -> i32;
 type Register = unsafe extern "C" fn(*mut c_void, usize, u32) -> i32;
 type AclAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+
+#[derive(Clone, Copy)]
+enum Family {
+    Cuda,
+    Hip,
+    Acl,
+}
+
+/// Codes a runtime without a name function answers (its headers' names).
+const NAMES: &[(i32, &str, &str, &str)] = &[
+    // (code, CUDA runtime, HIP, ACL)
+    (1, "cudaErrorInvalidValue", "hipErrorInvalidValue", ""),
+    (2, "cudaErrorMemoryAllocation", "hipErrorOutOfMemory", ""),
+    (
+        3,
+        "cudaErrorInitializationError",
+        "hipErrorNotInitialized",
+        "",
+    ),
+    (
+        35,
+        "cudaErrorInsufficientDriver",
+        "hipErrorInsufficientDriver",
+        "",
+    ),
+    (100, "cudaErrorNoDevice", "hipErrorNoDevice", ""),
+    (101, "cudaErrorInvalidDevice", "hipErrorInvalidDevice", ""),
+    (801, "cudaErrorNotSupported", "hipErrorNotSupported", ""),
+    (999, "cudaErrorUnknown", "hipErrorUnknown", ""),
+    (100000, "", "", "ACL_ERROR_INVALID_PARAM"),
+    (100002, "", "", "ACL_ERROR_REPEAT_INITIALIZE"),
+    (200000, "", "", "ACL_ERROR_BAD_ALLOC"),
+    (207000, "", "", "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"),
+    (207001, "", "", "ACL_ERROR_RT_MEMORY_ALLOCATION"),
+    (507899, "", "", "ACL_ERROR_RT_DRV_INTERNAL_ERROR"),
+];
+
+/// `hipErrorInvalidDevice (101)`: the runtime's own name for its code (`cudaGetErrorName`,
+/// `hipGetErrorName`), else the headers' (`NAMES`), else the number alone.
+fn named(lib: &Lib, family: Family, rc: i32) -> String {
+    let own = match family {
+        Family::Cuda => Some(c"cudaGetErrorName"),
+        Family::Hip => Some(c"hipGetErrorName"),
+        Family::Acl => None,
+    };
+    let from_runtime = own.and_then(|f| lib.sym(f)).and_then(|f| {
+        // SAFETY: `const char *xGetErrorName(int)`, the runtime's own function; it answers a
+        // static string (never freed) for any code.
+        let p = unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> *const i8>(f)(rc)
+        };
+        // SAFETY: a NUL-terminated static string when not null.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    });
+    let from_table = || {
+        NAMES.iter().find(|n| n.0 == rc).map(|n| match family {
+            Family::Cuda => n.1,
+            Family::Hip => n.2,
+            Family::Acl => n.3,
+        })
+    };
+    match from_runtime
+        .filter(|n| !n.is_empty() && !n.ends_with("Unknown"))
+        .or_else(|| from_table().filter(|n| !n.is_empty()).map(str::to_string))
+    {
+        Some(name) => format!("{name} ({rc})"),
+        None => rc.to_string(),
+    }
+}
+
+/// `; hipGetDeviceCount: hipErrorNoDevice (100), no device`: why HIP refused, where it says.
+fn hip_devices(lib: &Lib) -> String {
+    let Some(f) = lib.sym(c"hipGetDeviceCount") else {
+        return String::new();
+    };
+    let mut n: i32 = 0;
+    // SAFETY: `hipError_t hipGetDeviceCount(int *count)`, the runtime's own function.
+    let rc = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut i32) -> i32>(f)(&mut n)
+    };
+    match rc {
+        0 => format!("; hipGetDeviceCount: {n} devices"),
+        rc => format!(
+            "; hipGetDeviceCount: {}, no usable device",
+            named(lib, Family::Hip, rc)
+        ),
+    }
+}
 
 fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
     let Some(lib) = Lib::open(&[c"libcudart.so", c"libcudart.so.12", c"libcudart.so.11.0"]) else {
@@ -185,7 +331,10 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                         free(p);
                     }) as Release)
                 } else {
-                    Err(format!("cudaHostAlloc returned {rc}"))
+                    Err(format!(
+                        "cudaHostAlloc returned {}",
+                        named(&lib, Family::Cuda, rc)
+                    ))
                 }
             }));
         }
@@ -210,7 +359,10 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                 let rc = unsafe { reg(p, n as usize, 0) };
                 if rc != 0 {
                     unmap(p, n);
-                    return Err(format!("cudaHostRegister returned {rc}"));
+                    return Err(format!(
+                        "cudaHostRegister returned {}",
+                        named(&lib, Family::Cuda, rc)
+                    ));
                 }
                 Ok(Box::new(move || {
                     // SAFETY: `p` was registered above.
@@ -269,7 +421,10 @@ fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
                 free(p);
             }) as Release)
         } else {
-            Err(format!("aclrtMallocHost returned {rc}"))
+            Err(format!(
+                "aclrtMallocHost returned {}",
+                named(&lib, Family::Acl, rc)
+            ))
         }
     })
 }
@@ -313,7 +468,11 @@ fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
                 free(p);
             }) as Release)
         } else {
-            Err(format!("hipHostMalloc returned {rc}"))
+            Err(format!(
+                "hipHostMalloc returned {}{}",
+                named(&lib, Family::Hip, rc),
+                hip_devices(&lib)
+            ))
         }
     })
 }
@@ -357,8 +516,12 @@ fn signed(v: i64) -> String {
     }
 }
 
-pub fn render(s: &mut String, probes: &[Probe]) {
-    s.push_str("\nprobe (each path pinned, measured while held, released):\n");
+pub fn render(s: &mut String, probes: &[Probe], size: &ProbeSize) {
+    s.push_str(&format!(
+        "\nprobe of {} ({}; each path pinned, measured while held, released):\n",
+        format_bytes(size.bytes),
+        size.chosen
+    ));
     for p in probes {
         let moved = |v: Option<i64>| v.map(signed).unwrap_or_else(|| "unknown".into());
         let line = match (p.counted, &p.note) {

@@ -115,9 +115,11 @@ enum Cmd {
         /// the cgroup counted it.
         #[arg(long)]
         probe: bool,
-        /// How much each probe pins (held for a moment, three times per path).
-        #[arg(long, value_parser = bytes, value_name = "BYTES", default_value = "32Mi")]
-        probe_size: u64,
+        /// How much each probe pins (held for a moment, three times per path). Default: 32Mi,
+        /// less where a quarter of the cgroup's headroom or what RLIMIT_MEMLOCK leaves (without
+        /// CAP_IPC_LOCK) is less; doctor says which.
+        #[arg(long, value_parser = bytes, value_name = "BYTES")]
+        probe_size: Option<u64>,
         /// Print the findings as JSON.
         #[arg(long)]
         json: bool,
