@@ -389,9 +389,10 @@ fn report_events(cfg: &Config) -> (Vec<schema::Event>, u64) {
             callsite: e.callsite,
             live_bytes: e.live_bytes,
             downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
-            reason: Some(e.over.limit()),
-            host_available_bytes: e.over.host_available(),
-            cgroup_headroom_bytes: e.over.cgroup_headroom(),
+            reason: e.over.map(|o| o.limit()),
+            host_available_bytes: e.over.and_then(|o| o.host_available()),
+            cgroup_headroom_bytes: e.over.and_then(|o| o.cgroup_headroom()),
+            why: crate::output::why::of(&e),
         })
         .collect();
     (events, dropped)
@@ -696,10 +697,14 @@ pub fn write_exit(cfg: &Config) {
         ));
         group = Some(g.name);
     }
-    let whereto = match &written {
+    let mut whereto = match &written {
         Ok(p) => format!("report: {}", p.display()),
         Err(e) => format!("report not written: {e}"),
     };
+    // The latest call turned away or failed, with the room it had: the line users assemble.
+    if let Some(last) = crate::output::why::last(&ledger::events().0) {
+        whereto = format!("{last}; {whereto}");
+    }
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
     let floors = Floors {
         host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)),
