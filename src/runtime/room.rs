@@ -4,7 +4,17 @@
 //! call: raw reads into buffers on the stack and plain system calls, no lock, no allocation (a
 //! hooked call may run inside a signal handler).
 
-use crate::runtime::{cgroup, kernel};
+use crate::runtime::{cgroup, clock, kernel};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A cgroup reading older than this many milliseconds is taken again: a burst of refusals (a
+/// cache filling until memory runs out, a retry loop) shares one walk of the cgroup's files, the
+/// dearest part of the room (as the cgroup reserve's readings, `budget::floor::READING_MS`).
+const HEADROOM_MS: u64 = 100;
+/// The latest reading (`NONE`: none found) and when it was taken (`coarse_monotonic_ms`; 0: never).
+static HEADROOM: AtomicU64 = AtomicU64::new(NONE);
+static HEADROOM_AT: AtomicU64 = AtomicU64::new(0);
+const NONE: u64 = u64::MAX;
 
 /// The process's room when a call was refused or failed. `None`: not known (or, for
 /// `rlimit_memlock`, unlimited: `rlimit_unlimited` tells which).
@@ -36,11 +46,25 @@ impl Room {
             cap_ipc_lock: kernel::cap_ipc_lock(),
             vm_lck,
             vm_pin,
-            cgroup_headroom: headroom.or_else(|| cgroup::headroom().ok().map(|h| h.bytes)),
+            cgroup_headroom: headroom.or_else(headroom_now),
             budget,
             code,
         }
     }
+}
+
+/// The cgroup's headroom, read afresh unless a reading of the last `HEADROOM_MS` stands. Two
+/// threads may both read and store: each stores a fresh reading, so either is right.
+fn headroom_now() -> Option<u64> {
+    let now = clock::coarse_monotonic_ms();
+    let at = HEADROOM_AT.load(Ordering::Acquire);
+    if at != 0 && now.saturating_sub(at) < HEADROOM_MS {
+        return Some(HEADROOM.load(Ordering::Relaxed)).filter(|&h| h != NONE);
+    }
+    let h = cgroup::headroom().ok().map(|h| h.bytes);
+    HEADROOM.store(h.unwrap_or(NONE), Ordering::Relaxed);
+    HEADROOM_AT.store(now.max(1), Ordering::Release);
+    h
 }
 
 /// `VmLck` and `VmPin`, from one read of `/proc/self/status`.
