@@ -430,7 +430,7 @@ fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
 }
 
 /// `hipHostMalloc` (AMD's HIP runtime): without a device it answers an error (5.2.3:
-/// `hipErrorInvalidDevice`, 101), said in the probe's note.
+/// `hipErrorInvalidDevice`, 101), said by name in the probe's note with `hipGetDeviceCount`'s.
 fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
     let Some(lib) = Lib::open(&[
         c"libamdhip64.so.7",
