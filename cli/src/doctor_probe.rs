@@ -6,6 +6,7 @@
 
 use crate::doctor::{meminfo_kb, usage, CgroupFacts};
 use pinguard_report::cgroup::Place;
+use pinguard_report::codes::{self, Space};
 use pinguard_report::units::format_bytes;
 use serde::Serialize;
 use std::ffi::{c_void, CStr};
@@ -214,49 +215,13 @@ type Free = unsafe extern "C" fn(*mut c_void) -> i32;
 type Register = unsafe extern "C" fn(*mut c_void, usize, u32) -> i32;
 type AclAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
 
-#[derive(Clone, Copy)]
-enum Family {
-    Cuda,
-    Hip,
-    Acl,
-}
-
-/// Codes a runtime without a name function answers (its headers' names).
-const NAMES: &[(i32, &str, &str, &str)] = &[
-    // (code, CUDA runtime, HIP, ACL)
-    (1, "cudaErrorInvalidValue", "hipErrorInvalidValue", ""),
-    (2, "cudaErrorMemoryAllocation", "hipErrorOutOfMemory", ""),
-    (
-        3,
-        "cudaErrorInitializationError",
-        "hipErrorNotInitialized",
-        "",
-    ),
-    (
-        35,
-        "cudaErrorInsufficientDriver",
-        "hipErrorInsufficientDriver",
-        "",
-    ),
-    (100, "cudaErrorNoDevice", "hipErrorNoDevice", ""),
-    (101, "cudaErrorInvalidDevice", "hipErrorInvalidDevice", ""),
-    (801, "cudaErrorNotSupported", "hipErrorNotSupported", ""),
-    (999, "cudaErrorUnknown", "hipErrorUnknown", ""),
-    (100000, "", "", "ACL_ERROR_INVALID_PARAM"),
-    (100002, "", "", "ACL_ERROR_REPEAT_INITIALIZE"),
-    (200000, "", "", "ACL_ERROR_BAD_ALLOC"),
-    (207000, "", "", "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"),
-    (207001, "", "", "ACL_ERROR_RT_MEMORY_ALLOCATION"),
-    (507899, "", "", "ACL_ERROR_RT_DRV_INTERNAL_ERROR"),
-];
-
 /// `hipErrorInvalidDevice (101)`: the runtime's own name for its code (`cudaGetErrorName`,
-/// `hipGetErrorName`), else the headers' (`NAMES`), else the number alone.
-fn named(lib: &Lib, family: Family, rc: i32) -> String {
-    let own = match family {
-        Family::Cuda => Some(c"cudaGetErrorName"),
-        Family::Hip => Some(c"hipGetErrorName"),
-        Family::Acl => None,
+/// `hipGetErrorName`), else the headers' (`pinguard_report::codes`), else the number alone.
+fn named(lib: &Lib, space: Space, rc: i32) -> String {
+    let own = match space {
+        Space::CudaRuntime => Some(c"cudaGetErrorName"),
+        Space::Hip => Some(c"hipGetErrorName"),
+        _ => None,
     };
     let from_runtime = own.and_then(|f| lib.sym(f)).and_then(|f| {
         // SAFETY: `const char *xGetErrorName(int)`, the runtime's own function; it answers a
@@ -267,16 +232,9 @@ fn named(lib: &Lib, family: Family, rc: i32) -> String {
         // SAFETY: a NUL-terminated static string when not null.
         (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
     });
-    let from_table = || {
-        NAMES.iter().find(|n| n.0 == rc).map(|n| match family {
-            Family::Cuda => n.1,
-            Family::Hip => n.2,
-            Family::Acl => n.3,
-        })
-    };
     match from_runtime
         .filter(|n| !n.is_empty() && !n.ends_with("Unknown"))
-        .or_else(|| from_table().filter(|n| !n.is_empty()).map(str::to_string))
+        .or_else(|| codes::name(space, rc).map(str::to_string))
     {
         Some(name) => format!("{name} ({rc})"),
         None => rc.to_string(),
@@ -297,7 +255,7 @@ fn hip_devices(lib: &Lib) -> String {
         0 => format!("; hipGetDeviceCount: {n} devices"),
         rc => format!(
             "; hipGetDeviceCount: {}, no usable device",
-            named(lib, Family::Hip, rc)
+            named(lib, Space::Hip, rc)
         ),
     }
 }
@@ -333,7 +291,7 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                 } else {
                     Err(format!(
                         "cudaHostAlloc returned {}",
-                        named(&lib, Family::Cuda, rc)
+                        named(&lib, Space::CudaRuntime, rc)
                     ))
                 }
             }));
@@ -361,7 +319,7 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                     unmap(p, n);
                     return Err(format!(
                         "cudaHostRegister returned {}",
-                        named(&lib, Family::Cuda, rc)
+                        named(&lib, Space::CudaRuntime, rc)
                     ));
                 }
                 Ok(Box::new(move || {
@@ -423,7 +381,7 @@ fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
         } else {
             Err(format!(
                 "aclrtMallocHost returned {}",
-                named(&lib, Family::Acl, rc)
+                named(&lib, Space::Acl, rc)
             ))
         }
     })
@@ -470,7 +428,7 @@ fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
         } else {
             Err(format!(
                 "hipHostMalloc returned {}{}",
-                named(&lib, Family::Hip, rc),
+                named(&lib, Space::Hip, rc),
                 hip_devices(&lib)
             ))
         }
