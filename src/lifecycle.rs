@@ -329,6 +329,11 @@ fn init() -> bool {
     // The reserve before the budget: without a budget, it still needs the bytes counted.
     budget::host::init(cfg.host_reserve, &mut cfg.errors);
     budget::cgroup::init(cfg.cgroup_reserve, &mut cfg.errors);
+    if cfg.cgroup_reserve.is_none() {
+        // The memory hierarchy, found once here (it allocates): a refused or failed call's line
+        // then reads the cgroup's headroom without allocating (`runtime::room`).
+        crate::runtime::cgroup::init();
+    }
     budget::set_limit(cfg.budget);
     if cfg.fails_closed() {
         budget::fail_closed();

@@ -621,9 +621,11 @@ fn doctor_probes_hip_host_malloc() {
     // /dev/kfd: an AMD device's compute interface, where the real runtime would pin.
     if programs().1.is_some() && !std::path::Path::new("/dev/kfd").exists() {
         let p = doctor(None);
-        assert_eq!(
-            p["note"], "could not pin: hipHostMalloc returned 101",
-            "no device: hipErrorInvalidDevice"
+        let note = p["note"].as_str().unwrap_or_default();
+        assert!(
+            note.starts_with("could not pin: hipHostMalloc returned hipErrorInvalidDevice (101)")
+                && note.contains("hipGetDeviceCount: hipErrorNoDevice (100)"),
+            "no device, said by name: {note}"
         );
     }
 }
@@ -1022,4 +1024,80 @@ fn hip_mem_create_of_older_runtimes_passes_through() {
             "{route}: nothing tracked, nothing to report"
         );
     }
+}
+
+/// `RLIMIT_MEMLOCK`'s soft limit of this process (its children inherit it); `None`: unlimited.
+fn rlimit_memlock() -> Option<u64> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid out-pointer.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) }, 0);
+    (r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur)
+}
+
+/// issue 46, item 13: a refused call and a failed one say why in their events and in the exit
+/// line: the size, the API's answer, the budget, `RLIMIT_MEMLOCK` and whether `CAP_IPC_LOCK`
+/// lifts it, `VmLck`, `VmPin` and the cgroup's headroom.
+#[test]
+fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
+    let ops = ["malloc:32768", "malloc:8192"];
+    let r = hip("export", &ops, &[("PINGUARD_BUDGET", "16K")]);
+    assert_eq!(rcs(&r, &ops), vec![2, 0], "{}", r.stdout);
+    let rep = r.report();
+    let e = &rep["events"][0];
+    assert_eq!(e["kind"], "denied", "{e}");
+    let why = &e["why"];
+    assert_eq!(why["error"], "hipErrorOutOfMemory (2)", "{e}");
+    assert_eq!(why["budget_bytes"], 16384, "{e}");
+    assert_eq!(
+        why["rlimit_memlock_bytes"],
+        serde_json::json!(rlimit_memlock()),
+        "{e}"
+    );
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(why["cap_ipc_lock"], cap_eff & (1 << 14) != 0, "{e}");
+    assert!(
+        why["vm_lck_bytes"].is_u64() && why["vm_pin_bytes"].is_u64(),
+        "{e}"
+    );
+    assert!(why.get("cgroup_headroom_bytes").is_some(), "{e}");
+    let exit = pinguard_lines(&r.stderr)
+        .into_iter()
+        .find(|l| l.contains(" at exit "))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        exit.contains("; last refused: hipHostMalloc of 32.0 KiB (32768 bytes): hipErrorOutOfMemory (2); budget 16.0 KiB, RLIMIT_MEMLOCK ")
+            && exit.contains(", VmLck ")
+            && exit.contains(", VmPin ")
+            && exit.contains(", cgroup headroom ")
+            && exit.contains("; report: "),
+        "{exit}"
+    );
+
+    // The runtime fails the call itself: its code, named, and no budget.
+    let r = hip("export", &["malloc:8192"], &[("EMU_FAIL_EVERY", "1")]);
+    assert_eq!(rcs(&r, &["malloc:8192"]), vec![2], "{}", r.stdout);
+    let rep = r.report();
+    assert_eq!(rep["totals"]["failed_count"], 1);
+    let e = &rep["events"][0];
+    assert_eq!(e["kind"], "failed", "{e}");
+    assert_eq!(e["size"], 8192, "{e}");
+    assert!(e.get("reason").is_none(), "{e}");
+    assert_eq!(e["why"]["error"], "hipErrorOutOfMemory (2)", "{e}");
+    assert_eq!(e["why"]["budget_bytes"], Value::Null, "{e}");
+    let exit = pinguard_lines(&r.stderr)
+        .into_iter()
+        .find(|l| l.contains(" at exit "))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        exit.contains("; last failed: hipHostMalloc of 8.00 KiB (8192 bytes): hipErrorOutOfMemory (2); budget none, RLIMIT_MEMLOCK "),
+        "{exit}"
+    );
 }

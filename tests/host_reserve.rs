@@ -636,7 +636,8 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
         .into_iter()
         .find(|l| l.contains("at exit"))
         .unwrap_or_else(|| panic!("{}", r.stderr));
-    assert!(exit.contains("; 1 denied, 0 downgraded; 1 stopped by the host reserve of 1023 MiB (lowest available 1023 MiB); report: "), "{exit}");
+    assert!(exit.contains("; 1 denied, 0 downgraded; 1 stopped by the host reserve of 1023 MiB (lowest available 1023 MiB); last refused: "), "{exit}");
+    assert!(exit.contains("; report: "), "{exit}");
     assert!(!prom[0].exists(), "the metrics file went with its process");
     for (name, v) in [
         ("pinguard_host_reserve_bytes", reserve),

@@ -180,3 +180,61 @@ fn failed_locking_calls_that_change_nothing_read_no_mappings() {
         "the two calls that changed pages walk, the others none: {walks:?}"
     );
 }
+
+/// issue 46, item 13: an `mlock` over `RLIMIT_MEMLOCK` (`CAP_IPC_LOCK` dropped: lock_fail drops
+/// it, so that the limit binds root too) says why in its event and the exit line: `ENOMEM`, the
+/// 64 KiB limit, no `CAP_IPC_LOCK`, the page locked, and the cgroup's headroom where a memory
+/// limit holds the process (a real cgroup v1 group here, where the machine has the hierarchy).
+#[test]
+fn an_mlock_over_rlimit_memlock_says_why_in_its_event_and_the_exit_line() {
+    let prog = lock_fail();
+    let v1 = std::path::Path::new("/sys/fs/cgroup/memory");
+    let group = v1.join(format!("pinguard-why-{}", std::process::id()));
+    let limited = std::fs::create_dir(&group).is_ok()
+        && std::fs::write(
+            group.join("memory.limit_in_bytes"),
+            (256u64 << 20).to_string(),
+        )
+        .is_ok();
+    if !limited {
+        eprintln!("NOT RUN (the cgroup part): no cgroup v1 memory group could be made here");
+    }
+    let script = if limited {
+        format!(
+            "echo $$ > {}/cgroup.procs && exec {prog} 20 1",
+            group.display()
+        )
+    } else {
+        format!("exec {prog} 20 1")
+    };
+    let r = run("/bin/sh", &["-c", &script], &[]);
+    let _ = std::fs::remove_dir(&group);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    let e = rep["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "failed" && e["api"] == "mlock" && e["size"] == 1 << 20)
+        .unwrap_or_else(|| panic!("{}", rep["events"]));
+    let why = &e["why"];
+    assert_eq!(why["error"], "ENOMEM", "{e}");
+    assert_eq!(why["rlimit_memlock_bytes"], 64 << 10, "{e}");
+    assert_eq!(why["cap_ipc_lock"], false, "{e}");
+    assert_eq!(why["vm_lck_bytes"], 4096, "the one page locked: {e}");
+    assert!(why["vm_pin_bytes"].is_u64(), "{e}");
+    if limited {
+        let h = why["cgroup_headroom_bytes"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(h > 200 << 20 && h <= 256 << 20, "{e}");
+    }
+    let exit = pinguard_lines(&r.stderr)
+        .into_iter()
+        .find(|l| l.contains(" at exit "))
+        .unwrap_or_else(|| panic!("{}", r.stderr));
+    assert!(
+        exit.contains(": ENOMEM; budget none, RLIMIT_MEMLOCK 64.0 KiB (no CAP_IPC_LOCK), VmLck "),
+        "{exit}"
+    );
+}

@@ -3,7 +3,7 @@
 //! path this process can reach and says whether the cgroup's count moved by it.
 
 use pinguard_report::cgroup::{self, Place, Version};
-use pinguard_report::units::format_bytes;
+use pinguard_report::units::{self, format_bytes};
 use pinguard_report::vars;
 use serde::Serialize;
 
@@ -21,6 +21,9 @@ pub struct Findings {
     /// The `PINGUARD_*` values in force, from the environment or the node file, and the file's
     /// values the environment overrides.
     pub settings: Vec<Setting>,
+    /// With `--probe`: how much each probe pins, and why that much.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub probe_size: Option<crate::doctor_probe::ProbeSize>,
     /// Present with `--probe`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub probes: Option<Vec<crate::doctor_probe::Probe>>,
@@ -32,10 +35,13 @@ pub struct Findings {
 pub struct CgroupFacts {
     #[serde(flatten)]
     pub place: Place,
+    /// Where the group and its hierarchy were found.
+    pub place_source: &'static str,
     pub levels: Vec<cgroup::Level>,
-    /// The tightest limit on the path and the folder that sets it.
+    /// The tightest limit on the path, the folder that sets it and its file.
     pub limit_bytes: Option<u64>,
     pub limit_dir: Option<String>,
+    pub limit_file: Option<String>,
     pub usage_bytes: Option<u64>,
     pub usage_file: String,
     /// Inactive file pages the kernel reclaims before an OOM kill (`memory.stat`).
@@ -44,6 +50,8 @@ pub struct CgroupFacts {
     /// What the cgroup can still take before its OOM killer: the least, over the limited levels,
     /// of limit - usage + reclaimable.
     pub headroom_bytes: Option<u64>,
+    /// The files the headroom is worked out from.
+    pub headroom_source: String,
     pub kernel_memory_accounted: Option<bool>,
     pub kernel_memory_source: String,
 }
@@ -53,6 +61,15 @@ pub struct Rlimit {
     /// `None`: unlimited.
     pub soft_bytes: Option<u64>,
     pub hard_bytes: Option<u64>,
+    pub source: &'static str,
+    /// `CAP_IPC_LOCK` in this process's effective set (root's by default): the kernel then
+    /// lets it lock past `RLIMIT_MEMLOCK`.
+    pub cap_ipc_lock: Option<bool>,
+    pub cap_ipc_lock_source: &'static str,
+    /// Whether the limit binds this process (soft limit set, no `CAP_IPC_LOCK`).
+    pub binds: Option<bool>,
+    /// What this process has locked already (`VmLck`), which the limit counts.
+    pub vm_lck_bytes: Option<u64>,
 }
 
 #[derive(Serialize, Default)]
@@ -61,6 +78,7 @@ pub struct Host {
     pub mem_available_bytes: Option<u64>,
     pub mlocked_bytes: Option<u64>,
     pub unevictable_bytes: Option<u64>,
+    pub source: &'static str,
 }
 
 #[derive(Serialize)]
@@ -75,6 +93,11 @@ pub struct Setting {
     /// Why the library would not use it, as one line.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// A percentage's bytes here, as the library would take it (`N%` of `percent_of`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percent_of: Option<String>,
 }
 
 pub fn read(path: &str) -> Option<String> {
@@ -109,6 +132,14 @@ fn cgroup_facts(place: Place) -> CgroupFacts {
     let headroom_bytes = cgroup::headroom(place.version, &levels, &read);
     let (kernel_memory_accounted, kernel_memory_source) = kmem(&place);
     CgroupFacts {
+        place_source: "/proc/self/cgroup, /proc/self/mountinfo",
+        limit_file: tight
+            .as_ref()
+            .map(|t| format!("{}/{}", t.1, place.version.limit_file())),
+        headroom_source: format!(
+            "{} (limit - usage + reclaimable on each limited level)",
+            place.version.limit_file()
+        ),
         usage_file: format!("{}/{}", place.dir, place.version.usage_file()),
         reclaimable_file: format!(
             "{}/memory.stat {}",
@@ -150,10 +181,32 @@ fn rlimit_memlock() -> Rlimit {
         return Rlimit::default();
     }
     let b = |v: libc::rlim_t| (v != libc::RLIM_INFINITY).then_some(v);
+    let (status, cap) = (read("/proc/self/status"), cap_ipc_lock());
     Rlimit {
         soft_bytes: b(r.rlim_cur),
         hard_bytes: b(r.rlim_max),
+        source: "getrlimit(RLIMIT_MEMLOCK)",
+        cap_ipc_lock: cap,
+        cap_ipc_lock_source: "/proc/self/status CapEff",
+        binds: cap.map(|c| !c && b(r.rlim_cur).is_some()),
+        vm_lck_bytes: status.as_deref().and_then(|t| status_kb(t, "VmLck")),
     }
+}
+
+/// A `kB` figure of `/proc/self/status`, in bytes.
+fn status_kb(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|l| {
+        let v = l.strip_prefix(key)?.strip_prefix(':')?.trim();
+        Some(v.strip_suffix("kB")?.trim().parse::<u64>().ok()? * 1024)
+    })
+}
+
+/// `CAP_IPC_LOCK` (bit 14) in this process's effective capabilities.
+fn cap_ipc_lock() -> Option<bool> {
+    let text = read("/proc/self/status")?;
+    let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let caps = u64::from_str_radix(hex, 16).ok()?;
+    Some(caps & (1 << 14) != 0)
 }
 
 /// The library's own message for a value it would reject, from the variable's registry parser
@@ -171,6 +224,42 @@ fn setting_error(name: &str, value: &str) -> Option<String> {
     Some(var.rejected(Some(value), &why))
 }
 
+/// A percentage's bytes as the library takes them here (`N%` of the total its variable names),
+/// and what they are a percentage of; `None` for any other value.
+fn percent_bytes(name: &str, value: &str, f: &Findings) -> Option<(u64, String)> {
+    let vars::Parse::Size(of) = vars::find(name)?.parse else {
+        return None;
+    };
+    let Ok(units::SizeSpec::Percent(p)) = units::parse_size_spec(value) else {
+        return None;
+    };
+    let limit = f.cgroup.as_ref().and_then(|c| c.limit_bytes);
+    let total = f.host.mem_total_bytes;
+    let (base, what) = match (of, limit) {
+        (vars::Of::MemoryLimit, Some(l)) | (vars::Of::CgroupLimit, Some(l)) => {
+            (l, "the cgroup's memory limit")
+        }
+        (vars::Of::CgroupLimit, None) => return None,
+        _ => (total?, "MemTotal"),
+    };
+    let bytes = (base as f64 * p / 100.0) as u64;
+    Some((bytes, format!("{what} {}", format_bytes(base))))
+}
+
+/// Each percentage setting's bytes, once the totals are known.
+fn resolve_percentages(f: &mut Findings) {
+    let found: Vec<_> = f
+        .settings
+        .iter()
+        .map(|s| percent_bytes(&s.name, &s.value, f))
+        .collect();
+    for (s, p) in f.settings.iter_mut().zip(found) {
+        if let Some((b, of)) = p {
+            (s.bytes, s.percent_of) = (Some(b), Some(of));
+        }
+    }
+}
+
 fn settings(node: &crate::doctor_node::NodeConfig) -> Vec<Setting> {
     let mut out: Vec<Setting> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.to_string_lossy().into_owned())))
@@ -181,6 +270,8 @@ fn settings(node: &crate::doctor_node::NodeConfig) -> Vec<Setting> {
             value,
             source: "environment".into(),
             overridden: false,
+            bytes: None,
+            percent_of: None,
         })
         .collect();
     let path = node.path.as_deref().unwrap_or_default();
@@ -198,14 +289,17 @@ fn settings(node: &crate::doctor_node::NodeConfig) -> Vec<Setting> {
             value,
             source: at,
             overridden,
+            bytes: None,
+            percent_of: None,
         });
     }
     out.sort_by(|a, b| (&a.name, a.overridden).cmp(&(&b.name, b.overridden)));
     out
 }
 
-/// Gathers every figure; `probe_size` set: the accounting probe too.
-pub fn examine(probe_size: Option<u64>) -> Findings {
+/// Gathers every figure; `probe` set: the accounting probe too, of the size asked (`Some`) or
+/// of one that fits this process's room (`None`).
+pub fn examine(probe: Option<Option<u64>>) -> Findings {
     let mut f = Findings {
         rlimit_memlock: rlimit_memlock(),
         host: Host {
@@ -213,6 +307,7 @@ pub fn examine(probe_size: Option<u64>) -> Findings {
             mem_available_bytes: meminfo_kb("MemAvailable"),
             mlocked_bytes: meminfo_kb("Mlocked"),
             unevictable_bytes: meminfo_kb("Unevictable"),
+            source: "/proc/meminfo",
         },
         ..Findings::default()
     };
@@ -222,8 +317,11 @@ pub fn examine(probe_size: Option<u64>) -> Findings {
         Ok(place) => f.cgroup = Some(cgroup_facts(place)),
         Err(e) => f.cgroup_error = Some(e),
     }
-    if let Some(size) = probe_size {
-        f.probes = Some(crate::doctor_probe::run_all(f.cgroup.as_ref(), size));
+    resolve_percentages(&mut f);
+    if let Some(asked) = probe {
+        let size = crate::doctor_probe::size(asked, f.cgroup.as_ref(), &f.rlimit_memlock);
+        f.probes = Some(crate::doctor_probe::run_all(f.cgroup.as_ref(), size.bytes));
+        f.probe_size = Some(size);
     }
     (f.verdict, f.exit_status) = verdict(&f);
     f
@@ -341,12 +439,7 @@ pub fn render(f: &Findings) -> String {
             f.cgroup_error.as_deref().unwrap_or("")
         )),
     }
-    let lim = |v: Option<u64>| v.map(format_bytes).unwrap_or_else(|| "unlimited".into());
-    s.push_str(&format!(
-        "RLIMIT_MEMLOCK: {} soft, {} hard (getrlimit)\n",
-        lim(f.rlimit_memlock.soft_bytes),
-        lim(f.rlimit_memlock.hard_bytes)
-    ));
+    rlimit_line(&mut s, &f.rlimit_memlock);
     let h = &f.host;
     s.push_str(&format!(
         "host:        MemTotal {}, MemAvailable {}, Mlocked {}, Unevictable {} (/proc/meminfo; inside a container these are the host's)\n",
@@ -357,11 +450,26 @@ pub fn render(f: &Findings) -> String {
     ));
     node_lines(&mut s, &f.node_config);
     settings_lines(&mut s, &f.settings);
-    if let Some(p) = &f.probes {
-        crate::doctor_probe::render(&mut s, p);
+    if let (Some(p), Some(size)) = (&f.probes, &f.probe_size) {
+        crate::doctor_probe::render(&mut s, p, size);
     }
     s.push_str(&format!("\nverdict: {}\n", f.verdict));
     s
+}
+
+fn rlimit_line(s: &mut String, r: &Rlimit) {
+    let lim = |v: Option<u64>| v.map(format_bytes).unwrap_or_else(|| "unlimited".into());
+    let binds = match (r.cap_ipc_lock, r.soft_bytes) {
+        (Some(true), _) => "does not bind this process: it holds CAP_IPC_LOCK (root does by default), which lets it lock past the limit",
+        (Some(false), Some(_)) => "binds this process (no CAP_IPC_LOCK): mlock and the runtimes' pinning fail past it",
+        (Some(false), None) => "no limit (and no CAP_IPC_LOCK)",
+        (None, _) => "whether CAP_IPC_LOCK is held is unknown",
+    };
+    s.push_str(&format!(
+        "RLIMIT_MEMLOCK: {} soft, {} hard (getrlimit); {binds} (/proc/self/status CapEff)\n",
+        lim(r.soft_bytes),
+        lim(r.hard_bytes)
+    ));
 }
 
 fn node_lines(s: &mut String, n: &crate::doctor_node::NodeConfig) {
@@ -384,10 +492,14 @@ fn settings_lines(s: &mut String, settings: &[Setting]) {
     s.push_str("settings:\n");
     for st in settings {
         let note = if st.overridden { "; overridden" } else { "" };
+        let bytes = match (&st.bytes, &st.percent_of) {
+            (Some(b), Some(of)) => format!(" = {} ({b} bytes) of {of}", format_bytes(*b)),
+            _ => String::new(),
+        };
         match &st.error {
             Some(e) => s.push_str(&format!("  ERROR {e}\n")),
             None => s.push_str(&format!(
-                "  {}={} ({}{note})\n",
+                "  {}={}{bytes} ({}{note})\n",
                 st.name, st.value, st.source
             )),
         }

@@ -7,6 +7,7 @@
 
 use crate::doctor::{meminfo_kb, usage, CgroupFacts};
 use pinguard_report::cgroup::Place;
+use pinguard_report::codes::{self, Space};
 use pinguard_report::units::format_bytes;
 use serde::Serialize;
 use std::ffi::{c_void, CStr};
@@ -47,6 +48,63 @@ fn counters() -> [Option<u64>; 3] {
             Some(kb.strip_suffix("kB")?.trim().parse::<u64>().ok()? * 1024)
         })
     })
+}
+
+/// How much each probe pins, and why that much.
+#[derive(Serialize)]
+pub struct ProbeSize {
+    pub bytes: u64,
+    /// `asked` (`--probe-size`), or what bounded the default.
+    pub chosen: String,
+}
+
+/// What a probe pins unless told, when nothing here asks for less.
+const DEFAULT: u64 = 32 << 20;
+/// The least worth measuring: below it another process's allocations drown the move.
+const SMALLEST: u64 = 1 << 20;
+
+/// The probe's size: as asked, else the default bounded by a quarter of the cgroup's headroom
+/// (three rounds hold one probe at a time, with room to spare for the process itself) and by
+/// what `RLIMIT_MEMLOCK` leaves this process when it binds (without `CAP_IPC_LOCK`).
+pub fn size(
+    asked: Option<u64>,
+    cgroup: Option<&CgroupFacts>,
+    rlimit: &crate::doctor::Rlimit,
+) -> ProbeSize {
+    if let Some(bytes) = asked {
+        return ProbeSize {
+            bytes,
+            chosen: "as asked (--probe-size)".into(),
+        };
+    }
+    let mut bytes = DEFAULT;
+    let mut why = vec![format!("the default {}", format_bytes(DEFAULT))];
+    if let Some(h) = cgroup.and_then(|c| c.headroom_bytes) {
+        if h / 4 < bytes {
+            bytes = h / 4;
+            why = vec![format!(
+                "a quarter of the cgroup's headroom of {}",
+                format_bytes(h)
+            )];
+        }
+    }
+    if let (Some(true), Some(soft)) = (rlimit.binds, rlimit.soft_bytes) {
+        let room = soft.saturating_sub(rlimit.vm_lck_bytes.unwrap_or(0));
+        if room < bytes {
+            bytes = room;
+            why = vec![format!(
+                "what RLIMIT_MEMLOCK ({}) leaves this process without CAP_IPC_LOCK, {} already locked",
+                format_bytes(soft),
+                format_bytes(rlimit.vm_lck_bytes.unwrap_or(0))
+            )];
+        }
+    }
+    // Whole mebibytes; never below the least worth measuring (the probe then says it cannot).
+    let bytes = (bytes & !(SMALLEST - 1)).max(SMALLEST);
+    ProbeSize {
+        bytes,
+        chosen: format!("{}; --probe-size sets it", why.join(", ")),
+    }
 }
 
 type Release = Box<dyn FnOnce()>;
@@ -167,6 +225,7 @@ fn pin_mlock(bytes: u64) -> Result<Release, String> {
 }
 
 /// A runtime library, opened once for the probe and never closed (a runtime may not unload).
+#[derive(Clone, Copy)]
 struct Lib(*mut c_void);
 
 impl Lib {
@@ -190,6 +249,51 @@ type Alloc = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
 type Free = unsafe extern "C" fn(*mut c_void) -> i32;
 type Register = unsafe extern "C" fn(*mut c_void, usize, u32) -> i32;
 type AclAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+
+/// `hipErrorInvalidDevice (101)`: the runtime's own name for its code (`cudaGetErrorName`,
+/// `hipGetErrorName`), else the headers' (`pinguard_report::codes`), else the number alone.
+fn named(lib: &Lib, space: Space, rc: i32) -> String {
+    let own = match space {
+        Space::CudaRuntime => Some(c"cudaGetErrorName"),
+        Space::Hip => Some(c"hipGetErrorName"),
+        _ => None,
+    };
+    let from_runtime = own.and_then(|f| lib.sym(f)).and_then(|f| {
+        // SAFETY: `const char *xGetErrorName(int)`, the runtime's own function; it answers a
+        // static string (never freed) for any code.
+        let p = unsafe {
+            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> *const i8>(f)(rc)
+        };
+        // SAFETY: a NUL-terminated static string when not null.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    });
+    match from_runtime
+        .filter(|n| !n.is_empty() && !n.ends_with("Unknown"))
+        .or_else(|| codes::name(space, rc).map(str::to_string))
+    {
+        Some(name) => format!("{name} ({rc})"),
+        None => rc.to_string(),
+    }
+}
+
+/// `; hipGetDeviceCount: hipErrorNoDevice (100), no device`: why HIP refused, where it says.
+fn hip_devices(lib: &Lib) -> String {
+    let Some(f) = lib.sym(c"hipGetDeviceCount") else {
+        return String::new();
+    };
+    let mut n: i32 = 0;
+    // SAFETY: `hipError_t hipGetDeviceCount(int *count)`, the runtime's own function.
+    let rc = unsafe {
+        std::mem::transmute::<*mut c_void, unsafe extern "C" fn(*mut i32) -> i32>(f)(&mut n)
+    };
+    match rc {
+        0 => format!("; hipGetDeviceCount: {n} devices"),
+        rc => format!(
+            "; hipGetDeviceCount: {}, no usable device",
+            named(lib, Space::Hip, rc)
+        ),
+    }
+}
 
 fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
     let Some(lib) = Lib::open(&[c"libcudart.so", c"libcudart.so.12", c"libcudart.so.11.0"]) else {
@@ -220,7 +324,10 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                         free(p);
                     }) as Release)
                 } else {
-                    Err(format!("cudaHostAlloc returned {rc}"))
+                    Err(format!(
+                        "cudaHostAlloc returned {}",
+                        named(&lib, Space::CudaRuntime, rc)
+                    ))
                 }
             }));
         }
@@ -245,7 +352,10 @@ fn cuda_probes(place: Option<&Place>, bytes: u64) -> Vec<Probe> {
                 let rc = unsafe { reg(p, n as usize, 0) };
                 if rc != 0 {
                     unmap(p, n);
-                    return Err(format!("cudaHostRegister returned {rc}"));
+                    return Err(format!(
+                        "cudaHostRegister returned {}",
+                        named(&lib, Space::CudaRuntime, rc)
+                    ));
                 }
                 Ok(Box::new(move || {
                     // SAFETY: `p` was registered above.
@@ -304,13 +414,16 @@ fn acl_probe(place: Option<&Place>, bytes: u64) -> Probe {
                 free(p);
             }) as Release)
         } else {
-            Err(format!("aclrtMallocHost returned {rc}"))
+            Err(format!(
+                "aclrtMallocHost returned {}",
+                named(&lib, Space::Acl, rc)
+            ))
         }
     })
 }
 
 /// `hipHostMalloc` (AMD's HIP runtime): without a device it answers an error (5.2.3:
-/// `hipErrorInvalidDevice`, 101), said in the probe's note.
+/// `hipErrorInvalidDevice`, 101), said by name in the probe's note with `hipGetDeviceCount`'s.
 fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
     let Some(lib) = Lib::open(&[
         c"libamdhip64.so.7",
@@ -348,7 +461,11 @@ fn hip_probe(place: Option<&Place>, bytes: u64) -> Probe {
                 free(p);
             }) as Release)
         } else {
-            Err(format!("hipHostMalloc returned {rc}"))
+            Err(format!(
+                "hipHostMalloc returned {}{}",
+                named(&lib, Space::Hip, rc),
+                hip_devices(&lib)
+            ))
         }
     })
 }
@@ -392,8 +509,12 @@ fn signed(v: i64) -> String {
     }
 }
 
-pub fn render(s: &mut String, probes: &[Probe]) {
-    s.push_str("\nprobe (each path pinned, measured while held, released):\n");
+pub fn render(s: &mut String, probes: &[Probe], size: &ProbeSize) {
+    s.push_str(&format!(
+        "\nprobe of {} ({}; each path pinned, measured while held, released):\n",
+        format_bytes(size.bytes),
+        size.chosen
+    ));
     for p in probes {
         let moved = |v: Option<i64>| v.map(signed).unwrap_or_else(|| "unknown".into());
         let line = match (p.counted, &p.note) {

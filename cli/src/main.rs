@@ -16,6 +16,7 @@ mod flags;
 mod flamegraph;
 mod group;
 mod input;
+mod interp;
 mod latest;
 mod merge;
 mod out;
@@ -114,9 +115,11 @@ enum Cmd {
         /// the cgroup counted it.
         #[arg(long)]
         probe: bool,
-        /// How much each probe pins (held for a moment, three times per path).
-        #[arg(long, value_parser = bytes, value_name = "BYTES", default_value = "32Mi")]
-        probe_size: u64,
+        /// How much each probe pins (held for a moment, three times per path). Default: 32Mi,
+        /// less where a quarter of the cgroup's headroom or what RLIMIT_MEMLOCK leaves (without
+        /// CAP_IPC_LOCK) is less; doctor says which.
+        #[arg(long, value_parser = bytes, value_name = "BYTES")]
+        probe_size: Option<u64>,
         /// Print the findings as JSON.
         #[arg(long)]
         json: bool,
@@ -164,6 +167,10 @@ enum Cmd {
         /// What the callsites are ordered by, the largest first.
         #[arg(long, value_enum, default_value = "live")]
         sort: report::SortBy,
+        /// Show every native frame: the CPython interpreter's own frames under a Python
+        /// callsite are otherwise folded into one line.
+        #[arg(long)]
+        all_frames: bool,
         /// Skip inputs that cannot be read, and go on with the rest (each is still named on
         /// stderr); exit 2 only when none can be read.
         #[arg(long)]
@@ -446,6 +453,7 @@ fn main() -> ExitCode {
             top,
             json,
             sort,
+            all_frames,
             keep_going,
             inputs,
         } => {
@@ -456,7 +464,14 @@ fn main() -> ExitCode {
             out::print(&if json {
                 report::json(&m, top)
             } else {
-                report::render(&m, top, sort)
+                report::render(
+                    &m,
+                    report::Show {
+                        top,
+                        by: sort,
+                        all_frames,
+                    },
+                )
             });
             ExitCode::SUCCESS
         }

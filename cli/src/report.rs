@@ -2,6 +2,7 @@
 //! per callsite still holding pinned memory, one per callsite whose calls were refused or
 //! downgraded, then one summary line.
 
+use crate::interp::Shown;
 use crate::merge::{frame_label, Merged};
 use crate::out::{count, table};
 use pinguard_report::units::format_bytes;
@@ -39,8 +40,18 @@ pub fn order(m: &mut Merged, by: SortBy) {
         .sort_by(|a, b| (key(b), a.key).cmp(&(key(a), b.key)));
 }
 
+/// How much of each stack `render` shows.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Show {
+    pub top: usize,
+    pub by: SortBy,
+    /// Every native frame, the CPython interpreter's included (`--all-frames`).
+    pub all_frames: bool,
+}
+
 /// The callsites as `order` left them, saying what they were ordered by.
-pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
+pub fn render(m: &Merged, show: Show) -> String {
+    let Show { top, by, .. } = show;
     let mut s = String::new();
     let procs = count(m.processes as u64, "process", "processes");
     let mut reps = count(m.reports as u64, "report", "reports");
@@ -131,7 +142,7 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
         if let Some(turned) = turned_away(c) {
             s.push_str(&format!("  and {turned}\n"));
         }
-        stack_block(&mut s, c);
+        stack_block(&mut s, c, show.all_frames);
     }
     // A call refused (the program's out-of-memory error) or downgraded holds nothing, but where it
     // came from is what its owner looks for: its stack, as a live callsite's.
@@ -149,7 +160,10 @@ pub fn render(m: &Merged, top: usize, by: SortBy) -> String {
             count(c.processes as u64, "process", "processes"),
             c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
-        stack_block(&mut s, c);
+        stack_block(&mut s, c, show.all_frames);
+    }
+    if by == SortBy::Peak {
+        peak_blocks(&mut s, m, show);
     }
     let t = &m.totals;
     s.push_str(&format!(
@@ -199,9 +213,32 @@ fn turned_away(c: &crate::merge::Site) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join(", "))
 }
 
-/// A callsite's stack, whole: its Python frames first when it has any, then its native frames.
-fn stack_block(s: &mut String, c: &crate::merge::Site) {
-    if !c.py_frames.is_empty() {
+/// Under `--sort peak`, the stacks of the top callsites by peak that the blocks above left out
+/// (nothing live, nothing turned away): memory pinned for a while and freed before the end.
+fn peak_blocks(s: &mut String, m: &Merged, show: Show) {
+    let freed = m
+        .callsites
+        .iter()
+        .take(show.top)
+        .filter(|c| c.live_bytes == 0 && c.peak_live_bytes > 0 && turned_away(c).is_none());
+    for c in freed {
+        s.push_str(&format!(
+            "\n{} ({}) at peak, nothing live; {} from {}, through {}:\n",
+            count(c.peak_live_bytes, "byte", "bytes"),
+            format_bytes(c.peak_live_bytes),
+            count(c.alloc_count, "allocation", "allocations"),
+            count(c.processes as u64, "process", "processes"),
+            c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+        stack_block(s, c, show.all_frames);
+    }
+}
+
+/// A callsite's stack: its Python frames first when it has any, then its native frames, where
+/// a run of the CPython interpreter's own is one line unless `all_frames`.
+fn stack_block(s: &mut String, c: &crate::merge::Site, all_frames: bool) {
+    let python = !c.py_frames.is_empty();
+    if python {
         s.push_str("  Python:\n");
         for (i, f) in c.py_frames.iter().enumerate() {
             s.push_str(&format!("    #{i} {}\n", frame_label(f)));
@@ -211,8 +248,15 @@ fn stack_block(s: &mut String, c: &crate::merge::Site) {
     if c.frames.is_empty() {
         s.push_str("    (no stack: PINGUARD_DEPTH=0)\n");
     }
-    for (i, f) in c.frames.iter().enumerate() {
-        s.push_str(&format!("    #{i} {:#x} in {}\n", f.addr.0, frame_label(f)));
+    for line in crate::interp::folded(&c.frames, python && !all_frames) {
+        match line {
+            Shown::Frame(i, f) => {
+                s.push_str(&format!("    #{i} {:#x} in {}\n", f.addr.0, frame_label(f)))
+            }
+            Shown::Folded(n) => s.push_str(&format!(
+                "    ... {n} CPython interpreter frames folded (--all-frames shows them)\n"
+            )),
+        }
     }
 }
 

@@ -628,6 +628,47 @@ fn with_py_frames(p: &Path, i: usize, frames: &[(&str, &str, u32)]) {
 }
 
 #[test]
+fn sort_peak_shows_the_stacks_of_callsites_freed_before_exit() {
+    let dir = fresh_dir("peak-stacks");
+    let loader: &[(&str, &str, u32)] = &[("load_batch", "loader.c", 40), ("main", "main.c", 9)];
+    let warm: &[(&str, &str, u32)] = &[("warm_up", "warm.c", 12), ("main", "main.c", 7)];
+    let p = synthetic(
+        &dir,
+        "freed.json",
+        41,
+        &[(loader, 0, 6 << 20), (warm, 0, 1 << 20)],
+        0,
+        0,
+        0,
+    );
+    let o = pinguard(&["report", "--sort", "peak", p.to_str().unwrap()]);
+    let (out, _) = text(&o);
+    assert!(o.status.success(), "{out}");
+    let head = "6291456 bytes (6.00 MiB) at peak, nothing live; 1 allocation from 1 process, through cudaHostAlloc:\n    #0 ";
+    let at = out.find(head).expect(&out);
+    assert!(out[at + head.len()..].starts_with("0x"), "{out}");
+    assert!(
+        out[at..]
+            .lines()
+            .nth(1)
+            .unwrap()
+            .contains("in load_batch loader.c:40"),
+        "{out}"
+    );
+    let warm_at = out
+        .find("1048576 bytes (1.00 MiB) at peak, nothing live")
+        .expect(&out);
+    assert!(warm_at > at, "by peak, the largest first: {out}");
+    // Sorted by live bytes, nothing is held and nothing was refused: no stack, as before.
+    let o = pinguard(&["report", p.to_str().unwrap()]);
+    assert!(
+        !text(&o).0.contains("at peak, nothing live"),
+        "{}",
+        text(&o).0
+    );
+}
+
+#[test]
 fn python_frames_come_first_match_across_runs_and_reach_the_flame_graph() {
     let dir = fresh_dir("py-frames");
     // Two runs: the same Python line pins through different native paths (another library

@@ -411,3 +411,152 @@ fn doctor_shows_the_node_file_and_where_each_value_comes_from() {
     assert_eq!(v["node_config"]["path"], "/etc/pinguard/pinguard.conf");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The probe's room: `--probe-size` unset, a 64 MiB group (a quarter of its headroom is well
+/// under the default 32 MiB) is probed with what fits it, and says so.
+#[test]
+fn a_64_mib_group_is_probed_with_a_size_that_fits_its_headroom() {
+    let Some(root) = v1_root("small") else {
+        return;
+    };
+    let g = Group::new(
+        &root,
+        &format!("pinguard-doctor-small-{}", std::process::id()),
+        Some(64 << 20),
+    )
+    .unwrap();
+    let (o, v) = doctor(&g.join(), &["--probe", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}\n{v}");
+    let headroom = v["cgroup"]["headroom_bytes"].as_u64().unwrap();
+    let size = v["probe_size"]["bytes"].as_u64().unwrap();
+    assert!(size >= 1 << 20 && size <= headroom / 4, "{size} {headroom}");
+    assert!(
+        v["probe_size"]["chosen"]
+            .as_str()
+            .unwrap()
+            .starts_with("a quarter of the cgroup's headroom"),
+        "{v}"
+    );
+    assert_eq!(probe_of(&v, "mlock")["counted"], true, "{v}");
+    assert_eq!(probe_of(&v, "mlock")["bytes"], size);
+    // Each figure names its file in the JSON too.
+    let c = &v["cgroup"];
+    assert_eq!(
+        c["limit_file"],
+        g.0.join("memory.limit_in_bytes").to_str().unwrap()
+    );
+    assert!(c["place_source"]
+        .as_str()
+        .unwrap()
+        .contains("/proc/self/cgroup"));
+    assert!(c["headroom_source"]
+        .as_str()
+        .unwrap()
+        .contains("memory.limit_in_bytes"));
+    assert_eq!(v["host"]["source"], "/proc/meminfo");
+    assert_eq!(v["rlimit_memlock"]["source"], "getrlimit(RLIMIT_MEMLOCK)");
+    let (o, _) = doctor(&g.join(), &["--probe"], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(" (a quarter of the cgroup's headroom of ")
+            && text.contains("--probe-size sets it"),
+        "{text}"
+    );
+}
+
+/// Without `CAP_IPC_LOCK` (dropped from root's bounding set) under an 8 MiB `RLIMIT_MEMLOCK`,
+/// the probe pins what the limit leaves, and doctor says the limit binds; as root it says the
+/// limit does not.
+#[test]
+fn the_probe_fits_rlimit_memlock_without_cap_ipc_lock_and_root_is_said_unbound() {
+    let Some(root) = v1_root("rlimit") else {
+        return;
+    };
+    let g = Group::new(
+        &root,
+        &format!("pinguard-doctor-rlimit-{}", std::process::id()),
+        Some(512 << 20),
+    )
+    .unwrap();
+    let pre = format!(
+        "{} ulimit -l 8192 && exec setpriv --inh-caps=-ipc_lock --bounding-set=-ipc_lock \"$0\" doctor \"$@\";",
+        g.join()
+    );
+    let (o, v) = doctor(&pre, &["--probe", "--json"], &[]);
+    assert_eq!(o.status.code(), Some(0), "{o:?}\n{v}");
+    assert_eq!(v["rlimit_memlock"]["cap_ipc_lock"], false, "{v}");
+    assert_eq!(v["rlimit_memlock"]["binds"], true, "{v}");
+    let size = v["probe_size"]["bytes"].as_u64().unwrap();
+    assert!((1 << 20..=8 << 20).contains(&size), "{v}");
+    assert!(
+        v["probe_size"]["chosen"]
+            .as_str()
+            .unwrap()
+            .contains("RLIMIT_MEMLOCK"),
+        "{v}"
+    );
+    for path in ["mlock", "cudaHostAlloc"] {
+        assert_eq!(probe_of(&v, path)["counted"], true, "{path}: {v}");
+    }
+    let (o, _) = doctor(&pre, &["--probe"], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("RLIMIT_MEMLOCK: 8.00 MiB soft, 8.00 MiB hard (getrlimit); binds this process (no CAP_IPC_LOCK)"),
+        "{text}"
+    );
+    let (o, v) = doctor("", &["--json"], &[]);
+    assert_eq!(v["rlimit_memlock"]["cap_ipc_lock"], true, "{o:?}");
+    let (o, _) = doctor("", &[], &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("does not bind this process: it holds CAP_IPC_LOCK (root does by default)"),
+        "{text}"
+    );
+}
+
+/// A runtime's refusal is named (`cudaErrorMemoryAllocation (2)`, and HIP's own names where the
+/// real runtime is installed), and a percentage setting is shown in bytes.
+#[test]
+fn runtime_codes_are_named_and_percentages_shown_in_bytes() {
+    let (o, v) = doctor(
+        "",
+        &["--probe", "--probe-size", "1Mi", "--json"],
+        &[("EMU_FAIL_EVERY", "1"), ("PINGUARD_BUDGET", "10%")],
+    );
+    assert!(o.status.code().is_some(), "{o:?}");
+    let note = probe_of(&v, "cudaHostAlloc")["note"].as_str().unwrap();
+    assert_eq!(
+        note, "could not pin: cudaHostAlloc returned cudaErrorMemoryAllocation (2)",
+        "{v}"
+    );
+    let budget = v["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "PINGUARD_BUDGET")
+        .unwrap();
+    let base = v["cgroup"]["limit_bytes"]
+        .as_u64()
+        .or(v["host"]["mem_total_bytes"].as_u64())
+        .unwrap();
+    assert_eq!(budget["bytes"], (base as f64 * 0.1) as u64, "{budget}");
+    let (o, _) = doctor("", &[], &[("PINGUARD_BUDGET", "10%")]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("  PINGUARD_BUDGET=10% = "))
+        .expect(&text);
+    assert!(
+        line.contains(&format!("({} bytes) of ", (base as f64 * 0.1) as u64)),
+        "{line}"
+    );
+    let hip = probe_of(&v, "hipHostMalloc")["note"].as_str().unwrap_or("");
+    if !std::path::Path::new("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5").exists() {
+        eprintln!("NOT RUN: the real HIP runtime's names (libamdhip64.so.5 not installed)");
+        return;
+    }
+    assert!(
+        hip.contains("hipErrorInvalidDevice (101)") && hip.contains("hipErrorNoDevice (100)"),
+        "{hip}"
+    );
+}

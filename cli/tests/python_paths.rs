@@ -259,3 +259,37 @@ fn a_callsite_that_holds_memory_and_was_refused_says_both() {
     let rows = rows_after(&rep, "CALLSITE");
     assert_eq!(rows.len(), 4, "{rep}");
 }
+
+#[test]
+fn interpreter_frames_fold_into_one_line_and_all_frames_shows_them() {
+    if !have("python3", "a CPython program pinning through ctypes") {
+        return;
+    }
+    let (_, _, dir) = run_script("py-paths-interp", 2, &[]);
+    let o = pinguard(&["report", dir.to_str().unwrap()]);
+    let (rep, _) = text(&o);
+    assert!(o.status.success(), "{rep}");
+    // The binding's frames stay (they say how Python reached the runtime); CPython's own go.
+    assert!(rep.contains(" in ffi_call "), "{rep}");
+    assert!(!rep.contains("_PyEval_EvalFrameDefault"), "{rep}");
+    let folded: Vec<&str> = rep
+        .lines()
+        .filter(|l| l.contains("CPython interpreter frames folded (--all-frames shows them)"))
+        .collect();
+    assert_eq!(folded.len(), 4, "one line per Python block: {rep}");
+    let n: u32 = folded[0]
+        .trim_start()
+        .trim_start_matches("... ")
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect(folded[0]);
+    assert!(n >= 5, "{rep}");
+    let o = pinguard(&["report", "--all-frames", dir.to_str().unwrap()]);
+    let (all, _) = text(&o);
+    assert!(o.status.success(), "{all}");
+    assert!(
+        all.contains("_PyEval_EvalFrameDefault") && !all.contains("frames folded"),
+        "{all}"
+    );
+}

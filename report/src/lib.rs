@@ -6,6 +6,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod cgroup;
+pub mod codes;
 pub mod elf;
 pub mod group;
 pub mod node;
@@ -527,6 +528,62 @@ pub enum EventKind {
     Denied,
     Downgraded,
     OverBudget,
+    /// The runtime or the kernel failed the call (absent from reports before issue 46).
+    Failed,
+}
+
+/// Why a call was refused or failed, as a user would otherwise gather it by hand: the API's
+/// answer and the process's room then (issue 46, item 13).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Why {
+    /// The API's answer: `cudaErrorMemoryAllocation (2)`, `ENOMEM`; for a downgrade, what the
+    /// caller got instead.
+    pub error: String,
+    /// `None`: unlimited (or, with `rlimit_memlock_known` false, not known).
+    pub rlimit_memlock_bytes: Option<u64>,
+    #[serde(default)]
+    pub rlimit_memlock_known: bool,
+    /// `CAP_IPC_LOCK` held: `RLIMIT_MEMLOCK` then does not bind.
+    pub cap_ipc_lock: bool,
+    pub vm_lck_bytes: Option<u64>,
+    pub vm_pin_bytes: Option<u64>,
+    /// The memory cgroup's headroom before its OOM killer (`None`: no limit, or not known).
+    pub cgroup_headroom_bytes: Option<u64>,
+    /// The process budget (`None`: none).
+    pub budget_bytes: Option<u64>,
+}
+
+impl Why {
+    /// `cudaErrorMemoryAllocation (2); budget 3.00 MiB, RLIMIT_MEMLOCK 8.00 MiB (does not bind:
+    /// CAP_IPC_LOCK held), VmLck 0 B, VmPin 0 B, cgroup headroom 1.20 GiB`: the one line users
+    /// otherwise assemble by hand.
+    pub fn line(&self) -> String {
+        format!("{}; {}", self.error, self.room())
+    }
+
+    /// The room alone: budget, `RLIMIT_MEMLOCK` and whether it binds, `VmLck`, `VmPin`, the
+    /// cgroup's headroom.
+    pub fn room(&self) -> String {
+        let b =
+            |v: Option<u64>, none: &str| v.map_or_else(|| none.to_string(), units::format_bytes);
+        let rlimit = match (self.rlimit_memlock_bytes, self.rlimit_memlock_known) {
+            (Some(l), _) => units::format_bytes(l),
+            (None, true) => "unlimited".into(),
+            (None, false) => "unknown".into(),
+        };
+        let binds = if self.cap_ipc_lock {
+            "does not bind: CAP_IPC_LOCK held"
+        } else {
+            "no CAP_IPC_LOCK"
+        };
+        format!(
+            "budget {}, RLIMIT_MEMLOCK {rlimit} ({binds}), VmLck {}, VmPin {}, cgroup headroom {}",
+            b(self.budget_bytes, "none"),
+            b(self.vm_lck_bytes, "unknown"),
+            b(self.vm_pin_bytes, "unknown"),
+            b(self.cgroup_headroom_bytes, "unknown (no limit found)"),
+        )
+    }
 }
 
 /// Which limit an event's call went over.
@@ -572,6 +629,9 @@ pub struct Event {
     /// for the decision.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup_headroom_bytes: Option<u64>,
+    /// For a refusal, a downgrade or a failure: the API's answer and the process's room then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<Why>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

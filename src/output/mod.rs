@@ -10,3 +10,4 @@ pub mod report;
 pub mod reporter;
 pub mod symbolize;
 pub mod unload;
+pub mod why;

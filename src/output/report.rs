@@ -389,9 +389,10 @@ fn report_events(cfg: &Config) -> (Vec<schema::Event>, u64) {
             callsite: e.callsite,
             live_bytes: e.live_bytes,
             downgrade_match: e.out_of_scope.then(|| patterns(cfg)),
-            reason: Some(e.over.limit()),
-            host_available_bytes: e.over.host_available(),
-            cgroup_headroom_bytes: e.over.cgroup_headroom(),
+            reason: e.over.map(|o| o.limit()),
+            host_available_bytes: e.over.and_then(|o| o.host_available()),
+            cgroup_headroom_bytes: e.over.and_then(|o| o.cgroup_headroom()),
+            why: crate::output::why::of(&e),
         })
         .collect();
     (events, dropped)
@@ -697,7 +698,7 @@ pub fn write_exit(cfg: &Config) {
         ));
         group = Some(g.name);
     }
-    let whereto = match (&written, files::fell_back()) {
+    let mut whereto = match (&written, files::fell_back()) {
         (Ok(p), Some(why)) => format!(
             "report: {} (in the temporary folder: not writable where asked, {why})",
             p.display()
@@ -705,6 +706,10 @@ pub fn write_exit(cfg: &Config) {
         (Ok(p), None) => format!("report: {}", p.display()),
         (Err(e), _) => format!("report not written: {e}"),
     };
+    // The latest call turned away or failed, with the room it had: the line users assemble.
+    if let Some(last) = crate::output::why::last(&ledger::events().0) {
+        whereto = format!("{last}; {whereto}");
+    }
     let warn = cfg.policy == crate::runtime::config::Policy::Warn;
     let floors = Floors {
         host: budget::host::snapshot().map(|h| (h.reserve, h.lowest)),

@@ -189,6 +189,16 @@ pub fn rlimit_memlock() -> Option<u64> {
     Some(r.rlim_cur)
 }
 
+/// Whether `getrlimit(RLIMIT_MEMLOCK)` answers (`rlimit_memlock`'s `None` is then "unlimited").
+pub fn rlimit_memlock_read() -> bool {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `r` is a valid out-pointer.
+    unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) == 0 }
+}
+
 /// A raw system call that keeps the caller's `errno`; -1 and the error on failure.
 fn raw(f: impl FnOnce() -> libc::c_long) -> Result<libc::c_long, c_int> {
     // SAFETY: errno's location is valid for the calling thread.

@@ -20,6 +20,7 @@ pub mod objects;
 pub mod own_maps;
 pub mod pageable;
 pub mod resolve;
+pub mod room;
 pub mod space;
 pub mod sys;
 #[cfg(not(any(test, feature = "fuzzing")))]

@@ -327,7 +327,7 @@ impl Hook {
         }
         if self.cfg.policy != Policy::Warn {
             if let Some(err) = rejected(bytes) {
-                ledger::count_failed(self.t, ask.api);
+                super::failed(self.t, ask.api, ask.site, bytes, err);
                 return Err(err);
             }
         }
@@ -580,7 +580,7 @@ impl Hook {
         if added > 0 {
             ledger::count_alloc(self.t, api, site, added);
         }
-        ledger::count_failed(self.t, api);
+        super::failed(self.t, api, site, (span.end - span.start) as u64, err);
     }
 
     /// `munlock`, `munmap`, and `mmap(MAP_FIXED)` over existing pages: whatever they cover stops

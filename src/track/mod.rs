@@ -10,6 +10,7 @@ use crate::lifecycle;
 use crate::runtime::config::{Config, Policy};
 use crate::runtime::guard::{self, Reentry, Thread};
 use crate::runtime::pageable;
+use crate::runtime::room::Room;
 use crate::runtime::workstack;
 use pinguard_report::units::format_bytes;
 use pinguard_report::Limit;
@@ -150,6 +151,28 @@ pub(crate) fn over(why: budget::Refused) -> Over {
         budget::Refused::Host { available } => Over::host_reserve(available),
         budget::Refused::Cgroup { headroom } => Over::cgroup_reserve(headroom),
     }
+}
+
+/// The process's room for a refused, downgraded or failed call's event (never read on a call
+/// that succeeds within its limits): a cgroup reserve's refusal carries its own reading.
+#[cold]
+#[inline(never)]
+pub(crate) fn room(over: Over, code: Option<i32>) -> Room {
+    Room::now(over.cgroup_headroom(), budget::limit(), code)
+}
+
+/// A pinning call the runtime or the kernel failed with `code`: counted, with an event that
+/// says what room the process had.
+#[cold]
+#[inline(never)]
+pub(crate) fn failed(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, code: i32) {
+    ledger::count_failed_at(
+        t,
+        api,
+        site,
+        bytes,
+        Room::now(None, budget::limit(), Some(code)),
+    );
 }
 
 /// A call the host or cgroup reserve stopped, in the group's shared page too (for `pinguard top`).
@@ -591,7 +614,8 @@ impl Hook {
                 _ => format!("goes over the budget of {}", limit(budget::limit())),
             };
             let at = crate::output::quick::short_label(w.site).map(|l| format!(" at {l}")).unwrap_or_default();
-            tracing::warn!("{} of {} {what}{at}; allowed (policy warn; logged once per callsite)", w.api.name(), format_bytes(w.bytes));
+            let room = crate::output::why::room_line(&room(w.over, None));
+            tracing::warn!("{} of {} {what}{at}; allowed (policy warn; logged once per callsite); {room}", w.api.name(), format_bytes(w.bytes));
         }));
     }
 
@@ -610,7 +634,7 @@ impl Hook {
     /// A refusal, in the process's figures and the group's (whose members' refusals are summed
     /// in the group's shared page).
     fn denied(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-        ledger::count_denied(self.t, api, site, bytes, over);
+        ledger::count_denied(self.t, api, site, bytes, over, room(over, None));
         budget::group::note_denied();
         note_host_reserve(over);
     }
@@ -618,7 +642,7 @@ impl Hook {
     /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH` (refused as
     /// under `error`): its event says so.
     fn denied_out_of_scope(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-        ledger::count_denied_out_of_scope(self.t, api, site, bytes, over);
+        ledger::count_denied_out_of_scope(self.t, api, site, bytes, over, room(over, None));
         budget::group::note_denied();
         note_host_reserve(over);
     }
@@ -626,7 +650,7 @@ impl Hook {
     /// A call served with pageable memory (or left unpinned) instead of pinned memory, in the
     /// process's figures and the group's.
     fn downgraded(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-        ledger::count_downgraded(self.t, api, site, bytes, over);
+        ledger::count_downgraded(self.t, api, site, bytes, over, room(over, None));
         budget::group::note_downgraded();
         note_host_reserve(over);
     }
@@ -700,7 +724,7 @@ impl Hook {
     }
 
     /// `cudaHostAlloc` and friends: the runtime writes the new pointer to `out`.
-    pub fn alloc<R: Copy + PartialEq>(
+    pub fn alloc<R: Copy + PartialEq + Into<i64>>(
         self,
         api: Api,
         out: *mut *mut c_void,
@@ -733,7 +757,7 @@ impl Hook {
                 0
             };
             match p {
-                0 if rc != codes.ok => ledger::count_failed(self.t, api),
+                0 if rc != codes.ok => failed(self.t, api, site, bytes, rc.into() as i32),
                 0 => {}
                 p => self.pinned(api, p, bytes, site, reservation),
             }
@@ -763,7 +787,7 @@ impl Hook {
 
     /// `cudaHostRegister` and friends: pins memory the caller already owns. `codes.already` is
     /// the API's answer for memory registered twice.
-    pub fn register<R: Copy + PartialEq>(
+    pub fn register<R: Copy + PartialEq + Into<i64>>(
         self,
         api: Api,
         addr: *mut c_void,
@@ -809,7 +833,7 @@ impl Hook {
             Admission::Pass => None,
         };
         self.call(real, |&rc, _| match rc == codes.ok {
-            false => ledger::count_failed(self.t, api),
+            false => failed(self.t, api, site, reg.bytes, rc.into() as i32),
             true => self.pinned(api, reg.addr, reg.bytes, site, reservation),
         })
     }

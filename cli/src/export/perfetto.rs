@@ -20,6 +20,7 @@ fn kind_name(k: EventKind) -> &'static str {
         EventKind::Denied => "denied",
         EventKind::Downgraded => "downgraded",
         EventKind::OverBudget => "over_budget",
+        EventKind::Failed => "failed",
     }
 }
 

@@ -9,6 +9,7 @@ use super::over::Over;
 use crate::accounting::callsite::Callsite;
 use crate::api::Api;
 use crate::runtime::guard::Thread;
+use crate::runtime::room::Room;
 use pinguard_report::EventKind;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -51,6 +52,13 @@ pub fn count_failed(t: &Thread, api: Api) {
     add(&m.apis[api as usize].failed_count, 1);
 }
 
+/// A pinning call the runtime or the kernel failed, with an event saying what room it had.
+pub fn count_failed_at(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, room: Room) {
+    count_failed(t, api);
+    site.note_api(api);
+    event_with(EventKind::Failed, api, bytes, site, None, false, Some(room));
+}
+
 pub fn count_unknown_release(t: &Thread, api: Api) {
     touch();
     let m = mine(t);
@@ -58,8 +66,15 @@ pub fn count_unknown_release(t: &Thread, api: Api) {
     add(&m.apis[api as usize].unknown_release_count, 1);
 }
 
-pub fn count_denied(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-    denied(t, api, site, bytes, over, false);
+pub fn count_denied(
+    t: &Thread,
+    api: Api,
+    site: &'static Callsite,
+    bytes: u64,
+    over: Over,
+    room: Room,
+) {
+    denied(t, api, site, bytes, over, false, room);
 }
 
 /// A refusal under `downgrade` of a call outside `PINGUARD_DOWNGRADE_MATCH`: its event says so.
@@ -69,8 +84,9 @@ pub fn count_denied_out_of_scope(
     site: &'static Callsite,
     bytes: u64,
     over: Over,
+    room: Room,
 ) {
-    denied(t, api, site, bytes, over, true);
+    denied(t, api, site, bytes, over, true, room);
 }
 
 pub(super) fn denied(
@@ -80,6 +96,7 @@ pub(super) fn denied(
     bytes: u64,
     over: Over,
     out_of_scope: bool,
+    room: Room,
 ) {
     touch();
     let m = mine(t);
@@ -90,11 +107,26 @@ pub(super) fn denied(
     site.denied_count.fetch_add(1, Relaxed);
     site.denied_bytes.fetch_add(bytes, Relaxed);
     site.note_api(api);
-    event_with(EventKind::Denied, api, bytes, site, over, out_of_scope);
+    event_with(
+        EventKind::Denied,
+        api,
+        bytes,
+        site,
+        Some(over),
+        out_of_scope,
+        Some(room),
+    );
 }
 
 /// A call served with pageable memory (or left unpinned) instead of pinned memory.
-pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
+pub fn count_downgraded(
+    t: &Thread,
+    api: Api,
+    site: &'static Callsite,
+    bytes: u64,
+    over: Over,
+    room: Room,
+) {
     touch();
     let m = mine(t);
     add(&m.totals.downgraded_count, 1);
@@ -104,7 +136,15 @@ pub fn count_downgraded(t: &Thread, api: Api, site: &'static Callsite, bytes: u6
     site.downgraded_count.fetch_add(1, Relaxed);
     site.downgraded_bytes.fetch_add(bytes, Relaxed);
     site.note_api(api);
-    event_with(EventKind::Downgraded, api, bytes, site, over, false);
+    event_with(
+        EventKind::Downgraded,
+        api,
+        bytes,
+        site,
+        Some(over),
+        false,
+        Some(room),
+    );
 }
 
 pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
@@ -114,7 +154,15 @@ pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u
     over.count(m);
     site.over_budget_count.fetch_add(1, Relaxed);
     site.note_api(api);
-    event_with(EventKind::OverBudget, api, bytes, site, over, false);
+    event_with(
+        EventKind::OverBudget,
+        api,
+        bytes,
+        site,
+        Some(over),
+        false,
+        None,
+    );
 }
 
 pub fn downgraded_live_delta(t: &Thread, bytes: i64) {

@@ -6,6 +6,7 @@ use super::over::Over;
 use crate::accounting::callsite::Callsite;
 use crate::api::Api;
 use crate::runtime::lock::Mutex;
+use crate::runtime::room::Room;
 use pinguard_report::EventKind;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -19,7 +20,10 @@ pub struct EventRec {
     pub live_bytes: u64,
     /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH`.
     pub out_of_scope: bool,
-    pub over: Over,
+    /// The limit the call went over (`None`: a call the runtime or the kernel failed).
+    pub over: Option<Over>,
+    /// The process's room then, for a refusal, a downgrade or a failure.
+    pub room: Option<Room>,
 }
 
 pub(super) const MAX_EVENTS: usize = 10_000;
@@ -56,8 +60,9 @@ pub(super) fn event_with(
     api: Api,
     size: u64,
     site: &'static Callsite,
-    over: Over,
+    over: Option<Over>,
     out_of_scope: bool,
+    room: Option<Room>,
 ) {
     let rec = EventRec {
         unix_ms: crate::runtime::clock::unix_ms(),
@@ -68,6 +73,7 @@ pub(super) fn event_with(
         live_bytes: live_bytes(),
         out_of_scope,
         over,
+        room,
     };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
@@ -149,6 +155,7 @@ pub fn events() -> (Vec<EventRec>, u64) {
                 live_bytes: r.live_bytes,
                 out_of_scope: r.out_of_scope,
                 over: r.over,
+                room: r.room,
             })
             .collect(),
         e.dropped,
