@@ -320,7 +320,9 @@ pub struct Site {
     pub apis: BTreeSet<String>,
     pub live_bytes: u64,
     pub live_count: u64,
-    /// The sum of each process's peak at this callsite (`site_peaks`).
+    /// The most this callsite held in one process: the highest of its processes' peaks there
+    /// (`site_peaks`). Never above the merged peak, which is at least every process's own; a sum
+    /// over processes would be, for processes not alive together (issue 46, item 6).
     pub peak_live_bytes: u64,
     pub alloc_count: u64,
     pub alloc_bytes: u64,
@@ -333,8 +335,12 @@ pub struct Site {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub downgraded_bytes: Option<u64>,
     pub processes: usize,
+    /// Of those, the processes that still held live bytes here at their last reading.
+    pub live_processes: usize,
     #[serde(skip)]
     seen: BTreeSet<u32>,
+    #[serde(skip)]
+    holding: BTreeSet<u32>,
     /// Whether any figures were added (the bytes of none are known: none).
     #[serde(skip)]
     figured: bool,
@@ -358,7 +364,7 @@ impl Site {
     fn add_figures(&mut self, f: Figures) {
         self.live_bytes += f.live;
         self.live_count += f.live_count;
-        self.peak_live_bytes += f.peak;
+        self.peak_live_bytes = self.peak_live_bytes.max(f.peak);
         self.alloc_count += f.allocs;
         self.alloc_bytes += f.alloc_bytes;
         self.denied_count += f.denied;
@@ -674,6 +680,10 @@ impl Merged {
             });
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
+            if c.live_bytes > 0 {
+                s.holding.insert(proc_no);
+            }
+            s.live_processes = s.holding.len();
         }
     }
 
@@ -737,6 +747,9 @@ impl Merged {
             });
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();
+            s.holding
+                .extend(o.holding.iter().map(|n| remap[*n as usize]));
+            s.live_processes = s.holding.len();
         }
     }
 

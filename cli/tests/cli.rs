@@ -2491,3 +2491,61 @@ fn run_says_it_cannot_watch_a_secure_mode_program_and_check_fails() {
     );
     assert!(run_record(&out).get("secure_mode").is_none());
 }
+
+/// Issue 46, item 6: the figures `report` prints agree with one another. Three processes, one
+/// after another, pin 1 MiB at one callsite and only the first keeps it: the run never held more
+/// than 1 MiB at once, so no callsite's peak may stand above that, the callsites' live figures
+/// sum to the total, and the leak is "from 1 process", not from the three that went through it.
+#[test]
+fn report_figures_agree_with_one_another() {
+    let mib = 1u64 << 20;
+    let held = run_under("scenario", &["cuda_alloc:1048576"], &[]).1;
+    let freed: Vec<PathBuf> = (0..2)
+        .map(|_| run_under("scenario", &["cuda_alloc:1048576", "cuda_free:0"], &[]).1)
+        .collect();
+    let dirs = [&held, &freed[0], &freed[1]].map(|d| d.to_str().unwrap().to_string());
+    let mut args = vec!["report", "--json"];
+    args.extend(dirs.iter().map(String::as_str));
+    let o = pinguard(&args);
+    assert!(o.status.success(), "{o:?}");
+    let j: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let t = &j["totals"];
+    let sites = j["callsites"].as_array().unwrap();
+    let sum = |k: &str| sites.iter().map(|c| c[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(j["processes"], 3, "{j}");
+    assert_eq!(t["peak_live_bytes"].as_u64(), Some(mib), "{j}");
+    assert_eq!(sum("live_bytes"), t["live_bytes"].as_u64().unwrap(), "{j}");
+    assert_eq!(sum("live_count"), t["live_count"].as_u64().unwrap(), "{j}");
+    assert_eq!(sum("denied_count"), t["denied_count"].as_u64().unwrap(), "{j}");
+    for c in sites {
+        let peak = c["peak_live_bytes"].as_u64().unwrap();
+        assert!(peak <= mib, "a callsite's peak above the run's: {c}");
+        assert!(c["live_processes"].as_u64() <= c["processes"].as_u64(), "{c}");
+    }
+    let site = sites
+        .iter()
+        .find(|c| c["processes"] == 3)
+        .unwrap_or_else(|| panic!("one callsite of the three processes: {j}"));
+    assert_eq!((site["live_processes"].as_u64(), site["peak_live_bytes"].as_u64()), (Some(1), Some(mib)));
+    // The text says the same, in words that say what each figure is.
+    let mut args = vec!["report"];
+    args.extend(dirs.iter().map(String::as_str));
+    let (out, _) = text(&pinguard(&args));
+    assert!(
+        out.contains("1048576 bytes (1.00 MiB) in 1 allocation from 1 process (2 more went through it and hold nothing), through cudaHostAlloc:"),
+        "{out}"
+    );
+    assert!(out.contains("PEAK: the most the callsite held in one process"), "{out}");
+    assert!(out.contains("; peak 1.00 MiB held at once;"), "{out}");
+    let header = out.lines().find(|l| l.contains("CALLSITE")).unwrap();
+    let peak_end = header.find(" PEAK").unwrap() + " PEAK".len();
+    let rows = out.lines().skip_while(|l| !l.contains("CALLSITE")).skip(1);
+    for row in rows.take_while(|l| !l.is_empty() && !l.starts_with('(')) {
+        let peak: Vec<&str> = row[..peak_end].split_whitespace().rev().take(2).collect();
+        let value: f64 = peak[1].parse().unwrap();
+        assert!(
+            peak[0] != "GiB" && (peak[0] != "MiB" || value <= 1.0),
+            "{row}\n{out}"
+        );
+    }
+}
