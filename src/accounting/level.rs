@@ -142,6 +142,14 @@ pub fn raise(peak: &AtomicU64, now: i64) {
     }
 }
 
+/// A level's figures at a tick of the timeline (`Level::take_tick`).
+pub struct Tick {
+    pub live: u64,
+    pub high: u64,
+    pub low: u64,
+    pub peak: u64,
+}
+
 /// A stripe rose to `now`: its tick's highest follows (a plain store from its owner, who alone
 /// raises it; `fetch_max` on the shared stripe).
 #[inline(always)]
@@ -356,18 +364,27 @@ impl<const K: usize> Level<K> {
         }
     }
 
-    /// The highest and lowest the level held since the last call (summed over the stripes: exact
-    /// when one thread at a time changes the level, else bounds, off by the calls in flight at
-    /// this moment), each stripe's starting again from what it holds. Once per tick, cold.
+    /// What the level holds, and the highest and lowest it held since the last call (summed over
+    /// the stripes: exact when one thread at a time changes the level, else bounds, off by the
+    /// calls in flight at this moment), each stripe's starting again from what it holds. Once
+    /// per tick, cold: one pass over the stripes.
     #[cold]
-    pub fn take_tick(&self) -> (u64, u64) {
-        let (mut high, mut low) = (0i64, 0i64);
+    pub fn take_tick(&self) -> Tick {
+        let (mut live, mut high, mut low) = (0i64, 0i64, 0i64);
         for s in &self.stripes {
             let now = s.bytes.load(Relaxed);
+            live = live.wrapping_add(now);
             high = high.wrapping_add(s.tick_high.swap(now, Relaxed).max(now));
             low = low.wrapping_add(s.tick_low.swap(now, Relaxed).min(now));
         }
-        (high.max(0) as u64, low.max(0) as u64)
+        let live = live.max(0) as u64;
+        Tick {
+            live,
+            high: high.max(0) as u64,
+            low: low.max(0) as u64,
+            // `peak` without a second pass: never below the live figure just summed.
+            peak: self.peak.load(Relaxed).max(self.earlier.load(Relaxed)).max(live),
+        }
     }
 
     /// A successful pinning call of `bytes` that stays live: `alloc` and `live` with one look-up

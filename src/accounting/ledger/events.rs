@@ -134,12 +134,15 @@ fn push_point(now: u64, api: Option<Api>) {
     let levels = super::levels::levels();
     let mut t = TIMELINE.lock();
     // Read under the lock: the points' extremes follow one another in the order taken.
-    let (high, low) = levels.total.take_tick();
-    let live = live_bytes();
+    let crate::accounting::level::Tick {
+        live,
+        high,
+        low,
+        peak,
+    } = levels.total.take_tick();
     let api_live = api.map_or(0, |a| levels.apis[a as usize].bytes());
     // The peak as the points must reach it: a stripe's extreme taken while another thread's call
-    // was in flight can be missed; the peak, read after, never is.
-    let peak = levels.total.peak();
+    // was in flight can be missed; the peak never is.
     let high = if peak > t.top { peak } else { high.min(peak) };
     t.top = t.top.max(high).max(live);
     let p = Point {
