@@ -504,14 +504,28 @@ fn steps(p: &ProcessLine, out: &mut Vec<(u64, i128)>) {
     } else {
         p.timeline.clone()
     };
-    let mut prev = 0u64;
-    let mut last = 0;
-    for (t, v) in points {
+    let (mut prev, mut last) = (0u64, 0);
+    // Points at one millisecond (a tick's extremes, issue 46 item 7) are one step at their
+    // highest: changes at one millisecond count as simultaneous across processes, and a step at
+    // the highest is never below the truth.
+    for (t, v) in at_most_one_per_ms(&points) {
         out.push((t, v as i128 - prev as i128));
         prev = v;
         last = t;
     }
     out.push((p.write_unix_ms.max(last) + 1, -(prev as i128)));
+}
+
+/// A timeline with the points of each millisecond folded into one, at their highest.
+fn at_most_one_per_ms(points: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(points.len());
+    for &(t, v) in points {
+        match out.last_mut() {
+            Some(b) if b.0 == t => b.1 = b.1.max(v),
+            _ => out.push((t, v)),
+        }
+    }
+    out
 }
 
 /// A setting one process could not use, with the fallback it ran on (the library's message).

@@ -948,3 +948,54 @@ fn a_binary_export_to_a_terminal_is_refused_and_to_a_pipe_is_written() {
     assert!(piped.status.success(), "{piped:?}");
     assert_eq!(&piped.stdout[..2], &[0x1f, 0x8b], "gzip to a pipe");
 }
+
+/// Issue 46, item 7: the `pinned bytes` counter reaches the report's peak and ends at its live
+/// bytes, also for a rise and fall shorter than a tick of the timeline's clock (microseconds
+/// here, between two points of the old timeline).
+#[test]
+fn perfetto_pinned_bytes_reach_the_peak_and_end_at_the_live_bytes() {
+    let f = fixtures();
+    let dir = fresh_dir("export-spike");
+    let template = dir.join("%e.%p.json");
+    let exe = f.dir.join("scenario");
+    let o = pinguard(&[
+        "run",
+        "--lib",
+        f.lib.to_str().unwrap(),
+        "--report",
+        template.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "cuda_alloc:8192",
+        "cuda_alloc:65536",
+        "cuda_free:1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let mut runs = vec![dir];
+    runs.extend(two_runs());
+    let file = export("perfetto", &[], &runs);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let reports: Vec<Value> = runs
+        .iter()
+        .flat_map(|d| reports_in(d))
+        .map(|p| read_json(&p))
+        .collect();
+    assert_eq!(reports.len(), 3);
+    assert_eq!(reports[0]["totals"]["peak_live_bytes"], 72 * 1024);
+    for r in &reports {
+        let pid = r["process"]["pid"].as_u64().unwrap();
+        let counter: Vec<u64> = events
+            .iter()
+            .filter(|e| e["pid"] == pid && e["name"] == "pinned bytes")
+            .map(|e| e["args"]["bytes"].as_u64().unwrap())
+            .collect();
+        let t = &r["totals"];
+        assert_eq!(
+            counter.iter().max().copied(),
+            t["peak_live_bytes"].as_u64(),
+            "{counter:?}"
+        );
+        assert_eq!(counter.last().copied(), t["live_bytes"].as_u64(), "{counter:?}");
+    }
+}
