@@ -19,6 +19,9 @@ struct Row {
     /// group applies one, or a version 4 ledger, which keeps no cgroup figures).
     cgroup_reserve: Option<u64>,
     budget: Option<u64>,
+    /// How old the row's figures are, in milliseconds: 0 where read from live shared memory (the
+    /// group's ledger, a process's state file), a metrics file's time since its last write.
+    age_ms: u64,
     note: String,
 }
 
@@ -55,6 +58,7 @@ fn group_view(name: &str, h: &Header) -> (String, Vec<Row>) {
             host_reserve: (h.host_reserve > 0).then_some(m.host_reserve),
             cgroup_reserve: cgroups.then_some(h.ext[i].cgroup_reserve),
             budget,
+            age_ms: 0,
             note: if alive {
                 String::new()
             } else {
@@ -189,6 +193,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
             host_reserve: None,
             cgroup_reserve: None,
             budget: None,
+            age_ms: age_ms(&file.meta),
             note: String::new(),
         };
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -249,7 +254,24 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     Ok((head, rows))
 }
 
-fn render(head: String, mut rows: Vec<Row>) -> String {
+/// Milliseconds since a file was last written (0 when the clock cannot tell).
+fn age_ms(meta: &std::fs::Metadata) -> u64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A row's age as the AGE column shows it: `live` for figures read from shared memory now.
+fn age(ms: u64, live: bool) -> String {
+    if live {
+        "live".into()
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+fn render(head: String, mut rows: Vec<Row>, live: bool) -> String {
     rows.sort_by(|a, b| (b.pinned, b.peak, a.pid).cmp(&(a.pinned, a.peak, b.pid)));
     let mut t = vec![[
         "PID",
@@ -259,11 +281,12 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
         "BUDGET USE",
         "DENIED",
         "DOWNGRADED",
+        "AGE",
         "",
     ]
     .map(String::from)
     .to_vec()];
-    let mut right = vec![true, false, true, true, true, true, true, false];
+    let mut right = vec![true, false, true, true, true, true, true, true, false];
     let host = rows.iter().any(|r| r.host_reserve.is_some());
     let cgroup = rows.iter().any(|r| r.cgroup_reserve.is_some());
     if cgroup {
@@ -283,6 +306,7 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
             pct(r.pinned, r.budget),
             r.denied.to_string(),
             r.downgraded.to_string(),
+            age(r.age_ms, live),
             r.note.clone(),
         ];
         let shown = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
@@ -294,23 +318,75 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
         }
         t.push(row);
     }
-    format!("{head}\n\n{}", table(&t, &right))
+    // Issue 46, item 8: figures of different ages side by side say so.
+    let ages = if live {
+        "AGE: every figure read now, from live shared memory"
+    } else {
+        "AGE: how long ago each process last wrote its metrics file (rewritten every 15 s, or every PINGUARD_INTERVAL when shorter)"
+    };
+    format!("{head}\n({ages})\n\n{}", table(&t, &right))
 }
 
 pub enum Source<'a> {
     Group(&'a str),
     Metrics(&'a Path),
+    Pid(u32),
+}
+
+/// A process under pinguard, from its state file (mapped by the process: its figures now).
+fn read_pid(pid: u32) -> Result<(String, Vec<Row>), String> {
+    let proc = crate::top_list::under_pinguard(pid)
+        .ok_or_else(|| format!("pid {pid} is not a process running under pinguard"))?;
+    let state = proc.state.ok_or_else(|| {
+        format!("pid {pid} runs under pinguard but has no state file yet (one is made at its first pinning call)")
+    })?;
+    let (bytes, _) = pinguard_report::untrusted::read(
+        &state,
+        pinguard_report::untrusted::Links::Refuse,
+        pinguard_report::untrusted::REPORT_MAX,
+        "state",
+    )
+    .map_err(|r| format!("{}: {}", state.display(), r.why))?;
+    if !pinguard_report::state::is_state(&bytes) {
+        return Err(format!("{}: not a pinguard state file", state.display()));
+    }
+    let r = pinguard_report::state::read(&bytes, true, 0)
+        .map_err(|e| format!("{}: {}", state.display(), e.0))?;
+    let t = &r.totals;
+    let head = format!(
+        "pid {pid} ({}): {} pinned in {}, peak {}; from its state file {}",
+        crate::merge::basename(&r.process.exe),
+        format_bytes(t.live_bytes),
+        crate::out::count(t.live_count, "allocation", "allocations"),
+        format_bytes(t.peak_live_bytes),
+        state.display()
+    );
+    let row = Row {
+        pid,
+        exe: crate::merge::basename(&r.process.exe).to_string(),
+        pinned: t.live_bytes,
+        peak: t.peak_live_bytes,
+        denied: t.denied_count,
+        downgraded: t.downgraded_count,
+        host_reserve: None,
+        cgroup_reserve: None,
+        budget: r.config.budget_bytes,
+        age_ms: 0,
+        note: String::new(),
+    };
+    Ok((head, vec![row]))
 }
 
 pub fn run(source: Source, once: bool, every: std::time::Duration) -> i32 {
     loop {
-        let view = match &source {
-            Source::Group(n) => read_group(n),
-            Source::Metrics(d) => read_metrics(d),
+        let (view, live) = match &source {
+            Source::Group(n) => (read_group(n), true),
+            Source::Metrics(d) => (read_metrics(d), false),
+            Source::Pid(p) => (read_pid(*p), true),
         };
         match view {
             Ok((head, rows)) => {
-                let text = render(head, rows);
+                let text = render(head, rows, live);
                 if once {
                     crate::out::print(&text);
                     return 0;

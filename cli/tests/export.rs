@@ -996,6 +996,10 @@ fn perfetto_pinned_bytes_reach_the_peak_and_end_at_the_live_bytes() {
             t["peak_live_bytes"].as_u64(),
             "{counter:?}"
         );
-        assert_eq!(counter.last().copied(), t["live_bytes"].as_u64(), "{counter:?}");
+        assert_eq!(
+            counter.last().copied(),
+            t["live_bytes"].as_u64(),
+            "{counter:?}"
+        );
     }
 }

@@ -150,28 +150,21 @@ pub struct Tick {
     pub peak: u64,
 }
 
-/// A stripe rose to `now`: its tick's highest follows (a plain store from its owner, who alone
-/// raises it; `fetch_max` on the shared stripe).
+/// A stripe rose to `now`: its tick's highest follows. A locked instruction, but only on a new
+/// high, at most a few times a tick in a steady loop; no owned and shared ways, so that the
+/// steady path is a load and a compare.
 #[inline(always)]
-fn tick_high(s: &Stripe, owned: bool, now: i64) {
+fn tick_high(s: &Stripe, now: i64) {
     if now > s.tick_high.load(Relaxed) {
-        if owned {
-            s.tick_high.store(now, Relaxed);
-        } else {
-            s.tick_high.fetch_max(now, Relaxed);
-        }
+        s.tick_high.fetch_max(now, Relaxed);
     }
 }
 
 /// A stripe fell to `now`: its tick's lowest follows.
 #[inline(always)]
-fn tick_low(s: &Stripe, owned: bool, now: i64) {
+fn tick_low(s: &Stripe, now: i64) {
     if now < s.tick_low.load(Relaxed) {
-        if owned {
-            s.tick_low.store(now, Relaxed);
-        } else {
-            s.tick_low.fetch_min(now, Relaxed);
-        }
+        s.tick_low.fetch_min(now, Relaxed);
     }
 }
 
@@ -337,7 +330,7 @@ impl<const K: usize> Level<K> {
         let (s, owned) = self.stripe(slot);
         let now = s.bytes.add(bytes as i64, owned);
         s.count.add(1, owned);
-        tick_high(s, owned, now);
+        tick_high(s, now);
         self.raised(s, owned, now);
     }
 
@@ -347,7 +340,7 @@ impl<const K: usize> Level<K> {
         let (s, owned) = self.stripe(slot);
         let now = s.bytes.add((bytes as i64).wrapping_neg(), owned);
         s.count.add(-1, owned);
-        tick_low(s, owned, now);
+        tick_low(s, now);
     }
 
     /// `live`, keeping the stripe's extremes of the timeline's tick as well.
@@ -357,10 +350,10 @@ impl<const K: usize> Level<K> {
         let now = s.bytes.add(bytes, owned);
         s.count.add(count, owned);
         if bytes > 0 {
-            tick_high(s, owned, now);
+            tick_high(s, now);
             self.raised(s, owned, now);
         } else {
-            tick_low(s, owned, now);
+            tick_low(s, now);
         }
     }
 
@@ -383,7 +376,11 @@ impl<const K: usize> Level<K> {
             high: high.max(0) as u64,
             low: low.max(0) as u64,
             // `peak` without a second pass: never below the live figure just summed.
-            peak: self.peak.load(Relaxed).max(self.earlier.load(Relaxed)).max(live),
+            peak: self
+                .peak
+                .load(Relaxed)
+                .max(self.earlier.load(Relaxed))
+                .max(live),
         }
     }
 
