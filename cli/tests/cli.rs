@@ -2605,7 +2605,7 @@ fn top_lists_what_it_can_show_and_says_how_old_each_figure_is() {
         .unwrap_or_else(|| panic!("the held process is listed: {out}"));
     assert!(line.ends_with(".state"), "{line}");
     assert!(
-        out.contains(&format!("metrics folders (pinguard top --metrics DIR):\n"))
+        out.contains("metrics folders (pinguard top --metrics DIR):\n")
             && out.contains(&format!("  {} (", dir.display())),
         "{out}"
     );
