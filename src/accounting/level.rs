@@ -492,6 +492,33 @@ mod tests {
     }
 
     #[test]
+    fn a_tick_takes_the_highest_and_lowest_since_the_last_and_starts_again() {
+        let l: Level<4> = Level::NEW;
+        l.live_ticked(0, 100, 1);
+        l.live_ticked(0, 50, 1);
+        l.live_ticked(0, -100, -1);
+        l.release_ticked(0, 50);
+        l.grow_ticked(0, 120);
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low, t.peak), (120, 150, 0, 150));
+        // From what is held now: nothing moved, the tick's extremes are the live figure.
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low), (120, 120, 120));
+        l.release_ticked(0, 120);
+        l.grow_ticked(0, 10);
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low), (10, 120, 0));
+        // Two threads' stripes: each stripe's extremes summed, bounds of the level's (it held
+        // at most 40 and at least 10 here; the timeline clamps the highest to the peak).
+        l.grow_ticked(0, 20);
+        l.release_ticked(0, 20);
+        l.grow_ticked(5, 20);
+        l.release_ticked(5, 20);
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low), (10, 50, 10));
+    }
+
+    #[test]
     fn one_thread_gets_the_exact_peak() {
         let l: Level<4> = Level::NEW;
         l.live(0, 100, 1);

@@ -213,3 +213,47 @@ pub fn timeline() -> (Vec<Point>, u64) {
     let t = TIMELINE.lock();
     (t.items.iter().copied().collect(), t.dropped)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(unix_ms: u64, live: u64) -> Point {
+        Point {
+            unix_ms,
+            live,
+            api: None,
+            api_live: 0,
+            high: live,
+            low: live,
+        }
+    }
+
+    #[test]
+    fn folding_a_full_timeline_keeps_every_extreme() {
+        let mut t = Timeline::EMPTY;
+        let values = [5, 9, 1, 4, 7, 3, 8, 2];
+        for (i, v) in values.iter().enumerate() {
+            t.items.push_back(point(i as u64, *v));
+        }
+        fold_oldest(&mut t);
+        // The oldest half, pairwise: (5, 9) and (1, 4); the rest as it was.
+        let kept: Vec<(u64, u64, u64, u64)> = t
+            .items
+            .iter()
+            .map(|p| (p.unix_ms, p.live, p.high, p.low))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (0, 5, 9, 5),
+                (2, 1, 4, 1),
+                (4, 7, 7, 7),
+                (5, 3, 3, 3),
+                (6, 8, 8, 8),
+                (7, 2, 2, 2)
+            ]
+        );
+        assert_eq!(t.dropped, 2);
+    }
+}
