@@ -150,22 +150,33 @@ pub struct Tick {
     pub peak: u64,
 }
 
-/// A stripe rose to `now`: its tick's highest follows. A locked instruction, but only on a new
-/// high, at most a few times a tick in a steady loop; no owned and shared ways, so that the
-/// steady path is a load and a compare.
+/// A stripe rose to `now`: its tick's highest follows. The steady path is a load and a compare;
+/// the raise, at most a few times a tick in a steady loop, is out of line.
 #[inline(always)]
 fn tick_high(s: &Stripe, now: i64) {
     if now > s.tick_high.load(Relaxed) {
-        s.tick_high.fetch_max(now, Relaxed);
+        raise_tick_high(s, now);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn raise_tick_high(s: &Stripe, now: i64) {
+    s.tick_high.fetch_max(now, Relaxed);
 }
 
 /// A stripe fell to `now`: its tick's lowest follows.
 #[inline(always)]
 fn tick_low(s: &Stripe, now: i64) {
     if now < s.tick_low.load(Relaxed) {
-        s.tick_low.fetch_min(now, Relaxed);
+        lower_tick_low(s, now);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn lower_tick_low(s: &Stripe, now: i64) {
+    s.tick_low.fetch_min(now, Relaxed);
 }
 
 impl<const K: usize> Level<K> {
