@@ -324,6 +324,9 @@ pub struct Site {
     /// (`site_peaks`). Never above the merged peak, which is at least every process's own; a sum
     /// over processes would be, for processes not alive together (issue 46, item 6).
     pub peak_live_bytes: u64,
+    /// The sum of each process's peak at this callsite: what an export's `peak` weight adds up
+    /// (a sample per process), never a figure of one moment.
+    pub peak_sum_bytes: u64,
     pub alloc_count: u64,
     pub alloc_bytes: u64,
     pub denied_count: u64,
@@ -351,6 +354,7 @@ struct Figures {
     live: u64,
     live_count: u64,
     peak: u64,
+    peak_sum: u64,
     allocs: u64,
     alloc_bytes: u64,
     denied: u64,
@@ -365,6 +369,7 @@ impl Site {
         self.live_bytes += f.live;
         self.live_count += f.live_count;
         self.peak_live_bytes = self.peak_live_bytes.max(f.peak);
+        self.peak_sum_bytes += f.peak_sum;
         self.alloc_count += f.allocs;
         self.alloc_bytes += f.alloc_bytes;
         self.denied_count += f.denied;
@@ -679,11 +684,13 @@ impl Merged {
                     s.apis.insert(a.to_string());
                 }
             }
+            // The line's peak for this process, counted once (with its first stack).
+            let peak = peaks.get(&key).and_then(|p| p.take()).unwrap_or(0);
             s.add_figures(Figures {
                 live: c.live_bytes,
                 live_count: c.live_count,
-                // The line's peak for this process, added once (with its first stack).
-                peak: peaks.get(&key).and_then(|p| p.take()).unwrap_or(0),
+                peak,
+                peak_sum: peak,
                 allocs: c.alloc_count,
                 alloc_bytes: c.alloc_bytes,
                 denied: c.denied_count,
@@ -751,6 +758,7 @@ impl Merged {
                 live: o.live_bytes,
                 live_count: o.live_count,
                 peak: o.peak_live_bytes,
+                peak_sum: o.peak_sum_bytes,
                 allocs: o.alloc_count,
                 alloc_bytes: o.alloc_bytes,
                 denied: o.denied_count,

@@ -175,7 +175,7 @@ fn legend(m: &Merged) -> String {
     if m.processes < 2 {
         return String::new();
     }
-    "(LIVE and COUNT: what each process still held at its last reading, summed; PEAK: the most the callsite held in one process; the SUMMARY's peak: the most held at once by processes alive together)\n".to_string()
+    "\n(LIVE and COUNT: what each process still held at its last reading, summed; PEAK: the most the callsite held in one process; the SUMMARY's peak: the most held at once by processes alive together)\n".to_string()
 }
 
 /// `from 1 process` (the processes that hold the callsite's live bytes), with how many more

@@ -229,7 +229,8 @@ fn pprof_reads_back_the_reports_figures_in_go_tool_pprof() {
     // Each sample type's total is the merged figure.
     let expect = [
         ("live", sum(&m, "live_bytes")),
-        ("peak", sum(&m, "peak_live_bytes")),
+        // Each process's peak at each callsite (a sample per process): `report`'s sum of them.
+        ("peak", sum(&m, "peak_sum_bytes")),
         ("calls", sum(&m, "alloc_count")),
         ("refused", refused_bytes(&runs)),
         ("refused_calls", sum(&m, "denied_count")),
@@ -261,7 +262,7 @@ fn pprof_reads_back_the_reports_figures_in_go_tool_pprof() {
         // The top row is the report's top callsite by that figure.
         let key = match index {
             "live" => "live_bytes",
-            "peak" => "peak_live_bytes",
+            "peak" => "peak_sum_bytes",
             "calls" => "alloc_count",
             _ => "denied_count",
         };
@@ -373,7 +374,7 @@ fn folded_stacks_draw_the_reports_figures_in_inferno() {
     let m = merged(&runs);
     for (weight, key) in [
         ("live", "live_bytes"),
-        ("peak", "peak_live_bytes"),
+        ("peak", "peak_sum_bytes"),
         ("calls", "alloc_count"),
     ] {
         let file = export("folded", &["--weight", weight], &runs);
@@ -445,8 +446,8 @@ fn speedscope_files_follow_its_schema_and_carry_the_reports_figures() {
         .iter()
         .map(|w| w.as_u64().unwrap())
         .collect();
-    assert_eq!(weights.iter().sum::<u64>(), sum(&m, "peak_live_bytes"));
-    assert_eq!(p["endValue"].as_u64().unwrap(), sum(&m, "peak_live_bytes"));
+    assert_eq!(weights.iter().sum::<u64>(), sum(&m, "peak_sum_bytes"));
+    assert_eq!(p["endValue"].as_u64().unwrap(), sum(&m, "peak_sum_bytes"));
     let mut at: BTreeMap<(String, u64), u64> = BTreeMap::new();
     for (s, w) in p["samples"].as_array().unwrap().iter().zip(&weights) {
         for i in s.as_array().unwrap() {
@@ -466,7 +467,7 @@ fn speedscope_files_follow_its_schema_and_carry_the_reports_figures() {
         );
         assert_eq!(
             at.get(&key).copied().unwrap_or(0),
-            c["peak_live_bytes"].as_u64().unwrap(),
+            c["peak_sum_bytes"].as_u64().unwrap(),
             "{key:?}"
         );
     }
