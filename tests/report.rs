@@ -408,3 +408,39 @@ fn each_entry_point_has_its_own_timeline() {
             .unwrap()
     );
 }
+
+/// Issue 46, item 7: the timeline keeps each tick's highest and lowest, so a rise and fall
+/// between two of its points (here microseconds long, within one tick of the coarse clock) is in
+/// it: its highest is the report's peak, its lowest the dip to nothing, its last the live bytes.
+#[test]
+fn the_timeline_keeps_each_ticks_highest_and_lowest() {
+    let k = 1024u64;
+    let r = run(
+        "scenario",
+        &[
+            "cuda_alloc:8192",
+            "cuda_alloc:65536",
+            "cuda_free:1",
+            "cuda_free:0",
+            "cuda_alloc:16384",
+        ],
+        &[],
+    );
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    let values: Vec<u64> = rep["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[1].as_u64().unwrap())
+        .collect();
+    assert_eq!(rep["totals"]["peak_live_bytes"], 72 * k, "{rep}");
+    assert_eq!(values.iter().max(), Some(&(72 * k)), "{values:?}");
+    assert_eq!(values.last(), Some(&(16 * k)), "{values:?}");
+    // The dip between the frees and the last allocation.
+    let top = values.iter().position(|&v| v == 72 * k).unwrap();
+    assert!(values[top..].contains(&0), "{values:?}");
+    // In the order they happened: never back up to the peak after the dip.
+    let dip = top + values[top..].iter().position(|&v| v == 0).unwrap();
+    assert!(values[dip..].iter().all(|&v| v <= 16 * k), "{values:?}");
+}

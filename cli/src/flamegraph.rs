@@ -44,7 +44,7 @@ pub fn folded(m: &Merged, metric: Metric) -> Vec<String> {
         .filter_map(|c| {
             let w = match metric {
                 Metric::Live => c.live_bytes,
-                Metric::Peak => c.peak_live_bytes,
+                Metric::Peak => c.peak_sum_bytes,
                 Metric::Allocs => c.alloc_count,
             };
             (w != 0).then(|| format!("{} {w}", stack(c).join(";")))

@@ -239,8 +239,22 @@ fn names() -> Vec<String> {
     v
 }
 
+/// How many group ledgers there are.
+pub fn count() -> usize {
+    names().len()
+}
+
 /// `pinguard group list`: one line per group. Always 0.
 pub fn list() -> i32 {
+    list_lines("")
+}
+
+/// `group list`'s lines, indented (`pinguard top`'s list).
+pub fn list_indented() {
+    list_lines("  ");
+}
+
+fn list_lines(indent: &str) -> i32 {
     for name in names() {
         match read(&name) {
             Ok(l) => {
@@ -258,7 +272,7 @@ pub fn list() -> i32 {
                     format!(", semaphore set {:#x}", h.sem_key)
                 };
                 println!(
-                    "{name}: {} of {budget} pinned, {n} of {} running, user {}{sem}{}",
+                    "{indent}{name}: {} of {budget} pinned, {n} of {} running, user {}{sem}{}",
                     pinguard_report::units::format_bytes(h.used),
                     crate::out::count(members as u64, "member", "members"),
                     l.uid,

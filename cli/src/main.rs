@@ -28,6 +28,7 @@ mod run;
 mod secure;
 mod suppress;
 mod top;
+mod top_list;
 mod writers;
 
 use clap::{Parser, Subcommand};
@@ -297,12 +298,16 @@ enum Cmd {
     /// pinned bytes, budget use, refusals.
     #[command(after_help = EXIT_TOP)]
     Top {
-        /// The group's name (PINGUARD_GROUP).
-        #[arg(long, conflicts_with = "metrics", required_unless_present = "metrics")]
+        /// The group's name (PINGUARD_GROUP). With none of --group, --metrics and --pid, `top`
+        /// lists what it can show.
+        #[arg(long, conflicts_with_all = ["metrics", "pid"])]
         group: Option<String>,
         /// A directory of PINGUARD_METRICS files.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "pid")]
         metrics: Option<PathBuf>,
+        /// A process running under pinguard, read from its state file.
+        #[arg(long)]
+        pid: Option<u32>,
         /// Print once and exit (for scripts).
         #[arg(long)]
         once: bool,
@@ -601,12 +606,16 @@ fn main() -> ExitCode {
         Cmd::Top {
             group,
             metrics,
+            pid,
             once,
             interval,
         } => {
             let every = std::time::Duration::from_millis(
                 units::parse_duration_ms(&interval).unwrap_or(1000),
             );
+            if let Some(p) = pid {
+                return ExitCode::from(top::run(top::Source::Pid(p), once, every) as u8);
+            }
             let source = match (&group, &metrics) {
                 (Some(g), _) if !pinguard_report::group::valid_name(g) => {
                     eprintln!(
@@ -616,10 +625,7 @@ fn main() -> ExitCode {
                 }
                 (Some(g), _) => top::Source::Group(g),
                 (None, Some(d)) => top::Source::Metrics(d),
-                (None, None) => {
-                    eprintln!("pinguard top: give --group NAME or --metrics DIR");
-                    return ExitCode::from(2);
-                }
+                (None, None) => return ExitCode::from(top_list::list() as u8),
             };
             ExitCode::from(top::run(source, once, every) as u8)
         }

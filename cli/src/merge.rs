@@ -320,8 +320,13 @@ pub struct Site {
     pub apis: BTreeSet<String>,
     pub live_bytes: u64,
     pub live_count: u64,
-    /// The sum of each process's peak at this callsite (`site_peaks`).
+    /// The most this callsite held in one process: the highest of its processes' peaks there
+    /// (`site_peaks`). Never above the merged peak, which is at least every process's own; a sum
+    /// over processes would be, for processes not alive together (issue 46, item 6).
     pub peak_live_bytes: u64,
+    /// The sum of each process's peak at this callsite: what an export's `peak` weight adds up
+    /// (a sample per process), never a figure of one moment.
+    pub peak_sum_bytes: u64,
     pub alloc_count: u64,
     pub alloc_bytes: u64,
     pub denied_count: u64,
@@ -333,8 +338,12 @@ pub struct Site {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub downgraded_bytes: Option<u64>,
     pub processes: usize,
+    /// Of those, the processes that still held live bytes here at their last reading.
+    pub live_processes: usize,
     #[serde(skip)]
     seen: BTreeSet<u32>,
+    #[serde(skip)]
+    holding: BTreeSet<u32>,
     /// Whether any figures were added (the bytes of none are known: none).
     #[serde(skip)]
     figured: bool,
@@ -345,6 +354,7 @@ struct Figures {
     live: u64,
     live_count: u64,
     peak: u64,
+    peak_sum: u64,
     allocs: u64,
     alloc_bytes: u64,
     denied: u64,
@@ -358,7 +368,8 @@ impl Site {
     fn add_figures(&mut self, f: Figures) {
         self.live_bytes += f.live;
         self.live_count += f.live_count;
-        self.peak_live_bytes += f.peak;
+        self.peak_live_bytes = self.peak_live_bytes.max(f.peak);
+        self.peak_sum_bytes += f.peak_sum;
         self.alloc_count += f.allocs;
         self.alloc_bytes += f.alloc_bytes;
         self.denied_count += f.denied;
@@ -498,14 +509,28 @@ fn steps(p: &ProcessLine, out: &mut Vec<(u64, i128)>) {
     } else {
         p.timeline.clone()
     };
-    let mut prev = 0u64;
-    let mut last = 0;
-    for (t, v) in points {
+    let (mut prev, mut last) = (0u64, 0);
+    // Points at one millisecond (a tick's extremes, issue 46 item 7) are one step at their
+    // highest: changes at one millisecond count as simultaneous across processes, and a step at
+    // the highest is never below the truth.
+    for (t, v) in at_most_one_per_ms(&points) {
         out.push((t, v as i128 - prev as i128));
         prev = v;
         last = t;
     }
     out.push((p.write_unix_ms.max(last) + 1, -(prev as i128)));
+}
+
+/// A timeline with the points of each millisecond folded into one, at their highest.
+fn at_most_one_per_ms(points: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(points.len());
+    for &(t, v) in points {
+        match out.last_mut() {
+            Some(b) if b.0 == t => b.1 = b.1.max(v),
+            _ => out.push((t, v)),
+        }
+    }
+    out
 }
 
 /// A setting one process could not use, with the fallback it ran on (the library's message).
@@ -659,11 +684,13 @@ impl Merged {
                     s.apis.insert(a.to_string());
                 }
             }
+            // The line's peak for this process, counted once (with its first stack).
+            let peak = peaks.get(&key).and_then(|p| p.take()).unwrap_or(0);
             s.add_figures(Figures {
                 live: c.live_bytes,
                 live_count: c.live_count,
-                // The line's peak for this process, added once (with its first stack).
-                peak: peaks.get(&key).and_then(|p| p.take()).unwrap_or(0),
+                peak,
+                peak_sum: peak,
                 allocs: c.alloc_count,
                 alloc_bytes: c.alloc_bytes,
                 denied: c.denied_count,
@@ -674,6 +701,10 @@ impl Merged {
             });
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
+            if c.live_bytes > 0 {
+                s.holding.insert(proc_no);
+            }
+            s.live_processes = s.holding.len();
         }
     }
 
@@ -727,6 +758,7 @@ impl Merged {
                 live: o.live_bytes,
                 live_count: o.live_count,
                 peak: o.peak_live_bytes,
+                peak_sum: o.peak_sum_bytes,
                 allocs: o.alloc_count,
                 alloc_bytes: o.alloc_bytes,
                 denied: o.denied_count,
@@ -737,6 +769,9 @@ impl Merged {
             });
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();
+            s.holding
+                .extend(o.holding.iter().map(|n| remap[*n as usize]));
+            s.live_processes = s.holding.len();
         }
     }
 

@@ -12,9 +12,20 @@ pub struct Series {
     pub budget: Option<u64>,
     /// The process's start in unix milliseconds; 0 when the report does not know it.
     pub start_ms: u64,
-    /// The report's peak: the library keeps at most one timeline point per millisecond, so a
-    /// peak that lasted less than one can be missing from the points; it is drawn as well.
+    /// The report's peak: a report written before the timeline kept each tick's extremes (issue
+    /// 46, item 7) can miss a short one in its points; it is drawn as well.
     pub peak: u64,
+    /// The refused and downgraded calls: `(unix_ms, refused?, asked bytes, live bytes then, API)`.
+    pub marks: Vec<Mark>,
+}
+
+/// A refused or downgraded call, marked on its process's line.
+pub struct Mark {
+    pub unix_ms: u64,
+    pub refused: bool,
+    pub size: u64,
+    pub live: u64,
+    pub api: String,
 }
 
 pub fn series(r: &Report) -> Series {
@@ -25,6 +36,18 @@ pub fn series(r: &Report) -> Series {
         budget: r.config.budget_bytes,
         start_ms: r.process.start_unix_ms,
         peak: r.totals.peak_live_bytes,
+        marks: r
+            .events
+            .iter()
+            .filter(|e| e.kind != pinguard_report::EventKind::OverBudget)
+            .map(|e| Mark {
+                unix_ms: e.unix_ms,
+                refused: e.kind == pinguard_report::EventKind::Denied,
+                size: e.size,
+                live: e.live_bytes,
+                api: e.api.clone(),
+            })
+            .collect(),
     }
 }
 
@@ -299,7 +322,14 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
         r#"<text class="ytitle" transform="translate(16,{}) rotate(-90)" text-anchor="middle">pinned bytes</text>"#,
         (TOP + BOTTOM) / 2.0
     );
-    for b in &budgets {
+    // By the clock, processes come and go: each one's budget is drawn across its own time, in its
+    // colour (`own_budget`), never across another's.
+    let shared = if axis == TimeAxis::WallClock {
+        &[][..]
+    } else {
+        &budgets[..]
+    };
+    for b in shared {
         let yy = y(*b as f64);
         let _ = writeln!(
             s,
@@ -329,12 +359,27 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
                 esc(&ser.label)
             );
             s.push_str(&peak_mark(ser, color, o, &x, &y));
+            if axis == TimeAxis::WallClock {
+                s.push_str(&own_budget(ser, color, o, &x, &y));
+            }
+            s.push_str(&call_marks(ser, color, o, &x, &y));
         }
         let ly = LEGEND + LINE * i as f64;
-        let label = match ser.peak {
+        let mut label = match ser.peak {
             0 => ser.label.clone(),
             p => format!("{}, peak {}", ser.label, format_bytes(p)),
         };
+        let refused = ser.marks.iter().filter(|m| m.refused).count() as u64;
+        let downgraded = ser.marks.len() as u64 - refused;
+        if refused > 0 {
+            label.push_str(&format!(
+                ", {} (x)",
+                crate::out::count(refused, "call refused", "calls refused")
+            ));
+        }
+        if downgraded > 0 {
+            label.push_str(&format!(", {downgraded} downgraded (o)"));
+        }
         let _ = writeln!(
             s,
             r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#,
@@ -345,6 +390,75 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
     }
     let _ = writeln!(s, "</svg>");
     Ok(s)
+}
+
+/// A process's budget across its own time only (`--wall-clock`), in its colour.
+fn own_budget(
+    ser: &Series,
+    color: &str,
+    origin: u64,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) -> String {
+    let Some(b) = ser.budget else {
+        return String::new();
+    };
+    let first = ser.points.first().map_or(0, |p| p.0.saturating_sub(origin));
+    let last = ser.points.last().map_or(0, |p| p.0.saturating_sub(origin));
+    let (x0, x1, yy) = (
+        x(first as f64),
+        x(last as f64).max(x(first as f64) + 4.0),
+        y(b as f64),
+    );
+    format!(
+        "<line class=\"budget\" x1=\"{x0:.1}\" y1=\"{yy:.1}\" x2=\"{x1:.1}\" y2=\"{yy:.1}\" stroke=\"{color}\" stroke-dasharray=\"6,4\"><title>budget {} of {}</title></line>\n",
+        format_bytes(b),
+        esc(&ser.label)
+    )
+}
+
+/// Each refused call (a cross) and downgraded call (a ring) where it happened, at the process's
+/// live bytes then, with what it asked for in its title.
+fn call_marks(
+    ser: &Series,
+    color: &str,
+    origin: u64,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) -> String {
+    let mut out = String::new();
+    for m in &ser.marks {
+        let (px, py) = (x(m.unix_ms.saturating_sub(origin) as f64), y(m.live as f64));
+        let what = if m.refused { "refused" } else { "downgraded" };
+        let title = format!(
+            "{}: {} {} of {} (live {})",
+            esc(&ser.label),
+            what,
+            esc(&m.api),
+            format_bytes(m.size),
+            format_bytes(m.live)
+        );
+        let _ = if m.refused {
+            writeln!(
+                out,
+                "<polyline class=\"refusal\" points=\"{:.1},{:.1} {:.1},{:.1} {px:.1},{py:.1} {:.1},{:.1} {:.1},{:.1}\" fill=\"none\" stroke=\"{color}\" stroke-width=\"2\"><title>{title}</title></polyline>",
+                px - 4.0,
+                py - 4.0,
+                px + 4.0,
+                py + 4.0,
+                px - 4.0,
+                py + 4.0,
+                px + 4.0,
+                py - 4.0
+            )
+        } else {
+            writeln!(
+                out,
+                "<circle class=\"downgrade\" cx=\"{px:.1}\" cy=\"{py:.1}\" r=\"4\" fill=\"none\" stroke=\"{color}\" stroke-width=\"1.5\"><title>{title}</title></circle>"
+            )
+        };
+    }
+    out
 }
 
 /// A peak the timeline's points do not reach: a dotted line at its height across the process's
@@ -506,6 +620,7 @@ mod tests {
             budget,
             start_ms: start,
             peak: 2 * MIB,
+            marks: Vec::new(),
         };
         vec![mk(1, start, None), mk(2, start + 10_000, Some(5_536_481))]
     }

@@ -122,6 +122,7 @@ pub fn render(m: &Merged, show: Show) -> String {
     if let Some(line) = folded_line(&m.callsites_folded) {
         s.push_str(&line);
     }
+    s.push_str(&legend(m));
     let mut holding: Vec<_> = m
         .callsites
         .iter()
@@ -136,7 +137,7 @@ pub fn render(m: &Merged, show: Show) -> String {
             count(c.live_bytes, "byte", "bytes"),
             format_bytes(c.live_bytes),
             count(c.live_count, "allocation", "allocations"),
-            count(c.processes as u64, "process", "processes"),
+            holders(c),
             c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
         if let Some(turned) = turned_away(c) {
@@ -167,7 +168,7 @@ pub fn render(m: &Merged, show: Show) -> String {
     }
     let t = &m.totals;
     s.push_str(&format!(
-        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}{}; peak {}; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
+        "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}{}; peak {} held at once; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
         count(t.live_bytes, "byte", "bytes"),
         format_bytes(t.live_bytes),
         count(t.live_count, "allocation", "allocations"),
@@ -187,6 +188,25 @@ pub fn render(m: &Merged, show: Show) -> String {
         crate::merge::host_clause(m),
     ));
     s
+}
+
+/// What the table's figures mean where they could be read otherwise: summed over processes, or
+/// the most of one process (issue 46, item 6). Only when several processes were merged.
+fn legend(m: &Merged) -> String {
+    if m.processes < 2 {
+        return String::new();
+    }
+    "\n(LIVE and COUNT: what each process still held at its last reading, summed; PEAK: the most the callsite held in one process; the SUMMARY's peak: the most held at once by processes alive together)\n".to_string()
+}
+
+/// `from 1 process` (the processes that hold the callsite's live bytes), with how many more
+/// processes went through it without holding anything now.
+fn holders(c: &crate::merge::Site) -> String {
+    let n = count(c.live_processes as u64, "process", "processes");
+    match c.processes.saturating_sub(c.live_processes) {
+        0 => n,
+        k => format!("{n} ({k} more went through it and hold nothing)"),
+    }
 }
 
 /// `2 calls refused for 8.00 MiB, 1 downgraded for 4.00 MiB`: what the budgets turned away at the

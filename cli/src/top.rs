@@ -22,6 +22,9 @@ struct Row {
     /// Pins the kernel counts and no call explains (`VmPin`): against the budget; `None` where
     /// the source does not say (the group ledger counts them in `pinned` already).
     kernel_pinned: Option<u64>,
+    /// How old the row's figures are, in milliseconds: 0 where read from live shared memory (the
+    /// group's ledger, a process's state file), a metrics file's time since its last write.
+    age_ms: u64,
     note: String,
 }
 
@@ -59,6 +62,7 @@ fn group_view(name: &str, h: &Header) -> (String, Vec<Row>) {
             cgroup_reserve: cgroups.then_some(h.ext[i].cgroup_reserve),
             budget,
             kernel_pinned: None,
+            age_ms: 0,
             note: if alive {
                 String::new()
             } else {
@@ -194,6 +198,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
             cgroup_reserve: None,
             budget: None,
             kernel_pinned: None,
+            age_ms: age_ms(&file.meta),
             note: String::new(),
         };
         for line in text.lines().filter(|l| !l.starts_with('#')) {
@@ -262,7 +267,24 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     Ok((head, rows))
 }
 
-fn render(head: String, mut rows: Vec<Row>) -> String {
+/// Milliseconds since a file was last written (0 when the clock cannot tell).
+fn age_ms(meta: &std::fs::Metadata) -> u64 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A row's age as the AGE column shows it: `live` for figures read from shared memory now.
+fn age(ms: u64, live: bool) -> String {
+    if live {
+        "live".into()
+    } else {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    }
+}
+
+fn render(head: String, mut rows: Vec<Row>, live: bool) -> String {
     rows.sort_by(|a, b| (b.pinned, b.peak, a.pid).cmp(&(a.pinned, a.peak, b.pid)));
     let mut t = vec![[
         "PID",
@@ -272,11 +294,12 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
         "BUDGET USE",
         "DENIED",
         "DOWNGRADED",
+        "AGE",
         "",
     ]
     .map(String::from)
     .to_vec()];
-    let mut right = vec![true, false, true, true, true, true, true, false];
+    let mut right = vec![true, false, true, true, true, true, true, true, false];
     let host = rows.iter().any(|r| r.host_reserve.is_some());
     let cgroup = rows.iter().any(|r| r.cgroup_reserve.is_some());
     if cgroup {
@@ -303,6 +326,7 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
             pct(r.pinned + kpin, r.budget),
             r.denied.to_string(),
             r.downgraded.to_string(),
+            age(r.age_ms, live),
             r.note.clone(),
         ];
         let shown = |n: Option<u64>| n.map(|n| n.to_string()).unwrap_or_else(|| "-".into());
@@ -317,23 +341,76 @@ fn render(head: String, mut rows: Vec<Row>) -> String {
         }
         t.push(row);
     }
-    format!("{head}\n\n{}", table(&t, &right))
+    // Issue 46, item 8: figures of different ages side by side say so.
+    let ages = if live {
+        "AGE: every figure read now, from live shared memory"
+    } else {
+        "AGE: how long ago each process last wrote its metrics file (rewritten every 15 s, or every PINGUARD_INTERVAL when shorter)"
+    };
+    format!("{head}\n({ages})\n\n{}", table(&t, &right))
 }
 
 pub enum Source<'a> {
     Group(&'a str),
     Metrics(&'a Path),
+    Pid(u32),
+}
+
+/// A process under pinguard, from its state file (mapped by the process: its figures now).
+fn read_pid(pid: u32) -> Result<(String, Vec<Row>), String> {
+    let proc = crate::top_list::under_pinguard(pid)
+        .ok_or_else(|| format!("pid {pid} is not a process running under pinguard"))?;
+    let state = proc.state.ok_or_else(|| {
+        format!("pid {pid} runs under pinguard but has no state file yet (one is made at its first pinning call)")
+    })?;
+    let (bytes, _) = pinguard_report::untrusted::read(
+        &state,
+        pinguard_report::untrusted::Links::Refuse,
+        pinguard_report::untrusted::REPORT_MAX,
+        "state",
+    )
+    .map_err(|r| format!("{}: {}", state.display(), r.why))?;
+    if !pinguard_report::state::is_state(&bytes) {
+        return Err(format!("{}: not a pinguard state file", state.display()));
+    }
+    let r = pinguard_report::state::read(&bytes, true, 0)
+        .map_err(|e| format!("{}: {}", state.display(), e.0))?;
+    let t = &r.totals;
+    let head = format!(
+        "pid {pid} ({}): {} pinned in {}, peak {}; from its state file {}",
+        crate::merge::basename(&r.process.exe),
+        format_bytes(t.live_bytes),
+        crate::out::count(t.live_count, "allocation", "allocations"),
+        format_bytes(t.peak_live_bytes),
+        state.display()
+    );
+    let row = Row {
+        pid,
+        exe: crate::merge::basename(&r.process.exe).to_string(),
+        pinned: t.live_bytes,
+        peak: t.peak_live_bytes,
+        denied: t.denied_count,
+        downgraded: t.downgraded_count,
+        host_reserve: None,
+        cgroup_reserve: None,
+        budget: r.config.budget_bytes,
+        kernel_pinned: Some(t.kernel_pinned_bytes),
+        age_ms: 0,
+        note: String::new(),
+    };
+    Ok((head, vec![row]))
 }
 
 pub fn run(source: Source, once: bool, every: std::time::Duration) -> i32 {
     loop {
-        let view = match &source {
-            Source::Group(n) => read_group(n),
-            Source::Metrics(d) => read_metrics(d),
+        let (view, live) = match &source {
+            Source::Group(n) => (read_group(n), true),
+            Source::Metrics(d) => (read_metrics(d), false),
+            Source::Pid(p) => (read_pid(*p), true),
         };
         match view {
             Ok((head, rows)) => {
-                let text = render(head, rows);
+                let text = render(head, rows, live);
                 if once {
                     crate::out::print(&text);
                     return 0;
@@ -368,6 +445,7 @@ mod tests {
             cgroup_reserve: None,
             budget: Some(4 << 20),
             kernel_pinned,
+            age_ms: 0,
             note: String::new(),
         }
     }
@@ -376,20 +454,24 @@ mod tests {
     /// the budget's use as they count against the budget.
     #[test]
     fn kernel_pinned_bytes_have_a_column_and_count_in_budget_use() {
-        let plain = render("h".into(), vec![row(1, 1 << 20, Some(0))]);
+        let plain = render("h".into(), vec![row(1, 1 << 20, Some(0))], true);
         assert!(!plain.contains("KERNEL-PINNED"), "{plain}");
         let text = render(
             "h".into(),
             vec![row(1, 1 << 20, Some(1 << 20)), row(2, 0, None)],
+            true,
         );
-        let lines: Vec<&str> = text.lines().collect();
-        let head: Vec<&str> = lines[2].split_whitespace().collect();
+        let lines: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("PID"))
+            .collect();
+        let head: Vec<&str> = lines[0].split_whitespace().collect();
         assert_eq!(
             &head[..5],
             ["PID", "EXE", "PINNED", "KERNEL-PINNED", "PEAK"],
             "{text}"
         );
-        let one: Vec<&str> = lines[3].split_whitespace().collect();
+        let one: Vec<&str> = lines[1].split_whitespace().collect();
         assert_eq!(one[0], "1", "{text}");
         assert_eq!(
             &one[2..8],

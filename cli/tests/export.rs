@@ -229,7 +229,8 @@ fn pprof_reads_back_the_reports_figures_in_go_tool_pprof() {
     // Each sample type's total is the merged figure.
     let expect = [
         ("live", sum(&m, "live_bytes")),
-        ("peak", sum(&m, "peak_live_bytes")),
+        // Each process's peak at each callsite (a sample per process): `report`'s sum of them.
+        ("peak", sum(&m, "peak_sum_bytes")),
         ("calls", sum(&m, "alloc_count")),
         ("refused", refused_bytes(&runs)),
         ("refused_calls", sum(&m, "denied_count")),
@@ -261,7 +262,7 @@ fn pprof_reads_back_the_reports_figures_in_go_tool_pprof() {
         // The top row is the report's top callsite by that figure.
         let key = match index {
             "live" => "live_bytes",
-            "peak" => "peak_live_bytes",
+            "peak" => "peak_sum_bytes",
             "calls" => "alloc_count",
             _ => "denied_count",
         };
@@ -373,7 +374,7 @@ fn folded_stacks_draw_the_reports_figures_in_inferno() {
     let m = merged(&runs);
     for (weight, key) in [
         ("live", "live_bytes"),
-        ("peak", "peak_live_bytes"),
+        ("peak", "peak_sum_bytes"),
         ("calls", "alloc_count"),
     ] {
         let file = export("folded", &["--weight", weight], &runs);
@@ -445,8 +446,8 @@ fn speedscope_files_follow_its_schema_and_carry_the_reports_figures() {
         .iter()
         .map(|w| w.as_u64().unwrap())
         .collect();
-    assert_eq!(weights.iter().sum::<u64>(), sum(&m, "peak_live_bytes"));
-    assert_eq!(p["endValue"].as_u64().unwrap(), sum(&m, "peak_live_bytes"));
+    assert_eq!(weights.iter().sum::<u64>(), sum(&m, "peak_sum_bytes"));
+    assert_eq!(p["endValue"].as_u64().unwrap(), sum(&m, "peak_sum_bytes"));
     let mut at: BTreeMap<(String, u64), u64> = BTreeMap::new();
     for (s, w) in p["samples"].as_array().unwrap().iter().zip(&weights) {
         for i in s.as_array().unwrap() {
@@ -466,7 +467,7 @@ fn speedscope_files_follow_its_schema_and_carry_the_reports_figures() {
         );
         assert_eq!(
             at.get(&key).copied().unwrap_or(0),
-            c["peak_live_bytes"].as_u64().unwrap(),
+            c["peak_sum_bytes"].as_u64().unwrap(),
             "{key:?}"
         );
     }
@@ -947,4 +948,59 @@ fn a_binary_export_to_a_terminal_is_refused_and_to_a_pipe_is_written() {
     let piped = pinguard(&["export", "--format", "pprof", &run.to_string_lossy()]);
     assert!(piped.status.success(), "{piped:?}");
     assert_eq!(&piped.stdout[..2], &[0x1f, 0x8b], "gzip to a pipe");
+}
+
+/// Issue 46, item 7: the `pinned bytes` counter reaches the report's peak and ends at its live
+/// bytes, also for a rise and fall shorter than a tick of the timeline's clock (microseconds
+/// here, between two points of the old timeline).
+#[test]
+fn perfetto_pinned_bytes_reach_the_peak_and_end_at_the_live_bytes() {
+    let f = fixtures();
+    let dir = fresh_dir("export-spike");
+    let template = dir.join("%e.%p.json");
+    let exe = f.dir.join("scenario");
+    let o = pinguard(&[
+        "run",
+        "--lib",
+        f.lib.to_str().unwrap(),
+        "--report",
+        template.to_str().unwrap(),
+        "--",
+        exe.to_str().unwrap(),
+        "cuda_alloc:8192",
+        "cuda_alloc:65536",
+        "cuda_free:1",
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let mut runs = vec![dir];
+    runs.extend(two_runs());
+    let file = export("perfetto", &[], &runs);
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let reports: Vec<Value> = runs
+        .iter()
+        .flat_map(|d| reports_in(d))
+        .map(|p| read_json(&p))
+        .collect();
+    assert_eq!(reports.len(), 3);
+    assert_eq!(reports[0]["totals"]["peak_live_bytes"], 72 * 1024);
+    for r in &reports {
+        let pid = r["process"]["pid"].as_u64().unwrap();
+        let counter: Vec<u64> = events
+            .iter()
+            .filter(|e| e["pid"] == pid && e["name"] == "pinned bytes")
+            .map(|e| e["args"]["bytes"].as_u64().unwrap())
+            .collect();
+        let t = &r["totals"];
+        assert_eq!(
+            counter.iter().max().copied(),
+            t["peak_live_bytes"].as_u64(),
+            "{counter:?}"
+        );
+        assert_eq!(
+            counter.last().copied(),
+            t["live_bytes"].as_u64(),
+            "{counter:?}"
+        );
+    }
 }

@@ -865,7 +865,7 @@ mod tests {
         set_max(8);
         let key = |i: usize| [0x1000 + i, 0x7a5e_0000, 0x7a5e_0008];
         let live = intern(&key(1000));
-        live.level.grow(0, 4096);
+        live.level.live(0, 4096, 1);
         let first = intern(&key(0));
         first.level.alloc(0, 4096);
         let old = tag(first).expect("a tag for a callsite in the table");

@@ -45,6 +45,10 @@ pub struct Stripe {
     /// stripe's padding,
     /// past what the state file's readers know.
     sums: AtomicU64,
+    /// The most and least `bytes` held since the timeline last took them (`take_tick`): the
+    /// process's level only keeps them (`grow_ticked`, `release_ticked`), in the padding.
+    tick_high: AtomicI64,
+    tick_low: AtomicI64,
 }
 
 /// A level's highs are lowered on its first sum that finds no new peak and on every this many
@@ -62,6 +66,8 @@ const STRIPE: Stripe = Stripe {
     alloc_count: AtomicU64::new(0),
     alloc_bytes: AtomicU64::new(0),
     sums: AtomicU64::new(0),
+    tick_high: AtomicI64::new(0),
+    tick_low: AtomicI64::new(0),
 };
 
 /// `repr(C)`: levels live in the state file, whose readers know this layout
@@ -133,6 +139,40 @@ pub fn raise(peak: &AtomicU64, now: i64) {
     let now = now.max(0) as u64;
     if now > peak.load(Relaxed) {
         peak.fetch_max(now, Relaxed);
+    }
+}
+
+/// A level's figures at a tick of the timeline (`Level::take_tick`).
+pub struct Tick {
+    pub live: u64,
+    pub high: u64,
+    pub low: u64,
+    pub peak: u64,
+}
+
+/// A stripe rose to `now`: its tick's highest follows (a plain store from its owner, who alone
+/// raises it; `fetch_max` on the shared stripe). Measured against a `fetch_max` for both, and
+/// against the raise out of line: this way adds the fewest instructions to the pair.
+#[inline(always)]
+fn tick_high(s: &Stripe, owned: bool, now: i64) {
+    if now > s.tick_high.load(Relaxed) {
+        if owned {
+            s.tick_high.store(now, Relaxed);
+        } else {
+            s.tick_high.fetch_max(now, Relaxed);
+        }
+    }
+}
+
+/// A stripe fell to `now`: its tick's lowest follows.
+#[inline(always)]
+fn tick_low(s: &Stripe, owned: bool, now: i64) {
+    if now < s.tick_low.load(Relaxed) {
+        if owned {
+            s.tick_low.store(now, Relaxed);
+        } else {
+            s.tick_low.fetch_min(now, Relaxed);
+        }
     }
 }
 
@@ -282,21 +322,74 @@ impl<const K: usize> Level<K> {
         }
     }
 
-    /// `bytes` and one allocation join the live figures (`live` of a positive amount).
-    #[inline(always)]
-    pub fn grow(&self, slot: usize, bytes: u64) {
-        let (s, owned) = self.stripe(slot);
-        let now = s.bytes.add(bytes as i64, owned);
-        s.count.add(1, owned);
-        self.raised(s, owned, now);
-    }
-
     /// `bytes` and one allocation leave the live figures (a release: no new peak is possible).
     #[inline(always)]
     pub fn release(&self, slot: usize, bytes: u64) {
         let (s, owned) = self.stripe(slot);
         s.bytes.add((bytes as i64).wrapping_neg(), owned);
         s.count.add(-1, owned);
+    }
+
+    /// `bytes` and one allocation join the live figures (`live` of a positive amount), the
+    /// stripe's highest of the timeline's tick kept as well: the process's level, whose extremes
+    /// the timeline keeps (one compare more than `live`; a store only on a new high).
+    #[inline(always)]
+    pub fn grow_ticked(&self, slot: usize, bytes: u64) {
+        let (s, owned) = self.stripe(slot);
+        let now = s.bytes.add(bytes as i64, owned);
+        s.count.add(1, owned);
+        tick_high(s, owned, now);
+        self.raised(s, owned, now);
+    }
+
+    /// `release`, keeping the stripe's lowest of the timeline's tick as well.
+    #[inline(always)]
+    pub fn release_ticked(&self, slot: usize, bytes: u64) {
+        let (s, owned) = self.stripe(slot);
+        let now = s.bytes.add((bytes as i64).wrapping_neg(), owned);
+        s.count.add(-1, owned);
+        tick_low(s, owned, now);
+    }
+
+    /// `live`, keeping the stripe's extremes of the timeline's tick as well.
+    #[inline]
+    pub fn live_ticked(&self, slot: usize, bytes: i64, count: i64) {
+        let (s, owned) = self.stripe(slot);
+        let now = s.bytes.add(bytes, owned);
+        s.count.add(count, owned);
+        if bytes > 0 {
+            tick_high(s, owned, now);
+            self.raised(s, owned, now);
+        } else {
+            tick_low(s, owned, now);
+        }
+    }
+
+    /// What the level holds, and the highest and lowest it held since the last call (summed over
+    /// the stripes: exact when one thread at a time changes the level, else bounds, off by the
+    /// calls in flight at this moment), each stripe's starting again from what it holds. Once
+    /// per tick, cold: one pass over the stripes.
+    #[cold]
+    pub fn take_tick(&self) -> Tick {
+        let (mut live, mut high, mut low) = (0i64, 0i64, 0i64);
+        for s in &self.stripes {
+            let now = s.bytes.load(Relaxed);
+            live = live.wrapping_add(now);
+            high = high.wrapping_add(s.tick_high.swap(now, Relaxed).max(now));
+            low = low.wrapping_add(s.tick_low.swap(now, Relaxed).min(now));
+        }
+        let live = live.max(0) as u64;
+        Tick {
+            live,
+            high: high.max(0) as u64,
+            low: low.max(0) as u64,
+            // `peak` without a second pass: never below the live figure just summed.
+            peak: self
+                .peak
+                .load(Relaxed)
+                .max(self.earlier.load(Relaxed))
+                .max(live),
+        }
     }
 
     /// A successful pinning call of `bytes` that stays live: `alloc` and `live` with one look-up
@@ -374,7 +467,7 @@ impl<const K: usize> Level<K> {
     /// A fork child starts from nothing.
     pub fn reset(&self) {
         for s in &self.stripes {
-            for c in [&s.bytes, &s.count, &s.high] {
+            for c in [&s.bytes, &s.count, &s.high, &s.tick_high, &s.tick_low] {
                 c.store(0, Relaxed);
             }
             s.alloc_count.store(0, Relaxed);
@@ -404,6 +497,33 @@ mod tests {
         assert_eq!((l.window_peak(), l.peak()), (400, 500));
         l.live(5, 700, 1);
         assert_eq!((l.window_peak(), l.peak()), (800, 800));
+    }
+
+    #[test]
+    fn a_tick_takes_the_highest_and_lowest_since_the_last_and_starts_again() {
+        let l: Level<4> = Level::NEW;
+        l.live_ticked(0, 100, 1);
+        l.live_ticked(0, 50, 1);
+        l.live_ticked(0, -100, -1);
+        l.release_ticked(0, 50);
+        l.grow_ticked(0, 120);
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low, t.peak), (120, 150, 0, 150));
+        // From what is held now: nothing moved, the tick's extremes are the live figure.
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low), (120, 120, 120));
+        l.release_ticked(0, 120);
+        l.grow_ticked(0, 10);
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low), (10, 120, 0));
+        // Two threads' stripes: each stripe's extremes summed, bounds of the level's (it held
+        // at most 40 and at least 10 here; the timeline clamps the highest to the peak).
+        l.grow_ticked(0, 20);
+        l.release_ticked(0, 20);
+        l.grow_ticked(5, 20);
+        l.release_ticked(5, 20);
+        let t = l.take_tick();
+        assert_eq!((t.live, t.high, t.low), (10, 50, 10));
     }
 
     #[test]

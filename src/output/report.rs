@@ -269,7 +269,7 @@ fn gather(cfg: &Config) -> Figures {
     } else {
         ledger::timeline()
     };
-    let (timeline, timeline_apis) = timelines(&points, &apis);
+    let (timeline, timeline_apis) = timelines(&points, &apis, &totals);
     totals.out_of_memory_count = heap::failures();
     totals.kernel_pinned_bytes = ledger::kernel_pinned();
     let mut config = config(cfg);
@@ -447,11 +447,14 @@ fn merged_modules(mut m: Vec<schema::Module>, closed: Vec<schema::Module>) -> Ve
 /// `[unix_ms, live_bytes]` points, oldest first.
 type Series = Vec<(u64, u64)>;
 
-/// The timeline as a report writes it: the process's points, and each entry point's (the points
-/// its own calls made), each of those ending at the last point with its figure at the write.
+/// The timeline as a report writes it: the process's points, each followed by the extremes it
+/// kept that neither it nor the next point reaches (at its millisecond: they came before the
+/// next point's), and each entry point's (the points its own calls made), each series ending at
+/// its figure at the write.
 fn timelines(
     points: &[ledger::Point],
     apis: &[(String, schema::ApiStats)],
+    totals: &schema::Totals,
 ) -> (Series, BTreeMap<String, Series>) {
     let mut per_api: BTreeMap<String, Series> = BTreeMap::new();
     for p in points {
@@ -471,10 +474,40 @@ fn timelines(
             }
         }
     }
-    (
-        points.iter().map(|p| (p.unix_ms, p.live)).collect(),
-        per_api,
-    )
+    (process_series(points, totals), per_api)
+}
+
+/// The process's series: every point and the extremes between points, agreeing with the
+/// report's totals: its highest is `peak_live_bytes` and its last `live_bytes` (a call in flight
+/// while the points were read can leave them a step apart; the totals are the figures of record).
+fn process_series(points: &[ledger::Point], totals: &schema::Totals) -> Series {
+    let mut out = Series::with_capacity(points.len() + 2);
+    for (i, p) in points.iter().enumerate() {
+        out.push((p.unix_ms, p.live));
+        let next = points.get(i + 1).map_or(p.live, |n| n.live);
+        let high = (p.high > p.live.max(next)).then_some(p.high);
+        let low = (p.low < p.live.min(next)).then_some(p.low);
+        // The one nearer the next point's figure comes last.
+        let high_last = next.abs_diff(p.high) < next.abs_diff(p.low);
+        let (a, b) = if high_last { (low, high) } else { (high, low) };
+        out.extend([a, b].into_iter().flatten().map(|v| (p.unix_ms, v)));
+    }
+    let Some(&(last_ms, last)) = out.last() else {
+        return out;
+    };
+    for v in &mut out {
+        v.1 = v.1.min(totals.peak_live_bytes);
+    }
+    if last != totals.live_bytes {
+        out.push((last_ms, totals.live_bytes));
+    }
+    let high = out.iter().map(|v| v.1).max().unwrap_or(0);
+    if high < totals.peak_live_bytes {
+        // Just before the highest reading: the peak was reached no later than it was read.
+        let i = out.iter().position(|v| v.1 == high).unwrap_or(0);
+        out.insert(i, (out[i].0, totals.peak_live_bytes));
+    }
+    out
 }
 
 /// Address space a report needs beyond its lists to name frames: the symbol and line tables of

@@ -39,7 +39,9 @@ pub(super) static EVENTS: Mutex<Bounded<EventRec>> = Mutex::new(Bounded {
     dropped: 0,
 });
 /// A point of the timeline: the process's live bytes at `unix_ms`, and the entry point whose call
-/// made the point with its own live bytes then (issue 37: a track per entry point).
+/// made the point with its own live bytes then (issue 37: a track per entry point); and the
+/// highest and lowest the process held from this point to the next (issue 46, item 7: a rise and
+/// fall between two points is kept).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Point {
     pub unix_ms: u64,
@@ -47,12 +49,36 @@ pub struct Point {
     /// `None` for the point a report adds at its write.
     pub api: Option<Api>,
     pub api_live: u64,
+    pub high: u64,
+    pub low: u64,
 }
 
-pub(super) static TIMELINE: Mutex<Bounded<Point>> = Mutex::new(Bounded {
-    items: VecDeque::new(),
-    dropped: 0,
-});
+impl Point {
+    /// This point standing for itself and `next` too (the timeline full): `next`'s reading and
+    /// extremes become this point's extremes, so no highest or lowest is lost.
+    fn absorb(&mut self, next: &Point) {
+        self.high = self.high.max(next.high).max(next.live);
+        self.low = self.low.min(next.low).min(next.live);
+    }
+}
+
+pub(super) struct Timeline {
+    pub(super) items: VecDeque<Point>,
+    /// Points folded into their neighbours to keep the timeline bounded.
+    pub(super) dropped: u64,
+    /// The highest figure the points hold: the peak, once a point has caught up with it.
+    pub(super) top: u64,
+}
+
+impl Timeline {
+    pub(super) const EMPTY: Timeline = Timeline {
+        items: VecDeque::new(),
+        dropped: 0,
+        top: 0,
+    };
+}
+
+pub(super) static TIMELINE: Mutex<Timeline> = Mutex::new(Timeline::EMPTY);
 pub(super) static TIMELINE_MS: AtomicU64 = AtomicU64::new(0);
 
 pub(super) fn event_with(
@@ -83,10 +109,12 @@ pub(super) fn event_with(
     e.items.push_back(rec);
 }
 
-/// One point per millisecond at most: the lock is taken at most a thousand times a second however
-/// hot the allocation loop is; `timeline_now` adds the final value when a report is written.
-/// The point also takes `api`'s live bytes: the call that made it moved them, so that entry
-/// point's track has a point wherever the process's has one for its call.
+/// One point per tick of the coarse clock at most: the lock is taken at most a thousand times a
+/// second however hot the allocation loop is; `timeline_now` adds the final value when a report is
+/// written. The process's level keeps each tick's highest and lowest meanwhile
+/// (`Level::take_tick`), which the point before this one takes, so a rise and fall within a tick
+/// is not lost. The point also takes `api`'s live bytes: the call that made it moved them, so that
+/// entry point's track has a point wherever the process's has one for its call.
 #[inline(always)]
 pub(super) fn timeline_tick(now: u64, api: Api) {
     let last = TIMELINE_MS.load(Relaxed);
@@ -95,7 +123,7 @@ pub(super) fn timeline_tick(now: u64, api: Api) {
     }
 }
 
-/// Out of the hooked call's line: once a millisecond at most.
+/// Out of the hooked call's line: once a tick at most.
 #[cold]
 #[inline(never)]
 fn tick(now: u64, last: u64, api: Api) {
@@ -103,21 +131,41 @@ fn tick(now: u64, last: u64, api: Api) {
         .compare_exchange(last, now, Relaxed, Relaxed)
         .is_ok()
     {
-        push_point(Point {
-            unix_ms: now,
-            live: live_bytes(),
-            api: Some(api),
-            api_live: super::levels::levels().apis[api as usize].bytes(),
-        });
+        push_point(now, Some(api));
     }
 }
 
-pub(super) fn push_point(p: Point) {
+/// A point at `now`: the process's live bytes, the tick's extremes to the point before it.
+fn push_point(now: u64, api: Option<Api>) {
+    let levels = super::levels::levels();
     let mut t = TIMELINE.lock();
+    // Read under the lock: the points' extremes follow one another in the order taken.
+    let crate::accounting::level::Tick {
+        live,
+        high,
+        low,
+        peak,
+    } = levels.total.take_tick();
+    let api_live = api.map_or(0, |a| levels.apis[a as usize].bytes());
+    // The peak as the points must reach it: a stripe's extreme taken while another thread's call
+    // was in flight can be missed; the peak never is.
+    let high = if peak > t.top { peak } else { high.min(peak) };
+    t.top = t.top.max(high).max(live);
+    let p = Point {
+        unix_ms: now,
+        live,
+        api,
+        api_live,
+        high: live,
+        low: live,
+    };
     if let Some(back) = t.items.back_mut() {
+        back.high = back.high.max(high);
+        back.low = back.low.min(low);
         if back.unix_ms >= p.unix_ms {
             // Same millisecond (or a racing thread's later one): one point, the latest total; an
             // entry point's reading stays with its own (a point has room for one).
+            back.absorb(&p);
             back.live = p.live;
             if p.api.is_some() && (back.api.is_none() || back.api == p.api) {
                 (back.api, back.api_live) = (p.api, p.api_live);
@@ -126,21 +174,27 @@ pub(super) fn push_point(p: Point) {
         }
     }
     if t.items.len() >= MAX_TIMELINE {
-        t.items.pop_front();
-        t.dropped += 1;
+        fold_oldest(&mut t);
     }
     t.items.push_back(p);
 }
 
-pub fn timeline_now() {
-    push_point(Point {
-        unix_ms: crate::runtime::clock::unix_ms(),
-        live: live_bytes(),
-        api: None,
-        api_live: 0,
-    });
+/// Halves the oldest half of a full timeline: each pair of points becomes the first, standing for
+/// both (`absorb`), in place. Every extreme stays; the older the points, the coarser.
+fn fold_oldest(t: &mut Timeline) {
+    let pairs = t.items.len() / 4;
+    for i in 0..pairs {
+        let (mut a, b) = (t.items[2 * i], t.items[2 * i + 1]);
+        a.absorb(&b);
+        t.items[i] = a;
+    }
+    t.items.drain(pairs..2 * pairs);
+    t.dropped += pairs as u64;
 }
 
+pub fn timeline_now() {
+    push_point(crate::runtime::clock::unix_ms(), None);
+}
 pub fn events() -> (Vec<EventRec>, u64) {
     let e = EVENTS.lock();
     (
@@ -165,4 +219,48 @@ pub fn events() -> (Vec<EventRec>, u64) {
 pub fn timeline() -> (Vec<Point>, u64) {
     let t = TIMELINE.lock();
     (t.items.iter().copied().collect(), t.dropped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(unix_ms: u64, live: u64) -> Point {
+        Point {
+            unix_ms,
+            live,
+            api: None,
+            api_live: 0,
+            high: live,
+            low: live,
+        }
+    }
+
+    #[test]
+    fn folding_a_full_timeline_keeps_every_extreme() {
+        let mut t = Timeline::EMPTY;
+        let values = [5, 9, 1, 4, 7, 3, 8, 2];
+        for (i, v) in values.iter().enumerate() {
+            t.items.push_back(point(i as u64, *v));
+        }
+        fold_oldest(&mut t);
+        // The oldest half, pairwise: (5, 9) and (1, 4); the rest as it was.
+        let kept: Vec<(u64, u64, u64, u64)> = t
+            .items
+            .iter()
+            .map(|p| (p.unix_ms, p.live, p.high, p.low))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                (0, 5, 9, 5),
+                (2, 1, 4, 1),
+                (4, 7, 7, 7),
+                (5, 3, 3, 3),
+                (6, 8, 8, 8),
+                (7, 2, 2, 2)
+            ]
+        );
+        assert_eq!(t.dropped, 2);
+    }
 }

@@ -2,7 +2,7 @@
 
 use super::blocks::{BLOCKS, FREE, KEY, MADE};
 use super::count::UNTRACKED;
-use super::events::{Bounded, EVENTS, TIMELINE, TIMELINE_MS};
+use super::events::{Bounded, Timeline, EVENTS, TIMELINE, TIMELINE_MS};
 use super::first_count::TOUCHED;
 use super::levels::{Levels, LEVELS, OWN_LEVELS};
 use super::live::{LIVE, OVER};
@@ -51,10 +51,7 @@ pub unsafe fn let_go(clear: bool) {
                 items: VecDeque::new(),
                 dropped: 0,
             };
-            *TIMELINE.data_ptr() = Bounded {
-                items: VecDeque::new(),
-                dropped: 0,
-            };
+            *TIMELINE.data_ptr() = Timeline::EMPTY;
             *FREE.data_ptr() = Vec::new();
             *OVER.data_ptr() = Vec::new();
         }

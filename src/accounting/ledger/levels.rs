@@ -49,7 +49,7 @@ pub fn live_delta(
     now_ms: u64,
 ) {
     let slot = mine(t).slot;
-    levels().total.live(slot, bytes, count);
+    levels().total.live_ticked(slot, bytes, count);
     levels().apis[api as usize].live(slot, bytes, count);
     site.level.live(slot, bytes, count);
     timeline_tick(now_ms, api);
@@ -65,7 +65,7 @@ pub fn alloc_live(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now
     add(&m.totals.alloc_count, 1);
     add(&m.totals.alloc_bytes, bytes);
     let levels = levels();
-    levels.total.grow(slot, bytes);
+    levels.total.grow_ticked(slot, bytes);
     levels.apis[api as usize].alloc_live(slot, bytes);
     site.level.alloc_live(slot, bytes);
     site.note_api(api);
@@ -78,7 +78,7 @@ pub fn alloc_live(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now
 pub fn live_release(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, now_ms: u64) {
     let slot = mine(t).slot;
     let levels = levels();
-    levels.total.release(slot, bytes);
+    levels.total.release_ticked(slot, bytes);
     levels.apis[api as usize].release(slot, bytes);
     site.level.release(slot, bytes);
     timeline_tick(now_ms, api);
