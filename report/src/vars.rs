@@ -2,7 +2,7 @@
 //! accepted forms, what an unset one means, and what a rejected value falls back to. The library
 //! (`Config::from_vars`, and its early switches) parses each variable with its entry's parser and
 //! says what it rejects in the one shape `Var::rejected` writes; `pinguard run` and `pinguard cdi`
-//! check the values they pass on with the same parsers; the README's variable table is this table
+//! check the values they pass on with the same parsers; the variable table of docs/settings.md is this table
 //! (`table`, checked by a test).
 
 use crate::units::{self, SizeSpec};
@@ -380,7 +380,7 @@ pub fn find(name: &str) -> Option<&'static Var> {
     ALL.iter().copied().find(|v| v.name == name)
 }
 
-/// The README's table of variables, in Markdown.
+/// The table of variables in `docs/settings.md`, in Markdown.
 pub fn table() -> String {
     let mut t = String::from("| variable | meaning | default |\n| --- | --- | --- |\n");
     for v in ALL {
@@ -778,13 +778,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_readme_table_is_this_registry() {
-        let readme =
-            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    fn the_settings_table_is_this_registry() {
+        let doc = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/settings.md"
+        ))
+        .unwrap();
         let want = table();
         assert!(
-            readme.contains(&want),
-            "README.md's variable table differs from report/src/vars.rs; it should read:\n\n{want}"
+            doc.contains(&want),
+            "docs/settings.md's variable table differs from report/src/vars.rs; it should read:\n\n{want}"
         );
     }
 
