@@ -779,11 +779,9 @@ mod tests {
 
     #[test]
     fn the_settings_table_is_this_registry() {
-        let doc = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../docs/settings.md"
-        ))
-        .unwrap();
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/settings.md"))
+                .unwrap();
         let want = table();
         assert!(
             doc.contains(&want),

@@ -5,9 +5,10 @@
 //! Why not libgcc's unwinder (`backtrace`): about 2.9 µs for 32 frames, and the loader's lock on
 //! every walk. A walk here takes no lock and writes no shared memory: each thread keeps its own
 //! copy of the object list and its own rule cache, and refreshes them when the process-wide
-//! generation moves. A thread that ends leaves them to the next one to start (`SPARE`). It moves on `dlclose` (our hook) and when a return address lies in no known
-//! object while the loader's load count has changed (a `dlopen`; `dlopen` itself is not hooked,
-//! because glibc resolves `$ORIGIN` and namespaces from its caller's address).
+//! generation moves; the generation moves on `dlclose` (our hook) and when a return address lies
+//! in no known object while the loader's load count has changed (a `dlopen`; `dlopen` itself is
+//! not hooked, because glibc resolves `$ORIGIN` and namespaces from its caller's address). A
+//! thread that ends leaves its copies to the next one to start (`SPARE`).
 //!
 //! What keeps a walk from faulting: stack words are read only inside the calling thread's own
 //! stack, above the walk's own stack pointer, so a corrupt frame pointer or CFA ends the walk.
