@@ -69,8 +69,8 @@ const DEVICES: DeviceQuery = DeviceQuery {
 
 fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `cudaMemPoolGetAttribute`.
-    super::cuda_driver::pool_attr(
-        unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() },
+    super::cuda_abi::pool_attr(
+        unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_abi::PoolAttrFn>() },
         pool,
         attr,
     )
@@ -93,7 +93,7 @@ unsafe fn pool_of(
         None => real.call(),
         Some(h) => {
             // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
-            let host = unsafe { super::cuda_driver::location_host(location, ty) };
+            let host = unsafe { super::cuda_abi::location_host(location, ty) };
             h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
         }
     }
@@ -128,7 +128,7 @@ unsafe fn pool_create(
         None => real.call(),
         Some(h) => {
             // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
-            let host = unsafe { super::cuda_driver::pool_props_host(props) };
+            let host = unsafe { super::cuda_abi::pool_props_host(props) };
             h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || {
                 real.call()
             })

@@ -215,8 +215,8 @@ unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_
 /// CUDA's attribute numbers and value type.
 fn pool_attr(pool: u64, attr: i32) -> Option<u64> {
     // SAFETY: `PoolAttrFn` is the C type of `hipMemPoolGetAttribute`.
-    super::cuda_driver::pool_attr(
-        unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_driver::PoolAttrFn>() },
+    super::cuda_abi::pool_attr(
+        unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_abi::PoolAttrFn>() },
         pool,
         attr,
     )
@@ -235,7 +235,7 @@ unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *cons
             // SAFETY: `props` is the C caller's, null or a `hipMemPoolProps`, whose first 16 bytes
             // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
             // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
-            let host = unsafe { super::cuda_driver::pool_props_host(props) };
+            let host = unsafe { super::cuda_abi::pool_props_host(props) };
             h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || {
                 real.call()
             })
@@ -334,7 +334,7 @@ unsafe fn mem_create(
             // SAFETY: `prop` is the C caller's, null or a `hipMemAllocationProp`, whose layout
             // since ROCm 6 is `CUmemAllocationProp`'s (`type` at byte 0, `location.type` at 8,
             // the same numbers: docs/field-notes.md), and `flags` must be 0 as CUDA's.
-            let (host, rejected) = unsafe { super::cuda_driver::host_prop(prop, flags) };
+            let (host, rejected) = unsafe { super::cuda_abi::host_prop(prop, flags) };
             let req = host.then_some(if rejected {
                 Request::Rejected
             } else {

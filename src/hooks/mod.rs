@@ -18,6 +18,7 @@
 //! reentrancy flag and any budget reservation on the way.
 
 pub mod acl;
+mod cuda_abi;
 pub mod cuda_driver;
 pub mod cuda_runtime;
 pub mod dlclose;
