@@ -7,6 +7,7 @@ use super::first_count::TOUCHED;
 use super::levels::{Levels, LEVELS, OWN_LEVELS};
 use super::live::{LIVE, OVER};
 use super::locked_pages::{LOCKED_ANY, LOCKED_PAGES};
+use super::shared::{SHARED, SHARED_ANY};
 use crate::runtime::guard;
 use crate::runtime::lock;
 use std::collections::VecDeque;
@@ -27,6 +28,7 @@ pub fn hold() {
     lock::hold(&TIMELINE);
     lock::hold(&FREE);
     lock::hold(&OVER);
+    lock::hold(&SHARED);
 }
 
 /// # Safety
@@ -57,9 +59,11 @@ pub unsafe fn let_go(clear: bool) {
             };
             *FREE.data_ptr() = Vec::new();
             *OVER.data_ptr() = Vec::new();
+            *SHARED.data_ptr() = Vec::new();
         }
         LOCKED_ANY.store(false, Relaxed);
         super::kernel_pinned::forget();
+        SHARED_ANY.store(false, Relaxed);
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
     }
@@ -68,6 +72,7 @@ pub unsafe fn let_go(clear: bool) {
     unsafe {
         lock::let_go(&FREE, clear);
         lock::let_go(&OVER, clear);
+        lock::let_go(&SHARED, clear);
         for s in &LIVE {
             if clear {
                 lock::let_go_in_child(s)
