@@ -30,8 +30,10 @@ impl Hook {
     #[cold]
     pub(crate) fn pinned_by_others(&self, addr: usize, bytes: u64) -> Option<u64> {
         let end = addr.checked_add(bytes as usize)?;
+        let spans = overlap::table_spans(addr, end);
         let view = view();
-        let (pinned, any) = overlap::pinned_within(view.as_deref().map(|v| &v.ranges), addr, end);
+        let view = view.as_deref().map(|v| &v.ranges);
+        let (pinned, any) = overlap::pinned_within(view, addr, end, spans);
         any.then_some(pinned)
     }
 
@@ -85,8 +87,10 @@ impl Hook {
             end: addr.saturating_add(bytes as usize),
             live: self.live(api, 0, site, Backing::Pinned),
         };
+        let taken = overlap::take_overlapped(m.start, m.end);
         let view = view();
-        let grew = overlap::join(self.t, view.as_deref().map(|v| &v.ranges), m, self.now());
+        let view_ranges = view.as_deref().map(|v| &v.ranges);
+        let grew = overlap::join(self.t, view_ranges, taken, m, self.now());
         drop(view);
         // The reservation's bytes are kept only for a runtime that was asked (`Pass`: nothing
         // reserved, so `grew` is taken whatever the limit).

@@ -24,11 +24,12 @@ pub fn hold() {
         lock::hold(s);
     }
     PAGES_ABANDONED.store(!lock::hold_or_abandon(&LOCKED_PAGES), Relaxed);
+    // Taken under the view's lock, and the live figures (the timeline's lock) under it.
+    lock::hold(&SHARED);
     lock::hold(&EVENTS);
     lock::hold(&TIMELINE);
     lock::hold(&FREE);
     lock::hold(&OVER);
-    lock::hold(&SHARED);
 }
 
 /// # Safety

@@ -51,5 +51,7 @@ pub use reconcile::reconcile_kernel;
 pub use shared::Member;
 pub mod overlap {
     //! Ranges pinned by more than one route (`shared`).
-    pub use super::shared::{any, join, leave, pinned_within, rejoin};
+    pub use super::shared::{
+        any, join, leave, pinned_within, rejoin, table_spans, take_overlapped,
+    };
 }

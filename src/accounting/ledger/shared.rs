@@ -38,8 +38,9 @@ pub fn any() -> bool {
 }
 
 /// The spans of the runtimes' pinned records in the tables that overlap `[start, end)` (their
-/// key is their address; handles and pools are left out).
-fn table_spans(start: usize, end: usize) -> Vec<(usize, usize)> {
+/// key is their address; handles and pools are left out). Never under the locked-page view's
+/// lock: a fork's prepare handler takes the tables' locks before it.
+pub fn table_spans(start: usize, end: usize) -> Vec<(usize, usize)> {
     let mut v = Vec::new();
     for s in &LIVE {
         let map = s.lock();
@@ -53,10 +54,14 @@ fn table_spans(start: usize, end: usize) -> Vec<(usize, usize)> {
     v
 }
 
-/// The bytes of `[start, end)` already pinned by another route (the locked-page view, a live
-/// record of the runtimes', a member), and whether any route overlaps it at all.
-pub fn pinned_within(view: Option<&RangeSet<Live>>, start: usize, end: usize) -> (u64, bool) {
-    let mut spans = table_spans(start, end);
+/// The bytes of `[start, end)` already pinned by another route (the runtimes' records of
+/// `table_spans`, a member, the locked-page view), and whether any route overlaps it at all.
+pub fn pinned_within(
+    view: Option<&RangeSet<Live>>,
+    start: usize,
+    end: usize,
+    mut spans: Vec<(usize, usize)>,
+) -> (u64, bool) {
     spans.extend(
         SHARED
             .lock()
@@ -82,18 +87,16 @@ pub fn pinned_within(view: Option<&RangeSet<Live>>, start: usize, end: usize) ->
     ((end - start - free) as u64, true)
 }
 
-/// Adds `m` (charged nothing yet) with the runtimes' records it overlaps, taken out of their
-/// tables, and works out every charge again. Returns how much the charges grew in all: what the
-/// caller takes from the budget (the new member's share, unless something changed meanwhile).
-/// `m`'s own share is in its figures with one allocation.
-pub fn join(t: &Thread, view: Option<&RangeSet<Live>>, m: Member, now: u64) -> i64 {
+/// Takes the runtimes' records that overlap `[start, end)` out of their tables, as members
+/// charged their whole size, for `join`. Never under the locked-page view's lock (`table_spans`).
+pub fn take_overlapped(start: usize, end: usize) -> Vec<Member> {
     let mut taken = Vec::new();
     for s in &LIVE {
         let mut map = s.lock();
         let keys: Vec<usize> = map
             .iter()
             .filter(|(_, l)| !l.downgraded() && l.api.keyed_by_address())
-            .filter(|&(a, l)| a < m.end && m.start < a.saturating_add(l.size as usize))
+            .filter(|&(a, l)| a < end && start < a.saturating_add(l.size as usize))
             .map(|(a, _)| a)
             .collect();
         for a in keys {
@@ -107,6 +110,20 @@ pub fn join(t: &Thread, view: Option<&RangeSet<Live>>, m: Member, now: u64) -> i
             }
         }
     }
+    taken
+}
+
+/// Adds `m` (charged nothing yet) after `taken` (`take_overlapped`), and works out every charge
+/// again. Returns how much the charges grew in all: what the caller takes from the budget (the
+/// new member's share, unless something changed meanwhile). `m` is in its figures with one
+/// allocation.
+pub fn join(
+    t: &Thread,
+    view: Option<&RangeSet<Live>>,
+    taken: Vec<Member>,
+    m: Member,
+    now: u64,
+) -> i64 {
     let mut shared = SHARED.lock();
     shared.extend(taken);
     shared.push(Member {
