@@ -70,9 +70,15 @@ impl LockedPages {
     /// registration still holds pass to it (`shared`), counted once all along.
     #[inline(always)]
     fn pass_on(&self, t: &Thread, removed: u64, now: u64) -> u64 {
-        if removed == 0 || !super::shared::any() {
+        if !super::shared::any() {
             return removed;
         }
+        self.pass_on_shared(t, removed, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pass_on_shared(&self, t: &Thread, removed: u64, now: u64) -> u64 {
         let kept = super::shared::view_changed(t, &self.ranges, now);
         (removed as i64 - kept).max(0) as u64
     }
