@@ -896,8 +896,8 @@ impl Hook {
         };
         let reservation = match admitted {
             Ok(r) => r,
-            Err(false) => return self.answer(codes.oom),
-            Err(true) => return self.answer(codes.ok),
+            Err(shared::NotPinned::Refused) => return self.answer(codes.oom),
+            Err(shared::NotPinned::Downgraded) => return self.answer(codes.ok),
         };
         self.call(real, |&rc, _| match rc == codes.ok {
             false => ledger::count_failed(self.t, reg.api),
@@ -921,10 +921,11 @@ impl Hook {
         if let Some(l) = quiet(|| ledger::take_over(addr, |a| frees.contains(&a))).flatten() {
             return self.release_over(api, addr, l, ok, real);
         }
-        let real = match self.release_shared(api, addr, frees, ok, real) {
-            Ok(rc) => return rc,
-            Err(real) => real,
-        };
+        if ledger::overlap::any() {
+            if let Some(left) = quiet(|| self.leave_shared(addr, frees)).flatten() {
+                return self.release_shared(api, left, ok, real);
+            }
+        }
         self.call(real, |&rc, _| {
             ledger::count_unknown_release(self.t, api);
             if rc != ok {

@@ -5,7 +5,7 @@
 //! go (`ledger::overlap`). Off the steady path: an allocation never looks (its memory is new), a
 //! release looks only when no record of its kind is in the tables.
 
-use super::{keep, quiet, Admission, Hook, Request};
+use super::{keep, Admission, Hook, Request};
 use crate::accounting::ledger::{self, overlap, Backing, LockedPagesGuard, Member};
 use crate::api::Api;
 use crate::budget;
@@ -25,6 +25,14 @@ fn settle(delta: i64) {
     }
 }
 
+/// A registration the budget did not let pin: how pinguard answered it itself.
+pub(crate) enum NotPinned {
+    /// Refused: the API's out-of-memory answer.
+    Refused,
+    /// Downgraded: left unpinned and recorded, the API's success.
+    Downgraded,
+}
+
 impl Hook {
     /// Of `[addr, addr + bytes)`, the bytes another route pins already, when any route overlaps it.
     #[cold]
@@ -38,8 +46,8 @@ impl Hook {
     }
 
     /// The budget's answer for a registration over memory other routes pin: only `growth`, the
-    /// bytes none of them pins, is asked for. `None`: refused, or downgraded (the new part stays
-    /// unpinned, as for any downgraded registration: recorded here, the runtime not called).
+    /// bytes none of them pins, is asked for. Downgraded, the new part stays unpinned, as for any
+    /// downgraded registration: recorded here, the runtime not called.
     pub(crate) fn admit_shared(
         &self,
         api: Api,
@@ -47,7 +55,7 @@ impl Hook {
         growth: u64,
         site: &'static crate::accounting::callsite::Callsite,
         req: Request,
-    ) -> Result<Option<budget::Reservation>, bool> {
+    ) -> Result<Option<budget::Reservation>, NotPinned> {
         let admission = if growth == 0 {
             Admission::Pass
         } else {
@@ -56,7 +64,7 @@ impl Hook {
         match admission {
             Admission::Pin(r) => Ok(Some(r)),
             Admission::Pass => Ok(None),
-            Admission::Refuse => Err(false),
+            Admission::Refuse => Err(NotPinned::Refused),
             Admission::Downgrade(over) => {
                 if let Some(old) =
                     ledger::insert(addr, self.live(api, growth, site, Backing::Unpinned))
@@ -65,7 +73,7 @@ impl Hook {
                 }
                 self.downgraded(api, site, growth, over);
                 ledger::downgraded_live_delta(self.t, growth as i64);
-                Err(true)
+                Err(NotPinned::Downgraded)
             }
         }
     }
@@ -102,48 +110,39 @@ impl Hook {
         ledger::count_alloc(self.t, api, site, grew.max(0) as u64);
     }
 
-    /// The release of a registration or allocation that shares its range with another route:
-    /// `None` when no such record is under `addr` (the caller goes on as for a pointer it never
-    /// saw). The bytes that only it held go back once the runtime let go.
+    /// The member under `addr` that a release of `frees` takes, taken out, with the bytes only it
+    /// held (`None`: no such member, the release is of a pointer pinguard never saw).
     #[cold]
-    pub(crate) fn release_shared<R: Copy + PartialEq, F: FnOnce() -> R>(
+    #[inline(never)]
+    pub(crate) fn leave_shared(&self, addr: usize, frees: &[Api]) -> Option<(Member, u64)> {
+        let view = view();
+        let accept = |l: &ledger::Live| frees.contains(&l.api);
+        let view_ranges = view.as_deref().map(|v| &v.ranges);
+        overlap::leave(self.t, view_ranges, addr, accept, self.now())
+    }
+
+    /// The release of a registration or allocation that shared its range with another route
+    /// (`leave_shared`): the bytes that only it held go back once the runtime let go; if the
+    /// runtime refuses, it joins the others again.
+    #[cold]
+    pub(crate) fn release_shared<R: Copy + PartialEq>(
         &self,
         api: Api,
-        addr: usize,
-        frees: &[Api],
+        (m, freed): (Member, u64),
         ok: R,
-        real: F,
-    ) -> Result<R, F> {
-        if !overlap::any() {
-            return Err(real);
-        }
-        let left = quiet(|| {
-            let view = view();
-            let accept = |l: &ledger::Live| frees.contains(&l.api);
-            overlap::leave(
-                self.t,
-                view.as_deref().map(|v| &v.ranges),
-                addr,
-                accept,
-                self.now(),
-            )
-        })
-        .flatten();
-        let Some((m, freed)) = left else {
-            return Err(real);
-        };
-        Ok(self.call(real, |&rc, _| {
+        real: impl FnOnce() -> R,
+    ) -> R {
+        self.call(real, |&rc, _| {
             if rc == ok {
                 budget::release(freed);
                 ledger::count_release(self.t);
                 return;
             }
-            // The runtime still holds it: back among the others, charges as before.
             let view = view();
             let grew = overlap::rejoin(self.t, view.as_deref().map(|v| &v.ranges), m, self.now());
             drop(view);
             settle(grew - freed as i64);
             ledger::count_failed(self.t, api);
-        }))
+        })
     }
 }

@@ -7,6 +7,7 @@
  *   free:B (cudaFreeHost)   register:B:OFF:LEN (cudaHostRegister)   unregister:B:OFF
  *   mlock:B:OFF:LEN   munlock:B:OFF:LEN   reg:B:OFF:LEN (ibv_reg_mr, printed with its slot)
  *   dereg:SLOT (ibv_dereg_mr)
+ * OVERLAP_NO_LIVE=1: no live bytes after each operation (live=-1), for counting a call's cost.
  */
 #define _GNU_SOURCE
 #include "../emul/emul.h"
@@ -62,6 +63,7 @@ static int run_op(struct ibv_pd *pd, const char *op, long a, long b, long c, int
 int main(int argc, char **argv) {
     uint64_t (*live)(void) = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "pinguard_live_bytes");
     struct ibv_pd *pd = ibv_alloc_pd(NULL);
+    int each = getenv("OVERLAP_NO_LIVE") == NULL;
     for (int i = 1; i < argc; i++) {
         char op[32] = {0};
         long a = 0, b = 0, c = 0;
@@ -70,7 +72,7 @@ int main(int argc, char **argv) {
         errno = 0;
         int rc = run_op(pd, op, a, b, c, &slot);
         int err = errno;
-        printf("%s rc=%d errno=%d live=%ld", argv[i], rc, rc == 0 ? 0 : err, live ? (long)live() : -1L);
+        printf("%s rc=%d errno=%d live=%ld", argv[i], rc, rc == 0 ? 0 : err, live && each ? (long)live() : -1L);
         if (slot >= 0) printf(" slot=%d", slot);
         printf("\n");
     }
