@@ -227,3 +227,14 @@ pub fn members() -> Vec<(usize, Live)> {
 pub(super) fn spans() -> Vec<(usize, usize)> {
     SHARED.lock().iter().map(|m| (m.start, m.end)).collect()
 }
+
+/// The bytes the members made by `routes` cover, each rounded up to whole pages of `page` bytes
+/// plus one for an unaligned start: what the kernel may count pinned for them (`VmPin`).
+pub(super) fn span_bytes(routes: &[crate::api::Api], page: u64) -> u64 {
+    SHARED
+        .lock()
+        .iter()
+        .filter(|m| routes.contains(&m.live.api))
+        .map(|m| ((m.end - m.start) as u64 + page - 1).div_ceil(page) * page)
+        .fold(0, u64::saturating_add)
+}
