@@ -153,3 +153,35 @@ apis! {
     HipMallocManaged = "hipMallocManaged";
     HipFree = "hipFree";
 }
+
+impl Api {
+    /// Whether its live record is kept under the address of the memory it pinned, with the size
+    /// it pinned (the runtimes' host allocations and registrations): the records whose ranges a
+    /// registration of the same memory by another route is compared with (issue 45 item 2).
+    /// Handles (RDMA registrations, physical allocations, pools) are kept under other keys.
+    pub fn keyed_by_address(self) -> bool {
+        use Api::*;
+        matches!(
+            self,
+            CudaHostAlloc
+                | CudaMallocHost
+                | CudaHostRegister
+                | CuMemHostAlloc
+                | CuMemAllocHostV2
+                | CuMemAllocHost
+                | CuMemHostRegisterV2
+                | CuMemHostRegister
+                | AclrtMallocHost
+                | AclrtMallocHostWithCfg
+                | AclrtHostRegister
+                | AclrtHostRegisterV2
+                | HipHostMalloc
+                | HipHostAlloc
+                | HipExtHostAlloc
+                | HipMallocHost
+                | HipMemAllocHost
+                | HipHostRegister
+                | HalHostRegister
+        )
+    }
+}

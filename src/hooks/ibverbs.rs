@@ -70,6 +70,7 @@ fn pins(length: usize, access: c_uint) -> (u64, Request) {
 
 fn register(
     api: Api,
+    addr: *mut c_void,
     length: usize,
     access: c_uint,
     real: impl FnOnce() -> *mut c_void,
@@ -87,7 +88,7 @@ fn register(
                 0 => api,
                 _ => Api::IbvRegMrOnDemand,
             };
-            h.register_handle(api, bytes, req, real)
+            h.register_handle(api, addr as usize, bytes, req, real)
         }
     }
 }
@@ -95,35 +96,43 @@ fn register(
 unsafe fn reg_mr(
     real: ibv_reg_mr::Call,
     _pd: *mut c_void,
-    _addr: *mut c_void,
+    addr: *mut c_void,
     length: usize,
     access: c_int,
 ) -> *mut c_void {
-    register(Api::IbvRegMr, length, access as c_uint, move || real.call())
+    register(Api::IbvRegMr, addr, length, access as c_uint, move || {
+        real.call()
+    })
 }
 
 unsafe fn reg_mr_iova(
     real: ibv_reg_mr_iova::Call,
     _pd: *mut c_void,
-    _addr: *mut c_void,
+    addr: *mut c_void,
     length: usize,
     _iova: u64,
     access: c_int,
 ) -> *mut c_void {
-    register(Api::IbvRegMrIova, length, access as c_uint, move || {
-        real.call()
-    })
+    register(
+        Api::IbvRegMrIova,
+        addr,
+        length,
+        access as c_uint,
+        move || real.call(),
+    )
 }
 
 unsafe fn reg_mr_iova2(
     real: ibv_reg_mr_iova2::Call,
     _pd: *mut c_void,
-    _addr: *mut c_void,
+    addr: *mut c_void,
     length: usize,
     _iova: u64,
     access: c_uint,
 ) -> *mut c_void {
-    register(Api::IbvRegMrIova2, length, access, move || real.call())
+    register(Api::IbvRegMrIova2, addr, length, access, move || {
+        real.call()
+    })
 }
 
 /// A dma-buf (device memory another driver exported): recorded, no host bytes.
@@ -139,6 +148,7 @@ unsafe fn reg_dmabuf_mr(
     // Never shown as on demand: no host pages either way.
     register(
         Api::IbvRegDmabufMr,
+        std::ptr::null_mut(),
         0,
         access as c_uint & !ON_DEMAND,
         move || real.call(),

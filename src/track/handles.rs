@@ -18,11 +18,17 @@ impl Hook {
     pub fn register_handle(
         self,
         api: Api,
+        addr: usize,
         bytes: u64,
         req: Request,
         real: impl FnOnce() -> *mut c_void,
     ) -> *mut c_void {
         let req = if bytes == 0 { Request::Rejected } else { req };
+        if bytes != 0 && req != Request::Rejected {
+            if let Some(pinned) = quiet(|| self.pinned_by_others(addr, bytes)).flatten() {
+                return self.register_handle_shared(api, addr, bytes, pinned, req, real);
+            }
+        }
         let Some((site, admission)) = quiet(|| self.decide(api, bytes, req)) else {
             return real();
         };
@@ -36,6 +42,44 @@ impl Hook {
         self.call(real, |&mr, _| match mr as usize {
             0 => ledger::count_failed(self.t, api),
             h => self.pinned(api, h, bytes, site, reservation),
+        })
+    }
+
+    /// `register_handle` over memory another route pins already (`pinned` of its `bytes`): only
+    /// the rest goes through the budget, and the registration joins the routes it shares pages
+    /// with under its handle (`track::shared`).
+    #[cold]
+    fn register_handle_shared(
+        self,
+        api: Api,
+        addr: usize,
+        bytes: u64,
+        pinned: u64,
+        req: Request,
+        real: impl FnOnce() -> *mut c_void,
+    ) -> *mut c_void {
+        let growth = bytes.saturating_sub(pinned);
+        let Some((site, admitted)) = quiet(|| {
+            let site = self.site();
+            let admission = if growth == 0 {
+                Admission::Pass
+            } else {
+                self.admit(api, growth, site, req)
+            };
+            (site, admission)
+        }) else {
+            return real();
+        };
+        let reservation = match admitted {
+            Admission::Refuse | Admission::Downgrade(_) => {
+                return self.fail(std::ptr::null_mut(), libc::ENOMEM)
+            }
+            Admission::Pin(r) => Some(r),
+            Admission::Pass => None,
+        };
+        self.call(real, |&mr, _| match mr as usize {
+            0 => ledger::count_failed(self.t, api),
+            h => self.pinned_shared(api, h, addr, bytes, site, reservation),
         })
     }
 

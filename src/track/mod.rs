@@ -78,6 +78,7 @@ mod handles;
 mod locking;
 mod physical;
 mod pools;
+mod shared;
 // Used by the hooks, which tests and the fuzz targets build without.
 #[cfg_attr(any(test, feature = "fuzzing"), allow(unused_imports))]
 pub use locking::MmapArgs;
@@ -818,6 +819,9 @@ impl Hook {
             Some(l) => return self.register_over(reg, l.size, codes, real),
             None => {}
         }
+        if let Some(pinned) = quiet(|| self.pinned_by_others(reg.addr, reg.bytes)).flatten() {
+            return self.register_shared(reg, pinned, codes, real);
+        }
         let Some((site, admission)) = quiet(|| self.decide(api, reg.bytes, req)) else {
             return real();
         };
@@ -895,6 +899,39 @@ impl Hook {
         })
     }
 
+    /// A registration of `reg.bytes` at `reg.addr`, `pinned` of which another route (an
+    /// allocation, a registration, locked pages) pins already: only the rest goes through the
+    /// budget, and the registration joins the routes it shares pages with (`track::shared`).
+    #[cold]
+    #[inline(never)]
+    fn register_shared<R: Copy + PartialEq>(
+        self,
+        reg: Registration,
+        pinned: u64,
+        codes: Codes<R>,
+        real: impl FnOnce() -> R,
+    ) -> R {
+        let growth = reg.bytes.saturating_sub(pinned);
+        let Some((site, admitted)) = quiet(|| {
+            let site = self.site();
+            (
+                site,
+                self.admit_shared(reg.api, reg.addr, growth, site, reg.req),
+            )
+        }) else {
+            return real();
+        };
+        let reservation = match admitted {
+            Ok(r) => r,
+            Err(shared::NotPinned::Refused) => return self.answer(codes.oom),
+            Err(shared::NotPinned::Downgraded) => return self.answer(codes.ok),
+        };
+        self.call(real, |&rc, _| match rc == codes.ok {
+            false => ledger::count_failed(self.t, reg.api),
+            true => self.pinned_shared(reg.api, reg.addr, reg.addr, reg.bytes, site, reservation),
+        })
+    }
+
     /// A release with no record of its kind at the address: a registration over already-pinned
     /// memory (`register_over`), which lives apart and is looked for only now, off the usual
     /// path; else a pointer pinguard never saw.
@@ -910,6 +947,11 @@ impl Hook {
     ) -> R {
         if let Some(l) = quiet(|| ledger::take_over(addr, |a| frees.contains(&a))).flatten() {
             return self.release_over(api, addr, l, ok, real);
+        }
+        if ledger::overlap::any() {
+            if let Some(left) = quiet(|| self.leave_shared(addr, frees)).flatten() {
+                return self.release_shared(api, left, ok, real);
+            }
         }
         self.call(real, |&rc, _| {
             ledger::count_unknown_release(self.t, api);

@@ -18,6 +18,7 @@ struct entry {
     size_t size;
     size_t counted; /* bytes it adds to what is pinned (a registration of pinned memory: fewer) */
     int owned; /* 1: we mmapped it (allocation), 0: registration, DEVICE_ENTRY, IO_ENTRY */
+    int prelocked; /* a registration of pages the program had locked: its release leaves them locked */
     struct entry *next;
 };
 
@@ -245,12 +246,22 @@ static size_t owned_at(uintptr_t a) {
 
 static void table_insert(uintptr_t a, size_t size, size_t counted, int owned) {
     struct entry *e = malloc(sizeof *e);
-    e->addr = a; e->size = size; e->counted = counted; e->owned = owned;
+    e->addr = a; e->size = size; e->counted = counted; e->owned = owned; e->prelocked = 0;
     pthread_mutex_lock(&table_lock);
     e->next = table[bucket(a)];
     table[bucket(a)] = e;
     pthread_mutex_unlock(&table_lock);
 }
+
+/* Marks the registration at a as one over pages the program had locked itself. */
+static void table_mark_prelocked(uintptr_t a) {
+    pthread_mutex_lock(&table_lock);
+    for (struct entry *e = table[bucket(a)]; e; e = e->next)
+        if (e->addr == a && !e->owned) { e->prelocked = 1; break; }
+    pthread_mutex_unlock(&table_lock);
+}
+
+static __thread int last_prelocked;
 
 /* Removes the entry for a if its kind matches; returns 1, its size and what it counted. */
 static int table_remove(uintptr_t a, int owned, size_t *size, size_t *counted) {
@@ -259,7 +270,8 @@ static int table_remove(uintptr_t a, int owned, size_t *size, size_t *counted) {
     for (struct entry **pp = &table[bucket(a)]; *pp; pp = &(*pp)->next) {
         struct entry *e = *pp;
         if (e->addr == a && e->owned == owned) {
-            *size = e->size; *counted = e->counted; *pp = e->next; free(e); found = 1; break;
+            *size = e->size; *counted = e->counted; last_prelocked = e->prelocked;
+            *pp = e->next; free(e); found = 1; break;
         }
     }
     pthread_mutex_unlock(&table_lock);
@@ -358,8 +370,13 @@ static int emu_register(void *p, size_t size, int over_pinned) {
     uintptr_t start = ((uintptr_t)p + covered) & ~(uintptr_t)4095;
     uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
     bump_outstanding((int64_t)counted, 1);
+    /* A driver pins pages apart from the program's own mlock (pin_user_pages), so that its
+     * release never unlocks them: pages the program locked already stay locked (msync says
+     * EBUSY over a locked mapping and does nothing else). */
+    int prelocked = end > start && msync((void *)start, end - start, MS_INVALIDATE) != 0 && errno == EBUSY;
     if (end < start || (counted && mlock((void *)start, end - start) != 0)) { bump_outstanding(-(int64_t)counted, -1); return -1; }
     table_insert((uintptr_t)p, size, counted, 0);
+    if (prelocked) table_mark_prelocked((uintptr_t)p);
     __atomic_add_fetch(&st()->alloc_calls, 1, __ATOMIC_SEQ_CST);
     return 0;
 }
@@ -372,7 +389,7 @@ static int emu_unregister(void *p) {
     /* Only what it pinned itself: the allocation it was registered over keeps its lock. */
     uintptr_t start = ((uintptr_t)p + (size - counted)) & ~(uintptr_t)4095;
     uintptr_t end = ((uintptr_t)p + size + 4095) & ~(uintptr_t)4095;
-    if (counted) munlock((void *)start, end - start);
+    if (counted && !last_prelocked) munlock((void *)start, end - start);
     bump_outstanding(-(int64_t)counted, -1);
     __atomic_add_fetch(&st()->release_calls, 1, __ATOMIC_SEQ_CST);
     return 0;

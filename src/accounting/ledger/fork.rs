@@ -7,6 +7,7 @@ use super::first_count::TOUCHED;
 use super::levels::{Levels, LEVELS, OWN_LEVELS};
 use super::live::{LIVE, OVER};
 use super::locked_pages::{LOCKED_ANY, LOCKED_PAGES};
+use super::shared::{SHARED, SHARED_ANY};
 use crate::runtime::guard;
 use crate::runtime::lock;
 use std::collections::VecDeque;
@@ -23,6 +24,8 @@ pub fn hold() {
         lock::hold(s);
     }
     PAGES_ABANDONED.store(!lock::hold_or_abandon(&LOCKED_PAGES), Relaxed);
+    // Taken under the view's lock, and the live figures (the timeline's lock) under it.
+    lock::hold(&SHARED);
     lock::hold(&EVENTS);
     lock::hold(&TIMELINE);
     lock::hold(&FREE);
@@ -54,9 +57,11 @@ pub unsafe fn let_go(clear: bool) {
             *TIMELINE.data_ptr() = Timeline::EMPTY;
             *FREE.data_ptr() = Vec::new();
             *OVER.data_ptr() = Vec::new();
+            *SHARED.data_ptr() = Vec::new();
         }
         LOCKED_ANY.store(false, Relaxed);
         super::kernel_pinned::forget();
+        SHARED_ANY.store(false, Relaxed);
         TIMELINE_MS.store(0, Relaxed);
         reset_counters();
     }
@@ -65,6 +70,7 @@ pub unsafe fn let_go(clear: bool) {
     unsafe {
         lock::let_go(&FREE, clear);
         lock::let_go(&OVER, clear);
+        lock::let_go(&SHARED, clear);
         for s in &LIVE {
             if clear {
                 lock::let_go_in_child(s)

@@ -64,7 +64,9 @@ fn known_pinned() -> u64 {
             .map(|(_, l)| (l.size + page - 1).div_ceil(page) * page)
             .fold(known, u64::saturating_add);
     }
-    known
+    // A card's registration over memory another route pins too (`shared`) is charged only what
+    // it added, but the kernel pins its whole range for the card.
+    known.saturating_add(super::shared::span_bytes(&VM_PIN_ROUTES, page))
 }
 
 /// In a fork child: its own `mm` starts with nothing pinned.

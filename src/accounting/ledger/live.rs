@@ -160,5 +160,6 @@ pub fn live_records() -> Vec<(usize, Live)> {
     }));
     drop(g);
     v.extend(OVER.lock().iter().copied());
+    v.extend(super::shared::members());
     v
 }

@@ -63,7 +63,24 @@ impl LockedPages {
             live_delta(t, l.api, l.site, -(b as i64), c, now);
             removed += b;
         });
-        removed
+        self.pass_on(t, removed, now)
+    }
+
+    /// Of `removed` bytes the view let go of, those no other route still pins: pages a
+    /// registration still holds pass to it (`shared`), counted once all along.
+    #[inline(always)]
+    fn pass_on(&self, t: &Thread, removed: u64, now: u64) -> u64 {
+        if !super::shared::any() {
+            return removed;
+        }
+        self.pass_on_shared(t, removed, now)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn pass_on_shared(&self, t: &Thread, removed: u64, now: u64) -> u64 {
+        let kept = super::shared::view_changed(t, &self.ranges, now);
+        (removed as i64 - kept).max(0) as u64
     }
 
     /// Everything unlocked (`munlockall`), with the live figures; returns the bytes removed, which
@@ -76,7 +93,7 @@ impl LockedPages {
         });
         self.future = None;
         self.skew = 0;
-        removed
+        self.pass_on(t, removed, now)
     }
 
     /// Compares with the kernel and, when they differ, makes the view the kernel's (`sync`).
@@ -256,6 +273,7 @@ pub(super) fn runtime_spans() -> Vec<(usize, usize)> {
                 }),
         );
     }
+    v.extend(super::shared::spans());
     v.sort_unstable();
     v
 }

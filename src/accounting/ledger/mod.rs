@@ -9,6 +9,7 @@
 //! - `locked_pages`: the locking family's view of the locked pages, kept in line with the kernel;
 //! - `kernel_pinned`: the kernel's pinned pages (`VmPin`) no record explains;
 //! - `reconcile`: both matched with the kernel's counts, from one read;
+//! - `shared`: ranges pinned by more than one route, counted once;
 //! - `figures`: the process's and each entry point's figures, read out;
 //! - `events`: the last events and the timeline;
 //! - `fork`: the ledger's locks across `fork`, and the child's empty ledger.
@@ -27,6 +28,7 @@ mod live;
 mod locked_pages;
 mod over;
 mod reconcile;
+mod shared;
 
 pub use count::{
     count_alloc, count_denied, count_denied_out_of_scope, count_downgraded, count_failed,
@@ -46,3 +48,10 @@ pub use locked_pages::note_runtime_lock;
 pub use locked_pages::{locked_any, locked_pages, LockedPagesGuard, Synced};
 pub use over::Over;
 pub use reconcile::reconcile_kernel;
+pub use shared::Member;
+pub mod overlap {
+    //! Ranges pinned by more than one route (`shared`).
+    pub use super::shared::{
+        any, join, leave, pinned_within, rejoin, table_spans, take_overlapped,
+    };
+}
