@@ -11,6 +11,7 @@ cc "${cflags[@]}" -shared -o "$out/libcudart.so" tests/emul/cudart.c -Wl,-soname
 cc "${cflags[@]}" -shared -o "$out/libascendcl.so" tests/emul/ascendcl.c -Wl,-soname,libascendcl.so
 cc "${cflags[@]}" -shared -o "$out/libcuda.so.1" tests/emul/cuda_driver.c -Wl,-soname,libcuda.so.1
 cc "${cflags[@]}" -shared -o "$out/libamdhip64.so.5" tests/emul/hip.c -Wl,-soname,libamdhip64.so.5
+cc "${cflags[@]}" -shared -o "$out/libibverbs.so.1" tests/emul/ibverbs.c -Wl,-soname,libibverbs.so.1 -Wl,--version-script=tests/emul/ibverbs.map
 cc "${cflags[@]}" -shared -o "$out/layered/libcudart.so" tests/emul/cudart_layered.c -Wl,-soname,libcudart.so -Wl,-rpath,'$ORIGIN/..' -ldl
 link=(-L"$out" -Wl,-rpath,'$ORIGIN' -lcudart -lascendcl -ldl)
 cc "${cflags[@]}" -shared -o "$out/libframework.so" tests/progs/framework.c "${link[@]}"

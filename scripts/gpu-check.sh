@@ -8,7 +8,8 @@
 # loop's throughput with and without pinguard, and which of the process's counters (VmLck, VmPin,
 # RssShmem) cudaHostAlloc and cudaHostRegister move, with no such pin counted again as
 # kernel-pinned (VmPin) bytes, an I/O-memory registration (passes through, counts nothing) and a
-# device allocation (counted only where the device says it is integrated). One PASS/FAIL/SKIP line per check; exit 1 if any fails.
+# device allocation (counted only where the device says it is integrated), and a range
+# cudaHostRegister pinned registered with the RDMA card too (counted once; skipped without a card). One PASS/FAIL/SKIP line per check; exit 1 if any fails.
 #
 # On the GPU machine: Python 3 with PyTorch (CUDA), no network, no Rust toolchain; the library is
 # built beforehand (scripts/release.sh: target/release-artifacts/x86_64/libpinguard.so) and

@@ -413,6 +413,69 @@ def child_counters(emul_dir):
     return out
 
 
+def child_card(emul_dir):
+    """A range cudaHostRegister pinned, then registered with the RDMA card (as LMCache and
+    SGLang's HiCache register pools the runtime pinned): counted once while both hold it, nothing
+    of it kernel-pinned again, and gone when both have let go. Needs a card: without one the
+    result says so (skipped); the dry run uses the emulated libibverbs."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    if emul_dir:
+        rt = ctypes.CDLL(os.path.join(emul_dir, "libcudart.so"))
+        ib = ctypes.CDLL(os.path.join(emul_dir, "libibverbs.so.1"), use_errno=True)
+        context = None
+    else:
+        import torch
+        torch.cuda.init()
+        rt = ctypes.CDLL("libcudart.so.%s" % torch.version.cuda.split(".")[0])
+        try:
+            ib = ctypes.CDLL("libibverbs.so.1", use_errno=True)
+        except OSError as e:
+            return {"skip": "no libibverbs.so.1 (%s)" % e}
+        ib.ibv_get_device_list.restype = ctypes.POINTER(ctypes.c_void_p)
+        ib.ibv_get_device_list.argtypes = [ctypes.POINTER(ctypes.c_int)]
+        ib.ibv_open_device.restype = ctypes.c_void_p
+        ib.ibv_open_device.argtypes = [ctypes.c_void_p]
+        n = ctypes.c_int(0)
+        devices = ib.ibv_get_device_list(ctypes.byref(n))
+        if not devices or n.value == 0:
+            return {"skip": "no RDMA device"}
+        context = ib.ibv_open_device(devices[0])
+        if not context:
+            return {"skip": "ibv_open_device failed (errno %d)" % ctypes.get_errno()}
+    ib.ibv_alloc_pd.restype = ctypes.c_void_p
+    ib.ibv_alloc_pd.argtypes = [ctypes.c_void_p]
+    ib.ibv_reg_mr.restype = ctypes.c_void_p
+    ib.ibv_reg_mr.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    ib.ibv_dereg_mr.argtypes = [ctypes.c_void_p]
+    rt.cudaHostRegister.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint]
+    rt.cudaHostUnregister.argtypes = [ctypes.c_void_p]
+    write = ctypes.CDLL(None).pinguard_write_report
+    write.argtypes = [ctypes.c_char_p]
+    n = COUNTER_BYTES
+    pd = ib.ibv_alloc_pd(context)
+    if not pd:
+        return {"skip": "ibv_alloc_pd failed (errno %d)" % ctypes.get_errno()}
+    m = libc.mmap(None, n, 3, 0x22, -1, 0)
+    out = {"register_rc": rt.cudaHostRegister(m, n, 0)}
+    mr = ib.ibv_reg_mr(pd, m, n, 1)  # IBV_ACCESS_LOCAL_WRITE
+    out["reg_mr"] = bool(mr)
+
+    def totals(tag):
+        path = os.path.join(os.environ.get("GPU_CHECK_DIR", "/tmp"), "card.%s.json" % tag)
+        write(path.encode())
+        return json.load(open(path))["totals"]
+    held = totals("held")
+    out["held_live"], out["held_kernel_pinned"] = held["live_bytes"], held.get("kernel_pinned_bytes")
+    if mr:
+        ib.ibv_dereg_mr(mr)
+    rt.cudaHostUnregister(m)
+    out["after_live"] = totals("after")["live_bytes"]
+    return out
+
+
 def child(args):
     snapshot = os.environ.get("GPU_CHECK_SNAPSHOT")
     try:
@@ -422,6 +485,8 @@ def child(args):
             out = child_driver(args.emul_dir if args.backend == "emul" else "")
         elif args.child == "hip":
             out = child_hip(args.emul_dir if args.backend == "emul" else "")
+        elif args.child == "card":
+            out = child_card(args.emul_dir if args.backend == "emul" else "")
         elif args.child == "devmem":
             out = child_devmem(args.emul_dir if args.backend == "emul" else "")
         else:
@@ -648,6 +713,21 @@ class Checks:
             self.line("SKIP", "10 I/O memory and device memory", "CUDA only here")
         else:
             self.devmem()
+        # 11. A range pinned by cudaHostRegister, then registered with the RDMA card: one count.
+        if a.hip:
+            self.line("SKIP", "11 card over a registered range", "CUDA only here")
+        else:
+            r = self.run("card", mode="card")[0]
+            if r.get("skip"):
+                self.line("SKIP", "11 card over a registered range", r["skip"])
+            elif not r["ok"]:
+                self.check("11 card over a registered range", False, "%s" % r.get("error"))
+            else:
+                once = r["register_rc"] == 0 and r["reg_mr"] and r["held_live"] == COUNTER_BYTES
+                self.check("11 card over a registered range", once and not r["held_kernel_pinned"] and r["after_live"] == 0,
+                           "cudaHostRegister rc %s, ibv_reg_mr %s: %d bytes live while both hold %d (kernel-pinned %s), %d after both let go" % (
+                               r["register_rc"], "ok" if r["reg_mr"] else "failed", r["held_live"], COUNTER_BYTES,
+                               r["held_kernel_pinned"], r["after_live"]))
 
         # 6. Throughput with and without pinguard, in the same run.
         r_without = self.run("speed-without", preload=False)[0]
