@@ -238,3 +238,49 @@ fn an_mlock_over_rlimit_memlock_says_why_in_its_event_and_the_exit_line() {
         "{exit}"
     );
 }
+
+/// Issue 46 item 6: the `mlock` family counts whole pages, so a budget can refuse a call whose
+/// asked bytes fit. The refusal says both: 2 MiB and 1 MiB, each starting inside a page, are 513
+/// and 257 pages (2,101,248 + 1,052,672 bytes), over a budget of 3 MiB that 3 MiB asked would fit.
+#[test]
+fn a_refusal_gives_the_bytes_asked_beside_the_pages_counted() {
+    let prog = fixtures().dir.join("lock_bytes");
+    let src = root().join("tests/progs/lock_bytes.c");
+    cc(&[
+        "-g",
+        "-O1",
+        "-Wall",
+        "-o",
+        prog.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let r = run(
+        prog.to_str().unwrap(),
+        &["100:2097152", "4194404:1048576"],
+        &[("PINGUARD_BUDGET", "3Mi"), ("PINGUARD_POLICY", "error")],
+    );
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("100:2097152 rc=0 "), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("4194404:1048576 rc=-1 errno=12"),
+        "refused by the budget: {}",
+        r.stdout
+    );
+    assert!(
+        r.stderr.contains(
+            "last refused: mlock of 1.00 MiB (1048576 bytes asked, 1052672 counted in whole pages): "
+        ),
+        "{}",
+        r.stderr
+    );
+    let rep = r.report();
+    let e = rep["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "denied" && e["api"] == "mlock")
+        .unwrap_or_else(|| panic!("{}", rep["events"]));
+    assert_eq!(e["size"], 1_052_672, "{e}");
+    assert_eq!(e["why"]["asked_bytes"], 1_048_576, "{e}");
+    assert_eq!(rep["totals"]["live_bytes"], 2_101_248, "{rep}");
+}

@@ -551,6 +551,10 @@ pub struct Why {
     pub cgroup_headroom_bytes: Option<u64>,
     /// The process budget (`None`: none).
     pub budget_bytes: Option<u64>,
+    /// The bytes the call asked for where pinguard counted another figure (the `mlock` family
+    /// counts the whole pages a range touches; the event's `size`); absent where they are equal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub asked_bytes: Option<u64>,
 }
 
 impl Why {

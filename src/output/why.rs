@@ -36,6 +36,7 @@ fn shaped(kind: EventKind, api: &str, room: &Room) -> Why {
         vm_pin_bytes: room.vm_pin,
         cgroup_headroom_bytes: room.cgroup_headroom,
         budget_bytes: room.budget,
+        asked_bytes: room.asked,
     }
 }
 
@@ -49,11 +50,19 @@ pub fn last(events: &[EventRec]) -> Option<String> {
         EventKind::Failed => "failed",
         EventKind::OverBudget => "over budget",
     };
+    let why = of(e)?;
+    // Counted in whole pages: both figures, so that a budget's sum can be followed.
+    let bytes = match why.asked_bytes.filter(|&a| a != e.size) {
+        Some(a) => format!(
+            "{} ({a} bytes asked, {} counted in whole pages)",
+            format_bytes(a),
+            e.size
+        ),
+        None => format!("{} ({} bytes)", format_bytes(e.size), e.size),
+    };
     Some(format!(
-        "last {what}: {} of {} ({} bytes): {}",
+        "last {what}: {} of {bytes}: {}",
         e.api.name(),
-        format_bytes(e.size),
-        e.size,
-        of(e)?.line()
+        why.line()
     ))
 }

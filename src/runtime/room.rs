@@ -32,6 +32,30 @@ pub struct Room {
     /// The API's answer: the runtime's code, or the kernel's errno for the locking family; `None`
     /// for pinguard's own refusal (the family's out-of-memory answer, named at write time).
     pub code: Option<i32>,
+    /// The bytes the caller asked for, where pinguard counts another figure (the `mlock` family
+    /// counts whole pages): `None` where the two are the same.
+    pub asked: Option<u64>,
+}
+
+std::thread_local! {
+    /// The bytes the current locking call asked for, set only on its way to a refusal (`Asking`).
+    static ASKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// While alive, a refusal or failure on this thread records `bytes` as what its call asked for.
+pub struct Asking(());
+
+impl Asking {
+    pub fn new(bytes: u64) -> Asking {
+        ASKED.with(|a| a.set(bytes));
+        Asking(())
+    }
+}
+
+impl Drop for Asking {
+    fn drop(&mut self) {
+        ASKED.with(|a| a.set(0));
+    }
 }
 
 impl Room {
@@ -49,6 +73,7 @@ impl Room {
             cgroup_headroom: headroom.or_else(headroom_now),
             budget,
             code,
+            asked: Some(ASKED.with(|a| a.get())).filter(|&b| b != 0),
         }
     }
 }

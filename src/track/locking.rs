@@ -109,6 +109,9 @@ fn munlock_changed(held: &Gaps) -> bool {
 /// What a locking call's budget decision is made of, besides the bytes.
 struct Ask<'a, 'h> {
     api: Api,
+    /// The bytes the call asked for (0: the call names none), for a refusal's line: pinguard
+    /// counts whole pages.
+    asked: u64,
     site: &'static Callsite,
     req: Request,
     /// Where a `warn` line waits until the view's guard is let go.
@@ -312,6 +315,7 @@ impl Hook {
         recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
+        let _asking = (ask.asked != 0).then(|| crate::runtime::room::Asking::new(ask.asked));
         let kernel = kernel::vm_lck();
         let stands = matches!((budget::limit(), kernel), (Some(limit), Some(k)) if k.saturating_add(bytes) > limit);
         if !stands
@@ -365,6 +369,7 @@ impl Hook {
         let later = WarnLater::new(&self);
         let ask = Ask {
             api,
+            asked: len as u64,
             site,
             req: Request::Pageable,
             later: &later,
@@ -646,6 +651,7 @@ impl Hook {
         let later = WarnLater::new(&self);
         let ask = Ask {
             api,
+            asked: 0,
             site,
             req: Request::Pageable,
             later: &later,
@@ -774,6 +780,7 @@ impl Hook {
         let grow = (m.new_len - m.old_len) as u64;
         let ask = Ask {
             api: o.api,
+            asked: 0,
             site: o.site,
             req: Request::Mapped,
             later,
@@ -866,6 +873,7 @@ impl Hook {
         let later = WarnLater::new(&self);
         let ask = Ask {
             api,
+            asked: 0,
             site,
             req: Request::Pageable,
             later: &later,
