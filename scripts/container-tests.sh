@@ -317,7 +317,7 @@ check_cdi() {
     local out c
     mapfile -t c < <(common)
     out=$(pm run --rm "${c[@]}" "$image" /bin/sh -c 'echo "LD_PRELOAD=$LD_PRELOAD"
-        echo "list=$(cat /etc/ld.so.preload)"
+        read -r list </etc/ld.so.preload; echo "list=$list"
         echo "PINGUARD_METRICS=$PINGUARD_METRICS"
         if ( : >/opt/pinguard/libpinguard.so ) 2>/dev/null; then echo library=writable; else echo library=read-only; fi
         exec /fx/scenario cuda_alloc:1048576' 2>&1)
