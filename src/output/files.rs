@@ -483,7 +483,7 @@ fn write_temp(
                 <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode),
             )?;
         }
-        let mut w = std::io::BufWriter::with_capacity(64 << 10, &mut f);
+        let mut w = Buffered::new(&mut f);
         fill(&mut w)?;
         w.flush()
     })();
@@ -493,6 +493,48 @@ fn write_temp(
             let _ = std::fs::remove_file(&tmp);
             Err(e)
         }
+    }
+}
+
+/// A 64 KiB write buffer taken fallibly: `BufWriter` aborts the program when its buffer cannot be
+/// had (`handle_alloc_error`), and a report is written exactly when memory may be short (an
+/// `RLIMIT_AS` the program lowers while the report thread writes). Without the buffer, every
+/// write goes to the file as it comes.
+struct Buffered<W: Write> {
+    inner: W,
+    buf: Vec<u8>,
+}
+
+impl<W: Write> Buffered<W> {
+    fn new(inner: W) -> Self {
+        let mut buf = Vec::new();
+        let _ = buf.try_reserve_exact(64 << 10);
+        Buffered { inner, buf }
+    }
+
+    fn flush_buf(&mut self) -> std::io::Result<()> {
+        let r = self.inner.write_all(&self.buf);
+        self.buf.clear();
+        r
+    }
+}
+
+impl<W: Write> Write for Buffered<W> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.buf.len() + data.len() > self.buf.capacity() {
+            self.flush_buf()?;
+        }
+        if data.len() >= self.buf.capacity() {
+            return self.inner.write(data);
+        }
+        // Within the capacity reserved: no allocation.
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.flush_buf()?;
+        self.inner.flush()
     }
 }
 
