@@ -258,15 +258,19 @@ fn named(lib: &Lib, space: Space, rc: i32) -> String {
         Space::Hip => Some(c"hipGetErrorName"),
         _ => None,
     };
-    let from_runtime = own.and_then(|f| lib.sym(f)).and_then(|f| {
-        // SAFETY: `const char *xGetErrorName(int)`, the runtime's own function; it answers a
-        // static string (never freed) for any code.
-        let p = unsafe {
-            std::mem::transmute::<*mut c_void, unsafe extern "C" fn(i32) -> *const i8>(f)(rc)
-        };
-        // SAFETY: a NUL-terminated static string when not null.
-        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-    });
+    let from_runtime =
+        own.and_then(|f| lib.sym(f)).and_then(|f| {
+            // SAFETY: `const char *xGetErrorName(int)`, the runtime's own function; it answers a
+            // static string (never freed) for any code.
+            let p = unsafe {
+                std::mem::transmute::<
+                    *mut c_void,
+                    unsafe extern "C" fn(i32) -> *const std::ffi::c_char,
+                >(f)(rc)
+            };
+            // SAFETY: a NUL-terminated static string when not null.
+            (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        });
     match from_runtime
         .filter(|n| !n.is_empty() && !n.ends_with("Unknown"))
         .or_else(|| codes::name(space, rc).map(str::to_string))
