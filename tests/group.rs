@@ -196,6 +196,55 @@ fn the_last_member_to_leave_removes_the_ledger_and_the_next_job_sets_its_budget(
     assert!(g.gone());
 }
 
+/// Processes of a group start together and join at their first pin: a ledger nobody joined yet
+/// is its creator's, not abandoned. A process that pins nothing neither replaces it when it
+/// starts nor removes it when it ends (eight workers starting at once under qemu replaced each
+/// other's until one ran without the group budget and the group held 1.7x its budget).
+#[test]
+fn a_process_that_pins_nothing_leaves_a_fresh_ledger_to_its_creator() {
+    use std::os::unix::fs::MetadataExt;
+    let f = fixtures();
+    let g = Group::new("fresh");
+    let mut creator = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
+    clear_pinguard_env(&mut creator);
+    let mut creator = creator
+        .arg("wait_stdin:0")
+        .env("PINGUARD_GROUP", &g.0)
+        .env("PINGUARD_GROUP_BUDGET", "1Mi")
+        .env(
+            "PINGUARD_REPORT",
+            fresh_dir("fresh-creator").join("r.%p.json"),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::path::Path::new(&g.path()).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let ino = std::fs::metadata(g.path())
+        .expect("the creator made the ledger")
+        .ino();
+    let e = [
+        ("PINGUARD_GROUP", g.0.as_str()),
+        ("PINGUARD_GROUP_BUDGET", "2Mi"),
+    ];
+    let r = run("scenario", &["sleep_ms:1"], &e);
+    let after = std::fs::metadata(g.path()).map(|m| m.ino());
+    let budget = after.is_ok().then(|| g.budget());
+    drop(creator.stdin.take());
+    creator.wait().unwrap();
+    assert_eq!(
+        after.ok(),
+        Some(ino),
+        "the creator's ledger is still at the group's name: {}",
+        r.stderr
+    );
+    assert_eq!(budget, Some(1024 * 1024), "with the creator's budget");
+    assert!(g.gone(), "its creator, pinning nothing, removed it at exit");
+}
+
 /// Issue 46 item 5: a last member killed with SIGKILL leaves its ledger; the next joiner proves
 /// that nobody lives in it, removes it and starts the group afresh with its own budget.
 #[test]

@@ -40,6 +40,8 @@ static PATH: std::sync::OnceLock<CString> = std::sync::OnceLock::new();
 /// The mapped ledger's file (device, inode): a removal unlinks the name only while it names it.
 static LEDGER_DEV: AtomicU64 = AtomicU64::new(0);
 static LEDGER_INO: AtomicU64 = AtomicU64::new(0);
+/// This image made the ledger in use (it alone may remove it while nobody ever joined it).
+static CREATED: AtomicBool = AtomicBool::new(false);
 /// This process's own `PINGUARD_GROUP_BUDGET` (`u64::MAX`: none), for a ledger it makes anew.
 static OWN_BUDGET: AtomicU64 = AtomicU64::new(u64::MAX);
 /// How the ledger was had at start-up, for `PINGUARD_LOG=debug` (`how_opened`).
@@ -85,6 +87,7 @@ pub fn init(name: &str, budget: Option<u64>, errors: &mut Vec<String>) {
             forget_previous_image(h);
             LEDGER_DEV.store(o.id.0, Ordering::Relaxed);
             LEDGER_INO.store(o.id.1, Ordering::Relaxed);
+            CREATED.store(o.created, Ordering::Relaxed);
             MAP.store(h.0.as_ptr(), Ordering::Release);
         }
         Err(why) => errors.push(format!("PINGUARD_GROUP={name:?}: the ledger {path} {why}; running WITHOUT the group budget (the process budget only)")),
@@ -129,11 +132,16 @@ fn open_live(path: &str, budget: Option<u64>) -> Result<(Opened, bool), String> 
     Err("keeps being removed under us".into())
 }
 
-/// Whether nobody lives in the ledger: it is closed, or every member in it is gone (read
-/// without the lock; `remove_abandoned` checks again under it).
+/// Whether nobody lives in the ledger: it is closed, or it was joined and every member in it is
+/// gone (read without the lock; `remove_abandoned` checks again under it). One nobody joined yet
+/// is its creator's, which joins at its first pin: the processes of a group start together, and
+/// each replacing the one before would leave some without the group.
 fn abandoned(h: Shared) -> bool {
     if h.u32_at(std::mem::offset_of!(Header, closed)) != 0 {
         return true;
+    }
+    if h.u64_at(std::mem::offset_of!(Header, joins)) == 0 {
+        return false;
     }
     let here = here();
     (0..MAX_MEMBERS).all(|i| {
@@ -155,7 +163,7 @@ fn remove_abandoned(h: Shared, id: (u64, u64)) -> bool {
             return false;
         };
         l.bury(&dead);
-        if l.h().closed != 0 || l.empty() {
+        if l.h().closed != 0 || (l.empty() && l.h().joins != 0) {
             l.close(id);
             return true;
         }
@@ -2140,12 +2148,15 @@ pub fn leave() {
     let Ok(mut l) = Locked::new(h, &mut w) else {
         return;
     };
-    if l.owns(i) {
+    let member = l.owns(i);
+    if member {
         l.vacate(i);
         let_go_semaphore();
     }
-    // The last to leave removes the ledger: a group's budget does not outlive the group.
-    if l.empty() {
+    // The last member to leave removes the ledger: a group's budget does not outlive the group.
+    // One nobody joined is left to its creator, whose budget it holds.
+    let unjoined_own = CREATED.load(Ordering::Relaxed) && l.h().joins == 0;
+    if (member || unjoined_own) && l.empty() {
         l.close((
             LEDGER_DEV.load(Ordering::Relaxed),
             LEDGER_INO.load(Ordering::Relaxed),
@@ -2175,6 +2186,7 @@ fn reopen(old: Shared) -> Option<Shared> {
         Ok(_) => {
             LEDGER_DEV.store(o.id.0, Ordering::Relaxed);
             LEDGER_INO.store(o.id.1, Ordering::Relaxed);
+            CREATED.store(o.created, Ordering::Relaxed);
             // No slot in the removed ledger: this process joins the new one (unless another
             // thread already did).
             let _ = SLOT.compare_exchange(slot, NOT_JOINED, Ordering::Relaxed, Ordering::Relaxed);
@@ -2194,6 +2206,7 @@ fn reopen(old: Shared) -> Option<Shared> {
 
 /// In a fork child: a new process, which joins as a member of its own when it first pins.
 pub fn after_fork_child() {
+    CREATED.store(false, Ordering::Relaxed); // the parent's ledger: it removes it
     if SLOT.load(Ordering::Relaxed) != NO_SLOT || !MAP.load(Ordering::Relaxed).is_null() {
         SLOT.store(NOT_JOINED, Ordering::Relaxed);
     }
