@@ -1,4 +1,4 @@
-//! Link settings that let a musl process load the library (docs/design.md, "musl processes").
+//! Link settings that let a musl process load the library (docs/internals.md, "musl processes").
 //!
 //! A musl loader fails the whole program when a preloaded library names a file it cannot find
 //! or a strong symbol no loaded object defines; glibc's loader would only skip the preload. With

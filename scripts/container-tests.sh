@@ -28,7 +28,7 @@ started=$(now)
 
 scrape_s=5           # Prometheus' scrape interval: at least 3 x PINGUARD_INTERVAL + 5 s, so that a
                      # series whose writer's death only the file's age proves (an OOM kill racing
-                     # the kernel's robust-list walk: docs/design.md, "Metrics") still goes within
+                     # the kernel's robust-list walk: docs/internals.md, "Metrics") still goes within
                      # two scrape intervals
 interval=1s          # PINGUARD_INTERVAL in the containers: a live process rewrites its file this often
 kns=pinguard-ci      # the Kubernetes namespace the containers claim (PINGUARD_NAMESPACE)

@@ -5,7 +5,7 @@ in place, and prints what it removed.
 The library needs the loader only for `__tls_get_addr`. glibc's loader is in every glibc process
 anyway, and glibc checks a version requirement against every loaded object, so the entry changes
 nothing there; a musl loader, which defines `__tls_get_addr` itself, fails the whole program over
-a file it cannot find (docs/design.md, "musl processes"). build.rs keeps the entry out of
+a file it cannot find (docs/internals.md, "musl processes"). build.rs keeps the entry out of
 gcc-linked builds; scripts/release.sh runs this on the zig-linked ones.
     scripts/drop_loader_needed.py LIB
 """

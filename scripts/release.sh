@@ -51,7 +51,7 @@ for arch in "${archs[@]}"; do
         m=$(readelf -h "$f" | sed -n 's/ *Machine: *//p')
         check "$f architecture" "$([[ $m == *"$machine"* ]] && echo 1 || echo 0)" "$m"
     done
-    # What a musl loader needs to load it (docs/design.md, "musl processes"): no file but libc, and
+    # What a musl loader needs to load it (docs/internals.md, "musl processes"): no file but libc, and
     # only strong imports musl's libc defines (checked against it where it is installed, else
     # against the glibc-only names the library is known to have imported).
     # musl's loader answers the names glibc 2.17 split libc into (libpthread, libdl, librt, libm)

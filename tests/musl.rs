@@ -1,5 +1,5 @@
 //! musl processes: the library, built against glibc, loads into a program linked with musl and
-//! stands down there, so the program runs exactly as without it (docs/design.md, "musl
+//! stands down there, so the program runs exactly as without it (docs/internals.md, "musl
 //! processes"). Needs `musl-gcc` (Debian's musl-tools; `.ci/run` installs it).
 
 mod common;

@@ -1,6 +1,6 @@
 //! Metrics files in a folder others write to, as `top --metrics` and `metrics-prune` read them:
 //! opened as `pinguard_report::untrusted` opens files, and believed only when the process their
-//! writer's line names runs as the user who owns the file (`docs/design.md`, "Metrics").
+//! writer's line names runs as the user who owns the file (`docs/internals.md`, "Metrics").
 
 use pinguard_report::textfile::{self, Writer};
 use pinguard_report::untrusted::{self, Links};

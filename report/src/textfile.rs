@@ -1,7 +1,7 @@
 //! The metrics files pinguard writes for node_exporter's textfile collector: the writer's line
 //! each one starts with, its liveness file, and when that writer is proven dead, so that its file may be removed (by
 //! the next writer in the folder, in the library, or by `pinguard metrics-prune` on the node).
-//! `docs/design.md`, "Metrics".
+//! `docs/internals.md`, "Metrics".
 
 /// The first line of every metrics file pinguard writes, before the writer's identity. The text
 /// format ignores a `#` line that is neither `# HELP` nor `# TYPE`.

@@ -3,7 +3,7 @@
 //! Nothing here waits (`O_NONBLOCK`: a FIFO answers at once, and is then refused), follows a link
 //! it was not told to (`O_NOFOLLOW`), or reads anything but a regular file within a bound for
 //! its kind, judged with `fstat` on the descriptor opened (no name is looked up twice).
-//! `docs/design.md`, "Reading folders others write to".
+//! `docs/cli.md`, "Reading folders others write to".
 
 use std::fs::{File, Metadata};
 use std::io::Read;

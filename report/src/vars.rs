@@ -246,7 +246,7 @@ pub const METRICS_INTERVAL_MS: u64 = 15_000;
 
 pub const METRICS: Var = Var {
     name: "PINGUARD_METRICS",
-    meaning: "a Prometheus text-format file (mode 0644, for node_exporter's textfile collector) at this path template (as `PINGUARD_REPORT`), from a process's first pinning call on (a refusal or a downgrade counts), rewritten every 15 s (every `PINGUARD_INTERVAL` when shorter), removed when the process exits; a killed process's file is removed by the next writer in the folder (`docs/design.md`, \"Metrics\"). Without `%p`, the pid goes before `.prom`; for containers sharing one folder, `pinguard.%n.%p.prom` names every process apart",
+    meaning: "a Prometheus text-format file (mode 0644, for node_exporter's textfile collector) at this path template (as `PINGUARD_REPORT`), from a process's first pinning call on (a refusal or a downgrade counts), rewritten every 15 s (every `PINGUARD_INTERVAL` when shorter), removed when the process exits; a killed process's file is removed by the next writer in the folder (`docs/internals.md`, \"Metrics\"). Without `%p`, the pid goes before `.prom`; for containers sharing one folder, `pinguard.%n.%p.prom` names every process apart",
     default: None,
     unset: "off",
     forms: "a path with %p, %e, %h, %t, %n or %%",
@@ -324,7 +324,7 @@ pub const STRICT: Var = Var {
 
 pub const SUPPRESSIONS: Var = Var {
     name: "PINGUARD_SUPPRESSIONS",
-    meaning: "read by `pinguard check` only (the library knows the name and ignores it): the suppressions file it reads when `--suppressions` is not given (`docs/design.md`, \"Suppressions\")",
+    meaning: "read by `pinguard check` only (the library knows the name and ignores it): the suppressions file it reads when `--suppressions` is not given (`docs/cli.md`, \"Suppressions\")",
     default: None,
     unset: "none",
     forms: "a path",

@@ -5,7 +5,7 @@
 //! file holds figures, names and labels, nothing secret), and removes it when it exits. Its first
 //! line names the writer (`Writer`): whoever writes next in the folder removes the file of a
 //! writer it can prove dead, so a SIGKILLed or OOM-killed process's series go too
-//! (`docs/design.md`, "Metrics").
+//! (`docs/internals.md`, "Metrics").
 
 use crate::accounting::ledger;
 use crate::budget::{self, group};

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 /// `LINE_TABLES_MAX_BYTES`, is named from its symbol tables alone. Parsing debug information
 /// takes memory in proportion to it: the pages read, each line-table row (24 bytes on the heap,
 /// from as little as one byte of `.debug_line`), each function and inlined call. See
-/// `docs/design.md`, "Naming frames", for what these limits cost at most.
+/// `docs/internals.md`, "Naming frames", for what these limits cost at most.
 pub const LINES_MAX_BYTES: u64 = 4 << 20;
 pub const LINE_TABLES_MAX_BYTES: u64 = 256 << 10;
 

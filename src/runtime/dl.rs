@@ -78,7 +78,7 @@ pub(crate) const COPY_MARK: &[u8] = b"pinguard_version";
 
 /// Whether the process's C library is not glibc (musl's): pinguard is built against glibc and
 /// stands down there, every export passing its call to the C library's own function
-/// (docs/design.md, "musl processes"). Found once, by `init`; a load after that.
+/// (docs/internals.md, "musl processes"). Found once, by `init`; a load after that.
 pub fn foreign_libc() -> bool {
     init();
     FOREIGN.load(Ordering::Relaxed)

@@ -1,6 +1,6 @@
 //! The unwinder, found at run time: the library imports no `_Unwind_*` symbol and names no
 //! `libgcc_s.so.1`, which a musl process cannot provide (a musl loader fails the whole program
-//! over either; docs/design.md, "musl processes"). Hidden definitions of the `_Unwind_*`
+//! over either; docs/internals.md, "musl processes"). Hidden definitions of the `_Unwind_*`
 //! functions std and pinguard call jump through a table that `load` fills with glibc's
 //! `libgcc_s.so.1`, the copy glibc itself loads to unwind a cancelled thread: a cancellation
 //! that unwinds through a hook then runs pinguard's personality routine with a context of the
