@@ -5,7 +5,7 @@
 
 #[path = "common/asan.rs"]
 mod asan_fixture;
-mod common;
+use crate::common;
 
 use asan_fixture::asan;
 use common::*;

@@ -3,7 +3,7 @@
 //! the exports and `dlsym(dlopen("libascend_hal.so"), name)`, against the emulated driver
 //! (tests/emul/ascend_hal.c, CANN's names, map types and `drvError_t` codes) and its own counters.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

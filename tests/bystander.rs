@@ -1,7 +1,7 @@
 //! pinguard as a bystander (issue 44, items 5 and 6): run with and without the preload, a
 //! program's own files and its own locking limit come out the same.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -3,7 +3,7 @@
 //! are folded into one aggregate), while every live allocation keeps its own callsite and the
 //! totals stay exact.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};

@@ -5,7 +5,7 @@
 //! (`memory.max_usage_in_bytes`) are the independent count the tests compare with. Without root or
 //! a v1 memory hierarchy every test says NOT RUN (and fails where PGTEST_REQUIRE_ALL is set).
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

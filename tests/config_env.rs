@@ -1,7 +1,7 @@
 //! Every `PINGUARD_*` variable with a bad value: one clear stderr line naming it, the process runs
 //! on with the default, and the report lists the problem under `config.errors`.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

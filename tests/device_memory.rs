@@ -8,7 +8,7 @@
 //!   bytes against the budget and the host reserve (`PINGUARD_DEVICE_MEMORY=auto`, the default);
 //!   on a discrete one nothing changes; `host` and `device` force either answer.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

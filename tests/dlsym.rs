@@ -2,7 +2,7 @@
 //! interposer preloaded before or after pinguard, from libraries loaded `RTLD_LOCAL`, and in
 //! `dlerror`.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

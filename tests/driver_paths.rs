@@ -2,7 +2,7 @@
 //! `cuGetProcAddress` resolution, `dlsym(handle, ...)` look-ups, runtimes loaded late and locally.
 //! One outer call is one allocation, and the budget holds on every path.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn lines_ok(r: &Run) {

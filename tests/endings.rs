@@ -4,7 +4,7 @@
 //! out (`"fatal_signal"`); and none of it changes what the program sees: its exit status, its
 //! core dump, the dispositions it finds at start, its own handlers.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::ffi::OsStr;

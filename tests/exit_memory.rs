@@ -2,7 +2,7 @@
 //! of debug information adds at most 32 MiB to the process's peak memory, and `pinguard report`
 //! still names every frame by function, file and line.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! other users are never used, and expansions make no folder and no way out. (A planted
 //! symlink: tests/report.rs.)
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Forks while other threads are inside hooks and writing reports, and every way a process ends:
 //! no child hangs, a child's ledger starts empty, and each exit writes exactly one complete report.
 
-mod common;
+use crate::common;
 use common::*;
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! handler that interrupted pinguard never waits; a child made without the atfork handlers
 //! (`_Fork`, a raw `clone`) gets state of its own and leaves its parent's figures alone.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -1,7 +1,7 @@
 //! A pinned budget shared by the processes of a group through a ledger in shared memory, and the
 //! Prometheus metrics file.
 
-mod common;
+use crate::common;
 use common::*;
 use pinguard_report::group::{self as layout, Header};
 use std::process::{Command, Stdio};

@@ -4,7 +4,7 @@
 //! Debian library (5.2.3), loaded beside pinguard on a machine without an AMD device, answering
 //! exactly as it does without pinguard.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

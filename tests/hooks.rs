@@ -1,7 +1,7 @@
 //! Every hook passes calls through and counts them exactly, checked against the emulated
 //! runtimes' own counters.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

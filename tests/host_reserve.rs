@@ -4,7 +4,7 @@
 //! lowers as it pins and raises as it releases, from its own count (`EMU_MEMINFO`). That needs
 //! root and `unshare -m`; without them every test here says NOT RUN and passes.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

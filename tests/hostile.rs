@@ -1,6 +1,6 @@
 //! Hostile input: garbage in every `PINGUARD_*` variable, and arguments the runtimes reject.
 
-mod common;
+use crate::common;
 use common::*;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

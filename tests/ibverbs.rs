@@ -3,7 +3,7 @@
 //! each policy, against the emulated `libibverbs.so.1` (tests/emul/ibverbs.c, rdma-core's names,
 //! versions and `struct ibv_mr`) and its own counters.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

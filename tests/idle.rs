@@ -2,7 +2,7 @@
 //! status and output, no thread, no descriptor, no file, no line, and no mapping of pinguard's
 //! beyond the library's own segments (its heap and work stacks come with the first pinning call).
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Output;
 

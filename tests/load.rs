@@ -1,7 +1,7 @@
 //! The library loads anywhere, stays silent in processes that pin nothing, and exports only the
 //! hooks and its C API.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 

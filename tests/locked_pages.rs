@@ -2,7 +2,7 @@
 //! glibc's own `munmap`/`mremap`, `mlockall`, `fork`; the kernel's own answer to arguments it
 //! rejects; and locking calls made from signal handlers.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -1,7 +1,7 @@
 //! The mlock family against the kernel: pinguard's live bytes follow `VmLck` in the same process
 //! through overlapping locks, partial unlocks, unmaps and `mlockall`.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn checkpoints(r: &Run) -> Vec<(i64, i64)> {

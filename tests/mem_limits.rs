@@ -3,7 +3,7 @@
 //! with and without pinguard: its exit status and output must be the same, and the report must
 //! say what pinguard left out.
 
-mod common;
+use crate::common;
 use common::*;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;

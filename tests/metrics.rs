@@ -2,7 +2,7 @@
 //! can read, only from processes that pin, gone when their process ends however it ends, and
 //! labelled with the pod and container a dashboard groups by.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::io::Write;

@@ -2,7 +2,7 @@
 //! stands down there, so the program runs exactly as without it (docs/internals.md, "musl
 //! processes"). Needs `musl-gcc` (Debian's musl-tools; `.ci/run` installs it).
 
-mod common;
+use crate::common;
 use common::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 //! routes with both callsites, and goes when the last route lets go, in either order. Against the
 //! emulated CUDA runtime and `libibverbs.so.1` (tests/emul) and real `mlock`.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -4,7 +4,7 @@
 //! `unshare --pid --fork --mount-proc` (root), so its pid is 1 in its own namespace, and the
 //! pod's pinned bytes are counted by the emulated runtimes themselves (`EMU_SHARED_COUNTER`).
 
-mod common;
+use crate::common;
 use common::*;
 use pinguard_report::group::{self as layout, Header};
 use std::io::{BufRead, BufReader, Write};

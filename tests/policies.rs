@@ -1,6 +1,6 @@
 //! The budget under each policy, for every family, with each API's own error code.
 
-mod common;
+use crate::common;
 use common::*;
 
 const BUDGET: &str = "16384";

@@ -3,7 +3,7 @@
 //! the emulated runtimes' own counts (a pool reserves 2 MiB chunks and keeps freed memory until it
 //! is trimmed or destroyed); device pools are never counted; budgets apply.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! (the emulated CUDA runtime), `--pinguard` running the session under the library, the markers
 //! failing the tests over their limits with the callsite named, and passing the others.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! Python's ctypes loads libraries `RTLD_LOCAL`: the runtime a framework library links is then
 //! invisible to `dlsym(RTLD_NEXT)`, and pinguard must find it among the loaded objects.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

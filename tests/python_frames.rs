@@ -2,7 +2,7 @@
 //! GIL (ctypes releases it), on every CPython 3.11, 3.12 and 3.13 found here (pyenv's, and
 //! `python3.1x` on PATH).
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! calls: the runtimes never hold more than the budget together, and every counter ends exact.
 //! `scripts/race.sh` runs the long version (1,000,000 operations).
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

@@ -5,7 +5,7 @@
 //! and each release removes exactly its own record, in either order. CUDA refuses to register
 //! memory it pinned itself, and pinguard passes that answer on.
 
-mod common;
+use crate::common;
 use common::*;
 
 const MIB: i64 = 1 << 20;

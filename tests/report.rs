@@ -1,7 +1,7 @@
 //! The report written at exit: every key of the contract, callsites that start at the caller,
 //! atomic and private files, the path template, and the one summary line.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;

@@ -3,7 +3,7 @@
 //! that cannot work stops it before the command starts; a signal sent to `run` reaches the
 //! command, and `run` exits with the command's status.
 
-mod common;
+use crate::common;
 use common::*;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -1,7 +1,7 @@
 //! The budget's bookkeeping stays exact whatever the calls: a call the runtime rejects never
 //! touches it, a pointer with a live record is never recorded twice, and no counter saturates.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn rcs(stdout: &str) -> Vec<String> {

@@ -1,7 +1,7 @@
 //! `pthread_cancel` acts exactly as without pinguard: pinguard's own work is never a cancellation
 //! point, and a cancellation inside the real function unwinds through the hook to the application.
 
-mod common;
+use crate::common;
 use common::*;
 
 /// Built once per test binary: the tests run in parallel, and a program being rewritten cannot be

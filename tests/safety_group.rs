@@ -3,7 +3,7 @@
 //! thread cancelled inside a group reservation is not aborted, the counters never saturate, and a
 //! member stopped while holding the ledger's lock freezes nobody.
 
-mod common;
+use crate::common;
 use common::*;
 use pinguard_report::group::{self as layout, Header};
 use std::io::{BufRead, BufReader, Write};

@@ -4,7 +4,7 @@
 //! included), `_exit` tells a real signal handler from a blocked signal, and a `vfork` child
 //! (which shares its parent's memory) runs nothing of pinguard's exit path.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! as under `error`. Matching by native symbol and module, in a deep frame, by Python file and
 //! function; the scope under a group budget; Python frames off falls back to native frames.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

@@ -4,7 +4,7 @@
 //! mount namespace whose `/etc` is an overlay over the machine's (never changed: the user, the
 //! preload list and the node file all land in a tmpfs that goes with the namespace).
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -4,7 +4,7 @@
 //! a painted stack, is at most 4 KiB; pinguard's static TLS (carved out of every thread's stack)
 //! is a few hundred bytes.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;

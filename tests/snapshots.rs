@@ -2,7 +2,7 @@
 //! SIGKILL), the report signal (chained to the application's own handler), forked and exec'd
 //! children with their own files.
 
-mod common;
+use crate::common;
 use common::*;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;

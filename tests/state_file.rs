@@ -1,7 +1,7 @@
 //! The state file (`report.PID.state`): a fork child's is its own, a running process's reads as
 //! `running`, a normal exit leaves none, and a folder that cannot hold one changes nothing else.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};

@@ -1,7 +1,7 @@
 //! Threads racing for a budget: the runtime never holds more than the budget, and every counter
 //! ends exact. (`scripts/` will hold the long version; this one runs in `cargo test`.)
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

@@ -1,7 +1,7 @@
 //! Real third-party programs under pinguard: gpg (libgcrypt's secure memory), stress-ng's mlock
 //! and mmap stressors, and a multi-threaded Python program pinning through ctypes.
 
-mod common;
+use crate::common;
 use common::*;
 
 fn gpg(env: &[(&str, &str)]) -> Run {

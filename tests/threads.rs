@@ -3,7 +3,7 @@
 //! reports: the sums must be exact, blocks of ended threads reused, and the peaks exact whenever
 //! the threads' calls do not overlap.
 
-mod common;
+use crate::common;
 use common::*;
 
 #[test]

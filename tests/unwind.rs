@@ -1,7 +1,7 @@
 //! The stack walker: every frame through C code built without frame pointers, objects opened
 //! and closed after start-up, and a corrupt stack that must end the walk, not the process.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 use std::path::PathBuf;

@@ -5,7 +5,7 @@
 //! against the budget. Without `io_uring` (`/proc/sys/kernel/io_uring_disabled`, a kernel
 //! without it, qemu-user) every test says NOT RUN, and fails where `PGTEST_REQUIRE_ALL` is set.
 
-mod common;
+use crate::common;
 use common::*;
 use std::path::PathBuf;
 use std::sync::OnceLock;

@@ -3,7 +3,7 @@
 //! from the creation until the last reference is released and the last mapping unmapped, in every
 //! order, through every route; device memory never; budgets under every policy.
 
-mod common;
+use crate::common;
 use common::*;
 use serde_json::Value;
 

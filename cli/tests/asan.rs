@@ -4,8 +4,7 @@
 
 #[path = "../../tests/common/asan.rs"]
 mod asan_fixture;
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use asan_fixture::asan;
 use common::*;

@@ -1,8 +1,7 @@
 //! The `pinguard` command end to end: real programs under the real library, then the reports read
 //! back through every subcommand, and every kind of bad input.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

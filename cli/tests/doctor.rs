@@ -2,8 +2,7 @@
 //! files bind-mounted over this process's own `/proc` entries in a mount namespace, and the
 //! emulated runtimes, whose pinned pages are charged (mlocked) or, with `EMU_NO_PIN`, not.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -2,8 +2,7 @@
 //! every format and read back by that format's own reader (`go tool pprof`, inferno, speedscope's
 //! schema), whose figures must be the ones `pinguard report` shows, merged runs included.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;

@@ -2,8 +2,7 @@
 //! (`run` says so, `check --latest` checks the newest run only), failure lines that name the
 //! report file, the process and the top callsite, and a suppressions file.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::*;
 use std::path::{Path, PathBuf};

@@ -4,8 +4,7 @@
 //! another user wrote is not shown under a process it does not belong to; and a killed
 //! `run --group-budget` leaves no System V semaphore set behind.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::*;
 use std::os::unix::process::CommandExt;

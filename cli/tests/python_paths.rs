@@ -4,8 +4,7 @@
 //! `report` as a live one does. The real `pinguard` runs a real CPython under the real library,
 //! pinning through the emulated runtime (tests/progs/py_paths.py).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use common::*;
 use serde_json::Value;
