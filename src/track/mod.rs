@@ -163,17 +163,14 @@ pub(crate) fn room(over: Over, code: Option<i32>) -> Room {
 }
 
 /// A pinning call the runtime or the kernel failed with `code`: counted, with an event that
-/// says what room the process had.
+/// says what room the process had (the kernel's figures of the same failure's event just before,
+/// in a burst of it: `ledger::repeated_room`). Every family's failure comes here.
 #[cold]
 #[inline(never)]
 pub(crate) fn failed(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, code: i32) {
-    ledger::count_failed_at(
-        t,
-        api,
-        site,
-        bytes,
-        Room::now(None, budget::limit(), Some(code)),
-    );
+    let room = ledger::repeated_room(api, site, bytes, code)
+        .unwrap_or_else(|| Room::now(None, budget::limit(), Some(code)));
+    ledger::count_failed_at(t, api, site, bytes, room);
 }
 
 /// A call the host or cgroup reserve stopped, in the group's shared page too (for `pinguard top`).
