@@ -361,3 +361,20 @@ fn a_failed_physical_allocation_or_mapping_says_why() {
         assert_why(&e, invalid);
     }
 }
+
+/// Issue 46 item 13: a registration over memory the runtime pinned already, which the runtime
+/// refuses (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, as CUDA does), has an event that says
+/// why.
+#[test]
+fn a_refused_registration_over_pinned_memory_says_why() {
+    let r = run(
+        "vmm",
+        &["export", "cuda", "host_alloc:65536", "host_register:a0"],
+        &[],
+    );
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(rcs(&r)[1].1, 712, "{}", r.stdout);
+    let e = failed_event(&r.report(), "cuMemHostRegister_v2");
+    assert_eq!(e["size"], 65536, "{e}");
+    assert_why(&e, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)");
+}

@@ -844,7 +844,7 @@ impl Hook {
     /// only they go through the budget. The registration is kept apart (`ledger::insert_over`),
     /// so that each release, in either order, takes exactly its own record.
     #[cold]
-    fn register_over<R: Copy + PartialEq>(
+    fn register_over<R: Copy + PartialEq + Into<i64>>(
         self,
         reg: Registration,
         covered: u64,
@@ -886,7 +886,7 @@ impl Hook {
         };
         self.call(real, |&rc, _| {
             if rc != codes.ok {
-                ledger::count_failed(self.t, api);
+                failed(self.t, api, site, bytes, rc.into() as i32);
                 return;
             }
             keep(reservation, extra);
@@ -901,7 +901,7 @@ impl Hook {
     /// budget, and the registration joins the routes it shares pages with (`track::shared`).
     #[cold]
     #[inline(never)]
-    fn register_shared<R: Copy + PartialEq>(
+    fn register_shared<R: Copy + PartialEq + Into<i64>>(
         self,
         reg: Registration,
         pinned: u64,
@@ -924,7 +924,7 @@ impl Hook {
             Err(shared::NotPinned::Downgraded) => return self.answer(codes.ok),
         };
         self.call(real, |&rc, _| match rc == codes.ok {
-            false => ledger::count_failed(self.t, reg.api),
+            false => failed(self.t, reg.api, site, reg.bytes, rc.into() as i32),
             true => self.pinned_shared(reg.api, reg.addr, reg.addr, reg.bytes, site, reservation),
         })
     }
