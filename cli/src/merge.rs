@@ -902,7 +902,11 @@ fn why_lines(r: &ReportView<'_>, keys: &[SiteKey]) -> Vec<WhyLine> {
             api: e.api.clone(),
             size: e.size,
             why: e.why.clone(),
-            site: keys.get(e.callsite as usize).copied(),
+            site: r
+                .callsites
+                .iter()
+                .position(|c| c.id == e.callsite)
+                .and_then(|i| keys.get(i).copied()),
         })
         .collect()
 }

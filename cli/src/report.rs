@@ -231,6 +231,7 @@ fn why_block(m: &Merged) -> String {
         shown.len(),
         total.max(shown.len() as u64)
     );
+    let mut lines: Vec<(String, String, usize)> = Vec::new();
     for &(p, w) in shown {
         let at = w
             .site
@@ -238,13 +239,26 @@ fn why_block(m: &Merged) -> String {
             .map(|l| format!(" at {l}"))
             .unwrap_or_default();
         let exe = p.exe.rsplit('/').next().unwrap_or(&p.exe);
-        s.push_str(&format!(
-            "  {} {}{at}, pid {} ({exe})\n    why: {}\n",
+        let call = format!(
+            "{} {}{at}, pid {} ({exe})",
             w.kind.verb(),
             pinguard_report::call_line(&w.api, w.size, w.why.asked_bytes),
-            p.pid,
-            w.why.line()
-        ));
+            p.pid
+        );
+        let why = w.why.line();
+        // The same call failing the same way again: one entry, counted.
+        match lines.last_mut() {
+            Some((c, y, n)) if *c == call && *y == why => *n += 1,
+            _ => lines.push((call, why, 1)),
+        }
+    }
+    for (call, why, n) in lines {
+        let times = if n > 1 {
+            format!(" ({n} times)")
+        } else {
+            String::new()
+        };
+        s.push_str(&format!("  {call}{times}\n    why: {why}\n"));
     }
     s
 }

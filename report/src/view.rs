@@ -50,7 +50,7 @@ pub struct WhyEvent {
     pub kind: crate::EventKind,
     pub api: String,
     pub size: u64,
-    /// The event's callsite: an index into the report's `callsites`.
+    /// The event's callsite: the `id` of one of the report's `callsites`.
     pub callsite: u32,
     pub why: crate::Why,
 }
@@ -136,6 +136,9 @@ pub struct ConfigView {
 
 #[derive(Deserialize)]
 pub struct CallsiteView<'a> {
+    /// What the report's events name it by (not its place in the list).
+    #[serde(default)]
+    pub id: u32,
     #[serde(borrow)]
     pub frames: Vec<FrameView<'a>>,
     #[serde(default, borrow)]
