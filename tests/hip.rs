@@ -1101,3 +1101,21 @@ fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
         "{exit}"
     );
 }
+
+/// Issue 46 item 13: an allocation from a host pool that the runtime fails, and a physical host
+/// allocation it fails, have events that say why: `hipErrorOutOfMemory (2)` and the room.
+#[test]
+fn a_failed_pool_or_physical_allocation_says_why() {
+    let ops = ["pool:2", "pool_alloc:0:1048576"];
+    let r = hip("export", &ops, &[("EMU_FAIL_EVERY", "1")]);
+    assert_eq!(rcs(&r, &ops), vec![0, 2], "{}", r.stdout);
+    let e = failed_event(&r.report(), "hipMallocFromPoolAsync");
+    assert_eq!(e["size"], 1048576, "{e}");
+    assert_why(&e, "hipErrorOutOfMemory (2)");
+    let ops = ["vmm_create:8192:2"];
+    let r = hip("export", &ops, &[("EMU_FAIL_EVERY", "1")]);
+    assert_eq!(rcs(&r, &ops), vec![2], "{}", r.stdout);
+    let e = failed_event(&r.report(), "hipMemCreate");
+    assert_eq!(e["size"], 8192, "{e}");
+    assert_why(&e, "hipErrorOutOfMemory (2)");
+}

@@ -348,3 +348,28 @@ fn registrations_in_vmpin_are_not_counted_again_as_kernel_pinned() {
         .join("\n")
         .contains("kernel-pinned"));
 }
+
+/// Issue 46 item 13: a registration the library fails (NULL, `errno` ENOMEM: the kernel could not
+/// pin), through each registration name, and a move of a registration it fails, have events
+/// that say why: the `errno` by name, and the room.
+#[test]
+fn a_failed_registration_says_why() {
+    for (op, name) in [
+        ("reg:32768", "ibv_reg_mr"),
+        ("iova:32768", "ibv_reg_mr_iova"),
+        ("iova2:32768", "ibv_reg_mr_iova2"),
+    ] {
+        let r = ibv("export", &[op], &[("EMU_FAIL_EVERY", "1")]);
+        assert_eq!(rcs(&r, &[op]), vec![-1], "{op}: {}", r.stdout);
+        let e = failed_event(&r.report(), name);
+        assert_eq!(e["size"], 32768, "{op}: {e}");
+        assert_why(&e, "ENOMEM");
+    }
+    let ops = ["reg:8192", "rereg:0:12288"];
+    let r = ibv("export", &ops, &[("EMU_FAIL_EVERY", "2")]);
+    assert_eq!(rcs(&r, &ops)[0], 0, "{}", r.stdout);
+    assert_ne!(rcs(&r, &ops)[1], 0, "{}", r.stdout);
+    let e = failed_event(&r.report(), "ibv_rereg_mr");
+    assert_eq!(e["size"], 12288, "{e}");
+    assert_why(&e, "ENOMEM");
+}

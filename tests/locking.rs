@@ -284,3 +284,64 @@ fn a_refusal_gives_the_bytes_asked_beside_the_pages_counted() {
     assert_eq!(e["why"]["asked_bytes"], 1_048_576, "{e}");
     assert_eq!(rep["totals"]["live_bytes"], 2_101_248, "{rep}");
 }
+
+/// `lock_fail 20 1` (one round of each failing call, `CAP_IPC_LOCK` dropped, `RLIMIT_MEMLOCK` 64
+/// KiB, one page locked), under `env`: the report's event of the failed `api` call of `size`
+/// bytes (0: any size).
+fn failed_event(env: &[(&str, &str)], api: &str, size: u64) -> serde_json::Value {
+    let r = run(&lock_fail(), &["20", "1"], env);
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    let rep = r.report();
+    rep["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "failed" && e["api"] == api && (size == 0 || e["size"] == size))
+        .cloned()
+        .unwrap_or_else(|| panic!("no failed {api} event: {}", rep["events"]))
+}
+
+/// The room every failure's `why` gives in `lock_fail`: the 64 KiB limit that binds (no
+/// `CAP_IPC_LOCK`), the one page locked, `VmPin` read.
+fn assert_lock_fail_room(e: &serde_json::Value, error: &str) {
+    let why = &e["why"];
+    assert_eq!(why["error"], error, "{e}");
+    assert_eq!(why["rlimit_memlock_bytes"], 64 << 10, "{e}");
+    assert_eq!(why["cap_ipc_lock"], false, "{e}");
+    assert_eq!(why["vm_lck_bytes"], 4096, "the one page locked: {e}");
+    assert!(why["vm_pin_bytes"].is_u64(), "{e}");
+    assert!(why.get("budget_bytes").is_some(), "{e}");
+    assert!(why.get("cgroup_headroom_bytes").is_some(), "{e}");
+}
+
+/// Issue 46 item 13: an `mmap(MAP_LOCKED)` the kernel fails (over `RLIMIT_MEMLOCK`: EAGAIN) has
+/// an event that says why, its size the pages asked.
+#[test]
+fn a_failed_mmap_map_locked_says_why() {
+    let e = failed_event(&[], "mmap", 1 << 20);
+    assert_lock_fail_room(&e, "EAGAIN");
+}
+
+/// Issue 46 item 13: an `mlockall(MCL_CURRENT)` the kernel fails (the address space over
+/// `RLIMIT_MEMLOCK`: ENOMEM) has an event that says why, its size the address space the kernel
+/// weighed against the limit; so does one pinguard answers for the kernel under a budget (it
+/// knows the kernel would fail it, and does not call it).
+#[test]
+fn a_failed_mlockall_says_why() {
+    for env in [&[][..], &[("PINGUARD_BUDGET", "1G")][..]] {
+        let e = failed_event(env, "mlockall", 0);
+        assert_lock_fail_room(&e, "ENOMEM");
+        assert!(
+            e["size"].as_u64().unwrap() > 64 << 10,
+            "the address space, over the limit: {env:?} {e}"
+        );
+    }
+}
+
+/// Issue 46 item 13: an `mlock` that fails at a hole having locked nothing new (the pages before
+/// the hole are locked already: ENOMEM) has an event that says why, its size the range's pages.
+#[test]
+fn an_mlock_failing_at_a_hole_says_why() {
+    let e = failed_event(&[], "mlock", 2 * 4096);
+    assert_lock_fail_room(&e, "ENOMEM");
+}

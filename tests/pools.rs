@@ -301,3 +301,33 @@ fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
         }
     }
 }
+
+/// Issue 46 item 13: an allocation from a host pool that the runtime fails has an event that says
+/// why: the runtime's code by name, and the room.
+#[test]
+fn a_failed_pool_allocation_says_why() {
+    for (family, alloc, error) in [
+        (
+            "cuda",
+            "cuMemAllocFromPoolAsync",
+            "CUDA_ERROR_OUT_OF_MEMORY (2)",
+        ),
+        (
+            "cudart",
+            "cudaMallocFromPoolAsync",
+            "cudaErrorMemoryAllocation (2)",
+        ),
+    ] {
+        let (r, _) = live_after(
+            family,
+            "export",
+            &["pool_create:host", "pool_alloc:p0:1048576"],
+            &[("EMU_FAIL_EVERY", "1"), ("PINGUARD_BUDGET", "1G")],
+        );
+        assert_eq!(rcs(&r), vec![0, 2], "{family}: {}", r.stdout);
+        let e = failed_event(&r.report(), alloc);
+        assert_eq!(e["size"], MIB, "{family}: {e}");
+        assert_why(&e, error);
+        assert_eq!(e["why"]["budget_bytes"], 1 << 30, "{family}: {e}");
+    }
+}

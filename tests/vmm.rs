@@ -312,3 +312,69 @@ fn released_allocations_give_their_budget_back() {
     all_ok(&r);
     assert_eq!(r.stats()["pinguard_live_bytes"], 2 * MIB);
 }
+
+/// Issue 46 item 13: a physical host allocation the runtime fails, and a mapping of one that it
+/// refuses (larger than the allocation), have events that say why: the runtime's code by name,
+/// and the room.
+#[test]
+fn a_failed_physical_allocation_or_mapping_says_why() {
+    for (family, oom, invalid) in [
+        (
+            "cuda",
+            "CUDA_ERROR_OUT_OF_MEMORY (2)",
+            "CUDA_ERROR_INVALID_VALUE (1)",
+        ),
+        (
+            "acl",
+            "ACL_ERROR_RT_MEMORY_ALLOCATION (207001)",
+            "ACL_ERROR_INVALID_PARAM (100000)",
+        ),
+    ] {
+        let create = api(family, "cuMemCreate", "aclrtMallocPhysical");
+        let r = run(
+            "vmm",
+            &["export", family, "create:2097152:host"],
+            &[("EMU_FAIL_EVERY", "1")],
+        );
+        assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        assert_ne!(rcs(&r)[0].1, 0, "{family}: {}", r.stdout);
+        let e = failed_event(&r.report(), create);
+        assert_eq!(e["size"], 2 * MIB, "{family}: {e}");
+        assert_why(&e, oom);
+
+        let map = api(family, "cuMemMap", "aclrtMapMem");
+        let r = run(
+            "vmm",
+            &[
+                "export",
+                family,
+                "create:2097152:host",
+                "reserve:4194304",
+                "map:v0:h0:4194304",
+            ],
+            &[],
+        );
+        assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        assert_ne!(rcs(&r)[2].1, 0, "{family}: {}", r.stdout);
+        let e = failed_event(&r.report(), map);
+        assert_eq!(e["size"], 4 * MIB, "{family}: {e}");
+        assert_why(&e, invalid);
+    }
+}
+
+/// Issue 46 item 13: a registration over memory the runtime pinned already, which the runtime
+/// refuses (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, as CUDA does), has an event that says
+/// why.
+#[test]
+fn a_refused_registration_over_pinned_memory_says_why() {
+    let r = run(
+        "vmm",
+        &["export", "cuda", "host_alloc:65536", "host_register:a0"],
+        &[],
+    );
+    assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(rcs(&r)[1].1, 712, "{}", r.stdout);
+    let e = failed_event(&r.report(), "cuMemHostRegister_v2");
+    assert_eq!(e["size"], 65536, "{e}");
+    assert_why(&e, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)");
+}

@@ -449,6 +449,24 @@ pub struct ProcessLine {
     /// process and callsite a failure comes from, and what a suppression takes from it.
     #[serde(skip)]
     pub sites: Vec<ProcSite>,
+    /// Its latest refused and failed calls that say why (`view::WHY_TAIL` at most), and how many
+    /// it has.
+    #[serde(skip)]
+    pub whys: Vec<WhyLine>,
+    #[serde(skip)]
+    pub why_count: u64,
+}
+
+/// A refused, downgraded or failed call and why, as `report` shows it.
+#[derive(Clone, Debug)]
+pub struct WhyLine {
+    pub unix_ms: u64,
+    pub kind: pinguard_report::EventKind,
+    pub api: String,
+    pub size: u64,
+    pub why: pinguard_report::Why,
+    /// Its callsite (`None`: not among the report's).
+    pub site: Option<SiteKey>,
 }
 
 /// One callsite's figures in one process's report (a line's peak as `site_peaks` takes it).
@@ -662,12 +680,17 @@ impl Merged {
             write_unix_ms: r.process.write_unix_ms,
             timeline: reduce(&r.timeline),
             sites: Vec::new(),
+            whys: Vec::new(),
+            why_count: r.events.count,
         });
         let keys: Vec<SiteKey> = r
             .callsites
             .iter()
             .map(|c| site_key(&c.frames, &c.py_frames))
             .collect();
+        if let Some(p) = self.per_process.last_mut() {
+            p.whys = why_lines(r, &keys);
+        }
         let peaks = site_peaks(r, &keys);
         if self.keep_sites {
             self.keep_process_sites(r, &keys, &peaks);
@@ -866,6 +889,26 @@ impl Merged {
         self.runs.sort_by_key(|r| (r.start_unix_ms, r.pid));
         self.index.clear();
     }
+}
+
+/// A report's latest events with a `why`, each with its callsite's key.
+fn why_lines(r: &ReportView<'_>, keys: &[SiteKey]) -> Vec<WhyLine> {
+    r.events
+        .latest
+        .iter()
+        .map(|e| WhyLine {
+            unix_ms: e.unix_ms,
+            kind: e.kind,
+            api: e.api.clone(),
+            size: e.size,
+            why: e.why.clone(),
+            site: r
+                .callsites
+                .iter()
+                .position(|c| c.id == e.callsite)
+                .and_then(|i| keys.get(i).copied()),
+        })
+        .collect()
 }
 
 /// Reads all inputs into one merged, sorted view, parsing on every core.

@@ -3,7 +3,7 @@
 //! downgraded, then one summary line.
 
 use crate::interp::Shown;
-use crate::merge::{frame_label, Merged};
+use crate::merge::{frame_label, Merged, ProcessLine, WhyLine};
 use crate::out::{count, table};
 use pinguard_report::units::format_bytes;
 
@@ -166,6 +166,7 @@ pub fn render(m: &Merged, show: Show) -> String {
     if by == SortBy::Peak {
         peak_blocks(&mut s, m, show);
     }
+    s.push_str(&why_block(m));
     let t = &m.totals;
     s.push_str(&format!(
         "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}{}; peak {} held at once; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
@@ -187,6 +188,78 @@ pub fn render(m: &Merged, show: Show) -> String {
         t.over_budget_count,
         crate::merge::host_clause(m),
     ));
+    s
+}
+
+/// At most this many refused, downgraded or failed calls are shown with why: the latest of all.
+const MAX_WHYS: usize = 10;
+
+/// The latest refused, downgraded and failed calls of every process, each with the line that says
+/// why under it (issue 46 item 13): the API's answer and the room that users otherwise gather by
+/// hand. A process's snapshots and its exit report hold the same events: its latest report's are
+/// shown.
+fn why_block(m: &Merged) -> String {
+    let mut latest = std::collections::HashMap::new();
+    for p in &m.per_process {
+        let l = latest
+            .entry((&p.hostname, p.pid, p.start_unix_ms))
+            .or_insert(p);
+        if (p.write_unix_ms, p.why_count) > (l.write_unix_ms, l.why_count) {
+            *l = p;
+        }
+    }
+    let mut procs: Vec<&ProcessLine> = latest.into_values().collect();
+    procs.sort_by_key(|p| (&p.hostname, p.pid, p.start_unix_ms));
+    let total: u64 = procs.iter().map(|p| p.why_count).sum();
+    let mut all: Vec<(&ProcessLine, &WhyLine)> = procs
+        .iter()
+        .flat_map(|&p| p.whys.iter().map(move |w| (p, w)))
+        .collect();
+    // Stable: a process's own events stay in their order within a millisecond.
+    all.sort_by_key(|&(_, w)| w.unix_ms);
+    if all.is_empty() {
+        return String::new();
+    }
+    let shown = &all[all.len().saturating_sub(MAX_WHYS)..];
+    let labels: std::collections::HashMap<_, _> = m
+        .callsites
+        .iter()
+        .map(|c| (c.key, crate::merge::short_label(c)))
+        .collect();
+    let mut s = format!(
+        "\nCalls refused, downgraded or failed, and why ({} of {}, the latest last):\n",
+        shown.len(),
+        total.max(shown.len() as u64)
+    );
+    let mut lines: Vec<(String, String, usize)> = Vec::new();
+    for &(p, w) in shown {
+        let at = w
+            .site
+            .and_then(|k| labels.get(&k))
+            .map(|l| format!(" at {l}"))
+            .unwrap_or_default();
+        let exe = p.exe.rsplit('/').next().unwrap_or(&p.exe);
+        let call = format!(
+            "{} {}{at}, pid {} ({exe})",
+            w.kind.verb(),
+            pinguard_report::call_line(&w.api, w.size, w.why.asked_bytes),
+            p.pid
+        );
+        let why = w.why.line();
+        // The same call failing the same way again: one entry, counted.
+        match lines.last_mut() {
+            Some((c, y, n)) if *c == call && *y == why => *n += 1,
+            _ => lines.push((call, why, 1)),
+        }
+    }
+    for (call, why, n) in lines {
+        let times = if n > 1 {
+            format!(" ({n} times)")
+        } else {
+            String::new()
+        };
+        s.push_str(&format!("  {call}{times}\n    why: {why}\n"));
+    }
     s
 }
 

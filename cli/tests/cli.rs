@@ -2951,3 +2951,37 @@ fn plot_marks_refusals_and_downgrades_and_each_processs_own_budget() {
         "no budget across all: {text}"
     );
 }
+
+/// Issue 46 item 13: `report` shows the latest refused and failed calls, each with one line under
+/// it that says why: the API's answer, the budget, `RLIMIT_MEMLOCK` and `CAP_IPC_LOCK`, `VmLck`,
+/// `VmPin`, the cgroup's headroom.
+#[test]
+fn report_says_why_under_each_refused_call() {
+    let (o, dir) = run_under("refusals", &["3"], &["--budget", "4K", "--policy", "error"]);
+    assert!(o.status.success(), "{o:?}");
+    let o = pinguard(&["report", dir.to_str().unwrap()]);
+    no_panic(&o);
+    let (out, err) = text(&o);
+    assert!(
+        out.contains("\nCalls refused, downgraded or failed, and why (3 of 3, the latest last):\n"),
+        "{out}\n{err}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    // The three refusals are the same call refused the same way: one entry, counted.
+    let i = lines
+        .iter()
+        .position(|l| {
+            l.starts_with("  refused cudaHostAlloc of 8.00 KiB (8192 bytes) at ask (refusals.c:")
+                && l.contains(", pid ")
+                && l.ends_with(" (refusals) (3 times)")
+        })
+        .unwrap_or_else(|| panic!("{out}\n{err}"));
+    let why = lines[i + 1];
+    assert!(
+        why.starts_with("    why: cudaErrorMemoryAllocation (2); budget 4.00 KiB, RLIMIT_MEMLOCK ")
+            && why.contains(" VmLck ")
+            && why.contains(" VmPin ")
+            && why.contains(" cgroup headroom "),
+        "{out}"
+    );
+}

@@ -532,6 +532,53 @@ pub enum EventKind {
     Failed,
 }
 
+impl EventKind {
+    /// The kind a report names (`denied`, `failed`, ...); `None` for one this reader does not know.
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        [
+            EventKind::Denied,
+            EventKind::Downgraded,
+            EventKind::OverBudget,
+            EventKind::Failed,
+        ]
+        .into_iter()
+        .find(|k| k.name() == name)
+    }
+
+    /// The name a report gives the kind.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Denied => "denied",
+            EventKind::Downgraded => "downgraded",
+            EventKind::OverBudget => "over_budget",
+            EventKind::Failed => "failed",
+        }
+    }
+
+    /// What happened to the call, as the exit line and `pinguard report` say it.
+    pub fn verb(self) -> &'static str {
+        match self {
+            EventKind::Denied => "refused",
+            EventKind::Downgraded => "downgraded",
+            EventKind::Failed => "failed",
+            EventKind::OverBudget => "over budget",
+        }
+    }
+}
+
+/// `mlock of 1.00 MiB (1048576 bytes asked, 1052672 counted in whole pages)`: a call and its
+/// size, the bytes asked beside those counted where the two differ (the `mlock` family counts
+/// whole pages).
+pub fn call_line(api: &str, size: u64, asked: Option<u64>) -> String {
+    match asked.filter(|&a| a != size) {
+        Some(a) => format!(
+            "{api} of {} ({a} bytes asked, {size} counted in whole pages)",
+            units::format_bytes(a)
+        ),
+        None => format!("{api} of {} ({size} bytes)", units::format_bytes(size)),
+    }
+}
+
 /// Why a call was refused or failed, as a user would otherwise gather it by hand: the API's
 /// answer and the process's room then (issue 46, item 13).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -51,6 +51,11 @@ pub fn created(handle: u64, live: Live) -> Option<Live> {
     })
 }
 
+/// Whether `handle` is a host allocation pinguard counts (for a failed mapping's event).
+pub fn known(handle: u64) -> bool {
+    with(|t| t.by_handle.contains_key(&handle))
+}
+
 /// One more reference (a retain of a mapped address, which names the allocation's handle).
 pub fn retained(handle: u64) {
     with(|t| {

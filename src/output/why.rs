@@ -5,7 +5,6 @@
 use crate::accounting::ledger::EventRec;
 use crate::runtime::room::Room;
 use pinguard_report::codes::{self, Space};
-use pinguard_report::units::format_bytes;
 use pinguard_report::{EventKind, Why};
 
 /// The event's `why`, where the call kept its room (refusals, downgrades, failures).
@@ -44,25 +43,8 @@ fn shaped(kind: EventKind, api: &str, room: &Room) -> Why {
 /// budget ...`: the latest refused, downgraded or failed call, for the exit line.
 pub fn last(events: &[EventRec]) -> Option<String> {
     let e = events.iter().rev().find(|e| e.room.is_some())?;
-    let what = match e.kind {
-        EventKind::Denied => "refused",
-        EventKind::Downgraded => "downgraded",
-        EventKind::Failed => "failed",
-        EventKind::OverBudget => "over budget",
-    };
     let why = of(e)?;
     // Counted in whole pages: both figures, so that a budget's sum can be followed.
-    let bytes = match why.asked_bytes.filter(|&a| a != e.size) {
-        Some(a) => format!(
-            "{} ({a} bytes asked, {} counted in whole pages)",
-            format_bytes(a),
-            e.size
-        ),
-        None => format!("{} ({} bytes)", format_bytes(e.size), e.size),
-    };
-    Some(format!(
-        "last {what}: {} of {bytes}: {}",
-        e.api.name(),
-        why.line()
-    ))
+    let call = pinguard_report::call_line(e.api.name(), e.size, why.asked_bytes);
+    Some(format!("last {}: {call}: {}", e.kind.verb(), why.line()))
 }

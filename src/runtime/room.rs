@@ -58,6 +58,11 @@ impl Drop for Asking {
     }
 }
 
+/// The bytes this thread's call asked for, where `Asking` set them.
+pub fn asked() -> Option<u64> {
+    Some(ASKED.with(|a| a.get())).filter(|&b| b != 0)
+}
+
 impl Room {
     /// The kernel's figures now; `headroom` when the caller read it already (a cgroup reserve's
     /// refusal carries its reading), `budget` the process budget.
@@ -73,7 +78,7 @@ impl Room {
             cgroup_headroom: headroom.or_else(headroom_now),
             budget,
             code,
-            asked: Some(ASKED.with(|a| a.get())).filter(|&b| b != 0),
+            asked: asked(),
         }
     }
 }

@@ -5,7 +5,7 @@
 //! kernel (`VmPin` counts each). The card reads the pages by DMA, so pageable memory can never
 //! stand in: under `downgrade` a call over the budget is refused as under `error`.
 
-use super::{keep, quiet, Admission, Hook, Request};
+use super::{failed, keep, quiet, Admission, Hook, Request};
 use crate::accounting::ledger;
 use crate::api::Api;
 use std::os::raw::{c_int, c_void};
@@ -39,8 +39,8 @@ impl Hook {
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
-        self.call(real, |&mr, _| match mr as usize {
-            0 => ledger::count_failed(self.t, api),
+        self.call(real, |&mr, err| match mr as usize {
+            0 => failed(self.t, api, site, bytes, err),
             h => self.pinned(api, h, bytes, site, reservation),
         })
     }
@@ -77,8 +77,8 @@ impl Hook {
             Admission::Pin(r) => Some(r),
             Admission::Pass => None,
         };
-        self.call(real, |&mr, _| match mr as usize {
-            0 => ledger::count_failed(self.t, api),
+        self.call(real, |&mr, err| match mr as usize {
+            0 => failed(self.t, api, site, bytes, err),
             h => self.pinned_shared(api, h, addr, bytes, site, reservation),
         })
     }
@@ -119,7 +119,7 @@ impl Hook {
                 return self.fail(refused, libc::ENOMEM);
             }
         };
-        self.call(real, |&rc, _| {
+        self.call(real, |&rc, err| {
             let mut now = l;
             if moved(rc) {
                 now.size = to;
@@ -132,7 +132,8 @@ impl Hook {
                 ledger::live_delta(self.t, l.api, l.site, delta, 0, self.now());
             }
             if rc != 0 {
-                ledger::count_failed(self.t, Api::IbvReregMr);
+                // Its `errno` says why (rdma-core's answer is only which step failed).
+                failed(self.t, Api::IbvReregMr, l.site, to, err);
             }
             let _ = ledger::insert(handle as usize, now);
         })

@@ -170,6 +170,17 @@ fn own_bytes() -> u64 {
     own_maps::overlap(0, usize::MAX) as u64
 }
 
+/// What the kernel weighs against `RLIMIT_MEMLOCK` for `mlockall(flags)`, the size of a failed
+/// one's event: the address space less pinguard's own mappings for `MCL_CURRENT` (one read of
+/// `/proc/self/status`, on a failure only), nothing for `MCL_FUTURE` alone.
+fn mlockall_bytes(flags: c_int) -> u64 {
+    if flags & libc::MCL_CURRENT == 0 {
+        return 0;
+    }
+    let size = kernel::status().vm_size.unwrap_or(0);
+    size.saturating_sub(own_bytes())
+}
+
 /// What `mlockall(MCL_CURRENT)` will lock: every lockable mapping not locked yet (a walk of the
 /// mappings, only when a budget needs the figure).
 fn mlockall_estimate(flags: c_int) -> u64 {
@@ -520,8 +531,12 @@ impl Hook {
                 self.hole_filled(&mut view, ask.api, span, ask.site);
             }
             drop(view);
+            if rc != 0 {
+                let pages = (span.end - span.start) as u64;
+                self.work(|| quiet(|| self.lock_call_failed(ask, pages, err)));
+            }
             self.set_errno(err);
-            return self.untracked(ask.api, 0, rc);
+            return rc;
         }
         drop(view);
         match why {
@@ -585,7 +600,17 @@ impl Hook {
         if added > 0 {
             ledger::count_alloc(self.t, api, site, added);
         }
-        super::failed(self.t, api, site, (span.end - span.start) as u64, err);
+        self.lock_call_failed(ask, (span.end - span.start) as u64, err);
+    }
+
+    /// A locking call the kernel failed (or would fail: `err`, without calling it), `bytes` the
+    /// figure it counts: counted, with an event that says what room the process had, and the
+    /// bytes the call asked for where they differ (`Ask::asked`).
+    #[cold]
+    #[inline(never)]
+    fn lock_call_failed(&self, ask: &Ask, bytes: u64, err: c_int) {
+        let _asking = (ask.asked != 0).then(|| crate::runtime::room::Asking::new(ask.asked));
+        super::failed(self.t, ask.api, ask.site, bytes, err);
     }
 
     /// `munlock`, `munmap`, and `mmap(MAP_FIXED)` over existing pages: whatever they cover stops
@@ -668,11 +693,11 @@ impl Hook {
         self.call_holding(
             locked,
             || real(m.flags),
-            |&p, _, locked| {
+            |&p, err, locked| {
                 quiet(|| {
                     if p == libc::MAP_FAILED {
                         drop(reservation);
-                        ledger::count_failed(self.t, api);
+                        self.lock_call_failed(&ask, bytes, err);
                         return;
                     }
                     let start = p as usize;
@@ -884,12 +909,12 @@ impl Hook {
             Ok(r) => r,
             Err(why) => return self.not_locked(locked, why, &ask, real),
         };
-        self.call_holding(locked, real, |&rc, _, locked| {
+        self.call_holding(locked, real, |&rc, err, locked| {
             quiet(|| {
                 drop(reservation); // the walk takes what the kernel actually locked
                 match rc {
                     0 => self.mlockall_done(locked, &ask, flags, now),
-                    _ => ledger::count_failed(self.t, api),
+                    _ => self.lock_call_failed(&ask, mlockall_bytes(flags), err),
                 }
             });
         })
@@ -912,7 +937,7 @@ impl Hook {
         // the estimate is a walk).
         if flags & libc::MCL_CURRENT != 0 && budget::limited() {
             if let Some(err) = kernel::mlockall_rejected(flags, own_bytes()) {
-                ledger::count_failed(self.t, ask.api);
+                self.lock_call_failed(ask, mlockall_bytes(flags), err);
                 return Err(err);
             }
         }
@@ -930,7 +955,7 @@ impl Hook {
     /// a refusal, or under a `downgrade` that covers the callsite a success that locks nothing.
     fn blank_cheque(&self, ask: &Ask, flags: c_int) -> Result<Lock, c_int> {
         if let Some(err) = kernel::mlockall_rejected(flags, own_bytes()) {
-            ledger::count_failed(self.t, ask.api);
+            self.lock_call_failed(ask, mlockall_bytes(flags), err);
             return Err(err);
         }
         let (api, site) = (ask.api, ask.site);

@@ -163,17 +163,14 @@ pub(crate) fn room(over: Over, code: Option<i32>) -> Room {
 }
 
 /// A pinning call the runtime or the kernel failed with `code`: counted, with an event that
-/// says what room the process had.
+/// says what room the process had (the kernel's figures of the same failure's event just before,
+/// in a burst of it: `ledger::repeated_room`). Every family's failure comes here.
 #[cold]
 #[inline(never)]
 pub(crate) fn failed(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, code: i32) {
-    ledger::count_failed_at(
-        t,
-        api,
-        site,
-        bytes,
-        Room::now(None, budget::limit(), Some(code)),
-    );
+    let room = ledger::repeated_room(api, site, bytes, code)
+        .unwrap_or_else(|| Room::now(None, budget::limit(), Some(code)));
+    ledger::count_failed_at(t, api, site, bytes, room);
 }
 
 /// A call the host or cgroup reserve stopped, in the group's shared page too (for `pinguard top`).
@@ -847,7 +844,7 @@ impl Hook {
     /// only they go through the budget. The registration is kept apart (`ledger::insert_over`),
     /// so that each release, in either order, takes exactly its own record.
     #[cold]
-    fn register_over<R: Copy + PartialEq>(
+    fn register_over<R: Copy + PartialEq + Into<i64>>(
         self,
         reg: Registration,
         covered: u64,
@@ -889,7 +886,7 @@ impl Hook {
         };
         self.call(real, |&rc, _| {
             if rc != codes.ok {
-                ledger::count_failed(self.t, api);
+                failed(self.t, api, site, bytes, rc.into() as i32);
                 return;
             }
             keep(reservation, extra);
@@ -904,7 +901,7 @@ impl Hook {
     /// budget, and the registration joins the routes it shares pages with (`track::shared`).
     #[cold]
     #[inline(never)]
-    fn register_shared<R: Copy + PartialEq>(
+    fn register_shared<R: Copy + PartialEq + Into<i64>>(
         self,
         reg: Registration,
         pinned: u64,
@@ -927,7 +924,7 @@ impl Hook {
             Err(shared::NotPinned::Downgraded) => return self.answer(codes.ok),
         };
         self.call(real, |&rc, _| match rc == codes.ok {
-            false => ledger::count_failed(self.t, reg.api),
+            false => failed(self.t, reg.api, site, reg.bytes, rc.into() as i32),
             true => self.pinned_shared(reg.api, reg.addr, reg.addr, reg.bytes, site, reservation),
         })
     }

@@ -4,7 +4,7 @@
 //! such memory, so pageable memory cannot stand in for it: under `downgrade` a call over the
 //! budget is refused, as under `error`.
 
-use super::{keep, quiet, Codes, Hook, Request};
+use super::{failed, keep, quiet, Codes, Hook, Request};
 use crate::accounting::ledger::{self, Backing, Live};
 use crate::accounting::physical;
 use crate::api::Api;
@@ -13,7 +13,7 @@ impl Hook {
     /// A physical allocation of `size` bytes. `req`: `None` for device memory (passed through,
     /// uncounted); for host memory, `Rejected` for arguments the runtime refuses (its own answer,
     /// untouched), else `Mapped`. `handle` is where the runtime writes the new handle on success.
-    pub fn create_physical<R: Copy + PartialEq>(
+    pub fn create_physical<R: Copy + PartialEq + Into<i64>>(
         self,
         api: Api,
         handle: *mut u64,
@@ -34,7 +34,7 @@ impl Hook {
         };
         self.call(real, |&rc, _| {
             if rc != codes.ok {
-                ledger::count_failed(self.t, api);
+                failed(self.t, api, site, bytes, rc.into() as i32);
                 return;
             }
             // SAFETY: on success the runtime wrote the new handle to `handle`, which is not null.
@@ -69,8 +69,9 @@ impl Hook {
         })
     }
 
-    /// `handle` mapped at `[at, at + size)` (`cuMemMap`, `aclrtMapMem`).
-    pub fn map_physical<R: Copy + PartialEq>(
+    /// `handle` mapped at `[at, at + size)` (`cuMemMap`, `aclrtMapMem`). A host allocation's
+    /// mapping the runtime refuses has its event, at the mapping's own callsite.
+    pub fn map_physical<R: Copy + PartialEq + Into<i64>>(
         self,
         api: Api,
         at: usize,
@@ -82,6 +83,8 @@ impl Hook {
         self.call(real, |&rc, _| {
             if rc == ok {
                 physical::mapped(at, size, handle);
+            } else if physical::known(handle) {
+                failed(self.t, api, self.site(), size as u64, rc.into() as i32);
             } else {
                 ledger::count_failed(self.t, api);
             }

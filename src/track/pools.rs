@@ -65,7 +65,7 @@ impl Hook {
     }
 
     /// An allocation of `size` bytes from `pool`; the runtime writes its address to `out`.
-    pub fn alloc_from_pool<R: Copy + PartialEq>(
+    pub fn alloc_from_pool<R: Copy + PartialEq + Into<i64>>(
         self,
         api: Api,
         out: *mut usize,
@@ -97,7 +97,7 @@ impl Hook {
         let paid = reservation.as_ref().map_or(0, |r| r.bytes());
         self.call(real, |&rc, _| {
             if rc != rt.codes.ok {
-                ledger::count_failed(self.t, api);
+                super::failed(self.t, api, site, bytes, rc.into() as i32);
                 return;
             }
             if let Some(r) = reservation {

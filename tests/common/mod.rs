@@ -729,3 +729,33 @@ for _ in range({rounds}):
 "#
     )
 }
+
+/// The report's first event of a call of `api` the runtime or the kernel failed (issue 46 item
+/// 13), or a panic naming the events there are.
+pub fn failed_event(rep: &Value, api: &str) -> Value {
+    rep["events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["kind"] == "failed" && e["api"] == api)
+        .cloned()
+        .unwrap_or_else(|| panic!("no failed {api} event: {}", rep["events"]))
+}
+
+/// An event's `why` says the API's answer `error` and the room, every figure read (`null` only
+/// where the process has no such limit).
+pub fn assert_why(e: &Value, error: &str) {
+    let why = &e["why"];
+    assert_eq!(why["error"], error, "{e}");
+    assert_eq!(why["rlimit_memlock_known"], true, "{e}");
+    assert!(why["cap_ipc_lock"].is_boolean(), "{e}");
+    assert!(why["vm_lck_bytes"].is_u64(), "{e}");
+    assert!(why["vm_pin_bytes"].is_u64(), "{e}");
+    for key in [
+        "rlimit_memlock_bytes",
+        "cgroup_headroom_bytes",
+        "budget_bytes",
+    ] {
+        assert!(why.get(key).is_some(), "{key}: {e}");
+    }
+}

@@ -12,6 +12,7 @@
  *   unlock   munlock of a range that starts in a hole and holds the locked page: ENOMEM, nothing
  *            unlocked
  *   all      mlockall(MCL_CURRENT), the address space over the limit: ENOMEM, nothing locked
+ *   mapped   mmap(MAP_LOCKED) of 1 MiB, over the limit: EAGAIN, nothing mapped
  * and last, once each, calls that fail after changing something:
  *   partial  mlock of two pages and the hole after them: ENOMEM, the two pages locked
  *   unpart   munlock of the same: ENOMEM, the two pages unlocked
@@ -72,6 +73,13 @@ static int do_mlock(void *a, size_t len) { return mlock(a, len); }
 static int do_onfault(void *a, size_t len) { return mlock2(a, len, MLOCK_ONFAULT); }
 static int do_munlock(void *a, size_t len) { return munlock(a, len); }
 static int do_mlockall(void *a, size_t len) { return (void)a, (void)len, mlockall(MCL_CURRENT); }
+static int do_mmap_locked(void *a, size_t len) {
+    (void)a;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_LOCKED, -1, 0);
+    if (p == MAP_FAILED) return -1;
+    munmap(p, len);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
@@ -104,6 +112,7 @@ int main(int argc, char **argv) {
     repeat("hole", n, do_mlock, w, 2 * page);
     repeat("unlock", n, do_munlock, w, 2 * page);
     repeat("all", n, do_mlockall, NULL, 0);
+    repeat("mapped", n, do_mmap_locked, NULL, big);
     state();
     repeat("partial", 1, do_mlock, two, 3 * page);
     state();

@@ -109,6 +109,29 @@ pub(super) fn event_with(
     e.items.push_back(rec);
 }
 
+/// Events this close together (milliseconds) may share one reading of the room.
+const REPEAT_MS: u64 = 100;
+
+/// The room of the latest event, where it is a failure of the same call (`api`, `site`, `size`,
+/// the API's `code`, the bytes asked) less than `REPEAT_MS` ago: a burst of one failure (a retry
+/// loop, an `mlock` over a hole called again and again) shares one reading of the kernel's
+/// figures, as the cgroup's headroom is shared (`runtime::room`), where each would otherwise read
+/// `/proc/self/status` (about 20 us, 40 times the failing call: issue 44 item 7's cost).
+pub fn repeated_room(api: Api, site: &'static Callsite, size: u64, code: i32) -> Option<Room> {
+    let now = crate::runtime::clock::unix_ms();
+    let asked = crate::runtime::room::asked();
+    let e = EVENTS.lock();
+    let last = e.items.back()?;
+    let room = last.room?;
+    let same = last.kind == EventKind::Failed
+        && last.api == api
+        && last.callsite == site.id()
+        && last.size == size
+        && room.code == Some(code)
+        && room.asked == asked;
+    (same && now >= last.unix_ms && now - last.unix_ms < REPEAT_MS).then_some(room)
+}
+
 /// One point per tick of the coarse clock at most: the lock is taken at most a thousand times a
 /// second however hot the allocation loop is; `timeline_now` adds the final value when a report is
 /// written. The process's level keeps each tick's highest and lowest meanwhile

@@ -35,7 +35,7 @@ pub use count::{
     count_failed_at, count_over_budget, count_release, count_unknown_release, count_untracked,
     downgraded_live_delta,
 };
-pub use events::{events, timeline, timeline_now, EventRec, Point};
+pub use events::{events, repeated_room, timeline, timeline_now, EventRec, Point};
 pub use figures::{apis, live_bytes, restart_window, totals, window_peak};
 pub use first_count::{on_first_count, touched};
 pub use fork::{hold, let_go};
