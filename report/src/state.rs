@@ -330,8 +330,7 @@ pub fn owner(bytes: &[u8]) -> Option<(u32, u64)> {
 /// `owner` records it. The command name (field 2) may hold spaces and parentheses: fields are
 /// counted after its last `)`.
 pub fn stat_start_ticks(stat: &str) -> Option<u64> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    crate::group::parse_start_ticks(stat.as_bytes())
 }
 
 /// Reads a state as a report: `Reason::Running` when `running` (the caller asked the system

@@ -48,3 +48,20 @@ pub fn coarse_monotonic_ms() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000
 }
+
+/// Milliseconds of `CLOCK_MONOTONIC`: the same clock for every process of the host (in one time
+/// namespace), and never set back; the group's ledger keeps its deadlines and readings in it.
+pub fn monotonic_ms() -> u64 {
+    monotonic_ns() / 1_000_000
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: a bounded wait's deadline.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a live, writable timespec and CLOCK_MONOTONIC is always supported.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -7,6 +7,7 @@
 
 use crate::runtime::config::System;
 use crate::runtime::sys;
+use pinguard_report::group::live::Proc;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
@@ -577,13 +578,78 @@ pub fn raw_pid() -> i32 {
 /// the pid, it tells this process from a later one that reuses its pid.
 /// Read from the main thread's task entry: qemu-user makes up `/proc/self/stat` (start time 0).
 pub fn start_ticks() -> u64 {
-    let task = std::ffi::CString::new(format!("/proc/self/task/{}/stat", raw_pid()))
-        .expect("no NUL in a number");
-    sys::read_text(&task)
-        .or_else(|| sys::read_text(c"/proc/self/stat"))
-        .as_deref()
-        .and_then(pinguard_report::state::stat_start_ticks)
-        .unwrap_or(0)
+    match proc_start(raw_pid() as u32) {
+        Proc::Started(t) => t,
+        _ => sys::read_file(c"/proc/self/stat")
+            .as_deref()
+            .and_then(pinguard_report::group::parse_start_ticks)
+            .unwrap_or(0),
+    }
+}
+
+/// What `/proc` says of process `pid` (`pinguard_report::group::proc_of`, which the CLI uses):
+/// its start time from its main thread's `stat`, read with raw system calls into a stack buffer,
+/// so no cancellation point and no allocation (the group's lock may be held).
+pub fn proc_start(pid: u32) -> Proc {
+    let mut path = [0u8; 48];
+    let mut n = 0;
+    let mut put = |s: &[u8]| {
+        path[n..n + s.len()].copy_from_slice(s);
+        n += s.len();
+    };
+    let mut digits = [0u8; 10];
+    let mut d = digits.len();
+    let mut v = pid;
+    loop {
+        d -= 1;
+        digits[d] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    put(b"/proc/");
+    put(&digits[d..]);
+    put(b"/task/");
+    put(&digits[d..]);
+    put(b"/stat\0");
+    let Ok(path) = CStr::from_bytes_until_nul(&path) else {
+        return Proc::Unknown;
+    };
+    let gone = |e: c_int| {
+        if e == libc::ENOENT || e == libc::ESRCH {
+            Proc::Gone
+        } else {
+            Proc::Unknown
+        }
+    };
+    let fd = match sys::open_read(path) {
+        Ok(fd) => fd,
+        Err(e) => return gone(e),
+    };
+    // The start time is field 22, within the first few hundred bytes whatever the other fields hold.
+    let mut buf = [0u8; 1024];
+    let mut len = 0;
+    let mut failed = None;
+    while len < buf.len() {
+        match sys::read(fd, &mut buf[len..]) {
+            Ok(0) => break,
+            Ok(k) => len += k,
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    sys::close(fd);
+    match (
+        pinguard_report::group::parse_start_ticks(&buf[..len]),
+        failed,
+    ) {
+        (Some(t), _) => Proc::Started(t),
+        (None, Some(e)) => gone(e), // the process exited between the open and the read: ESRCH
+        (None, None) => Proc::Unknown,
+    }
 }
 
 #[cfg(test)]

@@ -45,10 +45,16 @@ impl Drop for NoCancel {
     }
 }
 
+/// The calling thread's `errno` as libc left it (not the value a hook keeps for the application:
+/// `guard::errno`).
+pub fn errno() -> c_int {
+    // SAFETY: errno's location is valid for the calling thread.
+    unsafe { *libc::__errno_location() }
+}
+
 fn ret(r: c_long) -> Result<usize, c_int> {
     if r < 0 {
-        // SAFETY: errno's location is valid for the calling thread.
-        Err(unsafe { *libc::__errno_location() })
+        Err(errno())
     } else {
         Ok(r as usize)
     }
