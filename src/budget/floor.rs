@@ -95,6 +95,38 @@ pub struct Snapshot {
     pub readings: u64,
 }
 
+/// What a floor says of a holder's bytes after a call (`next`; `None`: past what any figure
+/// holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Fits,
+    /// Not with the reading at hand: read afresh, then decide again.
+    Read,
+    /// Below the floor with a reading taken for this decision.
+    Short,
+}
+
+/// The one rule of every floor, for a process alone (its own reading, `budget::against`) and for
+/// a group member (the group's shared reading, `group::floors`): a reading that is due is
+/// taken again first; within the reading's `cap` fits; past it, a refusal needs a reading taken
+/// for this decision (`fresh`), so an old one is taken again first.
+#[inline]
+pub fn decide(next: Option<u64>, cap: u64, due: bool, fresh: bool) -> Verdict {
+    let Some(next) = next else {
+        return Verdict::Short;
+    };
+    if !fresh && due {
+        return Verdict::Read;
+    }
+    if next <= cap {
+        return Verdict::Fits;
+    }
+    if !fresh {
+        return Verdict::Read;
+    }
+    Verdict::Short
+}
+
 /// What `cap` allows for a reading: the settled bytes plus what is left above the floor; nothing
 /// more than is settled when the figure is below it already.
 pub fn cap_of(settled: u64, available: u64, reserve: u64) -> u64 {
@@ -300,6 +332,32 @@ impl Floor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_floor_refuses_only_on_a_reading_taken_for_the_decision() {
+        assert_eq!(decide(Some(5), 10, false, false), Verdict::Fits);
+        assert_eq!(
+            decide(Some(5), 10, true, false),
+            Verdict::Read,
+            "a due reading first"
+        );
+        assert_eq!(
+            decide(Some(5), 10, true, true),
+            Verdict::Fits,
+            "fresh: not due again"
+        );
+        assert_eq!(
+            decide(Some(11), 10, false, false),
+            Verdict::Read,
+            "past the cap: read"
+        );
+        assert_eq!(decide(Some(11), 10, false, true), Verdict::Short);
+        assert_eq!(
+            decide(None, u64::MAX, false, false),
+            Verdict::Short,
+            "past any figure"
+        );
+    }
 
     #[test]
     fn the_cap_is_what_is_settled_plus_the_room_above_the_floor() {

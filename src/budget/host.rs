@@ -10,8 +10,6 @@ use super::floor::{Floor, Reading, Snapshot, Source};
 use crate::runtime::kernel::{self, BadMeminfo};
 use pinguard_report::vars;
 
-pub use super::floor::{cap_of, MOVE_SHARE, READING_MS};
-
 const BAD: [BadMeminfo; 3] = [
     BadMeminfo::Unreadable,
     BadMeminfo::NoAvailable,

@@ -10,6 +10,8 @@ pub mod floor;
 pub mod group;
 pub mod host;
 
+use floor::Verdict;
+use std::ops::{Index, IndexMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `LIMIT` when nothing is counted: no budget, no host reserve.
@@ -75,6 +77,66 @@ pub enum Refused {
     Cgroup { headroom: u64 },
 }
 
+/// A floor under some memory figure, which pinning calls never push through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FloorKind {
+    /// The host reserve (`PINGUARD_HOST_RESERVE`), under `MemAvailable`.
+    Host,
+    /// The cgroup reserve (`PINGUARD_CGROUP_RESERVE`), under the cgroup's headroom.
+    Cgroup,
+}
+
+impl FloorKind {
+    /// Every floor, in the order a reservation checks them.
+    pub const ALL: [FloorKind; 2] = [FloorKind::Host, FloorKind::Cgroup];
+
+    pub fn floor(self) -> &'static floor::Floor {
+        match self {
+            FloorKind::Host => host::floor(),
+            FloorKind::Cgroup => cgroup::floor(),
+        }
+    }
+
+    /// Whether the group's shared reading decides this floor for this process (under the group's
+    /// lock: `group::floors`), rather than the process's own reading.
+    fn shared(self) -> bool {
+        match self {
+            FloorKind::Host => group::seated(),
+            FloorKind::Cgroup => group::cgroup_shared(),
+        }
+    }
+
+    /// The refusal, with the figure as counted for it.
+    pub fn refused(self, figure: u64) -> Refused {
+        match self {
+            FloorKind::Host => Refused::Host { available: figure },
+            FloorKind::Cgroup => Refused::Cgroup { headroom: figure },
+        }
+    }
+
+    /// The refusal by the process's own reading, with `cur` reserved now.
+    fn refused_now(self, cur: u64) -> Refused {
+        self.refused(self.floor().available_now(cur))
+    }
+}
+
+/// One `T` for each floor.
+#[derive(Clone, Copy, Default)]
+pub struct PerFloor<T>([T; 2]);
+
+impl<T> Index<FloorKind> for PerFloor<T> {
+    type Output = T;
+    fn index(&self, k: FloorKind) -> &T {
+        &self.0[k as usize]
+    }
+}
+
+impl<T> IndexMut<FloorKind> for PerFloor<T> {
+    fn index_mut(&mut self, k: FloorKind) -> &mut T {
+        &mut self.0[k as usize]
+    }
+}
+
 /// The bytes the process budget has handed out (live plus in flight), when it counts them.
 pub fn reserved() -> Option<u64> {
     (LIMIT.load(Ordering::Relaxed) != NONE).then(|| USED.load(Ordering::Relaxed))
@@ -134,15 +196,13 @@ fn own_stack<R>(f: impl FnOnce() -> R) -> R {
     crate::runtime::workstack::run(crate::runtime::guard::here(), f)
 }
 
-/// Takes `bytes` if they fit every limit: the process budget, the group's, the host reserve.
-#[inline]
-pub fn reserve(bytes: u64) -> Option<Reservation> {
-    reserve_or_refused(bytes).ok()
-}
+// The three ways to take bytes: `reserve` (within every limit), `reserve_over` (whatever the
+// limits, under `warn`) and `force` (locked already, no call to give them back).
 
-/// `reserve`, saying which limit refused.
+/// Takes `bytes` if they fit every limit (the process budget, the group's, the host and cgroup
+/// reserves), else says which limit refused.
 #[inline]
-pub fn reserve_or_refused(bytes: u64) -> Result<Reservation, Refused> {
+pub fn reserve(bytes: u64) -> Result<Reservation, Refused> {
     try_reserve(bytes).map(|()| Reservation { bytes })
 }
 
@@ -157,7 +217,7 @@ pub fn reserve_over(bytes: u64) -> Option<Reservation> {
 // Always inlined: with no group and no reserve it is two loads and a test, and out of line the
 // call cost a CUDA pair 19 instructions (callgrind).
 #[inline(always)]
-pub fn try_reserve(bytes: u64) -> Result<(), Refused> {
+fn try_reserve(bytes: u64) -> Result<(), Refused> {
     try_reserve_process(bytes)?;
     if let Err(why) = group::reserve(bytes, false) {
         release_process(bytes);
@@ -205,36 +265,34 @@ fn reserve_capped_on_own_stack(limit: u64, bytes: u64) -> Result<(), Refused> {
 #[inline(never)]
 fn reserve_capped(limit: u64, bytes: u64) -> Result<(), Refused> {
     let mut cur = USED.load(Ordering::Relaxed);
-    let mut fresh = [false; 2];
+    let mut fresh = PerFloor::<bool>::default();
     'cas: loop {
         let Some(next) = cur.checked_add(bytes).filter(|&n| n <= limit) else {
             // Past the budget, or (floors alone) past what any host has.
             return Err(if limit == COUNT_ONLY {
-                floor_refusal(usize::from(!host::on()), cur)
+                let first = if host::on() {
+                    FloorKind::Host
+                } else {
+                    FloorKind::Cgroup
+                };
+                first.refused_now(cur)
             } else {
                 Refused::Budget
             });
         };
-        // A group member's host reserve is the group's shared reading, checked under its lock; so
-        // is its cgroup reserve once the group keeps a reading of its cgroup.
-        let floors = [
-            (host::floor(), host::on() && !group::seated()),
-            (
-                cgroup::floor(),
-                cgroup::floor().on() && !group::cgroup_shared(),
-            ),
-        ];
-        for (i, (f, active)) in floors.into_iter().enumerate() {
-            if !active {
+        for kind in FloorKind::ALL {
+            // A group member's host reserve is the group's shared reading, checked under its
+            // lock; so is its cgroup reserve once the group keeps a reading of its cgroup.
+            if !kind.floor().on() || kind.shared() {
                 continue;
             }
-            match against(f, cur, next, &mut fresh[i]) {
+            match against(kind.floor(), cur, next, &mut fresh[kind]) {
                 Step::Fits => {}
                 Step::ReadAgain => {
                     cur = USED.load(Ordering::Relaxed);
                     continue 'cas;
                 }
-                Step::Below => return Err(floor_refusal(i, cur)),
+                Step::Below => return Err(kind.refused_now(cur)),
             }
         }
         match USED.compare_exchange_weak(cur, next, Ordering::AcqRel, Ordering::Relaxed) {
@@ -251,36 +309,22 @@ enum Step {
     Below,
 }
 
-/// Whether `next` reserved bytes keep above floor `f`, with `cur` reserved now.
+/// Whether `next` reserved bytes keep above floor `f`, with `cur` reserved now, by the process's
+/// own reading (`floor::decide`; the reading's age was checked, and a due one taken, by `cap`).
 #[inline]
 fn against(f: &floor::Floor, cur: u64, next: u64, fresh: &mut bool) -> Step {
     let (cap, read_now) = f.cap(cur);
     *fresh |= read_now;
-    if next <= cap {
-        return Step::Fits;
-    }
-    if !*fresh {
-        *fresh = true;
-        f.refresh(cur);
-        return Step::ReadAgain;
-    }
-    // A reading that could not be used turned the floor off: nothing refuses.
-    if f.on() {
-        Step::Below
-    } else {
-        Step::Fits
-    }
-}
-
-/// The refusal of floor `i` (0 the host's, 1 the cgroup's), with `cur` reserved now.
-fn floor_refusal(i: usize, cur: u64) -> Refused {
-    match i {
-        0 => Refused::Host {
-            available: host::available_now(cur),
-        },
-        _ => Refused::Cgroup {
-            headroom: cgroup::floor().available_now(cur),
-        },
+    match floor::decide(Some(next), cap, false, *fresh) {
+        Verdict::Fits => Step::Fits,
+        Verdict::Read => {
+            *fresh = true;
+            f.refresh(cur);
+            Step::ReadAgain
+        }
+        // A reading that could not be used turned the floor off: nothing refuses.
+        Verdict::Short if !f.on() => Step::Fits,
+        Verdict::Short => Step::Below,
     }
 }
 

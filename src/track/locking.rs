@@ -308,7 +308,7 @@ impl Hook {
         recount: impl FnOnce(&LockedPagesGuard) -> Option<u64>,
         rejected: impl FnOnce(u64) -> Option<c_int>,
     ) -> Result<Lock, c_int> {
-        if let Some(r) = budget::reserve(bytes) {
+        if let Ok(r) = budget::reserve(bytes) {
             return Ok(Lock::Pin(r));
         }
         self.work(|| self.admit_lock_refused(locked, ask, bytes, recount, rejected))
@@ -336,7 +336,7 @@ impl Hook {
                 Some(b) => bytes = b,
                 None => return Ok(Lock::Pin(budget::Reservation::none())),
             }
-            if let Some(r) = budget::reserve(bytes) {
+            if let Ok(r) = budget::reserve(bytes) {
                 return Ok(Lock::Pin(r));
             }
         }

@@ -476,7 +476,7 @@ impl Hook {
         if req == Request::Rejected {
             return Admission::Pass;
         }
-        let reserved = budget::reserve_or_refused(bytes);
+        let reserved = budget::reserve(bytes);
         match reserved {
             Ok(r) => Admission::Pin(r),
             Err(why) => self.over_budget(api, bytes, site, req, later, over(why)),
@@ -513,7 +513,7 @@ impl Hook {
         if d.removed == 0 {
             return None;
         }
-        budget::reserve(bytes)
+        budget::reserve(bytes).ok()
     }
 
     fn policy_answer(

@@ -1,7 +1,8 @@
 //! The host and cgroup reserves of a group member: shared readings in the ledger, each over the
 //! bytes of the members it counts, decided under the lock and read afresh with it let go.
 
-use super::super::{cgroup, host, Refused};
+use super::super::floor::{self, Verdict};
+use super::super::{cgroup, host, FloorKind, Refused};
 use super::lock::Locked;
 use crate::runtime::clock::monotonic_ms;
 use crate::runtime::kernel;
@@ -25,30 +26,26 @@ impl Figures {
     /// is due, and before a refusal, unless one was taken for this call (`fresh`). The refusal
     /// gives the figure as the reading and the calls since count it.
     pub(super) fn room(&self, bytes: u64, reserve: u64, fresh: bool) -> Room {
-        let Some(next) = self.used.checked_add(bytes) else {
-            return Room::Short(self.now());
-        };
-        if !fresh && self.due(reserve) {
-            return Room::Read;
+        let next = self.used.checked_add(bytes);
+        let cap =
+            floor::cap_of(self.settled, self.available, reserve).saturating_sub(self.released);
+        // The clock is read only when the reading's age can change the answer.
+        let due = next.is_some() && !fresh && self.due(reserve);
+        match floor::decide(next, cap, due, fresh) {
+            Verdict::Fits => Room::Fits,
+            Verdict::Read => Room::Read,
+            Verdict::Short => Room::Short(self.now()),
         }
-        if next <= host::cap_of(self.settled, self.available, reserve).saturating_sub(self.released)
-        {
-            return Room::Fits;
-        }
-        if !fresh {
-            return Room::Read;
-        }
-        Room::Short(self.now())
     }
 
-    /// The reading is older than `host::READING_MS` (or from a clock that is not ours), or the
-    /// members' bytes moved by more than a `host::MOVE_SHARE`th of the headroom it left.
+    /// The reading is older than `floor::READING_MS` (or from a clock that is not ours), or the
+    /// members' bytes moved by more than a `floor::MOVE_SHARE`th of the headroom it left.
     pub(super) fn due(&self, reserve: u64) -> bool {
         let now = monotonic_ms();
-        let slack = self.available.saturating_sub(reserve) / host::MOVE_SHARE;
+        let slack = self.available.saturating_sub(reserve) / floor::MOVE_SHARE;
         let moved = self.used.abs_diff(self.settled) > slack || self.released > slack;
         self.read_ms == 0
-            || now.saturating_sub(self.read_ms) >= host::READING_MS
+            || now.saturating_sub(self.read_ms) >= floor::READING_MS
             || self.read_ms > now
             || moved
     }
@@ -317,10 +314,11 @@ pub(super) enum Next {
     Refused(Refused),
 }
 
-/// The floors' say on `bytes` more for member `i` (none with `force`): the host reserve over the
-/// group's bytes, then the cgroup reserve over the bytes of the members in this member's cgroup,
-/// each against its shared reading, read afresh (with the lock let go) when due and before a
-/// refusal. A reading that cannot be used turns its reserve off: it refuses nothing.
+/// The floors' say on `bytes` more for member `i` (none with `force`), in `FloorKind::ALL`'s
+/// order: the host reserve over the group's bytes, then the cgroup reserve over the bytes of the
+/// members in this member's cgroup, each against its shared reading (`floor::decide`), read afresh
+/// (with the lock let go) when due and before a refusal. A reading that cannot be used turns its
+/// reserve off: it refuses nothing.
 pub(super) fn floors(
     mut l: Locked,
     i: usize,
@@ -332,55 +330,65 @@ pub(super) fn floors(
     if force {
         return Next::Book(l);
     }
-    if let Some(reserve) = host::reserve() {
-        if let Some(r) = p.host.take() {
-            l.install(r, reserve);
-        }
-        match l.host_room(bytes, reserve, done.read) {
+    for kind in FloorKind::ALL {
+        let Some(reserve) = kind.floor().reserve() else {
+            continue;
+        };
+        let room = match kind {
+            FloorKind::Host => {
+                if let Some(r) = p.host.take() {
+                    l.install(r, reserve);
+                }
+                l.host_room(bytes, reserve, done.read)
+            }
+            FloorKind::Cgroup => {
+                if let Some(c) = p.cgroup.take() {
+                    done.cgroup_fresh = l.install_cgroup(i, c, reserve, done.cgroup_reads >= 2);
+                }
+                l.cgroup_room(i, bytes, reserve, done.cgroup_fresh)
+            }
+        };
+        match room {
             Room::Fits => {}
             Room::Read => {
-                let mut r = l.start_reading();
-                drop(l);
-                done.read = true;
-                match kernel::host_memory() {
-                    Ok(m) => {
-                        host::noted(m.available);
-                        r.available = m.available;
-                        p.host = Some(r);
-                    }
-                    Err(why) => host::turn_off(why),
-                }
+                read(l, kind, i, done, p);
                 return Next::Again;
             }
-            Room::Short(available) => {
-                return l.refuse_or_scan(i, done, Refused::Host { available })
-            }
-        }
-    }
-    if let Some(reserve) = cgroup::floor().reserve() {
-        if let Some(c) = p.cgroup.take() {
-            done.cgroup_fresh = l.install_cgroup(i, c, reserve, done.cgroup_reads >= 2);
-        }
-        match l.cgroup_room(i, bytes, reserve, done.cgroup_fresh) {
-            Room::Fits => {}
-            Room::Read => {
-                let mut c = l.start_cgroup_reading(i);
-                drop(l);
-                done.cgroup_reads += 1;
-                match crate::runtime::cgroup::headroom() {
-                    Ok(head) => {
-                        cgroup::floor().noted(head.bytes);
-                        c.head = Some(head);
-                        p.cgroup = Some(c);
-                    }
-                    Err(why) => cgroup::floor().turn_off(why as usize),
-                }
-                return Next::Again;
-            }
-            Room::Short(headroom) => {
-                return l.refuse_or_scan(i, done, Refused::Cgroup { headroom })
-            }
+            Room::Short(figure) => return l.refuse_or_scan(i, done, kind.refused(figure)),
         }
     }
     Next::Book(l)
+}
+
+/// Reads floor `kind`'s figure for member `i` with the lock let go; the reading is installed at
+/// the next taking of it (`Pending`). A reading that cannot be used turns the floor off.
+fn read(l: Locked, kind: FloorKind, i: usize, done: &mut Done, p: &mut Pending) {
+    match kind {
+        FloorKind::Host => {
+            let mut r = l.start_reading();
+            drop(l);
+            done.read = true;
+            match kernel::host_memory() {
+                Ok(m) => {
+                    host::noted(m.available);
+                    r.available = m.available;
+                    p.host = Some(r);
+                }
+                Err(why) => host::turn_off(why),
+            }
+        }
+        FloorKind::Cgroup => {
+            let mut c = l.start_cgroup_reading(i);
+            drop(l);
+            done.cgroup_reads += 1;
+            match crate::runtime::cgroup::headroom() {
+                Ok(head) => {
+                    cgroup::floor().noted(head.bytes);
+                    c.head = Some(head);
+                    p.cgroup = Some(c);
+                }
+                Err(why) => cgroup::floor().turn_off(why as usize),
+            }
+        }
+    }
 }

@@ -25,7 +25,7 @@ mod members;
 
 pub use lock::LOCK_WAIT_MS;
 
-use super::{cgroup, host, Refused};
+use super::{FloorKind, Refused};
 use crate::runtime::sys;
 use file::{ext_at, header, member_at, Shared, LEDGER_DEV, LEDGER_INO, MAP, PATH};
 use floors::{Done, Next, Pending};
@@ -121,11 +121,7 @@ fn reserve_on_own_stack(h: Shared, bytes: u64, force: bool) -> Result<(), Refuse
 /// bytes are booked later (`Locked::settle`).
 #[cold]
 fn out_of_reach(h: Shared, bytes: u64, force: bool) -> Result<(), Refused> {
-    if !force
-        && (h.budget() != u64::MAX
-            || host::reserve().is_some()
-            || cgroup::floor().reserve().is_some())
-    {
+    if !force && (h.budget() != u64::MAX || FloorKind::ALL.iter().any(|k| k.floor().on())) {
         return Err(Refused::GroupUnavailable);
     }
     match PENDING_ADD.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
