@@ -34,6 +34,7 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
         let Some(cfg) = lifecycle::ensure_init(_r.thread()) else {
             return -1;
         };
+        crate::track::wire();
         let p = if path.is_null() {
             None
         } else {
@@ -106,8 +107,7 @@ pub extern "C" fn pinguard_live_bytes() -> u64 {
         let _ = std::panic::catch_unwind(|| {
             if let Some(c) = lifecycle::ensure_init(t) {
                 let locked = c.hooks & crate::api::Family::Mlock.bit() != 0;
-                let (_, d) = ledger::reconcile_kernel(t, locked);
-                crate::budget::adjust(d.removed, d.added);
+                crate::track::kernel_truth(t, locked);
             }
         });
         t.set_errno(e);

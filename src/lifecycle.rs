@@ -220,14 +220,16 @@ pub fn ready() -> Option<&'static Config> {
 /// `ensure_init` for a hooked call: in a fork child, the first one also restarts the report
 /// thread (`reporter::restart_if_forked`), and every later one finds the configuration in one load.
 /// `pinning`: the call may pin (a release is never turned away: it needs no memory of pinguard's).
+/// `wire`: the caller's (`track`'s) start-up, run on this slow path once pinguard is set up, so
+/// that its first hooked call has done it (the steady path never looks).
 #[inline(always)]
-pub fn hooks_ready(t: &Thread, pinning: bool) -> Option<&'static Config> {
+pub fn hooks_ready(t: &Thread, pinning: bool, wire: fn()) -> Option<&'static Config> {
     let p = WIPED.hooks_config.load(Ordering::Acquire);
     if !p.is_null() {
         // SAFETY: `HOOKS_CONFIG` is null or points at `CONFIG`'s value, set once and never moved.
         return Some(unsafe { &*p });
     }
-    hooks_ready_slow(t, pinning)
+    hooks_ready_slow(t, pinning, wire)
 }
 
 /// pinguard's heap had a request refused (`heap::on_short`): hooked calls take the slow path,
@@ -239,8 +241,9 @@ fn heap_short() {
 
 #[cold]
 #[inline(never)]
-fn hooks_ready_slow(t: &Thread, pinning: bool) -> Option<&'static Config> {
+fn hooks_ready_slow(t: &Thread, pinning: bool, wire: fn()) -> Option<&'static Config> {
     let cfg = ensure_init(t)?;
+    wire();
     if !crate::runtime::heap::recover() {
         if pinning {
             // Recording it could need memory pinguard has not got: the call is the kernel's or

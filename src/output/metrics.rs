@@ -521,8 +521,7 @@ pub fn write(cfg: &Config) {
     // The kernel's pins that no call explains change without a call pinguard sees: one read of
     // the status per write keeps the gauge (and the budget) current. The locked pages are left
     // to the reports and refusals, which may walk the mappings.
-    let (_, d) = ledger::reconcile_kernel(crate::runtime::guard::here(), false);
-    budget::adjust(d.removed, d.added);
+    crate::output::report::kernel_truth(crate::runtime::guard::here(), false);
     let base = path_of(template);
     crate::output::files::make_dirs(&crate::output::files::with_pid(template));
     let mut written = None;

@@ -6,6 +6,8 @@ use crate::budget;
 use crate::output::files;
 use crate::output::symbolize::Symbolizer;
 use crate::runtime::config::Config;
+use crate::runtime::guard::Thread;
+use crate::runtime::kernel::Status;
 use crate::runtime::lock::{Mutex, MutexGuard};
 use crate::runtime::{guard, heap, kernel, log};
 use pinguard_report::units::format_bytes;
@@ -13,6 +15,7 @@ use pinguard_report::{self as schema, Addr, Reason, Report};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
 /// One writer at a time: symbolisation is not thread-safe, and a fork must not split a write.
 static WRITING: Mutex<()> = Mutex::new(());
@@ -210,6 +213,26 @@ pub fn shape(reason: Reason, f: Figures) -> Report {
     }
 }
 
+/// How the figures are matched with the kernel's before they are read: the composition layer's
+/// `track::kernel_truth`, handed over at start-up (`on_kernel_truth`), which moves the budget with
+/// the view. The output stage never moves the budget itself; before the hand-over the status is
+/// only read.
+static KERNEL_TRUTH: OnceLock<fn(&Thread, bool) -> Status> = OnceLock::new();
+
+/// Sets how the figures are matched with the kernel's (`KERNEL_TRUTH`), once, at start-up.
+pub fn on_kernel_truth(f: fn(&Thread, bool) -> Status) {
+    let _ = KERNEL_TRUTH.set(f);
+}
+
+/// The kernel's status, the view and the budget matched with it first (`KERNEL_TRUTH`; with
+/// `locked`, the locked pages' too).
+pub fn kernel_truth(t: &Thread, locked: bool) -> Status {
+    match KERNEL_TRUTH.get() {
+        Some(f) => f(t, locked),
+        None => kernel::status(),
+    }
+}
+
 pub fn snapshot(reason: Reason, cfg: &Config) -> Report {
     shape(reason, gather(cfg))
 }
@@ -222,8 +245,7 @@ fn gather(cfg: &Config) -> Figures {
     // own unmaps, a grown locked stack) and the unseen pins with VmPin (an io_uring ring's fixed
     // buffers), from one read of the status, before symbolizing moves it.
     let locked = cfg.hooks & Family::Mlock.bit() != 0;
-    let (status, d) = ledger::reconcile_kernel(guard::here(), locked);
-    budget::adjust(d.removed, d.added);
+    let status = kernel_truth(guard::here(), locked);
     ledger::timeline_now();
     let mut totals = ledger::totals();
     let apis: Vec<(String, schema::ApiStats)> = ledger::apis()

@@ -22,6 +22,8 @@ use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::api::Api;
 use crate::budget;
 use crate::runtime::config::Policy;
+use crate::runtime::guard::Thread;
+use crate::runtime::kernel::Status;
 use crate::runtime::sys::page_size;
 use crate::runtime::{kernel, own_maps};
 use std::os::raw::{c_int, c_void};
@@ -31,6 +33,19 @@ use std::os::raw::{c_int, c_void};
 fn walked(s: ledger::Synced) -> bool {
     budget::adjust(s.removed, s.added);
     s.any()
+}
+
+/// The kernel is the truth for locked and pinned pages: the view matched with `VmLck` (with
+/// `locked`: the locking family's hooks on) and the unseen pins with `VmPin`, from one read of
+/// the status (`ledger::reconcile_kernel`), then the budget moved by what that changed. The one
+/// place both happen, so the view and the budget never part: before a refusal, for the C API's
+/// figures, and before a report or a metrics write (the output stage is handed this function at
+/// start-up, `output::report::on_kernel_truth`, and never moves the budget itself). Returns the
+/// status read and what changed.
+pub fn kernel_truth(t: &Thread, locked: bool) -> (Status, ledger::Synced) {
+    let (status, d) = ledger::reconcile_kernel(t, locked);
+    walked(d);
+    (status, d)
 }
 
 /// The limit `MCL_FUTURE` is refused for (it would lock later mappings without asking any):

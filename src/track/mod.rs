@@ -81,7 +81,7 @@ mod pools;
 mod shared;
 // Used by the hooks, which tests and the fuzz targets build without.
 #[cfg_attr(any(test, feature = "fuzzing"), allow(unused_imports))]
-pub use locking::MmapArgs;
+pub use locking::{kernel_truth, MmapArgs};
 #[cfg_attr(any(test, feature = "fuzzing"), allow(unused_imports))]
 pub use pools::PoolApi;
 mod scope;
@@ -192,6 +192,14 @@ fn keep(reservation: Option<budget::Reservation>, bytes: u64) {
     }
 }
 
+/// What the stages before this layer need of it, handed over once pinguard is set up (by the first
+/// hooked call, `lifecycle::hooks_ready`, or a C API call): the output stage matches its figures
+/// with the kernel's through `kernel_truth`, which moves the budget with the view, and never moves
+/// the budget itself. Idempotent.
+pub(crate) fn wire() {
+    crate::output::report::on_kernel_truth(|t, locked| kernel_truth(t, locked).0);
+}
+
 /// Marks the path that calls it as rare. Without it, a steady path reached past a run of early
 /// returns (each one even odds, to the optimiser) looks cold: LLVM then gives its calls a much
 /// smaller inlining budget (a call site under 2% of its function's estimated frequency), which
@@ -248,7 +256,7 @@ impl Hook {
     ) -> Option<Hook> {
         let t = guard::here();
         let reentry = Reentry::enter_on(t)?;
-        let cfg = lifecycle::hooks_ready(t, pinning)?;
+        let cfg = lifecycle::hooks_ready(t, pinning, wire)?;
         if cfg.hooks & family.bit() == 0 {
             return None;
         }
@@ -508,8 +516,7 @@ impl Hook {
         if ledger::kernel_pinned() == 0 {
             return None;
         }
-        let (_, d) = ledger::reconcile_kernel(self.t, false);
-        budget::adjust(d.removed, d.added);
+        let (_, d) = kernel_truth(self.t, false);
         if d.removed == 0 {
             return None;
         }
