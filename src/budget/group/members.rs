@@ -49,7 +49,7 @@ pub(super) fn open_live(path: &str, budget: Option<u64>) -> Result<(Opened, bool
 /// gone (read without the lock; `remove_abandoned` checks again under it). One nobody joined yet
 /// is its creator's, which joins at its first pin: the processes of a group start together, and
 /// each replacing the one before would leave some without the group.
-pub(super) fn abandoned(h: Shared) -> bool {
+fn abandoned(h: Shared) -> bool {
     if h.u32_at(std::mem::offset_of!(Header, closed)) != 0 {
         return true;
     }
@@ -123,7 +123,7 @@ const NO_SEM_OTHER_NS: i32 = -1;
 const NO_SEM_NS_UNKNOWN: i32 = -2;
 
 /// This process's namespaces, read once (a `stat` of each `/proc/self/ns` file, no descriptor).
-pub(super) fn here() -> Here {
+fn here() -> Here {
     let ipc = IPC_NS.load(Ordering::Relaxed);
     if ipc != 0 {
         return Here {

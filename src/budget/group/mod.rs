@@ -30,7 +30,11 @@ use crate::runtime::sys;
 use file::{ext_at, header, member_at, Shared, LEDGER_DEV, LEDGER_INO, MAP, PATH};
 use floors::{Done, Next, Pending};
 use lock::{Locked, NoLock, Wait, TIMEOUTS};
-use members::*;
+use members::{
+    forget_previous_image, let_go_semaphore, liveness, open_live, seat, warn_no_semaphore,
+    warn_unverified, Dead, Joining, Scan, Seat, FORGET, HELD_ID, IPC_NS, MY_PID, NOT_JOINED,
+    NO_SEM, NO_SLOT, PENDING_ADD, PENDING_RELEASE, REOPENS, SLOT,
+};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
