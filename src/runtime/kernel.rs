@@ -540,6 +540,30 @@ pub fn exe() -> String {
         .unwrap_or_default()
 }
 
+/// The last component of this process's executable, without allocating (under the group's
+/// lock): as much of it as `out` holds less one byte, so it stays NUL-terminated.
+pub fn exe_name(out: &mut [u8]) {
+    let mut buf = [0u8; 4096];
+    // SAFETY: the path is NUL-terminated and `buf` is valid for its length.
+    let n = unsafe {
+        libc::readlink(
+            c"/proc/self/exe".as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
+    if n <= 0 || out.is_empty() {
+        return;
+    }
+    let path = &buf[..n as usize];
+    let name = match path.iter().rposition(|&b| b == b'/') {
+        Some(p) => &path[p + 1..],
+        None => path,
+    };
+    let k = name.len().min(out.len() - 1);
+    out[..k].copy_from_slice(&name[..k]);
+}
+
 pub fn cmdline() -> Vec<String> {
     sys::read_file(c"/proc/self/cmdline")
         .map(|b| {

@@ -5,7 +5,7 @@
 use super::file::{self, Opened, Shared, PATH};
 use super::lock::{Locked, NoLock, Wait};
 use crate::runtime::clock::monotonic_ms;
-use crate::runtime::kernel::proc_start;
+use crate::runtime::kernel::{self, proc_start};
 use crate::runtime::sys;
 use pinguard_report::group::live::{self, Here, Proc, Set, Verdict};
 use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
@@ -510,7 +510,7 @@ pub(super) fn forget_previous_image(h: Shared) {
         return;
     };
     let mut exe = [0u8; layout::EXE_BYTES];
-    exe_name(&mut exe);
+    kernel::exe_name(&mut exe);
     let _ = IMAGE_EXE.set(exe);
     here(); // read now, not under the lock that taking the slot over holds
     IMAGE_PID.store(pid, Ordering::Relaxed);
@@ -518,29 +518,6 @@ pub(super) fn forget_previous_image(h: Shared) {
     FORGET.store(true, Ordering::Relaxed);
     // `settle` empties the slot when the lock is had, now or at the first taking.
     drop(Locked::new(h, &mut Wait::once()));
-}
-
-/// The last component of this process's executable, read without allocating.
-fn exe_name(out: &mut [u8; layout::EXE_BYTES]) {
-    let mut buf = [0u8; 4096];
-    // SAFETY: the path is NUL-terminated and `buf` is valid for its length.
-    let n = unsafe {
-        libc::readlink(
-            c"/proc/self/exe".as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_char,
-            buf.len(),
-        )
-    };
-    if n <= 0 {
-        return;
-    }
-    let path = &buf[..n as usize];
-    let name = match path.iter().rposition(|&b| b == b'/') {
-        Some(p) => &path[p + 1..],
-        None => path,
-    };
-    let k = name.len().min(layout::EXE_BYTES - 1);
-    out[..k].copy_from_slice(&name[..k]);
 }
 
 /// Where this process sits in the group.
@@ -572,7 +549,7 @@ impl Joining {
         // SAFETY: no arguments; it cannot fail.
         let pid = unsafe { libc::getpid() } as u32;
         let mut exe = [0u8; layout::EXE_BYTES];
-        exe_name(&mut exe);
+        kernel::exe_name(&mut exe);
         Joining {
             pid,
             ticks: proc_start(pid),
