@@ -385,10 +385,12 @@ fn two_processes_of_a_group_share_the_headroom() {
         .collect();
     let mut pinned = 0;
     let mut refused = 0;
+    let mut said = String::new();
     for c in children {
         let out = c.wait_with_output().unwrap();
         let r = Run::from_output(out, h.dir.clone());
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
+        said += &r.stderr;
         let s = r.stats();
         pinned += s["pinned"].as_u64().unwrap();
         refused += s["refused"].as_u64().unwrap();
@@ -406,7 +408,13 @@ fn two_processes_of_a_group_share_the_headroom() {
     let mut stopped = 0;
     for p in reports_in(&h.dir) {
         let rep = read_json(&p);
-        assert_eq!(rep["group"]["name"], group.as_str());
+        assert_eq!(
+            rep["group"]["name"],
+            group.as_str(),
+            "{}: {}\nwhat the members said:\n{said}",
+            p.display(),
+            rep["config"]
+        );
         assert_eq!(rep["group"]["host_reserve_bytes"], BASE - headroom);
         assert!(
             rep["group"]["host_lowest_available_bytes"]
