@@ -5,7 +5,7 @@
 //! process's own counters (`VmLck`, `VmPin`, `RssShmem`) the path moves. Pages a driver
 //! allocates itself are often not charged to the cgroup; user pages locked or registered are.
 
-use crate::doctor::{meminfo_kb, usage, CgroupFacts};
+use crate::doctor_facts::{meminfo_kb, read, usage, CgroupFacts, Rlimit};
 use pinguard_report::cgroup::Place;
 use pinguard_report::codes::{self, Space};
 use pinguard_report::units::format_bytes;
@@ -41,7 +41,7 @@ const COUNTERS: [&str; 3] = ["VmLck", "VmPin", "RssShmem"];
 
 /// `COUNTERS` from one read of `/proc/self/status`, in bytes.
 fn counters() -> [Option<u64>; 3] {
-    let text = crate::doctor::read("/proc/self/status").unwrap_or_default();
+    let text = read("/proc/self/status").unwrap_or_default();
     COUNTERS.map(|key| {
         text.lines().find_map(|l| {
             let kb = l.strip_prefix(key)?.strip_prefix(':')?.trim();
@@ -66,11 +66,7 @@ const SMALLEST: u64 = 1 << 20;
 /// The probe's size: as asked, else the default bounded by a quarter of the cgroup's headroom
 /// (three rounds hold one probe at a time, with room to spare for the process itself) and by
 /// what `RLIMIT_MEMLOCK` leaves this process when it binds (without `CAP_IPC_LOCK`).
-pub fn size(
-    asked: Option<u64>,
-    cgroup: Option<&CgroupFacts>,
-    rlimit: &crate::doctor::Rlimit,
-) -> ProbeSize {
+pub fn size(asked: Option<u64>, cgroup: Option<&CgroupFacts>, rlimit: &Rlimit) -> ProbeSize {
     if let Some(bytes) = asked {
         return ProbeSize {
             bytes,
@@ -132,7 +128,7 @@ fn median(mut v: Vec<i64>) -> Option<i64> {
 /// How long the kernel takes to fold its per-CPU page counts into `/proc/meminfo`
 /// (`vm.stat_interval`, one second by default): the cgroup's own count is exact at once.
 fn meminfo_lag() -> std::time::Duration {
-    let secs = crate::doctor::read("/proc/sys/vm/stat_interval")
+    let secs = read("/proc/sys/vm/stat_interval")
         .and_then(|s| s.trim().parse::<u64>().ok())
         .unwrap_or(1);
     std::time::Duration::from_millis(secs.min(5) * 1000 + 200)

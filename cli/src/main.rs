@@ -9,6 +9,7 @@ mod cdi;
 mod check;
 mod diff;
 mod doctor;
+mod doctor_facts;
 mod doctor_node;
 mod doctor_probe;
 mod export;

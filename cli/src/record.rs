@@ -107,7 +107,7 @@ impl RunRecord {
         let program = self
             .command
             .first()
-            .map(|a| crate::merge::basename(a).to_string());
+            .map(|a| a.rsplit('/').next().unwrap_or(a).to_string());
         let cmd = program
             .into_iter()
             .chain(self.command.iter().skip(1).cloned())
@@ -150,33 +150,4 @@ impl RunRecord {
             self.ended()
         )
     }
-}
-
-/// The one line `run` says when its report folder already holds files of other runs (a shared
-/// `--report` folder, as CI's `ci-pinned/%e.%p.json`): `check DIR` would read them all.
-pub fn earlier_runs(root: &std::path::Path) -> Option<String> {
-    if !root.is_dir() {
-        return None;
-    }
-    let (files, _) = crate::input::expand(&[root.to_path_buf()]);
-    let records = files
-        .iter()
-        .filter(|f| {
-            f.path
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with(PREFIX))
-        })
-        .count();
-    let reports = files.len() - records;
-    if files.is_empty() {
-        return None;
-    }
-    // As the user would type it: relative to the working directory when inside it.
-    let cwd = std::env::current_dir().unwrap_or_default();
-    let d = root.strip_prefix(&cwd).unwrap_or(root).display();
-    Some(format!(
-        "{d} already holds {} and {} of earlier runs: `pinguard check {d}` reads them all, `pinguard check --latest {d}` this run's alone",
-        crate::out::count(reports as u64, "report", "reports"),
-        crate::out::count(records as u64, "run record", "run records"),
-    ))
 }

@@ -580,7 +580,7 @@ pub fn run(o: Options) -> i32 {
             return 2;
         }
     };
-    if let Some(line) = crate::record::earlier_runs(&search_root(&template_abs)) {
+    if let Some(line) = crate::input::earlier_runs(&search_root(&template_abs)) {
         if !o.quiet {
             eprintln!("pinguard run: {line}");
         }
