@@ -28,7 +28,7 @@ PINGUARD_API int pinguard_write_report(const char *path);
  * writes it, into buf as a NUL-terminated string of at most size bytes. Returns the path's full
  * length (as snprintf does: call with size 0 to learn it), or -1 when pinguard is disabled or the
  * process is setuid. */
-PINGUARD_API long pinguard_report_path(char *buf, size_t size);
+PINGUARD_API long pinguard_common_path(char *buf, size_t size);
 
 /* Pinned bytes live in this process right now (downgraded, pageable memory is not counted). Locked
  * pages are first compared with the kernel's VmLck (and matched with it when they differ), and

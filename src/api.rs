@@ -25,7 +25,7 @@ impl Family {
 
     /// As `PINGUARD_HOOKS` names it: the registry's list, in this enum's order.
     pub fn name(self) -> &'static str {
-        pinguard_report::vars::FAMILIES[self as usize]
+        pinguard_common::vars::FAMILIES[self as usize]
     }
 
     pub fn bit(self) -> u8 {

@@ -4,7 +4,7 @@ use crate::accounting::ledger;
 use crate::lifecycle;
 use crate::output::report;
 use crate::runtime::guard::{self, Reentry};
-use pinguard_report::Reason;
+use pinguard_common::Reason;
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
 use std::path::Path;
@@ -62,9 +62,9 @@ pub unsafe extern "C" fn pinguard_write_report(path: *const c_char) -> c_int {
 /// in `buf` (truncated to `size - 1` bytes). Returns the path's full length, as `snprintf` does,
 /// or -1 when pinguard is disabled or the process is setuid.
 #[no_mangle]
-pub unsafe extern "C" fn pinguard_report_path(buf: *mut c_char, size: usize) -> isize {
+pub unsafe extern "C" fn pinguard_common_path(buf: *mut c_char, size: usize) -> isize {
     forward!(
-        c"pinguard_report_path"(buf, size) as unsafe extern "C" fn(*mut c_char, usize) -> isize
+        c"pinguard_common_path"(buf, size) as unsafe extern "C" fn(*mut c_char, usize) -> isize
     );
     let Some(_r) = Reentry::enter() else {
         return -1;

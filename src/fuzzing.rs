@@ -25,7 +25,7 @@ pub fn config(vars: &[(String, Option<String>)]) {
             "a config error does not name its variable: {e:?}"
         );
     }
-    assert!(c.depth <= pinguard_report::vars::MAX_DEPTH);
+    assert!(c.depth <= pinguard_common::vars::MAX_DEPTH);
     assert!(c.hooks != 0);
     if let Some(t) = &c.report {
         let expanded = crate::output::files::expand(&crate::output::files::with_pid(t));

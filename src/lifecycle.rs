@@ -7,7 +7,7 @@ use crate::output::report;
 use crate::runtime::config::Config;
 use crate::runtime::guard::{self, Reentry, Thread};
 use crate::runtime::{kernel, log};
-use pinguard_report::vars;
+use pinguard_common::vars;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
@@ -376,7 +376,7 @@ fn debug_settings(cfg: &Config) {
         return;
     }
     let size = |b: Option<u64>| b.map_or("none".to_string(), |b| format!("{b} bytes"));
-    let families: Vec<&str> = pinguard_report::vars::FAMILIES
+    let families: Vec<&str> = pinguard_common::vars::FAMILIES
         .iter()
         .enumerate()
         .filter(|(i, _)| cfg.hooks & (1 << i) != 0)

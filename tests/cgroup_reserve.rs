@@ -605,7 +605,7 @@ fn race_members(
     env: &[(&str, &str)],
 ) -> (Vec<Run>, String, Vec<String>) {
     let name = format!("test-cres-{}-{tag}", std::process::id());
-    let ledger = pinguard_report::group::path(&name);
+    let ledger = pinguard_common::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
     let dir = fresh_dir(&format!("cres-{tag}"));
     let go = dir.join("go");
@@ -902,7 +902,7 @@ fn stand_in_v2_members_share_their_pods_reading() {
     )
     .unwrap();
     let name = format!("test-cres-{}-v2", std::process::id());
-    let ledger = pinguard_report::group::path(&name);
+    let ledger = pinguard_common::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
     let f = fixtures();
     let member = |path: &str| {
@@ -987,7 +987,7 @@ fn a_member_killed_inside_a_call_does_not_hold_the_floor_raised() {
         return;
     };
     let name = format!("test-cres-{}-deadflight", std::process::id());
-    let ledger = pinguard_report::group::path(&name);
+    let ledger = pinguard_common::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
     let dir = fresh_dir("cres-deadflight");
     let mark = dir.join("inside");

@@ -3,7 +3,7 @@
 
 use crate::common;
 use common::*;
-use pinguard_report::group::{self as layout, Header};
+use pinguard_common::group::{self as layout, Header};
 use std::process::{Command, Stdio};
 
 /// A group name no other test run uses, and its ledger removed before and after.

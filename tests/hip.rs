@@ -635,7 +635,7 @@ fn doctor_probes_hip_host_malloc() {
 #[test]
 fn group_budget_and_host_reserve_refuse_hip_calls() {
     let group = format!("test-hip-{}", std::process::id());
-    let ledger = pinguard_report::group::path(&group);
+    let ledger = pinguard_common::group::path(&group);
     let _ = std::fs::remove_file(&ledger);
     let ops = ["malloc:8192", "malloc:65536", "register:65536:0"];
     let r = hip(

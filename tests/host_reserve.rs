@@ -356,7 +356,7 @@ fn two_processes_of_a_group_share_the_headroom() {
     }
     let h = Host::new("host-group");
     let group = format!("test-host-{}", std::process::id());
-    let ledger = pinguard_report::group::path(&group);
+    let ledger = pinguard_common::group::path(&group);
     let _ = std::fs::remove_file(&ledger);
     let size = 64 * KIB;
     let headroom = 4 * MIB;

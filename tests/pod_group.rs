@@ -6,7 +6,7 @@
 
 use crate::common;
 use common::*;
-use pinguard_report::group::{self as layout, Header};
+use pinguard_common::group::{self as layout, Header};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdout, Command, Stdio};

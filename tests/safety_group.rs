@@ -5,7 +5,7 @@
 
 use crate::common;
 use common::*;
-use pinguard_report::group::{self as layout, Header};
+use pinguard_common::group::{self as layout, Header};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;

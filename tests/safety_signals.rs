@@ -502,14 +502,14 @@ struct Group(String);
 impl Group {
     fn new(tag: &str) -> Group {
         let g = Group(format!("test-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_file(pinguard_report::group::path(&g.0));
+        let _ = std::fs::remove_file(pinguard_common::group::path(&g.0));
         g
     }
 }
 impl Drop for Group {
     fn drop(&mut self) {
-        remove_semaphores(&pinguard_report::group::path(&self.0));
-        let _ = std::fs::remove_file(pinguard_report::group::path(&self.0));
+        remove_semaphores(&pinguard_common::group::path(&self.0));
+        let _ = std::fs::remove_file(pinguard_common::group::path(&self.0));
     }
 }
 

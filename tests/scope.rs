@@ -151,8 +151,8 @@ fn the_scope_applies_under_a_group_budget() {
     let r = scoped(&OPS[..2], &env);
     assert_eq!(rc_of(&r, "framework"), 0, "{}\n{}", r.stdout, r.stderr);
     assert_eq!(rc_of(&r, "direct"), 2);
-    remove_semaphores(&pinguard_report::group::path(&group));
-    let _ = std::fs::remove_file(pinguard_report::group::path(&group));
+    remove_semaphores(&pinguard_common::group::path(&group));
+    let _ = std::fs::remove_file(pinguard_common::group::path(&group));
 }
 
 fn python_tree() -> (std::path::PathBuf, std::path::PathBuf) {

@@ -234,7 +234,7 @@ fn the_callers_group_makes_root_create_no_ledger() {
     }
     let node = Node::new("group");
     let group = format!("pgsecure-{}", std::process::id());
-    let ledger = pinguard_report::group::path(&group);
+    let ledger = pinguard_common::group::path(&group);
     let _ = std::fs::remove_file(&ledger);
     let o = node.run(
         None,

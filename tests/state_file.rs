@@ -277,7 +277,7 @@ fn a_file_size_limit_below_the_state_never_costs_the_program_its_life() {
 /// in bounded time without a panic.
 #[test]
 fn a_corrupt_state_is_read_in_bounded_time_without_a_panic() {
-    use pinguard_report::state::{header, module};
+    use pinguard_common::state::{header, module};
     if aarch64() {
         return;
     }
@@ -287,7 +287,7 @@ fn a_corrupt_state_is_read_in_bounded_time_without_a_panic() {
     let word = |b: &[u8], off: usize| u64::from_ne_bytes(b[off..off + 8].try_into().unwrap());
     // The file offset of a process address, from the header's piece list.
     let off_of = |b: &[u8], a: u64| {
-        (0..pinguard_report::state::PIECES)
+        (0..pinguard_common::state::PIECES)
             .map(|i| {
                 (
                     word(b, header::PIECES + i * 24),

@@ -3,7 +3,7 @@
 //! and CRI-O through their CDI support) gets the library mounted read-only and preloaded, without
 //! rebuilding its image; the runtimes read the spec from /etc/cdi or /var/run/cdi.
 
-use pinguard_report::vars;
+use pinguard_common::vars;
 use serde_json::{json, Value};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -258,7 +258,7 @@ fn write_file(text: &str, path: &Path) -> Result<(), String> {
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
     let prefix = format!(".{}.tmp.", name.to_string_lossy());
-    let (mut f, tmp) = pinguard_report::untrusted::create_new(dir, &prefix, "").map_err(err)?;
+    let (mut f, tmp) = pinguard_common::untrusted::create_new(dir, &prefix, "").map_err(err)?;
     let result = (|| {
         use std::os::unix::fs::PermissionsExt as _;
         f.write_all(text.as_bytes())?;

@@ -3,7 +3,7 @@
 use crate::merge::{Merged, ProcSite, ProcessLine, SiteKey};
 use crate::out::count;
 use crate::suppress::{Applied, Figure};
-use pinguard_report::units::format_bytes;
+use pinguard_common::units::format_bytes;
 use std::collections::HashMap;
 
 pub struct Limits {

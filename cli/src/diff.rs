@@ -2,7 +2,7 @@
 
 use crate::merge::{labels, name_of, with_processes, Merged, Name, Site, SiteKey};
 use crate::out::table;
-use pinguard_report::units::format_bytes;
+use pinguard_common::units::format_bytes;
 use std::collections::HashMap;
 
 fn signed(d: i128) -> String {
@@ -32,9 +32,9 @@ pub fn parse_growth(s: &str) -> Result<Growth, String> {
             )),
         };
     }
-    pinguard_report::units::parse_size(t)
+    pinguard_common::units::parse_size(t)
         .map(Growth::Bytes)
-        .map_err(|e| format!("{e}; expected {} or N%", pinguard_report::units::SIZE_FORMS))
+        .map_err(|e| format!("{e}; expected {} or N%", pinguard_common::units::SIZE_FORMS))
 }
 
 impl Growth {

@@ -3,9 +3,9 @@
 //! path this process can reach and says whether the cgroup's count moved by it.
 
 use crate::doctor_facts::{meminfo_kb, read, usage, CgroupFacts, Rlimit};
-use pinguard_report::cgroup::{self, Place, Version};
-use pinguard_report::units::{self, format_bytes};
-use pinguard_report::vars;
+use pinguard_common::cgroup::{self, Place, Version};
+use pinguard_common::units::{self, format_bytes};
+use pinguard_common::vars;
 use serde::Serialize;
 
 /// What `doctor` found; `--json` prints it as it is.

@@ -2,7 +2,7 @@
 //! `/proc/meminfo`, a cgroup's usage. Its own module, so the probe and the report of the findings
 //! import it, not each other.
 
-use pinguard_report::cgroup::{self, Place};
+use pinguard_common::cgroup::{self, Place};
 use serde::Serialize;
 
 #[derive(Serialize)]

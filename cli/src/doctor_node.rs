@@ -1,9 +1,9 @@
 //! `pinguard doctor`'s view of the node configuration file: which file the library would read in
-//! this environment, whether it would trust it (the library's rule, `pinguard_report::node`), and
+//! this environment, whether it would trust it (the library's rule, `pinguard_common::node`), and
 //! its settings, each with the line it is on.
 
-use pinguard_report::node::{self, Entry, Verdict, MAX_BYTES};
-use pinguard_report::vars;
+use pinguard_common::node::{self, Entry, Verdict, MAX_BYTES};
+use pinguard_common::vars;
 use serde::Serialize;
 use std::io::Read;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

@@ -6,9 +6,9 @@
 //! allocates itself are often not charged to the cgroup; user pages locked or registered are.
 
 use crate::doctor_facts::{meminfo_kb, read, usage, CgroupFacts, Rlimit};
-use pinguard_report::cgroup::Place;
-use pinguard_report::codes::{self, Space};
-use pinguard_report::units::format_bytes;
+use pinguard_common::cgroup::Place;
+use pinguard_common::codes::{self, Space};
+use pinguard_common::units::format_bytes;
 use serde::Serialize;
 use std::ffi::{c_void, CStr};
 
@@ -247,7 +247,7 @@ type Register = unsafe extern "C" fn(*mut c_void, usize, u32) -> i32;
 type AclAlloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
 
 /// `hipErrorInvalidDevice (101)`: the runtime's own name for its code (`cudaGetErrorName`,
-/// `hipGetErrorName`), else the headers' (`pinguard_report::codes`), else the number alone.
+/// `hipGetErrorName`), else the headers' (`pinguard_common::codes`), else the number alone.
 fn named(lib: &Lib, space: Space, rc: i32) -> String {
     let own = match space {
         Space::CudaRuntime => Some(c"cudaGetErrorName"),

@@ -1,10 +1,10 @@
 //! The options of `pinguard run` that set a `PINGUARD_*` variable: one table of (flag, variable),
-//! each value checked by its variable's own parser in the registry (`pinguard_report::vars`), so
+//! each value checked by its variable's own parser in the registry (`pinguard_common::vars`), so
 //! that `--budget 12Q` is refused with the words `PINGUARD_BUDGET=12Q` gets from the library.
 
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::{Arg, ArgMatches, Command};
-use pinguard_report::vars::{self, Parse, Var};
+use pinguard_common::vars::{self, Parse, Var};
 use std::ffi::OsStr;
 
 /// One option that sets one variable to its value, unchanged.

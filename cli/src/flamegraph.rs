@@ -2,7 +2,7 @@
 //! peak bytes or allocation count.
 
 use crate::merge::{demangle, Merged, Site};
-use pinguard_report::Frame;
+use pinguard_common::Frame;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Metric {

@@ -2,9 +2,9 @@
 //! `pinguard group list|rm`: a group whose members are all gone is removed with what it holds in
 //! the IPC namespace (its System V semaphore set), so that nothing of it outlives it.
 
-use pinguard_report::group::live::{self, Set};
-use pinguard_report::group::{self as layout, Header, MAX_MEMBERS};
-use pinguard_report::untrusted::{self, Links};
+use pinguard_common::group::live::{self, Set};
+use pinguard_common::group::{self as layout, Header, MAX_MEMBERS};
+use pinguard_common::untrusted::{self, Links};
 use std::os::unix::fs::MetadataExt;
 
 /// A ledger read once: its header, and the file it was read from.
@@ -264,7 +264,7 @@ fn list_lines(indent: &str) -> i32 {
                 let budget = if h.budget == u64::MAX {
                     "no budget".to_string()
                 } else {
-                    pinguard_report::units::format_bytes(h.budget)
+                    pinguard_common::units::format_bytes(h.budget)
                 };
                 let sem = if h.sem_key == 0 {
                     String::new()
@@ -273,7 +273,7 @@ fn list_lines(indent: &str) -> i32 {
                 };
                 println!(
                     "{indent}{name}: {} of {budget} pinned, {n} of {} running, user {}{sem}{}",
-                    pinguard_report::units::format_bytes(h.used),
+                    pinguard_common::units::format_bytes(h.used),
                     crate::out::count(members as u64, "member", "members"),
                     l.uid,
                     if n == 0 {

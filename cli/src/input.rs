@@ -1,6 +1,6 @@
 //! Reading report files and directories, with one clear line per unreadable input.
 
-use pinguard_report::Report;
+use pinguard_common::Report;
 use std::path::{Path, PathBuf};
 
 /// An input that could not be used: the path and what is wrong with it.
@@ -71,7 +71,7 @@ fn unusable(input: &Input, bytes: Option<&[u8]>, problem: String) -> Unusable {
         problem,
     };
     match bytes {
-        Some(b) if input.scanned && pinguard_report::foreign(b) => Unusable::Skipped(BadInput {
+        Some(b) if input.scanned && pinguard_common::foreign(b) => Unusable::Skipped(BadInput {
             path: bad.path,
             problem: "not a pinguard report; skipped".into(),
         }),
@@ -110,8 +110,8 @@ fn walk(dir: &Path, depth: usize, files: &mut Vec<PathBuf>, bad: &mut Vec<BadInp
         if name.starts_with('.') {
             continue; // includes pinguard's own temporary files
         }
-        let report_name = name.ends_with(pinguard_report::state::SUFFIX)
-            || (name.ends_with(".json") && !pinguard_report::state::path_for(&p).exists());
+        let report_name = name.ends_with(pinguard_common::state::SUFFIX)
+            || (name.ends_with(".json") && !pinguard_common::state::path_for(&p).exists());
         let link = t.is_some_and(|t| t.is_symlink());
         if t.is_some_and(|t| t.is_dir()) {
             if depth < MAX_DEPTH {
@@ -166,12 +166,12 @@ fn load_input(input: &Input) -> Result<Option<Report>, Unusable> {
         .map_err(|e| unusable(input, Some(&bytes), e.0))
 }
 
-/// A file's bytes as a report: a state file (`pinguard_report::state`) is read as the report of
-/// its process, `killed` when that process no longer runs. Read as `pinguard_report::untrusted`
+/// A file's bytes as a report: a state file (`pinguard_common::state`) is read as the report of
+/// its process, `killed` when that process no longer runs. Read as `pinguard_common::untrusted`
 /// reads: a link is followed only where the user named it, and only a regular file of at most
 /// `REPORT_MAX` bytes is read.
 fn read(input: &Input) -> Result<Vec<u8>, Unusable> {
-    use pinguard_report::untrusted::{self, Links};
+    use pinguard_common::untrusted::{self, Links};
     let links = if input.scanned {
         Links::Refuse
     } else {
@@ -189,11 +189,11 @@ fn read(input: &Input) -> Result<Vec<u8>, Unusable> {
                 Unusable::Bad(bad)
             }
         })?;
-    if !pinguard_report::state::is_state(&bytes) {
+    if !pinguard_common::state::is_state(&bytes) {
         return Ok(named(bytes));
     }
     let running =
-        pinguard_report::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
+        pinguard_common::state::owner(&bytes).is_some_and(|(pid, ticks)| runs(pid, ticks));
     let modified_ms = meta
         .modified()
         .ok()
@@ -206,18 +206,18 @@ fn read(input: &Input) -> Result<Vec<u8>, Unusable> {
         })
     };
     let report =
-        pinguard_report::state::read(&bytes, running, modified_ms).map_err(|e| bad(e.0))?;
+        pinguard_common::state::read(&bytes, running, modified_ms).map_err(|e| bad(e.0))?;
     serde_json::to_vec(&report).map_err(|e| bad(e.to_string()))
 }
 
 /// A report's bytes with the file and line of its native frames filled in from its module list
-/// where the library left them out (`pinguard_report::symbols::Offline`): as they were when
+/// where the library left them out (`pinguard_common::symbols::Offline`): as they were when
 /// every frame has its file, or nothing on this machine names more.
 fn named(bytes: Vec<u8>) -> Vec<u8> {
     thread_local! {
         // Parsed object files, kept across the reports one thread reads (a merge of many reports
         // of one program parses its libraries once per thread).
-        static OFFLINE: std::cell::RefCell<pinguard_report::symbols::Offline> = Default::default();
+        static OFFLINE: std::cell::RefCell<pinguard_common::symbols::Offline> = Default::default();
     }
     // Written by serde_json (the library), or by hand with a space.
     if !["\"file\":null", "\"file\": null"]
@@ -244,7 +244,7 @@ fn runs(pid: u32, ticks: u64) -> bool {
     let zombie = stat
         .rfind(')')
         .is_some_and(|i| stat[i + 1..].split_ascii_whitespace().next() == Some("Z"));
-    !zombie && pinguard_report::state::stat_start_ticks(&stat) == Some(ticks)
+    !zombie && pinguard_common::state::stat_start_ticks(&stat) == Some(ticks)
 }
 
 /// One reader thread's share: its folded state, how many reports it read, and the inputs it could

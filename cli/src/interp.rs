@@ -3,7 +3,7 @@
 //! display time; the reports keep every frame.
 
 use crate::merge::basename;
-use pinguard_report::Frame;
+use pinguard_common::Frame;
 
 /// Symbols of the interpreter's evaluation loop and call machinery, wherever it is linked.
 const PREFIXES: &[&str] = &[

@@ -82,7 +82,7 @@ fn runs_in(dir: &Path) -> (Vec<Run>, Vec<String>) {
             for found in &rec.reports_found {
                 let p = base.join(&found.file);
                 // The report, or the state the process left instead (or beside it).
-                claimed.insert(pinguard_report::state::path_for(&p));
+                claimed.insert(pinguard_common::state::path_for(&p));
                 claimed.insert(p.clone());
                 listed.push(p);
             }
@@ -112,7 +112,7 @@ fn runs_in(dir: &Path) -> (Vec<Run>, Vec<String>) {
         let files = std::mem::take(&mut r.files);
         r.files = files
             .into_iter()
-            .map(|p| match pinguard_report::state::path_for(&p) {
+            .map(|p| match pinguard_common::state::path_for(&p) {
                 s if s.exists() && s != p => s,
                 _ => p,
             })

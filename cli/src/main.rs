@@ -33,8 +33,8 @@ mod top_list;
 mod writers;
 
 use clap::{Parser, Subcommand};
-use pinguard_report::units;
-use pinguard_report::vars;
+use pinguard_common::units;
+use pinguard_common::vars;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -618,7 +618,7 @@ fn main() -> ExitCode {
                 return ExitCode::from(top::run(top::Source::Pid(p), once, every) as u8);
             }
             let source = match (&group, &metrics) {
-                (Some(g), _) if !pinguard_report::group::valid_name(g) => {
+                (Some(g), _) if !pinguard_common::group::valid_name(g) => {
                     eprintln!(
                         "pinguard top: {g:?} is not a group name (letters, digits, '.', '_', '-')"
                     );

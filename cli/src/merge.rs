@@ -1,8 +1,8 @@
 //! Many reports folded into one view: callsites matched by their symbolised frames (addresses move
 //! between runs and processes), figures summed, processes counted.
 
-use pinguard_report::view::{FrameView, ReportView};
-use pinguard_report::{Frame, Totals};
+use pinguard_common::view::{FrameView, ReportView};
+use pinguard_common::{Frame, Totals};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -171,8 +171,8 @@ pub fn host_clause(m: &Merged) -> String {
         Some(h) => format!(
             ", {} by the host reserve of {} (lowest available {})",
             crate::out::count(m.totals.host_reserve_count, "call stopped", "calls stopped"),
-            pinguard_report::units::format_bytes(h.reserve_bytes),
-            pinguard_report::units::format_bytes(h.lowest_available_bytes)
+            pinguard_common::units::format_bytes(h.reserve_bytes),
+            pinguard_common::units::format_bytes(h.lowest_available_bytes)
         ),
         None => String::new(),
     };
@@ -184,8 +184,8 @@ pub fn host_clause(m: &Merged) -> String {
                 "call stopped",
                 "calls stopped"
             ),
-            pinguard_report::units::format_bytes(c.reserve_bytes),
-            pinguard_report::units::format_bytes(c.lowest_headroom_bytes)
+            pinguard_common::units::format_bytes(c.reserve_bytes),
+            pinguard_common::units::format_bytes(c.lowest_headroom_bytes)
         ));
     }
     s
@@ -380,7 +380,7 @@ impl Site {
             if first {
                 b
             } else {
-                pinguard_report::add_known(a, b)
+                pinguard_common::add_known(a, b)
             }
         };
         (self.denied_bytes, self.downgraded_bytes) = (
@@ -461,10 +461,10 @@ pub struct ProcessLine {
 #[derive(Clone, Debug)]
 pub struct WhyLine {
     pub unix_ms: u64,
-    pub kind: pinguard_report::EventKind,
+    pub kind: pinguard_common::EventKind,
     pub api: String,
     pub size: u64,
-    pub why: pinguard_report::Why,
+    pub why: pinguard_common::Why,
     /// Its callsite (`None`: not among the report's).
     pub site: Option<SiteKey>,
 }
@@ -584,8 +584,8 @@ pub struct Merged {
     pub cgroup: Option<CgroupLine>,
     pub callsites: Vec<Site>,
     /// The callsites the processes folded (`PINGUARD_MAX_CALLSITES`), summed.
-    #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
-    pub callsites_folded: pinguard_report::Folded,
+    #[serde(skip_serializing_if = "pinguard_common::Folded::is_empty")]
+    pub callsites_folded: pinguard_common::Folded,
     pub per_process: Vec<ProcessLine>,
     /// Settings a process could not use: shown first, and `check` fails on them.
     pub config_errors: Vec<ConfigError>,
@@ -990,7 +990,7 @@ mod tests {
         let py: Vec<FrameView> = frames
             .iter()
             .map(|&(f, l)| FrameView {
-                addr: pinguard_report::Addr(0),
+                addr: pinguard_common::Addr(0),
                 module: None,
                 offset: None,
                 symbol: Some(f.into()),

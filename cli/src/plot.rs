@@ -1,8 +1,8 @@
 //! `pinguard plot`: pinned bytes over time from each report's `timeline`, one line per process,
 //! each budget drawn as a dashed line. Plain SVG, no dependencies.
 
-use pinguard_report::units::format_bytes;
-use pinguard_report::Report;
+use pinguard_common::units::format_bytes;
+use pinguard_common::Report;
 use std::fmt::Write as _;
 
 pub struct Series {
@@ -39,10 +39,10 @@ pub fn series(r: &Report) -> Series {
         marks: r
             .events
             .iter()
-            .filter(|e| e.kind != pinguard_report::EventKind::OverBudget)
+            .filter(|e| e.kind != pinguard_common::EventKind::OverBudget)
             .map(|e| Mark {
                 unix_ms: e.unix_ms,
-                refused: e.kind == pinguard_report::EventKind::Denied,
+                refused: e.kind == pinguard_common::EventKind::Denied,
                 size: e.size,
                 live: e.live_bytes,
                 api: e.api.clone(),

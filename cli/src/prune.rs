@@ -1,11 +1,11 @@
 //! `pinguard metrics-prune DIR`: the node's side of removing a dead process's metrics file. A
 //! writer removes the files of writers it can prove dead each time it writes (the library); a
 //! folder whose last writer was killed gets no next writer, so a node agent runs this now and then.
-//! The same rules (`pinguard_report::textfile`): a `.prom` file that starts with a writer's line,
+//! The same rules (`pinguard_common::textfile`): a `.prom` file that starts with a writer's line,
 //! a regular file never followed through a link, removed only when its writer is proven dead.
 
-use pinguard_report::textfile::{self, Writer};
-use pinguard_report::untrusted::{self, Links};
+use pinguard_common::textfile::{self, Writer};
+use pinguard_common::untrusted::{self, Links};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;

@@ -5,7 +5,7 @@
 use crate::interp::Shown;
 use crate::merge::{frame_label, Merged, ProcessLine, WhyLine};
 use crate::out::{count, table};
-use pinguard_report::units::format_bytes;
+use pinguard_common::units::format_bytes;
 
 /// What the callsite list is ordered by (the largest first).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -242,7 +242,7 @@ fn why_block(m: &Merged) -> String {
         let call = format!(
             "{} {}{at}, pid {} ({exe})",
             w.kind.verb(),
-            pinguard_report::call_line(&w.api, w.size, w.why.asked_bytes),
+            pinguard_common::call_line(&w.api, w.size, w.why.asked_bytes),
             p.pid
         );
         let why = w.why.line();
@@ -404,7 +404,7 @@ fn nothing_line(m: &Merged) -> String {
 }
 
 /// The callsites folded into one aggregate, when there are any: `N callsites folded: X peak, ...`.
-pub fn folded_line(f: &pinguard_report::Folded) -> Option<String> {
+pub fn folded_line(f: &pinguard_common::Folded) -> Option<String> {
     if f.is_empty() {
         return None;
     }
@@ -440,12 +440,12 @@ pub fn json(m: &Merged, top: usize) -> String {
     struct Out<'a> {
         reports: usize,
         processes: usize,
-        totals: &'a pinguard_report::Totals,
+        totals: &'a pinguard_common::Totals,
         #[serde(skip_serializing_if = "Option::is_none")]
         host: Option<crate::merge::HostLine>,
         callsites: Vec<crate::merge::Site>,
-        #[serde(skip_serializing_if = "pinguard_report::Folded::is_empty")]
-        callsites_folded: &'a pinguard_report::Folded,
+        #[serde(skip_serializing_if = "pinguard_common::Folded::is_empty")]
+        callsites_folded: &'a pinguard_common::Folded,
         per_process: &'a [crate::merge::ProcessLine],
         config_errors: &'a [crate::merge::ConfigError],
         #[serde(skip_serializing_if = "<[_]>::is_empty")]

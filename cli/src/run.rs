@@ -3,8 +3,8 @@
 
 use crate::merge::{short_label, Merged};
 use crate::out::{count, table};
-use pinguard_report::units::format_bytes;
-use pinguard_report::{Reason, Report};
+use pinguard_common::units::format_bytes;
+use pinguard_common::{Reason, Report};
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -175,7 +175,7 @@ fn report_template(
     if t.trim().is_empty() {
         return Err("--report is empty; give a path such as reports/%e.%p.json".into());
     }
-    pinguard_report::vars::REPORT
+    pinguard_common::vars::REPORT
         .check(t)
         .map_err(|e| format!("--report {t}: {e}"))?;
     let mut abs = absolute(cwd, t);
@@ -361,8 +361,8 @@ pub struct TheCommand {
 /// library reads it (`1`, `true`, `yes`: the registry's switch).
 fn disabled_here() -> bool {
     use std::os::unix::ffi::OsStrExt;
-    std::env::var_os(pinguard_report::vars::DISABLE.name)
-        .is_some_and(|v| pinguard_report::vars::switch(v.as_bytes()) == Some(true))
+    std::env::var_os(pinguard_common::vars::DISABLE.name)
+        .is_some_and(|v| pinguard_common::vars::switch(v.as_bytes()) == Some(true))
 }
 
 /// Refuses options that would silently do nothing: the library is off in the command.
@@ -384,7 +384,7 @@ fn refuse_when_disabled(o: &Options) -> Result<(), String> {
     if given.is_empty() {
         return Ok(());
     }
-    let v = std::env::var_os(pinguard_report::vars::DISABLE.name).unwrap_or_default();
+    let v = std::env::var_os(pinguard_common::vars::DISABLE.name).unwrap_or_default();
     Err(format!(
         "{} would have no effect: PINGUARD_DISABLE={} is set in the environment, which switches pinguard off (unset it, or leave out {})",
         given.join(", "),
@@ -396,7 +396,7 @@ fn refuse_when_disabled(o: &Options) -> Result<(), String> {
 /// `--group-budget` makes a group of the run's own: a group already named in the environment
 /// would be left, silently, so the two are not taken together.
 fn refuse_other_group(o: &Options) -> Result<(), String> {
-    match std::env::var_os(pinguard_report::vars::GROUP.name) {
+    match std::env::var_os(pinguard_common::vars::GROUP.name) {
         Some(g) if o.group_budget.is_some() && !g.is_empty() => Err(format!(
             "--group-budget makes a group of this run's own, but PINGUARD_GROUP={} is set in the environment (unset it, or leave out --group-budget and set PINGUARD_GROUP_BUDGET)",
             g.to_string_lossy()
@@ -411,7 +411,7 @@ fn group_name(start_ms: u64) -> String {
     format!(
         "run-{}-{}",
         run_folder(start_ms),
-        pinguard_report::untrusted::unpredictable()
+        pinguard_common::untrusted::unpredictable()
     )
 }
 
@@ -421,7 +421,7 @@ fn group_name(start_ms: u64) -> String {
 fn group_summary(name: &str, budget: &str, root: &Path, start_ms: u64) -> String {
     match crate::top::run_group_line(name) {
         Ok(head) => format!("pinguard run: --group-budget {budget}: {head}\n"),
-        Err(e) if std::path::Path::new(&pinguard_report::group::path(name)).exists() => {
+        Err(e) if std::path::Path::new(&pinguard_common::group::path(name)).exists() => {
             format!("pinguard run: --group-budget {budget}: {e}\n")
         }
         Err(_) => match group_from_reports(name, root, start_ms) {
@@ -473,11 +473,11 @@ fn resolve(cmd: &std::ffi::OsStr) -> Option<PathBuf> {
 /// Why the preload library cannot be loaded into the program `cmd` runs, when its file says so: a
 /// statically linked ELF program has no dynamic loader to read `LD_PRELOAD`.
 fn unreachable_by_preload(cmd: &std::ffi::OsStr) -> Option<String> {
-    use pinguard_report::elf::{u16_at, u32_at, u64_at};
+    use pinguard_common::elf::{u16_at, u32_at, u64_at};
     let path = resolve(cmd)?;
     let mut head = vec![0u8; 64 * 1024];
     let (mut file, _) =
-        pinguard_report::untrusted::open(&path, pinguard_report::untrusted::Links::Follow).ok()?;
+        pinguard_common::untrusted::open(&path, pinguard_common::untrusted::Links::Follow).ok()?;
     let n = std::io::Read::read(&mut file, &mut head).ok()?;
     let b = &head[..n];
     // 64-bit little-endian ELF only (the architectures pinguard runs on); anything else (a
@@ -514,7 +514,7 @@ fn is_asan_runtime(entry: &[u8]) -> bool {
 /// loader finds as it would for the program itself), when it is built with one.
 fn sanitizer_runtime(cmd: &std::ffi::OsStr) -> Option<String> {
     let path = resolve(cmd)?;
-    let elf = pinguard_report::elf::Elf::open(path.to_str()?)?;
+    let elf = pinguard_common::elf::Elf::open(path.to_str()?)?;
     elf.needed()
         .into_iter()
         .find(|n| is_asan_runtime(n.as_bytes()))
@@ -610,7 +610,7 @@ pub fn run(o: Options) -> i32 {
     let mut cmd = Command::new(&o.cmd[0]);
     cmd.args(&o.cmd[1..])
         .env("LD_PRELOAD", preload)
-        .env(pinguard_report::vars::REPORT.name, &template_abs);
+        .env(pinguard_common::vars::REPORT.name, &template_abs);
     for (k, v) in &o.env {
         cmd.env(k, v);
     }
@@ -619,8 +619,8 @@ pub fn run(o: Options) -> i32 {
         .as_ref()
         .map(|b| (group_name(start), b.clone()));
     if let Some((name, budget)) = &group {
-        cmd.env(pinguard_report::vars::GROUP.name, name)
-            .env(pinguard_report::vars::GROUP_BUDGET.name, budget);
+        cmd.env(pinguard_common::vars::GROUP.name, name)
+            .env(pinguard_common::vars::GROUP_BUDGET.name, budget);
     }
     // Before the command starts, so that no signal in between ends `run` and orphans it.
     let old = install();
@@ -814,7 +814,7 @@ fn write_record(template: &Path, rec: &crate::record::RunRecord) {
     let prefix = format!(".{}{}.", crate::record::PREFIX, std::process::id());
     let mut tmp = None;
     let written =
-        pinguard_report::untrusted::create_new(&root, &prefix, ".tmp").and_then(|(mut f, t)| {
+        pinguard_common::untrusted::create_new(&root, &prefix, ".tmp").and_then(|(mut f, t)| {
             tmp = Some(t.clone());
             std::io::Write::write_all(&mut f, text.as_bytes())?;
             std::fs::rename(&t, &path)
@@ -1028,7 +1028,7 @@ pub fn summarise(
         let Ok(bytes) = serde_json::to_vec(&report) else {
             continue;
         };
-        let Ok(view) = pinguard_report::view::ReportView::parse(&bytes) else {
+        let Ok(view) = pinguard_common::view::ReportView::parse(&bytes) else {
             continue;
         };
         m.add(&path, &view);

@@ -51,7 +51,7 @@ fn secure(what: String) -> String {
 fn is_script(path: &Path) -> bool {
     let mut head = [0u8; 2];
     // Opened as every reader opens a file (a FIFO named as the command is not waited on).
-    pinguard_report::untrusted::open(path, pinguard_report::untrusted::Links::Follow)
+    pinguard_common::untrusted::open(path, pinguard_common::untrusted::Links::Follow)
         .is_ok_and(|(mut f, _)| std::io::Read::read_exact(&mut f, &mut head).is_ok())
         && head == *b"#!"
 }

@@ -4,7 +4,7 @@
 //! never hidden, and a rule that matched nothing is named, as LeakSanitizer's unused suppressions.
 
 use crate::merge::{Merged, ProcSite, Site, SiteKey};
-use pinguard_report::units::format_bytes;
+use pinguard_common::units::format_bytes;
 use std::collections::HashMap;
 
 /// A figure of a callsite that a rule can take out of a check.
@@ -132,7 +132,7 @@ fn rule(line: &str, at: String) -> Result<Rule, String> {
         match words.next() {
             None => None,
             Some(a) if figures[0].is_bytes() => Some(
-                pinguard_report::units::parse_size(a)
+                pinguard_common::units::parse_size(a)
                     .map_err(|e| format!("{at}: bad allowance {a:?}: {e}"))?,
             ),
             Some(a) => Some(a.parse().map_err(|_| {
@@ -347,10 +347,10 @@ mod tests {
 
     /// A callsite with these native frames (function, file, line) and Python frames.
     fn site(native: &[(&str, &str, u32)], py: &[(&str, &str, u32)]) -> Site {
-        let frames = |fs: &[(&str, &str, u32)]| -> Vec<pinguard_report::Frame> {
+        let frames = |fs: &[(&str, &str, u32)]| -> Vec<pinguard_common::Frame> {
             fs.iter()
-                .map(|&(f, file, line)| pinguard_report::Frame {
-                    addr: pinguard_report::Addr(0),
+                .map(|&(f, file, line)| pinguard_common::Frame {
+                    addr: pinguard_common::Addr(0),
                     module: Some("/usr/lib/libcudart.so.12".into()),
                     offset: None,
                     symbol: Some(f.into()),

@@ -2,8 +2,8 @@
 //! files: processes by pinned bytes, budget use, refusals.
 
 use crate::out::table;
-use pinguard_report::group::{self as layout, live, Header};
-use pinguard_report::units::format_bytes;
+use pinguard_common::group::{self as layout, live, Header};
+use pinguard_common::units::format_bytes;
 use std::path::Path;
 
 struct Row {
@@ -159,7 +159,7 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     let mut finder = crate::writers::Finder::default();
     let mut names: Vec<_> = rd
         .filter_map(|e| e.ok())
-        .filter(|e| pinguard_report::textfile::candidate_name(e.file_name().as_encoded_bytes()))
+        .filter(|e| pinguard_common::textfile::candidate_name(e.file_name().as_encoded_bytes()))
         .map(|e| e.path())
         .collect();
     names.sort();
@@ -363,17 +363,17 @@ fn read_pid(pid: u32) -> Result<(String, Vec<Row>), String> {
     let state = proc.state.ok_or_else(|| {
         format!("pid {pid} runs under pinguard but has no state file yet (one is made at its first pinning call)")
     })?;
-    let (bytes, _) = pinguard_report::untrusted::read(
+    let (bytes, _) = pinguard_common::untrusted::read(
         &state,
-        pinguard_report::untrusted::Links::Refuse,
-        pinguard_report::untrusted::REPORT_MAX,
+        pinguard_common::untrusted::Links::Refuse,
+        pinguard_common::untrusted::REPORT_MAX,
         "state",
     )
     .map_err(|r| format!("{}: {}", state.display(), r.why))?;
-    if !pinguard_report::state::is_state(&bytes) {
+    if !pinguard_common::state::is_state(&bytes) {
         return Err(format!("{}: not a pinguard state file", state.display()));
     }
-    let r = pinguard_report::state::read(&bytes, true, 0)
+    let r = pinguard_common::state::read(&bytes, true, 0)
         .map_err(|e| format!("{}: {}", state.display(), e.0))?;
     let t = &r.totals;
     let head = format!(

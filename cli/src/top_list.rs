@@ -31,7 +31,7 @@ pub fn under_pinguard(pid: u32) -> Option<Proc> {
     }
     let state = paths
         .iter()
-        .find(|p| p.ends_with(pinguard_report::state::SUFFIX))
+        .find(|p| p.ends_with(pinguard_common::state::SUFFIX))
         .map(PathBuf::from);
     let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
         .map(|p| p.display().to_string())

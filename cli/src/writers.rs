@@ -1,9 +1,9 @@
 //! Metrics files in a folder others write to, as `top --metrics` and `metrics-prune` read them:
-//! opened as `pinguard_report::untrusted` opens files, and believed only when the process their
+//! opened as `pinguard_common::untrusted` opens files, and believed only when the process their
 //! writer's line names runs as the user who owns the file (`docs/internals.md`, "Metrics").
 
-use pinguard_report::textfile::{self, Writer};
-use pinguard_report::untrusted::{self, Links};
+use pinguard_common::textfile::{self, Writer};
+use pinguard_common::untrusted::{self, Links};
 use std::collections::HashMap;
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
@@ -43,7 +43,7 @@ fn proc_at(dir: &str) -> Option<Proc> {
     if stat_state_ended(&stat) {
         return None;
     }
-    let start = pinguard_report::state::stat_start_ticks(&stat)?;
+    let start = pinguard_common::state::stat_start_ticks(&stat)?;
     let status = std::fs::read_to_string(format!("{dir}/status")).ok()?;
     let uids = field(&status, "Uid:")?;
     (uids.len() == 4).then(|| Proc {

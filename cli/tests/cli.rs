@@ -533,7 +533,7 @@ fn group_member(name: &str, setting: (&str, &str)) -> std::process::Child {
 #[test]
 fn top_shows_a_group_and_a_metrics_directory() {
     let name = format!("clitop-{}", std::process::id());
-    let ledger = pinguard_report::group::path(&name);
+    let ledger = pinguard_common::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
     let mut holder = group_member(&name, ("PINGUARD_GROUP_BUDGET", "1M"));
     let o = pinguard(&["top", "--group", &name, "--once"]);
@@ -1303,7 +1303,7 @@ fn the_host_reserve_shows_in_report_check_and_run() {
 #[test]
 fn top_shows_the_host_reserve() {
     let name = format!("clitophost-{}", std::process::id());
-    let ledger = pinguard_report::group::path(&name);
+    let ledger = pinguard_common::group::path(&name);
     let _ = std::fs::remove_file(&ledger);
     let mut holder = group_member(&name, ("PINGUARD_HOST_RESERVE", "1M"));
     let (text_out, _) = text(&pinguard(&["top", "--group", &name, "--once"]));
@@ -2067,7 +2067,7 @@ fn the_plot_reaches_the_reports_peak() {
     assert!(
         svg.contains(&format!(
             ", peak {}",
-            pinguard_report::units::format_bytes(peak)
+            pinguard_common::units::format_bytes(peak)
         )),
         "{svg}"
     );
@@ -2125,7 +2125,7 @@ fn run_group_budget_caps_the_command_and_its_children_together() {
         );
     }
     assert!(
-        !Path::new(&pinguard_report::group::path(&name)).exists(),
+        !Path::new(&pinguard_common::group::path(&name)).exists(),
         "the run's ledger is removed once its members are gone"
     );
     // A group already named in the environment is not silently left.
@@ -2338,7 +2338,7 @@ fn stacks_shown_as_one_line_do_not_sum_a_processes_peaks() {
 /// saying that it holds no cgroup figures. The ledger is this test's own, with itself as member.
 #[test]
 fn top_shows_a_groups_cgroup_reserve_and_reads_a_version_4_ledger() {
-    use pinguard_report::group::{self as layout, live, Header};
+    use pinguard_common::group::{self as layout, live, Header};
     const MIB: u64 = 1 << 20;
     let name = format!("clitopcg-{}", std::process::id());
     let ledger = layout::path(&name);

@@ -150,11 +150,11 @@ fn top_and_prune_skip_traps_and_files_not_their_writers() {
     let t = traps(&dir, "prom");
     let me = std::process::id();
     let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    let start = pinguard_report::state::stat_start_ticks(&stat).unwrap();
+    let start = pinguard_common::state::stat_start_ticks(&stat).unwrap();
     let ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
-    let ns = pinguard_report::textfile::ns_inode(ns.as_os_str().as_encoded_bytes()).unwrap();
+    let ns = pinguard_common::textfile::ns_inode(ns.as_os_str().as_encoded_bytes()).unwrap();
     let file = |pinned: u64| {
-        let w = pinguard_report::textfile::Writer {
+        let w = pinguard_common::textfile::Writer {
             pid: me,
             start,
             pidns: Some(ns),
@@ -250,7 +250,7 @@ impl Drop for Removed {
 fn top_group_on_a_trap_says_so_at_once() {
     for (i, kind) in ["fifo", "zero", "sparse", "loop"].iter().enumerate() {
         let name = format!("hostile-{}-{i}", std::process::id());
-        let path = PathBuf::from(pinguard_report::group::path(&name));
+        let path = PathBuf::from(pinguard_common::group::path(&name));
         let _ = std::fs::remove_file(&path);
         match *kind {
             "fifo" => mkfifo(&path),
@@ -320,7 +320,7 @@ fn run_group_budget_names_cannot_be_taken_first() {
     let mut planted = Vec::new();
     for s in -2..=30 {
         let name = format!("run-{}-{pid}", local_stamp(s));
-        let path = PathBuf::from(pinguard_report::group::path(&name));
+        let path = PathBuf::from(pinguard_common::group::path(&name));
         if s % 2 == 0 {
             mkfifo(&path);
         } else {
@@ -454,7 +454,7 @@ fn killed_runs_leave_no_semaphore_sets() {
     let name = line.split(':').next().unwrap();
     let o = pinguard_bounded(&["group", "rm", name]);
     assert_eq!(o.status.code(), Some(0), "{o:?}");
-    assert!(!Path::new(&pinguard_report::group::path(name)).exists());
+    assert!(!Path::new(&pinguard_common::group::path(name)).exists());
     assert_eq!(semaphore_sets(), before, "group rm removed the set");
     let o = pinguard_bounded(&["group", "rm", name]);
     assert_eq!(o.status.code(), Some(2), "{o:?}");

@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     // Every registered variable, then a misspelt one (it must be named, never taken).
-    let names = pinguard_report::vars::ALL
+    let names = pinguard_common::vars::ALL
         .iter()
         .map(|v| v.name)
         .chain(["PINGUARD_BUGDET"]);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pinguard_report::{view::ReportView, Report};
+use pinguard_common::{view::ReportView, Report};
 
 fuzz_target!(|data: &[u8]| {
     match Report::from_slice(data) {

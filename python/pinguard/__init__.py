@@ -50,7 +50,7 @@ def active():
 def report_path():
     """Where this process's report goes (the exit report, and ``write_report()``), or None when
     pinguard is not loaded (or is disabled)."""
-    fn = _api("pinguard_report_path", ctypes.c_long, [ctypes.c_char_p, ctypes.c_size_t])
+    fn = _api("pinguard_common_path", ctypes.c_long, [ctypes.c_char_p, ctypes.c_size_t])
     if fn is None:
         return None
     n = fn(None, 0)

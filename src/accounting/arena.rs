@@ -1,5 +1,5 @@
 //! Where the live figures live: an arena that is a file-backed shared mapping next to the report
-//! (`pinguard_report::state`), so that the kernel keeps the latest figures in the file however
+//! (`pinguard_common::state`), so that the kernel keeps the latest figures in the file however
 //! the process ends. The per-thread counter blocks, the process's and each entry point's levels,
 //! the callsites with their frames, the live-allocation tables and the module list are placed
 //! here and updated in place: keeping the state costs no write beyond the ones pinguard makes
@@ -15,7 +15,7 @@
 //! everything works as before, without the state.
 
 use crate::runtime::lock::Mutex;
-use pinguard_report::state::{self, header};
+use pinguard_common::state::{self, header};
 use std::ffi::CString;
 use std::ptr;
 use std::sync::atomic::{
@@ -82,7 +82,7 @@ pub struct Place {
     /// Told the path and (device, inode) the state took; `false` when the name is not to be
     /// used after all (the report's name beside it is another process's).
     pub taken: fn(&std::path::Path, (u64, u64)) -> bool,
-    /// The process and configuration as JSON (`pinguard_report::state::Info`).
+    /// The process and configuration as JSON (`pinguard_common::state::Info`).
     pub info: Box<dyn Fn() -> Vec<u8> + Send + Sync>,
     /// Told where the levels are placed, once the header exists (`ledger::use_levels`).
     pub levels: fn(*mut u8),

@@ -22,7 +22,7 @@ use std::sync::atomic::{
 };
 
 /// Callsites live in the state file (`arena`), in the layout its readers know
-/// (`pinguard_report::state::site`, checked below), with their frames and their Python frames as
+/// (`pinguard_common::state::site`, checked below), with their frames and their Python frames as
 /// text; the fields after `level` are the process's own.
 #[repr(C)]
 pub struct Callsite {
@@ -67,7 +67,7 @@ pub struct Callsite {
 }
 
 const _: () = {
-    use pinguard_report::state::site as s;
+    use pinguard_common::state::site as s;
     use std::mem::offset_of;
     assert!(
         offset_of!(Callsite, state_next) == s::NEXT
@@ -96,11 +96,11 @@ const _: () = {
 };
 
 /// A bit per entry point, in the state file's words (`state::API_WORDS`).
-pub type ApiBits = [AtomicU64; pinguard_report::state::API_WORDS];
-const API_BITS: usize = pinguard_report::state::API_WORDS * 64;
+pub type ApiBits = [AtomicU64; pinguard_common::state::API_WORDS];
+const API_BITS: usize = pinguard_common::state::API_WORDS * 64;
 
 /// The words' bits as plain values.
-pub fn api_bits(a: &ApiBits) -> [u64; pinguard_report::state::API_WORDS] {
+pub fn api_bits(a: &ApiBits) -> [u64; pinguard_common::state::API_WORDS] {
     std::array::from_fn(|w| a[w].load(Ordering::Relaxed))
 }
 
@@ -118,8 +118,8 @@ unsafe impl Send for Callsite {}
 
 /// Frames of a callsite inside an object that has since been closed, named while it was loaded.
 pub struct Closed {
-    pub frames: Vec<(usize, Vec<pinguard_report::Frame>)>,
-    pub module: pinguard_report::Module,
+    pub frames: Vec<(usize, Vec<pinguard_common::Frame>)>,
+    pub module: pinguard_common::Module,
 }
 
 /// Separates the native return addresses from the Python frame ids in a callsite's key.
@@ -329,9 +329,9 @@ fn intern_slow(hash: u64, frames: &[usize]) -> &'static Callsite {
 /// Callsites in the table (all shards).
 static TABLE_LEN: AtomicUsize = AtomicUsize::new(0);
 /// The most callsites kept apart (`PINGUARD_MAX_CALLSITES`), set at start-up.
-static MAX: AtomicUsize = AtomicUsize::new(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
+static MAX: AtomicUsize = AtomicUsize::new(pinguard_common::vars::DEFAULT_MAX_CALLSITES);
 /// The table size at which `fold` next looks (`MAX` at first).
-static NEXT_FOLD: AtomicUsize = AtomicUsize::new(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
+static NEXT_FOLD: AtomicUsize = AtomicUsize::new(pinguard_common::vars::DEFAULT_MAX_CALLSITES);
 
 /// Sets the most callsites kept apart; those with nothing live beyond it are folded.
 pub fn set_max(max: usize) {
@@ -394,7 +394,7 @@ fn fresh(len: usize) -> &'static Callsite {
     let cs: &'static Callsite = crate::accounting::arena::leak(Callsite {
         state_next: AtomicU64::new(0),
         id: AtomicU32::new(0),
-        apis: [const { AtomicU64::new(0) }; pinguard_report::state::API_WORDS],
+        apis: [const { AtomicU64::new(0) }; pinguard_common::state::API_WORDS],
         frames_at: buffer::<usize>(cap),
         frames_len: AtomicUsize::new(0),
         py_at: AtomicPtr::new(std::ptr::null_mut()),
@@ -414,14 +414,14 @@ fn fresh(len: usize) -> &'static Callsite {
         seen: AtomicU64::new(UNSEEN),
     });
     crate::accounting::arena::push(
-        pinguard_report::state::header::CALLSITES,
+        pinguard_common::state::header::CALLSITES,
         cs as *const Callsite as *const u8,
     );
     cs
 }
 
 /// The folded callsites' figures, summed: in the arena, named by the state file's header
-/// (`pinguard_report::state::folded`, checked below).
+/// (`pinguard_common::state::folded`, checked below).
 #[repr(C)]
 pub struct Folded {
     pub count: AtomicU64,
@@ -439,7 +439,7 @@ pub struct Folded {
 }
 
 const _: () = {
-    use pinguard_report::state::folded as f;
+    use pinguard_common::state::folded as f;
     use std::mem::{offset_of, size_of};
     assert!(
         offset_of!(Folded, count) == f::COUNT && offset_of!(Folded, alloc_count) == f::ALLOC_COUNT
@@ -484,7 +484,7 @@ fn folded_record() -> &'static Folded {
         downgraded_count: z(),
         over_budget_count: z(),
         peak_live_bytes: z(),
-        apis: [const { AtomicU64::new(0) }; pinguard_report::state::API_WORDS],
+        apis: [const { AtomicU64::new(0) }; pinguard_common::state::API_WORDS],
         denied_bytes: z(),
         downgraded_bytes: z(),
     });
@@ -493,7 +493,7 @@ fn folded_record() -> &'static Folded {
         Ok(_) => {
             if crate::accounting::arena::holds(p as *const u8) {
                 if let Some(w) =
-                    crate::accounting::arena::header_word(pinguard_report::state::header::FOLDED)
+                    crate::accounting::arena::header_word(pinguard_common::state::header::FOLDED)
                 {
                     w.store(p as u64, Ordering::Release);
                 }
@@ -669,7 +669,7 @@ fn shard_of(frames: &[usize]) -> &'static Shard {
 
 /// The loaded objects the state file lists, by address range. A new callsite with a frame
 /// outside all of them has the list read again, so that a dead process's frames can be named
-/// from its state (`pinguard_report::state::module`).
+/// from its state (`pinguard_common::state::module`).
 static MODULES: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 /// When the list was last read again and found nothing new (coarse ms).
@@ -725,7 +725,7 @@ fn note_modules(native: &[usize]) {
             id.len() as u64,
         ]);
         crate::accounting::arena::push(
-            pinguard_report::state::header::MODULES,
+            pinguard_common::state::header::MODULES,
             rec.as_ptr() as *const u8,
         );
     }
@@ -735,7 +735,7 @@ fn note_modules(native: &[usize]) {
 }
 
 const _: () = {
-    use pinguard_report::state::module as m;
+    use pinguard_common::state::module as m;
     assert!(m::SIZE == 64 && m::BASE == 8 && m::START == 16 && m::END == 24);
     assert!(m::PATH == 32 && m::PATH_LEN == 40 && m::BUILD_ID == 48 && m::BUILD_ID_LEN == 56);
 };
@@ -746,7 +746,7 @@ fn py_text(frames: &[usize]) -> String {
     if let Some(i) = frames.iter().position(|&a| a == PYTHON) {
         for &id in &frames[i + 1..] {
             crate::capture::python::frame(id, |f| {
-                let sep = pinguard_report::state::site::PY_SEP;
+                let sep = pinguard_common::state::site::PY_SEP;
                 text.push_str(&format!("{}{sep}{}{sep}{}\n", f.file, f.function, f.line));
             });
         }
@@ -907,6 +907,6 @@ mod tests {
             (&key(0)[..], 0)
         );
         live.level.release(0, 4096);
-        set_max(pinguard_report::vars::DEFAULT_MAX_CALLSITES);
+        set_max(pinguard_common::vars::DEFAULT_MAX_CALLSITES);
     }
 }

@@ -71,7 +71,7 @@ const STRIPE: Stripe = Stripe {
 };
 
 /// `repr(C)`: levels live in the state file, whose readers know this layout
-/// (`pinguard_report::state::level`, checked below).
+/// (`pinguard_common::state::level`, checked below).
 #[repr(C)]
 pub struct Level<const K: usize> {
     stripes: [Stripe; K],
@@ -86,7 +86,7 @@ pub struct Level<const K: usize> {
 }
 
 const _: () = {
-    use pinguard_report::state::level as l;
+    use pinguard_common::state::level as l;
     use std::mem::{offset_of, size_of};
     assert!(size_of::<Stripe>() == l::STRIPE);
     assert!(

@@ -12,7 +12,7 @@
 
 use super::floor::{Floor, Reading, Source};
 use crate::runtime::cgroup::{self, WHYS};
-use pinguard_report::vars;
+use pinguard_common::vars;
 
 fn read() -> Result<Reading, usize> {
     match cgroup::headroom() {

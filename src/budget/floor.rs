@@ -21,8 +21,8 @@
 //! stack (the readers in `runtime::kernel`), atomics, no lock, no allocation after start-up.
 
 use crate::runtime::{clock, log};
-use pinguard_report::units::format_bytes;
-use pinguard_report::vars::Var;
+use pinguard_common::units::format_bytes;
+use pinguard_common::vars::Var;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::OnceLock;
 

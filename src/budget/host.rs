@@ -8,7 +8,7 @@
 
 use super::floor::{Floor, Reading, Snapshot, Source};
 use crate::runtime::kernel::{self, BadMeminfo};
-use pinguard_report::vars;
+use pinguard_common::vars;
 
 const BAD: [BadMeminfo; 3] = [
     BadMeminfo::Unreadable,

@@ -263,13 +263,13 @@ pub fn state_path(n: u32, make: bool) -> Option<PathBuf> {
     if make {
         make_dirs(&template().0);
     }
-    Some(pinguard_report::state::path_for(&report))
+    Some(pinguard_common::state::path_for(&report))
 }
 
 /// The report's path for a state's (`path_for` undone).
 fn report_for(state: &Path) -> PathBuf {
     let s = state.to_string_lossy();
-    let stem = s.strip_suffix(pinguard_report::state::SUFFIX).unwrap_or(&s);
+    let stem = s.strip_suffix(pinguard_common::state::SUFFIX).unwrap_or(&s);
     if template().0.ends_with(".json") {
         format!("{stem}.json").into()
     } else {
@@ -370,7 +370,7 @@ fn place_report(base: &Path, tmp: &Path) -> std::io::Result<PathBuf> {
             (Some(r), 0) => (r.clone(), names.report_id),
             _ => (attempt(base, n), None),
         };
-        let state = pinguard_report::state::path_for(&target);
+        let state = pinguard_common::state::path_for(&target);
         let state_there = lstat_id(&state);
         if state_there.is_some() && state_there != names.state_id {
             continue; // another process's state: the name is its report's

@@ -12,8 +12,8 @@ use crate::budget::{self, group};
 use crate::runtime::config::Config;
 use crate::runtime::lock::Mutex;
 use crate::runtime::{kernel, sys};
-use pinguard_report::textfile::{candidate_name, live_name, stat_says_ended, Writer, HEAD_BYTES};
-use pinguard_report::vars::METRICS_INTERVAL_MS;
+use pinguard_common::textfile::{candidate_name, live_name, stat_says_ended, Writer, HEAD_BYTES};
+use pinguard_common::vars::METRICS_INTERVAL_MS;
 use std::ffi::{CStr, CString, OsStr};
 use std::fmt::Write as _;
 use std::os::unix::ffi::OsStrExt;
@@ -148,7 +148,7 @@ fn process_families(f: &mut Families, cfg: &Config) {
     let apis = ledger::apis();
     let t = ledger::totals();
     let by_api =
-        |who: &str, get: &dyn Fn(&pinguard_report::ApiStats) -> u64| -> Vec<(String, u64)> {
+        |who: &str, get: &dyn Fn(&pinguard_common::ApiStats) -> u64| -> Vec<(String, u64)> {
             apis.iter()
                 .map(|(a, st)| (format!("{who},api=\"{}\"", a.name()), get(st)))
                 .collect()

@@ -10,7 +10,7 @@
 
 use crate::accounting::callsite::Callsite;
 use crate::runtime::sys;
-use pinguard_report::elf::{u16_at, u32_at, u64_at};
+use pinguard_common::elf::{u16_at, u32_at, u64_at};
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 

@@ -10,8 +10,8 @@ use crate::runtime::guard::Thread;
 use crate::runtime::kernel::Status;
 use crate::runtime::lock::{Mutex, MutexGuard};
 use crate::runtime::{guard, heap, kernel, log};
-use pinguard_report::units::format_bytes;
-use pinguard_report::{self as schema, Addr, Reason, Report};
+use pinguard_common::units::format_bytes;
+use pinguard_common::{self as schema, Addr, Reason, Report};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -107,7 +107,7 @@ fn patterns(cfg: &Config) -> Vec<String> {
 
 /// What the state file says about the process, written when it is made.
 pub fn state_info(cfg: &Config) -> Vec<u8> {
-    let info = pinguard_report::state::Info {
+    let info = pinguard_common::state::Info {
         pinguard_version: env!("CARGO_PKG_VERSION").to_string(),
         process: process(crate::runtime::clock::unix_ms()),
         config: config(cfg),

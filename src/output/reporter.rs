@@ -16,7 +16,7 @@ use crate::output::report;
 use crate::runtime::config::Config;
 use crate::runtime::guard::Reentry;
 use crate::runtime::log;
-use pinguard_report::Reason;
+use pinguard_common::Reason;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -148,7 +148,7 @@ fn spawn(cfg: &'static Config) {
         old
     };
     let r = std::thread::Builder::new()
-        .name("pinguard-report".into())
+        .name("pinguard-common".into())
         .spawn(move || run(cfg));
     // SAFETY: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };

@@ -14,8 +14,8 @@
 //! (`pinguard report` and the other commands) from the report's module list and build ids.
 
 use crate::runtime::objects::{for_each_object, Object};
-use pinguard_report::elf::Elf;
-use pinguard_report::{symbols, Addr, Frame, Module};
+use pinguard_common::elf::Elf;
+use pinguard_common::{symbols, Addr, Frame, Module};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 

@@ -4,8 +4,8 @@
 
 use crate::accounting::ledger::EventRec;
 use crate::runtime::room::Room;
-use pinguard_report::codes::{self, Space};
-use pinguard_report::{EventKind, Why};
+use pinguard_common::codes::{self, Space};
+use pinguard_common::{EventKind, Why};
 
 /// The event's `why`, where the call kept its room (refusals, downgrades, failures).
 pub fn of(e: &EventRec) -> Option<Why> {
@@ -45,6 +45,6 @@ pub fn last(events: &[EventRec]) -> Option<String> {
     let e = events.iter().rev().find(|e| e.room.is_some())?;
     let why = of(e)?;
     // Counted in whole pages: both figures, so that a budget's sum can be followed.
-    let call = pinguard_report::call_line(e.api.name(), e.size, why.asked_bytes);
+    let call = pinguard_common::call_line(e.api.name(), e.size, why.asked_bytes);
     Some(format!("last {}: {call}: {}", e.kind.verb(), why.line()))
 }

@@ -1,12 +1,12 @@
 //! The headroom of this process's memory cgroup, read from inside pinning calls: what the cgroup
 //! can still take before its OOM killer, the least over the levels with a limit of
-//! limit - usage + inactive file pages. The no-allocation twin of `pinguard_report::cgroup`
+//! limit - usage + inactive file pages. The no-allocation twin of `pinguard_common::cgroup`
 //! (which `pinguard doctor` and start-up use): the hierarchy's mount is found once at start-up,
 //! and each reading follows `/proc/self/cgroup` afresh in buffers on the stack, so a process moved
 //! to another group, a limit changed, or one set on a parent are all seen at the next reading.
 
 use crate::runtime::sys;
-use pinguard_report::cgroup::{Place, Version};
+use pinguard_common::cgroup::{Place, Version};
 use std::ffi::CStr;
 use std::sync::OnceLock;
 
@@ -53,7 +53,7 @@ pub struct Headroom {
 /// Finds the memory hierarchy (allocates: start-up only). False where there is none.
 pub fn init() -> bool {
     let read = |p: &str| sys::read_text(&std::ffi::CString::new(p).ok()?);
-    let Ok(place) = pinguard_report::cgroup::locate(&read) else {
+    let Ok(place) = pinguard_common::cgroup::locate(&read) else {
         return false;
     };
     let root = root_of(&place);
@@ -202,7 +202,7 @@ fn level(dir: &PathBuf, v: Version) -> Result<Option<(u64, u64)>, Bad> {
         });
     }
     Ok(Some((
-        pinguard_report::cgroup::room(limit, used, cache),
+        pinguard_common::cgroup::room(limit, used, cache),
         limit,
     )))
 }

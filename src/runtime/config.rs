@@ -2,10 +2,10 @@
 //! listed in the report's `config.errors`, and the setting falls back to its default.
 
 use crate::api::Family;
-use pinguard_report::units::SizeSpec;
+use pinguard_common::units::SizeSpec;
 
-use pinguard_report::vars::{self, Of, Value, Var};
-pub use pinguard_report::vars::{DeviceMemory, Policy, DEFAULT_TEMPLATE};
+use pinguard_common::vars::{self, Of, Value, Var};
+pub use pinguard_common::vars::{DeviceMemory, Policy, DEFAULT_TEMPLATE};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -71,12 +71,12 @@ impl Default for Config {
 /// (`None`: the environment).
 type Given<'a> = (&'a str, Option<&'a str>, Option<usize>);
 
-/// The node configuration file's settings (`pinguard_report::node::entries`) and the lines about
+/// The node configuration file's settings (`pinguard_common::node::entries`) and the lines about
 /// the file itself (ignored, or lines that set nothing).
 #[derive(Default)]
 pub struct NodeFile {
     pub path: String,
-    pub entries: Vec<pinguard_report::node::Entry>,
+    pub entries: Vec<pinguard_common::node::Entry>,
     pub problems: Vec<String>,
 }
 
@@ -105,7 +105,7 @@ pub trait System {
 impl Config {
     /// Reads the configuration from `vars` (name, value; a value that is not UTF-8 is `None`).
     /// Every variable is parsed, set or not: an unset one as its registry default
-    /// (`pinguard_report::vars`), so that default is written in one place; each with its
+    /// (`pinguard_common::vars`), so that default is written in one place; each with its
     /// registry entry's parser, and a rejected one in the registry's one shape (`Var::rejected`).
     pub fn from_vars(vars: &[(String, Option<String>)], sys: &dyn System) -> Config {
         Config::from_layers(vars, None, sys)
@@ -587,7 +587,7 @@ mod tests {
             (None, None, None, None, None, None)
         );
         // A registry default is a value its variable's parser takes, and gives the same.
-        for var in pinguard_report::vars::ALL {
+        for var in pinguard_common::vars::ALL {
             if let Some(d) = var.default {
                 let set = cfg(&[(var.name, d)]);
                 assert!(
@@ -784,7 +784,7 @@ mod tests {
 
     #[test]
     fn the_environment_overrides_the_node_file_whose_last_line_counts() {
-        let entry = |line, name: &str, value: &str| pinguard_report::node::Entry {
+        let entry = |line, name: &str, value: &str| pinguard_common::node::Entry {
             line,
             name: name.into(),
             value: Some(value.into()),

@@ -2,7 +2,7 @@
 //! host's), one word per API, read by `track::device` on every device allocation. Kept here, below
 //! the composition layer, so that a fork child and an unload can forget it.
 
-use pinguard_report::vars::DeviceMemory;
+use pinguard_common::vars::DeviceMemory;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
 /// An answer is known (0: not yet asked).

@@ -7,7 +7,7 @@
 
 use crate::runtime::config::System;
 use crate::runtime::sys;
-use pinguard_report::group::live::Proc;
+use pinguard_common::group::live::Proc;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
@@ -520,7 +520,7 @@ fn kb_strict(rest: &[u8]) -> Option<u64> {
 /// (v2 `memory.max`, v1 `memory.limit_in_bytes`).
 fn cgroup_memory_limit() -> Option<u64> {
     let read = |p: &str| sys::read_text(&CString::new(p).ok()?);
-    pinguard_report::cgroup::memory_limit(&read)
+    pinguard_common::cgroup::memory_limit(&read)
 }
 
 pub fn hostname() -> String {
@@ -584,7 +584,7 @@ pub fn pid_namespace() -> Option<u64> {
     if me.as_os_str().as_encoded_bytes() != raw_pid().to_string().as_bytes() {
         return None;
     }
-    pinguard_report::textfile::ns_inode(
+    pinguard_common::textfile::ns_inode(
         std::fs::read_link("/proc/self/ns/pid")
             .ok()?
             .as_os_str()
@@ -606,12 +606,12 @@ pub fn start_ticks() -> u64 {
         Proc::Started(t) => t,
         _ => sys::read_file(c"/proc/self/stat")
             .as_deref()
-            .and_then(pinguard_report::group::parse_start_ticks)
+            .and_then(pinguard_common::group::parse_start_ticks)
             .unwrap_or(0),
     }
 }
 
-/// What `/proc` says of process `pid` (`pinguard_report::group::proc_of`, which the CLI uses):
+/// What `/proc` says of process `pid` (`pinguard_common::group::proc_of`, which the CLI uses):
 /// its start time from its main thread's `stat`, read with raw system calls into a stack buffer,
 /// so no cancellation point and no allocation (the group's lock may be held).
 pub fn proc_start(pid: u32) -> Proc {
@@ -667,7 +667,7 @@ pub fn proc_start(pid: u32) -> Proc {
     }
     sys::close(fd);
     match (
-        pinguard_report::group::parse_start_ticks(&buf[..len]),
+        pinguard_common::group::parse_start_ticks(&buf[..len]),
         failed,
     ) {
         (Some(t), _) => Proc::Started(t),

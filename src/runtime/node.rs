@@ -1,4 +1,4 @@
-//! The node configuration file (`pinguard_report::node`), read once per process with raw system
+//! The node configuration file (`pinguard_common::node`), read once per process with raw system
 //! calls into a static buffer: the switches asked before start-up (`lifecycle::hooks_enabled`,
 //! maybe inside another library's constructor) read it without allocating, and start-up parses
 //! the same bytes. With no file, the cost is one `open` failing with `ENOENT`.
@@ -9,8 +9,8 @@
 //! nobody else, in a folder of the same kind, and at most `MAX_BYTES` long.
 
 use crate::runtime::{kernel, sys};
-use pinguard_report::node::{Verdict, DEFAULT_PATH, MAX_BYTES};
-use pinguard_report::vars;
+use pinguard_common::node::{Verdict, DEFAULT_PATH, MAX_BYTES};
+use pinguard_common::vars;
 use std::cell::UnsafeCell;
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -84,7 +84,7 @@ pub fn load() -> Option<&'static Loaded> {
 /// The value the file in force gives `name`, without allocating.
 pub fn raw(name: &str) -> Option<&'static [u8]> {
     let l = load()?;
-    pinguard_report::node::raw(l.text(), name)
+    pinguard_common::node::raw(l.text(), name)
 }
 
 /// Picks the path, then reads and judges the file.
@@ -317,7 +317,7 @@ pub fn settings() -> Option<crate::runtime::config::NodeFile> {
         return None;
     }
     let path = l.path().to_string();
-    let (entries, mut problems) = pinguard_report::node::entries(&path, l.text());
+    let (entries, mut problems) = pinguard_common::node::entries(&path, l.text());
     problems.splice(0..0, l.verdict.problem(&path));
     Some(crate::runtime::config::NodeFile {
         path,

@@ -436,7 +436,7 @@ pub fn run_bounded(cmd: &mut Command, limit: std::time::Duration) -> Output {
 /// Removes the System V semaphore set a group ledger at `ledger` names (a test's group ends with
 /// its ledger; the set would otherwise outlive it in the host's IPC namespace).
 pub fn remove_semaphores(ledger: &str) {
-    use pinguard_report::group::{Header, SIZE};
+    use pinguard_common::group::{Header, SIZE};
     let Ok(b) = std::fs::read(ledger) else { return };
     if b.len() != SIZE {
         return;

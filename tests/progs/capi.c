@@ -17,9 +17,9 @@ int main(int argc, char **argv) {
     printf("write=%d errno=%d\n", rc, errno);
     printf("write_bad=%d\n", pinguard_write_report("/proc/nonexistent/dir/x.json"));
     char path[4096], shortbuf[4];
-    long n = pinguard_report_path(path, sizeof path);
+    long n = pinguard_common_path(path, sizeof path);
     printf("path=%s\n", n > 0 ? path : "");
-    printf("path_len=%ld short=\"%s\"\n", pinguard_report_path(shortbuf, sizeof shortbuf), shortbuf);
+    printf("path_len=%ld short=\"%s\"\n", pinguard_common_path(shortbuf, sizeof shortbuf), shortbuf);
     munlock(p, 8192);
     printf("live_after=%llu\n", (unsigned long long)pinguard_live_bytes());
     return 0;

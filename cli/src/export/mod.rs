@@ -8,7 +8,7 @@ mod pprof;
 mod speedscope;
 
 use crate::merge::{Merged, SiteKey};
-use pinguard_report::{EventKind, Report};
+use pinguard_common::{EventKind, Report};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 

@@ -5,8 +5,8 @@
 //! refusal, downgrade and over-budget call with its callsite.
 
 use super::{Data, Proc};
-use pinguard_report::units::format_bytes;
-use pinguard_report::{EventKind, Limit};
+use pinguard_common::units::format_bytes;
+use pinguard_common::{EventKind, Limit};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 

@@ -3,7 +3,7 @@
 //! the process; its values sum to the merged callsite's figures.
 
 use super::{Data, Proc};
-use pinguard_report::Frame;
+use pinguard_common::Frame;
 use std::collections::HashMap;
 
 /// The messages of profile.proto, field numbers as there (package perftools.profiles).

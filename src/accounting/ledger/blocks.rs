@@ -3,7 +3,7 @@
 use crate::api::Api;
 use crate::runtime::guard::{self, Thread};
 use crate::runtime::lock::Mutex;
-use pinguard_report::{ApiStats, Totals};
+use pinguard_common::{ApiStats, Totals};
 use std::os::raw::c_void;
 use std::sync::atomic::{
     AtomicPtr, AtomicU64, AtomicUsize,
@@ -12,7 +12,7 @@ use std::sync::atomic::{
 use std::sync::OnceLock;
 
 /// A thread's event counters, made from the one list of them (`with_total_counters!` for the
-/// process's, `with_api_counters!` for each entry point's, in `pinguard_report`): the fields in
+/// process's, `with_api_counters!` for each entry point's, in `pinguard_common`): the fields in
 /// the block's order, the zeroed value a new block starts from, and the sum into the report's
 /// figures. Counters only go up, but for `downgraded_live_bytes`, whose deltas are added as two's
 /// complement and whose sum is read as signed.
@@ -41,8 +41,8 @@ macro_rules! total_counters {
 macro_rules! api_counters {
     ($($f:ident),*) => { counters!(ApiCounters, ApiStats, $($f),*); };
 }
-pinguard_report::with_total_counters!(total_counters);
-pinguard_report::with_api_counters!(api_counters);
+pinguard_common::with_total_counters!(total_counters);
+pinguard_common::with_api_counters!(api_counters);
 
 /// One thread's event counters. Only the owning thread writes them, with a plain load and store
 /// (`add`: no locked instruction, no cache line shared with another writer); readers sum every
@@ -50,7 +50,7 @@ pinguard_report::with_api_counters!(api_counters);
 /// that counts, figures and all, so the sums stay right and short-lived threads leak nothing.
 ///
 /// Blocks live in the state file (`arena`); `repr(C)` in the layout its readers know
-/// (`pinguard_report::state::block`, checked below).
+/// (`pinguard_common::state::block`, checked below).
 #[repr(C, align(128))]
 pub struct Block {
     /// The next older block in the state file's list.
@@ -65,7 +65,7 @@ pub struct Block {
 }
 
 const _: () = {
-    use pinguard_report::state::block as b;
+    use pinguard_common::state::block as b;
     use std::mem::{offset_of, size_of};
     assert!(
         offset_of!(Block, state_next) == b::NEXT
@@ -121,7 +121,7 @@ pub(super) fn adopt_here(t: &Thread) -> &'static Block {
             ..BLOCK
         });
         crate::accounting::arena::push(
-            pinguard_report::state::header::BLOCKS,
+            pinguard_common::state::header::BLOCKS,
             b as *const Block as *const u8,
         );
         let mut head = BLOCKS.load(Acquire);

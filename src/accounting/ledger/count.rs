@@ -10,7 +10,7 @@ use crate::accounting::callsite::Callsite;
 use crate::api::Api;
 use crate::runtime::guard::Thread;
 use crate::runtime::room::Room;
-use pinguard_report::EventKind;
+use pinguard_common::EventKind;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Locking calls (`mlock`, `mlock2`, `mlockall`, `mmap` with `MAP_LOCKED`) that arrived while

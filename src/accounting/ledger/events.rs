@@ -7,7 +7,7 @@ use crate::accounting::callsite::Callsite;
 use crate::api::Api;
 use crate::runtime::lock::Mutex;
 use crate::runtime::room::Room;
-use pinguard_report::EventKind;
+use pinguard_common::EventKind;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 

@@ -4,7 +4,7 @@ use super::blocks::blocks;
 use super::count::UNTRACKED;
 use super::levels::levels;
 use crate::api::Api;
-use pinguard_report::{ApiStats, Totals};
+use pinguard_common::{ApiStats, Totals};
 use std::sync::atomic::Ordering::Relaxed;
 
 pub fn live_bytes() -> u64 {

@@ -10,7 +10,7 @@ use crate::runtime::guard::Thread;
 use crate::runtime::lock::Mutex;
 
 /// `repr(C)`: live records sit in the tables of the state file, whose readers know this layout
-/// (`pinguard_report::state::slot`, checked below).
+/// (`pinguard_common::state::slot`, checked below).
 #[derive(Clone, Copy)]
 #[repr(C)]
 pub struct Live {
@@ -37,7 +37,7 @@ pub enum Backing {
 }
 
 const _: () = {
-    use pinguard_report::state::slot as s;
+    use pinguard_common::state::slot as s;
     use std::mem::{offset_of, size_of};
     // A slot is the address, then the record.
     assert!(size_of::<Live>() + 8 == s::SIZE);
@@ -93,7 +93,7 @@ pub(super) static LIVE: [Shard; SHARDS] = {
     }
     shards
 };
-const _: () = assert!(SHARDS == pinguard_report::state::TABLES);
+const _: () = assert!(SHARDS == pinguard_common::state::TABLES);
 
 pub(super) fn shard(addr: usize) -> &'static Shard {
     // Allocations are at least 16-byte aligned and usually page-aligned; mix the bits so

@@ -1,7 +1,7 @@
 //! Which limit a call went over.
 
 use super::blocks::{add, Block};
-use pinguard_report::Limit;
+use pinguard_common::Limit;
 
 /// Which limit a call went over, for its counters and its event, and with the host reserve the
 /// host's available memory as counted for the decision. One word (the limit in the low two bits):

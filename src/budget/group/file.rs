@@ -3,8 +3,8 @@
 //! and bumps without the lock).
 
 use crate::runtime::sys::{self, errno};
-use pinguard_report::group::live::{self, Here, Set};
-use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
+use pinguard_common::group::live::{self, Here, Set};
+use pinguard_common::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::CString;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};

@@ -6,7 +6,7 @@ use super::super::{cgroup, host, FloorKind, Refused};
 use super::lock::Locked;
 use crate::runtime::clock::monotonic_ms;
 use crate::runtime::kernel;
-use pinguard_report::group::{self as layout, MAX_MEMBERS};
+use pinguard_common::group::{self as layout, MAX_MEMBERS};
 use std::sync::atomic::Ordering;
 
 /// A shared reading as a decision needs it: the host's (the header's `host_*`) or a cgroup's

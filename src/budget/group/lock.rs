@@ -5,7 +5,7 @@
 use super::file::{Shared, MAP};
 use crate::runtime::clock::{monotonic_ms, monotonic_ns};
 use crate::runtime::sys;
-use pinguard_report::group::Header;
+use pinguard_common::group::Header;
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

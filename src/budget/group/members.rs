@@ -7,8 +7,8 @@ use super::lock::{Locked, NoLock, Wait};
 use crate::runtime::clock::monotonic_ms;
 use crate::runtime::kernel::{self, proc_start};
 use crate::runtime::sys;
-use pinguard_report::group::live::{self, Here, Proc, Set, Verdict};
-use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
+use pinguard_common::group::live::{self, Here, Proc, Set, Verdict};
+use pinguard_common::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 

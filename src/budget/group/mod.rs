@@ -1,5 +1,5 @@
 //! A budget shared by every process of a group on the host (`PINGUARD_GROUP`), through a ledger
-//! in shared memory (layout: `pinguard_report::group`).
+//! in shared memory (layout: `pinguard_common::group`).
 //!
 //! A process-shared robust mutex guards the group's total and each member's share: a member
 //! killed while holding it is detected by the next locker (`EOWNERDEAD`), and a member killed at
@@ -35,7 +35,7 @@ use members::{
     warn_unverified, Dead, Joining, Scan, Seat, FORGET, HELD_ID, IPC_NS, MY_PID, NOT_JOINED,
     NO_SEM, NO_SLOT, PENDING_ADD, PENDING_RELEASE, REOPENS, SLOT,
 };
-use pinguard_report::group::{self as layout, Header, Member, MAX_MEMBERS};
+use pinguard_common::group::{self as layout, Header, Member, MAX_MEMBERS};
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

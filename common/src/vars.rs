@@ -785,7 +785,7 @@ mod tests {
         let want = table();
         assert!(
             doc.contains(&want),
-            "docs/settings.md's variable table differs from report/src/vars.rs; it should read:\n\n{want}"
+            "docs/settings.md's variable table differs from common/src/vars.rs; it should read:\n\n{want}"
         );
     }
 

@@ -1,4 +1,7 @@
-//! The pinguard report: the JSON written by the preload library and read by the CLI.
+//! What the preload library and the CLI share (hence `pinguard-common`): the report, the JSON
+//! written by the library and read by the CLI, and the formats and readers both need (the
+//! settings registry, units, cgroup and ELF readers, symbols, the group ledger's layout and
+//! liveness, the metrics-file protocol).
 //!
 //! Both sides use these types, so a key can never drift between writer and reader. The key set is
 //! a contract (`docs/design.md`, "The report"): keys may be added, never renamed.
