@@ -5,7 +5,6 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -60,14 +59,6 @@ fn hal(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
     r
 }
 
-fn rcs(r: &Run, ops: &[&str]) -> Vec<i64> {
-    ops.iter().map(|op| r.rc(op)).collect()
-}
-
-fn api<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    &rep["apis"][name]
-}
-
 /// Registrations of host memory (HOST_MEM_MAP_DEV, the PCIe-through and DMA kinds) are counted as
 /// the driver counts them, with the program's callsite, and either unregistration ends them.
 #[test]
@@ -76,7 +67,7 @@ fn host_registrations_count_exactly_through_each_route() {
     let ends = ["unregister:0", "unregister_ex:1:3", "unregister:2"];
     for route in ROUTES {
         let r = hal(route, &ops, &[]);
-        assert_eq!(rcs(&r, &ops), vec![0; 3], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0; 3], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             s["hal"]["outstanding_bytes"],
@@ -102,7 +93,7 @@ fn host_registrations_count_exactly_through_each_route() {
 
         let all: Vec<&str> = ops.iter().chain(ends.iter()).copied().collect();
         let r = hal(route, &all, &[]);
-        assert_eq!(rcs(&r, &ends), vec![0; 3], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ends), vec![0; 3], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["hal"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
@@ -128,7 +119,7 @@ fn io_memory_passes_uncounted_and_host_memory_over_the_budget_is_refused() {
             let env = [("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)];
             let r = hal(route, &ops, &env);
             assert_eq!(
-                rcs(&r, &ops),
+                r.rcs_of(&ops),
                 vec![0, OUT_OF_MEMORY, OUT_OF_MEMORY, 0],
                 "{policy} {route}: {}",
                 r.stdout
@@ -163,7 +154,7 @@ fn host_physical_memory_counts_until_released_and_unmapped() {
         // Slots: 0 host handle, 1 device handle, 2 reserved addresses.
         let ops = ["create:8192:0", "create:65536:1", "reserve:8192", "map:2:0"];
         let r = hal(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
-        assert_eq!(rcs(&r, &ops), vec![0; 4], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0; 4], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["hal"]["outstanding_bytes"], 8192, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 8192, "{route}");
@@ -178,7 +169,7 @@ fn host_physical_memory_counts_until_released_and_unmapped() {
         let all: Vec<&str> = ops.iter().chain(more.iter()).copied().collect();
         let r = hal(route, &all, &[("PINGUARD_BUDGET", "16K")]);
         assert_eq!(
-            rcs(&r, &more),
+            r.rcs_of(&more),
             vec![0, 0, 0, OUT_OF_MEMORY, OUT_OF_MEMORY],
             "{route}: {}",
             r.stdout
@@ -204,7 +195,7 @@ fn hooks_without_ascend_hal_pass_through_untouched() {
         let ops = ["register:32768:0", "create:32768:0", "unregister:0"];
         let env = [("PINGUARD_BUDGET", "4K"), ("PINGUARD_HOOKS", "cuda,acl")];
         let r = hal(route, &ops, &env);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["hal"]["outstanding_bytes"], 32768, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");

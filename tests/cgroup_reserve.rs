@@ -105,14 +105,6 @@ fn v1_ok() -> bool {
     ok
 }
 
-fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| field(l, "rc"))
-        .collect()
-}
-
 fn events(rep: &Value) -> &Vec<Value> {
     rep["events"].as_array().unwrap()
 }
@@ -212,7 +204,7 @@ fn each_policy_answers_a_call_over_the_reserve() {
         &[("PINGUARD_CGROUP_RESERVE", &reserve)],
     );
     assert_eq!(
-        rcs(&r),
+        r.rcs(),
         vec![0, 2, 207001, -1],
         "{}\n{}",
         r.stdout,
@@ -267,7 +259,7 @@ fn each_policy_answers_a_call_over_the_reserve() {
             ("PINGUARD_POLICY", "downgrade"),
         ],
     );
-    assert_eq!(rcs(&r), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(
         (
@@ -287,7 +279,7 @@ fn each_policy_answers_a_call_over_the_reserve() {
             ("PINGUARD_POLICY", "warn"),
         ],
     );
-    assert_eq!(rcs(&r), vec![0, 0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0], "{}\n{}", r.stdout, r.stderr);
     let warned: Vec<&str> = pinguard_lines(&r.stderr)
         .into_iter()
         .filter(|l| l.contains("warning:"))
@@ -321,7 +313,7 @@ fn a_parents_limit_is_kept_and_a_percentage_is_of_it() {
     );
     assert!(r.success(), "{}", r.stderr);
     assert_eq!(
-        rcs(&r),
+        r.rcs(),
         vec![0, 2, 2],
         "32 MiB of headroom kept in a 64 MiB parent: {}",
         r.stdout
@@ -346,7 +338,7 @@ fn a_path_without_a_limit_turns_the_reserve_off_with_one_line() {
         &["cuda_alloc:4194304"],
         &[("PINGUARD_CGROUP_RESERVE", "1Gi")],
     );
-    assert_eq!(rcs(&r), vec![0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0], "{}\n{}", r.stdout, r.stderr);
     let lines: Vec<&str> = pinguard_lines(&r.stderr)
         .into_iter()
         .filter(|l| l.contains("PINGUARD_CGROUP_RESERVE"))
@@ -369,7 +361,7 @@ fn a_path_without_a_limit_turns_the_reserve_off_with_one_line() {
         &["cuda_alloc:4096"],
         &[("PINGUARD_CGROUP_RESERVE", "10%")],
     );
-    assert_eq!(rcs(&r), vec![0]);
+    assert_eq!(r.rcs(), vec![0]);
     assert!(
         r.report()["config"]["errors"][0]
             .as_str()
@@ -413,7 +405,7 @@ fn a_process_moved_to_another_group_is_held_to_its_new_limit() {
     let r = Run::from_output(out, dir);
     // In the tight group only what it pins there counts (v1 leaves pages charged where they
     // were): 16 MiB of headroom above the reserve takes one more 8 MiB, not two.
-    assert_eq!(rcs(&r), vec![0, 0, 0, 2], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0, 0, 2], "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.report()["totals"]["cgroup_reserve_count"], 1);
 }
 
@@ -471,7 +463,7 @@ fn stand_in_v2_files_give_the_pods_headroom() {
     };
     let r = run("80Mi");
     assert_eq!(
-        rcs(&r),
+        r.rcs(),
         vec![2],
         "64 MiB of headroom is below an 80 MiB reserve: {}\n{}",
         r.stdout,
@@ -485,7 +477,7 @@ fn stand_in_v2_files_give_the_pods_headroom() {
         std::fs::remove_file(p).unwrap();
     }
     let r = run("32Mi");
-    assert_eq!(rcs(&r), vec![0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0], "{}\n{}", r.stdout, r.stderr);
 }
 
 /// The metrics file shows the reserve, the limit, the headroom and the calls it stopped, while

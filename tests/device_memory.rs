@@ -96,14 +96,6 @@ fn dm(api: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
     r
 }
 
-fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| field(l, "rc"))
-        .collect()
-}
-
 /// The names each API's entry points are reported under.
 fn names(api: &str) -> (&'static str, &'static str, &'static str) {
     match api {
@@ -165,7 +157,7 @@ fn io_memory_registrations_pass_through_and_count_nothing() {
                 ];
                 let r = dm(api, &ops, &env);
                 let what = format!("{api} {route} {policy}");
-                assert_eq!(rcs(&r), vec![0, 0, OOM, 0], "{what}: {}", r.stdout);
+                assert_eq!(r.rcs(), vec![0, 0, OOM, 0], "{what}: {}", r.stdout);
                 let s = r.stats();
                 assert_eq!(s["device"]["io_registrations"], 1, "{what}: {s}");
                 assert_eq!(s["emu"]["alloc_calls"], 0, "{what}: nothing pinned: {s}");
@@ -219,7 +211,7 @@ fn an_integrated_devices_allocations_count_against_the_budget() {
             // `cudaFree(NULL)` and `hipFree(NULL)` do nothing; the driver rejects a null pointer.
             let null = if api == "driver" { INVALID } else { 0 };
             assert_eq!(
-                rcs(&r),
+                r.rcs(),
                 vec![0, 0, OOM, INVALID, 0, 0, 0, null],
                 "{what}: {}",
                 r.stdout
@@ -270,7 +262,7 @@ fn a_discrete_devices_allocations_are_untouched() {
             let env = [("PINGUARD_BUDGET", "1M"), ("DM_ROUTE", route)];
             let r = dm(api, &ops, &env);
             let what = format!("{api} {route}");
-            assert_eq!(rcs(&r), vec![0; 6], "{what}: {}", r.stdout);
+            assert_eq!(r.rcs(), vec![0; 6], "{what}: {}", r.stdout);
             let s = r.stats();
             assert_eq!(s["device"]["allocs"], 3, "{what}: {s}");
             assert_eq!(s["device"]["frees"], 3, "{what}: {s}");
@@ -307,7 +299,7 @@ fn the_device_memory_setting_decides_and_a_bad_value_falls_back_to_auto() {
             }
             let r = dm(api, &ops, &env);
             let what = format!("{api} {mode}");
-            assert_eq!(rcs(&r), vec![0, second, 0], "{what}: {}", r.stdout);
+            assert_eq!(r.rcs(), vec![0, second, 0], "{what}: {}", r.stdout);
             let s = r.stats();
             assert_eq!(s["device"]["outstanding_bytes"], live, "{what}: {s}");
             assert_eq!(s["device"]["integrated_queries"], asked, "{what}: {s}");
@@ -356,7 +348,7 @@ fn with_devices_of_both_kinds_the_current_one_decides() {
             ("EMU_INTEGRATED", "2"),
         ];
         let r = dm(api, &ops, &env);
-        assert_eq!(rcs(&r), vec![0, 0, 0, OOM, 0, 0, 0], "{api}: {}", r.stdout);
+        assert_eq!(r.rcs(), vec![0, 0, 0, OOM, 0, 0, 0], "{api}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["pinguard_live_bytes"], 524288, "{api}: {s}");
         assert_eq!(
@@ -389,7 +381,7 @@ fn an_unload_makes_the_device_be_asked_again() {
     let ops = ["malloc:4096", "malloc:4096", "unload:0", "malloc:4096"];
     let env = [("EMU_INTEGRATED", "1"), ("DM_PLUGIN", &*plugin)];
     let r = dm("cuda", &ops, &env);
-    assert_eq!(rcs(&r), vec![0; 4], "{}", r.stdout);
+    assert_eq!(r.rcs(), vec![0; 4], "{}", r.stdout);
     let s = r.stats();
     assert_eq!(s["device"]["integrated_queries"], 2, "{s}");
     assert_eq!(s["pinguard_live_bytes"], 3 * 4096, "{s}");
@@ -477,13 +469,13 @@ fn an_integrated_devices_allocation_is_refused_at_the_host_floor() {
             let what = format!("{api} integrated={integrated}");
             assert!(r.success(), "{what}: {}\n{}", r.stdout, r.stderr);
             if integrated {
-                assert_eq!(rcs(&r), vec![0, OOM, 0, 0], "{what}: {}", r.stdout);
+                assert_eq!(r.rcs(), vec![0, OOM, 0, 0], "{what}: {}", r.stdout);
                 let rep = r.report();
                 let t = &rep["totals"];
                 assert_eq!(t["host_reserve_count"], 1, "{what}: {t}");
                 assert_eq!(t["denied_count"], 1, "{what}: {t}");
             } else {
-                assert_eq!(rcs(&r), vec![0, 0, 0, 0], "{what}: {}", r.stdout);
+                assert_eq!(r.rcs(), vec![0, 0, 0, 0], "{what}: {}", r.stdout);
                 assert!(reports_in(&dir).is_empty(), "{what}: {}", r.stderr);
             }
         }
@@ -502,7 +494,7 @@ fn a_family_not_hooked_is_never_asked() {
             ("EMU_INTEGRATED", "1"),
         ];
         let r = dm(api, &ops, &env);
-        assert_eq!(rcs(&r), vec![0; 4], "{family}: {}", r.stdout);
+        assert_eq!(r.rcs(), vec![0; 4], "{family}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["device"]["integrated_queries"], 0, "{family}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{family}: {s}");

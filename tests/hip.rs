@@ -79,14 +79,6 @@ fn hip(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
     r
 }
 
-fn rcs(r: &Run, ops: &[&str]) -> Vec<i64> {
-    ops.iter().map(|op| r.rc(op)).collect()
-}
-
-fn api<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    &rep["apis"][name]
-}
-
 /// Every allocation name, every free name, registration and a host pool: counted exactly as the
 /// runtime counts, through each route; memory from any allocation name is freed by either free.
 #[test]
@@ -116,7 +108,7 @@ fn every_entry_point_counts_exactly_through_each_route() {
     for route in ROUTES {
         let r = hip(route, &ops, &[]);
         assert!(
-            rcs(&r, &ops).iter().all(|&rc| rc == 0),
+            r.rcs_of(&ops).iter().all(|&rc| rc == 0),
             "{route}: {}",
             r.stdout
         );
@@ -166,7 +158,7 @@ fn every_entry_point_counts_exactly_through_each_route() {
         let all: Vec<&str> = ops.iter().chain(frees.iter()).copied().collect();
         let r = hip(route, &all, &[]);
         assert!(
-            rcs(&r, &frees).iter().all(|&rc| rc == 0),
+            r.rcs_of(&frees).iter().all(|&rc| rc == 0),
             "{route}: {}",
             r.stdout
         );
@@ -201,7 +193,7 @@ fn rejected_calls_get_the_runtimes_own_codes() {
         ];
         let r = hip(route, &ops, &[("PINGUARD_BUDGET", "1M")]);
         assert_eq!(
-            rcs(&r, &ops),
+            r.rcs_of(&ops),
             vec![0, 712, 0, 712, 1, 1, 1, 1],
             "{route}: {}",
             r.stdout
@@ -237,7 +229,7 @@ fn calls_the_runtime_rejects_get_its_answer_over_the_budget() {
             &ops,
             &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")],
         );
-        assert_eq!(rcs(&r, &ops), vec![1, 1, 1, 1], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![1, 1, 1, 1], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             s["hip"]["failed_calls"], 4,
@@ -265,7 +257,7 @@ fn error_policy_refuses_with_hip_error_out_of_memory() {
         ];
         let r = hip(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
         assert_eq!(
-            rcs(&r, &ops),
+            r.rcs_of(&ops),
             vec![2, 2, 2, 2, 2, 2, 0],
             "{route}: {}",
             r.stdout
@@ -328,7 +320,7 @@ fn downgrade_policy_serves_pageable_memory_that_hip_host_free_takes_back() {
             &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")],
         );
         assert_eq!(
-            rcs(&r, &ops),
+            r.rcs_of(&ops),
             vec![0, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 0, 0, 0],
             "{route}: {}",
             r.stdout
@@ -377,7 +369,7 @@ fn warn_policy_lets_hip_calls_through() {
         &ops,
         &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")],
     );
-    assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{}", r.stdout);
+    assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{}", r.stdout);
     let s = r.stats();
     assert_eq!(s["hip"]["alloc_calls"], 3);
     assert_eq!(s["pinguard_live_bytes"], 3 * 32768);
@@ -410,7 +402,7 @@ fn host_pools_are_budgeted_and_device_pools_ignored() {
             "pool_alloc:2:1048576",
         ];
         let r = hip(route, &ops, &[("PINGUARD_BUDGET", "3M")]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 2, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 2, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             s["pinguard_live_bytes"],
@@ -442,7 +434,7 @@ fn hooks_without_hip_pass_through_untracked() {
             ],
         );
         assert_eq!(
-            rcs(&r, &ops),
+            r.rcs_of(&ops),
             vec![0, 0, 0],
             "{route}: no budget applies: {}",
             r.stdout
@@ -510,7 +502,7 @@ fn the_real_library_answers_unchanged_under_pinguard() {
             under.stdout,
             under.stderr
         );
-        let answers = |r: &Run| rcs(r, &ops);
+        let answers = |r: &Run| r.rcs_of(&ops);
         assert!(
             answers(&bare).iter().all(|&rc| rc > 0),
             "{route}: without a device the runtime refuses: {}",
@@ -577,8 +569,8 @@ fn the_real_library_answers_unchanged_under_pinguard() {
             under.stderr
         );
         assert_eq!(
-            rcs(&under, &vmm),
-            rcs(&bare, &vmm),
+            under.rcs_of(&vmm),
+            bare.rcs_of(&vmm),
             "{route}: hipMemCreate's answers changed:\n{}\n{}",
             bare.stdout,
             under.stdout
@@ -649,7 +641,7 @@ fn group_budget_and_host_reserve_refuse_hip_calls() {
     );
     remove_semaphores(&ledger);
     let _ = std::fs::remove_file(&ledger);
-    assert_eq!(rcs(&r, &ops), vec![0, 2, 2], "{}", r.stdout);
+    assert_eq!(r.rcs_of(&ops), vec![0, 2, 2], "{}", r.stdout);
     assert_eq!(r.stats()["hip"]["alloc_calls"], 1);
     let rep = r.report();
     assert!(rep.get("group").is_some(), "{rep}");
@@ -794,7 +786,7 @@ fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
     for route in ROUTES {
         let r = hip(route, &ops, &[]);
         assert_eq!(
-            rcs(&r, &ops),
+            r.rcs_of(&ops),
             vec![0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
             "{route}: {}",
             r.stdout
@@ -858,7 +850,7 @@ fn a_retained_hip_handle_keeps_the_memory_counted() {
     ];
     for route in ROUTES {
         let r = hip(route, &ops, &[]);
-        assert_eq!(rcs(&r, &ops), vec![0; 6], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0; 6], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             (
@@ -904,7 +896,7 @@ fn error_and_downgrade_refuse_host_located_hip_mem_create() {
                 &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)],
             );
             assert_eq!(
-                rcs(&r, &ops),
+                r.rcs_of(&ops),
                 vec![2, 2, 0, 0, 1],
                 "{policy} {route}: {}",
                 r.stdout
@@ -945,7 +937,7 @@ fn warn_policy_lets_hip_mem_create_through() {
             &ops,
             &[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "warn")],
         );
-        assert_eq!(rcs(&r, &ops), vec![0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0], "{route}: {}", r.stdout);
         assert_eq!(r.stats()["pinguard_live_bytes"], 65536, "{route}");
         let rep = r.report();
         assert_eq!(rep["totals"]["over_budget_count"], 1, "{route}");
@@ -1009,7 +1001,7 @@ fn hip_mem_create_of_older_runtimes_passes_through() {
             &ops,
             &[("PINGUARD_BUDGET", "16K"), ("EMU_HIP_VERSION", "50221153")],
         );
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             (
@@ -1044,7 +1036,7 @@ fn rlimit_memlock() -> Option<u64> {
 fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
     let ops = ["malloc:32768", "malloc:8192"];
     let r = hip("export", &ops, &[("PINGUARD_BUDGET", "16K")]);
-    assert_eq!(rcs(&r, &ops), vec![2, 0], "{}", r.stdout);
+    assert_eq!(r.rcs_of(&ops), vec![2, 0], "{}", r.stdout);
     let rep = r.report();
     let e = &rep["events"][0];
     assert_eq!(e["kind"], "denied", "{e}");
@@ -1083,7 +1075,7 @@ fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
 
     // The runtime fails the call itself: its code, named, and no budget.
     let r = hip("export", &["malloc:8192"], &[("EMU_FAIL_EVERY", "1")]);
-    assert_eq!(rcs(&r, &["malloc:8192"]), vec![2], "{}", r.stdout);
+    assert_eq!(r.rcs_of(&["malloc:8192"]), vec![2], "{}", r.stdout);
     let rep = r.report();
     assert_eq!(rep["totals"]["failed_count"], 1);
     let e = &rep["events"][0];
@@ -1108,13 +1100,13 @@ fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
 fn a_failed_pool_or_physical_allocation_says_why() {
     let ops = ["pool:2", "pool_alloc:0:1048576"];
     let r = hip("export", &ops, &[("EMU_FAIL_EVERY", "1")]);
-    assert_eq!(rcs(&r, &ops), vec![0, 2], "{}", r.stdout);
+    assert_eq!(r.rcs_of(&ops), vec![0, 2], "{}", r.stdout);
     let e = failed_event(&r.report(), "hipMallocFromPoolAsync");
     assert_eq!(e["size"], 1048576, "{e}");
     assert_why(&e, "hipErrorOutOfMemory (2)");
     let ops = ["vmm_create:8192:2"];
     let r = hip("export", &ops, &[("EMU_FAIL_EVERY", "1")]);
-    assert_eq!(rcs(&r, &ops), vec![2], "{}", r.stdout);
+    assert_eq!(r.rcs_of(&ops), vec![2], "{}", r.stdout);
     let e = failed_event(&r.report(), "hipMemCreate");
     assert_eq!(e["size"], 8192, "{e}");
     assert_why(&e, "hipErrorOutOfMemory (2)");

@@ -152,15 +152,6 @@ impl Host {
     }
 }
 
-/// Every operation's return code, in order (`scenario` prints one line per operation).
-fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| field(l, "rc"))
-        .collect()
-}
-
 fn reserve_leaving(headroom: u64) -> String {
     (BASE - headroom).to_string()
 }
@@ -233,7 +224,7 @@ fn a_refusal_lifts_when_memory_is_released() {
     ];
     let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve)]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    assert_eq!(rcs(&r), vec![0, 0, 2, 0, 0, 2], "{}", r.stdout);
+    assert_eq!(r.rcs(), vec![0, 0, 2, 0, 0, 2], "{}", r.stdout);
     assert_eq!(h.max_pinned(), MIB);
     let rep = r.report();
     assert_eq!(rep["totals"]["host_reserve_count"], 2);
@@ -256,7 +247,7 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
     ];
     let r = h.run("scenario", &ops, &[("PINGUARD_HOST_RESERVE", &reserve)]);
     assert_eq!(
-        rcs(&r),
+        r.rcs(),
         vec![0, 2, 207001, -1],
         "{}\n{}",
         r.stdout,
@@ -294,7 +285,7 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
             ("PINGUARD_POLICY", "downgrade"),
         ],
     );
-    assert_eq!(rcs(&r), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
     assert_eq!(
         s["cuda"]["alloc_calls"], 1,
@@ -326,7 +317,7 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
             ("PINGUARD_POLICY", "warn"),
         ],
     );
-    assert_eq!(rcs(&r), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.stats()["cuda"]["alloc_calls"], 3);
     assert_eq!(h.max_pinned(), 640 * KIB);
     let rep = r.report();
@@ -458,7 +449,7 @@ fn a_meminfo_that_cannot_be_used_turns_the_reserve_off_with_one_line() {
         let h = Host::with_text(tag, text);
         let r = h.run_frozen("scenario", &ops, &[("PINGUARD_HOST_RESERVE", "1G")]);
         assert_eq!(
-            rcs(&r),
+            r.rcs(),
             vec![0, 0, 0],
             "{tag}: never a refusal from a bad reading\n{}\n{}",
             r.stdout,
@@ -517,7 +508,7 @@ fn a_meminfo_that_cannot_be_used_turns_the_reserve_off_with_one_line() {
         ],
     );
     assert_eq!(
-        rcs(&r),
+        r.rcs(),
         vec![0, 0, 0, 0, 0, 0],
         "{}\n{}",
         r.stdout,
@@ -615,7 +606,7 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     let mut output = child.wait_with_output().unwrap();
     output.stdout = stdout.into_bytes();
     let r = Run::from_output(output, h.dir.clone());
-    assert_eq!(rcs(&r)[..3], [0, 0, 2], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs()[..3], [0, 0, 2], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["config"]["host_reserve_bytes"], reserve);
     assert_eq!(rep["totals"]["host_reserve_count"], 1);
@@ -703,7 +694,7 @@ fn the_strictest_of_budget_and_reserve_refuses_first() {
             ("PINGUARD_BUDGET", "256K"),
         ],
     );
-    assert_eq!(rcs(&r), vec![0, 2, 2], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 2, 2], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["totals"]["host_reserve_count"], 0);
     assert!(
@@ -723,7 +714,7 @@ fn the_strictest_of_budget_and_reserve_refuses_first() {
             ("PINGUARD_BUDGET", "4M"),
         ],
     );
-    assert_eq!(rcs(&r), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
     let rep = r.report();
     assert_eq!(rep["totals"]["host_reserve_count"], 1);
     assert_eq!(events_of(&rep)[0]["reason"], "host_reserve");
@@ -748,7 +739,7 @@ fn a_percentage_is_of_memtotal() {
     );
     let want = (BASE as f64 * 99.9 / 100.0) as u64;
     assert_eq!(r.report()["config"]["host_reserve_bytes"], want);
-    assert_eq!(rcs(&r), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(r.rcs(), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
 }
 
 /// A release lowers what the process holds at once, but gives the host memory back only if the
@@ -784,7 +775,7 @@ fn releasing_and_pinning_again_does_not_walk_below_the_floor() {
         h.max_pinned(),
         r.stdout
     );
-    let allocs: Vec<i64> = rcs(&r).into_iter().step_by(2).collect();
+    let allocs: Vec<i64> = r.rcs().into_iter().step_by(2).collect();
     assert_eq!(
         allocs.iter().filter(|&&rc| rc == 0).count(),
         2,

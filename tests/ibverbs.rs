@@ -5,7 +5,6 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -63,17 +62,9 @@ fn ibv(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
     r
 }
 
-fn rcs(r: &Run, ops: &[&str]) -> Vec<i64> {
-    ops.iter().map(|op| r.rc(op)).collect()
-}
-
 fn errno(r: &Run, op: &str) -> i64 {
     let line = r.stdout.lines().find(|l| l.starts_with(&format!("{op} ")));
     field(line.unwrap(), "errno")
-}
-
-fn api<'a>(rep: &'a Value, name: &str) -> &'a Value {
-    &rep["apis"][name]
 }
 
 /// Each registration name pins and is counted exactly as the library counts, with the program's
@@ -84,7 +75,7 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
     let deregs = ["dereg:0", "dereg:1", "dereg:2"];
     for route in ROUTES {
         let r = ibv(route, &ops, &[]);
-        assert_eq!(rcs(&r, &ops), vec![0; 4], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0; 4], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             s["ibverbs"]["outstanding_bytes"],
@@ -121,7 +112,7 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
 
         let all: Vec<&str> = ops.iter().chain(deregs.iter()).copied().collect();
         let r = ibv(route, &all, &[]);
-        assert_eq!(rcs(&r, &deregs), vec![0; 3], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&deregs), vec![0; 3], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
@@ -146,7 +137,7 @@ fn over_the_budget_registrations_get_null_and_enomem_under_error_and_downgrade()
             let env = [("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", policy)];
             let r = ibv(route, &ops, &env);
             assert_eq!(
-                rcs(&r, &ops),
+                r.rcs_of(&ops),
                 vec![-1, -1, -1, 0],
                 "{policy} {route}: {}",
                 r.stdout
@@ -177,7 +168,7 @@ fn on_demand_registrations_are_recorded_and_not_counted() {
     for route in ROUTES {
         let ops = [odp.as_str(), odp2.as_str(), "dereg:0"];
         let r = ibv(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["ibverbs"]["alloc_calls"], 2, "{route}");
@@ -198,7 +189,7 @@ fn dmabuf_registrations_count_no_host_bytes() {
     for route in ROUTES {
         let ops = ["dmabuf:1048576", "dmabuf:4096", "dereg:1"];
         let r = ibv(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{route}: {}", r.stdout);
         assert_eq!(r.stats()["pinguard_live_bytes"], 0, "{route}");
         let rep = r.report();
         let a = api(&rep, "ibv_reg_dmabuf_mr");
@@ -216,14 +207,14 @@ fn rereg_moves_the_count_and_its_growth_meets_the_budget() {
     for route in ROUTES {
         let ops = ["reg:8192", "rereg:0:12288", "touch:0"];
         let r = ibv(route, &ops, &[]);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 12288, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 12288, "{route}");
 
         let ops = ["reg:8192", "rereg:0:32768", "rereg:0:4096", "dereg:0"];
         let r = ibv(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
-        assert_eq!(rcs(&r, &ops), vec![0, -2, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, -2, 0, 0], "{route}: {}", r.stdout);
         assert_eq!(errno(&r, "rereg:0:32768"), ENOMEM, "{route}");
         let s = r.stats();
         assert_eq!(
@@ -249,7 +240,7 @@ fn hooks_without_ibverbs_pass_through_untouched() {
         let ops = ["reg:32768", "iova2:32768", "dereg:0"];
         let env = [("PINGUARD_BUDGET", "4K"), ("PINGUARD_HOOKS", "cuda,acl")];
         let r = ibv(route, &ops, &env);
-        assert_eq!(rcs(&r, &ops), vec![0, 0, 0], "{route}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{route}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 32768, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
@@ -360,15 +351,15 @@ fn a_failed_registration_says_why() {
         ("iova2:32768", "ibv_reg_mr_iova2"),
     ] {
         let r = ibv("export", &[op], &[("EMU_FAIL_EVERY", "1")]);
-        assert_eq!(rcs(&r, &[op]), vec![-1], "{op}: {}", r.stdout);
+        assert_eq!(r.rcs_of(&[op]), vec![-1], "{op}: {}", r.stdout);
         let e = failed_event(&r.report(), name);
         assert_eq!(e["size"], 32768, "{op}: {e}");
         assert_why(&e, "ENOMEM");
     }
     let ops = ["reg:8192", "rereg:0:12288"];
     let r = ibv("export", &ops, &[("EMU_FAIL_EVERY", "2")]);
-    assert_eq!(rcs(&r, &ops)[0], 0, "{}", r.stdout);
-    assert_ne!(rcs(&r, &ops)[1], 0, "{}", r.stdout);
+    assert_eq!(r.rcs_of(&ops)[0], 0, "{}", r.stdout);
+    assert_ne!(r.rcs_of(&ops)[1], 0, "{}", r.stdout);
     let e = failed_event(&r.report(), "ibv_rereg_mr");
     assert_eq!(e["size"], 12288, "{e}");
     assert_why(&e, "ENOMEM");

@@ -9,14 +9,6 @@ use serde_json::Value;
 
 const MIB: i64 = 1 << 20;
 
-fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| field(l, "rc"))
-        .collect()
-}
-
 /// The runtime's own figures: the driver's for `cuda`, the runtime's for `cudart`.
 fn own<'a>(s: &'a Value, family: &str) -> &'a Value {
     &s[if family == "cudart" {
@@ -59,7 +51,7 @@ fn a_host_pool_is_pinned_as_far_as_it_reserves_memory() {
                 let ops: Vec<&str> = steps[..n].iter().map(|(op, _)| *op).collect();
                 let (r, s) = live_after(family, route, &ops, &[]);
                 assert!(
-                    rcs(&r).iter().all(|&rc| rc == 0),
+                    r.rcs().iter().all(|&rc| rc == 0),
                     "{family} {route} {ops:?}: {}",
                     r.stdout
                 );
@@ -177,7 +169,7 @@ fn device_pools_are_never_counted() {
             ],
             &[("PINGUARD_BUDGET", "1M")],
         );
-        assert!(rcs(&r).iter().all(|&rc| rc == 0), "{family}: {}", r.stdout);
+        assert!(r.rcs().iter().all(|&rc| rc == 0), "{family}: {}", r.stdout);
         assert_eq!(s["pinguard_live_bytes"], 0, "{family}");
         assert!(
             reports_in(&r.report_dir).is_empty(),
@@ -206,7 +198,7 @@ fn budgets_apply_to_what_an_allocation_may_add() {
                 ],
                 &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", policy)],
             );
-            assert_eq!(rcs(&r), vec![0, 0, 0, 2], "{family} {policy}: {}", r.stdout);
+            assert_eq!(r.rcs(), vec![0, 0, 0, 2], "{family} {policy}: {}", r.stdout);
             assert_eq!(
                 own(&s, family)["alloc_calls"],
                 2,
@@ -228,7 +220,7 @@ fn budgets_apply_to_what_an_allocation_may_add() {
             ],
             &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", "warn")],
         );
-        assert_eq!(rcs(&r), vec![0, 0, 0]);
+        assert_eq!(r.rcs(), vec![0, 0, 0]);
         assert_eq!(s["pinguard_live_bytes"], 6 * MIB);
         assert_eq!(r.report()["totals"]["over_budget_count"], 1);
     }
@@ -255,7 +247,7 @@ fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
                 &[],
             );
             assert!(
-                rcs(&r).iter().all(|&rc| rc == 0),
+                r.rcs().iter().all(|&rc| rc == 0),
                 "{family} {route}: {}",
                 r.stdout
             );
@@ -279,7 +271,7 @@ fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
                 &[],
             );
             assert!(
-                rcs(&r).iter().all(|&rc| rc == 0),
+                r.rcs().iter().all(|&rc| rc == 0),
                 "{family} {route}: {}",
                 r.stdout
             );
@@ -293,7 +285,7 @@ fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
                 &[],
             );
             assert!(
-                rcs(&r).iter().all(|&rc| rc == 0),
+                r.rcs().iter().all(|&rc| rc == 0),
                 "{family} {route}: {}",
                 r.stdout
             );
@@ -324,7 +316,7 @@ fn a_failed_pool_allocation_says_why() {
             &["pool_create:host", "pool_alloc:p0:1048576"],
             &[("EMU_FAIL_EVERY", "1"), ("PINGUARD_BUDGET", "1G")],
         );
-        assert_eq!(rcs(&r), vec![0, 2], "{family}: {}", r.stdout);
+        assert_eq!(r.rcs(), vec![0, 2], "{family}: {}", r.stdout);
         let e = failed_event(&r.report(), alloc);
         assert_eq!(e["size"], MIB, "{family}: {e}");
         assert_why(&e, error);

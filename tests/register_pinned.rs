@@ -10,14 +10,6 @@ use common::*;
 
 const MIB: i64 = 1 << 20;
 
-fn rcs(r: &Run) -> Vec<i64> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| field(l, "rc"))
-        .collect()
-}
-
 #[test]
 fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
     // Two 4 MiB blocks under a 9 MiB budget: charged twice, the second registration would not fit.
@@ -47,7 +39,7 @@ fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
         ops.extend_from_slice(ends);
         let r = run("scenario", &ops, &[("PINGUARD_BUDGET", "9M")]);
         assert!(r.success(), "{}", r.stderr);
-        assert!(rcs(&r).iter().all(|&rc| rc == 0), "{ends:?}: {}", r.stdout);
+        assert!(r.rcs().iter().all(|&rc| rc == 0), "{ends:?}: {}", r.stdout);
         let s = r.stats();
         assert_eq!(
             s["acl"]["max_outstanding_bytes"],
@@ -86,7 +78,7 @@ fn a_registration_over_a_block_is_live_with_no_bytes_of_its_own() {
         &[],
     );
     assert!(r.success(), "{}", r.stderr);
-    assert_eq!(rcs(&r), vec![0, 0]);
+    assert_eq!(r.rcs(), vec![0, 0]);
     assert_eq!(r.stats()["pinguard_live_bytes"], 4 * MIB);
     let rep = r.report();
     assert_eq!(rep["totals"]["live_bytes"], 4 * MIB);
@@ -119,7 +111,7 @@ fn cuda_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that_on() 
     let ops = ["cuda_alloc:1048576", "cuda_register_slot:0", "cuda_free:0"];
     let r = run("scenario", &ops, &[("PINGUARD_BUDGET", "1M")]);
     assert!(r.success(), "{}", r.stderr);
-    assert_eq!(rcs(&r), vec![0, 712, 0], "{}", r.stdout);
+    assert_eq!(r.rcs(), vec![0, 712, 0], "{}", r.stdout);
     let s = r.stats();
     assert_eq!(s["cuda"]["alloc_calls"], 1);
     assert_eq!(s["pinguard_live_bytes"], 0);
@@ -146,7 +138,7 @@ fn the_driver_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that
         &[("PINGUARD_BUDGET", "1M")],
     );
     assert!(r.success(), "{}", r.stderr);
-    assert_eq!(rcs(&r), vec![0, 712, 0], "{}", r.stdout);
+    assert_eq!(r.rcs(), vec![0, 712, 0], "{}", r.stdout);
     let s = r.stats();
     assert_eq!(s["driver"]["alloc_calls"], 1);
     assert_eq!(s["pinguard_live_bytes"], 0);

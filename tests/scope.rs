@@ -7,16 +7,8 @@ use crate::common;
 use common::*;
 use serde_json::Value;
 
-fn rcs(r: &Run) -> Vec<(String, i64)> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc")))
-        .collect()
-}
-
 fn rc_of(r: &Run, op: &str) -> i64 {
-    rcs(r)
+    r.named_rcs()
         .into_iter()
         .find(|(o, _)| o.starts_with(op))
         .map(|(_, rc)| rc)
@@ -89,7 +81,7 @@ fn a_match_in_a_deep_frame_counts() {
 #[test]
 fn no_match_refuses_and_the_report_says_which_scope_applied() {
     let r = scoped(&OPS, &downgrade("nothing_like_this, *torch/utils/data/*"));
-    for (op, rc) in rcs(&r) {
+    for (op, rc) in r.named_rcs() {
         assert_eq!(rc, 2, "{op}: {}", r.stdout);
     }
     let rep = r.report();
@@ -119,7 +111,7 @@ fn no_match_refuses_and_the_report_says_which_scope_applied() {
         ("PINGUARD_POLICY", "downgrade".to_string()),
     ];
     let r = scoped(&OPS, &plain);
-    assert!(rcs(&r).iter().all(|(_, rc)| *rc == 0), "{}", r.stdout);
+    assert!(r.named_rcs().iter().all(|(_, rc)| *rc == 0), "{}", r.stdout);
     assert!(r.report()["config"].get("downgrade_match").is_none());
 }
 

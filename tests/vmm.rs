@@ -22,17 +22,9 @@ fn api(family: &str, cuda: &'static str, acl: &'static str) -> &'static str {
     }
 }
 
-fn rcs(r: &Run) -> Vec<(String, i64)> {
-    r.stdout
-        .lines()
-        .filter(|l| l.contains(" rc="))
-        .map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc")))
-        .collect()
-}
-
 fn all_ok(r: &Run) {
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    for (op, rc) in rcs(r) {
+    for (op, rc) in r.named_rcs() {
         assert_eq!(rc, 0, "{op}:\n{}\n{}", r.stdout, r.stderr);
     }
 }
@@ -232,7 +224,7 @@ fn both_location_orders_are_read_at_their_own_place() {
     assert_eq!(r.stats()["pinguard_live_bytes"], 0);
     // Arguments the runtime rejects (an unknown allocation type) get its own answer, uncounted.
     let r = run("vmm", &["export", "cuda", "create_raw:1048576:7:2"], &[]);
-    assert_eq!(rcs(&r)[0].1, 1, "{}", r.stdout);
+    assert_eq!(r.named_rcs()[0].1, 1, "{}", r.stdout);
     assert_eq!(r.stats()["pinguard_live_bytes"], 0);
 }
 
@@ -255,7 +247,7 @@ fn budgets_refuse_under_error_and_downgrade_and_warn_lets_it_through() {
                 &[("PINGUARD_BUDGET", "3M"), ("PINGUARD_POLICY", policy)],
             );
             assert!(r.success(), "{}", r.stderr);
-            let rc = rcs(&r);
+            let rc = r.named_rcs();
             assert_eq!(
                 (rc[0].1, rc[1].1),
                 (0, oom),
@@ -337,7 +329,7 @@ fn a_failed_physical_allocation_or_mapping_says_why() {
             &[("EMU_FAIL_EVERY", "1")],
         );
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-        assert_ne!(rcs(&r)[0].1, 0, "{family}: {}", r.stdout);
+        assert_ne!(r.named_rcs()[0].1, 0, "{family}: {}", r.stdout);
         let e = failed_event(&r.report(), create);
         assert_eq!(e["size"], 2 * MIB, "{family}: {e}");
         assert_why(&e, oom);
@@ -355,7 +347,7 @@ fn a_failed_physical_allocation_or_mapping_says_why() {
             &[],
         );
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-        assert_ne!(rcs(&r)[2].1, 0, "{family}: {}", r.stdout);
+        assert_ne!(r.named_rcs()[2].1, 0, "{family}: {}", r.stdout);
         let e = failed_event(&r.report(), map);
         assert_eq!(e["size"], 4 * MIB, "{family}: {e}");
         assert_why(&e, invalid);
@@ -373,7 +365,7 @@ fn a_refused_registration_over_pinned_memory_says_why() {
         &[],
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    assert_eq!(rcs(&r)[1].1, 712, "{}", r.stdout);
+    assert_eq!(r.named_rcs()[1].1, 712, "{}", r.stdout);
     let e = failed_event(&r.report(), "cuMemHostRegister_v2");
     assert_eq!(e["size"], 65536, "{e}");
     assert_why(&e, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)");

@@ -322,6 +322,25 @@ impl Run {
         field(line, "rc")
     }
 
+    /// Each operation's `rc=`, in the order the program printed them.
+    pub fn rcs(&self) -> Vec<i64> {
+        self.named_rcs().into_iter().map(|(_, rc)| rc).collect()
+    }
+
+    /// Each operation's name (its line's first word) and `rc=`, in the order printed.
+    pub fn named_rcs(&self) -> Vec<(String, i64)> {
+        self.stdout
+            .lines()
+            .filter(|l| l.contains(" rc="))
+            .map(|l| (l.split(' ').next().unwrap().to_string(), field(l, "rc")))
+            .collect()
+    }
+
+    /// The `rc=` of each of `ops`, in their order.
+    pub fn rcs_of(&self, ops: &[&str]) -> Vec<i64> {
+        ops.iter().map(|op| self.rc(op)).collect()
+    }
+
     pub fn slot(&self, op: &str) -> i64 {
         let line = self
             .stdout
@@ -758,4 +777,9 @@ pub fn assert_why(e: &Value, error: &str) {
     ] {
         assert!(why.get(key).is_some(), "{key}: {e}");
     }
+}
+
+/// The report's figures for one entry point.
+pub fn api<'a>(rep: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    &rep["apis"][name]
 }
