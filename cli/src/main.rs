@@ -425,18 +425,7 @@ fn main() -> ExitCode {
             probe,
             probe_size,
             json,
-        } => {
-            let f = doctor::examine(probe.then_some(probe_size));
-            if json {
-                out::print(&format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&f).unwrap_or_default()
-                ));
-            } else {
-                out::print(&doctor::render(&f));
-            }
-            ExitCode::from(f.exit_status)
-        }
+        } => doctor_command(probe.then_some(probe_size), json),
         Cmd::Run {
             vars,
             group_budget,
@@ -462,25 +451,16 @@ fn main() -> ExitCode {
             all_frames,
             keep_going,
             inputs,
-        } => {
-            let Ok(mut m) = merge::merge_inputs(&inputs, keep_going) else {
-                return ExitCode::from(2);
-            };
-            report::order(&mut m, sort);
-            out::print(&if json {
-                report::json(&m, top)
-            } else {
-                report::render(
-                    &m,
-                    report::Show {
-                        top,
-                        by: sort,
-                        all_frames,
-                    },
-                )
-            });
-            ExitCode::SUCCESS
-        }
+        } => report_command(
+            &inputs,
+            keep_going,
+            json,
+            report::Show {
+                top,
+                by: sort,
+                all_frames,
+            },
+        ),
         Cmd::Check {
             max_live,
             max_peak,
@@ -495,55 +475,23 @@ fn main() -> ExitCode {
             latest,
             suppressions,
             inputs,
-        } => {
-            let rules = match check_suppressions(suppressions) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("pinguard check: {e}");
-                    return ExitCode::from(2);
-                }
-            };
-            let inputs = if latest {
-                let (files, lines) = latest::select(&inputs);
-                for l in lines {
-                    println!("{l}");
-                }
-                files
-            } else {
-                inputs
-            };
-            let Ok(m) = merge::merge_for_check(&inputs, keep_going) else {
-                return ExitCode::from(2);
-            };
-            let applied = suppress::apply(&rules, &m);
-            let view = check::View::new(&m, &applied);
-            for l in applied.lines(&rules, &|k| view.name(k)) {
-                println!("{l}");
-            }
-            let (violations, summary) = check::evaluate(
-                &view,
-                &check::Limits {
-                    max_live,
-                    max_peak,
-                    max_denied,
-                    max_downgraded,
-                    max_over_budget,
-                    max_host_reserve,
-                    max_cgroup_reserve,
-                    allow_config_errors,
-                    allow_unwatched,
-                },
-            );
-            for v in &violations {
-                println!("{v}");
-            }
-            if violations.is_empty() {
-                println!("{summary}: within limits");
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
+        } => check_command(
+            check::Limits {
+                max_live,
+                max_peak,
+                max_denied,
+                max_downgraded,
+                max_over_budget,
+                max_host_reserve,
+                max_cgroup_reserve,
+                allow_config_errors,
+                allow_unwatched,
+            },
+            suppressions,
+            latest,
+            inputs,
+            keep_going,
+        ),
         Cmd::Diff {
             fail_on_growth,
             keep_going,
@@ -610,26 +558,7 @@ fn main() -> ExitCode {
             pid,
             once,
             interval,
-        } => {
-            let every = std::time::Duration::from_millis(
-                units::parse_duration_ms(&interval).unwrap_or(1000),
-            );
-            if let Some(p) = pid {
-                return ExitCode::from(top::run(top::Source::Pid(p), once, every) as u8);
-            }
-            let source = match (&group, &metrics) {
-                (Some(g), _) if !pinguard_common::group::valid_name(g) => {
-                    eprintln!(
-                        "pinguard top: {g:?} is not a group name (letters, digits, '.', '_', '-')"
-                    );
-                    return ExitCode::from(2);
-                }
-                (Some(g), _) => top::Source::Group(g),
-                (None, Some(d)) => top::Source::Metrics(d),
-                (None, None) => return ExitCode::from(top_list::list() as u8),
-            };
-            ExitCode::from(top::run(source, once, every) as u8)
-        }
+        } => top_command(group, metrics, pid, once, &interval),
         Cmd::Cdi {
             output,
             lib,
@@ -670,23 +599,128 @@ fn main() -> ExitCode {
             wall_clock,
             keep_going,
             inputs,
-        } => {
-            let axis = if wall_clock {
-                plot::TimeAxis::WallClock
-            } else {
-                plot::TimeAxis::SinceStart
-            };
-            let mut series = Vec::new();
-            if input::for_each(&inputs, keep_going, |_, r| series.push(plot::series(&r))).is_err() {
-                return ExitCode::from(2);
-            }
-            match plot::render(&series, axis) {
-                Ok(svg) => write_file(&output, &svg),
-                Err(e) => {
-                    eprintln!("pinguard plot: {e}");
-                    ExitCode::from(2)
-                }
-            }
+        } => plot_command(&inputs, keep_going, wall_clock, &output),
+    }
+}
+
+fn doctor_command(probe: Option<Option<u64>>, json: bool) -> ExitCode {
+    let f = doctor::examine(probe);
+    if json {
+        out::print(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&f).unwrap_or_default()
+        ));
+    } else {
+        out::print(&doctor::render(&f));
+    }
+    ExitCode::from(f.exit_status)
+}
+
+fn report_command(
+    inputs: &[PathBuf],
+    keep_going: bool,
+    json: bool,
+    show: report::Show,
+) -> ExitCode {
+    let Ok(mut m) = merge::merge_inputs(inputs, keep_going) else {
+        return ExitCode::from(2);
+    };
+    report::order(&mut m, show.by);
+    out::print(&if json {
+        report::json(&m, show.top)
+    } else {
+        report::render(&m, show)
+    });
+    ExitCode::SUCCESS
+}
+
+fn check_command(
+    limits: check::Limits,
+    suppressions: Option<PathBuf>,
+    latest: bool,
+    inputs: Vec<PathBuf>,
+    keep_going: bool,
+) -> ExitCode {
+    let rules = match check_suppressions(suppressions) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("pinguard check: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let inputs = if latest {
+        let (files, lines) = latest::select(&inputs);
+        for l in lines {
+            println!("{l}");
+        }
+        files
+    } else {
+        inputs
+    };
+    let Ok(m) = merge::merge_for_check(&inputs, keep_going) else {
+        return ExitCode::from(2);
+    };
+    let applied = suppress::apply(&rules, &m);
+    let view = check::View::new(&m, &applied);
+    for l in applied.lines(&rules, &|k| view.name(k)) {
+        println!("{l}");
+    }
+    let (violations, summary) = check::evaluate(&view, &limits);
+    for v in &violations {
+        println!("{v}");
+    }
+    if violations.is_empty() {
+        println!("{summary}: within limits");
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn top_command(
+    group: Option<String>,
+    metrics: Option<PathBuf>,
+    pid: Option<u32>,
+    once: bool,
+    interval: &str,
+) -> ExitCode {
+    let every =
+        std::time::Duration::from_millis(units::parse_duration_ms(interval).unwrap_or(1000));
+    if let Some(p) = pid {
+        return ExitCode::from(top::run(top::Source::Pid(p), once, every) as u8);
+    }
+    let source = match (&group, &metrics) {
+        (Some(g), _) if !pinguard_common::group::valid_name(g) => {
+            eprintln!("pinguard top: {g:?} is not a group name (letters, digits, '.', '_', '-')");
+            return ExitCode::from(2);
+        }
+        (Some(g), _) => top::Source::Group(g),
+        (None, Some(d)) => top::Source::Metrics(d),
+        (None, None) => return ExitCode::from(top_list::list() as u8),
+    };
+    ExitCode::from(top::run(source, once, every) as u8)
+}
+
+fn plot_command(
+    inputs: &[PathBuf],
+    keep_going: bool,
+    wall_clock: bool,
+    output: &PathBuf,
+) -> ExitCode {
+    let axis = if wall_clock {
+        plot::TimeAxis::WallClock
+    } else {
+        plot::TimeAxis::SinceStart
+    };
+    let mut series = Vec::new();
+    if input::for_each(inputs, keep_going, |_, r| series.push(plot::series(&r))).is_err() {
+        return ExitCode::from(2);
+    }
+    match plot::render(&series, axis) {
+        Ok(svg) => write_file(output, &svg),
+        Err(e) => {
+            eprintln!("pinguard plot: {e}");
+            ExitCode::from(2)
         }
     }
 }
