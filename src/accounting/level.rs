@@ -11,9 +11,8 @@
 //! level keeps `bound`, the sum of the highs, which is never below the live figure. A call that
 //! raises its stripe checks `bound` against the peak: at or below it, no new peak is possible and
 //! nothing shared is written. Above it, the thread sums the stripes of the slots handed out so far
-//! (`slot_made`) and raises the peak; a sum that finds no new peak (a thread's first such on the
-//! level, then one in `LOWER_EVERY` of its own) also brings every stripe's high down to what the
-//! stripe holds (a stripe of a thread that went quiet too, with a fence on every thread so that
+//! (`slot_made`) and raises the peak; a sum that finds no new peak (a level's first such, then
+//! one in `LOWER_EVERY`) also brings every stripe's high down to what the stripe holds (a stripe of a thread that went quiet too, with a fence on every thread so that
 //! no owner's pin in flight is lost: `lower_all`), so that the calls after it, from any thread,
 //! are back under the peak. The peak is therefore exact when one thread at a time changes the
 //! level (any single-threaded program); with threads pinning at the same moment, it is the sum
@@ -66,21 +65,18 @@ pub struct Stripe {
     tick_low: AtomicI64,
 }
 
-/// A thread lowers a level's highs on its first sum there that finds no new peak and on every
-/// this many such after. Threads that take turns without ever holding at once keep the bound
-/// above the peak whatever is done (each raises its high again at its next pin), and lowering
-/// the others' highs on every sum would add to each a fence on every thread of the process
-/// (`membarrier`, an interrupt of each thread running on another CPU) and a locked write to
-/// each other thread's stripe; a thread that runs alone for a while (threads time-sliced on one
-/// CPU) sums at most this many times before the others' highs come down. Counted by each thread
-/// in its own stripe (a count on the level was a line every summing thread wrote).
+/// A level's highs are lowered on its first sum that finds no new peak and on every this many
+/// such after. Threads that take turns without ever holding at once keep the bound above the
+/// peak whatever is done (each raises its high again at its next pin), and lowering the others'
+/// highs on every sum would add to each a fence on every thread of the process (`membarrier`, an
+/// interrupt of each thread running on another CPU) and a locked write to each other thread's
+/// stripe; a thread that runs alone for a while (threads time-sliced on one CPU) sums at most
+/// this many times before the others' highs come down. Each thread counts its sums in its own
+/// stripe, and a sum adds the counts up with the figures it reads anyway (a count on the level
+/// was a line every summing thread wrote; a thread's own count alone, lowering on its own 64th,
+/// made a thread back from a time slice sum 63 times before lowering, where the level's count
+/// is anywhere in its 64).
 const LOWER_EVERY: u64 = 64;
-
-/// Whether the `n`th sum (from 1) of a thread that found no new peak lowers the highs.
-#[inline]
-fn lowers_at(n: u64) -> bool {
-    n % LOWER_EVERY == 1
-}
 
 // A constant initialiser for arrays, copied into each slot, never shared.
 #[allow(clippy::declare_interior_mutable_const)]
@@ -286,8 +282,8 @@ impl<const K: usize> Level<K> {
         }
     }
 
-    /// A new peak is possible: sum the stripes. Then (on the calling thread's first sum here
-    /// that finds none, and one in `LOWER_EVERY` of its own after) the stripes' highs come down
+    /// A new peak is possible: sum the stripes. Then (on the level's first sum that finds none,
+    /// and one in `LOWER_EVERY` after) the stripes' highs come down
     /// to what they hold, whichever thread owns them, so that the bound is the live figure again
     /// and the calls after this one, from any thread, skip the sum. Without this, a stripe whose
     /// thread pinned once and went quiet (a main thread before its pin-memory thread starts, a
@@ -300,24 +296,23 @@ impl<const K: usize> Level<K> {
         // Only the slots handed out so far have written a stripe; a slot handed out while this
         // runs belongs to a call in flight.
         let used = SLOTS.load(Relaxed).clamp(1, K);
-        let total: i64 = self.stripes[..used]
-            .iter()
-            .map(|s| s.bytes.load(Relaxed))
-            .sum();
+        let (mut total, mut sums) = (0i64, 0u64);
+        for s in &self.stripes[..used] {
+            total = total.wrapping_add(s.bytes.load(Relaxed));
+            sums = sums.wrapping_add(s.sums.load(Relaxed));
+        }
         if total > self.peak.load(Relaxed) as i64 {
             self.new_peak(total);
-        } else if lowers_at(self.sums_of(slot)) {
-            self.lower_all();
+        } else {
+            // Counted in the caller's own stripe. (The slot, not its stripe, is what the pinning
+            // path hands down: computing the stripe's address for the call took an instruction a
+            // level on the steady path.)
+            let (s, owned) = self.stripe(slot);
+            s.sums.add(1, owned);
+            if sums.is_multiple_of(LOWER_EVERY) {
+                self.lower_all();
+            }
         }
-    }
-
-    /// Counts a sum of the thread in `slot` that found no new peak, in its own stripe; how many
-    /// it made. (The slot, not its stripe, is what the pinning path hands down: computing the
-    /// stripe's address for the call took an instruction a level on the steady path.)
-    #[inline]
-    fn sums_of(&self, slot: usize) -> u64 {
-        let (s, owned) = self.stripe(slot);
-        s.sums.add(1, owned)
     }
 
     /// The stripes summed to `total`, above the peak.
@@ -663,8 +658,8 @@ mod tests {
     fn threads_taking_turns_sum_each_pin_and_lower_the_highs_one_sum_in_many() {
         // Slots 0 and 1 pin in turn and never at once: every pin can be a new peak as far as the
         // bound knows, so each sums, but lowering the other thread's high gains nothing there (it
-        // pins again next) and costs a fence on every thread and a write to its line: each
-        // thread lowers on its first sum and one in LOWER_EVERY of its own after.
+        // pins again next) and costs a fence on every thread and a write to its line: the first
+        // sum lowers, then one in LOWER_EVERY (the two threads' sums together).
         let l: Level<4> = new();
         let turns = 10_000;
         let mut lowered = 0;
@@ -684,7 +679,7 @@ mod tests {
             "every pin after the first should sum"
         );
         // (Slot 1's high is 0 at slot 0's first pin too: it has not pinned yet.)
-        let most = 2 * (turns / LOWER_EVERY + 1) + 1;
+        let most = 2 * turns / LOWER_EVERY + 2;
         assert!(lowered <= most, "lowered {lowered} times in {turns} turns");
     }
 
