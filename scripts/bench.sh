@@ -33,13 +33,19 @@
 # Issue 36: from any thread in any sharing pattern <= 600 instructions per CUDA pair at depth 0
 # and <= 1,000 at 23-32 frames; two and four threads keep >= 0.9 of the program's own scaling;
 # pinguard's added time per tracked pair <= 0.05 of heaptrack's per malloc pair.
+# Issue 48: a last table gives each pattern's row with its target, measured in this run, as the
+# measured figure over the target: one and two threads, on one callsite and on two, at depth 0
+# and 23 frames (two threads: pin-memory workers after the main thread pinned, `bench scale`
+# with BENCH_WORKERS); heaptrack's ratio; start-up per exec and idle PSS. BENCH_ROWS_ONLY=1 runs
+# that table alone (a few minutes).
 #   scripts/bench.sh [PAIRS]      (default 200000 per thread)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pairs=${1:-200000}
-cargo build --release --quiet
+# BENCH_LIB=PATH measures that build of the library instead (another branch's, kept aside).
+[ -n "${BENCH_LIB:-}" ] || cargo build --release --quiet
 fx=$(scripts/build-fixtures.sh 2>/dev/null)
-lib="$PWD/target/release/libpinguard.so"
+lib=${BENCH_LIB:-"$PWD/target/release/libpinguard.so"}
 tmp=$(mktemp -d)
 export PINGUARD_REPORT="$tmp/r.%p.json"
 python3 - "$fx" "$lib" "$pairs" "$tmp" <<'PY'
@@ -69,7 +75,7 @@ def paired(args, env, n=ROUNDS):
             (b if preload else a).append(run(args, preload, env)[0])
     return statistics.median(a), statistics.median(b), statistics.median(y - x for x, y in zip(a, b))
 
-def one_callsite(depth, threads, runs=8):
+def one_callsite(depth, threads, runs=8, extra=None):
     """THREADS threads on one callsite (`bench scale`, the main thread and THREADS-1 workers),
     with pinguard preloaded: in each run the main thread pins alone, then with the workers,
     round after round, and the rounds alternate between the hooked entry points and the
@@ -77,11 +83,113 @@ def one_callsite(depth, threads, runs=8):
     tracked and untracked rounds are milliseconds apart and this machine's slow spells (seconds
     long, its two CPUs running as one) hit both alike. A run gives the medians of the tracked
     and untracked rounds' scaling and of each neighbouring pair's ratio (what pinguard keeps);
-    the figure is the median of the runs' kept ratios."""
+    the figure is the median of the runs' kept ratios. EXTRA: more of the bench's variables
+    (BENCH_WORKERS: only workers pin; BENCH_SITES=2: on two callsites; BENCH_FRAMES)."""
     env = {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": str(depth), "PINGUARD_REPORT": tmp + "/scale.%p.json",
-           "BENCH_ALTERNATE": "1", "BENCH_THREADS": str(threads)}
+           "BENCH_ALTERNATE": "1", "BENCH_THREADS": str(threads), **(extra or {})}
     r = [run(["scale", "cuda", "30000", "41"], True, env) for _ in range(runs)]
     return statistics.median(x[2] for x in r), statistics.median(x[0] for x in r), statistics.median(x[1] for x in r), r
+
+# Against heaptrack (issue 36): its added time per malloc/free pair, 32 frames deep (it walks
+# the whole stack), beside pinguard's per tracked CUDA pair, in the same run. The bench's loop
+# is the same, with malloc/free for the runtime (BENCH_MALLOC). None without heaptrack.
+def heaptrack_added():
+    if not shutil.which("heaptrack"):
+        return None
+    def heap_run(args, traced, env):
+        e = dict(os.environ, **env)
+        e.pop("LD_PRELOAD", None)
+        cmd = ["heaptrack", "-o", tmp + "/heaptrack.%d" % len(os.listdir(tmp))] if traced else []
+        out = subprocess.run(cmd + [fx + "/bench"] + args, env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for f in os.listdir(tmp):
+            if f.startswith("heaptrack."):
+                os.remove(os.path.join(tmp, f))
+        return [float(x) for l in out.stdout.splitlines() if len(l.split()) == 2 and l.replace(".", "").replace(" ", "").isdigit() for x in l.split()]
+    ha, hb = [], []
+    for i in range(ROUNDS):
+        for traced in ((False, True) if i % 2 == 0 else (True, False)):
+            (hb if traced else ha).append(heap_run(["pairs", "cuda", "1", str(max(pairs // 4, 1000))], traced, {"BENCH_MALLOC": "1"})[0])
+    return statistics.median(ha), statistics.median(hb), statistics.median(y - x for x, y in zip(ha, hb))
+
+def start(preload, n=200):
+    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if preload:
+        e["LD_PRELOAD"] = lib
+    t = time.perf_counter()
+    for _ in range(n):
+        os.waitpid(os.posix_spawn("/bin/true", ["true"], e), 0)
+    return (time.perf_counter() - t) / n * 1e6
+
+def startup():
+    """Issue 44 item 8: rounds alternate; the figure is the median of the neighbours' differences."""
+    rounds = [(start(False), start(True)) for _ in range(9)]
+    return (statistics.median(a for a, _ in rounds), statistics.median(b for _, b in rounds),
+            statistics.median(b - a for a, b in rounds))
+
+def idle_pss(preload, n=50):
+    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    if preload:
+        e["LD_PRELOAD"] = lib
+    procs = [subprocess.Popen(["sleep", "30"], env=e) for _ in range(n)]
+    time.sleep(1)
+    pss = 0
+    for p in procs:
+        with open("/proc/%d/smaps_rollup" % p.pid) as f:
+            pss += sum(int(l.split()[1]) for l in f if l.startswith("Pss:"))
+    for p in procs:
+        p.kill()
+        p.wait()
+    return pss / n
+
+def rows48(measured):
+    """Issue 48 item 3: a row per pattern with its target, measured in this run. MEASURED holds
+    what the run measured already (heaptrack, start-up, PSS); the rest is measured here. The
+    ratio is the figure over its target: at most 1.00 where the target is a most, at least 1.00
+    where it is a least."""
+    rows = []
+    def most(label, value, target, unit):
+        rows.append((label, "%+.0f %s" % (value, unit), "<= %+.0f %s" % (target, unit), value / target, value <= target))
+    def least(label, value, target):
+        rows.append((label, "%.2f" % value, ">= %.2f" % target, value / target, value >= target))
+    def name(threads, sites, depth):
+        return "%d thread%s, %s callsite%s, %s" % (threads, "s" if threads > 1 else "", sites, "s" if sites == "2" else "", "depth 0" if str(depth) == "0" else "23 frames")
+    # One thread: added time per pair (targets of the issue "Speed": +100 ns at depth 0, +400 ns
+    # walking the stack), its pairs from one callsite or alternating between two.
+    for sites in ("1", "2"):
+        for depth, target in (("0", 100), ("32", 400)):
+            env = {"EMU_NO_PIN": "1", "BENCH_FRAMES": "23", "PINGUARD_DEPTH": depth, "BENCH_SITES": sites}
+            a, b, d = paired(["pairs", "cuda", "1", str(pairs)], env)
+            most(name(1, sites, depth), d, target, "ns/pair")
+    # Two threads: pin-memory workers after the main thread pinned, one alone then two at once;
+    # what pinguard keeps of the program's own scaling (the median of 8 runs of 20 round pairs).
+    for sites in ("1", "2"):
+        for depth in (0, 32):
+            k, w, o, r = one_callsite(depth, 2, extra={"BENCH_WORKERS": "1", "BENCH_SITES": sites, "BENCH_FRAMES": "23"})
+            least(name(2, sites, depth) + ": kept", k, 0.9)
+            print("    %s: %.2fx tracked, %.2fx untracked; runs' kept %s" % (name(2, sites, depth), w, o, " ".join("%.2f" % x[2] for x in sorted(r, key=lambda x: x[2]))))
+    heap = measured.get("heaptrack") or heaptrack_added()
+    if heap:
+        # At heaptrack's depth: 32 frames walked (the loop's own depth).
+        a, b, d32 = paired(["pairs", "cuda", "1", str(pairs)], {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "32"})
+        ratio = d32 / heap[2]
+        rows.append(("pinguard/heaptrack added per pair, 32 fr.", "%.3f (%+.0f / %+.0f ns)" % (ratio, d32, heap[2]), "<= 0.050", ratio / 0.05, ratio <= 0.05))
+    else:
+        rows.append(("pinguard/heaptrack added per pair, 32 fr.", "NOT RUN (no heaptrack)", "<= 0.050", float("nan"), False))
+    s0, s1, sd = measured.get("startup") or startup()
+    most("exec of `true` (never pins)", sd, 50, "us")
+    pss = measured.get("pss")
+    if pss is None:
+        pss = idle_pss(True) - idle_pss(False)
+    most("idle `sleep` PSS, 50 running", pss, 100, "kB")
+    print()
+    print("issue 48's rows, measured in this run (ratio: the figure over its target):")
+    print("%-46s %-28s %-16s %6s" % ("row", "measured", "target", "ratio"))
+    for label, value, target, ratio, met in rows:
+        print("%-46s %-28s %-16s %6.2f  %s" % (label, value, target, ratio, "meets" if met else "MISSES"))
+
+if os.environ.get("BENCH_ROWS_ONLY") == "1":
+    rows48({})
+    sys.exit(0)
 
 # The stack a pair needs from its caller: a thread on a painted 256 KiB stack makes three pairs
 # (its first included), and the bytes it touched, less those of a thread that makes none, are the
@@ -119,25 +227,10 @@ for kind, env, count in (("cuda", {"EMU_NO_PIN": "1"}, pairs), ("mlock", {}, max
                 added_cuda[depth] = d
             label = "%s pair, depth %s, %d thread%s" % (kind, depth, threads, "s" if threads > 1 else "")
             print("%-34s %12.0f %12.0f %10.0f %7.2f" % (label, a, b, d, b / a))
-# Against heaptrack (issue 36): its added time per malloc/free pair, 32 frames deep (it walks
-# the whole stack), beside pinguard's per tracked CUDA pair (the rows above), in the same run.
-# The bench's loop is the same, with malloc/free for the runtime (BENCH_MALLOC).
-if shutil.which("heaptrack"):
-    def heap_run(args, traced, env):
-        e = dict(os.environ, **env)
-        e.pop("LD_PRELOAD", None)
-        cmd = ["heaptrack", "-o", tmp + "/heaptrack.%d" % len(os.listdir(tmp))] if traced else []
-        out = subprocess.run(cmd + [fx + "/bench"] + args, env=e, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        for f in os.listdir(tmp):
-            if f.startswith("heaptrack."):
-                os.remove(os.path.join(tmp, f))
-        return [float(x) for l in out.stdout.splitlines() if len(l.split()) == 2 and l.replace(".", "").replace(" ", "").isdigit() for x in l.split()]
-    ha, hb = [], []
-    for i in range(ROUNDS):
-        for traced in ((False, True) if i % 2 == 0 else (True, False)):
-            (hb if traced else ha).append(heap_run(["pairs", "cuda", "1", str(max(pairs // 4, 1000))], traced, {"BENCH_MALLOC": "1"})[0])
-    hd = statistics.median(y - x for x, y in zip(ha, hb))
-    print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("malloc pair under heaptrack, 32 fr.", statistics.median(ha), statistics.median(hb), hd, statistics.median(hb) / statistics.median(ha)))
+heap = heaptrack_added()
+if heap:
+    ha, hb, hd = heap
+    print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("malloc pair under heaptrack, 32 fr.", ha, hb, hd, hb / ha))
     for depth in ("0", "32"):
         print("    pinguard's added time per tracked CUDA pair, depth %s, over heaptrack's per malloc pair: %.3f (target <= 0.05)" % (depth, added_cuda[depth] / hd))
 else:
@@ -269,35 +362,8 @@ p_on = statistics.median(py_pairs(True, "32") for _ in range(5))
 print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("python ctypes pair, py depth 0", p0, p_off, p_off - p0, p_off / p0))
 print("%-34s %12.0f %12.0f %10.0f %7.2f  (Python frames add %.0f ns)" % ("python ctypes pair, py depth 32", p0, p_on, p_on - p0, p_on / p0, p_on - p_off))
 
-def start(preload, n=200):
-    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if preload:
-        e["LD_PRELOAD"] = lib
-    t = time.perf_counter()
-    for _ in range(n):
-        os.waitpid(os.posix_spawn("/bin/true", ["true"], e), 0)
-    return (time.perf_counter() - t) / n * 1e6
-# Issue 44 item 8: rounds alternate; the figure is the median of the neighbours' differences.
-rounds = [(start(False), start(True)) for _ in range(9)]
-s0 = statistics.median(a for a, _ in rounds)
-s1 = statistics.median(b for _, b in rounds)
-sd = statistics.median(b - a for a, b in rounds)
+s0, s1, sd = startup()
 print("%-34s %12.1f %12.1f %10.1f us  (target +50 us)" % ("exec of `true`, a process that never pins (us)", s0, s1, sd))
-
-def idle_pss(preload, n=50):
-    e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    if preload:
-        e["LD_PRELOAD"] = lib
-    procs = [subprocess.Popen(["sleep", "30"], env=e) for _ in range(n)]
-    time.sleep(1)
-    pss = 0
-    for p in procs:
-        with open("/proc/%d/smaps_rollup" % p.pid) as f:
-            pss += sum(int(l.split()[1]) for l in f if l.startswith("Pss:"))
-    for p in procs:
-        p.kill()
-        p.wait()
-    return pss / n
 k0, k1 = idle_pss(False), idle_pss(True)
 print("%-34s %12.0f %12.0f %10.0f kB  (target +100 kB)" % ("idle `sleep` PSS, 50 running (kB)", k0, k1, k1 - k0))
 
@@ -308,5 +374,7 @@ print("memory per live allocation: %.0f B with pinguard, %.0f B without: %.0f B 
 secs, mb = run(["report", "1000000", "10000"], True, {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "32", "BENCH_REPORT": tmp + "/big.json"})
 size = os.path.getsize(tmp + "/big.json") / 2**20
 print("report of 1,000,000 live allocations over 10,000 callsites: %.2f s, %d MB more memory while writing, %.0f MB file" % (secs, mb, size))
+
+rows48({"heaptrack": heap, "startup": (s0, s1, sd), "pss": k1 - k0})
 PY
 rm -rf "$tmp"

@@ -10,16 +10,30 @@
 //! two threads can do). Instead every stripe keeps `high`, at least the most it has held, and the
 //! level keeps `bound`, the sum of the highs, which is never below the live figure. A call that
 //! raises its stripe checks `bound` against the peak: at or below it, no new peak is possible and
-//! nothing shared is written. Above it, the thread sums the stripes and raises the peak; a sum
-//! that finds no new peak (a level's first such, then one in `LOWER_EVERY`) also brings every
-//! stripe's high down to what the stripe holds (a stripe of a thread that went quiet too, with a
-//! fence on every thread so that no owner's pin in flight is lost: `lower_all`), so
-//! that the calls after it, from any thread, are back under the peak. The
-//! peak is therefore exact when one thread at a time changes the level (any single-threaded
-//! program); with threads pinning at the same moment, it is the sum of the stripes as read, off
-//! by at most the calls in flight, and never above the process budget when one is set.
+//! nothing shared is written. Above it, the thread sums the stripes of the slots handed out so far
+//! (`slot_made`) and raises the peak; a sum that finds no new peak (a level's first such, then
+//! one in `LOWER_EVERY`) also brings every stripe's high down to what the stripe holds (a stripe of a thread that went quiet too, with a fence on every thread so that
+//! no owner's pin in flight is lost: `lower_all`), so that the calls after it, from any thread,
+//! are back under the peak. The peak is therefore exact when one thread at a time changes the
+//! level (any single-threaded program); with threads pinning at the same moment, it is the sum
+//! of the stripes as read, off by at most the calls in flight, and never above the process
+//! budget when one is set.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
+
+/// One past the highest slot handed out (`slot_made`): no thread has written a stripe past it,
+/// and a sum leaves those out (two threads' sum reads two or three stripes, not sixteen).
+static SLOTS: AtomicUsize = AtomicUsize::new(0);
+
+/// A thread was given `slot` (`ledger::blocks::Block`), before it writes any stripe.
+pub fn slot_made(slot: usize) {
+    SLOTS.fetch_max(slot.saturating_add(1), Relaxed);
+}
+
+/// A fork child numbers its threads again, its levels zeroed and its callsites made anew.
+pub fn forget_slots() {
+    SLOTS.store(0, Relaxed);
+}
 
 /// What the budget has handed out (live plus in flight), where a budget counts it: no level can
 /// truly be above it. The budget stage's figure, handed in by the composition layer at start-up
@@ -41,9 +55,9 @@ pub struct Stripe {
     high: AtomicI64,
     alloc_count: AtomicU64,
     alloc_bytes: AtomicU64,
-    /// On the last stripe only, the level's sums that found no new peak (`recheck`); in the
-    /// stripe's padding,
-    /// past what the state file's readers know.
+    /// The sums that found no new peak (`recheck`) made by the threads writing this stripe: each
+    /// thread counts its own, so that two threads summing write no common line. In the stripe's
+    /// padding, past what the state file's readers know.
     sums: AtomicU64,
     /// The most and least `bytes` held since the timeline last took them (`take_tick`): the
     /// process's level only keeps them (`grow_ticked`, `release_ticked`), in the padding.
@@ -52,9 +66,16 @@ pub struct Stripe {
 }
 
 /// A level's highs are lowered on its first sum that finds no new peak and on every this many
-/// such after: threads that take
-/// turns without ever holding at once keep the bound above the peak whatever is done, and
-/// lowering their highs on every sum would add shared writes to the sums they already make.
+/// such after. Threads that take turns without ever holding at once keep the bound above the
+/// peak whatever is done (each raises its high again at its next pin), and lowering the others'
+/// highs on every sum would add to each a fence on every thread of the process (`membarrier`, an
+/// interrupt of each thread running on another CPU) and a locked write to each other thread's
+/// stripe; a thread that runs alone for a while (threads time-sliced on one CPU) sums at most
+/// this many times before the others' highs come down. Each thread counts its sums in its own
+/// stripe, and a sum adds the counts up with the figures it reads anyway (a count on the level
+/// was a line every summing thread wrote; a thread's own count alone, lowering on its own 64th,
+/// made a thread back from a time slice sum 63 times before lowering, where the level's count
+/// is anywhere in its 64).
 const LOWER_EVERY: u64 = 64;
 
 // A constant initialiser for arrays, copied into each slot, never shared.
@@ -199,17 +220,17 @@ impl<const K: usize> Level<K> {
     #[inline]
     pub fn live(&self, slot: usize, bytes: i64, count: i64) {
         let (s, owned) = self.stripe(slot);
-        self.live_in(s, owned, bytes, count)
+        self.live_in(slot, s, owned, bytes, count)
     }
 
     /// The sign is tested first, so that each way (and each of owned and shared) is a straight
     /// line: a release never reaches the peak's checks.
     #[inline(always)]
-    fn live_in(&self, s: &Stripe, owned: bool, bytes: i64, count: i64) {
+    fn live_in(&self, slot: usize, s: &Stripe, owned: bool, bytes: i64, count: i64) {
         if bytes > 0 {
             let now = s.bytes.add(bytes, owned);
             s.count.add(count, owned);
-            self.raised(s, owned, now);
+            self.raised(slot, s, owned, now);
         } else {
             s.bytes.add(bytes, owned);
             s.count.add(count, owned);
@@ -223,7 +244,7 @@ impl<const K: usize> Level<K> {
     /// stripe going above its high pays for it, never a steady pin-and-release. (The owned and
     /// shared paths differ on purpose: merged, the steady path took a jump more per level.)
     #[inline(always)]
-    fn raised(&self, s: &Stripe, owned: bool, now: i64) {
+    fn raised(&self, slot: usize, s: &Stripe, owned: bool, now: i64) {
         // The figure is stored before the high is read, in program order: `lower_all`'s fence on
         // every thread relies on it (no instruction; the compiler keeps the order).
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
@@ -235,7 +256,7 @@ impl<const K: usize> Level<K> {
             }
         }
         if self.bound.load(Relaxed) > self.peak.load(Relaxed) as i64 {
-            self.recheck();
+            self.recheck(slot);
         }
     }
 
@@ -262,31 +283,49 @@ impl<const K: usize> Level<K> {
     }
 
     /// A new peak is possible: sum the stripes. Then (on the level's first sum that finds none,
-    /// and every `LOWER_EVERY`th such) the stripes' highs come down to what they hold, whichever thread owns
-    /// them, so that the bound is the live figure again and the calls after
-    /// this one, from any thread, skip the sum. Without this, a stripe whose thread pinned once
-    /// and went quiet (a main thread before its pin-memory thread starts, a worker that ended)
-    /// kept the bound above the peak for good, and every call of every other thread summed the
-    /// stripes (about 225 instructions a pair over the three levels).
+    /// and one in `LOWER_EVERY` after) the stripes' highs come down
+    /// to what they hold, whichever thread owns them, so that the bound is the live figure again
+    /// and the calls after this one, from any thread, skip the sum. Without this, a stripe whose
+    /// thread pinned once and went quiet (a main thread before its pin-memory thread starts, a
+    /// worker that ended) kept the bound above the peak for good, and every call of every other
+    /// thread summed the stripes (about 225 instructions a pair over the three levels). `slot`
+    /// is the caller's, whose stripe counts its sums.
     #[cold]
     #[inline(never)]
-    fn recheck(&self) {
-        let mut total: i64 = self.stripes.iter().map(|s| s.bytes.load(Relaxed)).sum();
-        if let Some(reserved) = CEILING.get().and_then(|f| f()) {
-            // What the budget has handed out bounds what can be live; a sum read while other
-            // threads move their stripes can exceed it, the true figure cannot.
-            total = total.min(reserved as i64);
+    fn recheck(&self, slot: usize) {
+        // Only the slots handed out so far have written a stripe; a slot handed out while this
+        // runs belongs to a call in flight.
+        let used = SLOTS.load(Relaxed).clamp(1, K);
+        let (mut total, mut sums) = (0i64, 0u64);
+        for s in &self.stripes[..used] {
+            total = total.wrapping_add(s.bytes.load(Relaxed));
+            sums = sums.wrapping_add(s.sums.load(Relaxed));
         }
-        let was = self.peak.load(Relaxed) as i64;
+        if total > self.peak.load(Relaxed) as i64 {
+            self.new_peak(total);
+        } else {
+            // Counted in the caller's own stripe. (The slot, not its stripe, is what the pinning
+            // path hands down: computing the stripe's address for the call took an instruction a
+            // level on the steady path.)
+            let (s, owned) = self.stripe(slot);
+            s.sums.add(1, owned);
+            if sums.is_multiple_of(LOWER_EVERY) {
+                self.lower_all();
+            }
+        }
+    }
+
+    /// The stripes summed to `total`, above the peak.
+    #[cold]
+    #[inline(never)]
+    fn new_peak(&self, total: i64) {
+        // What the budget has handed out bounds what can be live; a sum read while other threads
+        // move their stripes can exceed it, the true figure cannot.
+        let total = match CEILING.get().and_then(|f| f()) {
+            Some(reserved) => total.min(reserved as i64),
+            None => total,
+        };
         raise(&self.peak, total);
-        if total <= was
-            && self.stripes[K - 1]
-                .sums
-                .fetch_add(1, Relaxed)
-                .is_multiple_of(LOWER_EVERY)
-        {
-            self.lower_all();
-        }
     }
 
     /// Brings every stripe's high down to what it holds. An owner may be pinning within its old
@@ -339,7 +378,7 @@ impl<const K: usize> Level<K> {
         let now = s.bytes.add(bytes as i64, owned);
         s.count.add(1, owned);
         tick_high(s, owned, now);
-        self.raised(s, owned, now);
+        self.raised(slot, s, owned, now);
     }
 
     /// `release`, keeping the stripe's lowest of the timeline's tick as well.
@@ -359,7 +398,7 @@ impl<const K: usize> Level<K> {
         s.count.add(count, owned);
         if bytes > 0 {
             tick_high(s, owned, now);
-            self.raised(s, owned, now);
+            self.raised(slot, s, owned, now);
         } else {
             tick_low(s, owned, now);
         }
@@ -401,7 +440,7 @@ impl<const K: usize> Level<K> {
         s.alloc_bytes.add(bytes, owned);
         let now = s.bytes.add(bytes as i64, owned);
         s.count.add(1, owned);
-        self.raised(s, owned, now);
+        self.raised(slot, s, owned, now);
     }
 
     /// A successful pinning call of `bytes`, from the thread in `slot`.
@@ -483,9 +522,16 @@ impl<const K: usize> Level<K> {
 mod tests {
     use super::*;
 
+    /// A level whose every stripe a sum reads: the slots are the test's own numbers, not handed
+    /// out by the ledger (`slot_made` only ever raises the count, whichever test runs).
+    fn new<const K: usize>() -> Level<K> {
+        slot_made(63);
+        Level::NEW
+    }
+
     #[test]
     fn a_restarted_peak_starts_from_the_live_figure_and_the_lifes_peak_stays() {
-        let l: Level<4> = Level::NEW;
+        let l: Level<4> = new();
         l.live(0, 400, 1);
         l.live(5, 100, 1);
         l.live(0, -400, -1);
@@ -501,7 +547,7 @@ mod tests {
 
     #[test]
     fn a_tick_takes_the_highest_and_lowest_since_the_last_and_starts_again() {
-        let l: Level<4> = Level::NEW;
+        let l: Level<4> = new();
         l.live_ticked(0, 100, 1);
         l.live_ticked(0, 50, 1);
         l.live_ticked(0, -100, -1);
@@ -528,7 +574,7 @@ mod tests {
 
     #[test]
     fn one_thread_gets_the_exact_peak() {
-        let l: Level<4> = Level::NEW;
+        let l: Level<4> = new();
         l.live(0, 100, 1);
         l.live(0, 50, 1);
         l.live(0, -150, -2);
@@ -540,7 +586,7 @@ mod tests {
 
     #[test]
     fn slots_sharing_the_last_stripe_still_add_up() {
-        let l: Level<2> = Level::NEW;
+        let l: Level<2> = new();
         for slot in 1..5 {
             l.live(slot, 10, 1);
             l.alloc(slot, 10);
@@ -561,7 +607,7 @@ mod tests {
     #[test]
     fn threads_taking_turns_sum_to_the_peak_of_the_total() {
         // Slot 0 pins 100 and releases it; slot 1 then pins 60: never more than 100 at once.
-        let l: Level<4> = Level::NEW;
+        let l: Level<4> = new();
         l.live(0, 100, 1);
         l.live(0, -100, -1);
         l.live(1, 60, 1);
@@ -576,7 +622,7 @@ mod tests {
 
     #[test]
     fn a_stripe_far_below_its_high_lowers_it() {
-        let l: Level<4> = Level::NEW;
+        let l: Level<4> = new();
         l.live(0, 1000, 1);
         l.live(0, -1000, -1);
         l.live(1, 10, 1); // bound 1010 > peak 1000: sums, and slot 1 is at its high
@@ -589,7 +635,7 @@ mod tests {
     fn a_quiet_stripes_high_is_lowered_by_the_next_thread_that_sums() {
         // Slot 0 (a main thread) pins and releases once, then only slot 1 (its worker) pins: its
         // first sum brings slot 0's high down, and its later pairs sum nothing.
-        let l: Level<4> = Level::NEW;
+        let l: Level<4> = new();
         l.live(0, 4096, 1);
         l.live(0, -4096, -1);
         l.live(1, 4096, 1);
@@ -599,7 +645,7 @@ mod tests {
             l.live(1, 4096, 1);
         }
         assert_eq!(
-            l.stripes[3].sums.load(Relaxed),
+            l.stripes[1].sums.load(Relaxed),
             1,
             "the worker's pairs would sum every time"
         );
@@ -609,28 +655,46 @@ mod tests {
     }
 
     #[test]
-    fn threads_taking_turns_lower_the_highs_on_one_sum_in_many() {
+    fn threads_taking_turns_sum_each_pin_and_lower_the_highs_one_sum_in_many() {
         // Slots 0 and 1 pin in turn and never at once: every pin can be a new peak as far as the
-        // bound knows, but only the first sum and every LOWER_EVERY-th lower the highs (writes
-        // to the other thread's stripe).
-        let l: Level<4> = Level::NEW;
-        for _ in 0..LOWER_EVERY {
+        // bound knows, so each sums, but lowering the other thread's high gains nothing there (it
+        // pins again next) and costs a fence on every thread and a write to its line: the first
+        // sum lowers, then one in LOWER_EVERY (the two threads' sums together).
+        let l: Level<4> = new();
+        let turns = 10_000;
+        let mut lowered = 0;
+        for _ in 0..turns {
+            for slot in 0..2 {
+                l.live(slot, 4096, 1);
+                if l.stripes[1 - slot].high.load(Relaxed) == 0 {
+                    lowered += 1;
+                }
+                l.live(slot, -4096, -1);
+            }
+        }
+        assert_eq!(l.peak(), 4096);
+        let sums = |i: usize| l.stripes[i].sums.load(Relaxed);
+        assert!(
+            sums(0) + sums(1) >= 2 * turns - 2,
+            "every pin after the first should sum"
+        );
+        // (Slot 1's high is 0 at slot 0's first pin too: it has not pinned yet.)
+        let most = 2 * turns / LOWER_EVERY + 2;
+        assert!(lowered <= most, "lowered {lowered} times in {turns} turns");
+    }
+
+    #[test]
+    fn two_threads_summing_write_only_their_own_stripes() {
+        // Each thread counts its sums in its own stripe: the last stripe (shared by slots past
+        // the first three) is a line both would write on every sum otherwise.
+        let l: Level<4> = new();
+        for _ in 0..100 {
             for slot in 0..2 {
                 l.live(slot, 4096, 1);
                 l.live(slot, -4096, -1);
             }
         }
-        assert_eq!(l.peak(), 4096);
-        assert!(
-            l.stripes[3].sums.load(Relaxed) > LOWER_EVERY,
-            "every pin after the first should sum"
-        );
-        assert_eq!(
-            (
-                l.stripes[0].high.load(Relaxed),
-                l.stripes[1].high.load(Relaxed)
-            ),
-            (4096, 4096)
-        );
+        assert_eq!(l.stripes[3].sums.load(Relaxed), 0);
+        assert!(l.stripes[0].sums.load(Relaxed) > 0 && l.stripes[1].sums.load(Relaxed) > 0);
     }
 }

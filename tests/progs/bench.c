@@ -7,7 +7,10 @@
  *                                 entry points and the runtime's own, found with dlsym in
  *                                 libcudart.so itself (so that a preloaded library is passed
  *                                 by): prints the medians of the tracked and untracked rounds'
- *                                 scaling and of each neighbouring pair's tracked/untracked
+ *                                 scaling and of each neighbouring pair's tracked/untracked.
+ *                                 BENCH_WORKERS=1: only workers pin, after one pair of the
+ *                                 main thread's (pin-memory threads): one worker alone, then
+ *                                 BENCH_THREADS of them
  *   bench live   N                memory: N live allocations from one callsite (EMU_NO_PIN=1)
  *   bench report N SITES          N live allocations over SITES callsites, then one report
  *   bench mlockfail MAPS N        ns per failing mlock: N calls over RLIMIT_MEMLOCK (64 KiB,
@@ -19,6 +22,8 @@
  * thread make one pair from the same callsite before the workers start (as a program whose main
  * thread pinned before its pin-memory thread did); BENCH_SHORT=K makes each worker a chain of
  * threads of K pairs each, one starting when the last has ended (threads that start and end).
+ * BENCH_TURNS=1 makes the workers take turns pair by pair (never two holding memory at once);
+ * BENCH_SITES=2 makes each thread's cuda pairs alternate between two callsites.
  * BENCH_MALLOC=1 makes the cuda kind a malloc/free pair of the same size (for a heap tracer). For `scale`: BENCH_SITES=2 gives the second
  * thread a callsite of its own (at PINGUARD_DEPTH 32), BENCH_SITES=3 alternates the two and
  * prints the shared callsite's scaling over the separate one's, BENCH_TRACE=1 prints each round's
@@ -64,6 +69,25 @@ static int (*real_alloc)(void **, size_t, unsigned);
 static int (*real_free)(void *);
 static volatile int untracked;
 
+/* BENCH_TURNS=1 (`pairs`): the workers take turns, pair by pair (a mutex and a condition
+ * variable pass the turn), so that no two of them ever hold memory at once. */
+static int turns;
+static long turn;
+static pthread_mutex_t turn_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t turn_cv = PTHREAD_COND_INITIALIZER;
+static __thread long my_turn = -1;
+static void take_turn(void) {
+    pthread_mutex_lock(&turn_mu);
+    while (turn % turns != my_turn) pthread_cond_wait(&turn_cv, &turn_mu);
+    pthread_mutex_unlock(&turn_mu);
+}
+static void pass_turn(void) {
+    pthread_mutex_lock(&turn_mu);
+    turn++;
+    pthread_cond_broadcast(&turn_cv);
+    pthread_mutex_unlock(&turn_mu);
+}
+
 /* The loop runs under BENCH_FRAMES frames of its own (default 32), as in a real program, so a
  * walk at PINGUARD_DEPTH=32 has 32 frames to walk. */
 static void loop(void);
@@ -74,7 +98,7 @@ __attribute__((noinline)) static void nest(int depth) {
 }
 
 static void *pairs(void *arg) {
-    (void)arg;
+    if (turns && arg) my_turn = (long)arg - 1;
     const char *f = getenv("BENCH_FRAMES");
     nest(f ? atoi(f) : 32);
     return NULL;
@@ -98,10 +122,34 @@ __attribute__((noinline)) static void outer_alt(void) {
     __asm__ volatile("" ::: "memory"); /* not a tail call */
 }
 
+/* BENCH_SITES=2 for `pairs` (cuda): the pairs alternate between two callsites (their innermost
+ * frames differ), one thread's pattern of two callsites. */
+static int pair_sites;
+__attribute__((noinline)) static void pin_at_a(void) {
+    void *p;
+    cudaHostAlloc(&p, 4096, 0);
+    cudaFreeHost(p);
+    __asm__ volatile("" ::: "memory");
+}
+__attribute__((noinline)) static void pin_at_b(void) {
+    void *p;
+    cudaHostAlloc(&p, 4096, 0);
+    cudaFreeHost(p);
+    __asm__ volatile("" ::: "memory");
+}
+
 static void loop(void) {
     char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     page[0] = 1;
+    if (pair_sites) {
+        for (long i = 0; i < n; i++) {
+            if (i & 1) pin_at_b();
+            else pin_at_a();
+        }
+        return;
+    }
     for (long i = 0; i < n; i++) {
+        if (my_turn >= 0) take_turn();
         if (untracked) {
             void *p;
             real_alloc(&p, 4096, 0);
@@ -120,23 +168,42 @@ static void loop(void) {
             void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
             munmap(p, 4096);
         }
+        if (my_turn >= 0) pass_turn();
     }
 }
 
 /* Two threads on one callsite, as a DataLoader's pin thread and the main thread: the main thread
  * runs N pairs alone, then the main thread and a worker run N pairs each at once, ROUNDS times.
  * Each round's two phases are a few milliseconds apart, so the machine's slow spells (seconds
- * long) hit both alike; the median of the rounds' ratios is the scaling. */
-static pthread_barrier_t go, done;
-static int rounds, frames = 32, nthreads = 2;
-static void *scale_worker(void *arg) {
-    (void)arg;
+ * long) hit both alike; the median of the rounds' ratios is the scaling. BENCH_WORKERS=1: the
+ * main thread pins once and then only starts the phases; worker 0 pins alone, then with the
+ * others (pin-memory threads after the main thread pinned), each phase timed from its first
+ * pinning thread's start to its last one's end. */
+static pthread_barrier_t go, done, solo_go, solo_done;
+static int rounds, frames = 32, nthreads = 2, workers;
+static double started[16], ended[16];
+/* A phase of a thread other than the first (BENCH_SITES: its callsite). */
+static void pin_phase(int r) {
     const char *sites = getenv("BENCH_SITES");
     int mode = sites ? atoi(sites) : 1;
+    if (mode == 2 || (mode == 3 && r % 2)) outer_alt();
+    else nest(frames);
+}
+static void *scale_worker(void *arg) {
+    long id = (long)arg;
     for (int r = 0; r < rounds; r++) {
+        if (workers && id == 0) {
+            pthread_barrier_wait(&solo_go);
+            started[0] = now();
+            nest(frames);
+            ended[0] = now();
+            pthread_barrier_wait(&solo_done);
+        }
         pthread_barrier_wait(&go);
-        if (mode == 2 || (mode == 3 && r % 2)) outer_alt();
-        else nest(frames);
+        started[id] = now();
+        if (workers && id == 0) nest(frames);
+        else pin_phase(r);
+        ended[id] = now();
         pthread_barrier_wait(&done);
     }
     return NULL;
@@ -146,6 +213,16 @@ static void *scale_worker(void *arg) {
 __attribute__((noinline)) static void phase(void) {
     nest(frames);
     __asm__ volatile("" ::: "memory"); /* not a tail call */
+}
+
+/* The workers' phase: from the first one's start to the last one's end. */
+static double span(int k) {
+    double a = started[0], b = ended[0];
+    for (int i = 1; i < k; i++) {
+        if (started[i] < a) a = started[i];
+        if (ended[i] > b) b = ended[i];
+    }
+    return b - a;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -158,8 +235,13 @@ static void scale(void) {
     const char *th = getenv("BENCH_THREADS");
     if (th) nthreads = atoi(th);
     if (nthreads < 2 || nthreads > 16) exit(2);
-    pthread_barrier_init(&go, NULL, nthreads);
-    pthread_barrier_init(&done, NULL, nthreads);
+    workers = getenv("BENCH_WORKERS") != NULL;
+    /* With workers, every pinning thread is one: the main thread only starts the phases. */
+    int made = workers ? nthreads : nthreads - 1;
+    pthread_barrier_init(&go, NULL, made + 1);
+    pthread_barrier_init(&done, NULL, made + 1);
+    pthread_barrier_init(&solo_go, NULL, 2);
+    pthread_barrier_init(&solo_done, NULL, 2);
     const char *f = getenv("BENCH_FRAMES");
     if (f) frames = atoi(f);
     int alternate = getenv("BENCH_ALTERNATE") != NULL;
@@ -169,22 +251,32 @@ static void scale(void) {
         real_free = rt ? (int (*)(void *))dlsym(rt, "cudaFreeHost") : NULL;
         if (!real_alloc || !real_free) exit(3);
     }
-    for (int i = 0; i < nthreads - 1; i++) pthread_create(&w[i], NULL, scale_worker, NULL);
     phase(); /* first walks and look-ups: not the steady cost */
+    for (long i = 0; i < made; i++) pthread_create(&w[i], NULL, scale_worker, (void *)(workers ? i : i + 1));
     for (int r = 0; r < rounds; r++) {
         untracked = alternate && r % 2;
-        double t0 = now();
-        phase();
-        double one = now() - t0;
-        pthread_barrier_wait(&go);
-        t0 = now();
-        phase();
-        pthread_barrier_wait(&done);
-        double two = now() - t0;
+        double one, two, t0;
+        if (workers) {
+            pthread_barrier_wait(&solo_go);
+            pthread_barrier_wait(&solo_done);
+            one = span(1);
+            pthread_barrier_wait(&go);
+            pthread_barrier_wait(&done);
+            two = span(nthreads);
+        } else {
+            t0 = now();
+            phase();
+            one = now() - t0;
+            pthread_barrier_wait(&go);
+            t0 = now();
+            phase();
+            pthread_barrier_wait(&done);
+            two = now() - t0;
+        }
         ratio[r] = nthreads * one / two;
         if (getenv("BENCH_TRACE")) fprintf(stderr, "round %d one %.3f ms two %.3f ms ratio %.3f\n", r, one * 1e3, two * 1e3, ratio[r]);
     }
-    for (int i = 0; i < nthreads - 1; i++) pthread_join(w[i], NULL);
+    for (int i = 0; i < made; i++) pthread_join(w[i], NULL);
     if (alternate) { /* even rounds tracked, odd ones not */
         double t[128], u[128], k[128];
         int m = 0;
@@ -280,6 +372,7 @@ int main(int argc, char **argv) {
         n = atol(argv[4]);
         if (threads < 1 || threads > 16) return 2;
         use_malloc = getenv("BENCH_MALLOC") != NULL;
+        pair_sites = kind[0] == 'c' && getenv("BENCH_SITES") && atoi(getenv("BENCH_SITES")) == 2;
         pthread_t t[16];
         void *(*worker)(void *) = pairs;
         if (getenv("BENCH_MAIN_FIRST")) { /* one pair from the main thread, same callsite */
@@ -296,7 +389,11 @@ int main(int argc, char **argv) {
             worker = chain;
         }
         double t0 = now();
-        for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, NULL);
+        if (getenv("BENCH_TURNS")) {
+            if (getenv("BENCH_SHORT")) return 2;
+            turns = threads;
+        }
+        for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(i + 1));
         for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
         double el = now() - t0;
         if (worker == chain) n = total_n;

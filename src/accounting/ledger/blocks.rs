@@ -116,10 +116,9 @@ pub(super) fn adopt(t: &Thread) -> &'static Block {
 
 pub(super) fn adopt_here(t: &Thread) -> &'static Block {
     let b = FREE.lock().pop().unwrap_or_else(|| {
-        let b: &'static Block = crate::accounting::arena::leak(Block {
-            slot: MADE.fetch_add(1, Relaxed),
-            ..BLOCK
-        });
+        let slot = MADE.fetch_add(1, Relaxed);
+        crate::accounting::level::slot_made(slot);
+        let b: &'static Block = crate::accounting::arena::leak(Block { slot, ..BLOCK });
         crate::accounting::arena::push(
             pinguard_common::state::header::BLOCKS,
             b as *const Block as *const u8,

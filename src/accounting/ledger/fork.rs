@@ -95,6 +95,7 @@ pub unsafe fn let_go(clear: bool) {
 pub(super) fn reset_counters() {
     BLOCKS.store(std::ptr::null_mut(), Relaxed);
     MADE.store(0, Relaxed);
+    crate::accounting::level::forget_slots();
     guard::here().counters.set(std::ptr::null());
     if let Some(&Some(key)) = KEY.get() {
         if (key as usize) < guard::PTHREAD_KEY_INLINE {
