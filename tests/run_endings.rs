@@ -52,7 +52,7 @@ fn pinguard_bin() -> PathBuf {
                 bin.display()
             )
         });
-    for dir in ["cli/src", "report/src"] {
+    for dir in ["cli/src", "common/src"] {
         for e in std::fs::read_dir(root().join(dir)).unwrap() {
             let e = e.unwrap();
             let changed = e.metadata().unwrap().modified().unwrap();
