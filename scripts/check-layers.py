@@ -27,7 +27,8 @@ root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 files = sorted(glob.glob(os.path.join(root, "**", "*.rs"), recursive=True))
 
 
-def module(path):
+def module(path, root=root):
+    """`a::b` for `root/a/b.rs` and `root/a/b/mod.rs`."""
     rel = os.path.relpath(path, root)[:-3]
     if rel.endswith("/mod"):
         rel = rel[: -len("/mod")]
@@ -119,10 +120,7 @@ cli_files = sorted(glob.glob(os.path.join(cli_root, "**", "*.rs"), recursive=Tru
 
 
 def cli_module(path):
-    rel = os.path.relpath(path, cli_root)[:-3]
-    if rel.endswith("/mod"):
-        rel = rel[: -len("/mod")]
-    return rel.replace("/", "::")
+    return module(path, cli_root)
 
 
 cli_mods = {cli_module(f) for f in cli_files}

@@ -16,15 +16,7 @@ mod python_paths;
 /// run: every one must be a module here.
 #[test]
 fn every_test_file_is_a_module_of_the_suite() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    let suite = std::fs::read_to_string(dir.join("suite.rs")).unwrap();
-    for e in std::fs::read_dir(&dir).unwrap() {
-        let name = e.unwrap().file_name().to_string_lossy().into_owned();
-        if let Some(m) = name.strip_suffix(".rs").filter(|m| *m != "suite") {
-            assert!(
-                suite.lines().any(|l| l == format!("mod {m};")),
-                "tests/{name} is not a module of tests/suite.rs: add `mod {m};`"
-            );
-        }
-    }
+    common::assert_every_file_is_a_module(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests"),
+    );
 }

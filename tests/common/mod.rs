@@ -783,3 +783,19 @@ pub fn assert_why(e: &Value, error: &str) {
 pub fn api<'a>(rep: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     &rep["apis"][name]
 }
+
+/// Every `.rs` file of the test folder `dir` is named by a `mod` line of its `suite.rs` (with
+/// `autotests = false`, a file no `mod` line names is never compiled nor run).
+pub fn assert_every_file_is_a_module(dir: &Path) {
+    let suite = std::fs::read_to_string(dir.join("suite.rs")).unwrap();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if let Some(m) = name.strip_suffix(".rs").filter(|m| *m != "suite") {
+            assert!(
+                suite.lines().any(|l| l == format!("mod {m};")),
+                "{name} is not a module of {}: add `mod {m};`",
+                dir.join("suite.rs").display()
+            );
+        }
+    }
+}
