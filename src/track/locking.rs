@@ -6,7 +6,7 @@
 //! hooked calls change the kernel's state and the view in the same order.
 
 use super::{quiet, rare, Admission, Hook, Request, WarnLater};
-use crate::accounting::ledger::Over;
+use crate::accounting::ledger::{Outcome, Over};
 
 /// A locking call's admission. A failed call may still have locked part of its range: its
 /// reservation goes back whole, and a walk of the kernel's mappings takes what was locked.
@@ -560,7 +560,9 @@ impl Hook {
             NotLocked::Rejected(err) => self.fail(-1, err),
             NotLocked::Refused => self.fail(-1, libc::ENOMEM),
             NotLocked::Downgraded(n, over) => {
-                self.work(|| quiet(|| self.downgraded(ask.api, ask.site, n, over)));
+                self.work(|| {
+                    quiet(|| self.answered(Outcome::Downgraded, ask.api, ask.site, n, over))
+                });
                 self.answer(0)
             }
         }
@@ -754,7 +756,7 @@ impl Hook {
                 || real(flags & !libc::MAP_LOCKED),
                 |&p, _| {
                     if p != libc::MAP_FAILED {
-                        self.downgraded(ask.api, ask.site, bytes, over);
+                        self.answered(Outcome::Downgraded, ask.api, ask.site, bytes, over);
                     }
                 },
             ),
@@ -979,11 +981,11 @@ impl Hook {
         Ok(match self.policy(over) {
             Policy::Downgrade if self.downgrade_in_scope(site) => Lock::Downgrade(bytes, over),
             Policy::Downgrade => {
-                self.denied_out_of_scope(api, site, bytes, over);
+                self.answered(Outcome::DeniedOutOfScope, api, site, bytes, over);
                 Lock::Refuse
             }
             _ => {
-                self.denied(api, site, bytes, over);
+                self.answered(Outcome::Denied, api, site, bytes, over);
                 Lock::Refuse
             }
         })

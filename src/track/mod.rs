@@ -2,7 +2,7 @@
 //! pageable fallback), ledger. Hooks only translate their API's arguments and codes into these.
 
 use crate::accounting::callsite::{self, Callsite};
-use crate::accounting::ledger::{self, Backing, Live, Over};
+use crate::accounting::ledger::{self, Backing, Live, Outcome, Over};
 use crate::api::{Api, Family};
 use crate::budget;
 use crate::capture::stack;
@@ -537,12 +537,12 @@ impl Hook {
                 if self.downgrade_in_scope(site) {
                     Admission::Downgrade(over)
                 } else {
-                    self.denied_out_of_scope(api, site, bytes, over);
+                    self.answered(Outcome::DeniedOutOfScope, api, site, bytes, over);
                     Admission::Refuse
                 }
             }
             Policy::Error | Policy::Downgrade => {
-                self.denied(api, site, bytes, over);
+                self.answered(Outcome::Denied, api, site, bytes, over);
                 Admission::Refuse
             }
             Policy::Warn => {
@@ -550,7 +550,7 @@ impl Hook {
                 let Some(r) = budget::reserve_over(bytes) else {
                     return Admission::Pass;
                 };
-                ledger::count_over_budget(self.t, api, site, bytes, over);
+                ledger::count_outcome(self.t, Outcome::OverBudget, api, site, bytes, over, None);
                 note_host_reserve(over);
                 if !site.warned.swap(true, Ordering::Relaxed) {
                     let w = OverBudget {
@@ -636,27 +636,22 @@ impl Hook {
         }
     }
 
-    /// A refusal, in the process's figures and the group's (whose members' refusals are summed
-    /// in the group's shared page).
-    fn denied(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-        ledger::count_denied(self.t, api, site, bytes, over, room(over, None));
-        budget::group::note_denied();
-        note_host_reserve(over);
-    }
-
-    /// A refusal under `downgrade` of a callsite outside `PINGUARD_DOWNGRADE_MATCH` (refused as
-    /// under `error`): its event says so.
-    fn denied_out_of_scope(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-        ledger::count_denied_out_of_scope(self.t, api, site, bytes, over, room(over, None));
-        budget::group::note_denied();
-        note_host_reserve(over);
-    }
-
-    /// A call served with pageable memory (or left unpinned) instead of pinned memory, in the
-    /// process's figures and the group's.
-    fn downgraded(&self, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-        ledger::count_downgraded(self.t, api, site, bytes, over, room(over, None));
-        budget::group::note_downgraded();
+    /// A call over a limit refused or downgraded (`outcome`), in the process's figures and the
+    /// group's (whose members' refusals and downgrades are summed in the group's shared page).
+    fn answered(
+        &self,
+        outcome: Outcome,
+        api: Api,
+        site: &'static Callsite,
+        bytes: u64,
+        over: Over,
+    ) {
+        let room = Some(room(over, None));
+        ledger::count_outcome(self.t, outcome, api, site, bytes, over, room);
+        match outcome {
+            Outcome::Downgraded => budget::group::note_downgraded(),
+            _ => budget::group::note_denied(),
+        }
         note_host_reserve(over);
     }
 
@@ -684,7 +679,7 @@ impl Hook {
         if let Some(old) = ledger::insert(addr, self.live(api, bytes, site, backing)) {
             self.gone(&old);
         }
-        self.downgraded(api, site, bytes, over);
+        self.answered(Outcome::Downgraded, api, site, bytes, over);
         ledger::downgraded_live_delta(self.t, bytes as i64);
     }
 
@@ -780,7 +775,7 @@ impl Hook {
         codes: Codes<R>,
     ) -> R {
         let Some(p) = pageable::alloc(bytes as usize) else {
-            quiet(|| self.denied(api, site, bytes, over));
+            quiet(|| self.answered(Outcome::Denied, api, site, bytes, over));
             return self.answer(codes.oom);
         };
         // SAFETY: `out` is not null (checked on entry) and the caller passed it for the runtime
@@ -883,7 +878,7 @@ impl Hook {
                 // registration.
                 quiet(|| {
                     ledger::insert_over(addr, self.live(api, extra, site, Backing::Unpinned));
-                    self.downgraded(api, site, extra, over);
+                    self.answered(Outcome::Downgraded, api, site, extra, over);
                     ledger::downgraded_live_delta(self.t, extra as i64);
                 });
                 return self.answer(codes.ok);

@@ -6,7 +6,7 @@
 //! release looks only when no record of its kind is in the tables.
 
 use super::{keep, Admission, Hook, Request};
-use crate::accounting::ledger::{self, overlap, Backing, LockedPagesGuard, Member};
+use crate::accounting::ledger::{self, overlap, Backing, LockedPagesGuard, Member, Outcome};
 use crate::api::Api;
 use crate::budget;
 
@@ -71,7 +71,7 @@ impl Hook {
                 {
                     self.gone(&old);
                 }
-                self.downgraded(api, site, growth, over);
+                self.answered(Outcome::Downgraded, api, site, growth, over);
                 ledger::downgraded_live_delta(self.t, growth as i64);
                 Err(NotPinned::Downgraded)
             }

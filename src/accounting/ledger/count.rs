@@ -66,103 +66,60 @@ pub fn count_unknown_release(t: &Thread, api: Api) {
     add(&m.apis[api as usize].unknown_release_count, 1);
 }
 
-pub fn count_denied(
-    t: &Thread,
-    api: Api,
-    site: &'static Callsite,
-    bytes: u64,
-    over: Over,
-    room: Room,
-) {
-    denied(t, api, site, bytes, over, false, room);
+/// How a call over a limit was answered: each outcome is one set of counters and one event kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Refused with the API's own code.
+    Denied,
+    /// Refused under `downgrade`, the callsite being outside `PINGUARD_DOWNGRADE_MATCH`: the
+    /// event says so.
+    DeniedOutOfScope,
+    /// Served with pageable memory (or left unpinned) instead of pinned memory.
+    Downgraded,
+    /// Pinned over the budget under `warn`.
+    OverBudget,
 }
 
-/// A refusal under `downgrade` of a call outside `PINGUARD_DOWNGRADE_MATCH`: its event says so.
-pub fn count_denied_out_of_scope(
+/// A call over a limit, answered as `outcome`, in the process's, the entry point's and the
+/// callsite's figures, and its event (with the room it was decided in, where there was one).
+pub fn count_outcome(
     t: &Thread,
+    outcome: Outcome,
     api: Api,
     site: &'static Callsite,
     bytes: u64,
     over: Over,
-    room: Room,
-) {
-    denied(t, api, site, bytes, over, true, room);
-}
-
-pub(super) fn denied(
-    t: &Thread,
-    api: Api,
-    site: &'static Callsite,
-    bytes: u64,
-    over: Over,
-    out_of_scope: bool,
-    room: Room,
+    room: Option<Room>,
 ) {
     touch();
     let m = mine(t);
-    add(&m.totals.denied_count, 1);
-    add(&m.totals.denied_bytes, bytes);
-    add(&m.apis[api as usize].denied_count, 1);
+    let kind = match outcome {
+        Outcome::Denied | Outcome::DeniedOutOfScope => {
+            add(&m.totals.denied_count, 1);
+            add(&m.totals.denied_bytes, bytes);
+            add(&m.apis[api as usize].denied_count, 1);
+            site.denied_count.fetch_add(1, Relaxed);
+            site.denied_bytes.fetch_add(bytes, Relaxed);
+            EventKind::Denied
+        }
+        Outcome::Downgraded => {
+            add(&m.totals.downgraded_count, 1);
+            add(&m.totals.downgraded_bytes, bytes);
+            add(&m.apis[api as usize].downgraded_count, 1);
+            site.downgraded_count.fetch_add(1, Relaxed);
+            site.downgraded_bytes.fetch_add(bytes, Relaxed);
+            EventKind::Downgraded
+        }
+        Outcome::OverBudget => {
+            add(&m.totals.over_budget_count, 1);
+            site.over_budget_count.fetch_add(1, Relaxed);
+            EventKind::OverBudget
+        }
+    };
     over.count(m);
-    site.denied_count.fetch_add(1, Relaxed);
-    site.denied_bytes.fetch_add(bytes, Relaxed);
     site.note_api(api);
-    event_with(
-        EventKind::Denied,
-        api,
-        bytes,
-        site,
-        Some(over),
-        out_of_scope,
-        Some(room),
-    );
-}
-
-/// A call served with pageable memory (or left unpinned) instead of pinned memory.
-pub fn count_downgraded(
-    t: &Thread,
-    api: Api,
-    site: &'static Callsite,
-    bytes: u64,
-    over: Over,
-    room: Room,
-) {
-    touch();
-    let m = mine(t);
-    add(&m.totals.downgraded_count, 1);
-    add(&m.totals.downgraded_bytes, bytes);
-    add(&m.apis[api as usize].downgraded_count, 1);
-    over.count(m);
-    site.downgraded_count.fetch_add(1, Relaxed);
-    site.downgraded_bytes.fetch_add(bytes, Relaxed);
-    site.note_api(api);
-    event_with(
-        EventKind::Downgraded,
-        api,
-        bytes,
-        site,
-        Some(over),
-        false,
-        Some(room),
-    );
-}
-
-pub fn count_over_budget(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, over: Over) {
-    touch();
-    let m = mine(t);
-    add(&m.totals.over_budget_count, 1);
-    over.count(m);
-    site.over_budget_count.fetch_add(1, Relaxed);
-    site.note_api(api);
-    event_with(
-        EventKind::OverBudget,
-        api,
-        bytes,
-        site,
-        Some(over),
-        false,
-        None,
-    );
+    let out_of_scope = outcome == Outcome::DeniedOutOfScope;
+    event_with(kind, api, bytes, site, Some(over), out_of_scope, room);
 }
 
 pub fn downgraded_live_delta(t: &Thread, bytes: i64) {

@@ -31,9 +31,8 @@ mod reconcile;
 mod shared;
 
 pub use count::{
-    count_alloc, count_denied, count_denied_out_of_scope, count_downgraded, count_failed,
-    count_failed_at, count_over_budget, count_release, count_unknown_release, count_untracked,
-    downgraded_live_delta,
+    count_alloc, count_failed, count_failed_at, count_outcome, count_release,
+    count_unknown_release, count_untracked, downgraded_live_delta, Outcome,
 };
 pub use events::{events, repeated_room, timeline, timeline_now, EventRec, Point};
 pub use figures::{apis, live_bytes, restart_window, totals, window_peak};
