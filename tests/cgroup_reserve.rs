@@ -650,12 +650,20 @@ fn race_members(
     let prom = |c: &std::process::Child| {
         std::fs::read_to_string(dir.join(format!("m.{}.prom", c.id()))).unwrap_or_default()
     };
-    // Three intervals: every file was written after the member's last call.
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    until("every member's metrics", || {
+    // Every file written after every member's last call: a fixed wait of three intervals was
+    // not enough on a loaded machine (a file a write behind the reports). The kernel stamps files
+    // with its coarse clock, up to a tick behind: a write stamped 20 ms after the last member
+    // filled came after every call.
+    let filled = std::time::SystemTime::now() + std::time::Duration::from_millis(20);
+    let written_after = |c: &std::process::Child| {
+        std::fs::metadata(dir.join(format!("m.{}.prom", c.id())))
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > filled)
+    };
+    until("every member's metrics written after the last call", || {
         children
             .iter()
-            .all(|c| prom(c).contains("pinguard_group_members{"))
+            .all(|c| written_after(c) && prom(c).contains("pinguard_group_members{"))
     });
     let proms = children.iter().map(prom).collect();
     std::fs::remove_file(&go).unwrap();
