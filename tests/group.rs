@@ -245,6 +245,49 @@ fn a_process_that_pins_nothing_leaves_a_fresh_ledger_to_its_creator() {
     assert!(g.gone(), "its creator, pinning nothing, removed it at exit");
 }
 
+/// A process of the group that never joined (its calls refused before, or none made yet) still
+/// reports its group after the last member removed the ledger: the closed ledger's figures are
+/// final (under qemu such a member's report had no `group` at all).
+#[test]
+fn a_report_after_the_last_member_left_still_names_the_group() {
+    use std::io::{BufRead, Write};
+    let f = fixtures();
+    let g = Group::new("after-last");
+    let dir = fresh_dir("after-last");
+    let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
+    clear_pinguard_env(&mut cmd);
+    let mut waiting = cmd
+        .args([
+            "wait_stdin:0",
+            &format!("report:{}", dir.join("w.json").display()),
+        ])
+        .env("PINGUARD_GROUP", &g.0)
+        .env("PINGUARD_GROUP_BUDGET", "1Mi")
+        .env("PINGUARD_REPORT", dir.join("r.%p.json"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(waiting.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.contains("waiting"), "{line}");
+    let e = [("PINGUARD_GROUP", g.0.as_str())];
+    let r = run("scenario", &["cuda_alloc:4096", "cuda_free:0"], &e);
+    assert!(r.success(), "{}", r.stderr);
+    assert!(g.gone(), "the only member removed the ledger: {}", r.stderr);
+    waiting.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(waiting.wait().unwrap().success());
+    let rep = read_json(&dir.join("w.json"));
+    assert_eq!(rep["group"]["name"], g.0.as_str(), "{}", rep["group"]);
+    assert_eq!(
+        rep["group"]["budget_bytes"],
+        1024 * 1024,
+        "{}",
+        rep["group"]
+    );
+}
+
 /// Issue 46 item 5: a last member killed with SIGKILL leaves its ledger; the next joiner proves
 /// that nobody lives in it, removes it and starts the group afresh with its own budget.
 #[test]

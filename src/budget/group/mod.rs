@@ -525,11 +525,15 @@ pub struct Snapshot {
 pub fn snapshot() -> Option<Snapshot> {
     let h = header()?;
     // Figures for a report only try the lock: they never wait (a process that pinned nothing
-    // never waits at all, and a member's exit waits once, to leave).
-    let locked = match Locked::new(h, &mut Wait::once()) {
-        Ok(l) => Some(l),
-        Err(NoLock::Gone) | Err(NoLock::Closed) => return None,
-        Err(NoLock::Busy) => None,
+    // never waits at all, and a member's exit waits once, to leave). A ledger its last member
+    // removed is still this process's group, its figures final (nobody writes a closed ledger):
+    // read as they stand, as after a lock (a process that never got to join, its calls refused
+    // before, reported no group at all).
+    let (locked, unreachable) = match Locked::new(h, &mut Wait::once()) {
+        Ok(l) => (Some(l), false),
+        Err(NoLock::Gone) => return None,
+        Err(NoLock::Closed) => (None, false),
+        Err(NoLock::Busy) => (None, true),
     };
     use std::mem::offset_of;
     let live = || (0..MAX_MEMBERS).filter(|&i| h.member_id(i).0 != 0);
@@ -550,7 +554,6 @@ pub fn snapshot() -> Option<Snapshot> {
         .map(|i| h.u64_at(ext_at(i, offset_of!(layout::MemberExt, cgroup_reserve))))
         .fold(0u64, u64::saturating_add);
     let (cg_reserve, cg_lowest) = cgroup_figures(h);
-    let unreachable = locked.is_none();
     drop(locked);
     Some(Snapshot {
         name: NAME.get().cloned().unwrap_or_default(),
