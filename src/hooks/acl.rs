@@ -1,7 +1,7 @@
 //! Huawei Ascend ACL (`libascendcl`): host allocation and registration. `aclError` is `int`.
 
 use super::hooks;
-use crate::api::{Api, Family};
+use crate::api::Api;
 use crate::track::{Codes, Hook, Request};
 use std::os::raw::{c_int, c_void};
 
@@ -53,42 +53,36 @@ unsafe fn host_prop(prop: *const c_void, flags: u64) -> (bool, bool) {
 }
 
 unsafe fn malloc_physical(
+    h: Hook,
     real: aclrtMallocPhysical::Call,
     handle: *mut u64,
     size: usize,
     prop: *const c_void,
     flags: u64,
 ) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
-            let (host, rejected) = unsafe { host_prop(prop, flags) };
-            let req = host.then_some(if rejected {
-                Request::Rejected
-            } else {
-                Request::Mapped
-            });
-            h.create_physical(
-                Api::AclrtMallocPhysical,
-                handle,
-                size,
-                req,
-                CODES,
-                move || real.call(),
-            )
-        }
-    }
+    // SAFETY: `prop` is the C caller's, null or an `aclrtPhysicalMemProp`.
+    let (host, rejected) = unsafe { host_prop(prop, flags) };
+    let req = host.then_some(if rejected {
+        Request::Rejected
+    } else {
+        Request::Mapped
+    });
+    h.create_physical(
+        Api::AclrtMallocPhysical,
+        handle,
+        size,
+        req,
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_physical(real: aclrtFreePhysical::Call, handle: u64) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, move || real.call()),
-    }
+unsafe fn free_physical(h: Hook, real: aclrtFreePhysical::Call, handle: u64) -> c_int {
+    h.release_physical(Api::AclrtFreePhysical, handle, SUCCESS, move || real.call())
 }
 
 unsafe fn map_mem(
+    h: Hook,
     real: aclrtMapMem::Call,
     ptr: *mut c_void,
     size: usize,
@@ -96,174 +90,154 @@ unsafe fn map_mem(
     handle: u64,
     _flags: u64,
 ) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.map_physical(
-            Api::AclrtMapMem,
-            ptr as usize,
-            size,
-            handle,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.map_physical(
+        Api::AclrtMapMem,
+        ptr as usize,
+        size,
+        handle,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// `aclrtUnmapMem` names the mapping by its start alone.
-unsafe fn unmap_mem(real: aclrtUnmapMem::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, move || {
-            real.call()
-        }),
-    }
+unsafe fn unmap_mem(h: Hook, real: aclrtUnmapMem::Call, ptr: *mut c_void) -> c_int {
+    h.unmap_physical(Api::AclrtUnmapMem, ptr as usize, 1, SUCCESS, move || {
+        real.call()
+    })
 }
 
 unsafe fn retain(
+    h: Hook,
     real: aclrtMemRetainAllocationHandle::Call,
     _ptr: *mut c_void,
     handle: *mut u64,
 ) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.retain_physical(
-            Api::AclrtMemRetainAllocationHandle,
-            handle,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.retain_physical(
+        Api::AclrtMemRetainAllocationHandle,
+        handle,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-unsafe fn malloc_host(real: aclrtMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::AclrtMallocHost,
-            ptr,
-            size,
-            Request::Pageable,
-            CODES,
-            move || real.call(),
-        ),
-    }
+unsafe fn malloc_host(
+    h: Hook,
+    real: aclrtMallocHost::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    h.alloc(
+        Api::AclrtMallocHost,
+        ptr,
+        size,
+        Request::Pageable,
+        CODES,
+        move || real.call(),
+    )
 }
 
 unsafe fn malloc_host_with_cfg(
+    h: Hook,
     real: aclrtMallocHostWithCfg::Call,
     ptr: *mut *mut c_void,
     size: u64,
     _cfg: *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::AclrtMallocHostWithCfg,
-            ptr,
-            size as usize,
-            Request::Pageable,
-            CODES,
-            move || real.call(),
-        ),
-    }
+    h.alloc(
+        Api::AclrtMallocHostWithCfg,
+        ptr,
+        size as usize,
+        Request::Pageable,
+        CODES,
+        move || real.call(),
+    )
 }
 
 /// Always a mapped registration (it returns the device address), so never downgraded.
 unsafe fn host_register(
+    h: Hook,
     real: aclrtHostRegister::Call,
     ptr: *mut c_void,
     size: u64,
     ty: c_int,
     dev: *mut *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => {
-            let req = if ty == REGISTER_MAPPED && !dev.is_null() {
-                Request::Mapped
-            } else {
-                Request::Rejected
-            };
-            h.register(
-                Api::AclrtHostRegister,
-                ptr,
-                size as usize,
-                req,
-                CODES,
-                move || real.call(),
-            )
-        }
-    }
+    let req = if ty == REGISTER_MAPPED && !dev.is_null() {
+        Request::Mapped
+    } else {
+        Request::Rejected
+    };
+    h.register(
+        Api::AclrtHostRegister,
+        ptr,
+        size as usize,
+        req,
+        CODES,
+        move || real.call(),
+    )
 }
 
 unsafe fn host_register_v2(
+    h: Hook,
     real: aclrtHostRegisterV2::Call,
     ptr: *mut c_void,
     size: u64,
     flag: u32,
 ) -> c_int {
-    match Hook::enter(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.register(
-            Api::AclrtHostRegisterV2,
-            ptr,
-            size as usize,
-            Request::from_flags(flag, REG_FLAGS, REG_MAPPED),
-            CODES,
-            move || real.call(),
-        ),
-    }
+    h.register(
+        Api::AclrtHostRegisterV2,
+        ptr,
+        size as usize,
+        Request::from_flags(flag, REG_FLAGS, REG_MAPPED),
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_host(real: aclrtFreeHost::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::AclrtFreeHost,
-            ptr,
-            &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg],
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn free_host(h: Hook, real: aclrtFreeHost::Call, ptr: *mut c_void) -> c_int {
+    h.release(
+        Api::AclrtFreeHost,
+        ptr,
+        &[Api::AclrtMallocHost, Api::AclrtMallocHostWithCfg],
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-unsafe fn host_unregister(real: aclrtHostUnregister::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Acl) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::AclrtHostUnregister,
-            ptr,
-            &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2],
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn host_unregister(h: Hook, real: aclrtHostUnregister::Call, ptr: *mut c_void) -> c_int {
+    h.release(
+        Api::AclrtHostUnregister,
+        ptr,
+        &[Api::AclrtHostRegister, Api::AclrtHostRegisterV2],
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 hooks! {
     family Acl, missing UNINITIALIZE;
     /// Pinned host memory.
-    fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => malloc_host;
+    fn aclrtMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => enter malloc_host;
     /// Pinned host memory with a configuration (torch_npu finds it with `dlsym`).
-    fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int => malloc_host_with_cfg;
+    fn aclrtMallocHostWithCfg(ptr: *mut *mut c_void, size: u64, cfg: *mut c_void) -> c_int => enter malloc_host_with_cfg;
     /// Pins and maps memory the caller owns, giving its device address.
-    fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int => host_register;
+    fn aclrtHostRegister(ptr: *mut c_void, size: u64, ty: c_int, dev: *mut *mut c_void) -> c_int => enter host_register;
     /// Pins memory the caller owns, `flag` saying mapped or pinned.
-    fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int => host_register_v2;
+    fn aclrtHostRegisterV2(ptr: *mut c_void, size: u64, flag: u32) -> c_int => enter host_register_v2;
     /// Frees what `aclrtMallocHost` gave.
-    fn aclrtFreeHost(ptr: *mut c_void) -> c_int => free_host;
+    fn aclrtFreeHost(ptr: *mut c_void) -> c_int => release free_host;
     /// Unpins what `aclrtHostRegister` pinned.
-    fn aclrtHostUnregister(ptr: *mut c_void) -> c_int => host_unregister;
+    fn aclrtHostUnregister(ptr: *mut c_void) -> c_int => release host_unregister;
     /// Physical memory for virtual mappings (`aclrtDrvMemHandle`, an opaque pointer, passed as
     /// a 64-bit word), perhaps pinned host memory.
-    fn aclrtMallocPhysical(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => malloc_physical;
+    fn aclrtMallocPhysical(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => enter malloc_physical;
     /// A handle of `aclrtMallocPhysical` goes (its memory once unmapped).
-    fn aclrtFreePhysical(handle: u64) -> c_int => free_physical;
+    fn aclrtFreePhysical(handle: u64) -> c_int => enter free_physical;
     /// Maps physical memory at a reserved address.
-    fn aclrtMapMem(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => map_mem;
+    fn aclrtMapMem(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => enter map_mem;
     /// Unmaps the mapping that starts at `ptr`.
-    fn aclrtUnmapMem(ptr: *mut c_void) -> c_int => unmap_mem;
+    fn aclrtUnmapMem(ptr: *mut c_void) -> c_int => enter unmap_mem;
     /// One more handle on mapped physical memory.
-    fn aclrtMemRetainAllocationHandle(ptr: *mut c_void, handle: *mut u64) -> c_int => retain;
+    fn aclrtMemRetainAllocationHandle(ptr: *mut c_void, handle: *mut u64) -> c_int => enter retain;
 }

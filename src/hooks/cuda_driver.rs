@@ -93,169 +93,155 @@ const CODES: Codes<c_int> = Codes {
 };
 
 unsafe fn pool_of(
+    h: Hook,
     real: cuMemGetMemPool::Call,
     api: Api,
     pool: *mut u64,
     location: *const c_int,
     ty: c_int,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
-            let host = unsafe { location_host(location, ty) };
-            h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
-        }
-    }
+    // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
+    let host = unsafe { location_host(location, ty) };
+    h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
 }
 
 unsafe fn default_pool(
+    h: Hook,
     real: cuMemGetMemPool::Call,
     pool: *mut u64,
     location: *const c_int,
     ty: c_int,
 ) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(real, Api::CuMemGetDefaultMemPool, pool, location, ty) }
+    unsafe { pool_of(h, real, Api::CuMemGetDefaultMemPool, pool, location, ty) }
 }
 
 unsafe fn current_pool(
+    h: Hook,
     real: cuMemGetMemPool::Call,
     pool: *mut u64,
     location: *const c_int,
     ty: c_int,
 ) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(real, Api::CuMemGetMemPool, pool, location, ty) }
+    unsafe { pool_of(h, real, Api::CuMemGetMemPool, pool, location, ty) }
 }
 
 unsafe fn host_alloc(
+    h: Hook,
     real: cuMemHostAlloc::Call,
     pp: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::CuMemHostAlloc,
-            pp,
-            size,
-            Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP),
-            CODES,
-            move || real.call(),
-        ),
-    }
+    h.alloc(
+        Api::CuMemHostAlloc,
+        pp,
+        size,
+        Request::from_flags(flags, ALLOC_FLAGS, DEVICEMAP),
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn alloc_host_v2(real: cuMemAllocHost_v2::Call, pp: *mut *mut c_void, size: usize) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::CuMemAllocHostV2,
-            pp,
-            size,
-            Request::Pageable,
-            CODES,
-            move || real.call(),
-        ),
-    }
+unsafe fn alloc_host_v2(
+    h: Hook,
+    real: cuMemAllocHost_v2::Call,
+    pp: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    h.alloc(
+        Api::CuMemAllocHostV2,
+        pp,
+        size,
+        Request::Pageable,
+        CODES,
+        move || real.call(),
+    )
 }
 
 unsafe fn alloc_host_legacy(
+    h: Hook,
     real: cuMemAllocHost::Call,
     pp: *mut *mut c_void,
     size: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::CuMemAllocHost,
-            pp,
-            size as usize,
-            Request::Pageable,
-            CODES,
-            move || real.call(),
-        ),
-    }
+    h.alloc(
+        Api::CuMemAllocHost,
+        pp,
+        size as usize,
+        Request::Pageable,
+        CODES,
+        move || real.call(),
+    )
 }
 
 unsafe fn register_v2(
+    h: Hook,
     real: cuMemHostRegister_v2::Call,
     p: *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
-            h.register_io(Api::CuMemHostRegisterIoMemory, p, SUCCESS, move || {
-                real.call()
-            })
-        }
-        Some(h) => h.register(
-            Api::CuMemHostRegisterV2,
-            p,
-            size,
-            Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP),
-            CODES,
-            move || real.call(),
-        ),
+    if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 {
+        return h.register_io(Api::CuMemHostRegisterIoMemory, p, SUCCESS, move || {
+            real.call()
+        });
     }
+    h.register(
+        Api::CuMemHostRegisterV2,
+        p,
+        size,
+        Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP),
+        CODES,
+        move || real.call(),
+    )
 }
 
 unsafe fn register_legacy(
+    h: Hook,
     real: cuMemHostRegister::Call,
     p: *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
-            h.register_io(Api::CuMemHostRegisterIoMemory, p, SUCCESS, move || {
-                real.call()
-            })
-        }
-        Some(h) => h.register(
-            Api::CuMemHostRegister,
-            p,
-            size,
-            Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP),
-            CODES,
-            move || real.call(),
-        ),
+    if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 {
+        return h.register_io(Api::CuMemHostRegisterIoMemory, p, SUCCESS, move || {
+            real.call()
+        });
     }
+    h.register(
+        Api::CuMemHostRegister,
+        p,
+        size,
+        Request::from_flags(flags, REGISTER_FLAGS, DEVICEMAP),
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_host(real: cuMemFreeHost::Call, p: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::CuMemFreeHost,
-            p,
-            &[
-                Api::CuMemHostAlloc,
-                Api::CuMemAllocHostV2,
-                Api::CuMemAllocHost,
-            ],
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn free_host(h: Hook, real: cuMemFreeHost::Call, p: *mut c_void) -> c_int {
+    h.release(
+        Api::CuMemFreeHost,
+        p,
+        &[
+            Api::CuMemHostAlloc,
+            Api::CuMemAllocHostV2,
+            Api::CuMemAllocHost,
+        ],
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-unsafe fn host_unregister(real: cuMemHostUnregister::Call, p: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::CuMemHostUnregister,
-            p,
-            &REGISTERS,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn host_unregister(h: Hook, real: cuMemHostUnregister::Call, p: *mut c_void) -> c_int {
+    h.release(
+        Api::CuMemHostUnregister,
+        p,
+        &REGISTERS,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// The driver's pool calls: its codes, and `cuMemPoolGetAttribute`.
@@ -273,96 +259,84 @@ fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
     )
 }
 
-unsafe fn pool_create(real: cuMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
-            let host = unsafe { pool_props_host(props) };
-            h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, move || {
-                real.call()
-            })
-        }
-    }
+unsafe fn pool_create(
+    h: Hook,
+    real: cuMemPoolCreate::Call,
+    pool: *mut u64,
+    props: *const c_void,
+) -> c_int {
+    // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
+    let host = unsafe { pool_props_host(props) };
+    h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, move || {
+        real.call()
+    })
 }
 
-unsafe fn pool_destroy(real: cuMemPoolDestroy::Call, pool: u64) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, move || {
-            real.call()
-        }),
-    }
+unsafe fn pool_destroy(h: Hook, real: cuMemPoolDestroy::Call, pool: u64) -> c_int {
+    h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, move || {
+        real.call()
+    })
 }
 
-unsafe fn pool_trim(real: cuMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, move || {
-            real.call()
-        }),
-    }
+unsafe fn pool_trim(h: Hook, real: cuMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
+    h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, move || {
+        real.call()
+    })
 }
 
 unsafe fn pool_alloc(
+    h: Hook,
     real: cuMemAllocFromPoolAsync::Call,
     dptr: *mut usize,
     size: usize,
     pool: u64,
     _stream: *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.alloc_from_pool(
-            Api::CuMemAllocFromPoolAsync,
-            dptr,
-            size,
-            pool,
-            POOLS,
-            move || real.call(),
-        ),
-    }
+    h.alloc_from_pool(
+        Api::CuMemAllocFromPoolAsync,
+        dptr,
+        size,
+        pool,
+        POOLS,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_async(real: cuMemFreeAsync::Call, dptr: usize, _stream: *mut c_void) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.free_to_pool(Api::CuMemFreeAsync, dptr, POOLS, move || real.call()),
-    }
+unsafe fn free_async(
+    h: Hook,
+    real: cuMemFreeAsync::Call,
+    dptr: usize,
+    _stream: *mut c_void,
+) -> c_int {
+    h.free_to_pool(Api::CuMemFreeAsync, dptr, POOLS, move || real.call())
 }
 
 unsafe fn mem_create(
+    h: Hook,
     real: cuMemCreate::Call,
     handle: *mut u64,
     size: usize,
     prop: *const c_void,
     flags: u64,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
-            let (host, rejected) = unsafe { host_prop(prop, flags) };
-            let req = host.then_some(if rejected {
-                Request::Rejected
-            } else {
-                Request::Mapped
-            });
-            h.create_physical(Api::CuMemCreate, handle, size, req, CODES, move || {
-                real.call()
-            })
-        }
-    }
+    // SAFETY: `prop` is the C caller's, null or a `CUmemAllocationProp`.
+    let (host, rejected) = unsafe { host_prop(prop, flags) };
+    let req = host.then_some(if rejected {
+        Request::Rejected
+    } else {
+        Request::Mapped
+    });
+    h.create_physical(Api::CuMemCreate, handle, size, req, CODES, move || {
+        real.call()
+    })
 }
 
-unsafe fn mem_release(real: cuMemRelease::Call, handle: u64) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.release_physical(Api::CuMemRelease, handle, SUCCESS, move || real.call()),
-    }
+unsafe fn mem_release(h: Hook, real: cuMemRelease::Call, handle: u64) -> c_int {
+    h.release_physical(Api::CuMemRelease, handle, SUCCESS, move || real.call())
 }
 
 unsafe fn mem_map(
+    h: Hook,
     real: cuMemMap::Call,
     ptr: u64,
     size: usize,
@@ -370,51 +344,43 @@ unsafe fn mem_map(
     handle: u64,
     _flags: u64,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.map_physical(
-            Api::CuMemMap,
-            ptr as usize,
-            size,
-            handle,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.map_physical(
+        Api::CuMemMap,
+        ptr as usize,
+        size,
+        handle,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-unsafe fn mem_unmap(real: cuMemUnmap::Call, ptr: u64, size: usize) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.unmap_physical(
-            Api::CuMemUnmap,
-            ptr as usize,
-            size.max(1),
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn mem_unmap(h: Hook, real: cuMemUnmap::Call, ptr: u64, size: usize) -> c_int {
+    h.unmap_physical(
+        Api::CuMemUnmap,
+        ptr as usize,
+        size.max(1),
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 unsafe fn mem_retain(
+    h: Hook,
     real: cuMemRetainAllocationHandle::Call,
     handle: *mut u64,
     _addr: *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::CudaDriver) {
-        None => real.call(),
-        Some(h) => h.retain_physical(
-            Api::CuMemRetainAllocationHandle,
-            handle,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.retain_physical(
+        Api::CuMemRetainAllocationHandle,
+        handle,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// `cuGetProcAddress`: the driver's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
-/// driver's own.
+/// driver's own. Its rows are `raw`: nothing is counted, so the hook is never entered.
 unsafe fn get_proc(
     real: cuGetProcAddress::Call,
     symbol: *const c_char,
@@ -483,7 +449,9 @@ unsafe fn wrap_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int
     }
 }
 
-/// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+/// A device allocation, counted where the device's memory is the host's; pinned or nothing. Its
+/// rows are `raw`: the question comes before the hook is entered, so that a discrete device's
+/// call never enters.
 #[inline(always)]
 fn device_alloc(
     api: Api,
@@ -558,55 +526,55 @@ fn mem_free_counted(real: cuMemFree_v2::Call, dptr: u64) -> c_int {
 hooks! {
     family CudaDriver, missing NOT_INITIALIZED;
     /// Pinned host memory, `flags` saying portable, device-mapped, write-combined.
-    fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+    fn cuMemHostAlloc(pp: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_alloc;
     /// Pinned host memory, default flags (`size_t` size).
-    fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> c_int => alloc_host_v2;
+    fn cuMemAllocHost_v2(pp: *mut *mut c_void, size: usize) -> c_int => enter alloc_host_v2;
     /// The legacy ABI of `cuMemAllocHost`: an `unsigned int` size.
-    fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c_int => alloc_host_legacy;
+    fn cuMemAllocHost(pp: *mut *mut c_void, size: c_uint) -> c_int => enter alloc_host_legacy;
     /// Pins memory the caller owns.
-    fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> c_int => register_v2;
+    fn cuMemHostRegister_v2(p: *mut c_void, size: usize, flags: c_uint) -> c_int => enter register_v2;
     /// The legacy ABI of `cuMemHostRegister` (before CUDA 6.5), the same arguments.
-    fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int => register_legacy;
+    fn cuMemHostRegister(p: *mut c_void, size: usize, flags: c_uint) -> c_int => enter register_legacy;
     /// Frees what `cuMemHostAlloc` or `cuMemAllocHost` gave.
-    fn cuMemFreeHost(p: *mut c_void) -> c_int => free_host;
+    fn cuMemFreeHost(p: *mut c_void) -> c_int => release free_host;
     /// Unpins what `cuMemHostRegister` pinned.
-    fn cuMemHostUnregister(p: *mut c_void) -> c_int => host_unregister;
+    fn cuMemHostUnregister(p: *mut c_void) -> c_int => release host_unregister;
     /// Any driver function by name: pinguard's wrapper for the names above.
-    fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int => get_proc;
+    fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> c_int => raw get_proc;
     /// The same with a status out (CUDA 12.0).
-    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc_v2;
+    fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => raw get_proc_v2;
     /// Physical memory for virtual mappings, perhaps pinned host memory.
-    fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => mem_create;
+    fn cuMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => enter mem_create;
     /// A handle of `cuMemCreate` goes (its memory once unmapped).
-    fn cuMemRelease(handle: u64) -> c_int => mem_release;
+    fn cuMemRelease(handle: u64) -> c_int => enter mem_release;
     /// Maps physical memory at a reserved address.
-    fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => mem_map;
+    fn cuMemMap(ptr: u64, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => enter mem_map;
     /// Unmaps a range `cuMemMap` mapped.
-    fn cuMemUnmap(ptr: u64, size: usize) -> c_int => mem_unmap;
+    fn cuMemUnmap(ptr: u64, size: usize) -> c_int => enter mem_unmap;
     /// One more handle on mapped physical memory.
-    fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => mem_retain;
+    fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => enter mem_retain;
     /// A memory pool, perhaps of pinned host memory.
-    fn cuMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => pool_create;
+    fn cuMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pool_create;
     /// A pool's end: its memory goes back.
-    fn cuMemPoolDestroy(pool: u64) -> c_int => pool_destroy;
+    fn cuMemPoolDestroy(pool: u64) -> c_int => enter pool_destroy;
     /// A pool gives back what it holds beyond `keep` bytes.
-    fn cuMemPoolTrimTo(pool: u64, keep: usize) -> c_int => pool_trim;
+    fn cuMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pool_trim;
     /// An allocation from a pool, which may grow it.
-    fn cuMemAllocFromPoolAsync(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    fn cuMemAllocFromPoolAsync(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
     /// The same, on the per-thread default stream.
-    fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
     /// An allocation back to its pool.
-    fn cuMemFreeAsync(dptr: usize, stream: *mut c_void) -> c_int => free_async;
+    fn cuMemFreeAsync(dptr: usize, stream: *mut c_void) -> c_int => enter free_async;
     /// The same, on the per-thread default stream.
-    fn cuMemFreeAsync_ptsz(dptr: usize, stream: *mut c_void) -> c_int => free_async;
+    fn cuMemFreeAsync_ptsz(dptr: usize, stream: *mut c_void) -> c_int => enter free_async;
     /// A location's default pool, perhaps a host one.
-    fn cuMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => default_pool;
+    fn cuMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter default_pool;
     /// A location's current pool.
-    fn cuMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => current_pool;
+    fn cuMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter current_pool;
     /// Device memory (`size_t` size, 64-bit `CUdeviceptr`): the host's own on an integrated device.
-    fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => mem_alloc;
+    fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => raw mem_alloc;
     /// Memory the device and the host share, migrated on demand.
-    fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) -> c_int => mem_alloc_managed;
+    fn cuMemAllocManaged(dptr: *mut u64, size: usize, flags: c_uint) -> c_int => raw mem_alloc_managed;
     /// Frees what `cuMemAlloc_v2` or `cuMemAllocManaged` gave.
-    fn cuMemFree_v2(dptr: u64) -> c_int => mem_free;
+    fn cuMemFree_v2(dptr: u64) -> c_int => raw mem_free;
 }

@@ -83,188 +83,170 @@ const POOLS: PoolApi<c_int> = PoolApi {
 };
 
 unsafe fn pool_of(
+    h: Hook,
     real: cudaMemGetMemPool::Call,
     api: Api,
     pool: *mut u64,
     location: *const c_int,
     ty: c_int,
 ) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
-            let host = unsafe { super::cuda_abi::location_host(location, ty) };
-            h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
-        }
-    }
+    // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
+    let host = unsafe { super::cuda_abi::location_host(location, ty) };
+    h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
 }
 
 unsafe fn default_pool(
+    h: Hook,
     real: cudaMemGetMemPool::Call,
     pool: *mut u64,
     location: *const c_int,
     ty: c_int,
 ) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(real, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
+    unsafe { pool_of(h, real, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
 }
 
 unsafe fn current_pool(
+    h: Hook,
     real: cudaMemGetMemPool::Call,
     pool: *mut u64,
     location: *const c_int,
     ty: c_int,
 ) -> c_int {
     // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(real, Api::CudaMemGetMemPool, pool, location, ty) }
+    unsafe { pool_of(h, real, Api::CudaMemGetMemPool, pool, location, ty) }
 }
 
 unsafe fn pool_create(
+    h: Hook,
     real: cudaMemPoolCreate::Call,
     pool: *mut u64,
     props: *const c_void,
 ) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
-            let host = unsafe { super::cuda_abi::pool_props_host(props) };
-            h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || {
-                real.call()
-            })
-        }
-    }
+    // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
+    let host = unsafe { super::cuda_abi::pool_props_host(props) };
+    h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || {
+        real.call()
+    })
 }
 
-unsafe fn pool_destroy(real: cudaMemPoolDestroy::Call, pool: u64) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, move || {
-            real.call()
-        }),
-    }
+unsafe fn pool_destroy(h: Hook, real: cudaMemPoolDestroy::Call, pool: u64) -> c_int {
+    h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, move || {
+        real.call()
+    })
 }
 
-unsafe fn pool_trim(real: cudaMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, move || {
-            real.call()
-        }),
-    }
+unsafe fn pool_trim(h: Hook, real: cudaMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
+    h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, move || {
+        real.call()
+    })
 }
 
 unsafe fn pool_alloc(
+    h: Hook,
     real: cudaMallocFromPoolAsync::Call,
     ptr: *mut usize,
     size: usize,
     pool: u64,
     _stream: *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.alloc_from_pool(
-            Api::CudaMallocFromPoolAsync,
-            ptr,
-            size,
-            pool,
-            POOLS,
-            move || real.call(),
-        ),
-    }
+    h.alloc_from_pool(
+        Api::CudaMallocFromPoolAsync,
+        ptr,
+        size,
+        pool,
+        POOLS,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_async(real: cudaFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.free_to_pool(Api::CudaFreeAsync, ptr, POOLS, move || real.call()),
-    }
+unsafe fn free_async(
+    h: Hook,
+    real: cudaFreeAsync::Call,
+    ptr: usize,
+    _stream: *mut c_void,
+) -> c_int {
+    h.free_to_pool(Api::CudaFreeAsync, ptr, POOLS, move || real.call())
 }
 
 unsafe fn host_alloc(
+    h: Hook,
     real: cudaHostAlloc::Call,
     ptr: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::CudaHostAlloc,
-            ptr,
-            size,
-            Request::from_flags(flags, ALLOC_FLAGS, MAPPED),
-            CODES,
-            move || real.call(),
-        ),
-    }
+    h.alloc(
+        Api::CudaHostAlloc,
+        ptr,
+        size,
+        Request::from_flags(flags, ALLOC_FLAGS, MAPPED),
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn malloc_host(real: cudaMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.alloc(
-            Api::CudaMallocHost,
-            ptr,
-            size,
-            Request::Pageable,
-            CODES,
-            move || real.call(),
-        ),
-    }
+unsafe fn malloc_host(
+    h: Hook,
+    real: cudaMallocHost::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    h.alloc(
+        Api::CudaMallocHost,
+        ptr,
+        size,
+        Request::Pageable,
+        CODES,
+        move || real.call(),
+    )
 }
 
 unsafe fn host_register(
+    h: Hook,
     real: cudaHostRegister::Call,
     ptr: *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::Cuda) {
-        None => real.call(),
-        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
-            h.register_io(Api::CudaHostRegisterIoMemory, ptr, SUCCESS, move || {
-                real.call()
-            })
-        }
-        Some(h) => h.register(
-            Api::CudaHostRegister,
-            ptr,
-            size,
-            Request::from_flags(flags, REGISTER_FLAGS, MAPPED),
-            CODES,
-            move || real.call(),
-        ),
+    if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 {
+        return h.register_io(Api::CudaHostRegisterIoMemory, ptr, SUCCESS, move || {
+            real.call()
+        });
     }
+    h.register(
+        Api::CudaHostRegister,
+        ptr,
+        size,
+        Request::from_flags(flags, REGISTER_FLAGS, MAPPED),
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_host(real: cudaFreeHost::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::CudaFreeHost,
-            ptr,
-            &[Api::CudaHostAlloc, Api::CudaMallocHost],
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn free_host(h: Hook, real: cudaFreeHost::Call, ptr: *mut c_void) -> c_int {
+    h.release(
+        Api::CudaFreeHost,
+        ptr,
+        &[Api::CudaHostAlloc, Api::CudaMallocHost],
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-unsafe fn host_unregister(real: cudaHostUnregister::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Cuda) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::CudaHostUnregister,
-            ptr,
-            &REGISTERS,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn host_unregister(h: Hook, real: cudaHostUnregister::Call, ptr: *mut c_void) -> c_int {
+    h.release(
+        Api::CudaHostUnregister,
+        ptr,
+        &REGISTERS,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-/// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+/// A device allocation, counted where the device's memory is the host's; pinned or nothing. Its
+/// rows are `raw`: the question comes before the hook is entered, so that a discrete device's
+/// call never enters.
 #[inline(always)]
 fn device_alloc(
     api: Api,
@@ -334,37 +316,37 @@ fn free_counted(real: cudaFree::Call, ptr: *mut c_void) -> c_int {
 hooks! {
     family Cuda, missing INITIALIZATION_ERROR;
     /// Pinned host memory, `flags` saying portable, mapped, write-combined.
-    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+    fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_alloc;
     /// Pinned host memory, default flags.
-    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => malloc_host;
+    fn cudaMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => enter malloc_host;
     /// Pins memory the caller owns.
-    fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int => host_register;
+    fn cudaHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_register;
     /// Frees what `cudaHostAlloc` or `cudaMallocHost` gave.
-    fn cudaFreeHost(ptr: *mut c_void) -> c_int => free_host;
+    fn cudaFreeHost(ptr: *mut c_void) -> c_int => release free_host;
     /// Unpins what `cudaHostRegister` pinned.
-    fn cudaHostUnregister(ptr: *mut c_void) -> c_int => host_unregister;
+    fn cudaHostUnregister(ptr: *mut c_void) -> c_int => release host_unregister;
     /// A memory pool, perhaps of pinned host memory.
-    fn cudaMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => pool_create;
+    fn cudaMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pool_create;
     /// A pool's end: its memory goes back.
-    fn cudaMemPoolDestroy(pool: u64) -> c_int => pool_destroy;
+    fn cudaMemPoolDestroy(pool: u64) -> c_int => enter pool_destroy;
     /// A pool gives back what it holds beyond `keep` bytes.
-    fn cudaMemPoolTrimTo(pool: u64, keep: usize) -> c_int => pool_trim;
+    fn cudaMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pool_trim;
     /// An allocation from a pool, which may grow it.
-    fn cudaMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    fn cudaMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
     /// The same, on the per-thread default stream.
-    fn cudaMallocFromPoolAsync_ptsz(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    fn cudaMallocFromPoolAsync_ptsz(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
     /// An allocation back to its pool.
-    fn cudaFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => free_async;
+    fn cudaFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => enter free_async;
     /// The same, on the per-thread default stream.
-    fn cudaFreeAsync_ptsz(ptr: usize, stream: *mut c_void) -> c_int => free_async;
+    fn cudaFreeAsync_ptsz(ptr: usize, stream: *mut c_void) -> c_int => enter free_async;
     /// A location's default pool, perhaps a host one.
-    fn cudaMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => default_pool;
+    fn cudaMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter default_pool;
     /// A location's current pool.
-    fn cudaMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => current_pool;
+    fn cudaMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter current_pool;
     /// Device memory: the host's own on an integrated device.
-    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => malloc;
+    fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => raw malloc;
     /// Memory the device and the host share, migrated on demand.
-    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => malloc_managed;
+    fn cudaMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => raw malloc_managed;
     /// Frees what `cudaMalloc` or `cudaMallocManaged` gave.
-    fn cudaFree(ptr: *mut c_void) -> c_int => free;
+    fn cudaFree(ptr: *mut c_void) -> c_int => raw free;
 }

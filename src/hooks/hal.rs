@@ -6,7 +6,7 @@
 //! it from inside a hooked ACL call, where it passes through (counted once, by ACL).
 
 use super::hooks;
-use crate::api::{Api, Family};
+use crate::api::Api;
 use crate::track::{Codes, Hook, Request};
 use std::os::raw::{c_int, c_void};
 
@@ -52,6 +52,7 @@ fn register_request(flag: u32) -> Option<Request> {
 const REGISTERS: [Api; 1] = [Api::HalHostRegister];
 
 unsafe fn host_register(
+    h: Hook,
     real: halHostRegister::Call,
     src: *mut c_void,
     size: u64,
@@ -59,54 +60,51 @@ unsafe fn host_register(
     _devid: u32,
     _dst: *mut *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::AscendHal) {
-        None => real.call(),
-        Some(h) => match register_request(flag) {
-            None => h.untracked(Api::HalHostRegister, SUCCESS, real.call()),
-            Some(req) => h.register(
-                Api::HalHostRegister,
-                src,
-                size as usize,
-                req,
-                CODES,
-                move || real.call(),
-            ),
-        },
-    }
-}
-
-unsafe fn host_unregister(real: halHostUnregister::Call, src: *mut c_void, _devid: u32) -> c_int {
-    match Hook::enter_release(Family::AscendHal) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::HalHostUnregister,
+    match register_request(flag) {
+        None => h.untracked(Api::HalHostRegister, SUCCESS, real.call()),
+        Some(req) => h.register(
+            Api::HalHostRegister,
             src,
-            &REGISTERS,
-            SUCCESS,
+            size as usize,
+            req,
+            CODES,
             move || real.call(),
         ),
     }
 }
 
+unsafe fn host_unregister(
+    h: Hook,
+    real: halHostUnregister::Call,
+    src: *mut c_void,
+    _devid: u32,
+) -> c_int {
+    h.release(
+        Api::HalHostUnregister,
+        src,
+        &REGISTERS,
+        SUCCESS,
+        move || real.call(),
+    )
+}
+
 unsafe fn host_unregister_ex(
+    h: Hook,
     real: halHostUnregisterEx::Call,
     src: *mut c_void,
     _devid: u32,
     flag: u32,
 ) -> c_int {
-    match Hook::enter_release(Family::AscendHal) {
-        None => real.call(),
-        Some(h) if register_request(flag).is_none() => {
-            h.untracked(Api::HalHostUnregisterEx, SUCCESS, real.call())
-        }
-        Some(h) => h.release(
-            Api::HalHostUnregisterEx,
-            src,
-            &REGISTERS,
-            SUCCESS,
-            move || real.call(),
-        ),
+    if register_request(flag).is_none() {
+        return h.untracked(Api::HalHostUnregisterEx, SUCCESS, real.call());
     }
+    h.release(
+        Api::HalHostUnregisterEx,
+        src,
+        &REGISTERS,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// `enum drv_mem_side`: `MEM_HOST_SIDE` 0, `MEM_DEV_SIDE` 1, `MEM_HOST_NUMA_SIDE` 2.
@@ -115,41 +113,35 @@ const HOST_SIDES: [u32; 2] = [0, 2];
 /// `halMemCreate`: physical memory, counted when `prop->side` is the host's; device memory (and a
 /// null `prop`, which the driver rejects) passes through. The device maps it: never downgraded.
 unsafe fn mem_create(
+    h: Hook,
     real: halMemCreate::Call,
     handle: *mut *mut c_void,
     size: usize,
     prop: *const u32,
     _flag: u64,
 ) -> c_int {
-    match Hook::enter(Family::AscendHal) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `prop` is the C caller's, null or a `struct drv_mem_prop`, whose first field
-            // is `uint32_t side`.
-            let host = !prop.is_null() && HOST_SIDES.contains(&unsafe { prop.read_unaligned() });
-            let req = host.then_some(Request::Mapped);
-            h.create_physical(
-                Api::HalMemCreate,
-                handle as *mut u64,
-                size,
-                req,
-                CODES,
-                move || real.call(),
-            )
-        }
-    }
+    // SAFETY: `prop` is the C caller's, null or a `struct drv_mem_prop`, whose first field
+    // is `uint32_t side`.
+    let host = !prop.is_null() && HOST_SIDES.contains(&unsafe { prop.read_unaligned() });
+    let req = host.then_some(Request::Mapped);
+    h.create_physical(
+        Api::HalMemCreate,
+        handle as *mut u64,
+        size,
+        req,
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn mem_release(real: halMemRelease::Call, handle: *mut c_void) -> c_int {
-    match Hook::enter(Family::AscendHal) {
-        None => real.call(),
-        Some(h) => h.release_physical(Api::HalMemRelease, handle as u64, SUCCESS, move || {
-            real.call()
-        }),
-    }
+unsafe fn mem_release(h: Hook, real: halMemRelease::Call, handle: *mut c_void) -> c_int {
+    h.release_physical(Api::HalMemRelease, handle as u64, SUCCESS, move || {
+        real.call()
+    })
 }
 
 unsafe fn mem_map(
+    h: Hook,
     real: halMemMap::Call,
     ptr: *mut c_void,
     size: usize,
@@ -157,44 +149,38 @@ unsafe fn mem_map(
     handle: *mut c_void,
     _flag: u64,
 ) -> c_int {
-    match Hook::enter(Family::AscendHal) {
-        None => real.call(),
-        Some(h) => h.map_physical(
-            Api::HalMemMap,
-            ptr as usize,
-            size,
-            handle as u64,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.map_physical(
+        Api::HalMemMap,
+        ptr as usize,
+        size,
+        handle as u64,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// `halMemUnmap` takes the mapping's start alone: the whole mapping there goes.
-unsafe fn mem_unmap(real: halMemUnmap::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter(Family::AscendHal) {
-        None => real.call(),
-        Some(h) => h.unmap_physical(Api::HalMemUnmap, ptr as usize, 1, SUCCESS, move || {
-            real.call()
-        }),
-    }
+unsafe fn mem_unmap(h: Hook, real: halMemUnmap::Call, ptr: *mut c_void) -> c_int {
+    h.unmap_physical(Api::HalMemUnmap, ptr as usize, 1, SUCCESS, move || {
+        real.call()
+    })
 }
 
 hooks! {
     family AscendHal, missing NOT_SUPPORT;
     /// Maps `size` bytes at `src` for device `devid` (pins host memory for the host map types),
     /// the device's address written to `dst`.
-    fn halHostRegister(src: *mut c_void, size: u64, flag: u32, devid: u32, dst: *mut *mut c_void) -> c_int => host_register;
+    fn halHostRegister(src: *mut c_void, size: u64, flag: u32, devid: u32, dst: *mut *mut c_void) -> c_int => enter host_register;
     /// Ends a registration.
-    fn halHostUnregister(src: *mut c_void, devid: u32) -> c_int => host_unregister;
+    fn halHostUnregister(src: *mut c_void, devid: u32) -> c_int => release host_unregister;
     /// Ends a registration of the map type `flag` names.
-    fn halHostUnregisterEx(src: *mut c_void, devid: u32, flag: u32) -> c_int => host_unregister_ex;
+    fn halHostUnregisterEx(src: *mut c_void, devid: u32, flag: u32) -> c_int => release host_unregister_ex;
     /// Physical memory on the side `prop` names; the handle written to `handle`.
-    fn halMemCreate(handle: *mut *mut c_void, size: usize, prop: *const u32, flag: u64) -> c_int => mem_create;
+    fn halMemCreate(handle: *mut *mut c_void, size: usize, prop: *const u32, flag: u64) -> c_int => enter mem_create;
     /// A physical allocation's reference released.
-    fn halMemRelease(handle: *mut c_void) -> c_int => mem_release;
+    fn halMemRelease(handle: *mut c_void) -> c_int => enter mem_release;
     /// A physical allocation mapped at `ptr`.
-    fn halMemMap(ptr: *mut c_void, size: usize, offset: usize, handle: *mut c_void, flag: u64) -> c_int => mem_map;
+    fn halMemMap(ptr: *mut c_void, size: usize, offset: usize, handle: *mut c_void, flag: u64) -> c_int => enter mem_map;
     /// The mapping at `ptr` unmapped.
-    fn halMemUnmap(ptr: *mut c_void) -> c_int => mem_unmap;
+    fn halMemUnmap(ptr: *mut c_void) -> c_int => enter mem_unmap;
 }

@@ -101,114 +101,120 @@ fn register_request(flags: c_uint) -> Request {
 }
 
 fn alloc_as(
+    h: Hook,
     api: Api,
     real: hipHostMalloc::Call,
     ptr: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.alloc(api, ptr, size, alloc_request(flags), CODES, move || {
-            real.call()
-        }),
-    }
+    h.alloc(api, ptr, size, alloc_request(flags), CODES, move || {
+        real.call()
+    })
 }
 
-fn malloc_as(api: Api, real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.alloc(api, ptr, size, Request::Pageable, CODES, move || {
-            real.call()
-        }),
-    }
+fn malloc_as(
+    h: Hook,
+    api: Api,
+    real: hipMallocHost::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    h.alloc(api, ptr, size, Request::Pageable, CODES, move || {
+        real.call()
+    })
 }
 
-fn free_as(api: Api, real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.release(api, ptr, &FREES, SUCCESS, move || real.call()),
-    }
+fn free_as(h: Hook, api: Api, real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
+    h.release(api, ptr, &FREES, SUCCESS, move || real.call())
 }
 
 unsafe fn host_malloc(
+    h: Hook,
     real: hipHostMalloc::Call,
     ptr: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    alloc_as(Api::HipHostMalloc, real, ptr, size, flags)
+    alloc_as(h, Api::HipHostMalloc, real, ptr, size, flags)
 }
 
 unsafe fn host_alloc(
+    h: Hook,
     real: hipHostAlloc::Call,
     ptr: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    alloc_as(Api::HipHostAlloc, real, ptr, size, flags)
+    alloc_as(h, Api::HipHostAlloc, real, ptr, size, flags)
 }
 
 unsafe fn ext_host_alloc(
+    h: Hook,
     real: hipExtHostAlloc::Call,
     ptr: *mut *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    alloc_as(Api::HipExtHostAlloc, real, ptr, size, flags)
+    alloc_as(h, Api::HipExtHostAlloc, real, ptr, size, flags)
 }
 
-unsafe fn malloc_host(real: hipMallocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
-    malloc_as(Api::HipMallocHost, real, ptr, size)
+unsafe fn malloc_host(
+    h: Hook,
+    real: hipMallocHost::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    malloc_as(h, Api::HipMallocHost, real, ptr, size)
 }
 
-unsafe fn mem_alloc_host(real: hipMemAllocHost::Call, ptr: *mut *mut c_void, size: usize) -> c_int {
-    malloc_as(Api::HipMemAllocHost, real, ptr, size)
+unsafe fn mem_alloc_host(
+    h: Hook,
+    real: hipMemAllocHost::Call,
+    ptr: *mut *mut c_void,
+    size: usize,
+) -> c_int {
+    malloc_as(h, Api::HipMemAllocHost, real, ptr, size)
 }
 
-unsafe fn host_free(real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
-    free_as(Api::HipHostFree, real, ptr)
+unsafe fn host_free(h: Hook, real: hipHostFree::Call, ptr: *mut c_void) -> c_int {
+    free_as(h, Api::HipHostFree, real, ptr)
 }
 
-unsafe fn free_host(real: hipFreeHost::Call, ptr: *mut c_void) -> c_int {
-    free_as(Api::HipFreeHost, real, ptr)
+unsafe fn free_host(h: Hook, real: hipFreeHost::Call, ptr: *mut c_void) -> c_int {
+    free_as(h, Api::HipFreeHost, real, ptr)
 }
 
 unsafe fn host_register(
+    h: Hook,
     real: hipHostRegister::Call,
     ptr: *mut c_void,
     size: usize,
     flags: c_uint,
 ) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 => {
-            h.register_io(Api::HipHostRegisterIoMemory, ptr, SUCCESS, move || {
-                real.call()
-            })
-        }
-        Some(h) => h.register(
-            Api::HipHostRegister,
-            ptr,
-            size,
-            register_request(flags),
-            CODES,
-            move || real.call(),
-        ),
+    if flags & IO_MEMORY != 0 && flags & !REGISTER_FLAGS == 0 {
+        return h.register_io(Api::HipHostRegisterIoMemory, ptr, SUCCESS, move || {
+            real.call()
+        });
     }
+    h.register(
+        Api::HipHostRegister,
+        ptr,
+        size,
+        register_request(flags),
+        CODES,
+        move || real.call(),
+    )
 }
 
-unsafe fn host_unregister(real: hipHostUnregister::Call, ptr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.release(
-            Api::HipHostUnregister,
-            ptr,
-            &REGISTERS,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn host_unregister(h: Hook, real: hipHostUnregister::Call, ptr: *mut c_void) -> c_int {
+    h.release(
+        Api::HipHostUnregister,
+        ptr,
+        &REGISTERS,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// `hipMemPoolGetAttribute` with `hipMemPoolAttrReservedMemCurrent` (5) or `UsedMemCurrent` (7):
@@ -228,64 +234,53 @@ const POOLS: PoolApi<c_int> = PoolApi {
     read: pool_attr,
 };
 
-unsafe fn pool_create(real: hipMemPoolCreate::Call, pool: *mut u64, props: *const c_void) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => {
-            // SAFETY: `props` is the C caller's, null or a `hipMemPoolProps`, whose first 16 bytes
-            // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
-            // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
-            let host = unsafe { super::cuda_abi::pool_props_host(props) };
-            h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || {
-                real.call()
-            })
-        }
-    }
+unsafe fn pool_create(
+    h: Hook,
+    real: hipMemPoolCreate::Call,
+    pool: *mut u64,
+    props: *const c_void,
+) -> c_int {
+    // SAFETY: `props` is the C caller's, null or a `hipMemPoolProps`, whose first 16 bytes
+    // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
+    // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
+    let host = unsafe { super::cuda_abi::pool_props_host(props) };
+    h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || {
+        real.call()
+    })
 }
 
-unsafe fn pool_destroy(real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || {
-            real.call()
-        }),
-    }
+unsafe fn pool_destroy(h: Hook, real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
+    h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || {
+        real.call()
+    })
 }
 
-unsafe fn pool_trim(real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || {
-            real.call()
-        }),
-    }
+unsafe fn pool_trim(h: Hook, real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
+    h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || {
+        real.call()
+    })
 }
 
 unsafe fn pool_alloc(
+    h: Hook,
     real: hipMallocFromPoolAsync::Call,
     ptr: *mut usize,
     size: usize,
     pool: u64,
     _stream: *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.alloc_from_pool(
-            Api::HipMallocFromPoolAsync,
-            ptr,
-            size,
-            pool,
-            POOLS,
-            move || real.call(),
-        ),
-    }
+    h.alloc_from_pool(
+        Api::HipMallocFromPoolAsync,
+        ptr,
+        size,
+        pool,
+        POOLS,
+        move || real.call(),
+    )
 }
 
-unsafe fn free_async(real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.free_to_pool(Api::HipFreeAsync, ptr, POOLS, move || real.call()),
-    }
+unsafe fn free_async(h: Hook, real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
+    h.free_to_pool(Api::HipFreeAsync, ptr, POOLS, move || real.call())
 }
 
 /// ROCm 7.0 in `hipRuntimeGetVersion`'s encoding (HIP_VERSION: major * 10^7 + minor * 10^5 +
@@ -317,44 +312,38 @@ fn host_locations() -> bool {
 /// `hipMemLocationTypeHost`, `HostNuma`, `HostNumaCurrent`); device memory passes through. A
 /// physical allocation is mapped for the device, so `downgrade` refuses it as `error` does.
 unsafe fn mem_create(
+    h: Hook,
     real: hipMemCreate::Call,
     handle: *mut u64,
     size: usize,
     prop: *const c_void,
     flags: u64,
 ) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) if !host_locations() => {
-            h.create_physical(Api::HipMemCreate, handle, size, None, CODES, move || {
-                real.call()
-            })
-        }
-        Some(h) => {
-            // SAFETY: `prop` is the C caller's, null or a `hipMemAllocationProp`, whose layout
-            // since ROCm 6 is `CUmemAllocationProp`'s (`type` at byte 0, `location.type` at 8,
-            // the same numbers: docs/field-notes.md), and `flags` must be 0 as CUDA's.
-            let (host, rejected) = unsafe { super::cuda_abi::host_prop(prop, flags) };
-            let req = host.then_some(if rejected {
-                Request::Rejected
-            } else {
-                Request::Mapped
-            });
-            h.create_physical(Api::HipMemCreate, handle, size, req, CODES, move || {
-                real.call()
-            })
-        }
+    if !host_locations() {
+        return h.create_physical(Api::HipMemCreate, handle, size, None, CODES, move || {
+            real.call()
+        });
     }
+    // SAFETY: `prop` is the C caller's, null or a `hipMemAllocationProp`, whose layout since
+    // ROCm 6 is `CUmemAllocationProp`'s (`type` at byte 0, `location.type` at 8, the same
+    // numbers: docs/field-notes.md), and `flags` must be 0 as CUDA's.
+    let (host, rejected) = unsafe { super::cuda_abi::host_prop(prop, flags) };
+    let req = host.then_some(if rejected {
+        Request::Rejected
+    } else {
+        Request::Mapped
+    });
+    h.create_physical(Api::HipMemCreate, handle, size, req, CODES, move || {
+        real.call()
+    })
 }
 
-unsafe fn mem_release(real: hipMemRelease::Call, handle: u64) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.release_physical(Api::HipMemRelease, handle, SUCCESS, move || real.call()),
-    }
+unsafe fn mem_release(h: Hook, real: hipMemRelease::Call, handle: u64) -> c_int {
+    h.release_physical(Api::HipMemRelease, handle, SUCCESS, move || real.call())
 }
 
 unsafe fn mem_map(
+    h: Hook,
     real: hipMemMap::Call,
     ptr: *mut c_void,
     size: usize,
@@ -362,51 +351,43 @@ unsafe fn mem_map(
     handle: u64,
     _flags: u64,
 ) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.map_physical(
-            Api::HipMemMap,
-            ptr as usize,
-            size,
-            handle,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.map_physical(
+        Api::HipMemMap,
+        ptr as usize,
+        size,
+        handle,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
-unsafe fn mem_unmap(real: hipMemUnmap::Call, ptr: *mut c_void, size: usize) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.unmap_physical(
-            Api::HipMemUnmap,
-            ptr as usize,
-            size.max(1),
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+unsafe fn mem_unmap(h: Hook, real: hipMemUnmap::Call, ptr: *mut c_void, size: usize) -> c_int {
+    h.unmap_physical(
+        Api::HipMemUnmap,
+        ptr as usize,
+        size.max(1),
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 unsafe fn mem_retain(
+    h: Hook,
     real: hipMemRetainAllocationHandle::Call,
     handle: *mut u64,
     _addr: *mut c_void,
 ) -> c_int {
-    match Hook::enter(Family::Hip) {
-        None => real.call(),
-        Some(h) => h.retain_physical(
-            Api::HipMemRetainAllocationHandle,
-            handle,
-            SUCCESS,
-            move || real.call(),
-        ),
-    }
+    h.retain_physical(
+        Api::HipMemRetainAllocationHandle,
+        handle,
+        SUCCESS,
+        move || real.call(),
+    )
 }
 
 /// `hipGetProcAddress`: the runtime's answer, with pinguard's wrapper in place of the real function
 /// for the names it tracks. Everything else (status, other symbols, version choice) is the
-/// runtime's own.
+/// runtime's own. Its row is `raw`: nothing is counted, so the hook is never entered.
 unsafe fn get_proc(
     real: hipGetProcAddress::Call,
     symbol: *const c_char,
@@ -435,7 +416,9 @@ unsafe fn get_proc(
     rc
 }
 
-/// A device allocation, counted where the device's memory is the host's; pinned or nothing.
+/// A device allocation, counted where the device's memory is the host's; pinned or nothing. Its
+/// rows are `raw`: the question comes before the hook is entered, so that an APU's call alone
+/// enters.
 #[inline(always)]
 fn device_alloc(
     api: Api,
@@ -505,49 +488,49 @@ fn free_counted(real: hipFree::Call, ptr: *mut c_void) -> c_int {
 hooks! {
     family Hip, missing NOT_INITIALIZED;
     /// Pinned host memory, `flags` saying portable, mapped, write-combined, NUMA, coherence.
-    fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_malloc;
+    fn hipHostMalloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_malloc;
     /// The same, under its deprecated name.
-    fn hipHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+    fn hipHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_alloc;
     /// The same, the name ROCm 6.3 moved to.
-    fn hipExtHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => ext_host_alloc;
+    fn hipExtHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => enter ext_host_alloc;
     /// Pinned host memory, default flags (deprecated).
-    fn hipMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => malloc_host;
+    fn hipMallocHost(ptr: *mut *mut c_void, size: usize) -> c_int => enter malloc_host;
     /// The same, the driver-style name (deprecated).
-    fn hipMemAllocHost(ptr: *mut *mut c_void, size: usize) -> c_int => mem_alloc_host;
+    fn hipMemAllocHost(ptr: *mut *mut c_void, size: usize) -> c_int => enter mem_alloc_host;
     /// Frees what any of the five allocation names gave.
-    fn hipHostFree(ptr: *mut c_void) -> c_int => host_free;
+    fn hipHostFree(ptr: *mut c_void) -> c_int => release host_free;
     /// The same, under its deprecated name.
-    fn hipFreeHost(ptr: *mut c_void) -> c_int => free_host;
+    fn hipFreeHost(ptr: *mut c_void) -> c_int => release free_host;
     /// Pins (and maps for the device) memory the caller owns.
-    fn hipHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int => host_register;
+    fn hipHostRegister(ptr: *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_register;
     /// Unpins what `hipHostRegister` pinned.
-    fn hipHostUnregister(ptr: *mut c_void) -> c_int => host_unregister;
+    fn hipHostUnregister(ptr: *mut c_void) -> c_int => release host_unregister;
     /// A memory pool, perhaps of pinned host memory (6.x).
-    fn hipMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => pool_create;
+    fn hipMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pool_create;
     /// A pool's end: its memory goes back.
-    fn hipMemPoolDestroy(pool: u64) -> c_int => pool_destroy;
+    fn hipMemPoolDestroy(pool: u64) -> c_int => enter pool_destroy;
     /// A pool gives back what it holds beyond `keep` bytes.
-    fn hipMemPoolTrimTo(pool: u64, keep: usize) -> c_int => pool_trim;
+    fn hipMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pool_trim;
     /// An allocation from a pool, which may grow it.
-    fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => pool_alloc;
+    fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
     /// An allocation back to its pool.
-    fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => free_async;
+    fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => enter free_async;
     /// Physical memory for the virtual-memory API, at a host location in ROCm 7 (counted).
-    fn hipMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => mem_create;
+    fn hipMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => enter mem_create;
     /// A handle of `hipMemCreate` goes (its memory once unmapped).
-    fn hipMemRelease(handle: u64) -> c_int => mem_release;
+    fn hipMemRelease(handle: u64) -> c_int => enter mem_release;
     /// Maps physical memory at a reserved address.
-    fn hipMemMap(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => mem_map;
+    fn hipMemMap(ptr: *mut c_void, size: usize, offset: usize, handle: u64, flags: u64) -> c_int => enter mem_map;
     /// Unmaps a range `hipMemMap` mapped.
-    fn hipMemUnmap(ptr: *mut c_void, size: usize) -> c_int => mem_unmap;
+    fn hipMemUnmap(ptr: *mut c_void, size: usize) -> c_int => enter mem_unmap;
     /// One more handle on mapped physical memory.
-    fn hipMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => mem_retain;
+    fn hipMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => enter mem_retain;
     /// Any HIP function by name (6.1+): tracked names answer with pinguard's wrappers.
-    fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => get_proc;
+    fn hipGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> c_int => raw get_proc;
     /// Device memory: the host's own on an APU.
-    fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => malloc;
+    fn hipMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => raw malloc;
     /// Memory the device and the host share.
-    fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => malloc_managed;
+    fn hipMallocManaged(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => raw malloc_managed;
     /// Frees what `hipMalloc` or `hipMallocManaged` gave.
-    fn hipFree(ptr: *mut c_void) -> c_int => free;
+    fn hipFree(ptr: *mut c_void) -> c_int => raw free;
 }

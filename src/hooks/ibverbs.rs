@@ -8,7 +8,7 @@
 //! NCCL takes these through `dlvsym(handle, name, version)`: each version found gets its own slot.
 
 use super::hooks;
-use crate::api::{Api, Family};
+use crate::api::Api;
 use crate::track::{Hook, Request};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -69,43 +69,46 @@ fn pins(length: usize, access: c_uint) -> (u64, Request) {
 }
 
 fn register(
+    h: Hook,
     api: Api,
     addr: *mut c_void,
     length: usize,
     access: c_uint,
     real: impl FnOnce() -> *mut c_void,
 ) -> *mut c_void {
-    match Hook::enter(Family::Ibverbs) {
-        None => real(),
-        Some(h) => {
-            let (bytes, req) = pins(length, access);
-            let req = match req {
-                Request::Rejected => Request::Rejected,
-                _ => Request::Mapped,
-            };
-            // Recorded under its own name: an on-demand registration pins nothing.
-            let api = match access & ON_DEMAND {
-                0 => api,
-                _ => Api::IbvRegMrOnDemand,
-            };
-            h.register_handle(api, addr as usize, bytes, req, real)
-        }
-    }
+    let (bytes, req) = pins(length, access);
+    let req = match req {
+        Request::Rejected => Request::Rejected,
+        _ => Request::Mapped,
+    };
+    // Recorded under its own name: an on-demand registration pins nothing.
+    let api = match access & ON_DEMAND {
+        0 => api,
+        _ => Api::IbvRegMrOnDemand,
+    };
+    h.register_handle(api, addr as usize, bytes, req, real)
 }
 
 unsafe fn reg_mr(
+    h: Hook,
     real: ibv_reg_mr::Call,
     _pd: *mut c_void,
     addr: *mut c_void,
     length: usize,
     access: c_int,
 ) -> *mut c_void {
-    register(Api::IbvRegMr, addr, length, access as c_uint, move || {
-        real.call()
-    })
+    register(
+        h,
+        Api::IbvRegMr,
+        addr,
+        length,
+        access as c_uint,
+        move || real.call(),
+    )
 }
 
 unsafe fn reg_mr_iova(
+    h: Hook,
     real: ibv_reg_mr_iova::Call,
     _pd: *mut c_void,
     addr: *mut c_void,
@@ -114,6 +117,7 @@ unsafe fn reg_mr_iova(
     access: c_int,
 ) -> *mut c_void {
     register(
+        h,
         Api::IbvRegMrIova,
         addr,
         length,
@@ -123,6 +127,7 @@ unsafe fn reg_mr_iova(
 }
 
 unsafe fn reg_mr_iova2(
+    h: Hook,
     real: ibv_reg_mr_iova2::Call,
     _pd: *mut c_void,
     addr: *mut c_void,
@@ -130,13 +135,16 @@ unsafe fn reg_mr_iova2(
     _iova: u64,
     access: c_uint,
 ) -> *mut c_void {
-    register(Api::IbvRegMrIova2, addr, length, access, move || {
+    register(h, Api::IbvRegMrIova2, addr, length, access, move || {
         real.call()
     })
 }
 
 /// A dma-buf (device memory another driver exported): recorded, no host bytes.
+// The C signature's six arguments, after the hook and the call the row hands every body.
+#[allow(clippy::too_many_arguments)]
 unsafe fn reg_dmabuf_mr(
+    h: Hook,
     real: ibv_reg_dmabuf_mr::Call,
     _pd: *mut c_void,
     _offset: u64,
@@ -147,6 +155,7 @@ unsafe fn reg_dmabuf_mr(
 ) -> *mut c_void {
     // Never shown as on demand: no host pages either way.
     register(
+        h,
         Api::IbvRegDmabufMr,
         std::ptr::null_mut(),
         0,
@@ -155,7 +164,10 @@ unsafe fn reg_dmabuf_mr(
     )
 }
 
+// The C signature's six arguments, after the hook and the call the row hands every body.
+#[allow(clippy::too_many_arguments)]
 unsafe fn rereg_mr(
+    h: Hook,
     real: ibv_rereg_mr::Call,
     mr: *mut c_void,
     flags: c_int,
@@ -164,9 +176,6 @@ unsafe fn rereg_mr(
     length: usize,
     access: c_int,
 ) -> c_int {
-    let Some(h) = Hook::enter(Family::Ibverbs) else {
-        return real.call();
-    };
     if mr.is_null() || flags & CHANGE_TRANSLATION == 0 {
         return h.reregister_handle(
             mr,
@@ -195,25 +204,22 @@ unsafe fn rereg_mr(
     )
 }
 
-unsafe fn dereg_mr(real: ibv_dereg_mr::Call, mr: *mut c_void) -> c_int {
-    match Hook::enter_release(Family::Ibverbs) {
-        None => real.call(),
-        Some(h) => h.release(Api::IbvDeregMr, mr, &REGS, 0, move || real.call()),
-    }
+unsafe fn dereg_mr(h: Hook, real: ibv_dereg_mr::Call, mr: *mut c_void) -> c_int {
+    h.release(Api::IbvDeregMr, mr, &REGS, 0, move || real.call())
 }
 
 hooks! {
     family Ibverbs, missing NoLibrary::answer();
     /// Registers `length` bytes at `addr` with the card (pins them), `access` the `IBV_ACCESS_*` flags.
-    fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void => reg_mr;
+    fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> *mut c_void => enter reg_mr;
     /// The same at the card's address `iova`.
-    fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut c_void => reg_mr_iova;
+    fn ibv_reg_mr_iova(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_int) -> *mut c_void => enter reg_mr_iova;
     /// The same, taking the optional access flags (what `verbs.h`'s macros call).
-    fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut c_void => reg_mr_iova2;
+    fn ibv_reg_mr_iova2(pd: *mut c_void, addr: *mut c_void, length: usize, iova: u64, access: c_uint) -> *mut c_void => enter reg_mr_iova2;
     /// Registers a dma-buf (device memory): no host pages.
-    fn ibv_reg_dmabuf_mr(pd: *mut c_void, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut c_void => reg_dmabuf_mr;
+    fn ibv_reg_dmabuf_mr(pd: *mut c_void, offset: u64, length: usize, iova: u64, fd: c_int, access: c_int) -> *mut c_void => enter reg_dmabuf_mr;
     /// Moves a registration to another range, domain or access.
-    fn ibv_rereg_mr(mr: *mut c_void, flags: c_int, pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> c_int => rereg_mr;
+    fn ibv_rereg_mr(mr: *mut c_void, flags: c_int, pd: *mut c_void, addr: *mut c_void, length: usize, access: c_int) -> c_int => enter rereg_mr;
     /// Ends a registration (unpins its pages).
-    fn ibv_dereg_mr(mr: *mut c_void) -> c_int => dereg_mr;
+    fn ibv_dereg_mr(mr: *mut c_void) -> c_int => release dereg_mr;
 }

@@ -9,6 +9,11 @@
 //! its thread is already inside pinguard (a signal handler that interrupted a hook) passes straight
 //! through and is counted in `untracked_count`; the kernel's `VmLck` still sees its pages, and the
 //! next comparison with the kernel takes them into the view.
+//!
+//! Unlike the runtimes' rows, these bodies enter the hook by hand (`hand_hooks!` has no family):
+//! each does something of its own around the entry: a call that passes through is still counted
+//! when nested (`nested`), `mlockall` keeps pinguard's mappings out even untracked, and `mmap`,
+//! `munmap`, `mremap` test their flags and the locked view before they enter at all.
 
 use super::hand_hooks;
 use crate::accounting::ledger;

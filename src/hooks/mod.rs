@@ -115,7 +115,7 @@ invoke!(A1, A2, A3, A4, A5, A6);
 ///
 /// ```text
 /// /// What it does.
-/// fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => host_alloc;
+/// fn cudaHostAlloc(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> c_int => enter host_alloc;
 /// ```
 ///
 /// (its name, its C signature, the body that hands it to `track`). The family's first line names
@@ -129,13 +129,25 @@ invoke!(A1, A2, A3, A4, A5, A6);
 /// - the exported `extern "C-unwind"` function.
 ///
 /// and the table as a whole `FAMILY`, `NAMES` (its names, in order) and `redirect`, the wrapper
-/// for a function of the family that `dlsym(handle, name)` found. The body is
-/// `unsafe fn(real: Call, args...) -> ret`: `real` makes the C caller's call of the real
-/// function, the arguments are the C caller's, under its contract.
+/// for a function of the family that `dlsym(handle, name)` found.
+///
+/// The word before the body says how the call enters pinguard, which the row's `run` does:
+///
+/// - `enter`: `Hook::enter(FAMILY)` (a pinning call, or one that changes what is pinned: it walks
+///   the stack and may start pinguard up); the body is `unsafe fn(h: Hook, real: Call, args...)
+///   -> ret`, called only when the hook is entered; otherwise the real call passes straight
+///   through;
+/// - `release`: the same with `Hook::enter_release` (a release: no walk, no start-up);
+/// - `raw`: no entry; the body is `unsafe fn(real: Call, args...) -> ret` and enters itself, or
+///   not (a device allocation that asks first whether the device's memory is the host's, a
+///   `GetProcAddress` that only swaps the answer).
+///
+/// `real` makes the C caller's call of the real function, the arguments are the C caller's,
+/// under its contract.
 macro_rules! hooks {
     (
         family $family:ident, missing $missing:expr;
-        $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty => $body:path; )*
+        $( $(#[doc = $doc:literal])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) -> $ret:ty => $how:ident $body:path; )*
     ) => {
         $(
             // Named after the C symbol it stands for.
@@ -160,7 +172,8 @@ macro_rules! hooks {
                 /// its contract.
                 pub unsafe fn run(f: Fn, $($arg: $ty),*) -> $ret {
                     // SAFETY: this function's own contract is `Call::new`'s.
-                    unsafe { $body(Call::new(f, ($($arg,)*)), $($arg),*) }
+                    let real = unsafe { Call::new(f, ($($arg,)*)) };
+                    $crate::hooks::hooks!(@enter $how $family $body, real, ($($arg),*))
                 }
                 /// The export's call while `REAL` is not yet found: the look-up, then the body.
                 /// Out of line, so that the export's steady path saves no registers (a look-up
@@ -180,10 +193,10 @@ macro_rules! hooks {
                         None => $missing,
                     }
                 }
-                $crate::hooks::hooks!(@slot s0 0 $body, ($($arg: $ty),*) -> $ret);
-                $crate::hooks::hooks!(@slot s1 1 $body, ($($arg: $ty),*) -> $ret);
-                $crate::hooks::hooks!(@slot s2 2 $body, ($($arg: $ty),*) -> $ret);
-                $crate::hooks::hooks!(@slot s3 3 $body, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s0 0, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s1 1, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s2 2, ($($arg: $ty),*) -> $ret);
+                $crate::hooks::hooks!(@slot s3 3, ($($arg: $ty),*) -> $ret);
                 /// The wrapper bound to `real`, a function of this type found another way.
                 pub fn bind(real: usize) -> Option<usize> {
                     let wrappers = [s0 as *const () as usize, s1 as *const () as usize, s2 as *const () as usize, s3 as *const () as usize];
@@ -217,7 +230,26 @@ macro_rules! hooks {
             None
         }
     };
-    (@slot $s:ident $i:literal $body:path, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
+    (@enter enter $family:ident $body:path, $real:ident, ($($arg:ident),*)) => {
+        match $crate::track::Hook::enter($crate::api::Family::$family) {
+            None => $real.call(),
+            // SAFETY: the C caller's arguments, under the entry point's contract, which is the
+            // body's.
+            Some(h) => unsafe { $body(h, $real, $($arg),*) },
+        }
+    };
+    (@enter release $family:ident $body:path, $real:ident, ($($arg:ident),*)) => {
+        match $crate::track::Hook::enter_release($crate::api::Family::$family) {
+            None => $real.call(),
+            // SAFETY: as for `enter`.
+            Some(h) => unsafe { $body(h, $real, $($arg),*) },
+        }
+    };
+    (@enter raw $family:ident $body:path, $real:ident, ($($arg:ident),*)) => {
+        // SAFETY: as for `enter`.
+        unsafe { $body($real, $($arg),*) }
+    };
+    (@slot $s:ident $i:literal, ($($arg:ident : $ty:ty),*) -> $ret:ty) => {
         unsafe extern "C-unwind" fn $s($($arg: $ty),*) -> $ret {
             // SAFETY: `bind` hands out this wrapper only once its slot holds a real `Fn`, never
             // changed after; the arguments are the C caller's, under that function's contract.
