@@ -9,11 +9,11 @@
 //! `_v2` one, which `cuda.h` maps the name to since CUDA 3.2, a `size_t`), and
 //! `cuGetProcAddress` gained a fifth argument in `_v2` (CUDA 12.0). Each gets its own wrappers.
 
-use super::cuda_abi::{host_prop, location_host, pool_attr, pool_props_host, PoolAttrFn};
-use super::{hooks, real};
+use super::cuda_abi::host_prop;
+use super::{hooks, pools, real};
 use crate::api::{Api, Family};
 use crate::track::device::{self, DeviceQuery, Runtime};
-use crate::track::{Codes, Hook, PoolApi, Request};
+use crate::track::{Codes, Hook, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
 
@@ -91,41 +91,6 @@ const CODES: Codes<c_int> = Codes {
     oom: OUT_OF_MEMORY,
     already: ALREADY_REGISTERED,
 };
-
-unsafe fn pool_of(
-    h: Hook,
-    real: cuMemGetMemPool::Call,
-    api: Api,
-    pool: *mut u64,
-    location: *const c_int,
-    ty: c_int,
-) -> c_int {
-    // SAFETY: `location` is the C caller's, null or a `CUmemLocation`.
-    let host = unsafe { location_host(location, ty) };
-    h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
-}
-
-unsafe fn default_pool(
-    h: Hook,
-    real: cuMemGetMemPool::Call,
-    pool: *mut u64,
-    location: *const c_int,
-    ty: c_int,
-) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(h, real, Api::CuMemGetDefaultMemPool, pool, location, ty) }
-}
-
-unsafe fn current_pool(
-    h: Hook,
-    real: cuMemGetMemPool::Call,
-    pool: *mut u64,
-    location: *const c_int,
-    ty: c_int,
-) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(h, real, Api::CuMemGetMemPool, pool, location, ty) }
-}
 
 unsafe fn host_alloc(
     h: Hook,
@@ -244,72 +209,12 @@ unsafe fn host_unregister(h: Hook, real: cuMemHostUnregister::Call, p: *mut c_vo
     )
 }
 
-/// The driver's pool calls: its codes, and `cuMemPoolGetAttribute`.
-const POOLS: PoolApi<c_int> = PoolApi {
-    codes: CODES,
-    read: driver_pool_attr,
-};
-
-fn driver_pool_attr(pool: u64, attr: i32) -> Option<u64> {
-    // SAFETY: `PoolAttrFn` is the C type of `cuMemPoolGetAttribute`.
-    pool_attr(
-        unsafe { real!("cuMemPoolGetAttribute").get::<PoolAttrFn>() },
-        pool,
-        attr,
-    )
-}
-
-unsafe fn pool_create(
-    h: Hook,
-    real: cuMemPoolCreate::Call,
-    pool: *mut u64,
-    props: *const c_void,
-) -> c_int {
-    // SAFETY: `props` is the C caller's, null or a `CUmemPoolProps`.
-    let host = unsafe { pool_props_host(props) };
-    h.pool_handed_out(Api::CuMemPoolCreate, pool, host, true, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_destroy(h: Hook, real: cuMemPoolDestroy::Call, pool: u64) -> c_int {
-    h.shrink_pool(Api::CuMemPoolDestroy, pool, true, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_trim(h: Hook, real: cuMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
-    h.shrink_pool(Api::CuMemPoolTrimTo, pool, false, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_alloc(
-    h: Hook,
-    real: cuMemAllocFromPoolAsync::Call,
-    dptr: *mut usize,
-    size: usize,
-    pool: u64,
-    _stream: *mut c_void,
-) -> c_int {
-    h.alloc_from_pool(
-        Api::CuMemAllocFromPoolAsync,
-        dptr,
-        size,
-        pool,
-        POOLS,
-        move || real.call(),
-    )
-}
-
-unsafe fn free_async(
-    h: Hook,
-    real: cuMemFreeAsync::Call,
-    dptr: usize,
-    _stream: *mut c_void,
-) -> c_int {
-    h.free_to_pool(Api::CuMemFreeAsync, dptr, POOLS, move || real.call())
-}
+super::pools::pools!(
+    CODES,
+    "cuMemPoolGetAttribute",
+    CuMemPoolCreate CuMemPoolDestroy CuMemPoolTrimTo CuMemAllocFromPoolAsync CuMemFreeAsync,
+    get CuMemGetDefaultMemPool CuMemGetMemPool
+);
 
 unsafe fn mem_create(
     h: Hook,
@@ -554,23 +459,23 @@ hooks! {
     /// One more handle on mapped physical memory.
     fn cuMemRetainAllocationHandle(handle: *mut u64, addr: *mut c_void) -> c_int => enter mem_retain;
     /// A memory pool, perhaps of pinned host memory.
-    fn cuMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pool_create;
+    fn cuMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pools::create::<Pools>;
     /// A pool's end: its memory goes back.
-    fn cuMemPoolDestroy(pool: u64) -> c_int => enter pool_destroy;
+    fn cuMemPoolDestroy(pool: u64) -> c_int => enter pools::destroy::<Pools>;
     /// A pool gives back what it holds beyond `keep` bytes.
-    fn cuMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pool_trim;
+    fn cuMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pools::trim::<Pools>;
     /// An allocation from a pool, which may grow it.
-    fn cuMemAllocFromPoolAsync(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
+    fn cuMemAllocFromPoolAsync(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pools::alloc::<Pools>;
     /// The same, on the per-thread default stream.
-    fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
+    fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pools::alloc::<Pools>;
     /// An allocation back to its pool.
-    fn cuMemFreeAsync(dptr: usize, stream: *mut c_void) -> c_int => enter free_async;
+    fn cuMemFreeAsync(dptr: usize, stream: *mut c_void) -> c_int => enter pools::free::<Pools>;
     /// The same, on the per-thread default stream.
-    fn cuMemFreeAsync_ptsz(dptr: usize, stream: *mut c_void) -> c_int => enter free_async;
+    fn cuMemFreeAsync_ptsz(dptr: usize, stream: *mut c_void) -> c_int => enter pools::free::<Pools>;
     /// A location's default pool, perhaps a host one.
-    fn cuMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter default_pool;
+    fn cuMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter pools::handed_out::<DefaultPool>;
     /// A location's current pool.
-    fn cuMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter current_pool;
+    fn cuMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter pools::handed_out::<CurrentPool>;
     /// Device memory (`size_t` size, 64-bit `CUdeviceptr`): the host's own on an integrated device.
     fn cuMemAlloc_v2(dptr: *mut u64, size: usize) -> c_int => raw mem_alloc;
     /// Memory the device and the host share, migrated on demand.

@@ -3,10 +3,10 @@
 //! `cudaFree`, counted only where the device's memory is the host's (`track::device`).
 //! `cudaError_t` is a C enum, passed as `int`.
 
-use super::{hooks, real};
+use super::{hooks, pools, real};
 use crate::api::{Api, Family};
 use crate::track::device::{self, DeviceQuery, Runtime};
-use crate::track::{Codes, Hook, PoolApi, Request};
+use crate::track::{Codes, Hook, Request};
 use std::os::raw::{c_int, c_uint, c_void};
 
 const SUCCESS: c_int = 0;
@@ -67,107 +67,12 @@ const DEVICES: DeviceQuery = DeviceQuery {
     current: || int_out(unsafe { real!("cudaGetDevice").get::<IntOutFn>() }),
 };
 
-fn runtime_pool_attr(pool: u64, attr: i32) -> Option<u64> {
-    // SAFETY: `PoolAttrFn` is the C type of `cudaMemPoolGetAttribute`.
-    super::cuda_abi::pool_attr(
-        unsafe { real!("cudaMemPoolGetAttribute").get::<super::cuda_abi::PoolAttrFn>() },
-        pool,
-        attr,
-    )
-}
-
-/// The runtime's pool calls: its codes, and `cudaMemPoolGetAttribute`.
-const POOLS: PoolApi<c_int> = PoolApi {
-    codes: CODES,
-    read: runtime_pool_attr,
-};
-
-unsafe fn pool_of(
-    h: Hook,
-    real: cudaMemGetMemPool::Call,
-    api: Api,
-    pool: *mut u64,
-    location: *const c_int,
-    ty: c_int,
-) -> c_int {
-    // SAFETY: `location` is the C caller's, null or a `cudaMemLocation` (`{type, id}`).
-    let host = unsafe { super::cuda_abi::location_host(location, ty) };
-    h.pool_handed_out(api, pool, host, false, POOLS, move || real.call())
-}
-
-unsafe fn default_pool(
-    h: Hook,
-    real: cudaMemGetMemPool::Call,
-    pool: *mut u64,
-    location: *const c_int,
-    ty: c_int,
-) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(h, real, Api::CudaMemGetDefaultMemPool, pool, location, ty) }
-}
-
-unsafe fn current_pool(
-    h: Hook,
-    real: cudaMemGetMemPool::Call,
-    pool: *mut u64,
-    location: *const c_int,
-    ty: c_int,
-) -> c_int {
-    // SAFETY: the C caller's arguments, passed on.
-    unsafe { pool_of(h, real, Api::CudaMemGetMemPool, pool, location, ty) }
-}
-
-unsafe fn pool_create(
-    h: Hook,
-    real: cudaMemPoolCreate::Call,
-    pool: *mut u64,
-    props: *const c_void,
-) -> c_int {
-    // SAFETY: `props` is the C caller's, null or a `cudaMemPoolProps`.
-    let host = unsafe { super::cuda_abi::pool_props_host(props) };
-    h.pool_handed_out(Api::CudaMemPoolCreate, pool, host, true, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_destroy(h: Hook, real: cudaMemPoolDestroy::Call, pool: u64) -> c_int {
-    h.shrink_pool(Api::CudaMemPoolDestroy, pool, true, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_trim(h: Hook, real: cudaMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
-    h.shrink_pool(Api::CudaMemPoolTrimTo, pool, false, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_alloc(
-    h: Hook,
-    real: cudaMallocFromPoolAsync::Call,
-    ptr: *mut usize,
-    size: usize,
-    pool: u64,
-    _stream: *mut c_void,
-) -> c_int {
-    h.alloc_from_pool(
-        Api::CudaMallocFromPoolAsync,
-        ptr,
-        size,
-        pool,
-        POOLS,
-        move || real.call(),
-    )
-}
-
-unsafe fn free_async(
-    h: Hook,
-    real: cudaFreeAsync::Call,
-    ptr: usize,
-    _stream: *mut c_void,
-) -> c_int {
-    h.free_to_pool(Api::CudaFreeAsync, ptr, POOLS, move || real.call())
-}
+super::pools::pools!(
+    CODES,
+    "cudaMemPoolGetAttribute",
+    CudaMemPoolCreate CudaMemPoolDestroy CudaMemPoolTrimTo CudaMallocFromPoolAsync CudaFreeAsync,
+    get CudaMemGetDefaultMemPool CudaMemGetMemPool
+);
 
 unsafe fn host_alloc(
     h: Hook,
@@ -326,23 +231,23 @@ hooks! {
     /// Unpins what `cudaHostRegister` pinned.
     fn cudaHostUnregister(ptr: *mut c_void) -> c_int => release host_unregister;
     /// A memory pool, perhaps of pinned host memory.
-    fn cudaMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pool_create;
+    fn cudaMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pools::create::<Pools>;
     /// A pool's end: its memory goes back.
-    fn cudaMemPoolDestroy(pool: u64) -> c_int => enter pool_destroy;
+    fn cudaMemPoolDestroy(pool: u64) -> c_int => enter pools::destroy::<Pools>;
     /// A pool gives back what it holds beyond `keep` bytes.
-    fn cudaMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pool_trim;
+    fn cudaMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pools::trim::<Pools>;
     /// An allocation from a pool, which may grow it.
-    fn cudaMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
+    fn cudaMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pools::alloc::<Pools>;
     /// The same, on the per-thread default stream.
-    fn cudaMallocFromPoolAsync_ptsz(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
+    fn cudaMallocFromPoolAsync_ptsz(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pools::alloc::<Pools>;
     /// An allocation back to its pool.
-    fn cudaFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => enter free_async;
+    fn cudaFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => enter pools::free::<Pools>;
     /// The same, on the per-thread default stream.
-    fn cudaFreeAsync_ptsz(ptr: usize, stream: *mut c_void) -> c_int => enter free_async;
+    fn cudaFreeAsync_ptsz(ptr: usize, stream: *mut c_void) -> c_int => enter pools::free::<Pools>;
     /// A location's default pool, perhaps a host one.
-    fn cudaMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter default_pool;
+    fn cudaMemGetDefaultMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter pools::handed_out::<DefaultPool>;
     /// A location's current pool.
-    fn cudaMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter current_pool;
+    fn cudaMemGetMemPool(pool: *mut u64, location: *const c_int, ty: c_int) -> c_int => enter pools::handed_out::<CurrentPool>;
     /// Device memory: the host's own on an integrated device.
     fn cudaMalloc(ptr: *mut *mut c_void, size: usize) -> c_int => raw malloc;
     /// Memory the device and the host share, migrated on demand.

@@ -5,10 +5,10 @@
 //! (docs/field-notes.md, "AMD's HIP runtime"). `hipMalloc`, `hipMallocManaged` and `hipFree` are
 //! counted only where the device's memory is the host's (an APU: `track::device`).
 
-use super::{hooks, real};
+use super::{hooks, pools, real};
 use crate::api::{Api, Family};
 use crate::track::device::{self, DeviceQuery, Runtime};
-use crate::track::{Codes, Hook, PoolApi, Request};
+use crate::track::{Codes, Hook, Request};
 use std::ffi::{c_char, CStr};
 use std::os::raw::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -217,71 +217,13 @@ unsafe fn host_unregister(h: Hook, real: hipHostUnregister::Call, ptr: *mut c_vo
     )
 }
 
-/// `hipMemPoolGetAttribute` with `hipMemPoolAttrReservedMemCurrent` (5) or `UsedMemCurrent` (7):
-/// CUDA's attribute numbers and value type.
-fn pool_attr(pool: u64, attr: i32) -> Option<u64> {
-    // SAFETY: `PoolAttrFn` is the C type of `hipMemPoolGetAttribute`.
-    super::cuda_abi::pool_attr(
-        unsafe { real!("hipMemPoolGetAttribute").get::<super::cuda_abi::PoolAttrFn>() },
-        pool,
-        attr,
-    )
-}
-
-/// The runtime's pool calls: its codes, and `hipMemPoolGetAttribute`.
-const POOLS: PoolApi<c_int> = PoolApi {
-    codes: CODES,
-    read: pool_attr,
-};
-
-unsafe fn pool_create(
-    h: Hook,
-    real: hipMemPoolCreate::Call,
-    pool: *mut u64,
-    props: *const c_void,
-) -> c_int {
-    // SAFETY: `props` is the C caller's, null or a `hipMemPoolProps`, whose first 16 bytes
-    // are `CUmemPoolProps`' (`allocType`, `handleTypes`, `location {type, id}`), with the
-    // same location types (host 2, host NUMA 3 and 4; 5.2.3 knows only device, 1).
-    let host = unsafe { super::cuda_abi::pool_props_host(props) };
-    h.pool_handed_out(Api::HipMemPoolCreate, pool, host, true, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_destroy(h: Hook, real: hipMemPoolDestroy::Call, pool: u64) -> c_int {
-    h.shrink_pool(Api::HipMemPoolDestroy, pool, true, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_trim(h: Hook, real: hipMemPoolTrimTo::Call, pool: u64, _keep: usize) -> c_int {
-    h.shrink_pool(Api::HipMemPoolTrimTo, pool, false, POOLS, move || {
-        real.call()
-    })
-}
-
-unsafe fn pool_alloc(
-    h: Hook,
-    real: hipMallocFromPoolAsync::Call,
-    ptr: *mut usize,
-    size: usize,
-    pool: u64,
-    _stream: *mut c_void,
-) -> c_int {
-    h.alloc_from_pool(
-        Api::HipMallocFromPoolAsync,
-        ptr,
-        size,
-        pool,
-        POOLS,
-        move || real.call(),
-    )
-}
-
-unsafe fn free_async(h: Hook, real: hipFreeAsync::Call, ptr: usize, _stream: *mut c_void) -> c_int {
-    h.free_to_pool(Api::HipFreeAsync, ptr, POOLS, move || real.call())
-}
+// `hipMemPoolGetAttribute` takes CUDA's attribute numbers (`hipMemPoolAttrReservedMemCurrent` 5,
+// `UsedMemCurrent` 7) and value type. HIP has no `hipMemGetDefaultMemPool` row.
+super::pools::pools!(
+    CODES,
+    "hipMemPoolGetAttribute",
+    HipMemPoolCreate HipMemPoolDestroy HipMemPoolTrimTo HipMallocFromPoolAsync HipFreeAsync
+);
 
 /// ROCm 7.0 in `hipRuntimeGetVersion`'s encoding (HIP_VERSION: major * 10^7 + minor * 10^5 +
 /// patch): the first runtime whose `hipMemCreate` takes host locations.
@@ -506,15 +448,15 @@ hooks! {
     /// Unpins what `hipHostRegister` pinned.
     fn hipHostUnregister(ptr: *mut c_void) -> c_int => release host_unregister;
     /// A memory pool, perhaps of pinned host memory (6.x).
-    fn hipMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pool_create;
+    fn hipMemPoolCreate(pool: *mut u64, props: *const c_void) -> c_int => enter pools::create::<Pools>;
     /// A pool's end: its memory goes back.
-    fn hipMemPoolDestroy(pool: u64) -> c_int => enter pool_destroy;
+    fn hipMemPoolDestroy(pool: u64) -> c_int => enter pools::destroy::<Pools>;
     /// A pool gives back what it holds beyond `keep` bytes.
-    fn hipMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pool_trim;
+    fn hipMemPoolTrimTo(pool: u64, keep: usize) -> c_int => enter pools::trim::<Pools>;
     /// An allocation from a pool, which may grow it.
-    fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pool_alloc;
+    fn hipMallocFromPoolAsync(ptr: *mut usize, size: usize, pool: u64, stream: *mut c_void) -> c_int => enter pools::alloc::<Pools>;
     /// An allocation back to its pool.
-    fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => enter free_async;
+    fn hipFreeAsync(ptr: usize, stream: *mut c_void) -> c_int => enter pools::free::<Pools>;
     /// Physical memory for the virtual-memory API, at a host location in ROCm 7 (counted).
     fn hipMemCreate(handle: *mut u64, size: usize, prop: *const c_void, flags: u64) -> c_int => enter mem_create;
     /// A handle of `hipMemCreate` goes (its memory once unmapped).

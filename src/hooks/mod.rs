@@ -29,6 +29,7 @@ pub mod hal;
 pub mod hip;
 pub mod ibverbs;
 pub mod libc_lock;
+mod pools;
 pub mod signal;
 
 /// A real function that no table declares (one a hook asks, not one it replaces):
