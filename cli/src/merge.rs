@@ -2,7 +2,7 @@
 //! between runs and processes), figures summed, processes counted.
 
 use pinguard_common::view::{FrameView, ReportView};
-use pinguard_common::{Frame, Totals};
+use pinguard_common::{add_site_counters, site_struct, Frame, Totals};
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -303,90 +303,76 @@ fn site_peaks(
         .collect()
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Site {
-    #[serde(skip)]
-    pub key: SiteKey,
-    pub frames: Vec<Frame>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub py_frames: Vec<Frame>,
-    /// Its name (`short_label`), in `report --json` only: the innermost frame and the callers that
-    /// tell it from the other callsites.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub label: String,
-    /// How much of its stack names it among the merged callsites (`labels`), set by `sort`.
-    #[serde(skip)]
-    pub name: Name,
-    pub apis: BTreeSet<String>,
-    pub live_bytes: u64,
-    pub live_count: u64,
-    /// The most this callsite held in one process: the highest of its processes' peaks there
-    /// (`site_peaks`). Never above the merged peak, which is at least every process's own; a sum
-    /// over processes would be, for processes not alive together (issue 46, item 6).
-    pub peak_live_bytes: u64,
-    /// The sum of each process's peak at this callsite: what an export's `peak` weight adds up
-    /// (a sample per process), never a figure of one moment.
-    pub peak_sum_bytes: u64,
-    pub alloc_count: u64,
-    pub alloc_bytes: u64,
-    pub denied_count: u64,
-    pub downgraded_count: u64,
-    pub over_budget_count: u64,
-    /// Bytes refused and downgraded here: `None` when a report merged in predates them.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub denied_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub downgraded_bytes: Option<u64>,
-    pub processes: usize,
-    /// Of those, the processes that still held live bytes here at their last reading.
-    pub live_processes: usize,
-    #[serde(skip)]
-    seen: BTreeSet<u32>,
-    #[serde(skip)]
-    holding: BTreeSet<u32>,
-    /// Whether any figures were added (the bytes of none are known: none).
-    #[serde(skip)]
-    figured: bool,
-}
+pinguard_common::with_callsite_counters!(site_struct {
+    #[derive(Clone, Debug, Default, Serialize)]
+    pub struct Site {
+        #[serde(skip)]
+        pub key: SiteKey,
+        pub frames: Vec<Frame>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub py_frames: Vec<Frame>,
+        /// Its name (`short_label`), in `report --json` only: the innermost frame and the callers
+        /// that tell it from the other callsites.
+        #[serde(skip_serializing_if = "String::is_empty")]
+        pub label: String,
+        /// How much of its stack names it among the merged callsites (`labels`), set by `sort`.
+        #[serde(skip)]
+        pub name: Name,
+        pub apis: BTreeSet<String>,
+        pub live_bytes: u64,
+        pub live_count: u64,
+        /// The most this callsite held in one process: the highest of its processes' peaks there
+        /// (`site_peaks`). Never above the merged peak, which is at least every process's own; a
+        /// sum over processes would be, for processes not alive together (issue 46, item 6).
+        pub peak_live_bytes: u64,
+        /// The sum of each process's peak at this callsite: what an export's `peak` weight adds
+        /// up (a sample per process), never a figure of one moment.
+        pub peak_sum_bytes: u64,
+        pub alloc_count: u64,
+        pub alloc_bytes: u64,
+    } {} {
+        pub processes: usize,
+        /// Of those, the processes that still held live bytes here at their last reading.
+        pub live_processes: usize,
+        #[serde(skip)]
+        seen: BTreeSet<u32>,
+        #[serde(skip)]
+        holding: BTreeSet<u32>,
+        /// Whether any figures were added (the bytes of none are known: none).
+        #[serde(skip)]
+        figured: bool,
+    }
+});
 
-/// A callsite's summed figures, as one report or one partial merge has them.
-struct Figures {
-    live: u64,
-    live_count: u64,
-    peak: u64,
-    peak_sum: u64,
-    allocs: u64,
-    alloc_bytes: u64,
-    denied: u64,
-    downgraded: u64,
-    over_budget: u64,
-    denied_bytes: Option<u64>,
-    downgraded_bytes: Option<u64>,
+/// A `Site` with one report's figures of a callsite, `$c` (a view of it): the callsite counters
+/// (`with_callsite_counters!`) by their names, the rest as given, no stack.
+macro_rules! site_of {
+    (
+        { $c:expr, $($field:ident: $value:expr),* $(,)? }
+        counts { $( $(#[$ca:meta])* $n:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {
+        Site {
+            $($field: $value,)*
+            $($n: $c.$n,)*
+            $($b: $c.$b,)*
+            ..Site::default()
+        }
+    };
 }
 
 impl Site {
-    fn add_figures(&mut self, f: Figures) {
-        self.live_bytes += f.live;
+    /// Adds `f`'s figures (one report's, or another partial merge's line): its peak is the
+    /// highest, everything else sums.
+    fn add_figures(&mut self, f: &Site) {
+        self.live_bytes += f.live_bytes;
         self.live_count += f.live_count;
-        self.peak_live_bytes = self.peak_live_bytes.max(f.peak);
-        self.peak_sum_bytes += f.peak_sum;
-        self.alloc_count += f.allocs;
+        self.peak_live_bytes = self.peak_live_bytes.max(f.peak_live_bytes);
+        self.peak_sum_bytes += f.peak_sum_bytes;
+        self.alloc_count += f.alloc_count;
         self.alloc_bytes += f.alloc_bytes;
-        self.denied_count += f.denied;
-        self.downgraded_count += f.downgraded;
-        self.over_budget_count += f.over_budget;
         let first = !std::mem::replace(&mut self.figured, true);
-        let sum = |a: Option<u64>, b: Option<u64>| {
-            if first {
-                b
-            } else {
-                pinguard_common::add_known(a, b)
-            }
-        };
-        (self.denied_bytes, self.downgraded_bytes) = (
-            sum(self.denied_bytes, f.denied_bytes),
-            sum(self.downgraded_bytes, f.downgraded_bytes),
-        );
+        pinguard_common::with_callsite_counters!(add_site_counters { self, f, first, false });
     }
 }
 
@@ -709,19 +695,15 @@ impl Merged {
             }
             // The line's peak for this process, counted once (with its first stack).
             let peak = peaks.get(&key).and_then(|p| p.take()).unwrap_or(0);
-            s.add_figures(Figures {
-                live: c.live_bytes,
+            s.add_figures(&pinguard_common::with_callsite_counters!(site_of {
+                c,
+                live_bytes: c.live_bytes,
                 live_count: c.live_count,
-                peak,
-                peak_sum: peak,
-                allocs: c.alloc_count,
+                peak_live_bytes: peak,
+                peak_sum_bytes: peak,
+                alloc_count: c.alloc_count,
                 alloc_bytes: c.alloc_bytes,
-                denied: c.denied_count,
-                downgraded: c.downgraded_count,
-                over_budget: c.over_budget_count,
-                denied_bytes: c.denied_bytes,
-                downgraded_bytes: c.downgraded_bytes,
-            });
+            }));
             s.seen.insert(proc_no);
             s.processes = s.seen.len();
             if c.live_bytes > 0 {
@@ -776,20 +758,8 @@ impl Merged {
         }
         for o in other.callsites {
             let s = self.site(o.key, || (o.frames.clone(), o.py_frames.clone()));
+            s.add_figures(&o);
             s.apis.extend(o.apis);
-            s.add_figures(Figures {
-                live: o.live_bytes,
-                live_count: o.live_count,
-                peak: o.peak_live_bytes,
-                peak_sum: o.peak_sum_bytes,
-                allocs: o.alloc_count,
-                alloc_bytes: o.alloc_bytes,
-                denied: o.denied_count,
-                downgraded: o.downgraded_count,
-                over_budget: o.over_budget_count,
-                denied_bytes: o.denied_bytes,
-                downgraded_bytes: o.downgraded_bytes,
-            });
             s.seen.extend(o.seen.iter().map(|n| remap[*n as usize]));
             s.processes = s.seen.len();
             s.holding

@@ -387,60 +387,157 @@ pub struct Frame {
     pub line: Option<u32>,
 }
 
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Callsite {
-    pub id: u32,
-    pub frames: Vec<Frame>,
-    /// The calling thread's Python stack, innermost first (`module` and `file` are the source
-    /// file, `symbol` the function's qualified name); empty outside Python.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub py_frames: Vec<Frame>,
-    /// The entry points this callsite called (usually one).
-    #[serde(default)]
-    pub apis: Vec<String>,
-    pub live_bytes: u64,
-    pub live_count: u64,
-    pub peak_live_bytes: u64,
-    pub alloc_count: u64,
-    pub alloc_bytes: u64,
-    pub denied_count: u64,
-    pub downgraded_count: u64,
-    /// Calls pinned over the budget under `warn` (absent from reports before it was added).
-    #[serde(default)]
-    pub over_budget_count: u64,
-    /// Bytes of the calls refused here (issue 37; `None` in reports written before): unlike the
-    /// events' sizes, never short when events were dropped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub denied_bytes: Option<u64>,
-    /// Bytes served unpinned here instead (`None` in reports written before).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub downgraded_bytes: Option<u64>,
+/// The event counters each callsite keeps (and the folded aggregate of callsites), declared once,
+/// in the report's order: the counts, then the bytes (`Option<u64>` in a report: `None` in one
+/// written before them, or in a sum with a part that lacks them), each with its doc and its
+/// attributes in a report. `$m` is called with the tokens after it, then the list, and makes
+/// whatever needs it: the report's fields of a callsite and of the aggregate, and the CLI's
+/// merged line (`site_struct!`), their sums (`Folded::add`, the CLI's merge), the library's
+/// initialisers, fold and report figures. The library's `Callsite` and `Folded` declare their
+/// fields by hand where the state file's layout puts them; their initialisers come from the list,
+/// so a counter there and not in the list, or the other way round, fails to compile, and so does
+/// a counter of the list that a report's reader does not take.
+#[macro_export]
+macro_rules! with_callsite_counters {
+    ($m:ident $($extra:tt)*) => {
+        $m! {
+            $($extra)*
+            counts {
+                denied_count,
+                downgraded_count,
+                /// Calls pinned over the budget under `warn` (absent from reports before it was
+                /// added).
+                #[serde(default)]
+                over_budget_count,
+            }
+            bytes {
+                /// Bytes of the calls refused here (issue 37; `None` in reports written before):
+                /// unlike the events' sizes, never short when events were dropped.
+                denied_bytes,
+                /// Bytes served unpinned here instead (`None` in reports written before).
+                downgraded_bytes,
+            }
+        }
+    };
 }
+
+/// A struct with `with_callsite_counters!`' fields: `{ attributes struct Name { head } { mid }
+/// { tail } }` makes `Name` with the head fields, the counts, the mid fields, the bytes (skipped
+/// when unknown), the tail fields.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! site_struct {
+    (
+        { $(#[$sa:meta])* $vis:vis struct $name:ident { $($head:tt)* } { $($mid:tt)* } { $($tail:tt)* } }
+        counts { $( $(#[$ca:meta])* $c:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {
+        $(#[$sa])*
+        $vis struct $name {
+            $($head)*
+            $( $(#[$ca])* pub $c: u64, )*
+            $($mid)*
+            $(
+                $(#[$ba])*
+                #[serde(default, skip_serializing_if = "Option::is_none")]
+                pub $b: Option<u64>,
+            )*
+            $($tail)*
+        }
+    };
+}
+
+/// The names of `with_callsite_counters!`' counters, in order.
+macro_rules! site_counter_names {
+    (counts { $( $(#[$ca:meta])* $c:ident, )* } bytes { $( $(#[$ba:meta])* $b:ident, )* }) => {
+        &[$(stringify!($c),)* $(stringify!($b),)*]
+    };
+}
+/// Every counter a callsite keeps (`with_callsite_counters!`), by its name in a report.
+pub const SITE_COUNTERS: &[&str] = with_callsite_counters!(site_counter_names);
+
+with_callsite_counters!(site_struct {
+    #[derive(Clone, Debug, Serialize, Deserialize)]
+    pub struct Callsite {
+        pub id: u32,
+        pub frames: Vec<Frame>,
+        /// The calling thread's Python stack, innermost first (`module` and `file` are the source
+        /// file, `symbol` the function's qualified name); empty outside Python.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pub py_frames: Vec<Frame>,
+        /// The entry points this callsite called (usually one).
+        #[serde(default)]
+        pub apis: Vec<String>,
+        pub live_bytes: u64,
+        pub live_count: u64,
+        pub peak_live_bytes: u64,
+        pub alloc_count: u64,
+        pub alloc_bytes: u64,
+    } {} {}
+});
 
 /// `a + b` where both are known: a sum with a figure missing is unknown.
 pub fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
     Some(a?.saturating_add(b?))
 }
 
-/// Callsites folded into one aggregate: how many, and their figures summed (none has anything
-/// live; its peak is the highest of theirs).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Folded {
-    pub count: u64,
-    pub alloc_count: u64,
-    pub alloc_bytes: u64,
-    pub peak_live_bytes: u64,
-    pub denied_count: u64,
-    pub downgraded_count: u64,
-    pub over_budget_count: u64,
-    /// The entry points any of them called.
-    #[serde(default)]
-    pub apis: Vec<String>,
-    /// As a callsite's (`None` in reports written before, or when a part of the sum lacks it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub denied_bytes: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub downgraded_bytes: Option<u64>,
+with_callsite_counters!(site_struct {
+    /// Callsites folded into one aggregate: how many, and their figures summed (none has anything
+    /// live; its peak is the highest of theirs). Its bytes, as a callsite's, are `None` also when
+    /// a part of the sum lacks them.
+    #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+    pub struct Folded {
+        pub count: u64,
+        pub alloc_count: u64,
+        pub alloc_bytes: u64,
+        pub peak_live_bytes: u64,
+    } {
+        /// The entry points any of them called.
+        #[serde(default)]
+        pub apis: Vec<String>,
+    } {}
+});
+
+/// `$to.counter += $from.counter` for every callsite counter (`with_callsite_counters!`), on any
+/// two values with their fields; bytes add up where both are known, and are `$from`'s while `$to`
+/// has nothing yet (`$fresh`), `$to`'s while `$from` has nothing (`$none`).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! add_site_counters {
+    (
+        { $to:expr, $from:expr, $fresh:expr, $none:expr }
+        counts { $( $(#[$ca:meta])* $c:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {{
+        let (fresh, none): (bool, bool) = ($fresh, $none);
+        $( $to.$c += $from.$c; )*
+        $(
+            $to.$b = match (fresh, none) {
+                (true, _) => $from.$b,
+                (_, true) => $to.$b,
+                _ => $crate::add_known($to.$b, $from.$b),
+            };
+        )*
+    }};
+}
+
+/// A `Folded` of one callsite's figures (`with_callsite_counters!`' from the callsite's).
+macro_rules! folded_of_site {
+    (
+        { $c:expr }
+        counts { $( $(#[$ca:meta])* $n:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {
+        Folded {
+            count: 1,
+            alloc_count: $c.alloc_count,
+            alloc_bytes: $c.alloc_bytes,
+            peak_live_bytes: $c.peak_live_bytes,
+            apis: $c.apis.clone(),
+            $( $n: $c.$n, )*
+            $( $b: $c.$b, )*
+        }
+    };
 }
 
 impl Folded {
@@ -450,39 +547,17 @@ impl Folded {
 
     /// Takes in a callsite's figures (one folded when a report's list is capped).
     pub fn add_site(&mut self, c: &Callsite) {
-        self.add(&Folded {
-            count: 1,
-            alloc_count: c.alloc_count,
-            alloc_bytes: c.alloc_bytes,
-            peak_live_bytes: c.peak_live_bytes,
-            denied_count: c.denied_count,
-            downgraded_count: c.downgraded_count,
-            over_budget_count: c.over_budget_count,
-            apis: c.apis.clone(),
-            denied_bytes: c.denied_bytes,
-            downgraded_bytes: c.downgraded_bytes,
-        });
+        self.add(&with_callsite_counters!(folded_of_site { c }));
     }
 
     /// Takes in another aggregate (of this process, or of another when reports are merged).
     pub fn add(&mut self, o: &Folded) {
         // An empty aggregate's bytes are known (none), whatever its fields say.
-        let sum = |a: Option<u64>, b: Option<u64>| match (self.is_empty(), o.is_empty()) {
-            (true, _) => b,
-            (_, true) => a,
-            _ => add_known(a, b),
-        };
-        (self.denied_bytes, self.downgraded_bytes) = (
-            sum(self.denied_bytes, o.denied_bytes),
-            sum(self.downgraded_bytes, o.downgraded_bytes),
-        );
+        with_callsite_counters!(add_site_counters { self, o, self.is_empty(), o.is_empty() });
         self.count += o.count;
         self.alloc_count += o.alloc_count;
         self.alloc_bytes += o.alloc_bytes;
         self.peak_live_bytes = self.peak_live_bytes.max(o.peak_live_bytes);
-        self.denied_count += o.denied_count;
-        self.downgraded_count += o.downgraded_count;
-        self.over_budget_count += o.over_budget_count;
         for a in &o.apis {
             if !self.apis.contains(a) {
                 self.apis.push(a.clone());

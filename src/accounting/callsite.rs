@@ -95,6 +95,51 @@ const _: () = {
     );
 };
 
+/// What the library does with each callsite counter (`pinguard_common::with_callsite_counters!`,
+/// the one list of them): `Callsite`'s and `Folded`'s fields are declared by hand, where the state
+/// file's layout puts them, and everything else here is made from the list (`zeroed` is their
+/// initialiser, so a field missing from the list, or the other way round, fails to compile).
+macro_rules! site_counters {
+    (
+        counts { $( $(#[$ca:meta])* $c:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {
+        impl Callsite {
+            /// The calls refused, downgraded or pinned over the budget here (the counts summed).
+            pub fn calls_answered(&self) -> u64 {
+                0u64 $( .wrapping_add(self.$c.load(Ordering::Relaxed)) )*
+            }
+
+            /// Whether any call here was refused, downgraded or pinned over the budget.
+            pub fn answered_any(&self) -> bool {
+                false $( || self.$c.load(Ordering::Relaxed) > 0 )*
+            }
+        }
+
+        /// Moves a callsite's counters into the aggregate, zeroing them.
+        fn absorb_counters(f: &Folded, cs: &Callsite) {
+            $( f.$c.fetch_add(cs.$c.swap(0, Ordering::Relaxed), Ordering::Relaxed); )*
+            $( f.$b.fetch_add(cs.$b.swap(0, Ordering::Relaxed), Ordering::Relaxed); )*
+        }
+    };
+}
+pinguard_common::with_callsite_counters!(site_counters);
+
+/// `Name { fields }` with the callsite counters (`with_callsite_counters!`) at zero besides.
+macro_rules! zeroed {
+    (
+        { $name:ident { $($field:ident: $value:expr),* $(,)? } }
+        counts { $( $(#[$ca:meta])* $c:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {
+        $name {
+            $($field: $value,)*
+            $($c: AtomicU64::new(0),)*
+            $($b: AtomicU64::new(0),)*
+        }
+    };
+}
+
 /// A bit per entry point, in the state file's words (`state::API_WORDS`).
 pub type ApiBits = [AtomicU64; pinguard_common::state::API_WORDS];
 const API_BITS: usize = pinguard_common::state::API_WORDS * 64;
@@ -134,12 +179,7 @@ impl Callsite {
 
     /// Calls counted here so far: changes whenever the callsite is used.
     fn activity(&self) -> u64 {
-        let c = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        self.level
-            .alloc_count()
-            .wrapping_add(c(&self.denied_count))
-            .wrapping_add(c(&self.downgraded_count))
-            .wrapping_add(c(&self.over_budget_count))
+        self.level.alloc_count().wrapping_add(self.calls_answered())
     }
 
     /// The key: return addresses, innermost first (the first is in the code that called the
@@ -391,28 +431,26 @@ fn buffer<T: Copy + Default>(n: usize) -> *mut T {
 /// other stacks of about its depth later), on the state file's list.
 fn fresh(len: usize) -> &'static Callsite {
     let cap = len.next_power_of_two().max(4);
-    let cs: &'static Callsite = crate::accounting::arena::leak(Callsite {
-        state_next: AtomicU64::new(0),
-        id: AtomicU32::new(0),
-        apis: [const { AtomicU64::new(0) }; pinguard_common::state::API_WORDS],
-        frames_at: buffer::<usize>(cap),
-        frames_len: AtomicUsize::new(0),
-        py_at: AtomicPtr::new(std::ptr::null_mut()),
-        py_len: AtomicUsize::new(0),
-        denied_count: AtomicU64::new(0),
-        downgraded_count: AtomicU64::new(0),
-        over_budget_count: AtomicU64::new(0),
-        denied_bytes: AtomicU64::new(0),
-        downgraded_bytes: AtomicU64::new(0),
-        level: Level::NEW,
-        warned: AtomicBool::new(false),
-        gen: AtomicU32::new(1),
-        scope: AtomicU8::new(0),
-        closed: Mutex::new(Vec::new()),
-        frames_cap: cap,
-        py_cap: AtomicUsize::new(0),
-        seen: AtomicU64::new(UNSEEN),
-    });
+    let cs: &'static Callsite =
+        crate::accounting::arena::leak(pinguard_common::with_callsite_counters!(zeroed {
+            Callsite {
+                state_next: AtomicU64::new(0),
+                id: AtomicU32::new(0),
+                apis: [const { AtomicU64::new(0) }; pinguard_common::state::API_WORDS],
+                frames_at: buffer::<usize>(cap),
+                frames_len: AtomicUsize::new(0),
+                py_at: AtomicPtr::new(std::ptr::null_mut()),
+                py_len: AtomicUsize::new(0),
+                level: Level::NEW,
+                warned: AtomicBool::new(false),
+                gen: AtomicU32::new(1),
+                scope: AtomicU8::new(0),
+                closed: Mutex::new(Vec::new()),
+                frames_cap: cap,
+                py_cap: AtomicUsize::new(0),
+                seen: AtomicU64::new(UNSEEN),
+            }
+        }));
     crate::accounting::arena::push(
         pinguard_common::state::header::CALLSITES,
         cs as *const Callsite as *const u8,
@@ -476,18 +514,16 @@ fn folded_record() -> &'static Folded {
         return f;
     }
     let z = || AtomicU64::new(0);
-    let f: &'static Folded = crate::accounting::arena::leak(Folded {
-        count: z(),
-        alloc_count: z(),
-        alloc_bytes: z(),
-        denied_count: z(),
-        downgraded_count: z(),
-        over_budget_count: z(),
-        peak_live_bytes: z(),
-        apis: [const { AtomicU64::new(0) }; pinguard_common::state::API_WORDS],
-        denied_bytes: z(),
-        downgraded_bytes: z(),
-    });
+    let f: &'static Folded =
+        crate::accounting::arena::leak(pinguard_common::with_callsite_counters!(zeroed {
+            Folded {
+                count: z(),
+                alloc_count: z(),
+                alloc_bytes: z(),
+                peak_live_bytes: z(),
+                apis: [const { AtomicU64::new(0) }; pinguard_common::state::API_WORDS],
+            }
+        }));
     let p = f as *const Folded as *mut Folded;
     match FOLDED.compare_exchange(std::ptr::null_mut(), p, Ordering::AcqRel, Ordering::Acquire) {
         Ok(_) => {
@@ -514,16 +550,7 @@ fn absorb(cs: &Callsite) {
     f.alloc_count.fetch_add(count, Ordering::Relaxed);
     f.alloc_bytes.fetch_add(bytes, Ordering::Relaxed);
     f.peak_live_bytes.fetch_max(peak, Ordering::Relaxed);
-    f.denied_count
-        .fetch_add(take(&cs.denied_count), Ordering::Relaxed);
-    f.downgraded_count
-        .fetch_add(take(&cs.downgraded_count), Ordering::Relaxed);
-    f.over_budget_count
-        .fetch_add(take(&cs.over_budget_count), Ordering::Relaxed);
-    f.denied_bytes
-        .fetch_add(take(&cs.denied_bytes), Ordering::Relaxed);
-    f.downgraded_bytes
-        .fetch_add(take(&cs.downgraded_bytes), Ordering::Relaxed);
+    absorb_counters(f, cs);
     for (to, from) in f.apis.iter().zip(&cs.apis) {
         to.fetch_or(take(from), Ordering::Relaxed);
     }

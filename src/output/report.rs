@@ -563,25 +563,39 @@ fn unnamed(sym: &Symbolizer, addr: usize, modules: &mut Vec<schema::Module>) -> 
     }
 }
 
+/// `Name { fields }` with the callsite counters (`with_callsite_counters!`) read from `$from`, a
+/// callsite or the folded aggregate of the library: a report names each (all known).
+macro_rules! with_counters {
+    (
+        { $from:expr, $($name:ident)::+ { $($field:ident: $value:expr),* $(,)? } }
+        counts { $( $(#[$ca:meta])* $c:ident, )* }
+        bytes { $( $(#[$ba:meta])* $b:ident, )* }
+    ) => {
+        $($name)::+ {
+            $($field: $value,)*
+            $($c: $from.$c.load(Ordering::Relaxed),)*
+            $($b: Some($from.$b.load(Ordering::Relaxed)),)*
+        }
+    };
+}
+
 /// A callsite's figures, without its frames.
 fn figures(c: &callsite::Callsite) -> schema::Callsite {
     let bits = callsite::api_bits(&c.apis);
-    schema::Callsite {
-        id: c.id(),
-        frames: Vec::new(),
-        py_frames: Vec::new(),
-        apis: api_names(&bits),
-        live_bytes: c.level.bytes(),
-        live_count: c.level.count(),
-        peak_live_bytes: c.level.peak(),
-        alloc_count: c.level.alloc_count(),
-        alloc_bytes: c.level.alloc_bytes(),
-        denied_count: c.denied_count.load(Ordering::Relaxed),
-        downgraded_count: c.downgraded_count.load(Ordering::Relaxed),
-        over_budget_count: c.over_budget_count.load(Ordering::Relaxed),
-        denied_bytes: Some(c.denied_bytes.load(Ordering::Relaxed)),
-        downgraded_bytes: Some(c.downgraded_bytes.load(Ordering::Relaxed)),
-    }
+    pinguard_common::with_callsite_counters!(with_counters {
+        c,
+        schema::Callsite {
+            id: c.id(),
+            frames: Vec::new(),
+            py_frames: Vec::new(),
+            apis: api_names(&bits),
+            live_bytes: c.level.bytes(),
+            live_count: c.level.count(),
+            peak_live_bytes: c.level.peak(),
+            alloc_count: c.level.alloc_count(),
+            alloc_bytes: c.level.alloc_bytes(),
+        }
+    })
 }
 
 fn api_names(bits: &[u64]) -> Vec<String> {
@@ -598,27 +612,20 @@ fn api_names(bits: &[u64]) -> Vec<String> {
 fn listed() -> (Vec<&'static callsite::Callsite>, schema::Folded) {
     let mut folded = callsite::folded().map_or_else(schema::Folded::default, |f| {
         let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-        schema::Folded {
-            count: g(&f.count),
-            alloc_count: g(&f.alloc_count),
-            alloc_bytes: g(&f.alloc_bytes),
-            peak_live_bytes: g(&f.peak_live_bytes),
-            denied_count: g(&f.denied_count),
-            downgraded_count: g(&f.downgraded_count),
-            over_budget_count: g(&f.over_budget_count),
-            apis: api_names(&callsite::api_bits(&f.apis)),
-            denied_bytes: Some(g(&f.denied_bytes)),
-            downgraded_bytes: Some(g(&f.downgraded_bytes)),
-        }
+        pinguard_common::with_callsite_counters!(with_counters {
+            f,
+            schema::Folded {
+                count: g(&f.count),
+                alloc_count: g(&f.alloc_count),
+                alloc_bytes: g(&f.alloc_bytes),
+                peak_live_bytes: g(&f.peak_live_bytes),
+                apis: api_names(&callsite::api_bits(&f.apis)),
+            }
+        })
     });
     let sites: Vec<&'static callsite::Callsite> = callsite::all()
         .into_iter()
-        .filter(|c| {
-            c.level.alloc_count() > 0
-                || c.denied_count.load(Ordering::Relaxed) > 0
-                || c.downgraded_count.load(Ordering::Relaxed) > 0
-                || c.over_budget_count.load(Ordering::Relaxed) > 0
-        })
+        .filter(|c| c.level.alloc_count() > 0 || c.answered_any())
         .collect();
     let figs: Vec<schema::Callsite> = sites.iter().map(|c| figures(c)).collect();
     let kept = schema::cap_callsites(figs, callsite::max(), &mut folded);
@@ -876,6 +883,32 @@ fn count(n: u64, one: &str, many: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every counter a callsite keeps (the one list, `with_callsite_counters!`) is in its report,
+    /// under its name, with its own figure.
+    #[test]
+    fn every_callsite_counter_is_reported_under_its_name() {
+        let cs = callsite::intern(&[0x5e7e_0001, 0x5e7e_0002, 0x5e7e_0003]);
+        // Live, so that no fold (another test's small table) takes its figures meanwhile.
+        cs.level.live(0, 4096, 1);
+        macro_rules! set_each {
+            (
+                counts { $( $(#[$ca:meta])* $c:ident, )* }
+                bytes { $( $(#[$ba:meta])* $b:ident, )* }
+            ) => {
+                let mut v = 1000;
+                $( v += 1; cs.$c.store(v, Ordering::Relaxed); )*
+                $( v += 1; cs.$b.store(v, Ordering::Relaxed); )*
+            };
+        }
+        pinguard_common::with_callsite_counters!(set_each);
+        let json = serde_json::to_value(super::figures(cs)).expect("a callsite's figures as JSON");
+        cs.level.release(0, 4096);
+        assert_eq!(pinguard_common::SITE_COUNTERS.len(), 5);
+        for (i, name) in pinguard_common::SITE_COUNTERS.iter().enumerate() {
+            assert_eq!(json[name], 1001 + i as u64, "{name} in {json}");
+        }
+    }
 
     fn site(
         id: u32,
