@@ -13,8 +13,12 @@
 
 use std::path::PathBuf;
 
+#[path = "front/build.rs"]
+mod front;
+
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    front::build();
     // Cargo sets RUSTC_LINKER for this script but does not watch it (a rerun-if-env-changed on it
     // compares cargo's own environment, where it never is). The variable that chose the linker
     // is what cargo watches: without it, a build with the system's linker and a later

@@ -124,6 +124,9 @@ extern "C" fn constructor() {
     }
     // First: before anything of the program's can read the environment or start a child.
     crate::runtime::node::scrub_environment();
+    // Loaded by the first stage (`front`) at a first pinning call: it kept fd 2's stream and a
+    // place among the exit handlers from the program's start for this copy.
+    let front = crate::runtime::front::attach(at_exit);
     // Which stream fd 2 is, before the program can close it and open a file of its own there:
     // one `fstat` (pinguard's lines go only there, `log::write_stderr`).
     log::mark_stderr();
@@ -140,9 +143,11 @@ extern "C" fn constructor() {
     // Registered now, so that the exit report runs after every exit handler the program registers
     // (a handler that frees pinned memory at exit comes first), as with start-up at load. No
     // allocation, no system call: glibc keeps the first handlers in a static block.
-    // SAFETY: `at_exit` is an `extern "C" fn()` in a preloaded library that is never unloaded;
-    // the constructor runs once.
-    unsafe { libc::atexit(at_exit) };
+    if !front {
+        // SAFETY: `at_exit` is an `extern "C" fn()` in a preloaded library that is never
+        // unloaded; the constructor runs once.
+        unsafe { libc::atexit(at_exit) };
+    }
     // Set up at the first hooked call, not here: most processes of a node never pin, and each
     // would pay the set-up's mappings and reads (issue 44 item 8). Settings that act before any
     // pin (a report signal's handler, the interval thread, joining a group) start at once.

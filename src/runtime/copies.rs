@@ -47,6 +47,16 @@ impl Obj {
         // SAFETY: the caller's promise.
         unsafe { elf_lookup(self.base, self.dynamic, COPY_MARK) }.is_some()
     }
+
+    /// The first stage's `pinguard_front` if this object is `libpinguard-lazy.so` (`front`):
+    /// a copy by its exports, never the one in charge (it sends every call to this library).
+    ///
+    /// # Safety
+    /// As `is_copy`.
+    pub unsafe fn front(&self) -> Option<usize> {
+        // SAFETY: the caller's promise.
+        unsafe { elf_lookup(self.base, self.dynamic, crate::runtime::front::MARK) }
+    }
 }
 
 /// Whether this copy is the one in charge of the process. One load after the first answer.
@@ -81,11 +91,27 @@ pub fn in_charge_export(name: &CStr) -> Option<usize> {
     unsafe { elf_lookup(o.base, o.dynamic, name.to_bytes()) }
 }
 
-/// The first copy of pinguard in the loader's order when it is another one than this.
+/// The first copy of pinguard in the loader's order when it is another one than this; a first
+/// stage before it (`front`) is passed over and, when this copy leads, kept for `front::attach`.
 fn leader() -> Option<Obj> {
     let probe = leader as *const () as usize;
+    let mut front = None;
     // SAFETY: `first` passes objects the loader reports mapped, inside its walk.
-    first(|o| unsafe { o.is_copy() }).filter(|o| !o.contains(probe))
+    let lead = first(|o| match unsafe { o.front() } {
+        Some(f) => {
+            front = front.or(Some(f));
+            false
+        }
+        // SAFETY: as above.
+        None => unsafe { o.is_copy() },
+    });
+    match lead {
+        Some(o) if o.contains(probe) => {
+            crate::runtime::front::found(front);
+            None
+        }
+        other => other,
+    }
 }
 
 /// The other copy of pinguard that holds address `a`, if any.

@@ -108,6 +108,14 @@ pub fn mark_stderr() {
     let _ = STDERR.compare_exchange(UNKNOWN, state, Ordering::AcqRel, Ordering::Relaxed);
 }
 
+/// What fd 2 was at the program's start, as the first stage saw it (`front`): this copy, loaded
+/// later, might find a file the program opened there since.
+pub fn mark_stderr_as(dev: u64, ino: u64) {
+    STDERR_DEV.store(dev, Ordering::Relaxed);
+    STDERR_INO.store(ino, Ordering::Relaxed);
+    let _ = STDERR.compare_exchange(UNKNOWN, OPEN, Ordering::AcqRel, Ordering::Relaxed);
+}
+
 /// Whether fd 2 is still the stream it was at start: a program's data file reopened there gets
 /// nothing of pinguard's. One `fstat` per line written.
 fn stderr_is_ours() -> bool {

@@ -9,6 +9,7 @@ pub mod config;
 pub mod copies;
 pub mod devices;
 pub mod dl;
+pub mod front;
 pub mod gate;
 pub mod guard;
 pub mod heap;

@@ -1,0 +1,601 @@
+/* libpinguard-lazy.so: the first stage of pinguard for a node-wide or container-wide preload.
+ *
+ * Most processes of a node never pin a byte, and loading libpinguard.so itself costs each of them
+ * its relocated pages (docs/field-notes.md, "What a process that never pins pays"). This object is
+ * small: it exports every name libpinguard.so exports (the hooks' tables in src/hooks/ and the C
+ * API, generated into front_exports.h by build.rs), each a trampoline that jumps through a slot,
+ * and loads libpinguard.so from its own folder at the first call that can pin, then sends every
+ * call there. Until then:
+ *   - a call that cannot pin (munmap, mremap, munlock, munlockall, dlclose, _exit, _Exit, the
+ *     signal dispositions) goes to the next definition, found by this object's own look-up in the
+ *     symbol tables of the objects loaded after it (no dlsym: it may run in a signal handler);
+ *   - mmap and mmap64 load the core only for MAP_LOCKED;
+ *   - dlsym and dlvsym load it only for a name this object exports (the program is looking up a
+ *     runtime's entry point), and otherwise jump to the real one with the caller's return address
+ *     intact (RTLD_NEXT stays the caller's);
+ *   - every other export (the runtimes' entry points, mlock, mlock2, mlockall, the C API) loads it.
+ * Set-up that must come before the first pin loads it from the constructor: a setuid process
+ * (its environment is scrubbed before main), and a report signal, an interval or a group set in
+ * the environment or the node file. The exit report is registered here, at load, so that it runs
+ * after every exit handler the program registers (the core calls it through `pinguard_front`).
+ *
+ * A trampoline saves no register on its steady path: one load, a test, an indirect jump. The
+ * first call of an entry saves the argument registers, decides, restores them and jumps: the
+ * callee sees exactly the caller's arguments and return address. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "front_exports.h"
+
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* What the core reads and fills when this object loaded it (src/runtime/front.rs). */
+struct pinguard_front {
+    uint32_t version;
+    uint32_t stderr_known;
+    uint64_t stderr_dev;
+    uint64_t stderr_ino;
+    void (*at_exit)(void);
+};
+__attribute__((visibility("default"))) struct pinguard_front pinguard_front = {1, 0, 0, 0, 0};
+
+/* Where each trampoline jumps: 0 until an entry's target is known. In .bss: no relocation, and
+ * no page of it is written before the first call that decides. */
+HIDDEN void *pg_front_slots[PG_COUNT];
+static void *next_fn[PG_COUNT];
+static void *core_fn[PG_COUNT];
+
+enum { NONE, LOADED, FAILED };
+static int core_state;
+static int foreign_libc;
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym;
+
+enum kind { LOAD, PASS, MMAP, DLSYM };
+
+static const char *name_of(unsigned i) { return pg_name_text + pg_name_at[i]; }
+
+static enum kind kind_of(const char *n) {
+    static const char *const pass[] = {"munmap", "mremap", "munlock", "munlockall", "dlclose",
+                                       "_exit", "_Exit", "sigaction", "__sigaction", "signal",
+                                       "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal",
+                                       "sigset", "sigignore", "siginterrupt"};
+    for (unsigned k = 0; k < sizeof pass / sizeof *pass; k++)
+        if (!strcmp(n, pass[k]))
+            return PASS;
+    if (!strcmp(n, "mmap") || !strcmp(n, "mmap64"))
+        return MMAP;
+    if (!strcmp(n, "dlsym") || !strcmp(n, "dlvsym"))
+        return DLSYM;
+    return LOAD;
+}
+
+/* ---- Symbol look-up in the loaded objects' tables (no dlsym, no allocation) -------------- */
+
+static uint32_t gnu_hash(const char *s) {
+    uint32_t h = 5381;
+    for (; *s; s++)
+        h = h * 33 + (unsigned char)*s;
+    return h;
+}
+
+static uint32_t sysv_hash(const char *s) {
+    uint32_t h = 0, g;
+    for (; *s; s++) {
+        h = (h << 4) + (unsigned char)*s;
+        g = h & 0xf0000000;
+        if (g)
+            h ^= g >> 24;
+        h &= ~g;
+    }
+    return h;
+}
+
+struct tables {
+    uintptr_t base;
+    const ElfW(Sym) * sym;
+    const char *str;
+    const uint32_t *gnu;
+    const uint32_t *sysv;
+    const uint16_t *versym;
+};
+
+static uintptr_t at(uintptr_t base, uintptr_t p) { return p < base ? base + p : p; }
+
+static int tables_of(const struct dl_phdr_info *info, struct tables *t) {
+    memset(t, 0, sizeof *t);
+    t->base = info->dlpi_addr;
+    const ElfW(Dyn) *d = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (!d)
+        return 0;
+    for (; d->d_tag != DT_NULL; d++) {
+        uintptr_t v = at(t->base, d->d_un.d_ptr);
+        switch (d->d_tag) {
+        case DT_SYMTAB: t->sym = (const ElfW(Sym) *)v; break;
+        case DT_STRTAB: t->str = (const char *)v; break;
+        case DT_GNU_HASH: t->gnu = (const uint32_t *)v; break;
+        case DT_HASH: t->sysv = (const uint32_t *)v; break;
+        case DT_VERSYM: t->versym = (const uint16_t *)v; break;
+        }
+    }
+    return t->sym && t->str && (t->gnu || t->sysv);
+}
+
+/* A function or data definition of `n` at its default version (never a hidden, older one). */
+static int usable(const struct tables *t, uint32_t i, const char *n) {
+    const ElfW(Sym) *s = &t->sym[i];
+    unsigned type = ELF64_ST_TYPE(s->st_info);
+    if (s->st_shndx == SHN_UNDEF || !s->st_value)
+        return 0;
+    if (type != STT_FUNC && type != STT_GNU_IFUNC && type != STT_OBJECT)
+        return 0;
+    if (ELF64_ST_BIND(s->st_info) == STB_LOCAL)
+        return 0;
+    if (t->versym && (t->versym[i] & 0x8000))
+        return 0;
+    return !strcmp(t->str + s->st_name, n);
+}
+
+static uintptr_t value(const struct tables *t, uint32_t i) {
+    const ElfW(Sym) *s = &t->sym[i];
+    uintptr_t a = t->base + s->st_value;
+    if (ELF64_ST_TYPE(s->st_info) == STT_GNU_IFUNC)
+        a = ((uintptr_t(*)(void))a)();
+    return a;
+}
+
+static uintptr_t lookup_in(const struct tables *t, const char *n) {
+    if (t->gnu) {
+        const uint32_t nbuckets = t->gnu[0], symoffset = t->gnu[1], bloom_size = t->gnu[2],
+                       shift = t->gnu[3];
+        const uintptr_t *bloom = (const uintptr_t *)&t->gnu[4];
+        const uint32_t *buckets = (const uint32_t *)&bloom[bloom_size];
+        const uint32_t *chain = &buckets[nbuckets];
+        uint32_t h = gnu_hash(n);
+        const unsigned bits = sizeof(uintptr_t) * 8;
+        uintptr_t word = bloom[(h / bits) % bloom_size];
+        uintptr_t mask = ((uintptr_t)1 << (h % bits)) | ((uintptr_t)1 << ((h >> shift) % bits));
+        if ((word & mask) != mask || !nbuckets)
+            return 0;
+        uint32_t i = buckets[h % nbuckets];
+        if (i < symoffset)
+            return 0;
+        for (;; i++) {
+            uint32_t h2 = chain[i - symoffset];
+            if ((h | 1) == (h2 | 1) && usable(t, i, n))
+                return value(t, i);
+            if (h2 & 1)
+                return 0;
+        }
+    }
+    const uint32_t nbucket = t->sysv[0];
+    const uint32_t *bucket = &t->sysv[2], *chain = &bucket[nbucket];
+    for (uint32_t i = bucket[sysv_hash(n) % nbucket]; i; i = chain[i])
+        if (usable(t, i, n))
+            return value(t, i);
+    return 0;
+}
+
+/* The walk: `names` looked up in the objects after this one (the preload), other copies of
+ * pinguard (which define pinguard_version) passed over, as RTLD_NEXT would find them. */
+struct walk {
+    const char *const *names;
+    void **out;
+    unsigned n;
+    int past;
+    int glibc;
+};
+
+static int self_marker;
+
+static int walk_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    struct walk *w = data;
+    struct tables t;
+    if (info->dlpi_name && strstr(info->dlpi_name, "libc.so.6"))
+        w->glibc = 1;
+    if (!tables_of(info, &t))
+        return 0;
+    uintptr_t me = (uintptr_t)&self_marker;
+    int mine = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *p = &info->dlpi_phdr[i];
+        uintptr_t s = info->dlpi_addr + p->p_vaddr;
+        if (p->p_type == PT_LOAD && me >= s && me < s + p->p_memsz)
+            mine = 1;
+    }
+    if (mine) {
+        w->past = 1;
+        return 0;
+    }
+    if (!w->past || lookup_in(&t, "pinguard_version"))
+        return 0;
+    for (unsigned k = 0; k < w->n; k++)
+        if (!w->out[k])
+            w->out[k] = (void *)lookup_in(&t, w->names[k]);
+    return 0;
+}
+
+static void find_next(const char *const *names, void **out, unsigned n) {
+    struct walk w = {names, out, n, 0, 0};
+    dl_iterate_phdr(walk_cb, &w);
+    if (w.glibc == 0)
+        foreign_libc = 1;
+}
+
+static void *next_of(unsigned i) {
+    if (next_fn[i])
+        return next_fn[i];
+    const char *n = name_of(i);
+    void *p = 0;
+    find_next(&n, &p, 1);
+    /* The signal, exit and mapping functions are libc's, never unloaded: kept. A runtime's
+     * entry point is found again each time (its object may be unloaded and loaded elsewhere). */
+    if (kind_of(n) != LOAD)
+        __atomic_store_n(&next_fn[i], p, __ATOMIC_RELEASE);
+    return p;
+}
+
+/* ---- Loading the core -------------------------------------------------------------------- */
+
+/* Whether a signal handler may be running on this thread: on the alternate stack, or a blocked
+ * signal that has a handler (raw system calls). A wrong yes only leaves the load to a later call,
+ * the call before it passing through untracked, as the core does before its set-up. */
+static int maybe_in_handler(void) {
+    stack_t ss;
+    if (sigaltstack(0, &ss) == 0 && (ss.ss_flags & SS_ONSTACK))
+        return 1;
+    uint64_t set = 0;
+    if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, 0, &set, 8) != 0)
+        return 0;
+    for (int sig = 1; sig <= 64; sig++) {
+        uintptr_t act[4] = {0};
+        if ((set >> (sig - 1) & 1) && syscall(SYS_rt_sigaction, sig, 0, act, 8) == 0 &&
+            act[0] != (uintptr_t)SIG_DFL && act[0] != (uintptr_t)SIG_IGN)
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether descriptor 2 is still the stream it was at start (the core's rule for its lines). */
+static void say(const char *a, const char *b) {
+    struct stat st;
+    if (!pinguard_front.stderr_known || fstat(2, &st) != 0 ||
+        (uint64_t)st.st_dev != pinguard_front.stderr_dev ||
+        (uint64_t)st.st_ino != pinguard_front.stderr_ino)
+        return;
+    char line[512];
+    size_t n = 0;
+    const char *parts[] = {"pinguard: cannot load ", a, " (", b, "); running WITHOUT pinguard\n"};
+    for (unsigned k = 0; k < 5; k++)
+        for (const char *p = parts[k]; p && *p && n < sizeof line - 1; p++)
+            line[n++] = *p;
+    ssize_t w = write(2, line, n);
+    (void)w;
+}
+
+static int load_core(void) {
+    int s = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
+    if (s != NONE)
+        return s == LOADED;
+    if (foreign_libc || !real_dlsym || maybe_in_handler())
+        return 0;
+    Dl_info info;
+    char path[4096];
+    if (!dladdr((void *)load_core, &info) || !info.dli_fname)
+        return 0;
+    size_t n = strlen(info.dli_fname);
+    const char *slash = strrchr(info.dli_fname, '/');
+    size_t dir = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
+    static const char core[] = "libpinguard.so";
+    if (n >= sizeof path || dir + sizeof core > sizeof path)
+        return 0;
+    memcpy(path, info.dli_fname, dir);
+    memcpy(path + dir, core, sizeof core);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!h) {
+        int none = NONE;
+        const char *why = dlerror();
+        if (__atomic_compare_exchange_n(&core_state, &none, FAILED, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            say(path, why ? why : "not found");
+        return 0;
+    }
+    for (unsigned i = 0; i < PG_COUNT; i++)
+        __atomic_store_n(&core_fn[i], real_dlsym(h, name_of(i)), __ATOMIC_RELEASE);
+    __atomic_store_n(&core_state, LOADED, __ATOMIC_SEQ_CST);
+    for (unsigned i = 0; i < PG_COUNT; i++)
+        if (core_fn[i])
+            __atomic_store_n(&pg_front_slots[i], core_fn[i], __ATOMIC_SEQ_CST);
+    return 1;
+}
+
+/* A target for a slot until the core is loaded: set only if the slot is still empty, then set
+ * to the core's if it was loaded meanwhile (the loader sets every slot after it says loaded). */
+static void keep(unsigned i, void *t) {
+    void *none = 0;
+    __atomic_compare_exchange_n(&pg_front_slots[i], &none, t, 0, __ATOMIC_SEQ_CST,
+                                __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&core_state, __ATOMIC_SEQ_CST) == LOADED && core_fn[i])
+        __atomic_store_n(&pg_front_slots[i], core_fn[i], __ATOMIC_SEQ_CST);
+}
+
+static unsigned index_of_name(const char *n) {
+    for (unsigned i = 0; i < PG_COUNT; i++)
+        if (!strcmp(n, name_of(i)))
+            return i;
+    return PG_COUNT;
+}
+
+static unsigned mmap_i, mmap64_i;
+typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
+
+/* mmap's slot until the core is loaded: a typed gate, cheaper than the cold path. */
+static void *gate_mmap(unsigned i, void *a, size_t l, int p, int f, int fd, off_t o) {
+    void *t = (f & MAP_LOCKED) && load_core() ? core_fn[i] : next_of(i);
+    if (!t) {
+        errno = ENOSYS;
+        return MAP_FAILED;
+    }
+    return ((mmap_fn)t)(a, l, p, f, fd, o);
+}
+static void *gate_mmap0(void *a, size_t l, int p, int f, int fd, off_t o) {
+    return gate_mmap(mmap_i, a, l, p, f, fd, o);
+}
+static void *gate_mmap64(void *a, size_t l, int p, int f, int fd, off_t o) {
+    return gate_mmap(mmap64_i, a, l, p, f, fd, o);
+}
+
+static void *decide(unsigned i, const uintptr_t *regs) {
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) == LOADED && core_fn[i]) {
+        __atomic_store_n(&pg_front_slots[i], core_fn[i], __ATOMIC_SEQ_CST);
+        return core_fn[i];
+    }
+    const char *n = name_of(i);
+    switch (kind_of(n)) {
+    case PASS: {
+        void *t = next_of(i);
+        if (t)
+            keep(i, t);
+        return t;
+    }
+    case MMAP:
+        keep(i, i == mmap_i ? (void *)gate_mmap0 : (void *)gate_mmap64);
+        return pg_front_slots[i];
+    case DLSYM: {
+        const char *asked = (const char *)regs[1];
+        if (asked && index_of_name(asked) < PG_COUNT && load_core())
+            return core_fn[i];
+        return next_of(i);
+    }
+    case LOAD:
+        break;
+    }
+    return load_core() && core_fn[i] ? core_fn[i] : next_of(i);
+}
+
+/* Called by every trampoline's first path with the index and the saved argument registers. */
+HIDDEN void *pg_front_target(uintptr_t i, const uintptr_t *regs) {
+    int e = errno;
+    void *t = decide((unsigned)i, regs);
+    errno = e;
+    /* No definition anywhere (a runtime's entry point with no runtime): a call through a null
+     * pointer is what the program would have met without the preload, had it linked one. */
+    return t;
+}
+
+/* ---- Start and exit ---------------------------------------------------------------------- */
+
+static void front_at_exit(void) {
+    void (*f)(void) = __atomic_load_n(&pinguard_front.at_exit, __ATOMIC_ACQUIRE);
+    if (f)
+        f();
+}
+
+/* Whether `name` has a value that is not blank in `text` (the node file: NAME=value lines). */
+static int set_in(const char *text, size_t len, const char *name) {
+    size_t nl = strlen(name);
+    int found = 0;
+    for (size_t p = 0; p < len;) {
+        size_t e = p;
+        while (e < len && text[e] != '\n')
+            e++;
+        size_t q = p;
+        while (q < e && (text[q] == ' ' || text[q] == '\t'))
+            q++;
+        if (e - q > nl && !memcmp(text + q, name, nl)) {
+            q += nl;
+            while (q < e && (text[q] == ' ' || text[q] == '\t'))
+                q++;
+            if (q < e && text[q] == '=') {
+                q++;
+                while (q < e && (text[q] == ' ' || text[q] == '\t' || text[q] == '\r'))
+                    q++;
+                found = q < e && text[q] != '#';
+            }
+        }
+        p = e + 1;
+    }
+    return found;
+}
+
+/* A setting that acts before any pin (the core's `starts_at_once`): a report signal, an interval
+ * or a group, in the environment or the node file. */
+static int starts_at_once(void) {
+    static const char *const early[] = {"PINGUARD_SIGNAL", "PINGUARD_INTERVAL", "PINGUARD_GROUP"};
+    for (unsigned k = 0; k < 3; k++) {
+        const char *v = getenv(early[k]);
+        if (v && *v)
+            return 1;
+    }
+    const char *path = getenv("PINGUARD_CONFIG");
+    if (path && !*path)
+        return 0;
+    if (!path || *path != '/')
+        path = "/etc/pinguard/pinguard.conf";
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return 0;
+    static char text[16384];
+    struct stat st;
+    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, text, sizeof text) : -1;
+    close(fd);
+    for (unsigned k = 0; n > 0 && k < 3; k++)
+        if (set_in(text, (size_t)n, early[k]))
+            return 1;
+    return 0;
+}
+
+static const char *const signal_safe[] = {"mmap",      "mmap64",     "munmap",      "mremap",
+                                          "_exit",     "_Exit",      "sigaction",   "__sigaction",
+                                          "signal",    "bsd_signal", "ssignal",     "sysv_signal",
+                                          "__sysv_signal", "sigset", "sigignore",   "siginterrupt"};
+
+__attribute__((constructor)) static void front_start(void) {
+    int e = errno;
+    struct stat st;
+    if (fstat(2, &st) == 0) {
+        pinguard_front.stderr_dev = (uint64_t)st.st_dev;
+        pinguard_front.stderr_ino = (uint64_t)st.st_ino;
+        pinguard_front.stderr_known = 1;
+    }
+    mmap_i = index_of_name("mmap");
+    mmap64_i = index_of_name("mmap64");
+    /* Found now: these may be called from a signal handler, where no look-up may run. */
+    enum { N = sizeof signal_safe / sizeof *signal_safe };
+    void *found[N + 1] = {0};
+    const char *names[N + 1];
+    for (unsigned k = 0; k < N; k++)
+        names[k] = signal_safe[k];
+    names[N] = "dlsym";
+    find_next(names, found, N + 1);
+    for (unsigned k = 0; k < N; k++) {
+        unsigned i = index_of_name(names[k]);
+        if (i < PG_COUNT)
+            next_fn[i] = found[k];
+    }
+    real_dlsym = (dlsym_fn)found[N];
+    atexit(front_at_exit);
+    if (!foreign_libc && (getauxval(AT_SECURE) || starts_at_once()))
+        load_core();
+    errno = e;
+}
+
+/* ---- The trampolines --------------------------------------------------------------------- */
+
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type pg_front_cold,@function\n"
+        "pg_front_cold:\n"
+        "  pushq %rbp\n"
+        "  movq %rsp, %rbp\n"
+        "  subq $208, %rsp\n"
+        "  movq %rdi, 0(%rsp)\n"
+        "  movq %rsi, 8(%rsp)\n"
+        "  movq %rdx, 16(%rsp)\n"
+        "  movq %rcx, 24(%rsp)\n"
+        "  movq %r8, 32(%rsp)\n"
+        "  movq %r9, 40(%rsp)\n"
+        "  movq %rax, 48(%rsp)\n"
+        "  movdqu %xmm0, 64(%rsp)\n"
+        "  movdqu %xmm1, 80(%rsp)\n"
+        "  movdqu %xmm2, 96(%rsp)\n"
+        "  movdqu %xmm3, 112(%rsp)\n"
+        "  movdqu %xmm4, 128(%rsp)\n"
+        "  movdqu %xmm5, 144(%rsp)\n"
+        "  movdqu %xmm6, 160(%rsp)\n"
+        "  movdqu %xmm7, 176(%rsp)\n"
+        "  movq %r11, %rdi\n"
+        "  movq %rsp, %rsi\n"
+        "  call pg_front_target\n"
+        "  movq %rax, %r11\n"
+        "  movq 0(%rsp), %rdi\n"
+        "  movq 8(%rsp), %rsi\n"
+        "  movq 16(%rsp), %rdx\n"
+        "  movq 24(%rsp), %rcx\n"
+        "  movq 32(%rsp), %r8\n"
+        "  movq 40(%rsp), %r9\n"
+        "  movq 48(%rsp), %rax\n"
+        "  movdqu 64(%rsp), %xmm0\n"
+        "  movdqu 80(%rsp), %xmm1\n"
+        "  movdqu 96(%rsp), %xmm2\n"
+        "  movdqu 112(%rsp), %xmm3\n"
+        "  movdqu 128(%rsp), %xmm4\n"
+        "  movdqu 144(%rsp), %xmm5\n"
+        "  movdqu 160(%rsp), %xmm6\n"
+        "  movdqu 176(%rsp), %xmm7\n"
+        "  leave\n"
+        "  jmp *%r11\n"
+        ".size pg_front_cold, .-pg_front_cold\n");
+#define PG_EXPORT(i, name)                                                                     \
+    __asm__(".text\n.globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name ":\n"     \
+            "  movq pg_front_slots+8*" #i "(%rip), %r11\n"                                     \
+            "  testq %r11, %r11\n"                                                             \
+            "  jz 1f\n"                                                                        \
+            "  jmp *%r11\n"                                                                    \
+            "1: movl $" #i ", %r11d\n"                                                         \
+            "  jmp pg_front_cold\n"                                                            \
+            ".size " #name ", .-" #name "\n");
+#elif defined(__aarch64__)
+__asm__(".text\n"
+        ".p2align 4\n"
+        ".type pg_front_cold,%function\n"
+        "pg_front_cold:\n"
+        "  stp x29, x30, [sp, #-224]!\n"
+        "  mov x29, sp\n"
+        "  stp x0, x1, [sp, #16]\n"
+        "  stp x2, x3, [sp, #32]\n"
+        "  stp x4, x5, [sp, #48]\n"
+        "  stp x6, x7, [sp, #64]\n"
+        "  str x8, [sp, #80]\n"
+        "  stp q0, q1, [sp, #96]\n"
+        "  stp q2, q3, [sp, #128]\n"
+        "  stp q4, q5, [sp, #160]\n"
+        "  stp q6, q7, [sp, #192]\n"
+        "  mov x0, x17\n"
+        "  add x1, sp, #16\n"
+        "  bl pg_front_target\n"
+        "  mov x16, x0\n"
+        "  ldp x0, x1, [sp, #16]\n"
+        "  ldp x2, x3, [sp, #32]\n"
+        "  ldp x4, x5, [sp, #48]\n"
+        "  ldp x6, x7, [sp, #64]\n"
+        "  ldr x8, [sp, #80]\n"
+        "  ldp q0, q1, [sp, #96]\n"
+        "  ldp q2, q3, [sp, #128]\n"
+        "  ldp q4, q5, [sp, #160]\n"
+        "  ldp q6, q7, [sp, #192]\n"
+        "  ldp x29, x30, [sp], #224\n"
+        "  br x16\n"
+        ".size pg_front_cold, .-pg_front_cold\n");
+#define PG_EXPORT(i, name)                                                                     \
+    __asm__(".text\n.globl " #name "\n.type " #name ",%function\n.p2align 4\n" #name ":\n"     \
+            "  adrp x16, pg_front_slots+8*" #i "\n"                                            \
+            "  ldr x16, [x16, #:lo12:pg_front_slots+8*" #i "]\n"                               \
+            "  cbz x16, 1f\n"                                                                  \
+            "  br x16\n"                                                                       \
+            "1: mov x17, #" #i "\n"                                                            \
+            "  b pg_front_cold\n"                                                              \
+            ".size " #name ", .-" #name "\n");
+#else
+#error "libpinguard-lazy.so: x86-64 and aarch64 only"
+#endif
+
+PG_EXPORTS(PG_EXPORT)
