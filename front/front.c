@@ -42,6 +42,39 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
+/* Nothing here calls the C library's string functions, sigaltstack, read or write: a sanitizer
+ * preloaded before this object intercepts them, and its interceptors, reached before it has
+ * started, start it, and it then looks functions up through this object's dlsym. Built with
+ * -fno-builtin and -fno-tree-loop-distribute-patterns, so these loops stay loops. */
+static int str_eq(const char *a, const char *b) {
+    while (*a && *a == *b)
+        a++, b++;
+    return *a == *b;
+}
+static size_t str_len(const char *a) {
+    size_t n = 0;
+    while (a[n])
+        n++;
+    return n;
+}
+static int has(const char *hay, const char *needle) {
+    size_t n = str_len(needle);
+    for (; *hay; hay++) {
+        size_t k = 0;
+        while (k < n && hay[k] == needle[k])
+            k++;
+        if (k == n)
+            return 1;
+    }
+    return 0;
+}
+static int starts(const char *a, const char *prefix, size_t n) {
+    for (size_t k = 0; k < n; k++)
+        if (a[k] != prefix[k])
+            return 0;
+    return 1;
+}
+
 /* What the core reads and fills when this object loaded it (src/runtime/front.rs). */
 struct pinguard_front {
     uint32_t version;
@@ -60,6 +93,12 @@ static void *core_fn[PG_COUNT];
 
 enum { NONE, LOADED, FAILED };
 static int core_state;
+/* The constructor has found what the stage needs: before that, nothing loads the library (a
+ * sanitizer starting inside the constructor looks functions up through this object). */
+static int started;
+/* This thread is inside load_core (the library's constructor or a sanitizer's start calling
+ * back): such a call passes through. Initial-exec: no __tls_get_addr, which sanitizers hook. */
+static __thread int loading __attribute__((tls_model("initial-exec")));
 static int foreign_libc;
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym;
@@ -74,11 +113,11 @@ static enum kind kind_of(const char *n) {
                                        "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal",
                                        "sigset", "sigignore", "siginterrupt"};
     for (unsigned k = 0; k < sizeof pass / sizeof *pass; k++)
-        if (!strcmp(n, pass[k]))
+        if (str_eq(n, pass[k]))
             return PASS;
-    if (!strcmp(n, "mmap") || !strcmp(n, "mmap64"))
+    if (str_eq(n, "mmap") || str_eq(n, "mmap64"))
         return MMAP;
-    if (!strcmp(n, "dlsym") || !strcmp(n, "dlvsym"))
+    if (str_eq(n, "dlsym") || str_eq(n, "dlvsym"))
         return DLSYM;
     return LOAD;
 }
@@ -115,13 +154,13 @@ struct tables {
 
 static uintptr_t at(uintptr_t base, uintptr_t p) { return p < base ? base + p : p; }
 
-static int tables_of(const struct dl_phdr_info *info, struct tables *t) {
-    memset(t, 0, sizeof *t);
-    t->base = info->dlpi_addr;
-    const ElfW(Dyn) *d = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++)
-        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
-            d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+static int tables_at(uintptr_t base, const ElfW(Dyn) * d, struct tables *t) {
+    t->base = base;
+    t->sym = 0;
+    t->str = 0;
+    t->gnu = 0;
+    t->sysv = 0;
+    t->versym = 0;
     if (!d)
         return 0;
     for (; d->d_tag != DT_NULL; d++) {
@@ -149,7 +188,7 @@ static int usable(const struct tables *t, uint32_t i, const char *n) {
         return 0;
     if (t->versym && (t->versym[i] & 0x8000))
         return 0;
-    return !strcmp(t->str + s->st_name, n);
+    return str_eq(t->str + s->st_name, n);
 }
 
 static uintptr_t value(const struct tables *t, uint32_t i) {
@@ -202,41 +241,53 @@ struct walk {
     int glibc;
 };
 
-static int self_marker;
+extern ElfW(Dyn) _DYNAMIC[] HIDDEN;
 
-static int walk_cb(struct dl_phdr_info *info, size_t size, void *data) {
-    (void)size;
-    struct walk *w = data;
+static void visit(struct walk *w, uintptr_t base, const char *name, const ElfW(Dyn) * d) {
     struct tables t;
-    if (info->dlpi_name && strstr(info->dlpi_name, "libc.so.6"))
+    if (name && has(name, "libc.so.6"))
         w->glibc = 1;
-    if (!tables_of(info, &t))
-        return 0;
-    uintptr_t me = (uintptr_t)&self_marker;
-    int mine = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *p = &info->dlpi_phdr[i];
-        uintptr_t s = info->dlpi_addr + p->p_vaddr;
-        if (p->p_type == PT_LOAD && me >= s && me < s + p->p_memsz)
-            mine = 1;
-    }
-    if (mine) {
+    if (d == _DYNAMIC) {
         w->past = 1;
-        return 0;
+        return;
     }
-    if (!w->past || lookup_in(&t, "pinguard_version"))
-        return 0;
+    if (!w->past || !tables_at(base, d, &t) || lookup_in(&t, "pinguard_version"))
+        return;
     for (unsigned k = 0; k < w->n; k++)
         if (!w->out[k])
             w->out[k] = (void *)lookup_in(&t, w->names[k]);
+}
+
+static int walk_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    const ElfW(Dyn) *d = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    visit(data, info->dlpi_addr, info->dlpi_name, d);
     return 0;
+}
+
+/* The loader's list, read without a call: at start, before main, when no other thread can
+ * unload anything, and when a sanitizer's dl_iterate_phdr may not be ready. glibc's loader
+ * defines it; musl's does not (weak: 0 there). */
+extern struct r_debug _r_debug __attribute__((weak));
+
+static void find_next_at_start(const char *const *names, void **out, unsigned n) {
+    struct walk w = {names, out, n, 0, 0};
+    if (!&_r_debug) {
+        dl_iterate_phdr(walk_cb, &w);
+    } else {
+        for (const struct link_map *l = _r_debug.r_map; l; l = l->l_next)
+            visit(&w, l->l_addr, l->l_name, l->l_ld);
+    }
+    if (w.glibc == 0)
+        foreign_libc = 1;
 }
 
 static void find_next(const char *const *names, void **out, unsigned n) {
     struct walk w = {names, out, n, 0, 0};
     dl_iterate_phdr(walk_cb, &w);
-    if (w.glibc == 0)
-        foreign_libc = 1;
 }
 
 static void *next_of(unsigned i) {
@@ -259,13 +310,14 @@ static void *next_of(unsigned i) {
  * the call before it passing through untracked, as the core does before its set-up. */
 static int maybe_in_handler(void) {
     stack_t ss;
-    if (sigaltstack(0, &ss) == 0 && (ss.ss_flags & SS_ONSTACK))
+    if (syscall(SYS_sigaltstack, 0, &ss) == 0 && (ss.ss_flags & SS_ONSTACK))
         return 1;
     uint64_t set = 0;
     if (syscall(SYS_rt_sigprocmask, SIG_BLOCK, 0, &set, 8) != 0)
         return 0;
     for (int sig = 1; sig <= 64; sig++) {
-        uintptr_t act[4] = {0};
+        uintptr_t act[4];
+        act[0] = 0;
         if ((set >> (sig - 1) & 1) && syscall(SYS_rt_sigaction, sig, 0, act, 8) == 0 &&
             act[0] != (uintptr_t)SIG_DFL && act[0] != (uintptr_t)SIG_IGN)
             return 1;
@@ -273,10 +325,14 @@ static int maybe_in_handler(void) {
     return 0;
 }
 
+/* fstat as the system call (a glibc 2.17 build would name __fxstat64, which musl lacks); the
+ * kernel's struct stat is glibc's on x86-64 and aarch64. */
+static int stat_fd(int fd, struct stat *st) { return (int)syscall(SYS_fstat, fd, st); }
+
 /* Whether descriptor 2 is still the stream it was at start (the core's rule for its lines). */
 static void say(const char *a, const char *b) {
     struct stat st;
-    if (!pinguard_front.stderr_known || fstat(2, &st) != 0 ||
+    if (!pinguard_front.stderr_known || stat_fd(2, &st) != 0 ||
         (uint64_t)st.st_dev != pinguard_front.stderr_dev ||
         (uint64_t)st.st_ino != pinguard_front.stderr_ino)
         return;
@@ -286,39 +342,88 @@ static void say(const char *a, const char *b) {
     for (unsigned k = 0; k < 5; k++)
         for (const char *p = parts[k]; p && *p && n < sizeof line - 1; p++)
             line[n++] = *p;
-    ssize_t w = write(2, line, n);
-    (void)w;
+    (void)syscall(SYS_write, 2, line, n);
 }
+
+static int load_core_now(void);
 
 static int load_core(void) {
     int s = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
     if (s != NONE)
         return s == LOADED;
-    if (foreign_libc || !real_dlsym || maybe_in_handler())
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || foreign_libc || !real_dlsym || loading ||
+        maybe_in_handler())
         return 0;
+    loading = 1;
+    int ok = load_core_now();
+    loading = 0;
+    return ok;
+}
+
+static void failed(const char *path, const char *why) {
+    int none = NONE;
+    if (__atomic_compare_exchange_n(&core_state, &none, FAILED, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_ACQUIRE))
+        say(path, why);
+}
+
+/* A library (not a stage) already loaded, by a preload after this one or a `dlopen`: the copy
+ * in charge, which every call must reach, rather than a second one that would stand down. */
+static int full_copy_cb(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    const ElfW(Dyn) *d = 0;
+    struct tables t;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            d = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    if (d != _DYNAMIC && info->dlpi_name && *info->dlpi_name && tables_at(info->dlpi_addr, d, &t) &&
+        lookup_in(&t, "pinguard_version") && !lookup_in(&t, "pinguard_front")) {
+        *(const char **)data = info->dlpi_name;
+        return 1;
+    }
+    return 0;
+}
+
+static int load_core_now(void) {
     Dl_info info;
     char path[4096];
-    if (!dladdr((void *)load_core, &info) || !info.dli_fname)
-        return 0;
-    size_t n = strlen(info.dli_fname);
-    const char *slash = strrchr(info.dli_fname, '/');
-    size_t dir = slash ? (size_t)(slash - info.dli_fname) + 1 : 0;
-    static const char core[] = "libpinguard.so";
-    if (n >= sizeof path || dir + sizeof core > sizeof path)
-        return 0;
-    memcpy(path, info.dli_fname, dir);
-    memcpy(path + dir, core, sizeof core);
+    const char *loaded = 0;
+    dl_iterate_phdr(full_copy_cb, &loaded);
+    if (loaded) {
+        size_t n = str_len(loaded);
+        if (n >= sizeof path)
+            return 0;
+        for (size_t k = 0; k <= n; k++)
+            path[k] = loaded[k];
+    } else {
+        if (!dladdr((void *)load_core, &info) || !info.dli_fname)
+            return 0;
+        size_t n = str_len(info.dli_fname), dir = 0;
+        for (size_t k = 0; k < n; k++)
+            if (info.dli_fname[k] == '/')
+                dir = k + 1;
+        static const char core[] = "libpinguard.so";
+        if (n >= sizeof path || dir + sizeof core > sizeof path)
+            return 0;
+        for (size_t k = 0; k < dir; k++)
+            path[k] = info.dli_fname[k];
+        for (size_t k = 0; k < sizeof core; k++)
+            path[dir + k] = core[k];
+    }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
-        int none = NONE;
         const char *why = dlerror();
-        if (__atomic_compare_exchange_n(&core_state, &none, FAILED, 0, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_ACQUIRE))
-            say(path, why ? why : "not found");
+        failed(path, why ? why : "not found");
+        return 0;
+    }
+    /* A stage under the library's name (a copy of this file): it would send calls to itself. */
+    if (real_dlsym(h, "pinguard_front") || !real_dlsym(h, "pinguard_version")) {
+        failed(path, "it is not the library but a first stage");
         return 0;
     }
     for (unsigned i = 0; i < PG_COUNT; i++)
         __atomic_store_n(&core_fn[i], real_dlsym(h, name_of(i)), __ATOMIC_RELEASE);
+    dlerror(); /* the look-ups' misses are not the program's next dlerror() */
     __atomic_store_n(&core_state, LOADED, __ATOMIC_SEQ_CST);
     for (unsigned i = 0; i < PG_COUNT; i++)
         if (core_fn[i])
@@ -338,7 +443,7 @@ static void keep(unsigned i, void *t) {
 
 static unsigned index_of_name(const char *n) {
     for (unsigned i = 0; i < PG_COUNT; i++)
-        if (!strcmp(n, name_of(i)))
+        if (str_eq(n, name_of(i)))
             return i;
     return PG_COUNT;
 }
@@ -379,8 +484,15 @@ static void *decide(unsigned i, const uintptr_t *regs) {
         keep(i, i == mmap_i ? (void *)gate_mmap0 : (void *)gate_mmap64);
         return pg_front_slots[i];
     case DLSYM: {
+        /* A runtime's entry point, or any hooked name in a given object (the library answers
+         * with a wrapper bound to that object's function). A hooked libc name searched in the
+         * scopes (RTLD_NEXT, RTLD_DEFAULT: a sanitizer starting) finds this object's export,
+         * which reaches the library once it is loaded. */
         const char *asked = (const char *)regs[1];
-        if (asked && index_of_name(asked) < PG_COUNT && load_core())
+        void *handle = (void *)regs[0];
+        int scope = handle == RTLD_NEXT || handle == RTLD_DEFAULT;
+        if (asked && index_of_name(asked) < PG_COUNT && (!scope || kind_of(asked) == LOAD) &&
+            load_core())
             return core_fn[i];
         return next_of(i);
     }
@@ -410,7 +522,7 @@ static void front_at_exit(void) {
 
 /* Whether `name` has a value that is not blank in `text` (the node file: NAME=value lines). */
 static int set_in(const char *text, size_t len, const char *name) {
-    size_t nl = strlen(name);
+    size_t nl = str_len(name);
     int found = 0;
     for (size_t p = 0; p < len;) {
         size_t e = p;
@@ -419,7 +531,7 @@ static int set_in(const char *text, size_t len, const char *name) {
         size_t q = p;
         while (q < e && (text[q] == ' ' || text[q] == '\t'))
             q++;
-        if (e - q > nl && !memcmp(text + q, name, nl)) {
+        if (e - q > nl && starts(text + q, name, nl)) {
             q += nl;
             while (q < e && (text[q] == ' ' || text[q] == '\t'))
                 q++;
@@ -449,13 +561,14 @@ static int starts_at_once(void) {
         return 0;
     if (!path || *path != '/')
         path = "/etc/pinguard/pinguard.conf";
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    int fd = (int)syscall(SYS_openat, AT_FDCWD, path,
+                          O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return 0;
     static char text[16384];
     struct stat st;
-    ssize_t n = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, text, sizeof text) : -1;
-    close(fd);
+    long n = stat_fd(fd, &st) == 0 && S_ISREG(st.st_mode) ? syscall(SYS_read, fd, text, sizeof text) : -1;
+    syscall(SYS_close, fd);
     for (unsigned k = 0; n > 0 && k < 3; k++)
         if (set_in(text, (size_t)n, early[k]))
             return 1;
@@ -470,7 +583,7 @@ static const char *const signal_safe[] = {"mmap",      "mmap64",     "munmap",  
 __attribute__((constructor)) static void front_start(void) {
     int e = errno;
     struct stat st;
-    if (fstat(2, &st) == 0) {
+    if (stat_fd(2, &st) == 0) {
         pinguard_front.stderr_dev = (uint64_t)st.st_dev;
         pinguard_front.stderr_ino = (uint64_t)st.st_ino;
         pinguard_front.stderr_known = 1;
@@ -484,15 +597,19 @@ __attribute__((constructor)) static void front_start(void) {
     for (unsigned k = 0; k < N; k++)
         names[k] = signal_safe[k];
     names[N] = "dlsym";
-    find_next(names, found, N + 1);
+    find_next_at_start(names, found, N + 1);
     for (unsigned k = 0; k < N; k++) {
         unsigned i = index_of_name(names[k]);
         if (i < PG_COUNT)
             next_fn[i] = found[k];
     }
     real_dlsym = (dlsym_fn)found[N];
+    __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
     atexit(front_at_exit);
-    if (!foreign_libc && (getauxval(AT_SECURE) || starts_at_once()))
+    /* Only the stage the loader's scope finds first receives calls: another (a node's beside a
+     * run's) stays passive. */
+    int first = real_dlsym && real_dlsym(RTLD_DEFAULT, "pinguard_front") == (void *)&pinguard_front;
+    if (!foreign_libc && first && (getauxval(AT_SECURE) || starts_at_once()))
         load_core();
     errno = e;
 }

@@ -241,7 +241,7 @@ fn every_ascend_hal_row_is_redirected_through_a_handle() {
         .collect();
     assert_eq!(names.len(), 7, "{names:?}");
     let library = dir.join("emu/libascend_hal.so");
-    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    let lib_name = wrappers_file_name();
     for (preload, holder) in [
         (Some(f.lib.as_os_str()), lib_name.as_str()),
         (None, "libascend_hal.so"),

@@ -66,7 +66,7 @@ fn every_table_row_is_redirected_through_a_handle() {
         String::from_utf8_lossy(&out.stderr)
     );
     let rows = String::from_utf8(out.stdout).unwrap();
-    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    let lib_name = wrappers_file_name();
     for (family, runtime, file) in [
         (
             "cuda_runtime",

@@ -736,7 +736,7 @@ fn every_hip_row_is_redirected_through_a_handle() {
         .collect();
     assert_eq!(names.len(), 23, "{names:?}");
     let runtime = programs().0.parent().unwrap().join("emu/libamdhip64.so.5");
-    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    let lib_name = wrappers_file_name();
     for (preload, holder) in [
         (Some(f.lib.as_os_str()), lib_name.as_str()),
         (None, "libamdhip64.so.5"),

@@ -287,7 +287,7 @@ fn every_ibverbs_row_is_redirected_through_a_handle() {
         .collect();
     assert_eq!(names.len(), 6, "{names:?}");
     let library = dir.join("emu/libibverbs.so.1");
-    let lib_name = f.lib.file_name().unwrap().to_str().unwrap().to_string();
+    let lib_name = wrappers_file_name();
     for (preload, holder) in [
         (Some(f.lib.as_os_str()), lib_name.as_str()),
         (None, "libibverbs.so.1"),

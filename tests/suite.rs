@@ -17,6 +17,7 @@ mod exit_memory;
 mod file_safety;
 mod forks_exits;
 mod forks_reloads;
+mod front;
 mod group;
 mod hip;
 mod hooks;

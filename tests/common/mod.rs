@@ -47,6 +47,23 @@ fn library() -> PathBuf {
         .expect("libpinguard.so is missing: cargo builds it before the tests")
 }
 
+/// The file name of the object whose wrappers a `dlsym` through a handle returns: the library's,
+/// also when the run preloads the first stage (`PGTEST_LIB=.../libpinguard-lazy.so`), which
+/// sends such a look-up to the library it loads.
+pub fn wrappers_file_name() -> String {
+    let name = fixtures()
+        .lib
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    if name == "libpinguard-lazy.so" {
+        "libpinguard.so".to_string()
+    } else {
+        name
+    }
+}
+
 /// `PGTEST_TARGET=aarch64`: the C fixtures are cross-built and every program runs under
 /// `qemu-aarch64` (scripts/aarch64-tests.sh sets it, with `PGTEST_LIB` naming the aarch64 library).
 pub fn aarch64() -> bool {
