@@ -347,6 +347,23 @@ static void say(const char *a, const char *b) {
 
 static int load_core_now(void);
 
+/* Calls fn on the stack whose top is `top` (front/front.c's assembly below). */
+HIDDEN int pg_front_on_stack(int (*fn)(void), void *top);
+
+/* Loading (dlopen, the library's constructor) takes tens of KiB of stack; the first pinning call
+ * may come from a thread with little (the library's rule: a hooked call takes at most 4 KiB of
+ * the caller's). It runs on a stack of its own, unmapped again once the library is loaded. */
+static int load_on_own_stack(void) {
+    enum { SIZE = 256 << 10 };
+    long m = syscall(SYS_mmap, 0, SIZE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (m < 0 && m > -4096)
+        return load_core_now();
+    int ok = pg_front_on_stack(load_core_now, (char *)m + SIZE);
+    syscall(SYS_munmap, m, SIZE);
+    return ok;
+}
+
 static int load_core(void) {
     int s = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
     if (s != NONE)
@@ -355,7 +372,7 @@ static int load_core(void) {
         maybe_in_handler())
         return 0;
     loading = 1;
-    int ok = load_core_now();
+    int ok = load_on_own_stack();
     loading = 0;
     return ok;
 }
@@ -660,7 +677,20 @@ __asm__(".text\n"
         "  movdqu 176(%rsp), %xmm7\n"
         "  leave\n"
         "  jmp *%r11\n"
-        ".size pg_front_cold, .-pg_front_cold\n");
+        ".size pg_front_cold, .-pg_front_cold\n"
+        ".p2align 4\n"
+        ".globl pg_front_on_stack\n"
+        ".hidden pg_front_on_stack\n"
+        ".type pg_front_on_stack,@function\n"
+        "pg_front_on_stack:\n"
+        "  pushq %rbp\n"
+        "  movq %rsp, %rbp\n"
+        "  movq %rsi, %rsp\n"
+        "  call *%rdi\n"
+        "  movq %rbp, %rsp\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size pg_front_on_stack, .-pg_front_on_stack\n");
 #define PG_EXPORT(i, name)                                                                     \
     __asm__(".text\n.globl " #name "\n.type " #name ",@function\n.p2align 4\n" #name ":\n"     \
             "  movq pg_front_slots+8*" #i "(%rip), %r11\n"                                     \
@@ -701,7 +731,20 @@ __asm__(".text\n"
         "  ldp q6, q7, [sp, #192]\n"
         "  ldp x29, x30, [sp], #224\n"
         "  br x16\n"
-        ".size pg_front_cold, .-pg_front_cold\n");
+        ".size pg_front_cold, .-pg_front_cold\n"
+        ".p2align 4\n"
+        ".globl pg_front_on_stack\n"
+        ".hidden pg_front_on_stack\n"
+        ".type pg_front_on_stack,%function\n"
+        "pg_front_on_stack:\n"
+        "  stp x29, x30, [sp, #-16]!\n"
+        "  mov x29, sp\n"
+        "  mov sp, x1\n"
+        "  blr x0\n"
+        "  mov sp, x29\n"
+        "  ldp x29, x30, [sp], #16\n"
+        "  ret\n"
+        ".size pg_front_on_stack, .-pg_front_on_stack\n");
 #define PG_EXPORT(i, name)                                                                     \
     __asm__(".text\n.globl " #name "\n.type " #name ",%function\n.p2align 4\n" #name ":\n"     \
             "  adrp x16, pg_front_slots+8*" #i "\n"                                            \

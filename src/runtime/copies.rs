@@ -99,7 +99,7 @@ fn leader() -> Option<Obj> {
     // SAFETY: `first` passes objects the loader reports mapped, inside its walk.
     let lead = first(|o| match unsafe { o.front() } {
         Some(f) => {
-            front = front.or(Some(f));
+            front = front.or(Some((*o, f)));
             false
         }
         // SAFETY: as above.

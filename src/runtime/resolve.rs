@@ -229,6 +229,14 @@ fn lookup(name: &CStr) -> usize {
     // RTLD_NOLOAD only re-references an object already loaded, so nothing new runs or unmaps;
     // an object's tables are read (`is_copy`) while `h` holds it mapped.
     unsafe {
+        // Loaded by the first stage: the next definition is the one after the stage, where the
+        // loader's order put pinguard (an interposer preloaded after it sees the calls first).
+        if let Some(front) = crate::runtime::front::object() {
+            let p = crate::runtime::copies::next_after(front, name);
+            if p != 0 {
+                return p;
+            }
+        }
         let p = crate::runtime::dl::real_dlsym(libc::RTLD_NEXT, name) as usize;
         if p != 0 && !is_own(p) {
             // Another copy of pinguard (one that stands down, `copies`) is passed over: the
