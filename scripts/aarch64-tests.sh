@@ -44,7 +44,7 @@ CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
 lib="$PWD/target/aarch64-unknown-linux-gnu/release/libpinguard.so"
 file -L "$lib" 2>/dev/null | grep -q aarch64 || readelf -h "$lib" | grep -q AArch64
 export PGTEST_TARGET=aarch64 PGTEST_LIB="$lib"
-tests=(hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals state_file vmm pools register_pinned host_reserve small_stack callsites asan device_memory overlap)
+tests=(front hooks locking policies stress races threads config_env driver_paths dlsym report hostile unwind forks_exits snapshots group safety_budget safety_cancel locked_pages safety_signals state_file vmm pools register_pinned host_reserve small_stack callsites asan device_memory overlap)
 # One test binary: a module's tests are those whose path starts with `MODULE::`. libtest's filters
 # match anywhere in the path, so every module left out is skipped by name (`group::` also matches
 # `pod_group::`).

@@ -16,7 +16,8 @@
 #    after it, and short-lived threads (1,000 pairs each);
 #  - the same pair from Python through ctypes, with Python frames off and on;
 #  - starting `true` (a process that never pins: alternating rounds) and an idle `sleep`'s PSS
-#    with 50 running (issue 44 item 8: +50 us per exec, +100 kB PSS);
+#    with 50 running, under the first stage (libpinguard-lazy.so, the node-wide preload: issue 44
+#    item 8, +50 us per exec, +100 kB PSS) and under the library itself;
 #  - memory per live allocation (1,000,000 live, one callsite);
 #  - writing a report of 1,000,000 live allocations over 10,000 callsites;
 #  - the stack a pinning pair needs from its caller (a painted thread stack: `small_stack
@@ -111,25 +112,29 @@ def heaptrack_added():
             (hb if traced else ha).append(heap_run(["pairs", "cuda", "1", str(max(pairs // 4, 1000))], traced, {"BENCH_MALLOC": "1"})[0])
     return statistics.median(ha), statistics.median(hb), statistics.median(y - x for x, y in zip(ha, hb))
 
+# The first stage beside the library (front/front.c): what a node-wide preload names.
+stage = os.path.join(os.path.dirname(lib), "libpinguard-lazy.so")
+
 def start(preload, n=200):
+    """PRELOAD: False (none), True (the library) or a path (the first stage)."""
     e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if preload:
-        e["LD_PRELOAD"] = lib
+        e["LD_PRELOAD"] = preload if isinstance(preload, str) else lib
     t = time.perf_counter()
     for _ in range(n):
         os.waitpid(os.posix_spawn("/bin/true", ["true"], e), 0)
     return (time.perf_counter() - t) / n * 1e6
 
-def startup():
+def startup(preload=True):
     """Issue 44 item 8: rounds alternate; the figure is the median of the neighbours' differences."""
-    rounds = [(start(False), start(True)) for _ in range(9)]
+    rounds = [(start(False), start(preload)) for _ in range(9)]
     return (statistics.median(a for a, _ in rounds), statistics.median(b for _, b in rounds),
             statistics.median(b - a for a, b in rounds))
 
 def idle_pss(preload, n=50):
     e = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     if preload:
-        e["LD_PRELOAD"] = lib
+        e["LD_PRELOAD"] = preload if isinstance(preload, str) else lib
     procs = [subprocess.Popen(["sleep", "30"], env=e) for _ in range(n)]
     time.sleep(1)
     pss = 0
@@ -175,12 +180,16 @@ def rows48(measured):
         rows.append(("pinguard/heaptrack added per pair, 32 fr.", "%.3f (%+.0f / %+.0f ns)" % (ratio, d32, heap[2]), "<= 0.050", ratio / 0.05, ratio <= 0.05))
     else:
         rows.append(("pinguard/heaptrack added per pair, 32 fr.", "NOT RUN (no heaptrack)", "<= 0.050", float("nan"), False))
-    s0, s1, sd = measured.get("startup") or startup()
-    most("exec of `true` (never pins)", sd, 50, "us")
+    # Issue 44 item 8's targets hold for the first stage, the node-wide preload; the library
+    # preloaded itself is given beside them.
+    s0, s1, sd = measured.get("startup") or startup(stage)
+    most("exec of `true` (never pins), first stage", sd, 50, "us")
     pss = measured.get("pss")
     if pss is None:
-        pss = idle_pss(True) - idle_pss(False)
-    most("idle `sleep` PSS, 50 running", pss, 100, "kB")
+        pss = idle_pss(stage) - idle_pss(False)
+    most("idle `sleep` PSS, 50 running, first stage", pss, 100, "kB")
+    l0, l1, ld = measured.get("startup_lib") or startup(True)
+    print("    the library preloaded itself: %+.0f us per exec of `true`" % ld)
     print()
     print("issue 48's rows, measured in this run (ratio: the figure over its target):")
     print("%-46s %-28s %-16s %6s" % ("row", "measured", "target", "ratio"))
@@ -362,10 +371,13 @@ p_on = statistics.median(py_pairs(True, "32") for _ in range(5))
 print("%-34s %12.0f %12.0f %10.0f %7.2f" % ("python ctypes pair, py depth 0", p0, p_off, p_off - p0, p_off / p0))
 print("%-34s %12.0f %12.0f %10.0f %7.2f  (Python frames add %.0f ns)" % ("python ctypes pair, py depth 32", p0, p_on, p_on - p0, p_on / p0, p_on - p_off))
 
-s0, s1, sd = startup()
-print("%-34s %12.1f %12.1f %10.1f us  (target +50 us)" % ("exec of `true`, a process that never pins (us)", s0, s1, sd))
-k0, k1 = idle_pss(False), idle_pss(True)
-print("%-34s %12.0f %12.0f %10.0f kB  (target +100 kB)" % ("idle `sleep` PSS, 50 running (kB)", k0, k1, k1 - k0))
+s0, s1, sd = startup(stage)
+print("%-34s %12.1f %12.1f %10.1f us  (target +50 us)" % ("exec of `true`, first stage (us)", s0, s1, sd))
+l0, l1, ld = startup(True)
+print("%-34s %12.1f %12.1f %10.1f us" % ("exec of `true`, the library (us)", l0, l1, ld))
+k0, k1, kl = idle_pss(False), idle_pss(stage), idle_pss(True)
+print("%-34s %12.0f %12.0f %10.0f kB  (target +100 kB)" % ("idle `sleep` PSS, 50, first stage (kB)", k0, k1, k1 - k0))
+print("%-34s %12.0f %12.0f %10.0f kB" % ("idle `sleep` PSS, 50, the library (kB)", k0, kl, kl - k0))
 
 base = run(["live", "1000000"], False, {"EMU_NO_PIN": "1"})[0]
 withp = run(["live", "1000000"], True, {"EMU_NO_PIN": "1", "PINGUARD_DEPTH": "8"})[0]
@@ -375,6 +387,6 @@ secs, mb = run(["report", "1000000", "10000"], True, {"EMU_NO_PIN": "1", "PINGUA
 size = os.path.getsize(tmp + "/big.json") / 2**20
 print("report of 1,000,000 live allocations over 10,000 callsites: %.2f s, %d MB more memory while writing, %.0f MB file" % (secs, mb, size))
 
-rows48({"heaptrack": heap, "startup": (s0, s1, sd), "pss": k1 - k0})
+rows48({"heaptrack": heap, "startup": (s0, s1, sd), "pss": k1 - k0, "startup_lib": (l0, l1, ld)})
 PY
 rm -rf "$tmp"

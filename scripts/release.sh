@@ -6,7 +6,7 @@
 # architecture, and a musl loader can load the library (no file but libc, no import musl lacks:
 # scripts/drop_loader_needed.py first takes out a DT_NEEDED of glibc's loader). Artifacts
 # land in target/release-artifacts/ARCH/, and a tarball per architecture (bin/pinguard,
-# lib/libpinguard.so, include/pinguard.h) beside them.
+# lib/libpinguard.so, lib/libpinguard-lazy.so (the first stage), include/pinguard.h) beside them.
 # Needs cargo-zigbuild and ziglang (installed here when missing) and the rustup targets.
 #   scripts/release.sh [ARCH...]      (default: x86_64 aarch64)
 set -euo pipefail
@@ -44,45 +44,52 @@ for arch in "${archs[@]}"; do
     # A DT_NEEDED of glibc's loader (for __tls_get_addr) would make a musl loader fail every program.
     python3 scripts/drop_loader_needed.py "$out/libpinguard.so"
     machine=$([ $arch = x86_64 ] && echo "X86-64" || echo "AArch64")
-    for f in "$out/libpinguard.so" "$out/pinguard"; do
+    # The first stage (front/front.c), which build.rs built beside the library.
+    cp "target/$target/release/libpinguard-lazy.so" "$out/"
+    for f in "$out/libpinguard.so" "$out/libpinguard-lazy.so" "$out/pinguard"; do
         newest=$(objdump -T "$f" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -t. -k1,1n -k2,2n -k3,3n -u | tail -1)
         ok=$(printf '%s\n2.17\n' "$newest" | sort -t. -k1,1n -k2,2n -c 2>/dev/null && echo 1 || echo 0)
         check "$f glibc" "$ok" "needs GLIBC_$newest (at most 2.17)"
         m=$(readelf -h "$f" | sed -n 's/ *Machine: *//p')
         check "$f architecture" "$([[ $m == *"$machine"* ]] && echo 1 || echo 0)" "$m"
     done
-    # What a musl loader needs to load it (docs/internals.md, "musl processes"): no file but libc, and
-    # only strong imports musl's libc defines (checked against it where it is installed, else
-    # against the glibc-only names the library is known to have imported).
-    # musl's loader answers the names glibc 2.17 split libc into (libpthread, libdl, librt, libm)
-    # with its own libc, as it does libc.so.6.
-    needed=$(readelf -d "$out/libpinguard.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | grep -Ev '^lib(c|pthread|dl|rt|m)\.so' | tr '\n' ' ' || true)
-    if [ -z "$needed" ]; then
-        check "$out/libpinguard.so needed" 1 "only libc (and the parts glibc 2.17 split from it)"
-    else
-        check "$out/libpinguard.so needed" 0 "names besides libc: $needed"
-    fi
-    strong=$(nm -D --undefined-only "$out/libpinguard.so" | awk '$1 == "U" { sub(/@.*/, "", $2); print $2 }' | sort -u)
-    musl=/lib/ld-musl-$arch.so.1
-    if [ -e "$musl" ]; then
-        lacking=$(comm -23 <(echo "$strong") <(nm -D --defined-only "$musl" | awk '{print $3}' | sort -u) | tr '\n' ' ')
-        what="strong imports musl's libc ($musl) lacks"
-    else
-        lacking=$(echo "$strong" | grep -E '^(_Unwind_.*|__register_atfork|_dl_find_object)$' | tr '\n' ' ' || true)
-        what="strong imports known to be glibc-only (musl is not installed here)"
-    fi
-    check "$out/libpinguard.so musl imports" "$([ -z "$lacking" ] && echo 1 || echo 0)" "$what: ${lacking:-none}"
-    exported=$(nm -D --defined-only "$out/libpinguard.so" | awk '{print $3}' | sed 's/@.*//' | sort -u)
-    extra=$(comm -23 <(echo "$exported") <(echo "$declared") | tr '\n' ' ')
-    missing=$(comm -13 <(echo "$exported") <(echo "$declared") | tr '\n' ' ')
-    detail="the declared hooks and C API ($(echo "$exported" | wc -l) symbols)"
-    [ -z "$extra$missing" ] || detail="${extra:+not declared: $extra}${missing:+declared, not exported: $missing}"
-    check "$out/libpinguard.so exports" "$([ -z "$extra$missing" ] && echo 1 || echo 0)" "$detail"
+    for so in libpinguard.so libpinguard-lazy.so; do
+        # What a musl loader needs to load it (docs/internals.md, "musl processes"): no file but libc,
+        # and only strong imports musl's libc defines (checked against it where it is installed,
+        # else against the glibc-only names the library is known to have imported). musl's loader
+        # answers the names glibc 2.17 split libc into (libpthread, libdl, librt, libm) with its
+        # own libc, as it does libc.so.6.
+        needed=$(readelf -d "$out/$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | grep -Ev '^lib(c|pthread|dl|rt|m)\.so' | tr '\n' ' ' || true)
+        if [ -z "$needed" ]; then
+            check "$out/$so needed" 1 "only libc (and the parts glibc 2.17 split from it)"
+        else
+            check "$out/$so needed" 0 "names besides libc: $needed"
+        fi
+        strong=$(nm -D --undefined-only "$out/$so" | awk '$1 == "U" { sub(/@.*/, "", $2); print $2 }' | sort -u)
+        musl=/lib/ld-musl-$arch.so.1
+        if [ -e "$musl" ]; then
+            lacking=$(comm -23 <(echo "$strong") <(nm -D --defined-only "$musl" | awk '{print $3}' | sort -u) | tr '\n' ' ')
+            what="strong imports musl's libc ($musl) lacks"
+        else
+            lacking=$(echo "$strong" | grep -E '^(_Unwind_.*|__register_atfork|_dl_find_object)$' | tr '\n' ' ' || true)
+            what="strong imports known to be glibc-only (musl is not installed here)"
+        fi
+        check "$out/$so musl imports" "$([ -z "$lacking" ] && echo 1 || echo 0)" "$what: ${lacking:-none}"
+        # The library exports the declared hooks and C API; the stage the same names and its record.
+        want=$declared
+        [ $so = libpinguard.so ] || want=$(printf '%s\npinguard_front\n' "$declared" | sort -u)
+        exported=$(nm -D --defined-only "$out/$so" | awk '{print $3}' | sed 's/@.*//' | sort -u)
+        extra=$(comm -23 <(echo "$exported") <(echo "$want") | tr '\n' ' ')
+        missing=$(comm -13 <(echo "$exported") <(echo "$want") | tr '\n' ' ')
+        detail="the declared hooks and C API ($(echo "$exported" | wc -l) symbols)"
+        [ -z "$extra$missing" ] || detail="${extra:+not declared: $extra}${missing:+declared, not exported: $missing}"
+        check "$out/$so exports" "$([ -z "$extra$missing" ] && echo 1 || echo 0)" "$detail"
+    done
     name=pinguard-$version-$arch-linux-gnu
     stage=$(mktemp -d)
     mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/include"
     cp "$out/pinguard" "$stage/$name/bin/"
-    cp "$out/libpinguard.so" "$stage/$name/lib/"
+    cp "$out/libpinguard.so" "$out/libpinguard-lazy.so" "$stage/$name/lib/"
     cp include/pinguard.h "$stage/$name/include/"
     cp README.md LICENSE-MIT LICENSE-APACHE "$stage/$name/"
     tar -C "$stage" -czf "target/release-artifacts/$name.tar.gz" "$name"

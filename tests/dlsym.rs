@@ -109,11 +109,13 @@ fn every_table_row_is_redirected_through_a_handle() {
                 names,
                 "{family}"
             );
+            // Through the first stage, a libc row's answer is the stage's export of that name,
+            // which reaches the library as the library's own would.
+            let stage = preload.is_some() && f.lib.ends_with("libpinguard-lazy.so");
             for (name, found) in answers {
-                assert_eq!(
-                    found,
-                    holder,
-                    "{family}: dlsym(handle, {name}) with pinguard {}",
+                assert!(
+                    found == holder || stage && found == "libpinguard-lazy.so",
+                    "{family}: dlsym(handle, {name}) with pinguard {}: {found}, not {holder}",
                     preload.is_some()
                 );
             }
