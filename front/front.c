@@ -625,8 +625,8 @@ __attribute__((constructor)) static void front_start(void) {
     atexit(front_at_exit);
     /* Only the stage the loader's scope finds first receives calls: another (a node's beside a
      * run's) stays passive. */
-    int first = real_dlsym && real_dlsym(RTLD_DEFAULT, "pinguard_front") == (void *)&pinguard_front;
-    if (!foreign_libc && first && (getauxval(AT_SECURE) || starts_at_once()))
+    if (!foreign_libc && (getauxval(AT_SECURE) || starts_at_once()) && real_dlsym &&
+        real_dlsym(RTLD_DEFAULT, "pinguard_front") == (void *)&pinguard_front)
         load_core();
     errno = e;
 }
