@@ -108,12 +108,12 @@ enum kind { LOAD, PASS, MMAP, DLSYM };
 static const char *name_of(unsigned i) { return pg_name_text + pg_name_at[i]; }
 
 static enum kind kind_of(const char *n) {
-    static const char *const pass[] = {"munmap", "mremap", "munlock", "munlockall", "dlclose",
-                                       "_exit", "_Exit", "sigaction", "__sigaction", "signal",
-                                       "bsd_signal", "ssignal", "sysv_signal", "__sysv_signal",
-                                       "sigset", "sigignore", "siginterrupt"};
-    for (unsigned k = 0; k < sizeof pass / sizeof *pass; k++)
-        if (str_eq(n, pass[k]))
+    /* NUL-separated, ending with an empty name: no pointer for the loader to relocate. */
+    static const char pass[] = "munmap\0mremap\0munlock\0munlockall\0dlclose\0_exit\0_Exit\0"
+                               "sigaction\0__sigaction\0signal\0bsd_signal\0ssignal\0sysv_signal\0"
+                               "__sysv_signal\0sigset\0sigignore\0siginterrupt\0";
+    for (const char *p = pass; *p; p += str_len(p) + 1)
+        if (str_eq(n, p))
             return PASS;
     if (str_eq(n, "mmap") || str_eq(n, "mmap64"))
         return MMAP;
@@ -592,11 +592,6 @@ static int starts_at_once(void) {
     return 0;
 }
 
-static const char *const signal_safe[] = {"mmap",      "mmap64",     "munmap",      "mremap",
-                                          "_exit",     "_Exit",      "sigaction",   "__sigaction",
-                                          "signal",    "bsd_signal", "ssignal",     "sysv_signal",
-                                          "__sysv_signal", "sigset", "sigignore",   "siginterrupt"};
-
 __attribute__((constructor)) static void front_start(void) {
     int e = errno;
     struct stat st;
@@ -607,20 +602,23 @@ __attribute__((constructor)) static void front_start(void) {
     }
     mmap_i = index_of_name("mmap");
     mmap64_i = index_of_name("mmap64");
-    /* Found now: these may be called from a signal handler, where no look-up may run. */
-    enum { N = sizeof signal_safe / sizeof *signal_safe };
-    void *found[N + 1] = {0};
-    const char *names[N + 1];
-    for (unsigned k = 0; k < N; k++)
-        names[k] = signal_safe[k];
-    names[N] = "dlsym";
-    find_next_at_start(names, found, N + 1);
-    for (unsigned k = 0; k < N; k++) {
-        unsigned i = index_of_name(names[k]);
-        if (i < PG_COUNT)
-            next_fn[i] = found[k];
+    /* Found now, every name that is not a runtime's (those a signal handler may call among
+     * them: no look-up may run there), and the C library's dlsym. */
+    const char *names[PG_COUNT];
+    void *found[PG_COUNT];
+    unsigned idx[PG_COUNT], n = 0;
+    for (unsigned i = 0; i < PG_COUNT; i++)
+        if (kind_of(name_of(i)) != LOAD) {
+            idx[n] = i;
+            names[n] = name_of(i);
+            found[n++] = 0;
+        }
+    find_next_at_start(names, found, n);
+    for (unsigned k = 0; k < n; k++) {
+        next_fn[idx[k]] = found[k];
+        if (str_eq(names[k], "dlsym"))
+            real_dlsym = (dlsym_fn)found[k];
     }
-    real_dlsym = (dlsym_fn)found[N];
     __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
     atexit(front_at_exit);
     /* Only the stage the loader's scope finds first receives calls: another (a node's beside a

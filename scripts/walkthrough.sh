@@ -143,7 +143,7 @@ make_tarball() {
     version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
     name=pinguard-$version-$(uname -m)-linux-gnu
     mkdir -p "$stage/$name/bin" "$stage/$name/lib" "$stage/$name/include" "$run" &&
-        cp "$cli" "$stage/$name/bin/" && cp "$lib" "$stage/$name/lib/" && cp include/pinguard.h "$stage/$name/include/" &&
+        cp "$cli" "$stage/$name/bin/" && cp "$lib" "$(dirname "$lib")/libpinguard-lazy.so" "$stage/$name/lib/" && cp include/pinguard.h "$stage/$name/include/" &&
         cp README.md LICENSE-MIT LICENSE-APACHE "$stage/$name/" &&
         tar -C "$stage" -czf "$run/$name.tar.gz" "$name" && cp -r deploy "$run/deploy"
 }

@@ -107,11 +107,24 @@ fn leader() -> Option<Obj> {
     });
     match lead {
         Some(o) if o.contains(probe) => {
-            crate::runtime::front::found(front);
+            if let Some((obj, record)) = front {
+                let _ = FRONT.set(obj);
+                crate::runtime::front::found(record);
+            }
             None
         }
         other => other,
     }
+}
+
+/// The first stage that loaded this copy (`front`), when one did: the real functions are the
+/// definitions after it, as `dlsym(RTLD_NEXT)` finds them from the stage (from this copy, loaded
+/// last, it would pass over every interposer preloaded after the stage).
+static FRONT: std::sync::OnceLock<Obj> = std::sync::OnceLock::new();
+
+/// That stage's object.
+pub fn front_object() -> Option<&'static Obj> {
+    FRONT.get()
 }
 
 /// The other copy of pinguard that holds address `a`, if any.

@@ -4,9 +4,7 @@
 //! stream descriptor 2 was then (`log`), and the place among the exit handlers, which the first
 //! stage took at its load and fills with this copy's exit work (`lifecycle::at_exit`).
 
-use crate::runtime::copies::Obj;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 
 /// The name of the first stage's record, which marks it among the loaded objects.
 pub const MARK: &[u8] = b"pinguard_front";
@@ -23,21 +21,12 @@ pub struct Front {
 
 /// The first stage that loaded this copy, when one did (set once, by `copies` at start).
 static FRONT: AtomicPtr<Front> = AtomicPtr::new(std::ptr::null_mut());
-/// Its object: the real functions are the definitions after it, as `dlsym(RTLD_NEXT)` finds them
-/// from the stage (from this copy, loaded last, it would pass over every preload after the stage).
-static OBJECT: OnceLock<Obj> = OnceLock::new();
 
-/// From `copies`' first walk: a first stage before this copy, which leads, and its record.
-pub fn found(front: Option<(Obj, usize)>) {
-    if let Some((o, a)) = front.filter(|f| f.1 != 0) {
-        let _ = OBJECT.set(o);
-        FRONT.store(a as *mut Front, Ordering::Release);
+/// From `copies`' first walk: the record of a first stage before this copy, which leads.
+pub fn found(addr: usize) {
+    if addr != 0 {
+        FRONT.store(addr as *mut Front, Ordering::Release);
     }
-}
-
-/// The first stage's object, when one loaded this copy.
-pub fn object() -> Option<&'static Obj> {
-    OBJECT.get()
 }
 
 fn front() -> Option<&'static Front> {

@@ -231,7 +231,7 @@ fn lookup(name: &CStr) -> usize {
     unsafe {
         // Loaded by the first stage: the next definition is the one after the stage, where the
         // loader's order put pinguard (an interposer preloaded after it sees the calls first).
-        if let Some(front) = crate::runtime::front::object() {
+        if let Some(front) = crate::runtime::copies::front_object() {
             let p = crate::runtime::copies::next_after(front, name);
             if p != 0 {
                 return p;
