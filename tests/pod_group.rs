@@ -215,11 +215,14 @@ impl Member {
             .into_owned()
     }
     /// SIGKILL to the member itself; returns CLOCK_MONOTONIC milliseconds once it is gone.
+    /// The moment of the kill: a share can come back no earlier. (Taken after the wait, a loaded
+    /// machine's delay in reaping made a reclaim seem to come before the death.)
     fn kill(mut self) -> f64 {
+        let at = monotonic_ms();
         // SAFETY: signals a process of this test's.
         assert_eq!(unsafe { libc::kill(self.pid() as i32, libc::SIGKILL) }, 0);
         self.unshare.wait().unwrap(); // unshare ends once its child did
-        monotonic_ms()
+        at
     }
     fn finish(mut self) -> std::process::ExitStatus {
         let _ = self.unshare.stdin.take().unwrap().write_all(b"done\n");
