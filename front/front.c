@@ -107,6 +107,12 @@ enum kind { LOAD, PASS, MMAP, DLSYM };
 
 static const char *name_of(unsigned i) { return pg_name_text + pg_name_at[i]; }
 
+static enum kind kind_of(const char *n);
+
+/* The C library's names: their next definitions are found at start (a signal handler may call
+ * them, an `mlock` among them before the library is loaded, and no look-up may run there). */
+static int of_libc(const char *n);
+
 static enum kind kind_of(const char *n) {
     /* NUL-separated, ending with an empty name: no pointer for the loader to relocate. */
     static const char pass[] = "munmap\0mremap\0munlock\0munlockall\0dlclose\0_exit\0_Exit\0"
@@ -120,6 +126,10 @@ static enum kind kind_of(const char *n) {
     if (str_eq(n, "dlsym") || str_eq(n, "dlvsym"))
         return DLSYM;
     return LOAD;
+}
+
+static int of_libc(const char *n) {
+    return kind_of(n) != LOAD || str_eq(n, "mlock") || str_eq(n, "mlock2") || str_eq(n, "mlockall");
 }
 
 /* ---- Symbol look-up in the loaded objects' tables (no dlsym, no allocation) -------------- */
@@ -296,9 +306,9 @@ static void *next_of(unsigned i) {
     const char *n = name_of(i);
     void *p = 0;
     find_next(&n, &p, 1);
-    /* The signal, exit and mapping functions are libc's, never unloaded: kept. A runtime's
-     * entry point is found again each time (its object may be unloaded and loaded elsewhere). */
-    if (kind_of(n) != LOAD)
+    /* The C library's functions are never unloaded: kept. A runtime's entry point is found again
+     * each time (its object may be unloaded and loaded elsewhere). */
+    if (of_libc(n))
         __atomic_store_n(&next_fn[i], p, __ATOMIC_RELEASE);
     return p;
 }
@@ -602,13 +612,12 @@ __attribute__((constructor)) static void front_start(void) {
     }
     mmap_i = index_of_name("mmap");
     mmap64_i = index_of_name("mmap64");
-    /* Found now, every name that is not a runtime's (those a signal handler may call among
-     * them: no look-up may run there), and the C library's dlsym. */
+    /* Found now: the C library's names (`of_libc`), dlsym among them. */
     const char *names[PG_COUNT];
     void *found[PG_COUNT];
     unsigned idx[PG_COUNT], n = 0;
     for (unsigned i = 0; i < PG_COUNT; i++)
-        if (kind_of(name_of(i)) != LOAD) {
+        if (of_libc(name_of(i))) {
             idx[n] = i;
             names[n] = name_of(i);
             found[n++] = 0;
