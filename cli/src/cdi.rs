@@ -48,7 +48,13 @@ pub struct Options {
     pub env: Vec<(String, String)>,
     pub preload_with: PreloadWith,
     pub preload_list: Option<PathBuf>,
+    /// Preload the first stage (`STAGE` beside the library), mounted beside it.
+    pub stage: bool,
 }
+
+/// The first stage's file name: beside the library on the host, and in the containers, where it
+/// loads `libpinguard.so` from its own folder.
+pub const STAGE: &str = "libpinguard-lazy.so";
 
 /// `--env KEY=VALUE`: a name a shell could export, and a value.
 pub fn env_pair(s: &str) -> Result<(String, String), String> {
@@ -166,14 +172,27 @@ pub fn spec(o: &Options) -> Result<Value, String> {
         "type": "bind",
         "options": ["ro", "nosuid", "nodev", "bind"],
     })];
+    let preload = match o.stage {
+        false => o.container_path.clone(),
+        true => {
+            let (host, inside) = stage_paths(&lib_path, &o.container_path)?;
+            mounts.push(json!({
+                "hostPath": absolute(&host)?,
+                "containerPath": inside,
+                "type": "bind",
+                "options": ["ro", "nosuid", "nodev", "bind"],
+            }));
+            inside
+        }
+    };
     match o.preload_with {
-        PreloadWith::Env => env.push(format!("LD_PRELOAD={}", o.container_path)),
+        PreloadWith::Env => env.push(format!("LD_PRELOAD={preload}")),
         PreloadWith::LdSoPreload => {
             let list = match &o.preload_list {
                 Some(p) => p.clone(),
                 None => lib_path.with_file_name(PRELOAD_LIST_FILE),
             };
-            write_preload_list(&list, &o.container_path)?;
+            write_preload_list(&list, &preload)?;
             mounts.push(json!({
                 "hostPath": absolute(&list)?,
                 "containerPath": PRELOAD_LIST,
@@ -222,6 +241,24 @@ pub fn spec(o: &Options) -> Result<Value, String> {
         "kind": KIND,
         "devices": [{ "name": "default", "containerEdits": { "env": env, "mounts": mounts } }],
     }))
+}
+
+/// `--stage`: the first stage beside the library on the host, and where it goes in the
+/// containers, beside the library, whose file it looks for there under its own name.
+fn stage_paths(lib: &Path, container_path: &str) -> Result<(PathBuf, String), String> {
+    let host = lib.with_file_name(STAGE);
+    if !host.is_file() {
+        return Err(format!(
+            "--stage: no {STAGE} beside {} (a release has it in lib/; a build, in target/release/)",
+            lib.display()
+        ));
+    }
+    match container_path.strip_suffix("/libpinguard.so") {
+        Some(dir) => Ok((host, format!("{dir}/{STAGE}"))),
+        None => Err(format!(
+            "--stage: the stage loads libpinguard.so from its own folder, so --container-path must end in /libpinguard.so, not {container_path:?}"
+        )),
+    }
 }
 
 /// The host's list for the containers' /etc/ld.so.preload, one line: the library's path inside

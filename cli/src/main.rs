@@ -355,6 +355,11 @@ enum Cmd {
         /// (default: ld.so.preload beside the library).
         #[arg(long, value_name = "FILE")]
         preload_list: Option<PathBuf>,
+        /// Preload the first stage, libpinguard-lazy.so beside the library, mounted beside it in
+        /// the containers: their processes that never pin pay for it alone, and the library is
+        /// loaded at a process's first call that can pin.
+        #[arg(long)]
+        stage: bool,
     },
     /// Remove the metrics files (PINGUARD_METRICS) of processes that have ended without removing
     /// their own (SIGKILL, the OOM killer): for a node agent to run now and then, where a folder's
@@ -568,6 +573,7 @@ fn main() -> ExitCode {
             env,
             preload_with,
             preload_list,
+            stage,
         } => {
             let written = cdi::spec(&cdi::Options {
                 lib,
@@ -577,6 +583,7 @@ fn main() -> ExitCode {
                 env,
                 preload_with,
                 preload_list,
+                stage,
             })
             .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));
             match written {

@@ -529,3 +529,90 @@ fn preload_with_env_sets_ld_preload_and_a_list_is_written_only_when_it_changes()
     let o = pinguard(&["cdi", "--lib", l, "--preload-with", "neither"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `--stage`: the first stage mounted beside the library and preloaded in its place, through the
+/// list or `LD_PRELOAD`; without the stage beside the library, or with a container path the stage
+/// would not find the library at, one line and exit 2.
+#[test]
+fn with_stage_the_spec_mounts_the_first_stage_beside_the_library_and_preloads_it() {
+    let dir = fresh("stage");
+    let deps = std::env::current_exe().unwrap();
+    let stage = deps
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libpinguard-lazy.so");
+    assert!(
+        stage.is_file(),
+        "{} missing: build.rs builds it",
+        stage.display()
+    );
+    std::os::unix::fs::symlink(library(), dir.join("libpinguard.so")).unwrap();
+    let lib = dir.join("libpinguard.so");
+    let o = pinguard(&["cdi", "--lib", lib.to_str().unwrap()]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
+        "/opt/pinguard/libpinguard.so\n",
+        "without --stage, the library"
+    );
+    let o = pinguard(&["cdi", "--stage", "--lib", lib.to_str().unwrap()]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "no stage beside the library: {o:?}"
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--stage: no libpinguard-lazy.so beside"),
+        "{o:?}"
+    );
+    std::os::unix::fs::symlink(&stage, dir.join("libpinguard-lazy.so")).unwrap();
+    let spec = spec_of(&pinguard(&[
+        "cdi",
+        "--stage",
+        "--lib",
+        lib.to_str().unwrap(),
+    ]));
+    assert_cdi(&spec);
+    assert_eq!(
+        std::fs::read_to_string(dir.join("ld.so.preload")).unwrap(),
+        "/opt/pinguard/libpinguard-lazy.so\n"
+    );
+    assert_eq!(
+        mount_at(&spec, "/opt/pinguard/libpinguard.so")["hostPath"],
+        lib.to_str().unwrap()
+    );
+    assert_eq!(
+        mount_at(&spec, "/opt/pinguard/libpinguard-lazy.so")["hostPath"],
+        dir.join("libpinguard-lazy.so").to_str().unwrap()
+    );
+    let spec = spec_of(&pinguard(&[
+        "cdi",
+        "--stage",
+        "--preload-with",
+        "env",
+        "--lib",
+        lib.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        env_of(&spec),
+        vec![(
+            "LD_PRELOAD".into(),
+            "/opt/pinguard/libpinguard-lazy.so".into()
+        )]
+    );
+    let o = pinguard(&[
+        "cdi",
+        "--stage",
+        "--lib",
+        lib.to_str().unwrap(),
+        "--container-path",
+        "/usr/lib/pg.so",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("must end in /libpinguard.so"),
+        "{o:?}"
+    );
+}
