@@ -12,43 +12,10 @@ const ROUTES: [&str; 2] = ["export", "dlsym"];
 /// `DRV_ERROR_OUT_OF_MEMORY`.
 const OUT_OF_MEMORY: i64 = 6;
 
+/// The test program, linked with the emulated driver (`tests/fixtures.txt`, set `ascend_hal`).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fixtures().dir.join("ascend_hal");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        cc(&[
-            "-g",
-            "-O1",
-            "-fPIC",
-            "-Wall",
-            "-pthread",
-            "-shared",
-            "-o",
-            &d("emu/libascend_hal.so"),
-            &s("emul/ascend_hal.c"),
-            "-Wl,-soname,libascend_hal.so",
-        ]);
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &d("ascend_hal"),
-            &s("progs/ascend_hal.c"),
-            "-L",
-            &d("emu"),
-            "-Wl,-rpath,$ORIGIN/emu",
-            "-Wl,--no-as-needed",
-            "-l:libascend_hal.so",
-            "-ldl",
-        ]);
-        dir.join("ascend_hal")
-    })
+    P.get_or_init(|| fixture_set("ascend_hal").join("ascend_hal/ascend_hal"))
 }
 
 fn hal(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -213,17 +180,7 @@ fn hooks_without_ascend_hal_pass_through_untouched() {
 fn every_ascend_hal_row_is_redirected_through_a_handle() {
     let f = fixtures();
     let dir = program().parent().unwrap();
-    let exe = dir.join("dlsym_table");
-    let src = root().join("tests/progs/dlsym_table.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let exe = fixture_set("dlsym_table").join("dlsym_table");
     let out = std::process::Command::new("python3")
         .arg(root().join("scripts/exports.py"))
         .arg("--families")

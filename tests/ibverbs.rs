@@ -13,45 +13,11 @@ const ROUTES: [&str; 4] = ["export", "dlsym", "dlvsym", "dlvsym10"];
 const ON_DEMAND: &str = "65";
 const ENOMEM: i64 = 12;
 
-/// The test program linked with the emulated library, built with its version script.
+/// The test program linked with the emulated library, built with its version script
+/// (`tests/fixtures.txt`, set `ibverbs`).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fixtures().dir.join("ibverbs");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let script = format!("-Wl,--version-script={}", s("emul/ibverbs.map"));
-        cc(&[
-            "-g",
-            "-O1",
-            "-fPIC",
-            "-Wall",
-            "-pthread",
-            "-shared",
-            "-o",
-            &d("emu/libibverbs.so.1"),
-            &s("emul/ibverbs.c"),
-            "-Wl,-soname,libibverbs.so.1",
-            &script,
-        ]);
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &d("ibverbs"),
-            &s("progs/ibverbs.c"),
-            "-L",
-            &d("emu"),
-            "-Wl,-rpath,$ORIGIN/emu",
-            "-l:libibverbs.so.1",
-            "-ldl",
-        ]);
-        dir.join("ibverbs")
-    })
+    P.get_or_init(|| fixture_set("ibverbs").join("ibverbs/ibverbs"))
 }
 
 fn ibv(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -259,17 +225,7 @@ fn hooks_without_ibverbs_pass_through_untouched() {
 fn every_ibverbs_row_is_redirected_through_a_handle() {
     let f = fixtures();
     let dir = program().parent().unwrap();
-    let exe = dir.join("dlsym_table");
-    let src = root().join("tests/progs/dlsym_table.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let exe = fixture_set("dlsym_table").join("dlsym_table");
     let out = std::process::Command::new("python3")
         .arg(root().join("scripts/exports.py"))
         .arg("--families")

@@ -16,42 +16,11 @@ const RANGE: i64 = 16 * PAGE;
 /// Just above one range: two ranges' worth is refused.
 const BUDGET: &str = "69632";
 
-/// `tests/progs/overlap.c`, linked with the emulated CUDA runtime and libibverbs.
+/// `tests/progs/overlap.c`, linked with the emulated CUDA runtime and libibverbs
+/// (`tests/fixtures.txt`, set `overlap`).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let f = fixtures();
-        let dir = f.dir.join("overlap");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let script = format!("-Wl,--version-script={}", s("emul/ibverbs.map"));
-        let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
-        let mut a = common.to_vec();
-        let (lib, file) = (d("emu/libibverbs.so.1"), s("emul/ibverbs.c"));
-        a.extend([
-            "-shared",
-            "-o",
-            &lib,
-            &file,
-            "-Wl,-soname,libibverbs.so.1",
-            &script,
-        ]);
-        cc(&a);
-        let (out, file, fx) = (d("overlap"), s("progs/overlap.c"), f.dir.to_string_lossy());
-        let emu = d("emu");
-        let mut a = common.to_vec();
-        a.extend(["-o", &out, &file, "-L", &fx, "-L", &emu]);
-        a.extend([
-            "-Wl,-rpath,$ORIGIN/emu:$ORIGIN/..",
-            "-lcudart",
-            "-l:libibverbs.so.1",
-        ]);
-        a.push("-ldl");
-        cc(&a);
-        dir.join("overlap")
-    })
+    P.get_or_init(|| fixture_set("overlap").join("overlap/overlap"))
 }
 
 fn overlap(ops: &[&str], env: &[(&str, &str)]) -> Run {
