@@ -500,7 +500,7 @@ fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_t
                     "the top callsite is not symbolised to pin_loop in end_pinners.c:LINE: {top}"
                 ));
             }
-            if round % 10 == 0 {
+            if round.is_multiple_of(10) {
                 let o = pinguard_cli(&[OsStr::new("report"), dir.as_os_str()]);
                 let text = String::from_utf8_lossy(&o.stdout);
                 if !o.status.success()

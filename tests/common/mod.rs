@@ -666,6 +666,16 @@ pub fn assert_why(e: &Value, error: &str) {
     }
 }
 
+/// The typed report's figures for one entry point, or a panic naming those it has.
+pub fn api_stats<'a>(rep: &'a Report, name: &str) -> &'a pinguard_common::ApiStats {
+    rep.apis.get(name).unwrap_or_else(|| {
+        panic!(
+            "no {name} in the report's apis: {:?}",
+            rep.apis.keys().collect::<Vec<_>>()
+        )
+    })
+}
+
 /// The report's figures for one entry point.
 pub fn api<'a>(rep: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     &rep["apis"][name]
