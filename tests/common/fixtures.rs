@@ -111,8 +111,7 @@ impl Lock {
 }
 
 /// Builds the set `set` of the table into `dir`, unless a stamp says it was (by this process or
-/// another, from the same content). Each fixture is compiled to a temporary name and renamed into
-/// place, so that a program another test is running is never overwritten.
+/// another, from the same content).
 pub fn build_set(dir: &Path, set: &str) {
     static BUILT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
@@ -123,23 +122,29 @@ pub fn build_set(dir: &Path, set: &str) {
     let stamp = dir.join(format!(".built-{set}"));
     let _lock = Lock::take(dir);
     if !stamp.exists() {
-        let rows: Vec<&Row> = table()
-            .iter()
-            .filter(|(sets, _, _)| sets.iter().any(|s| s == set))
-            .collect();
-        assert!(!rows.is_empty(), "no set {set:?} in tests/fixtures.txt");
-        let root = root().to_string_lossy().into_owned();
-        for (_, out, args) in rows {
-            let target = dir.join(out);
-            std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-            let tmp = format!("{out}.tmp-{}", std::process::id());
-            let mut a = vec!["-o".to_string(), tmp.clone()];
-            a.extend(args.iter().map(|x| x.replace('@', &format!("{root}/"))));
-            cc_in(dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
-            std::fs::rename(dir.join(&tmp), &target).unwrap();
-        }
+        compile_set(dir, set);
         let mut s = std::fs::File::create(&stamp).unwrap();
         s.write_all(b"built\n").unwrap();
     }
     built.insert(set.to_string());
+}
+
+/// Compiles each fixture of `set`, in the table's order, to a temporary name renamed into place:
+/// a program another test is running is never overwritten.
+fn compile_set(dir: &Path, set: &str) {
+    let rows: Vec<&Row> = table()
+        .iter()
+        .filter(|(sets, _, _)| sets.iter().any(|s| s == set))
+        .collect();
+    assert!(!rows.is_empty(), "no set {set:?} in tests/fixtures.txt");
+    let root = format!("{}/", root().display());
+    for (_, out, args) in rows {
+        let target = dir.join(out);
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        let tmp = format!("{out}.tmp-{}", std::process::id());
+        let mut a = vec!["-o".to_string(), tmp.clone()];
+        a.extend(args.iter().map(|x| x.replace('@', &root)));
+        cc_in(dir, &a.iter().map(String::as_str).collect::<Vec<_>>());
+        std::fs::rename(dir.join(&tmp), &target).unwrap();
+    }
 }
