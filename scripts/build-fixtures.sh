@@ -1,21 +1,23 @@
 #!/usr/bin/env bash
-# Builds the emulated runtimes of tests/emul and the C programs of tests/progs into a directory
-# (default target/fixtures-scripts), the way the integration tests do, for the scripts.
-#   scripts/build-fixtures.sh [DIR]      prints DIR
+# Builds the C fixtures the scripts use (the emulated runtimes of tests/emul and programs of
+# tests/progs) into a directory (default target/fixtures-scripts), from the table the integration
+# tests build theirs from (tests/fixtures.txt): the fixtures of SET (default `scripts`).
+#   scripts/build-fixtures.sh [DIR [SET]]      prints DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 out=${1:-target/fixtures-scripts}
-mkdir -p "$out/layered"
-cflags=(-O1 -g -fPIC -Wall -pthread)
-cc "${cflags[@]}" -shared -o "$out/libcudart.so" tests/emul/cudart.c -Wl,-soname,libcudart.so
-cc "${cflags[@]}" -shared -o "$out/libascendcl.so" tests/emul/ascendcl.c -Wl,-soname,libascendcl.so
-cc "${cflags[@]}" -shared -o "$out/libcuda.so.1" tests/emul/cuda_driver.c -Wl,-soname,libcuda.so.1
-cc "${cflags[@]}" -shared -o "$out/libamdhip64.so.5" tests/emul/hip.c -Wl,-soname,libamdhip64.so.5
-cc "${cflags[@]}" -shared -o "$out/libibverbs.so.1" tests/emul/ibverbs.c -Wl,-soname,libibverbs.so.1 -Wl,--version-script=tests/emul/ibverbs.map
-cc "${cflags[@]}" -shared -o "$out/layered/libcudart.so" tests/emul/cudart_layered.c -Wl,-soname,libcudart.so -Wl,-rpath,'$ORIGIN/..' -ldl
-link=(-L"$out" -Wl,-rpath,'$ORIGIN' -lcudart -lascendcl -ldl)
-cc "${cflags[@]}" -shared -o "$out/libframework.so" tests/progs/framework.c "${link[@]}"
-for prog in workload scenario stress race fork_storm exit_paths bench small_stack; do
-    cc "${cflags[@]}" -rdynamic -o "$out/$prog" "tests/progs/$prog.c" "${link[@]}"
-done
+set_name=${2:-scripts}
+mkdir -p "$out"
+built=0
+while read -r sets name rest; do
+    [[ -z $sets || $sets == \#* ]] && continue
+    [[ ,$sets, == *,"$set_name",* ]] || continue
+    read -ra args <<<"$rest"
+    args=("${args[@]//@/$root/}")
+    mkdir -p "$out/$(dirname "$name")"
+    (cd "$out" && cc -o "$name" "${args[@]}")
+    built=$((built + 1))
+done <tests/fixtures.txt
+((built)) || { echo "build-fixtures.sh: no set $set_name in tests/fixtures.txt" >&2; exit 2; }
 echo "$out"

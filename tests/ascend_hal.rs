@@ -12,43 +12,10 @@ const ROUTES: [&str; 2] = ["export", "dlsym"];
 /// `DRV_ERROR_OUT_OF_MEMORY`.
 const OUT_OF_MEMORY: i64 = 6;
 
+/// The test program, linked with the emulated driver (`tests/fixtures.txt`, set `ascend_hal`).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fixtures().dir.join("ascend_hal");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        cc(&[
-            "-g",
-            "-O1",
-            "-fPIC",
-            "-Wall",
-            "-pthread",
-            "-shared",
-            "-o",
-            &d("emu/libascend_hal.so"),
-            &s("emul/ascend_hal.c"),
-            "-Wl,-soname,libascend_hal.so",
-        ]);
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &d("ascend_hal"),
-            &s("progs/ascend_hal.c"),
-            "-L",
-            &d("emu"),
-            "-Wl,-rpath,$ORIGIN/emu",
-            "-Wl,--no-as-needed",
-            "-l:libascend_hal.so",
-            "-ldl",
-        ]);
-        dir.join("ascend_hal")
-    })
+    P.get_or_init(|| fixture_set("ascend_hal").join("ascend_hal/ascend_hal"))
 }
 
 fn hal(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -78,14 +45,18 @@ fn host_registrations_count_exactly_through_each_route() {
             s["pinguard_live_bytes"], s["hal"]["outstanding_bytes"],
             "{route}"
         );
-        let rep = r.report();
-        let a = api(&rep, "halHostRegister");
-        assert_eq!(a["alloc_count"], 3, "{route}: {}", rep["apis"]);
-        assert_eq!(a["live_bytes"], 8192 + 4096 + 12288, "{route}");
-        let sites = rep["callsites"].as_array().unwrap();
+        let rep = r.typed_report();
+        let a = api_stats(&rep, "halHostRegister");
+        assert_eq!(a.alloc_count, 3, "{route}: {:?}", rep.apis);
+        assert_eq!(a.live_bytes, 8192 + 4096 + 12288, "{route}");
+        let sites = &rep.callsites;
         assert!(
             sites.iter().all(|c| {
-                let f = c["frames"][0]["symbol"].as_str().unwrap_or("");
+                let f = c
+                    .frames
+                    .first()
+                    .and_then(|f| f.symbol.as_deref())
+                    .unwrap_or("");
                 f == "run_op" || f == "main"
             }),
             "{route}: {sites:?}"
@@ -97,9 +68,9 @@ fn host_registrations_count_exactly_through_each_route() {
         let s = r.stats();
         assert_eq!(s["hal"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let t = &r.report()["totals"];
-        assert_eq!(t["unknown_release_count"], 0, "{route}: {t}");
-        assert_eq!(t["release_count"], 3, "{route}");
+        let t = r.typed_report().totals;
+        assert_eq!(t.unknown_release_count, 0, "{route}: {t:?}");
+        assert_eq!(t.release_count, 3, "{route}");
     }
 }
 
@@ -132,13 +103,13 @@ fn io_memory_passes_uncounted_and_host_memory_over_the_budget_is_refused() {
             );
             assert_eq!(s["hal"]["failed_calls"], 0, "{policy} {route}");
             assert_eq!(s["pinguard_live_bytes"], 0, "{policy} {route}");
-            let rep = r.report();
-            let t = &rep["totals"];
-            assert_eq!(t["denied_count"], 2, "{policy} {route}: {t}");
-            assert_eq!(t["downgraded_count"], 0, "{policy} {route}");
-            assert_eq!(t["unknown_release_count"], 0, "{policy} {route}");
+            let rep = r.typed_report();
+            let t = &rep.totals;
+            assert_eq!(t.denied_count, 2, "{policy} {route}: {t:?}");
+            assert_eq!(t.downgraded_count, 0, "{policy} {route}");
+            assert_eq!(t.unknown_release_count, 0, "{policy} {route}");
             assert_eq!(
-                api(&rep, "halHostRegister")["alloc_count"],
+                api_stats(&rep, "halHostRegister").alloc_count,
                 0,
                 "{policy} {route}"
             );
@@ -177,14 +148,14 @@ fn host_physical_memory_counts_until_released_and_unmapped() {
         let s = r.stats();
         assert_eq!(s["hal"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let rep = r.report();
+        let rep = r.typed_report();
         assert_eq!(
-            api(&rep, "halMemCreate")["alloc_count"],
+            api_stats(&rep, "halMemCreate").alloc_count,
             1,
-            "{route}: {}",
-            rep["apis"]
+            "{route}: {:?}",
+            rep.apis
         );
-        assert_eq!(rep["totals"]["denied_count"], 2, "{route}");
+        assert_eq!(rep.totals.denied_count, 2, "{route}");
     }
 }
 
@@ -213,17 +184,7 @@ fn hooks_without_ascend_hal_pass_through_untouched() {
 fn every_ascend_hal_row_is_redirected_through_a_handle() {
     let f = fixtures();
     let dir = program().parent().unwrap();
-    let exe = dir.join("dlsym_table");
-    let src = root().join("tests/progs/dlsym_table.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let exe = fixture_set("dlsym_table").join("dlsym_table");
     let out = std::process::Command::new("python3")
         .arg(root().join("scripts/exports.py"))
         .arg("--families")

@@ -6,26 +6,10 @@ use common::*;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The programs of this file, built once into the fixtures directory.
+/// The programs of this file (`tests/fixtures.txt`, set `bystander`).
 fn progs() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = fixtures().dir.clone();
-        let src = root().join("tests/progs");
-        for prog in ["fd2_daemon", "mlockall_fit"] {
-            let (o, f) = (dir.join(prog), src.join(format!("{prog}.c")));
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-pthread",
-                "-o",
-                o.to_str().unwrap(),
-                f.to_str().unwrap(),
-            ]);
-        }
-        dir
-    })
+    DIR.get_or_init(|| fixture_set("bystander").to_path_buf())
 }
 
 /// `fd2_daemon` run in a fresh directory, with or without the preload and with `env`: its exit

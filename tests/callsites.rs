@@ -10,23 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 
 fn build() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let out = fixtures().dir.join("many_stacks");
-            let src = root().join("tests/progs/many_stacks.c");
-            cc(&[
-                "-g",
-                "-O1",
-                "-fno-omit-frame-pointer",
-                "-Wall",
-                "-o",
-                &out.to_string_lossy(),
-                &src.to_string_lossy(),
-            ]);
-            out
-        })
-        .clone()
+    fixture_set("callsites").join("many_stacks")
 }
 
 fn with_ext(dir: &std::path::Path, ext: &str) -> Vec<std::path::PathBuf> {

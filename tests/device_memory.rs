@@ -10,7 +10,6 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -25,67 +24,11 @@ const IO_MEMORY: u32 = 0x4;
 /// The `Mapped`/`DEVICEMAP` flag: a registration pageable memory cannot stand in for.
 const MAPPED: u32 = 0x2;
 
-/// The test program, linked with the three emulated runtimes.
+/// The test program, linked with the three emulated runtimes (`tests/fixtures.txt`, set
+/// `device_memory`, with a library of no use but to be loaded and unloaded).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fixtures().dir.join("device_memory");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        for (lib, file) in [
-            ("libcudart.so", "emul/cudart.c"),
-            ("libcuda.so.1", "emul/cuda_driver.c"),
-            ("libamdhip64.so.5", "emul/hip.c"),
-        ] {
-            let o = d(&format!("emu/{lib}"));
-            let soname = format!("-Wl,-soname,{lib}");
-            cc(&[
-                "-g",
-                "-O1",
-                "-fPIC",
-                "-Wall",
-                "-pthread",
-                "-shared",
-                "-o",
-                &o,
-                &s(file),
-                &soname,
-            ]);
-        }
-        // A library of no use but to be loaded and unloaded.
-        std::fs::write(
-            dir.join("plugin.c"),
-            "int device_memory_plugin(void) { return 1; }\n",
-        )
-        .unwrap();
-        cc(&[
-            "-fPIC",
-            "-shared",
-            "-o",
-            &d("emu/plugin.so"),
-            &d("plugin.c"),
-        ]);
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &d("device_memory"),
-            &s("progs/device_memory.c"),
-            "-L",
-            &d("emu"),
-            "-Wl,-rpath,$ORIGIN/emu",
-            "-Wl,--no-as-needed",
-            "-l:libcudart.so",
-            "-l:libcuda.so.1",
-            "-l:libamdhip64.so.5",
-            "-ldl",
-        ]);
-        dir.join("device_memory")
-    })
+    P.get_or_init(|| fixture_set("device_memory").join("device_memory/device_memory"))
 }
 
 fn dm(api: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -121,13 +64,10 @@ fn routes(api: &str) -> &'static [&'static str] {
     }
 }
 
-fn site_apis(rep: &Value) -> Vec<String> {
-    rep["callsites"]
-        .as_array()
-        .unwrap()
+fn site_apis(rep: &Report) -> Vec<String> {
+    rep.callsites
         .iter()
-        .flat_map(|c| c["apis"].as_array().cloned().unwrap_or_default())
-        .filter_map(|a| a.as_str().map(String::from))
+        .flat_map(|c| c.apis.iter().cloned())
         .collect()
 }
 
@@ -163,19 +103,22 @@ fn io_memory_registrations_pass_through_and_count_nothing() {
                 assert_eq!(s["emu"]["alloc_calls"], 0, "{what}: nothing pinned: {s}");
                 assert_eq!(s["emu"]["failed_calls"], 0, "{what}: {s}");
                 assert_eq!(s["pinguard_live_bytes"], 0, "{what}: {s}");
-                let rep = r.report();
-                let a = &rep["apis"][io_name];
-                assert_eq!(a["alloc_count"], 2, "{what}: {}", rep["apis"]);
-                assert_eq!(a["live_count"], 1, "{what}: {a}");
-                assert_eq!(a["live_bytes"], 0, "{what}: {a}");
-                let t = &rep["totals"];
-                assert_eq!(t["denied_count"], 1, "{what}: {t}");
-                assert_eq!(t["downgraded_count"], 0, "{what}: {t}");
-                assert_eq!(t["unknown_release_count"], 0, "{what}: {t}");
+                let rep = r.typed_report();
+                let a = rep
+                    .apis
+                    .get(io_name)
+                    .unwrap_or_else(|| panic!("{what}: no {io_name}: {:?}", rep.apis));
+                assert_eq!(a.alloc_count, 2, "{what}: {:?}", rep.apis);
+                assert_eq!(a.live_count, 1, "{what}: {a:?}");
+                assert_eq!(a.live_bytes, 0, "{what}: {a:?}");
+                let t = &rep.totals;
+                assert_eq!(t.denied_count, 1, "{what}: {t:?}");
+                assert_eq!(t.downgraded_count, 0, "{what}: {t:?}");
+                assert_eq!(t.unknown_release_count, 0, "{what}: {t:?}");
                 assert!(
                     site_apis(&rep).iter().any(|n| n == io_name),
-                    "{what}: no callsite lists {io_name}: {}",
-                    rep["callsites"]
+                    "{what}: no callsite lists {io_name}: {:?}",
+                    rep.callsites
                 );
             }
         }
@@ -224,22 +167,24 @@ fn an_integrated_devices_allocations_count_against_the_budget() {
             );
             assert_eq!(s["pinguard_live_bytes"], 262144, "{what}: {s}");
             assert_eq!(s["device"]["integrated_queries"], 1, "{what}: {s}");
-            let rep = r.report();
-            assert_eq!(
-                rep["apis"][malloc]["alloc_count"], 2,
-                "{what}: {}",
-                rep["apis"]
-            );
-            assert_eq!(rep["apis"][malloc]["live_bytes"], 0, "{what}");
-            assert_eq!(rep["apis"][managed]["live_bytes"], 262144, "{what}");
-            let t = &rep["totals"];
-            assert_eq!(t["denied_count"], 1, "{what}: {t}");
-            assert_eq!(t["release_count"], 2, "{what}: {t}");
-            assert_eq!(t["unknown_release_count"], 0, "{what}: {t}");
+            let rep = r.typed_report();
+            let api = |name: &str| {
+                rep.apis
+                    .get(name)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("{what}: no {name}: {:?}", rep.apis))
+            };
+            assert_eq!(api(malloc).alloc_count, 2, "{what}: {:?}", rep.apis);
+            assert_eq!(api(malloc).live_bytes, 0, "{what}");
+            assert_eq!(api(managed).live_bytes, 262144, "{what}");
+            let t = &rep.totals;
+            assert_eq!(t.denied_count, 1, "{what}: {t:?}");
+            assert_eq!(t.release_count, 2, "{what}: {t:?}");
+            assert_eq!(t.unknown_release_count, 0, "{what}: {t:?}");
             assert!(
                 site_apis(&rep).iter().any(|n| n == malloc),
-                "{what}: {}",
-                rep["callsites"]
+                "{what}: {:?}",
+                rep.callsites
             );
         }
     }
@@ -315,8 +260,8 @@ fn the_device_memory_setting_decides_and_a_bad_value_falls_back_to_auto() {
                     "{what}: {}",
                     bad[0]
                 );
-                let rep = r.report();
-                let errors = rep["config"]["errors"].to_string();
+                let rep = r.typed_report();
+                let errors = rep.config.errors.join("\n");
                 assert!(
                     errors.contains("PINGUARD_DEVICE_MEMORY"),
                     "{what}: {errors}"
@@ -470,10 +415,9 @@ fn an_integrated_devices_allocation_is_refused_at_the_host_floor() {
             assert!(r.success(), "{what}: {}\n{}", r.stdout, r.stderr);
             if integrated {
                 assert_eq!(r.rcs(), vec![0, OOM, 0, 0], "{what}: {}", r.stdout);
-                let rep = r.report();
-                let t = &rep["totals"];
-                assert_eq!(t["host_reserve_count"], 1, "{what}: {t}");
-                assert_eq!(t["denied_count"], 1, "{what}: {t}");
+                let t = r.typed_report().totals;
+                assert_eq!(t.host_reserve_count, 1, "{what}: {t:?}");
+                assert_eq!(t.denied_count, 1, "{what}: {t:?}");
             } else {
                 assert_eq!(r.rcs(), vec![0, 0, 0, 0], "{what}: {}", r.stdout);
                 assert!(reports_in(&dir).is_empty(), "{what}: {}", r.stderr);

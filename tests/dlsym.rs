@@ -44,17 +44,7 @@ fn dlsym_answers_as_glibc_in_every_preload_order() {
 #[test]
 fn every_table_row_is_redirected_through_a_handle() {
     let f = fixtures();
-    let exe = f.dir.join("dlsym_table");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/progs/dlsym_table.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src,
-        "-ldl",
-    ]);
+    let exe = fixture_set("dlsym_table").join("dlsym_table");
     let out = std::process::Command::new("python3")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/exports.py"))
         .arg("--families")

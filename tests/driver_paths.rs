@@ -18,22 +18,18 @@ fn layered_runtime_counts_one_allocation_under_the_runtime_name() {
     lines_ok(&r);
     let s = r.stats();
     assert_eq!(s["driver_alloc"], 2, "the driver did pin both");
-    let rep = r.report();
-    let t = &rep["totals"];
+    let rep = r.typed_report();
+    let t = &rep.totals;
     assert_eq!(
-        t["alloc_count"], 2,
-        "cudaHostAlloc on top of cuMemHostAlloc is one allocation: {}",
-        rep["apis"]
+        t.alloc_count, 2,
+        "cudaHostAlloc on top of cuMemHostAlloc is one allocation: {:?}",
+        rep.apis
     );
-    assert_eq!(t["live_bytes"], 8192);
-    assert_eq!(t["live_count"], 1);
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["live_bytes"], 8192);
-    assert!(
-        rep["apis"].get("cuMemHostAlloc").is_none(),
-        "{}",
-        rep["apis"]
-    );
-    assert_eq!(t["live_bytes"], s["driver_outstanding"]);
+    assert_eq!(t.live_bytes, 8192);
+    assert_eq!(t.live_count, 1);
+    assert_eq!(rep.apis["cudaHostAlloc"].live_bytes, 8192);
+    assert!(!rep.apis.contains_key("cuMemHostAlloc"), "{:?}", rep.apis);
+    assert_eq!(t.live_bytes, s["driver_outstanding"]);
 }
 
 #[test]
@@ -42,30 +38,31 @@ fn static_cudart_pattern_is_tracked_under_driver_names() {
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     lines_ok(&r);
     let s = r.stats();
-    let rep = r.report();
-    let apis = &rep["apis"];
-    assert_eq!(apis["cuMemHostAlloc"]["alloc_count"], 2, "{apis}");
-    assert_eq!(apis["cuMemHostAlloc"]["live_bytes"], 8192);
-    assert_eq!(apis["cuMemAllocHost_v2"]["live_bytes"], 4096);
+    let rep = r.typed_report();
+    let apis = &rep.apis;
+    assert_eq!(apis["cuMemHostAlloc"].alloc_count, 2, "{apis:?}");
+    assert_eq!(apis["cuMemHostAlloc"].live_bytes, 8192);
+    assert_eq!(apis["cuMemAllocHost_v2"].live_bytes, 4096);
     assert_eq!(
-        apis["cuMemAllocHost"]["live_bytes"], 8192,
+        apis["cuMemAllocHost"].live_bytes, 8192,
         "dlsym'd legacy export and cuGetProcAddress(3010)"
     );
     assert_eq!(
-        apis["cuMemHostRegister_v2"]["live_bytes"], 8192,
+        apis["cuMemHostRegister_v2"].live_bytes, 8192,
         "through cuGetProcAddress looked up through itself"
     );
     assert_eq!(
-        rep["totals"]["unknown_release_count"], 0,
+        rep.totals.unknown_release_count, 0,
         "cuMemFreeHost found its allocation"
     );
-    assert_eq!(rep["totals"]["release_count"], 1);
-    assert_eq!(rep["totals"]["live_bytes"], s["driver_outstanding"]);
-    assert_eq!(rep["totals"]["alloc_count"], s["driver_alloc"]);
+    assert_eq!(rep.totals.release_count, 1);
+    assert_eq!(rep.totals.live_bytes, s["driver_outstanding"]);
+    assert_eq!(rep.totals.alloc_count, s["driver_alloc"]);
     // Frames start in the program, not in pinguard's wrappers.
-    let cs = rep["callsites"].as_array().unwrap();
+    let cs = &rep.callsites;
     assert!(
-        cs.iter().all(|c| c["frames"][0]["symbol"] == "mode_static"),
+        cs.iter()
+            .all(|c| c.frames.first().and_then(|f| f.symbol.as_deref()) == Some("mode_static")),
         "{}",
         serde_json::to_string_pretty(cs).unwrap()
     );
@@ -112,10 +109,10 @@ fn torch_npu_dlsym_pattern_is_tracked() {
     let r = run("driver_paths", &["acl", "16384"], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     lines_ok(&r);
-    let rep = r.report();
-    assert_eq!(rep["apis"]["aclrtMallocHostWithCfg"]["live_bytes"], 16384);
-    assert_eq!(rep["apis"]["aclrtHostRegister"]["live_bytes"], 8192);
-    assert_eq!(rep["totals"]["live_bytes"], r.stats()["acl_outstanding"]);
+    let rep = r.typed_report();
+    assert_eq!(rep.apis["aclrtMallocHostWithCfg"].live_bytes, 16384);
+    assert_eq!(rep.apis["aclrtHostRegister"].live_bytes, 8192);
+    assert_eq!(rep.totals.live_bytes, r.stats()["acl_outstanding"]);
 }
 
 #[test]
@@ -123,14 +120,15 @@ fn runtime_loaded_late_and_locally_from_a_thread_is_tracked_from_its_first_call(
     let r = run("driver_paths", &["late"], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     lines_ok(&r);
-    let rep = r.report();
+    let rep = r.typed_report();
     assert_eq!(
-        rep["apis"]["aclrtMallocHost"]["alloc_count"], 2,
-        "{}",
-        rep["apis"]
+        rep.apis.get("aclrtMallocHost").map(|a| a.alloc_count),
+        Some(2),
+        "{:?}",
+        rep.apis
     );
-    assert_eq!(rep["totals"]["live_bytes"], 4096 + 8192);
-    assert_eq!(rep["totals"]["live_bytes"], r.stats()["acl_outstanding"]);
+    assert_eq!(rep.totals.live_bytes, 4096 + 8192);
+    assert_eq!(rep.totals.live_bytes, r.stats()["acl_outstanding"]);
 }
 
 #[test]
@@ -144,8 +142,7 @@ fn budgets_and_policies_hold_on_every_path() {
         );
         let first = r.stdout.lines().next().unwrap();
         assert_eq!(field(first, "rc"), 2, "{mode}: {first}");
-        let rep = r.report();
-        assert_eq!(rep["totals"]["denied_count"], 1, "{mode}");
+        assert_eq!(r.typed_report().totals.denied_count, 1, "{mode}");
         assert!(r.stats()["driver_max"].as_i64().unwrap() <= 65536, "{mode}");
     }
     let r = run(
@@ -161,9 +158,9 @@ fn budgets_and_policies_hold_on_every_path() {
         &[("PINGUARD_BUDGET", "64K"), ("PINGUARD_POLICY", "downgrade")],
     );
     lines_ok(&r);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["downgraded_count"], 1);
-    assert_eq!(rep["apis"]["cuMemHostAlloc"]["downgraded_count"], 1);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.downgraded_count, 1);
+    assert_eq!(rep.apis["cuMemHostAlloc"].downgraded_count, 1);
     assert!(r.stats()["driver_max"].as_i64().unwrap() <= 65536);
     // ... but a device-mapped request (CU_MEMHOSTALLOC_DEVICEMAP) is refused.
     let r = run(
@@ -179,5 +176,5 @@ fn budgets_and_policies_hold_on_every_path() {
     );
     lines_ok(&r);
     // The 1 MiB allocation goes over, and so does the 4 KiB one after it (1 MiB is still live).
-    assert_eq!(r.report()["totals"]["over_budget_count"], 2);
+    assert_eq!(r.typed_report().totals.over_budget_count, 2);
 }

@@ -19,42 +19,9 @@ use std::time::{Duration, Instant};
 /// Generous: a loaded machine may take seconds to start a process; a hang still fails.
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// This file's C programs, built once into the fixtures directory.
+/// This file's C programs (`tests/fixtures.txt`, set `endings`).
 fn progs() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let f = fixtures();
-        let lib_dir = f.dir.to_string_lossy().into_owned();
-        for prog in [
-            "end_pinners",
-            "end_signals",
-            "end_dispositions",
-            "end_handler",
-            "end_midwrite",
-        ] {
-            let out = f.dir.join(prog).to_string_lossy().into_owned();
-            let src = root()
-                .join(format!("tests/progs/{prog}.c"))
-                .to_string_lossy()
-                .into_owned();
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-pthread",
-                "-rdynamic",
-                "-o",
-                &out,
-                &src,
-                "-L",
-                &lib_dir,
-                "-Wl,-rpath,$ORIGIN",
-                "-lcudart",
-                "-ldl",
-            ]);
-        }
-        f.dir.clone()
-    })
+    fixture_set("endings")
 }
 
 fn libcudart() -> String {
@@ -459,18 +426,28 @@ const PINNERS_THREADS: i64 = 4;
 #[test]
 fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_the_runtimes_count()
 {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    // The rounds' seeds and delays drawn in order, as one after the other drew them (PGTEST_SEED
+    // replays them); the rounds themselves run four at a time: each is a process of its own in a
+    // folder of its own, and most of a round is waiting on it or on `pinguard report`.
     let mut rng = Rng::new("kill -9");
-    let mut failures = Vec::new();
-    let mut seen_text = false;
-    for round in 0..100 {
+    let rounds: Vec<(u64, String, u64)> = (0..100)
+        .map(|round| {
+            let seed = rng.below(1 << 32).to_string();
+            (round, seed, 5 + rng.below(76))
+        })
+        .collect();
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let text_seen = AtomicBool::new(false);
+    let one = |round: u64, seed: &str, delay: u64| -> Option<String> {
         let dir = fresh_dir("kill9");
         let counts = dir.join("emu");
-        let seed = rng.below(1 << 32).to_string();
-        let mut cmd = command("end_pinners", &[&seed], &dir, true);
+        let mut cmd = command("end_pinners", &[seed], &dir, true);
         cmd.env("EMU_STATS_FILE", &counts);
         let mut p = Proc::spawn(&mut cmd);
         p.wait_line("pinning");
-        let delay = 5 + rng.below(76);
         std::thread::sleep(Duration::from_millis(delay));
         p.signal(libc::SIGKILL);
         let end = p.finish();
@@ -523,7 +500,7 @@ fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_t
                     "the top callsite is not symbolised to pin_loop in end_pinners.c:LINE: {top}"
                 ));
             }
-            if round % 10 == 0 {
+            if round.is_multiple_of(10) {
                 let o = pinguard_cli(&[OsStr::new("report"), dir.as_os_str()]);
                 let text = String::from_utf8_lossy(&o.stdout);
                 if !o.status.success()
@@ -532,22 +509,41 @@ fn kill_9_at_random_moments_under_four_pinning_threads_leaves_a_state_exact_to_t
                 {
                     return Err(format!("`pinguard report` (text) exited {:?} without pin_loop end_pinners.c:LINE:\n{text}{}", o.status, String::from_utf8_lossy(&o.stderr)));
                 }
-                seen_text = true;
+                text_seen.store(true, Ordering::Relaxed);
             }
             Ok(())
         })();
         match checked {
             Ok(()) => {
                 let _ = std::fs::remove_dir_all(&dir);
+                None
             }
-            Err(e) => failures.push(format!("{what}: {e}\npinguard said:\n{}", end.stderr)),
+            Err(e) => Some(format!("{what}: {e}\npinguard said:\n{}", end.stderr)),
         }
-        if failures.len() >= 5 {
-            break; // enough to see the pattern; the rest would take the same time to say the same
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| loop {
+                // Enough failures to see the pattern: the rest would take the same time to say
+                // the same.
+                if failures.lock().unwrap().len() >= 5 {
+                    break;
+                }
+                let Some((round, seed, delay)) = rounds.get(next.fetch_add(1, Ordering::Relaxed))
+                else {
+                    break;
+                };
+                if let Some(failure) = one(*round, seed, *delay) {
+                    failures.lock().unwrap().push(failure);
+                }
+            });
         }
-    }
-    all_passed("kill -9 under pinning threads", failures);
-    assert!(seen_text);
+    });
+    all_passed(
+        "kill -9 under pinning threads",
+        failures.into_inner().unwrap(),
+    );
+    assert!(text_seen.load(Ordering::Relaxed));
 }
 
 // ---- Fatal signals: sent, raised, and the real faults ------------------------------------------

@@ -85,13 +85,7 @@ fn build() -> (PathBuf, PathBuf, PathBuf) {
         "-lbulk_debug",
         "-lcudart",
     ]);
-    let peak_rss = f.dir.join("peak_rss");
-    cc(&[
-        "-O1",
-        "-o",
-        &peak_rss.to_string_lossy(),
-        &root().join("tests/progs/peak_rss.c").to_string_lossy(),
-    ]);
+    let peak_rss = fixture_set("exit_memory").join("peak_rss");
     (src, prog, peak_rss)
 }
 

@@ -8,51 +8,12 @@ use crate::common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-/// This file's C programs, built next to the shared fixtures (the plugin against their runtime).
+/// This file's C programs, next to the shared fixtures (the plugin against their runtime):
+/// `tests/fixtures.txt`, set `forks_reloads`.
 fn progs() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let f = fixtures();
-        let d = |p: &str| f.dir.join(p).to_string_lossy().into_owned();
-        let s = |p: &str| {
-            root()
-                .join("tests/progs")
-                .join(p)
-                .to_string_lossy()
-                .into_owned()
-        };
-        let common = ["-g", "-O1", "-Wall", "-pthread"];
-        let (o, src, l) = (d("libreload_plugin.so"), s("reload_plugin.c"), d(""));
-        let mut a = common.to_vec();
-        a.extend([
-            "-fPIC",
-            "-shared",
-            "-o",
-            &o,
-            &src,
-            "-L",
-            &l,
-            "-Wl,-rpath,$ORIGIN",
-            "-lcudart",
-        ]);
-        cc(&a);
-        let (o, src) = (d("reload_runtime"), s("reload_runtime.c"));
-        let mut a = common.to_vec();
-        a.extend(["-o", &o, &src, "-ldl"]);
-        cc(&a);
-        let (o, src) = (d("fork_in_handler"), s("fork_in_handler.c"));
-        let mut a = common.to_vec();
-        a.extend(["-o", &o, &src]);
-        cc(&a);
-        let (o, src) = (d("fork_no_handlers"), s("fork_no_handlers.c"));
-        let mut a = common.to_vec();
-        a.extend(["-o", &o, &src, "-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
-        cc(&a);
-        f.dir.clone()
-    })
+    fixture_set("forks_reloads")
 }
 
 /// `prog` with `args` in a fresh folder, with and without the library: both outputs and the

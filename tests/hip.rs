@@ -15,52 +15,13 @@ const ROUTES: [&str; 3] = ["export", "dlsym", "proc"];
 const REAL_LIB: &str = "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5";
 
 /// The test program linked with the emulated runtime (`hip`), and with the real one (`hip_real`,
-/// when the system has it).
+/// when the system has it): `tests/fixtures.txt`, sets `hip` and `hip_real`.
 fn programs() -> &'static (PathBuf, Option<PathBuf>) {
     static P: OnceLock<(PathBuf, Option<PathBuf>)> = OnceLock::new();
     P.get_or_init(|| {
-        let dir = fixtures().dir.join("hip");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
-        let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        a.extend(
-            [
-                "-shared",
-                "-o",
-                &d("emu/libamdhip64.so.5"),
-                &s("emul/hip.c"),
-                "-Wl,-soname,libamdhip64.so.5",
-            ]
-            .map(String::from),
-        );
-        cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
-        // --no-as-needed: the program's references are weak (5.2.3 lacks some names), which alone
-        // would not keep the library linked.
-        let link = ["-Wl,--no-as-needed", "-l:libamdhip64.so.5", "-ldl"];
-        let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-        a.extend(
-            [
-                "-o",
-                &d("hip"),
-                &s("progs/hip.c"),
-                "-L",
-                &d("emu"),
-                "-Wl,-rpath,$ORIGIN/emu",
-            ]
-            .map(String::from),
-        );
-        a.extend(link.map(String::from));
-        cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
-        let real = (real_expected() && std::path::Path::new(REAL_LIB).exists()).then(|| {
-            let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-            a.extend(["-o", &d("hip_real"), &s("progs/hip.c")].map(String::from));
-            a.extend(link.map(String::from));
-            cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
-            dir.join("hip_real")
-        });
+        let dir = fixture_set("hip").join("hip");
+        let real = (real_expected() && std::path::Path::new(REAL_LIB).exists())
+            .then(|| fixture_set("hip_real").join("hip/hip_real"));
         (dir.join("hip"), real)
     })
 }
@@ -708,17 +669,7 @@ pin_staging_buffer()
 #[test]
 fn every_hip_row_is_redirected_through_a_handle() {
     let f = fixtures();
-    let exe = programs().0.parent().unwrap().join("dlsym_table");
-    let src = root().join("tests/progs/dlsym_table.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let exe = fixture_set("dlsym_table").join("dlsym_table");
     let out = std::process::Command::new("python3")
         .arg(root().join("scripts/exports.py"))
         .arg("--families")

@@ -44,25 +44,23 @@ fn every_hook_passes_through_and_counts_exactly_without_a_budget() {
         runtime_live + locked
     );
 
-    let rep = r.report();
-    let t = &rep["totals"];
-    assert_eq!(t["live_bytes"].as_i64().unwrap(), runtime_live + locked);
+    let rep = r.typed_report();
+    let t = &rep.totals;
+    assert_eq!(t.live_bytes as i64, runtime_live + locked);
     // Ten pinning calls (seven runtime, three locking), four releases of what they pinned and one
     // munlock. The runtimes' own internal mlock calls are not counted: one outer call, one count.
-    assert_eq!(t["alloc_count"], 10);
-    assert_eq!(t["release_count"], 5);
-    assert_eq!(t["failed_count"], 0);
-    assert_eq!(t["unknown_release_count"], 0);
-    assert!(rep["apis"].get("mlock").is_some());
-    assert_eq!(rep["apis"]["mlock"]["alloc_count"], 1);
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["live_count"], 0);
-    assert_eq!(rep["apis"]["cudaMallocHost"]["live_bytes"], 4096);
-    assert_eq!(rep["apis"]["aclrtHostRegister"]["live_bytes"], 8192);
-    assert_eq!(rep["apis"]["aclrtHostRegisterV2"]["live_bytes"], 0);
-    assert_eq!(rep["apis"]["mmap"]["live_bytes"], 8192);
-    assert!(
-        rep["totals"]["peak_live_bytes"].as_i64().unwrap() >= t["live_bytes"].as_i64().unwrap()
-    );
+    assert_eq!(t.alloc_count, 10);
+    assert_eq!(t.release_count, 5);
+    assert_eq!(t.failed_count, 0);
+    assert_eq!(t.unknown_release_count, 0);
+    assert!(rep.apis.contains_key("mlock"));
+    assert_eq!(rep.apis["mlock"].alloc_count, 1);
+    assert_eq!(rep.apis["cudaHostAlloc"].live_count, 0);
+    assert_eq!(rep.apis["cudaMallocHost"].live_bytes, 4096);
+    assert_eq!(rep.apis["aclrtHostRegister"].live_bytes, 8192);
+    assert_eq!(rep.apis["aclrtHostRegisterV2"].live_bytes, 0);
+    assert_eq!(rep.apis["mmap"].live_bytes, 8192);
+    assert!(rep.totals.peak_live_bytes >= t.live_bytes);
 }
 
 #[test]
@@ -82,21 +80,21 @@ fn failed_unknown_and_double_releases_leave_counters_exact() {
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     let s = r.stats();
-    let rep = r.report();
-    let t = &rep["totals"];
+    let rep = r.typed_report();
+    let t = &rep.totals;
     // Calls 1 and 3 pin; call 2 is failed by the runtime; the double free and the unknown pointer
     // pass through and fail there; the bad flags fail as invalid.
     assert_eq!(s["cuda"]["alloc_calls"], 2);
     assert_eq!(s["cuda"]["injected_failures"], 1);
-    assert_eq!(t["alloc_count"], s["cuda"]["alloc_calls"]);
-    assert_eq!(t["failed_count"], s["cuda"]["failed_calls"]);
-    assert_eq!(t["failed_count"], 4);
-    assert_eq!(t["unknown_release_count"], 2);
-    assert_eq!(t["live_bytes"], s["cuda"]["outstanding_bytes"]);
-    assert_eq!(t["live_bytes"], 4096);
-    assert_eq!(t["live_count"], 1);
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["failed_count"], 2);
-    assert_eq!(rep["apis"]["cudaFreeHost"]["failed_count"], 2);
+    assert_eq!(t.alloc_count, s["cuda"]["alloc_calls"]);
+    assert_eq!(t.failed_count, s["cuda"]["failed_calls"]);
+    assert_eq!(t.failed_count, 4);
+    assert_eq!(t.unknown_release_count, 2);
+    assert_eq!(t.live_bytes, s["cuda"]["outstanding_bytes"]);
+    assert_eq!(t.live_bytes, 4096);
+    assert_eq!(t.live_count, 1);
+    assert_eq!(rep.apis["cudaHostAlloc"].failed_count, 2);
+    assert_eq!(rep.apis["cudaFreeHost"].failed_count, 2);
 }
 
 #[test]
@@ -113,12 +111,12 @@ fn hooks_switched_off_pass_through_untracked() {
         &[("PINGUARD_HOOKS", "acl")],
     );
     assert!(r.success());
-    let rep = r.report();
-    assert_eq!(rep["totals"]["alloc_count"], 1);
-    assert_eq!(rep["totals"]["live_bytes"], 4096);
-    assert!(rep["apis"].get("aclrtMallocHost").is_some());
-    assert!(rep["apis"].get("cudaHostAlloc").is_none());
-    assert_eq!(rep["config"]["hooks"], serde_json::json!(["acl"]));
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.alloc_count, 1);
+    assert_eq!(rep.totals.live_bytes, 4096);
+    assert!(rep.apis.contains_key("aclrtMallocHost"));
+    assert!(!rep.apis.contains_key("cudaHostAlloc"));
+    assert_eq!(rep.config.hooks, ["acl"]);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::{Event, EventKind, Limit};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -156,8 +156,8 @@ fn reserve_leaving(headroom: u64) -> String {
     (BASE - headroom).to_string()
 }
 
-fn events_of(rep: &Value) -> &Vec<Value> {
-    rep["events"].as_array().unwrap()
+fn events_of(rep: &Report) -> &Vec<Event> {
+    &rep.events
 }
 
 #[test]
@@ -194,16 +194,16 @@ fn threads_racing_to_the_floor_stop_within_one_call_of_it() {
     assert_eq!(s["refused"], 8, "each thread ends with one refusal: {s}");
     assert_eq!(s["rc"], 2, "the runtime's own out-of-memory code");
     assert_eq!(h.pinned_now(), 0);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["host_reserve_count"], 8);
-    assert_eq!(rep["totals"]["denied_count"], 8);
-    assert_eq!(rep["totals"]["alloc_count"], s["pinned"]);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.host_reserve_count, 8);
+    assert_eq!(rep.totals.denied_count, 8);
+    assert_eq!(rep.totals.alloc_count, s["pinned"]);
     assert!(
         events_of(&rep)
             .iter()
-            .all(|e| e["reason"] == "host_reserve" && e["kind"] == "denied"),
-        "{}",
-        rep["events"]
+            .all(|e| e.reason == Some(Limit::HostReserve) && e.kind == EventKind::Denied),
+        "{:?}",
+        rep.events
     );
 }
 
@@ -226,9 +226,9 @@ fn a_refusal_lifts_when_memory_is_released() {
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.rcs(), vec![0, 0, 2, 0, 0, 2], "{}", r.stdout);
     assert_eq!(h.max_pinned(), MIB);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["host_reserve_count"], 2);
-    assert_eq!(rep["totals"]["denied_count"], 2);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.host_reserve_count, 2);
+    assert_eq!(rep.totals.denied_count, 2);
 }
 
 #[test]
@@ -273,7 +273,7 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
         s["vmlck"], 524288,
         "the runtime's own pages, and not the refused mlock's"
     );
-    assert_eq!(r.report()["totals"]["host_reserve_count"], 3);
+    assert_eq!(r.typed_report().totals.host_reserve_count, 3);
 
     // downgrade: pageable memory, which the runtime never sees and the host reserve does not count.
     let h = Host::new("host-downgrade");
@@ -292,18 +292,15 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
         "the downgraded call is not the runtime's: {s}"
     );
     assert_eq!(h.max_pinned(), 512 * KIB);
-    let rep = r.report();
+    let rep = r.typed_report();
     assert_eq!(
-        (
-            rep["totals"]["downgraded_count"].as_u64(),
-            rep["totals"]["host_reserve_count"].as_u64()
-        ),
-        (Some(1), Some(1))
+        (rep.totals.downgraded_count, rep.totals.host_reserve_count),
+        (1, 1)
     );
     let e = &events_of(&rep)[0];
     assert_eq!(
-        (e["kind"].as_str(), e["reason"].as_str()),
-        (Some("downgraded"), Some("host_reserve"))
+        (e.kind, e.reason),
+        (EventKind::Downgraded, Some(Limit::HostReserve))
     );
 
     // warn: pinned anyway, counted, and one line that names the host reserve (a host of
@@ -320,13 +317,10 @@ fn each_policy_answers_a_call_over_the_reserve_as_over_a_budget() {
     assert_eq!(r.rcs(), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.stats()["cuda"]["alloc_calls"], 3);
     assert_eq!(h.max_pinned(), 640 * KIB);
-    let rep = r.report();
+    let rep = r.typed_report();
     assert_eq!(
-        (
-            rep["totals"]["over_budget_count"].as_u64(),
-            rep["totals"]["host_reserve_count"].as_u64()
-        ),
-        (Some(2), Some(2))
+        (rep.totals.over_budget_count, rep.totals.host_reserve_count),
+        (2, 2)
     );
     let warned: Vec<&str> = pinguard_lines(&r.stderr)
         .into_iter()
@@ -398,25 +392,27 @@ fn two_processes_of_a_group_share_the_headroom() {
     assert_eq!(refused, 2, "each member ends with one refusal");
     let mut stopped = 0;
     for p in reports_in(&h.dir) {
-        let rep = read_json(&p);
+        let rep = read_report(&p);
+        let g = rep.group.as_ref().unwrap_or_else(|| {
+            panic!(
+                "{}: no group: {:?}\nwhat the members said:\n{said}",
+                p.display(),
+                rep.config
+            )
+        });
         assert_eq!(
-            rep["group"]["name"],
+            g.name,
             group.as_str(),
-            "{}: {}\nwhat the members said:\n{said}",
+            "{}: {:?}\nwhat the members said:\n{said}",
             p.display(),
-            rep["config"]
+            rep.config
         );
-        assert_eq!(rep["group"]["host_reserve_bytes"], BASE - headroom);
+        assert_eq!(g.host_reserve_bytes, Some(BASE - headroom));
         assert!(
-            rep["group"]["host_lowest_available_bytes"]
-                .as_u64()
-                .unwrap()
-                + size
-                >= BASE - headroom,
-            "{}",
-            rep["group"]
+            g.host_lowest_available_bytes.unwrap() + size >= BASE - headroom,
+            "{g:?}"
         );
-        stopped += rep["totals"]["host_reserve_count"].as_u64().unwrap();
+        stopped += rep.totals.host_reserve_count;
     }
     assert_eq!(stopped, 2);
     // The group's figures are in its members' reports (above); the ledger went with the last
@@ -466,22 +462,18 @@ fn a_meminfo_that_cannot_be_used_turns_the_reserve_off_with_one_line() {
             "{tag}: {}",
             about[0]
         );
-        let rep = r.report();
-        assert!(rep["config"]["host_reserve_bytes"].is_null(), "{tag}");
+        let rep = r.typed_report();
+        assert!(rep.config.host_reserve_bytes.is_none(), "{tag}");
         assert!(
-            rep["config"]["errors"]
-                .as_array()
-                .unwrap()
+            rep.config
+                .errors
                 .iter()
-                .any(|e| e.as_str().unwrap().contains("/proc/meminfo")),
-            "{tag}: {}",
-            rep["config"]
+                .any(|e| e.contains("/proc/meminfo")),
+            "{tag}: {:?}",
+            rep.config
         );
-        assert_eq!(rep["totals"]["denied_count"], 0);
-        assert!(
-            rep.get("host").is_none(),
-            "{tag}: no reserve was ever in force"
-        );
+        assert_eq!(rep.totals.denied_count, 0);
+        assert!(rep.host.is_none(), "{tag}: no reserve was ever in force");
     }
 
     // A process that pins nothing says nothing, bad reading or not.
@@ -524,20 +516,19 @@ fn a_meminfo_that_cannot_be_used_turns_the_reserve_off_with_one_line() {
         "{}",
         r.stderr
     );
-    let rep = r.report();
-    assert!(rep["config"]["host_reserve_bytes"].is_null());
+    let rep = r.typed_report();
+    assert!(rep.config.host_reserve_bytes.is_none());
     assert!(
-        rep["config"]["errors"]
-            .as_array()
-            .unwrap()
+        rep.config
+            .errors
             .iter()
-            .any(|e| e.as_str().unwrap().contains("/proc/meminfo")),
-        "{}",
-        rep["config"]
+            .any(|e| e.contains("/proc/meminfo")),
+        "{:?}",
+        rep.config
     );
     assert_eq!(
-        rep["host"]["reserve_bytes"],
-        BASE - MIB,
+        rep.host.map(|h| h.reserve_bytes),
+        Some(BASE - MIB),
         "the reserve was in force until then"
     );
 }
@@ -607,29 +598,25 @@ fn the_report_metrics_and_exit_line_show_the_reserve() {
     output.stdout = stdout.into_bytes();
     let r = Run::from_output(output, h.dir.clone());
     assert_eq!(r.rcs()[..3], [0, 0, 2], "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    assert_eq!(rep["config"]["host_reserve_bytes"], reserve);
-    assert_eq!(rep["totals"]["host_reserve_count"], 1);
-    let host = &rep["host"];
+    let rep = r.typed_report();
+    assert_eq!(rep.config.host_reserve_bytes, Some(reserve));
+    assert_eq!(rep.totals.host_reserve_count, 1);
+    let host = rep.host.as_ref().expect("a host reserve in force");
     assert_eq!(
-        (host["reserve_bytes"].as_u64(), host["total_bytes"].as_u64()),
-        (Some(reserve), Some(BASE)),
-        "{host}"
+        (host.reserve_bytes, host.total_bytes),
+        (reserve, BASE),
+        "{host:?}"
     );
     assert_eq!(
-        host["lowest_available_bytes"], reserve,
-        "read afresh before the refusal: {host}"
+        host.lowest_available_bytes, reserve,
+        "read afresh before the refusal: {host:?}"
     );
-    assert!(host["readings"].as_u64().unwrap() >= 2, "{host}");
+    assert!(host.readings >= 2, "{host:?}");
     let e = &events_of(&rep)[0];
     assert_eq!(
-        (
-            e["kind"].as_str(),
-            e["reason"].as_str(),
-            e["host_available_bytes"].as_u64()
-        ),
-        (Some("denied"), Some("host_reserve"), Some(reserve)),
-        "{e}"
+        (e.kind, e.reason, e.host_available_bytes),
+        (EventKind::Denied, Some(Limit::HostReserve), Some(reserve)),
+        "{e:?}"
     );
     let exit = pinguard_lines(&r.stderr)
         .into_iter()
@@ -695,14 +682,14 @@ fn the_strictest_of_budget_and_reserve_refuses_first() {
         ],
     );
     assert_eq!(r.rcs(), vec![0, 2, 2], "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["host_reserve_count"], 0);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.host_reserve_count, 0);
     assert!(
         events_of(&rep)
             .iter()
-            .all(|e| e["reason"] == "budget" && e.get("host_available_bytes").is_none()),
-        "{}",
-        rep["events"]
+            .all(|e| e.reason == Some(Limit::Budget) && e.host_available_bytes.is_none()),
+        "{:?}",
+        rep.events
     );
     // A headroom smaller than the budget: the reserve refuses.
     let h = Host::new("host-reserve-first");
@@ -715,10 +702,10 @@ fn the_strictest_of_budget_and_reserve_refuses_first() {
         ],
     );
     assert_eq!(r.rcs(), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["host_reserve_count"], 1);
-    assert_eq!(events_of(&rep)[0]["reason"], "host_reserve");
-    assert_eq!(rep["config"]["budget_bytes"], 4 * MIB);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.host_reserve_count, 1);
+    assert_eq!(events_of(&rep)[0].reason, Some(Limit::HostReserve));
+    assert_eq!(rep.config.budget_bytes, Some(4 * MIB));
 }
 
 #[test]
@@ -738,7 +725,7 @@ fn a_percentage_is_of_memtotal() {
         &[("PINGUARD_HOST_RESERVE", "99.9%")],
     );
     let want = (BASE as f64 * 99.9 / 100.0) as u64;
-    assert_eq!(r.report()["config"]["host_reserve_bytes"], want);
+    assert_eq!(r.typed_report().config.host_reserve_bytes, Some(want));
     assert_eq!(r.rcs(), vec![0, 0, 2], "{}\n{}", r.stdout, r.stderr);
 }
 

@@ -13,45 +13,11 @@ const ROUTES: [&str; 4] = ["export", "dlsym", "dlvsym", "dlvsym10"];
 const ON_DEMAND: &str = "65";
 const ENOMEM: i64 = 12;
 
-/// The test program linked with the emulated library, built with its version script.
+/// The test program linked with the emulated library, built with its version script
+/// (`tests/fixtures.txt`, set `ibverbs`).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = fixtures().dir.join("ibverbs");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let script = format!("-Wl,--version-script={}", s("emul/ibverbs.map"));
-        cc(&[
-            "-g",
-            "-O1",
-            "-fPIC",
-            "-Wall",
-            "-pthread",
-            "-shared",
-            "-o",
-            &d("emu/libibverbs.so.1"),
-            &s("emul/ibverbs.c"),
-            "-Wl,-soname,libibverbs.so.1",
-            &script,
-        ]);
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &d("ibverbs"),
-            &s("progs/ibverbs.c"),
-            "-L",
-            &d("emu"),
-            "-Wl,-rpath,$ORIGIN/emu",
-            "-l:libibverbs.so.1",
-            "-ldl",
-        ]);
-        dir.join("ibverbs")
-    })
+    P.get_or_init(|| fixture_set("ibverbs").join("ibverbs/ibverbs"))
 }
 
 fn ibv(route: &str, ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -86,27 +52,31 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
             s["pinguard_live_bytes"], s["ibverbs"]["outstanding_bytes"],
             "{route}: pinguard counts what the library pinned"
         );
-        let rep = r.report();
+        let rep = r.typed_report();
         for (name, bytes) in [
             ("ibv_reg_mr", 8192),
             ("ibv_reg_mr_iova", 4096),
             ("ibv_reg_mr_iova2", 12288),
         ] {
             assert_eq!(
-                api(&rep, name)["alloc_count"],
+                api_stats(&rep, name).alloc_count,
                 1,
-                "{route} {name}: {}",
-                rep["apis"]
+                "{route} {name}: {:?}",
+                rep.apis
             );
-            assert_eq!(api(&rep, name)["live_bytes"], bytes, "{route} {name}");
+            assert_eq!(api_stats(&rep, name).live_bytes, bytes, "{route} {name}");
         }
-        let sites = rep["callsites"].as_array().unwrap();
+        let sites = &rep.callsites;
         assert_eq!(sites.len(), 3, "{route}: {sites:?}");
         for c in sites {
-            let first = c["frames"][0]["symbol"].as_str().unwrap_or("");
+            let first = c
+                .frames
+                .first()
+                .and_then(|f| f.symbol.as_deref())
+                .unwrap_or("");
             assert!(
                 first == "run_op" || first == "main",
-                "{route}: the callsite starts in the program: {c}"
+                "{route}: the callsite starts in the program: {c:?}"
             );
         }
 
@@ -116,9 +86,9 @@ fn registrations_count_exactly_with_callsites_through_each_route() {
         let s = r.stats();
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let t = &r.report()["totals"];
-        assert_eq!(t["unknown_release_count"], 0, "{route}: {t}");
-        assert_eq!(t["release_count"], s["ibverbs"]["release_calls"], "{route}");
+        let t = r.typed_report().totals;
+        assert_eq!(t.unknown_release_count, 0, "{route}: {t:?}");
+        assert_eq!(t.release_count, s["ibverbs"]["release_calls"], "{route}");
         // Each route reached the version it asked for, through pinguard: the default one by
         // name (never the hidden IBVERBS_1.0 one), or IBVERBS_1.0's ibv_reg_mr and ibv_dereg_mr.
         let compat = if route == "dlvsym10" { 1 + 3 } else { 0 };
@@ -151,10 +121,10 @@ fn over_the_budget_registrations_get_null_and_enomem_under_error_and_downgrade()
                 "{policy} {route}: only the call that fits reached the library: {s}"
             );
             assert_eq!(s["ibverbs"]["failed_calls"], 0, "{policy} {route}");
-            let t = &r.report()["totals"];
-            assert_eq!(t["denied_count"], 3, "{policy} {route}: {t}");
-            assert_eq!(t["downgraded_count"], 0, "{policy} {route}");
-            assert_eq!(t["live_bytes"], 8192, "{policy} {route}");
+            let t = r.typed_report().totals;
+            assert_eq!(t.denied_count, 3, "{policy} {route}: {t:?}");
+            assert_eq!(t.downgraded_count, 0, "{policy} {route}");
+            assert_eq!(t.live_bytes, 8192, "{policy} {route}");
         }
     }
 }
@@ -173,13 +143,13 @@ fn on_demand_registrations_are_recorded_and_not_counted() {
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["ibverbs"]["alloc_calls"], 2, "{route}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let rep = r.report();
-        let a = api(&rep, "ibv_reg_mr(ON_DEMAND)");
-        assert_eq!(a["alloc_count"], 2, "{route}: {}", rep["apis"]);
-        assert_eq!(a["live_count"], 1, "{route}");
-        assert_eq!(a["live_bytes"], 0, "{route}");
-        assert_eq!(rep["totals"]["denied_count"], 0, "{route}");
-        assert_eq!(rep["totals"]["unknown_release_count"], 0, "{route}");
+        let rep = r.typed_report();
+        let a = api_stats(&rep, "ibv_reg_mr(ON_DEMAND)");
+        assert_eq!(a.alloc_count, 2, "{route}: {:?}", rep.apis);
+        assert_eq!(a.live_count, 1, "{route}");
+        assert_eq!(a.live_bytes, 0, "{route}");
+        assert_eq!(rep.totals.denied_count, 0, "{route}");
+        assert_eq!(rep.totals.unknown_release_count, 0, "{route}");
     }
 }
 
@@ -191,12 +161,12 @@ fn dmabuf_registrations_count_no_host_bytes() {
         let r = ibv(route, &ops, &[("PINGUARD_BUDGET", "16K")]);
         assert_eq!(r.rcs_of(&ops), vec![0, 0, 0], "{route}: {}", r.stdout);
         assert_eq!(r.stats()["pinguard_live_bytes"], 0, "{route}");
-        let rep = r.report();
-        let a = api(&rep, "ibv_reg_dmabuf_mr");
-        assert_eq!(a["alloc_count"], 2, "{route}: {}", rep["apis"]);
-        assert_eq!(a["alloc_bytes"], 0, "{route}");
-        assert_eq!(a["live_count"], 1, "{route}");
-        assert_eq!(rep["totals"]["denied_count"], 0, "{route}");
+        let rep = r.typed_report();
+        let a = api_stats(&rep, "ibv_reg_dmabuf_mr");
+        assert_eq!(a.alloc_count, 2, "{route}: {:?}", rep.apis);
+        assert_eq!(a.alloc_bytes, 0, "{route}");
+        assert_eq!(a.live_count, 1, "{route}");
+        assert_eq!(rep.totals.denied_count, 0, "{route}");
     }
 }
 
@@ -223,11 +193,11 @@ fn rereg_moves_the_count_and_its_growth_meets_the_budget() {
         );
         assert_eq!(s["ibverbs"]["outstanding_bytes"], 0, "{route}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let rep = r.report();
-        let t = &rep["totals"];
-        assert_eq!(t["denied_count"], 1, "{route}: {t}");
-        assert_eq!(api(&rep, "ibv_rereg_mr")["denied_count"], 1, "{route}");
-        assert_eq!(t["unknown_release_count"], 0, "{route}");
+        let rep = r.typed_report();
+        let t = &rep.totals;
+        assert_eq!(t.denied_count, 1, "{route}: {t:?}");
+        assert_eq!(api_stats(&rep, "ibv_rereg_mr").denied_count, 1, "{route}");
+        assert_eq!(t.unknown_release_count, 0, "{route}");
     }
 }
 
@@ -259,17 +229,7 @@ fn hooks_without_ibverbs_pass_through_untouched() {
 fn every_ibverbs_row_is_redirected_through_a_handle() {
     let f = fixtures();
     let dir = program().parent().unwrap();
-    let exe = dir.join("dlsym_table");
-    let src = root().join("tests/progs/dlsym_table.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let exe = fixture_set("dlsym_table").join("dlsym_table");
     let out = std::process::Command::new("python3")
         .arg(root().join("scripts/exports.py"))
         .arg("--families")
@@ -322,8 +282,8 @@ fn every_ibverbs_row_is_redirected_through_a_handle() {
 #[test]
 fn registrations_in_vmpin_are_not_counted_again_as_kernel_pinned() {
     let r = ibv("export", &["reg:1048576", "iova2:12288"], &[]);
-    let rep = r.report();
-    let vm_pin = rep["kernel"]["vm_pin_bytes"].as_u64().unwrap_or(0);
+    let rep = r.typed_report();
+    let vm_pin = rep.kernel.vm_pin_bytes.unwrap_or(0);
     if vm_pin == 0 {
         eprintln!("NOT RUN: the emulated library pinned with mlock (io_uring not available here)");
         assert!(
@@ -332,9 +292,9 @@ fn registrations_in_vmpin_are_not_counted_again_as_kernel_pinned() {
         );
         return;
     }
-    assert_eq!(vm_pin, 1048576 + 12288, "{}", rep["kernel"]);
-    assert_eq!(rep["totals"]["live_bytes"], 1048576 + 12288);
-    assert_eq!(rep["totals"]["kernel_pinned_bytes"], 0, "{}", rep["totals"]);
+    assert_eq!(vm_pin, 1048576 + 12288, "{:?}", rep.kernel);
+    assert_eq!(rep.totals.live_bytes, 1048576 + 12288);
+    assert_eq!(rep.totals.kernel_pinned_bytes, 0, "{:?}", rep.totals);
     assert!(!pinguard_lines(&r.stderr)
         .join("\n")
         .contains("kernel-pinned"));

@@ -7,17 +7,7 @@ use common::*;
 use std::process::Output;
 
 fn idle_program() -> std::path::PathBuf {
-    let f = fixtures();
-    let out = f.dir.join("idle");
-    let src = root().join("tests/progs/idle.c");
-    cc(&[
-        "-O1",
-        "-o",
-        &out.to_string_lossy(),
-        &src.to_string_lossy(),
-        "-ldl",
-    ]);
-    out
+    fixture_set("idle").join("idle")
 }
 
 fn run_idle(preload: bool) -> (Output, Vec<String>) {
@@ -91,9 +81,7 @@ fn a_process_that_never_pins_has_no_thread_descriptor_file_line_or_mapping_of_pi
 
 fn small_lock(bytes: &str, env: &[(&str, &str)]) -> (Output, Vec<String>) {
     let f = fixtures();
-    let prog = f.dir.join("small_lock");
-    let src = root().join("tests/progs/small_lock.c");
-    cc(&["-O1", "-o", &prog.to_string_lossy(), &src.to_string_lossy()]);
+    let prog = fixture_set("idle").join("small_lock");
     let dir = fresh_dir(&format!("small-lock-{bytes}"));
     let mut cmd = program(&prog, Some(f.lib.as_os_str()));
     cmd.current_dir(&dir).arg(bytes);

@@ -7,41 +7,10 @@ use common::*;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-/// The programs of this file, built once into the fixtures directory.
+/// The programs of this file (`tests/fixtures.txt`, set `locked_pages`).
 fn progs() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = fixtures().dir.clone();
-        let src = root().join("tests/progs");
-        let inc = root().join("include");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let i = format!("-I{}", inc.display());
-        for prog in ["lock_seq", "lock_args", "lock_signal"] {
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-pthread",
-                &i,
-                "-o",
-                &d(prog),
-                &s(&format!("{prog}.c")),
-            ]);
-        }
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-fPIC",
-            "-shared",
-            "-o",
-            &d("liblock_shim.so"),
-            &s("lock_shim.c"),
-            "-ldl",
-        ]);
-        dir
-    })
+    DIR.get_or_init(|| fixture_set("locked_pages").to_path_buf())
 }
 
 fn prog(name: &str) -> String {

@@ -87,24 +87,12 @@ fn mlockall_is_one_entry_measured_from_vmlck() {
     assert_eq!(rep["apis"]["mlockall"]["alloc_count"], 1);
 }
 
-/// `lock_fail`, built once into this binary's fixtures directory.
+/// `lock_fail` (`tests/fixtures.txt`, set `locking`).
 fn lock_fail() -> String {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let out = fixtures()
-            .dir
-            .join("lock_fail")
-            .to_string_lossy()
-            .into_owned();
-        let src = root()
-            .join("tests/progs/lock_fail.c")
-            .to_string_lossy()
-            .into_owned();
-        let inc = format!("-I{}", root().join("include").display());
-        cc(&["-g", "-O1", "-Wall", &inc, "-o", &out, &src]);
-        out
-    })
-    .clone()
+    fixture_set("locking")
+        .join("lock_fail")
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// issue 31, item 4: an `mlock` or `mlockall` the kernel refuses up front (over `RLIMIT_MEMLOCK`,
@@ -244,16 +232,7 @@ fn an_mlock_over_rlimit_memlock_says_why_in_its_event_and_the_exit_line() {
 /// and 257 pages (2,101,248 + 1,052,672 bytes), over a budget of 3 MiB that 3 MiB asked would fit.
 #[test]
 fn a_refusal_gives_the_bytes_asked_beside_the_pages_counted() {
-    let prog = fixtures().dir.join("lock_bytes");
-    let src = root().join("tests/progs/lock_bytes.c");
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-o",
-        prog.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let prog = fixture_set("locking").join("lock_bytes");
     let r = run(
         prog.to_str().unwrap(),
         &["100:2097152", "4194404:1048576"],

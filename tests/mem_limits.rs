@@ -12,22 +12,7 @@ use std::time::Duration;
 
 fn progs() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = fixtures().dir.clone();
-        let src = root().join("tests/progs");
-        for prog in ["mem_limits", "deny_syscall"] {
-            let (o, s) = (dir.join(prog), src.join(format!("{prog}.c")));
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-o",
-                &o.to_string_lossy(),
-                &s.to_string_lossy(),
-            ]);
-        }
-        dir
-    })
+    DIR.get_or_init(|| fixture_set("mem_limits").to_path_buf())
 }
 
 /// `path args` with and without pinguard (each in a fresh report folder), with `RLIMIT_AS` set to

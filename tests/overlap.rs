@@ -7,7 +7,6 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
@@ -16,42 +15,11 @@ const RANGE: i64 = 16 * PAGE;
 /// Just above one range: two ranges' worth is refused.
 const BUDGET: &str = "69632";
 
-/// `tests/progs/overlap.c`, linked with the emulated CUDA runtime and libibverbs.
+/// `tests/progs/overlap.c`, linked with the emulated CUDA runtime and libibverbs
+/// (`tests/fixtures.txt`, set `overlap`).
 fn program() -> &'static PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let f = fixtures();
-        let dir = f.dir.join("overlap");
-        std::fs::create_dir_all(dir.join("emu")).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let script = format!("-Wl,--version-script={}", s("emul/ibverbs.map"));
-        let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
-        let mut a = common.to_vec();
-        let (lib, file) = (d("emu/libibverbs.so.1"), s("emul/ibverbs.c"));
-        a.extend([
-            "-shared",
-            "-o",
-            &lib,
-            &file,
-            "-Wl,-soname,libibverbs.so.1",
-            &script,
-        ]);
-        cc(&a);
-        let (out, file, fx) = (d("overlap"), s("progs/overlap.c"), f.dir.to_string_lossy());
-        let emu = d("emu");
-        let mut a = common.to_vec();
-        a.extend(["-o", &out, &file, "-L", &fx, "-L", &emu]);
-        a.extend([
-            "-Wl,-rpath,$ORIGIN/emu:$ORIGIN/..",
-            "-lcudart",
-            "-l:libibverbs.so.1",
-        ]);
-        a.push("-ldl");
-        cc(&a);
-        dir.join("overlap")
-    })
+    P.get_or_init(|| fixture_set("overlap").join("overlap/overlap"))
 }
 
 fn overlap(ops: &[&str], env: &[(&str, &str)]) -> Run {
@@ -74,23 +42,17 @@ fn lives(r: &Run, ops: &[&str]) -> Vec<i64> {
 }
 
 /// The report's live records as (api, size, the callsite's innermost symbol).
-fn live_records(rep: &Value) -> Vec<(String, i64, String)> {
-    let sites = rep["callsites"].as_array().unwrap();
-    rep["live"]
-        .as_array()
-        .unwrap()
+fn live_records(rep: &Report) -> Vec<(String, i64, String)> {
+    rep.live
         .iter()
         .map(|l| {
-            let site = sites.iter().find(|c| c["id"] == l["callsite"]);
+            let site = rep.callsites.iter().find(|c| c.id == l.callsite);
             let sym = site
-                .and_then(|c| c["frames"][0]["symbol"].as_str())
+                .and_then(|c| c.frames.first())
+                .and_then(|f| f.symbol.as_deref())
                 .unwrap_or("")
                 .to_string();
-            (
-                l["api"].as_str().unwrap().to_string(),
-                l["size"].as_i64().unwrap(),
-                sym,
-            )
+            (l.api.to_string(), l.size as i64, sym)
         })
         .collect()
 }
@@ -106,13 +68,13 @@ fn a_pinned_pool_registered_with_the_card_counts_once_under_both_routes() {
     let s = r.stats();
     assert_eq!(s["cuda"]["outstanding_bytes"], RANGE, "{s}");
     assert_eq!(s["ibverbs"]["outstanding_bytes"], RANGE, "{s}");
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], RANGE);
-    assert_eq!(rep["totals"]["peak_live_bytes"], RANGE);
-    assert_eq!(rep["totals"]["denied_count"], 0);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, RANGE as u64);
+    assert_eq!(rep.totals.peak_live_bytes, RANGE as u64);
+    assert_eq!(rep.totals.denied_count, 0);
     // The card's pages (VmPin, where io_uring stands in for it) are the registration's: not
     // counted again as kernel-pinned with no callsite.
-    assert_eq!(rep["totals"]["kernel_pinned_bytes"], 0, "{}", rep["kernel"]);
+    assert_eq!(rep.totals.kernel_pinned_bytes, 0, "{:?}", rep.kernel);
     let live = live_records(&rep);
     assert_eq!(live.len(), 2, "{live:?}");
     assert!(
@@ -123,8 +85,8 @@ fn a_pinned_pool_registered_with_the_card_counts_once_under_both_routes() {
         live.contains(&("ibv_reg_mr".into(), 0, "run_op".into())),
         "{live:?}"
     );
-    assert_eq!(rep["apis"]["ibv_reg_mr"]["alloc_count"], 1);
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["live_bytes"], RANGE);
+    assert_eq!(api_stats(&rep, "ibv_reg_mr").alloc_count, 1);
+    assert_eq!(api_stats(&rep, "cudaHostAlloc").live_bytes, RANGE as u64);
 }
 
 /// The same pool, released in either order: its bytes stay until the last route lets go.
@@ -140,11 +102,11 @@ fn a_pool_pinned_twice_goes_when_the_last_route_lets_go_in_either_order() {
             "{ends:?}: {}",
             r.stdout
         );
-        let rep = r.report();
-        assert_eq!(rep["totals"]["live_bytes"], 0, "{ends:?}");
-        assert_eq!(rep["totals"]["peak_live_bytes"], RANGE, "{ends:?}");
-        assert_eq!(rep["totals"]["release_count"], 2, "{ends:?}");
-        assert_eq!(rep["totals"]["unknown_release_count"], 0, "{ends:?}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.live_bytes, 0, "{ends:?}");
+        assert_eq!(rep.totals.peak_live_bytes, RANGE as u64, "{ends:?}");
+        assert_eq!(rep.totals.release_count, 2, "{ends:?}");
+        assert_eq!(rep.totals.unknown_release_count, 0, "{ends:?}");
     }
 }
 
@@ -163,14 +125,14 @@ fn a_locked_range_registered_with_cuda_counts_once_until_both_let_go() {
         let r = overlap(&ops, &[("PINGUARD_BUDGET", BUDGET)]);
         let want = vec![0, RANGE, RANGE, RANGE, 0];
         assert_eq!(lives(&r, &ops), want, "{ends:?}: {}", r.stdout);
-        let rep = r.report();
-        assert_eq!(rep["totals"]["live_bytes"], 0, "{ends:?}");
-        assert_eq!(rep["totals"]["peak_live_bytes"], RANGE, "{ends:?}");
-        assert_eq!(rep["totals"]["denied_count"], 0, "{ends:?}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.live_bytes, 0, "{ends:?}");
+        assert_eq!(rep.totals.peak_live_bytes, RANGE as u64, "{ends:?}");
+        assert_eq!(rep.totals.denied_count, 0, "{ends:?}");
     }
     let ops = ["pages:0:65536", "mlock:0:0:65536", "register:0:0:65536"];
     let r = overlap(&ops, &[("PINGUARD_BUDGET", BUDGET)]);
-    let live = live_records(&r.report());
+    let live = live_records(&r.typed_report());
     assert_eq!(live.len(), 2, "{live:?}");
     assert!(
         live.contains(&("mlock".into(), RANGE, "run_op".into())),
@@ -195,8 +157,8 @@ fn a_partial_overlap_counts_the_union() {
         let r = overlap(&ops, &[("PINGUARD_BUDGET", &budget)]);
         let want = vec![0, RANGE, UNION, RANGE, 0];
         assert_eq!(lives(&r, &ops), want, "{ends:?}: {}", r.stdout);
-        let rep = r.report();
-        assert_eq!(rep["totals"]["peak_live_bytes"], UNION, "{ends:?}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.peak_live_bytes, UNION as u64, "{ends:?}");
     }
     // mlock of pages 0-16, then cudaHostRegister of pages 8-24.
     let ends: [[&str; 2]; 2] = [
@@ -213,8 +175,8 @@ fn a_partial_overlap_counts_the_union() {
         let r = overlap(&ops, &[("PINGUARD_BUDGET", &budget)]);
         let want = vec![0, RANGE, UNION, RANGE, 0];
         assert_eq!(lives(&r, &ops), want, "{ends:?}: {}", r.stdout);
-        let rep = r.report();
-        assert_eq!(rep["totals"]["peak_live_bytes"], UNION, "{ends:?}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.peak_live_bytes, UNION as u64, "{ends:?}");
     }
 }
 
@@ -229,5 +191,5 @@ fn ranges_that_do_not_overlap_count_apart() {
     );
     assert!(r.success(), "{}", r.stderr);
     assert_eq!(r.rc("reg:1:0:65536"), -1, "{}", r.stdout);
-    assert_eq!(r.report()["totals"]["denied_count"], 1);
+    assert_eq!(r.typed_report().totals.denied_count, 1);
 }

@@ -15,34 +15,9 @@ const BUDGET: u64 = 1 << 20;
 const HELD: u64 = 768 * 1024;
 const MORE: u64 = 512 * 1024;
 
-/// tests/progs/pod_member.c, built once.
+/// tests/progs/pod_member.c (`tests/fixtures.txt`, set `pod_group`).
 fn prog() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let f = fixtures();
-            let o = f.dir.join("pod_member").to_string_lossy().into_owned();
-            let src = root()
-                .join("tests/progs/pod_member.c")
-                .to_string_lossy()
-                .into_owned();
-            let libdir = f.dir.to_string_lossy().into_owned();
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-pthread",
-                "-o",
-                &o,
-                &src,
-                "-L",
-                &libdir,
-                "-Wl,-rpath,$ORIGIN",
-                "-lcudart",
-            ]);
-            PathBuf::from(o)
-        })
-        .clone()
+    fixture_set("pod_group").join("pod_member")
 }
 
 /// Whether this machine can give a process a PID namespace of its own; else the tests say why

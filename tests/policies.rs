@@ -2,6 +2,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::EventKind;
 
 const BUDGET: &str = "16384";
 
@@ -52,24 +53,19 @@ fn error_policy_refuses_with_each_apis_code_and_never_calls_the_runtime() {
     let s = r.stats();
     no_runtime_calls(&s);
     assert_eq!(s["vmlck"], 0);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["denied_count"], 11);
-    assert_eq!(rep["totals"]["live_bytes"], 0);
-    assert_eq!(rep["totals"]["alloc_count"], 0);
-    assert_eq!(rep["config"]["budget_bytes"], 16384);
-    let events = rep["events"].as_array().unwrap();
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.denied_count, 11);
+    assert_eq!(rep.totals.live_bytes, 0);
+    assert_eq!(rep.totals.alloc_count, 0);
+    assert_eq!(rep.config.budget_bytes, Some(16384));
+    let events = &rep.events;
     assert_eq!(events.len(), 11);
-    assert!(events.iter().all(|e| e["kind"] == "denied"));
-    assert_eq!(events[0]["api"], "cudaHostAlloc");
-    assert_eq!(events[0]["size"], 32768);
+    assert!(events.iter().all(|e| e.kind == EventKind::Denied));
+    assert_eq!(events[0].api, "cudaHostAlloc");
+    assert_eq!(events[0].size, 32768);
     // Each event names a callsite the report lists.
-    let ids: Vec<_> = rep["callsites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["id"].clone())
-        .collect();
-    assert!(events.iter().all(|e| ids.contains(&e["callsite"])));
+    let ids: Vec<u32> = rep.callsites.iter().map(|c| c.id).collect();
+    assert!(events.iter().all(|e| ids.contains(&e.callsite)));
 }
 
 #[test]
@@ -101,10 +97,10 @@ fn error_policy_admits_up_to_the_budget_exactly() {
         .rfind(|l| l.starts_with("cuda_alloc:8192 "))
         .unwrap();
     assert_eq!(field(last, "rc"), 0);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 16384);
-    assert_eq!(rep["totals"]["denied_count"], 1);
-    assert_eq!(rep["totals"]["denied_bytes"], 4096);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 16384);
+    assert_eq!(rep.totals.denied_count, 1);
+    assert_eq!(rep.totals.denied_bytes, 4096);
 }
 
 #[test]
@@ -161,23 +157,24 @@ fn downgrade_policy_hands_out_pageable_memory_and_frees_it() {
     let s = r.stats();
     no_runtime_calls(&s);
     assert_eq!(s["cuda"]["release_calls"], 0);
-    let rep = r.report();
-    let t = &rep["totals"];
-    assert_eq!(t["downgraded_count"], 9);
-    assert_eq!(t["downgraded_bytes"], 9 * 32768);
-    assert_eq!(t["downgraded_live_bytes"], 0);
-    assert_eq!(t["denied_count"], 4);
-    assert_eq!(t["live_bytes"], 0);
-    assert_eq!(t["unknown_release_count"], 0);
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["downgraded_count"], 1);
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["denied_count"], 1);
-    let kinds: Vec<_> = rep["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["kind"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(kinds.iter().filter(|k| *k == "downgraded").count(), 9);
+    let rep = r.typed_report();
+    let t = &rep.totals;
+    assert_eq!(t.downgraded_count, 9);
+    assert_eq!(t.downgraded_bytes, 9 * 32768);
+    assert_eq!(t.downgraded_live_bytes, 0);
+    assert_eq!(t.denied_count, 4);
+    assert_eq!(t.live_bytes, 0);
+    assert_eq!(t.unknown_release_count, 0);
+    assert_eq!(rep.apis["cudaHostAlloc"].downgraded_count, 1);
+    assert_eq!(rep.apis["cudaHostAlloc"].denied_count, 1);
+    let kinds: Vec<EventKind> = rep.events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == EventKind::Downgraded)
+            .count(),
+        9
+    );
 }
 
 #[test]
@@ -190,12 +187,12 @@ fn downgraded_allocations_left_live_are_listed_as_such() {
             ("PINGUARD_POLICY", "downgrade"),
         ],
     );
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 8192);
-    assert_eq!(rep["totals"]["downgraded_live_bytes"], 32768);
-    let live = rep["live"].as_array().unwrap();
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 8192);
+    assert_eq!(rep.totals.downgraded_live_bytes, 32768);
+    let live = &rep.live;
     assert_eq!(live.len(), 2);
-    assert_eq!(live.iter().filter(|l| l["downgraded"] == true).count(), 1);
+    assert_eq!(live.iter().filter(|l| l.downgraded).count(), 1);
     assert_eq!(r.stats()["cuda"]["outstanding_bytes"], 8192);
 }
 
@@ -217,11 +214,11 @@ fn warn_policy_lets_everything_through_and_logs_once_per_callsite() {
     }
     let s = r.stats();
     assert_eq!(s["cuda"]["alloc_calls"], 2);
-    let rep = r.report();
-    let t = &rep["totals"];
-    assert_eq!(t["over_budget_count"], 4);
-    assert_eq!(t["live_bytes"], 4 * 32768);
-    assert_eq!(t["denied_count"], 0);
+    let rep = r.typed_report();
+    let t = &rep.totals;
+    assert_eq!(t.over_budget_count, 4);
+    assert_eq!(t.live_bytes, 4 * 32768);
+    assert_eq!(t.denied_count, 0);
     let warnings: Vec<_> = pinguard_lines(&r.stderr)
         .into_iter()
         .filter(|l| l.contains("over the budget"))
@@ -240,7 +237,7 @@ fn warn_policy_lets_everything_through_and_logs_once_per_callsite() {
         .filter(|l| l.contains("over the budget"))
         .count();
     assert_eq!(warnings, 1, "{}", r.stderr);
-    assert_eq!(r.report()["totals"]["over_budget_count"], 5);
+    assert_eq!(r.typed_report().totals.over_budget_count, 5);
 }
 
 #[test]
@@ -268,10 +265,10 @@ fn the_warn_line_gives_sizes_and_names_the_callsite() {
     assert!(
         warnings[0].starts_with(&format!(
             "pinguard[{}]: warning: ",
-            r.report()["process"]["pid"]
+            r.typed_report().process.pid
         )),
         "{}",
         warnings[0]
     );
-    assert_eq!(r.report()["totals"]["over_budget_count"], 1);
+    assert_eq!(r.typed_report().totals.over_budget_count, 1);
 }

@@ -8,6 +8,8 @@ use common::*;
 use serde_json::Value;
 
 const MIB: i64 = 1 << 20;
+/// `MIB` as the report's byte counts are typed.
+const MIB_BYTES: u64 = 1 << 20;
 
 /// The runtime's own figures: the driver's for `cuda`, the runtime's for `cudart`.
 fn own<'a>(s: &'a Value, family: &str) -> &'a Value {
@@ -90,24 +92,24 @@ fn the_report_shows_the_pool_and_its_allocations() {
             ],
             &[],
         );
-        let rep = r.report();
+        let rep = r.typed_report();
         assert_eq!(
-            rep["apis"][alloc]["alloc_count"], 2,
-            "{family}: {}",
-            rep["apis"]
+            api_stats(&rep, alloc).alloc_count,
+            2,
+            "{family}: {:?}",
+            rep.apis
         );
-        assert_eq!(rep["apis"][alloc]["alloc_bytes"], MIB + 4096);
-        assert_eq!(rep["apis"][create]["live_bytes"], 2 * MIB, "{family}");
-        assert_eq!(rep["totals"]["live_bytes"], 2 * MIB);
-        assert_eq!(rep["totals"]["live_count"], 1, "one pool");
-        let pools: Vec<&Value> = rep["live"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|l| l["api"] == create)
-            .collect();
+        assert_eq!(api_stats(&rep, alloc).alloc_bytes, MIB_BYTES + 4096);
+        assert_eq!(
+            api_stats(&rep, create).live_bytes,
+            2 * MIB_BYTES,
+            "{family}"
+        );
+        assert_eq!(rep.totals.live_bytes, 2 * MIB_BYTES);
+        assert_eq!(rep.totals.live_count, 1, "one pool");
+        let pools: Vec<_> = rep.live.iter().filter(|l| l.api == create).collect();
         assert_eq!(pools.len(), 1);
-        assert_eq!(pools[0]["size"], 2 * MIB);
+        assert_eq!(pools[0].size, 2 * MIB_BYTES);
 
         let (r, _) = live_after(
             family,
@@ -120,12 +122,12 @@ fn the_report_shows_the_pool_and_its_allocations() {
             ],
             &[],
         );
-        let t = &r.report()["totals"];
-        assert_eq!(t["live_bytes"], 0, "{family}: {t}");
-        assert_eq!(t["live_count"], 0);
-        assert_eq!(t["peak_live_bytes"], 2 * MIB);
-        assert_eq!(t["unknown_release_count"], 0);
-        assert_eq!(t["release_count"], 1);
+        let t = r.typed_report().totals;
+        assert_eq!(t.live_bytes, 0, "{family}: {t:?}");
+        assert_eq!(t.live_count, 0);
+        assert_eq!(t.peak_live_bytes, 2 * MIB_BYTES);
+        assert_eq!(t.unknown_release_count, 0);
+        assert_eq!(t.release_count, 1);
     }
 }
 
@@ -206,9 +208,9 @@ fn budgets_apply_to_what_an_allocation_may_add() {
             );
             assert_eq!(own(&s, family)["outstanding_bytes"], 2 * MIB);
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB);
-            let t = &r.report()["totals"];
-            assert_eq!(t["denied_count"], 1, "{family} {policy}: {t}");
-            assert_eq!(t["downgraded_count"], 0);
+            let t = r.typed_report().totals;
+            assert_eq!(t.denied_count, 1, "{family} {policy}: {t:?}");
+            assert_eq!(t.downgraded_count, 0);
         }
         let (r, s) = live_after(
             family,
@@ -222,7 +224,7 @@ fn budgets_apply_to_what_an_allocation_may_add() {
         );
         assert_eq!(r.rcs(), vec![0, 0, 0]);
         assert_eq!(s["pinguard_live_bytes"], 6 * MIB);
-        assert_eq!(r.report()["totals"]["over_budget_count"], 1);
+        assert_eq!(r.typed_report().totals.over_budget_count, 1);
     }
 }
 
@@ -276,7 +278,7 @@ fn a_locations_host_pool_is_counted_from_when_it_is_handed_out() {
                 r.stdout
             );
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB, "{family} {route}: {s}");
-            assert_eq!(r.report()["totals"]["live_count"], 1, "{family} {route}");
+            assert_eq!(r.typed_report().totals.live_count, 1, "{family} {route}");
 
             let (r, s) = live_after(
                 family,

@@ -37,8 +37,8 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
         s["probe"], 0,
         "a budget-sized allocation must fit at the end: a reservation leaked"
     );
-    let rep = r.report();
-    let t = &rep["totals"];
+    let rep = r.typed_report();
+    let t = &rep.totals;
     let ok = sum(&s["ok"]);
     let refused = sum(&s["refused"]);
     assert_eq!(ok + refused, (threads * ops) as i64);
@@ -46,30 +46,27 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
     assert!(refused > 0, "nothing was refused: the test proves nothing");
     // The probe's allocation and release (by the CUDA runtime, after the threads) count too.
     assert_eq!(
-        t["alloc_count"].as_i64().unwrap(),
+        t.alloc_count as i64,
         ok + 1,
         "every successful call counted once"
     );
     assert_eq!(
-        t["alloc_count"].as_i64().unwrap(),
+        t.alloc_count as i64,
         sum(&s["runtime_alloc"]) + s["ok"][3].as_i64().unwrap()
     );
+    assert_eq!(t.release_count as i64, sum(&s["released"]) + 1);
     assert_eq!(
-        t["release_count"].as_i64().unwrap(),
-        sum(&s["released"]) + 1
-    );
-    assert_eq!(
-        t["release_count"].as_i64().unwrap(),
+        t.release_count as i64,
         sum(&s["runtime_release"]) + s["released"][3].as_i64().unwrap()
     );
     // The probe's own injected failures (if any) are the runtime's, after the threads.
     let probe_failures = s["probe_failures"].as_i64().unwrap();
     assert_eq!(
-        t["denied_count"].as_i64().unwrap() + runtime_failed - probe_failures,
+        t.denied_count as i64 + runtime_failed - probe_failures,
         refused,
         "each refusal is pinguard's or the runtime's"
     );
-    assert_eq!(t["failed_count"].as_i64().unwrap(), runtime_failed);
+    assert_eq!(t.failed_count as i64, runtime_failed);
     assert_eq!(
         runtime_failed,
         sum(&s["injected"]),
@@ -79,9 +76,9 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
         Some(_) => assert!(runtime_failed > 0),
         None => assert_eq!(runtime_failed, 0),
     }
-    assert_eq!(t["live_bytes"], 0);
-    assert_eq!(t["live_count"], 0);
-    assert!(t["peak_live_bytes"].as_i64().unwrap() <= budget);
+    assert_eq!(t.live_bytes, 0);
+    assert_eq!(t.live_count, 0);
+    assert!(t.peak_live_bytes as i64 <= budget);
     assert_eq!(s["pinguard_live_bytes"], 0);
     for api in [
         "cudaHostAlloc",
@@ -89,10 +86,7 @@ fn check(threads: usize, ops: usize, budget: i64, fail_rate: Option<&str>) {
         "aclrtMallocHost",
         "mlock",
     ] {
-        assert!(
-            rep["apis"][api]["alloc_count"].as_i64().unwrap() > 0,
-            "{api} was exercised"
-        );
+        assert!(api_stats(&rep, api).alloc_count > 0, "{api} was exercised");
     }
 }
 

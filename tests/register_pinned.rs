@@ -9,6 +9,8 @@ use crate::common;
 use common::*;
 
 const MIB: i64 = 1 << 20;
+/// `MIB` as the report's byte counts are typed.
+const MIB_BYTES: u64 = 1 << 20;
 
 #[test]
 fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
@@ -48,23 +50,24 @@ fn torch_npu_registering_its_own_pinned_blocks_counts_each_block_once() {
         );
         assert_eq!(s["acl"]["outstanding_bytes"], 0);
         assert_eq!(s["pinguard_live_bytes"], 0, "{ends:?}");
-        let rep = r.report();
-        let t = &rep["totals"];
-        assert_eq!(t["peak_live_bytes"], 8 * MIB, "{ends:?}: {t}");
-        assert_eq!(t["alloc_bytes"], 8 * MIB, "{ends:?}: {t}");
-        assert_eq!(t["live_bytes"], 0);
-        assert_eq!(t["live_count"], 0);
+        let rep = r.typed_report();
+        let t = &rep.totals;
+        assert_eq!(t.peak_live_bytes, 8 * MIB_BYTES, "{ends:?}: {t:?}");
+        assert_eq!(t.alloc_bytes, 8 * MIB_BYTES, "{ends:?}: {t:?}");
+        assert_eq!(t.live_bytes, 0);
+        assert_eq!(t.live_count, 0);
         assert_eq!(
-            t["unknown_release_count"], 0,
+            t.unknown_release_count, 0,
             "{ends:?}: each release found its own record"
         );
         assert_eq!(
-            t["denied_count"], 0,
+            t.denied_count, 0,
             "{ends:?}: the budget was charged once per block"
         );
-        assert_eq!(t["release_count"], 4);
-        assert_eq!(rep["apis"]["aclrtHostRegisterV2"]["alloc_count"], 2);
-        assert_eq!(rep["apis"]["aclrtHostRegisterV2"]["alloc_bytes"], 0);
+        assert_eq!(t.release_count, 4);
+        let register = api_stats(&rep, "aclrtHostRegisterV2");
+        assert_eq!(register.alloc_count, 2);
+        assert_eq!(register.alloc_bytes, 0);
     }
 }
 
@@ -80,19 +83,13 @@ fn a_registration_over_a_block_is_live_with_no_bytes_of_its_own() {
     assert!(r.success(), "{}", r.stderr);
     assert_eq!(r.rcs(), vec![0, 0]);
     assert_eq!(r.stats()["pinguard_live_bytes"], 4 * MIB);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 4 * MIB);
-    assert_eq!(rep["totals"]["live_count"], 2);
-    let sizes: Vec<(String, i64)> = rep["live"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 4 * MIB_BYTES);
+    assert_eq!(rep.totals.live_count, 2);
+    let sizes: Vec<(String, i64)> = rep
+        .live
         .iter()
-        .map(|l| {
-            (
-                l["api"].as_str().unwrap().to_string(),
-                l["size"].as_i64().unwrap(),
-            )
-        })
+        .map(|l| (l.api.to_string(), l.size as i64))
         .collect();
     assert!(
         sizes.contains(&("aclrtMallocHostWithCfg".to_string(), 4 * MIB)),
@@ -115,11 +112,11 @@ fn cuda_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that_on() 
     let s = r.stats();
     assert_eq!(s["cuda"]["alloc_calls"], 1);
     assert_eq!(s["pinguard_live_bytes"], 0);
-    let t = &r.report()["totals"];
-    assert_eq!(t["failed_count"], 1, "{t}");
-    assert_eq!(t["unknown_release_count"], 0, "{t}");
-    assert_eq!(t["denied_count"], 0, "{t}");
-    assert_eq!(t["peak_live_bytes"], MIB);
+    let t = r.typed_report().totals;
+    assert_eq!(t.failed_count, 1, "{t:?}");
+    assert_eq!(t.unknown_release_count, 0, "{t:?}");
+    assert_eq!(t.denied_count, 0, "{t:?}");
+    assert_eq!(t.peak_live_bytes, MIB_BYTES);
 }
 
 /// The driver answers the same (`CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED`, 712) for a block it
@@ -142,8 +139,8 @@ fn the_driver_refuses_registering_its_own_pinned_memory_and_pinguard_passes_that
     let s = r.stats();
     assert_eq!(s["driver"]["alloc_calls"], 1);
     assert_eq!(s["pinguard_live_bytes"], 0);
-    let t = &r.report()["totals"];
-    assert_eq!(t["failed_count"], 1, "{t}");
-    assert_eq!(t["unknown_release_count"], 0, "{t}");
-    assert_eq!(t["peak_live_bytes"], MIB);
+    let t = r.typed_report().totals;
+    assert_eq!(t.failed_count, 1, "{t:?}");
+    assert_eq!(t.unknown_release_count, 0, "{t:?}");
+    assert_eq!(t.peak_live_bytes, MIB_BYTES);
 }

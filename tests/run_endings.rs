@@ -17,25 +17,7 @@ const SITE: &str = "pin_buffer (run_ending.c:";
 
 fn prog() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let f = fixtures();
-        let out = f.dir.join("run_ending");
-        let src = root().join("tests/progs/run_ending.c");
-        let lib_dir = f.dir.to_string_lossy().into_owned();
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-o",
-            out.to_str().unwrap(),
-            src.to_str().unwrap(),
-            "-L",
-            &lib_dir,
-            "-Wl,-rpath,$ORIGIN",
-            "-lcudart",
-        ]);
-        out
-    })
+    BUILT.get_or_init(|| fixture_set("run_endings").join("run_ending"))
 }
 
 /// The `pinguard` binary cargo built beside this test (`cargo build --workspace`, or `cargo test

@@ -4,35 +4,8 @@
 use crate::common;
 use common::*;
 
-/// Built once per test binary: the tests run in parallel, and a program being rewritten cannot be
-/// run (ETXTBSY).
 fn build() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_once).clone()
-}
-
-fn build_once() -> std::path::PathBuf {
-    let f = fixtures();
-    let out = f.dir.join("cancel");
-    let (o, src, lib) = (
-        out.to_string_lossy().into_owned(),
-        root().join("tests/progs/cancel.c"),
-        f.dir.to_string_lossy().into_owned(),
-    );
-    cc(&[
-        "-g",
-        "-O1",
-        "-Wall",
-        "-pthread",
-        "-o",
-        &o,
-        &src.to_string_lossy(),
-        "-L",
-        &lib,
-        "-Wl,-rpath,$ORIGIN",
-        "-lcudart",
-    ]);
-    out
+    fixture_set("safety_cancel").join("cancel")
 }
 
 fn outcome(

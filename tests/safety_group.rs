@@ -11,34 +11,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 
-/// tests/progs/group_safety.c, built once (the tests run in parallel).
 fn prog() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let f = fixtures();
-            let o = f.dir.join("group_safety").to_string_lossy().into_owned();
-            let src = root()
-                .join("tests/progs/group_safety.c")
-                .to_string_lossy()
-                .into_owned();
-            let libdir = f.dir.to_string_lossy().into_owned();
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-pthread",
-                "-o",
-                &o,
-                &src,
-                "-L",
-                &libdir,
-                "-Wl,-rpath,$ORIGIN",
-                "-lcudart",
-            ]);
-            PathBuf::from(o)
-        })
-        .clone()
+    fixture_set("safety_group").join("group_safety")
 }
 
 /// A group name no other test run uses; its ledger (and anything named after it) removed before
@@ -461,24 +435,8 @@ fn a_member_that_cannot_read_proc_takes_no_share_and_escapes_no_budget() {
     );
 }
 
-/// tests/progs/ledger_lock.c, built once.
 fn ledger_lock() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let o = fixtures()
-                .dir
-                .join("ledger_lock")
-                .to_string_lossy()
-                .into_owned();
-            let src = root()
-                .join("tests/progs/ledger_lock.c")
-                .to_string_lossy()
-                .into_owned();
-            cc(&["-g", "-O1", "-Wall", "-pthread", "-o", &o, &src]);
-            PathBuf::from(o)
-        })
-        .clone()
+    fixture_set("safety_group").join("ledger_lock")
 }
 
 /// A child that is continued and killed when the test ends, however it ends (a stopped process

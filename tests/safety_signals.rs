@@ -7,88 +7,11 @@
 use crate::common;
 use common::*;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::Path;
 
-/// This file's C programs, built once into the fixtures directory.
+/// This file's C programs (`tests/fixtures.txt`, set `safety_signals`).
 fn progs() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let f = fixtures();
-        let lib_dir = f.dir.to_string_lossy().into_owned();
-        let out = f.dir.join("libsigatfork.so").to_string_lossy().into_owned();
-        let src = root()
-            .join("tests/progs/sig_atfork.c")
-            .to_string_lossy()
-            .into_owned();
-        cc(&[
-            "-g", "-O1", "-Wall", "-fPIC", "-pthread", "-shared", "-o", &out, &src,
-        ]);
-        for prog in [
-            "sig_descriptors",
-            "sig_handlers",
-            "sig_exit",
-            "sig_fork_storm",
-            "vfork_exit",
-            "sig_wait",
-            "sig_altstack",
-        ] {
-            let out = f.dir.join(prog).to_string_lossy().into_owned();
-            let src = root()
-                .join(format!("tests/progs/{prog}.c"))
-                .to_string_lossy()
-                .into_owned();
-            // Kept although nothing names it: its constructor is what it is there for.
-            let extra = if prog == "sig_fork_storm" {
-                "-Wl,--no-as-needed,-lsigatfork,--as-needed"
-            } else {
-                "-lcudart"
-            };
-            // Unfortified whatever the compiler's default, so that the jumps keep their own names.
-            cc(&[
-                "-g",
-                "-O1",
-                "-U_FORTIFY_SOURCE",
-                "-Wall",
-                "-pthread",
-                "-o",
-                &out,
-                &src,
-                "-L",
-                &lib_dir,
-                "-Wl,-rpath,$ORIGIN",
-                extra,
-                "-lcudart",
-                "-lascendcl",
-                "-ldl",
-            ]);
-        }
-        // The same program as strict ISO C, optimised and fortified (see sig_exit.c).
-        let out = f.dir.join("sig_exit_strict").to_string_lossy().into_owned();
-        let src = root()
-            .join("tests/progs/sig_exit.c")
-            .to_string_lossy()
-            .into_owned();
-        cc(&[
-            "-g",
-            "-std=c11",
-            "-D_XOPEN_SOURCE=700",
-            "-DSTRICT",
-            "-O2",
-            "-U_FORTIFY_SOURCE",
-            "-D_FORTIFY_SOURCE=2",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &out,
-            &src,
-            "-L",
-            &lib_dir,
-            "-Wl,-rpath,$ORIGIN",
-            "-lcudart",
-        ]);
-        f.dir.clone()
-    })
+    fixture_set("safety_signals")
 }
 
 /// Runs one of this file's programs in `dir`, with pinguard preloaded or not, reports going to

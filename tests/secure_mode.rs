@@ -92,13 +92,8 @@ impl Node {
         }
         let node = Node { dir };
         let prog = node.prog();
-        cc(&[
-            "-O1",
-            "-Wall",
-            "-o",
-            prog.to_str().unwrap(),
-            root().join("tests/progs/secure_prog.c").to_str().unwrap(),
-        ]);
+        // Built once (`tests/fixtures.txt`), copied here: a set-user-ID file of this node's own.
+        std::fs::copy(fixture_set("secure_mode").join("secure_prog"), &prog).unwrap();
         std::fs::copy(&fixtures().lib, node.lib()).unwrap();
         chmod(&node.dir, "755");
         chmod(&node.dir.join("node"), "755");

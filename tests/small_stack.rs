@@ -10,28 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// `tests/fixtures.txt`, set `small_stack` (built as the benchmark builds it).
 fn prog() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        let f = fixtures();
-        let out = f.dir.join("small_stack");
-        let src = root().join("tests/progs/small_stack.c");
-        let lib_dir = f.dir.to_string_lossy().into_owned();
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-pthread",
-            "-o",
-            &out.to_string_lossy(),
-            &src.to_string_lossy(),
-            "-L",
-            &lib_dir,
-            "-Wl,-rpath,$ORIGIN",
-            "-lcudart",
-        ]);
-        out
-    })
+    BUILT.get_or_init(|| fixture_set("small_stack").join("small_stack"))
 }
 
 /// Runs `small_stack ARGS` with pinguard preloaded or not; every symbol bound at start, so that

@@ -8,31 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
 fn build() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let f = fixtures();
-            let out = f.dir.join("state_fork");
-            let (o, src, lib) = (
-                out.to_string_lossy().into_owned(),
-                root().join("tests/progs/state_fork.c"),
-                f.dir.to_string_lossy().into_owned(),
-            );
-            cc(&[
-                "-g",
-                "-O1",
-                "-Wall",
-                "-o",
-                &o,
-                &src.to_string_lossy(),
-                "-L",
-                &lib,
-                "-Wl,-rpath,$ORIGIN",
-                "-lcudart",
-            ]);
-            out
-        })
-        .clone()
+    fixture_set("state_file").join("state_fork")
 }
 
 fn states_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

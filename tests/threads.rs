@@ -15,30 +15,25 @@ fn threads_that_come_and_go_leave_every_counter_exact() {
     let s = r.stats();
     let allocs = s["allocs"].as_i64().unwrap();
     assert_eq!(allocs, 1600);
-    let rep = r.report();
-    let t = &rep["totals"];
-    assert_eq!(t["alloc_count"], allocs);
-    assert_eq!(t["release_count"], allocs);
-    assert_eq!(t["alloc_bytes"], 400 * (4096 + 8192 + 1024 + 512));
-    assert_eq!(t["live_bytes"], 0);
-    assert_eq!(t["live_count"], 0);
-    let api = &rep["apis"]["cudaHostAlloc"];
-    assert_eq!(api["alloc_count"], allocs);
-    assert_eq!(api["live_count"], 0);
-    assert_eq!(api["live_bytes"], 0);
-    let sites = rep["callsites"].as_array().unwrap();
-    let site_allocs: i64 = sites
-        .iter()
-        .map(|c| c["alloc_count"].as_i64().unwrap())
-        .sum();
+    let rep = r.typed_report();
+    let t = &rep.totals;
+    assert_eq!(t.alloc_count as i64, allocs);
+    assert_eq!(t.release_count as i64, allocs);
+    assert_eq!(t.alloc_bytes, 400 * (4096 + 8192 + 1024 + 512));
+    assert_eq!(t.live_bytes, 0);
+    assert_eq!(t.live_count, 0);
+    let api = api_stats(&rep, "cudaHostAlloc");
+    assert_eq!(api.alloc_count as i64, allocs);
+    assert_eq!(api.live_count, 0);
+    assert_eq!(api.live_bytes, 0);
+    let sites = &rep.callsites;
+    let site_allocs: i64 = sites.iter().map(|c| c.alloc_count as i64).sum();
     assert_eq!(site_allocs, allocs);
-    assert!(sites
-        .iter()
-        .all(|c| c["live_bytes"] == 0 && c["live_count"] == 0));
+    assert!(sites.iter().all(|c| c.live_bytes == 0 && c.live_count == 0));
     // 8 threads at a time hold at most 8 * (4096 + 8192 + 1024) (+ 512 each in the destructor),
     // and main holds up to 400 KiB handed over at the end: the peak lies between what main held
     // alone and everything at once.
-    let peak = t["peak_live_bytes"].as_i64().unwrap();
+    let peak = t.peak_live_bytes as i64;
     assert!(
         peak >= 400 * 1024,
         "peak {peak} below what main held at once"
@@ -59,23 +54,24 @@ fn peaks(phases: &str, expected: i64, allocs: i64) {
         .max()
         .unwrap();
     assert_eq!(most, expected);
-    let rep = r.report();
+    let rep = r.typed_report();
     assert_eq!(
-        rep["totals"]["peak_live_bytes"], expected,
+        rep.totals.peak_live_bytes as i64, expected,
         "process peak ({phases})"
     );
     assert_eq!(
-        rep["apis"]["cudaHostAlloc"]["peak_live_bytes"], expected,
+        api_stats(&rep, "cudaHostAlloc").peak_live_bytes as i64,
+        expected,
         "entry point peak ({phases})"
     );
-    let sites = rep["callsites"].as_array().unwrap();
+    let sites = &rep.callsites;
     assert_eq!(sites.len(), 1, "one callsite at depth 1: {sites:?}");
     assert_eq!(
-        sites[0]["peak_live_bytes"], expected,
+        sites[0].peak_live_bytes as i64, expected,
         "callsite peak ({phases})"
     );
-    assert_eq!(sites[0]["alloc_count"], allocs);
-    assert_eq!(rep["totals"]["live_bytes"], 0);
+    assert_eq!(sites[0].alloc_count as i64, allocs);
+    assert_eq!(rep.totals.live_bytes, 0);
 }
 
 #[test]
@@ -106,7 +102,7 @@ fn under_a_budget_the_peak_never_exceeds_it() {
         ],
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["denied_count"], 0);
-    assert_eq!(rep["totals"]["peak_live_bytes"], 196608);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.denied_count, 0);
+    assert_eq!(rep.totals.peak_live_bytes, 196608);
 }

@@ -6,76 +6,10 @@ use common::*;
 use serde_json::Value;
 use std::path::PathBuf;
 
-/// The unwind test program and its two plugins, all built with -fomit-frame-pointer at -O2
-/// (once: the tests run in parallel).
+/// The unwind test program and its two plugins, all built with -fomit-frame-pointer at -O2, and
+/// the program again with frame pointers (`tests/fixtures.txt`, set `unwind`).
 fn build() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_once).clone()
-}
-
-fn build_once() -> PathBuf {
-    let f = fixtures();
-    let src = root().join("tests/progs");
-    let d = |p: &str| f.dir.join(p).to_string_lossy().into_owned();
-    let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-    let flags = [
-        "-g",
-        "-O2",
-        "-fomit-frame-pointer",
-        "-fasynchronous-unwind-tables",
-        "-Wall",
-    ];
-    let (libdir, plugin, prog) = (d(""), s("unwind_plugin.c"), s("unwind.c"));
-    for plug in ["a", "b"] {
-        let (o, def) = (d(&format!("libplug_{plug}.so")), format!("-DPLUG={plug}"));
-        let mut a: Vec<&str> = flags.to_vec();
-        a.extend([
-            "-fPIC",
-            "-shared",
-            &def,
-            "-o",
-            &o,
-            &plugin,
-            "-L",
-            &libdir,
-            "-Wl,-rpath,$ORIGIN",
-            "-lcudart",
-        ]);
-        cc(&a);
-    }
-    let o = d("unwind");
-    let mut a: Vec<&str> = flags.to_vec();
-    a.extend([
-        "-o",
-        &o,
-        &prog,
-        "-L",
-        &libdir,
-        "-Wl,-rpath,$ORIGIN",
-        "-lcudart",
-        "-ldl",
-    ]);
-    cc(&a);
-    // The same program with frame pointers, whose frames unwind through the saved ones.
-    let o = d("unwind_fp");
-    let mut a: Vec<&str> = flags
-        .iter()
-        .copied()
-        .filter(|&f| f != "-fomit-frame-pointer")
-        .collect();
-    a.extend([
-        "-fno-omit-frame-pointer",
-        "-o",
-        &o,
-        &prog,
-        "-L",
-        &libdir,
-        "-Wl,-rpath,$ORIGIN",
-        "-lcudart",
-        "-ldl",
-    ]);
-    cc(&a);
-    f.dir.clone()
+    fixture_set("unwind").to_path_buf()
 }
 
 fn symbols(cs: &Value) -> Vec<String> {

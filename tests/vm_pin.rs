@@ -14,22 +14,9 @@ const MIB: i64 = 1 << 20;
 
 fn prog() -> String {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let d = fixtures().dir.join("uring_pin");
-        let src = root().join("tests/progs/uring_pin.c");
-        cc(&[
-            "-g",
-            "-O1",
-            "-Wall",
-            "-o",
-            &d.to_string_lossy(),
-            &src.to_string_lossy(),
-            "-ldl",
-        ]);
-        d
-    })
-    .to_string_lossy()
-    .into_owned()
+    P.get_or_init(|| fixture_set("vm_pin").join("uring_pin"))
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Whether this process can register an `io_uring` buffer (asked of the kernel, without

@@ -5,9 +5,12 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Live;
 use serde_json::Value;
 
 const MIB: i64 = 1 << 20;
+/// `MIB` as the report's byte counts are typed.
+const MIB_BYTES: u64 = 1 << 20;
 
 /// The emulated runtime's own figures for a family: the driver's for CUDA, ACL's for ACL.
 fn own<'a>(s: &'a Value, family: &str) -> &'a Value {
@@ -59,23 +62,19 @@ fn a_mapped_host_allocation_is_live_until_unmapped_and_released() {
                 "{route} {family}: {s}"
             );
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB, "{route} {family}: {s}");
-            let rep = r.report();
+            let rep = r.typed_report();
             let name = api(family, "cuMemCreate", "aclrtMallocPhysical");
             assert_eq!(
-                rep["totals"]["live_bytes"],
-                2 * MIB,
-                "{route} {family}: {rep}"
+                rep.totals.live_bytes,
+                2 * MIB_BYTES,
+                "{route} {family}: {rep:?}"
             );
-            assert_eq!(rep["apis"][name]["alloc_count"], 1, "{route} {family}");
-            assert_eq!(rep["apis"][name]["live_bytes"], 2 * MIB, "{route} {family}");
-            let live: Vec<&Value> = rep["live"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|l| l["api"] == name)
-                .collect();
-            assert_eq!(live.len(), 1, "{route} {family}: {:?}", rep["live"]);
-            assert_eq!(live[0]["size"], 2 * MIB);
+            let a = &rep.apis[name];
+            assert_eq!(a.alloc_count, 1, "{route} {family}");
+            assert_eq!(a.live_bytes, 2 * MIB_BYTES, "{route} {family}");
+            let live: Vec<&Live> = rep.live.iter().filter(|l| l.api == name).collect();
+            assert_eq!(live.len(), 1, "{route} {family}: {:?}", rep.live);
+            assert_eq!(live[0].size, 2 * MIB_BYTES);
 
             let r = run(
                 "vmm",
@@ -98,13 +97,13 @@ fn a_mapped_host_allocation_is_live_until_unmapped_and_released() {
             assert_eq!(own(&s, family)["max_outstanding_bytes"], 2 * MIB);
             assert_eq!(own(&s, family)["outstanding_bytes"], 0);
             assert_eq!(s["pinguard_live_bytes"], 0, "{route} {family}: {s}");
-            let rep = r.report();
+            let rep = r.typed_report();
             let name = api(family, "cuMemCreate", "aclrtMallocPhysical");
-            assert_eq!(rep["apis"][name]["alloc_count"], 1);
-            assert_eq!(rep["apis"][name]["peak_live_bytes"], 2 * MIB);
-            assert_eq!(rep["totals"]["release_count"], 1);
-            assert_eq!(rep["totals"]["live_bytes"], 0);
-            assert_eq!(rep["totals"]["unknown_release_count"], 0);
+            assert_eq!(rep.apis[name].alloc_count, 1);
+            assert_eq!(rep.apis[name].peak_live_bytes, 2 * MIB_BYTES);
+            assert_eq!(rep.totals.release_count, 1);
+            assert_eq!(rep.totals.live_bytes, 0);
+            assert_eq!(rep.totals.unknown_release_count, 0);
         }
     }
 }
@@ -262,9 +261,9 @@ fn budgets_refuse_under_error_and_downgrade_and_warn_lets_it_through() {
             );
             assert_eq!(own(&s, family)["failed_calls"], 0, "{family} {policy}");
             assert_eq!(s["pinguard_live_bytes"], 2 * MIB);
-            let rep = r.report();
-            assert_eq!(rep["totals"]["denied_count"], 1, "{family} {policy}");
-            assert_eq!(rep["totals"]["downgraded_count"], 0, "{family} {policy}");
+            let t = r.typed_report().totals;
+            assert_eq!(t.denied_count, 1, "{family} {policy}");
+            assert_eq!(t.downgraded_count, 0, "{family} {policy}");
         }
         let r = run(
             "vmm",
@@ -280,7 +279,7 @@ fn budgets_refuse_under_error_and_downgrade_and_warn_lets_it_through() {
         let s = r.stats();
         assert_eq!(own(&s, family)["alloc_calls"], 2);
         assert_eq!(s["pinguard_live_bytes"], 4 * MIB);
-        assert_eq!(r.report()["totals"]["over_budget_count"], 1);
+        assert_eq!(r.typed_report().totals.over_budget_count, 1);
     }
 }
 

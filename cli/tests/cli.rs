@@ -2602,19 +2602,10 @@ fn run_says_it_cannot_watch_a_secure_mode_program_and_check_fails() {
     assert!(run_record(&out).get("secure_mode").is_none());
 }
 
-/// The `io_uring` fixture (tests/progs/uring_pin.c), built once into this binary's fixtures;
+/// The `io_uring` fixture (tests/progs/uring_pin.c, without debug information: `tests/fixtures.txt`);
 /// `None`, saying so, where `io_uring` cannot register a buffer here.
 fn uring_pin() -> Option<PathBuf> {
-    let exe = fixtures().dir.join("uring_pin");
-    let src = root().join("tests/progs/uring_pin.c");
-    cc(&[
-        "-O1",
-        "-Wall",
-        "-o",
-        exe.to_str().unwrap(),
-        src.to_str().unwrap(),
-        "-ldl",
-    ]);
+    let exe = fixture_set("cli").join("cli/uring_pin");
     let out = program(&exe, None).args(["uring:64"]).output().unwrap();
     let said = String::from_utf8_lossy(&out.stdout).into_owned();
     if said.starts_with("uring rc=0 ") {

@@ -1,7 +1,7 @@
 //! The AddressSanitizer fixture, shared by tests/asan.rs and the CLI's tests: gcc's ASan runtime
 //! and `tests/progs/asan_pin.c` built with it, linked with the emulated CUDA runtime.
 
-use crate::common::{aarch64, cc, fixtures, root};
+use crate::common::{aarch64, compiler, fixture_set};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -36,11 +36,7 @@ fn skip(why: &str) -> Option<Asan> {
 }
 
 fn build() -> Option<Asan> {
-    let compiler = if aarch64() {
-        "aarch64-linux-gnu-gcc"
-    } else {
-        "cc"
-    };
+    let compiler = compiler();
     let out = Command::new(compiler)
         .arg("-print-file-name=libasan.so")
         .output()
@@ -59,26 +55,8 @@ fn build() -> Option<Asan> {
     } else {
         runtime
     };
-    let dir = fixtures().dir.clone();
-    let prog = dir.join("asan_pin");
-    let src = root().join("tests/progs/asan_pin.c");
-    let (p, s, l) = (
-        prog.to_string_lossy(),
-        src.to_string_lossy(),
-        dir.to_string_lossy(),
-    );
-    let link = ["-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"];
-    let asan = [
-        "-g",
-        "-O1",
-        "-Wall",
-        "-fsanitize=address",
-        "-fno-omit-frame-pointer",
-    ];
-    cc(&[&asan[..], &["-o", &p, &s], &link[..]].concat());
-    let prog_static = dir.join("asan_pin_static");
-    let ps = prog_static.to_string_lossy();
-    cc(&[&asan[..], &["-static-libasan", "-o", &ps, &s], &link[..]].concat());
+    let dir = fixture_set("asan");
+    let (prog, prog_static) = (dir.join("asan_pin"), dir.join("asan_pin_static"));
     Some(Asan {
         runtime,
         prog,

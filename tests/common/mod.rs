@@ -3,6 +3,10 @@
 // Each test binary uses a different part of this module.
 #![allow(dead_code)]
 
+mod fixtures;
+
+use fixtures::{build_set, fixture_dir};
+pub use pinguard_common::Report;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -93,14 +97,24 @@ pub fn program(path: &Path, preload: Option<&std::ffi::OsStr>) -> Command {
     }
 }
 
-pub fn cc(args: &[&str]) {
-    let compiler = if aarch64() {
+/// The C compiler the fixtures are built with (a cross compiler for `PGTEST_TARGET=aarch64`).
+pub fn compiler() -> &'static str {
+    if aarch64() {
         "aarch64-linux-gnu-gcc"
     } else {
         "cc"
-    };
-    let out = Command::new(compiler)
+    }
+}
+
+pub fn cc(args: &[&str]) {
+    cc_in(Path::new("."), args)
+}
+
+/// `cc` with `args`, run in `dir` (relative paths in `args` are relative to it).
+pub fn cc_in(dir: &Path, args: &[&str]) {
+    let out = Command::new(compiler())
         .args(args)
+        .current_dir(dir)
         .output()
         .expect("a C compiler (cc) is needed for the tests");
     assert!(
@@ -114,173 +128,21 @@ pub fn cc(args: &[&str]) {
 pub fn fixtures() -> &'static Fixtures {
     static F: OnceLock<Fixtures> = OnceLock::new();
     F.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
-        let name = if aarch64() {
-            format!("{name}-aarch64")
-        } else {
-            name
-        };
-        let dir = exe
-            .parent()
-            .unwrap()
-            .parent()
-            .unwrap()
-            .join("fixtures")
-            .join(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = root().join("tests");
-        let s = |p: &str| src.join(p).to_string_lossy().into_owned();
-        let d = |p: &str| dir.join(p).to_string_lossy().into_owned();
-        let common = ["-g", "-O1", "-fPIC", "-Wall", "-pthread"];
-        for (lib, file) in [
-            ("libcudart.so", "emul/cudart.c"),
-            ("libascendcl.so", "emul/ascendcl.c"),
-        ] {
-            let mut a: Vec<String> = common.iter().map(|s| s.to_string()).collect();
-            a.extend([
-                "-shared".into(),
-                "-o".into(),
-                d(lib),
-                s(file),
-                format!("-Wl,-soname,{lib}"),
-            ]);
-            cc(&a.iter().map(String::as_str).collect::<Vec<_>>());
-        }
-        let link = [
-            "-L",
-            &d(""),
-            "-Wl,-rpath,$ORIGIN",
-            "-lcudart",
-            "-lascendcl",
-            "-ldl",
-        ];
-        {
-            let mut a: Vec<&str> = common.to_vec();
-            let (o, f) = (d("libframework.so"), s("progs/framework.c"));
-            a.extend(["-shared", "-o", &o, &f]);
-            a.extend(link);
-            cc(&a);
-        }
-        {
-            let (o, f) = (d("libcuda.so.1"), s("emul/cuda_driver.c"));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-shared", "-o", &o, &f, "-Wl,-soname,libcuda.so.1"]);
-            cc(&a);
-            std::fs::create_dir_all(dir.join("layered")).unwrap();
-            let (o, f) = (d("layered/libcudart.so"), s("emul/cudart_layered.c"));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend([
-                "-shared",
-                "-o",
-                &o,
-                &f,
-                "-Wl,-soname,libcudart.so",
-                "-Wl,-rpath,$ORIGIN/..",
-                "-ldl",
-            ]);
-            cc(&a);
-            let (o, f) = (d("libwrap.so"), s("progs/getpid_wrap.c"));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-shared", "-o", &o, &f, "-ldl"]);
-            cc(&a);
-            let (o, f, l) = (d("driver_paths"), s("progs/driver_paths.c"), d("layered"));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend([
-                "-o",
-                &o,
-                &f,
-                "-L",
-                &l,
-                "-Wl,-rpath,$ORIGIN/layered:$ORIGIN",
-                "-lcudart",
-                "-ldl",
-            ]);
-            cc(&a);
-            let (o, f, l) = (d("race"), s("progs/race.c"), d(""));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend([
-                "-o",
-                &o,
-                &f,
-                "-L",
-                &l,
-                "-Wl,-rpath,$ORIGIN",
-                "-rdynamic",
-                "-lcudart",
-                "-lascendcl",
-                "-ldl",
-            ]);
-            cc(&a);
-            let (o, f, l) = (d("host_fill"), s("progs/host_fill.c"), d(""));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-L", &l, "-Wl,-rpath,$ORIGIN", "-lcudart"]);
-            cc(&a);
-            let (o, f, l) = (d("group_worker"), s("progs/group_worker.c"), d(""));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend([
-                "-o",
-                &o,
-                &f,
-                "-L",
-                &l,
-                "-Wl,-rpath,$ORIGIN",
-                "-rdynamic",
-                "-lcudart",
-                "-lascendcl",
-            ]);
-            cc(&a);
-            let (o, f) = (d("dlsym_check"), s("progs/dlsym_check.c"));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-Wl,-rpath,$ORIGIN", "-ldl"]);
-            cc(&a);
-            let (o, f, l) = (d("vmm"), s("progs/vmm.c"), d(""));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend([
-                "-o",
-                &o,
-                &f,
-                "-L",
-                &l,
-                "-Wl,-rpath,$ORIGIN",
-                "-l:libcuda.so.1",
-                "-lascendcl",
-                "-lcudart",
-                "-ldl",
-            ]);
-            cc(&a);
-        }
-        {
-            let (o, f) = (d("scope"), s("progs/scope.c"));
-            let mut a: Vec<&str> = common.to_vec();
-            a.extend(["-o", &o, &f, "-fno-omit-frame-pointer", "-lframework"]);
-            a.extend(link);
-            cc(&a);
-        }
-        for prog in [
-            "scenario",
-            "stress",
-            "capi",
-            "workload",
-            "churn",
-            "family",
-            "fork_storm",
-            "exit_paths",
-            "threads",
-            "refusals",
-            "api_steps",
-        ] {
-            let mut a: Vec<&str> = common.to_vec();
-            let (o, f) = (d(prog), s(&format!("progs/{prog}.c")));
-            a.extend(["-o", &o, &f]);
-            a.extend(link);
-            cc(&a);
-        }
+        let tag = if aarch64() { "aarch64-" } else { "" };
+        let dir = fixture_dir(compiler(), tag).to_path_buf();
+        build_set(&dir, "base");
         Fixtures {
             dir,
             lib: library(),
         }
     })
+}
+
+/// The fixture folder, with the set `set` of `tests/fixtures.txt` built in it (once).
+pub fn fixture_set(set: &str) -> &'static Path {
+    let dir = &fixtures().dir;
+    build_set(dir, set);
+    dir
 }
 
 pub struct Run {
@@ -327,6 +189,21 @@ impl Run {
             self.stderr
         );
         read_json(&files[0])
+    }
+
+    /// The one report the program wrote, read through the report's own types (the schema the
+    /// library writes and the CLI reads): a key the tests read is a field of `Report`.
+    pub fn typed_report(&self) -> Report {
+        let files = reports_in(&self.report_dir);
+        assert_eq!(
+            files.len(),
+            1,
+            "expected one report in {}, found {:?}\nstderr:\n{}",
+            self.report_dir.display(),
+            files,
+            self.stderr
+        );
+        read_report(&files[0])
     }
 
     /// `op rc=N` for the n-th operation line starting with `op`.
@@ -399,6 +276,14 @@ pub fn reports_in(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// The report at `p`, parsed into the report's types (`pinguard_common::Report`, as the CLI
+/// reads it), or a panic naming the file and what did not parse.
+pub fn read_report(p: &Path) -> Report {
+    let bytes = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    Report::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{}", p.display(), String::from_utf8_lossy(&bytes)))
 }
 
 pub fn read_json(p: &Path) -> Value {
@@ -572,11 +457,13 @@ pub fn cli() -> PathBuf {
         let target_dir = profile_dir.parent().unwrap();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
+        // `--workspace`, as `cargo test --workspace` resolves features: with `-p pinguard-cli`
+        // alone the dependencies' features differ, and the CLI and pinguard-common were built
+        // again in the middle of the run (16 s on an idle machine, on the suite's critical path).
         cmd.args([
             "build",
             "-q",
-            "-p",
-            "pinguard-cli",
+            "--workspace",
             "--bin",
             "pinguard",
             "--target-dir",
@@ -794,6 +681,16 @@ pub fn assert_why(e: &Value, error: &str) {
     ] {
         assert!(why.get(key).is_some(), "{key}: {e}");
     }
+}
+
+/// The typed report's figures for one entry point, or a panic naming those it has.
+pub fn api_stats<'a>(rep: &'a Report, name: &str) -> &'a pinguard_common::ApiStats {
+    rep.apis.get(name).unwrap_or_else(|| {
+        panic!(
+            "no {name} in the report's apis: {:?}",
+            rep.apis.keys().collect::<Vec<_>>()
+        )
+    })
 }
 
 /// The report's figures for one entry point.

@@ -1,0 +1,1 @@
+int device_memory_plugin(void) { return 1; }
