@@ -75,6 +75,10 @@ static int starts(const char *a, const char *prefix, size_t n) {
     return 1;
 }
 
+/* What the constructor writes, in `.data` beside the record: the page the loader already copied
+ * to relocate (a page of `.bss` written at start would be one page fault more per process). */
+#define AT_START __attribute__((section(".data.pg_start")))
+
 /* What the core reads and fills when this object loaded it (src/runtime/front.rs). */
 struct pinguard_front {
     uint32_t version;
@@ -83,25 +87,25 @@ struct pinguard_front {
     uint64_t stderr_ino;
     void (*at_exit)(void);
 };
-__attribute__((visibility("default"))) struct pinguard_front pinguard_front = {1, 0, 0, 0, 0};
+__attribute__((visibility("default"))) struct pinguard_front pinguard_front AT_START = {1, 0, 0, 0, 0};
 
 /* Where each trampoline jumps: 0 until an entry's target is known. In .bss: no relocation, and
  * no page of it is written before the first call that decides. */
 HIDDEN void *pg_front_slots[PG_COUNT];
-static void *next_fn[PG_COUNT];
+static void *next_fn[PG_COUNT] AT_START;
 static void *core_fn[PG_COUNT];
 
 enum { NONE, LOADED, FAILED };
 static int core_state;
 /* The constructor has found what the stage needs: before that, nothing loads the library (a
  * sanitizer starting inside the constructor looks functions up through this object). */
-static int started;
+static int started AT_START;
 /* This thread is inside load_core (the library's constructor or a sanitizer's start calling
  * back): such a call passes through. Initial-exec: no __tls_get_addr, which sanitizers hook. */
 static __thread int loading __attribute__((tls_model("initial-exec")));
-static int foreign_libc;
+static int foreign_libc AT_START;
 typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym;
+static dlsym_fn real_dlsym AT_START;
 
 enum kind { LOAD, PASS, MMAP, DLSYM };
 
@@ -475,7 +479,7 @@ static unsigned index_of_name(const char *n) {
     return PG_COUNT;
 }
 
-static unsigned mmap_i, mmap64_i;
+static unsigned mmap_i AT_START, mmap64_i AT_START;
 typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
 
 /* mmap's slot until the core is loaded: a typed gate, cheaper than the cold path. */
