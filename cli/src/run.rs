@@ -1005,12 +1005,61 @@ pub fn summarise(
     group: &str,
 ) -> String {
     let root = search_root(template);
+    let (m, mut readings, notes) = gather(&root, start_ms, rec);
+    let host = local_host();
+    let is_cmd =
+        |r: &Report| cmd.is_some_and(|c| c.pid == r.process.pid && r.process.hostname == host);
+    rec.reports_expected = readings.len();
+    let cmd_line = command_line(cmd, &readings, &is_cmd, &root, rec);
+    if readings.is_empty() {
+        let l = cmd_line.unwrap_or_default();
+        return format!(
+            "{notes}{l}{group}pinguard run: no reports; run record in {}\n",
+            shown_path(&root)
+        );
+    }
+    let shown = shown_path(&root);
+    let mut s = format!("\n{notes}");
+    for e in m.config_error_lines() {
+        s.push_str(&format!(
+            "pinguard run: a setting could not be used in {e}\n"
+        ));
+    }
+    s.push_str(&format!(
+        "pinguard run: {} under {shown}\n",
+        count(m.reports as u64, "report", "reports")
+    ));
+    s.push_str(&process_table(&m, &root));
+    s.push_str(&top_callsites(&m));
+    s.push_str(&ending_lines(cmd, cmd_line, &mut readings, &is_cmd));
+    s.push_str(group);
+    let t = &m.totals;
+    s.push_str(&format!(
+        "\nTotal: {} pinned in {} across {}, {} denied, {} downgraded, {} over budget{}. Details: pinguard report {shown}\n",
+        format_bytes(t.live_bytes),
+        count(t.live_count, "allocation", "allocations"),
+        count(m.processes as u64, "process", "processes"),
+        t.denied_count,
+        t.downgraded_count,
+        t.over_budget_count,
+        crate::merge::host_clause(&m),
+    ));
+    s
+}
+
+/// This run's reports under `root`: merged, one reading each (with its top holder), recorded in
+/// the run record; and the lines about files that could not be read.
+fn gather(
+    root: &Path,
+    start_ms: u64,
+    rec: &mut crate::record::RunRecord,
+) -> (Merged, Vec<Reading>, String) {
     let mut notes = String::new();
     let mut m = Merged::default();
     let mut readings = Vec::new();
-    for (path, report) in this_runs(&root, start_ms, &mut notes) {
+    for (path, report) in this_runs(root, start_ms, &mut notes) {
         let file = path
-            .strip_prefix(&root)
+            .strip_prefix(root)
             .unwrap_or(&path)
             .display()
             .to_string();
@@ -1040,15 +1089,22 @@ pub fn summarise(
         readings.push(Reading { report, top });
     }
     m.finish();
-    let host = local_host();
-    let is_cmd =
-        |r: &Report| cmd.is_some_and(|c| c.pid == r.process.pid && r.process.hostname == host);
-    rec.reports_expected = readings.len();
-    let cmd_line = match cmd {
+    (m, readings, notes)
+}
+
+/// The line for a command that left no report (why, and how it ended), recorded too.
+fn command_line(
+    cmd: Option<&TheCommand>,
+    readings: &[Reading],
+    is_cmd: &dyn Fn(&Report) -> bool,
+    root: &Path,
+    rec: &mut crate::record::RunRecord,
+) -> Option<String> {
+    match cmd {
         Some(c) if !readings.iter().any(|p| is_cmd(&p.report)) => {
             let why = match c.unreachable.as_ref().or(c.secure.as_ref()) {
                 Some(u) => format!("it left no report: {u}"),
-                None => no_report_why(c, &root, rec.disabled),
+                None => no_report_why(c, root, rec.disabled),
             };
             rec.no_report.push(crate::record::NoReport {
                 pid: c.pid,
@@ -1062,25 +1118,12 @@ pub fn summarise(
             ))
         }
         _ => None,
-    };
-    if readings.is_empty() {
-        let l = cmd_line.unwrap_or_default();
-        return format!(
-            "{notes}{l}{group}pinguard run: no reports; run record in {}\n",
-            shown_path(&root)
-        );
     }
-    let shown = shown_path(&root);
-    let mut s = format!("\n{notes}");
-    for e in m.config_error_lines() {
-        s.push_str(&format!(
-            "pinguard run: a setting could not be used in {e}\n"
-        ));
-    }
-    s.push_str(&format!(
-        "pinguard run: {} under {shown}\n",
-        count(m.reports as u64, "report", "reports")
-    ));
+}
+
+/// One row per process: its figures, budget, report (the host reserve's columns when one was in
+/// force).
+fn process_table(m: &Merged, root: &Path) -> String {
     let mut rows = vec![[
         "PID",
         "EXE",
@@ -1133,7 +1176,12 @@ pub fn summarise(
         }
         rows.push(row);
     }
-    s.push_str(&table(&rows, &right));
+    table(&rows, &right)
+}
+
+/// The five callsites that hold the most or were refused, downgraded or let over a budget.
+fn top_callsites(m: &Merged) -> String {
+    let mut s = String::new();
     let top: Vec<_> = m
         .callsites
         .iter()
@@ -1160,6 +1208,18 @@ pub fn summarise(
         }
         s.push_str(&table(&rows, &[true, true, true, true, true, false, false]));
     }
+    s
+}
+
+/// How each process ended: the command first, then every process that did not simply exit, then
+/// the rest, at most `MAX_ENDINGS` lines.
+fn ending_lines(
+    cmd: Option<&TheCommand>,
+    cmd_line: Option<String>,
+    readings: &mut [Reading],
+    is_cmd: &dyn Fn(&Report) -> bool,
+) -> String {
+    let mut s = String::new();
     // The command first, then every process that did not simply exit, then the rest.
     readings.sort_by_key(|p| {
         (
@@ -1190,18 +1250,6 @@ pub fn summarise(
             rest.len() - exited
         ));
     }
-    s.push_str(group);
-    let t = &m.totals;
-    s.push_str(&format!(
-        "\nTotal: {} pinned in {} across {}, {} denied, {} downgraded, {} over budget{}. Details: pinguard report {shown}\n",
-        format_bytes(t.live_bytes),
-        count(t.live_count, "allocation", "allocations"),
-        count(m.processes as u64, "process", "processes"),
-        t.denied_count,
-        t.downgraded_count,
-        t.over_budget_count,
-        crate::merge::host_clause(&m),
-    ));
     s
 }
 

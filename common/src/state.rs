@@ -337,7 +337,62 @@ pub fn stat_start_ticks(stat: &str) -> Option<u64> {
 /// whether the owner still runs), `Reason::Killed` otherwise. `modified_ms` is the file's
 /// modification time, the best reading of when the process last pinned.
 pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, ParseError> {
-    let bad = |what: &str| ParseError(format!("not a usable pinguard state ({what})"));
+    let (h, img) = image(bytes)?;
+    let info = info_of(&h, &img)?;
+    let api_count = (h.u32_at(header::API_COUNT).unwrap_or(0) as usize).min(info.apis.len());
+    let mut config = info.config;
+    if h.u64_at(header::COMPLETE) != Some(1) {
+        config
+            .errors
+            .push("the state is incomplete: part of it could not be kept in the file".into());
+    }
+    let (totals, apis) = figures(&h, &img, &info.apis, api_count);
+    let modules = modules_of(&h, &img);
+    let mut names = Names {
+        modules: &modules,
+        offline: crate::symbols::Offline::default(),
+        used: BTreeMap::new(),
+    };
+    let (callsites, site_ids) = callsites_of(&h, &img, &info.apis, &mut names);
+    let callsites_folded = folded(&img, h.u64_at(header::FOLDED).unwrap_or(0), &info.apis);
+    let live = live_of(&h, &img, &info.apis, &site_ids, modified_ms);
+    let mut process = info.process;
+    process.write_unix_ms = modified_ms;
+    Ok(Report {
+        schema: crate::SCHEMA.to_string(),
+        reason: if running {
+            Reason::Running
+        } else {
+            Reason::Killed
+        },
+        pinguard_version: info.pinguard_version,
+        process,
+        config,
+        totals,
+        apis,
+        kernel: Default::default(),
+        group: None,
+        host: None,
+        cgroup: None,
+        modules: names.used.into_values().collect(),
+        callsites,
+        callsites_folded,
+        live,
+        events: Vec::new(),
+        events_dropped: 0,
+        timeline: Vec::new(),
+        timeline_apis: BTreeMap::new(),
+        timeline_dropped: 0,
+    })
+}
+
+fn bad(what: &str) -> ParseError {
+    ParseError(format!("not a usable pinguard state ({what})"))
+}
+
+/// The header checked, then the file twice: as it is (`h`, for the header's words) and with its
+/// pieces mapped (`img`, for everything the header points at).
+fn image(bytes: &[u8]) -> Result<(Image<'_>, Image<'_>), ParseError> {
     if !is_state(bytes) {
         return Err(bad("no state header"));
     }
@@ -365,20 +420,25 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         })
         .collect();
     let img = Image { b: bytes, pieces };
+    Ok((h, img))
+}
+
+/// The process's description (JSON, written once at set-up).
+fn info_of(h: &Image, img: &Image) -> Result<Info, ParseError> {
     let info_at = h.u64_at(header::INFO).unwrap_or(0);
     let info_len = h.u64_at(header::INFO_LEN).unwrap_or(0);
-    let info: Info = img
-        .bytes(info_at, info_len)
+    img.bytes(info_at, info_len)
         .and_then(|b| serde_json::from_slice(b).ok())
-        .ok_or_else(|| bad("its process description is missing"))?;
-    let api_count = (h.u32_at(header::API_COUNT).unwrap_or(0) as usize).min(info.apis.len());
-    let mut config = info.config;
-    if h.u64_at(header::COMPLETE) != Some(1) {
-        config
-            .errors
-            .push("the state is incomplete: part of it could not be kept in the file".into());
-    }
+        .ok_or_else(|| bad("its process description is missing"))
+}
 
+/// The totals and each entry point's figures: levels, and the per-thread counters summed.
+fn figures(
+    h: &Image,
+    img: &Image,
+    api_names: &[String],
+    api_count: usize,
+) -> (Totals, BTreeMap<String, ApiStats>) {
     // The process's and each entry point's levels.
     let top = level::size(level::TOP_STRIPES);
     let levels_at = h
@@ -417,7 +477,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         }
     }
     let mut apis = BTreeMap::new();
-    for (i, name) in info.apis.iter().enumerate().take(api_count) {
+    for (i, name) in api_names.iter().enumerate().take(api_count) {
         let l = level_of(1 + i);
         let mut s = ApiStats {
             alloc_count: l.alloc_count,
@@ -437,7 +497,11 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         }
     }
 
-    // The loaded objects, to name native frames.
+    (totals, apis)
+}
+
+/// The loaded objects, to name native frames: (start, end, module).
+fn modules_of(h: &Image, img: &Image) -> Vec<(u64, u64, Module)> {
     let mut modules: Vec<(u64, u64, Module)> = Vec::new();
     for m in img.list(h.u64_at(header::MODULES).unwrap_or(0), module::SIZE) {
         let f = |o: usize| img.u64_at(m + o).unwrap_or(0);
@@ -457,19 +521,23 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             },
         ));
     }
-    let mut names = Names {
-        modules: &modules,
-        offline: crate::symbols::Offline::default(),
-        used: BTreeMap::new(),
-    };
+    modules
+}
 
+/// The callsites that did something, largest live first, and each one's id by its address.
+fn callsites_of(
+    h: &Image,
+    img: &Image,
+    apis: &[String],
+    names: &mut Names,
+) -> (Vec<Callsite>, BTreeMap<u64, u32>) {
     let site_size = site::LEVEL + level::size(level::SITE_STRIPES);
     let mut site_ids: BTreeMap<u64, u32> = BTreeMap::new();
     let mut callsites = Vec::new();
     for off in img.list(h.u64_at(header::CALLSITES).unwrap_or(0), site_size) {
         let f = |o: usize| img.u64_at(off + o).unwrap_or(0);
         let id = img.u32_at(off + site::ID).unwrap_or(0);
-        site_ids.insert(addr_of_site(&img, off), id);
+        site_ids.insert(addr_of_site(img, off), id);
         let l = img.level(off + site::LEVEL, level::SITE_STRIPES);
         let (denied_count, downgraded_count, over_budget_count) =
             (f(site::DENIED), f(site::DOWNGRADED), f(site::OVER_BUDGET));
@@ -497,7 +565,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
             id,
             frames,
             py_frames,
-            apis: api_names(&img, off + site::APIS, &info.apis),
+            apis: api_names(img, off + site::APIS, apis),
             live_bytes: l.live_bytes(),
             live_count: l.live_count(),
             peak_live_bytes: l.peak(),
@@ -513,9 +581,18 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
     callsites.sort_by(|a, b| {
         (b.live_bytes, b.peak_live_bytes, a.id).cmp(&(a.live_bytes, a.peak_live_bytes, b.id))
     });
-    let callsites_folded = folded(&img, h.u64_at(header::FOLDED).unwrap_or(0), &info.apis);
+    (callsites, site_ids)
+}
 
-    // The live allocations. A slot moved while the process died can appear twice: by address, once.
+/// The live allocations. A slot moved while the process died can appear twice: by address, once.
+fn live_of(
+    h: &Image,
+    img: &Image,
+    api_names: &[String],
+    site_ids: &BTreeMap<u64, u32>,
+    modified_ms: u64,
+) -> Vec<Live> {
+    let bytes = img.b;
     let mut live = BTreeMap::new();
     for t in 0..TABLES {
         let (at, cap) = table_entry(h.u64_at(header::TABLES + t * 8).unwrap_or(0));
@@ -534,8 +611,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
                 Live {
                     addr: Addr(key),
                     size: img.u64_at(s + slot::BYTES).unwrap_or(0),
-                    api: info
-                        .apis
+                    api: api_names
                         .get(api)
                         .cloned()
                         .unwrap_or_else(|| "?".into())
@@ -552,34 +628,7 @@ pub fn read(bytes: &[u8], running: bool, modified_ms: u64) -> Result<Report, Par
         }
     }
 
-    let mut process = info.process;
-    process.write_unix_ms = modified_ms;
-    Ok(Report {
-        schema: crate::SCHEMA.to_string(),
-        reason: if running {
-            Reason::Running
-        } else {
-            Reason::Killed
-        },
-        pinguard_version: info.pinguard_version,
-        process,
-        config,
-        totals,
-        apis,
-        kernel: Default::default(),
-        group: None,
-        host: None,
-        cgroup: None,
-        modules: names.used.into_values().collect(),
-        callsites,
-        callsites_folded,
-        live: live.into_values().collect(),
-        events: Vec::new(),
-        events_dropped: 0,
-        timeline: Vec::new(),
-        timeline_apis: BTreeMap::new(),
-        timeline_dropped: 0,
-    })
+    live.into_values().collect()
 }
 
 /// The folded callsites' aggregate at `at` (0: none).
