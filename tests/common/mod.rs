@@ -179,21 +179,16 @@ impl Run {
 
     /// The one report the program wrote (reports/ must hold exactly one).
     pub fn report(&self) -> Value {
-        let files = reports_in(&self.report_dir);
-        assert_eq!(
-            files.len(),
-            1,
-            "expected one report in {}, found {:?}\nstderr:\n{}",
-            self.report_dir.display(),
-            files,
-            self.stderr
-        );
-        read_json(&files[0])
+        read_json(&self.report_file())
     }
 
     /// The one report the program wrote, read through the report's own types (the schema the
     /// library writes and the CLI reads): a key the tests read is a field of `Report`.
     pub fn typed_report(&self) -> Report {
+        read_report(&self.report_file())
+    }
+
+    fn report_file(&self) -> PathBuf {
         let files = reports_in(&self.report_dir);
         assert_eq!(
             files.len(),
@@ -203,7 +198,7 @@ impl Run {
             files,
             self.stderr
         );
-        read_report(&files[0])
+        files[0].clone()
     }
 
     /// `op rc=N` for the n-th operation line starting with `op`.
