@@ -111,30 +111,10 @@ enum kind { LOAD, PASS, MMAP, DLSYM };
 
 static const char *name_of(unsigned i) { return pg_name_text + pg_name_at[i]; }
 
-static enum kind kind_of(const char *n);
-
-/* The C library's names: their next definitions are found at start (a signal handler may call
- * them, an `mlock` among them before the library is loaded, and no look-up may run there). */
-static int of_libc(const char *n);
-
-static enum kind kind_of(const char *n) {
-    /* NUL-separated, ending with an empty name: no pointer for the loader to relocate. */
-    static const char pass[] = "munmap\0mremap\0munlock\0munlockall\0dlclose\0_exit\0_Exit\0"
-                               "sigaction\0__sigaction\0signal\0bsd_signal\0ssignal\0sysv_signal\0"
-                               "__sysv_signal\0sigset\0sigignore\0siginterrupt\0";
-    for (const char *p = pass; *p; p += str_len(p) + 1)
-        if (str_eq(n, p))
-            return PASS;
-    if (str_eq(n, "mmap") || str_eq(n, "mmap64"))
-        return MMAP;
-    if (str_eq(n, "dlsym") || str_eq(n, "dlvsym"))
-        return DLSYM;
-    return LOAD;
-}
-
-static int of_libc(const char *n) {
-    return kind_of(n) != LOAD || str_eq(n, "mlock") || str_eq(n, "mlock2") || str_eq(n, "mlockall");
-}
+/* What a call does before the library is loaded, and whether it is the C library's
+ * (front/build.rs decides both: `pg_kind`). */
+static enum kind kind_of(unsigned i) { return (enum kind)(pg_kind[i] & 3); }
+static int of_libc(unsigned i) { return pg_kind[i] & 4; }
 
 /* ---- Symbol look-up in the loaded objects' tables (no dlsym, no allocation) -------------- */
 
@@ -213,14 +193,13 @@ static uintptr_t value(const struct tables *t, uint32_t i) {
     return a;
 }
 
-static uintptr_t lookup_in(const struct tables *t, const char *n) {
+static uintptr_t lookup_hashed(const struct tables *t, const char *n, uint32_t h) {
     if (t->gnu) {
         const uint32_t nbuckets = t->gnu[0], symoffset = t->gnu[1], bloom_size = t->gnu[2],
                        shift = t->gnu[3];
         const uintptr_t *bloom = (const uintptr_t *)&t->gnu[4];
         const uint32_t *buckets = (const uint32_t *)&bloom[bloom_size];
         const uint32_t *chain = &buckets[nbuckets];
-        uint32_t h = gnu_hash(n);
         const unsigned bits = sizeof(uintptr_t) * 8;
         uintptr_t word = bloom[(h / bits) % bloom_size];
         uintptr_t mask = ((uintptr_t)1 << (h % bits)) | ((uintptr_t)1 << ((h >> shift) % bits));
@@ -245,10 +224,15 @@ static uintptr_t lookup_in(const struct tables *t, const char *n) {
     return 0;
 }
 
+static uintptr_t lookup_in(const struct tables *t, const char *n) {
+    return lookup_hashed(t, n, gnu_hash(n));
+}
+
 /* The walk: `names` looked up in the objects after this one (the preload), other copies of
  * pinguard (which define pinguard_version) passed over, as RTLD_NEXT would find them. */
 struct walk {
     const char *const *names;
+    const uint32_t *hashes;
     void **out;
     unsigned n;
     int past;
@@ -269,7 +253,7 @@ static void visit(struct walk *w, uintptr_t base, const char *name, const ElfW(D
         return;
     for (unsigned k = 0; k < w->n; k++)
         if (!w->out[k])
-            w->out[k] = (void *)lookup_in(&t, w->names[k]);
+            w->out[k] = (void *)lookup_hashed(&t, w->names[k], w->hashes[k]);
 }
 
 static int walk_cb(struct dl_phdr_info *info, size_t size, void *data) {
@@ -287,8 +271,9 @@ static int walk_cb(struct dl_phdr_info *info, size_t size, void *data) {
  * defines it; musl's does not (weak: 0 there). */
 extern struct r_debug _r_debug __attribute__((weak));
 
-static void find_next_at_start(const char *const *names, void **out, unsigned n) {
-    struct walk w = {names, out, n, 0, 0};
+static void find_next_at_start(const char *const *names, const uint32_t *hashes, void **out,
+                               unsigned n) {
+    struct walk w = {names, hashes, out, n, 0, 0};
     if (!&_r_debug) {
         dl_iterate_phdr(walk_cb, &w);
     } else {
@@ -299,8 +284,8 @@ static void find_next_at_start(const char *const *names, void **out, unsigned n)
         foreign_libc = 1;
 }
 
-static void find_next(const char *const *names, void **out, unsigned n) {
-    struct walk w = {names, out, n, 0, 0};
+static void find_next(const char *const *names, const uint32_t *hashes, void **out, unsigned n) {
+    struct walk w = {names, hashes, out, n, 0, 0};
     dl_iterate_phdr(walk_cb, &w);
 }
 
@@ -308,11 +293,12 @@ static void *next_of(unsigned i) {
     if (next_fn[i])
         return next_fn[i];
     const char *n = name_of(i);
+    const uint32_t h = pg_hash[i];
     void *p = 0;
-    find_next(&n, &p, 1);
+    find_next(&n, &h, &p, 1);
     /* The C library's functions are never unloaded: kept. A runtime's entry point is found again
      * each time (its object may be unloaded and loaded elsewhere). */
-    if (of_libc(n))
+    if (of_libc(i))
         __atomic_store_n(&next_fn[i], p, __ATOMIC_RELEASE);
     return p;
 }
@@ -479,7 +465,6 @@ static unsigned index_of_name(const char *n) {
     return PG_COUNT;
 }
 
-static unsigned mmap_i AT_START, mmap64_i AT_START;
 typedef void *(*mmap_fn)(void *, size_t, int, int, int, off_t);
 
 /* mmap's slot until the core is loaded: a typed gate, cheaper than the cold path. */
@@ -492,10 +477,10 @@ static void *gate_mmap(unsigned i, void *a, size_t l, int p, int f, int fd, off_
     return ((mmap_fn)t)(a, l, p, f, fd, o);
 }
 static void *gate_mmap0(void *a, size_t l, int p, int f, int fd, off_t o) {
-    return gate_mmap(mmap_i, a, l, p, f, fd, o);
+    return gate_mmap(PG_MMAP, a, l, p, f, fd, o);
 }
 static void *gate_mmap64(void *a, size_t l, int p, int f, int fd, off_t o) {
-    return gate_mmap(mmap64_i, a, l, p, f, fd, o);
+    return gate_mmap(PG_MMAP64, a, l, p, f, fd, o);
 }
 
 static void *decide(unsigned i, const uintptr_t *regs) {
@@ -503,8 +488,7 @@ static void *decide(unsigned i, const uintptr_t *regs) {
         __atomic_store_n(&pg_front_slots[i], core_fn[i], __ATOMIC_SEQ_CST);
         return core_fn[i];
     }
-    const char *n = name_of(i);
-    switch (kind_of(n)) {
+    switch (kind_of(i)) {
     case PASS: {
         void *t = next_of(i);
         if (t)
@@ -512,7 +496,7 @@ static void *decide(unsigned i, const uintptr_t *regs) {
         return t;
     }
     case MMAP:
-        keep(i, i == mmap_i ? (void *)gate_mmap0 : (void *)gate_mmap64);
+        keep(i, i == PG_MMAP ? (void *)gate_mmap0 : (void *)gate_mmap64);
         return pg_front_slots[i];
     case DLSYM: {
         /* A runtime's entry point, or any hooked name in a given object (the library answers
@@ -522,7 +506,8 @@ static void *decide(unsigned i, const uintptr_t *regs) {
         const char *asked = (const char *)regs[1];
         void *handle = (void *)regs[0];
         int scope = handle == RTLD_NEXT || handle == RTLD_DEFAULT;
-        if (asked && index_of_name(asked) < PG_COUNT && (!scope || kind_of(asked) == LOAD) &&
+        unsigned k = asked ? index_of_name(asked) : PG_COUNT;
+        if (k < PG_COUNT && (!scope || kind_of(k) == LOAD) &&
             load_core())
             return core_fn[i];
         return next_of(i);
@@ -614,24 +599,22 @@ __attribute__((constructor)) static void front_start(void) {
         pinguard_front.stderr_ino = (uint64_t)st.st_ino;
         pinguard_front.stderr_known = 1;
     }
-    mmap_i = index_of_name("mmap");
-    mmap64_i = index_of_name("mmap64");
     /* Found now: the C library's names (`of_libc`), dlsym among them. */
     const char *names[PG_COUNT];
+    uint32_t hashes[PG_COUNT];
     void *found[PG_COUNT];
     unsigned idx[PG_COUNT], n = 0;
     for (unsigned i = 0; i < PG_COUNT; i++)
-        if (of_libc(name_of(i))) {
+        if (of_libc(i)) {
             idx[n] = i;
             names[n] = name_of(i);
+            hashes[n] = pg_hash[i];
             found[n++] = 0;
         }
-    find_next_at_start(names, found, n);
-    for (unsigned k = 0; k < n; k++) {
+    find_next_at_start(names, hashes, found, n);
+    for (unsigned k = 0; k < n; k++)
         next_fn[idx[k]] = found[k];
-        if (str_eq(names[k], "dlsym"))
-            real_dlsym = (dlsym_fn)found[k];
-    }
+    real_dlsym = (dlsym_fn)next_fn[PG_DLSYM];
     __atomic_store_n(&started, 1, __ATOMIC_RELEASE);
     atexit(front_at_exit);
     /* Only the stage the loader's scope finds first receives calls: another (a node's beside a
