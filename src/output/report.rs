@@ -438,6 +438,11 @@ fn memory_errors(partial: bool, names: bool, out_of_memory: u64) -> Vec<String> 
 }
 
 fn group_figures() -> Option<schema::Group> {
+    // A process whose calls were all refused before it joined has no cgroup entry in the ledger:
+    // its own floor's reserve and lowest reading stand for it (it shares the members' cgroup).
+    let own = budget::cgroup::floor()
+        .snapshot()
+        .map(|c| (c.reserve, c.lowest));
     crate::budget::group::snapshot().map(|g| schema::Group {
         name: g.name,
         budget_bytes: g.budget,
@@ -447,8 +452,8 @@ fn group_figures() -> Option<schema::Group> {
         host_reserve_bytes: g.host_reserve,
         host_lowest_available_bytes: g.host_lowest_available,
         host_reserve_count: g.host_reserve_count,
-        cgroup_reserve_bytes: g.cgroup_reserve,
-        cgroup_lowest_headroom_bytes: g.cgroup_lowest_headroom,
+        cgroup_reserve_bytes: g.cgroup_reserve.or(own.map(|o| o.0)),
+        cgroup_lowest_headroom_bytes: g.cgroup_lowest_headroom.or(own.map(|o| o.1)),
         cgroup_reserve_count: g.cgroup_reserve_count,
         unreachable: g.unreachable,
         lock_timeouts: g.lock_timeouts,
