@@ -147,43 +147,15 @@ fn spawn(cfg: &'static Config) {
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         old
     };
-    let spawner = std::thread::current();
     let r = std::thread::Builder::new()
         .name("pinguard-common".into())
-        .spawn(move || {
-            RUNNING.store(true, Ordering::Release);
-            spawner.unpark();
-            run(cfg)
-        });
+        .spawn(move || run(cfg));
     // SAFETY: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    if r.is_ok() {
-        wait_running();
-    }
     if r.is_err() {
         log::write_stderr(
             "pinguard: cannot start the report thread; no periodic or signal reports, no metrics\n",
         );
-    }
-}
-
-/// The report thread has started: the C library has set it up, thread-local destructors
-/// included, which it registers with `calloc` and, out of memory, ends the whole process over
-/// ("Fatal glibc error: failed to register TLS destructor"). Waited for, so that it happens while
-/// the spawner's memory is there: a program that lowers its address-space limit right after
-/// start could otherwise leave none (`mem_limits`' squeeze did, on a loaded machine).
-static RUNNING: AtomicBool = AtomicBool::new(false);
-
-/// Waits for the report thread to run, at most a second (a thread not scheduled by then is the
-/// machine's, and the wait must have a bound).
-fn wait_running() {
-    let deadline = Instant::now() + Duration::from_secs(1);
-    while !RUNNING.load(Ordering::Acquire) {
-        let now = Instant::now();
-        if now >= deadline {
-            return;
-        }
-        std::thread::park_timeout(deadline - now);
     }
 }
 
@@ -254,7 +226,6 @@ fn run(cfg: &'static Config) {
 /// closed or created here: the child's descriptors are all its own.
 pub fn after_fork_child(cfg: Option<&Config>) {
     STARTED.store(false, Ordering::Relaxed);
-    RUNNING.store(false, Ordering::Relaxed);
     ACTIVE_NOW.store(false, Ordering::Relaxed);
     if !cfg.is_some_and(wanted) {
         return;
