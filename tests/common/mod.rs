@@ -678,6 +678,25 @@ pub fn assert_why(e: &Value, error: &str) {
     }
 }
 
+/// The typed report's first event of a call of `api` the runtime or the kernel failed (issue 46
+/// item 13), or a panic naming the events there are.
+pub fn failed_event_of<'a>(rep: &'a Report, api: &str) -> &'a pinguard_common::Event {
+    rep.events
+        .iter()
+        .find(|e| e.kind == pinguard_common::EventKind::Failed && e.api == api)
+        .unwrap_or_else(|| panic!("no failed {api} event: {:?}", rep.events))
+}
+
+/// A typed event's `why` says the API's answer `error` and the room, every figure read (`None`
+/// only where the process has no such limit).
+pub fn assert_why_of(e: &pinguard_common::Event, error: &str) {
+    let why = e.why.as_ref().unwrap_or_else(|| panic!("no why: {e:?}"));
+    assert_eq!(why.error, error, "{e:?}");
+    assert!(why.rlimit_memlock_known, "{e:?}");
+    assert!(why.vm_lck_bytes.is_some(), "{e:?}");
+    assert!(why.vm_pin_bytes.is_some(), "{e:?}");
+}
+
 /// The typed report's figures for one entry point, or a panic naming those it has.
 pub fn api_stats<'a>(rep: &'a Report, name: &str) -> &'a pinguard_common::ApiStats {
     rep.apis.get(name).unwrap_or_else(|| {
