@@ -41,7 +41,7 @@ fn prog(name: &str) -> PathBuf {
     let dir = BUILT.get_or_init(|| {
         let dir = fixtures().dir.join("front");
         std::fs::create_dir_all(&dir).unwrap();
-        for p in ["idle", "lazy_stage"] {
+        for p in ["idle", "lazy_stage", "handler_first"] {
             let out = dir.join(p);
             let src = root().join(format!("tests/progs/{p}.c"));
             cc(&[
@@ -229,4 +229,84 @@ fn the_stage_exports_every_name_the_library_exports() {
     want.push("pinguard_front".to_string());
     want.sort();
     assert_eq!(exports(&lazy), want);
+}
+
+/// The node file's early settings (a report signal, an interval, a group) load the library at
+/// start exactly when the library would act on them: the value not blank, the last line naming a
+/// setting deciding it, a line judged whole however long, the whole file read up to the
+/// library's 64 KiB, and a larger file ignored, as the library ignores it.
+#[test]
+fn the_node_file_loads_the_library_at_start_exactly_when_the_library_reads_a_setting_there() {
+    let idle = prog("idle");
+    let lazy = stage();
+    let dir = fresh_dir("front-node");
+    let comments = |n: usize| "# a comment line of the node file\n".repeat(n / 34 + 1);
+    let cases: Vec<(&str, String, bool)> = vec![
+        ("plain", "PINGUARD_INTERVAL=60s\n".into(), true),
+        (
+            "spaced",
+            "  PINGUARD_INTERVAL\t= 60s # a minute\n".into(),
+            true,
+        ),
+        ("blank", "PINGUARD_INTERVAL=\n".into(), false),
+        ("comment", "PINGUARD_INTERVAL= \t# off\n".into(), false),
+        (
+            "last wins",
+            "PINGUARD_GROUP=pods\nPINGUARD_GROUP=\n".into(),
+            false,
+        ),
+        (
+            "other names",
+            "PINGUARD_INTERVALS=1\nPINGUARD_GROUP_BUDGET=1G\nX=PINGUARD_SIGNAL=USR2\n".into(),
+            false,
+        ),
+        ("no newline", "PINGUARD_SIGNAL=USR2".into(), true),
+        (
+            "long line",
+            format!("{}PINGUARD_SIGNAL=USR2\n", " ".repeat(3000)),
+            true,
+        ),
+        (
+            "past 16 KiB",
+            format!("{}PINGUARD_INTERVAL=60s\n", comments(20_000)),
+            true,
+        ),
+        (
+            "over 64 KiB",
+            format!("PINGUARD_INTERVAL=60s\n{}", comments(70_000)),
+            false,
+        ),
+    ];
+    for (name, text, loads) in cases {
+        let file = dir.join(name.replace(' ', "-"));
+        std::fs::write(&file, &text).unwrap();
+        let (out, _) = run_in(
+            &idle,
+            Some(&lazy),
+            &[],
+            &[("PINGUARD_CONFIG", &file.to_string_lossy())],
+        );
+        let maps = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            maps.contains("/libpinguard.so"),
+            loads,
+            "{name}: the library loaded at start: {}\n{}",
+            !loads,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A name of the C library first called in a signal handler (`munmap`, `_exit`) reaches the C
+/// library: the stage finds it then without the loader's lock or a call.
+#[test]
+fn the_first_call_of_a_c_library_name_in_a_signal_handler_reaches_it() {
+    let p = prog("handler_first");
+    let (without, _) = run_in(&p, None, &[], &[]);
+    let (with, files) = run_in(&p, Some(&stage()), &[], &[]);
+    assert_eq!(without.status.code(), Some(7), "{without:?}");
+    assert_eq!(with.status.code(), Some(7), "{with:?}");
+    assert_eq!(String::from_utf8_lossy(&with.stdout), "munmap 0\n");
+    assert_eq!(String::from_utf8_lossy(&with.stderr), "");
+    assert!(files.is_empty(), "{files:?}");
 }
