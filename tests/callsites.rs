@@ -5,7 +5,7 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::Callsite;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 
@@ -90,68 +90,45 @@ fn distinct_stacks_with_nothing_live_are_folded_and_everything_stays_bounded() {
     assert!(report_len <= 20 * MB, "report of {report_len} bytes");
     assert!(peak <= 200 * MB, "peak memory of {peak} bytes");
 
-    let r = read_json(&reports[0]);
-    let totals = &r["totals"];
-    assert_eq!(totals["alloc_count"].as_u64(), Some(n + keep), "{totals}");
-    let sites = r["callsites"].as_array().unwrap();
-    let folded = &r["callsites_folded"];
-    let folded_count = folded["count"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no callsites_folded in the report: {folded}"));
+    let r = read_report(&reports[0]);
+    let totals = &r.totals;
+    assert_eq!(totals.alloc_count, n + keep, "{totals:?}");
+    let sites = &r.callsites;
+    let folded = &r.callsites_folded;
+    let folded_count = folded.count;
     assert!(
         folded_count > 0 && sites.len() as u64 + folded_count == n + keep,
-        "{} listed, {folded}",
+        "{} listed, {folded:?}",
         sites.len()
     );
     // Exact totals: the listed callsites and the aggregate add up to the process's figures.
-    let listed: u64 = sites
-        .iter()
-        .map(|s| s["alloc_count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        listed + folded["alloc_count"].as_u64().unwrap(),
-        n + keep,
-        "{folded}"
-    );
-    let bytes: u64 = sites
-        .iter()
-        .map(|s| s["alloc_bytes"].as_u64().unwrap())
-        .sum();
-    assert_eq!(
-        bytes + folded["alloc_bytes"].as_u64().unwrap(),
-        totals["alloc_bytes"].as_u64().unwrap()
-    );
-    assert_eq!(folded["peak_live_bytes"].as_u64(), Some(4096), "{folded}");
+    let listed: u64 = sites.iter().map(|s| s.alloc_count).sum();
+    assert_eq!(listed + folded.alloc_count, n + keep, "{folded:?}");
+    let bytes: u64 = sites.iter().map(|s| s.alloc_bytes).sum();
+    assert_eq!(bytes + folded.alloc_bytes, totals.alloc_bytes);
+    assert_eq!(folded.peak_live_bytes, 4096, "{folded:?}");
 
     // Every live allocation keeps a callsite of its own, named by its own function.
-    let live = r["live"].as_array().unwrap();
+    let live = &r.live;
     assert_eq!(live.len() as u64, keep, "{live:?}");
-    let mut ids: Vec<u64> = live
-        .iter()
-        .map(|l| l["callsite"].as_u64().unwrap())
-        .collect();
+    let mut ids: Vec<u32> = live.iter().map(|l| l.callsite).collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len() as u64, keep, "{live:?}");
     let mut names = Vec::new();
     for id in ids {
-        let site: &Value = sites
+        let site: &Callsite = sites
             .iter()
-            .find(|s| s["id"].as_u64() == Some(id))
+            .find(|s| s.id == id)
             .unwrap_or_else(|| panic!("live callsite {id} is not listed"));
-        assert_eq!(
-            (site["live_count"].as_u64(), site["live_bytes"].as_u64()),
-            (Some(1), Some(4096)),
-            "{site}"
-        );
-        let keeper = site["frames"]
-            .as_array()
-            .unwrap()
+        assert_eq!((site.live_count, site.live_bytes), (1, 4096), "{site:?}");
+        let keeper = site
+            .frames
             .iter()
-            .find_map(|f| f["symbol"].as_str().filter(|s| s.starts_with("keep")));
+            .find_map(|f| f.symbol.as_deref().filter(|s| s.starts_with("keep")));
         names.push(
             keeper
-                .unwrap_or_else(|| panic!("no keepN frame in {site}"))
+                .unwrap_or_else(|| panic!("no keepN frame in {site:?}"))
                 .to_string(),
         );
     }
@@ -195,34 +172,17 @@ fn the_cap_is_a_variable_and_a_folded_stack_that_comes_back_counts_anew() {
         String::from_utf8_lossy(&out.stderr)
     );
     let reports = with_ext(&dir, "json");
-    let r = read_json(&reports[0]);
-    let (sites, folded) = (r["callsites"].as_array().unwrap(), &r["callsites_folded"]);
+    let r = read_report(&reports[0]);
+    let (sites, folded) = (&r.callsites, &r.callsites_folded);
     assert!(sites.len() as u64 <= max + keep, "{} listed", sites.len());
     assert_eq!(
-        sites.iter().filter(|s| s["live_count"] == 1).count() as u64,
+        sites.iter().filter(|s| s.live_count == 1).count() as u64,
         keep
     );
-    let listed: u64 = sites
-        .iter()
-        .map(|s| s["alloc_count"].as_u64().unwrap())
-        .sum();
-    assert_eq!(r["totals"]["alloc_count"].as_u64(), Some(2 * n + keep));
-    assert_eq!(
-        listed + folded["alloc_count"].as_u64().unwrap(),
-        2 * n + keep,
-        "{folded}"
-    );
+    let listed: u64 = sites.iter().map(|s| s.alloc_count).sum();
+    assert_eq!(r.totals.alloc_count, 2 * n + keep);
+    assert_eq!(listed + folded.alloc_count, 2 * n + keep, "{folded:?}");
     // More folded than there are stacks: the ones that came back were folded again.
-    assert!(
-        folded["count"].as_u64().unwrap() + sites.len() as u64 > n + keep,
-        "{folded}"
-    );
-    assert!(
-        folded["apis"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a == "mlock"),
-        "{folded}"
-    );
+    assert!(folded.count + sites.len() as u64 > n + keep, "{folded:?}");
+    assert!(folded.apis.iter().any(|a| a == "mlock"), "{folded:?}");
 }

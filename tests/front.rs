@@ -174,12 +174,12 @@ fn an_exit_handler_registered_before_the_first_pin_runs_before_the_report() {
         "{out:?}"
     );
     let report = named(&files, "r.", ".json").unwrap_or_else(|| panic!("{files:?} {out:?}"));
-    let rep = read_json(&report);
+    let rep = read_report(&report);
     assert_eq!(
-        rep["totals"]["live_bytes"], 0,
-        "the handler's munlock came first: {rep}"
+        rep.totals.live_bytes, 0,
+        "the handler's munlock came first: {rep:?}"
     );
-    assert_eq!(rep["totals"]["peak_live_bytes"], 65536, "{rep}");
+    assert_eq!(rep.totals.peak_live_bytes, 65536, "{rep:?}");
 }
 
 /// Without the library beside it, the stage says so once and the program runs untracked.

@@ -6,6 +6,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::EventKind;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::OnceLock;
@@ -84,7 +85,7 @@ fn every_entry_point_counts_exactly_through_each_route() {
             s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"],
             "{route}: pinguard counts what the runtime pinned"
         );
-        let rep = r.report();
+        let rep = r.typed_report();
         for (name, bytes) in [
             ("hipHostMalloc", 8192),
             ("hipHostAlloc", 4096),
@@ -94,26 +95,23 @@ fn every_entry_point_counts_exactly_through_each_route() {
             ("hipHostRegister", 8192),
         ] {
             assert_eq!(
-                api(&rep, name)["alloc_count"],
+                api_stats(&rep, name).alloc_count,
                 1,
-                "{route} {name}: {}",
-                rep["apis"]
+                "{route} {name}: {:?}",
+                rep.apis
             );
-            assert_eq!(api(&rep, name)["live_bytes"], bytes, "{route} {name}");
+            assert_eq!(api_stats(&rep, name).live_bytes, bytes, "{route} {name}");
         }
         assert_eq!(
-            api(&rep, "hipMemPoolCreate")["live_bytes"],
+            api_stats(&rep, "hipMemPoolCreate").live_bytes,
             2 * 1048576,
             "{route}: the host pool's reserve"
         );
         assert_eq!(
-            rep["config"]["hooks"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|h| *h == "hip")
-                .count(),
-            1
+            rep.config.hooks.iter().filter(|h| *h == "hip").count(),
+            1,
+            "{:?}",
+            rep.config.hooks
         );
 
         let all: Vec<&str> = ops.iter().chain(frees.iter()).copied().collect();
@@ -126,13 +124,13 @@ fn every_entry_point_counts_exactly_through_each_route() {
         let s = r.stats();
         assert_eq!(s["hip"]["outstanding_bytes"], 0, "{route}: {s}");
         assert_eq!(s["pinguard_live_bytes"], 0, "{route}");
-        let t = &r.report()["totals"];
-        assert_eq!(t["live_bytes"], 0, "{route}: {t}");
+        let t = r.typed_report().totals;
+        assert_eq!(t.live_bytes, 0, "{route}: {t:?}");
         assert_eq!(
-            t["unknown_release_count"], 0,
+            t.unknown_release_count, 0,
             "{route}: each free found its allocation, whichever name made it"
         );
-        assert_eq!(t["release_count"], s["hip"]["release_calls"], "{route}");
+        assert_eq!(t.release_count, s["hip"]["release_calls"], "{route}");
     }
 }
 
@@ -168,9 +166,9 @@ fn rejected_calls_get_the_runtimes_own_codes() {
             s["pinguard_live_bytes"], s["hip"]["outstanding_bytes"],
             "{route}"
         );
-        let rep = r.report();
-        assert_eq!(rep["totals"]["unknown_release_count"], 1, "{route}");
-        assert_eq!(rep["totals"]["denied_count"], 0, "{route}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.unknown_release_count, 1, "{route}");
+        assert_eq!(rep.totals.denied_count, 0, "{route}");
     }
 }
 
@@ -196,9 +194,9 @@ fn calls_the_runtime_rejects_get_its_answer_over_the_budget() {
             s["hip"]["failed_calls"], 4,
             "{route}: the runtime answered each: {s}"
         );
-        let t = &r.report()["totals"];
-        assert_eq!(t["denied_count"], 0, "{route}: {t}");
-        assert_eq!(t["downgraded_count"], 0, "{route}");
+        let t = r.typed_report().totals;
+        assert_eq!(t.denied_count, 0, "{route}: {t:?}");
+        assert_eq!(t.downgraded_count, 0, "{route}");
     }
 }
 
@@ -229,14 +227,14 @@ fn error_policy_refuses_with_hip_error_out_of_memory() {
             "{route}: only the call that fits reached the runtime"
         );
         assert_eq!(s["hip"]["failed_calls"], 0, "{route}");
-        let rep = r.report();
-        assert_eq!(rep["totals"]["denied_count"], 6, "{route}");
-        assert_eq!(rep["totals"]["live_bytes"], 8192, "{route}");
-        let events = rep["events"].as_array().unwrap();
-        let names: Vec<&str> = events
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.denied_count, 6, "{route}");
+        assert_eq!(rep.totals.live_bytes, 8192, "{route}");
+        let names: Vec<&str> = rep
+            .events
             .iter()
-            .filter(|e| e["kind"] == "denied")
-            .map(|e| e["api"].as_str().unwrap())
+            .filter(|e| e.kind == EventKind::Denied)
+            .map(|e| e.api.as_str())
             .collect();
         assert_eq!(
             names,
@@ -293,12 +291,12 @@ fn downgrade_policy_serves_pageable_memory_that_hip_host_free_takes_back() {
         );
         assert_eq!(s["hip"]["release_calls"], 0, "{route}");
         assert_eq!(s["hip"]["failed_calls"], 0, "{route}");
-        let t = &r.report()["totals"];
-        assert_eq!(t["downgraded_count"], 5, "{route}: {t}");
-        assert_eq!(t["downgraded_bytes"], 5 * 32768, "{route}");
-        assert_eq!(t["downgraded_live_bytes"], 0, "{route}");
-        assert_eq!(t["denied_count"], 2, "{route}");
-        assert_eq!(t["unknown_release_count"], 0, "{route}");
+        let t = r.typed_report().totals;
+        assert_eq!(t.downgraded_count, 5, "{route}: {t:?}");
+        assert_eq!(t.downgraded_bytes, 5 * 32768, "{route}");
+        assert_eq!(t.downgraded_live_bytes, 0, "{route}");
+        assert_eq!(t.denied_count, 2, "{route}");
+        assert_eq!(t.unknown_release_count, 0, "{route}");
     }
 }
 
@@ -314,10 +312,16 @@ fn downgrade_match_scopes_hip_downgrades() {
     };
     let r = hip("export", &["malloc:32768"], &env("alloc_op"));
     assert_eq!(r.rc("malloc:32768"), 0, "{}", r.stdout);
-    assert_eq!(api(&r.report(), "hipHostMalloc")["downgraded_count"], 1);
+    assert_eq!(
+        api_stats(&r.typed_report(), "hipHostMalloc").downgraded_count,
+        1
+    );
     let r = hip("export", &["malloc:32768"], &env("nowhere_in_this_stack"));
     assert_eq!(r.rc("malloc:32768"), 2, "{}", r.stdout);
-    assert_eq!(api(&r.report(), "hipHostMalloc")["denied_count"], 1);
+    assert_eq!(
+        api_stats(&r.typed_report(), "hipHostMalloc").denied_count,
+        1
+    );
     assert_eq!(r.stats()["hip"]["alloc_calls"], 0);
 }
 
@@ -334,15 +338,15 @@ fn warn_policy_lets_hip_calls_through() {
     let s = r.stats();
     assert_eq!(s["hip"]["alloc_calls"], 3);
     assert_eq!(s["pinguard_live_bytes"], 3 * 32768);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["over_budget_count"], 3);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.over_budget_count, 3);
     assert_eq!(
-        api(&rep, "hipHostMalloc")["alloc_count"],
+        api_stats(&rep, "hipHostMalloc").alloc_count,
         2,
-        "{}",
-        rep["apis"]
+        "{:?}",
+        rep.apis
     );
-    assert_eq!(api(&rep, "hipHostRegister")["alloc_count"], 1);
+    assert_eq!(api_stats(&rep, "hipHostRegister").alloc_count, 1);
     let warnings = pinguard_lines(&r.stderr)
         .into_iter()
         .filter(|l| l.contains("over the budget"))
@@ -370,13 +374,13 @@ fn host_pools_are_budgeted_and_device_pools_ignored() {
             2 * 1048576,
             "{route}: the host pool's one chunk: {s}"
         );
-        let rep = r.report();
-        assert_eq!(rep["totals"]["denied_count"], 1, "{route}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.denied_count, 1, "{route}");
         assert_eq!(
-            api(&rep, "hipMallocFromPoolAsync")["denied_count"],
+            api_stats(&rep, "hipMallocFromPoolAsync").denied_count,
             1,
-            "{route}: {}",
-            rep["apis"]
+            "{route}: {:?}",
+            rep.apis
         );
     }
 }
@@ -477,8 +481,8 @@ fn the_real_library_answers_unchanged_under_pinguard() {
             under.stdout
         );
         assert_eq!(under.stats()["pinguard_live_bytes"], 0, "{route}");
-        let rep = under.report();
-        let failed: i64 = [
+        let rep = under.typed_report();
+        let failed: u64 = [
             "hipHostMalloc",
             "hipHostAlloc",
             "hipMallocHost",
@@ -486,15 +490,15 @@ fn the_real_library_answers_unchanged_under_pinguard() {
             "hipHostRegister",
         ]
         .iter()
-        .map(|a| api(&rep, a)["failed_count"].as_i64().unwrap())
+        .map(|a| api_stats(&rep, a).failed_count)
         .sum();
         assert_eq!(
             failed, 6,
-            "{route}: each allocation reached the real runtime and failed there: {}",
-            rep["apis"]
+            "{route}: each allocation reached the real runtime and failed there: {:?}",
+            rep.apis
         );
         assert_eq!(
-            rep["totals"]["denied_count"], 0,
+            rep.totals.denied_count, 0,
             "{route}: the budget never answered for the runtime"
         );
 
@@ -604,10 +608,10 @@ fn group_budget_and_host_reserve_refuse_hip_calls() {
     let _ = std::fs::remove_file(&ledger);
     assert_eq!(r.rcs_of(&ops), vec![0, 2, 2], "{}", r.stdout);
     assert_eq!(r.stats()["hip"]["alloc_calls"], 1);
-    let rep = r.report();
-    assert!(rep.get("group").is_some(), "{rep}");
-    assert_eq!(api(&rep, "hipHostMalloc")["denied_count"], 1);
-    assert_eq!(api(&rep, "hipHostRegister")["denied_count"], 1);
+    let rep = r.typed_report();
+    assert!(rep.group.is_some(), "{rep:?}");
+    assert_eq!(api_stats(&rep, "hipHostMalloc").denied_count, 1);
+    assert_eq!(api_stats(&rep, "hipHostRegister").denied_count, 1);
 
     // A reserve of all the host's memory: nothing may be pinned.
     let r = hip(
@@ -617,8 +621,8 @@ fn group_budget_and_host_reserve_refuse_hip_calls() {
     );
     assert_eq!(r.rc("malloc:8192"), 2, "{}", r.stdout);
     assert_eq!(r.stats()["hip"]["alloc_calls"], 0);
-    let t = &r.report()["totals"];
-    assert_eq!(t["host_reserve_count"], 1, "{t}");
+    let t = r.typed_report().totals;
+    assert_eq!(t.host_reserve_count, 1, "{t:?}");
 }
 
 /// A Python program reaching HIP through ctypes (`dlsym(handle)`): its callsite names the Python
@@ -648,20 +652,18 @@ pin_staging_buffer()
         r.stdout,
         r.stderr
     );
-    let rep = r.report();
-    let sites = rep["callsites"].as_array().unwrap();
-    let site = sites
+    let rep = r.typed_report();
+    let site = rep
+        .callsites
         .iter()
-        .find(|c| {
-            c["apis"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|a| a == "hipHostMalloc")
-        })
-        .unwrap_or_else(|| panic!("no hipHostMalloc callsite: {rep}"));
-    let first = &site["py_frames"][0];
-    assert_eq!(first["symbol"], "pin_staging_buffer", "{site}");
+        .find(|c| c.apis.iter().any(|a| a == "hipHostMalloc"))
+        .unwrap_or_else(|| panic!("no hipHostMalloc callsite: {rep:?}"));
+    let first = site.py_frames.first();
+    assert_eq!(
+        first.and_then(|f| f.symbol.as_deref()),
+        Some("pin_staging_buffer"),
+        "{site:?}"
+    );
 }
 
 /// Every row of HIP's table, looked up with `dlsym(handle, name)` in the emulated runtime, lands in
@@ -751,21 +753,19 @@ fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
             s["pinguard_live_bytes"], 65536,
             "{route}: counted until unmapped too: {s}"
         );
-        let rep = r.report();
+        let rep = r.typed_report();
         assert_eq!(
-            api(&rep, "hipMemCreate")["alloc_count"],
+            api_stats(&rep, "hipMemCreate").alloc_count,
             2,
-            "{route}: the two host ones: {}",
-            rep["apis"]
+            "{route}: the two host ones: {:?}",
+            rep.apis
         );
-        assert_eq!(api(&rep, "hipMemCreate")["live_bytes"], 65536, "{route}");
-        let sites = rep["callsites"].as_array().unwrap();
+        assert_eq!(api_stats(&rep, "hipMemCreate").live_bytes, 65536, "{route}");
+        let sites = &rep.callsites;
         assert!(
-            sites.iter().any(|c| c["apis"]
-                .as_array()
-                .unwrap()
+            sites
                 .iter()
-                .any(|a| a == "hipMemCreate")),
+                .any(|c| c.apis.iter().any(|a| a == "hipMemCreate")),
             "{route}: {sites:?}"
         );
 
@@ -781,9 +781,9 @@ fn host_located_virtual_memory_is_counted_until_released_and_unmapped() {
             (Some(0), Some(0)),
             "{route}: {s}"
         );
-        let t = &r.report()["totals"];
-        assert_eq!(t["live_bytes"], 0, "{route}: {t}");
-        assert_eq!(t["unknown_release_count"], 0, "{route}");
+        let t = r.typed_report().totals;
+        assert_eq!(t.live_bytes, 0, "{route}: {t:?}");
+        assert_eq!(t.unknown_release_count, 0, "{route}");
     }
 }
 
@@ -858,20 +858,19 @@ fn error_and_downgrade_refuse_host_located_hip_mem_create() {
                 "{policy} {route}: only the bad location reached the runtime and failed: {s}"
             );
             assert_eq!(s["pinguard_live_bytes"], 8192, "{policy} {route}: {s}");
-            let rep = r.report();
+            let rep = r.typed_report();
             assert_eq!(
-                api(&rep, "hipMemCreate")["denied_count"],
+                api_stats(&rep, "hipMemCreate").denied_count,
                 2,
-                "{policy} {route}: {}",
-                rep["apis"]
+                "{policy} {route}: {:?}",
+                rep.apis
             );
-            assert_eq!(rep["totals"]["downgraded_count"], 0, "{policy} {route}");
-            let denied: Vec<&str> = rep["events"]
-                .as_array()
-                .unwrap()
+            assert_eq!(rep.totals.downgraded_count, 0, "{policy} {route}");
+            let denied: Vec<&str> = rep
+                .events
                 .iter()
-                .filter(|e| e["kind"] == "denied")
-                .map(|e| e["api"].as_str().unwrap())
+                .filter(|e| e.kind == EventKind::Denied)
+                .map(|e| e.api.as_str())
                 .collect();
             assert_eq!(denied, ["hipMemCreate", "hipMemCreate"], "{policy} {route}");
         }
@@ -890,9 +889,9 @@ fn warn_policy_lets_hip_mem_create_through() {
         );
         assert_eq!(r.rcs_of(&ops), vec![0], "{route}: {}", r.stdout);
         assert_eq!(r.stats()["pinguard_live_bytes"], 65536, "{route}");
-        let rep = r.report();
-        assert_eq!(rep["totals"]["over_budget_count"], 1, "{route}");
-        assert_eq!(api(&rep, "hipMemCreate")["alloc_count"], 1, "{route}");
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.over_budget_count, 1, "{route}");
+        assert_eq!(api_stats(&rep, "hipMemCreate").alloc_count, 1, "{route}");
     }
 }
 
@@ -925,6 +924,7 @@ fn the_state_file_names_hip_mem_create_at_its_callsite() {
     drop(child.stdin.take());
     assert!(child.wait().unwrap().success());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // JSON: `pinguard report --json`'s merged view of the state file, not a report.
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["per_process"][0]["reason"], "running", "{v}");
     let sites = v["callsites"].as_array().unwrap();
@@ -988,29 +988,32 @@ fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
     let ops = ["malloc:32768", "malloc:8192"];
     let r = hip("export", &ops, &[("PINGUARD_BUDGET", "16K")]);
     assert_eq!(r.rcs_of(&ops), vec![2, 0], "{}", r.stdout);
-    let rep = r.report();
-    let e = &rep["events"][0];
-    assert_eq!(e["kind"], "denied", "{e}");
-    let why = &e["why"];
-    assert_eq!(why["error"], "hipErrorOutOfMemory (2)", "{e}");
-    assert_eq!(why["budget_bytes"], 16384, "{e}");
-    assert_eq!(
-        why["rlimit_memlock_bytes"],
-        serde_json::json!(rlimit_memlock()),
-        "{e}"
-    );
+    let rep = r.typed_report();
+    let e = rep.events.first().unwrap_or_else(|| panic!("{rep:?}"));
+    assert_eq!(e.kind, EventKind::Denied, "{e:?}");
+    let why = e.why.as_ref().unwrap_or_else(|| panic!("no why: {e:?}"));
+    assert_eq!(why.error, "hipErrorOutOfMemory (2)", "{e:?}");
+    assert_eq!(why.budget_bytes, Some(16384), "{e:?}");
+    assert_eq!(why.rlimit_memlock_bytes, rlimit_memlock(), "{e:?}");
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let cap_eff = status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
         .unwrap();
-    assert_eq!(why["cap_ipc_lock"], cap_eff & (1 << 14) != 0, "{e}");
+    assert_eq!(why.cap_ipc_lock, cap_eff & (1 << 14) != 0, "{e:?}");
     assert!(
-        why["vm_lck_bytes"].is_u64() && why["vm_pin_bytes"].is_u64(),
-        "{e}"
+        why.vm_lck_bytes.is_some() && why.vm_pin_bytes.is_some(),
+        "{e:?}"
     );
-    assert!(why.get("cgroup_headroom_bytes").is_some(), "{e}");
+    // JSON: the key is written even when null, which a typed read cannot tell from absent.
+    let raw = read_json(&reports_in(&r.report_dir)[0]);
+    assert!(
+        raw["events"][0]["why"]
+            .get("cgroup_headroom_bytes")
+            .is_some(),
+        "{raw}"
+    );
     let exit = pinguard_lines(&r.stderr)
         .into_iter()
         .find(|l| l.contains(" at exit "))
@@ -1027,14 +1030,15 @@ fn a_refused_or_failed_call_says_why_in_its_event_and_the_exit_line() {
     // The runtime fails the call itself: its code, named, and no budget.
     let r = hip("export", &["malloc:8192"], &[("EMU_FAIL_EVERY", "1")]);
     assert_eq!(r.rcs_of(&["malloc:8192"]), vec![2], "{}", r.stdout);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["failed_count"], 1);
-    let e = &rep["events"][0];
-    assert_eq!(e["kind"], "failed", "{e}");
-    assert_eq!(e["size"], 8192, "{e}");
-    assert!(e.get("reason").is_none(), "{e}");
-    assert_eq!(e["why"]["error"], "hipErrorOutOfMemory (2)", "{e}");
-    assert_eq!(e["why"]["budget_bytes"], Value::Null, "{e}");
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.failed_count, 1);
+    let e = rep.events.first().unwrap_or_else(|| panic!("{rep:?}"));
+    assert_eq!(e.kind, EventKind::Failed, "{e:?}");
+    assert_eq!(e.size, 8192, "{e:?}");
+    assert!(e.reason.is_none(), "{e:?}");
+    let why = e.why.as_ref().unwrap_or_else(|| panic!("no why: {e:?}"));
+    assert_eq!(why.error, "hipErrorOutOfMemory (2)", "{e:?}");
+    assert_eq!(why.budget_bytes, None, "{e:?}");
     let exit = pinguard_lines(&r.stderr)
         .into_iter()
         .find(|l| l.contains(" at exit "))
@@ -1052,13 +1056,15 @@ fn a_failed_pool_or_physical_allocation_says_why() {
     let ops = ["pool:2", "pool_alloc:0:1048576"];
     let r = hip("export", &ops, &[("EMU_FAIL_EVERY", "1")]);
     assert_eq!(r.rcs_of(&ops), vec![0, 2], "{}", r.stdout);
-    let e = failed_event(&r.report(), "hipMallocFromPoolAsync");
-    assert_eq!(e["size"], 1048576, "{e}");
-    assert_why(&e, "hipErrorOutOfMemory (2)");
+    let rep = r.typed_report();
+    let e = failed_event_of(&rep, "hipMallocFromPoolAsync");
+    assert_eq!(e.size, 1048576, "{e:?}");
+    assert_why_of(e, "hipErrorOutOfMemory (2)");
     let ops = ["vmm_create:8192:2"];
     let r = hip("export", &ops, &[("EMU_FAIL_EVERY", "1")]);
     assert_eq!(r.rcs_of(&ops), vec![2], "{}", r.stdout);
-    let e = failed_event(&r.report(), "hipMemCreate");
-    assert_eq!(e["size"], 8192, "{e}");
-    assert_why(&e, "hipErrorOutOfMemory (2)");
+    let rep = r.typed_report();
+    let e = failed_event_of(&rep, "hipMemCreate");
+    assert_eq!(e.size, 8192, "{e:?}");
+    assert_why_of(e, "hipErrorOutOfMemory (2)");
 }

@@ -173,27 +173,21 @@ fn rejected_arguments_get_the_runtimes_own_answer_and_counters_stay_exact() {
             );
         }
         let s = r.stats();
-        let rep = r.report();
-        let t = &rep["totals"];
+        let t = r.typed_report().totals;
         let runtime_allocs =
             s["cuda"]["alloc_calls"].as_i64().unwrap() + s["acl"]["alloc_calls"].as_i64().unwrap();
-        assert_eq!(
-            t["alloc_count"].as_i64().unwrap(),
-            runtime_allocs,
-            "{env:?}: {t}"
-        );
+        assert_eq!(t.alloc_count as i64, runtime_allocs, "{env:?}: {t:?}");
         let runtime_live = s["cuda"]["outstanding_bytes"].as_i64().unwrap()
             + s["acl"]["outstanding_bytes"].as_i64().unwrap();
-        assert_eq!(t["live_bytes"].as_i64().unwrap(), runtime_live, "{env:?}");
+        assert_eq!(t.live_bytes as i64, runtime_live, "{env:?}");
         let runtime_failed = s["cuda"]["failed_calls"].as_i64().unwrap()
             + s["acl"]["failed_calls"].as_i64().unwrap();
         assert_eq!(
-            t["failed_count"].as_i64().unwrap(),
-            runtime_failed,
-            "{env:?}: every runtime failure counted once: {t}"
+            t.failed_count as i64, runtime_failed,
+            "{env:?}: every runtime failure counted once: {t:?}"
         );
         assert_eq!(
-            t["live_count"].as_i64().unwrap(),
+            t.live_count as i64,
             s["cuda"]["outstanding_count"].as_i64().unwrap()
                 + s["acl"]["outstanding_count"].as_i64().unwrap()
         );

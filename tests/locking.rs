@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::{Event, EventKind};
 
 fn checkpoints(r: &Run) -> Vec<(i64, i64)> {
     r.stdout
@@ -57,11 +58,11 @@ fn union_semantics_follow_vmlck() {
         -1,
         "the kernel refuses a range with a hole"
     );
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 0);
-    assert_eq!(rep["totals"]["peak_live_bytes"], 15 * page);
-    assert_eq!(rep["totals"]["live_count"], 0);
-    assert_eq!(rep["kernel"]["vm_lck_bytes"], 0);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 0);
+    assert_eq!(rep.totals.peak_live_bytes, 15 * page as u64);
+    assert_eq!(rep.totals.live_count, 0);
+    assert_eq!(rep.kernel.vm_lck_bytes, Some(0));
 }
 
 #[test]
@@ -75,16 +76,16 @@ fn mlockall_is_one_entry_measured_from_vmlck() {
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     if r.rc("mlockall:5") != 0 {
         // Over RLIMIT_MEMLOCK on this machine: the failure is what must be counted.
-        let rep = r.report();
-        assert_eq!(rep["apis"]["mlockall"]["failed_count"], 1);
+        let rep = r.typed_report();
+        assert_eq!(api_stats(&rep, "mlockall").failed_count, 1);
         return;
     }
     let cps = checkpoints(&r);
     assert!(cps[0].0 > 0);
     assert_eq!(cps[0].1, cps[0].0, "the mlockall entry is VmLck's change");
     assert_eq!(cps[1], (0, 0));
-    let rep = r.report();
-    assert_eq!(rep["apis"]["mlockall"]["alloc_count"], 1);
+    let rep = r.typed_report();
+    assert_eq!(api_stats(&rep, "mlockall").alloc_count, 1);
 }
 
 /// `lock_fail` (`tests/fixtures.txt`, set `locking`).
@@ -156,11 +157,7 @@ fn failed_locking_calls_that_change_nothing_read_no_mappings() {
             "pinguard's live bytes follow VmLck: {}",
             r.stdout
         );
-        walks.push(
-            r.report()["kernel"]["smaps_walk_count"]
-                .as_u64()
-                .expect("kernel.smaps_walk_count"),
-        );
+        walks.push(r.typed_report().kernel.smaps_walk_count);
     }
     assert_eq!((walks[0], walks[2]), (walks[1], walks[3]), "reads of /proc/self/smaps with 10 and with 100 rounds of failing calls, without a budget and with one");
     assert!(
@@ -198,24 +195,21 @@ fn an_mlock_over_rlimit_memlock_says_why_in_its_event_and_the_exit_line() {
     let r = run("/bin/sh", &["-c", &script], &[]);
     let _ = std::fs::remove_dir(&group);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    let e = rep["events"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    let e = rep
+        .events
         .iter()
-        .find(|e| e["kind"] == "failed" && e["api"] == "mlock" && e["size"] == 1 << 20)
-        .unwrap_or_else(|| panic!("{}", rep["events"]));
-    let why = &e["why"];
-    assert_eq!(why["error"], "ENOMEM", "{e}");
-    assert_eq!(why["rlimit_memlock_bytes"], 64 << 10, "{e}");
-    assert_eq!(why["cap_ipc_lock"], false, "{e}");
-    assert_eq!(why["vm_lck_bytes"], 4096, "the one page locked: {e}");
-    assert!(why["vm_pin_bytes"].is_u64(), "{e}");
+        .find(|e| e.kind == EventKind::Failed && e.api == "mlock" && e.size == 1 << 20)
+        .unwrap_or_else(|| panic!("{:?}", rep.events));
+    let why = e.why.as_ref().unwrap_or_else(|| panic!("no why: {e:?}"));
+    assert_eq!(why.error, "ENOMEM", "{e:?}");
+    assert_eq!(why.rlimit_memlock_bytes, Some(64 << 10), "{e:?}");
+    assert!(!why.cap_ipc_lock, "{e:?}");
+    assert_eq!(why.vm_lck_bytes, Some(4096), "the one page locked: {e:?}");
+    assert!(why.vm_pin_bytes.is_some(), "{e:?}");
     if limited {
-        let h = why["cgroup_headroom_bytes"]
-            .as_u64()
-            .unwrap_or_else(|| panic!("{e}"));
-        assert!(h > 200 << 20 && h <= 256 << 20, "{e}");
+        let h = why.cgroup_headroom_bytes.unwrap_or_else(|| panic!("{e:?}"));
+        assert!(h > 200 << 20 && h <= 256 << 20, "{e:?}");
     }
     let exit = pinguard_lines(&r.stderr)
         .into_iter()
@@ -252,45 +246,52 @@ fn a_refusal_gives_the_bytes_asked_beside_the_pages_counted() {
         "{}",
         r.stderr
     );
-    let rep = r.report();
-    let e = rep["events"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    let e = rep
+        .events
         .iter()
-        .find(|e| e["kind"] == "denied" && e["api"] == "mlock")
-        .unwrap_or_else(|| panic!("{}", rep["events"]));
-    assert_eq!(e["size"], 1_052_672, "{e}");
-    assert_eq!(e["why"]["asked_bytes"], 1_048_576, "{e}");
-    assert_eq!(rep["totals"]["live_bytes"], 2_101_248, "{rep}");
+        .find(|e| e.kind == EventKind::Denied && e.api == "mlock")
+        .unwrap_or_else(|| panic!("{:?}", rep.events));
+    assert_eq!(e.size, 1_052_672, "{e:?}");
+    assert_eq!(
+        e.why.as_ref().and_then(|w| w.asked_bytes),
+        Some(1_048_576),
+        "{e:?}"
+    );
+    assert_eq!(rep.totals.live_bytes, 2_101_248, "{rep:?}");
 }
 
 /// `lock_fail 20 1` (one round of each failing call, `CAP_IPC_LOCK` dropped, `RLIMIT_MEMLOCK` 64
 /// KiB, one page locked), under `env`: the report's event of the failed `api` call of `size`
-/// bytes (0: any size).
-fn failed_event(env: &[(&str, &str)], api: &str, size: u64) -> serde_json::Value {
+/// bytes (0: any size); its `why` has the keys `budget_bytes` and `cgroup_headroom_bytes`, null
+/// or not.
+fn failed_event(env: &[(&str, &str)], api: &str, size: u64) -> Event {
     let r = run(&lock_fail(), &["20", "1"], env);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    rep["events"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    let at = rep
+        .events
         .iter()
-        .find(|e| e["kind"] == "failed" && e["api"] == api && (size == 0 || e["size"] == size))
-        .cloned()
-        .unwrap_or_else(|| panic!("no failed {api} event: {}", rep["events"]))
+        .position(|e| e.kind == EventKind::Failed && e.api == api && (size == 0 || e.size == size))
+        .unwrap_or_else(|| panic!("no failed {api} event: {:?}", rep.events));
+    // JSON: a key written as null, which a typed read cannot tell from an absent one.
+    let raw = read_json(&reports_in(&r.report_dir)[0]);
+    let why = &raw["events"][at]["why"];
+    for key in ["budget_bytes", "cgroup_headroom_bytes"] {
+        assert!(why.get(key).is_some(), "{key}: {why}");
+    }
+    rep.events[at].clone()
 }
 
 /// The room every failure's `why` gives in `lock_fail`: the 64 KiB limit that binds (no
 /// `CAP_IPC_LOCK`), the one page locked, `VmPin` read.
-fn assert_lock_fail_room(e: &serde_json::Value, error: &str) {
-    let why = &e["why"];
-    assert_eq!(why["error"], error, "{e}");
-    assert_eq!(why["rlimit_memlock_bytes"], 64 << 10, "{e}");
-    assert_eq!(why["cap_ipc_lock"], false, "{e}");
-    assert_eq!(why["vm_lck_bytes"], 4096, "the one page locked: {e}");
-    assert!(why["vm_pin_bytes"].is_u64(), "{e}");
-    assert!(why.get("budget_bytes").is_some(), "{e}");
-    assert!(why.get("cgroup_headroom_bytes").is_some(), "{e}");
+fn assert_lock_fail_room(e: &Event, error: &str) {
+    let why = e.why.as_ref().unwrap_or_else(|| panic!("no why: {e:?}"));
+    assert_eq!(why.error, error, "{e:?}");
+    assert_eq!(why.rlimit_memlock_bytes, Some(64 << 10), "{e:?}");
+    assert!(!why.cap_ipc_lock, "{e:?}");
+    assert_eq!(why.vm_lck_bytes, Some(4096), "the one page locked: {e:?}");
+    assert!(why.vm_pin_bytes.is_some(), "{e:?}");
 }
 
 /// Issue 46 item 13: an `mmap(MAP_LOCKED)` the kernel fails (over `RLIMIT_MEMLOCK`: EAGAIN) has
@@ -311,8 +312,8 @@ fn a_failed_mlockall_says_why() {
         let e = failed_event(env, "mlockall", 0);
         assert_lock_fail_room(&e, "ENOMEM");
         assert!(
-            e["size"].as_u64().unwrap() > 64 << 10,
-            "the address space, over the limit: {env:?} {e}"
+            e.size > 64 << 10,
+            "the address space, over the limit: {env:?} {e:?}"
         );
     }
 }

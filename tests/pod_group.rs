@@ -418,10 +418,10 @@ fn a_member_denied_semaphores_is_told_alive_by_its_pid_in_its_own_pid_namespace_
     let reports = holder.reports.clone();
     assert!(holder.finish().success());
     let report = reports_in(&reports).pop().expect("the holder's report");
-    let liveness = read_json(&report)["group"]["liveness"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    let liveness = read_report(&report)
+        .group
+        .and_then(|g| g.liveness)
+        .unwrap_or_default();
     assert!(
         liveness.starts_with("pid (System V semaphores unavailable")
             && liveness.contains("not permitted"),

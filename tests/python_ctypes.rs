@@ -3,6 +3,12 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Callsite;
+
+/// The first entry point a callsite called.
+fn first_api(c: &Callsite) -> Option<&str> {
+    c.apis.first().map(String::as_str)
+}
 
 #[test]
 fn runtime_loaded_rtld_local_by_ctypes_is_found_and_tracked() {
@@ -38,18 +44,26 @@ print("direct", rt.cudaHostAlloc(ctypes.byref(buf), 4096, 0), me.pinguard_live_b
     );
     assert!(r.stdout.contains("unpin 0 8192"), "{}", r.stdout);
     assert!(r.stdout.contains("direct 0 12288"), "{}", r.stdout);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 12288);
-    let cs = rep["callsites"].as_array().unwrap();
-    let npu = cs
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 12288);
+    let npu = rep
+        .callsites
         .iter()
-        .find(|c| c["apis"][0] == "aclrtMallocHost")
-        .unwrap();
-    assert_eq!(npu["frames"][0]["symbol"], "framework_pin_npu");
-    assert!(npu["frames"][0]["module"]
-        .as_str()
-        .unwrap()
-        .ends_with("libframework.so"));
+        .find(|c| first_api(c) == Some("aclrtMallocHost"))
+        .unwrap_or_else(|| panic!("{:#?}", rep.callsites));
+    assert_eq!(
+        npu.frames[0].symbol.as_deref(),
+        Some("framework_pin_npu"),
+        "{npu:?}"
+    );
+    assert!(
+        npu.frames[0]
+            .module
+            .as_deref()
+            .unwrap()
+            .ends_with("libframework.so"),
+        "{npu:?}"
+    );
 }
 
 #[test]
@@ -62,33 +76,30 @@ fn walks_through_libffi_never_end_in_a_stack_address_and_stay_one_callsite() {
     let script = ctypes_depths_script(f.dir.join("libcudart.so").to_str().unwrap(), 2);
     let r = run("/usr/bin/env", &["python3", "-c", &script], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["alloc_count"], 24);
-    assert_eq!(rep["totals"]["peak_live_bytes"], 262144);
-    let cs = rep["callsites"].as_array().unwrap();
-    let pretty = || serde_json::to_string_pretty(cs).unwrap();
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.alloc_count, 24);
+    assert_eq!(rep.totals.peak_live_bytes, 262144);
+    let cs = &rep.callsites;
     for c in cs {
-        for fr in c["frames"].as_array().unwrap() {
+        for fr in &c.frames {
             assert!(
-                fr["module"].is_string(),
-                "a frame in no loaded object: {fr}\n{}",
-                pretty()
+                fr.module.is_some(),
+                "a frame in no loaded object: {fr:?}\n{cs:#?}"
             );
         }
     }
     let pins: Vec<_> = cs
         .iter()
-        .filter(|c| c["apis"][0] == "cudaMallocHost")
+        .filter(|c| first_api(c) == Some("cudaMallocHost"))
         .collect();
-    assert_eq!(pins.len(), 1, "one call path, one callsite: {}", pretty());
-    assert_eq!(pins[0]["alloc_count"], 24);
-    assert_eq!(pins[0]["peak_live_bytes"], 262144);
+    assert_eq!(pins.len(), 1, "one call path, one callsite: {cs:#?}");
+    assert_eq!(pins[0].alloc_count, 24);
+    assert_eq!(pins[0].peak_live_bytes, 262144);
     // The walk went on through ctypes and the interpreter, to the process's start.
-    let symbols: Vec<&str> = pins[0]["frames"]
-        .as_array()
-        .unwrap()
+    let symbols: Vec<&str> = pins[0]
+        .frames
         .iter()
-        .filter_map(|f| f["symbol"].as_str())
+        .filter_map(|f| f.symbol.as_deref())
         .collect();
     assert!(
         symbols.contains(&"ffi_call") && symbols.iter().any(|s| s.contains("main")),

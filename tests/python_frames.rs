@@ -4,7 +4,7 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::Callsite;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -54,27 +54,26 @@ fn marker(name: &str) -> u64 {
         + 1
 }
 
-fn py(c: &Value) -> Vec<(String, String, u64)> {
-    c["py_frames"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|f| {
-                    (
-                        f["symbol"].as_str().unwrap_or("").to_string(),
-                        f["file"].as_str().unwrap_or("").to_string(),
-                        f["line"].as_u64().unwrap_or(0),
-                    )
-                })
-                .collect()
+fn py(c: &Callsite) -> Vec<(String, String, u64)> {
+    c.py_frames
+        .iter()
+        .map(|f| {
+            (
+                f.symbol.clone().unwrap_or_default(),
+                f.file.clone().unwrap_or_default(),
+                f.line.map_or(0, u64::from),
+            )
         })
-        .unwrap_or_default()
+        .collect()
 }
 
-fn sites_at<'a>(rep: &'a Value, function: &str) -> Vec<&'a Value> {
-    rep["callsites"]
-        .as_array()
-        .unwrap()
+/// The symbol of a callsite's innermost native frame.
+fn native_symbol(c: &Callsite) -> Option<&str> {
+    c.frames.first().and_then(|f| f.symbol.as_deref())
+}
+
+fn sites_at<'a>(rep: &'a Report, function: &str) -> Vec<&'a Callsite> {
+    rep.callsites
         .iter()
         .filter(|c| py(c).first().is_some_and(|f| f.0 == function))
         .collect()
@@ -118,12 +117,9 @@ fn callsites_name_the_python_code_on_every_version_found() {
     );
     for (version, python) in &found {
         let r = run_script(python, &[]);
-        let rep = r.report();
-        let ctx = format!(
-            "CPython {version}: {}",
-            serde_json::to_string_pretty(&rep["callsites"]).unwrap()
-        );
-        assert_eq!(rep["config"]["py_depth"], 32, "{ctx}");
+        let rep = r.typed_report();
+        let ctx = format!("CPython {version}: {:#?}", rep.callsites);
+        assert_eq!(rep.config.py_depth, 32, "{ctx}");
 
         // The runtime through dlsym(handle), and libc's mlock through the global scope.
         for (function, api) in [("load_weights", "cudaHostAlloc"), ("lock_key", "mlock")] {
@@ -135,15 +131,12 @@ fn callsites_name_the_python_code_on_every_version_found() {
                 "{function}: {frames:?} ({ctx})"
             );
             assert_eq!(frames[1].0, "<module>", "{ctx}");
-            assert_eq!(s[0]["apis"][0], api, "{ctx}");
+            assert_eq!(s[0].apis.first().map(String::as_str), Some(api), "{ctx}");
         }
         // Two Python threads through a native library: the function, then the thread's target.
         let batches = sites_at(&rep, "pin_batch");
         assert_eq!(
-            batches
-                .iter()
-                .map(|c| c["alloc_count"].as_u64().unwrap())
-                .sum::<u64>(),
+            batches.iter().map(|c| c.alloc_count).sum::<u64>(),
             8,
             "{ctx}"
         );
@@ -157,7 +150,7 @@ fn callsites_name_the_python_code_on_every_version_found() {
                     .any(|f| f.0 == "Thread.run" && f.1.ends_with("threading.py")),
                 "{frames:?}"
             );
-            assert_eq!(c["frames"][0]["symbol"], "framework_pin", "{ctx}");
+            assert_eq!(native_symbol(c), Some("framework_pin"), "{ctx}");
         }
         // A recursion deeper than the limit is cut at PINGUARD_PY_DEPTH frames.
         let deep = sites_at(&rep, "recurse");
@@ -167,27 +160,23 @@ fn callsites_name_the_python_code_on_every_version_found() {
         assert!(frames.iter().all(|f| f.0 == "recurse"), "{frames:?}");
         assert_eq!(frames[0].2, marker("recurse"), "{ctx}");
         // A native thread in a Python process: no Python frames.
-        let native: Vec<&Value> = rep["callsites"]
-            .as_array()
-            .unwrap()
+        let native: Vec<&Callsite> = rep
+            .callsites
             .iter()
-            .filter(|c| c["alloc_bytes"] == 20480)
+            .filter(|c| c.alloc_bytes == 20480)
             .collect();
         assert_eq!(native.len(), 1, "{ctx}");
-        assert!(native[0].get("py_frames").is_none(), "{ctx}");
-        assert_eq!(native[0]["frames"][0]["symbol"], "framework_pin", "{ctx}");
+        assert!(native[0].py_frames.is_empty(), "{ctx}");
+        assert_eq!(native_symbol(native[0]), Some("framework_pin"), "{ctx}");
 
         // PINGUARD_PY_DEPTH=0: no Python frames anywhere, the same figures.
-        let off = run_script(python, &[("PINGUARD_PY_DEPTH", "0")]).report();
+        let off = run_script(python, &[("PINGUARD_PY_DEPTH", "0")]).typed_report();
         assert!(
-            off["callsites"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|c| c.get("py_frames").is_none()),
-            "{version}"
+            off.callsites.iter().all(|c| c.py_frames.is_empty()),
+            "{version}: {:#?}",
+            off.callsites
         );
-        assert_eq!(off["totals"]["alloc_count"], rep["totals"]["alloc_count"]);
+        assert_eq!(off.totals.alloc_count, rep.totals.alloc_count);
     }
 }
 
@@ -195,12 +184,12 @@ fn callsites_name_the_python_code_on_every_version_found() {
 fn a_process_without_python_gets_no_python_frames() {
     let r = run("scenario", &["cuda_alloc:4096", "mlock:0:1"], &[]);
     assert!(r.success(), "{}", r.stderr);
-    let rep = r.report();
-    assert!(rep["callsites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|c| c.get("py_frames").is_none()));
+    let rep = r.typed_report();
+    assert!(
+        rep.callsites.iter().all(|c| c.py_frames.is_empty()),
+        "{:#?}",
+        rep.callsites
+    );
     assert_eq!(
         pinguard_lines(&r.stderr).len(),
         1,
@@ -279,11 +268,8 @@ fn one_helper_from_four_callers_is_four_callsites_each_with_its_whole_stack() {
         r.stdout,
         r.stderr
     );
-    let rep = r.report();
-    let ctx = format!(
-        "CPython {version}: {}",
-        serde_json::to_string_pretty(&rep["callsites"]).unwrap()
-    );
+    let rep = r.typed_report();
+    let ctx = format!("CPython {version}: {:#?}", rep.callsites);
     let sites = sites_at(&rep, "cuda_pin");
     assert_eq!(sites.len(), 4, "{ctx}");
     for (caller, allocs, denied) in [
@@ -311,12 +297,12 @@ fn one_helper_from_four_callers_is_four_callsites_each_with_its_whole_stack() {
             );
         }
         assert_eq!(
-            (s[0]["alloc_count"].as_u64(), s[0]["denied_count"].as_u64()),
-            (Some(allocs), Some(denied)),
+            (s[0].alloc_count, s[0].denied_count),
+            (allocs, denied),
             "{caller}: {ctx}"
         );
         assert!(
-            !s[0]["frames"].as_array().unwrap().is_empty(),
+            !s[0].frames.is_empty(),
             "{caller}: the native stack too: {ctx}"
         );
     }

@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 
 fn gpg(env: &[(&str, &str)]) -> Run {
     let home = fresh_dir("gnupghome");
@@ -26,20 +27,20 @@ fn gpg_secure_memory_is_seen_capped_and_downgraded() {
         return;
     }
     let r = gpg(&[]);
-    let rep = r.report();
-    let api = &rep["apis"]["mlock"];
+    let rep = r.typed_report();
+    let api = api_stats(&rep, "mlock");
     assert_eq!(
-        api["alloc_count"], 1,
-        "libgcrypt locks its pool once: {}",
-        rep["apis"]
+        api.alloc_count, 1,
+        "libgcrypt locks its pool once: {:?}",
+        rep.apis
     );
-    assert!(api["alloc_bytes"].as_u64().unwrap() >= 32768);
-    let cs = &rep["callsites"][0];
-    let frames = cs["frames"].as_array().unwrap();
+    assert!(api.alloc_bytes >= 32768, "{api:?}");
+    let cs = rep.callsites.first().unwrap_or_else(|| panic!("{rep:?}"));
+    let frames = &cs.frames;
     assert!(
         frames
             .iter()
-            .any(|f| f["module"].as_str().unwrap_or("").contains("libgcrypt")),
+            .any(|f| f.module.as_deref().unwrap_or("").contains("libgcrypt")),
         "the stack runs through libgcrypt: {frames:?}"
     );
     assert!(!r.stderr.contains("insecure memory"));
@@ -50,11 +51,11 @@ fn gpg_secure_memory_is_seen_capped_and_downgraded() {
         "{}",
         r.stderr
     );
-    assert_eq!(r.report()["totals"]["denied_count"], 1);
+    assert_eq!(r.typed_report().totals.denied_count, 1);
     // Downgraded: mlock "succeeds", gpg is content.
     let r = gpg(&[("PINGUARD_BUDGET", "16K"), ("PINGUARD_POLICY", "downgrade")]);
     assert!(!r.stderr.contains("insecure memory"), "{}", r.stderr);
-    assert_eq!(r.report()["totals"]["downgraded_count"], 1);
+    assert_eq!(r.typed_report().totals.downgraded_count, 1);
 }
 
 #[test]
@@ -100,16 +101,16 @@ fn stress_ng_mlock_and_mmap_stressors_end_with_pinguard_matching_vmlck() {
     }
     let mut exercised = 0;
     for f in &files {
-        let rep = read_json(f);
-        assert_eq!(rep["reason"], "exit");
+        let rep = read_report(f);
+        assert_eq!(rep.reason, Reason::Exit);
         assert_eq!(
-            rep["totals"]["live_bytes"],
-            rep["kernel"]["vm_lck_bytes"],
+            Some(rep.totals.live_bytes),
+            rep.kernel.vm_lck_bytes,
             "{}: pinguard vs VmLck at exit",
             f.display()
         );
-        assert!(rep["totals"]["peak_live_bytes"].as_u64().unwrap() <= 4 << 20);
-        exercised += rep["totals"]["alloc_count"].as_u64().unwrap();
+        assert!(rep.totals.peak_live_bytes <= 4 << 20, "{:?}", rep.totals);
+        exercised += rep.totals.alloc_count;
     }
     assert!(
         exercised > 100,
@@ -157,9 +158,9 @@ print("pinned", sum(counts), me.pinguard_live_bytes())
     // Each thread keeps 3 of its 300: 4 CUDA threads keep 4 KiB each time (n % 4 == 0 at n = 0,
     // 100, 200), 4 NPU threads 4 KiB.
     assert!(r.stdout.contains("pinned 2400 98304"), "{}", r.stdout);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["alloc_count"], 2400);
-    assert_eq!(rep["totals"]["release_count"], 2400 - 24);
-    assert_eq!(rep["totals"]["live_bytes"], 98304);
-    assert_eq!(rep["totals"]["live_count"], 24);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.alloc_count, 2400);
+    assert_eq!(rep.totals.release_count, 2400 - 24);
+    assert_eq!(rep.totals.live_bytes, 98304);
+    assert_eq!(rep.totals.live_count, 24);
 }

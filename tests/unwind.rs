@@ -3,7 +3,7 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::Callsite;
 use std::path::PathBuf;
 
 /// The unwind test program and its two plugins, all built with -fomit-frame-pointer at -O2, and
@@ -12,32 +12,29 @@ fn build() -> PathBuf {
     fixture_set("unwind").to_path_buf()
 }
 
-fn symbols(cs: &Value) -> Vec<String> {
-    cs["frames"]
-        .as_array()
-        .unwrap()
+fn symbols(cs: &Callsite) -> Vec<String> {
+    cs.frames
         .iter()
-        .map(|f| f["symbol"].as_str().unwrap_or("?").to_string())
+        .map(|f| f.symbol.as_deref().unwrap_or("?").to_string())
         .collect()
 }
 
+/// The symbol of a callsite's innermost frame (`None`: no frame, or no symbol).
+fn first_symbol(cs: &Callsite) -> Option<&str> {
+    cs.frames.first().and_then(|f| f.symbol.as_deref())
+}
+
 /// The callsite whose innermost frame is `first`.
-fn site<'a>(report: &'a Value, first: &str) -> &'a Value {
-    report["callsites"]
-        .as_array()
-        .unwrap()
+fn site<'a>(report: &'a Report, first: &str) -> &'a Callsite {
+    report
+        .callsites
         .iter()
-        .find(|c| c["frames"][0]["symbol"] == first)
-        .unwrap_or_else(|| {
-            panic!(
-                "no callsite starting at {first}: {}",
-                serde_json::to_string_pretty(&report["callsites"]).unwrap()
-            )
-        })
+        .find(|c| first_symbol(c) == Some(first))
+        .unwrap_or_else(|| panic!("no callsite starting at {first}: {:#?}", report.callsites))
 }
 
 /// `names` appear in this order as consecutive frames from the innermost one.
-fn assert_prefix(cs: &Value, names: &[&str]) {
+fn assert_prefix(cs: &Callsite, names: &[&str]) {
     let got = symbols(cs);
     assert!(
         got.len() >= names.len() && got.iter().zip(names).all(|(g, n)| g == n),
@@ -55,8 +52,8 @@ fn every_frame_through_code_without_frame_pointers() {
             &[("PINGUARD_DEPTH", "32")],
         );
         assert!(r.success(), "{}", r.stderr);
-        let rep = r.report();
-        assert_eq!(rep["totals"]["peak_live_bytes"], 4096);
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.peak_live_bytes, 4096);
         assert_prefix(
             site(&rep, "level_c"),
             &["level_c", "level_b", "level_a", "main"],
@@ -85,16 +82,15 @@ fn callers_taking_turns_keep_their_own_callsites() {
             &[("PINGUARD_DEPTH", "32")],
         );
         assert!(r.success(), "{}", r.stderr);
-        let rep = r.report();
-        let sites: Vec<&Value> = rep["callsites"]
-            .as_array()
-            .unwrap()
+        let rep = r.typed_report();
+        let sites: Vec<&Callsite> = rep
+            .callsites
             .iter()
-            .filter(|c| c["frames"][0]["symbol"] == "turn_leaf")
+            .filter(|c| first_symbol(c) == Some("turn_leaf"))
             .collect();
         let mut by_caller: Vec<(String, u64)> = sites
             .iter()
-            .map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap()))
+            .map(|c| (symbols(c)[1].clone(), c.alloc_count))
             .collect();
         by_caller.sort();
         assert_eq!(
@@ -125,16 +121,15 @@ fn threads_on_an_ended_threads_stack_keep_their_own_callsites() {
             &[("PINGUARD_DEPTH", "32")],
         );
         assert!(r.success(), "{}", r.stderr);
-        let rep = r.report();
-        let sites: Vec<&Value> = rep["callsites"]
-            .as_array()
-            .unwrap()
+        let rep = r.typed_report();
+        let sites: Vec<&Callsite> = rep
+            .callsites
             .iter()
-            .filter(|c| c["frames"][0]["symbol"] == "turn_leaf")
+            .filter(|c| first_symbol(c) == Some("turn_leaf"))
             .collect();
         let mut by_caller: Vec<(String, u64)> = sites
             .iter()
-            .map(|c| (symbols(c)[1].clone(), c["alloc_count"].as_u64().unwrap()))
+            .map(|c| (symbols(c)[1].clone(), c.alloc_count))
             .collect();
         by_caller.sort();
         assert_eq!(
@@ -161,7 +156,7 @@ fn objects_opened_and_closed_after_start_up() {
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     // While plugin a is loaded: its frames, then the program's.
-    let first = read_json(&snap);
+    let first = read_report(&snap);
     assert_prefix(
         site(&first, "plug_a_inner"),
         &[
@@ -174,7 +169,7 @@ fn objects_opened_and_closed_after_start_up() {
     );
     // Plugin b, opened after a was closed (and usually mapped where a was): its own frames, so
     // no stale table of a was used for it.
-    let last = r.report();
+    let last = r.typed_report();
     assert_prefix(
         site(&last, "plug_b_inner"),
         &[
@@ -196,18 +191,8 @@ fn objects_opened_and_closed_after_start_up() {
             "main",
         ],
     );
-    assert_eq!(
-        last["totals"]["alloc_count"],
-        2,
-        "{}",
-        serde_json::to_string_pretty(&last["totals"]).unwrap()
-    );
-    let modules: Vec<&str> = last["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["path"].as_str().unwrap())
-        .collect();
+    assert_eq!(last.totals.alloc_count, 2, "{:#?}", last.totals);
+    let modules: Vec<&str> = last.modules.iter().map(|m| m.path.as_str()).collect();
     assert!(
         modules.iter().any(|m| m.ends_with("libplug_a.so"))
             && modules.iter().any(|m| m.ends_with("libplug_b.so")),
@@ -227,31 +212,28 @@ fn a_corrupt_stack_ends_the_walk_not_the_process() {
         assert!(r.success(), "status {:?}\n{}", r.out.status, r.stderr);
         let stats = r.stats();
         assert_eq!(stats["calls"], 4);
-        let rep = r.report();
-        assert_eq!(rep["totals"]["peak_live_bytes"], 3 * 16384 + 4096);
+        let rep = r.typed_report();
+        assert_eq!(rep.totals.peak_live_bytes, 3 * 16384 + 4096);
         // The three corrupt calls: whatever the walk found before it stopped, never main. On
         // x86-64 it finds the caller and the stub; on aarch64 framehop refuses a frame whose
         // caller's frame pointer points backwards, so it may stop before the caller.
-        let sites = rep["callsites"].as_array().unwrap();
-        let bad: Vec<&Value> = sites
+        let bad: Vec<&Callsite> = rep
+            .callsites
             .iter()
-            .filter(|c| c["frames"][0]["symbol"] != "level_c")
+            .filter(|c| first_symbol(c) != Some("level_c"))
             .collect();
         assert_eq!(
-            bad.iter()
-                .map(|c| c["alloc_count"].as_u64().unwrap())
-                .sum::<u64>(),
+            bad.iter().map(|c| c.alloc_count).sum::<u64>(),
             3,
-            "{}",
-            serde_json::to_string_pretty(&bad).unwrap()
+            "{bad:#?}"
         );
         for c in &bad {
             // Issue 34, item 4: the walk stops at the garbage return address, which is in no
             // object's code, rather than reporting it as a frame.
-            for f in c["frames"].as_array().unwrap() {
+            for f in &c.frames {
                 assert!(
-                    f["module"].is_string(),
-                    "a frame in no loaded object's code: {f}"
+                    f.module.is_some(),
+                    "a frame in no loaded object's code: {f:?}"
                 );
             }
             let got = symbols(c);
@@ -285,12 +267,12 @@ fn a_stack_address_where_a_return_address_belongs_ends_the_walk() {
             &[("PINGUARD_DEPTH", "32")],
         );
         assert!(r.success(), "{prog}: {}", r.stderr);
-        let rep = r.report();
+        let rep = r.typed_report();
         let cs = site(&rep, "corrupt_target");
-        for f in cs["frames"].as_array().unwrap() {
+        for f in &cs.frames {
             assert!(
-                f["module"].is_string(),
-                "{prog}: a frame in no loaded object's code: {f}"
+                f.module.is_some(),
+                "{prog}: a frame in no loaded object's code: {f:?}"
             );
         }
         // On aarch64 framehop may refuse the stub's frame itself (as in the corrupt walks above).
@@ -320,31 +302,28 @@ fn code_outside_every_object_is_a_frame_and_its_callers_follow() {
             &[("PINGUARD_DEPTH", "32")],
         );
         assert!(r.success(), "{prog}: {}", r.stderr);
-        let rep = r.report();
+        let rep = r.typed_report();
         for (caller, size) in [("jit_a", 4096), ("jit_b", 8192)] {
-            let cs = rep["callsites"]
-                .as_array()
-                .unwrap()
+            let cs = rep
+                .callsites
                 .iter()
-                .find(|c| {
-                    c["frames"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|f| f["symbol"] == caller)
-                })
-                .unwrap_or_else(|| panic!("{prog}: no callsite through {caller}: {rep:#}"));
-            let frames = cs["frames"].as_array().unwrap();
+                .find(|c| c.frames.iter().any(|f| f.symbol.as_deref() == Some(caller)))
+                .unwrap_or_else(|| panic!("{prog}: no callsite through {caller}: {rep:#?}"));
+            let frames = &cs.frames;
             assert!(
-                frames[0]["module"].is_null(),
-                "{prog}: the JIT frame first: {cs:#}"
+                frames.first().is_some_and(|f| f.module.is_none()),
+                "{prog}: the JIT frame first: {cs:#?}"
             );
-            assert_eq!(frames[1]["symbol"], caller, "{prog}: {cs:#}");
+            assert_eq!(
+                frames.get(1).and_then(|f| f.symbol.as_deref()),
+                Some(caller),
+                "{prog}: {cs:#?}"
+            );
             assert!(
-                frames.iter().any(|f| f["symbol"] == "main"),
-                "{prog}: the walk goes on to main: {cs:#}"
+                frames.iter().any(|f| f.symbol.as_deref() == Some("main")),
+                "{prog}: the walk goes on to main: {cs:#?}"
             );
-            assert_eq!(cs["live_bytes"], size, "{prog}: {cs:#}");
+            assert_eq!(cs.live_bytes, size, "{prog}: {cs:#?}");
         }
     }
 }
@@ -366,7 +345,7 @@ fn a_walk_through_a_broken_frame_does_not_cut_later_walks_short() {
             &[("PINGUARD_DEPTH", "32")],
         );
         assert!(r.success(), "{prog}: {}", r.stderr);
-        let rep = r.report();
+        let rep = r.typed_report();
         let broken = symbols(site(&rep, "corrupt_target"));
         assert!(
             broken.starts_with(&["corrupt_target".to_string(), "garbage_fp_call".to_string()]),
@@ -398,8 +377,8 @@ fn an_object_opened_by_a_relative_path_is_named() {
         String::from_utf8_lossy(&out.stderr)
     );
     // The loader knows it as "./libplug_a.so"; the report names the file and its functions.
-    let cs = site(&read_json(&snap), "plug_a_inner").clone();
-    let module = cs["frames"][0]["module"].as_str().unwrap();
+    let cs = site(&read_report(&snap), "plug_a_inner").clone();
+    let module = cs.frames[0].module.as_deref().unwrap();
     assert!(
         module.starts_with('/') && module.ends_with("/libplug_a.so"),
         "{module}"
