@@ -7,7 +7,7 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::{Cgroup, Limit, Totals};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -105,8 +105,11 @@ fn v1_ok() -> bool {
     ok
 }
 
-fn events(rep: &Value) -> &Vec<Value> {
-    rep["events"].as_array().unwrap()
+/// The report's cgroup section, or a panic showing the report.
+fn cgroup(rep: &Report) -> &Cgroup {
+    rep.cgroup
+        .as_ref()
+        .unwrap_or_else(|| panic!("no cgroup section: {rep:?}"))
 }
 
 /// Eight threads race 64 KiB pins towards the floor: the group's own highest usage stays above
@@ -144,33 +147,24 @@ fn threads_racing_to_the_floor_stop_at_it() {
     );
     assert_eq!(s["refused"], 8, "each thread ends with one refusal: {s}");
     assert_eq!(s["rc"], 2, "the runtime's own out-of-memory code");
-    let rep = r.report();
-    assert_eq!(rep["totals"]["cgroup_reserve_count"], 8);
-    assert_eq!(rep["totals"]["denied_count"], 8);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.cgroup_reserve_count, 8);
+    assert_eq!(rep.totals.denied_count, 8);
     assert!(
-        events(&rep)
+        rep.events
             .iter()
-            .all(|e| e["reason"] == "cgroup_reserve"
-                && e["cgroup_headroom_bytes"].as_u64().is_some()),
-        "{}",
-        rep["events"]
+            .all(|e| e.reason == Some(Limit::CgroupReserve) && e.cgroup_headroom_bytes.is_some()),
+        "{:?}",
+        rep.events
     );
-    let c = &rep["cgroup"];
-    assert_eq!(
-        (c["reserve_bytes"].as_u64(), c["limit_bytes"].as_u64()),
-        (Some(reserve), Some(limit)),
-        "{c}"
-    );
+    let c = cgroup(&rep);
+    assert_eq!((c.reserve_bytes, c.limit_bytes), (reserve, limit), "{c:?}");
     assert!(
-        c["path"].as_str().unwrap().ends_with("pinguard-cres-")
-            || c["path"].as_str().unwrap().contains("-race"),
-        "{c}"
+        c.path.ends_with("pinguard-cres-") || c.path.contains("-race"),
+        "{c:?}"
     );
-    assert!(
-        c["lowest_headroom_bytes"].as_u64().unwrap() < reserve + MIB,
-        "{c}"
-    );
-    assert_eq!(rep["config"]["cgroup_reserve_bytes"], reserve);
+    assert!(c.lowest_headroom_bytes < reserve + MIB, "{c:?}");
+    assert_eq!(rep.config.cgroup_reserve_bytes, Some(reserve));
 }
 
 /// Each policy answers a call over the cgroup reserve as over a budget: error with each family's
@@ -212,11 +206,11 @@ fn each_policy_answers_a_call_over_the_reserve() {
         r.stdout,
         r.stderr
     );
-    let rep = r.report();
+    let rep = r.typed_report();
     assert_eq!(
-        rep["totals"]["cgroup_reserve_count"], 3,
-        "{}\n{}\n{:#}",
-        r.stdout, r.stderr, rep["events"]
+        rep.totals.cgroup_reserve_count, 3,
+        "{}\n{}\n{:#?}",
+        r.stdout, r.stderr, rep.events
     );
     assert!(
         r.stderr.contains("3 stopped by the cgroup reserve of"),
@@ -262,15 +256,12 @@ fn each_policy_answers_a_call_over_the_reserve() {
         ],
     );
     assert_eq!(r.rcs(), vec![0, 0, 0], "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
+    let rep = r.typed_report();
     assert_eq!(
-        (
-            rep["totals"]["downgraded_count"].as_u64(),
-            rep["totals"]["cgroup_reserve_count"].as_u64()
-        ),
-        (Some(1), Some(1))
+        (rep.totals.downgraded_count, rep.totals.cgroup_reserve_count),
+        (1, 1)
     );
-    assert_eq!(events(&rep)[0]["reason"], "cgroup_reserve");
+    assert_eq!(rep.events[0].reason, Some(Limit::CgroupReserve));
 
     let r = g.run(
         "cres-warn",
@@ -320,9 +311,9 @@ fn a_parents_limit_is_kept_and_a_percentage_is_of_it() {
         "32 MiB of headroom kept in a 64 MiB parent: {}",
         r.stdout
     );
-    let rep = r.report();
-    assert_eq!(rep["config"]["cgroup_reserve_bytes"], 32 * MIB);
-    assert_eq!(rep["cgroup"]["limit_bytes"], 64 * MIB);
+    let rep = r.typed_report();
+    assert_eq!(rep.config.cgroup_reserve_bytes, Some(32 * MIB));
+    assert_eq!(cgroup(&rep).limit_bytes, 64 * MIB);
     assert!(parent.figure("memory.max_usage_in_bytes") <= 32 * MIB + MIB);
     drop(child);
 }
@@ -353,9 +344,9 @@ fn a_path_without_a_limit_turns_the_reserve_off_with_one_line() {
         "{}",
         lines[0]
     );
-    let rep = r.report();
-    assert_eq!(rep["config"]["cgroup_reserve_bytes"], Value::Null);
-    assert_eq!(rep["config"]["errors"].as_array().unwrap().len(), 1);
+    let rep = r.typed_report();
+    assert_eq!(rep.config.cgroup_reserve_bytes, None);
+    assert_eq!(rep.config.errors.len(), 1);
     // A percentage without a limit: the same fallback, named by the parser.
     let r = g.run(
         "cres-nolimit-pct",
@@ -365,9 +356,7 @@ fn a_path_without_a_limit_turns_the_reserve_off_with_one_line() {
     );
     assert_eq!(r.rcs(), vec![0]);
     assert!(
-        r.report()["config"]["errors"][0]
-            .as_str()
-            .unwrap()
+        r.typed_report().config.errors[0]
             .contains("no cgroup memory limit to take a percentage of"),
         "{}",
         r.stderr
@@ -408,7 +397,7 @@ fn a_process_moved_to_another_group_is_held_to_its_new_limit() {
     // In the tight group only what it pins there counts (v1 leaves pages charged where they
     // were): 16 MiB of headroom above the reserve takes one more 8 MiB, not two.
     assert_eq!(r.rcs(), vec![0, 0, 0, 2], "{}\n{}", r.stdout, r.stderr);
-    assert_eq!(r.report()["totals"]["cgroup_reserve_count"], 1);
+    assert_eq!(r.typed_report().totals.cgroup_reserve_count, 1);
 }
 
 /// cgroup v2, from stand-in files bind-mounted over this process's own `/proc/<pid>/cgroup` and
@@ -471,10 +460,11 @@ fn stand_in_v2_files_give_the_pods_headroom() {
         r.stdout,
         r.stderr
     );
-    let rep = r.report();
-    assert_eq!(rep["cgroup"]["limit_bytes"], 256 * MIB);
-    assert_eq!(rep["cgroup"]["headroom_bytes"], 64 * MIB);
-    assert_eq!(rep["cgroup"]["path"], "/pod/ctr");
+    let rep = r.typed_report();
+    let c = cgroup(&rep);
+    assert_eq!(c.limit_bytes, 256 * MIB);
+    assert_eq!(c.headroom_bytes, 64 * MIB);
+    assert_eq!(c.path, "/pod/ctr");
     for p in reports_in(&dir) {
         std::fs::remove_file(p).unwrap();
     }
@@ -726,63 +716,60 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
         eprintln!("{policy}: the cgroup's highest usage {max} bytes, floor at {floor}");
         assert!(max <= floor + size + 2 * MIB, "{policy}: the members took the cgroup to {} MiB, past the floor at {} MiB by more than one call", max / MIB, floor / MIB);
         assert!(max + 2 * size > floor, "{policy}: the members stopped far above the floor ({} MiB of {}): the test proves nothing", max / MIB, floor / MIB);
-        let reps: Vec<Value> = reports_in(&runs[0].report_dir)
+        let reps: Vec<Report> = reports_in(&runs[0].report_dir)
             .iter()
-            .map(|p| read_json(p))
+            .map(|p| read_report(p))
             .collect();
         assert_eq!(reps.len(), 3);
-        let total = |k: &str| {
-            reps.iter()
-                .map(|r| r["totals"][k].as_u64().unwrap())
-                .sum::<u64>()
-        };
+        let total = |k: fn(&Totals) -> u64| reps.iter().map(|r| k(&r.totals)).sum::<u64>();
         if policy == "error" {
             assert_eq!(
                 sum(&runs, "refused"),
                 12,
                 "each thread ends with one refusal"
             );
-            assert_eq!(total("denied_count"), 12);
+            assert_eq!(total(|t| t.denied_count), 12);
             // A lock held past its bound on this loaded machine also refuses (its own count).
             assert_eq!(
-                total("cgroup_reserve_count") + total("group_unavailable_count"),
+                total(|t| t.cgroup_reserve_count) + total(|t| t.group_unavailable_count),
                 12
             );
         } else {
             assert_eq!(sum(&runs, "refused"), 0, "downgraded calls succeed");
             assert!(
-                total("downgraded_count") > 0,
+                total(|t| t.downgraded_count) > 0,
                 "calls past the floor got pageable memory"
             );
             // A lock held past its bound on this loaded machine also downgrades (its own count).
             let why = [
-                total("cgroup_reserve_count"),
-                total("group_unavailable_count"),
+                total(|t| t.cgroup_reserve_count),
+                total(|t| t.group_unavailable_count),
             ];
             assert_eq!(
                 why[0] + why[1],
-                total("downgraded_count"),
+                total(|t| t.downgraded_count),
                 "cgroup reserve, group unreachable: {why:?}"
             );
             assert!(why[0] > 0);
         }
         let stderr: Vec<&str> = runs.iter().map(|r| r.stderr.as_str()).collect();
         for rep in &reps {
-            let c = &rep["group"];
+            let c = rep.group.as_ref().expect("a group");
             assert_eq!(
-                c["cgroup_reserve_bytes"], reserve,
-                "{c}\n{}\n{stderr:?}",
-                rep["config"]
+                c.cgroup_reserve_bytes,
+                Some(reserve),
+                "{c:?}\n{:?}\n{stderr:?}",
+                rep.config
             );
             assert!(
-                c["cgroup_lowest_headroom_bytes"].as_u64().unwrap() < reserve + 2 * size,
-                "{c}"
+                c.cgroup_lowest_headroom_bytes.unwrap() < reserve + 2 * size,
+                "{c:?}"
             );
         }
         // `pinguard top --group` shows the cgroup's shared reserve and each member's stopped calls.
         assert_eq!(
             column(&top, "CGROUP-RESERVE").iter().sum::<u64>(),
-            total("cgroup_reserve_count"),
+            total(|t| t.cgroup_reserve_count),
             "{top}"
         );
         let head = top.lines().next().unwrap();
@@ -810,7 +797,7 @@ fn members_of_a_group_in_one_cgroup_stop_together_at_its_floor() {
             );
             assert_eq!(
                 metric(p, "pinguard_group_cgroup_reserve_stopped_calls"),
-                Some(total("cgroup_reserve_count")),
+                Some(total(|t| t.cgroup_reserve_count)),
                 "{p}"
             );
         }
@@ -1075,10 +1062,6 @@ fn a_member_killed_inside_a_call_does_not_hold_the_floor_raised() {
     // B's second call is refused by the reserve for B's own bytes (A, killed, wrote no report).
     let reps = reports_in(&dir);
     assert_eq!(reps.len(), 1, "{reps:?}");
-    let rep = read_json(&reps[0]);
-    assert_eq!(
-        rep["totals"]["cgroup_reserve_count"], 1,
-        "{}",
-        rep["totals"]
-    );
+    let rep = read_report(&reps[0]);
+    assert_eq!(rep.totals.cgroup_reserve_count, 1, "{:?}", rep.totals);
 }

@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::{EventKind, Limit};
 
 #[test]
 fn each_bad_variable_gets_one_line_and_a_fallback() {
@@ -47,20 +48,16 @@ fn each_bad_variable_gets_one_line_and_a_fallback() {
             lines[0]
         );
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
-        let rep = r.report();
-        let errors = rep["config"]["errors"].as_array().unwrap();
+        let rep = r.typed_report();
+        let errors = &rep.config.errors;
         assert_eq!(errors.len(), 1, "{var}: {errors:?}");
-        assert!(errors[0].as_str().unwrap().contains(var));
+        assert!(errors[0].contains(var));
         // The fallback is in force: the default policy, depth, hooks and no budget.
-        assert_eq!(
-            rep["config"]["budget_bytes"],
-            serde_json::Value::Null,
-            "{var}"
-        );
-        assert_eq!(rep["config"]["policy"], "error", "{var}");
-        assert_eq!(rep["config"]["depth"], 32, "{var}");
-        assert_eq!(rep["config"]["hooks"].as_array().unwrap().len(), 7, "{var}"); // every family, ibverbs and ascend-hal too
-        assert_eq!(rep["totals"]["live_bytes"], 8192, "{var}");
+        assert_eq!(rep.config.budget_bytes, None, "{var}");
+        assert_eq!(rep.config.policy, "error", "{var}");
+        assert_eq!(rep.config.depth, 32, "{var}");
+        assert_eq!(rep.config.hooks.len(), 7, "{var}"); // every family, ibverbs and ascend-hal too
+        assert_eq!(rep.totals.live_bytes, 8192, "{var}");
     }
 }
 
@@ -107,7 +104,7 @@ fn budget_forms() {
     ];
     for (value, bytes) in forms {
         let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", value)]);
-        assert_eq!(r.report()["config"]["budget_bytes"], bytes, "{value}");
+        assert_eq!(r.typed_report().config.budget_bytes, Some(bytes), "{value}");
         assert!(
             pinguard_lines(&r.stderr)
                 .iter()
@@ -135,12 +132,16 @@ fn budget_forms() {
         "{}",
         r.stderr
     );
-    assert_eq!(r.report()["config"]["host_reserve_bytes"], 1u64 << 20);
-    assert_eq!(r.report()["group"]["budget_bytes"], 8u64 << 30);
-    assert_eq!(r.report()["config"]["errors"].as_array().unwrap().len(), 0);
+    let rep = r.typed_report();
+    assert_eq!(rep.config.host_reserve_bytes, Some(1u64 << 20));
+    assert_eq!(
+        rep.group.as_ref().and_then(|g| g.budget_bytes),
+        Some(8u64 << 30)
+    );
+    assert_eq!(rep.config.errors.len(), 0);
     // A percentage of the memory limit (cgroup, else MemTotal) is some positive figure.
     let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_BUDGET", "50%")]);
-    assert!(r.report()["config"]["budget_bytes"].as_u64().unwrap() > 0);
+    assert!(r.typed_report().config.budget_bytes.unwrap() > 0);
 }
 
 #[test]
@@ -164,13 +165,8 @@ fn a_pinning_process_prints_each_bad_setting_once_when_it_first_pins() {
             .count();
         assert_eq!(n, 1, "{var}: want one line:\n{}", r.stderr);
     }
-    let rep = r.report();
-    let errors: Vec<&str> = rep["config"]["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
+    let rep = r.typed_report();
+    let errors = &rep.config.errors;
     assert_eq!(errors.len(), 2, "{errors:?}");
     assert!(
         errors.iter().any(|e| e.contains("PINGUARD_BUDGET"))
@@ -203,13 +199,11 @@ fn a_bad_budget_says_running_without_one_in_capitals() {
 }
 
 /// The event reasons of a report's refusals.
-fn refusal_reasons(rep: &serde_json::Value) -> Vec<String> {
-    rep["events"]
-        .as_array()
-        .unwrap()
+fn refusal_reasons(rep: &Report) -> Vec<Option<Limit>> {
+    rep.events
         .iter()
-        .filter(|e| e["kind"] == "denied")
-        .map(|e| e["reason"].as_str().unwrap_or("").to_string())
+        .filter(|e| e.kind == EventKind::Denied)
+        .map(|e| e.reason)
         .collect()
 }
 
@@ -259,14 +253,14 @@ fn strict_mode_fails_closed_on_a_setting_that_cannot_be_used() {
                 "{what}: {}",
                 r.stderr
             );
-            let rep = r.report();
-            assert_eq!(rep["totals"]["denied_count"], 3, "{what}");
-            assert_eq!(rep["totals"]["live_bytes"], 0, "{what}");
+            let rep = r.typed_report();
+            assert_eq!(rep.totals.denied_count, 3, "{what}");
+            assert_eq!(rep.totals.live_bytes, 0, "{what}");
             assert_eq!(
                 refusal_reasons(&rep),
-                vec!["config_error"; 3],
-                "{what}: {}",
-                rep["events"]
+                vec![Some(Limit::ConfigError); 3],
+                "{what}: {:?}",
+                rep.events
             );
         }
     }
@@ -313,7 +307,10 @@ fn strict_mode_from_the_node_file_fails_closed() {
         &[("PINGUARD_CONFIG", conf)],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 2, "{}", r.stderr);
-    assert_eq!(refusal_reasons(&r.report()), vec!["config_error"]);
+    assert_eq!(
+        refusal_reasons(&r.typed_report()),
+        vec![Some(Limit::ConfigError)]
+    );
     // The environment's good budget fixes it: the file's strict switch stays, nothing is refused.
     let r = run(
         "scenario",
@@ -411,7 +408,7 @@ fn a_directory_means_a_file_in_it_and_an_unwritable_report_goes_to_tmpdir() {
     assert!(r.success(), "{}", r.stderr);
     let fell = reports_in(&tmp);
     assert_eq!(fell.len(), 1, "{}", r.stderr);
-    assert_eq!(read_json(&fell[0])["totals"]["live_bytes"], 4096);
+    assert_eq!(read_report(&fell[0]).totals.live_bytes, 4096);
     let line = pinguard_lines(&r.stderr)
         .into_iter()
         .find(|l| l.contains("at exit"))

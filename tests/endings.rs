@@ -6,6 +6,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 use serde_json::Value;
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
@@ -255,7 +256,8 @@ impl Proc {
     }
 }
 
-/// `pinguard report --json DIR`, parsed, or what went wrong.
+/// `pinguard report --json DIR`, parsed, or what went wrong (JSON: the CLI's merged view, not a
+/// report).
 fn report_json(dir: &Path) -> Result<Value, String> {
     let o = pinguard_cli(&[OsStr::new("report"), OsStr::new("--json"), dir.as_os_str()]);
     let err = String::from_utf8_lossy(&o.stderr);
@@ -307,8 +309,10 @@ fn named_signal(line: &Value) -> Option<String> {
         return Some(s.to_string());
     }
     let path = line["path"].as_str()?;
-    let rep: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
-    rep["process"]["signal"].as_str().map(str::to_string)
+    Report::from_slice(&std::fs::read(path).ok()?)
+        .ok()?
+        .process
+        .signal
 }
 
 /// What `pinguard report` makes of a process that `sig` ended: it is there, `"killed"` (its
@@ -734,7 +738,7 @@ fn the_dispositions_a_program_finds_at_start_are_the_ones_it_inherited() {
             }
             let reps = reports_in(&dir);
             assert_eq!(reps.len(), 1, "{what} {env:?}: one exit report: {reps:?}");
-            assert_eq!(read_json(&reps[0])["reason"], "exit", "{what} {env:?}");
+            assert_eq!(read_report(&reps[0]).reason, Reason::Exit, "{what} {env:?}");
             std::fs::remove_file(&reps[0]).unwrap();
         }
     }
@@ -977,14 +981,14 @@ fn own_handler_ends_normally(
                 listing(dir)
             ));
         }
-        let rep = read_json(&files[0]);
-        if rep["reason"] != "exit"
-            || rep["totals"]["live_bytes"] != live_bytes
-            || rep["process"]["pid"] != end.pid
+        let rep = read_report(&files[0]);
+        if rep.reason != Reason::Exit
+            || rep.totals.live_bytes != live_bytes
+            || rep.process.pid != end.pid
         {
             return Err(format!(
-                "reason {} pid {} live_bytes {}, not exit/{}/{live_bytes}",
-                rep["reason"], rep["process"]["pid"], rep["totals"]["live_bytes"], end.pid
+                "reason {:?} pid {} live_bytes {}, not exit/{}/{live_bytes}",
+                rep.reason, rep.process.pid, rep.totals.live_bytes, end.pid
             ));
         }
         let states = state_files(dir);
@@ -1104,6 +1108,7 @@ fn a_process_killed_while_writing_a_report_is_read_whole() {
                 .filter(|n| n.ends_with(".json") && !n.starts_with('.'))
             {
                 let bytes = std::fs::read(dir.join(name)).unwrap();
+                // Whole JSON is the point here, whatever the file (a report or the run's record).
                 if let Err(e) = serde_json::from_slice::<Value>(&bytes) {
                     return Err(format!("{name} is not whole ({} bytes): {e}", bytes.len()));
                 }

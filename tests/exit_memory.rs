@@ -161,18 +161,16 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
     // The report itself names the library's functions, and lists the library with its build id.
     let files = reports_in(&dir);
     assert_eq!(files.len(), 1, "{}", with.stderr);
-    let rep = read_json(&files[0]);
-    let site = rep["callsites"]
-        .as_array()
-        .unwrap()
+    let rep = read_report(&files[0]);
+    let site = rep
+        .callsites
         .iter()
-        .find(|c| c["live_bytes"] == 65536)
+        .find(|c| c.live_bytes == 65536)
         .expect("the live callsite");
-    let symbols: Vec<&str> = site["frames"]
-        .as_array()
-        .unwrap()
+    let symbols: Vec<&str> = site
+        .frames
         .iter()
-        .filter_map(|f| f["symbol"].as_str())
+        .filter_map(|f| f.symbol.as_deref())
         .collect();
     for d in 0..=DEPTH {
         assert!(
@@ -180,12 +178,11 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
             "bulk_chain_{d} not among {symbols:?}"
         );
     }
-    let modules = rep["modules"].as_array().unwrap();
+    let modules = &rep.modules;
     assert!(
-        modules.iter().any(
-            |m| m["path"].as_str().unwrap().ends_with("/libbulk_debug.so")
-                && m["build_id"].is_string()
-        ),
+        modules
+            .iter()
+            .any(|m| m.path.ends_with("/libbulk_debug.so") && m.build_id.is_some()),
         "{modules:?}"
     );
 
@@ -207,6 +204,7 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
         )),
         "{text}"
     );
+    // `pinguard report --json` is the CLI's own output, not a report file.
     let json: serde_json::Value = serde_json::from_str(&cli_output(&[
         "report".as_ref(),
         "--json".as_ref(),
@@ -227,9 +225,9 @@ fn the_exit_report_names_a_large_librarys_frames_in_bounded_memory() {
     // A file on disk that is not the module the process loaded (another build id) names nothing
     // more than the report has.
     let mut other = rep.clone();
-    for m in other["modules"].as_array_mut().unwrap() {
-        if m["path"].as_str().unwrap().ends_with("/libbulk_debug.so") {
-            m["build_id"] = "00112233445566778899aabbccddeeff00112233".into();
+    for m in &mut other.modules {
+        if m.path.ends_with("/libbulk_debug.so") {
+            m.build_id = Some("00112233445566778899aabbccddeeff00112233".into());
         }
     }
     let moved = dir.join("other.json");

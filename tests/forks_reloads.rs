@@ -58,12 +58,12 @@ fn same(with: &Output, without: &Output) {
 }
 
 /// The preloaded run's reports: the program's own (its parent is this test), and its children's.
-fn reports(dir: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
-    let me = std::process::id() as u64;
+fn reports(dir: &Path) -> (Report, Vec<Report>) {
+    let me = std::process::id();
     let (mut parent, mut children) = (None, Vec::new());
     for p in reports_in(dir) {
-        let r = read_json(&p);
-        if r["process"]["ppid"].as_u64() == Some(me) {
+        let r = read_report(&p);
+        if r.process.ppid == me {
             parent = Some(r);
         } else {
             children.push(r);
@@ -80,8 +80,8 @@ fn a_runtime_reloaded_at_another_address_is_found_again() {
     let (r, _) = reports(&dir);
     // Six rounds, each a call of the plugin's and one through dlsym's pointers: every one seen,
     // including those past the four slots a family keeps for functions dlsym hands out.
-    assert_eq!(r["totals"]["alloc_count"], 12, "{}", r["totals"]);
-    assert_eq!(r["totals"]["release_count"], 12, "{}", r["totals"]);
+    assert_eq!(r.totals.alloc_count, 12, "{:?}", r.totals);
+    assert_eq!(r.totals.release_count, 12, "{:?}", r.totals);
 }
 
 #[test]
@@ -89,7 +89,7 @@ fn fork_from_a_signal_handler_that_interrupted_pinguard_never_waits() {
     let (with, without, dir) = both("fork_in_handler", &["1500"], &[], 60);
     same(&with, &without);
     let (r, children) = reports(&dir);
-    assert_eq!(r["totals"]["live_bytes"], 65536, "{}", r["totals"]);
+    assert_eq!(r.totals.live_bytes, 65536, "{:?}", r.totals);
     let count = |o: &Output, what: &str| {
         String::from_utf8_lossy(&o.stderr)
             .lines()
@@ -101,7 +101,7 @@ fn fork_from_a_signal_handler_that_interrupted_pinguard_never_waits() {
     // own lock, and only it.
     assert_eq!(children.len(), count(&with, "returned "), "{}", show(&with));
     for c in &children {
-        assert_eq!(c["totals"]["live_bytes"], 65536, "{}", c["totals"]);
+        assert_eq!(c.totals.live_bytes, 65536, "{:?}", c.totals);
     }
 }
 
@@ -112,17 +112,9 @@ fn children_made_without_atfork_handlers_get_state_of_their_own() {
     let text = String::from_utf8_lossy(&with.stdout);
     assert!(text.contains("VmLck 1024 kB"), "{text}");
     let (parent, children) = reports(&dir);
-    assert_eq!(
-        parent["totals"]["live_bytes"],
-        1 << 20,
-        "{}",
-        parent["totals"]
-    );
+    assert_eq!(parent.totals.live_bytes, 1 << 20, "{:?}", parent.totals);
     // Each child wrote its own report, with its own lock in it.
-    let own: Vec<_> = children
-        .iter()
-        .map(|c| c["totals"]["live_bytes"].clone())
-        .collect();
+    let own: Vec<_> = children.iter().map(|c| c.totals.live_bytes).collect();
     assert_eq!(own, [131072, 131072], "{children:?}");
 }
 
@@ -132,12 +124,7 @@ fn a_cuda_child_made_without_atfork_handlers_is_not_refused_for_its_parents_memo
     let (with, without, dir) = both("fork_no_handlers", &["cuda"], &env, 60);
     same(&with, &without);
     let (parent, _) = reports(&dir);
-    assert_eq!(
-        parent["totals"]["live_bytes"],
-        768 << 10,
-        "{}",
-        parent["totals"]
-    );
+    assert_eq!(parent.totals.live_bytes, 768 << 10, "{:?}", parent.totals);
 }
 
 #[test]
@@ -148,16 +135,11 @@ fn children_made_without_atfork_handlers_while_a_thread_is_inside_pinguard_never
     let (with, without, dir) = both("fork_no_handlers", &["threads"], &env, 120);
     same(&with, &without);
     let (parent, children) = reports(&dir);
-    assert_eq!(
-        parent["totals"]["live_bytes"],
-        768 << 10,
-        "{}",
-        parent["totals"]
-    );
+    assert_eq!(parent.totals.live_bytes, 768 << 10, "{:?}", parent.totals);
     // Most children find the thread's locked-page view held (across the kernel's call) and
     // forget it unread: they report their own allocation, and only it.
     assert!(!children.is_empty(), "{}", show(&with));
     for c in &children {
-        assert_eq!(c["totals"]["live_bytes"], 512 << 10, "{}", c["totals"]);
+        assert_eq!(c.totals.live_bytes, 512 << 10, "{:?}", c.totals);
     }
 }

@@ -91,11 +91,12 @@ fn eight_processes_of_four_threads_share_one_budget_exactly() {
     );
     let mut denied = 0;
     for p in reports_in(&dir) {
-        let r = read_json(&p);
-        assert_eq!(r["group"]["name"], g.0.as_str());
-        assert_eq!(r["group"]["budget_bytes"], budget);
-        assert!(r["group"]["peak_bytes"].as_i64().unwrap() <= budget);
-        denied += r["totals"]["denied_count"].as_i64().unwrap();
+        let r = read_report(&p);
+        let group = r.group.as_ref().expect("a group");
+        assert_eq!(group.name, g.0);
+        assert_eq!(group.budget_bytes, Some(budget as u64));
+        assert!(group.peak_bytes <= budget as u64);
+        denied += r.totals.denied_count as i64;
     }
     assert_eq!(denied, refused, "every refusal was the group budget's");
 }
@@ -192,7 +193,10 @@ fn the_last_member_to_leave_removes_the_ledger_and_the_next_job_sets_its_budget(
     let r = run("scenario", &["cuda_alloc:65536"], &e);
     assert_eq!(r.rc("cuda_alloc:65536"), 0, "{}", r.stderr);
     assert!(!r.stderr.contains("already has a budget"), "{}", r.stderr);
-    assert_eq!(r.report()["group"]["budget_bytes"], 102400);
+    assert_eq!(
+        r.typed_report().group.and_then(|g| g.budget_bytes),
+        Some(102400)
+    );
     assert!(g.gone());
 }
 
@@ -278,14 +282,10 @@ fn a_report_after_the_last_member_left_still_names_the_group() {
     assert!(g.gone(), "the only member removed the ledger: {}", r.stderr);
     waiting.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert!(waiting.wait().unwrap().success());
-    let rep = read_json(&dir.join("w.json"));
-    assert_eq!(rep["group"]["name"], g.0.as_str(), "{}", rep["group"]);
-    assert_eq!(
-        rep["group"]["budget_bytes"],
-        1024 * 1024,
-        "{}",
-        rep["group"]
-    );
+    let rep = read_report(&dir.join("w.json"));
+    let group = rep.group.as_ref().expect("a group");
+    assert_eq!(group.name, g.0, "{group:?}");
+    assert_eq!(group.budget_bytes, Some(1024 * 1024), "{group:?}");
 }
 
 /// Issue 46 item 5: a last member killed with SIGKILL leaves its ledger; the next joiner proves
@@ -311,7 +311,10 @@ fn a_killed_last_members_ledger_is_replaced_by_the_next_joiner() {
         "{}",
         r.stderr
     );
-    assert_eq!(r.report()["group"]["budget_bytes"], 200 * 1024);
+    assert_eq!(
+        r.typed_report().group.and_then(|g| g.budget_bytes),
+        Some(200 * 1024)
+    );
     assert!(g.gone());
 }
 
@@ -386,9 +389,9 @@ fn a_bad_ledger_is_refused_and_the_process_runs_on_its_own_budget() {
             "{what}: {}",
             lines[0]
         );
-        let rep = r.report();
-        assert!(rep.get("group").is_none());
-        assert_eq!(rep["config"]["budget_bytes"], 1 << 20);
+        let rep = r.typed_report();
+        assert!(rep.group.is_none());
+        assert_eq!(rep.config.budget_bytes, Some(1 << 20));
         assert_eq!(
             std::fs::read(g.path()).unwrap(),
             bytes,

@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 use std::process::Command;
 
 #[test]
@@ -142,12 +143,12 @@ fn the_c_api_works_from_c() {
         "{}",
         r.stdout
     );
-    let asked = read_json(&explicit);
-    assert_eq!(asked["reason"], "request");
-    assert_eq!(asked["totals"]["live_bytes"], 8192);
-    let at_exit = r.report();
-    assert_eq!(at_exit["reason"], "exit");
-    assert_eq!(at_exit["totals"]["live_bytes"], 0);
+    let asked = read_report(&explicit);
+    assert_eq!(asked.reason, Reason::Request);
+    assert_eq!(asked.totals.live_bytes, 8192);
+    let at_exit = r.typed_report();
+    assert_eq!(at_exit.reason, Reason::Exit);
+    assert_eq!(at_exit.totals.live_bytes, 0);
     // Without pinguard the weak symbols are NULL and the program says so.
     let out = Command::new(f.dir.join("capi")).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "no pinguard\n");
@@ -204,49 +205,39 @@ fn library_copy(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
 }
 
 /// What must not differ between one copy and several: the counts and each callsite's frames.
-fn counted(rep: &serde_json::Value) -> (Vec<serde_json::Value>, Vec<String>) {
-    let t = &rep["totals"];
+fn counted(rep: &Report) -> ([u64; 7], Vec<String>) {
+    let t = &rep.totals;
     let totals = [
-        "alloc_count",
-        "release_count",
-        "denied_count",
-        "downgraded_count",
-        "failed_count",
-        "live_bytes",
-        "peak_live_bytes",
-    ]
-    .iter()
-    .map(|k| t[*k].clone())
-    .collect();
-    let mut frames: Vec<String> = rep["callsites"]
-        .as_array()
-        .unwrap()
+        t.alloc_count,
+        t.release_count,
+        t.denied_count,
+        t.downgraded_count,
+        t.failed_count,
+        t.live_bytes,
+        t.peak_live_bytes,
+    ];
+    let mut frames: Vec<String> = rep
+        .callsites
         .iter()
         .map(|c| {
-            let names: Vec<String> = c["frames"]
-                .as_array()
-                .unwrap()
+            let names: Vec<String> = c
+                .frames
                 .iter()
-                .map(|f| format!("{}!{}", f["module"], f["symbol"]))
+                .map(|f| format!("{:?}!{:?}", f.module, f.symbol))
                 .collect();
-            format!(
-                "{} {} {}",
-                c["alloc_count"],
-                c["denied_count"],
-                names.join(" < ")
-            )
+            format!("{} {} {}", c.alloc_count, c.denied_count, names.join(" < "))
         })
         .collect();
     frames.sort();
     (totals, frames)
 }
 
-fn assert_no_pinguard_frames(rep: &serde_json::Value) {
-    for c in rep["callsites"].as_array().unwrap() {
-        for f in c["frames"].as_array().unwrap() {
+fn assert_no_pinguard_frames(rep: &Report) {
+    for c in &rep.callsites {
+        for f in &c.frames {
             assert!(
-                !f["module"].as_str().unwrap_or("").contains("libpinguard"),
-                "pinguard's own frame named as a callsite: {c}"
+                !f.module.as_deref().unwrap_or("").contains("libpinguard"),
+                "pinguard's own frame named as a callsite: {c:?}"
             );
         }
     }
@@ -271,9 +262,9 @@ fn two_copies_preloaded_count_as_one() {
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         assert_eq!(r.rc("cuda_alloc:16384"), 2, "refused: {}", r.stdout);
     }
-    // `report()` asserts that there is exactly one report.
-    let (rep1, rep2) = (one.report(), two.report());
-    assert_eq!(rep2["totals"]["denied_count"], 1, "{rep2}");
+    // `typed_report()` asserts that there is exactly one report.
+    let (rep1, rep2) = (one.typed_report(), two.typed_report());
+    assert_eq!(rep2.totals.denied_count, 1, "{rep2:?}");
     assert_no_pinguard_frames(&rep2);
     assert_eq!(counted(&rep2), counted(&rep1));
     assert_eq!(
@@ -311,9 +302,9 @@ fn a_copy_dlopened_later_stands_down() {
     // Its C API answers with the copy in charge's figures.
     assert_eq!(field(line, "live"), 4096, "{line}");
     assert_eq!(r.rc("cuda_alloc:16384"), 2, "refused: {}", r.stdout);
-    let rep = r.report();
-    assert_eq!(rep["totals"]["denied_count"], 1, "{rep}");
-    assert_eq!(rep["totals"]["alloc_count"], 2, "{rep}");
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.denied_count, 1, "{rep:?}");
+    assert_eq!(rep.totals.alloc_count, 2, "{rep:?}");
     assert_no_pinguard_frames(&rep);
 }
 
@@ -400,7 +391,7 @@ fn a_node_preload_beside_a_run_preload_counts_as_one() {
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         assert_eq!(r.rc("cuda_alloc:16384"), 2, "refused: {}", r.stdout);
     }
-    let (rep1, rep2) = (one.report(), two.report());
+    let (rep1, rep2) = (one.typed_report(), two.typed_report());
     // A program started there maps the node's copy (`grep` saw it in its own mappings).
     let seen = std::fs::read_to_string(dir.join("node-loaded")).unwrap_or_default();
     assert!(
@@ -408,7 +399,7 @@ fn a_node_preload_beside_a_run_preload_counts_as_one() {
         "the node's copy was not loaded: {seen:?}\n{}",
         two.stderr
     );
-    assert_eq!(rep2["totals"]["denied_count"], 1, "{rep2}");
+    assert_eq!(rep2.totals.denied_count, 1, "{rep2:?}");
     assert_no_pinguard_frames(&rep2);
     assert_eq!(counted(&rep2), counted(&rep1));
 }

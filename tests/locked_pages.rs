@@ -157,11 +157,12 @@ fn the_sequence_fixture_runs_clean_without_pinguard() {
 fn reports_show_the_locked_bytes_the_kernel_shows() {
     for seed in 21..=23 {
         let (r, _) = sequence(seed, 200, "all", &[]);
-        let rep = r.report();
+        let rep = r.typed_report();
         assert_eq!(
-            rep["totals"]["live_bytes"], rep["kernel"]["vm_lck_bytes"],
-            "seed {seed}: {}",
-            rep["totals"]
+            Some(rep.totals.live_bytes),
+            rep.kernel.vm_lck_bytes,
+            "seed {seed}: {:?}",
+            rep.totals
         );
     }
 }
@@ -330,13 +331,14 @@ fn lock_calls_nested_in_pinguard_pass_through_and_are_counted() {
     );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1, "{reports:?}");
-    let rep = read_json(&reports[0]);
+    let rep = read_report(&reports[0]);
     // The handler alternates mlock and munlock: 50 pinning calls nested in pinguard's mlock.
-    assert_eq!(rep["totals"]["untracked_count"], 50, "{}", rep["totals"]);
+    assert_eq!(rep.totals.untracked_count, 50, "{:?}", rep.totals);
     assert_eq!(
-        rep["apis"]["mlock"]["alloc_count"], 100,
-        "the main thread's own calls are tracked: {}",
-        rep["apis"]
+        api_stats(&rep, "mlock").alloc_count,
+        100,
+        "the main thread's own calls are tracked: {:?}",
+        rep.apis
     );
 }
 

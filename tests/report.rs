@@ -3,18 +3,23 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::{Callsite, EventKind, Reason};
 use std::os::unix::fs::PermissionsExt;
 
-fn top_symbol(cs: &Value) -> String {
-    cs["frames"][0]["symbol"].as_str().unwrap_or("").to_string()
+fn top_symbol(cs: &Callsite) -> String {
+    cs.frames
+        .first()
+        .and_then(|f| f.symbol.clone())
+        .unwrap_or_default()
 }
 
 #[test]
 fn workload_report_has_every_key_and_names_the_callers() {
     let r = run("workload", &[], &[("PINGUARD_BUDGET", "3M")]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
+    // The key set is the contract: checked in the file's own JSON, where an absent key shows
+    // (the types would fill a defaulted field in).
+    let raw = r.report();
     for key in [
         "schema",
         "reason",
@@ -29,10 +34,8 @@ fn workload_report_has_every_key_and_names_the_callers() {
         "events",
         "timeline",
     ] {
-        assert!(rep.get(key).is_some(), "missing {key}");
+        assert!(raw.get(key).is_some(), "missing {key}");
     }
-    assert_eq!(rep["schema"], "pinguard.report.v1");
-    assert_eq!(rep["reason"], "exit");
     for key in [
         "pid",
         "ppid",
@@ -42,14 +45,10 @@ fn workload_report_has_every_key_and_names_the_callers() {
         "start_unix_ms",
         "write_unix_ms",
     ] {
-        assert!(rep["process"].get(key).is_some(), "missing process.{key}");
+        assert!(raw["process"].get(key).is_some(), "missing process.{key}");
     }
-    assert!(rep["process"]["exe"]
-        .as_str()
-        .unwrap()
-        .ends_with("/workload"));
     for key in ["budget_bytes", "policy", "depth", "hooks", "errors"] {
-        assert!(rep["config"].get(key).is_some(), "missing config.{key}");
+        assert!(raw["config"].get(key).is_some(), "missing config.{key}");
     }
     for key in [
         "live_bytes",
@@ -69,7 +68,7 @@ fn workload_report_has_every_key_and_names_the_callers() {
         "kernel_pinned_bytes",
     ] {
         assert!(
-            rep["totals"][key].is_u64(),
+            raw["totals"][key].is_u64(),
             "totals.{key} is not an integer"
         );
     }
@@ -79,41 +78,46 @@ fn workload_report_has_every_key_and_names_the_callers() {
         "rlimit_memlock_bytes",
         "smaps_walk_count",
     ] {
-        assert!(rep["kernel"].get(key).is_some(), "missing kernel.{key}");
+        assert!(raw["kernel"].get(key).is_some(), "missing kernel.{key}");
     }
+    // Addresses are hex strings in the file.
+    for c in raw["callsites"].as_array().unwrap() {
+        for fr in c["frames"].as_array().unwrap() {
+            assert!(fr["addr"].as_str().unwrap().starts_with("0x"), "{c}");
+        }
+    }
+    let rep = r.typed_report();
+    assert_eq!(rep.schema, "pinguard.report.v1");
+    assert_eq!(rep.reason, Reason::Exit);
+    assert!(rep.process.exe.ends_with("/workload"), "{:?}", rep.process);
 
     // The workload keeps 2 MiB of weights, 512 KiB + 256 KiB on the NPU side and 64 KiB locked;
     // its 4 MiB request is refused.
-    let t = &rep["totals"];
+    let t = &rep.totals;
     let kib = 1024;
-    assert_eq!(
-        t["live_bytes"],
-        2048 * kib + 512 * kib + 256 * kib + 64 * kib
-    );
-    assert_eq!(t["live_count"], 5);
-    assert_eq!(t["alloc_count"], 2 + 100 + 2 + 1);
-    assert_eq!(t["release_count"], 100);
-    assert_eq!(t["denied_count"], 1);
-    assert_eq!(t["denied_bytes"], 4096 * kib);
-    assert_eq!(rep["apis"]["cudaMallocHost"]["alloc_count"], 100);
-    assert_eq!(rep["apis"]["cudaMallocHost"]["live_bytes"], 0);
+    assert_eq!(t.live_bytes, 2048 * kib + 512 * kib + 256 * kib + 64 * kib);
+    assert_eq!(t.live_count, 5);
+    assert_eq!(t.alloc_count, 2 + 100 + 2 + 1);
+    assert_eq!(t.release_count, 100);
+    assert_eq!(t.denied_count, 1);
+    assert_eq!(t.denied_bytes, 4096 * kib);
+    assert_eq!(api_stats(&rep, "cudaMallocHost").alloc_count, 100);
+    assert_eq!(api_stats(&rep, "cudaMallocHost").live_bytes, 0);
 
     // Callsites: sorted by live bytes, first frame in the caller, no pinguard frame anywhere.
-    let cs = rep["callsites"].as_array().unwrap();
-    let live: Vec<u64> = cs
-        .iter()
-        .map(|c| c["live_bytes"].as_u64().unwrap())
-        .collect();
+    let cs = &rep.callsites;
+    let live: Vec<u64> = cs.iter().map(|c| c.live_bytes).collect();
     assert!(live.windows(2).all(|w| w[0] >= w[1]), "{live:?}");
     assert_eq!(top_symbol(&cs[0]), "load_model_weights");
-    assert_eq!(cs[0]["live_bytes"], 2048 * kib);
-    assert_eq!(cs[0]["live_count"], 2);
-    assert_eq!(cs[0]["apis"], serde_json::json!(["cudaHostAlloc"]));
-    assert!(cs[0]["frames"][0]["file"]
-        .as_str()
+    assert_eq!(cs[0].live_bytes, 2048 * kib);
+    assert_eq!(cs[0].live_count, 2);
+    assert_eq!(cs[0].apis, ["cudaHostAlloc"]);
+    assert!(cs[0].frames[0]
+        .file
+        .as_deref()
         .unwrap()
         .ends_with("workload.c"));
-    assert!(cs[0]["frames"][0]["line"].as_u64().unwrap() > 0);
+    assert!(cs[0].frames[0].line.unwrap() > 0);
     let names: Vec<String> = cs.iter().map(top_symbol).collect();
     for f in [
         "pin_batches",
@@ -127,41 +131,37 @@ fn workload_report_has_every_key_and_names_the_callers() {
         );
     }
     let batches = cs.iter().find(|c| top_symbol(c) == "pin_batches").unwrap();
-    assert_eq!(batches["peak_live_bytes"], 256 * kib);
-    assert_eq!(batches["alloc_count"], 100);
+    assert_eq!(batches.peak_live_bytes, 256 * kib);
+    assert_eq!(batches.alloc_count, 100);
     for c in cs {
-        for fr in c["frames"].as_array().unwrap() {
+        for fr in &c.frames {
             assert!(
-                !fr["module"].as_str().unwrap_or("").contains("libpinguard"),
-                "pinguard frame in {c}"
+                !fr.module.as_deref().unwrap_or("").contains("libpinguard"),
+                "pinguard frame in {c:?}"
             );
-            assert!(fr["addr"].as_str().unwrap().starts_with("0x"));
         }
     }
-    let modules = rep["modules"].as_array().unwrap();
-    assert!(modules
+    assert!(rep
+        .modules
         .iter()
-        .any(|m| m["path"].as_str().unwrap().ends_with("/workload") && m["build_id"].is_string()));
+        .any(|m| m.path.ends_with("/workload") && m.build_id.is_some()));
 
     // The refusal is an event pointing at grow_kv_cache's callsite.
-    let ev = &rep["events"][0];
-    assert_eq!(ev["kind"], "denied");
-    assert_eq!(ev["api"], "cudaHostAlloc");
-    let site = cs.iter().find(|c| c["id"] == ev["callsite"]).unwrap();
+    let ev = &rep.events[0];
+    assert_eq!(ev.kind, EventKind::Denied);
+    assert_eq!(ev.api, "cudaHostAlloc");
+    let site = cs.iter().find(|c| c.id == ev.callsite).unwrap();
     assert_eq!(top_symbol(site), "grow_kv_cache");
-    assert_eq!(site["denied_count"], 1);
+    assert_eq!(site.denied_count, 1);
 
     // Live allocations name their callsite, thread and API.
-    let live = rep["live"].as_array().unwrap();
+    let live = &rep.live;
     assert_eq!(live.len(), 5);
     assert!(live
         .iter()
-        .all(|l| l["tid"].as_u64().unwrap() > 0 && cs.iter().any(|c| c["id"] == l["callsite"])));
-    assert!(!rep["timeline"].as_array().unwrap().is_empty());
-    assert_eq!(
-        rep["timeline"].as_array().unwrap().last().unwrap()[1],
-        t["live_bytes"]
-    );
+        .all(|l| l.tid > 0 && cs.iter().any(|c| c.id == l.callsite)));
+    assert!(!rep.timeline.is_empty());
+    assert_eq!(rep.timeline.last().unwrap().1, t.live_bytes);
 
     // One summary line at exit.
     let summary: Vec<_> = pinguard_lines(&r.stderr)
@@ -211,7 +211,7 @@ fn report_files_are_private_atomic_and_never_written_through_a_symlink() {
     let pid: u32 = name["scenario-".len()..name.len() - "-%.json".len()]
         .parse()
         .unwrap();
-    assert_eq!(read_json(&files[0])["process"]["pid"], pid);
+    assert_eq!(read_report(&files[0]).process.pid, pid);
     let mode = std::fs::metadata(&files[0]).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     assert!(r0.stderr.contains(&files[0].display().to_string()));
@@ -227,7 +227,7 @@ fn report_files_are_private_atomic_and_never_written_through_a_symlink() {
         .unwrap()
         .file_type()
         .is_symlink());
-    assert_eq!(read_json(&fixed)["schema"], "pinguard.report.v1");
+    assert_eq!(read_report(&fixed).schema, "pinguard.report.v1");
 }
 
 #[test]
@@ -286,7 +286,7 @@ fn the_exit_line_counts_over_budget_calls_and_allocations_in_the_right_number() 
     assert!(r.success(), "{}", r.stderr);
     let s = summary(&r);
     assert!(s.contains("96.0 KiB pinned in 3 allocations at exit (peak 96.0 KiB, budget 16.0 KiB); 0 denied, 0 downgraded, 3 over budget; report: "), "{s}");
-    assert_eq!(r.report()["totals"]["over_budget_count"], 3);
+    assert_eq!(r.typed_report().totals.over_budget_count, 3);
     // One allocation is one allocation; no over-budget count where the policy cannot have any.
     let r = run(
         "scenario",
@@ -305,25 +305,22 @@ fn refused_bytes_per_callsite_outlast_the_dropped_events() {
     let r = run("refusals", &[&n.to_string()], &[("PINGUARD_BUDGET", "4K")]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains(&format!("refused={n}")), "{}", r.stdout);
-    let rep = r.report();
-    assert_eq!(rep["events_dropped"], n - 10_000);
-    let site = rep["callsites"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    assert_eq!(rep.events_dropped, n - 10_000);
+    let site = rep
+        .callsites
         .iter()
         .find(|c| top_symbol(c) == "ask")
-        .unwrap()
-        .clone();
-    assert_eq!(site["denied_count"], n);
-    assert_eq!(site["denied_bytes"], n * 8192);
-    assert_eq!(site["downgraded_bytes"], 0);
-    assert_eq!(rep["totals"]["denied_bytes"], n * 8192);
-    let kept: u64 = rep["events"]
-        .as_array()
-        .unwrap()
+        .unwrap();
+    assert_eq!(site.denied_count, n);
+    assert_eq!(site.denied_bytes, Some(n * 8192));
+    assert_eq!(site.downgraded_bytes, Some(0));
+    assert_eq!(rep.totals.denied_bytes, n * 8192);
+    let kept: u64 = rep
+        .events
         .iter()
-        .filter(|e| e["callsite"] == site["id"])
-        .map(|e| e["size"].as_u64().unwrap())
+        .filter(|e| e.callsite == site.id)
+        .map(|e| e.size)
         .sum();
     assert_eq!(
         kept,
@@ -342,17 +339,15 @@ fn downgraded_bytes_per_callsite_are_in_the_report() {
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("refused=0"), "{}", r.stdout);
-    let rep = r.report();
-    let site = rep["callsites"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    let site = rep
+        .callsites
         .iter()
         .find(|c| top_symbol(c) == "ask")
-        .unwrap()
-        .clone();
-    assert_eq!(site["downgraded_count"], 3);
-    assert_eq!(site["downgraded_bytes"], 3 * 8192);
-    assert_eq!(site["denied_bytes"], 0);
+        .unwrap();
+    assert_eq!(site.downgraded_count, 3);
+    assert_eq!(site.downgraded_bytes, Some(3 * 8192));
+    assert_eq!(site.denied_bytes, Some(0));
 }
 
 /// Each entry point has a timeline of its own (`timeline_apis`): a point at every timeline point
@@ -362,33 +357,30 @@ fn each_entry_point_has_its_own_timeline() {
     let r = run("api_steps", &[], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert!(r.stdout.contains("rc=0,0,0,0,0"), "{}", r.stdout);
-    let rep = r.report();
+    let rep = r.typed_report();
     let k = 1024u64;
     let series = |api: &str| -> Vec<(u64, u64)> {
-        let v = rep["timeline_apis"][api]
-            .as_array()
-            .unwrap_or_else(|| panic!("no timeline for {api}: {rep}"));
-        v.iter()
-            .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()))
-            .collect()
+        rep.timeline_apis
+            .get(api)
+            .unwrap_or_else(|| panic!("no timeline for {api}: {rep:?}"))
+            .clone()
     };
     let (host_alloc, malloc_host) = (series("cudaHostAlloc"), series("cudaMallocHost"));
     let values = |s: &[(u64, u64)]| s.iter().map(|p| p.1).collect::<Vec<_>>();
     // cudaHostAlloc's calls and the release of its first record, then its figure at exit.
-    assert_eq!(values(&host_alloc), [8 * k, 16 * k, 8 * k, 8 * k], "{rep}");
-    assert_eq!(values(&malloc_host), [16 * k, 0, 0], "{rep}");
-    assert_eq!(rep["timeline_apis"].as_object().unwrap().len(), 2, "{rep}");
+    assert_eq!(
+        values(&host_alloc),
+        [8 * k, 16 * k, 8 * k, 8 * k],
+        "{rep:?}"
+    );
+    assert_eq!(values(&malloc_host), [16 * k, 0, 0], "{rep:?}");
+    assert_eq!(rep.timeline_apis.len(), 2, "{rep:?}");
     // Every point is at a point of the process's timeline, whose figure is the entry points' sum.
-    let timeline: Vec<(u64, u64)> = rep["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_u64().unwrap(), p[1].as_u64().unwrap()))
-        .collect();
+    let timeline = &rep.timeline;
     assert_eq!(
         timeline.iter().map(|p| p.1).collect::<Vec<_>>(),
         [8 * k, 24 * k, 32 * k, 24 * k, 8 * k, 8 * k],
-        "{rep}"
+        "{rep:?}"
     );
     for s in [&host_alloc, &malloc_host] {
         assert!(
@@ -399,13 +391,11 @@ fn each_entry_point_has_its_own_timeline() {
     }
     assert_eq!(
         host_alloc.last().unwrap().1,
-        rep["apis"]["cudaHostAlloc"]["live_bytes"].as_u64().unwrap()
+        api_stats(&rep, "cudaHostAlloc").live_bytes
     );
     assert_eq!(
         malloc_host.last().unwrap().1,
-        rep["apis"]["cudaMallocHost"]["live_bytes"]
-            .as_u64()
-            .unwrap()
+        api_stats(&rep, "cudaMallocHost").live_bytes
     );
 }
 
@@ -427,14 +417,9 @@ fn the_timeline_keeps_each_ticks_highest_and_lowest() {
         &[],
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let rep = r.report();
-    let values: Vec<u64> = rep["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p[1].as_u64().unwrap())
-        .collect();
-    assert_eq!(rep["totals"]["peak_live_bytes"], 72 * k, "{rep}");
+    let rep = r.typed_report();
+    let values: Vec<u64> = rep.timeline.iter().map(|p| p.1).collect();
+    assert_eq!(rep.totals.peak_live_bytes, 72 * k, "{rep:?}");
     assert_eq!(values.iter().max(), Some(&(72 * k)), "{values:?}");
     assert_eq!(values.last(), Some(&(16 * k)), "{values:?}");
     // The dip between the frees and the last allocation.

@@ -6,6 +6,7 @@
 use crate::common;
 use common::*;
 use pinguard_common::group::{self as layout, Header};
+use pinguard_common::{EventKind, Limit};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -148,7 +149,12 @@ fn a_member_killed_while_creating_the_ledger_leaves_no_file() {
         &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
-    assert_eq!(r.report()["group"]["budget_bytes"], 1 << 20, "{}", r.stderr);
+    assert_eq!(
+        r.typed_report().group.and_then(|g| g.budget_bytes),
+        Some(1 << 20),
+        "{}",
+        r.stderr
+    );
     assert_eq!(
         g.files(),
         Vec::<String>::new(),
@@ -181,7 +187,12 @@ fn stale_temporary_ledgers_of_dead_creators_are_removed() {
         &[("PINGUARD_GROUP", &g.0), ("PINGUARD_GROUP_BUDGET", "1M")],
     );
     assert_eq!(r.rc("cuda_alloc:4096"), 0, "{}", r.stderr);
-    assert_eq!(r.report()["group"]["budget_bytes"], 1 << 20, "{}", r.stderr);
+    assert_eq!(
+        r.typed_report().group.and_then(|g| g.budget_bytes),
+        Some(1 << 20),
+        "{}",
+        r.stderr
+    );
     assert!(g.gone(), "the member, the last, removed the ledger it made");
     assert!(
         !std::path::Path::new(&stale).exists(),
@@ -335,7 +346,7 @@ fn a_request_whose_sum_overflows_leaves_the_group_counters_exact() {
             0,
             "{policy}: the rest of the budget is there"
         );
-        let used = read_json(&report)["group"]["used_bytes"].as_u64().unwrap();
+        let used = read_report(&report).group.expect("a group").used_bytes;
         match policy {
             "error" => {
                 assert_eq!(
@@ -400,7 +411,7 @@ fn a_ledger_other_users_can_write_is_refused() {
         "{}",
         lines[0]
     );
-    assert!(r.report().get("group").is_none());
+    assert!(r.typed_report().group.is_none());
 }
 
 #[test]
@@ -595,13 +606,16 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     let r = Run::from_output(o, dir.clone());
     assert_eq!(r.rc("cuda_alloc:4096"), 2, "{}", r.stderr);
     assert_eq!(
-        read_json(&newcomer)["events"][0]["reason"],
-        "group_unavailable",
+        read_report(&newcomer).events[0].reason,
+        Some(Limit::GroupUnavailable),
         "{}",
         r.stderr
     );
     // Other policies answer the same way, and say why.
-    for (policy, rc, kind) in [("downgrade", 0, "downgraded"), ("warn", 0, "over_budget")] {
+    for (policy, rc, kind) in [
+        ("downgrade", 0, EventKind::Downgraded),
+        ("warn", 0, EventKind::OverBudget),
+    ] {
         let mut cmd = program(&f.dir.join("scenario"), Some(f.lib.as_os_str()));
         env(&mut cmd);
         let report = dir.join(format!("{policy}.json"));
@@ -612,10 +626,10 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
         );
         let r = Run::from_output(o, dir.clone());
         assert_eq!(r.rc("cuda_alloc:4096"), rc, "{policy}: {}", r.stderr);
-        let e = &read_json(&report)["events"][0];
+        let e = &read_report(&report).events[0];
         assert_eq!(
-            (e["kind"].as_str(), e["reason"].as_str()),
-            (Some(kind), Some("group_unavailable")),
+            (e.kind, e.reason),
+            (kind, Some(Limit::GroupUnavailable)),
             "{policy}: {}",
             r.stderr
         );
@@ -706,21 +720,16 @@ fn a_member_stopped_holding_the_ledgers_lock_freezes_nobody() {
     );
 
     // What the refused calls got is in the report and the exit line; the metrics file is gone.
-    let report = read_json(&dir.join(format!("r.{pid}.json")));
-    let reasons: Vec<_> = report["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["kind"].as_str().unwrap(), e["reason"].as_str().unwrap()))
-        .collect();
+    let report = read_report(&dir.join(format!("r.{pid}.json")));
+    let reasons: Vec<_> = report.events.iter().map(|e| (e.kind, e.reason)).collect();
     assert_eq!(
         reasons,
-        vec![("denied", "group_unavailable"); 3],
-        "{}",
-        report["events"]
+        vec![(EventKind::Denied, Some(Limit::GroupUnavailable)); 3],
+        "{:?}",
+        report.events
     );
-    assert_eq!(report["totals"]["group_unavailable_count"], 3);
-    assert_eq!(report["totals"]["denied_count"], 3);
+    assert_eq!(report.totals.group_unavailable_count, 3);
+    assert_eq!(report.totals.denied_count, 3);
     assert!(!prom.exists(), "the metrics file went with its process");
     let exit = pinguard_lines(&stderr)
         .into_iter()

@@ -6,6 +6,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 use serde_json::Value;
 use std::path::Path;
 
@@ -302,9 +303,9 @@ fn exit_with_a_blocked_signal_that_has_a_handler_writes_one_complete_report() {
         assert!(!r.stderr.contains(FALSE_LINE), "{mode}: {}", r.stderr);
         let files = reports_in(&dir);
         assert_eq!(files.len(), 1, "{mode}: {files:?}\n{}", r.stderr);
-        let rep = read_json(&files[0]);
-        assert_eq!(rep["reason"], "exit", "{mode}");
-        assert_eq!(rep["totals"]["live_bytes"], 8192, "{mode}");
+        let rep = read_report(&files[0]);
+        assert_eq!(rep.reason, Reason::Exit, "{mode}");
+        assert_eq!(rep.totals.live_bytes, 8192, "{mode}");
         let summaries = pinguard_lines(&r.stderr)
             .into_iter()
             .filter(|l| l.contains("at exit"))
@@ -395,7 +396,7 @@ fn handlers_and_jumps_under_every_glibc_name_are_followed() {
                 r.stderr
             );
             assert_eq!(
-                read_json(&files[0])["totals"]["live_bytes"],
+                read_report(&files[0]).totals.live_bytes,
                 8192,
                 "{prog} {mode}"
             );
@@ -436,7 +437,7 @@ impl Drop for Group {
     }
 }
 
-fn only_report_is_the_parents(r: &Run, what: &str) -> Value {
+fn only_report_is_the_parents(r: &Run, what: &str) -> Report {
     let s = r.stats();
     let files = reports_in(&r.report_dir);
     assert_eq!(
@@ -445,9 +446,13 @@ fn only_report_is_the_parents(r: &Run, what: &str) -> Value {
         "{what}: only the parent's report\n{}",
         r.stderr
     );
-    let rep = read_json(&files[0]);
-    assert_eq!(rep["process"]["pid"], s["pid"], "{what}");
-    assert_eq!(rep["reason"], "exit", "{what}");
+    let rep = read_report(&files[0]);
+    assert_eq!(
+        Some(u64::from(rep.process.pid)),
+        s["pid"].as_u64(),
+        "{what}"
+    );
+    assert_eq!(rep.reason, Reason::Exit, "{what}");
     rep
 }
 
@@ -476,7 +481,7 @@ fn a_vfork_child_leaves_the_parents_report_alone() {
             "{mode}: {s}"
         );
         let rep = only_report_is_the_parents(&r, mode);
-        assert_eq!(rep["totals"]["live_bytes"], 3 << 20, "{mode}");
+        assert_eq!(rep.totals.live_bytes, 3 << 20, "{mode}");
         let summaries = pinguard_lines(&r.stderr)
             .into_iter()
             .filter(|l| l.contains("at exit"))
@@ -511,7 +516,7 @@ fn a_vfork_child_leaves_the_parents_group_share_alone() {
             r.stderr
         );
         let rep = only_report_is_the_parents(&r, mode);
-        assert_eq!(rep["totals"]["live_bytes"], 2 << 20, "{mode}");
+        assert_eq!(rep.totals.live_bytes, 2 << 20, "{mode}");
     }
 }
 
@@ -533,7 +538,7 @@ fn python_subprocess_of_a_missing_command_leaves_the_report_to_python() {
     );
     let r = run("/usr/bin/env", &["python3", "-c", &script], &[]);
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let pid: u64 = r
+    let pid: u32 = r
         .stdout
         .lines()
         .find_map(|l| l.strip_prefix("PID "))
@@ -548,9 +553,9 @@ fn python_subprocess_of_a_missing_command_leaves_the_report_to_python() {
         "only Python's own report\n{}",
         r.stderr
     );
-    let rep = read_json(&files[0]);
-    assert_eq!(rep["process"]["pid"], pid);
-    assert_eq!(rep["totals"]["live_bytes"], 8192);
+    let rep = read_report(&files[0]);
+    assert_eq!(rep.process.pid, pid);
+    assert_eq!(rep.totals.live_bytes, 8192);
     let summary = pinguard_lines(&r.stderr)
         .into_iter()
         .filter(|l| l.contains("at exit"))

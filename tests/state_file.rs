@@ -22,7 +22,7 @@ fn states_in(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     v
 }
 
-/// `pinguard report --json DIR`'s line for each process, by pid.
+/// `pinguard report --json DIR`'s line for each process, by pid (JSON: the CLI's output).
 fn per_process(dir: &std::path::Path) -> Vec<Value> {
     let out = pinguard_cli(&["report".as_ref(), "--json".as_ref(), dir.as_os_str()]);
     assert!(
@@ -146,8 +146,9 @@ fn a_running_process_reads_as_running_and_a_normal_exit_leaves_no_state() {
     );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1);
-    assert_eq!(read_json(&reports[0])["reason"], "exit");
-    assert_eq!(read_json(&reports[0])["totals"]["live_bytes"], 8192);
+    let rep = read_report(&reports[0]);
+    assert_eq!(rep.reason, pinguard_common::Reason::Exit);
+    assert_eq!(rep.totals.live_bytes, 8192);
 }
 
 #[test]
@@ -246,7 +247,7 @@ fn a_file_size_limit_below_the_state_never_costs_the_program_its_life() {
     );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1, "the parent's report: {stderr}");
-    assert_eq!(read_json(&reports[0])["totals"]["live_bytes"], 8192);
+    assert_eq!(read_report(&reports[0]).totals.live_bytes, 8192);
 }
 
 /// A corrupt state (a list that comes back on itself, a module based above its frames) is read

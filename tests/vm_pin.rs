@@ -10,7 +10,7 @@ use common::*;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-const MIB: i64 = 1 << 20;
+const MIB: u64 = 1 << 20;
 
 fn prog() -> String {
     static P: OnceLock<PathBuf> = OnceLock::new();
@@ -86,17 +86,14 @@ fn a_raw_io_uring_registration_is_kernel_pinned_and_counts_against_the_budget() 
         r.stdout,
         r.stderr
     );
-    let rep = r.report();
-    assert_eq!(rep["totals"]["kernel_pinned_bytes"], MIB, "{rep}");
-    assert_eq!(rep["kernel"]["vm_pin_bytes"], MIB);
-    assert_eq!(rep["totals"]["live_bytes"], 64 << 10);
-    assert_eq!(rep["totals"]["denied_count"], 1);
-    let callsites = rep["callsites"].as_array().unwrap();
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.kernel_pinned_bytes, MIB, "{rep:?}");
+    assert_eq!(rep.kernel.vm_pin_bytes, Some(MIB));
+    assert_eq!(rep.totals.live_bytes, 64 << 10);
+    assert_eq!(rep.totals.denied_count, 1);
     assert!(
-        callsites
-            .iter()
-            .all(|c| c["live_bytes"].as_i64() != Some(MIB)),
-        "no callsite holds the kernel's pins: {rep}"
+        rep.callsites.iter().all(|c| c.live_bytes != MIB),
+        "no callsite holds the kernel's pins: {rep:?}"
     );
     let exit = pinguard_lines(&r.stderr).join("\n");
     assert!(
@@ -126,9 +123,9 @@ fn kernel_pins_let_go_make_room_again() {
         r.stdout,
         r.stderr
     );
-    let rep = r.report();
-    assert_eq!(rep["totals"]["kernel_pinned_bytes"], 0, "{rep}");
-    assert_eq!(rep["totals"]["denied_count"], 0);
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.kernel_pinned_bytes, 0, "{rep:?}");
+    assert_eq!(rep.totals.denied_count, 0);
     assert!(
         !pinguard_lines(&r.stderr)
             .join("\n")
