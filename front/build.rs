@@ -180,7 +180,6 @@ pub fn build() {
         .arg(root.join("front/front.c"))
         .arg("-I")
         .arg(&out)
-        .arg("-ldl")
         .status();
     match status {
         Ok(s) if s.success() => {}

@@ -272,6 +272,8 @@ extern struct r_debug _r_debug __attribute__((weak));
  * 9,000 instructions (callgrind, /bin/true). */
 static const struct link_map *start_next AT_START;
 static unsigned start_count AT_START;
+/* This object's path as the loader holds it (what dladdr would answer). */
+static const char *self_path AT_START;
 
 static void note_objects_at_start(void) {
     int glibc = 0, past = 0;
@@ -281,7 +283,7 @@ static void note_objects_at_start(void) {
         if (past)
             start_count++;
         else if (l->l_ld == _DYNAMIC)
-            past = 1, start_next = l->l_next;
+            past = 1, start_next = l->l_next, self_path = l->l_name;
     }
     if (!glibc)
         foreign_libc = 1;
@@ -345,6 +347,29 @@ static void *next_of(unsigned i) {
 
 /* The C library's dlsym, found at its first use. */
 static dlsym_fn next_dlsym(void) { return (dlsym_fn)next_of(PG_DLSYM); }
+
+/* dlopen and dlerror are looked up when the library is loaded, not linked: before glibc 2.34
+ * they live in libdl.so.2, and a NEEDED libdl.so.2 (the glibc 2.17 release build had one) cost
+ * every process its load, pin or not (about 45 us per exec here). A process of such a glibc that
+ * has not loaded libdl gets it through its C library's own entry, `__libc_dlopen_mode`
+ * (GLIBC_PRIVATE up to 2.33; libdl's dlopen calls it too). */
+static void *loader_fn(const char *name) {
+    void *p = find_after_at_start(name, gnu_hash(name));
+    if (p)
+        return p;
+    typedef const struct link_map *(*own_open_fn)(const char *, int);
+    own_open_fn own = (own_open_fn)find_after_at_start("__libc_dlopen_mode",
+                                                       gnu_hash("__libc_dlopen_mode"));
+    const struct link_map *m = own ? own("libdl.so.2", RTLD_NOW) : 0;
+    struct tables t;
+    return m && tables_at(m->l_addr, m->l_ld, &t) ? (void *)lookup_in(&t, name) : 0;
+}
+
+/* dlsym for the stage's own use: the program's (next_of), else libdl's as above. */
+static dlsym_fn loader_dlsym(void) {
+    dlsym_fn f = next_dlsym();
+    return f ? f : (dlsym_fn)loader_fn("dlsym");
+}
 
 /* ---- Loading the core -------------------------------------------------------------------- */
 
@@ -412,7 +437,7 @@ static int load_core(void) {
     if (s != NONE)
         return s == LOADED;
     if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE) || foreign_libc || loading ||
-        maybe_in_handler() || !next_dlsym())
+        maybe_in_handler())
         return 0;
     loading = 1;
     int ok = load_on_own_stack();
@@ -444,46 +469,64 @@ static int full_copy_cb(struct dl_phdr_info *info, size_t size, void *data) {
     return 0;
 }
 
-static int load_core_now(void) {
-    Dl_info info;
-    char path[4096];
+/* The path of the library to load: a full copy already loaded, else libpinguard.so in this
+ * object's folder. 0 if it does not fit. */
+static int core_path(char *path, size_t size) {
     const char *loaded = 0;
     dl_iterate_phdr(full_copy_cb, &loaded);
     if (loaded) {
         size_t n = str_len(loaded);
-        if (n >= sizeof path)
+        if (n >= size)
             return 0;
         for (size_t k = 0; k <= n; k++)
             path[k] = loaded[k];
-    } else {
-        if (!dladdr((void *)load_core, &info) || !info.dli_fname)
-            return 0;
-        size_t n = str_len(info.dli_fname), dir = 0;
-        for (size_t k = 0; k < n; k++)
-            if (info.dli_fname[k] == '/')
-                dir = k + 1;
-        static const char core[] = "libpinguard.so";
-        if (n >= sizeof path || dir + sizeof core > sizeof path)
-            return 0;
-        for (size_t k = 0; k < dir; k++)
-            path[k] = info.dli_fname[k];
-        for (size_t k = 0; k < sizeof core; k++)
-            path[dir + k] = core[k];
+        return 1;
     }
-    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    if (!self_path)
+        return 0;
+    size_t n = str_len(self_path), dir = 0;
+    for (size_t k = 0; k < n; k++)
+        if (self_path[k] == '/')
+            dir = k + 1;
+    static const char core[] = "libpinguard.so";
+    if (dir + sizeof core > size)
+        return 0;
+    for (size_t k = 0; k < dir; k++)
+        path[k] = self_path[k];
+    for (size_t k = 0; k < sizeof core; k++)
+        path[dir + k] = core[k];
+    return 1;
+}
+
+typedef void *(*dlopen_fn)(const char *, int);
+typedef char *(*dlerror_fn)(void);
+
+static int load_core_now(void) {
+    char path[4096];
+    dlopen_fn open = (dlopen_fn)loader_fn("dlopen");
+    dlerror_fn error = (dlerror_fn)loader_fn("dlerror");
+    dlsym_fn sym = loader_dlsym();
+    if (!core_path(path, sizeof path))
+        return 0;
+    if (!open || !sym) {
+        failed(path, "this process has no dlopen");
+        return 0;
+    }
+    void *h = open(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h) {
-        const char *why = dlerror();
+        const char *why = error ? error() : 0;
         failed(path, why ? why : "not found");
         return 0;
     }
     /* A stage under the library's name (a copy of this file): it would send calls to itself. */
-    if (next_dlsym()(h, "pinguard_front") || !next_dlsym()(h, "pinguard_version")) {
+    if (sym(h, "pinguard_front") || !sym(h, "pinguard_version")) {
         failed(path, "it is not the library but a first stage");
         return 0;
     }
     for (unsigned i = 0; i < PG_COUNT; i++)
-        __atomic_store_n(&core_fn[i], next_dlsym()(h, name_of(i)), __ATOMIC_RELEASE);
-    dlerror(); /* the look-ups' misses are not the program's next dlerror() */
+        __atomic_store_n(&core_fn[i], sym(h, name_of(i)), __ATOMIC_RELEASE);
+    if (error)
+        error(); /* the look-ups' misses are not the program's next dlerror() */
     __atomic_store_n(&core_state, LOADED, __ATOMIC_SEQ_CST);
     for (unsigned i = 0; i < PG_COUNT; i++)
         if (core_fn[i])
@@ -703,8 +746,9 @@ __attribute__((constructor)) static void front_start(void) {
     atexit(front_at_exit);
     /* Only the stage the loader's scope finds first receives calls: another (a node's beside a
      * run's) stays passive. */
-    if (!foreign_libc && (getauxval(AT_SECURE) || starts_at_once()) && next_dlsym() &&
-        next_dlsym()(RTLD_DEFAULT, "pinguard_front") == (void *)&pinguard_front)
+    dlsym_fn sym;
+    if (!foreign_libc && (getauxval(AT_SECURE) || starts_at_once()) && (sym = loader_dlsym()) &&
+        sym(RTLD_DEFAULT, "pinguard_front") == (void *)&pinguard_front)
         load_core();
     errno = e;
 }

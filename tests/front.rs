@@ -310,3 +310,25 @@ fn the_first_call_of_a_c_library_name_in_a_signal_handler_reaches_it() {
     assert_eq!(String::from_utf8_lossy(&with.stderr), "");
     assert!(files.is_empty(), "{files:?}");
 }
+
+/// The stage needs no object but the C library: each NEEDED is loaded into every process, pin or
+/// not (a libdl.so.2 cost about 45 us per exec), so dlopen and its kin are looked up at the load.
+#[test]
+fn the_stage_needs_the_c_library_alone() {
+    let out = std::process::Command::new("readelf")
+        .args(["-d", &stage().canonicalize().unwrap().to_string_lossy()])
+        .output()
+        .unwrap();
+    let needed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .map(|l| {
+            l.rsplit('[')
+                .next()
+                .unwrap()
+                .trim_end_matches(']')
+                .to_string()
+        })
+        .collect();
+    assert_eq!(needed, ["libc.so.6"]);
+}
