@@ -58,7 +58,8 @@ fn the_pair_loads_into_a_program_built_without_asan() {
         r.stdout,
         r.stderr
     );
-    assert_eq!(r.report()["totals"]["live_bytes"], 4096, "{}", r.report());
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 4096, "{rep:?}");
     if !aarch64() {
         let r = run_preloaded(std::path::Path::new("/bin/true"), &[], &[]).unwrap();
         assert!(r.success(), "/bin/true: {:?}\n{}", r.out.status, r.stderr);
@@ -87,10 +88,10 @@ fn an_asan_program_is_tracked_and_held_to_its_budget() {
         "{}",
         r.stdout
     );
-    let rep = r.report();
-    assert_eq!(rep["totals"]["live_bytes"], 4 << 20, "{rep}");
-    assert_eq!(rep["totals"]["denied_count"], 1, "{rep}");
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["alloc_count"], 1, "{rep}");
+    let rep = r.typed_report();
+    assert_eq!(rep.totals.live_bytes, 4 << 20, "{rep:?}");
+    assert_eq!(rep.totals.denied_count, 1, "{rep:?}");
+    assert_eq!(api_stats(&rep, "cudaHostAlloc").alloc_count, 1, "{rep:?}");
 }
 
 #[test]
@@ -133,15 +134,19 @@ fn asan_swallows_mlock_and_pinguard_claims_no_locked_pages() {
         "{}",
         r.stdout
     );
-    let rep = r.report();
+    let rep = r.typed_report();
     // The program's mlock went to ASan, never to pinguard: no locked bytes claimed for it; the
     // locked mapping is counted, as the kernel counts it.
-    assert!(rep["apis"].get("mlock").is_none(), "{rep}");
-    assert_eq!(rep["apis"]["mmap"]["live_bytes"], 1 << 20, "{rep}");
-    assert_eq!(rep["kernel"]["vm_lck_bytes"], 1 << 20, "{rep}");
+    assert!(!rep.apis.contains_key("mlock"), "{rep:?}");
+    assert_eq!(api_stats(&rep, "mmap").live_bytes, 1 << 20, "{rep:?}");
+    assert_eq!(rep.kernel.vm_lck_bytes, Some(1 << 20), "{rep:?}");
     // The CUDA allocation is pinguard's to count (a real driver pins without mlock).
-    assert_eq!(rep["apis"]["cudaHostAlloc"]["live_bytes"], 1 << 20, "{rep}");
-    assert_eq!(rep["totals"]["live_bytes"], 2 << 20, "{rep}");
+    assert_eq!(
+        api_stats(&rep, "cudaHostAlloc").live_bytes,
+        1 << 20,
+        "{rep:?}"
+    );
+    assert_eq!(rep.totals.live_bytes, 2 << 20, "{rep:?}");
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 use std::process::Command;
 use std::time::Duration;
 
@@ -114,10 +115,9 @@ fn processes_writing_one_path_never_leave_a_torn_file() {
     loop {
         let done = a.try_wait().unwrap().is_some() && b.try_wait().unwrap().is_some();
         if let Ok(text) = std::fs::read(&path) {
-            let r: serde_json::Value =
-                serde_json::from_slice(&text).unwrap_or_else(|e| panic!("torn read #{reads}: {e}"));
-            assert_eq!(r["reason"], "request");
-            pids.insert(r["process"]["pid"].as_u64().unwrap());
+            let r = Report::from_slice(&text).unwrap_or_else(|e| panic!("torn read #{reads}: {e}"));
+            assert_eq!(r.reason, Reason::Request);
+            pids.insert(r.process.pid);
             reads += 1;
         }
         if done {
@@ -310,11 +310,8 @@ fn two_pid_1s_of_other_namespaces_keep_both_reports_and_states() {
             names_in(&dir)
         );
         for r in &reports {
-            let j = read_json(&dir.join(r));
-            assert_eq!(
-                (j["process"]["pid"].as_u64(), j["reason"].as_str()),
-                (Some(1), Some("exit"))
-            );
+            let j = read_report(&dir.join(r));
+            assert_eq!((j.process.pid, j.reason), (1, Reason::Exit));
         }
         let o = pinguard_cli(&["report".as_ref(), dir.as_os_str()]);
         let text = String::from_utf8_lossy(&o.stdout);
@@ -476,9 +473,9 @@ fn names_another_user_took_are_never_used_and_never_block() {
         assert_eq!(mine.len(), 1, "{uid:?}: {:?}", names_in(&dir));
         let meta = std::fs::metadata(dir.join(&mine[0])).unwrap();
         assert_eq!(std::os::unix::fs::MetadataExt::uid(&meta), uid.unwrap_or(0));
-        let j = read_json(&dir.join(&mine[0]));
-        assert_eq!(j["reason"], "exit");
-        assert_eq!(j["totals"]["peak_live_bytes"], 4096);
+        let j = read_report(&dir.join(&mine[0]));
+        assert_eq!(j.reason, Reason::Exit);
+        assert_eq!(j.totals.peak_live_bytes, 4096);
     }
 }
 
@@ -501,7 +498,7 @@ fn a_state_follows_its_report_to_another_name() {
     assert_eq!(mine.len(), 2, "{names:?}");
     let stem = mine[0].strip_suffix(".json").unwrap();
     assert_eq!(*mine[1], format!("{stem}.state"), "{names:?}");
-    assert_eq!(read_json(&dir.join(mine[0]))["reason"], "request");
+    assert_eq!(read_report(&dir.join(mine[0])).reason, Reason::Request);
     held.finish();
     assert_eq!(
         std::fs::read_to_string(dir.join("r.1.json")).unwrap(),

@@ -3,6 +3,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 use std::time::Duration;
 
 #[test]
@@ -27,6 +28,7 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
         .lines()
         .find_map(|l| l.strip_prefix("STATS "))
         .unwrap();
+    // The program's own STATS line, not a report.
     let s: serde_json::Value = serde_json::from_str(line).unwrap();
     assert_eq!(s["hung"], 0, "{s}");
     assert_eq!(
@@ -43,21 +45,17 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
         if p.ends_with("asked.json") {
             continue;
         }
-        let r = read_json(p);
-        let t = &r["totals"];
-        if t["alloc_count"] == s["parent_allocs"] {
+        let r = read_report(p);
+        let t = &r.totals;
+        if t.alloc_count == s["parent_allocs"] {
             parent = Some(r);
-        } else if t["alloc_count"] == 2 && t["live_bytes"] == 8192 {
+        } else if t.alloc_count == 2 && t.live_bytes == 8192 {
             by_exit += 1; // allocated, released, allocated again, exit()
         } else {
             // allocated and released, _exit(): only what the child itself did
             assert_eq!(
-                (
-                    t["alloc_count"].clone(),
-                    t["release_count"].clone(),
-                    t["live_bytes"].clone()
-                ),
-                (1.into(), 1.into(), 0.into()),
+                (t.alloc_count, t.release_count, t.live_bytes),
+                (1, 1, 0),
                 "{}",
                 p.display()
             );
@@ -65,7 +63,7 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
         }
     }
     let parent = parent.expect("the parent's exit report");
-    assert_eq!(parent["totals"]["live_bytes"], 65536);
+    assert_eq!(parent.totals.live_bytes, 65536);
     assert_eq!(s["parent_live"], 65536);
     assert_eq!(
         (by_exit, by_underscore_exit),
@@ -73,8 +71,8 @@ fn two_hundred_forks_while_threads_pin_and_write_reports() {
         "every child writes its own report"
     );
     assert_eq!(
-        read_json(&explicit)["reason"],
-        "request",
+        read_report(&explicit).reason,
+        Reason::Request,
         "the report thread's last file is complete"
     );
 }
@@ -91,12 +89,9 @@ fn every_way_out_writes_exactly_one_complete_report() {
         let r = exits(mode);
         let files = reports_in(&r.report_dir);
         assert_eq!(files.len(), 1, "{mode}: {files:?}");
-        let rep = r.report();
-        assert_eq!(rep["reason"], "exit", "{mode}");
-        assert!(
-            rep["totals"]["live_bytes"].as_u64().unwrap() >= 8192,
-            "{mode}"
-        );
+        let rep = r.typed_report();
+        assert_eq!(rep.reason, Reason::Exit, "{mode}");
+        assert!(rep.totals.live_bytes >= 8192, "{mode}");
         let summaries = pinguard_lines(&r.stderr)
             .into_iter()
             .filter(|l| l.contains("at exit"))
@@ -128,6 +123,6 @@ fn python_normal_exit_and_os_exit_each_write_one_report() {
         assert!(r.success(), "{ending}: {}", r.stderr);
         let files = reports_in(&r.report_dir);
         assert_eq!(files.len(), 1, "{ending}: {files:?}\n{}", r.stderr);
-        assert_eq!(r.report()["totals"]["live_bytes"], 8192, "{ending}");
+        assert_eq!(r.typed_report().totals.live_bytes, 8192, "{ending}");
     }
 }

@@ -312,15 +312,17 @@ fn a_failed_registration_says_why() {
     ] {
         let r = ibv("export", &[op], &[("EMU_FAIL_EVERY", "1")]);
         assert_eq!(r.rcs_of(&[op]), vec![-1], "{op}: {}", r.stdout);
-        let e = failed_event(&r.report(), name);
-        assert_eq!(e["size"], 32768, "{op}: {e}");
-        assert_why(&e, "ENOMEM");
+        let rep = r.typed_report();
+        let e = failed_event_of(&rep, name);
+        assert_eq!(e.size, 32768, "{op}: {e:?}");
+        assert_why_of(e, "ENOMEM");
     }
     let ops = ["reg:8192", "rereg:0:12288"];
     let r = ibv("export", &ops, &[("EMU_FAIL_EVERY", "2")]);
     assert_eq!(r.rcs_of(&ops)[0], 0, "{}", r.stdout);
     assert_ne!(r.rcs_of(&ops)[1], 0, "{}", r.stdout);
-    let e = failed_event(&r.report(), "ibv_rereg_mr");
-    assert_eq!(e["size"], 12288, "{e}");
-    assert_why(&e, "ENOMEM");
+    let rep = r.typed_report();
+    let e = failed_event_of(&rep, "ibv_rereg_mr");
+    assert_eq!(e.size, 12288, "{e:?}");
+    assert_why_of(e, "ENOMEM");
 }

@@ -65,14 +65,8 @@ fn same(without: &Run, with: &Run, what: &str) {
     );
 }
 
-fn errors(report: &serde_json::Value) -> String {
-    report["config"]["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect::<Vec<_>>()
-        .join("\n")
+fn errors(report: &Report) -> String {
+    report.config.errors.join("\n")
 }
 
 #[test]
@@ -100,17 +94,14 @@ fn a_program_under_a_small_ulimit_v_runs_as_without_pinguard_and_gets_a_report()
             without.stderr
         );
         same(&without, &with, &what);
-        let r = with.report();
-        let t = &r["totals"];
-        let (tracked, untracked) = (
-            t["alloc_count"].as_u64().unwrap(),
-            t["untracked_count"].as_u64().unwrap(),
-        );
+        let r = with.typed_report();
+        let t = &r.totals;
+        let (tracked, untracked) = (t.alloc_count, t.untracked_count);
         assert!(
             tracked <= 1 && tracked + untracked >= 1,
-            "{what}: the mlock was counted, tracked or passed through: {t}"
+            "{what}: the mlock was counted, tracked or passed through: {t:?}"
         );
-        if t["out_of_memory_count"].as_u64().unwrap_or(0) > 0 {
+        if t.out_of_memory_count > 0 {
             assert!(
                 errors(&r).contains("refused memory"),
                 "{what}: the report says what was left out:\n{}",
@@ -132,10 +123,10 @@ fn a_sandbox_that_denies_mremap_changes_nothing() {
         without.stderr
     );
     same(&without, &with, "mremap denied");
-    let r = with.report();
-    assert_eq!(r["totals"]["alloc_count"], 1, "{}", r["totals"]);
+    let r = with.typed_report();
+    assert_eq!(r.totals.alloc_count, 1, "{:?}", r.totals);
     assert_eq!(
-        r["totals"]["out_of_memory_count"], 0,
+        r.totals.out_of_memory_count, 0,
         "a denied mremap is worked around, nothing is left out"
     );
 }
@@ -151,22 +142,21 @@ fn pinning_calls_made_while_pinguard_is_out_of_memory_pass_through_counted() {
         without.stderr
     );
     same(&without, &with, "RLIMIT_AS lowered by the program");
-    let r = with.report();
-    let t = &r["totals"];
-    let n = |k: &str| t[k].as_u64().unwrap();
+    let r = with.typed_report();
+    let t = &r.totals;
     assert!(
-        n("out_of_memory_count") > 0,
-        "pinguard ran short (4,096 new callsites in 512 KiB): {t}"
+        t.out_of_memory_count > 0,
+        "pinguard ran short (4,096 new callsites in 512 KiB): {t:?}"
     );
     assert!(
-        n("untracked_count") > 0,
-        "calls made while short passed through, counted: {t}"
+        t.untracked_count > 0,
+        "calls made while short passed through, counted: {t:?}"
     );
     // Every mlock and munlock is either tracked or counted as passed through.
     assert_eq!(
-        n("alloc_count") + n("release_count") + n("untracked_count"),
+        t.alloc_count + t.release_count + t.untracked_count,
         2 * 4096,
-        "{t}"
+        "{t:?}"
     );
     let e = errors(&r);
     assert!(
@@ -194,13 +184,9 @@ fn snapshots_written_while_pinguard_is_out_of_memory_change_nothing() {
         &with,
         "RLIMIT_AS lowered by the program, with interval reports",
     );
-    let r = with.report();
-    assert_eq!(r["reason"], "exit");
-    assert!(
-        r["totals"]["out_of_memory_count"].as_u64().unwrap() > 0,
-        "{}",
-        r["totals"]
-    );
+    let r = with.typed_report();
+    assert_eq!(r.reason, pinguard_common::Reason::Exit);
+    assert!(r.totals.out_of_memory_count > 0, "{:?}", r.totals);
     assert!(
         errors(&r).contains("short of memory at this report"),
         "{}",
@@ -219,23 +205,19 @@ fn tracking_resumes_once_memory_is_back() {
         without.stderr
     );
     same(&without, &with, "RLIMIT_AS lowered, then put back");
-    let r = with.report();
-    let t = &r["totals"];
-    let n = |k: &str| t[k].as_u64().unwrap();
-    assert!(
-        n("out_of_memory_count") > 0 && n("untracked_count") > 0,
-        "{t}"
-    );
+    let r = with.typed_report();
+    let t = &r.totals;
+    assert!(t.out_of_memory_count > 0 && t.untracked_count > 0, "{t:?}");
     assert_eq!(
-        n("alloc_count") + n("release_count") + n("untracked_count"),
+        t.alloc_count + t.release_count + t.untracked_count,
         2 * 4160,
-        "{t}"
+        "{t:?}"
     );
     // The 64 calls made after the limit was put back are all tracked, from their one callsite,
     // and the exit report, with room again, is whole.
-    let sites = r["callsites"].as_array().unwrap();
+    let sites = &r.callsites;
     assert!(
-        sites.iter().any(|c| c["alloc_count"] == 64),
+        sites.iter().any(|c| c.alloc_count == 64),
         "a callsite with the 64 calls: {sites:?}"
     );
     let e = errors(&r);

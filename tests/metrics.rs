@@ -221,9 +221,9 @@ fn the_file_is_readable_by_others_while_the_process_pins_and_goes_when_it_exits(
     held.finish();
     assert!(!path.exists(), "the file goes at exit");
     assert!(!live.exists(), "its liveness file too");
-    let report = read_json(&dir.join(format!("report.{pid}.json")));
+    let report = read_report(&dir.join(format!("report.{pid}.json")));
     assert_eq!(
-        report["totals"]["denied_count"], 1,
+        report.totals.denied_count, 1,
         "the report keeps the final figures"
     );
     assert_eq!(
@@ -734,8 +734,8 @@ fn every_series_carries_the_pod_the_container_and_the_group() {
             "{entry}: {lines:#?}"
         );
     }
-    let report = read_json(&dir.join(format!("report.{pid}.json")));
-    assert_eq!(report["config"]["errors"].as_array().unwrap().len(), 5);
+    let report = read_report(&dir.join(format!("report.{pid}.json")));
+    assert_eq!(report.config.errors.len(), 5, "{:?}", report.config.errors);
 }
 
 /// Whether `held` runs in the test's container-named cgroup (its own `/proc/PID/cgroup`).

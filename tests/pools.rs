@@ -319,9 +319,11 @@ fn a_failed_pool_allocation_says_why() {
             &[("EMU_FAIL_EVERY", "1"), ("PINGUARD_BUDGET", "1G")],
         );
         assert_eq!(r.rcs(), vec![0, 2], "{family}: {}", r.stdout);
-        let e = failed_event(&r.report(), alloc);
-        assert_eq!(e["size"], MIB, "{family}: {e}");
-        assert_why(&e, error);
-        assert_eq!(e["why"]["budget_bytes"], 1 << 30, "{family}: {e}");
+        let rep = r.typed_report();
+        let e = failed_event_of(&rep, alloc);
+        assert_eq!(e.size, MIB_BYTES, "{family}: {e:?}");
+        assert_why_of(e, error);
+        let budget = e.why.as_ref().and_then(|w| w.budget_bytes);
+        assert_eq!(budget, Some(1 << 30), "{family}: {e:?}");
     }
 }

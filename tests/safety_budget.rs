@@ -54,11 +54,11 @@ fn registering_twice_gets_the_runtimes_answer_and_leaves_nothing_live() {
     assert!(r.success(), "{}", r.stderr);
     assert_eq!(rcs(&r.stdout), bare_rcs, "every answer as without pinguard");
     let s = r.stats();
-    let t = &r.report()["totals"];
+    let t = &r.typed_report().totals;
     assert_eq!(stat(&s, "outstanding_bytes"), 0);
-    assert_eq!(t["live_bytes"].as_i64(), Some(0), "{t}");
-    assert_eq!(t["live_count"].as_i64(), Some(0), "{t}");
-    assert_eq!(t["downgraded_live_bytes"].as_i64(), Some(0), "{t}");
+    assert_eq!(t.live_bytes, 0, "{t:?}");
+    assert_eq!(t.live_count, 0, "{t:?}");
+    assert_eq!(t.downgraded_live_bytes, 0, "{t:?}");
 }
 
 /// A call with arguments the runtime rejects (SIZE_MAX, unknown flags) between two real ones must
@@ -91,18 +91,17 @@ fn a_rejected_call_never_touches_the_budget() {
                 stat(&s, "max_outstanding_bytes")
             );
         } else {
-            let t = &r.report()["totals"];
+            let t = &r.typed_report().totals;
             assert_eq!(
-                t["over_budget_count"].as_i64(),
-                Some(1),
-                "{policy}: only the 1 MiB call went over: {t}"
+                t.over_budget_count, 1,
+                "{policy}: only the 1 MiB call went over: {t:?}"
             );
         }
-        let t = &r.report()["totals"];
+        let t = &r.typed_report().totals;
         assert_eq!(
-            t["live_bytes"].as_i64(),
-            Some(stat(&s, "outstanding_bytes")),
-            "{policy}: {t}"
+            t.live_bytes as i64,
+            stat(&s, "outstanding_bytes"),
+            "{policy}: {t:?}"
         );
     }
 }

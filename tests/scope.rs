@@ -5,7 +5,7 @@
 
 use crate::common;
 use common::*;
-use serde_json::Value;
+use pinguard_common::{Event, EventKind};
 
 fn rc_of(r: &Run, op: &str) -> i64 {
     r.named_rcs()
@@ -50,14 +50,14 @@ fn a_native_symbol_or_module_puts_a_callsite_in_scope() {
             r.stdout
         );
         assert_eq!(rc_of(&r, "direct"), 2, "{pattern}: refused");
-        let t = &r.report()["totals"];
+        let t = &r.typed_report().totals;
         assert_eq!(
-            (t["downgraded_count"].as_i64(), t["denied_count"].as_i64()),
-            (Some(1), Some(1)),
-            "{pattern}: {t}"
+            (t.downgraded_count, t.denied_count),
+            (1, 1),
+            "{pattern}: {t:?}"
         );
         assert_eq!(
-            t["live_bytes"], 0,
+            t.live_bytes, 0,
             "nothing pinned: one downgraded, one refused"
         );
     }
@@ -84,26 +84,22 @@ fn no_match_refuses_and_the_report_says_which_scope_applied() {
     for (op, rc) in r.named_rcs() {
         assert_eq!(rc, 2, "{op}: {}", r.stdout);
     }
-    let rep = r.report();
-    assert_eq!(
-        rep["config"]["downgrade_match"],
-        serde_json::json!(["nothing_like_this", "*torch/utils/data/*"])
-    );
-    assert_eq!(rep["totals"]["denied_count"], 3);
-    assert_eq!(rep["totals"]["downgraded_count"], 0);
-    let denied: Vec<&Value> = rep["events"]
-        .as_array()
-        .unwrap()
+    let rep = r.typed_report();
+    let scope = Some(vec![
+        "nothing_like_this".to_string(),
+        "*torch/utils/data/*".to_string(),
+    ]);
+    assert_eq!(rep.config.downgrade_match, scope);
+    assert_eq!(rep.totals.denied_count, 3);
+    assert_eq!(rep.totals.downgraded_count, 0);
+    let denied: Vec<&Event> = rep
+        .events
         .iter()
-        .filter(|e| e["kind"] == "denied")
+        .filter(|e| e.kind == EventKind::Denied)
         .collect();
     assert_eq!(denied.len(), 3);
     for e in denied {
-        assert_eq!(
-            e["downgrade_match"],
-            serde_json::json!(["nothing_like_this", "*torch/utils/data/*"]),
-            "{e}"
-        );
+        assert_eq!(e.downgrade_match, scope, "{e:?}");
     }
     // Without the variable, `downgrade` serves every one, as before.
     let plain = vec![
@@ -112,7 +108,7 @@ fn no_match_refuses_and_the_report_says_which_scope_applied() {
     ];
     let r = scoped(&OPS, &plain);
     assert!(r.named_rcs().iter().all(|(_, rc)| *rc == 0), "{}", r.stdout);
-    assert!(r.report()["config"].get("downgrade_match").is_none());
+    assert_eq!(r.typed_report().config.downgrade_match, None);
 }
 
 /// A bad pattern gets one line and the safe fallback: nothing is downgraded.
@@ -229,13 +225,13 @@ fn locking_calls_are_scoped_too() {
             .find(|l| l.starts_with("mlock:0:4 "))
             .unwrap();
         assert_eq!(field(line, "rc"), want, "{pattern}: {line}");
-        let t = &r.report()["totals"];
+        let t = &r.typed_report().totals;
         let (downgraded, denied) = if want == 0 { (1, 0) } else { (0, 1) };
         assert_eq!(
-            (t["downgraded_count"].as_i64(), t["denied_count"].as_i64()),
-            (Some(downgraded), Some(denied)),
-            "{pattern}: {t}"
+            (t.downgraded_count, t.denied_count),
+            (downgraded, denied),
+            "{pattern}: {t:?}"
         );
-        assert_eq!(t["live_bytes"], 0, "{pattern}: nothing locked");
+        assert_eq!(t.live_bytes, 0, "{pattern}: nothing locked");
     }
 }

@@ -311,10 +311,10 @@ fn the_node_file_applies_in_secure_mode_and_says_where_the_report_goes() {
         1,
         "the report where the node file says: {reports:?}\n{err}"
     );
-    let r = read_json(&reports[0]);
-    assert_eq!(r["config"]["budget_bytes"], 16384, "{r}");
-    assert_eq!(r["totals"]["denied_count"], 1, "{r}");
-    let errors = r["config"]["errors"].to_string();
+    let r = read_report(&reports[0]);
+    assert_eq!(r.config.budget_bytes, Some(16384), "{r:?}");
+    assert_eq!(r.totals.denied_count, 1, "{r:?}");
+    let errors = r.config.errors.join("\n");
     assert!(
         errors.contains("secure-mode") && errors.contains("4 PINGUARD_* variable(s)"),
         "{errors}"
@@ -398,17 +398,12 @@ fn outside_secure_mode_the_environment_overrides_the_file() {
         ],
     );
     assert!(r.success(), "{}", r.stderr);
-    let rep = r.report();
-    let c = &rep["config"];
-    assert_eq!(c["budget_bytes"], 1 << 20, "the environment's: {c}");
-    assert_eq!(c["policy"], "warn", "the file's: {c}");
-    assert_eq!(c["depth"], 32, "a bad value from the file falls back: {c}");
-    let errors: Vec<&str> = c["errors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e.as_str().unwrap())
-        .collect();
+    let rep = r.typed_report();
+    let c = &rep.config;
+    assert_eq!(c.budget_bytes, Some(1 << 20), "the environment's: {c:?}");
+    assert_eq!(c.policy, "warn", "the file's: {c:?}");
+    assert_eq!(c.depth, 32, "a bad value from the file falls back: {c:?}");
+    let errors: Vec<&str> = c.errors.iter().map(String::as_str).collect();
     let at = |line: usize| format!("{}:{line}: ", file.display());
     assert_eq!(errors.len(), 3, "{errors:#?}");
     assert!(
@@ -460,9 +455,9 @@ fn outside_secure_mode_another_users_file_is_ignored_and_an_empty_name_means_non
         &["mlock:0:1"],
         &[("PINGUARD_CONFIG", file.to_str().unwrap())],
     );
-    let rep = r.report();
-    assert_eq!(rep["config"]["policy"], "error");
-    let errors = rep["config"]["errors"].to_string();
+    let rep = r.typed_report();
+    assert_eq!(rep.config.policy, "error");
+    let errors = rep.config.errors.join("\n");
     assert!(
         errors.contains(&format!(
             "node configuration {} is owned by uid 65534, not root",
@@ -482,16 +477,11 @@ fn outside_secure_mode_another_users_file_is_ignored_and_an_empty_name_means_non
         &["mlock:0:1"],
         &[("PINGUARD_CONFIG", file.to_str().unwrap())],
     );
-    assert_eq!(r.report()["config"]["policy"], "warn");
+    assert_eq!(r.typed_report().config.policy, "warn");
     let r = run("scenario", &["mlock:0:1"], &[("PINGUARD_CONFIG", "")]);
-    let rep = r.report();
-    assert_eq!(rep["config"]["policy"], "error");
-    assert_eq!(
-        rep["config"]["errors"],
-        serde_json::json!([]),
-        "{}",
-        r.stderr
-    );
+    let rep = r.typed_report();
+    assert_eq!(rep.config.policy, "error");
+    assert_eq!(rep.config.errors, Vec::<String>::new(), "{}", r.stderr);
     drop(dir);
 }
 
@@ -521,9 +511,9 @@ fn a_link_a_fifo_and_a_large_file_are_ignored_without_blocking() {
         cmd.args(["mlock:0:1"]).env("PINGUARD_CONFIG", path);
         let out = run_bounded(&mut cmd, Duration::from_secs(30));
         let r = Run::from_output(out, out_dir);
-        let rep = r.report();
-        assert_eq!(rep["config"]["policy"], "error", "{why}");
-        let errors = rep["config"]["errors"].to_string();
+        let rep = r.typed_report();
+        assert_eq!(rep.config.policy, "error", "{why}");
+        let errors = rep.config.errors.join("\n");
         assert!(
             errors.contains(&format!("node configuration {} {why}", path.display())),
             "{errors}"

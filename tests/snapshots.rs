@@ -4,6 +4,7 @@
 
 use crate::common;
 use common::*;
+use pinguard_common::Reason;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -64,9 +65,9 @@ fn sigkill_leaves_the_last_complete_interval_snapshot() {
     let killed_at = now_ms();
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let rep = read_json(&path);
-    assert_eq!(rep["reason"], "interval");
-    let written = rep["process"]["write_unix_ms"].as_u64().unwrap();
+    let rep = read_report(&path);
+    assert_eq!(rep.reason, Reason::Interval);
+    let written = rep.process.write_unix_ms;
     // No older than one interval, plus the time the write in progress at the kill took (a debug
     // build on a loaded machine: allow 300 ms).
     assert!(
@@ -74,12 +75,9 @@ fn sigkill_leaves_the_last_complete_interval_snapshot() {
         "snapshot is {} ms old",
         killed_at - written
     );
-    assert_eq!(rep["totals"]["live_bytes"].as_u64().unwrap() % 4096, 0);
-    assert!(rep["totals"]["live_bytes"].as_u64().unwrap() >= 65536);
-    assert!(
-        rep["totals"]["alloc_count"].as_u64().unwrap() > 10,
-        "the churn was running"
-    );
+    assert_eq!(rep.totals.live_bytes % 4096, 0);
+    assert!(rep.totals.live_bytes >= 65536);
+    assert!(rep.totals.alloc_count > 10, "the churn was running");
     // Only finished files carry the report's name.
     assert_eq!(reports_in(&dir).len(), 1);
 }
@@ -103,9 +101,9 @@ fn report_signal_writes_a_snapshot_and_the_applications_handler_still_runs() {
     // SAFETY: kill takes only integers; the pid is this test's own child.
     unsafe { libc_kill(child.id() as i32, 12) };
     wait_for(|| path.exists(), "the signal report");
-    let rep = read_json(&path);
-    assert_eq!(rep["reason"], "signal");
-    assert!(rep["totals"]["live_bytes"].as_u64().unwrap() >= 65536);
+    let rep = read_report(&path);
+    assert_eq!(rep.reason, Reason::Signal);
+    assert!(rep.totals.live_bytes >= 65536);
     // SAFETY: kill takes only integers; the pid is this test's own child.
     unsafe { libc_kill(child.id() as i32, 15) };
     let status = child.wait().unwrap();
@@ -117,8 +115,8 @@ fn report_signal_writes_a_snapshot_and_the_applications_handler_still_runs() {
         "the application's handler must see the signal: {rest:?}"
     );
     assert_eq!(
-        read_json(&path)["reason"],
-        "exit",
+        read_report(&path).reason,
+        Reason::Exit,
         "the exit report replaces the snapshot"
     );
 }
@@ -135,13 +133,13 @@ fn forked_and_execd_children_write_their_own_reports() {
         &[("PINGUARD_REPORT", template.to_str().unwrap())],
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
-    let pid_of = |tag: &str| -> u64 {
+    let pid_of = |tag: &str| -> u32 {
         let line = r
             .stdout
             .lines()
             .find(|l| l.starts_with(tag))
             .unwrap_or_else(|| panic!("{tag}: {}", r.stdout));
-        field(line, "pid") as u64
+        field(line, "pid") as u32
     };
     let (parent, forked, execd) = (pid_of("parent"), pid_of("forked"), pid_of("exec"));
     let files = reports_in(&dir);
@@ -151,17 +149,17 @@ fn forked_and_execd_children_write_their_own_reports() {
         (forked, 4096, "family"),
         (execd, 3 * 4096, "scenario"),
     ] {
-        let rep = read_json(&dir.join(format!("out.{pid}.json")));
-        assert_eq!(rep["process"]["pid"], pid);
+        let rep = read_report(&dir.join(format!("out.{pid}.json")));
+        assert_eq!(rep.process.pid, pid);
         assert_eq!(
-            rep["totals"]["live_bytes"], live,
+            rep.totals.live_bytes, live,
             "pid {pid}: a child's ledger starts empty"
         );
-        assert!(rep["process"]["exe"].as_str().unwrap().ends_with(exe));
+        assert!(rep.process.exe.ends_with(exe), "{:?}", rep.process);
     }
-    let child = read_json(&dir.join(format!("out.{forked}.json")));
-    assert_eq!(child["process"]["ppid"], parent);
-    assert_eq!(child["totals"]["alloc_count"], 1);
+    let child = read_report(&dir.join(format!("out.{forked}.json")));
+    assert_eq!(child.process.ppid, parent);
+    assert_eq!(child.totals.alloc_count, 1);
 }
 
 extern "C" {

@@ -329,9 +329,10 @@ fn a_failed_physical_allocation_or_mapping_says_why() {
         );
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         assert_ne!(r.named_rcs()[0].1, 0, "{family}: {}", r.stdout);
-        let e = failed_event(&r.report(), create);
-        assert_eq!(e["size"], 2 * MIB, "{family}: {e}");
-        assert_why(&e, oom);
+        let rep = r.typed_report();
+        let e = failed_event_of(&rep, create);
+        assert_eq!(e.size, 2 * MIB_BYTES, "{family}: {e:?}");
+        assert_why_of(e, oom);
 
         let map = api(family, "cuMemMap", "aclrtMapMem");
         let r = run(
@@ -347,9 +348,10 @@ fn a_failed_physical_allocation_or_mapping_says_why() {
         );
         assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
         assert_ne!(r.named_rcs()[2].1, 0, "{family}: {}", r.stdout);
-        let e = failed_event(&r.report(), map);
-        assert_eq!(e["size"], 4 * MIB, "{family}: {e}");
-        assert_why(&e, invalid);
+        let rep = r.typed_report();
+        let e = failed_event_of(&rep, map);
+        assert_eq!(e.size, 4 * MIB_BYTES, "{family}: {e:?}");
+        assert_why_of(e, invalid);
     }
 }
 
@@ -365,7 +367,8 @@ fn a_refused_registration_over_pinned_memory_says_why() {
     );
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.named_rcs()[1].1, 712, "{}", r.stdout);
-    let e = failed_event(&r.report(), "cuMemHostRegister_v2");
-    assert_eq!(e["size"], 65536, "{e}");
-    assert_why(&e, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)");
+    let rep = r.typed_report();
+    let e = failed_event_of(&rep, "cuMemHostRegister_v2");
+    assert_eq!(e.size, 65536, "{e:?}");
+    assert_why_of(e, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)");
 }

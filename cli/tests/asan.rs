@@ -8,7 +8,6 @@ use crate::common;
 
 use asan_fixture::asan;
 use common::*;
-use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -58,13 +57,13 @@ fn pinguard_run(
     }
 }
 
-fn the_report(dir: &std::path::Path) -> Value {
+fn the_report(dir: &std::path::Path) -> Report {
     let reports: Vec<PathBuf> = reports_in(dir)
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     assert_eq!(reports.len(), 1, "{reports:?}");
-    read_json(&reports[0])
+    read_report(&reports[0])
 }
 
 #[test]
@@ -92,11 +91,11 @@ fn run_puts_asans_runtime_first_and_tracks_the_program() {
         r.stdout
     );
     let rep = the_report(&r.dir);
-    assert_eq!(rep["totals"]["live_bytes"], 4 << 20, "{rep}");
-    assert_eq!(rep["totals"]["denied_count"], 1, "{rep}");
+    assert_eq!(rep.totals.live_bytes, 4 << 20, "{rep:?}");
+    assert_eq!(rep.totals.denied_count, 1, "{rep:?}");
     // ASan took the mlock (a no-op): neither pinguard nor the kernel counts it locked.
-    assert!(rep["apis"].get("mlock").is_none(), "{rep}");
-    assert_eq!(rep["kernel"]["vm_lck_bytes"], 0, "{rep}");
+    assert!(!rep.apis.contains_key("mlock"), "{rep:?}");
+    assert_eq!(rep.kernel.vm_lck_bytes, Some(0), "{rep:?}");
     assert!(
         r.stderr.contains("4.00 MiB pinned in 1 allocation"),
         "{}",
@@ -141,5 +140,5 @@ fn a_runtime_the_user_preloads_goes_first_too() {
     list.push(fixtures().dir.join("libwrap.so"));
     let r = pinguard_run(&[], &a.prog, &["cuda:1"], Some(&list));
     assert_eq!(r.code, Some(0), "{}\n{}", r.stdout, r.stderr);
-    assert_eq!(the_report(&r.dir)["totals"]["live_bytes"], 1 << 20);
+    assert_eq!(the_report(&r.dir).totals.live_bytes, 1 << 20);
 }

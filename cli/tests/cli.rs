@@ -75,7 +75,7 @@ fn run_passes_the_exit_status_and_summarises_every_process() {
     assert!(err.contains("3 reports under"), "{err}");
     assert_eq!(reports_in(&dir).len(), 3);
     for p in reports_in(&dir) {
-        let pid = read_json(&p)["process"]["pid"].as_u64().unwrap();
+        let pid = read_report(&p).process.pid;
         assert!(
             err.contains(&pid.to_string()),
             "pid {pid} missing from the summary:\n{err}"
@@ -383,6 +383,7 @@ fn flamegraph_and_plot_draw_well_formed_svg() {
     let dir = fresh_dir("plot");
     let p1 = synthetic(&dir, "p1.json", 11, &[], 1 << 20, 0, 0);
     let p2 = synthetic(&dir, "p2.json", 12, &[], 2 << 20, 0, 0);
+    // Edits the file as written (JSON), keeping every key the types would not.
     let mut r: Value = read_json(&p2);
     r["config"]["budget_bytes"] = (3u64 << 20).into();
     std::fs::write(&p2, serde_json::to_vec(&r).unwrap()).unwrap();
@@ -617,6 +618,7 @@ fn top_shows_a_group_and_a_metrics_directory() {
 
 /// Gives callsite `i` of a synthetic report these Python frames (function, file, line).
 fn with_py_frames(p: &Path, i: usize, frames: &[(&str, &str, u32)]) {
+    // Edits the file as written (JSON), keeping every key the types would not.
     let mut r: Value = read_json(p);
     r["callsites"][i]["py_frames"] = frames
         .iter()
@@ -797,13 +799,13 @@ fn run_scopes_downgrade_to_the_callsites_given() {
     );
     let reports = reports_in(&dir);
     assert_eq!(reports.len(), 1);
-    let rep = read_json(&reports[0]);
+    let rep = read_report(&reports[0]);
     assert_eq!(
-        rep["config"]["downgrade_match"],
-        serde_json::json!(["framework_pin"])
+        rep.config.downgrade_match,
+        Some(vec!["framework_pin".to_string()])
     );
-    assert_eq!(rep["totals"]["downgraded_count"], 1);
-    assert_eq!(rep["totals"]["denied_count"], 1);
+    assert_eq!(rep.totals.downgraded_count, 1);
+    assert_eq!(rep.totals.denied_count, 1);
 }
 
 /// Issue 17, point 1: under `warn`, going over the budget shows wherever denied and downgraded
@@ -1238,6 +1240,7 @@ fn the_host_reserve_shows_in_report_check_and_run() {
     let a = synthetic(&dir, "a.json", 21, &[], 4096, 1, 0);
     let b = synthetic(&dir, "b.json", 22, &[], 4096, 2, 0);
     for (p, lowest, stopped) in [(&a, 3u64 << 30, 1u64), (&b, 5 << 30, 2)] {
+        // Edits the file as written (JSON), keeping every key the types would not.
         let mut r: Value = read_json(p);
         r["totals"]["host_reserve_count"] = stopped.into();
         r["host"] = serde_json::json!({"reserve_bytes": 4u64 << 30, "total_bytes": 64u64 << 30, "available_bytes": 6u64 << 30,
@@ -1288,8 +1291,8 @@ fn the_host_reserve_shows_in_report_check_and_run() {
         .unwrap_or_else(|| panic!("{err}"));
     let row = err.lines().find(|l| l.contains(" workload ")).unwrap();
     assert_eq!(cell(header, row, "HOST-RESERVE"), "0", "{header}\n{row}");
-    let rep = read_json(&reports_in(&dir)[0]);
-    assert_eq!(rep["config"]["host_reserve_bytes"], 1u64 << 20);
+    let rep = read_report(&reports_in(&dir)[0]);
+    assert_eq!(rep.config.host_reserve_bytes, Some(1 << 20));
     let o = pinguard(&["run", "--host-reserve", "-1G", "--", "true"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
@@ -1766,6 +1769,7 @@ fn run_says_what_it_knows_and_refuses_what_would_not_work() {
 
 /// Sets fields of a synthetic report: `(pointer, value)` pairs, as `/totals/peak_live_bytes`.
 fn patch(p: &Path, fields: &[(&str, Value)]) {
+    // Edits the file as written (JSON), keeping every key the types would not.
     let mut r: Value = read_json(p);
     for (ptr, v) in fields {
         *r.pointer_mut(ptr).unwrap_or_else(|| panic!("no {ptr}")) = v.clone();
@@ -2028,8 +2032,8 @@ fn the_plot_reaches_the_reports_peak() {
         &[],
     );
     assert!(o.status.success(), "{o:?}");
-    let rep = read_json(&reports_in(&real)[0]);
-    assert_eq!(rep["totals"]["peak_live_bytes"], (4u64 << 20) + (256 << 10));
+    let rep = read_report(&reports_in(&real)[0]);
+    assert_eq!(rep.totals.peak_live_bytes, (4u64 << 20) + (256 << 10));
     let o = pinguard(&[
         "plot",
         "-o",
@@ -2039,13 +2043,7 @@ fn the_plot_reaches_the_reports_peak() {
     assert!(o.status.success(), "{o:?}");
     let svg = parse_svg(&svg_path);
     assert!(svg.contains(", peak 4.25 MiB"), "{svg}");
-    let high = rep["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p[1].as_u64().unwrap())
-        .max()
-        .unwrap();
+    let high = rep.timeline.iter().map(|p| p.1).max().unwrap();
     assert_eq!(
         svg.contains("class=\"peak\""),
         high < (4 << 20) + (256 << 10),
@@ -2054,8 +2052,7 @@ fn the_plot_reaches_the_reports_peak() {
 
     // The workload: the legend gives the report's peak.
     let (_, a) = run_under("workload", &[], &["--budget", "3M"]);
-    let rep = read_json(&reports_in(&a)[0]);
-    let peak = rep["totals"]["peak_live_bytes"].as_u64().unwrap();
+    let peak = read_report(&reports_in(&a)[0]).totals.peak_live_bytes;
     let o = pinguard(&[
         "plot",
         "-o",
@@ -2118,8 +2115,8 @@ fn run_group_budget_caps_the_command_and_its_children_together() {
     assert_eq!(reports.len(), 3, "{err}");
     for p in &reports {
         assert_eq!(
-            read_json(p)["group"]["name"],
-            name.as_str(),
+            read_report(p).group.map(|g| g.name),
+            Some(name.clone()),
             "{}",
             p.display()
         );

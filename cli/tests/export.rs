@@ -5,6 +5,7 @@
 use crate::common;
 
 use common::*;
+use pinguard_common::EventKind;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -94,22 +95,14 @@ fn sum(v: &Value, key: &str) -> u64 {
 fn refused_bytes(inputs: &[PathBuf]) -> u64 {
     let mut total = 0;
     for dir in inputs {
-        for r in reports_in(dir)
-            .iter()
-            .map(|p| read_json(p))
-            .filter(|r| r.get("events").is_some())
-        {
-            let events = r["events"].as_array().unwrap();
-            let denied: u64 = events
+        for r in reports_in(dir).iter().map(|p| read_report(p)) {
+            let denied: u64 = r
+                .events
                 .iter()
-                .filter(|e| e["kind"] == "denied")
-                .map(|e| e["size"].as_u64().unwrap())
+                .filter(|e| e.kind == EventKind::Denied)
+                .map(|e| e.size)
                 .sum();
-            assert_eq!(
-                denied,
-                r["totals"]["denied_bytes"].as_u64().unwrap(),
-                "events and totals agree"
-            );
+            assert_eq!(denied, r.totals.denied_bytes, "events and totals agree");
             total += denied;
         }
     }
@@ -290,7 +283,7 @@ fn pprof_reads_back_the_reports_figures_in_go_tool_pprof() {
     let per_report: usize = runs
         .iter()
         .flat_map(|d| reports_in(d))
-        .map(|p| read_json(&p)["callsites"].as_array().unwrap().len())
+        .map(|p| read_report(&p).callsites.len())
         .sum();
     assert_eq!(
         samples.len(),
@@ -319,14 +312,13 @@ fn pprof_reads_back_the_reports_figures_in_go_tool_pprof() {
     }
     // Mappings from the module list, with their build ids.
     let raw = run_pprof(&cmd, &["-raw"], &file);
-    let report = read_json(&reports_in(&runs[0])[0]);
-    let exe = report["modules"]
-        .as_array()
-        .unwrap()
+    let report = read_report(&reports_in(&runs[0])[0]);
+    let exe = report
+        .modules
         .iter()
-        .find(|m| m["path"].as_str().unwrap().ends_with("/workload"))
+        .find(|m| m.path.ends_with("/workload"))
         .unwrap();
-    assert!(raw.contains(exe["build_id"].as_str().unwrap()), "{raw}");
+    assert!(raw.contains(exe.build_id.as_deref().unwrap()), "{raw}");
 }
 
 /// Inferno's flame graph of `folded`: each frame's width by its name, and the total.
@@ -516,10 +508,10 @@ fn perfetto_trace_follows_the_trace_event_format_with_a_track_per_process() {
         .unwrap()
         .parse()
         .unwrap();
-    let reports: Vec<Value> = runs
+    let reports: Vec<Report> = runs
         .iter()
         .flat_map(|d| reports_in(d))
-        .map(|p| read_json(&p))
+        .map(|p| read_report(&p))
         .collect();
     assert_eq!(reports.len(), 2);
     let pids: std::collections::BTreeSet<u64> = events
@@ -529,7 +521,7 @@ fn perfetto_trace_follows_the_trace_event_format_with_a_track_per_process() {
         .collect();
     assert_eq!(pids.len(), 2, "a track per process");
     for r in &reports {
-        let pid = r["process"]["pid"].as_u64().unwrap();
+        let pid = r.process.pid;
         let mine = |name: &'static str| {
             events
                 .iter()
@@ -544,16 +536,10 @@ fn perfetto_trace_follows_the_trace_event_format_with_a_track_per_process() {
                 )
             })
             .collect();
-        let want: Vec<(u64, u64)> = r["timeline"]
-            .as_array()
-            .unwrap()
+        let want: Vec<(u64, u64)> = r
+            .timeline
             .iter()
-            .map(|p| {
-                (
-                    (p[0].as_u64().unwrap() - origin) * 1000,
-                    p[1].as_u64().unwrap(),
-                )
-            })
+            .map(|&(ms, bytes)| ((ms - origin) * 1000, bytes))
             .collect();
         assert!(want.len() >= 2, "the workload's timeline has points");
         assert_eq!(points, want);
@@ -569,10 +555,10 @@ fn perfetto_trace_follows_the_trace_event_format_with_a_track_per_process() {
         assert_eq!(a["size_bytes"], 4 * 1024 * 1024);
         assert_eq!(a["api"], "cudaHostAlloc");
         assert_eq!(a["limit"], "budget");
-        let ev = &r["events"][0];
+        let ev = &r.events[0];
         assert_eq!(
             refusals[0]["ts"].as_u64().unwrap(),
-            (ev["unix_ms"].as_u64().unwrap() - origin) * 1000
+            (ev.unix_ms - origin) * 1000
         );
     }
 }
@@ -684,6 +670,7 @@ fn a_killed_processs_state_is_exported_with_the_reports_figures() {
 /// Gives callsite `i` of a report these Python frames (function, file, line), innermost first,
 /// as the library writes them for a Python caller.
 fn with_py_frames(p: &Path, i: usize, frames: &[(&str, &str, u32)]) {
+    // Edits the file as written (JSON), keeping every key the types would not.
     let mut r: Value = read_json(p);
     r["callsites"][i]["py_frames"] = frames.iter().map(|(s, f, l)| serde_json::json!({"addr": "0x0", "module": f, "offset": null, "symbol": s, "file": f, "line": l})).collect::<Vec<_>>().into();
     std::fs::write(p, serde_json::to_vec(&r).unwrap()).unwrap();
@@ -701,8 +688,7 @@ fn python_frames_are_functions_of_their_own_marked_py() {
             ("main", "/srv/train.py", 88),
         ],
     );
-    let r = read_json(&report);
-    let live = r["callsites"][0]["live_bytes"].as_u64().unwrap();
+    let live = read_report(&report).callsites[0].live_bytes;
     let folded =
         std::fs::read_to_string(export("folded", &[], std::slice::from_ref(&dir))).unwrap();
     assert!(
@@ -781,14 +767,9 @@ fn refused_bytes_are_the_callsites_own_when_events_were_dropped() {
         String::from_utf8_lossy(&o.stdout).contains(&format!("refused={n}")),
         "{o:?}"
     );
-    let r = read_json(&reports_in(&dir)[0]);
-    assert_eq!(r["events_dropped"], n - 10_000);
-    let want: u64 = r["callsites"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["denied_bytes"].as_u64().unwrap())
-        .sum();
+    let r = read_report(&reports_in(&dir)[0]);
+    assert_eq!(r.events_dropped, n - 10_000);
+    let want: u64 = r.callsites.iter().map(|c| c.denied_bytes.unwrap()).sum();
     assert_eq!(want, n * 8192);
     let runs = [dir.clone()];
     let folded =
@@ -837,12 +818,14 @@ fn perfetto_draws_a_counter_track_per_process_and_entry_point() {
     ]);
     assert!(o.status.success(), "{o:?}");
     let path = reports_in(&dir)[0].clone();
-    let r = read_json(&path);
-    let pid = r["process"]["pid"].as_u64().unwrap();
-    let apis = r["timeline_apis"]
-        .as_object()
-        .expect("the report's per-entry-point timelines");
-    assert_eq!(apis.len(), 2, "{r}");
+    let r = read_report(&path);
+    let pid = r.process.pid;
+    let apis = &r.timeline_apis;
+    assert_eq!(
+        apis.len(),
+        2,
+        "the report's per-entry-point timelines: {r:?}"
+    );
     let trace = |dir: &Path| -> (u64, Vec<Value>) {
         let doc: Value = serde_json::from_slice(
             &std::fs::read(export("perfetto", &[], &[dir.to_path_buf()])).unwrap(),
@@ -872,15 +855,8 @@ fn perfetto_draws_a_counter_track_per_process_and_entry_point() {
     };
     for (api, points) in apis {
         let want: Vec<(u64, u64)> = points
-            .as_array()
-            .unwrap()
             .iter()
-            .map(|p| {
-                (
-                    (p[0].as_u64().unwrap() - origin) * 1000,
-                    p[1].as_u64().unwrap(),
-                )
-            })
+            .map(|&(ms, bytes)| ((ms - origin) * 1000, bytes))
             .collect();
         assert_eq!(
             track(&events, &format!("pinned bytes {api}")),
@@ -894,15 +870,11 @@ fn perfetto_draws_a_counter_track_per_process_and_entry_point() {
             .filter(|e| e["ph"] == "C" && e["name"].as_str().unwrap().starts_with("pinned bytes "))
             .count()
     };
-    assert_eq!(
-        per_api(&events),
-        apis.values()
-            .map(|v| v.as_array().unwrap().len())
-            .sum::<usize>()
-    );
+    assert_eq!(per_api(&events), apis.values().map(Vec::len).sum::<usize>());
     // The same report as an older pinguard wrote it: the process's track, and no other.
     let old = fresh_dir("export-api-tracks-old");
-    let mut r_old = r.clone();
+    // JSON: the file as an older pinguard wrote it, without the key.
+    let mut r_old = read_json(&path);
     r_old.as_object_mut().unwrap().remove("timeline_apis");
     std::fs::write(
         old.join(path.file_name().unwrap()),
@@ -911,10 +883,7 @@ fn perfetto_draws_a_counter_track_per_process_and_entry_point() {
     .unwrap();
     let (_, events) = trace(&old);
     assert_eq!(per_api(&events), 0);
-    assert_eq!(
-        track(&events, "pinned bytes").len(),
-        r["timeline"].as_array().unwrap().len()
-    );
+    assert_eq!(track(&events, "pinned bytes").len(), r.timeline.len());
 }
 
 /// Issue 46 item 9: a gzipped profile is never written to a terminal (as `flamegraph` refuses
@@ -976,30 +945,26 @@ fn perfetto_pinned_bytes_reach_the_peak_and_end_at_the_live_bytes() {
     let file = export("perfetto", &[], &runs);
     let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     let events = doc["traceEvents"].as_array().unwrap();
-    let reports: Vec<Value> = runs
+    let reports: Vec<Report> = runs
         .iter()
         .flat_map(|d| reports_in(d))
-        .map(|p| read_json(&p))
+        .map(|p| read_report(&p))
         .collect();
     assert_eq!(reports.len(), 3);
-    assert_eq!(reports[0]["totals"]["peak_live_bytes"], 72 * 1024);
+    assert_eq!(reports[0].totals.peak_live_bytes, 72 * 1024);
     for r in &reports {
-        let pid = r["process"]["pid"].as_u64().unwrap();
+        let pid = r.process.pid;
         let counter: Vec<u64> = events
             .iter()
             .filter(|e| e["pid"] == pid && e["name"] == "pinned bytes")
             .map(|e| e["args"]["bytes"].as_u64().unwrap())
             .collect();
-        let t = &r["totals"];
+        let t = &r.totals;
         assert_eq!(
             counter.iter().max().copied(),
-            t["peak_live_bytes"].as_u64(),
+            Some(t.peak_live_bytes),
             "{counter:?}"
         );
-        assert_eq!(
-            counter.last().copied(),
-            t["live_bytes"].as_u64(),
-            "{counter:?}"
-        );
+        assert_eq!(counter.last().copied(), Some(t.live_bytes), "{counter:?}");
     }
 }

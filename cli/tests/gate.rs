@@ -61,8 +61,8 @@ fn reports(dir: &Path) -> Vec<PathBuf> {
     v
 }
 
-fn pid_of(report: &Path) -> u64 {
-    read_json(report)["process"]["pid"].as_u64().unwrap()
+fn pid_of(report: &Path) -> u32 {
+    read_report(report).process.pid
 }
 
 const LEAK: &[&str] = &["cuda_alloc:1048576"];
