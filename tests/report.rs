@@ -19,7 +19,7 @@ fn workload_report_has_every_key_and_names_the_callers() {
     assert!(r.success(), "{}\n{}", r.stdout, r.stderr);
     // The key set is the contract: checked in the file's own JSON, where an absent key shows
     // (the types would fill a defaulted field in).
-    let raw = r.report();
+    let raw = r.report_json();
     for key in [
         "schema",
         "reason",

@@ -665,21 +665,32 @@ pub struct Why {
     /// caller got instead.
     pub error: String,
     /// `None`: unlimited (or, with `rlimit_memlock_known` false, not known).
+    #[serde(deserialize_with = "written")]
     pub rlimit_memlock_bytes: Option<u64>,
     #[serde(default)]
     pub rlimit_memlock_known: bool,
     /// `CAP_IPC_LOCK` held: `RLIMIT_MEMLOCK` then does not bind.
     pub cap_ipc_lock: bool,
+    #[serde(deserialize_with = "written")]
     pub vm_lck_bytes: Option<u64>,
+    #[serde(deserialize_with = "written")]
     pub vm_pin_bytes: Option<u64>,
     /// The memory cgroup's headroom before its OOM killer (`None`: no limit, or not known).
+    #[serde(deserialize_with = "written")]
     pub cgroup_headroom_bytes: Option<u64>,
     /// The process budget (`None`: none).
+    #[serde(deserialize_with = "written")]
     pub budget_bytes: Option<u64>,
     /// The bytes the call asked for where pinguard counted another figure (the `mlock` family
     /// counts the whole pages a range touches; the event's `size`); absent where they are equal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub asked_bytes: Option<u64>,
+}
+
+/// A figure the writer always writes, `null` where there is none: an absent key is a malformed
+/// report (serde alone would read it as `None`).
+fn written<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    Option::<u64>::deserialize(d)
 }
 
 impl Why {
@@ -900,6 +911,34 @@ fn newer_version(schema: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A `why` reads its room's figures only where the writer wrote them, `null` included: one
+    /// left out is a malformed report, not an unknown figure.
+    #[test]
+    fn a_why_without_one_of_its_figures_does_not_parse() {
+        let full = serde_json::json!({
+            "error": "ENOMEM", "rlimit_memlock_bytes": null, "rlimit_memlock_known": true,
+            "cap_ipc_lock": false, "vm_lck_bytes": 0, "vm_pin_bytes": 0,
+            "cgroup_headroom_bytes": null, "budget_bytes": 4096
+        });
+        let why: Why = serde_json::from_value(full.clone()).unwrap();
+        assert_eq!(
+            (why.rlimit_memlock_bytes, why.budget_bytes),
+            (None, Some(4096))
+        );
+        for key in [
+            "rlimit_memlock_bytes",
+            "vm_lck_bytes",
+            "vm_pin_bytes",
+            "cgroup_headroom_bytes",
+            "budget_bytes",
+        ] {
+            let mut v = full.clone();
+            v.as_object_mut().unwrap().remove(key);
+            let err = serde_json::from_value::<Why>(v).unwrap_err().to_string();
+            assert!(err.contains(key), "{key}: {err}");
+        }
+    }
 
     /// Refused bytes sum where every part has them; one part without them (a report written
     /// before) makes the sum unknown rather than short.

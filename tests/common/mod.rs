@@ -177,8 +177,9 @@ impl Run {
         serde_json::from_str(line).unwrap()
     }
 
-    /// The one report the program wrote (reports/ must hold exactly one).
-    pub fn report(&self) -> Value {
+    /// The one report the program wrote as JSON, for the tests of the written format itself (key
+    /// spelling, absent against null); every other test reads `typed_report`.
+    pub fn report_json(&self) -> Value {
         read_json(&self.report_file())
     }
 
@@ -281,6 +282,8 @@ pub fn read_report(p: &Path) -> Report {
         .unwrap_or_else(|e| panic!("{}: {e}\n{}", p.display(), String::from_utf8_lossy(&bytes)))
 }
 
+/// A JSON file that is not a report (`pinguard run`'s record, an export), or a report read as
+/// written, to edit it or to check its format: reports are read with `read_report`.
 pub fn read_json(p: &Path) -> Value {
     let text = std::fs::read_to_string(p).unwrap();
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", p.display()))
@@ -648,36 +651,6 @@ for _ in range({rounds}):
     )
 }
 
-/// The report's first event of a call of `api` the runtime or the kernel failed (issue 46 item
-/// 13), or a panic naming the events there are.
-pub fn failed_event(rep: &Value, api: &str) -> Value {
-    rep["events"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .find(|e| e["kind"] == "failed" && e["api"] == api)
-        .cloned()
-        .unwrap_or_else(|| panic!("no failed {api} event: {}", rep["events"]))
-}
-
-/// An event's `why` says the API's answer `error` and the room, every figure read (`null` only
-/// where the process has no such limit).
-pub fn assert_why(e: &Value, error: &str) {
-    let why = &e["why"];
-    assert_eq!(why["error"], error, "{e}");
-    assert_eq!(why["rlimit_memlock_known"], true, "{e}");
-    assert!(why["cap_ipc_lock"].is_boolean(), "{e}");
-    assert!(why["vm_lck_bytes"].is_u64(), "{e}");
-    assert!(why["vm_pin_bytes"].is_u64(), "{e}");
-    for key in [
-        "rlimit_memlock_bytes",
-        "cgroup_headroom_bytes",
-        "budget_bytes",
-    ] {
-        assert!(why.get(key).is_some(), "{key}: {e}");
-    }
-}
-
 /// The typed report's first event of a call of `api` the runtime or the kernel failed (issue 46
 /// item 13), or a panic naming the events there are.
 pub fn failed_event_of<'a>(rep: &'a Report, api: &str) -> &'a pinguard_common::Event {
@@ -705,11 +678,6 @@ pub fn api_stats<'a>(rep: &'a Report, name: &str) -> &'a pinguard_common::ApiSta
             rep.apis.keys().collect::<Vec<_>>()
         )
     })
-}
-
-/// The report's figures for one entry point.
-pub fn api<'a>(rep: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    &rep["apis"][name]
 }
 
 /// Every `.rs` file of the test folder `dir` is named by a `mod` line of its `suite.rs` (with
