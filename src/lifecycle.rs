@@ -153,6 +153,10 @@ extern "C" fn constructor() {
     // pin (a report signal's handler, the interval thread, joining a group) start at once.
     if starts_at_once() {
         ensure_init(r.thread());
+        // Not inside the first stage's `dlopen`, where the thread cannot run before it returns.
+        if !front {
+            crate::output::reporter::wait_running();
+        }
     }
 }
 
@@ -262,7 +266,12 @@ fn hooks_ready_slow(t: &Thread, pinning: bool, wire: fn()) -> Option<&'static Co
     // Metrics wanted and no thread yet: the first pinning call that can start one does, at its
     // entry, outside every lock of pinguard's; until then every hooked call comes this way, so
     // that the steady path never looks (one load per call cost the CUDA pair 5 instructions).
-    if crate::output::reporter::metrics_waiting(cfg) && !(pinning && start_metrics(t, cfg)) {
+    let waiting =
+        crate::output::reporter::metrics_waiting(cfg) && !(pinning && start_metrics(t, cfg));
+    // A report thread this call started, or the constructor did inside the first stage's
+    // `dlopen`: it runs before the call goes on (`reporter::wait_running`).
+    crate::output::reporter::wait_running();
+    if waiting {
         return Some(cfg);
     }
     HOOKS_CONFIG.store(cfg as *const Config as *mut Config, Ordering::Release);

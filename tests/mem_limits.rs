@@ -226,3 +226,45 @@ fn tracking_resumes_once_memory_is_back() {
         "{e}"
     );
 }
+
+/// The report thread is set up before the program runs: the C library registers a new thread's
+/// destructors with `calloc` and ends the whole process when that fails, so a thread that first
+/// ran once the program had lowered its address-space limit and used its memory up took the
+/// program down ("Fatal glibc error: failed to register TLS destructor", 6 of 6 on one CPU).
+#[test]
+fn a_program_that_starves_itself_first_thing_runs_as_without_the_report_thread() {
+    let prog = progs().join("mem_limits");
+    let run = |preload: bool| {
+        let dir = fresh_dir("mem_limits-starved");
+        let mut cmd = command_in(&prog, &dir, preload);
+        cmd.arg("starved").env("PINGUARD_INTERVAL", "1s");
+        // SAFETY: only sched_getaffinity and sched_setaffinity, system calls, run between fork and
+        // exec. One CPU: the thread created before `main` runs only when `main` gives way.
+        unsafe {
+            cmd.pre_exec(|| {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                let size = std::mem::size_of::<libc::cpu_set_t>();
+                if libc::sched_getaffinity(0, size, &mut set) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let first = (0..libc::CPU_SETSIZE as usize)
+                    .find(|&c| libc::CPU_ISSET(c, &set))
+                    .unwrap_or(0);
+                let mut one: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(first, &mut one);
+                if libc::sched_setaffinity(0, size, &one) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Run::from_output(run_bounded(&mut cmd, Duration::from_secs(60)), dir)
+    };
+    let (without, with) = (run(false), run(true));
+    assert!(without.success(), "{}", without.stderr);
+    same(
+        &without,
+        &with,
+        "RLIMIT_AS lowered and memory used up first thing",
+    );
+}

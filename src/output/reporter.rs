@@ -17,7 +17,7 @@ use crate::runtime::config::Config;
 use crate::runtime::guard::Reentry;
 use crate::runtime::log;
 use pinguard_common::Reason;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 /// Bumped once per report signal, by the handler.
@@ -147,15 +147,44 @@ fn spawn(cfg: &'static Config) {
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         old
     };
+    THREAD.store(SPAWNED, Ordering::Release);
     let r = std::thread::Builder::new()
         .name("pinguard-common".into())
-        .spawn(move || run(cfg));
+        .spawn(move || {
+            THREAD.store(RUNNING, Ordering::Release);
+            run(cfg)
+        });
     // SAFETY: as above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
     if r.is_err() {
+        THREAD.store(NONE, Ordering::Release);
         log::write_stderr(
             "pinguard: cannot start the report thread; no periodic or signal reports, no metrics\n",
         );
+    }
+}
+
+/// Where the report thread stands: none, spawned but not yet running its first line, running.
+static THREAD: AtomicU8 = AtomicU8::new(NONE);
+const NONE: u8 = 0;
+const SPAWNED: u8 = 1;
+const RUNNING: u8 = 2;
+
+/// Waits, at most a second, for a report thread spawned and not yet running. The C library sets a
+/// new thread up with `calloc` (its thread-local destructors) and ends the whole process when that
+/// fails ("Fatal glibc error: failed to register TLS destructor"): waited for while memory is still
+/// there, since a program lowering its address-space limit right after start could leave none
+/// (mem_limits' squeeze, on a loaded machine). Never from inside `dlopen` (the library loaded by
+/// the first stage): there the thread's first access to this library's thread-locals waits for
+/// the loader's lock that `dlopen` holds, so the first hooked call waits instead. Sleeps in steps
+/// of 50 us: no lock, no allocation.
+pub fn wait_running() {
+    if THREAD.load(Ordering::Acquire) != SPAWNED {
+        return;
+    }
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while THREAD.load(Ordering::Acquire) == SPAWNED && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
@@ -226,6 +255,7 @@ fn run(cfg: &'static Config) {
 /// closed or created here: the child's descriptors are all its own.
 pub fn after_fork_child(cfg: Option<&Config>) {
     STARTED.store(false, Ordering::Relaxed);
+    THREAD.store(NONE, Ordering::Relaxed);
     ACTIVE_NOW.store(false, Ordering::Relaxed);
     if !cfg.is_some_and(wanted) {
         return;

@@ -6,7 +6,11 @@
  *   its VmSize plus MARGIN_KB and locks and unlocks one page from 4,096 different stacks (each a
  *   new callsite for pinguard, which needs memory to record it). Prints how many calls worked.
  * mem_limits squeeze MARGIN_KB relax: the same, then puts the limit back, waits 200 ms and locks
- *   and unlocks one page 64 times more, from one stack. */
+ *   and unlocks one page 64 times more, from one stack.
+ * mem_limits starved: first thing, lowers its RLIMIT_AS to its VmSize and uses up what malloc
+ *   has left, then runs 50 ms without a system call (a thread created before main gets its first
+ *   turn then, on one CPU), puts the limit back and prints one line. */
+#include <time.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +49,33 @@ __attribute__((noinline)) static void descend(int level, int i) {
     }
 }
 
+static int starved(void) {
+    struct rlimit old, r;
+    if (getrlimit(RLIMIT_AS, &old) != 0) return 4;
+    r = old;
+    /* Read through stdio, as a program would: the C library's heap is in use before the limit. */
+    char line[256];
+    long kb = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmSize:", 7)) kb = atol(line + 7);
+    if (f) fclose(f);
+    r.rlim_cur = kb * 1024;
+    if (setrlimit(RLIMIT_AS, &r) != 0) return 4;
+    while (malloc(256))
+        ;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    do clock_gettime(CLOCK_MONOTONIC, &b);
+    while ((b.tv_sec - a.tv_sec) * 1000000000L + b.tv_nsec - a.tv_nsec < 50000000L);
+    if (setrlimit(RLIMIT_AS, &old) != 0) return 4;
+    printf("starved, then fed\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
+    if (strcmp(argv[1], "starved") == 0) return starved();
     for (int i = 0; i < 5; i++) printf("line %d\n", i);
     page = sysconf(_SC_PAGESIZE);
     if (strcmp(argv[1], "plain") == 0) {
