@@ -353,13 +353,23 @@ static dlsym_fn next_dlsym(void) { return (dlsym_fn)next_of(PG_DLSYM); }
  * every process its load, pin or not (about 45 us per exec here). A process of such a glibc that
  * has not loaded libdl gets it through its C library's own entry, `__libc_dlopen_mode`
  * (GLIBC_PRIVATE up to 2.33; libdl's dlopen calls it too). */
+static void *find_anywhere(const char *name) {
+    const uint32_t h = gnu_hash(name);
+    void *p = 0;
+    /* `past` from the first object: the program's scope in its order, as a linked reference
+     * would find it (the stage itself and other copies of pinguard passed over). Never in a
+     * signal handler: it takes the loader's lock. */
+    struct walk w = {&name, &h, &p, 1, 1, 0};
+    dl_iterate_phdr(walk_cb, &w);
+    return p;
+}
+
 static void *loader_fn(const char *name) {
-    void *p = find_after_at_start(name, gnu_hash(name));
+    void *p = find_anywhere(name);
     if (p)
         return p;
     typedef const struct link_map *(*own_open_fn)(const char *, int);
-    own_open_fn own = (own_open_fn)find_after_at_start("__libc_dlopen_mode",
-                                                       gnu_hash("__libc_dlopen_mode"));
+    own_open_fn own = (own_open_fn)find_anywhere("__libc_dlopen_mode");
     const struct link_map *m = own ? own("libdl.so.2", RTLD_NOW) : 0;
     struct tables t;
     return m && tables_at(m->l_addr, m->l_ld, &t) ? (void *)lookup_in(&t, name) : 0;

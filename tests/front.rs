@@ -41,7 +41,7 @@ fn prog(name: &str) -> PathBuf {
     let dir = BUILT.get_or_init(|| {
         let dir = fixtures().dir.join("front");
         std::fs::create_dir_all(&dir).unwrap();
-        for p in ["idle", "lazy_stage", "handler_first"] {
+        for p in ["idle", "lazy_stage", "handler_first", "stage_dlopen"] {
             let out = dir.join(p);
             let src = root().join(format!("tests/progs/{p}.c"));
             cc(&[
@@ -331,4 +331,23 @@ fn the_stage_needs_the_c_library_alone() {
         })
         .collect();
     assert_eq!(needed, ["libc.so.6"]);
+}
+
+/// A stage a program opens itself (not a preload) finds `dlopen` in the program's scope and loads
+/// the library at its first pinning call, which the library then counts.
+#[test]
+fn a_stage_opened_with_dlopen_loads_the_library_at_its_first_pin() {
+    let p = prog("stage_dlopen");
+    let lazy = stage().canonicalize().unwrap();
+    let (out, files) = run_in(
+        &p,
+        None,
+        &[&lazy.to_string_lossy()],
+        &[("PINGUARD_REPORT", "r.%p.json")],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout, "mlock 0 munlock 0 library 1\n", "{out:?}");
+    let report = named(&files, "r.", ".json").unwrap_or_else(|| panic!("{files:?} {out:?}"));
+    let rep = read_report(&report);
+    assert_eq!(api_stats(&rep, "mlock").alloc_count, 1, "{rep:?}");
 }
