@@ -348,11 +348,7 @@ static void *next_of(unsigned i) {
 /* The C library's dlsym, found at its first use. */
 static dlsym_fn next_dlsym(void) { return (dlsym_fn)next_of(PG_DLSYM); }
 
-/* dlopen and dlerror are looked up when the library is loaded, not linked: before glibc 2.34
- * they live in libdl.so.2, and a NEEDED libdl.so.2 (the glibc 2.17 release build had one) cost
- * every process its load, pin or not (about 45 us per exec here). A process of such a glibc that
- * has not loaded libdl gets it through its C library's own entry, `__libc_dlopen_mode`
- * (GLIBC_PRIVATE up to 2.33; libdl's dlopen calls it too). */
+/* `name`'s first definition in the program's scope, in its order. */
 static void *find_anywhere(const char *name) {
     const uint32_t h = gnu_hash(name);
     void *p = 0;
@@ -364,6 +360,11 @@ static void *find_anywhere(const char *name) {
     return p;
 }
 
+/* dlopen and dlerror are looked up when the library is loaded, not linked: before glibc 2.34
+ * they live in libdl.so.2, and a NEEDED libdl.so.2 (the glibc 2.17 release build had one) cost
+ * every process its load, pin or not (about 45 us per exec here). A process of such a glibc that
+ * has not loaded libdl gets it through its C library's own entry, `__libc_dlopen_mode`
+ * (GLIBC_PRIVATE up to 2.33; libdl's dlopen calls it too). */
 static void *loader_fn(const char *name) {
     void *p = find_anywhere(name);
     if (p)
@@ -637,8 +638,9 @@ static void front_at_exit(void) {
 static const char *const early[] = {"PINGUARD_SIGNAL", "PINGUARD_INTERVAL", "PINGUARD_GROUP"};
 enum { EARLY = 3 };
 
-/* Which early settings the node file sets to a value that is not blank (NAME=value lines, the
- * last line naming one wins, as the core reads them), read byte by byte from pieces of a small
+/* Which early settings the node file gives a value that is not blank (NAME=value lines, the
+ * last line naming one wins, a line starting with '#' a comment: as the core reads the file,
+ * which then judges the value), read byte by byte from pieces of a small
  * buffer: the scan keeps its place across pieces, so a line of any length is judged whole, and
  * no page of .bss is written at start. */
 struct scan {
@@ -649,7 +651,8 @@ struct scan {
     unsigned set;      /* early names set (bit k) */
 };
 
-static int blank(char c) { return c == ' ' || c == '\t'; }
+/* What the core trims around a name and a value (Rust's ASCII whitespace, '\n' ending the line). */
+static int blank(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\f'; }
 
 /* The name the line's first word is, once `c` ends it (-1: none). */
 static int ended(const struct scan *s, char c) {
@@ -694,12 +697,9 @@ static void scan_byte(struct scan *s, char c) {
             s->at = c == '=' ? VALUE : SKIP;
         return;
     case VALUE:
-        if (blank(c) || c == '\r')
+        if (blank(c))
             return;
-        if (c == '#')
-            s->set &= ~(1u << s->name);
-        else
-            s->set |= 1u << s->name;
+        s->set |= 1u << s->name;
         s->at = SKIP;
         return;
     case SKIP:

@@ -249,7 +249,9 @@ fn the_node_file_loads_the_library_at_start_exactly_when_the_library_reads_a_set
             true,
         ),
         ("blank", "PINGUARD_INTERVAL=\n".into(), false),
-        ("comment", "PINGUARD_INTERVAL= \t# off\n".into(), false),
+        ("a comment", "  # PINGUARD_INTERVAL=60s\n".into(), false),
+        ("blank but a CR", "PINGUARD_INTERVAL= \t\r\n".into(), false),
+        ("CRLF", "PINGUARD_INTERVAL = \t60s\r\n".into(), true),
         (
             "last wins",
             "PINGUARD_GROUP=pods\nPINGUARD_GROUP=\n".into(),
