@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "library_mapped.h"
 
 static char *held;
 static size_t held_len;
@@ -15,15 +16,6 @@ static void unlock_at_exit(void) {
     if (held) munlock(held, held_len);
 }
 
-static int library_mapped(void) {
-    char line[512];
-    int found = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (strstr(line, "/libpinguard.so")) found = 1;
-    if (f) fclose(f);
-    return found;
-}
 
 int main(int argc, char **argv) {
     size_t n = argc > 1 ? strtoul(argv[1], NULL, 0) : 65536;

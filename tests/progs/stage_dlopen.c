@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "library_mapped.h"
 
 int main(int argc, char **argv) {
     if (argc < 2) return 2;
@@ -19,12 +20,6 @@ int main(int argc, char **argv) {
     memset(buf, 1, 65536);
     int rc = lock(buf, 65536);
     int urc = unlock(buf, 65536);
-    char line[512];
-    int mapped = 0;
-    FILE *f = fopen("/proc/self/maps", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (strstr(line, "/libpinguard.so")) mapped = 1;
-    if (f) fclose(f);
-    printf("mlock %d munlock %d library %d\n", rc, urc, mapped);
+    printf("mlock %d munlock %d library %d\n", rc, urc, library_mapped());
     return 0;
 }
