@@ -32,7 +32,7 @@ mod top;
 mod top_list;
 mod writers;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use pinguard_common::units;
 use pinguard_common::vars;
 use std::ffi::OsString;
@@ -183,58 +183,7 @@ enum Cmd {
     },
     /// Fail (exit 1) when the reports' summed figures exceed a limit: a CI gate.
     #[command(after_help = EXIT_CHECK)]
-    Check {
-        /// Most live pinned bytes left at the reports' end, summed over processes: 512Mi, 1Gi.
-        #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
-        max_live: Option<u64>,
-        /// Most pinned bytes at any moment: each process's peak, and what processes alive at the
-        /// same time on one host held together (from their timelines): 512Mi, 1Gi.
-        #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
-        max_peak: Option<u64>,
-        /// Most pinning calls refused by a budget (policy error, or downgrade out of scope).
-        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
-        max_denied: Option<u64>,
-        /// Most pinning calls served with pageable memory instead (policy downgrade).
-        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
-        max_downgraded: Option<u64>,
-        /// Most pinning calls that went over the budget and were pinned anyway (policy warn).
-        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
-        max_over_budget: Option<u64>,
-        /// Most pinning calls the host reserve stopped (PINGUARD_HOST_RESERVE), whatever the
-        /// policy did with them.
-        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
-        max_host_reserve: Option<u64>,
-        /// Most pinning calls the cgroup reserve stopped (PINGUARD_CGROUP_RESERVE), whatever the
-        /// policy did with them.
-        #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
-        max_cgroup_reserve: Option<u64>,
-        /// Skip inputs that cannot be read, and go on with the rest (each is still named on
-        /// stderr); exit 2 only when none can be read.
-        #[arg(long)]
-        keep_going: bool,
-        /// Pass even when a process could not use a setting (a rejected PINGUARD_BUDGET, say);
-        /// by default that fails the check, since the limits it meant were not in force.
-        #[arg(long)]
-        allow_config_errors: bool,
-        /// Pass even a run whose command pinguard could not be loaded into (a set-user-ID,
-        /// set-group-ID or file-capability program in secure mode, a statically linked one); by
-        /// default that fails the check, since what it pinned was never seen.
-        #[arg(long)]
-        allow_unwatched: bool,
-        /// Of each folder, check only the newest run: the one `pinguard run` recorded last, or
-        /// for reports without a record, the last group of processes alive together.
-        #[arg(long)]
-        latest: bool,
-        /// Callsite figures to leave out of the limits, shown apart (PINGUARD_SUPPRESSIONS):
-        /// lines `KIND:PATTERN [ALLOWANCE]`, KIND live, leak, peak, pinned, denied, downgraded or
-        /// over_budget, PATTERN a glob on a frame's function, file, file:function or file:line,
-        /// e.g. `live:*serve.py:load_model* 8GiB`.
-        #[arg(long, value_name = "FILE")]
-        suppressions: Option<PathBuf>,
-        /// Report files (*.json, *.state) and folders to scan for them.
-        #[arg(required = true, value_name = "FILES|DIRS")]
-        inputs: Vec<PathBuf>,
-    },
+    Check(CheckArgs),
     /// Per-callsite change of live and peak pinned bytes between two runs (files or directories).
     #[command(after_help = EXIT_DIFF)]
     Diff {
@@ -323,44 +272,7 @@ enum Cmd {
     /// /etc/ld.so.preload (or sets LD_PRELOAD: --preload-with env); install it as
     /// /etc/cdi/pinguard.json. Host paths are this host's: run it on the node.
     #[command(after_help = EXIT_CDI)]
-    Cdi {
-        /// Where to write the spec (replaced atomically); `-` for standard output, the default.
-        #[arg(short, long, value_name = "FILE")]
-        output: Option<PathBuf>,
-        /// The library on the host (default: libpinguard.so beside this binary, or in ../lib/).
-        #[arg(long, value_name = "PATH")]
-        lib: Option<PathBuf>,
-        /// Where the library appears inside the containers (LD_PRELOAD's value).
-        #[arg(long, value_name = "PATH", default_value = cdi::CONTAINER_PATH)]
-        container_path: String,
-        /// node_exporter's textfile folder on the host: mounted read-write at the same path, with
-        /// PINGUARD_METRICS=HOSTDIR/pinguard.%h.%n.%p.prom (%n: the PID namespace, so that the
-        /// containers of a pod, which share the host name and each run pid 1, write apart).
-        #[arg(long, value_name = "HOSTDIR")]
-        metrics_dir: Option<PathBuf>,
-        /// A folder on the host for the containers' reports: mounted read-write at the same path,
-        /// with PINGUARD_REPORT=HOSTDIR/pinguard.%h.%e.%n.%p.json, so that no report lands in a
-        /// container's working directory.
-        #[arg(long, value_name = "HOSTDIR")]
-        report_dir: Option<PathBuf>,
-        /// A setting for every container, KEY=VALUE; repeat for more (PINGUARD_GROUP=inference).
-        #[arg(long = "env", value_name = "KEY=VALUE", value_parser = cdi::env_pair)]
-        env: Vec<(String, String)>,
-        /// How the containers' processes load the library: a one-line list mounted read-only at
-        /// /etc/ld.so.preload (an LD_PRELOAD the image sets keeps working beside it), or
-        /// LD_PRELOAD in the environment (which replaces the image's own).
-        #[arg(long, value_enum, value_name = "WAY", default_value = "ld.so.preload")]
-        preload_with: cdi::PreloadWith,
-        /// The host's file for that list, written (only when it changes) by this command
-        /// (default: ld.so.preload beside the library).
-        #[arg(long, value_name = "FILE")]
-        preload_list: Option<PathBuf>,
-        /// Preload the first stage, libpinguard-lazy.so beside the library, mounted beside it in
-        /// the containers: their processes that never pin pay for it alone, and the library is
-        /// loaded at a process's first call that can pin.
-        #[arg(long)]
-        stage: bool,
-    },
+    Cdi(CdiArgs),
     /// Remove the metrics files (PINGUARD_METRICS) of processes that have ended without removing
     /// their own (SIGKILL, the OOM killer): for a node agent to run now and then, where a folder's
     /// last writer may die with no other writer to remove its file. Only files that start with
@@ -398,6 +310,102 @@ enum Cmd {
         #[arg(required = true, value_name = "FILES|DIRS")]
         inputs: Vec<PathBuf>,
     },
+}
+
+/// `pinguard check`'s flags and inputs.
+#[derive(Args)]
+struct CheckArgs {
+    /// Most live pinned bytes left at the reports' end, summed over processes: 512Mi, 1Gi.
+    #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
+    max_live: Option<u64>,
+    /// Most pinned bytes at any moment: each process's peak, and what processes alive at the
+    /// same time on one host held together (from their timelines): 512Mi, 1Gi.
+    #[arg(long, value_parser = bytes, value_name = "BYTES", allow_hyphen_values = true)]
+    max_peak: Option<u64>,
+    /// Most pinning calls refused by a budget (policy error, or downgrade out of scope).
+    #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+    max_denied: Option<u64>,
+    /// Most pinning calls served with pageable memory instead (policy downgrade).
+    #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+    max_downgraded: Option<u64>,
+    /// Most pinning calls that went over the budget and were pinned anyway (policy warn).
+    #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+    max_over_budget: Option<u64>,
+    /// Most pinning calls the host reserve stopped (PINGUARD_HOST_RESERVE), whatever the
+    /// policy did with them.
+    #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+    max_host_reserve: Option<u64>,
+    /// Most pinning calls the cgroup reserve stopped (PINGUARD_CGROUP_RESERVE), whatever the
+    /// policy did with them.
+    #[arg(long, value_name = "N", value_parser = count, allow_hyphen_values = true)]
+    max_cgroup_reserve: Option<u64>,
+    /// Skip inputs that cannot be read, and go on with the rest (each is still named on
+    /// stderr); exit 2 only when none can be read.
+    #[arg(long)]
+    keep_going: bool,
+    /// Pass even when a process could not use a setting (a rejected PINGUARD_BUDGET, say);
+    /// by default that fails the check, since the limits it meant were not in force.
+    #[arg(long)]
+    allow_config_errors: bool,
+    /// Pass even a run whose command pinguard could not be loaded into (a set-user-ID,
+    /// set-group-ID or file-capability program in secure mode, a statically linked one); by
+    /// default that fails the check, since what it pinned was never seen.
+    #[arg(long)]
+    allow_unwatched: bool,
+    /// Of each folder, check only the newest run: the one `pinguard run` recorded last, or
+    /// for reports without a record, the last group of processes alive together.
+    #[arg(long)]
+    latest: bool,
+    /// Callsite figures to leave out of the limits, shown apart (PINGUARD_SUPPRESSIONS):
+    /// lines `KIND:PATTERN [ALLOWANCE]`, KIND live, leak, peak, pinned, denied, downgraded or
+    /// over_budget, PATTERN a glob on a frame's function, file, file:function or file:line,
+    /// e.g. `live:*serve.py:load_model* 8GiB`.
+    #[arg(long, value_name = "FILE")]
+    suppressions: Option<PathBuf>,
+    /// Report files (*.json, *.state) and folders to scan for them.
+    #[arg(required = true, value_name = "FILES|DIRS")]
+    inputs: Vec<PathBuf>,
+}
+
+/// `pinguard cdi`'s flags.
+#[derive(Args)]
+struct CdiArgs {
+    /// Where to write the spec (replaced atomically); `-` for standard output, the default.
+    #[arg(short, long, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// The library on the host (default: libpinguard.so beside this binary, or in ../lib/).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+    /// Where the library appears inside the containers (LD_PRELOAD's value).
+    #[arg(long, value_name = "PATH", default_value = cdi::CONTAINER_PATH)]
+    container_path: String,
+    /// node_exporter's textfile folder on the host: mounted read-write at the same path, with
+    /// PINGUARD_METRICS=HOSTDIR/pinguard.%h.%n.%p.prom (%n: the PID namespace, so that the
+    /// containers of a pod, which share the host name and each run pid 1, write apart).
+    #[arg(long, value_name = "HOSTDIR")]
+    metrics_dir: Option<PathBuf>,
+    /// A folder on the host for the containers' reports: mounted read-write at the same path,
+    /// with PINGUARD_REPORT=HOSTDIR/pinguard.%h.%e.%n.%p.json, so that no report lands in a
+    /// container's working directory.
+    #[arg(long, value_name = "HOSTDIR")]
+    report_dir: Option<PathBuf>,
+    /// A setting for every container, KEY=VALUE; repeat for more (PINGUARD_GROUP=inference).
+    #[arg(long = "env", value_name = "KEY=VALUE", value_parser = cdi::env_pair)]
+    env: Vec<(String, String)>,
+    /// How the containers' processes load the library: a one-line list mounted read-only at
+    /// /etc/ld.so.preload (an LD_PRELOAD the image sets keeps working beside it), or
+    /// LD_PRELOAD in the environment (which replaces the image's own).
+    #[arg(long, value_enum, value_name = "WAY", default_value = "ld.so.preload")]
+    preload_with: cdi::PreloadWith,
+    /// The host's file for that list, written (only when it changes) by this command
+    /// (default: ld.so.preload beside the library).
+    #[arg(long, value_name = "FILE")]
+    preload_list: Option<PathBuf>,
+    /// Preload the first stage, libpinguard-lazy.so beside the library, mounted beside it in
+    /// the containers: their processes that never pin pay for it alone, and the library is
+    /// loaded at a process's first call that can pin.
+    #[arg(long)]
+    stage: bool,
 }
 
 #[derive(Subcommand)]
@@ -466,97 +474,26 @@ fn main() -> ExitCode {
                 all_frames,
             },
         ),
-        Cmd::Check {
-            max_live,
-            max_peak,
-            max_denied,
-            max_downgraded,
-            max_over_budget,
-            max_host_reserve,
-            max_cgroup_reserve,
-            keep_going,
-            allow_config_errors,
-            allow_unwatched,
-            latest,
-            suppressions,
-            inputs,
-        } => check_command(
-            check::Limits {
-                max_live,
-                max_peak,
-                max_denied,
-                max_downgraded,
-                max_over_budget,
-                max_host_reserve,
-                max_cgroup_reserve,
-                allow_config_errors,
-                allow_unwatched,
-            },
-            suppressions,
-            latest,
-            inputs,
-            keep_going,
-        ),
+        Cmd::Check(args) => check_command(args),
         Cmd::Diff {
             fail_on_growth,
             keep_going,
             old,
             new,
-        } => {
-            let Ok(a) = merge::merge_inputs(&[old], keep_going) else {
-                return ExitCode::from(2);
-            };
-            let Ok(b) = merge::merge_inputs(&[new], keep_going) else {
-                return ExitCode::from(2);
-            };
-            out::print(&diff::render(&a, &b));
-            let grew = fail_on_growth
-                .map(|g| diff::growth_violations(&a, &b, g))
-                .unwrap_or_default();
-            out::print(&grew.iter().map(|l| format!("{l}\n")).collect::<String>());
-            ExitCode::from(u8::from(!grew.is_empty()))
-        }
+        } => diff_command(fail_on_growth, keep_going, old, new),
         Cmd::Flamegraph {
             output,
             metric,
             keep_going,
             inputs,
-        } => {
-            let Ok(m) = merge::merge_inputs(&inputs, keep_going) else {
-                return ExitCode::from(2);
-            };
-            match flamegraph::render(&m, metric, &output) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("pinguard flamegraph: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        } => flamegraph_command(&inputs, keep_going, metric, &output),
         Cmd::Export {
             format,
             weight,
             output,
             keep_going,
             inputs,
-        } => {
-            if let Err(e) = export::check_output(format, &output) {
-                eprintln!("pinguard export: {e}");
-                return ExitCode::from(2);
-            }
-            let Ok(d) = export::load(&inputs, keep_going) else {
-                return ExitCode::from(2);
-            };
-            match export::render(&d, format, weight)
-                .and_then(|bytes| export::write(&bytes, &output))
-            {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("pinguard export: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        } => export_command(&inputs, keep_going, format, weight, &output),
         Cmd::Top {
             group,
             metrics,
@@ -564,36 +501,7 @@ fn main() -> ExitCode {
             once,
             interval,
         } => top_command(group, metrics, pid, once, &interval),
-        Cmd::Cdi {
-            output,
-            lib,
-            container_path,
-            metrics_dir,
-            report_dir,
-            env,
-            preload_with,
-            preload_list,
-            stage,
-        } => {
-            let written = cdi::spec(&cdi::Options {
-                lib,
-                container_path,
-                metrics_dir,
-                report_dir,
-                env,
-                preload_with,
-                preload_list,
-                stage,
-            })
-            .and_then(|spec| cdi::write(&format!("{spec:#}\n"), output.as_deref()));
-            match written {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    eprintln!("pinguard cdi: {e}");
-                    ExitCode::from(2)
-                }
-            }
-        }
+        Cmd::Cdi(args) => cdi_command(args),
         Cmd::Group {
             action: GroupAction::List,
         } => ExitCode::from(group::list() as u8),
@@ -607,6 +515,88 @@ fn main() -> ExitCode {
             keep_going,
             inputs,
         } => plot_command(&inputs, keep_going, wall_clock, &output),
+    }
+}
+
+fn diff_command(
+    fail_on_growth: Option<diff::Growth>,
+    keep_going: bool,
+    old: PathBuf,
+    new: PathBuf,
+) -> ExitCode {
+    let Ok(a) = merge::merge_inputs(&[old], keep_going) else {
+        return ExitCode::from(2);
+    };
+    let Ok(b) = merge::merge_inputs(&[new], keep_going) else {
+        return ExitCode::from(2);
+    };
+    out::print(&diff::render(&a, &b));
+    let grew = fail_on_growth
+        .map(|g| diff::growth_violations(&a, &b, g))
+        .unwrap_or_default();
+    out::print(&grew.iter().map(|l| format!("{l}\n")).collect::<String>());
+    ExitCode::from(u8::from(!grew.is_empty()))
+}
+
+fn flamegraph_command(
+    inputs: &[PathBuf],
+    keep_going: bool,
+    metric: flamegraph::Metric,
+    output: &std::path::Path,
+) -> ExitCode {
+    let Ok(m) = merge::merge_inputs(inputs, keep_going) else {
+        return ExitCode::from(2);
+    };
+    match flamegraph::render(&m, metric, output) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinguard flamegraph: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn export_command(
+    inputs: &[PathBuf],
+    keep_going: bool,
+    format: export::Format,
+    weight: export::Weight,
+    output: &std::path::Path,
+) -> ExitCode {
+    if let Err(e) = export::check_output(format, output) {
+        eprintln!("pinguard export: {e}");
+        return ExitCode::from(2);
+    }
+    let Ok(d) = export::load(inputs, keep_going) else {
+        return ExitCode::from(2);
+    };
+    match export::render(&d, format, weight).and_then(|bytes| export::write(&bytes, output)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinguard export: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn cdi_command(a: CdiArgs) -> ExitCode {
+    let written = cdi::spec(&cdi::Options {
+        lib: a.lib,
+        container_path: a.container_path,
+        metrics_dir: a.metrics_dir,
+        report_dir: a.report_dir,
+        env: a.env,
+        preload_with: a.preload_with,
+        preload_list: a.preload_list,
+        stage: a.stage,
+    })
+    .and_then(|spec| cdi::write(&format!("{spec:#}\n"), a.output.as_deref()));
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pinguard cdi: {e}");
+            ExitCode::from(2)
+        }
     }
 }
 
@@ -641,13 +631,20 @@ fn report_command(
     ExitCode::SUCCESS
 }
 
-fn check_command(
-    limits: check::Limits,
-    suppressions: Option<PathBuf>,
-    latest: bool,
-    inputs: Vec<PathBuf>,
-    keep_going: bool,
-) -> ExitCode {
+fn check_command(a: CheckArgs) -> ExitCode {
+    let limits = check::Limits {
+        max_live: a.max_live,
+        max_peak: a.max_peak,
+        max_denied: a.max_denied,
+        max_downgraded: a.max_downgraded,
+        max_over_budget: a.max_over_budget,
+        max_host_reserve: a.max_host_reserve,
+        max_cgroup_reserve: a.max_cgroup_reserve,
+        allow_config_errors: a.allow_config_errors,
+        allow_unwatched: a.allow_unwatched,
+    };
+    let (suppressions, latest, inputs, keep_going) =
+        (a.suppressions, a.latest, a.inputs, a.keep_going);
     let rules = match check_suppressions(suppressions) {
         Ok(r) => r,
         Err(e) => {

@@ -552,44 +552,70 @@ fn make_folder(root: &Path) -> Result<(), String> {
     })
 }
 
+/// What `run` settled before the command starts: where its reports go and what was said about
+/// the command's reach.
+struct Prepared {
+    template_abs: PathBuf,
+    /// The folders `run` made for the reports (removed again when nothing was recorded).
+    made: Vec<PathBuf>,
+    unreachable: Option<String>,
+    secure: Option<String>,
+    preload: OsString,
+    /// The group `--group-budget` makes: its name and budget.
+    group: Option<(String, String)>,
+}
+
 /// Runs the command; returns the exit status `pinguard run` should end with.
 pub fn run(o: Options) -> i32 {
-    if let Err(e) = refuse_when_disabled(&o).and_then(|()| refuse_other_group(&o)) {
-        eprintln!("pinguard run: {e}");
-        return 2;
-    }
-    let lib = match find_library(o.lib.as_deref()) {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("pinguard run: {e}");
-            return 2;
-        }
+    let start = now_ms();
+    let p = match prepare(&o, start) {
+        Ok(p) => p,
+        Err(code) => return code,
     };
+    let (pid, ended) = match start_and_wait(&o, &p) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let code = match ended {
+        Ended::Status(c) => c,
+        Ended::Signal { sig, .. } => 128 + sig,
+    };
+    let the_cmd = TheCommand {
+        pid,
+        name: crate::merge::basename(&o.cmd[0].to_string_lossy()).to_string(),
+        ended,
+        unreachable: p.unreachable.clone(),
+        secure: p.secure.clone(),
+    };
+    summarise_run(&o, &p, start, &the_cmd);
+    code
+}
+
+/// The checks and the report folder before the command starts; `Err`: the exit status.
+fn prepare(o: &Options, start: u64) -> Result<Prepared, i32> {
+    let said = |e: String| {
+        eprintln!("pinguard run: {e}");
+        2
+    };
+    refuse_when_disabled(o)
+        .and_then(|()| refuse_other_group(o))
+        .map_err(said)?;
+    let lib = find_library(o.lib.as_deref()).map_err(said)?;
     // A working directory removed under us: a relative template is then refused as unwritable.
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let start = now_ms();
-    let template_abs = match report_template(o.report.as_deref(), &cwd, &run_folder(start)) {
-        Ok((t, note)) => {
-            if let Some(n) = note {
-                eprintln!("pinguard run: {n}");
-            }
-            t
-        }
-        Err(e) => {
-            eprintln!("pinguard run: {e}");
-            return 2;
-        }
-    };
-    if let Some(line) = crate::input::earlier_runs(&search_root(&template_abs)) {
+    let (template_abs, note) =
+        report_template(o.report.as_deref(), &cwd, &run_folder(start)).map_err(said)?;
+    if let Some(n) = note {
+        eprintln!("pinguard run: {n}");
+    }
+    let root = search_root(&template_abs);
+    if let Some(line) = crate::input::earlier_runs(&root) {
         if !o.quiet {
             eprintln!("pinguard run: {line}");
         }
     }
-    let made = missing_folders(&search_root(&template_abs));
-    if let Err(e) = make_folder(&search_root(&template_abs)) {
-        eprintln!("pinguard run: {e}");
-        return 2;
-    }
+    let made = missing_folders(&root);
+    make_folder(&root).map_err(said)?;
     let unreachable = unreachable_by_preload(&o.cmd[0]);
     if let Some(why) = &unreachable {
         eprintln!("pinguard run: {why}");
@@ -607,18 +633,31 @@ pub fn run(o: Options) -> i32 {
     if let Some(rt) = &sanitizer {
         eprintln!("pinguard run: {} is built with AddressSanitizer ({rt}): its runtime is preloaded first, pinguard after it", o.cmd[0].to_string_lossy());
     }
-    let mut cmd = Command::new(&o.cmd[0]);
-    cmd.args(&o.cmd[1..])
-        .env("LD_PRELOAD", preload)
-        .env(pinguard_common::vars::REPORT.name, &template_abs);
-    for (k, v) in &o.env {
-        cmd.env(k, v);
-    }
     let group = o
         .group_budget
         .as_ref()
         .map(|b| (group_name(start), b.clone()));
-    if let Some((name, budget)) = &group {
+    Ok(Prepared {
+        template_abs,
+        made,
+        unreachable,
+        secure,
+        preload,
+        group,
+    })
+}
+
+/// Starts the command under the library and waits for it, signals to `run` passed on; its pid
+/// and how it ended, or `Err` with `run`'s exit status.
+fn start_and_wait(o: &Options, p: &Prepared) -> Result<(u32, Ended), i32> {
+    let mut cmd = Command::new(&o.cmd[0]);
+    cmd.args(&o.cmd[1..])
+        .env("LD_PRELOAD", &p.preload)
+        .env(pinguard_common::vars::REPORT.name, &p.template_abs);
+    for (k, v) in &o.env {
+        cmd.env(k, v);
+    }
+    if let Some((name, budget)) = &p.group {
         cmd.env(pinguard_common::vars::GROUP.name, name)
             .env(pinguard_common::vars::GROUP_BUDGET.name, budget);
     }
@@ -634,14 +673,14 @@ pub fn run(o: Options) -> i32 {
                 spawn_why(&e)
             );
             // Nothing ran: the folder made for it goes (`remove_dir` leaves one that holds files).
-            let _ = std::fs::remove_dir(search_root(&template_abs));
+            let _ = std::fs::remove_dir(search_root(&p.template_abs));
             // The shell's convention: 127 for a command that is not there, 126 for one that is
             // but cannot be executed.
-            return if e.kind() == std::io::ErrorKind::NotFound {
+            return Err(if e.kind() == std::io::ErrorKind::NotFound {
                 127
             } else {
                 126
-            };
+            });
         }
     };
     let pid = child.id();
@@ -655,13 +694,10 @@ pub fn run(o: Options) -> i32 {
     CHILD.store(0, Ordering::SeqCst);
     // From here a signal is for `run` itself: it ends the summary as it would any program.
     restore(&old);
-    let status = match waited.and_then(|()| child.wait()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("pinguard run: waiting for the command: {e}");
-            return 2;
-        }
-    };
+    let status = waited.and_then(|()| child.wait()).map_err(|e| {
+        eprintln!("pinguard run: waiting for the command: {e}");
+        2
+    })?;
     use std::os::unix::process::ExitStatusExt;
     let ended = match (status.code(), status.signal()) {
         (Some(c), _) => Ended::Status(c),
@@ -671,34 +707,27 @@ pub fn run(o: Options) -> i32 {
         },
         _ => Ended::Status(1),
     };
-    let code = match ended {
-        Ended::Status(c) => c,
-        Ended::Signal { sig, .. } => 128 + sig,
-    };
-    let name = crate::merge::basename(&o.cmd[0].to_string_lossy()).to_string();
-    let the_cmd = TheCommand {
-        pid,
-        name,
-        ended,
-        unreachable,
-        secure,
-    };
-    let mut rec = new_record(&o, &template_abs, start, &the_cmd);
-    let group_line = group.as_ref().map(|(name, budget)| {
+    Ok((pid, ended))
+}
+
+/// The run's record and its summary on stderr, once the command has ended.
+fn summarise_run(o: &Options, p: &Prepared, start: u64, the_cmd: &TheCommand) {
+    let mut rec = new_record(o, &p.template_abs, start, the_cmd);
+    let group_line = p.group.as_ref().map(|(name, budget)| {
         rec.group = Some(name.clone());
         rec.group_budget = Some(budget.clone());
-        group_summary(name, budget, &search_root(&template_abs), start)
+        group_summary(name, budget, &search_root(&p.template_abs), start)
     });
     let mut text = summarise(
-        &template_abs,
+        &p.template_abs,
         start,
-        Some(&the_cmd),
+        Some(the_cmd),
         &mut rec,
         group_line.as_deref().unwrap_or(""),
     );
     // The default folder of a run that recorded nothing is not left behind (a `git status` full
     // of empty runs); a folder the user named keeps the run's record, for `check DIR`.
-    if o.report.is_none() && nothing_recorded(&rec, &the_cmd) && remove_made(&made) {
+    if o.report.is_none() && nothing_recorded(&rec, the_cmd) && remove_made(&p.made) {
         text = format!(
             "{}pinguard run: no reports: {} {} and pinned nothing that pinguard saw; no folder left\n",
             group_line.as_deref().unwrap_or(""),
@@ -706,13 +735,12 @@ pub fn run(o: Options) -> i32 {
             the_cmd.ended.describe()
         );
     } else {
-        write_record(&template_abs, &rec);
+        write_record(&p.template_abs, &rec);
     }
     if o.quiet {
         text = last_line(&text);
     }
     eprint!("{text}");
-    code
 }
 
 /// Whether the run recorded nothing worth a folder: no process left a report or state, and the
