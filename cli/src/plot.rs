@@ -274,6 +274,32 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
     };
 
     let total_h = LEGEND + LINE * all.len() as f64 - LINE + 12.0;
+    let mut s = frame(total_h, &xt, &yt, &x, &y, &x_title);
+    // By the clock, processes come and go: each one's budget is drawn across its own time, in its
+    // colour (`own_budget`), never across another's.
+    if axis != TimeAxis::WallClock {
+        s.push_str(&shared_budgets(&budgets, &y));
+    }
+    for (i, ser) in all.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        if !ser.points.is_empty() {
+            s.push_str(&series_line(ser, color, origin(ser), axis, &x, &y));
+        }
+        s.push_str(&legend_entry(ser, color, LEGEND + LINE * i as f64));
+    }
+    let _ = writeln!(s, "</svg>");
+    Ok(s)
+}
+
+/// The picture's frame: title, grid with its tick labels, axes and their titles.
+fn frame(
+    total_h: f64,
+    xt: &Ticks,
+    yt: &Ticks,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+    x_title: &str,
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
     let _ = writeln!(
@@ -315,21 +341,21 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
         r#"<text class="xtitle" x="{}" y="{}" text-anchor="middle">{}</text>"#,
         (x0 + x1) / 2.0,
         BOTTOM + 36.0,
-        esc(&x_title)
+        esc(x_title)
     );
     let _ = writeln!(
         s,
         r#"<text class="ytitle" transform="translate(16,{}) rotate(-90)" text-anchor="middle">pinned bytes</text>"#,
         (TOP + BOTTOM) / 2.0
     );
-    // By the clock, processes come and go: each one's budget is drawn across its own time, in its
-    // colour (`own_budget`), never across another's.
-    let shared = if axis == TimeAxis::WallClock {
-        &[][..]
-    } else {
-        &budgets[..]
-    };
-    for b in shared {
+    s
+}
+
+/// The budgets the series share (by time since each start), dashed across the plot.
+fn shared_budgets(budgets: &[u64], y: &dyn Fn(f64) -> f64) -> String {
+    let (x0, x1) = (LEFT, WIDTH - RIGHT);
+    let mut s = String::new();
+    for b in budgets {
         let yy = y(*b as f64);
         let _ = writeln!(
             s,
@@ -339,57 +365,69 @@ pub fn render(all: &[Series], axis: TimeAxis) -> Result<String, String> {
             format_bytes(*b)
         );
     }
-    for (i, ser) in all.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        if !ser.points.is_empty() {
-            let o = origin(ser);
-            // A step line: the value holds until the next point.
-            let mut d = String::new();
-            for (j, &(t, v)) in ser.points.iter().enumerate() {
-                let (px, py) = (x(t.saturating_sub(o) as f64), y(v as f64));
-                if j == 0 {
-                    let _ = write!(d, "M{px:.1},{py:.1}");
-                } else {
-                    let _ = write!(d, " H{px:.1} V{py:.1}");
-                }
-            }
-            let _ = writeln!(
-                s,
-                r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"><title>{}</title></path>"#,
-                esc(&ser.label)
-            );
-            s.push_str(&peak_mark(ser, color, o, &x, &y));
-            if axis == TimeAxis::WallClock {
-                s.push_str(&own_budget(ser, color, o, &x, &y));
-            }
-            s.push_str(&call_marks(ser, color, o, &x, &y));
+    s
+}
+
+/// One process's step line, its peak, its own budget by the clock, and its refused and
+/// downgraded calls.
+fn series_line(
+    ser: &Series,
+    color: &str,
+    o: u64,
+    axis: TimeAxis,
+    x: &dyn Fn(f64) -> f64,
+    y: &dyn Fn(f64) -> f64,
+) -> String {
+    // A step line: the value holds until the next point.
+    let mut d = String::new();
+    for (j, &(t, v)) in ser.points.iter().enumerate() {
+        let (px, py) = (x(t.saturating_sub(o) as f64), y(v as f64));
+        if j == 0 {
+            let _ = write!(d, "M{px:.1},{py:.1}");
+        } else {
+            let _ = write!(d, " H{px:.1} V{py:.1}");
         }
-        let ly = LEGEND + LINE * i as f64;
-        let mut label = match ser.peak {
-            0 => ser.label.clone(),
-            p => format!("{}, peak {}", ser.label, format_bytes(p)),
-        };
-        let refused = ser.marks.iter().filter(|m| m.refused).count() as u64;
-        let downgraded = ser.marks.len() as u64 - refused;
-        if refused > 0 {
-            label.push_str(&format!(
-                ", {} (x)",
-                crate::out::count(refused, "call refused", "calls refused")
-            ));
-        }
-        if downgraded > 0 {
-            label.push_str(&format!(", {downgraded} downgraded (o)"));
-        }
-        let _ = writeln!(
-            s,
-            r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#,
-            ly - 4.0,
-            LEFT + 20.0,
-            esc(&label)
-        );
     }
-    let _ = writeln!(s, "</svg>");
-    Ok(s)
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.5"><title>{}</title></path>"#,
+        esc(&ser.label)
+    );
+    s.push_str(&peak_mark(ser, color, o, x, y));
+    if axis == TimeAxis::WallClock {
+        s.push_str(&own_budget(ser, color, o, x, y));
+    }
+    s.push_str(&call_marks(ser, color, o, x, y));
+    s
+}
+
+/// One process's line of the legend: its label, peak, and refused and downgraded calls.
+fn legend_entry(ser: &Series, color: &str, ly: f64) -> String {
+    let mut label = match ser.peak {
+        0 => ser.label.clone(),
+        p => format!("{}, peak {}", ser.label, format_bytes(p)),
+    };
+    let refused = ser.marks.iter().filter(|m| m.refused).count() as u64;
+    let downgraded = ser.marks.len() as u64 - refused;
+    if refused > 0 {
+        label.push_str(&format!(
+            ", {} (x)",
+            crate::out::count(refused, "call refused", "calls refused")
+        ));
+    }
+    if downgraded > 0 {
+        label.push_str(&format!(", {downgraded} downgraded (o)"));
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<rect x="{LEFT}" y="{:.1}" width="14" height="4" fill="{color}"/><text x="{}" y="{ly:.1}">{}</text>"#,
+        ly - 4.0,
+        LEFT + 20.0,
+        esc(&label)
+    );
+    s
 }
 
 /// A process's budget across its own time only (`--wall-clock`), in its colour.
