@@ -54,28 +54,7 @@ pub fn render(m: &Merged, show: Show) -> String {
     let Show { top, by, .. } = show;
     let mut s = String::new();
     let procs = count(m.processes as u64, "process", "processes");
-    let mut reps = count(m.reports as u64, "report", "reports");
-    // Processes read from the state they left: say so, a reader must not take them for exits.
-    let killed = m
-        .per_process
-        .iter()
-        .filter(|p| p.reason == "killed")
-        .count();
-    let running = m
-        .per_process
-        .iter()
-        .filter(|p| p.reason == "running")
-        .count();
-    if killed > 0 {
-        reps.push_str(&format!(
-            ", {killed} of them killed (read from the state left behind)"
-        ));
-    }
-    if running > 0 {
-        reps.push_str(&format!(
-            ", {running} still running (read from the live state)"
-        ));
-    }
+    let reps = reports_phrase(m);
     s.push_str(&config_errors_block(m));
     s.push_str(&runs_block(m));
     if m.reports == 0 {
@@ -86,6 +65,39 @@ pub fn render(m: &Merged, show: Show) -> String {
         "Top callsites by {} ({reps}, {procs})\n\n",
         by.title()
     ));
+    s.push_str(&callsites_table(m, top));
+    s.push_str(&legend(m));
+    holding_blocks(&mut s, m, top, show.all_frames);
+    refused_blocks(&mut s, m, top, show.all_frames);
+    if by == SortBy::Peak {
+        peak_blocks(&mut s, m, show);
+    }
+    s.push_str(&why_block(m));
+    s.push_str(&summary_line(m, &procs, &reps));
+    s
+}
+
+/// `3 reports, 1 of them killed (read from the state left behind)`: processes read from the state
+/// they left are said to be so, lest a reader take them for exits.
+fn reports_phrase(m: &Merged) -> String {
+    let mut reps = count(m.reports as u64, "report", "reports");
+    let with = |reason: &str| m.per_process.iter().filter(|p| p.reason == reason).count();
+    let (killed, running) = (with("killed"), with("running"));
+    if killed > 0 {
+        reps.push_str(&format!(
+            ", {killed} of them killed (read from the state left behind)"
+        ));
+    }
+    if running > 0 {
+        reps.push_str(&format!(
+            ", {running} still running (read from the live state)"
+        ));
+    }
+    reps
+}
+
+/// The table of the first `top` callsites, with what was left out and folded.
+fn callsites_table(m: &Merged, top: usize) -> String {
     let mut rows = vec![["LIVE", "COUNT", "PEAK", "ALLOCS"]
         .into_iter()
         .chain(crate::merge::TAIL)
@@ -105,10 +117,10 @@ pub fn render(m: &Merged, show: Show) -> String {
                 .collect(),
         );
     }
-    s.push_str(&table(
+    let mut s = table(
         &rows,
         &[true, true, true, true, true, true, true, true, false, false],
-    ));
+    );
     if m.callsites.len() > top {
         s.push_str(&format!(
             "... {} (--top)\n",
@@ -122,14 +134,18 @@ pub fn render(m: &Merged, show: Show) -> String {
     if let Some(line) = folded_line(&m.callsites_folded) {
         s.push_str(&line);
     }
-    s.push_str(&legend(m));
+    s
+}
+
+/// A block with its stack for each callsite holding memory, in order of what it holds (whatever
+/// the table's order).
+fn holding_blocks(s: &mut String, m: &Merged, top: usize, all_frames: bool) {
     let mut holding: Vec<_> = m
         .callsites
         .iter()
         .filter(|c| c.live_bytes > 0)
         .take(top)
         .collect();
-    // The leak blocks stay in order of what is held, whatever the table's order.
     holding.sort_by_key(|c| std::cmp::Reverse(c.live_bytes));
     for c in holding {
         s.push_str(&format!(
@@ -143,10 +159,13 @@ pub fn render(m: &Merged, show: Show) -> String {
         if let Some(turned) = turned_away(c) {
             s.push_str(&format!("  and {turned}\n"));
         }
-        stack_block(&mut s, c, show.all_frames);
+        stack_block(s, c, all_frames);
     }
-    // A call refused (the program's out-of-memory error) or downgraded holds nothing, but where it
-    // came from is what its owner looks for: its stack, as a live callsite's.
+}
+
+/// A call refused (the program's out-of-memory error) or downgraded holds nothing, but where it
+/// came from is what its owner looks for: its stack, as a live callsite's.
+fn refused_blocks(s: &mut String, m: &Merged, top: usize, all_frames: bool) {
     let mut refused: Vec<_> = m
         .callsites
         .iter()
@@ -161,14 +180,14 @@ pub fn render(m: &Merged, show: Show) -> String {
             count(c.processes as u64, "process", "processes"),
             c.apis.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
-        stack_block(&mut s, c, show.all_frames);
+        stack_block(s, c, all_frames);
     }
-    if by == SortBy::Peak {
-        peak_blocks(&mut s, m, show);
-    }
-    s.push_str(&why_block(m));
+}
+
+/// The last line, `SUMMARY: pinguard: ...`, which CI logs are searched for.
+fn summary_line(m: &Merged, procs: &str, reps: &str) -> String {
     let t = &m.totals;
-    s.push_str(&format!(
+    format!(
         "\nSUMMARY: pinguard: {} ({}) pinned in {} across {procs}{}; peak {} held at once; {} denied ({}), {} downgraded ({}), {} over budget{}; {reps}\n",
         count(t.live_bytes, "byte", "bytes"),
         format_bytes(t.live_bytes),
@@ -187,8 +206,7 @@ pub fn render(m: &Merged, show: Show) -> String {
         format_bytes(t.downgraded_bytes),
         t.over_budget_count,
         crate::merge::host_clause(m),
-    ));
-    s
+    )
 }
 
 /// At most this many refused, downgraded or failed calls are shown with why: the latest of all.
