@@ -324,7 +324,6 @@ fn count_lines(
 /// One line per violated limit (empty: all within), and a line saying what was checked.
 pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
     let m = w.m;
-    let t = &m.totals;
     let mut v = Vec::new();
     if !l.allow_config_errors {
         // First: a budget that was never in force makes every other figure meaningless.
@@ -333,7 +332,10 @@ pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
         }
     }
     v.extend(unwatched_runs(m, l));
-    let live = t.live_bytes.saturating_sub(w.sup.taken(Figure::Live));
+    let live = m
+        .totals
+        .live_bytes
+        .saturating_sub(w.sup.taken(Figure::Live));
     if let Some(max) = l.max_live.filter(|&max| live > max) {
         let head = format!(
             "{} live pinned bytes exceed --max-live {}",
@@ -351,36 +353,35 @@ pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
     if let Some(max) = l.max_peak {
         v.extend(peak_violations(w, max));
     }
-    let t = &m.totals;
-    let denied = t.denied_count.saturating_sub(w.sup.taken(Figure::Denied));
-    let downgraded = t
-        .downgraded_count
-        .saturating_sub(w.sup.taken(Figure::Downgraded));
-    let over = t
-        .over_budget_count
-        .saturating_sub(w.sup.taken(Figure::OverBudget));
+    v.extend(policy_violations(w, l));
+    v.extend(reserve_violations(w, l));
+    (v, checked_line(w, l, live))
+}
+
+/// The limits on calls the policies answered: refused, downgraded, pinned over the budget.
+fn policy_violations(w: &View, l: &Limits) -> Vec<String> {
+    let t = &w.m.totals;
+    let left = |n: u64, fig: Figure| n.saturating_sub(w.sup.taken(fig));
     let gate = |fig: Figure, of_process: OfProcess<'static>, of_site| Gate {
         fig: Some(fig),
         of_process,
         of_site,
         show: &calls,
     };
-    let nouns = [
-        ("denied call", "denied calls"),
-        ("downgraded call", "downgraded calls"),
-        ("call over the budget", "calls over the budget"),
-    ];
-    v.extend(count_lines(
+    let mut v = count_lines(
         w,
-        (l.max_denied, denied),
-        nouns[0],
+        (l.max_denied, left(t.denied_count, Figure::Denied)),
+        ("denied call", "denied calls"),
         "--max-denied",
         &gate(Figure::Denied, &|p| p.totals.denied_count, |s| s.denied),
-    ));
+    );
     v.extend(count_lines(
         w,
-        (l.max_downgraded, downgraded),
-        nouns[1],
+        (
+            l.max_downgraded,
+            left(t.downgraded_count, Figure::Downgraded),
+        ),
+        ("downgraded call", "downgraded calls"),
         "--max-downgraded",
         &gate(Figure::Downgraded, &|p| p.totals.downgraded_count, |s| {
             s.downgraded
@@ -388,42 +389,56 @@ pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
     ));
     v.extend(count_lines(
         w,
-        (l.max_over_budget, over),
-        nouns[2],
+        (
+            l.max_over_budget,
+            left(t.over_budget_count, Figure::OverBudget),
+        ),
+        ("call over the budget", "calls over the budget"),
         "--max-over-budget",
         &gate(Figure::OverBudget, &|p| p.totals.over_budget_count, |s| {
             s.over_budget
         }),
     ));
-    // The reserves stop calls at any callsite: each process's top callsite by calls over a limit.
+    v
+}
+
+/// The limits on calls the host's and the cgroup's reserves stopped, at any callsite: each
+/// process's top callsite by calls over a limit.
+fn reserve_violations(w: &View, l: &Limits) -> Vec<String> {
+    let t = &w.m.totals;
     let reserve = |of_process: OfProcess<'static>| Gate {
         fig: None,
         of_process,
         of_site: |s| s.denied + s.downgraded + s.over_budget,
         show: &calls,
     };
-    let stopped = (
-        "call stopped by the host reserve",
-        "calls stopped by the host reserve",
-    );
-    v.extend(count_lines(
+    let mut v = count_lines(
         w,
         (l.max_host_reserve, t.host_reserve_count),
-        stopped,
+        (
+            "call stopped by the host reserve",
+            "calls stopped by the host reserve",
+        ),
         "--max-host-reserve",
         &reserve(&|p| p.totals.host_reserve_count),
-    ));
-    let stopped = (
-        "call stopped by the cgroup reserve",
-        "calls stopped by the cgroup reserve",
     );
     v.extend(count_lines(
         w,
         (l.max_cgroup_reserve, t.cgroup_reserve_count),
-        stopped,
+        (
+            "call stopped by the cgroup reserve",
+            "calls stopped by the cgroup reserve",
+        ),
         "--max-cgroup-reserve",
         &reserve(&|p| p.totals.cgroup_reserve_count),
     ));
+    v
+}
+
+/// `pinguard check: 1 run, 2 reports, 2 processes: live ...`: what was checked, and that only the
+/// settings were when no limit was given (a leak then passes).
+fn checked_line(w: &View, l: &Limits, live: u64) -> String {
+    let (m, t) = (w.m, &w.m.totals);
     let none = [
         l.max_live,
         l.max_peak,
@@ -435,7 +450,6 @@ pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
     ]
     .iter()
     .all(Option::is_none);
-    // Without a limit only the settings are checked: a leak passes, and the line says so.
     let scope = if none {
         " (settings only: no --max-* limit was given)"
     } else {
@@ -445,8 +459,8 @@ pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
         0 => String::new(),
         n => format!("{}, ", count(n as u64, "run", "runs")),
     };
-    let summary = format!(
-        "pinguard check: {runs}{}, {}: live {}, {} denied, {} downgraded, {} over budget{}{}",
+    format!(
+        "pinguard check: {runs}{}, {}: live {}, {} denied, {} downgraded, {} over budget{}{}{scope}",
         count(m.reports as u64, "report", "reports"),
         count(m.processes as u64, "process", "processes"),
         format_bytes(live),
@@ -457,6 +471,5 @@ pub fn evaluate(w: &View, l: &Limits) -> (Vec<String>, String) {
             .saturating_sub(w.sup.taken(Figure::OverBudget)),
         crate::merge::host_clause(m),
         w.sup.clause()
-    );
-    (v, format!("{summary}{scope}"))
+    )
 }
