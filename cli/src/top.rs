@@ -154,8 +154,7 @@ pub fn run_group_line(name: &str) -> Result<String, String> {
 fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
     let rd = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut rows = Vec::new();
-    let mut lowest: Option<u64> = None;
-    let mut headroom: Option<u64> = None;
+    let mut lows = Lows::default();
     let mut finder = crate::writers::Finder::default();
     let mut names: Vec<_> = rd
         .filter_map(|e| e.ok())
@@ -164,82 +163,103 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
         .collect();
     names.sort();
     for p in names {
-        let skip = |why: &str| eprintln!("pinguard top: {}: {why}; not shown", p.display());
-        let file = match crate::writers::read(&p) {
-            Ok(Some(f)) => f,
-            Ok(None) => continue,
-            Err(why) => {
-                skip(&why);
-                continue;
-            }
-        };
-        let Some(writer) = file.writer else {
-            if file.text.contains("pinguard_") {
-                skip("no pinguard writer line");
-            }
-            continue; // another exporter's file
-        };
-        if let Err(
-            crate::writers::Mismatch::NotRunning(why) | crate::writers::Mismatch::Foreign(why),
-        ) = finder.check(&writer, &file.meta)
-        {
-            skip(&why);
-            continue;
+        if let Some((pid, file)) = shown_file(&p, &mut finder) {
+            rows.push(metrics_row(pid, &file, &mut lows));
         }
-        let text = file.text;
-        let mut row = Row {
-            pid: writer.pid,
-            exe: String::new(),
-            pinned: 0,
-            peak: 0,
-            denied: 0,
-            downgraded: 0,
-            host_reserve: None,
-            cgroup_reserve: None,
-            budget: None,
-            kernel_pinned: None,
-            age_ms: age_ms(&file.meta),
-            note: String::new(),
-        };
-        for line in text.lines().filter(|l| !l.starts_with('#')) {
-            let Some((series, value)) = line.rsplit_once(' ') else {
-                continue;
-            };
-            let Ok(v) = value.parse::<f64>() else {
-                continue;
-            };
-            let (name, labels) = series.split_once('{').unwrap_or((series, ""));
-            let label = |k: &str| {
-                labels
-                    .split(&format!("{k}=\""))
-                    .nth(1)
-                    .and_then(|r| r.split('"').next())
-                    .unwrap_or("")
-                    .to_string()
-            };
-            if row.exe.is_empty() {
-                row.exe = label("exe");
-            }
-            match name {
-                "pinguard_process_pinned_bytes" => row.pinned = v as u64,
-                "pinguard_process_pinned_peak_bytes" => row.peak = v as u64,
-                "pinguard_budget_bytes" => row.budget = Some(v as u64),
-                "pinguard_process_kernel_pinned_bytes" => row.kernel_pinned = Some(v as u64),
-                "pinguard_denied_total" => row.denied += v as u64,
-                "pinguard_downgraded_total" => row.downgraded += v as u64,
-                "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v as u64),
-                "pinguard_host_lowest_available_bytes" => {
-                    lowest = Some(lowest.map_or(v as u64, |l| l.min(v as u64)))
-                }
-                "pinguard_cgroup_reserve_stopped_total" => row.cgroup_reserve = Some(v as u64),
-                "pinguard_cgroup_lowest_headroom_bytes" => {
-                    headroom = Some(headroom.map_or(v as u64, |l| l.min(v as u64)))
-                }
-                _ => {}
-            }
-        }
-        rows.push(row);
     }
+    Ok((metrics_head(dir, &rows, &lows), rows))
+}
+
+/// The least host memory available and cgroup headroom over the files (each process reads its
+/// own cgroup's).
+#[derive(Default)]
+struct Lows {
+    host: Option<u64>,
+    cgroup: Option<u64>,
+}
+
+/// A metrics file to show, with its writer's pid: `None` for another exporter's file, or one whose
+/// writer is not running as its owner (named on stderr).
+fn shown_file(
+    p: &Path,
+    finder: &mut crate::writers::Finder,
+) -> Option<(u32, crate::writers::File)> {
+    let skip = |why: &str| eprintln!("pinguard top: {}: {why}; not shown", p.display());
+    let file = match crate::writers::read(p) {
+        Ok(f) => f?,
+        Err(why) => {
+            skip(&why);
+            return None;
+        }
+    };
+    let Some(writer) = &file.writer else {
+        if file.text.contains("pinguard_") {
+            skip("no pinguard writer line");
+        }
+        return None; // another exporter's file
+    };
+    if let Err(crate::writers::Mismatch::NotRunning(why) | crate::writers::Mismatch::Foreign(why)) =
+        finder.check(writer, &file.meta)
+    {
+        skip(&why);
+        return None;
+    }
+    Some((writer.pid, file))
+}
+
+/// One process's row from its metrics file's samples.
+fn metrics_row(pid: u32, file: &crate::writers::File, lows: &mut Lows) -> Row {
+    let mut row = Row {
+        pid,
+        exe: String::new(),
+        pinned: 0,
+        peak: 0,
+        denied: 0,
+        downgraded: 0,
+        host_reserve: None,
+        cgroup_reserve: None,
+        budget: None,
+        kernel_pinned: None,
+        age_ms: age_ms(&file.meta),
+        note: String::new(),
+    };
+    let least = |l: Option<u64>, v: u64| Some(l.map_or(v, |l| l.min(v)));
+    for line in file.text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+        if row.exe.is_empty() {
+            row.exe = labels
+                .split("exe=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or("")
+                .to_string();
+        }
+        let v = v as u64;
+        match name {
+            "pinguard_process_pinned_bytes" => row.pinned = v,
+            "pinguard_process_pinned_peak_bytes" => row.peak = v,
+            "pinguard_budget_bytes" => row.budget = Some(v),
+            "pinguard_process_kernel_pinned_bytes" => row.kernel_pinned = Some(v),
+            "pinguard_denied_total" => row.denied += v,
+            "pinguard_downgraded_total" => row.downgraded += v,
+            "pinguard_host_reserve_stopped_total" => row.host_reserve = Some(v),
+            "pinguard_host_lowest_available_bytes" => lows.host = least(lows.host, v),
+            "pinguard_cgroup_reserve_stopped_total" => row.cgroup_reserve = Some(v),
+            "pinguard_cgroup_lowest_headroom_bytes" => lows.cgroup = least(lows.cgroup, v),
+            _ => {}
+        }
+    }
+    row
+}
+
+/// The folder's line: what its processes pin, and the lowest readings of their floors.
+fn metrics_head(dir: &Path, rows: &[Row], lows: &Lows) -> String {
     let total: u64 = rows.iter().map(|r| r.pinned).sum();
     let mut head = format!(
         "{}: {} pinned in {}",
@@ -254,17 +274,16 @@ fn read_metrics(dir: &Path) -> Result<(String, Vec<Row>), String> {
             format_bytes(kernel)
         ));
     }
-    if let Some(l) = lowest {
+    if let Some(l) = lows.host {
         head.push_str(&format!(
             "; lowest host memory available {}",
             format_bytes(l)
         ));
     }
-    if let Some(h) = headroom {
-        // The least over the files: each process reads its own cgroup's.
+    if let Some(h) = lows.cgroup {
         head.push_str(&format!("; lowest cgroup headroom {}", format_bytes(h)));
     }
-    Ok((head, rows))
+    head
 }
 
 /// Milliseconds since a file was last written (0 when the clock cannot tell).
