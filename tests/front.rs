@@ -340,7 +340,8 @@ fn the_stage_needs_the_c_library_alone() {
 #[test]
 fn a_stage_opened_with_dlopen_loads_the_library_at_its_first_pin() {
     let p = prog("stage_dlopen");
-    let lazy = stage().canonicalize().unwrap();
+    // Not resolved: the folder the stage is opened from is the one it loads the library from.
+    let lazy = stage();
     let (out, files) = run_in(
         &p,
         None,
