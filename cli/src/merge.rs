@@ -453,6 +453,8 @@ pub struct WhyLine {
     pub why: pinguard_common::Why,
     /// Its callsite (`None`: not among the report's).
     pub site: Option<SiteKey>,
+    /// The calls after it that failed the same way.
+    pub repeats: u64,
 }
 
 /// One callsite's figures in one process's report (a line's peak as `site_peaks` takes it).
@@ -872,6 +874,7 @@ fn why_lines(r: &ReportView<'_>, keys: &[SiteKey]) -> Vec<WhyLine> {
             api: e.api.clone(),
             size: e.size,
             why: e.why.clone(),
+            repeats: e.repeats,
             site: r
                 .callsites
                 .iter()

@@ -244,12 +244,13 @@ fn why_block(m: &Merged) -> String {
         .iter()
         .map(|c| (c.key, crate::merge::short_label(c)))
         .collect();
+    let shown_calls: u64 = shown.iter().map(|(_, w)| 1 + w.repeats).sum();
     let mut s = format!(
         "\nCalls refused, downgraded or failed, and why ({} of {}, the latest last):\n",
-        shown.len(),
-        total.max(shown.len() as u64)
+        shown_calls,
+        total.max(shown_calls)
     );
-    let mut lines: Vec<(String, String, usize)> = Vec::new();
+    let mut lines: Vec<(String, String, u64)> = Vec::new();
     for &(p, w) in shown {
         let at = w
             .site
@@ -264,10 +265,12 @@ fn why_block(m: &Merged) -> String {
             p.pid
         );
         let why = w.why.line();
-        // The same call failing the same way again: one entry, counted.
+        // The same call failing the same way again: one entry, counted (an event counts the
+        // failures it stands for).
+        let calls = 1 + w.repeats;
         match lines.last_mut() {
-            Some((c, y, n)) if *c == call && *y == why => *n += 1,
-            _ => lines.push((call, why, 1)),
+            Some((c, y, n)) if *c == call && *y == why => *n += calls,
+            _ => lines.push((call, why, calls)),
         }
     }
     for (call, why, n) in lines {

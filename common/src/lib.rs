@@ -772,6 +772,25 @@ pub struct Event {
     /// For a refusal, a downgrade or a failure: the API's answer and the process's room then.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<Why>,
+    /// For a failure: how many more calls failed the same way (entry point, callsite, size,
+    /// answer, bytes asked, budget) less than 100 ms after this event, which stands for them, its
+    /// `why` read once for all; absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub repeats: u64,
+    /// With `repeats`: when the latest of them failed (unix ms, to a few ms).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_unix_ms: Option<u64>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Event {
+    /// The calls this event stands for: itself and its repeats.
+    pub fn calls(&self) -> u64 {
+        1 + self.repeats
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]

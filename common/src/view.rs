@@ -40,6 +40,7 @@ pub const WHY_TAIL: usize = 5;
 #[derive(Debug, Default)]
 pub struct WhyTail {
     pub latest: Vec<WhyEvent>,
+    /// The calls they stand for, repeats included.
     pub count: u64,
 }
 
@@ -53,6 +54,8 @@ pub struct WhyEvent {
     /// The event's callsite: the `id` of one of the report's `callsites`.
     pub callsite: u32,
     pub why: crate::Why,
+    /// The calls after it that failed the same way (`Event::repeats`).
+    pub repeats: u64,
 }
 
 impl<'de> Deserialize<'de> for WhyTail {
@@ -76,6 +79,8 @@ struct EventLite<'a> {
     callsite: u32,
     #[serde(default)]
     why: Option<crate::Why>,
+    #[serde(default)]
+    repeats: u64,
 }
 
 struct TailVisitor;
@@ -95,7 +100,7 @@ impl<'de> serde::de::Visitor<'de> for TailVisitor {
             let (Some(why), Some(kind)) = (e.why, kind) else {
                 continue;
             };
-            count += 1;
+            count += 1 + e.repeats;
             if tail.len() == WHY_TAIL {
                 tail.pop_front();
             }
@@ -106,6 +111,7 @@ impl<'de> serde::de::Visitor<'de> for TailVisitor {
                 size: e.size,
                 callsite: e.callsite,
                 why,
+                repeats: e.repeats,
             });
         }
         Ok(WhyTail {
@@ -211,10 +217,13 @@ mod why_tail_tests {
         // Without a why (an event over the budget), and of a kind this reader does not know.
         events.push(r#"{"unix_ms":8,"kind":"over_budget","api":"mlock","size":1,"callsite":0,"live_bytes":0}"#.into());
         events.push(format!(r#"{{"unix_ms":9,"kind":"new_kind","api":"mlock","size":1,"callsite":0,"live_bytes":0,"why":{why}}}"#));
+        // A failure that stands for 4 more calls failing the same way.
+        events.push(format!(r#"{{"unix_ms":10,"kind":"failed","api":"mlock","size":7,"callsite":0,"live_bytes":0,"why":{why},"repeats":4,"repeat_unix_ms":12}}"#));
         let t: WhyTail = serde_json::from_str(&format!("[{}]", events.join(","))).unwrap();
-        assert_eq!(t.count, 7);
+        assert_eq!(t.count, 7 + 5, "every call an event stands for");
         let sizes: Vec<u64> = t.latest.iter().map(|e| e.size).collect();
-        assert_eq!(sizes, [2, 3, 4, 5, 6], "the latest, oldest first");
+        assert_eq!(sizes, [3, 4, 5, 6, 7], "the latest, oldest first");
+        assert_eq!(t.latest[4].repeats, 4);
         assert_eq!(t.latest[0].why.error, "ENOMEM");
         assert_eq!(t.latest[0].kind, crate::EventKind::Failed);
     }

@@ -170,11 +170,17 @@ impl<T> Store<T> {
 /// The pieces `take` cut out: start, end, value.
 pub type Pieces<T> = SmallVec<[(usize, usize, T); 4]>;
 
+/// What a `RangeSet` held at one time (`RangeSet::stamp`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp(u64, u64);
+
 /// Disjoint ranges, each carrying who locked it.
 pub struct RangeSet<T> {
     map: Store<T>,
     /// The bytes covered, kept so that comparing with the kernel's `VmLck` costs no walk.
     bytes: u64,
+    /// Insertions so far. With `bytes` (which every removal lowers), the set's `stamp`.
+    inserted: u64,
 }
 
 impl<T: Clone> Default for RangeSet<T> {
@@ -182,6 +188,7 @@ impl<T: Clone> Default for RangeSet<T> {
         RangeSet {
             map: Store::Few(Vec::new()),
             bytes: 0,
+            inserted: 0,
         }
     }
 }
@@ -194,6 +201,13 @@ impl<T: Clone> RangeSet<T> {
     /// The bytes covered by every range together.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Differs after any insertion or removal: two equal stamps, the same set. An insertion moves
+    /// `inserted`, and a removal lowers `bytes`, which only an insertion raises again: no
+    /// count to keep on the removal paths (the `munlock` of a pair).
+    pub fn stamp(&self) -> Stamp {
+        Stamp(self.inserted, self.bytes)
     }
 
     /// A range touching `[start, end)`: the one ending at `start`, else the one starting at `end`.
@@ -261,6 +275,7 @@ impl<T: Clone> RangeSet<T> {
                 == end - start
         );
         self.bytes += (end - start) as u64;
+        self.inserted += 1;
         self.map.insert(start, (end, v));
     }
 
@@ -454,6 +469,33 @@ mod tests {
         assert_eq!(r.bytes(), 0x4000 - 0x1800);
         r.clear(|_, _, _| {});
         assert_eq!(r.bytes(), 0);
+    }
+
+    #[test]
+    fn the_stamp_moves_with_every_change_and_only_then() {
+        let mut r = RangeSet::<u8>::default();
+        let mut last = r.stamp();
+        let mut moved = |r: &RangeSet<u8>| {
+            let m = r.stamp() != last;
+            last = r.stamp();
+            m
+        };
+        r.insert(0x1000, 0x3000, 1);
+        assert!(moved(&r), "insert");
+        r.remove(0x5000, 0x6000, |_, _, _| {});
+        assert!(!moved(&r), "a removal of nothing the set holds");
+        let _ = r.gaps(0, 0x10000);
+        assert!(!moved(&r), "a look");
+        r.remove(0x1000, 0x3000, |_, _, _| {});
+        assert!(moved(&r), "a removal of a whole range");
+        r.insert(0x1000, 0x3000, 1);
+        moved(&r);
+        r.remove(0x2000, 0x2800, |_, _, _| {});
+        assert!(moved(&r), "a split");
+        r.insert(0x2000, 0x2800, 2);
+        assert!(moved(&r), "the same bytes again, elsewhere");
+        r.clear(|_, _, _| {});
+        assert!(moved(&r), "clear");
     }
 
     #[test]

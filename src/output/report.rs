@@ -415,6 +415,8 @@ fn report_events(cfg: &Config) -> (Vec<schema::Event>, u64) {
             host_available_bytes: e.over.and_then(|o| o.host_available()),
             cgroup_headroom_bytes: e.over.and_then(|o| o.cgroup_headroom()),
             why: crate::output::why::of(&e),
+            repeats: e.repeats,
+            repeat_unix_ms: (e.repeats > 0).then_some(e.repeat_ms),
         })
         .collect();
     (events, dropped)

@@ -17,7 +17,7 @@ enum Lock {
     Downgrade(u64, Over),
 }
 use crate::accounting::callsite::Callsite;
-use crate::accounting::ledger::{self, Backing, LockedPagesGuard};
+use crate::accounting::ledger::{self, Backing, LockCall, LockedPagesGuard};
 use crate::accounting::ranges::{page_span, uncovered, Gaps};
 use crate::api::Api;
 use crate::budget;
@@ -95,7 +95,7 @@ fn nothing_new(gaps: &Gaps, span: Span) -> NotLocked {
     if gaps.is_empty() {
         NotLocked::Untracked
     } else {
-        NotLocked::AtHole(span)
+        NotLocked::AtHole(span, total(gaps))
     }
 }
 
@@ -133,11 +133,12 @@ struct Ask<'a, 'h> {
     later: &'a WarnLater<'h>,
 }
 
-/// A range a call locks: its pages `[start, end)`, and the call's clock.
+/// A range a call locks: its pages `[start, end)`, the call's `mlock2` flags and its clock.
 #[derive(Clone, Copy)]
 struct Span {
     start: usize,
     end: usize,
+    flags: c_int,
     now: u64,
 }
 
@@ -146,8 +147,9 @@ enum NotLocked {
     /// Nothing new to lock: the kernel answers, a failure counted.
     Untracked,
     /// An `mlock` of this span that fails at a hole, having relocked only pages the view holds
-    /// (`stops_before_gaps`): the kernel answers, a failure counted.
-    AtHole(Span),
+    /// (`stops_before_gaps`), the bytes the view holds unlocked there: the kernel answers, a
+    /// failure counted.
+    AtHole(Span, u64),
     /// pinguard's own work failed: the kernel answers, as if pinguard were not there.
     Plain,
     /// The kernel would reject the call: its `errno`, without calling it.
@@ -404,8 +406,20 @@ impl Hook {
         let span = Span {
             start,
             end,
+            flags,
             now: self.now(),
         };
+        // The call that failed at a hole last time, again: it fails the same way without a look
+        // at the kernel's mappings first (issue 44, item 7), its range's gaps reserved meanwhile.
+        let again = locked
+            .hole_noted()
+            .then(|| self.hole_again(&locked, &ask, span));
+        if let Some(held) = again.flatten() {
+            let rc = real();
+            let err = self.errno();
+            drop(held);
+            return self.at_hole(locked, &ask, span, None, rc, err);
+        }
         let mut gaps = locked.ranges.gaps(start, end);
         let new = self.mlock_new(&mut locked, span, &mut gaps);
         // The gaps counted again after a walk, kept outside `quiet`: only the decision crosses it.
@@ -536,26 +550,16 @@ impl Hook {
         ask: &Ask,
         real: impl FnOnce() -> c_int,
     ) -> c_int {
-        let mut view = view;
-        if let NotLocked::AtHole(span) = why {
+        if let NotLocked::AtHole(span, gaps) = why {
             // The kernel locks the pages before the hole, which the view holds (whatever it held
             // there stale is true again), and fails with ENOMEM: nothing reserved, no comparison.
             let rc = real();
             let err = self.errno();
-            if rc == 0 || (err != libc::ENOMEM && partial(err)) {
-                self.hole_filled(&mut view, ask.api, span, ask.site);
-            }
-            drop(view);
-            if rc != 0 {
-                let pages = (span.end - span.start) as u64;
-                self.work(|| quiet(|| self.lock_call_failed(ask, pages, err)));
-            }
-            self.set_errno(err);
-            return rc;
+            return self.at_hole(view, ask, span, Some(gaps), rc, err);
         }
         drop(view);
         match why {
-            NotLocked::Untracked | NotLocked::AtHole(_) => self.untracked(ask.api, 0, real()),
+            NotLocked::Untracked | NotLocked::AtHole(..) => self.untracked(ask.api, 0, real()),
             NotLocked::Plain => real(),
             NotLocked::Rejected(err) => self.fail(-1, err),
             NotLocked::Refused => self.fail(-1, libc::ENOMEM),
@@ -566,6 +570,69 @@ impl Hook {
                 self.answer(0)
             }
         }
+    }
+
+    /// Where this call is the one last seen to fail at a hole, and its gaps fit the budget: the
+    /// bytes held for them while the call fails again (`LockedPages::hole_again`).
+    #[inline(never)]
+    fn hole_again(
+        &self,
+        locked: &LockedPagesGuard,
+        ask: &Ask,
+        span: Span,
+    ) -> Option<budget::Reservation> {
+        let gaps = locked.hole_again(&self.lock_call_of(ask, span), span.now)?;
+        budget::reserve(gaps).ok()
+    }
+
+    fn lock_call_of(&self, ask: &Ask, span: Span) -> LockCall {
+        LockCall {
+            api: ask.api,
+            start: span.start,
+            end: span.end,
+            flags: span.flags,
+            site: ask.site,
+        }
+    }
+
+    /// The answer `rc`, `err` of an `mlock` of `span` expected to fail at a hole, the view still
+    /// held. It did (ENOMEM): the hole is noted (`seen`: the bytes the view holds unlocked there,
+    /// where a system call showed the hole just now), and the failure counted, into the same
+    /// failure's event just before where there is one, without leaving the caller's stack. It
+    /// did not (a mapping filled the hole): a walk takes what the call locked.
+    #[inline(never)]
+    fn at_hole(
+        &self,
+        view: LockedPagesGuard,
+        ask: &Ask,
+        span: Span,
+        seen: Option<u64>,
+        rc: c_int,
+        err: c_int,
+    ) -> c_int {
+        let mut view = view;
+        let pages = (span.end - span.start) as u64;
+        if rc != 0 && err == libc::ENOMEM {
+            if let Some(gaps) = seen {
+                view.note_hole(self.lock_call_of(ask, span), gaps, span.now);
+            }
+            drop(view);
+            let asked = Some(ask.asked).filter(|&a| a != 0);
+            if !super::failed_again(self.t, ask.api, ask.site, pages, err, asked, span.now) {
+                self.work(|| quiet(|| self.lock_call_failed(ask, pages, err)));
+            }
+        } else {
+            view.forget_hole();
+            if rc == 0 || partial(err) {
+                self.hole_filled(&mut view, ask.api, span, ask.site);
+            }
+            drop(view);
+            if rc != 0 {
+                self.work(|| quiet(|| self.lock_call_failed(ask, pages, err)));
+            }
+        }
+        self.set_errno(err);
+        rc
     }
 
     /// Whether a comparison with the kernel (`VmLck`, and a walk of `smaps` where they differ)
@@ -749,7 +816,7 @@ impl Hook {
     ) -> *mut c_void {
         drop(view);
         match why {
-            NotLocked::Untracked | NotLocked::AtHole(_) | NotLocked::Plain => real(flags),
+            NotLocked::Untracked | NotLocked::AtHole(..) | NotLocked::Plain => real(flags),
             NotLocked::Rejected(err) => self.fail(libc::MAP_FAILED, err),
             NotLocked::Refused => self.fail(libc::MAP_FAILED, libc::EAGAIN),
             NotLocked::Downgraded(bytes, over) => self.call(

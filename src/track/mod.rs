@@ -163,14 +163,44 @@ pub(crate) fn room(over: Over, code: Option<i32>) -> Room {
 }
 
 /// A pinning call the runtime or the kernel failed with `code`: counted, with an event that
-/// says what room the process had (the kernel's figures of the same failure's event just before,
-/// in a burst of it: `ledger::repeated_room`). Every family's failure comes here.
+/// says what room the process had, or counted into the event of the same failure just before,
+/// in a burst of it (`failed_again`). Every family's failure comes here.
 #[cold]
 #[inline(never)]
 pub(crate) fn failed(t: &Thread, api: Api, site: &'static Callsite, bytes: u64, code: i32) {
-    let room = ledger::repeated_room(api, site, bytes, code)
-        .unwrap_or_else(|| Room::now(None, budget::limit(), Some(code)));
-    ledger::count_failed_at(t, api, site, bytes, room);
+    let asked = crate::runtime::room::asked();
+    let now = crate::runtime::clock::coarse_unix_ms();
+    if !failed_again(t, api, site, bytes, code, asked, now) {
+        let room = Room::now(None, budget::limit(), Some(code));
+        ledger::count_failed_at(t, api, site, bytes, room);
+    }
+}
+
+/// A failure counted into the latest event, where that is the same failure less than 100 ms
+/// before `now` (`ledger::failed_again`); whether it was. Cheap enough for the caller's stack.
+#[inline]
+pub(crate) fn failed_again(
+    t: &Thread,
+    api: Api,
+    site: &'static Callsite,
+    bytes: u64,
+    code: i32,
+    asked: Option<u64>,
+    now: u64,
+) -> bool {
+    let f = ledger::Failure {
+        api,
+        site,
+        bytes,
+        code,
+        asked,
+        budget: budget::limit(),
+    };
+    let again = ledger::failed_again(&f, now);
+    if again {
+        ledger::count_failed(t, api);
+    }
+    again
 }
 
 /// A call the host or cgroup reserve stopped, in the group's shared page too (for `pinguard top`).

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -99,6 +100,7 @@ int main(int argc, char **argv) {
     long page = sysconf(_SC_PAGESIZE);
     arena = mmap(NULL, ARENA_PAGES * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     long vmlck0 = vmlck();
+    long times = 1;
     for (int i = 1; i < argc; i++) {
         char op[64] = {0};
         char a[1024] = {0}, b[64] = {0};
@@ -159,14 +161,24 @@ int main(int argc, char **argv) {
             rc = aclrtFreeHost(slots[x]);
         } else if (!strcmp(op, "acl_unregister")) {
             rc = aclrtHostUnregister(slots[x]);
+        } else if (!strcmp(op, "times")) {
+            times = (long)x; /* the next mlock is called this many times: the last one's answer */
+            continue;
         } else if (!strcmp(op, "mlock")) {
-            rc = mlock(arena + x * page, y * page);
+            for (long k = 0; k < times; k++) rc = mlock(arena + x * page, y * page);
+            times = 1;
         } else if (!strcmp(op, "mlock2")) {
             rc = mlock2(arena + x * page, y * page, 0);
         } else if (!strcmp(op, "munlock")) {
             rc = munlock(arena + x * page, y * page);
         } else if (!strcmp(op, "munmap")) {
             rc = munmap(arena + x * page, y * page);
+        } else if (!strcmp(op, "map_raw")) {
+            /* pages mapped where no hook sees it, as glibc's own mmap does */
+            p = (void *)syscall(SYS_mmap, arena + x * page, y * page, PROT_READ | PROT_WRITE,
+                                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+            rc = p == (void *)(arena + x * page) ? 0 : -1;
+            p = NULL;
         } else if (!strcmp(op, "mmap_locked")) {
             p = mmap(NULL, x, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_LOCKED, -1, 0);
             rc = p == MAP_FAILED ? -1 : 0;

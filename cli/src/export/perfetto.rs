@@ -136,6 +136,10 @@ fn process_events(d: &Data, p: &Proc, pid: u32, origin: u64, out: &mut Vec<Value
         if let Some(b) = e.cgroup_headroom_bytes {
             args["cgroup_headroom_bytes"] = json!(b);
         }
+        if e.repeats > 0 {
+            args["repeats"] = json!(e.repeats);
+            args["repeat_unix_ms"] = json!(e.repeat_unix_ms);
+        }
         let title = format!(
             "{} {} {} at {label}",
             kind_name(e.kind),

@@ -24,6 +24,10 @@ pub struct EventRec {
     pub over: Option<Over>,
     /// The process's room then, for a refusal, a downgrade or a failure.
     pub room: Option<Room>,
+    /// A failure: how many more calls failed the same way within `REPEAT_MS` of it
+    /// (`failed_again`), and when the latest did (coarse unix ms).
+    pub repeats: u64,
+    pub repeat_ms: u64,
 }
 
 pub(super) const MAX_EVENTS: usize = 10_000;
@@ -100,6 +104,8 @@ pub(super) fn event_with(
         out_of_scope,
         over,
         room,
+        repeats: 0,
+        repeat_ms: 0,
     };
     let mut e = EVENTS.lock();
     if e.items.len() >= MAX_EVENTS {
@@ -109,27 +115,58 @@ pub(super) fn event_with(
     e.items.push_back(rec);
 }
 
-/// Events this close together (milliseconds) may share one reading of the room.
+/// A failure may be counted into an event this recent (milliseconds), whose room it shares.
 const REPEAT_MS: u64 = 100;
 
-/// The room of the latest event, where it is a failure of the same call (`api`, `site`, `size`,
-/// the API's `code`, the bytes asked) less than `REPEAT_MS` ago: a burst of one failure (a retry
-/// loop, an `mlock` over a hole called again and again) shares one reading of the kernel's
-/// figures, as the cgroup's headroom is shared (`runtime::room`), where each would otherwise read
-/// `/proc/self/status` (about 20 us, 40 times the failing call: issue 44 item 7's cost).
-pub fn repeated_room(api: Api, site: &'static Callsite, size: u64, code: i32) -> Option<Room> {
-    let now = crate::runtime::clock::unix_ms();
-    let asked = crate::runtime::room::asked();
-    let e = EVENTS.lock();
-    let last = e.items.back()?;
-    let room = last.room?;
+/// How far the coarse clock a hook reads may lag the one an event was stamped with.
+const COARSE_LAG_MS: u64 = 10;
+
+/// A failed call, as `failed_again` compares it with the latest event.
+pub struct Failure {
+    pub api: Api,
+    pub site: &'static Callsite,
+    pub bytes: u64,
+    /// The API's answer.
+    pub code: i32,
+    /// The bytes the call asked for (`room::asked`).
+    pub asked: Option<u64>,
+    /// The process budget in force.
+    pub budget: Option<u64>,
+}
+
+/// Counts `f` into the latest event, where that is a failure of the same call (entry point,
+/// callsite, bytes, answer, bytes asked, budget) less than `REPEAT_MS` before `now` (coarse unix
+/// ms): a burst of one failure (a retry loop, an `mlock` over a hole called again and again) is
+/// one event with its count and shares one reading of the kernel's figures, where each would
+/// otherwise read `/proc/self/status` (about 20 us, 40 times the failing call: issue 44 item 7)
+/// and push 10,000 other events out of the list. Whether it did (the counters are the caller's).
+pub fn failed_again(f: &Failure, now: u64) -> bool {
+    let mut e = EVENTS.lock();
+    e.items
+        .back_mut()
+        .is_some_and(|last| count_into(last, f, now))
+}
+
+/// `failed_again` for the latest event `last`.
+fn count_into(last: &mut EventRec, f: &Failure, now: u64) -> bool {
+    let Some(room) = last.room else {
+        return false;
+    };
     let same = last.kind == EventKind::Failed
-        && last.api == api
-        && last.callsite == site.id()
-        && last.size == size
-        && room.code == Some(code)
-        && room.asked == asked;
-    (same && now >= last.unix_ms && now - last.unix_ms < REPEAT_MS).then_some(room)
+        && last.api == f.api
+        && last.callsite == f.site.id()
+        && last.size == f.bytes
+        && room.code == Some(f.code)
+        && room.asked == f.asked
+        && room.budget == f.budget;
+    let recent = now + COARSE_LAG_MS >= last.unix_ms && now < last.unix_ms + REPEAT_MS;
+    if !(same && recent) {
+        return false;
+    }
+    last.repeats += 1;
+    // The coarse clock may read a little before the event's own stamp.
+    last.repeat_ms = last.repeat_ms.max(now).max(last.unix_ms);
+    true
 }
 
 /// One point per tick of the coarse clock at most: the lock is taken at most a thousand times a
@@ -233,6 +270,8 @@ pub fn events() -> (Vec<EventRec>, u64) {
                 out_of_scope: r.out_of_scope,
                 over: r.over,
                 room: r.room,
+                repeats: r.repeats,
+                repeat_ms: r.repeat_ms,
             })
             .collect(),
         e.dropped,
@@ -257,6 +296,86 @@ mod tests {
             high: live,
             low: live,
         }
+    }
+
+    fn failure(code: i32) -> Failure {
+        Failure {
+            api: Api::Mlock,
+            site: crate::accounting::callsite::empty(),
+            bytes: 65536,
+            code,
+            asked: Some(65536),
+            budget: None,
+        }
+    }
+
+    fn failed_event(f: &Failure, unix_ms: u64) -> EventRec {
+        let room = Room {
+            rlimit_memlock: None,
+            rlimit_unlimited: true,
+            cap_ipc_lock: false,
+            vm_lck: Some(0),
+            vm_pin: Some(0),
+            cgroup_headroom: None,
+            budget: f.budget,
+            code: Some(f.code),
+            asked: f.asked,
+        };
+        EventRec {
+            unix_ms,
+            kind: EventKind::Failed,
+            api: f.api,
+            size: f.bytes,
+            callsite: f.site.id(),
+            live_bytes: 0,
+            out_of_scope: false,
+            over: None,
+            room: Some(room),
+            repeats: 0,
+            repeat_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_failure_counts_into_the_same_failures_event_for_100_ms_and_no_other() {
+        let f = failure(libc::ENOMEM);
+        let mut e = failed_event(&f, 1_000);
+        // The coarse clock a little behind the event's stamp, then within 100 ms.
+        assert!(count_into(&mut e, &f, 995));
+        assert!(count_into(&mut e, &f, 1_099));
+        assert_eq!((e.repeats, e.repeat_ms), (2, 1_099));
+        assert!(!count_into(&mut e, &f, 1_100), "100 ms on: a new event");
+        assert!(!count_into(&mut e, &f, 900), "a clock gone back");
+        let other = [
+            failure(libc::EAGAIN),
+            Failure {
+                bytes: 4096,
+                ..failure(libc::ENOMEM)
+            },
+            Failure {
+                api: Api::Mlock2,
+                ..failure(libc::ENOMEM)
+            },
+            Failure {
+                asked: None,
+                ..failure(libc::ENOMEM)
+            },
+            Failure {
+                budget: Some(1 << 20),
+                ..failure(libc::ENOMEM)
+            },
+        ];
+        for o in &other {
+            assert!(
+                !count_into(&mut e, o, 1_050),
+                "{:?}",
+                (o.api, o.bytes, o.code)
+            );
+        }
+        let mut refused = failed_event(&f, 1_000);
+        refused.kind = EventKind::Denied;
+        assert!(!count_into(&mut refused, &f, 1_001), "only a failure");
+        assert_eq!(e.repeats, 2);
     }
 
     #[test]

@@ -3,10 +3,11 @@
 use super::levels::live_delta;
 use super::live::{Backing, Live, LIVE};
 use crate::accounting::callsite::Callsite;
-use crate::accounting::ranges::RangeSet;
+use crate::accounting::ranges::{RangeSet, Stamp};
 use crate::api::Api;
 use crate::runtime::guard::Thread;
 use crate::runtime::lock::{Mutex, MutexGuard};
+use std::os::raw::c_int;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// The locking family's live pages, keyed by address: the kernel's locked mappings as pinguard
@@ -25,7 +26,47 @@ pub struct LockedPages {
     /// them locked in `smaps`, or the reverse (none on the kernels tried), so that such pages do
     /// not make every check walk again.
     skew: i64,
+    /// The latest `mlock` seen to fail at a hole (`note_hole`).
+    hole: Option<Hole>,
 }
+
+/// An `mlock` or `mlock2` call: what a call must match to be the same one again.
+#[derive(Clone, Copy)]
+pub struct LockCall {
+    pub api: Api,
+    pub start: usize,
+    pub end: usize,
+    pub flags: c_int,
+    pub site: &'static Callsite,
+}
+
+impl LockCall {
+    #[inline(always)]
+    fn same(&self, o: &LockCall) -> bool {
+        self.start == o.start
+            && self.end == o.end
+            && self.api == o.api
+            && self.flags == o.flags
+            && std::ptr::eq(self.site, o.site)
+    }
+}
+
+/// An `mlock` that a system call showed to stop at a hole before any page the view holds
+/// unlocked, so that it changed nothing the view does not hold.
+#[derive(Clone, Copy)]
+struct Hole {
+    call: LockCall,
+    /// The bytes of the range the view holds unlocked.
+    gaps: u64,
+    /// The view's stamp then: the same stamp, the same gaps.
+    stamp: Stamp,
+    /// When the hole was seen (coarse unix ms).
+    seen_ms: u64,
+}
+
+/// How long a hole seen is taken to be there still (milliseconds): a mapping that fills it
+/// unseen (glibc's own `mmap`) is found by the call's answer, within this time by its next check.
+const HOLE_MS: u64 = 100;
 
 /// What a walk changed in the view.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -41,6 +82,37 @@ impl Synced {
 }
 
 impl LockedPages {
+    /// Notes that `call` failed at a hole before `gaps` bytes the view holds unlocked, as a
+    /// system call showed at `now` (coarse unix ms).
+    pub fn note_hole(&mut self, call: LockCall, gaps: u64, now: u64) {
+        self.hole = Some(Hole {
+            call,
+            gaps,
+            stamp: self.ranges.stamp(),
+            seen_ms: now,
+        });
+    }
+
+    /// Whether an `mlock` was seen to fail at a hole (`hole_again` may answer).
+    #[inline(always)]
+    pub fn hole_noted(&self) -> bool {
+        self.hole.is_some()
+    }
+
+    /// Where `call` is the one last seen to fail at a hole, less than `HOLE_MS` ago, and the view
+    /// has not changed since: the bytes of its range the view holds unlocked, which the call
+    /// reserves in case the hole was filled meanwhile; no system call needed to know it fails.
+    pub fn hole_again(&self, call: &LockCall, now: u64) -> Option<u64> {
+        let h = self.hole.as_ref()?;
+        let fresh = now >= h.seen_ms && now < h.seen_ms + HOLE_MS;
+        (h.call.same(call) && h.stamp == self.ranges.stamp() && fresh).then_some(h.gaps)
+    }
+
+    /// The call noted did not fail at its hole: the hole is no longer known.
+    pub fn forget_hole(&mut self) {
+        self.hole = None;
+    }
+
     /// Adds `[s, e)`, a gap of the view, for `live`'s call, with the live figures. The budget is
     /// the caller's.
     pub fn add(&mut self, t: &Thread, s: usize, e: usize, live: Live, now: u64) {
@@ -240,6 +312,7 @@ pub fn locked_pages() -> LockedPagesGuard {
         ranges: RangeSet::default(),
         future: None,
         skew: 0,
+        hole: None,
     });
     LockedPagesGuard(g)
 }

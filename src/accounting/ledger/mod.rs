@@ -34,7 +34,7 @@ pub use count::{
     count_alloc, count_failed, count_failed_at, count_outcome, count_release,
     count_unknown_release, count_untracked, downgraded_live_delta, Outcome,
 };
-pub use events::{events, repeated_room, timeline, timeline_now, EventRec, Point};
+pub use events::{events, failed_again, timeline, timeline_now, EventRec, Failure, Point};
 pub use figures::{apis, live_bytes, restart_window, totals, window_peak};
 pub use first_count::{on_first_count, touched};
 pub use fork::{hold, let_go};
@@ -44,7 +44,7 @@ pub use live::{insert, insert_over, live_at, live_records, take, take_over, Back
 /// Only the hooks call it, and the builds without hooks (unit tests, fuzzing) have none.
 #[cfg(not(any(test, feature = "fuzzing")))]
 pub use locked_pages::note_runtime_lock;
-pub use locked_pages::{locked_any, locked_pages, LockedPagesGuard, Synced};
+pub use locked_pages::{locked_any, locked_pages, LockCall, LockedPagesGuard, Synced};
 pub use over::Over;
 pub use reconcile::reconcile_kernel;
 pub use shared::Member;
